@@ -1,0 +1,241 @@
+// File helpers: POSIX I/O with errno turned into absl::Status messages that name the path.
+#include "base/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf {
+namespace {
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  const int err = errno;
+  std::string msg = absl::StrCat(path, ": ", what, " failed: ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path, int64_t offset = -1) {
+  while (size > 0) {
+    const ssize_t n = offset < 0 ? ::write(fd, data, size) : ::pwrite(fd, data, size, offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("write", path);
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+    if (offset >= 0) offset += n;
+  }
+  return absl::OkStatus();
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status SyncDir(const std::string& path) {
+  const std::string dir = DirName(path);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open folder", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("fsync folder", dir);
+  return absl::OkStatus();
+}
+
+std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return ErrnoError("stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
+  }
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = ErrnoError("read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data) {
+  auto writer = AtomicFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = writer->Write(data); !s.ok()) return s;
+  return writer->Commit();
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir", partial);
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": exists and is not a folder"));
+  }
+  return absl::OkStatus();
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+absl::StatusOr<uint64_t> FileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat", path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// ---- MappedFile ----
+
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return ErrnoError("stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
+  }
+  MappedFile m;
+  m.path_ = path;
+  m.size_ = static_cast<size_t>(st.st_size);
+  if (m.size_ > 0) {
+    void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return ErrnoError("mmap", path);
+    }
+    m.data_ = static_cast<const char*>(p);
+  }
+  ::close(fd);
+  return m;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() { Reset(); }
+
+void MappedFile::Reset() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+// ---- AtomicFileWriter ----
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
+  AtomicFileWriter w;
+  w.path_ = path;
+  w.tmp_path_ = TempPathFor(path);
+  w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w.fd_ < 0) return ErrnoError("create", w.tmp_path_);
+  return w;
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept { *this = std::move(other); }
+
+AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    fd_ = std::exchange(other.fd_, -1);
+    bytes_written_ = std::exchange(other.bytes_written_, 0);
+    path_ = std::move(other.path_);
+    tmp_path_ = std::move(other.tmp_path_);
+  }
+  return *this;
+}
+
+AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
+
+void AtomicFileWriter::Abandon() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_path_.c_str());
+    fd_ = -1;
+  }
+}
+
+absl::Status AtomicFileWriter::Write(std::string_view data) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after commit"));
+  absl::Status s = WriteAll(fd_, data.data(), data.size(), tmp_path_);
+  if (s.ok()) bytes_written_ += data.size();
+  return s;
+}
+
+absl::Status AtomicFileWriter::WriteAt(uint64_t offset, std::string_view data) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": write after commit"));
+  if (offset + data.size() > bytes_written_) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": WriteAt past the bytes written so far"));
+  }
+  return WriteAll(fd_, data.data(), data.size(), tmp_path_, static_cast<int64_t>(offset));
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": commit twice"));
+  if (::fsync(fd_) != 0) {
+    absl::Status s = ErrnoError("fsync", tmp_path_);
+    Abandon();
+    return s;
+  }
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    absl::Status s = ErrnoError("rename into place", path_);
+    ::unlink(tmp_path_.c_str());
+    return s;
+  }
+  return SyncDir(path_);
+}
+
+}  // namespace lmf

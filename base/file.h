@@ -1,0 +1,84 @@
+// File helpers with errors that name the file: whole-file reads, atomic writes (temp file, fsync, rename,
+// fsync of the folder, so a crash leaves either the old or the new file, never a torn one), and read-only
+// memory maps for token files and corpora larger than memory.
+#ifndef LMFORGE_BASE_FILE_H_
+#define LMFORGE_BASE_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace lmf {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `data` to `path` atomically: `path.tmp.<pid>` is written and fsynced, then renamed over `path`,
+// then the folder is fsynced. The folder must exist.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+
+// Makes a folder and its parents (like mkdir -p).
+absl::Status MakeDirs(const std::string& path);
+
+bool FileExists(const std::string& path);
+
+// Size in bytes, or an error naming the file.
+absl::StatusOr<uint64_t> FileSize(const std::string& path);
+
+// A read-only memory map of a whole file. Move-only; unmaps on destruction. An empty file maps to an
+// empty view.
+class MappedFile {
+ public:
+  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::string_view view() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Reset();
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Incremental atomic writer for large outputs (token files, checkpoints): writes go to a temp file beside
+// `path`; Commit() fsyncs and renames it into place. Destroying an uncommitted writer deletes the temp
+// file, so a failed or interrupted write never replaces a good file.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
+  AtomicFileWriter() = default;
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  absl::Status Write(std::string_view data);
+  // Overwrites bytes already written (e.g. a header whose counts are known only at the end).
+  absl::Status WriteAt(uint64_t offset, std::string_view data);
+  uint64_t bytes_written() const { return bytes_written_; }
+  absl::Status Commit();
+
+ private:
+  void Abandon();
+  int fd_ = -1;
+  uint64_t bytes_written_ = 0;
+  std::string path_;
+  std::string tmp_path_;
+};
+
+}  // namespace lmf
+
+#endif  // LMFORGE_BASE_FILE_H_

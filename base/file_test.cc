@@ -1,0 +1,86 @@
+// File helpers: atomic writes replace whole files or nothing, errors name the path, maps see the bytes.
+#include "base/file.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "base/check.h"
+#include "gtest/gtest.h"
+
+namespace lmf {
+namespace {
+
+std::string TestDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp ? tmp : "/tmp";
+}
+
+TEST(File, AtomicWriteThenReadBack) {
+  const std::string path = TestDir() + "/a.txt";
+  ASSERT_TRUE(WriteFileAtomically(path, "hello").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "world!").ok());
+  auto got = ReadFile(path);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "world!");
+  EXPECT_FALSE(FileExists(path + ".tmp." + std::to_string(::getpid())));
+}
+
+TEST(File, AbandonedWriterLeavesOldFileIntact) {
+  const std::string path = TestDir() + "/b.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, "good").ok());
+  {
+    auto w = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Write("partial data that is never committed").ok());
+  }  // destroyed without Commit, as when a write fails midway
+  EXPECT_EQ(*ReadFile(path), "good");
+}
+
+TEST(File, WriteAtPatchesAHeader) {
+  const std::string path = TestDir() + "/c.bin";
+  auto w = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->Write("XXXX-body").ok());
+  ASSERT_TRUE(w->WriteAt(0, "HEAD").ok());
+  EXPECT_FALSE(w->WriteAt(8, "toolong").ok());
+  ASSERT_TRUE(w->Commit().ok());
+  EXPECT_EQ(*ReadFile(path), "HEAD-body");
+}
+
+TEST(File, MissingFileErrorNamesThePath) {
+  auto got = ReadFile("/nonexistent/lmf/file.txt");
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::IsNotFound(got.status()));
+  EXPECT_NE(got.status().message().find("/nonexistent/lmf/file.txt"), std::string::npos);
+  auto m = MappedFile::Open("/nonexistent/lmf/file.txt");
+  EXPECT_FALSE(m.ok());
+}
+
+TEST(File, MappedFileSeesContentsAndEmptyFiles) {
+  const std::string path = TestDir() + "/d.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, "mapped bytes").ok());
+  auto m = MappedFile::Open(path);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->view(), "mapped bytes");
+  MappedFile moved = std::move(*m);
+  EXPECT_EQ(moved.size(), 12u);
+  ASSERT_TRUE(WriteFileAtomically(path, "").ok());
+  auto e = MappedFile::Open(path);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->size(), 0u);
+}
+
+TEST(File, MakeDirsCreatesParents) {
+  const std::string dir = TestDir() + "/x/y/z";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(MakeDirs(dir).ok());  // idempotent
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "1").ok());
+  EXPECT_FALSE(MakeDirs(dir + "/f").ok());  // a file in the way
+}
+
+TEST(CheckDeathTest, FailedCheckAbortsWithMessage) {
+  EXPECT_DEATH(LMF_CHECK_EQ(1 + 1, 3) << "arithmetic", "check failed.*arithmetic");
+}
+
+}  // namespace
+}  // namespace lmf

@@ -1,0 +1,91 @@
+// ThreadPool: workers wait for a job (a task count and a function), claim task indices under the lock
+// until none is left, and the caller waits until every claimed task has finished.
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+namespace lmf {
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  workers_.reserve(num_threads - 1);
+  for (int i = 0; i + 1 < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::WorkerLoop() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stop_ || (task_ != nullptr && generation_ != seen); });
+    if (stop_) return;
+    seen = generation_;
+    while (task_ != nullptr && next_task_ < num_tasks_) {
+      const int64_t i = next_task_++;
+      const auto* fn = task_;
+      lock.unlock();
+      (*fn)(i);
+      lock.lock();
+      if (++tasks_done_ == num_tasks_) done_cv_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::RunTasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  if (tasks <= 0) return;
+  if (tasks == 1 || workers_.empty()) {
+    for (int64_t i = 0; i < tasks; ++i) fn(i);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  task_ = &fn;
+  num_tasks_ = tasks;
+  next_task_ = 0;
+  tasks_done_ = 0;
+  ++generation_;
+  work_cv_.notify_all();
+  while (next_task_ < num_tasks_) {
+    const int64_t i = next_task_++;
+    lock.unlock();
+    fn(i);
+    lock.lock();
+    ++tasks_done_;
+  }
+  done_cv_.wait(lock, [&] { return tasks_done_ == num_tasks_; });
+  task_ = nullptr;
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  const int64_t max_chunks = (n + min_chunk - 1) / min_chunk;
+  // A few chunks per thread balance uneven cores without paying much per chunk.
+  const int64_t chunks = std::min<int64_t>(max_chunks, 4 * static_cast<int64_t>(num_threads()));
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t step = (n + chunks - 1) / chunks;
+  RunTasks((n + step - 1) / step, [&](int64_t c) { fn(c * step, std::min(n, (c + 1) * step)); });
+}
+
+ThreadPool& ThreadPool::Default() {
+  static ThreadPool* pool = [] {
+    int n = 0;
+    if (const char* env = std::getenv("LMF_NUM_THREADS")) n = std::atoi(env);
+    return new ThreadPool(n);
+  }();
+  return *pool;
+}
+
+}  // namespace lmf

@@ -1,0 +1,59 @@
+// A fixed pool of worker threads with a blocking ParallelFor, shared by the CPU kernels, the tokenizer
+// and the data loaders. The calling thread takes part in the work, so a pool of N threads runs N-way
+// parallel work with N-1 workers.
+//
+//   lmf::ThreadPool pool(4);
+//   pool.ParallelFor(n, /*min_chunk=*/1024, [&](int64_t begin, int64_t end) { ... });
+#ifndef LMFORGE_BASE_THREAD_POOL_H_
+#define LMFORGE_BASE_THREAD_POOL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lmf {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread (std::thread::hardware_concurrency()).
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Threads that work on a ParallelFor, the caller included.
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Splits [0, n) into contiguous chunks of at least min_chunk items (the last may be smaller) and runs
+  // fn(begin, end) on each, the chunks spread over the pool; returns when all are done. Runs inline when
+  // one chunk covers everything. Not reentrant: fn must not call ParallelFor on the same pool.
+  void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+
+  // Runs fn(i) for i in [0, tasks) with one task at a time per thread (dynamic scheduling), for work of
+  // uneven size. Same rules as ParallelFor.
+  void RunTasks(int64_t tasks, const std::function<void(int64_t)>& fn);
+
+  // A process-wide pool sized by LMF_NUM_THREADS, else the hardware thread count.
+  static ThreadPool& Default();
+
+ private:
+  void WorkerLoop();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(int64_t)>* task_ = nullptr;  // the job being run, or null
+  int64_t num_tasks_ = 0;
+  int64_t next_task_ = 0;
+  int64_t tasks_done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace lmf
+
+#endif  // LMFORGE_BASE_THREAD_POOL_H_
