@@ -1,0 +1,254 @@
+#!/usr/bin/python3
+"""PyTorch reference of lmforge's dense transformer, written from the math, and the fixture writer for
+model/testdata/.
+
+Run with Debian's python3-torch (1.13):   /usr/bin/python3 tools/model/reference.py [--out model/testdata]
+
+One model class covers both reference architectures through a config dict:
+  - GPT-2 style: LayerNorm, GELU (tanh) MLP, learned absolute positions, biases, tied embeddings.
+  - CS336 / Llama style: RMSNorm, SwiGLU, RoPE (adjacent pairs (2i, 2i+1) rotated), no biases, untied.
+plus the other options the C++ ModelConfig offers (ReLU MLP, sinusoidal or no positions, n_kv_heads < n_heads).
+
+Parameter names (these are the checkpoint names the trainer writes; CS336's state_dict names where it has one):
+  token_embeddings.weight           (V, C)
+  position_embeddings.weight        (context_length, C)          learned positions only
+  layers.{i}.ln1.weight / .bias     (C,)                         bias only for LayerNorm
+  layers.{i}.attn.q_proj.weight     (NH*HS, C)      .bias (NH*HS,)   when biases
+  layers.{i}.attn.k_proj.weight     (NKV*HS, C)     .bias
+  layers.{i}.attn.v_proj.weight     (NKV*HS, C)     .bias
+  layers.{i}.attn.output_proj.weight (C, NH*HS)     .bias (C,)
+  layers.{i}.ln2.weight / .bias     (C,)
+  layers.{i}.ffn.w1.weight          (d_ff, C)       .bias   SwiGLU gate / GELU,ReLU up projection
+  layers.{i}.ffn.w3.weight          (d_ff, C)       .bias   SwiGLU only: the linear ("up") branch
+  layers.{i}.ffn.w2.weight          (C, d_ff)       .bias   down projection
+  ln_final.weight / .bias           (C,)
+  lm_head.weight                    (V, C)                   untied only (tied: token_embeddings.weight)
+Linear weights are stored (out, in) as in torch.nn.Linear: y = x W^T + b.
+
+Conventions: query head h uses key/value head h // (NH / NKV) (Llama's repeat_kv); attention is causal and
+scaled by 1/sqrt(HS); the loss is the mean cross-entropy over all B*T targets.
+
+Fixtures: for each tiny config, weights are drawn in float32 (so C++ reads them exactly), the forward and
+backward run in float64, and logits, loss and every parameter gradient are stored as float32 — so the stored
+values carry only the final rounding, and a C++ fp32 implementation is compared against the exact answer.
+"""
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+import torch
+
+# Tiny configs for the whole-model test. Field names match lmf::model::ModelConfig.
+CONFIGS = {
+    "gpt2_tiny": dict(
+        vocab_size=61, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=128,
+        norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="learned", rope_theta=0.0, biases=True,
+        tied_embeddings=True),
+    "llama_tiny": dict(
+        vocab_size=67, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=88,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False),
+    # The remaining options: ReLU MLP, sinusoidal positions, multi-query attention, biases with RMSNorm.
+    "variants_tiny": dict(
+        vocab_size=53, context_length=16, d_model=24, n_layers=2, n_heads=3, n_kv_heads=1, d_ff=40,
+        norm="rmsnorm", norm_eps=1e-6, ffn="relu", positions="sinusoidal", rope_theta=0.0, biases=True,
+        tied_embeddings=False),
+}
+BATCH, TIME = 2, 8
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    mean = x.mean(-1, keepdim=True)
+    var = (x - mean).pow(2).mean(-1, keepdim=True)
+    return (x - mean) * torch.rsqrt(var + eps) * w + b
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def rope(x, theta):
+    """x: (B, NH, T, HS). Rotates pairs (2i, 2i+1) of each head by pos * theta^(-2i/HS)."""
+    _, _, t, hs = x.shape
+    inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)  # (HS/2,)
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, HS/2)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x0 * cos - x1 * sin
+    out[..., 1::2] = x0 * sin + x1 * cos
+    return out
+
+
+def sinusoidal_table(t, c):
+    """(T, C): PE[p, 2i] = sin(p / 10000^(2i/C)), PE[p, 2i+1] = cos(p / 10000^(2i/C))."""
+    pos = torch.arange(t, dtype=torch.float64)[:, None]
+    inv = 10000.0 ** (-torch.arange(0, c, 2, dtype=torch.float64) / c)
+    table = torch.zeros(t, c, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv[: c // 2])
+    return table
+
+
+def parameter_shapes(cfg):
+    """Ordered {name: shape} of every parameter of the model."""
+    c, v, f = cfg["d_model"], cfg["vocab_size"], cfg["d_ff"]
+    hs = c // cfg["n_heads"]
+    q, kv = cfg["n_heads"] * hs, cfg["n_kv_heads"] * hs
+    has_norm_bias = cfg["norm"] == "layernorm"
+    shapes = {"token_embeddings.weight": (v, c)}
+    if cfg["positions"] == "learned":
+        shapes["position_embeddings.weight"] = (cfg["context_length"], c)
+    linears = [("attn.q_proj", q, c), ("attn.k_proj", kv, c), ("attn.v_proj", kv, c),
+               ("attn.output_proj", c, q), ("ffn.w1", f, c)]
+    if cfg["ffn"] == "swiglu":
+        linears.append(("ffn.w3", f, c))
+    linears.append(("ffn.w2", c, f))
+    for i in range(cfg["n_layers"]):
+        p = f"layers.{i}."
+        for norm in ("ln1", "ln2"):
+            shapes[p + norm + ".weight"] = (c,)
+            if has_norm_bias:
+                shapes[p + norm + ".bias"] = (c,)
+        for name, out_f, in_f in linears:
+            shapes[p + name + ".weight"] = (out_f, in_f)
+            if cfg["biases"]:
+                shapes[p + name + ".bias"] = (out_f,)
+    shapes["ln_final.weight"] = (c,)
+    if has_norm_bias:
+        shapes["ln_final.bias"] = (c,)
+    if not cfg["tied_embeddings"]:
+        shapes["lm_head.weight"] = (v, c)
+    return shapes
+
+
+def init_parameters(cfg, seed):
+    """Float32 weights. Random everywhere (norm gains and biases included) so every gradient path is tested."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in parameter_shapes(cfg).items():
+        if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "ln_final.weight":
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith(".bias"):
+            t = 0.05 * torch.randn(shape, generator=g)
+        elif "embeddings" in name:
+            t = 0.5 * torch.randn(shape, generator=g)
+        else:
+            t = torch.randn(shape, generator=g) / math.sqrt(shape[1])
+        params[name] = t.to(torch.float32)
+    return params
+
+
+def forward(cfg, p, ids, targets):
+    """ids, targets: (B, T) int64. Returns logits (B, T, V) and the mean cross-entropy loss."""
+    b, t = ids.shape
+    c, nh, nkv = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"]
+    hs = c // nh
+    eps = cfg["norm_eps"]
+
+    def norm(x, prefix):
+        if cfg["norm"] == "rmsnorm":
+            return rms_norm(x, p[prefix + ".weight"], eps)
+        return layer_norm(x, p[prefix + ".weight"], p[prefix + ".bias"], eps)
+
+    def linear(x, prefix):
+        y = x @ p[prefix + ".weight"].t()
+        if cfg["biases"]:
+            y = y + p[prefix + ".bias"]
+        return y
+
+    x = p["token_embeddings.weight"][ids]  # (B, T, C)
+    if cfg["positions"] == "learned":
+        x = x + p["position_embeddings.weight"][:t]
+    elif cfg["positions"] == "sinusoidal":
+        x = x + sinusoidal_table(t, c).to(x.dtype)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for i in range(cfg["n_layers"]):
+        pre = f"layers.{i}."
+        h = norm(x, pre + "ln1")
+        q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)
+        k = linear(h, pre + "attn.k_proj").view(b, t, nkv, hs).transpose(1, 2)  # (B, NKV, T, HS)
+        v = linear(h, pre + "attn.v_proj").view(b, t, nkv, hs).transpose(1, 2)
+        if cfg["positions"] == "rope":
+            q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
+        k = k.repeat_interleave(nh // nkv, dim=1)  # query head h reads kv head h // (NH/NKV)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hs)  # (B, NH, T, T)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attn = torch.softmax(scores, dim=-1) @ v  # (B, NH, T, HS)
+        attn = attn.transpose(1, 2).reshape(b, t, nh * hs)
+        x = x + linear(attn, pre + "attn.output_proj")
+        h = norm(x, pre + "ln2")
+        if cfg["ffn"] == "swiglu":
+            u = torch.nn.functional.silu(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
+        elif cfg["ffn"] == "gelu":
+            u = gelu_tanh(linear(h, pre + "ffn.w1"))
+        else:
+            u = torch.relu(linear(h, pre + "ffn.w1"))
+        x = x + linear(u, pre + "ffn.w2")
+    x = norm(x, "ln_final")
+    head = p["token_embeddings.weight"] if cfg["tied_embeddings"] else p["lm_head.weight"]
+    logits = x @ head.t()  # (B, T, V)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return logits, loss
+
+
+def make_fixture(name, cfg, seed):
+    params32 = init_parameters(cfg, seed)
+    params = {k: v.to(torch.float64).requires_grad_(True) for k, v in params32.items()}
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
+    targets = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
+    logits, loss = forward(cfg, params, ids, targets)
+    loss.backward()
+    out = {"config_json": np.frombuffer(json.dumps(cfg, sort_keys=True).encode(), dtype=np.uint8),
+           "ids": ids.numpy().astype(np.int64), "targets": targets.numpy().astype(np.int64),
+           "logits": logits.detach().numpy().astype(np.float32),
+           "loss": np.array(loss.item(), dtype=np.float64)}
+    for k, v in params32.items():
+        out["param/" + k] = v.numpy()
+        out["grad/" + k] = params[k].grad.numpy().astype(np.float32)
+    return out
+
+
+def self_check():
+    """The hand-written pieces against torch's own ops and the CS336 RoPE snapshot where present."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 16, generator=g, dtype=torch.float64)
+    w, b = torch.randn(16, generator=g, dtype=torch.float64), torch.randn(16, generator=g, dtype=torch.float64)
+    assert torch.allclose(layer_norm(x, w, b, 1e-5), torch.nn.functional.layer_norm(x, (16,), w, b, 1e-5))
+    assert torch.allclose(gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"))
+    shared = os.environ.get("LMF_SHARED_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                            "..", "..", "..", "shared", "data"))
+    inputs = os.path.join(shared, "cs336", "derived", "a1_test_inputs.npz")
+    snapshot = os.path.join(shared, "cs336", "assignment1-basics", "tests", "_snapshots", "test_rope.npz")
+    if os.path.exists(inputs) and os.path.exists(snapshot):
+        emb = torch.from_numpy(np.load(inputs)["in_embeddings"]).to(torch.float64)  # (4, 12, 64) one head
+        got = rope(emb[:, None], 10000.0)[:, 0].numpy()
+        np.testing.assert_allclose(got, np.load(snapshot)["array"], atol=1e-5)
+        print("self-check: rope matches the CS336 snapshot")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--out", default=os.path.join(here, "..", "..", "model", "testdata"))
+    args = parser.parse_args()
+    self_check()
+    os.makedirs(args.out, exist_ok=True)
+    for seed, (name, cfg) in enumerate(sorted(CONFIGS.items())):
+        arrays = make_fixture(name, cfg, 1000 + seed)
+        path = os.path.join(args.out, name + ".npz")
+        np.savez(path, **arrays)  # uncompressed zip of .npy
+        n_params = sum(v.size for k, v in arrays.items() if k.startswith("param/"))
+        print(f"{path}: {len(arrays)} arrays, {n_params} parameters, loss {float(arrays['loss']):.6f}")
+
+
+if __name__ == "__main__":
+    main()
