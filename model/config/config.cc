@@ -1,0 +1,177 @@
+// ModelConfig validation, names and the two reference-architecture factories.
+#include "model/config/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lmf::model {
+
+const char* NormKindName(NormKind kind) {
+  switch (kind) {
+    case NormKind::kRMSNorm: return "rmsnorm";
+    case NormKind::kLayerNorm: return "layernorm";
+  }
+  return "?";
+}
+
+const char* NormPlacementName(NormPlacement placement) {
+  switch (placement) {
+    case NormPlacement::kPre: return "pre";
+    case NormPlacement::kPost: return "post";
+    case NormPlacement::kDouble: return "double";
+  }
+  return "?";
+}
+
+const char* FfnKindName(FfnKind kind) {
+  switch (kind) {
+    case FfnKind::kSwiGLU: return "swiglu";
+    case FfnKind::kGELU: return "gelu";
+    case FfnKind::kReLU: return "relu";
+  }
+  return "?";
+}
+
+const char* PositionKindName(PositionKind kind) {
+  switch (kind) {
+    case PositionKind::kRoPE: return "rope";
+    case PositionKind::kLearned: return "learned";
+    case PositionKind::kSinusoidal: return "sinusoidal";
+    case PositionKind::kNone: return "none";
+  }
+  return "?";
+}
+
+const char* InitSchemeName(InitScheme scheme) {
+  switch (scheme) {
+    case InitScheme::kGpt2Scaled: return "gpt2_scaled";
+    case InitScheme::kCs336TruncatedNormal: return "cs336_truncated_normal";
+  }
+  return "?";
+}
+
+namespace {
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat("model config: ", message));
+}
+
+}  // namespace
+
+absl::Status ModelConfig::Validate() const {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"vocab_size", vocab_size}, {"context_length", context_length}, {"d_model", d_model},
+      {"n_layers", n_layers},     {"n_heads", n_heads},               {"n_kv_heads", n_kv_heads},
+      {"d_ff", d_ff}};
+  for (const auto& [field, value] : positive) {
+    if (value <= 0) return Invalid(absl::StrCat(field, "=", value, " must be positive"));
+  }
+  if (d_model % n_heads != 0) {
+    return Invalid(absl::StrCat("n_heads=", n_heads, " does not divide d_model=", d_model));
+  }
+  if (n_kv_heads > n_heads) {
+    return Invalid(absl::StrCat("n_kv_heads=", n_kv_heads, " is more than n_heads=", n_heads));
+  }
+  if (n_heads % n_kv_heads != 0) {
+    return Invalid(absl::StrCat("n_kv_heads=", n_kv_heads, " does not divide n_heads=", n_heads,
+                                " (each key/value head must serve the same number of query heads)"));
+  }
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
+    return Invalid(absl::StrCat("norm_eps=", norm_eps, " must be a positive finite number"));
+  }
+  if (norm_placement != NormPlacement::kPre) {
+    return absl::UnimplementedError(absl::StrCat("model config: norm_placement=",
+                                                 NormPlacementName(norm_placement),
+                                                 " is not built yet; only 'pre' is"));
+  }
+  if (positions == PositionKind::kRoPE) {
+    if (head_size() % 2 != 0) {
+      return Invalid(absl::StrCat("RoPE needs an even head size, but d_model=", d_model, " / n_heads=", n_heads,
+                                  " = ", head_size()));
+    }
+    if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) {
+      return Invalid(absl::StrCat("rope_theta=", rope_theta, " must be a finite number above 1"));
+    }
+  }
+  if (positions == PositionKind::kSinusoidal && d_model % 2 != 0) {
+    return Invalid(absl::StrCat("sinusoidal positions need an even d_model, got ", d_model));
+  }
+  if (init == InitScheme::kGpt2Scaled && (!(init_std > 0) || !std::isfinite(init_std))) {
+    return Invalid(absl::StrCat("init_std=", init_std, " must be a positive finite number"));
+  }
+  // Sizes beyond 2^31 elements per matrix are outside what the CPU GEMM takes (int dimensions).
+  const int64_t widest = std::max({vocab_size, d_ff, d_model, context_length});
+  if (widest * std::max(d_model, d_ff) >= (int64_t{1} << 31)) {
+    return Invalid(absl::StrCat("a weight matrix of ", widest, " x ", std::max(d_model, d_ff),
+                                " has 2^31 or more elements"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {
+  if (absl::Status status = Validate(); !status.ok()) return status;
+  if (seq_len <= 0) return Invalid(absl::StrCat("sequence length ", seq_len, " must be positive"));
+  if (seq_len > context_length) {
+    return Invalid(absl::StrCat("sequence length ", seq_len, " is longer than context_length=", context_length,
+                                positions == PositionKind::kLearned ? " (the learned position table)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelConfig::DebugString() const {
+  return absl::StrFormat(
+      "vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d d_ff=%d norm=%s "
+      "norm_eps=%g norm_placement=%s ffn=%s positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s "
+      "init_std=%g",
+      vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff, NormKindName(norm), norm_eps,
+      NormPlacementName(norm_placement), FfnKindName(ffn), PositionKindName(positions), rope_theta, biases,
+      tied_embeddings, InitSchemeName(init), init_std);
+}
+
+ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,
+                       int64_t n_heads) {
+  ModelConfig c;
+  c.vocab_size = vocab_size;
+  c.context_length = context_length;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_heads;
+  c.d_ff = 4 * d_model;
+  c.norm = NormKind::kLayerNorm;
+  c.norm_eps = 1e-5;
+  c.ffn = FfnKind::kGELU;
+  c.positions = PositionKind::kLearned;
+  c.biases = true;
+  c.tied_embeddings = true;
+  c.init = InitScheme::kGpt2Scaled;
+  c.init_std = 0.02;
+  return c;
+}
+
+ModelConfig Cs336Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,
+                        int64_t n_heads, int64_t d_ff, double rope_theta) {
+  ModelConfig c;
+  c.vocab_size = vocab_size;
+  c.context_length = context_length;
+  c.d_model = d_model;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_heads;
+  c.d_ff = d_ff;
+  c.norm = NormKind::kRMSNorm;
+  c.norm_eps = 1e-5;
+  c.ffn = FfnKind::kSwiGLU;
+  c.positions = PositionKind::kRoPE;
+  c.rope_theta = rope_theta;
+  c.biases = false;
+  c.tied_embeddings = false;
+  c.init = InitScheme::kCs336TruncatedNormal;
+  return c;
+}
+
+}  // namespace lmf::model

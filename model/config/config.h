@@ -1,0 +1,84 @@
+// ModelConfig: the shape and the choices of a dense decoder-only transformer, as a plain struct.
+//
+// The trainer's protobuf config is converted into this struct; the model is built only from a config that
+// Validate() accepts, so impossible shapes fail at build time with a message naming the field, never by a
+// crash later. Factories give the two reference architectures:
+//   - Gpt2Config:  LayerNorm, GELU (tanh) MLP, learned absolute positions, biases, tied embeddings,
+//                  GPT-2's scaled normal init.
+//   - Cs336Config: the CS336 / Llama style: RMSNorm, SwiGLU, RoPE (adjacent pairs rotated), no biases,
+//                  untied LM head, CS336's truncated-normal init.
+#ifndef LMFORGE_MODEL_CONFIG_CONFIG_H_
+#define LMFORGE_MODEL_CONFIG_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace lmf::model {
+
+enum class NormKind { kRMSNorm, kLayerNorm };
+// Where the norms sit in a block. Only kPre is built today; the others are named so configs and
+// checkpoints have room for them, and Validate() rejects them with a clear message.
+enum class NormPlacement { kPre, kPost, kDouble };
+enum class FfnKind { kSwiGLU, kGELU, kReLU };
+enum class PositionKind { kRoPE, kLearned, kSinusoidal, kNone };
+enum class InitScheme {
+  // N(0, init_std) for every matrix and embedding; the projections that write into the residual stream
+  // (attn.output_proj, ffn.w2) use init_std / sqrt(2 * n_layers); biases 0; norm gains 1.
+  kGpt2Scaled,
+  // Linear (out, in): truncated normal, std sqrt(2 / (in + out)), cut at +-3 std. Embeddings and LM head:
+  // truncated normal N(0, 1) cut at +-3. Biases 0; norm gains 1.
+  kCs336TruncatedNormal,
+};
+
+const char* NormKindName(NormKind kind);
+const char* NormPlacementName(NormPlacement placement);
+const char* FfnKindName(FfnKind kind);
+const char* PositionKindName(PositionKind kind);
+const char* InitSchemeName(InitScheme scheme);
+
+struct ModelConfig {
+  int64_t vocab_size = 0;      // V: rows of the token embedding and of the LM head (pad it yourself)
+  int64_t context_length = 0;  // longest sequence; size of the learned position table
+  int64_t d_model = 0;         // C
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;         // NH query heads; head size HS = d_model / n_heads
+  int64_t n_kv_heads = 0;      // key/value heads: n_heads (MHA), a divisor (GQA), 1 (MQA)
+  int64_t d_ff = 0;            // hidden width of the feed-forward
+  NormKind norm = NormKind::kRMSNorm;
+  double norm_eps = 1e-5;
+  NormPlacement norm_placement = NormPlacement::kPre;
+  FfnKind ffn = FfnKind::kSwiGLU;
+  PositionKind positions = PositionKind::kRoPE;
+  double rope_theta = 10000.0;  // RoPE base; used only with PositionKind::kRoPE
+  bool biases = false;          // biases on every linear layer (q, k, v, output, ffn)
+  bool tied_embeddings = false; // LM head reads the token embedding matrix
+  InitScheme init = InitScheme::kCs336TruncatedNormal;
+  double init_std = 0.02;       // kGpt2Scaled only
+
+  int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
+  int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
+  int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
+
+  // OK, or InvalidArgument naming the first field that cannot work and why (Unimplemented for named but
+  // unbuilt choices such as post-norm).
+  absl::Status Validate() const;
+  // Validate() plus: a batch of sequences of length `seq_len` fits this model.
+  absl::Status ValidateSequenceLength(int64_t seq_len) const;
+
+  // One line, e.g. "d_model=768 n_layers=12 ... ffn=gelu positions=learned".
+  std::string DebugString() const;
+};
+
+// GPT-2 style. GPT-2 small: Gpt2Config(50257 (or padded 50304), 1024, 768, 12, 12), d_ff = 4 * d_model.
+ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,
+                       int64_t n_heads);
+// CS336 / Llama style. CS336's TinyStories model: Cs336Config(10000, 256, 512, 4, 16, 1344).
+// n_kv_heads defaults to n_heads (MHA).
+ModelConfig Cs336Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,
+                        int64_t n_heads, int64_t d_ff, double rope_theta = 10000.0);
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_CONFIG_CONFIG_H_

@@ -1,0 +1,114 @@
+// Tests of ModelConfig: the reference factories validate, and each impossible shape is rejected with a
+// message that names the offending field.
+#include "model/config/config.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace lmf::model {
+namespace {
+
+void ExpectRejected(const ModelConfig& config, const std::string& fragment) {
+  const absl::Status status = config.Validate();
+  EXPECT_FALSE(status.ok()) << config.DebugString();
+  EXPECT_NE(std::string(status.message()).find(fragment), std::string::npos)
+      << "message '" << status.message() << "' should mention '" << fragment << "'";
+}
+
+TEST(ModelConfigTest, ReferenceArchitecturesValidate) {
+  const ModelConfig gpt2 = Gpt2Config(50304, 1024, 768, 12, 12);
+  EXPECT_TRUE(gpt2.Validate().ok()) << gpt2.Validate();
+  EXPECT_EQ(gpt2.d_ff, 3072);
+  EXPECT_EQ(gpt2.head_size(), 64);
+  EXPECT_EQ(gpt2.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(gpt2.ffn, FfnKind::kGELU);
+  EXPECT_EQ(gpt2.positions, PositionKind::kLearned);
+  EXPECT_TRUE(gpt2.biases);
+  EXPECT_TRUE(gpt2.tied_embeddings);
+
+  const ModelConfig cs336 = Cs336Config(10000, 256, 512, 4, 16, 1344);
+  EXPECT_TRUE(cs336.Validate().ok()) << cs336.Validate();
+  EXPECT_EQ(cs336.norm, NormKind::kRMSNorm);
+  EXPECT_EQ(cs336.ffn, FfnKind::kSwiGLU);
+  EXPECT_EQ(cs336.positions, PositionKind::kRoPE);
+  EXPECT_FALSE(cs336.biases);
+  EXPECT_FALSE(cs336.tied_embeddings);
+  EXPECT_EQ(cs336.n_kv_heads, 16);
+}
+
+TEST(ModelConfigTest, GroupedAndMultiQueryAttentionValidate) {
+  ModelConfig c = Cs336Config(1000, 128, 256, 2, 8, 512);
+  c.n_kv_heads = 2;
+  EXPECT_TRUE(c.Validate().ok());
+  c.n_kv_heads = 1;
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+TEST(ModelConfigTest, RejectsHeadsNotDividingWidth) {
+  ModelConfig c = Cs336Config(1000, 128, 1000, 2, 12, 512);
+  ExpectRejected(c, "n_heads=12 does not divide d_model=1000");
+}
+
+TEST(ModelConfigTest, RejectsKvHeadsNotDividingHeads) {
+  ModelConfig c = Cs336Config(1000, 128, 384, 2, 12, 512);
+  c.n_kv_heads = 5;
+  ExpectRejected(c, "n_kv_heads=5 does not divide n_heads=12");
+  c.n_kv_heads = 24;
+  ExpectRejected(c, "n_kv_heads=24 is more than n_heads=12");
+}
+
+TEST(ModelConfigTest, RejectsOddHeadSizeWithRope) {
+  ModelConfig c = Cs336Config(1000, 128, 36, 2, 4, 64);  // head size 9
+  ExpectRejected(c, "RoPE needs an even head size");
+  c.positions = PositionKind::kLearned;  // odd head sizes are fine without RoPE
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+TEST(ModelConfigTest, RejectsNonPositiveSizes) {
+  ModelConfig c = Gpt2Config(0, 128, 64, 2, 4);
+  ExpectRejected(c, "vocab_size=0 must be positive");
+  c = Gpt2Config(100, 128, 64, 0, 4);
+  ExpectRejected(c, "n_layers=0 must be positive");
+  c = Gpt2Config(100, 128, 64, 2, 4);
+  c.d_ff = -1;
+  ExpectRejected(c, "d_ff=-1 must be positive");
+}
+
+TEST(ModelConfigTest, RejectsBadScalars) {
+  ModelConfig c = Cs336Config(1000, 128, 64, 2, 4, 128);
+  c.norm_eps = 0;
+  ExpectRejected(c, "norm_eps");
+  c = Cs336Config(1000, 128, 64, 2, 4, 128, /*rope_theta=*/0.5);
+  ExpectRejected(c, "rope_theta");
+  c = Gpt2Config(100, 128, 64, 2, 4);
+  c.init_std = -0.02;
+  ExpectRejected(c, "init_std");
+}
+
+TEST(ModelConfigTest, RejectsUnbuiltNormPlacementAsUnimplemented) {
+  ModelConfig c = Gpt2Config(100, 128, 64, 2, 4);
+  c.norm_placement = NormPlacement::kPost;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
+  ExpectRejected(c, "norm_placement=post");
+}
+
+TEST(ModelConfigTest, RejectsSequenceLongerThanPositionTable) {
+  const ModelConfig c = Gpt2Config(100, 16, 64, 2, 4);
+  EXPECT_TRUE(c.ValidateSequenceLength(16).ok());
+  const absl::Status status = c.ValidateSequenceLength(17);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(std::string(status.message()).find("sequence length 17 is longer than context_length=16"),
+            std::string::npos)
+      << status;
+}
+
+TEST(ModelConfigTest, DebugStringNamesTheChoices) {
+  const std::string s = Cs336Config(10000, 256, 512, 4, 16, 1344).DebugString();
+  EXPECT_NE(s.find("d_model=512"), std::string::npos) << s;
+  EXPECT_NE(s.find("ffn=swiglu"), std::string::npos) << s;
+  EXPECT_NE(s.find("positions=rope"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace lmf::model
