@@ -1,0 +1,58 @@
+// Parameter, FLOP and activation-memory counts from a ModelConfig alone (see accounting.h).
+#include "model/accounting/accounting.h"
+
+namespace lmf::model {
+namespace {
+
+int64_t FfnMatrices(const ModelConfig& c) { return c.ffn == FfnKind::kSwiGLU ? 3 : 2; }
+int64_t NormParameters(const ModelConfig& c) { return c.norm == NormKind::kLayerNorm ? 2 * c.d_model : c.d_model; }
+int64_t NormStatistics(const ModelConfig& c) { return c.norm == NormKind::kLayerNorm ? 2 : 1; }  // mean, rstd
+
+// Weights of one block's matmuls: q, k, v, output projections and the feed-forward.
+int64_t BlockMatmulWeights(const ModelConfig& c) {
+  return c.d_model * c.q_width() + 2 * c.d_model * c.kv_width() + c.q_width() * c.d_model +
+         FfnMatrices(c) * c.d_model * c.d_ff;
+}
+
+}  // namespace
+
+ParameterCounts CountParameters(const ModelConfig& c) {
+  ParameterCounts p;
+  p.token_embedding = c.vocab_size * c.d_model;
+  p.position_embedding = c.positions == PositionKind::kLearned ? c.context_length * c.d_model : 0;
+  int64_t block = 2 * NormParameters(c) + BlockMatmulWeights(c);
+  if (c.biases) {
+    block += c.q_width() + 2 * c.kv_width() + c.d_model;      // q, k, v, output
+    block += (FfnMatrices(c) - 1) * c.d_ff + c.d_model;        // w1 (and w3), w2
+  }
+  p.blocks = c.n_layers * block;
+  p.final_norm = NormParameters(c);
+  p.lm_head = c.tied_embeddings ? 0 : c.vocab_size * c.d_model;
+  return p;
+}
+
+FlopsPerToken CountFlopsPerToken(const ModelConfig& c, int64_t seq_len) {
+  FlopsPerToken f;
+  f.matmul_forward = 2.0 * (static_cast<double>(c.n_layers) * BlockMatmulWeights(c) +
+                            static_cast<double>(c.vocab_size) * c.d_model);
+  f.attention_forward = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_size() * (seq_len + 1) / 2.0;
+  return f;
+}
+
+ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c) {
+  const int64_t f32 = 4;
+  const int64_t C = c.d_model;
+  ActivationBytesPerToken a;
+  a.n_layers = c.n_layers;
+  int64_t block = 0;
+  block += C + NormStatistics(c) + C;                       // block input, ln1 statistics, ln1 output
+  block += c.q_width() + 2 * c.kv_width();                  // q, k, v (after RoPE)
+  block += c.q_width() + c.n_heads;                         // attention output, log-sum-exp per head
+  block += C + NormStatistics(c) + C;                       // mid residual, ln2 statistics, ln2 output
+  block += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;          // pre-activation(s), activation output
+  a.per_block = f32 * block;
+  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_size) + 2 * 4;  // + int32 ids, targets
+  return a;
+}
+
+}  // namespace lmf::model
