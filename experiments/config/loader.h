@@ -1,0 +1,50 @@
+// Loading an experiment config: read the textproto, parse it (errors at file:line:column), apply --set
+// overrides, validate (validation.h), then resolve defaults so that the config written into a run's output
+// folder states every value the run used. The single entry point binaries use is LoadExperiment.
+#ifndef LMFORGE_EXPERIMENTS_CONFIG_LOADER_H_
+#define LMFORGE_EXPERIMENTS_CONFIG_LOADER_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "experiments/proto/experiment.pb.h"
+
+namespace lmf::experiments {
+
+// Parses text format. An unknown field, a bad value or a syntax error is InvalidArgument
+// "<source>:<line>:<column>: <parser message>" (1-based line and column).
+absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, const std::string& source);
+
+// Parse, apply `overrides` ("path=value", in order), validate, resolve defaults. Errors name `source`.
+absl::StatusOr<config::Experiment> LoadExperimentText(std::string_view text, const std::string& source,
+                                                      const std::vector<std::string>& overrides);
+
+// The same for a file; `path` names it in every error.
+absl::StatusOr<config::Experiment> LoadExperiment(const std::string& path,
+                                                  const std::vector<std::string>& overrides);
+
+// Makes every field with an explicit [default] in the schema explicitly set, creates the optional
+// sub-messages, picks the default member of oneofs left empty (causal attention, AdamW), and sets
+// model.n_kv_heads to model.n_heads when absent. Idempotent.
+void ResolveDefaults(config::Experiment* experiment);
+
+// Text format of a config (what run folders and checkpoints store).
+std::string ExperimentToText(const config::Experiment& experiment);
+
+// Writes ExperimentToText atomically to `path`.
+absl::Status WriteExperiment(const config::Experiment& experiment, const std::string& path);
+
+// Makes data paths and run.output_dir absolute against `base_dir` (the folder the user started the
+// command in); absolute paths are kept.
+void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experiment);
+
+// The folder relative paths on the command line and in configs are taken from: BUILD_WORKING_DIRECTORY
+// under `bazel run`, else the current directory.
+std::string UserWorkingDirectory();
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_CONFIG_LOADER_H_

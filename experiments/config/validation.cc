@@ -1,0 +1,273 @@
+// The rules of every config message (see validation.h). Messages follow one shape: the field path, "=",
+// the value as written, then what is wrong, so a user can find the line in the textproto at a glance.
+#include "experiments/config/validation.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lmf::experiments {
+namespace {
+
+using config::AttentionConfig;
+using config::Experiment;
+using config::ModelConfig;
+using config::NormConfig;
+using config::PositionalConfig;
+using config::RunConfig;
+using config::ScheduleConfig;
+
+// A required positive integer: "is required" when absent, "must be positive" when <= 0.
+void RequirePositive(bool present, int64_t value, const std::string& path, ConfigErrors* errors) {
+  if (!present) {
+    errors->Add(absl::StrCat(path, " is required (a positive integer)"));
+  } else if (value <= 0) {
+    errors->Add(absl::StrCat(path, "=", value, " must be positive"));
+  }
+}
+
+void RequireNonNegative(int64_t value, const std::string& path, ConfigErrors* errors) {
+  if (value < 0) errors->Add(absl::StrCat(path, "=", value, " must not be negative"));
+}
+
+// An enum explicitly set to its UNSPECIFIED value (the parser accepts it; the trainer cannot use it).
+template <typename Enum>
+void RequireSpecified(Enum value, const std::string& path, ConfigErrors* errors) {
+  if (static_cast<int>(value) == 0) errors->Add(absl::StrCat(path, " must not be an UNSPECIFIED value"));
+}
+
+void RequireUnitInterval(double value, bool include_one, const std::string& path, ConfigErrors* errors) {
+  const bool ok = value >= 0 && (include_one ? value <= 1 : value < 1);
+  if (!ok) errors->Add(absl::StrCat(path, "=", value, " must be in [0, 1", include_one ? "]" : ")"));
+}
+
+int64_t HeadSize(const ModelConfig& model) {
+  return model.n_heads() > 0 ? model.d_model() / model.n_heads() : 0;
+}
+
+}  // namespace
+
+absl::Status ConfigErrors::ToStatus(const std::string& source) const {
+  if (messages_.empty()) return absl::OkStatus();
+  std::vector<std::string> lines;
+  lines.reserve(messages_.size());
+  for (const std::string& message : messages_) lines.push_back(absl::StrCat(source, ": ", message));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
+  RequirePositive(model.has_d_model(), model.d_model(), "model.d_model", errors);
+  RequirePositive(model.has_n_layers(), model.n_layers(), "model.n_layers", errors);
+  RequirePositive(model.has_n_heads(), model.n_heads(), "model.n_heads", errors);
+  RequirePositive(model.has_vocab_size(), model.vocab_size(), "model.vocab_size", errors);
+  RequirePositive(model.has_context_length(), model.context_length(), "model.context_length", errors);
+  if (model.has_n_kv_heads() && model.n_kv_heads() <= 0) {
+    errors->Add(absl::StrCat("model.n_kv_heads=", model.n_kv_heads(), " must be positive"));
+  }
+  if (model.d_model() > 0 && model.n_heads() > 0 && model.d_model() % model.n_heads() != 0) {
+    errors->Add(absl::StrCat("model.n_heads=", model.n_heads(), " does not divide model.d_model=",
+                             model.d_model()));
+  }
+  if (model.n_kv_heads() > 0 && model.n_heads() > 0 && model.n_heads() % model.n_kv_heads() != 0) {
+    errors->Add(absl::StrCat("model.n_kv_heads=", model.n_kv_heads(), " does not divide model.n_heads=",
+                             model.n_heads()));
+  }
+
+  const NormConfig& norm = model.norm();
+  RequireSpecified(norm.kind(), "model.norm.kind", errors);
+  RequireSpecified(norm.placement(), "model.norm.placement", errors);
+  if (!(norm.eps() > 0)) errors->Add(absl::StrCat("model.norm.eps=", norm.eps(), " must be positive"));
+
+  if (!model.has_ffn()) {
+    errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");
+  } else {
+    RequireSpecified(model.ffn().kind(), "model.ffn.kind", errors);
+    RequirePositive(model.ffn().has_d_ff(), model.ffn().d_ff(), "model.ffn.d_ff", errors);
+  }
+
+  const PositionalConfig& positional = model.positional();
+  RequireSpecified(positional.kind(), "model.positional.kind", errors);
+  if (positional.kind() == PositionalConfig::ROPE) {
+    const int64_t head_size = HeadSize(model);
+    if (head_size > 0 && model.d_model() % model.n_heads() == 0 && head_size % 2 != 0) {
+      errors->Add(absl::StrCat("model.positional.kind=ROPE needs an even head size, but model.d_model / ",
+                               "model.n_heads = ", head_size));
+    }
+    if (!(positional.rope_theta() > 0)) {
+      errors->Add(absl::StrCat("model.positional.rope_theta=", positional.rope_theta(), " must be positive"));
+    }
+  }
+
+  RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
+  if (!(model.init().std() > 0)) {
+    errors->Add(absl::StrCat("model.init.std=", model.init().std(), " must be positive"));
+  }
+  ValidateAttention(model.attention(), model, errors);
+}
+
+void ValidateAttention(const AttentionConfig& attention, const ModelConfig& model, ConfigErrors* errors) {
+  switch (attention.variant_case()) {
+    case AttentionConfig::kSlidingWindow: {
+      const auto& sliding = attention.sliding_window();
+      RequirePositive(sliding.has_window(), sliding.window(), "model.attention.sliding_window.window", errors);
+      if (sliding.window() > model.context_length() && model.context_length() > 0) {
+        errors->Add(absl::StrCat("model.attention.sliding_window.window=", sliding.window(),
+                                 " exceeds model.context_length=", model.context_length()));
+      }
+      break;
+    }
+    case AttentionConfig::kMla: {
+      const auto& mla = attention.mla();
+      RequirePositive(mla.has_kv_lora_rank(), mla.kv_lora_rank(), "model.attention.mla.kv_lora_rank", errors);
+      RequirePositive(mla.has_rope_head_dim(), mla.rope_head_dim(), "model.attention.mla.rope_head_dim",
+                      errors);
+      RequireNonNegative(mla.q_lora_rank(), "model.attention.mla.q_lora_rank", errors);
+      if (mla.rope_head_dim() > 0 && mla.rope_head_dim() % 2 != 0) {
+        errors->Add(absl::StrCat("model.attention.mla.rope_head_dim=", mla.rope_head_dim(), " must be even"));
+      }
+      break;
+    }
+    case AttentionConfig::kCausal:
+    case AttentionConfig::VARIANT_NOT_SET:
+      break;
+  }
+  if (attention.logit_softcap() < 0) {
+    errors->Add(absl::StrCat("model.attention.logit_softcap=", attention.logit_softcap(),
+                             " must not be negative (0 turns it off)"));
+  }
+}
+
+void ValidateOptimizer(const config::OptimizerConfig& optimizer, ConfigErrors* errors) {
+  if (!optimizer.has_lr()) {
+    errors->Add("optimizer.lr is required (the peak learning rate)");
+  } else if (!(optimizer.lr() > 0) || !std::isfinite(optimizer.lr())) {
+    errors->Add(absl::StrCat("optimizer.lr=", optimizer.lr(), " must be positive and finite"));
+  }
+  const config::AdamWConfig& adamw = optimizer.adamw();
+  RequireUnitInterval(adamw.beta1(), false, "optimizer.adamw.beta1", errors);
+  RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
+  if (!(adamw.eps() > 0)) errors->Add(absl::StrCat("optimizer.adamw.eps=", adamw.eps(), " must be positive"));
+  if (!(adamw.weight_decay() >= 0)) {
+    errors->Add(absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(), " must not be negative"));
+  }
+  if (!(optimizer.grad_clip() >= 0)) {
+    errors->Add(absl::StrCat("optimizer.grad_clip=", optimizer.grad_clip(),
+                             " must not be negative (0 turns clipping off)"));
+  }
+}
+
+void ValidateSchedule(const ScheduleConfig& schedule, ConfigErrors* errors) {
+  RequireSpecified(schedule.kind(), "schedule.kind", errors);
+  RequireSpecified(schedule.unit(), "schedule.unit", errors);
+  RequireNonNegative(schedule.warmup(), "schedule.warmup", errors);
+  RequireNonNegative(schedule.decay_end(), "schedule.decay_end", errors);
+  RequireUnitInterval(schedule.min_lr_ratio(), true, "schedule.min_lr_ratio", errors);
+  if (schedule.kind() != ScheduleConfig::CONSTANT && schedule.decay_end() > 0 &&
+      schedule.decay_end() <= schedule.warmup()) {
+    errors->Add(absl::StrCat("schedule.decay_end=", schedule.decay_end(), " must be greater than schedule.warmup=",
+                             schedule.warmup()));
+  }
+}
+
+void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {
+  if (data.train_tokens().empty()) errors->Add("data.train_tokens is required (a token file from `bpe encode`)");
+}
+
+void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
+  RequirePositive(run.has_batch_size(), run.batch_size(), "run.batch_size", errors);
+  if (run.grad_accum_steps() < 1) {
+    errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(), " must be at least 1"));
+  }
+  switch (run.length_case()) {
+    case RunConfig::kMaxSteps:
+      RequirePositive(true, run.max_steps(), "run.max_steps", errors);
+      break;
+    case RunConfig::kMaxTokens:
+      RequirePositive(true, run.max_tokens(), "run.max_tokens", errors);
+      break;
+    case RunConfig::LENGTH_NOT_SET:
+      errors->Add("run.max_steps or run.max_tokens is required (how long to train)");
+      break;
+  }
+  RequireNonNegative(run.eval_interval(), "run.eval_interval", errors);
+  RequireNonNegative(run.eval_tokens(), "run.eval_tokens", errors);
+  RequireNonNegative(run.checkpoint_interval(), "run.checkpoint_interval", errors);
+  if (run.keep_checkpoints() < 1) {
+    errors->Add(absl::StrCat("run.keep_checkpoints=", run.keep_checkpoints(), " must be at least 1"));
+  }
+  if (run.output_dir().empty()) errors->Add("run.output_dir is required (the folder this run writes)");
+  RequireSpecified(run.device(), "run.device", errors);
+  RequireSpecified(run.precision(), "run.precision", errors);
+  if (run.precision() == RunConfig::BF16 && run.device() == RunConfig::CPU) {
+    errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
+  }
+  if (!(run.peak_flops() >= 0)) {
+    errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(), " must not be negative (0 picks an estimate)"));
+  }
+}
+
+void ValidateLogging(const config::LoggingConfig& logging, ConfigErrors* errors) {
+  if (logging.log_interval() < 1) {
+    errors->Add(absl::StrCat("logging.log_interval=", logging.log_interval(), " must be at least 1"));
+  }
+  RequireSpecified(logging.progress_bar(), "logging.progress_bar", errors);
+}
+
+int64_t TokensPerStep(const Experiment& experiment) {
+  return static_cast<int64_t>(experiment.run().batch_size()) * experiment.run().grad_accum_steps() *
+         experiment.model().context_length();
+}
+
+int64_t TotalSteps(const Experiment& experiment) {
+  if (experiment.run().has_max_steps()) return experiment.run().max_steps();
+  const int64_t per_step = TokensPerStep(experiment);
+  return per_step > 0 ? experiment.run().max_tokens() / per_step : 0;
+}
+
+absl::Status ValidateExperiment(const Experiment& experiment, const std::string& source) {
+  ConfigErrors errors;
+  const char* required[] = {"model", "optimizer", "data", "run"};
+  const bool present[] = {experiment.has_model(), experiment.has_optimizer(), experiment.has_data(),
+                          experiment.has_run()};
+  for (int i = 0; i < 4; ++i) {
+    if (!present[i]) errors.Add(absl::StrCat(required[i], " is required"));
+  }
+  if (!errors.empty()) return errors.ToStatus(source);
+
+  ValidateModel(experiment.model(), &errors);
+  ValidateOptimizer(experiment.optimizer(), &errors);
+  ValidateSchedule(experiment.schedule(), &errors);
+  ValidateData(experiment.data(), &errors);
+  ValidateRun(experiment.run(), &errors);
+  ValidateLogging(experiment.logging(), &errors);
+  if (!errors.empty()) return errors.ToStatus(source);
+
+  // Rules across messages, on values each message has already accepted.
+  const RunConfig& run = experiment.run();
+  const int64_t per_step = TokensPerStep(experiment);
+  if (run.has_max_tokens() && run.max_tokens() < per_step) {
+    errors.Add(absl::StrCat("run.max_tokens=", run.max_tokens(), " is less than one step of ", per_step,
+                            " tokens (run.batch_size * run.grad_accum_steps * model.context_length)"));
+  }
+  const int64_t batch_tokens = static_cast<int64_t>(run.batch_size()) * experiment.model().context_length();
+  if (run.eval_tokens() > 0 && experiment.data().val_tokens().empty()) {
+    errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " needs data.val_tokens"));
+  }
+  if (run.eval_tokens() > 0 && run.eval_tokens() < batch_tokens) {
+    errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " is less than one batch of ", batch_tokens,
+                            " tokens (run.batch_size * model.context_length)"));
+  }
+  const ScheduleConfig& schedule = experiment.schedule();
+  const bool in_tokens = schedule.unit() == ScheduleConfig::TOKENS;
+  const int64_t run_length = in_tokens ? TotalSteps(experiment) * per_step : TotalSteps(experiment);
+  const char* unit = in_tokens ? "tokens" : "steps";
+  if (schedule.warmup() > run_length) {
+    errors.Add(absl::StrCat("schedule.warmup=", schedule.warmup(), " exceeds the run's length of ", run_length,
+                            " ", unit));
+  }
+  return errors.ToStatus(source);
+}
+
+}  // namespace lmf::experiments

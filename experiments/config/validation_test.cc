@@ -1,0 +1,244 @@
+// Every validation rule of the experiment config, each with a bad config and the exact message expected.
+// Bad configs are a valid base config with one line removed or one field overridden (--set), so each test
+// breaks exactly one rule.
+#include "experiments/config/validation.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "experiments/config/loader.h"
+#include "gtest/gtest.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr char kBase[] = R"pb(
+model {
+  d_model: 64
+  n_layers: 2
+  n_heads: 4
+  vocab_size: 512
+  context_length: 32
+  ffn { kind: SWIGLU d_ff: 128 }
+}
+optimizer {
+  lr: 1e-3
+}
+data {
+  train_tokens: "train.tok"
+  val_tokens: "val.tok"
+}
+run {
+  batch_size: 4
+  max_steps: 100
+  eval_tokens: 256
+  output_dir: "out"
+}
+)pb";
+
+// kBase without every line that contains `needle`.
+std::string Without(const std::string& needle) {
+  std::vector<std::string> kept;
+  for (absl::string_view line : absl::StrSplit(kBase, '\n')) {
+    if (!absl::StrContains(line, needle)) kept.emplace_back(line);
+  }
+  return absl::StrJoin(kept, "\n");
+}
+
+// The error message of loading `text` with `overrides`, or "OK".
+std::string Error(const std::string& text, std::vector<std::string> overrides = {}) {
+  auto loaded = LoadExperimentText(text, "tiny.textproto", overrides);
+  return loaded.ok() ? "OK" : std::string(loaded.status().message());
+}
+
+std::string ErrorWith(const std::string& assignment) { return Error(kBase, {assignment}); }
+
+TEST(ConfigValidation, BaseConfigIsValid) { EXPECT_EQ(Error(kBase), "OK"); }
+
+TEST(ConfigValidation, MissingTopLevelMessages) {
+  EXPECT_EQ(Error("run { batch_size: 1 }"),
+            "tiny.textproto: model is required\ntiny.textproto: optimizer is required\n"
+            "tiny.textproto: data is required");
+}
+
+TEST(ConfigValidation, HeadsMustDivideWidth) {
+  EXPECT_EQ(Error(kBase, {"model.d_model=1000", "model.n_heads=12"}),
+            "tiny.textproto: model.n_heads=12 does not divide model.d_model=1000");
+}
+
+TEST(ConfigValidation, KvHeadsMustDivideHeads) {
+  EXPECT_EQ(ErrorWith("model.n_kv_heads=3"), "tiny.textproto: model.n_kv_heads=3 does not divide model.n_heads=4");
+}
+
+TEST(ConfigValidation, KvHeadsMustBePositive) {
+  EXPECT_EQ(ErrorWith("model.n_kv_heads=0"), "tiny.textproto: model.n_kv_heads=0 must be positive");
+}
+
+TEST(ConfigValidation, RequiredModelSizes) {
+  EXPECT_EQ(Error(Without("d_model")), "tiny.textproto: model.d_model is required (a positive integer)");
+  EXPECT_EQ(Error(Without("n_layers")), "tiny.textproto: model.n_layers is required (a positive integer)");
+  EXPECT_EQ(Error(Without("n_heads")), "tiny.textproto: model.n_heads is required (a positive integer)");
+  EXPECT_EQ(Error(Without("vocab_size")), "tiny.textproto: model.vocab_size is required (a positive integer)");
+  EXPECT_EQ(Error(Without("context_length")),
+            "tiny.textproto: model.context_length is required (a positive integer)");
+}
+
+TEST(ConfigValidation, ModelSizesMustBePositive) {
+  EXPECT_EQ(ErrorWith("model.n_layers=0"), "tiny.textproto: model.n_layers=0 must be positive");
+  EXPECT_EQ(ErrorWith("model.vocab_size=-5"), "tiny.textproto: model.vocab_size=-5 must be positive");
+}
+
+TEST(ConfigValidation, FeedForwardIsRequired) {
+  EXPECT_EQ(Error(Without("ffn")), "tiny.textproto: model.ffn is required (kind and d_ff of the feed-forward layer)");
+  EXPECT_EQ(Error(kBase, {"model.ffn.d_ff=0"}), "tiny.textproto: model.ffn.d_ff=0 must be positive");
+}
+
+TEST(ConfigValidation, RopeNeedsEvenHeadSize) {
+  EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.n_heads=4"}),
+            "tiny.textproto: model.positional.kind=ROPE needs an even head size, but model.d_model / "
+            "model.n_heads = 15");
+  EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.positional.kind=LEARNED"}), "OK");
+}
+
+TEST(ConfigValidation, RopeThetaMustBePositive) {
+  EXPECT_EQ(ErrorWith("model.positional.rope_theta=0"),
+            "tiny.textproto: model.positional.rope_theta=0 must be positive");
+}
+
+TEST(ConfigValidation, NormEpsMustBePositive) {
+  EXPECT_EQ(ErrorWith("model.norm.eps=-1e-05"), "tiny.textproto: model.norm.eps=-1e-05 must be positive");
+}
+
+TEST(ConfigValidation, UnspecifiedEnumIsRejected) {
+  std::string text = kBase;
+  text.replace(text.find("kind: SWIGLU"), 12, "kind: KIND_UNSPECIFIED");
+  EXPECT_EQ(Error(text), "tiny.textproto: model.ffn.kind must not be an UNSPECIFIED value");
+}
+
+TEST(ConfigValidation, InitStdMustBePositive) {
+  EXPECT_EQ(ErrorWith("model.init.std=0"), "tiny.textproto: model.init.std=0 must be positive");
+}
+
+TEST(ConfigValidation, SlidingWindowRules) {
+  EXPECT_EQ(ErrorWith("model.attention.sliding_window.window=64"),
+            "tiny.textproto: model.attention.sliding_window.window=64 exceeds model.context_length=32");
+  std::string text = kBase;
+  text.replace(text.find("ffn {"), 5, "attention { sliding_window {} }\n  ffn {");
+  EXPECT_EQ(Error(text), "tiny.textproto: model.attention.sliding_window.window is required (a positive integer)");
+}
+
+TEST(ConfigValidation, MultiLatentAttentionRules) {
+  EXPECT_EQ(Error(kBase, {"model.attention.mla.kv_lora_rank=16", "model.attention.mla.rope_head_dim=7"}),
+            "tiny.textproto: model.attention.mla.rope_head_dim=7 must be even");
+  EXPECT_EQ(ErrorWith("model.attention.mla.kv_lora_rank=16"),
+            "tiny.textproto: model.attention.mla.rope_head_dim is required (a positive integer)");
+  EXPECT_EQ(Error(kBase, {"model.attention.mla.kv_lora_rank=16", "model.attention.mla.rope_head_dim=8",
+                          "model.attention.mla.q_lora_rank=-1"}),
+            "tiny.textproto: model.attention.mla.q_lora_rank=-1 must not be negative");
+}
+
+TEST(ConfigValidation, SoftcapMustNotBeNegative) {
+  EXPECT_EQ(ErrorWith("model.attention.logit_softcap=-30"),
+            "tiny.textproto: model.attention.logit_softcap=-30 must not be negative (0 turns it off)");
+}
+
+TEST(ConfigValidation, LearningRateRules) {
+  EXPECT_EQ(Error(Without("lr:")), "tiny.textproto: optimizer.lr is required (the peak learning rate)");
+  EXPECT_EQ(ErrorWith("optimizer.lr=-0.001"), "tiny.textproto: optimizer.lr=-0.001 must be positive and finite");
+}
+
+TEST(ConfigValidation, AdamWRules) {
+  EXPECT_EQ(ErrorWith("optimizer.adamw.beta1=1"), "tiny.textproto: optimizer.adamw.beta1=1 must be in [0, 1)");
+  EXPECT_EQ(ErrorWith("optimizer.adamw.beta2=-0.5"),
+            "tiny.textproto: optimizer.adamw.beta2=-0.5 must be in [0, 1)");
+  EXPECT_EQ(ErrorWith("optimizer.adamw.eps=0"), "tiny.textproto: optimizer.adamw.eps=0 must be positive");
+  EXPECT_EQ(ErrorWith("optimizer.adamw.weight_decay=-0.1"),
+            "tiny.textproto: optimizer.adamw.weight_decay=-0.1 must not be negative");
+  EXPECT_EQ(ErrorWith("optimizer.grad_clip=-1"),
+            "tiny.textproto: optimizer.grad_clip=-1 must not be negative (0 turns clipping off)");
+}
+
+TEST(ConfigValidation, ScheduleRules) {
+  EXPECT_EQ(ErrorWith("schedule.warmup=-1"), "tiny.textproto: schedule.warmup=-1 must not be negative");
+  EXPECT_EQ(ErrorWith("schedule.decay_end=-1"), "tiny.textproto: schedule.decay_end=-1 must not be negative");
+  EXPECT_EQ(ErrorWith("schedule.min_lr_ratio=1.5"),
+            "tiny.textproto: schedule.min_lr_ratio=1.5 must be in [0, 1]");
+  EXPECT_EQ(Error(kBase, {"schedule.warmup=50", "schedule.decay_end=50"}),
+            "tiny.textproto: schedule.decay_end=50 must be greater than schedule.warmup=50");
+  EXPECT_EQ(Error(kBase, {"schedule.warmup=50", "schedule.decay_end=50", "schedule.kind=CONSTANT"}), "OK");
+}
+
+TEST(ConfigValidation, WarmupLongerThanRun) {
+  EXPECT_EQ(ErrorWith("schedule.warmup=101"),
+            "tiny.textproto: schedule.warmup=101 exceeds the run's length of 100 steps");
+  // In tokens: 100 steps * 4 sequences * 32 tokens = 12800 tokens.
+  EXPECT_EQ(Error(kBase, {"schedule.unit=TOKENS", "schedule.warmup=12801"}),
+            "tiny.textproto: schedule.warmup=12801 exceeds the run's length of 12800 tokens");
+}
+
+TEST(ConfigValidation, TrainTokensRequired) {
+  EXPECT_EQ(Error(Without("train_tokens")),
+            "tiny.textproto: data.train_tokens is required (a token file from `bpe encode`)");
+}
+
+TEST(ConfigValidation, EvaluationNeedsValidationData) {
+  EXPECT_EQ(Error(Without("  val_tokens")), "tiny.textproto: run.eval_tokens=256 needs data.val_tokens");
+}
+
+TEST(ConfigValidation, EvaluationBudgetCoversOneBatch) {
+  EXPECT_EQ(ErrorWith("run.eval_tokens=100"),
+            "tiny.textproto: run.eval_tokens=100 is less than one batch of 128 tokens "
+            "(run.batch_size * model.context_length)");
+}
+
+TEST(ConfigValidation, RunRules) {
+  EXPECT_EQ(Error(Without("batch_size")), "tiny.textproto: run.batch_size is required (a positive integer)");
+  EXPECT_EQ(ErrorWith("run.grad_accum_steps=0"), "tiny.textproto: run.grad_accum_steps=0 must be at least 1");
+  EXPECT_EQ(Error(Without("max_steps")),
+            "tiny.textproto: run.max_steps or run.max_tokens is required (how long to train)");
+  EXPECT_EQ(ErrorWith("run.max_steps=0"), "tiny.textproto: run.max_steps=0 must be positive");
+  EXPECT_EQ(ErrorWith("run.eval_interval=-1"), "tiny.textproto: run.eval_interval=-1 must not be negative");
+  EXPECT_EQ(ErrorWith("run.checkpoint_interval=-2"),
+            "tiny.textproto: run.checkpoint_interval=-2 must not be negative");
+  EXPECT_EQ(ErrorWith("run.keep_checkpoints=0"), "tiny.textproto: run.keep_checkpoints=0 must be at least 1");
+  EXPECT_EQ(Error(Without("output_dir")), "tiny.textproto: run.output_dir is required (the folder this run writes)");
+  EXPECT_EQ(ErrorWith("run.peak_flops=-1"),
+            "tiny.textproto: run.peak_flops=-1 must not be negative (0 picks an estimate)");
+}
+
+TEST(ConfigValidation, MaxTokensCoversOneStep) {
+  EXPECT_EQ(Error(Without("max_steps"), {"run.max_tokens=100"}),
+            "tiny.textproto: run.max_tokens=100 is less than one step of 128 tokens "
+            "(run.batch_size * run.grad_accum_steps * model.context_length)");
+  EXPECT_EQ(Error(Without("max_steps"), {"run.max_tokens=-4"}), "tiny.textproto: run.max_tokens=-4 must be positive");
+}
+
+TEST(ConfigValidation, Bf16NeedsCuda) {
+  EXPECT_EQ(ErrorWith("run.precision=BF16"),
+            "tiny.textproto: run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
+  EXPECT_EQ(Error(kBase, {"run.precision=BF16", "run.device=CUDA"}), "OK");
+}
+
+TEST(ConfigValidation, LogIntervalAtLeastOne) {
+  EXPECT_EQ(ErrorWith("logging.log_interval=0"), "tiny.textproto: logging.log_interval=0 must be at least 1");
+}
+
+TEST(ConfigValidation, ReportsEveryProblemOnItsOwnLine) {
+  EXPECT_EQ(Error(kBase, {"model.n_layers=0", "optimizer.lr=-1"}),
+            "tiny.textproto: model.n_layers=0 must be positive\n"
+            "tiny.textproto: optimizer.lr=-1 must be positive and finite");
+}
+
+TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
+  auto loaded = LoadExperimentText(Without("max_steps"), "tiny.textproto",
+                                   {"run.max_tokens=1000", "run.grad_accum_steps=2"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(TokensPerStep(*loaded), 4 * 2 * 32);
+  EXPECT_EQ(TotalSteps(*loaded), 1000 / 256);
+}
+
+}  // namespace
+}  // namespace lmf::experiments
