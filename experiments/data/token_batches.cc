@@ -1,0 +1,140 @@
+// Training and validation batches from token files (see token_batches.h).
+#include "experiments/data/token_batches.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+
+namespace lmf::experiments {
+namespace {
+
+// SplitMix64's output for state `x` (Steele, Lea, Flood 2014): a bijective mix with good avalanche.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Copies window [start, start + T + 1) into one row of inputs and targets.
+absl::Status ReadWindow(const tokenizer::TokenFileReader& file, uint64_t start, int64_t context_length,
+                        std::vector<int32_t>* scratch, int32_t* inputs, int32_t* targets) {
+  scratch->resize(context_length + 1);
+  if (absl::Status s = file.Read(start, context_length + 1, scratch->data()); !s.ok()) return s;
+  for (int64_t t = 0; t < context_length; ++t) {
+    inputs[t] = (*scratch)[t];
+    targets[t] = (*scratch)[t + 1];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
+                                                         const TokenFileExpectations& expect) {
+  LMF_CHECK_GT(expect.context_length, 0);
+  LMF_CHECK_GT(expect.batch_size, 0);
+  absl::StatusOr<tokenizer::TokenFileReader> file = tokenizer::TokenFileReader::Open(path);
+  if (!file.ok()) return file.status();
+  const tokenizer::TokenFileHeader& header = file->header();
+  if (static_cast<int64_t>(header.vocab_size) > expect.model_vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the token file's tokenizer has vocab_size=",
+                                                   header.vocab_size, ", more than model.vocab_size=",
+                                                   expect.model_vocab_size));
+  }
+  if (expect.tokenizer_hash.has_value() && header.tokenizer_hash != *expect.tokenizer_hash) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the token file was written by a different tokenizer (header tokenizer_hash=",
+        absl::Hex(header.tokenizer_hash, absl::kZeroPad16), ", data.tokenizer has hash ",
+        absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
+  }
+  const uint64_t window = static_cast<uint64_t>(expect.context_length) + 1;
+  if (header.num_tokens < window) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", header.num_tokens,
+                                                   " tokens are too few for one window of model.context_length + 1 = ",
+                                                   window, " tokens"));
+  }
+  return file;
+}
+
+TrainBatchSampler::TrainBatchSampler(tokenizer::TokenFileReader file, const TokenFileExpectations& expect,
+                                     uint64_t seed)
+    : file_(std::move(file)), batch_size_(expect.batch_size), context_length_(expect.context_length) {
+  state_.seed = seed;
+}
+
+absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::string& path,
+                                                          const TokenFileExpectations& expect, uint64_t seed) {
+  absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(path, expect);
+  if (!file.ok()) return file.status();
+  return TrainBatchSampler(std::move(*file), expect, seed);
+}
+
+uint64_t TrainBatchSampler::WindowStart(uint64_t seed, uint64_t index, uint64_t num_tokens,
+                                        int64_t context_length) {
+  // Starts 0 .. num_tokens - T - 1 inclusive; the multiply-high maps 64 random bits onto that range with a
+  // bias below range / 2^64.
+  const uint64_t range = num_tokens - static_cast<uint64_t>(context_length);
+  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ index);
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * range) >> 64);
+}
+
+absl::Status TrainBatchSampler::Next(int32_t* inputs, int32_t* targets) {
+  std::vector<int32_t> scratch;
+  for (int64_t b = 0; b < batch_size_; ++b) {
+    const uint64_t start = WindowStart(state_.seed, state_.windows_drawn, file_.size(), context_length_);
+    if (absl::Status s = ReadWindow(file_, start, context_length_, &scratch, inputs + b * context_length_,
+                                    targets + b * context_length_);
+        !s.ok()) {
+      return s;
+    }
+    ++state_.windows_drawn;
+  }
+  return absl::OkStatus();
+}
+
+ValidationBatches::ValidationBatches(tokenizer::TokenFileReader file, const TokenFileExpectations& expect,
+                                     int64_t num_batches)
+    : file_(std::move(file)),
+      batch_size_(expect.batch_size),
+      context_length_(expect.context_length),
+      num_batches_(num_batches) {}
+
+absl::StatusOr<ValidationBatches> ValidationBatches::Open(const std::string& path,
+                                                          const TokenFileExpectations& expect,
+                                                          int64_t eval_tokens) {
+  absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(path, expect);
+  if (!file.ok()) return file.status();
+  const int64_t batch_tokens = expect.batch_size * expect.context_length;
+  const int64_t num_batches = eval_tokens / batch_tokens;
+  if (num_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": run.eval_tokens=", eval_tokens,
+                                                   " is less than one batch of ", batch_tokens, " tokens"));
+  }
+  const uint64_t needed = static_cast<uint64_t>(num_batches * batch_tokens) + 1;
+  if (file->size() < needed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", file->size(), " tokens are too few for the validation budget: ", num_batches, " batch",
+        num_batches == 1 ? "" : "es", " of ", expect.batch_size, " x ", expect.context_length,
+        " tokens need ", needed, " (lower run.eval_tokens or use a larger file)"));
+  }
+  return ValidationBatches(std::move(*file), expect, num_batches);
+}
+
+absl::Status ValidationBatches::Get(int64_t i, int32_t* inputs, int32_t* targets) const {
+  LMF_CHECK(i >= 0 && i < num_batches_) << "validation batch " << i << " of " << num_batches_;
+  std::vector<int32_t> scratch;
+  for (int64_t b = 0; b < batch_size_; ++b) {
+    const uint64_t start = static_cast<uint64_t>((i * batch_size_ + b) * context_length_);
+    if (absl::Status s = ReadWindow(file_, start, context_length_, &scratch, inputs + b * context_length_,
+                                    targets + b * context_length_);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lmf::experiments

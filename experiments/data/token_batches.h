@@ -1,0 +1,86 @@
+// Batches of training and validation windows from memory-mapped token files (//tokenizer:token_file).
+//
+// Training: each sequence of a batch is a window of T+1 consecutive ids starting at a uniformly random
+// offset; inputs are its first T ids, targets its last T. Offsets come from a counter-based generator
+// (SplitMix64 of seed and window index), so the sampler's whole state is {seed, windows drawn}: saved in a
+// checkpoint, it makes a resumed run draw exactly the windows an uninterrupted run would have drawn.
+// Validation: windows read in order, T apart, from the start of the file, for a fixed token budget.
+//
+// Both check the file against what the run expects: its tokenizer's vocab fits the model, its tokenizer
+// hash matches (when known), and it holds at least what one batch needs.
+#ifndef LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
+#define LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::experiments {
+
+// What the run expects of a token file.
+struct TokenFileExpectations {
+  int64_t model_vocab_size = 0;                // ids must be < this: the file's vocab_size may not exceed it
+  std::optional<uint64_t> tokenizer_hash;      // when set, the file's header must carry this hash
+  int64_t batch_size = 0;                      // B
+  int64_t context_length = 0;                  // T
+};
+
+// Opens and checks a token file against `expect` (vocab, hash, at least one window of T+1 ids).
+absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
+                                                         const TokenFileExpectations& expect);
+
+struct SamplerState {
+  uint64_t seed = 0;
+  uint64_t windows_drawn = 0;
+};
+
+class TrainBatchSampler {
+ public:
+  static absl::StatusOr<TrainBatchSampler> Open(const std::string& path, const TokenFileExpectations& expect,
+                                                uint64_t seed);
+
+  // Fills inputs and targets, each (B, T) row-major, with the next B random windows.
+  absl::Status Next(int32_t* inputs, int32_t* targets);
+
+  const SamplerState& state() const { return state_; }
+  // Continues from a saved state (a checkpoint of a run with the same data and seed).
+  void Restore(const SamplerState& state) { state_ = state; }
+
+  // The start offset of window `index` for `seed` in a file of `num_tokens` ids (exposed for tests).
+  static uint64_t WindowStart(uint64_t seed, uint64_t index, uint64_t num_tokens, int64_t context_length);
+
+  const tokenizer::TokenFileReader& file() const { return file_; }
+
+ private:
+  TrainBatchSampler(tokenizer::TokenFileReader file, const TokenFileExpectations& expect, uint64_t seed);
+  tokenizer::TokenFileReader file_;
+  int64_t batch_size_;
+  int64_t context_length_;
+  SamplerState state_;
+};
+
+class ValidationBatches {
+ public:
+  // `eval_tokens` is the budget per evaluation: eval_tokens / (B * T) batches (at least one).
+  static absl::StatusOr<ValidationBatches> Open(const std::string& path, const TokenFileExpectations& expect,
+                                                int64_t eval_tokens);
+
+  int64_t num_batches() const { return num_batches_; }
+  // Batch i (0 <= i < num_batches): windows i*B .. i*B+B-1, window w starting at id w*T.
+  absl::Status Get(int64_t i, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  ValidationBatches(tokenizer::TokenFileReader file, const TokenFileExpectations& expect, int64_t num_batches);
+  tokenizer::TokenFileReader file_;
+  int64_t batch_size_;
+  int64_t context_length_;
+  int64_t num_batches_;
+};
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_

@@ -1,0 +1,163 @@
+// Training windows (shifted targets, seeded, resumable, in range), validation order, and the errors for a
+// file that does not fit the run: vocab, tokenizer hash, truncation, too small for a window or a budget.
+#include "experiments/data/token_batches.h"
+
+#include <unistd.h>
+
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr uint64_t kHash = 0x1234abcd5678ef00ull;
+
+// A token file of ids 0, 1, 2, ... (mod vocab) in the test's temp folder.
+std::string WriteTokens(const std::string& name, uint64_t n, uint32_t vocab = 1000, uint64_t hash = kHash) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  auto writer = tokenizer::TokenFileWriter::Create(path, vocab, hash);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint32_t> ids(n);
+  for (uint64_t i = 0; i < n; ++i) ids[i] = static_cast<uint32_t>(i % vocab);
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+TokenFileExpectations Expect(int64_t batch, int64_t context, int64_t vocab = 1000) {
+  TokenFileExpectations e;
+  e.model_vocab_size = vocab;
+  e.batch_size = batch;
+  e.context_length = context;
+  return e;
+}
+
+TEST(TrainBatchSampler, TargetsAreInputsShiftedByOne) {
+  const std::string path = WriteTokens("shift.tok", 500);
+  auto sampler = TrainBatchSampler::Open(path, Expect(3, 8), 42);
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  std::vector<int32_t> x(24), y(24);
+  ASSERT_TRUE(sampler->Next(x.data(), y.data()).ok());
+  for (int b = 0; b < 3; ++b) {
+    for (int t = 0; t < 8; ++t) {
+      // The file holds i at position i, so a window is consecutive integers.
+      EXPECT_EQ(x[b * 8 + t], x[b * 8] + t);
+      EXPECT_EQ(y[b * 8 + t], x[b * 8 + t] + 1);
+    }
+  }
+  EXPECT_EQ(sampler->state().windows_drawn, 3u);
+}
+
+TEST(TrainBatchSampler, SameSeedSameBatchesOtherSeedOthers) {
+  const std::string path = WriteTokens("seed.tok", 5000);
+  auto a = TrainBatchSampler::Open(path, Expect(4, 16), 7);
+  auto b = TrainBatchSampler::Open(path, Expect(4, 16), 7);
+  auto c = TrainBatchSampler::Open(path, Expect(4, 16), 8);
+  std::vector<int32_t> xa(64), ya(64), xb(64), yb(64), xc(64), yc(64);
+  ASSERT_TRUE(a->Next(xa.data(), ya.data()).ok());
+  ASSERT_TRUE(b->Next(xb.data(), yb.data()).ok());
+  ASSERT_TRUE(c->Next(xc.data(), yc.data()).ok());
+  EXPECT_EQ(xa, xb);
+  EXPECT_NE(xa, xc);
+}
+
+TEST(TrainBatchSampler, RestoredStateContinuesTheSameStream) {
+  const std::string path = WriteTokens("resume.tok", 5000);
+  auto full = TrainBatchSampler::Open(path, Expect(2, 16), 99);
+  std::vector<int32_t> x(32), y(32);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(full->Next(x.data(), y.data()).ok());
+  const SamplerState saved = full->state();
+  std::vector<int32_t> expected_x(32), expected_y(32);
+  ASSERT_TRUE(full->Next(expected_x.data(), expected_y.data()).ok());
+
+  auto resumed = TrainBatchSampler::Open(path, Expect(2, 16), 12345);
+  resumed->Restore(saved);
+  ASSERT_TRUE(resumed->Next(x.data(), y.data()).ok());
+  EXPECT_EQ(x, expected_x);
+  EXPECT_EQ(y, expected_y);
+}
+
+TEST(TrainBatchSampler, StartsCoverTheWholeValidRange) {
+  // 11 tokens and T = 8: a window needs 9, so the starts are 0, 1, 2 and all three must occur.
+  std::set<uint64_t> starts;
+  for (uint64_t i = 0; i < 300; ++i) {
+    const uint64_t s = TrainBatchSampler::WindowStart(5, i, 11, 8);
+    ASSERT_LE(s, 2u);
+    starts.insert(s);
+  }
+  EXPECT_EQ(starts.size(), 3u);
+}
+
+TEST(ValidationBatches, ReadsWindowsInOrder) {
+  const std::string path = WriteTokens("val.tok", 200);
+  auto val = ValidationBatches::Open(path, Expect(2, 10), 45);  // 45 / 20 = 2 batches
+  ASSERT_TRUE(val.ok()) << val.status();
+  EXPECT_EQ(val->num_batches(), 2);
+  std::vector<int32_t> x(20), y(20);
+  ASSERT_TRUE(val->Get(1, x.data(), y.data()).ok());
+  // Batch 1 holds windows 2 and 3, starting at ids 20 and 30.
+  EXPECT_EQ(x[0], 20);
+  EXPECT_EQ(x[10], 30);
+  EXPECT_EQ(y[19], 40);
+}
+
+TEST(TokenFileChecks, VocabLargerThanModelIsAnError) {
+  const std::string path = WriteTokens("vocab.tok", 100, 50257);
+  auto sampler = TrainBatchSampler::Open(path, Expect(1, 8, 10000), 1);
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            path + ": the token file's tokenizer has vocab_size=50257, more than model.vocab_size=10000");
+}
+
+TEST(TokenFileChecks, SmallerVocabThanModelIsAccepted) {
+  // Models pad their vocabulary (GPT-2: 50257 ids in a 50304-row table).
+  const std::string path = WriteTokens("padded.tok", 100, 900);
+  EXPECT_TRUE(TrainBatchSampler::Open(path, Expect(1, 8, 1000), 1).ok());
+}
+
+TEST(TokenFileChecks, TokenizerHashMismatchIsAnError) {
+  const std::string path = WriteTokens("hash.tok", 100);
+  TokenFileExpectations expect = Expect(1, 8);
+  expect.tokenizer_hash = 0xfeedull;
+  auto sampler = TrainBatchSampler::Open(path, expect, 1);
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            path + ": the token file was written by a different tokenizer (header tokenizer_hash=1234abcd5678ef00, "
+                   "data.tokenizer has hash 000000000000feed)");
+  expect.tokenizer_hash = kHash;
+  EXPECT_TRUE(TrainBatchSampler::Open(path, expect, 1).ok());
+}
+
+TEST(TokenFileChecks, TruncatedFileIsAnError) {
+  const std::string path = WriteTokens("truncated.tok", 100);
+  ASSERT_EQ(truncate(path.c_str(), 64 + 2 * 60), 0);
+  auto sampler = TrainBatchSampler::Open(path, Expect(1, 8), 1);
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_NE(std::string(sampler.status().message()).find("truncated"), std::string::npos) << sampler.status();
+  EXPECT_NE(std::string(sampler.status().message()).find(path), std::string::npos);
+}
+
+TEST(TokenFileChecks, FileSmallerThanOneWindowIsAnError) {
+  const std::string path = WriteTokens("tiny.tok", 8);
+  auto sampler = TrainBatchSampler::Open(path, Expect(4, 8), 1);
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            path + ": 8 tokens are too few for one window of model.context_length + 1 = 9 tokens");
+}
+
+TEST(TokenFileChecks, ValidationFileSmallerThanTheBudgetIsAnError) {
+  const std::string path = WriteTokens("small_val.tok", 50);
+  auto val = ValidationBatches::Open(path, Expect(2, 10), 60);  // 3 batches of 20 need 61 ids
+  ASSERT_FALSE(val.ok());
+  EXPECT_EQ(val.status().message(),
+            path + ": 50 tokens are too few for the validation budget: 3 batches of 2 x 10 tokens need 61 "
+                   "(lower run.eval_tokens or use a larger file)");
+}
+
+}  // namespace
+}  // namespace lmf::experiments
