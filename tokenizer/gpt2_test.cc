@@ -1,0 +1,122 @@
+// Tests of the GPT-2 import/export: the bytes-to-unicode mapping, and, with GPT-2's published vocab.json +
+// merges.txt from the reference data, ids equal to tiktoken's `gpt2` (expected ids committed under
+// testdata/, made by tools/tokenizer/make_expected_ids.py) on the CS336 texts and Unicode edge cases.
+#include "tokenizer/gpt2_format.h"
+
+#include <sstream>
+
+#include "base/file.h"
+#include "base/shared_data.h"
+#include "gtest/gtest.h"
+#include "tokenizer/test_util.h"
+
+namespace lmf::tokenizer {
+namespace {
+
+using testing::FromHex;
+using testing::ParseIds;
+using testing::TempPath;
+
+constexpr char kFixtures[] = "cs336/assignment1-basics/tests/fixtures/";
+
+TEST(Gpt2MappingTest, BytesToUnicodeMatchesGpt2) {
+  EXPECT_EQ(Gpt2CharOfByte(' '), "Ġ");
+  EXPECT_EQ(Gpt2CharOfByte('\n'), "Ċ");
+  EXPECT_EQ(Gpt2CharOfByte('a'), "a");
+  EXPECT_EQ(Gpt2CharOfByte(0), "Ā");
+  EXPECT_EQ(Gpt2CharOfByte(0xAD), "Ń");  // the soft hyphen is not printable in GPT-2's table
+  for (int b = 0; b < 256; ++b) {
+    const std::string s(1, static_cast<char>(b));
+    EXPECT_EQ(*Gpt2StringToBytes(BytesToGpt2String(s)), s);
+  }
+  EXPECT_FALSE(Gpt2StringToBytes("中").ok());
+}
+
+TEST(Gpt2FormatTest, ExportThenImportGivesTheSameTokenizer) {
+  Tokenizer t = testing::MakeTokenizer({{" ", "t"}, {" t", "h"}, {"\"", "\\"}, {"\n", "\n"}}, {"<|endoftext|>"});
+  const std::string vocab = TempPath("vocab.json"), merges = TempPath("merges.txt");
+  ASSERT_TRUE(SaveGpt2(t, vocab, merges).ok());
+  auto back = LoadGpt2(vocab, merges, {"<|endoftext|>"});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->vocab(), t.vocab());
+  EXPECT_EQ(back->merges(), t.merges());
+  EXPECT_EQ(back->special_ids(), t.special_ids());
+}
+
+TEST(Gpt2FormatTest, BadFilesGiveClearErrors) {
+  EXPECT_FALSE(ParseGpt2("{\"a\": 0", "", {}, "v.json", "m.txt").ok());
+  auto missing_special = ParseGpt2("{}", "", {"<|endoftext|>"}, "v.json", "m.txt");
+  ASSERT_FALSE(missing_special.ok());
+  EXPECT_NE(missing_special.status().message().find("not in the vocab"), std::string::npos);
+  auto no_bytes = ParseGpt2("{\"a\": 0}", "", {}, "v.json", "m.txt");
+  ASSERT_FALSE(no_bytes.ok());
+  EXPECT_NE(no_bytes.status().message().find("256 single bytes"), std::string::npos) << no_bytes.status();
+}
+
+class Gpt2ReferenceTest : public ::testing::Test {
+ protected:
+  // Loads GPT-2 once for all tests of the suite.
+  static const Tokenizer* Gpt2(const std::string& vocab_path, const std::string& merges_path) {
+    static const Tokenizer* tokenizer = [&]() -> const Tokenizer* {
+      auto t = LoadGpt2(vocab_path, merges_path, {"<|endoftext|>"});
+      EXPECT_TRUE(t.ok()) << t.status();
+      return t.ok() ? new Tokenizer(*std::move(t)) : nullptr;
+    }();
+    return tokenizer;
+  }
+};
+
+TEST_F(Gpt2ReferenceTest, EncodesReferenceTextsLikeTiktoken) {
+  LMF_SHARED_DATA_OR_SKIP(vocab, std::string(kFixtures) + "gpt2_vocab.json");
+  LMF_SHARED_DATA_OR_SKIP(merges, std::string(kFixtures) + "gpt2_merges.txt");
+  const Tokenizer* t = Gpt2(vocab, merges);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->vocab_size(), 50257u);
+  EXPECT_EQ(t->SpecialId("<|endoftext|>"), 50256);
+  for (const char* name : {"corpus.en", "tinystories_sample.txt", "address.txt", "german.txt",
+                           "special_token_trailing_newlines.txt", "special_token_double_newlines_non_whitespace.txt"}) {
+    LMF_SHARED_DATA_OR_SKIP(path, std::string(kFixtures) + name);
+    auto text = ReadFile(path);
+    ASSERT_TRUE(text.ok());
+    auto expected = ReadFile(std::string("tokenizer/testdata/tiktoken_gpt2_") + name + ".ids");
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    const std::vector<uint32_t> ids = t->Encode(*text);
+    EXPECT_EQ(ids, ParseIds(*expected)) << name;
+    EXPECT_EQ(*t->Decode(ids), *text) << name;
+  }
+}
+
+TEST_F(Gpt2ReferenceTest, EncodesUnicodeEdgeCasesLikeTiktoken) {
+  LMF_SHARED_DATA_OR_SKIP(vocab, std::string(kFixtures) + "gpt2_vocab.json");
+  LMF_SHARED_DATA_OR_SKIP(merges, std::string(kFixtures) + "gpt2_merges.txt");
+  const Tokenizer* t = Gpt2(vocab, merges);
+  ASSERT_NE(t, nullptr);
+  auto cases = ReadFile("tokenizer/testdata/tiktoken_gpt2_unicode_cases.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  std::istringstream lines(*cases);
+  std::string line;
+  int checked = 0;
+  while (std::getline(lines, line)) {
+    const size_t space = line.find(' ');
+    const std::string text = FromHex(line.substr(0, space));
+    EXPECT_EQ(t->Encode(text), ParseIds(line.substr(space + 1))) << "text: " << text;
+    EXPECT_EQ(*t->Decode(t->Encode(text)), text);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 226);
+}
+
+TEST_F(Gpt2ReferenceTest, ExportReproducesThePublishedFiles) {
+  LMF_SHARED_DATA_OR_SKIP(vocab, std::string(kFixtures) + "gpt2_vocab.json");
+  LMF_SHARED_DATA_OR_SKIP(merges, std::string(kFixtures) + "gpt2_merges.txt");
+  const Tokenizer* t = Gpt2(vocab, merges);
+  ASSERT_NE(t, nullptr);
+  auto back = ParseGpt2(Gpt2VocabJson(*t), Gpt2MergesTxt(*t), {"<|endoftext|>"}, "exported vocab", "exported merges");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Hash(), t->Hash());
+  // merges.txt is the published one plus our "#version" line.
+  EXPECT_EQ(Gpt2MergesTxt(*t).substr(std::string("#version: 0.2\n").size()), *ReadFile(merges));
+}
+
+}  // namespace
+}  // namespace lmf::tokenizer
