@@ -51,7 +51,8 @@ ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c) {
   block += C + NormStatistics(c) + C;                       // mid residual, ln2 statistics, ln2 output
   block += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;          // pre-activation(s), activation output
   a.per_block = f32 * block;
-  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_size) + 2 * 4;  // + int32 ids, targets
+  // final norm input, statistics, output; logits; the loss log-sum-exp; int32 ids and targets.
+  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_size + 1) + 2 * 4;
   return a;
 }
 

@@ -45,7 +45,8 @@ FlopsPerToken CountFlopsPerToken(const ModelConfig& config, int64_t seq_len);
 // per block the block input, the norm outputs and statistics, q/k/v after RoPE, the attention output and
 // its log-sum-exp per head, the residual between the two halves, the feed-forward pre-activations and
 // activation output; then the final norm's input, output and statistics, and the logits (whose buffer the
-// fused cross-entropy turns into their gradient), and the token ids and targets (int32).
+// fused cross-entropy turns into their gradient) with the loss log-sum-exp, and the token ids and targets
+// (int32).
 struct ActivationBytesPerToken {
   int64_t per_block = 0;
   int64_t final_and_head = 0;

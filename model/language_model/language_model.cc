@@ -1,0 +1,198 @@
+// LanguageModel: assembly of the modules, batch validation, initialisation and the loss.
+#include "model/language_model/language_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "model/ops/ops.h"
+
+namespace lmf::model {
+namespace {
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Standard normal draws from a 64-bit engine by Box-Muller (portable: no std:: distribution involved).
+class NormalSampler {
+ public:
+  explicit NormalSampler(uint64_t seed) : engine_(seed) {}
+  double Next() {
+    const double u1 = (static_cast<double>(engine_() >> 11) + 0.5) * 0x1.0p-53;
+    const double u2 = static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  // N(0, 1) conditioned on [-limit, limit], by rejection.
+  double NextTruncated(double limit) {
+    for (;;) {
+      const double x = Next();
+      if (std::fabs(x) <= limit) return x;
+    }
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+bool IsNormGain(const std::string& name) {
+  return absl::EndsWith(name, "ln1.weight") || absl::EndsWith(name, "ln2.weight") || name == "ln_final.weight";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const ModelConfig& config,
+                                                                     kernels::Context ctx) {
+  if (absl::Status status = config.Validate(); !status.ok()) return status;
+  if (!ctx.device.is_cpu() || ctx.pool == nullptr) {
+    return absl::InvalidArgumentError("LanguageModel: only CPU contexts with a thread pool are supported today");
+  }
+  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx));
+}
+
+LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx)
+    : config_(config), ctx_(ctx), embedding_(config), final_norm_(config.norm, config.d_model, config.norm_eps) {
+  for (int64_t i = 0; i < config.n_layers; ++i) blocks_.push_back(std::make_unique<Block>(config, &counters_));
+  if (config.tied_embeddings) {
+    lm_head_ = std::make_unique<Linear>(embedding_.token_table(), &counters_);
+  } else {
+    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_size, /*bias=*/false, &counters_);
+  }
+}
+
+void LanguageModel::InitializeParameters(uint64_t seed) {
+  const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
+  VisitParameters([&](const std::string& name, const Parameter& p) {
+    float* data = p.data();
+    const int64_t count = p.value.numel();
+    if (absl::EndsWith(name, ".bias")) {
+      std::fill(data, data + count, 0.0f);
+      return;
+    }
+    if (IsNormGain(name)) {
+      std::fill(data, data + count, 1.0f);
+      return;
+    }
+    NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
+    const bool embedding = absl::StrContains(name, "embeddings");
+    if (config_.init == InitScheme::kGpt2Scaled) {
+      double std = config_.init_std;
+      if (absl::EndsWith(name, "output_proj.weight") || absl::EndsWith(name, "ffn.w2.weight")) std *= residual_scale;
+      for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.Next());
+    } else {
+      const double std =
+          embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(p.value.dim(0) + p.value.dim(1)));
+      for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.NextTruncated(3.0));
+    }
+  });
+}
+
+absl::Status LanguageModel::CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const {
+  if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", b, " must be positive"));
+  if (absl::Status status = config_.ValidateSequenceLength(t); !status.ok()) return status;
+  for (int64_t i = 0; i < b * t; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i / t, ", ", i % t, "] = ", tokens[i],
+                                                     " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
+  if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
+  const int64_t n = b * t, c = config_.d_model, v = config_.vocab_size;
+  have_loss_ = false;
+  if (b != b_ || t != t_) {
+    logits_ = kernels::Tensor::Empty({b, t, v}, kernels::DType::kF32);
+    lse_ = kernels::Tensor::Empty({n}, kernels::DType::kF32);
+    b_ = b;
+    t_ = t;
+  }
+  embedding_.Forward(ctx_, b, t, ids);
+  const float* x = embedding_.output();
+  for (auto& block : blocks_) {
+    block->Forward(ctx_, b, t, x);
+    x = block->output();
+  }
+  final_norm_.Forward(ctx_, n, x);
+  lm_head_->Forward(ctx_, n, final_norm_.output(), c, logits_.data<float>(), v, /*accumulate=*/false);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
+                                                      int64_t t) {
+  if (absl::Status status = CheckBatch(targets, "targets", b, t); !status.ok()) return status;
+  if (absl::Status status = Forward(ids, b, t); !status.ok()) return status;
+  targets_.assign(targets, targets + b * t);
+  have_loss_ = true;
+  return ops::CrossEntropyForward(ctx_, b * t, config_.vocab_size, logits_.data<float>(), targets_.data(),
+                                  lse_.data<float>());
+}
+
+void LanguageModel::EnsureWorkspace(int64_t n) {
+  if (n == workspace_rows_) return;
+  const auto make = [n](int64_t width) { return kernels::Tensor::Empty({n, width}, kernels::DType::kF32); };
+  const int64_t c = config_.d_model;
+  workspace_.dresidual = make(c);
+  workspace_.dnormed = make(c);
+  workspace_.dnorm_in = make(c);
+  workspace_.dattn = make(config_.q_width());
+  workspace_.dqkv = make(config_.q_width() + 2 * config_.kv_width());
+  workspace_.dact = make(config_.d_ff);
+  workspace_.dpre = make((config_.ffn == FfnKind::kSwiGLU ? 2 : 1) * config_.d_ff);
+  workspace_rows_ = n;
+}
+
+void LanguageModel::Backward() {
+  LMF_CHECK(have_loss_) << "LanguageModel::Backward needs a ForwardWithLoss first (and only one Backward each)";
+  have_loss_ = false;
+  const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_size;
+  EnsureWorkspace(n);
+  float* dlogits = logits_.data<float>();
+  ops::CrossEntropyBackward(ctx_, n, v, targets_.data(), lse_.data<float>(), dlogits);
+  float* dnormed = workspace_.dnormed.data<float>();
+  lm_head_->Backward(ctx_, n, final_norm_.output(), c, dlogits, v, dnormed, c);
+  final_norm_.Backward(ctx_, dnormed, workspace_.dresidual.data<float>());
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (*it)->Backward(ctx_, workspace_);
+  embedding_.Backward(ctx_, workspace_.dresidual.data<float>());
+}
+
+void LanguageModel::ZeroGrad() {
+  VisitParameters([](const std::string&, const Parameter& p) {
+    std::fill(p.grad_data(), p.grad_data() + p.grad.numel(), 0.0f);
+  });
+}
+
+void LanguageModel::VisitParameters(const ParameterVisitor& visit) const {
+  embedding_.VisitParameters(visit);
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->VisitParameters(absl::StrCat("layers.", i), visit);
+  final_norm_.VisitParameters("ln_final", visit);
+  if (!config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
+}
+
+int64_t LanguageModel::parameter_count() const {
+  int64_t total = 0;
+  VisitParameters([&](const std::string&, const Parameter& p) { total += p.value.numel(); });
+  return total;
+}
+
+int64_t LanguageModel::saved_activation_bytes() const {
+  if (b_ == 0) return 0;
+  int64_t bytes = embedding_.saved_bytes() + final_norm_.saved_bytes() +
+                  static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() + targets_.size() * sizeof(int32_t));
+  for (const auto& block : blocks_) bytes += block->saved_bytes();
+  return bytes;
+}
+
+}  // namespace lmf::model

@@ -1,0 +1,92 @@
+// LanguageModel: the dense decoder-only transformer built from a ModelConfig: embedding (+ positions),
+// n_layers pre-norm blocks, the final norm and the LM head (tied to the token embedding or its own
+// lm_head.weight), with the fused softmax cross-entropy loss.
+//
+//   auto model = LanguageModel::Create(Cs336Config(...), kernels::Context::Cpu());   // StatusOr
+//   (*model)->InitializeParameters(/*seed=*/1);
+//   absl::StatusOr<double> loss = (*model)->ForwardWithLoss(ids, targets, B, T);    // ids/targets (B, T)
+//   (*model)->ZeroGrad();  (*model)->Backward();                                     // grads accumulate
+//   (*model)->VisitParameters([](const std::string& name, const Parameter& p) { ... });
+//
+// The model owns its step state (everything the forward keeps for the backward) and a backward workspace,
+// both sized on the first forward of a given (B, T). Not thread-safe; the kernels use ctx's pool.
+#ifndef LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
+#define LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/core/context.h"
+#include "model/config/config.h"
+#include "model/layers/block.h"
+#include "model/layers/embedding.h"
+#include "model/layers/linear.h"
+#include "model/layers/norm.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model {
+
+class LanguageModel {
+ public:
+  // Fails with the config's Validate() message when the config cannot work. Parameters start at zero;
+  // call InitializeParameters or load them through VisitParameters.
+  static absl::StatusOr<std::unique_ptr<LanguageModel>> Create(const ModelConfig& config, kernels::Context ctx);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Draws every parameter per config().init from `seed`. Each parameter's stream is seeded from (seed,
+  // its name), so the values do not depend on the visiting order. Schemes: see InitScheme in config.h.
+  void InitializeParameters(uint64_t seed);
+
+  // ids (B, T) int32 -> logits() (B, T, V). InvalidArgument for T > context_length or ids outside [0, V).
+  absl::Status Forward(const int32_t* ids, int64_t b, int64_t t);
+  // Forward plus the mean cross-entropy against targets (B, T) int32 in [0, V); keeps what Backward needs.
+  absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
+  // Gradients of the last ForwardWithLoss's mean loss, accumulated into every parameter's grad. The logits
+  // buffer is reused for their gradient, so logits() is no longer valid after it.
+  void Backward();
+  // Sets every parameter gradient to zero.
+  void ZeroGrad();
+
+  // (B, T, V) after Forward / ForwardWithLoss.
+  const float* logits() const { return logits_.data<float>(); }
+
+  // Every parameter, by checkpoint name (see tools/model/reference.py), in a fixed order: embeddings,
+  // layers.0 .. layers.{L-1}, ln_final, lm_head (untied only).
+  void VisitParameters(const ParameterVisitor& visit) const;
+  int64_t parameter_count() const;
+
+  // Bytes of step state the last forward kept for the backward (sums what each module owns).
+  int64_t saved_activation_bytes() const;
+  // FLOPs run since the last ResetCounters (matmuls and the causal attention products).
+  const StepCounters& counters() const { return counters_; }
+  void ResetCounters() { counters_ = StepCounters(); }
+
+ private:
+  LanguageModel(const ModelConfig& config, kernels::Context ctx);
+  absl::Status CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const;
+  void EnsureWorkspace(int64_t n);
+
+  ModelConfig config_;
+  kernels::Context ctx_;
+  StepCounters counters_;
+  Embedding embedding_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  Norm final_norm_;
+  std::unique_ptr<Linear> lm_head_;
+  // Step state.
+  int64_t b_ = 0, t_ = 0;
+  bool have_loss_ = false;
+  std::vector<int32_t> targets_;
+  kernels::Tensor logits_, lse_;
+  BackwardWorkspace workspace_;
+  int64_t workspace_rows_ = 0;
+};
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_

@@ -1,0 +1,308 @@
+// Whole-model tests of LanguageModel:
+// - for a tiny config of each reference architecture (and one with the remaining options: ReLU,
+//   sinusoidal positions, multi-query attention, biases with RMSNorm), the logits, the loss and every
+//   parameter gradient match PyTorch (fixtures from tools/model/reference.py);
+// - the accounting formulas equal what a built model holds and runs;
+// - bad batches are rejected with a message; initialisation follows each scheme; gradients accumulate.
+#include "model/language_model/language_model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/accounting/accounting.h"
+#include "model/testing/npz.h"
+
+namespace lmf::model {
+namespace {
+
+using testing::NpyArray;
+
+std::string FixturePath(const std::string& name) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr || workspace == nullptr) return "model/testdata/" + name + ".npz";
+  return std::string(srcdir) + "/" + workspace + "/model/testdata/" + name + ".npz";
+}
+
+// The value of "key" in the fixture's flat JSON config (a number, a quoted string or true/false).
+std::string JsonField(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return "";
+  size_t begin = at + key.size() + 4;
+  size_t end = json.find_first_of(",}", begin);
+  std::string v = json.substr(begin, end - begin);
+  if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
+  return v;
+}
+
+ModelConfig ConfigFromFixture(const std::string& json) {
+  ModelConfig c;
+  const auto num = [&](const char* key) { return std::atof(JsonField(json, key).c_str()); };
+  c.vocab_size = static_cast<int64_t>(num("vocab_size"));
+  c.context_length = static_cast<int64_t>(num("context_length"));
+  c.d_model = static_cast<int64_t>(num("d_model"));
+  c.n_layers = static_cast<int64_t>(num("n_layers"));
+  c.n_heads = static_cast<int64_t>(num("n_heads"));
+  c.n_kv_heads = static_cast<int64_t>(num("n_kv_heads"));
+  c.d_ff = static_cast<int64_t>(num("d_ff"));
+  c.norm_eps = num("norm_eps");
+  c.rope_theta = num("rope_theta");
+  c.norm = JsonField(json, "norm") == "layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm;
+  const std::string ffn = JsonField(json, "ffn");
+  c.ffn = ffn == "swiglu" ? FfnKind::kSwiGLU : ffn == "gelu" ? FfnKind::kGELU : FfnKind::kReLU;
+  const std::string pos = JsonField(json, "positions");
+  c.positions = pos == "rope"      ? PositionKind::kRoPE
+                : pos == "learned" ? PositionKind::kLearned
+                : pos == "sinusoidal" ? PositionKind::kSinusoidal
+                                      : PositionKind::kNone;
+  c.biases = JsonField(json, "biases") == "true";
+  c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
+  return c;
+}
+
+struct Fixture {
+  std::map<std::string, NpyArray> arrays;
+  ModelConfig config;
+  std::vector<int32_t> ids, targets;
+  int64_t b = 0, t = 0;
+};
+
+Fixture LoadFixture(const std::string& name) {
+  Fixture f;
+  absl::StatusOr<std::map<std::string, NpyArray>> arrays = testing::ReadNpz(FixturePath(name));
+  EXPECT_TRUE(arrays.ok()) << arrays.status();
+  if (!arrays.ok()) return f;
+  f.arrays = std::move(*arrays);
+  f.config = ConfigFromFixture(f.arrays.at("config_json").AsString());
+  f.ids = f.arrays.at("ids").AsInt32();
+  f.targets = f.arrays.at("targets").AsInt32();
+  f.b = f.arrays.at("ids").shape[0];
+  f.t = f.arrays.at("ids").shape[1];
+  return f;
+}
+
+// Loads every "param/<name>" into the model; fails the test on a name or shape mismatch either way.
+void LoadParameters(const Fixture& f, LanguageModel& model) {
+  std::set<std::string> visited;
+  model.VisitParameters([&](const std::string& name, const Parameter& p) {
+    visited.insert(name);
+    auto it = f.arrays.find("param/" + name);
+    ASSERT_NE(it, f.arrays.end()) << "the fixture has no parameter " << name;
+    ASSERT_EQ(it->second.numel(), p.value.numel()) << name;
+    ASSERT_EQ(static_cast<int>(it->second.shape.size()), p.value.rank()) << name;
+    for (int d = 0; d < p.value.rank(); ++d) ASSERT_EQ(it->second.shape[d], p.value.dim(d)) << name;
+    const std::vector<float> values = it->second.AsFloats();
+    std::copy(values.begin(), values.end(), p.data());
+  });
+  for (const auto& [key, array] : f.arrays) {
+    if (key.rfind("param/", 0) == 0) {
+      EXPECT_TRUE(visited.count(key.substr(6))) << "model lacks " << key;
+    }
+  }
+}
+
+// Tolerance: the reference is exact float64 (weights are float32 values); ours is fp32 with sums of at
+// most a few hundred terms per element, a 2-ulp vectorised exp and float accumulation over 16 tokens for
+// the weight gradients. Its error is a few float32 ulps of the tensor's scale, so we allow 2e-5 of the
+// tensor's largest magnitude (~170 ulps at that scale); a wrong formula, sign, index or scale anywhere
+// gives errors of 1e-2 of the scale or more.
+constexpr double kRelativeToScale = 2e-5;
+
+// `floor_scale` covers tensors whose exact value is ~0 (the key bias gradient: softmax ignores a constant
+// added to every key score); their rounding error is set by the scale of the gradients around them, so
+// the whole-model check floors the scale at 1% of the largest gradient (every nonzero gradient tensor in
+// the fixtures is above 2% of it, so this loosens nothing else).
+void ExpectClose(const std::string& what, const float* got, const std::vector<float>& want,
+                 double floor_scale = 0) {
+  double scale = floor_scale, worst = 0;
+  int64_t worst_at = 0;
+  for (size_t i = 0; i < want.size(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (err > worst) {
+      worst = err;
+      worst_at = static_cast<int64_t>(i);
+    }
+  }
+  EXPECT_LE(worst, kRelativeToScale * scale + 1e-30)
+      << what << ": max abs error " << worst << " at " << worst_at << " (got " << got[worst_at] << ", want "
+      << want[worst_at] << "), scale " << scale;
+}
+
+class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
+  const Fixture f = LoadFixture(GetParam());
+  ASSERT_FALSE(f.arrays.empty());
+  auto model = LanguageModel::Create(f.config, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  LoadParameters(f, **model);
+  absl::StatusOr<double> loss = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  ExpectClose("logits", (*model)->logits(), f.arrays.at("logits").AsFloats());
+  const double want_loss = f.arrays.at("loss").AsDoubles()[0];
+  // The loss is a mean of B*T fp32 log-sum-exps of magnitude ~5: a few ulps of that.
+  EXPECT_NEAR(*loss, want_loss, 1e-5 * std::fabs(want_loss)) << "loss";
+  (*model)->ZeroGrad();
+  (*model)->Backward();
+  double largest_gradient = 0;
+  for (const auto& [key, array] : f.arrays) {
+    if (key.rfind("grad/", 0) != 0) continue;
+    for (float g : array.AsFloats()) largest_gradient = std::max(largest_gradient, std::fabs(double{g}));
+  }
+  int checked = 0;
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    ExpectClose("grad of " + name, p.grad_data(), f.arrays.at("grad/" + name).AsFloats(),
+                1e-2 * largest_gradient);
+    ++checked;
+  });
+  EXPECT_GT(checked, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyConfigs, PyTorchMatchTest,
+                         ::testing::Values("gpt2_tiny", "llama_tiny", "variants_tiny"));
+
+TEST(LanguageModelTest, AccountingEqualsWhatTheModelHoldsAndRuns) {
+  for (const std::string name : {"gpt2_tiny", "llama_tiny", "variants_tiny"}) {
+    const Fixture f = LoadFixture(name);
+    auto model = LanguageModel::Create(f.config, kernels::Context::Cpu());
+    ASSERT_TRUE(model.ok());
+    EXPECT_EQ((*model)->parameter_count(), CountParameters(f.config).total()) << name;
+    int64_t fixture_params = 0;
+    for (const auto& [key, array] : f.arrays) {
+      if (key.rfind("param/", 0) == 0) fixture_params += array.numel();
+    }
+    EXPECT_EQ(fixture_params, CountParameters(f.config).total()) << name << " (PyTorch's count)";
+    (*model)->InitializeParameters(7);
+    (*model)->ResetCounters();
+    ASSERT_TRUE((*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t).ok());
+    const double tokens = static_cast<double>(f.b * f.t);
+    EXPECT_EQ((*model)->saved_activation_bytes(), CountActivationBytesPerToken(f.config).total() * f.b * f.t)
+        << name;
+    (*model)->Backward();
+    const FlopsPerToken per_token = CountFlopsPerToken(f.config, f.t);
+    EXPECT_DOUBLE_EQ((*model)->counters().matmul_flops, 3 * per_token.matmul_forward * tokens) << name;
+    EXPECT_DOUBLE_EQ((*model)->counters().attention_flops, 3 * per_token.attention_forward * tokens) << name;
+  }
+}
+
+TEST(LanguageModelTest, CreateRejectsAnImpossibleConfig) {
+  ModelConfig c = Gpt2Config(100, 16, 30, 2, 4);  // 4 heads do not divide 30
+  auto model = LanguageModel::Create(c, kernels::Context::Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(std::string(model.status().message()).find("n_heads=4 does not divide d_model=30"), std::string::npos);
+}
+
+TEST(LanguageModelTest, ForwardRejectsBadBatches) {
+  auto model = LanguageModel::Create(Gpt2Config(50, 8, 16, 1, 2), kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> ids(2 * 9, 1), targets(2 * 9, 1);
+  absl::Status too_long = (*model)->Forward(ids.data(), 2, 9);
+  EXPECT_NE(std::string(too_long.message()).find("sequence length 9 is longer than context_length=8"),
+            std::string::npos)
+      << too_long;
+  ids[5] = 50;
+  absl::Status bad_id = (*model)->Forward(ids.data(), 2, 8);
+  EXPECT_NE(std::string(bad_id.message()).find("ids[0, 5] = 50 is outside the vocabulary [0, 50)"),
+            std::string::npos)
+      << bad_id;
+  ids[5] = 3;
+  targets[9] = -1;
+  absl::StatusOr<double> bad_target = (*model)->ForwardWithLoss(ids.data(), targets.data(), 2, 8);
+  ASSERT_FALSE(bad_target.ok());
+  EXPECT_NE(std::string(bad_target.status().message()).find("targets[1, 1] = -1"), std::string::npos);
+}
+
+TEST(LanguageModelTest, ParameterGradientsAccumulateAcrossBackwardCalls) {
+  const Fixture f = LoadFixture("llama_tiny");
+  auto model = LanguageModel::Create(f.config, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  LoadParameters(f, **model);
+  (*model)->ZeroGrad();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t).ok());
+    (*model)->Backward();
+  }
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    std::vector<float> twice = f.arrays.at("grad/" + name).AsFloats();
+    for (float& g : twice) g *= 2;
+    ExpectClose("twice the grad of " + name, p.grad_data(), twice);
+  });
+}
+
+// Mean and standard deviation of a parameter, and its largest magnitude.
+struct Moments {
+  double mean = 0, std = 0, max_abs = 0;
+};
+Moments MomentsOf(const Parameter& p) {
+  Moments m;
+  const int64_t n = p.value.numel();
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += p.data()[i];
+    sq += static_cast<double>(p.data()[i]) * p.data()[i];
+    m.max_abs = std::max(m.max_abs, std::fabs(static_cast<double>(p.data()[i])));
+  }
+  m.mean = sum / n;
+  m.std = std::sqrt(sq / n - m.mean * m.mean);
+  return m;
+}
+
+TEST(LanguageModelTest, Gpt2InitIsScaledNormal) {
+  ModelConfig c = Gpt2Config(512, 64, 128, 8, 4);
+  auto model = LanguageModel::Create(c, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  (*model)->InitializeParameters(3);
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    const Moments m = MomentsOf(p);
+    if (name.find(".bias") != std::string::npos) {
+      EXPECT_EQ(m.max_abs, 0) << name;
+    } else if (name.find("ln") != std::string::npos) {
+      EXPECT_EQ(m.mean, 1) << name;
+      EXPECT_EQ(m.std, 0) << name;
+    } else {
+      const bool residual = name.find("output_proj") != std::string::npos || name.find("w2") != std::string::npos;
+      const double want = residual ? 0.02 / std::sqrt(16.0) : 0.02;
+      // >= 16k draws: the sample std is within ~1% of the true one (3 sigma ~ 3/sqrt(2n)).
+      EXPECT_NEAR(m.std, want, 0.03 * want) << name;
+      EXPECT_NEAR(m.mean, 0, 0.03 * want) << name;
+    }
+  });
+}
+
+TEST(LanguageModelTest, Cs336InitIsTruncatedNormalAndSeeded) {
+  ModelConfig c = Cs336Config(512, 64, 128, 2, 4, 256);
+  auto model = LanguageModel::Create(c, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  (*model)->InitializeParameters(5);
+  // Truncating N(0, s) at +-3s leaves a std of 0.98658 s.
+  constexpr double kTruncatedStd = 0.986604;
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    const Moments m = MomentsOf(p);
+    if (name.find("ln") != std::string::npos) return;
+    const double sigma =
+        name.find("embeddings") != std::string::npos ? 1.0 : std::sqrt(2.0 / (p.value.dim(0) + p.value.dim(1)));
+    EXPECT_LE(m.max_abs, 3 * sigma * (1 + 1e-6)) << name;
+    EXPECT_NEAR(m.std, kTruncatedStd * sigma, 0.04 * sigma) << name;
+  });
+  // Same seed, same weights; another seed, other weights.
+  auto again = LanguageModel::Create(c, kernels::Context::Cpu());
+  ASSERT_TRUE(again.ok());
+  (*again)->InitializeParameters(5);
+  std::vector<float> first, second;
+  (*model)->VisitParameters([&](const std::string&, const Parameter& p) { first.push_back(p.data()[7]); });
+  (*again)->VisitParameters([&](const std::string&, const Parameter& p) { second.push_back(p.data()[7]); });
+  EXPECT_EQ(first, second);
+  (*again)->InitializeParameters(6);
+  second.clear();
+  (*again)->VisitParameters([&](const std::string&, const Parameter& p) { second.push_back(p.data()[7]); });
+  EXPECT_NE(first, second);
+}
+
+}  // namespace
+}  // namespace lmf::model

@@ -1,0 +1,46 @@
+// Block: the pre-norm transformer block, x + attn(norm1(x)) then + ffn(norm2(.)).
+// Step state: the residual stream after the attention half (N, C) and after the whole block (N, C), plus
+// what its norms, attention and feed-forward keep. Backward updates the residual gradient in place (the
+// gradient of the block output on entry, of the block input on return); parameter gradients accumulate.
+#ifndef LMFORGE_MODEL_LAYERS_BLOCK_H_
+#define LMFORGE_MODEL_LAYERS_BLOCK_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/core/context.h"
+#include "model/config/config.h"
+#include "model/layers/attention.h"
+#include "model/layers/feed_forward.h"
+#include "model/layers/norm.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model {
+
+class Block {
+ public:
+  Block(const ModelConfig& config, StepCounters* counters);
+
+  // x (B*T, C), owned by the caller and kept until Backward -> output() (B*T, C).
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const float* x);
+  const float* output() const { return out_.data<float>(); }
+  // ws.dresidual: d(output) on entry, d(x) on return.
+  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws);
+
+  int64_t saved_bytes() const;
+  // Visits "<prefix>.ln1.*", "<prefix>.attn.*", "<prefix>.ln2.*", "<prefix>.ffn.*".
+  void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
+
+ private:
+  int64_t c_;
+  Norm ln1_, ln2_;
+  Attention attn_;
+  FeedForward ffn_;
+  // Step state.
+  int64_t n_ = 0;
+  kernels::Tensor mid_, out_;
+};
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_LAYERS_BLOCK_H_

@@ -1,0 +1,44 @@
+// FeedForward: SwiGLU (w2(silu(w1 x) * w3 x)), GELU-tanh or ReLU (w2(act(w1 x))). For SwiGLU, w1 and w3 are
+// row blocks of one fused (2*d_ff, C) matrix (visited as ffn.w1 and ffn.w3), so one GEMM makes both.
+// Step state: the pre-activations (N, d_ff or 2*d_ff) and the activation output (N, d_ff). Forward adds
+// its output into the residual stream; Backward writes the gradient of the normed input; parameter
+// gradients accumulate.
+#ifndef LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_
+#define LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/core/context.h"
+#include "model/config/config.h"
+#include "model/layers/linear.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model {
+
+class FeedForward {
+ public:
+  FeedForward(const ModelConfig& config, StepCounters* counters);
+
+  // h (N, C) normed input; residual (N, C) += ffn(h).
+  void Forward(const kernels::Context& ctx, int64_t n, const float* h, float* residual);
+  // dresidual (N, C) -> dh (N, C) written.
+  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const float* dresidual, float* dh);
+
+  int64_t saved_bytes() const;
+  // Visits "<prefix>.w1.*", ("<prefix>.w3.*" for SwiGLU), "<prefix>.w2.*".
+  void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
+
+ private:
+  FfnKind kind_;
+  int64_t c_, f_;
+  Linear in_, out_;  // in_: (d_ff or 2*d_ff, C); out_: (C, d_ff)
+  // Step state.
+  int64_t n_ = 0;
+  const float* input_ = nullptr;
+  kernels::Tensor pre_, act_;
+};
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_

@@ -1,0 +1,45 @@
+// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear. The caller keeps x
+// (the module that produced it owns it) and passes it again to Backward. dx is written, dW and db accumulate.
+#ifndef LMFORGE_MODEL_LAYERS_LINEAR_H_
+#define LMFORGE_MODEL_LAYERS_LINEAR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/core/context.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model {
+
+class Linear {
+ public:
+  // A fresh (OUT, IN) weight (and OUT bias) owned by this layer, or a layer over an existing weight (the
+  // tied LM head reads the token embedding).
+  Linear(int64_t in, int64_t out, bool bias, StepCounters* counters);
+  Linear(const Parameter& weight, StepCounters* counters);
+
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  const Parameter& weight() const { return weight_; }
+  const Parameter* bias() const { return has_bias_ ? &bias_ : nullptr; }
+
+  // x (N, IN) rows at stride ldx -> y (N, OUT) at stride ldy; `accumulate` adds to y instead.
+  void Forward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
+               bool accumulate) const;
+  // dy (N, OUT) -> dx (N, IN) written (skipped if null); dW, db accumulated.
+  void Backward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy,
+                float* dx, int64_t lddx) const;
+
+  // Visits "<prefix>.weight" and "<prefix>.bias".
+  void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+  Parameter weight_, bias_;
+  StepCounters* counters_;
+};
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_LAYERS_LINEAR_H_
