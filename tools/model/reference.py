@@ -217,6 +217,39 @@ def make_fixture(name, cfg, seed):
     return out
 
 
+# AdamW training steps on llama_tiny (no biases: a key bias has an exactly-zero gradient, whose fp32
+# rounding noise AdamW would normalise into a full-size step).
+ADAMW = dict(steps=3, lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_grad_norm=0.5)
+
+
+def make_adamw_fixture(cfg, seed):
+    """Three steps of clip-then-AdamW on one batch; weight decay on matrices (2-D) only, as nanoGPT does."""
+    base = make_fixture("llama_tiny", cfg, seed)
+    params = {k[len("param/"):]: torch.from_numpy(v).to(torch.float64).requires_grad_(True)
+              for k, v in base.items() if k.startswith("param/")}
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": ADAMW["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"])
+    ids, targets = torch.from_numpy(base["ids"]), torch.from_numpy(base["targets"])
+    losses, norms = [], []
+    for _ in range(ADAMW["steps"]):
+        opt.zero_grad()
+        _, loss = forward(cfg, params, ids, targets)
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(list(params.values()), ADAMW["max_grad_norm"]).item())
+        losses.append(loss.item())
+        opt.step()
+    out = {"config_json": base["config_json"], "ids": base["ids"], "targets": base["targets"],
+           "adamw_json": np.frombuffer(json.dumps(ADAMW, sort_keys=True).encode(), dtype=np.uint8),
+           "losses": np.array(losses), "grad_norms": np.array(norms)}
+    for k, v in params.items():
+        out["param/" + k] = base["param/" + k]
+        out["final/" + k] = v.detach().numpy().astype(np.float32)
+    return out
+
+
 def self_check():
     """The hand-written pieces against torch's own ops and the CS336 RoPE snapshot where present."""
     g = torch.Generator().manual_seed(0)
@@ -248,6 +281,11 @@ def main():
         np.savez(path, **arrays)  # uncompressed zip of .npy
         n_params = sum(v.size for k, v in arrays.items() if k.startswith("param/"))
         print(f"{path}: {len(arrays)} arrays, {n_params} parameters, loss {float(arrays['loss']):.6f}")
+    seed = 1000 + sorted(CONFIGS).index("llama_tiny")
+    arrays = make_adamw_fixture(CONFIGS["llama_tiny"], seed)
+    path = os.path.join(args.out, "adamw_llama_tiny.npz")
+    np.savez(path, **arrays)
+    print(f"{path}: losses {arrays['losses']}, grad norms {arrays['grad_norms']}")
 
 
 if __name__ == "__main__":
