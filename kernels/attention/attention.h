@@ -1,0 +1,86 @@
+// Scaled dot-product attention with grouped key/value heads (MHA, GQA and MQA in one kernel), causal
+// and/or masked, forward and backward.
+//
+//   G = NH / NKV;  query head h reads key/value head h / G
+//   s[t, u] = scale * q[b, t, h, :] . k[b, u, h/G, :]        t in [0, T) queries, u in [0, S) keys
+//   masked out when (causal and u > t) or (mask and mask[b, h, t, u] == 0)
+//   out[b, t, h, :] = sum_u softmax_u(s[t, :]) v[b, u, h/G, :]
+//   lse[b, h, t] = log sum_u exp(s[t, u])  (saved for backward)
+// Causal is top-left aligned as in torch (key u is visible to query t iff u <= t), which for T == S is
+// the usual lower-triangular mask. A query row whose keys are all masked gets out = 0 and lse = -inf
+// (PyTorch would give NaN) and zero gradients.
+//
+// q, k, v, out are (B, T|S, heads, HS) with element strides per dimension (HS contiguous), so q, k and v
+// can be read in place from a fused (B, T, 3C) projection and out written into (B, T, C). Backward writes
+// (=) dq, dk, dv with the strides of q, k, v (dk/dv sum over the G query heads sharing a kv head), reading
+// dout with the strides of out. Algorithms: kTiled is the online-softmax (flash) kernel that never holds
+// more than a block of scores per thread; kPlain materialises each (T, S) score row block and is the
+// reference. kAuto picks kTiled.
+#ifndef LMFORGE_KERNELS_ATTENTION_ATTENTION_H_
+#define LMFORGE_KERNELS_ATTENTION_ATTENTION_H_
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+enum class AttentionAlgorithm : uint8_t { kAuto, kTiled, kPlain };
+
+struct AttentionParams {
+  DType dtype = DType::kF32;
+  AttentionAlgorithm algorithm = AttentionAlgorithm::kAuto;
+  int64_t B = 0;
+  int64_t T = 0;    // queries
+  int64_t S = 0;    // keys (== T for self-attention)
+  int64_t NH = 0;   // query heads
+  int64_t NKV = 0;  // key/value heads; divides NH
+  int64_t HS = 0;   // head size
+  float scale = 0;  // usually 1 / sqrt(HS)
+  bool causal = false;
+  const void* q = nullptr;  // (B, T, NH, HS)
+  int64_t q_stride_b = 0, q_stride_t = 0, q_stride_h = 0;
+  const void* k = nullptr;  // (B, S, NKV, HS)
+  int64_t k_stride_b = 0, k_stride_t = 0, k_stride_h = 0;
+  const void* v = nullptr;  // (B, S, NKV, HS)
+  int64_t v_stride_b = 0, v_stride_t = 0, v_stride_h = 0;
+  void* out = nullptr;  // (B, T, NH, HS); an input (the forward output) in backward
+  int64_t out_stride_b = 0, out_stride_t = 0, out_stride_h = 0;
+  float* lse = nullptr;  // (B, NH, T) contiguous; written by forward, read by backward
+  // Optional mask (nonzero = attend), indexed mask[b*mask_stride_b + h*mask_stride_h + t*mask_stride_t + u];
+  // a stride of 0 broadcasts over that dimension.
+  const uint8_t* mask = nullptr;
+  int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_t = 0;
+};
+
+struct AttentionBackwardParams {
+  AttentionParams forward;     // the forward's params (q, k, v, out, lse as after the forward)
+  const void* dout = nullptr;  // strided like forward.out
+  void* dq = nullptr;          // strided like forward.q, written
+  void* dk = nullptr;          // strided like forward.k, written
+  void* dv = nullptr;          // strided like forward.v, written
+};
+
+namespace cpu {
+void AttentionForward(const Context& ctx, const AttentionParams& p);
+void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
+}  // namespace cpu
+
+inline void AttentionForward(const Context& ctx, const AttentionParams& p) {
+  if (!BackendSupports("attention", ctx.device, p.dtype)) UnsupportedOp("attention", ctx, p.dtype);
+  cpu::AttentionForward(ctx, p);
+}
+inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p) {
+  if (!BackendSupports("attention", ctx.device, p.forward.dtype)) UnsupportedOp("attention", ctx, p.forward.dtype);
+  cpu::AttentionBackward(ctx, p);
+}
+
+// Params for contiguous q (B, T, NH, HS), k and v (B, S, NKV, HS), out (B, T, NH, HS), scale 1/sqrt(HS).
+AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV, int64_t HS,
+                                          bool causal, const void* q, const void* k, const void* v, void* out,
+                                          float* lse);
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_ATTENTION_ATTENTION_H_

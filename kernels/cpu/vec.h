@@ -1,0 +1,160 @@
+// Vectorised fp32 building blocks for the CPU kernels (AVX2 + FMA, which the default build targets with
+// -march=x86-64-v3): dot products, axpy, sums, max, and a vector exp. Each has a scalar tail so any n
+// works. Header-only so the loops inline into the kernels.
+#ifndef LMFORGE_KERNELS_CPU_VEC_H_
+#define LMFORGE_KERNELS_CPU_VEC_H_
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "kernels/cpu/vec.h needs AVX2 and FMA (build with -march=x86-64-v3 or newer, as .bazelrc does)"
+#endif
+
+namespace lmf::kernels::vec {
+
+inline float HorizontalSum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 shuf = _mm_movehdup_ps(lo);
+  __m128 sums = _mm_add_ps(lo, shuf);
+  shuf = _mm_movehl_ps(shuf, sums);
+  sums = _mm_add_ss(sums, shuf);
+  return _mm_cvtss_f32(sums);
+}
+
+inline float HorizontalMax(__m256 v) {
+  __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// sum_i a[i] * b[i]
+inline float Dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = HorizontalSum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] += alpha * x[i]
+inline void Axpy(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// x[i] *= alpha
+inline void Scale(float alpha, float* x, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(a, _mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) x[i] *= alpha;
+}
+
+// y[i] += x[i]
+inline void AddInto(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += x[i];
+}
+
+// sum_i x[i]
+inline float Sum(const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+  float s = HorizontalSum(acc);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+// max_i x[i]; -inf for n == 0.
+inline float Max(const float* x, int64_t n) {
+  __m256 acc = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + i));
+  float m = HorizontalMax(acc);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// exp(x) for 8 lanes: range reduction x = k ln2 + r (|r| <= ln2/2, ln2 split in two parts), a degree-6
+// polynomial for exp(r) (Cephes expf coefficients, about 1 ulp), and 2^k built in the exponent bits.
+// Inputs below -87.3 give 0 (including -inf); above 88.7 give +inf.
+inline __m256 Exp(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.7228394f);
+  const __m256 lo = _mm256_set1_ps(-87.3365479f);
+  const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // 2^k: k in [-126, 128]; split k = k1 + k2 so each factor stays a normal float.
+  const __m256i ki = _mm256_cvtps_epi32(k);
+  const __m256i k1 = _mm256_srai_epi32(ki, 1);
+  const __m256i k2 = _mm256_sub_epi32(ki, k1);
+  const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+  const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), too_small);
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), too_big);
+  return y;
+}
+
+// out[i] = exp(x[i] - shift); returns sum_i out[i]. out may alias x.
+inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(out + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = HorizontalSum(acc);
+  for (; i < n; ++i) {
+    out[i] = std::exp(x[i] - shift);
+    sum += out[i];
+  }
+  return sum;
+}
+
+// sum_i exp(x[i] - shift), without storing the exponentials.
+inline float SumExpShift(const float* x, float shift, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_add_ps(acc0, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+    acc1 = _mm256_add_ps(acc1, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s)));
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_add_ps(acc0, Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+  float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += std::exp(x[i] - shift);
+  return sum;
+}
+
+}  // namespace lmf::kernels::vec
+
+#endif  // LMFORGE_KERNELS_CPU_VEC_H_

@@ -1,0 +1,73 @@
+// CPU fused cross-entropy: per row, one pass for the max, one for sum(exp(x - max)) (vec::Exp), then the
+// loss; with dlogits, a third pass writes the gradient (in place if dlogits aliases logits). Rows split
+// over threads; padding columns [V, row_stride) of dlogits are zeroed.
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec.h"
+#include "kernels/cross_entropy/cross_entropy.h"
+
+namespace lmf::kernels::cpu {
+namespace {
+
+// dlogits row = dloss * (exp(x - lse) * (1 + 2 z lse) - onehot(target)); x may alias out.
+void GradientRow(const float* x, float lse, int32_t target, float dloss, float z_loss, int64_t V, int64_t stride,
+                 float* out) {
+  const float k = dloss * (1.0f + 2.0f * z_loss * lse);
+  const __m256 vk = _mm256_set1_ps(k), vlse = _mm256_set1_ps(lse);
+  int64_t v = 0;
+  for (; v + 8 <= V; v += 8)
+    _mm256_storeu_ps(out + v, _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + v), vlse))));
+  for (; v < V; ++v) out[v] = k * std::exp(x[v] - lse);
+  out[target] -= dloss;
+  if (stride > V) std::memset(out + V, 0, sizeof(float) * (stride - V));
+}
+
+void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient) {
+  const int64_t stride = p.row_stride ? p.row_stride : p.V;
+  LMF_CHECK_GE(stride, p.V);
+  const float* logits = static_cast<const float*>(p.logits);
+  float* dlogits = static_cast<float*>(p.dlogits);
+  if (gradient) LMF_CHECK(dlogits != nullptr) << "cross_entropy: backward without dlogits";
+  if (!forward) LMF_CHECK(p.lse != nullptr) << "cross_entropy: backward needs lse from the forward";
+  ParallelForItems(ctx, p.N, 12 * p.V, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const float* x = logits + n * stride;
+      const int32_t target = p.targets[n];
+      const bool ignored = target == p.ignore_index;
+      LMF_CHECK(ignored || (target >= 0 && target < p.V))
+          << "cross_entropy: target " << target << " at row " << n << " outside [0, " << p.V << ")";
+      float lse;
+      if (forward) {
+        const float mx = vec::Max(x, p.V);
+        lse = mx + std::log(vec::SumExpShift(x, mx, p.V));
+        if (p.lse != nullptr) p.lse[n] = lse;
+        if (p.losses != nullptr) p.losses[n] = ignored ? 0.0f : lse - x[target] + p.z_loss * lse * lse;
+      } else {
+        lse = p.lse[n];
+      }
+      if (!gradient) continue;
+      float* g = dlogits + n * stride;
+      const float dloss = p.dlosses ? p.dlosses[n] : p.dloss;
+      if (ignored || !std::isfinite(lse)) {
+        std::memset(g, 0, sizeof(float) * stride);
+      } else {
+        GradientRow(x, lse, target, dloss, p.z_loss, p.V, stride, g);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p) {
+  Run(ctx, p, /*forward=*/true, /*gradient=*/p.dlogits != nullptr);
+}
+
+void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p) {
+  Run(ctx, p, /*forward=*/false, /*gradient=*/true);
+}
+
+}  // namespace lmf::kernels::cpu

@@ -1,0 +1,50 @@
+// Embedding: row gather from a table, and its backward (scatter-add into the table's gradient).
+//
+//   forward:  out[n, :] = table[ids[n], :]                       n in [0, N)
+//   backward: dtable[ids[n], :] += dout[n, :]   (parameter gradient: accumulates)
+// Ids outside [0, V) abort with the offending id (the tokenizer and data loader guarantee the range).
+#ifndef LMFORGE_KERNELS_EMBEDDING_EMBEDDING_H_
+#define LMFORGE_KERNELS_EMBEDDING_EMBEDDING_H_
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+struct EmbeddingForwardParams {
+  DType dtype = DType::kF32;
+  int64_t N = 0;  // rows looked up (B * T)
+  int64_t V = 0;  // table rows
+  int64_t C = 0;  // channels
+  const int32_t* ids = nullptr;  // (N)
+  const void* table = nullptr;   // (V, C)
+  void* out = nullptr;           // (N, C)
+};
+
+struct EmbeddingBackwardParams {
+  DType dtype = DType::kF32;
+  int64_t N = 0, V = 0, C = 0;
+  const int32_t* ids = nullptr;  // (N)
+  const void* dout = nullptr;    // (N, C)
+  void* dtable = nullptr;        // (V, C), accumulated (+=)
+};
+
+namespace cpu {
+void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p);
+void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p);
+}  // namespace cpu
+
+inline void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
+  if (!BackendSupports("embedding", ctx.device, p.dtype)) UnsupportedOp("embedding", ctx, p.dtype);
+  cpu::EmbeddingForward(ctx, p);
+}
+inline void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p) {
+  if (!BackendSupports("embedding", ctx.device, p.dtype)) UnsupportedOp("embedding", ctx, p.dtype);
+  cpu::EmbeddingBackward(ctx, p);
+}
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_EMBEDDING_EMBEDDING_H_

@@ -1,0 +1,51 @@
+// Global gradient norm over many tensors and clipping by it, as torch.nn.utils.clip_grad_norm_:
+//
+//   norm = sqrt(sum over tensors and elements of g^2)     (accumulated in double)
+//   clip_scale = min(1, max_norm / (norm + 1e-6))
+//   ClipGradNorm multiplies every gradient by clip_scale in place and returns norm (before clipping).
+// To save a pass over the gradients, call GlobalGradNorm, then pass ClipScale(norm, max_norm) to
+// AdamWParams::grad_scale instead of ClipGradNorm.
+#ifndef LMFORGE_KERNELS_GRAD_NORM_GRAD_NORM_H_
+#define LMFORGE_KERNELS_GRAD_NORM_GRAD_NORM_H_
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+struct GradSpan {
+  void* data = nullptr;  // (n); only read by GlobalGradNorm
+  int64_t n = 0;
+};
+
+struct GradNormParams {
+  DType dtype = DType::kF32;
+  const GradSpan* grads = nullptr;  // num_grads spans
+  int64_t num_grads = 0;
+};
+
+// min(1, max_norm / (norm + 1e-6)).
+inline float ClipScale(float norm, float max_norm) {
+  const float s = max_norm / (norm + 1e-6f);
+  return s < 1.0f ? s : 1.0f;
+}
+
+namespace cpu {
+float GlobalGradNorm(const Context& ctx, const GradNormParams& p);
+float ClipGradNorm(const Context& ctx, const GradNormParams& p, float max_norm);
+}  // namespace cpu
+
+inline float GlobalGradNorm(const Context& ctx, const GradNormParams& p) {
+  if (!BackendSupports("grad_norm", ctx.device, p.dtype)) UnsupportedOp("grad_norm", ctx, p.dtype);
+  return cpu::GlobalGradNorm(ctx, p);
+}
+inline float ClipGradNorm(const Context& ctx, const GradNormParams& p, float max_norm) {
+  if (!BackendSupports("grad_norm", ctx.device, p.dtype)) UnsupportedOp("grad_norm", ctx, p.dtype);
+  return cpu::ClipGradNorm(ctx, p, max_norm);
+}
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_GRAD_NORM_GRAD_NORM_H_

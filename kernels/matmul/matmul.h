@@ -1,0 +1,81 @@
+// Matmul: batched, strided GEMM with transposes and an optional bias, and its backward.
+//
+//   C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] + bias        for b in [0, batch)
+//
+// op(A) is (M, K): A is stored (M, K) row-major with leading dimension lda, or (K, M) when trans_a.
+// op(B) is (K, N): B is stored (K, N), or (N, K) when trans_b (a Linear weight (out, in) is B with
+// trans_b = true). C is (M, N) with leading dimension ldc. bias (N) is added to every row of C.
+// Matrices of batch b start at a + b * batch_stride_a elements (likewise for B and C; a stride of 0
+// broadcasts one matrix over the batch).
+//
+// Backward (MatmulBackward): given dC, writes or accumulates (per output, see accumulate_*)
+//   d op(A) = dC @ op(B)^T,   d op(B) = op(A)^T @ dC,   dbias = sum over rows and batches of dC.
+// Defaults follow the project rule: the activation gradient dA is written (=), the parameter gradients
+// dB and dbias accumulate (+=). Each output is optional (null = not computed).
+//
+// The CPU GEMM is oneDNN's dnnl_sgemm (chosen by measurement, see kernels/README.md); its threads come
+// from OpenMP, capped at ctx.num_threads().
+#ifndef LMFORGE_KERNELS_MATMUL_MATMUL_H_
+#define LMFORGE_KERNELS_MATMUL_MATMUL_H_
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+struct MatmulParams {
+  DType dtype = DType::kF32;
+  int64_t M = 0, N = 0, K = 0;
+  int64_t batch = 1;
+  const void* a = nullptr;  // (M, K), or (K, M) when trans_a
+  int64_t lda = 0;
+  bool trans_a = false;
+  int64_t batch_stride_a = 0;
+  const void* b = nullptr;  // (K, N), or (N, K) when trans_b
+  int64_t ldb = 0;
+  bool trans_b = false;
+  int64_t batch_stride_b = 0;
+  void* c = nullptr;  // (M, N)
+  int64_t ldc = 0;
+  int64_t batch_stride_c = 0;
+  const void* bias = nullptr;  // (N) or null
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 0 overwrites C (C may be uninitialised); 1 accumulates into C
+};
+
+struct MatmulBackwardParams {
+  // The forward geometry (a, b, transposes, strides, batch, M, N, K, alpha); c, bias and beta are unused.
+  MatmulParams forward;
+  const void* dc = nullptr;  // (M, N), leading dimension forward.ldc, batch stride forward.batch_stride_c
+  void* da = nullptr;        // shaped and strided like a (lda, batch_stride_a); null = not needed
+  void* db = nullptr;        // shaped and strided like b (ldb, batch_stride_b); null = not needed
+  void* dbias = nullptr;     // (N); null = not needed
+  bool accumulate_da = false;
+  bool accumulate_db = true;
+  bool accumulate_dbias = true;
+};
+
+namespace cpu {
+void Matmul(const Context& ctx, const MatmulParams& p);
+void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
+}  // namespace cpu
+
+inline void Matmul(const Context& ctx, const MatmulParams& p) {
+  if (!BackendSupports("matmul", ctx.device, p.dtype)) UnsupportedOp("matmul", ctx, p.dtype);
+  cpu::Matmul(ctx, p);
+}
+inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
+  if (!BackendSupports("matmul", ctx.device, p.forward.dtype)) UnsupportedOp("matmul", ctx, p.forward.dtype);
+  cpu::MatmulBackward(ctx, p);
+}
+
+// The params of a Linear layer, out (R, O) = x (R, I) @ w^T + bias, with w (O, I) and bias (O) or null,
+// all contiguous: M = R, N = O, K = I, B = w with trans_b.
+MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x, const void* w,
+                          const void* bias, void* out);
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_MATMUL_MATMUL_H_

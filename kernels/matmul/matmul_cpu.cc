@@ -1,0 +1,143 @@
+// CPU matmul on oneDNN's dnnl_sgemm (row-major; chosen over OpenBLAS by measurement, kernels/README.md).
+// oneDNN threads with OpenMP; the team is capped at ctx.num_threads() before each call. Bias add and the
+// bias gradient (column sums) run on the context's pool.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/check.h"
+#include "dnnl.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec.h"
+#include "kernels/matmul/matmul.h"
+
+namespace lmf::kernels {
+
+MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x, const void* w,
+                          const void* bias, void* out) {
+  MatmulParams p;
+  p.M = rows, p.N = out_features, p.K = in_features;
+  p.a = x, p.lda = in_features;
+  p.b = w, p.ldb = in_features, p.trans_b = true;
+  p.c = out, p.ldc = out_features;
+  p.bias = bias;
+  return p;
+}
+
+namespace cpu {
+namespace {
+
+// C (M, N) = alpha op(A) op(B) + beta C, one matrix, row-major.
+void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) {
+      if (beta == 0.0f) {
+        std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+      } else {
+        vec::Scale(beta, c + i * ldc, N);
+      }
+    }
+    return;
+  }
+  const int threads = ctx.num_threads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb,
+                                          beta, c, ldc);
+  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status) << " for M=" << M
+                                    << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc;
+}
+
+void CheckGeometry(const MatmulParams& p) {
+  LMF_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1) << "matmul: M=" << p.M << " N=" << p.N << " K=" << p.K
+                                                             << " batch=" << p.batch;
+  LMF_CHECK_GE(p.lda, std::max<int64_t>(1, p.trans_a ? p.M : p.K)) << "matmul: lda too small";
+  LMF_CHECK_GE(p.ldb, std::max<int64_t>(1, p.trans_b ? p.K : p.N)) << "matmul: ldb too small";
+}
+
+}  // namespace
+
+void Matmul(const Context& ctx, const MatmulParams& p) {
+  CheckGeometry(p);
+  LMF_CHECK_GE(p.ldc, std::max<int64_t>(1, p.N)) << "matmul: ldc too small";
+  const float* a = static_cast<const float*>(p.a);
+  const float* b = static_cast<const float*>(p.b);
+  float* c = static_cast<float*>(p.c);
+  for (int64_t i = 0; i < p.batch; ++i) {
+    Sgemm(ctx, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, a + i * p.batch_stride_a, p.lda,
+          b + i * p.batch_stride_b, p.ldb, p.beta, c + i * p.batch_stride_c, p.ldc);
+  }
+  if (p.bias != nullptr) {
+    const float* bias = static_cast<const float*>(p.bias);
+    ParallelForItems(ctx, p.batch * p.M, p.N, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t bi = r / p.M, m = r % p.M;
+        vec::AddInto(bias, c + bi * p.batch_stride_c + m * p.ldc, p.N);
+      }
+    });
+  }
+}
+
+void MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {
+  const MatmulParams& p = bp.forward;
+  CheckGeometry(p);
+  const float* a = static_cast<const float*>(p.a);
+  const float* b = static_cast<const float*>(p.b);
+  const float* dc = static_cast<const float*>(bp.dc);
+  LMF_CHECK(dc != nullptr) << "matmul backward without dc";
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const float* ai = a + i * p.batch_stride_a;
+    const float* bi = b + i * p.batch_stride_b;
+    const float* dci = dc + i * p.batch_stride_c;
+    if (bp.da != nullptr) {
+      // With a broadcast A (stride 0) every batch adds into the same dA after the first.
+      const float beta = (bp.accumulate_da || (p.batch_stride_a == 0 && i > 0)) ? 1.0f : 0.0f;
+      float* dai = static_cast<float*>(bp.da) + i * p.batch_stride_a;
+      if (!p.trans_a) {
+        // dA (M, K) = alpha dC (M, N) op(B)^T (N, K)
+        Sgemm(ctx, false, !p.trans_b, p.M, p.K, p.N, p.alpha, dci, p.ldc, bi, p.ldb, beta, dai, p.lda);
+      } else {
+        // dA (K, M) = alpha op(B) (K, N) dC^T (N, M)
+        Sgemm(ctx, p.trans_b, true, p.K, p.M, p.N, p.alpha, bi, p.ldb, dci, p.ldc, beta, dai, p.lda);
+      }
+    }
+    if (bp.db != nullptr) {
+      const float beta = (bp.accumulate_db || (p.batch_stride_b == 0 && i > 0)) ? 1.0f : 0.0f;
+      float* dbi = static_cast<float*>(bp.db) + i * p.batch_stride_b;
+      if (!p.trans_b) {
+        // dB (K, N) = alpha op(A)^T (K, M) dC (M, N)
+        Sgemm(ctx, !p.trans_a, false, p.K, p.N, p.M, p.alpha, ai, p.lda, dci, p.ldc, beta, dbi, p.ldb);
+      } else {
+        // dB (N, K) = alpha dC^T (N, M) op(A) (M, K)
+        Sgemm(ctx, true, p.trans_a, p.N, p.K, p.M, p.alpha, dci, p.ldc, ai, p.lda, beta, dbi, p.ldb);
+      }
+    }
+  }
+  if (bp.dbias != nullptr) {
+    float* dbias = static_cast<float*>(bp.dbias);
+    constexpr int64_t kBlock = 256;  // columns per task
+    const int64_t blocks = (p.N + kBlock - 1) / kBlock;
+    const int64_t rows = p.batch * p.M;
+    ParallelForItems(ctx, blocks, rows * kBlock, [&](int64_t begin, int64_t end) {
+      std::vector<float> acc(kBlock);
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const int64_t c0 = blk * kBlock, len = std::min(kBlock, p.N - c0);
+        std::fill(acc.begin(), acc.begin() + len, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t bi = r / p.M, m = r % p.M;
+          vec::AddInto(dc + bi * p.batch_stride_c + m * p.ldc + c0, acc.data(), len);
+        }
+        if (bp.accumulate_dbias) {
+          vec::AddInto(acc.data(), dbias + c0, len);
+        } else {
+          std::copy(acc.begin(), acc.begin() + len, dbias + c0);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace cpu
+}  // namespace lmf::kernels

@@ -1,0 +1,56 @@
+// SwiGLU gating, forward and backward: out = silu(gate) * up, the middle of a SwiGLU feed-forward
+// (W2 (silu(x W1^T) * (x W3^T))). gate and up are read with a row stride so that both can live side by
+// side in one (N, 2H) buffer produced by a single fused matmul.
+//
+//   forward:  out[n, h] = silu(gate[n, h]) * up[n, h]
+//   backward: dgate, dup written (=), with the same row strides as gate and up.
+#ifndef LMFORGE_KERNELS_SWIGLU_SWIGLU_H_
+#define LMFORGE_KERNELS_SWIGLU_SWIGLU_H_
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+struct SwiGluForwardParams {
+  DType dtype = DType::kF32;
+  int64_t N = 0;  // rows (B * T)
+  int64_t H = 0;  // hidden width (d_ff)
+  const void* gate = nullptr;  // (N, H), row stride gate_stride
+  int64_t gate_stride = 0;     // elements between rows; 0 means H
+  const void* up = nullptr;    // (N, H), row stride up_stride
+  int64_t up_stride = 0;       // 0 means H
+  void* out = nullptr;         // (N, H), contiguous
+};
+
+struct SwiGluBackwardParams {
+  DType dtype = DType::kF32;
+  int64_t N = 0, H = 0;
+  const void* gate = nullptr;  // forward inputs, strides as in the forward
+  int64_t gate_stride = 0;
+  const void* up = nullptr;
+  int64_t up_stride = 0;
+  const void* dout = nullptr;  // (N, H), contiguous
+  void* dgate = nullptr;       // (N, H), row stride gate_stride, written
+  void* dup = nullptr;         // (N, H), row stride up_stride, written
+};
+
+namespace cpu {
+void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p);
+void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p);
+}  // namespace cpu
+
+inline void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
+  if (!BackendSupports("swiglu", ctx.device, p.dtype)) UnsupportedOp("swiglu", ctx, p.dtype);
+  cpu::SwiGluForward(ctx, p);
+}
+inline void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
+  if (!BackendSupports("swiglu", ctx.device, p.dtype)) UnsupportedOp("swiglu", ctx, p.dtype);
+  cpu::SwiGluBackward(ctx, p);
+}
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_SWIGLU_SWIGLU_H_
