@@ -1,0 +1,210 @@
+// Checkpoint folders (see checkpoint.h): staged writes, digests, verification, pruning.
+#include "experiments/checkpoint/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "base/file.h"
+#include "experiments/crc32c/crc32c.h"
+#include "google/protobuf/text_format.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr char kModelFile[] = "model.safetensors";
+constexpr char kOptimizerFile[] = "optimizer.safetensors";
+constexpr char kConfigFile[] = "config.textproto";
+constexpr char kStateFile[] = "trainer_state.textproto";
+constexpr char kPartialSuffix[] = ".partial";
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Deletes a checkpoint folder and the plain files in it (checkpoints hold no subfolders).
+absl::Status RemoveFolder(const std::string& dir) {
+  for (const std::string& name : ListDir(dir)) {
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) != 0) return ErrnoError("cannot delete", path);
+  }
+  if (::rmdir(dir.c_str()) != 0) return ErrnoError("cannot delete folder", dir);
+  return absl::OkStatus();
+}
+
+absl::Status SyncFolder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return ErrnoError("cannot open folder", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("cannot fsync folder", dir);
+  return absl::OkStatus();
+}
+
+// Parses "step_00000100" (exactly 8+ digits after step_) into 100.
+bool ParseStepFolder(const std::string& name, int64_t* step) {
+  if (!absl::StartsWith(name, "step_") || name.size() < 13) return false;
+  const std::string digits = name.substr(5);
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+  }
+  return absl::SimpleAtoi(digits, step);
+}
+
+absl::StatusOr<checkpoint::FileDigest> Digest(const std::string& dir, const std::string& name) {
+  absl::StatusOr<MappedFile> map = MappedFile::Open(dir + "/" + name);
+  if (!map.ok()) return map.status();
+  checkpoint::FileDigest digest;
+  digest.set_name(name);
+  digest.set_bytes(map->size());
+  digest.set_crc32c(Crc32c(map->view()));
+  return digest;
+}
+
+absl::Status WriteTensors(const std::vector<NamedTensor>& tensors, const std::string& path) {
+  SafetensorsWriter writer;
+  for (const NamedTensor& t : tensors) writer.AddF32(t.name, t.shape, t.data);
+  writer.SetMetadata("format", "pt");
+  return writer.Write(path);
+}
+
+absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path + "/" + kStateFile);
+  if (!text.ok()) return text.status();
+  checkpoint::TrainerState state;
+  if (!google::protobuf::TextFormat::ParseFromString(*text, &state)) {
+    return absl::DataLossError(absl::StrCat(path, "/", kStateFile, ": cannot parse"));
+  }
+  return state;
+}
+
+absl::Status Verify(const std::string& path, const checkpoint::TrainerState& state) {
+  for (const char* required : {kModelFile, kOptimizerFile, kConfigFile}) {
+    bool listed = false;
+    for (const auto& f : state.files()) listed |= f.name() == required;
+    if (!listed) return absl::DataLossError(absl::StrCat(path, ": ", kStateFile, " has no digest for ", required));
+  }
+  for (const checkpoint::FileDigest& expected : state.files()) {
+    absl::StatusOr<checkpoint::FileDigest> actual = Digest(path, expected.name());
+    if (!actual.ok()) return actual.status();
+    if (actual->bytes() != expected.bytes()) {
+      return absl::DataLossError(absl::StrCat(path, "/", expected.name(), ": ", actual->bytes(),
+                                              " bytes, but the checkpoint recorded ", expected.bytes(),
+                                              " (truncated or replaced)"));
+    }
+    if (actual->crc32c() != expected.crc32c()) {
+      return absl::DataLossError(absl::StrFormat("%s/%s: CRC-32C %08x does not match the recorded %08x (corrupt)",
+                                                 path, expected.name(), actual->crc32c(), expected.crc32c()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step) {
+  return absl::StrFormat("%s/step_%08d", checkpoints_dir, step);
+}
+
+std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir) {
+  std::vector<int64_t> steps;
+  for (const std::string& name : ListDir(checkpoints_dir)) {
+    int64_t step;
+    if (ParseStepFolder(name, &step)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, const CheckpointContents& contents,
+                                           int keep) {
+  if (absl::Status s = MakeDirs(checkpoints_dir); !s.ok()) return s;
+  // Folders a killed save left behind.
+  for (const std::string& name : ListDir(checkpoints_dir)) {
+    if (absl::EndsWith(name, kPartialSuffix)) {
+      if (absl::Status s = RemoveFolder(checkpoints_dir + "/" + name); !s.ok()) return s;
+    }
+  }
+  const std::string final_path = CheckpointPath(checkpoints_dir, contents.state.step());
+  const std::string staging = final_path + kPartialSuffix;
+  if (::mkdir(staging.c_str(), 0755) != 0) return ErrnoError("cannot create folder", staging);
+
+  if (absl::Status s = WriteTensors(contents.model, staging + "/" + kModelFile); !s.ok()) return s;
+  if (absl::Status s = WriteTensors(contents.optimizer, staging + "/" + kOptimizerFile); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(staging + "/" + kConfigFile, contents.config_text); !s.ok()) return s;
+  checkpoint::TrainerState state = contents.state;
+  state.clear_files();
+  for (const char* name : {kModelFile, kOptimizerFile, kConfigFile}) {
+    absl::StatusOr<checkpoint::FileDigest> digest = Digest(staging, name);
+    if (!digest.ok()) return digest.status();
+    *state.add_files() = *digest;
+  }
+  std::string state_text;
+  google::protobuf::TextFormat::PrintToString(state, &state_text);
+  if (absl::Status s = WriteFileAtomically(staging + "/" + kStateFile, state_text); !s.ok()) return s;
+
+  // A folder of the same step can only be one that failed verification (resume starts after the newest
+  // good one); it is replaced.
+  struct stat st;
+  if (::stat(final_path.c_str(), &st) == 0) {
+    if (absl::Status s = RemoveFolder(final_path); !s.ok()) return s;
+  }
+  if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
+  if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
+
+  std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < steps.size(); ++i) {
+    if (absl::Status s = RemoveFolder(CheckpointPath(checkpoints_dir, steps[i])); !s.ok()) return s;
+  }
+  return final_path;
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
+  absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
+  if (!state.ok()) return state.status();
+  if (absl::Status s = Verify(path, *state); !s.ok()) return s;
+  absl::StatusOr<SafetensorsReader> model = SafetensorsReader::Open(path + "/" + kModelFile);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<SafetensorsReader> optimizer = SafetensorsReader::Open(path + "/" + kOptimizerFile);
+  if (!optimizer.ok()) return optimizer.status();
+  absl::StatusOr<std::string> config = ReadFile(path + "/" + kConfigFile);
+  if (!config.ok()) return config.status();
+  return LoadedCheckpoint{path, *std::move(state), *std::move(model), *std::move(optimizer), *std::move(config)};
+}
+
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped) {
+  std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string path = CheckpointPath(checkpoints_dir, *it);
+    absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
+    absl::Status status = state.ok() ? Verify(path, *state) : state.status();
+    if (status.ok()) return path;
+    if (skipped != nullptr) skipped->push_back(std::string(status.message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no complete checkpoint in ", checkpoints_dir));
+}
+
+}  // namespace lmf::experiments

@@ -1,0 +1,66 @@
+// Checkpoint folders of a training run: <run>/checkpoints/step_00000100/ holding
+//   model.safetensors        the weights by parameter name (loadable with safetensors.torch.load_file)
+//   optimizer.safetensors    AdamW moments "<parameter>.exp_avg" / "<parameter>.exp_avg_sq"
+//   config.textproto         the resolved experiment config
+//   trainer_state.textproto  step, tokens, sampler (RNG) state, and size + CRC-32C of the three files above
+// A checkpoint is written into step_XXXXXXXX.partial/ (every file fsynced) and renamed into place only when
+// complete, so a crash or kill mid-write never hides or replaces the previous good checkpoint; leftover
+// .partial folders are removed by the next save. Loading verifies sizes and CRCs, and LatestCheckpoint
+// skips (and reports) a checkpoint that fails them. Only the newest `keep` checkpoints are kept.
+#ifndef LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
+#define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "experiments/checkpoint/safetensors.h"
+#include "experiments/checkpoint/trainer_state.pb.h"
+
+namespace lmf::experiments {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;  // numel(shape) floats, alive during SaveCheckpoint
+};
+
+struct CheckpointContents {
+  std::vector<NamedTensor> model;
+  std::vector<NamedTensor> optimizer;
+  checkpoint::TrainerState state;  // `files` is filled by SaveCheckpoint
+  std::string config_text;
+};
+
+// "<checkpoints_dir>/step_00000100".
+std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step);
+
+// Writes step `contents.state.step()` as described above, then deletes all but the newest `keep`
+// checkpoints. Returns the checkpoint's folder.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, const CheckpointContents& contents,
+                                           int keep);
+
+struct LoadedCheckpoint {
+  std::string path;
+  checkpoint::TrainerState state;
+  SafetensorsReader model;
+  SafetensorsReader optimizer;
+  std::string config_text;
+};
+
+// Verifies every file's size and CRC-32C against trainer_state.textproto, then opens it.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
+
+// The newest checkpoint folder that verifies, NotFound when there is none. Each newer one that fails
+// verification is skipped and its error appended to `skipped` (when not null).
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
+                                             std::vector<std::string>* skipped = nullptr);
+
+// The steps of the complete checkpoint folders in `checkpoints_dir`, ascending (no verification).
+std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir);
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_

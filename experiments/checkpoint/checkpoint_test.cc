@@ -1,0 +1,143 @@
+// Checkpoint folders: round trip, keep-last-N, and that an interrupted or damaged checkpoint never
+// replaces the previous good one (a killed save's .partial folder; a truncated or corrupted file).
+#include "experiments/checkpoint/checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "gtest/gtest.h"
+
+namespace lmf::experiments {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  EXPECT_TRUE(MakeDirs(dir).ok());
+  return dir;
+}
+
+struct Fixture {
+  std::vector<float> w = {1.5f, -2.0f, 0.25f, 8.0f, -0.0f, 3.0f};
+  std::vector<float> m = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  std::vector<float> v = {1e-8f, 2e-8f, 3e-8f, 4e-8f, 5e-8f, 6e-8f};
+
+  CheckpointContents Contents(int64_t step) const {
+    CheckpointContents c;
+    c.model = {{"layers.0.ffn.w1.weight", {2, 3}, w.data()}};
+    c.optimizer = {{"layers.0.ffn.w1.weight.exp_avg", {2, 3}, m.data()},
+                   {"layers.0.ffn.w1.weight.exp_avg_sq", {2, 3}, v.data()}};
+    c.state.set_step(step);
+    c.state.set_tokens(step * 128);
+    c.state.set_sampler_seed(7);
+    c.state.set_sampler_windows_drawn(step * 4);
+    c.state.set_optimizer_step(step);
+    c.config_text = "name: \"tiny\"\n";
+    return c;
+  }
+};
+
+TEST(Checkpoint, SavesAndLoadsEverything) {
+  const std::string dir = FreshDir("roundtrip");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(100), 3);
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, dir + "/step_00000100");
+  auto loaded = LoadCheckpoint(*path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state.step(), 100);
+  EXPECT_EQ(loaded->state.sampler_windows_drawn(), 400u);
+  EXPECT_EQ(loaded->state.files_size(), 3);
+  EXPECT_EQ(loaded->config_text, "name: \"tiny\"\n");
+  auto w = loaded->model.ReadFloat("layers.0.ffn.w1.weight", {2, 3});
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(std::memcmp(w->data(), f.w.data(), 24), 0);
+  auto v = loaded->optimizer.ReadFloat("layers.0.ffn.w1.weight.exp_avg_sq", {2, 3});
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::memcmp(v->data(), f.v.data(), 24), 0);
+}
+
+TEST(Checkpoint, KeepsOnlyTheNewestN) {
+  const std::string dir = FreshDir("keep");
+  Fixture f;
+  for (int64_t step : {10, 20, 30, 40, 50}) ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 2).ok());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{40, 50}));
+  auto latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, dir + "/step_00000050");
+}
+
+TEST(Checkpoint, KilledSaveNeverHidesThePreviousCheckpoint) {
+  const std::string dir = FreshDir("killed");
+  Fixture f;
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(10), 3).ok());
+  // What a save killed mid-write leaves: the staging folder with a half-written temp file.
+  const std::string partial = dir + "/step_00000020.partial";
+  ASSERT_EQ(::mkdir(partial.c_str(), 0755), 0);
+  ASSERT_TRUE(WriteFileAtomically(partial + "/model.safetensors.tmp.123", std::string(37, 'x')).ok());
+  auto latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, dir + "/step_00000010");
+  // The next save cleans it up.
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(30), 3).ok());
+  EXPECT_FALSE(FileExists(partial));
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 30}));
+}
+
+TEST(Checkpoint, TruncatedFileIsDetectedAndSkipped) {
+  const std::string dir = FreshDir("truncated");
+  Fixture f;
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(10), 3).ok());
+  auto newer = SaveCheckpoint(dir, f.Contents(20), 3);
+  ASSERT_TRUE(newer.ok());
+  const std::string model = *newer + "/model.safetensors";
+  auto size = FileSize(model);
+  ASSERT_TRUE(size.ok());
+  ASSERT_EQ(::truncate(model.c_str(), static_cast<off_t>(*size - 5)), 0);
+
+  auto load = LoadCheckpoint(*newer);
+  ASSERT_FALSE(load.ok());
+  EXPECT_EQ(load.status().message(), absl::StrCat(model, ": ", *size - 5, " bytes, but the checkpoint recorded ",
+                                                  *size, " (truncated or replaced)"));
+  std::vector<std::string> skipped;
+  auto latest = LatestCheckpoint(dir, &skipped);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, dir + "/step_00000010");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], load.status().message());
+}
+
+TEST(Checkpoint, CorruptedByteFailsTheCrc) {
+  const std::string dir = FreshDir("corrupt");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  const std::string optimizer = *path + "/optimizer.safetensors";
+  auto bytes = ReadFile(optimizer);
+  ASSERT_TRUE(bytes.ok());
+  std::string damaged = *bytes;
+  damaged[damaged.size() - 1] ^= 0x01;
+  ASSERT_TRUE(WriteFileAtomically(optimizer, damaged).ok());
+  auto load = LoadCheckpoint(*path);
+  ASSERT_FALSE(load.ok());
+  EXPECT_NE(std::string(load.status().message()).find("optimizer.safetensors: CRC-32C"), std::string::npos)
+      << load.status();
+  EXPECT_EQ(LatestCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, MissingStateFileMeansIncomplete) {
+  const std::string dir = FreshDir("nostate");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  ASSERT_EQ(::unlink((*path + "/trainer_state.textproto").c_str()), 0);
+  EXPECT_FALSE(LoadCheckpoint(*path).ok());
+  EXPECT_EQ(LatestCheckpoint(dir).status().message(), "no complete checkpoint in " + dir);
+}
+
+}  // namespace
+}  // namespace lmf::experiments
