@@ -1,0 +1,155 @@
+// Bootstrap intervals for Approaches 2 and 3 (see uncertainty.h).
+#include "scaling/fit/uncertainty.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf::scaling {
+namespace {
+
+// Quantities recorded per Approach-3 resample, in this order.
+enum ParametricQuantity { kE, kA, kB, kAlpha, kBeta, kParamsExp, kTokensExp, kOptN, kOptD, kOptL, kNumParametric };
+
+}  // namespace
+
+absl::StatusOr<ParametricUncertainty> BootstrapParametric(const Observations& observations, const ParametricFit& fit,
+                                                          double target_flops, const BootstrapOptions& options,
+                                                          const ParametricFitOptions& fit_options,
+                                                          int extra_starts, ThreadPool* pool) {
+  if (!(target_flops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
+  }
+  absl::StatusOr<ParametricData> data = ParametricData::Create(observations);
+  if (!data.ok()) return data.status();
+  const std::vector<ParametricStart> grid = GridStarts(fit_options);
+  const int num_points = data->size();
+
+  BootstrapSamples samples = RunBootstrap(
+      num_points, {}, kNumParametric, options, pool, [&](int resample, const std::vector<double>& weights, double* q) {
+        std::vector<ParametricStart> starts = {fit.solution};
+        if (extra_starts > 0 && !grid.empty()) {
+          std::mt19937_64 rng(options.seed * 1000003 + resample);
+          std::uniform_int_distribution<size_t> pick(0, grid.size() - 1);
+          for (int s = 0; s < extra_starts; ++s) starts.push_back(grid[pick(rng)]);
+        }
+        const ParametricFit refit = FitParametricFromStarts(*data, weights.data(), starts, fit_options);
+        if (!std::isfinite(refit.objective)) return false;
+        const ParametricLaw& law = refit.law;
+        const Allocation at = OptimalAllocation(law, target_flops);
+        const double values[kNumParametric] = {law.E,  law.A,        law.B,        law.alpha, law.beta,
+                                               ParamsExponent(law), TokensExponent(law), at.params, at.tokens, at.loss};
+        std::copy(values, values + kNumParametric, q);
+        return true;
+      });
+
+  ParametricUncertainty out;
+  out.resamples = samples.resamples;
+  out.failed = samples.failed;
+  const ParametricLaw& law = fit.law;
+  const Allocation at = OptimalAllocation(law, target_flops);
+  const double c = options.confidence;
+  auto interval = [&](int q, double estimate) { return PercentileInterval(samples.samples[q], estimate, c); };
+  out.E = interval(kE, law.E);
+  out.A = interval(kA, law.A);
+  out.B = interval(kB, law.B);
+  out.alpha = interval(kAlpha, law.alpha);
+  out.beta = interval(kBeta, law.beta);
+  out.params_exponent = interval(kParamsExp, ParamsExponent(law));
+  out.tokens_exponent = interval(kTokensExp, TokensExponent(law));
+  out.target.flops = target_flops;
+  out.target.params = interval(kOptN, at.params);
+  out.target.tokens = interval(kOptD, at.tokens);
+  out.target.loss = interval(kOptL, at.loss);
+  const size_t kept = samples.samples[kE].size();
+  for (size_t i = 0; i < kept; ++i) {
+    ParametricLaw l;
+    l.E = samples.samples[kE][i];
+    l.A = samples.samples[kA][i];
+    l.B = samples.samples[kB][i];
+    l.alpha = samples.samples[kAlpha][i];
+    l.beta = samples.samples[kBeta][i];
+    out.resampled.push_back(l);
+  }
+  return out;
+}
+
+absl::StatusOr<IsoFlopUncertainty> BootstrapIsoFlop(const Observations& observations, const IsoFlopFit& fit,
+                                                    double target_flops, const BootstrapOptions& options,
+                                                    ThreadPool* pool) {
+  if (!(target_flops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
+  }
+  std::vector<int> groups(observations.size());
+  for (const IsoFlopCurve& curve : fit.curves)
+    for (int i : curve.runs) groups[i] = static_cast<int>(&curve - fit.curves.data());
+  enum { kNk, kNa, kDk, kDa, kLk, kLa, kCount };
+  BootstrapSamples samples =
+      RunBootstrap(static_cast<int>(observations.size()), groups, kCount, options, pool,
+                   [&](int, const std::vector<double>& weights, double* q) {
+                     absl::StatusOr<IsoFlopFit> refit = FitIsoFlop(observations, weights);
+                     if (!refit.ok()) return false;
+                     const double values[kCount] = {refit->params_law.coefficient, refit->params_law.exponent,
+                                                    refit->tokens_law.coefficient, refit->tokens_law.exponent,
+                                                    refit->loss_law.coefficient,   refit->loss_law.exponent};
+                     std::copy(values, values + kCount, q);
+                     return true;
+                   });
+  IsoFlopUncertainty out;
+  out.resamples = samples.resamples;
+  out.failed = samples.failed;
+  const double c = options.confidence;
+  out.params_coefficient = PercentileInterval(samples.samples[kNk], fit.params_law.coefficient, c);
+  out.params_exponent = PercentileInterval(samples.samples[kNa], fit.params_law.exponent, c);
+  out.tokens_coefficient = PercentileInterval(samples.samples[kDk], fit.tokens_law.coefficient, c);
+  out.tokens_exponent = PercentileInterval(samples.samples[kDa], fit.tokens_law.exponent, c);
+  std::vector<double> n_at, d_at, l_at;
+  for (size_t i = 0; i < samples.samples[kNk].size(); ++i) {
+    IsoFlopFit r;
+    r.params_law = {samples.samples[kNk][i], samples.samples[kNa][i]};
+    r.tokens_law = {samples.samples[kDk][i], samples.samples[kDa][i]};
+    r.loss_law = {samples.samples[kLk][i], samples.samples[kLa][i]};
+    n_at.push_back(r.params_law.At(target_flops));
+    d_at.push_back(r.tokens_law.At(target_flops));
+    l_at.push_back(r.loss_law.At(target_flops));
+    out.resampled.push_back(r);
+  }
+  out.target.flops = target_flops;
+  out.target.params = PercentileInterval(n_at, fit.params_law.At(target_flops), c);
+  out.target.tokens = PercentileInterval(d_at, fit.tokens_law.At(target_flops), c);
+  out.target.loss = PercentileInterval(l_at, fit.loss_law.At(target_flops), c);
+  return out;
+}
+
+Band ParametricBand(const std::vector<ParametricLaw>& laws, const std::vector<double>& flops, int which,
+                    double confidence) {
+  Band band;
+  for (double c : flops) {
+    std::vector<double> values;
+    for (const ParametricLaw& law : laws) {
+      const Allocation at = OptimalAllocation(law, c);
+      values.push_back(which == 0 ? at.params : which == 1 ? at.tokens : at.loss);
+    }
+    const Interval i = PercentileInterval(values, 0, confidence);
+    band.x.push_back(c);
+    band.lower.push_back(i.lower);
+    band.upper.push_back(i.upper);
+  }
+  return band;
+}
+
+Band PowerLawBand(const std::vector<PowerLaw>& laws, const std::vector<double>& x, double confidence) {
+  Band band;
+  for (double v : x) {
+    std::vector<double> values;
+    for (const PowerLaw& law : laws) values.push_back(law.At(v));
+    const Interval i = PercentileInterval(values, 0, confidence);
+    band.x.push_back(v);
+    band.lower.push_back(i.lower);
+    band.upper.push_back(i.upper);
+  }
+  return band;
+}
+
+}  // namespace lmf::scaling

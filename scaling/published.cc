@@ -1,0 +1,226 @@
+// Readers for the published scaling tables (see published.h).
+#include "scaling/published.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "scaling/csv.h"
+
+namespace lmf::scaling {
+namespace {
+
+// Reads the named columns of every row as positive numbers.
+absl::StatusOr<std::vector<std::vector<double>>> PositiveColumns(const CsvTable& csv,
+                                                                 const std::vector<std::string>& names) {
+  std::vector<int> cols;
+  for (const std::string& name : names) {
+    absl::StatusOr<int> c = csv.RequireColumn(name);
+    if (!c.ok()) return c.status();
+    cols.push_back(*c);
+  }
+  std::vector<std::vector<double>> rows;
+  for (const CsvRow& row : csv.rows) {
+    std::vector<double> values;
+    for (int c : cols) {
+      absl::StatusOr<double> v = csv.Double(row, c);
+      if (!v.ok()) return v.status();
+      if (!(*v > 0) || !std::isfinite(*v)) {
+        return absl::InvalidArgumentError(absl::StrCat(csv.Where(row, c), ": expected a positive number, got '",
+                                                       row.fields[c], "'"));
+      }
+      values.push_back(*v);
+    }
+    rows.push_back(values);
+  }
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<Observations> ReadEpochChinchilla(const std::string& path) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<std::vector<std::vector<double>>> rows = PositiveColumns(*csv, {"Model Size", "Training FLOP", "loss"});
+  if (!rows.ok()) return rows.status();
+  Observations out;
+  for (const std::vector<double>& r : *rows) {
+    Observation o;
+    o.params = r[0];
+    o.flops = r[1];
+    o.tokens = r[1] / (6 * r[0]);
+    o.loss = r[2];
+    out.push_back(o);
+  }
+  return out;
+}
+
+Observations DropHighestLoss(const Observations& observations, int count) {
+  if (count <= 0 || observations.empty()) return observations;
+  std::vector<double> losses;
+  for (const Observation& o : observations) losses.push_back(o.loss);
+  std::sort(losses.begin(), losses.end());
+  const double cut = losses[losses.size() - std::min<size_t>(count, losses.size())];
+  Observations out;
+  for (const Observation& o : observations)
+    if (o.loss < cut) out.push_back(o);
+  return out;
+}
+
+absl::StatusOr<Observations> ReadLlama3IsoFlops(const std::string& path) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<std::vector<std::vector<double>>> rows =
+      PositiveColumns(*csv, {"compute_budget", "training_tokens", "validation_loss"});
+  if (!rows.ok()) return rows.status();
+  Observations out;
+  for (const std::vector<double>& r : *rows) {
+    Observation o;
+    o.budget = o.flops = r[0];
+    o.tokens = r[1];
+    o.params = r[0] / (6 * r[1]);
+    o.loss = r[2];
+    out.push_back(o);
+  }
+  return out;
+}
+
+absl::StatusOr<Observations> ReadMisfitting(const std::string& path, bool non_embedding) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<std::vector<std::vector<double>>> rows =
+      PositiveColumns(*csv, {non_embedding ? "N_no_emb" : "N", "D", "C", "loss"});
+  if (!rows.ok()) return rows.status();
+  Observations out;
+  for (const std::vector<double>& r : *rows) {
+    Observation o;
+    o.params = r[0];
+    o.tokens = r[1];
+    o.flops = r[2];
+    o.loss = r[3];
+    out.push_back(o);
+  }
+  return out;
+}
+
+absl::StatusOr<Observations> ReadMarinIsoFlops(const std::string& path) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<int> name_col = csv->RequireColumn("Name");
+  if (!name_col.ok()) return name_col.status();
+  Observations out;
+  const std::vector<std::string> names = {"parameter_count", "throughput/total_tokens", "eval/paloma/macro_loss",
+                                          "throughput/total_gflops"};
+  std::vector<int> cols;
+  for (const std::string& n : names) {
+    absl::StatusOr<int> c = csv->RequireColumn(n);
+    if (!c.ok()) return c.status();
+    cols.push_back(*c);
+  }
+  for (const CsvRow& row : csv->rows) {
+    const std::string& name = row.fields[*name_col];
+    if (!absl::StartsWith(name, "isoflop-")) continue;  // validation-optimal runs
+    const char* start = name.c_str() + 8;
+    char* end = nullptr;
+    const double forward_budget = std::strtod(start, &end);
+    if (end == start || *end != '-' || !(forward_budget > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, *name_col), ": expected 'isoflop-<budget>-...', got '",
+                                                     name, "'"));
+    }
+    double v[4];
+    for (int k = 0; k < 4; ++k) {
+      absl::StatusOr<double> x = csv->Double(row, cols[k]);
+      if (!x.ok()) return x.status();
+      if (!(*x > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, cols[k]), ": expected a positive number"));
+      }
+      v[k] = *x;
+    }
+    Observation o;
+    o.budget = 3 * forward_budget;
+    o.params = v[0];
+    o.tokens = v[1];
+    o.flops = v[3] * 1e9;  // logged training compute: 3x the forward budget in the name
+    o.loss = v[2];
+    out.push_back(o);
+  }
+  return out;
+}
+
+absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  // The file is a flat array of objects whose values are numbers; parse exactly that shape.
+  const std::string& s = *text;
+  size_t i = 0;
+  int line = 1;
+  auto fail = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", what));
+  };
+  auto skip_space = [&] {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) {
+      if (s[i] == '\n') ++line;
+      ++i;
+    }
+  };
+  skip_space();
+  if (i >= s.size() || s[i] != '[') return fail("expected a JSON array of {parameters, compute_budget, final_loss}");
+  ++i;
+  Observations out;
+  while (true) {
+    skip_space();
+    if (i < s.size() && s[i] == ']') break;
+    if (i >= s.size() || s[i] != '{') return fail("expected '{' starting a run");
+    ++i;
+    double params = NAN, budget = NAN, loss = NAN;
+    while (true) {
+      skip_space();
+      if (i < s.size() && s[i] == '}') {
+        ++i;
+        break;
+      }
+      if (i >= s.size() || s[i] != '"') return fail("expected a quoted key");
+      const size_t close = s.find('"', i + 1);
+      if (close == std::string::npos) return fail("unterminated key");
+      const std::string key = s.substr(i + 1, close - i - 1);
+      i = close + 1;
+      skip_space();
+      if (i >= s.size() || s[i] != ':') return fail("expected ':' after key '" + key + "'");
+      ++i;
+      skip_space();
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str() + i, &end);
+      if (end == s.c_str() + i) return fail("expected a number for key '" + key + "'");
+      i = end - s.c_str();
+      if (key == "parameters") {
+        params = v;
+      } else if (key == "compute_budget") {
+        budget = v;
+      } else if (key == "final_loss") {
+        loss = v;
+      } else {
+        return fail("unknown key '" + key + "'");
+      }
+      skip_space();
+      if (i < s.size() && s[i] == ',') ++i;
+    }
+    if (!(params > 0) || !(budget > 0) || !std::isfinite(loss)) {
+      return fail("a run lacks a positive parameters, compute_budget or a final_loss");
+    }
+    Observation o;
+    o.params = params;
+    o.budget = o.flops = budget;
+    o.tokens = budget / (6 * params);
+    o.loss = loss;
+    out.push_back(o);
+    skip_space();
+    if (i < s.size() && s[i] == ',') ++i;
+  }
+  return out;
+}
+
+}  // namespace lmf::scaling

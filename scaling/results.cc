@@ -1,0 +1,211 @@
+// Reading and writing the results table and training-curve files (see results.h).
+#include "scaling/results.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "scaling/csv.h"
+
+namespace lmf::scaling {
+namespace {
+
+constexpr const char* kColumns[] = {"run",     "budget_flops", "params",     "non_embedding_params",
+                                    "tokens",  "flops",        "final_loss", "best_val_loss",
+                                    "d_model", "n_layers",     "n_heads",    "batch_size",
+                                    "lr",      "status",       "curve_file"};
+constexpr int kRequired = 14;  // every column but curve_file
+
+std::string FolderOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Shortest text that reads back as the same double.
+std::string Number(double v) {
+  if (std::isnan(v)) return "";
+  return absl::StrFormat("%.17g", v);
+}
+
+}  // namespace
+
+const char* RunStatusName(RunStatus status) {
+  switch (status) {
+    case RunStatus::kFinished:
+      return "finished";
+    case RunStatus::kFailed:
+      return "failed";
+    case RunStatus::kDiverged:
+      return "diverged";
+  }
+  return "finished";
+}
+
+absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::string& path) {
+  absl::StatusOr<CsvTable> csv = ParseCsv(text, path);
+  if (!csv.ok()) return csv.status();
+  int col[15];
+  for (int c = 0; c < 15; ++c) {
+    col[c] = csv->Column(kColumns[c]);
+    if (c < kRequired && col[c] < 0) {
+      absl::StatusOr<int> missing = csv->RequireColumn(kColumns[c]);
+      return missing.status();
+    }
+  }
+  ResultsTable table;
+  table.path = path;
+  std::set<std::string> names;
+  for (const CsvRow& row : csv->rows) {
+    RunResult r;
+    r.run = row.fields[col[0]];
+    if (r.run.empty()) return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[0]), ": empty run name"));
+    if (!names.insert(r.run).second) {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[0]), ": run '", r.run, "' appears twice"));
+    }
+    const std::string& status = row.fields[col[13]];
+    if (status == "finished") {
+      r.status = RunStatus::kFinished;
+    } else if (status == "failed") {
+      r.status = RunStatus::kFailed;
+    } else if (status == "diverged") {
+      r.status = RunStatus::kDiverged;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[13]), ": expected finished, failed or ",
+                                                     "diverged, got '", status, "'"));
+    }
+    const bool finished = r.status == RunStatus::kFinished;
+    double* doubles[] = {&r.budget_flops, &r.params,     &r.non_embedding_params, &r.tokens,
+                         &r.flops,        &r.final_loss, &r.best_val_loss};
+    for (int k = 0; k < 7; ++k) {
+      const int c = col[1 + k];
+      const bool is_loss = k >= 5;
+      absl::StatusOr<double> v = csv->Double(row, c, /*allow_empty=*/is_loss && !finished);
+      if (!v.ok()) return v.status();
+      const bool positive_required = k != 0 && (finished || !is_loss);
+      if (positive_required && !(*v > 0 && std::isfinite(*v))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(csv->Where(row, c), ": expected a positive finite number, got '", row.fields[c], "'"));
+      }
+      if (k == 0 && !(*v >= 0 && std::isfinite(*v))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(csv->Where(row, c), ": expected a budget >= 0 (0: no IsoFLOP group), got '", row.fields[c], "'"));
+      }
+      *doubles[k] = *v;
+    }
+    int64_t* ints[] = {&r.d_model, &r.n_layers, &r.n_heads, &r.batch_size};
+    for (int k = 0; k < 4; ++k) {
+      absl::StatusOr<int64_t> v = csv->Integer(row, col[8 + k]);
+      if (!v.ok()) return v.status();
+      if (*v <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(csv->Where(row, col[8 + k]), ": expected a positive whole number, got '", row.fields[col[8 + k]], "'"));
+      }
+      *ints[k] = *v;
+    }
+    absl::StatusOr<double> lr = csv->Double(row, col[12]);
+    if (!lr.ok()) return lr.status();
+    if (!(*lr > 0) || !std::isfinite(*lr)) {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[12]), ": expected a positive learning rate, got '",
+                                                     row.fields[col[12]], "'"));
+    }
+    r.lr = *lr;
+    if (col[14] >= 0) r.curve_file = row.fields[col[14]];
+    table.runs.push_back(std::move(r));
+  }
+  return table;
+}
+
+absl::StatusOr<ResultsTable> ReadResults(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseResults(*text, path);
+}
+
+std::string FormatResults(const ResultsTable& table) {
+  std::string out;
+  for (int c = 0; c < 15; ++c) absl::StrAppend(&out, c ? "," : "", kColumns[c]);
+  out += "\n";
+  for (const RunResult& r : table.runs) {
+    absl::StrAppend(&out, CsvField(r.run), ",", Number(r.budget_flops), ",", Number(r.params), ",",
+                    Number(r.non_embedding_params), ",", Number(r.tokens), ",", Number(r.flops), ",",
+                    Number(r.final_loss), ",", Number(r.best_val_loss), ",", r.d_model, ",", r.n_layers, ",",
+                    r.n_heads, ",", r.batch_size, ",", Number(r.lr), ",", RunStatusName(r.status), ",",
+                    CsvField(r.curve_file), "\n");
+  }
+  return out;
+}
+
+absl::Status WriteResults(const std::string& path, const ResultsTable& table) {
+  return WriteFileAtomically(path, FormatResults(table));
+}
+
+Observations ToObservations(const ResultsTable& table, const ObservationChoice& choice) {
+  Observations out;
+  for (const RunResult& r : table.runs) {
+    if (r.status != RunStatus::kFinished) continue;
+    Observation o;
+    o.params = choice.non_embedding ? r.non_embedding_params : r.params;
+    o.tokens = r.tokens;
+    o.flops = r.flops;
+    o.budget = r.budget_flops;
+    o.loss = choice.best_loss ? r.best_val_loss : r.final_loss;
+    out.push_back(o);
+  }
+  return out;
+}
+
+absl::StatusOr<TrainingCurve> ReadTrainingCurve(const std::string& path, double params) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  int col[4];
+  const char* names[4] = {"step", "tokens", "flops", "loss"};
+  for (int c = 0; c < 4; ++c) {
+    absl::StatusOr<int> i = csv->RequireColumn(names[c]);
+    if (!i.ok()) return i.status();
+    col[c] = *i;
+  }
+  TrainingCurve curve;
+  curve.params = params;
+  double last_step = -1;
+  for (const CsvRow& row : csv->rows) {
+    double v[4];
+    for (int c = 0; c < 4; ++c) {
+      absl::StatusOr<double> x = csv->Double(row, col[c]);
+      if (!x.ok()) return x.status();
+      v[c] = *x;
+    }
+    if (!(v[0] > last_step)) {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[0]), ": steps must increase"));
+    }
+    last_step = v[0];
+    if (v[0] == 0) continue;  // the untrained model has spent no compute: not a point on the curve
+    if (!(v[1] > 0) || !(v[2] > 0) || !std::isfinite(v[3])) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", row.line,
+                                                     ": tokens and flops must be positive and loss finite"));
+    }
+    curve.points.push_back({v[1], v[2], v[3]});
+  }
+  return curve;
+}
+
+absl::StatusOr<std::vector<TrainingCurve>> ReadTrainingCurves(const ResultsTable& table,
+                                                              const ObservationChoice& choice) {
+  std::vector<TrainingCurve> curves;
+  for (const RunResult& r : table.runs) {
+    if (r.status != RunStatus::kFinished || r.curve_file.empty()) continue;
+    const std::string path = r.curve_file[0] == '/' ? r.curve_file : FolderOf(table.path) + "/" + r.curve_file;
+    absl::StatusOr<TrainingCurve> curve =
+        ReadTrainingCurve(path, choice.non_embedding ? r.non_embedding_params : r.params);
+    if (!curve.ok()) {
+      return absl::Status(curve.status().code(),
+                          absl::StrCat("curve of run '", r.run, "' (", table.path, "): ", curve.status().message()));
+    }
+    curve->run = r.run;
+    curves.push_back(std::move(*curve));
+  }
+  return curves;
+}
+
+}  // namespace lmf::scaling

@@ -1,0 +1,86 @@
+// The results table: one row per training run of a sweep, written by the sweep runner and read by the
+// fits and the report (scaling/report). CSV with a header row; the columns, in the order written:
+//
+//   run                   unique run name
+//   budget_flops          nominal IsoFLOP budget the run belongs to (FLOP); 0 for runs outside a design
+//   params                parameters including embeddings
+//   non_embedding_params  parameters without the token embedding (and an untied output layer)
+//   tokens                training tokens seen
+//   flops                 training FLOP actually spent
+//   final_loss            validation loss at the end of training (empty if the run failed)
+//   best_val_loss         lowest validation loss seen (empty if the run failed)
+//   d_model, n_layers, n_heads, batch_size (sequences), lr (peak learning rate)
+//   status                finished | failed | diverged
+//   curve_file            optional column: a CSV of the run's training curve (see TrainingCurve), relative
+//                         to the results file's folder; empty for none. Approach 1 reads these.
+//
+// Columns may come in any order; extra columns are ignored (sweeps may record more). Every error names
+// the file, line and column.
+#ifndef LMFORGE_SCALING_RESULTS_H_
+#define LMFORGE_SCALING_RESULTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "scaling/fit/envelope.h"
+#include "scaling/fit/observation.h"
+
+namespace lmf::scaling {
+
+enum class RunStatus { kFinished, kFailed, kDiverged };
+const char* RunStatusName(RunStatus status);
+
+struct RunResult {
+  std::string run;
+  double budget_flops = 0;
+  double params = 0;
+  double non_embedding_params = 0;
+  double tokens = 0;
+  double flops = 0;
+  double final_loss = NAN;
+  double best_val_loss = NAN;
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t batch_size = 0;
+  double lr = 0;
+  RunStatus status = RunStatus::kFinished;
+  std::string curve_file;  // as written in the table (relative to the table's folder), or ""
+};
+
+struct ResultsTable {
+  std::string path;  // where it was read from ("" for a table built in memory)
+  std::vector<RunResult> runs;
+};
+
+// Parses a results table; `path` names the file in messages and anchors relative curve files. A finished
+// run must have a positive finite final_loss and best_val_loss; run names must be unique.
+absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::string& path);
+absl::StatusOr<ResultsTable> ReadResults(const std::string& path);
+
+// The table as CSV (all columns above, curve_file included), and written atomically.
+std::string FormatResults(const ResultsTable& table);
+absl::Status WriteResults(const std::string& path, const ResultsTable& table);
+
+// Which numbers of a run the fits see.
+struct ObservationChoice {
+  bool non_embedding = true;  // N = non_embedding_params (Kaplan) or params (Chinchilla)
+  bool best_loss = false;     // L = best_val_loss, else final_loss
+};
+// The finished runs as observations (failed and diverged runs are left out).
+Observations ToObservations(const ResultsTable& table, const ObservationChoice& choice);
+
+// A training curve file: CSV with columns step, tokens, flops, loss (validation loss at that point), one
+// row per evaluation, in increasing step order.
+absl::StatusOr<TrainingCurve> ReadTrainingCurve(const std::string& path, double params);
+
+// The training curves of the finished runs that name one (paths resolved against the table's folder).
+absl::StatusOr<std::vector<TrainingCurve>> ReadTrainingCurves(const ResultsTable& table,
+                                                              const ObservationChoice& choice);
+
+}  // namespace lmf::scaling
+
+#endif  // LMFORGE_SCALING_RESULTS_H_

@@ -1,0 +1,137 @@
+// Tests for the results table: a round trip through CSV, clear errors for bad cells, observations from
+// finished runs only, and training-curve files resolved beside the table.
+#include "scaling/results.h"
+
+#include <cstdlib>
+
+#include "base/file.h"
+#include "gtest/gtest.h"
+
+namespace lmf::scaling {
+namespace {
+
+constexpr char kHeader[] =
+    "run,budget_flops,params,non_embedding_params,tokens,flops,final_loss,best_val_loss,d_model,n_layers,n_heads,"
+    "batch_size,lr,status\n";
+
+ResultsTable Example() {
+  ResultsTable t;
+  RunResult a;
+  a.run = "c1e17_d256";
+  a.budget_flops = 1e17;
+  a.params = 3.1e6;
+  a.non_embedding_params = 2.2e6;
+  a.tokens = 7.5e9;
+  a.flops = 1.0000001e17;
+  a.final_loss = 3.25;
+  a.best_val_loss = 3.2;
+  a.d_model = 256;
+  a.n_layers = 4;
+  a.n_heads = 4;
+  a.batch_size = 32;
+  a.lr = 3e-3;
+  a.curve_file = "curves/c1e17_d256.csv";
+  RunResult b = a;
+  b.run = "c1e17_d512, wide";  // a comma in a name must be quoted
+  b.status = RunStatus::kFailed;
+  b.final_loss = b.best_val_loss = NAN;
+  b.curve_file = "";
+  t.runs = {a, b};
+  return t;
+}
+
+TEST(ResultsTest, RoundTripsThroughCsv) {
+  const std::string text = FormatResults(Example());
+  absl::StatusOr<ResultsTable> back = ParseResults(text, "r.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->runs.size(), 2u);
+  const RunResult& a = back->runs[0];
+  EXPECT_EQ(a.run, "c1e17_d256");
+  EXPECT_EQ(a.flops, 1.0000001e17);  // written with 17 digits: exact
+  EXPECT_EQ(a.lr, 3e-3);
+  EXPECT_EQ(a.n_heads, 4);
+  EXPECT_EQ(a.curve_file, "curves/c1e17_d256.csv");
+  EXPECT_EQ(back->runs[1].run, "c1e17_d512, wide");
+  EXPECT_EQ(back->runs[1].status, RunStatus::kFailed);
+  EXPECT_TRUE(std::isnan(back->runs[1].final_loss));
+  EXPECT_EQ(FormatResults(*back), text);
+}
+
+TEST(ResultsTest, ErrorsNameFileLineAndColumn) {
+  std::string text = std::string(kHeader) + "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n" +
+                     "b,1e17,3e6,2e6,7e9,1e17,,3.1,256,4,4,32,0.003,finished\n";
+  absl::StatusOr<ResultsTable> t = ParseResults(text, "sweep/results.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "sweep/results.csv:3:7 (final_loss): expected a number, got an empty cell");
+
+  text = std::string(kHeader) + "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256.5,4,4,32,0.003,finished\n";
+  t = ParseResults(text, "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "r.csv:2:9 (d_model): expected a whole number, got '256.5'");
+
+  text = std::string(kHeader) + "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,done\n";
+  t = ParseResults(text, "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "r.csv:2:14 (status): expected finished, failed or diverged, got 'done'");
+
+  text = std::string(kHeader) + "a,1e17,-3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n";
+  EXPECT_FALSE(ParseResults(text, "r.csv").ok());
+  text = std::string(kHeader) + "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n" +
+         "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n";
+  t = ParseResults(text, "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "r.csv:3:1 (run): run 'a' appears twice");
+  t = ParseResults("run,params\nx,1\n", "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("missing column 'budget_flops'"), std::string::npos);
+}
+
+TEST(ResultsTest, ExtraColumnsAreIgnoredAndOrderIsFree) {
+  const std::string text =
+      "status,run,wall_seconds,budget_flops,params,non_embedding_params,tokens,flops,final_loss,best_val_loss,"
+      "d_model,n_layers,n_heads,batch_size,lr\nfinished,a,12.5,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003\n";
+  absl::StatusOr<ResultsTable> t = ParseResults(text, "r.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->runs[0].run, "a");
+  EXPECT_EQ(t->runs[0].best_val_loss, 3.1);
+}
+
+TEST(ResultsTest, ObservationsComeFromFinishedRunsOnly) {
+  const ResultsTable t = Example();
+  Observations obs = ToObservations(t, {/*non_embedding=*/true, /*best_loss=*/false});
+  ASSERT_EQ(obs.size(), 1u);
+  EXPECT_EQ(obs[0].params, 2.2e6);
+  EXPECT_EQ(obs[0].loss, 3.25);
+  EXPECT_EQ(obs[0].budget, 1e17);
+  obs = ToObservations(t, {false, true});
+  EXPECT_EQ(obs[0].params, 3.1e6);
+  EXPECT_EQ(obs[0].loss, 3.2);
+}
+
+TEST(ResultsTest, WritesAtomicallyAndReadsCurvesBesideTheTable) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/results_test";
+  ASSERT_TRUE(MakeDirs(dir + "/curves").ok());
+  ResultsTable t = Example();
+  ASSERT_TRUE(WriteResults(dir + "/results.csv", t).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/curves/c1e17_d256.csv",
+                                  "step,tokens,flops,loss\n0,0,0,10.8\n100,1e8,1.3e15,5.0\n200,2e8,2.6e15,4.2\n")
+                  .ok());
+  absl::StatusOr<ResultsTable> back = ReadResults(dir + "/results.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(*back, {true, false});
+  ASSERT_TRUE(curves.ok()) << curves.status();
+  ASSERT_EQ(curves->size(), 1u);  // the failed run has no curve
+  EXPECT_EQ((*curves)[0].run, "c1e17_d256");
+  EXPECT_EQ((*curves)[0].params, 2.2e6);
+  ASSERT_EQ((*curves)[0].points.size(), 2u);  // step 0 spent no compute and is left out
+  EXPECT_EQ((*curves)[0].points[1].loss, 4.2);
+
+  ASSERT_TRUE(WriteFileAtomically(dir + "/curves/c1e17_d256.csv", "step,tokens,flops,loss\n100,1e8,1e15,5\n50,1,1,1\n").ok());
+  curves = ReadTrainingCurves(*back, {true, false});
+  ASSERT_FALSE(curves.ok());
+  EXPECT_NE(curves.status().message().find("curve of run 'c1e17_d256'"), std::string::npos);
+  EXPECT_NE(curves.status().message().find("c1e17_d256.csv:3:1 (step): steps must increase"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lmf::scaling
