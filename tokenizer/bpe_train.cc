@@ -20,7 +20,9 @@ ThreadPool& PoolOf(const TrainOptions& options) {
   return options.pool != nullptr ? *options.pool : ThreadPool::Default();
 }
 
-absl::Status ValidateOptions(const TrainOptions& options) {
+}  // namespace
+
+absl::Status ValidateTrainOptions(const TrainOptions& options) {
   std::vector<std::string> seen;
   for (const std::string& s : options.special_tokens) {
     if (s.empty()) return absl::InvalidArgumentError("special tokens must not be empty");
@@ -36,6 +38,8 @@ absl::Status ValidateOptions(const TrainOptions& options) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 void CountInto(std::string_view text, const SpecialTokenSplitter& splitter, PretokenCounts* counts) {
   auto count_segment = [&](std::string_view segment) {
@@ -157,7 +161,7 @@ absl::StatusOr<PretokenCounts> CountPretokensInFiles(const std::vector<std::stri
 }
 
 absl::StatusOr<Tokenizer> TrainBpeFromCounts(const PretokenCounts& counts, const TrainOptions& options) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
   std::vector<std::string> vocab;
   vocab.reserve(options.vocab_size);
   for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
@@ -271,12 +275,12 @@ absl::StatusOr<Tokenizer> TrainBpeFromCounts(const PretokenCounts& counts, const
 }
 
 absl::StatusOr<Tokenizer> TrainBpeOnText(std::string_view text, const TrainOptions& options) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
   return TrainBpeFromCounts(CountPretokensInText(text, options), options);
 }
 
 absl::StatusOr<Tokenizer> TrainBpeOnFiles(const std::vector<std::string>& paths, const TrainOptions& options) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
   if (paths.empty()) return absl::InvalidArgumentError("no input files to train on");
   auto counts = CountPretokensInFiles(paths, options);
   if (!counts.ok()) return counts.status();

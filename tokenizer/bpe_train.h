@@ -46,6 +46,9 @@ using PretokenCounts = absl::flat_hash_map<std::string, uint64_t>;
 absl::StatusOr<Tokenizer> TrainBpeOnFiles(const std::vector<std::string>& paths, const TrainOptions& options);
 absl::StatusOr<Tokenizer> TrainBpeOnText(std::string_view text, const TrainOptions& options);
 
+// Checks vocab_size >= 256 + specials and that specials are distinct and non-empty.
+absl::Status ValidateTrainOptions(const TrainOptions& options);
+
 // The two halves, for tests and benchmarks.
 absl::StatusOr<PretokenCounts> CountPretokensInFiles(const std::vector<std::string>& paths,
                                                      const TrainOptions& options);

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End-to-end test of the `bpe` command line: train -> encode -> decode gives the input back, stats reads
+# both files, and every bad input the issue lists (missing file, vocab smaller than 256 + specials, corrupt
+# tokenizer file, token file from another tokenizer, unknown flag or verb) fails with exit status 1 and a
+# message naming the problem.
+set -uo pipefail
+
+bpe="$TEST_SRCDIR/$TEST_WORKSPACE/tokenizer/bpe"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# Expects the command to fail with exit status 1 and stderr containing $1.
+expect_error() {
+  local needle="$1"
+  shift
+  local err
+  err="$("$@" 2>&1 >/dev/null)"
+  local rc=$?
+  [[ $rc -eq 1 ]] || fail "exit status $rc (expected 1) for: $*"
+  [[ "$err" == *"$needle"* ]] || fail "stderr of '$*' lacks '$needle': $err"
+}
+
+corpus="$tmp/corpus.txt"
+for i in $(seq 1 300); do
+  printf 'The quick brown fox %d jumps over the lazy dog. Ünïcödé café naïve 日本語 😀\n' "$i"
+  if ((i % 50 == 0)); then printf '<|endoftext|>'; fi
+done >"$corpus"
+
+"$bpe" train --input="$corpus" --vocab_size=400 --output="$tmp/tok.lmftok" \
+  --gpt2_vocab_out="$tmp/vocab.json" --gpt2_merges_out="$tmp/merges.txt" >"$tmp/train.out" 2>&1 ||
+  fail "train failed: $(cat "$tmp/train.out")"
+grep -q "trained 400 tokens" "$tmp/train.out" || fail "train summary missing: $(cat "$tmp/train.out")"
+grep -q "merges/s" "$tmp/train.out" || fail "train progress lacks merges/s: $(cat "$tmp/train.out")"
+
+"$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/corpus.tok" >"$tmp/encode.out" 2>&1 ||
+  fail "encode failed: $(cat "$tmp/encode.out")"
+grep -q "bytes/token" "$tmp/encode.out" || fail "encode lacks the compression ratio: $(cat "$tmp/encode.out")"
+
+"$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$tmp/corpus.tok" --output="$tmp/decoded.txt" ||
+  fail "decode failed"
+cmp -s "$corpus" "$tmp/decoded.txt" || fail "decode(encode(corpus)) differs from the corpus"
+
+# The exported GPT-2 files load as the same tokenizer, so they decode the same token file.
+"$bpe" decode --gpt2_vocab="$tmp/vocab.json" --gpt2_merges="$tmp/merges.txt" --input="$tmp/corpus.tok" \
+  >"$tmp/decoded2.txt" || fail "decode with the exported GPT-2 files failed"
+cmp -s "$corpus" "$tmp/decoded2.txt" || fail "GPT-2 export round trip differs"
+
+"$bpe" stats --tokenizer="$tmp/tok.lmftok" --input="$tmp/corpus.tok" >"$tmp/stats.out" 2>&1 || fail "stats failed"
+grep -q "6 special tokens" "$tmp/stats.out" || fail "stats miscounted specials: $(cat "$tmp/stats.out")"
+
+expect_error "/nonexistent/corpus.txt" "$bpe" train --input=/nonexistent/corpus.txt --vocab_size=400 --output="$tmp/x"
+expect_error "smaller than the 256 byte tokens + 1 special tokens" \
+  "$bpe" train --input="$corpus" --vocab_size=256 --output="$tmp/x"
+expect_error "missing --vocab_size" "$bpe" train --input="$corpus" --output="$tmp/x"
+head -c 300 "$tmp/tok.lmftok" >"$tmp/truncated.lmftok"
+expect_error "corrupt tokenizer file" "$bpe" stats --tokenizer="$tmp/truncated.lmftok"
+printf 'hello\n' >"$tmp/garbage.lmftok"
+expect_error "not a tokenizer file" "$bpe" encode --tokenizer="$tmp/garbage.lmftok" --input="$corpus" --output="$tmp/y"
+"$bpe" train --input="$corpus" --vocab_size=300 --output="$tmp/other.lmftok" >/dev/null 2>&1 || fail "second train failed"
+expect_error "does not match the tokenizer" "$bpe" decode --tokenizer="$tmp/other.lmftok" --input="$tmp/corpus.tok"
+expect_error "bad magic" "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$corpus"
+expect_error "unknown flag --bogus" "$bpe" encode --tokenizer="$tmp/tok.lmftok" --bogus=1
+expect_error "unknown verb" "$bpe" frobnicate
+[[ -f "$tmp/y" ]] && fail "a failed encode left an output file"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "bpe CLI: all checks passed"
