@@ -1,0 +1,156 @@
+// metrics.jsonl and console formatting (see metrics_log.h).
+#include "experiments/metrics/metrics_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "experiments/json/json.h"
+
+namespace lmf::experiments {
+namespace {
+
+std::string Count(double value) {
+  if (value >= 1e9) return absl::StrFormat("%.2fG", value / 1e9);
+  if (value >= 1e6) return absl::StrFormat("%.2fM", value / 1e6);
+  if (value >= 1e3) return absl::StrFormat("%.1fk", value / 1e3);
+  return absl::StrFormat("%.0f", value);
+}
+
+std::string Numbers(const StepMetrics& m, int64_t total_steps) {
+  std::string eta;
+  if (m.step > 0 && total_steps > m.step && m.wall_seconds > 0) {
+    eta = absl::StrCat(", eta ", FormatDuration(m.wall_seconds / m.step * (total_steps - m.step)));
+  }
+  return absl::StrFormat("loss %.4f | lr %.2e | gnorm %.3f | %s tok/s | MFU %.1f%% | %s%s", m.loss, m.lr,
+                         m.grad_norm, Count(m.tokens_per_second), 100 * m.mfu, FormatDuration(m.wall_seconds),
+                         eta);
+}
+
+}  // namespace
+
+std::string MetricsJsonLine(const StepMetrics& m) {
+  return absl::StrCat("{\"step\":", m.step, ",\"tokens\":", m.tokens, ",\"loss\":", JsonNumber(m.loss),
+                      ",\"val_loss\":", m.val_loss.has_value() ? JsonNumber(*m.val_loss) : "null",
+                      ",\"lr\":", JsonNumber(m.lr), ",\"grad_norm\":", JsonNumber(m.grad_norm),
+                      ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second), ",\"mfu\":", JsonNumber(m.mfu),
+                      ",\"wall_seconds\":", JsonNumber(m.wall_seconds), "}\n");
+}
+
+absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
+  absl::StatusOr<JsonValue> json = ParseJson(line);
+  if (!json.ok()) return json.status();
+  StepMetrics m;
+  auto number = [&](const char* key, double* out) {
+    const JsonValue* v = json->Find(key);
+    return v != nullptr && v->AsDouble(out);
+  };
+  auto integer = [&](const char* key, int64_t* out) {
+    const JsonValue* v = json->Find(key);
+    return v != nullptr && v->AsInt64(out);
+  };
+  double val = 0;
+  const JsonValue* val_loss = json->Find("val_loss");
+  if (val_loss != nullptr && val_loss->kind == JsonValue::Kind::kNumber && val_loss->AsDouble(&val)) m.val_loss = val;
+  if (!integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
+      !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
+      !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||
+      !number("wall_seconds", &m.wall_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("not a metrics line: ", line));
+  }
+  return m;
+}
+
+absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, std::optional<int64_t> resume_step) {
+  if (resume_step.has_value() && FileExists(path)) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    std::string kept;
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      absl::StatusOr<StepMetrics> m = ParseMetricsJsonLine(std::string(line));
+      // A torn last line (killed mid-write) does not parse and is dropped with the later steps.
+      if (m.ok() && m->step <= *resume_step) absl::StrAppend(&kept, line, "\n");
+    }
+    if (absl::Status s = WriteFileAtomically(path, kept); !s.ok()) return s;
+  }
+  MetricsLog log;
+  log.path_ = path;
+  log.file_ = std::fopen(path.c_str(), "a");
+  if (log.file_ == nullptr) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  return log;
+}
+
+MetricsLog::MetricsLog(MetricsLog&& other) noexcept
+    : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)) {}
+
+MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
+  if (this != &other) {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = std::exchange(other.file_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status MetricsLog::Append(const StepMetrics& m) {
+  const std::string line = MetricsJsonLine(m);
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s >= 3600) return absl::StrFormat("%dh%02dm%02ds", s / 3600, (s / 60) % 60, s % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+std::string FormatStepLine(const StepMetrics& m, int64_t total_steps) {
+  const int digits = static_cast<int>(absl::StrCat(total_steps).size());
+  return absl::StrFormat("step %*d/%d | %s", digits, m.step, total_steps, Numbers(m, total_steps));
+}
+
+std::string FormatProgressBar(const StepMetrics& m, int64_t total_steps, int width) {
+  const double fraction = total_steps > 0 ? std::min(1.0, static_cast<double>(m.step) / total_steps) : 0;
+  const int filled = static_cast<int>(fraction * width);
+  return absl::StrFormat("[%s%s] %3.0f%% %d/%d | %s", std::string(filled, '#'), std::string(width - filled, '.'),
+                         100 * fraction, m.step, total_steps, Numbers(m, total_steps));
+}
+
+void ConsoleReporter::Step(const StepMetrics& m) {
+  if (bar_) {
+    last_bar_ = FormatProgressBar(m, total_steps_, 30);
+    std::fprintf(out_, "\r\x1b[2K%s", last_bar_.c_str());
+  } else {
+    std::fprintf(out_, "%s\n", FormatStepLine(m, total_steps_).c_str());
+  }
+  std::fflush(out_);
+}
+
+void ConsoleReporter::Message(const std::string& line) {
+  if (bar_) {
+    std::fprintf(out_, "\r\x1b[2K%s\n%s", line.c_str(), last_bar_.c_str());
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ConsoleReporter::Finish() {
+  if (bar_ && !last_bar_.empty()) std::fprintf(out_, "\n");
+  std::fflush(out_);
+}
+
+}  // namespace lmf::experiments

@@ -1,0 +1,86 @@
+// The per-step record of a run and where it goes: metrics.jsonl (one JSON object per line, appended and
+// flushed per step, so a killed run keeps every completed step) and the console (a progress bar on a
+// terminal, plain lines otherwise).
+//
+// metrics.jsonl keys, in this order: step, tokens, loss, val_loss (null when not evaluated at this step),
+// lr, grad_norm, tokens_per_second, mfu (fraction of peak, 0..1), wall_seconds.
+#ifndef LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
+#define LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace lmf::experiments {
+
+struct StepMetrics {
+  int64_t step = 0;     // optimizer steps completed
+  int64_t tokens = 0;   // training tokens consumed so far
+  double loss = 0;      // mean training loss of this step's micro-batches
+  std::optional<double> val_loss;
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double tokens_per_second = 0;
+  double mfu = 0;
+  double wall_seconds = 0;  // training time since the run started (resumes included)
+};
+
+// One metrics.jsonl line (with the trailing newline).
+std::string MetricsJsonLine(const StepMetrics& m);
+
+// Parses a line written by MetricsJsonLine (tests and tools).
+absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line);
+
+class MetricsLog {
+ public:
+  // Opens `path` for appending. With `resume_step` set, first drops the lines of steps after it (what a
+  // killed run logged past its last checkpoint), rewriting the file atomically.
+  static absl::StatusOr<MetricsLog> Open(const std::string& path, std::optional<int64_t> resume_step);
+  MetricsLog(MetricsLog&& other) noexcept;
+  MetricsLog& operator=(MetricsLog&& other) noexcept;
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  ~MetricsLog();
+
+  absl::Status Append(const StepMetrics& m);
+
+ private:
+  MetricsLog() = default;
+  FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// "1h02m03s", "4m05s", "12s".
+std::string FormatDuration(double seconds);
+
+// A plain console line, e.g.
+//   step   120/5000 | loss 3.2140 | lr 3.00e-04 | gnorm 0.812 | 45.2k tok/s | MFU 12.3% | 1m23s, eta 5m12s
+std::string FormatStepLine(const StepMetrics& m, int64_t total_steps);
+
+// A progress bar of `width` cells followed by the step line's numbers, for a terminal (no newline).
+std::string FormatProgressBar(const StepMetrics& m, int64_t total_steps, int width);
+
+// Writes step lines or a bar redrawn in place (`\r`) to `out`.
+class ConsoleReporter {
+ public:
+  ConsoleReporter(FILE* out, bool progress_bar, int64_t total_steps)
+      : out_(out), bar_(progress_bar), total_steps_(total_steps) {}
+  void Step(const StepMetrics& m);
+  // A line that stays (evaluation results, checkpoints, warnings); redraws the bar below it.
+  void Message(const std::string& line);
+  void Finish();
+
+ private:
+  FILE* out_;
+  bool bar_;
+  int64_t total_steps_;
+  std::string last_bar_;
+};
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_

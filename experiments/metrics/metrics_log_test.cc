@@ -1,0 +1,78 @@
+// metrics.jsonl lines (exact text, round trip), dropping a killed run's lines past the resumed
+// checkpoint, and the console line and progress bar formats.
+#include "experiments/metrics/metrics_log.h"
+
+#include <string>
+
+#include "base/file.h"
+#include "gtest/gtest.h"
+
+namespace lmf::experiments {
+namespace {
+
+StepMetrics Sample(int64_t step) {
+  StepMetrics m;
+  m.step = step;
+  m.tokens = step * 2048;
+  m.loss = 3.25;
+  m.lr = 3e-4;
+  m.grad_norm = 0.8125;
+  m.tokens_per_second = 45200;
+  m.mfu = 0.123;
+  m.wall_seconds = 83;
+  return m;
+}
+
+TEST(MetricsJson, LineHasEveryFieldInOrder) {
+  StepMetrics m = Sample(120);
+  EXPECT_EQ(MetricsJsonLine(m),
+            "{\"step\":120,\"tokens\":245760,\"loss\":3.25,\"val_loss\":null,\"lr\":0.0003,\"grad_norm\":0.8125,"
+            "\"tokens_per_second\":45200,\"mfu\":0.123,\"wall_seconds\":83}\n");
+  m.val_loss = 3.5;
+  auto back = ParseMetricsJsonLine(MetricsJsonLine(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->step, 120);
+  EXPECT_EQ(*back->val_loss, 3.5);
+  EXPECT_EQ(back->lr, 3e-4);
+}
+
+TEST(MetricsLog, ResumeDropsStepsAfterTheCheckpoint) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/metrics.jsonl";
+  {
+    auto log = MetricsLog::Open(path, std::nullopt);
+    ASSERT_TRUE(log.ok());
+    for (int64_t step = 1; step <= 5; ++step) ASSERT_TRUE(log->Append(Sample(step)).ok());
+  }
+  // A line torn by a kill.
+  auto text = ReadFile(path);
+  ASSERT_TRUE(WriteFileAtomically(path, *text + "{\"step\":6,\"tok").ok());
+  {
+    auto log = MetricsLog::Open(path, 3);
+    ASSERT_TRUE(log.ok());
+    ASSERT_TRUE(log->Append(Sample(4)).ok());
+  }
+  auto after = ReadFile(path);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, MetricsJsonLine(Sample(1)) + MetricsJsonLine(Sample(2)) + MetricsJsonLine(Sample(3)) +
+                        MetricsJsonLine(Sample(4)));
+}
+
+TEST(Console, StepLineShowsThroughputAndMfu) {
+  EXPECT_EQ(FormatStepLine(Sample(120), 5000),
+            "step  120/5000 | loss 3.2500 | lr 3.00e-04 | gnorm 0.812 | 45.2k tok/s | MFU 12.3% | 1m23s, eta 56m15s");
+}
+
+TEST(Console, ProgressBarFillsWithTheFraction) {
+  EXPECT_EQ(FormatProgressBar(Sample(50), 100, 10),
+            "[#####.....]  50% 50/100 | loss 3.2500 | lr 3.00e-04 | gnorm 0.812 | 45.2k tok/s | MFU 12.3% | 1m23s, "
+            "eta 1m23s");
+}
+
+TEST(Console, Durations) {
+  EXPECT_EQ(FormatDuration(12.4), "12s");
+  EXPECT_EQ(FormatDuration(245), "4m05s");
+  EXPECT_EQ(FormatDuration(3723), "1h02m03s");
+}
+
+}  // namespace
+}  // namespace lmf::experiments
