@@ -1,5 +1,6 @@
-// CPU activations: 8-lane AVX2 loops built on vec::Exp (tanh(u) = 1 - 2 / (exp(2u) + 1) and
-// sigmoid(x) = 1 / (1 + exp(-x))), with scalar tails from <cmath>; elements split over threads.
+// CPU activations: 8-lane AVX2 loops built on vec::Exp, with scalar tails from <cmath>; elements split
+// over threads. GELU uses 0.5 (1 + tanh(u)) = s = sigmoid(2u) and 1 - tanh(u)^2 = 4 s (1 - s), which
+// avoid the cancellation of 1 + tanh(u) for negative inputs.
 #include <cmath>
 
 #include "kernels/activations/activations.h"
@@ -23,11 +24,12 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
-inline __m256 Tanh(__m256 u) {
+// 0.5 (1 + tanh(u)) = sigmoid(2u): the GELU below is written with it, so that 1 + tanh never cancels.
+inline __m256 HalfOnePlusTanh(__m256 u) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = vec::Exp(_mm256_add_ps(u, u));
-  return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  return _mm256_div_ps(one, _mm256_add_ps(one, vec::Exp(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u))));
 }
+inline float HalfOnePlusTanhScalar(float u) { return 1.0f / (1.0f + std::exp(-2.0f * u)); }
 inline __m256 Sigmoid(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
   return _mm256_div_ps(one, _mm256_add_ps(one, vec::Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
@@ -53,16 +55,15 @@ void Map(int64_t begin, int64_t end, VF vf, SF sf) {
 void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
   const float* x = static_cast<const float*>(p.x);
   float* y = static_cast<float*>(p.out);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   ParallelForItems(ctx, p.n, 16, [&](int64_t begin, int64_t end) {
     switch (p.kind) {
       case Activation::kGeluTanh:
         Map(begin, end, [&](int64_t i) {
           const __m256 v = _mm256_loadu_ps(x + i);
-          _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, Tanh(GeluInner(v)))));
+          _mm256_storeu_ps(y + i, _mm256_mul_ps(v, HalfOnePlusTanh(GeluInner(v))));
         }, [&](int64_t i) {
           const float v = x[i];
-          y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
+          y[i] = v * HalfOnePlusTanhScalar(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
         });
         break;
       case Activation::kSilu:
@@ -84,26 +85,26 @@ void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
   const float* x = static_cast<const float*>(p.x);
   const float* dy = static_cast<const float*>(p.dout);
   float* dx = static_cast<float*>(p.dx);
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
   ParallelForItems(ctx, p.n, 20, [&](int64_t begin, int64_t end) {
     switch (p.kind) {
       case Activation::kGeluTanh:
-        // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+        // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x) = s + 2 x s (1 - s) u'(x),
+        // u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
         Map(begin, end, [&](int64_t i) {
           const __m256 v = _mm256_loadu_ps(x + i);
-          const __m256 t = Tanh(GeluInner(v));
+          const __m256 s = HalfOnePlusTanh(GeluInner(v));
           const __m256 dinner = _mm256_mul_ps(
               _mm256_set1_ps(kSqrt2OverPi),
               _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCubic), _mm256_mul_ps(v, v), one));
-          const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);
-          const __m256 grad = _mm256_fmadd_ps(_mm256_mul_ps(half, v), _mm256_mul_ps(sech2, dinner),
-                                              _mm256_mul_ps(half, _mm256_add_ps(one, t)));
+          const __m256 two_x_s_1ms = _mm256_mul_ps(_mm256_mul_ps(two, v), _mm256_mul_ps(s, _mm256_sub_ps(one, s)));
+          const __m256 grad = _mm256_fmadd_ps(two_x_s_1ms, dinner, s);
           _mm256_storeu_ps(dx + i, _mm256_mul_ps(grad, _mm256_loadu_ps(dy + i)));
         }, [&](int64_t i) {
           const float v = x[i];
-          const float t = std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+          const float s = HalfOnePlusTanhScalar(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
           const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-          dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+          dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * dinner);
         });
         break;
       case Activation::kSilu:

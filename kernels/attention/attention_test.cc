@@ -1,0 +1,151 @@
+// Attention: for GQA + causal, MQA + mask, MHA over several query/key blocks, and causal + mask, the
+// tiled and plain forwards and the backward match PyTorch (float64); the backward matches central
+// differences; the two CS336 SDPA snapshots (3-D and 4-D with masks) match at their tolerance; q/k/v read
+// in place from a fused qkv buffer give the same result.
+#include "kernels/attention/attention.h"
+
+#include <cmath>
+
+#include "base/shared_data.h"
+#include "gtest/gtest.h"
+#include "kernels/testing/compare.h"
+#include "kernels/testing/fixture.h"
+
+namespace lmf::kernels {
+namespace {
+
+using testing::AllClose;
+
+// fp32 dot products of length HS <= 16 and softmax sums over <= 70 keys, against float64: 2e-5 relative
+// and 2e-6 absolute (outputs and gradients are O(1), elements near zero get the absolute part).
+constexpr double kRtol = 2e-5, kAtol = 2e-6;
+
+struct Case {
+  int64_t B, T, S, NH, NKV, HS;
+  bool causal, masked;
+};
+
+Case ReadCase(const testing::Fixture& f, const std::string& name) {
+  auto d = f.npz().Get(name + "_dims");
+  LMF_CHECK(d.ok()) << d.status();
+  auto v = (*d)->ToInt64();
+  return Case{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0, v[7] != 0};
+}
+
+class AttentionFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AttentionFixture, ForwardBothAlgorithmsAndBackwardMatchPyTorch) {
+  testing::Fixture f("kernels/testdata/attention.npz");
+  const std::string name = GetParam();
+  const Case c = ReadCase(f, name);
+  auto q = f.F(name + "_q", c.B * c.T * c.NH * c.HS), k = f.F(name + "_k", c.B * c.S * c.NKV * c.HS);
+  auto v = f.F(name + "_v", c.B * c.S * c.NKV * c.HS), dout = f.F(name + "_dout", c.B * c.T * c.NH * c.HS);
+  std::vector<int32_t> mask_values;
+  std::vector<uint8_t> mask;
+  if (c.masked) {
+    mask_values = f.I(name + "_mask", c.B * c.NH * c.T * c.S);
+    mask.assign(mask_values.begin(), mask_values.end());
+  }
+  Context ctx = Context::Cpu();
+  for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
+    const std::string what = name + (algorithm == AttentionAlgorithm::kTiled ? " tiled" : " plain");
+    std::vector<float> out(q.size()), lse(c.B * c.NH * c.T), dq(q.size()), dk(k.size(), 9.0f), dv(v.size(), 9.0f);
+    AttentionParams p = ContiguousAttentionParams(c.B, c.T, c.S, c.NH, c.NKV, c.HS, c.causal, q.data(), k.data(),
+                                                  v.data(), out.data(), lse.data());
+    p.algorithm = algorithm;
+    if (c.masked) {
+      p.mask = mask.data(), p.mask_stride_b = c.NH * c.T * c.S, p.mask_stride_h = c.T * c.S, p.mask_stride_t = c.S;
+    }
+    AttentionForward(ctx, p);
+    EXPECT_TRUE(AllClose(what + " out", out, f.F(name + "_out"), kRtol, kAtol));
+    EXPECT_TRUE(AllClose(what + " lse", lse, f.F(name + "_lse"), kRtol, kAtol));
+    AttentionBackwardParams b{p, dout.data(), dq.data(), dk.data(), dv.data()};
+    AttentionBackward(ctx, b);
+    EXPECT_TRUE(AllClose(what + " dq", dq, f.F(name + "_dq"), kRtol, kAtol));
+    EXPECT_TRUE(AllClose(what + " dk (written over 9s)", dk, f.F(name + "_dk"), kRtol, kAtol));
+    EXPECT_TRUE(AllClose(what + " dv (written over 9s)", dv, f.F(name + "_dv"), kRtol, kAtol));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionFixture,
+                         ::testing::Values("gqa_causal", "mqa_masked", "mha_causal_long", "gqa_causal_masked"));
+
+TEST(Attention, BackwardMatchesCentralDifferences) {
+  const int64_t B = 1, T = 6, NH = 2, NKV = 1, HS = 4;
+  auto q = testing::RandomNormal(B * T * NH * HS, 1), k = testing::RandomNormal(B * T * NKV * HS, 2);
+  auto v = testing::RandomNormal(B * T * NKV * HS, 3), r = testing::RandomNormal(B * T * NH * HS, 4);
+  std::vector<float> out(q.size()), lse(B * NH * T);
+  Context ctx = Context::Cpu();
+  auto params = [&] {
+    return ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out.data(), lse.data());
+  };
+  auto loss = [&] {
+    AttentionForward(ctx, params());
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+    return s;
+  };
+  loss();
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  AttentionBackward(ctx, {params(), r.data(), dq.data(), dk.data(), dv.data()});
+  // h = 1e-2 in fp32 on a loss of O(1): noise ~1e-5 / 1e-2, truncation O(h^2); formula errors are O(1).
+  EXPECT_TRUE(testing::CheckGradient("dq", q, loss, dq, 1e-2, 1e-2, 1e-3));
+  EXPECT_TRUE(testing::CheckGradient("dk", k, loss, dk, 1e-2, 1e-2, 1e-3));
+  EXPECT_TRUE(testing::CheckGradient("dv", v, loss, dv, 1e-2, 1e-2, 1e-3));
+}
+
+TEST(Attention, FusedQkvBufferEqualsSeparateTensors) {
+  const int64_t B = 2, T = 40, NH = 4, NKV = 2, HS = 8;
+  const int64_t W = (NH + 2 * NKV) * HS;  // one row of the fused projection: [q | k | v]
+  auto qkv = testing::RandomNormal(B * T * W, 5);
+  std::vector<float> q(B * T * NH * HS), k(B * T * NKV * HS), v(B * T * NKV * HS);
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    for (int64_t i = 0; i < NH * HS; ++i) q[bt * NH * HS + i] = qkv[bt * W + i];
+    for (int64_t i = 0; i < NKV * HS; ++i) {
+      k[bt * NKV * HS + i] = qkv[bt * W + NH * HS + i];
+      v[bt * NKV * HS + i] = qkv[bt * W + (NH + NKV) * HS + i];
+    }
+  }
+  Context ctx = Context::Cpu();
+  std::vector<float> out1(q.size()), out2(q.size()), lse(B * NH * T);
+  AttentionForward(ctx, ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out1.data(), lse.data()));
+  AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, qkv.data(), qkv.data() + NH * HS,
+                                                qkv.data() + (NH + NKV) * HS, out2.data(), lse.data());
+  p.q_stride_b = p.k_stride_b = p.v_stride_b = T * W;
+  p.q_stride_t = p.k_stride_t = p.v_stride_t = W;
+  AttentionForward(ctx, p);
+  EXPECT_EQ(out1, out2);
+}
+
+// CS336 scaled_dot_product_attention(q, k, v, mask): q (4, 12, 64), k/v (4, 16, 64), mask True = attend.
+void RunCs336(bool four_d) {
+  LMF_SHARED_DATA_OR_SKIP(inputs_path, "cs336/derived/a1_test_inputs.npz");
+  const std::string snap = four_d ? "test_4d_scaled_dot_product_attention" : "test_scaled_dot_product_attention";
+  LMF_SHARED_DATA_OR_SKIP(snapshot_path, "cs336/assignment1-basics/tests/_snapshots/" + snap + ".npz");
+  testing::Fixture inputs(inputs_path), snapshot(snapshot_path);
+  const int64_t T = 12, S = 16, HS = 64;
+  auto q = inputs.F("q", 4 * T * HS), k = inputs.F("k", 4 * S * HS), v = inputs.F("v", 4 * S * HS);
+  auto m = inputs.I("mask", 4 * T * S);
+  std::vector<uint8_t> mask(m.begin(), m.end());
+  std::vector<float> out(q.size()), lse(4 * T);
+  // 3-D: batch 4, one head. 4-D: "(batch head)" split into (2, 2); memory is (batch, head, time, HS).
+  const int64_t B = four_d ? 2 : 4, NH = four_d ? 2 : 1;
+  AttentionParams p;
+  p.B = B, p.T = T, p.S = S, p.NH = NH, p.NKV = NH, p.HS = HS, p.scale = 1.0f / std::sqrt(64.0f);
+  p.q = q.data(), p.q_stride_b = NH * T * HS, p.q_stride_h = T * HS, p.q_stride_t = HS;
+  p.k = k.data(), p.k_stride_b = NH * S * HS, p.k_stride_h = S * HS, p.k_stride_t = HS;
+  p.v = v.data(), p.v_stride_b = NH * S * HS, p.v_stride_h = S * HS, p.v_stride_t = HS;
+  p.out = out.data(), p.out_stride_b = NH * T * HS, p.out_stride_h = T * HS, p.out_stride_t = HS;
+  p.lse = lse.data();
+  p.mask = mask.data(), p.mask_stride_b = NH * T * S, p.mask_stride_h = T * S, p.mask_stride_t = S;
+  Context ctx = Context::Cpu();
+  AttentionForward(ctx, p);
+  // The snapshot test's rule: assert_allclose(actual, expected, atol=1e-5) (rtol numpy's default 1e-7).
+  EXPECT_TRUE(AllClose("cs336 " + snap, out, snapshot.F("array", static_cast<int64_t>(out.size())), 1e-7, 1e-5));
+}
+
+TEST(Attention, MatchesCs336Snapshot3d) { RunCs336(false); }
+TEST(Attention, MatchesCs336Snapshot4d) { RunCs336(true); }
+
+}  // namespace
+}  // namespace lmf::kernels

@@ -1,0 +1,74 @@
+// LayerNorm: forward and backward match PyTorch (float64 autograd on the same fp32 inputs); parameter
+// gradients accumulate; the hand-written backward matches central differences; the no-bias form works.
+#include "kernels/layernorm/layernorm.h"
+
+#include "gtest/gtest.h"
+#include "kernels/testing/compare.h"
+#include "kernels/testing/fixture.h"
+
+namespace lmf::kernels {
+namespace {
+
+using testing::AllClose;
+using testing::Fixture;
+
+// fp32 vs a float64 reference over rows of 16: see rmsnorm_test.cc for the margin argument. The input has
+// mean ~3, so centring cancels about one digit: 2e-5 relative.
+constexpr double kRtol = 2e-5, kAtol = 2e-6;
+
+TEST(LayerNorm, ForwardAndBackwardMatchPyTorch) {
+  Fixture f("kernels/testdata/layernorm.npz");
+  const int64_t N = 6, C = 16;
+  auto x = f.F("x", N * C), w = f.F("weight", C), bias = f.F("bias", C), dout = f.F("dout", N * C);
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.5f), db(C, -1.0f);
+  Context ctx = Context::Cpu();
+  LayerNormForwardParams p;
+  p.N = N, p.C = C, p.eps = f.Scalar("eps"), p.x = x.data(), p.weight = w.data(), p.bias = bias.data();
+  p.out = out.data(), p.mean = mean.data(), p.rstd = rstd.data();
+  LayerNormForward(ctx, p);
+  EXPECT_TRUE(AllClose("out", out, f.F("out"), kRtol, kAtol));
+  LayerNormBackwardParams b;
+  b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.mean = mean.data(), b.rstd = rstd.data();
+  b.dout = dout.data(), b.dx = dx.data(), b.dweight = dw.data(), b.dbias = db.data();
+  LayerNormBackward(ctx, b);
+  EXPECT_TRUE(AllClose("dx", dx, f.F("dx"), kRtol, kAtol));
+  auto want_dw = f.F("dweight"), want_db = f.F("dbias");
+  for (auto& v : want_dw) v += 0.5f;
+  for (auto& v : want_db) v -= 1.0f;
+  EXPECT_TRUE(AllClose("dweight (accumulated onto 0.5)", dw, want_dw, kRtol, kAtol));
+  EXPECT_TRUE(AllClose("dbias (accumulated onto -1)", db, want_db, kRtol, kAtol));
+}
+
+TEST(LayerNorm, BackwardMatchesCentralDifferencesWithAndWithoutBias) {
+  const int64_t N = 5, C = 20;
+  auto x = testing::RandomNormal(N * C, 1), w = testing::RandomNormal(C, 2), bias = testing::RandomNormal(C, 3);
+  auto r = testing::RandomNormal(N * C, 4);
+  Context ctx = Context::Cpu();
+  for (bool with_bias : {true, false}) {
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    auto loss = [&] {
+      LayerNormForwardParams p;
+      p.N = N, p.C = C, p.x = x.data(), p.weight = w.data(), p.bias = with_bias ? bias.data() : nullptr;
+      p.out = out.data(), p.mean = mean.data(), p.rstd = rstd.data();
+      LayerNormForward(ctx, p);
+      double s = 0;
+      for (int64_t i = 0; i < N * C; ++i) s += static_cast<double>(out[i]) * r[i];
+      return s;
+    };
+    loss();
+    std::vector<float> dx(N * C), dw(C, 0.0f), db(C, 0.0f);
+    LayerNormBackwardParams b;
+    b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.mean = mean.data(), b.rstd = rstd.data();
+    b.dout = r.data(), b.dx = dx.data(), b.dweight = dw.data(), b.dbias = with_bias ? db.data() : nullptr;
+    LayerNormBackward(ctx, b);
+    // Tolerances as in rmsnorm_test.cc (h = 1e-2 in fp32: noise ~1e-4, formula errors O(1)).
+    EXPECT_TRUE(testing::CheckGradient("dx", x, loss, dx, 1e-2, 1e-2, 1e-3)) << "bias " << with_bias;
+    EXPECT_TRUE(testing::CheckGradient("dweight", w, loss, dw, 1e-2, 1e-2, 1e-3)) << "bias " << with_bias;
+    if (with_bias) {
+      EXPECT_TRUE(testing::CheckGradient("dbias", bias, loss, db, 1e-2, 1e-2, 1e-3));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lmf::kernels

@@ -1,0 +1,67 @@
+// RoPE: forward and backward (the inverse rotation) match PyTorch for per-batch positions up to 4000;
+// strided in-place use works; the CS336 RoPE snapshot matches at its tolerance.
+#include "kernels/rope/rope.h"
+
+#include "base/shared_data.h"
+#include "gtest/gtest.h"
+#include "kernels/testing/compare.h"
+#include "kernels/testing/fixture.h"
+
+namespace lmf::kernels {
+namespace {
+
+using testing::AllClose;
+
+TEST(Rope, ForwardAndBackwardMatchPyTorch) {
+  testing::Fixture f("kernels/testdata/rope.npz");
+  const int64_t B = 2, T = 7, NH = 3, HS = 8;
+  auto x = f.F("x", B * T * NH * HS), dout = f.F("dout", B * T * NH * HS);
+  auto positions = f.I("positions", B * T);
+  std::vector<float> out(x.size()), dx(x.size());
+  Context ctx = Context::Cpu();
+  RopeParams p = ContiguousRopeParams(B, T, NH, HS, f.Scalar("theta"), x.data(), out.data());
+  p.positions = positions.data(), p.positions_stride_b = T;
+  RopeForward(ctx, p);
+  // Angles up to 4000 rad: computed in double and rounded once (cos/sin errors ~6e-8), then two fp32
+  // products and a sum: 1e-5 relative, 1e-6 absolute where the pair nearly cancels.
+  EXPECT_TRUE(AllClose("out", out, f.F("out"), 1e-5, 1e-6));
+  p.in = dout.data(), p.out = dx.data();
+  RopeBackward(ctx, p);
+  EXPECT_TRUE(AllClose("dx", dx, f.F("dx"), 1e-5, 1e-6));
+}
+
+TEST(Rope, StridedInPlaceEqualsContiguous) {
+  // q as the first NH*HS columns of a (B, T, 3 * NH * HS) qkv buffer, rotated in place.
+  const int64_t B = 2, T = 5, NH = 2, HS = 6, W = 3 * NH * HS;
+  auto qkv = testing::RandomNormal(B * T * W, 3);
+  std::vector<float> q(B * T * NH * HS), want(q.size());
+  for (int64_t bt = 0; bt < B * T; ++bt)
+    for (int64_t i = 0; i < NH * HS; ++i) q[bt * NH * HS + i] = qkv[bt * W + i];
+  Context ctx = Context::Cpu();
+  RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 500.0f, q.data(), want.data()));
+  RopeParams p;
+  p.B = B, p.T = T, p.NH = NH, p.HS = HS, p.theta = 500.0f, p.in = qkv.data(), p.out = qkv.data();
+  p.in_stride_b = p.out_stride_b = T * W, p.in_stride_t = p.out_stride_t = W, p.in_stride_h = p.out_stride_h = HS;
+  RopeForward(ctx, p);
+  for (int64_t bt = 0; bt < B * T; ++bt)
+    for (int64_t i = 0; i < NH * HS; ++i) ASSERT_EQ(qkv[bt * W + i], want[bt * NH * HS + i]) << bt << " " << i;
+}
+
+TEST(Rope, MatchesCs336Snapshot) {
+  LMF_SHARED_DATA_OR_SKIP(inputs_path, "cs336/derived/a1_test_inputs.npz");
+  LMF_SHARED_DATA_OR_SKIP(snapshot_path, "cs336/assignment1-basics/tests/_snapshots/test_rope.npz");
+  testing::Fixture inputs(inputs_path), snapshot(snapshot_path);
+  const int64_t B = 4, T = 12, HS = 64;
+  auto x = inputs.F("in_embeddings", B * T * HS);
+  auto positions = inputs.I("pos_ids", T);
+  std::vector<float> out(x.size());
+  RopeParams p = ContiguousRopeParams(B, T, 1, HS, 10000.0f, x.data(), out.data());
+  p.positions = positions.data(), p.positions_stride_b = 0;
+  Context ctx = Context::Cpu();
+  RopeForward(ctx, p);
+  // The snapshot test's rule: assert_allclose(actual, expected, atol=1e-5) (rtol numpy's default 1e-7).
+  EXPECT_TRUE(AllClose("cs336 rope", out, snapshot.F("array"), 1e-7, 1e-5));
+}
+
+}  // namespace
+}  // namespace lmf::kernels
