@@ -1,0 +1,68 @@
+// The ready configs load, validate, convert to a model the model code accepts, and have the sizes their
+// names promise (GPT-2 small's 124M parameters; CS336's TinyStories model).
+#include <string>
+
+#include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
+#include "experiments/train/model_spec.h"
+#include "gtest/gtest.h"
+#include "model/accounting/accounting.h"
+
+namespace lmf::experiments {
+namespace {
+
+config::Experiment Load(const std::string& name) {
+  auto loaded = LoadExperiment("experiments/configs/" + name + ".textproto", {});
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? *loaded : config::Experiment();
+}
+
+TEST(Configs, TinyIsSmallAndFast) {
+  const config::Experiment e = Load("tiny");
+  auto m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_LT(model::CountParameters(*m).total(), 200000);
+  EXPECT_EQ(TotalSteps(e), 100);
+}
+
+TEST(Configs, Gpt2SmallHas124MParameters) {
+  const config::Experiment e = Load("gpt2_small");
+  auto m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  // GPT-2 small: 124,439,808 parameters with its 50257-token vocabulary; padding to 50304 adds 47 * 768.
+  EXPECT_EQ(model::CountParameters(*m).total(), 124439808 + 47 * 768);
+  EXPECT_EQ(TokensPerStep(e), 8 * 64 * 1024);
+  EXPECT_EQ(TotalSteps(e), 10000000000 / (8 * 64 * 1024));
+}
+
+TEST(Configs, Cs336TinyStoriesMatchesTheAssignment) {
+  const config::Experiment e = Load("cs336_tinystories");
+  auto m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->vocab_size, 10000);
+  EXPECT_EQ(m->context_length, 256);
+  EXPECT_EQ(m->d_model, 512);
+  EXPECT_EQ(m->d_ff, 1344);
+  EXPECT_EQ(m->n_layers, 4);
+  EXPECT_EQ(m->n_heads, 16);
+  EXPECT_EQ(m->rope_theta, 10000);
+  EXPECT_EQ(m->positions, model::PositionKind::kRoPE);
+  EXPECT_EQ(m->ffn, model::FfnKind::kSwiGLU);
+  EXPECT_FALSE(m->tied_embeddings);
+  EXPECT_EQ(TotalSteps(e) * TokensPerStep(e), 327680000);
+}
+
+TEST(ModelSpec, RejectsWhatTheModelDoesNotBuild) {
+  config::Experiment e = Load("tiny");
+  e.mutable_model()->mutable_attention()->mutable_sliding_window()->set_window(8);
+  EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.sliding_window is not built by the model yet");
+  e = Load("tiny");
+  e.mutable_model()->mutable_attention()->set_qk_norm(true);
+  EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.qk_norm=true is not built by the model yet");
+  e = Load("tiny");
+  e.mutable_model()->mutable_norm()->set_placement(config::NormConfig::POST);
+  EXPECT_EQ(ToModelConfig(e.model()).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace lmf::experiments

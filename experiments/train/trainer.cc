@@ -1,0 +1,264 @@
+// The training loop (see trainer.h).
+#include "experiments/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "experiments/checkpoint/checkpoint.h"
+#include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
+#include "experiments/data/token_batches.h"
+#include "experiments/metrics/metrics_log.h"
+#include "experiments/metrics/tensorboard_writer.h"
+#include "experiments/schedule/lr_schedule.h"
+#include "experiments/train/model_spec.h"
+#include "experiments/train/optimizer.h"
+#include "experiments/train/weights.h"
+#include "kernels/core/context.h"
+#include "model/accounting/accounting.h"
+#include "model/language_model/language_model.h"
+#include "tokenizer/tokenizer_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// What must not change between a checkpoint and the run that resumes from it, or the continuation would
+// be a different run: the model, the data stream (file, batch shape, seed).
+absl::Status CheckResumable(const config::Experiment& now, const std::string& checkpoint_path,
+                            const std::string& checkpoint_config) {
+  absl::StatusOr<config::Experiment> then =
+      ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
+  if (!then.ok()) return then.status();
+  auto differs = [&](const std::string& field) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot resume from ", checkpoint_path, ": ", field,
+                                                      " differs from the checkpoint's config"));
+  };
+  if (then->model().SerializeAsString() != now.model().SerializeAsString()) return differs("model");
+  if (then->data().train_tokens() != now.data().train_tokens()) return differs("data.train_tokens");
+  if (then->run().batch_size() != now.run().batch_size()) return differs("run.batch_size");
+  if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) return differs("run.grad_accum_steps");
+  if (then->run().seed() != now.run().seed()) return differs("run.seed");
+  return absl::OkStatus();
+}
+
+bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
+  switch (logging.progress_bar()) {
+    case config::LoggingConfig::ALWAYS: return true;
+    case config::LoggingConfig::NEVER: return false;
+    default: return ::isatty(::fileno(console)) == 1;
+  }
+}
+
+}  // namespace
+
+double PeakFlops(const config::RunConfig& run, int num_threads) {
+  if (run.peak_flops() > 0) return run.peak_flops();
+  return static_cast<double>(num_threads) * 2 * 8 * 2 * 3.0e9;
+}
+
+absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
+  const config::RunConfig& run = experiment.run();
+  if (run.device() != config::RunConfig::CPU) {
+    return absl::UnimplementedError("run.device=CUDA: the trainer runs on the CPU only so far");
+  }
+  absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
+  if (!model_config.ok()) return model_config.status();
+  const kernels::Context ctx = kernels::Context::Cpu();
+  absl::StatusOr<std::unique_ptr<model::LanguageModel>> created = model::LanguageModel::Create(*model_config, ctx);
+  if (!created.ok()) return created.status();
+  model::LanguageModel& model = **created;
+  model.InitializeParameters(run.seed());
+
+  const int64_t batch = run.batch_size();
+  const int64_t context = experiment.model().context_length();
+  TokenFileExpectations expect;
+  expect.model_vocab_size = experiment.model().vocab_size();
+  expect.batch_size = batch;
+  expect.context_length = context;
+  if (!experiment.data().tokenizer().empty()) {
+    absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(experiment.data().tokenizer());
+    if (!tok.ok()) return tok.status();
+    expect.tokenizer_hash = tok->Hash();
+  }
+  absl::StatusOr<TrainBatchSampler> sampler = TrainBatchSampler::Open(experiment.data().train_tokens(), expect,
+                                                                      run.seed());
+  if (!sampler.ok()) return sampler.status();
+  std::optional<ValidationBatches> validation;
+  if (run.eval_tokens() > 0) {
+    absl::StatusOr<ValidationBatches> val =
+        ValidationBatches::Open(experiment.data().val_tokens(), expect, run.eval_tokens());
+    if (!val.ok()) return val.status();
+    validation = *std::move(val);
+  }
+  ModelOptimizer optimizer(experiment.optimizer(), model);
+
+  const std::string out = run.output_dir();
+  const std::string checkpoints = out + "/checkpoints";
+  const std::string metrics_path = out + "/metrics.jsonl";
+  const bool bar = UseProgressBar(experiment.logging(), options.console);
+  const int64_t total_steps = TotalSteps(experiment);
+  ConsoleReporter console(options.console, bar, total_steps);
+
+  int64_t start_step = 0;
+  int64_t tokens = 0;
+  double train_seconds = 0;
+  TrainResult result;
+  if (options.resume) {
+    std::vector<std::string> skipped;
+    absl::StatusOr<std::string> latest = LatestCheckpoint(checkpoints, &skipped);
+    for (const std::string& why : skipped) console.Message(absl::StrCat("skipping damaged checkpoint: ", why));
+    if (latest.ok()) {
+      absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*latest);
+      if (!loaded.ok()) return loaded.status();
+      if (absl::Status s = CheckResumable(experiment, *latest, loaded->config_text); !s.ok()) return s;
+      if (absl::Status s = LoadWeights(loaded->model, model); !s.ok()) return s;
+      if (absl::Status s = optimizer.Restore(loaded->optimizer, loaded->state.optimizer_step()); !s.ok()) return s;
+      sampler->Restore({loaded->state.sampler_seed(), loaded->state.sampler_windows_drawn()});
+      start_step = loaded->state.step();
+      tokens = loaded->state.tokens();
+      train_seconds = loaded->state.train_seconds();
+      result.last_checkpoint = *latest;
+      result.steps = start_step;
+      console.Message(absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
+    } else if (latest.status().code() == absl::StatusCode::kNotFound) {
+      console.Message(absl::StrCat("--resume: no checkpoint in ", checkpoints, "; starting from scratch"));
+    } else {
+      return latest.status();
+    }
+  } else if (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run.output_dir=", out, " already holds a run; pass --resume to continue it or choose another folder"));
+  }
+
+  if (absl::Status s = MakeDirs(out); !s.ok()) return s;
+  const std::string config_text = ExperimentToText(experiment);
+  if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
+  std::optional<MetricsLog> metrics;
+  if (experiment.logging().metrics_jsonl()) {
+    absl::StatusOr<MetricsLog> log =
+        MetricsLog::Open(metrics_path, start_step > 0 || options.resume ? std::optional<int64_t>(start_step)
+                                                                        : std::nullopt);
+    if (!log.ok()) return log.status();
+    metrics = *std::move(log);
+  }
+  std::optional<TensorBoardWriter> events;
+  if (experiment.logging().tensorboard()) {
+    absl::StatusOr<TensorBoardWriter> writer = TensorBoardWriter::Create(out);
+    if (!writer.ok()) return writer.status();
+    events = *std::move(writer);
+    if (options.resume) {
+      if (absl::Status s = events->WriteRestart(start_step + 1); !s.ok()) return s;
+    }
+  }
+
+  const int64_t accum = run.grad_accum_steps();
+  const int64_t tokens_per_step = TokensPerStep(experiment);
+  const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
+  const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
+  const double peak_flops = PeakFlops(run, ctx.num_threads());
+  std::vector<int32_t> inputs(batch * context), targets(batch * context);
+
+  for (int64_t step = start_step; step < total_steps; ++step) {
+    const Clock::time_point started = Clock::now();
+    const double lr = schedule.At(step);
+    model.ZeroGrad();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      if (absl::Status s = sampler->Next(inputs.data(), targets.data()); !s.ok()) return s;
+      absl::StatusOr<double> loss = model.ForwardWithLoss(inputs.data(), targets.data(), batch, context);
+      if (!loss.ok()) return loss.status();
+      model.Backward();
+      loss_sum += *loss;
+    }
+    if (accum > 1) ScaleGradients(model, 1.0f / static_cast<float>(accum));
+    const double loss = loss_sum / static_cast<double>(accum);
+    const double grad_norm = std::isfinite(loss) ? optimizer.Step(ctx, model, lr) : NAN;
+    const int64_t completed = step + 1;
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      const std::string message = absl::StrCat(
+          "step ", completed, ": ", std::isfinite(loss) ? "gradient norm" : "loss", " is ",
+          std::isfinite(loss) ? grad_norm : loss, "; stopping before the update. Last good checkpoint: ",
+          result.last_checkpoint.empty() ? "none written yet" : result.last_checkpoint);
+      console.Message(message);
+      console.Finish();
+      return absl::AbortedError(message);
+    }
+    tokens += tokens_per_step;
+    const double step_seconds = Seconds(started);
+    train_seconds += step_seconds;
+
+    StepMetrics m;
+    m.step = completed;
+    m.tokens = tokens;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.tokens_per_second = static_cast<double>(tokens_per_step) / step_seconds;
+    m.mfu = m.tokens_per_second * flops_per_token / peak_flops;
+    m.wall_seconds = train_seconds;
+    const bool last = completed == total_steps;
+    if (validation.has_value() &&
+        (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0))) {
+      absl::StatusOr<double> val_loss = ValidationLoss(model, *validation, batch, context);
+      if (!val_loss.ok()) return val_loss.status();
+      m.val_loss = *val_loss;
+      result.last_val_loss = *val_loss;
+    }
+    result.steps = completed;
+    result.last_loss = loss;
+
+    if (metrics.has_value()) {
+      if (absl::Status s = metrics->Append(m); !s.ok()) return s;
+    }
+    if (events.has_value()) {
+      std::vector<std::pair<std::string, double>> scalars = {
+          {"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
+          {"perf/tokens_per_second", m.tokens_per_second}, {"perf/mfu", m.mfu}};
+      if (m.val_loss.has_value()) scalars.push_back({"val/loss", *m.val_loss});
+      if (absl::Status s = events->WriteScalars(completed, scalars); !s.ok()) return s;
+    }
+    if (last || completed % experiment.logging().log_interval() == 0 || step == start_step) console.Step(m);
+    if (m.val_loss.has_value()) {
+      console.Message(absl::StrFormat("eval step %d | val loss %.4f | val ppl %.2f", completed, *m.val_loss,
+                                      std::exp(*m.val_loss)));
+    }
+    if (options.stop_after_step == completed) return result;
+
+    if (last || (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
+      CheckpointContents contents;
+      contents.model = ModelTensors(model);
+      optimizer.VisitState([&](const std::string& name, const std::vector<int64_t>& shape, const float* data) {
+        contents.optimizer.push_back({name, shape, data});
+      });
+      contents.state.set_step(completed);
+      contents.state.set_tokens(tokens);
+      contents.state.set_sampler_seed(sampler->state().seed);
+      contents.state.set_sampler_windows_drawn(sampler->state().windows_drawn);
+      contents.state.set_optimizer_step(optimizer.step());
+      contents.state.set_last_loss(loss);
+      contents.state.set_train_seconds(train_seconds);
+      contents.config_text = config_text;
+      absl::StatusOr<std::string> saved = SaveCheckpoint(checkpoints, contents, run.keep_checkpoints());
+      if (!saved.ok()) return saved.status();
+      result.last_checkpoint = *saved;
+      console.Message(absl::StrCat("checkpoint ", *saved));
+    }
+  }
+  console.Finish();
+  return result;
+}
+
+}  // namespace lmf::experiments

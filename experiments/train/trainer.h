@@ -1,0 +1,53 @@
+// The training loop: from a validated, resolved Experiment (config/loader.h) to a trained model in
+// run.output_dir, which receives
+//   config.textproto      the resolved config
+//   metrics.jsonl         one line per step (experiments/metrics/metrics_log.h)
+//   events.out.tfevents.* TensorBoard scalars: train/loss, train/lr, train/grad_norm, val/loss,
+//                         perf/tokens_per_second, perf/mfu
+//   checkpoints/          step_XXXXXXXX folders (experiments/checkpoint/checkpoint.h), the newest N kept
+// Each step: run.grad_accum_steps micro-batches of run.batch_size random windows (forward, backward,
+// gradients averaged), the LR from the schedule, the global gradient norm, clipping and AdamW. A NaN or
+// infinite loss or gradient norm stops the run before the update, with an error naming the step and the
+// last good checkpoint. Validation loss on run.eval_tokens tokens every run.eval_interval steps and at the
+// end. `resume` continues from the newest good checkpoint so that the rest of the run is bit-identical to
+// an uninterrupted one (same weights, moments, step and data-sampler state; same thread count).
+#ifndef LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
+#define LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "experiments/proto/experiment.pb.h"
+#include "experiments/proto/run.pb.h"
+
+namespace lmf::experiments {
+
+struct TrainOptions {
+  // Continue from the newest good checkpoint in run.output_dir/checkpoints (from scratch if there is
+  // none). Without it, an output folder that already holds a run is an error.
+  bool resume = false;
+  // > 0: end the process's work right after this step completes, writing nothing more (no checkpoint,
+  // evaluation or final line), exactly as if it were killed there; for testing and demonstrating resume.
+  int64_t stop_after_step = 0;
+  FILE* console = stderr;
+};
+
+struct TrainResult {
+  int64_t steps = 0;                // optimizer steps completed
+  double last_loss = 0;
+  std::optional<double> last_val_loss;
+  std::string last_checkpoint;      // "" when none was written
+};
+
+absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options);
+
+// Peak FLOP/s used for MFU: run.peak_flops when set, else on the CPU an AVX2 estimate of
+// threads x 2 FMA units x 8 fp32 lanes x 2 FLOPs x 3 GHz = 96 GFLOP/s per thread.
+double PeakFlops(const config::RunConfig& run, int num_threads);
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
