@@ -1,0 +1,237 @@
+// The training loop end to end on the tiny config: it overfits a single window, lowers the loss on the
+// CS336 TinyStories sample (BPE trained in the test), resumes bit-identically after a simulated kill,
+// stops on NaN keeping the last good checkpoint, accumulates gradients like a larger batch, and writes the
+// run folder.
+#include "experiments/train/trainer.h"
+
+#include <dirent.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "base/shared_data.h"
+#include "experiments/checkpoint/checkpoint.h"
+#include "experiments/config/loader.h"
+#include "experiments/metrics/metrics_log.h"
+#include "gtest/gtest.h"
+#include "tokenizer/bpe_train.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+std::string TempPath(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+
+std::string WriteTokens(const std::string& name, const std::vector<uint32_t>& ids, uint32_t vocab = 512,
+                        uint64_t hash = 1) {
+  const std::string path = TempPath(name);
+  auto writer = tokenizer::TokenFileWriter::Create(path, vocab, hash);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+std::vector<uint32_t> RandomIds(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids(n);
+  for (auto& id : ids) id = rng() % 512;
+  return ids;
+}
+
+config::Experiment Tiny(std::vector<std::string> overrides) {
+  auto loaded = LoadExperiment("experiments/configs/tiny.textproto", overrides);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return *loaded;
+}
+
+std::vector<StepMetrics> ReadMetrics(const std::string& run_dir) {
+  std::vector<StepMetrics> out;
+  auto text = ReadFile(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(text.ok()) << text.status();
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    auto m = ParseMetricsJsonLine(std::string(line));
+    EXPECT_TRUE(m.ok()) << m.status();
+    out.push_back(*m);
+  }
+  return out;
+}
+
+TrainOptions Quiet() {
+  TrainOptions options;
+  options.console = std::fopen("/dev/null", "w");
+  return options;
+}
+
+TEST(Trainer, OverfitsASingleWindow) {
+  // 33 tokens and context 32: every sampled window is the same sequence, so the model can memorise it.
+  const std::string train = WriteTokens("overfit.tok", RandomIds(33, 1));
+  const std::string out = TempPath("overfit_run");
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=150",
+                            "schedule.warmup=10", "optimizer.lr=0.01", "optimizer.adamw.weight_decay=0"}),
+                      Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(out);
+  ASSERT_EQ(metrics.size(), 150u);
+  EXPECT_NEAR(metrics.front().loss, std::log(512.0), 0.5);  // starts near uniform over the vocabulary
+  // Memorised: a mean cross-entropy of 0.05 nats is a probability of about 0.95 on every target.
+  EXPECT_LT(result->last_loss, 0.05);
+}
+
+TEST(Trainer, TinyStoriesSampleLossDrops) {
+  LMF_SHARED_DATA_OR_SKIP(sample, "cs336/assignment1-basics/tests/fixtures/tinystories_sample.txt");
+  auto text = ReadFile(sample);
+  ASSERT_TRUE(text.ok());
+  tokenizer::TrainOptions bpe;
+  bpe.vocab_size = 512;
+  bpe.special_tokens = {"<|endoftext|>"};
+  auto tok = tokenizer::TrainBpeOnText(*text, bpe);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<uint32_t> ids = tok->Encode(*text);
+  ASSERT_GT(ids.size(), 600u);
+  const std::string train = WriteTokens("stories.tok", ids, tok->vocab_size(), tok->Hash());
+  const std::string out = TempPath("stories_run");
+  auto result = Train(Tiny({"data.train_tokens=" + train, "data.val_tokens=" + train, "run.eval_tokens=256",
+                            "run.output_dir=" + out, "run.max_steps=200", "run.eval_interval=100"}),
+                      Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(out);
+  ASSERT_EQ(metrics.size(), 200u);
+  // From about ln(512) = 6.2 nats; 200 steps on ~1k tokens must at least halve it (it goes far lower).
+  EXPECT_LT(result->last_loss, 0.5 * metrics.front().loss);
+  ASSERT_TRUE(result->last_val_loss.has_value());
+  EXPECT_LT(*result->last_val_loss, 0.5 * metrics.front().loss);
+  EXPECT_TRUE(metrics[99].val_loss.has_value());
+  EXPECT_FALSE(metrics[98].val_loss.has_value());
+}
+
+TEST(Trainer, ResumeAfterAKillIsBitIdentical) {
+  const std::string train = WriteTokens("resume.tok", RandomIds(4000, 2));
+  const std::vector<std::string> common = {"data.train_tokens=" + train, "data.val_tokens=" + train,
+                                           "run.eval_tokens=256", "run.eval_interval=4", "run.max_steps=12",
+                                           "run.checkpoint_interval=4", "run.grad_accum_steps=2"};
+  auto with = [&](const std::string& out) {
+    std::vector<std::string> o = common;
+    o.push_back("run.output_dir=" + out);
+    return Tiny(o);
+  };
+  const std::string straight = TempPath("straight_run");
+  ASSERT_TRUE(Train(with(straight), Quiet()).ok());
+
+  const std::string killed = TempPath("killed_run");
+  TrainOptions kill_at_6 = Quiet();
+  kill_at_6.stop_after_step = 6;  // checkpoint at 4; steps 5 and 6 logged, then "killed"
+  auto first = Train(with(killed), kill_at_6);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->last_checkpoint, killed + "/checkpoints/step_00000004");
+  EXPECT_EQ(ReadMetrics(killed).size(), 6u);
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  auto second = Train(with(killed), resume);
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  const std::vector<StepMetrics> a = ReadMetrics(straight), b = ReadMetrics(killed);
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step);
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << a[i].step;  // bit-identical, not merely close
+    EXPECT_EQ(a[i].lr, b[i].lr);
+    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << a[i].step;
+    EXPECT_EQ(a[i].val_loss, b[i].val_loss) << "step " << a[i].step;
+  }
+  auto weights_a = ReadFile(straight + "/checkpoints/step_00000012/model.safetensors");
+  auto weights_b = ReadFile(killed + "/checkpoints/step_00000012/model.safetensors");
+  ASSERT_TRUE(weights_a.ok() && weights_b.ok());
+  EXPECT_TRUE(*weights_a == *weights_b) << "final weights differ";
+  auto moments_a = ReadFile(straight + "/checkpoints/step_00000012/optimizer.safetensors");
+  auto moments_b = ReadFile(killed + "/checkpoints/step_00000012/optimizer.safetensors");
+  EXPECT_TRUE(*moments_a == *moments_b) << "final optimizer state differs";
+}
+
+TEST(Trainer, NanStopsAndKeepsTheLastGoodCheckpoint) {
+  const std::string train = WriteTokens("nan.tok", RandomIds(1000, 3));
+  const std::string out = TempPath("nan_run");
+  // An absurd learning rate overflows the weights after the first updates, so a later loss is not finite.
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "optimizer.lr=1e30",
+                            "schedule.warmup=0", "optimizer.grad_clip=0", "run.checkpoint_interval=1"}),
+                      Quiet());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
+  const std::string message(result.status().message());
+  const std::vector<StepMetrics> logged = ReadMetrics(out);
+  ASSERT_FALSE(logged.empty());
+  const int64_t bad_step = logged.back().step + 1;
+  const std::string good = CheckpointPath(out + "/checkpoints", logged.back().step);
+  // Which goes first depends on where the overflow lands: the loss itself or only its gradients.
+  const bool names_loss = message.rfind(absl::StrCat("step ", bad_step, ": loss is "), 0) == 0;
+  const bool names_norm = message.rfind(absl::StrCat("step ", bad_step, ": gradient norm is "), 0) == 0;
+  EXPECT_TRUE(names_loss || names_norm) << message;
+  EXPECT_NE(message.find("stopping before the update. Last good checkpoint: " + good), std::string::npos) << message;
+  auto latest = LatestCheckpoint(out + "/checkpoints");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, good);
+}
+
+TEST(Trainer, GradientAccumulationMatchesTheLargerBatch) {
+  // Batch 8 in one micro-batch and 4 x 2 accumulated draw the same 8 windows (the sampler is sequential).
+  const std::string train = WriteTokens("accum.tok", RandomIds(3000, 4));
+  auto one = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("accum1"), "run.max_steps=3",
+                         "schedule.warmup=0"}),
+                   Quiet());
+  auto two = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("accum2"), "run.max_steps=3",
+                         "run.batch_size=4", "run.grad_accum_steps=2", "schedule.warmup=0"}),
+                   Quiet());
+  ASSERT_TRUE(one.ok() && two.ok());
+  const std::vector<StepMetrics> a = ReadMetrics(TempPath("accum1")), b = ReadMetrics(TempPath("accum2"));
+  for (int i = 0; i < 3; ++i) {
+    // Same math, different summation order (float32): agree to ~1e-6 relative.
+    EXPECT_NEAR(a[i].loss, b[i].loss, 1e-5 * a[i].loss) << i;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-4 * a[i].grad_norm) << i;
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+  }
+}
+
+TEST(Trainer, WritesTheRunFolderAndRefusesToOverwriteIt) {
+  const std::string train = WriteTokens("folder.tok", RandomIds(2000, 5));
+  const std::string out = TempPath("folder_run");
+  const config::Experiment e = Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=20",
+                                     "run.checkpoint_interval=5"});
+  ASSERT_TRUE(Train(e, Quiet()).ok());
+  auto config = LoadExperiment(out + "/config.textproto", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ExperimentToText(*config), ExperimentToText(e));
+  EXPECT_EQ(ReadMetrics(out).size(), 20u);
+  EXPECT_EQ(ListCheckpointSteps(out + "/checkpoints"), (std::vector<int64_t>{15, 20}));  // keep_checkpoints: 2
+  bool has_events = false;
+  DIR* dir = opendir(out.c_str());
+  ASSERT_NE(dir, nullptr);
+  while (const dirent* entry = readdir(dir)) {
+    has_events |= std::string(entry->d_name).rfind("events.out.tfevents.", 0) == 0;
+  }
+  closedir(dir);
+  EXPECT_TRUE(has_events);
+
+  auto again = Train(e, Quiet());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().message(), "run.output_dir=" + out +
+                                          " already holds a run; pass --resume to continue it or choose another folder");
+}
+
+TEST(Trainer, BadDataIsAClearError) {
+  const std::string wide = WriteTokens("wide.tok", RandomIds(100, 6), 1000);
+  auto result = Train(Tiny({"data.train_tokens=" + wide, "run.output_dir=" + TempPath("bad_run")}), Quiet());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(),
+            wide + ": the token file's tokenizer has vocab_size=1000, more than model.vocab_size=512");
+}
+
+}  // namespace
+}  // namespace lmf::experiments
