@@ -1,0 +1,80 @@
+// Token sampling and the generation loop (see sampling.h).
+#include "experiments/generate/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf::experiments {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) with 53 random bits.
+double Uniform(uint64_t seed, uint64_t draw) {
+  return static_cast<double>(SplitMix64(SplitMix64(seed) ^ draw) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace
+
+int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingOptions& options, uint64_t draw) {
+  if (options.temperature <= 0) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
+  }
+  const double max_logit = *std::max_element(logits, logits + vocab_size);
+  std::vector<double> probs(vocab_size);
+  double total = 0;
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    probs[i] = std::exp((logits[i] - max_logit) / options.temperature);
+    total += probs[i];
+  }
+  std::vector<int32_t> order(vocab_size);
+  std::iota(order.begin(), order.end(), 0);
+  // Most probable first; ties by id so the order (and the draw) is deterministic.
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+  });
+  int64_t kept = 0;
+  double kept_mass = 0;
+  while (kept < vocab_size && (kept == 0 || kept_mass < options.top_p * total)) {
+    kept_mass += probs[order[kept]];
+    ++kept;
+  }
+  const double target = Uniform(options.seed, draw) * kept_mass;
+  double cumulative = 0;
+  for (int64_t i = 0; i < kept; ++i) {
+    cumulative += probs[order[i]];
+    if (target < cumulative) return order[i];
+  }
+  return order[kept - 1];
+}
+
+absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
+                                              const GenerateOptions& options,
+                                              const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) return absl::InvalidArgumentError("generation needs a prompt of at least one token");
+  const int64_t context = model.config().context_length;
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> ids = prompt;
+  std::vector<int32_t> generated;
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    const int64_t t = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
+    if (absl::Status s = model.Forward(ids.data() + ids.size() - t, 1, t); !s.ok()) return s;
+    const float* last = model.logits() + (t - 1) * vocab;
+    const int32_t next = SampleToken(last, vocab, options.sampling, static_cast<uint64_t>(i));
+    if (options.stop_token.has_value() && next == *options.stop_token) break;
+    ids.push_back(next);
+    generated.push_back(next);
+    if (on_token) on_token(next);
+  }
+  return generated;
+}
+
+}  // namespace lmf::experiments

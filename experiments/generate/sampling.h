@@ -1,0 +1,41 @@
+// Sampling the next token from a row of logits: temperature, then nucleus (top-p) truncation, then a draw
+// from a counter-based generator (so a seed reproduces a generation). Temperature 0 is greedy (argmax).
+// And the generation loop over a LanguageModel, stopping at a stop token or a token limit.
+#ifndef LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
+#define LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/language_model/language_model.h"
+
+namespace lmf::experiments {
+
+struct SamplingOptions {
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;        // keep the smallest set of tokens whose probability reaches top_p
+  uint64_t seed = 0;
+};
+
+// Draws a token id from logits (V) for draw number `draw` of the generator seeded with options.seed.
+int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingOptions& options, uint64_t draw);
+
+struct GenerateOptions {
+  SamplingOptions sampling;
+  int64_t max_new_tokens = 256;
+  std::optional<int32_t> stop_token;  // e.g. <|endoftext|>; not included in the output
+};
+
+// Continues `prompt` (at least one id) with up to max_new_tokens ids. Each step runs the model on the
+// last context_length ids (the model has no KV cache yet, so every step recomputes the window).
+// `on_token` (may be empty) sees each new id as it is drawn.
+absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
+                                              const GenerateOptions& options,
+                                              const std::function<void(int32_t)>& on_token);
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
