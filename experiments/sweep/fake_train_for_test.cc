@@ -1,0 +1,54 @@
+// A stand-in for the training binary in the sweep runner's tests: reads the run's config, "trains" by
+// evaluating a known scaling law L(N, D) = 1.8 + 300/N^0.33 + 500/D^0.29 (N from the model's shape, D
+// from the run length), and writes result.textproto. Environment knobs make it fail, sleep, or record
+// each invocation, so the tests can check failures, resumption and parallelism.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
+#include "experiments/sweep/runner.h"
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--config=", 0) == 0) config_path = a.substr(9);
+  }
+  auto text = lmf::ReadFile(config_path);
+  if (!text.ok()) return 3;
+  auto e = lmf::experiments::ParseExperimentText(*text, config_path);
+  if (!e.ok()) return 4;
+  const std::string name = e->name();
+  if (const char* log = std::getenv("FAKE_TRAIN_LOG")) {
+    FILE* f = std::fopen(log, "a");
+    std::fprintf(f, "%s\n", name.c_str());
+    std::fclose(f);
+  }
+  if (const char* ms = std::getenv("FAKE_TRAIN_SLEEP_MS")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+  if (const char* fail = std::getenv("FAKE_TRAIN_FAIL"); fail && name.find(fail) != std::string::npos) {
+    std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());
+    return 1;
+  }
+  const auto& m = e->model();
+  const double n = 12.0 * m.n_layers() * m.d_model() * m.d_model();
+  const double d = static_cast<double>(lmf::experiments::TotalSteps(*e)) * lmf::experiments::TokensPerStep(*e);
+  const double loss = 1.8 + 300.0 / std::pow(n, 0.33) + 500.0 / std::pow(d, 0.29);
+  lmf::config::SweepRunResult result;
+  result.set_status(lmf::config::SweepRunResult::FINISHED);
+  result.set_final_loss(loss);
+  result.set_best_val_loss(loss);
+  result.set_tokens(d);
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof(cwd)) == nullptr) return 5;
+  return lmf::sweep::WriteRunResult(cwd, result).ok() ? 0 : 6;
+}

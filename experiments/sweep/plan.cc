@@ -1,0 +1,389 @@
+// Sweep expansion (see plan.h): base experiment + sweep-wide overrides + each run's own overrides, then
+// the same validation and default resolution a single training run gets.
+#include "experiments/sweep/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "experiments/config/overrides.h"
+#include "experiments/config/validation.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace lmf::sweep {
+namespace {
+
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstErrorCollector(const std::string& source) : source_(source) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string source_;
+  std::string error_;
+};
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string Absolute(const std::string& base, const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  return absl::StrCat(base, "/", path);
+}
+
+absl::Status Error(const std::string& source, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", message));
+}
+
+// "C1e15", "C3.2e17": a folder-friendly budget.
+std::string BudgetTag(double flops) {
+  const int exponent = static_cast<int>(std::floor(std::log10(flops)));
+  const double mantissa = flops / std::pow(10.0, exponent);
+  std::string m = absl::StrFormat("%.3g", mantissa);
+  return absl::StrCat("C", m, "e", exponent);
+}
+
+// Folder-safe run name: letters, digits, '.', '_', '-', '=', ',' kept; anything else becomes '_'.
+std::string SafeName(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '=' ||
+                    c == ',' || c == '+';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+struct Shape {
+  int64_t d_model, n_layers, n_heads, n_kv_heads, d_ff;
+};
+
+std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base) {
+  const auto& m = base.model();
+  const double base_ffn_ratio =
+      m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0 ? static_cast<double>(m.ffn().d_ff()) / m.d_model() : 4.0;
+  const double ffn_ratio = family.ffn_ratio() > 0 ? family.ffn_ratio() : base_ffn_ratio;
+  const int64_t head = family.head_size();
+  const int64_t kv_group =
+      m.n_heads() > 0 && m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() == 0 ? m.n_heads() / m.n_kv_heads() : 1;
+  std::vector<Shape> shapes;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (int64_t layers = family.min_layers(); layers <= family.max_layers(); ++layers) {
+    const int64_t d = std::max<int64_t>(head, std::llround(family.aspect_ratio() * layers / head) * head);
+    if (!seen.insert({d, layers}).second) continue;
+    Shape s;
+    s.d_model = d;
+    s.n_layers = layers;
+    s.n_heads = d / head;
+    s.n_kv_heads = s.n_heads % kv_group == 0 ? s.n_heads / kv_group : s.n_heads;
+    s.d_ff = (static_cast<int64_t>(std::ceil(ffn_ratio * d)) + 15) / 16 * 16;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+absl::Status ApplyAll(const std::vector<std::string>& assignments, config::Experiment* e,
+                      const std::string& where) {
+  for (const std::string& a : assignments) {
+    if (absl::Status s = experiments::ApplyOverride(a, e); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ShapeOverrides(const Shape& s) {
+  return {absl::StrCat("model.d_model=", s.d_model), absl::StrCat("model.n_layers=", s.n_layers),
+          absl::StrCat("model.n_heads=", s.n_heads), absl::StrCat("model.n_kv_heads=", s.n_kv_heads),
+          absl::StrCat("model.ffn.d_ff=", s.d_ff)};
+}
+
+// Validates and resolves one run and fills its size, steps, tokens and FLOPs.
+absl::Status FinishRun(const std::string& source, const std::string& sweep_name, const std::string& output_dir,
+                       const ModelSizer& sizer, PlannedRun* run) {
+  config::Experiment& e = run->experiment;
+  e.set_name(absl::StrCat(sweep_name, "/", run->name));
+  e.mutable_run()->set_output_dir(absl::StrCat(output_dir, "/runs/", run->name));
+  const std::string where = absl::StrCat(source, " (run ", run->name, ")");
+  if (absl::Status s = experiments::ValidateExperiment(e, where); !s.ok()) return s;
+  experiments::ResolveDefaults(&e);
+  auto size = sizer(e);
+  if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", size.status().message()));
+  run->size = *size;
+  run->steps = experiments::TotalSteps(e);
+  run->tokens = static_cast<double>(run->steps) * static_cast<double>(experiments::TokensPerStep(e));
+  run->flops = run->tokens * run->size.training_flops_per_token;
+  return absl::OkStatus();
+}
+
+absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, const config::Experiment& base,
+                      std::vector<PlannedRun>* runs) {
+  const auto& grid = sweep.grid();
+  if (grid.axis_size() == 0) return Error(source, "sweep.grid has no axis; add `axis { field: ... values: ... }`");
+  size_t total = 1;
+  for (int i = 0; i < grid.axis_size(); ++i) {
+    const auto& axis = grid.axis(i);
+    if (axis.field().empty()) return Error(source, absl::StrCat("sweep.grid.axis[", i, "].field is empty"));
+    if (axis.values_size() == 0) {
+      return Error(source, absl::StrCat("sweep.grid.axis[", i, "] (", axis.field(), ") has no values"));
+    }
+    total *= static_cast<size_t>(axis.values_size());
+  }
+  if (total > 10000) return Error(source, absl::StrCat("sweep.grid expands to ", total, " runs; at most 10000"));
+  std::vector<int> index(grid.axis_size(), 0);
+  for (size_t r = 0; r < total; ++r) {
+    PlannedRun run;
+    run.experiment = base;
+    std::vector<std::string> assignments, parts;
+    for (int i = 0; i < grid.axis_size(); ++i) {
+      const auto& axis = grid.axis(i);
+      const std::string& value = axis.values(index[i]);
+      assignments.push_back(absl::StrCat(axis.field(), "=", value));
+      const size_t dot = axis.field().rfind('.');
+      parts.push_back(absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
+    }
+    run.name = SafeName(absl::StrJoin(parts, ","));
+    if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.grid")); !s.ok()) {
+      return s;
+    }
+    runs->push_back(std::move(run));
+    for (int i = grid.axis_size() - 1; i >= 0; --i) {  // last axis fastest
+      if (++index[i] < grid.axis(i).values_size()) break;
+      index[i] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, const config::Experiment& base,
+                         const ModelSizer& sizer, std::vector<PlannedRun>* runs) {
+  const auto& design = sweep.isoflop();
+  if (design.budgets_size() == 0) return Error(source, "sweep.isoflop.budgets is empty; give at least one FLOP budget");
+  const auto& family = design.family();
+  if (family.head_size() <= 0 || family.aspect_ratio() <= 0 || family.min_layers() < 1 ||
+      family.max_layers() < family.min_layers()) {
+    return Error(source, "sweep.isoflop.family needs head_size > 0, aspect_ratio > 0 and 1 <= min_layers <= max_layers");
+  }
+  if (design.models_per_budget() < 3) {
+    return Error(source, absl::StrCat("sweep.isoflop.models_per_budget=", design.models_per_budget(),
+                                      ": a parabola needs at least 3 models per budget"));
+  }
+  if (!(design.min_tokens_per_param() > 0 && design.max_tokens_per_param() > design.min_tokens_per_param())) {
+    return Error(source, "sweep.isoflop needs 0 < min_tokens_per_param < max_tokens_per_param");
+  }
+  const int64_t tokens_per_step = static_cast<int64_t>(base.run().batch_size()) *
+                                  std::max(1, base.run().grad_accum_steps()) * base.model().context_length();
+  if (tokens_per_step <= 0) {
+    return Error(source, "the base experiment needs run.batch_size and model.context_length for an IsoFLOP design");
+  }
+  const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
+
+  struct Candidate {
+    Shape shape;
+    ModelSize size;
+    double n;
+  };
+  std::vector<Candidate> candidates;
+  for (const Shape& shape : FamilyShapes(family, base)) {
+    config::Experiment e = base;
+    if (absl::Status s = ApplyAll(ShapeOverrides(shape), &e, absl::StrCat(source, ": sweep.isoflop.family"));
+        !s.ok()) {
+      return s;
+    }
+    auto size = sizer(e);
+    if (!size.ok()) return Error(source, absl::StrCat("sweep.isoflop.family: ", size.status().message()));
+    candidates.push_back({shape, *size, non_embedding ? size->non_embedding_params : size->params});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.n < b.n; });
+
+  for (int b = 0; b < design.budgets_size(); ++b) {
+    const double budget = design.budgets(b);
+    if (!(budget > 0) || !std::isfinite(budget)) {
+      return Error(source, absl::StrCat("sweep.isoflop.budgets[", b, "]=", budget, " must be a positive number of FLOP"));
+    }
+    std::vector<const Candidate*> feasible;
+    int too_few_tokens = 0, too_many_tokens = 0;
+    for (const Candidate& c : candidates) {
+      const double per_token =
+          design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c.n : c.size.training_flops_per_token;
+      const double tokens = budget / per_token;
+      const int64_t steps = static_cast<int64_t>(tokens / static_cast<double>(tokens_per_step));
+      if (tokens / c.n < design.min_tokens_per_param() || steps < design.min_steps()) {
+        ++too_few_tokens;
+      } else if (tokens / c.n > design.max_tokens_per_param()) {
+        ++too_many_tokens;
+      } else {
+        feasible.push_back(&c);
+      }
+    }
+    if (feasible.size() < 3) {
+      const Candidate& smallest = candidates.front();
+      const double smallest_needs =
+          std::max(design.min_tokens_per_param() * smallest.n, static_cast<double>(design.min_steps() * tokens_per_step)) *
+          (design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * smallest.n : smallest.size.training_flops_per_token);
+      std::string why;
+      if (too_few_tokens >= static_cast<int>(candidates.size()) - 2) {
+        why = absl::StrFormat(
+            "is too small for the model family: the smallest model (N=%.3g) needs at least %.3g FLOP for %g tokens "
+            "per parameter and %d steps",
+            smallest.n, smallest_needs, design.min_tokens_per_param(), design.min_steps());
+      } else if (too_many_tokens >= static_cast<int>(candidates.size()) - 2) {
+        why = absl::StrFormat("is too large for the model family: raise family.max_layers (largest N=%.3g)",
+                              candidates.back().n);
+      } else {
+        why = "leaves fewer than 3 feasible model sizes; widen min/max_tokens_per_param or the family";
+      }
+      return Error(source, absl::StrFormat("sweep.isoflop.budgets[%d]=%g %s", b, budget, why));
+    }
+    // Pick models_per_budget shapes evenly spread in log N (all of them if there are no more).
+    std::vector<const Candidate*> chosen;
+    const int k = design.models_per_budget();
+    if (static_cast<int>(feasible.size()) <= k) {
+      chosen = feasible;
+    } else {
+      const double lo = std::log(feasible.front()->n), hi = std::log(feasible.back()->n);
+      std::set<size_t> used;
+      for (int j = 0; j < k; ++j) {
+        const double target = lo + (hi - lo) * j / (k - 1);
+        size_t best = 0;
+        double best_gap = INFINITY;
+        for (size_t i = 0; i < feasible.size(); ++i) {
+          const double gap = std::fabs(std::log(feasible[i]->n) - target);
+          if (!used.count(i) && gap < best_gap) best = i, best_gap = gap;
+        }
+        used.insert(best);
+      }
+      for (size_t i : used) chosen.push_back(feasible[i]);
+    }
+    for (const Candidate* c : chosen) {
+      const double per_token =
+          design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c->n : c->size.training_flops_per_token;
+      const int64_t steps = static_cast<int64_t>(budget / per_token / static_cast<double>(tokens_per_step));
+      PlannedRun run;
+      run.budget_flops = budget;
+      run.name = absl::StrCat(BudgetTag(budget), "_d", c->shape.d_model, "_L", c->shape.n_layers);
+      run.experiment = base;
+      std::vector<std::string> assignments = ShapeOverrides(c->shape);
+      assignments.push_back(absl::StrCat("run.max_steps=", steps));
+      if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.isoflop")); !s.ok()) {
+        return s;
+      }
+      runs->push_back(std::move(run));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<config::Sweep> ParseSweepText(const std::string& text, const std::string& source) {
+  config::Sweep sweep;
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors(source);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &sweep)) {
+    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": not a Sweep textproto")
+                                                             : errors.error());
+  }
+  return sweep;
+}
+
+absl::StatusOr<config::Sweep> LoadSweep(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseSweepText(*text, path);
+}
+
+absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::string& source,
+                                    const std::string& working_dir, const ModelSizer& sizer) {
+  SweepPlan plan;
+  plan.source = source;
+  plan.name = sweep.name().empty() ? "sweep" : sweep.name();
+  if (sweep.output_dir().empty()) return Error(source, "sweep.output_dir is required (the sweep's folder)");
+  plan.output_dir = Absolute(working_dir, sweep.output_dir());
+  if (sweep.parallel_runs() < 1) {
+    return Error(source, absl::StrCat("sweep.parallel_runs=", sweep.parallel_runs(), " must be at least 1"));
+  }
+  plan.parallel_runs = sweep.parallel_runs();
+  plan.estimate_flops_per_second = sweep.estimate_flops_per_second();
+
+  config::Experiment base;
+  switch (sweep.base_case()) {
+    case config::Sweep::kBaseExperiment: {
+      const std::string path = Absolute(DirName(source), sweep.base_experiment());
+      auto text = ReadFile(path);
+      if (!text.ok()) return Error(source, absl::StrCat("sweep.base_experiment: ", text.status().message()));
+      auto parsed = experiments::ParseExperimentText(*text, path);
+      if (!parsed.ok()) return parsed.status();
+      base = *parsed;
+      break;
+    }
+    case config::Sweep::kExperiment:
+      base = sweep.experiment();
+      break;
+    case config::Sweep::BASE_NOT_SET:
+      return Error(source, "the sweep needs a base: `base_experiment: \"file.textproto\"` or `experiment { ... }`");
+  }
+  if (absl::Status s = ApplyAll({sweep.set().begin(), sweep.set().end()}, &base, absl::StrCat(source, ": sweep.set"));
+      !s.ok()) {
+    return s;
+  }
+  experiments::MakePathsAbsolute(working_dir, &base);
+
+  switch (sweep.design_case()) {
+    case config::Sweep::kGrid:
+      if (absl::Status s = PlanGrid(sweep, source, base, &plan.runs); !s.ok()) return s;
+      break;
+    case config::Sweep::kIsoflop:
+      if (absl::Status s = PlanIsoFlop(sweep, source, base, sizer, &plan.runs); !s.ok()) return s;
+      plan.non_embedding_params = sweep.isoflop().params() == config::IsoFlopDesign::NON_EMBEDDING;
+      break;
+    case config::Sweep::DESIGN_NOT_SET:
+      return Error(source, "the sweep needs a design: `grid { ... }` or `isoflop { ... }`");
+  }
+  std::set<std::string> names;
+  double max_flops = 0;
+  for (PlannedRun& run : plan.runs) {
+    if (!names.insert(run.name).second) return Error(source, absl::StrCat("two runs are both named ", run.name));
+    if (absl::Status s = FinishRun(source, plan.name, plan.output_dir, sizer, &run); !s.ok()) return s;
+    max_flops = std::max({max_flops, run.flops, run.budget_flops});
+  }
+  plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;
+  return plan;
+}
+
+std::string FormatPlan(const SweepPlan& plan) {
+  std::string out = absl::StrFormat("sweep %s: %d runs into %s (%d at a time)\n", plan.name, plan.runs.size(),
+                                    plan.output_dir, plan.parallel_runs);
+  out += absl::StrFormat("%-28s %10s %10s %10s %7s %7s %10s %9s\n", "run", "budget", "N", "D", "D/N", "steps",
+                         "FLOP", "est. time");
+  double total_flops = 0;
+  for (const PlannedRun& r : plan.runs) {
+    const double n = plan.non_embedding_params ? r.size.non_embedding_params : r.size.params;
+    const double seconds = r.flops / plan.estimate_flops_per_second;
+    out += absl::StrFormat("%-28s %10s %10.3g %10.3g %7.1f %7d %10.3g %8.0fs\n", r.name,
+                           r.budget_flops > 0 ? absl::StrFormat("%.3g", r.budget_flops) : "-", n, r.tokens,
+                           r.tokens / n, r.steps, r.flops, seconds);
+    total_flops += r.flops;
+  }
+  const double total_seconds = total_flops / plan.estimate_flops_per_second;
+  out += absl::StrFormat("total: %.3g FLOP, about %.0f s of training at %.3g FLOP/s (%.0f s wall with %d at a time)\n",
+                         total_flops, total_seconds, plan.estimate_flops_per_second,
+                         total_seconds / plan.parallel_runs, plan.parallel_runs);
+  return out;
+}
+
+}  // namespace lmf::sweep

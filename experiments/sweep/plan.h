@@ -1,0 +1,67 @@
+// Expanding a Sweep (sweep.proto) into the list of runs it stands for, each a complete, validated
+// Experiment with its own output folder, plus the numbers the plan prints and the results table records
+// (parameters, tokens, FLOPs per run, estimated time).
+//
+// Grid: the Cartesian product of the axes, every run named by its values ("lr=3e-4,d_model=256").
+// IsoFLOP: for each budget C, the family's shapes that can spend C with a sane tokens-per-parameter
+// ratio and enough optimizer steps; `models_per_budget` of them, evenly spread in log N, are planned.
+// A budget with fewer than 3 such shapes is an error that says whether C is too small or too large.
+#ifndef LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
+#define LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "experiments/proto/experiment.pb.h"
+#include "experiments/sweep/sweep.pb.h"
+
+namespace lmf::sweep {
+
+// What the planner needs to know of a model: its size and its cost per training token.
+struct ModelSize {
+  double params = 0;                 // all parameters
+  double non_embedding_params = 0;   // without token/position embeddings
+  double training_flops_per_token = 0;
+};
+using ModelSizer = std::function<absl::StatusOr<ModelSize>(const config::Experiment&)>;
+
+struct PlannedRun {
+  std::string name;                 // unique in the sweep; also its folder name under runs/
+  config::Experiment experiment;    // resolved and validated; run.output_dir is the run's folder
+  double budget_flops = 0;          // the IsoFLOP budget, 0 for grid runs
+  ModelSize size;
+  int64_t steps = 0;
+  double tokens = 0;                // steps * tokens per step
+  double flops = 0;                 // tokens * training FLOPs per token
+};
+
+struct SweepPlan {
+  std::string name;
+  std::string source;        // the sweep file (for messages)
+  std::string output_dir;    // absolute
+  int parallel_runs = 1;
+  double estimate_flops_per_second = 0;
+  double target_flops = 0;   // resolved: never 0
+  bool non_embedding_params = false;  // which N the fits should use (IsoFLOP ParamCount)
+  std::vector<PlannedRun> runs;
+};
+
+// Reads a sweep textproto (errors at file:line:column; unknown fields are errors).
+absl::StatusOr<config::Sweep> LoadSweep(const std::string& path);
+absl::StatusOr<config::Sweep> ParseSweepText(const std::string& text, const std::string& source);
+
+// Expands `sweep` into runs. `source` names the sweep file in every error and anchors a relative
+// base_experiment; `working_dir` anchors relative output and data paths.
+absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::string& source,
+                                    const std::string& working_dir, const ModelSizer& sizer);
+
+// The plan as a table: one row per run (name, budget, N, D, D/N, steps, FLOPs, estimated time) and
+// the totals.
+std::string FormatPlan(const SweepPlan& plan);
+
+}  // namespace lmf::sweep
+
+#endif  // LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_

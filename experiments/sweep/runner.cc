@@ -1,0 +1,220 @@
+// The sweep runner (see runner.h): fork/exec one training process per run, a bounded number at a time,
+// each in its own folder with its log; results collected from the runs' result.textproto files.
+#include "experiments/sweep/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "google/protobuf/text_format.h"
+
+namespace lmf::sweep {
+namespace {
+
+std::string RunDir(const SweepPlan& plan, const PlannedRun& run) {
+  return absl::StrCat(plan.output_dir, "/runs/", run.name);
+}
+
+// The last `lines` lines of a file, for failure messages.
+std::string Tail(const std::string& path, int lines) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return "";
+  size_t pos = text->size();
+  while (pos > 0 && (*text)[pos - 1] == '\n') --pos;
+  for (int n = 0; n < lines && pos > 0; ++n) {
+    pos = text->rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  std::string tail = text->substr(pos);
+  while (!tail.empty() && (tail[0] == '\n')) tail.erase(0, 1);
+  return tail;
+}
+
+// Starts the command for one run; returns the child's pid.
+absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std::string& run_dir) {
+  std::vector<std::string> args = command;
+  args.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
+  const std::string log = run_dir + "/log.txt";
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed for ", run_dir));
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    if (::chdir(run_dir.c_str()) != 0) ::_exit(126);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "sweep: cannot execute %s\n", argv[0]);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& result) {
+  scaling::RunResult row;
+  row.run = run.name;
+  row.budget_flops = run.budget_flops;
+  row.params = run.size.params;
+  row.non_embedding_params = run.size.non_embedding_params;
+  row.tokens = result.has_tokens() ? result.tokens() : run.tokens;
+  row.flops = result.has_flops() ? result.flops() : run.flops;
+  row.d_model = run.experiment.model().d_model();
+  row.n_layers = run.experiment.model().n_layers();
+  row.n_heads = run.experiment.model().n_heads();
+  row.batch_size = run.experiment.run().batch_size() * run.experiment.run().grad_accum_steps();
+  row.lr = run.experiment.optimizer().lr();
+  const bool has_loss = std::isfinite(result.final_loss()) && result.final_loss() > 0 &&
+                        std::isfinite(result.best_val_loss()) && result.best_val_loss() > 0;
+  switch (result.status()) {
+    case config::SweepRunResult::FINISHED:
+      row.status = has_loss ? scaling::RunStatus::kFinished : scaling::RunStatus::kFailed;
+      break;
+    case config::SweepRunResult::DIVERGED:
+      row.status = scaling::RunStatus::kDiverged;
+      break;
+    default:
+      row.status = scaling::RunStatus::kFailed;
+  }
+  if (row.status == scaling::RunStatus::kFinished) {
+    row.final_loss = result.final_loss();
+    row.best_val_loss = result.best_val_loss();
+    if (!result.curve_file().empty()) row.curve_file = absl::StrCat("runs/", run.name, "/", result.curve_file());
+  }
+  return row;
+}
+
+}  // namespace
+
+absl::StatusOr<config::SweepRunResult> ReadRunResult(const std::string& run_dir) {
+  const std::string path = run_dir + "/result.textproto";
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  config::SweepRunResult result;
+  if (!google::protobuf::TextFormat::ParseFromString(*text, &result)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a SweepRunResult textproto"));
+  }
+  return result;
+}
+
+absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunResult& result) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(result, &text);
+  return WriteFileAtomically(run_dir + "/result.textproto", text);
+}
+
+absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options) {
+  if (options.command.empty()) return absl::InvalidArgumentError("sweep runner: no training command");
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  if (absl::Status s = MakeDirs(plan.output_dir + "/runs"); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(plan.output_dir + "/plan.txt", FormatPlan(plan)); !s.ok()) return s;
+
+  SweepSummary summary;
+  std::vector<size_t> todo;
+  std::vector<config::SweepRunResult> results(plan.runs.size());
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    const PlannedRun& run = plan.runs[i];
+    const std::string dir = RunDir(plan, run);
+    if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+    const std::string config_path = dir + "/config.textproto";
+    const std::string config_text = experiments::ExperimentToText(run.experiment);
+    auto previous = ReadRunResult(dir);
+    auto previous_config = ReadFile(config_path);
+    if (previous.ok() && previous->status() == config::SweepRunResult::FINISHED && previous_config.ok() &&
+        *previous_config == config_text) {
+      results[i] = *previous;
+      ++summary.skipped;
+      say(absl::StrFormat("[skip] %s finished earlier (loss %.4f)", run.name, previous->final_loss()));
+      continue;
+    }
+    if (previous.ok() && previous->status() == config::SweepRunResult::FINISHED) {
+      say(absl::StrFormat("[rerun] %s: its config changed since it finished", run.name));
+    }
+    ::unlink((dir + "/result.textproto").c_str());
+    if (absl::Status s = WriteFileAtomically(config_path, config_text); !s.ok()) return s;
+    todo.push_back(i);
+  }
+
+  // Run the missing ones, at most parallel_runs at a time.
+  std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
+  size_t next = 0, done = 0;
+  while (next < todo.size() || !running.empty()) {
+    while (next < todo.size() && static_cast<int>(running.size()) < plan.parallel_runs) {
+      const size_t i = todo[next++];
+      auto pid = Launch(options.command, RunDir(plan, plan.runs[i]));
+      if (!pid.ok()) return pid.status();
+      running[*pid] = {i, std::chrono::steady_clock::now()};
+      say(absl::StrFormat("[start] %s (%d of %d to run)", plan.runs[i].name, next, todo.size()));
+    }
+    int wstatus = 0;
+    const pid_t pid = ::waitpid(-1, &wstatus, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError("sweep runner: waitpid failed");
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const size_t i = it->second.first;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.second).count();
+    running.erase(it);
+    ++done;
+    const PlannedRun& run = plan.runs[i];
+    const std::string dir = RunDir(plan, run);
+    auto result = ReadRunResult(dir);
+    const bool exited_ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (result.ok() && (exited_ok || result->status() != config::SweepRunResult::FINISHED)) {
+      results[i] = *result;
+    } else {
+      config::SweepRunResult failed;
+      failed.set_status(config::SweepRunResult::FAILED);
+      const std::string how = WIFEXITED(wstatus) ? absl::StrCat("exit code ", WEXITSTATUS(wstatus))
+                                                 : absl::StrCat("signal ", WTERMSIG(wstatus));
+      failed.set_message(absl::StrCat(how, result.ok() ? "" : ", no result file; log tail: ", Tail(dir + "/log.txt", 5)));
+      failed.set_wall_seconds(seconds);
+      if (absl::Status s = WriteRunResult(dir, failed); !s.ok()) return s;
+      results[i] = failed;
+    }
+    const auto& r = results[i];
+    if (r.status() == config::SweepRunResult::FINISHED) {
+      say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)", done, todo.size(), run.name, r.final_loss(),
+                          seconds));
+    } else {
+      say(absl::StrFormat("[%d/%d] %s %s: %s (log: %s/log.txt)", done, todo.size(), run.name,
+                          config::SweepRunResult::Status_Name(r.status()), r.message(), dir));
+    }
+  }
+
+  summary.table.path = plan.output_dir + "/results.csv";
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    scaling::RunResult row = ToRow(plan.runs[i], results[i]);
+    switch (row.status) {
+      case scaling::RunStatus::kFinished: ++summary.finished; break;
+      case scaling::RunStatus::kFailed: ++summary.failed; break;
+      case scaling::RunStatus::kDiverged: ++summary.diverged; break;
+    }
+    summary.table.runs.push_back(std::move(row));
+  }
+  summary.results_path = summary.table.path;
+  if (absl::Status s = scaling::WriteResults(summary.results_path, summary.table); !s.ok()) return s;
+  return summary;
+}
+
+}  // namespace lmf::sweep

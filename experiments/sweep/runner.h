@@ -1,0 +1,47 @@
+// Running a planned sweep: each run is a separate process (the training command, given the run's config
+// file), at most `parallel_runs` at once. A run whose folder already holds a finished result is skipped,
+// so a killed sweep started again finishes only what is missing. A run that fails is recorded (status
+// and the tail of its log) and the sweep goes on. At the end every run's numbers go into the results table
+// (scaling/results.h), written atomically to <output_dir>/results.csv.
+#ifndef LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_
+#define LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/sweep.pb.h"
+#include "scaling/results.h"
+
+namespace lmf::sweep {
+
+struct RunnerOptions {
+  // The training command; the runner appends `--config=<run dir>/config.textproto` and runs it with the
+  // run's folder as its working directory, stdout and stderr going to <run dir>/log.txt. The command must
+  // write <run dir>/result.textproto (a SweepRunResult) before it exits.
+  std::vector<std::string> command;
+  // Progress lines ("[3/12] C1e15_d64_L2 finished: loss 3.41 (52 s)"); nullptr for none.
+  std::function<void(const std::string&)> progress;
+};
+
+struct SweepSummary {
+  int finished = 0, failed = 0, diverged = 0;
+  int skipped = 0;  // finished earlier, not run again
+  std::string results_path;
+  scaling::ResultsTable table;
+};
+
+// Writes the plan into the sweep folder (plan.txt, each run's config.textproto), runs what is missing and
+// writes results.csv. Errors only for what stops the whole sweep (cannot write the folder, cannot start a
+// process); a run's failure is recorded instead.
+absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options);
+
+// The result file of a run folder, if it has one.
+absl::StatusOr<config::SweepRunResult> ReadRunResult(const std::string& run_dir);
+absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunResult& result);
+
+}  // namespace lmf::sweep
+
+#endif  // LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_

@@ -1,0 +1,229 @@
+// The sweep: planning (grid and IsoFLOP designs, and the errors a bad sweep file gets) and running
+// (separate processes, failures recorded, a killed sweep finishing only its missing runs). The training
+// command is fake_train_for_test, which evaluates a known loss law instead of training.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/runner.h"
+#include "gtest/gtest.h"
+
+namespace lmf::sweep {
+namespace {
+
+std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
+
+std::string FakeTrainer() {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test";
+}
+
+// Parameters of a pre-norm transformer without biases, and 6N FLOPs per token: enough for planning.
+absl::StatusOr<ModelSize> SimpleSizer(const config::Experiment& e) {
+  const auto& m = e.model();
+  ModelSize s;
+  s.non_embedding_params = 12.0 * m.n_layers() * m.d_model() * m.d_model();
+  s.params = s.non_embedding_params + 2.0 * m.vocab_size() * m.d_model();
+  s.training_flops_per_token = 6.0 * s.params;
+  return s;
+}
+
+const char* kBase = R"pb(
+  model { d_model: 64 n_layers: 2 n_heads: 2 vocab_size: 256 context_length: 32 ffn { d_ff: 256 } }
+  optimizer { lr: 1e-3 }
+  data { train_tokens: "train.tok" val_tokens: "val.tok" }
+  run { batch_size: 4 max_steps: 10 output_dir: "unused" eval_tokens: 128 }
+)pb";
+
+absl::StatusOr<SweepPlan> Plan(const std::string& sweep_body) {
+  const std::string text = std::string("name: \"t\"\noutput_dir: \"") + TmpDir() + "/out\"\nexperiment {" + kBase +
+                           "}\n" + sweep_body;
+  auto sweep = ParseSweepText(text, "test.sweep");
+  if (!sweep.ok()) return sweep.status();
+  return PlanSweep(*sweep, "test.sweep", TmpDir(), SimpleSizer);
+}
+
+const char* kIsoFlop = R"pb(
+  isoflop {
+    budgets: [ 2e12, 6e12 ]
+    family { aspect_ratio: 16 head_size: 16 min_layers: 1 max_layers: 12 }
+    models_per_budget: 4
+    min_tokens_per_param: 1
+    max_tokens_per_param: 500
+  }
+)pb";
+
+TEST(SweepPlan, GridIsTheCartesianProductLastAxisFastest) {
+  auto plan = Plan(R"pb(grid {
+    axis { field: "optimizer.lr" values: [ "1e-3", "3e-3" ] }
+    axis { field: "model.n_layers" values: [ "1", "2", "3" ] }
+  })pb");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 6u);
+  EXPECT_EQ(plan->runs[0].name, "lr=1e-3,n_layers=1");
+  EXPECT_EQ(plan->runs[1].name, "lr=1e-3,n_layers=2");
+  EXPECT_EQ(plan->runs[5].name, "lr=3e-3,n_layers=3");
+  EXPECT_DOUBLE_EQ(plan->runs[5].experiment.optimizer().lr(), 3e-3);
+  EXPECT_EQ(plan->runs[5].experiment.model().n_layers(), 3);
+  EXPECT_EQ(plan->runs[5].experiment.run().output_dir(), TmpDir() + "/out/runs/lr=3e-3,n_layers=3");
+  EXPECT_EQ(plan->runs[0].experiment.data().train_tokens(), TmpDir() + "/train.tok");  // made absolute
+}
+
+TEST(SweepPlan, IsoFlopRunsSpendTheirBudgetWithinRounding) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 8u);
+  std::set<double> budgets;
+  for (const PlannedRun& r : plan->runs) {
+    budgets.insert(r.budget_flops);
+    // Steps are whole: the run spends the budget minus less than one step's worth.
+    const double step_flops = 4 * 32 * r.size.training_flops_per_token;
+    EXPECT_LE(r.flops, r.budget_flops) << r.name;
+    EXPECT_GT(r.flops, r.budget_flops - step_flops) << r.name;
+    EXPECT_GE(r.steps, 20) << r.name;
+    const double tpp = r.tokens / r.size.params;
+    EXPECT_GE(tpp, 1.0) << r.name;
+    EXPECT_LE(tpp, 500.0) << r.name;
+    EXPECT_EQ(r.experiment.model().d_model() % 16, 0);
+    EXPECT_EQ(r.experiment.model().n_heads() * 16, r.experiment.model().d_model());
+  }
+  EXPECT_EQ(budgets.size(), 2u);
+  EXPECT_NE(FormatPlan(*plan).find("C2e12_d"), std::string::npos);
+}
+
+TEST(SweepPlan, BadSweepsGetClearErrors) {
+  auto empty = Plan("grid {}");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "test.sweep: sweep.grid has no axis; add `axis { field: ... values: ... }`");
+
+  auto unknown = Plan(R"pb(grid { axis { field: "model.no_such_field" values: "1" } })pb");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("test.sweep: sweep.grid: "), std::string::npos) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("no_such_field"), std::string::npos) << unknown.status();
+
+  auto small = Plan(R"pb(isoflop { budgets: 1e6 family { head_size: 16 } })pb");
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("sweep.isoflop.budgets[0]=1e+06 is too small for the model family"),
+            std::string::npos)
+      << small.status();
+
+  auto unknown_sweep_field = ParseSweepText("budgetz: 3", "bad.sweep");
+  ASSERT_FALSE(unknown_sweep_field.ok());
+  EXPECT_NE(unknown_sweep_field.status().message().find("bad.sweep:1:"), std::string::npos);
+
+  auto no_design = Plan("");
+  ASSERT_FALSE(no_design.ok());
+  EXPECT_NE(no_design.status().message().find("needs a design"), std::string::npos);
+}
+
+RunnerOptions FakeRunner() {
+  RunnerOptions o;
+  o.command = {FakeTrainer()};
+  return o;
+}
+
+int CountLines(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return 0;
+  return static_cast<int>(std::count(text->begin(), text->end(), '\n'));
+}
+
+TEST(SweepRunner, RunsEverythingThenSkipsFinishedRuns) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->parallel_runs = 2;
+  const std::string log = TmpDir() + "/invocations_a.txt";
+  ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);
+  auto summary = RunSweep(*plan, FakeRunner());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->finished, 8);
+  EXPECT_EQ(summary->failed, 0);
+  EXPECT_EQ(CountLines(log), 8);
+  auto table = scaling::ReadResults(summary->results_path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->runs.size(), 8u);
+  for (const auto& row : table->runs) EXPECT_GT(row.final_loss, 1.8);
+
+  auto again = RunSweep(*plan, FakeRunner());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->skipped, 8);
+  EXPECT_EQ(CountLines(log), 8);  // nothing ran a second time
+  ::unsetenv("FAKE_TRAIN_LOG");
+}
+
+TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/failing";
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  const std::string victim = plan->runs[3].name;
+  ::setenv("FAKE_TRAIN_FAIL", victim.c_str(), 1);
+  auto summary = RunSweep(*plan, FakeRunner());
+  ::unsetenv("FAKE_TRAIN_FAIL");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->finished, 7);
+  EXPECT_EQ(summary->failed, 1);
+  auto result = ReadRunResult(plan->output_dir + "/runs/" + victim);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->status(), config::SweepRunResult::FAILED);
+  EXPECT_NE(result->message().find("failing"), std::string::npos) << result->message();  // the log tail
+  // A second start retries only the failed run.
+  const std::string log = TmpDir() + "/invocations_b.txt";
+  ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);
+  auto retry = RunSweep(*plan, FakeRunner());
+  ::unsetenv("FAKE_TRAIN_LOG");
+  ASSERT_TRUE(retry.ok());
+  EXPECT_EQ(retry->finished, 8);
+  EXPECT_EQ(CountLines(log), 1);
+}
+
+TEST(SweepRunner, AKilledSweepFinishesOnlyTheMissingRuns) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/killed";
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  plan->parallel_runs = 1;
+  const std::string first_log = TmpDir() + "/invocations_c.txt";
+  ::setenv("FAKE_TRAIN_LOG", first_log.c_str(), 1);
+  ::setenv("FAKE_TRAIN_SLEEP_MS", "150", 1);
+  const pid_t sweeper = ::fork();
+  ASSERT_GE(sweeper, 0);
+  if (sweeper == 0) {
+    ::setpgid(0, 0);
+    ::_exit(RunSweep(*plan, FakeRunner()).ok() ? 0 : 1);
+  }
+  ::setpgid(sweeper, sweeper);
+  // Let a few runs finish, then kill the runner and its current training process together.
+  for (int i = 0; i < 200 && CountLines(first_log) < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(-sweeper, SIGKILL);
+  int status = 0;
+  ::waitpid(sweeper, &status, 0);
+  ::unsetenv("FAKE_TRAIN_SLEEP_MS");
+  int finished_before = 0;
+  for (const auto& r : plan->runs) {
+    auto res = ReadRunResult(plan->output_dir + "/runs/" + r.name);
+    if (res.ok() && res->status() == config::SweepRunResult::FINISHED) ++finished_before;
+  }
+  ASSERT_GT(finished_before, 0);
+  ASSERT_LT(finished_before, 8);
+
+  const std::string second_log = TmpDir() + "/invocations_d.txt";
+  ::setenv("FAKE_TRAIN_LOG", second_log.c_str(), 1);
+  auto summary = RunSweep(*plan, FakeRunner());
+  ::unsetenv("FAKE_TRAIN_LOG");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->finished, 8);
+  EXPECT_EQ(summary->skipped, finished_before);
+  EXPECT_EQ(CountLines(second_log), 8 - finished_before);
+}
+
+}  // namespace
+}  // namespace lmf::sweep
