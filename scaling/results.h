@@ -1,5 +1,5 @@
 // The results table: one row per training run of a sweep, written by the sweep runner and read by the
-// fits and the report (scaling/report). CSV with a header row; the columns, in the order written:
+// fits and the report (//scaling:report, scaling/reporting). CSV with a header row; the columns, in the order written:
 //
 //   run                   unique run name
 //   budget_flops          nominal IsoFLOP budget the run belongs to (FLOP); 0 for runs outside a design

@@ -22,12 +22,16 @@ bool Usable(double v, Scale scale) { return std::isfinite(v) && (scale == Scale:
 
 double Forward(double v, Scale scale) { return scale == Scale::kLog ? std::log10(v) : v; }
 
-// Text with "^k" drawn as a superscript k.
+// Text with "^k" drawn as a superscript k, where k is an optionally signed run of digits.
 std::string RichText(const std::string& label) {
   const size_t caret = label.find('^');
   if (caret == std::string::npos) return XmlEscape(label);
-  return XmlEscape(label.substr(0, caret)) + "<tspan dy=\"-6\" font-size=\"9\">" + XmlEscape(label.substr(caret + 1)) +
-         "</tspan>";
+  size_t end = caret + 1;
+  if (end < label.size() && label[end] == '-') ++end;
+  while (end < label.size() && label[end] >= '0' && label[end] <= '9') ++end;
+  return XmlEscape(label.substr(0, caret)) + "<tspan dy=\"-6\" font-size=\"9\">" +
+         XmlEscape(label.substr(caret + 1, end - caret - 1)) + "</tspan><tspan dy=\"6\">" +
+         XmlEscape(label.substr(end)) + "</tspan>";
 }
 
 double TextWidth(const std::string& s, double font_px) { return 0.58 * font_px * static_cast<double>(s.size()); }
@@ -73,6 +77,11 @@ std::string RampColor(double t) {
 std::vector<Tick> LogTicks(double min, double max) {
   std::vector<Tick> ticks;
   if (!(min > 0) || !(max > min)) return ticks;
+  if (std::log10(max / min) < 1) {
+    // Less than a decade: evenly stepped values (1, 2, 5 x 10^k steps) read better than sparse decades.
+    std::vector<Tick> linear = LinearTicks(min, max, 5);
+    if (linear.size() >= 2) return linear;
+  }
   const int lo = static_cast<int>(std::floor(std::log10(min) + 1e-9));
   const int hi = static_cast<int>(std::ceil(std::log10(max) - 1e-9));
   const int decades = hi - lo;
@@ -235,6 +244,7 @@ std::string Figure::Svg() const {
     *hi += pad;
     if (std::isfinite(axis.min) && Usable(axis.min, axis.scale)) *lo = Forward(axis.min, axis.scale);
     if (std::isfinite(axis.max) && Usable(axis.max, axis.scale)) *hi = Forward(axis.max, axis.scale);
+    if (!(*hi > *lo)) *hi = *lo + 1;  // limits given equal or reversed: keep the transform finite
   };
   double x0, x1, y0, y1;
   range(true, x_, &x0, &x1);

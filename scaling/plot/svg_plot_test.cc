@@ -37,14 +37,14 @@ TEST(LogTicksTest, LabelsDecadesWithMinorTicksBetween) {
     }
 }
 
-TEST(LogTicksTest, LongRangesLabelEveryOtherDecadeAndShortOnesAddTwoAndFive) {
+TEST(LogTicksTest, LongRangesLabelEveryOtherDecadeAndShortOnesUseEvenSteps) {
   int majors = 0;
   for (const Tick& t : LogTicks(1e6, 1e16)) majors += t.major;
   EXPECT_EQ(majors, 6);  // 1e6, 1e8, ..., 1e16
   std::vector<std::string> labels;
-  for (const Tick& t : LogTicks(1.5, 9))
+  for (const Tick& t : LogTicks(1.72, 3.95))
     if (t.major) labels.push_back(t.label);
-  EXPECT_EQ(labels, (std::vector<std::string>{"2", "5"}));
+  EXPECT_EQ(labels, (std::vector<std::string>{"2", "2.5", "3", "3.5"}));  // under a decade: even steps
 }
 
 TEST(LinearTicksTest, UsesOneTwoFiveSteps) {
@@ -75,6 +75,11 @@ TEST(FigureTest, DrawsSeriesInsideThePlotAndEscapesText) {
   EXPECT_NE(svg.find(">fit</text>"), std::string::npos);
   EXPECT_NE(svg.find(">95% band</text>"), std::string::npos);
   EXPECT_NE(svg.find("<tspan dy=\"-6\" font-size=\"9\">20</tspan>"), std::string::npos);  // 10^20 label
+  // Only the exponent is raised: text after it returns to the baseline.
+  Figure legend("t");
+  legend.AddVerticalLine(1, {}, "target 10^22 FLOP");
+  EXPECT_NE(legend.Svg().find("target 10<tspan dy=\"-6\" font-size=\"9\">22</tspan><tspan dy=\"6\"> FLOP</tspan>"),
+            std::string::npos);
 
   // x = 1e20 is the middle of [1e18, 1e22] on a log axis: the marker at 1e20 sits at the plot's centre.
   // Plot area: left 78, width 600 - 78 - right, where right = legend width + 18.

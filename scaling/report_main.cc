@@ -1,0 +1,75 @@
+// `bazel run //scaling:report -- --results=<csv> --target_flops=<C> --out=<folder>`: fits a sweep's results
+// table (scaling/results.h) with Chinchilla Approaches 1-3 and the Kaplan laws, bootstraps intervals, and
+// writes report.md with SVG figures into --out. Prints where the report is and the recommendation.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "scaling/reporting/report.h"
+
+ABSL_FLAG(std::string, results, "", "results table (CSV, columns in scaling/results.h)");
+ABSL_FLAG(double, target_flops, 0, "compute budget to recommend a model for (FLOP), e.g. 1e21");
+ABSL_FLAG(std::string, out, "", "output folder for report.md and the SVG figures (default: <results folder>/report)");
+ABSL_FLAG(int, bootstrap, 1000, "bootstrap resamples for the confidence intervals (0: none)");
+ABSL_FLAG(double, confidence, 0.95, "two-sided level of the intervals");
+ABSL_FLAG(uint64_t, seed, 42, "seed of the bootstrap resampling");
+ABSL_FLAG(std::string, params, "non_embedding", "which parameter count the fits use: non_embedding or total");
+ABSL_FLAG(std::string, loss, "final", "which loss the fits use: final or best (best validation loss)");
+ABSL_FLAG(double, huber_delta, 1e-3, "Huber delta of the Approach 3 fit (on ln loss)");
+ABSL_FLAG(std::string, data_note, "", "one line about the data, printed at the top of the report");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Fits scaling laws to a results table and writes a Markdown report with SVG plots.\n"
+                               "  report --results=sweep/results.csv --target_flops=1e21 --out=sweep/report");
+  absl::ParseCommandLine(argc, argv);
+  const std::string results = absl::GetFlag(FLAGS_results);
+  if (results.empty() || !(absl::GetFlag(FLAGS_target_flops) > 0)) {
+    std::fprintf(stderr, "report: --results=<csv> and --target_flops=<positive FLOP> are required\n");
+    return 2;
+  }
+  lmf::scaling::ReportOptions options;
+  options.target_flops = absl::GetFlag(FLAGS_target_flops);
+  options.bootstrap.resamples = absl::GetFlag(FLAGS_bootstrap);
+  options.bootstrap.confidence = absl::GetFlag(FLAGS_confidence);
+  options.bootstrap.seed = absl::GetFlag(FLAGS_seed);
+  options.parametric.huber_delta = absl::GetFlag(FLAGS_huber_delta);
+  options.data_note = absl::GetFlag(FLAGS_data_note);
+  const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
+  if ((params != "non_embedding" && params != "total") || (loss != "final" && loss != "best")) {
+    std::fprintf(stderr, "report: --params must be non_embedding or total and --loss final or best\n");
+    return 2;
+  }
+  if (!(options.bootstrap.confidence > 0 && options.bootstrap.confidence < 1) || options.bootstrap.resamples < 0 ||
+      !(options.parametric.huber_delta > 0)) {
+    std::fprintf(stderr, "report: --confidence must lie in (0, 1), --bootstrap be >= 0, --huber_delta be > 0\n");
+    return 2;
+  }
+  options.choice.non_embedding = params == "non_embedding";
+  options.choice.best_loss = loss == "best";
+  std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) {
+    const size_t slash = results.rfind('/');
+    out = (slash == std::string::npos ? std::string(".") : results.substr(0, slash)) + "/report";
+  }
+  absl::StatusOr<lmf::scaling::ScalingAnalysis> a = lmf::scaling::MakeReport(results, options, out);
+  if (!a.ok()) {
+    std::fprintf(stderr, "report: %s\n", std::string(a.status().message()).c_str());
+    return 1;
+  }
+  std::printf("report: %d finished runs fitted; wrote %s/report.md and its figures\n", a->finished, out.c_str());
+  if (a->parametric) {
+    const lmf::scaling::Allocation at = lmf::scaling::OptimalAllocation(a->parametric->law, options.target_flops);
+    std::printf("report: at %.3g FLOP, Approach 3 recommends N = %.4g parameters, D = %.4g tokens (loss %.4g)\n",
+                options.target_flops, at.params, at.tokens, at.loss);
+  } else {
+    std::printf("report: Approach 3 could not be fitted: %s\n", a->parametric_error.c_str());
+  }
+  if (a->isoflop) {
+    std::printf("report: Approach 2 gives N = %.4g, D = %.4g\n", a->isoflop->params_law.At(options.target_flops),
+                a->isoflop->tokens_law.At(options.target_flops));
+  }
+  return 0;
+}

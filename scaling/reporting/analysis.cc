@@ -1,0 +1,164 @@
+// The scaling analysis behind the report (see analysis.h).
+#include "scaling/reporting/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lmf::scaling {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops, const ResultsTable& table) {
+  std::map<double, const RunResult*> best;
+  for (const RunResult& r : table.runs) {
+    if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
+    const RunResult*& b = best[r.budget_flops];
+    if (b == nullptr || r.final_loss < b->final_loss) b = &r;
+  }
+  if (best.size() < 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("extrapolating batch size and learning rate needs the best runs of 2 IsoFLOP budgets; the table "
+                     "has ", best.size()));
+  }
+  std::vector<double> c, batch, lr, aspect, head;
+  for (const auto& [budget, run] : best) {
+    c.push_back(budget);
+    batch.push_back(static_cast<double>(run->batch_size));
+    lr.push_back(run->lr);
+    aspect.push_back(static_cast<double>(run->d_model) / run->n_layers);
+    head.push_back(static_cast<double>(run->d_model) / run->n_heads);
+  }
+  absl::StatusOr<PowerLaw> batch_law = FitPowerLaw(c, batch);
+  absl::StatusOr<PowerLaw> lr_law = FitPowerLaw(c, lr);
+  if (!batch_law.ok()) return batch_law.status();
+  if (!lr_law.ok()) return lr_law.status();
+  Recipe recipe;
+  const double ratio = Median(aspect), head_size = Median(head);
+  // 12 L d^2 = N with d = ratio L  =>  L = (N / (12 ratio^2))^(1/3).
+  const double layers = std::cbrt(params / (12 * ratio * ratio));
+  recipe.n_layers = std::max<int64_t>(1, std::llround(layers));
+  const double d = std::sqrt(params / (12.0 * recipe.n_layers));
+  const int64_t h = std::max<int64_t>(1, std::llround(head_size));
+  recipe.n_heads = std::max<int64_t>(1, std::llround(d / h));
+  recipe.d_model = recipe.n_heads * h;
+  // Batch sizes are kept to powers of two.
+  recipe.batch_size = std::max<int64_t>(1, int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(batch_law->At(flops))))));
+  recipe.lr = lr_law->At(flops);
+  recipe.basis = absl::StrCat(
+      "extrapolated from the best run of each of the ", best.size(), " budgets: batch = ",
+      absl::StrFormat("%.3g", batch_law->coefficient), " C^", absl::StrFormat("%.3f", batch_law->exponent),
+      ", lr = ", absl::StrFormat("%.3g", lr_law->coefficient), " C^", absl::StrFormat("%.3f", lr_law->exponent),
+      "; shape: median d_model/n_layers = ", absl::StrFormat("%.1f", ratio), ", head size ", h,
+      ", sized by 12 n_layers d_model^2 = N (no model config given)");
+  return recipe;
+}
+
+absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options) {
+  if (!(options.target_flops > 0) || !std::isfinite(options.target_flops)) {
+    return absl::InvalidArgumentError(absl::StrCat("--target_flops must be a positive number of FLOP, got ",
+                                                   options.target_flops));
+  }
+  if (options.bootstrap.resamples < 0) return absl::InvalidArgumentError("bootstrap resamples must be >= 0");
+  ScalingAnalysis a;
+  a.options = options;
+  a.results_path = table.path;
+  a.runs = static_cast<int>(table.runs.size());
+  for (const RunResult& r : table.runs) {
+    a.finished += r.status == RunStatus::kFinished;
+    a.failed += r.status == RunStatus::kFailed;
+    a.diverged += r.status == RunStatus::kDiverged;
+  }
+  a.observations = ToObservations(table, options.choice);
+  if (a.observations.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(table.path, ": no finished run to fit (", a.failed, " failed, ",
+                                                      a.diverged, " diverged)"));
+  }
+
+  absl::StatusOr<ParametricFit> p = FitParametric(a.observations, options.parametric);
+  if (p.ok()) {
+    a.parametric = *p;
+    if (options.bootstrap.resamples > 0) {
+      absl::StatusOr<ParametricUncertainty> ci =
+          BootstrapParametric(a.observations, *p, options.target_flops, options.bootstrap, options.parametric);
+      if (ci.ok()) a.parametric_ci = *ci;
+    }
+  } else {
+    a.parametric_error = std::string(p.status().message());
+  }
+
+  bool grouped = true;
+  for (const Observation& o : a.observations) grouped = grouped && o.budget > 0;
+  if (grouped) {
+    absl::StatusOr<IsoFlopFit> iso = FitIsoFlop(a.observations);
+    if (iso.ok()) {
+      a.isoflop = *iso;
+      if (options.bootstrap.resamples > 0) {
+        absl::StatusOr<IsoFlopUncertainty> ci =
+            BootstrapIsoFlop(a.observations, *iso, options.target_flops, options.bootstrap);
+        if (ci.ok()) a.isoflop_ci = *ci;
+      }
+    } else {
+      a.isoflop_error = std::string(iso.status().message());
+    }
+  } else {
+    a.isoflop_error = "some finished runs have budget_flops = 0 (no IsoFLOP group)";
+  }
+
+  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(table, options.choice);
+  if (!curves.ok()) {
+    a.envelope_error = std::string(curves.status().message());
+  } else if (curves->empty()) {
+    a.envelope_error = "no run names a training-curve file (column curve_file)";
+  } else {
+    a.curves = *curves;
+    absl::StatusOr<EnvelopeFit> env = FitEnvelope(a.curves, EnvelopeOptions());
+    if (env.ok()) {
+      a.envelope = *env;
+    } else {
+      a.envelope_error = std::string(env.status().message());
+    }
+  }
+
+  absl::StatusOr<KaplanLaws> kaplan = FitKaplanLaws(a.observations);
+  if (kaplan.ok()) {
+    a.kaplan = *kaplan;
+  } else {
+    a.kaplan_error = std::string(kaplan.status().message());
+  }
+
+  // The recommendation: Approach 3 where it fitted, else Approach 2.
+  double n = 0, d = 0;
+  if (a.parametric) {
+    const Allocation at = OptimalAllocation(a.parametric->law, options.target_flops);
+    n = at.params;
+    d = at.tokens;
+  } else if (a.isoflop) {
+    n = a.isoflop->params_law.At(options.target_flops);
+    d = a.isoflop->tokens_law.At(options.target_flops);
+  }
+  if (n > 0) {
+    absl::StatusOr<Recipe> recipe = options.recipe ? options.recipe(n, d, options.target_flops, table)
+                                                   : RecipeFromBestRuns(n, d, options.target_flops, table);
+    if (recipe.ok()) {
+      a.recipe = *recipe;
+    } else {
+      a.recipe_error = std::string(recipe.status().message());
+    }
+  } else {
+    a.recipe_error = "neither Approach 3 nor Approach 2 could be fitted";
+  }
+  return a;
+}
+
+}  // namespace lmf::scaling

@@ -1,0 +1,86 @@
+// Everything the scaling report shows, computed once from a results table: Approach 1 (when runs have
+// training curves), Approach 2 (when runs form IsoFLOP groups), Approach 3, the Kaplan single laws, the
+// bootstrap intervals, and the recommended recipe at the target budget. An approach that cannot be fitted
+// on this table records why instead of failing the whole analysis.
+#ifndef LMFORGE_SCALING_REPORTING_ANALYSIS_H_
+#define LMFORGE_SCALING_REPORTING_ANALYSIS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scaling/fit/bootstrap.h"
+#include "scaling/fit/envelope.h"
+#include "scaling/fit/isoflop.h"
+#include "scaling/fit/parametric.h"
+#include "scaling/fit/power_law.h"
+#include "scaling/fit/uncertainty.h"
+#include "scaling/results.h"
+
+namespace lmf::scaling {
+
+// A full training recipe for the target budget.
+struct Recipe {
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t batch_size = 0;  // sequences per step
+  double lr = 0;           // peak learning rate
+  std::string basis;       // how the numbers were obtained, shown in the report
+};
+
+// Turns the recommended (N, D) at `flops` into a recipe. The trainer, which knows the model config and
+// counts parameters exactly, can supply one; without it the report uses RecipeFromBestRuns.
+using RecipeHook =
+    std::function<absl::StatusOr<Recipe>(double params, double tokens, double flops, const ResultsTable& table)>;
+
+// A recipe extrapolated from the sweep itself: the best finished run of each budget gives a
+// (budget, batch size, learning rate, d_model / n_layers, head size) point; batch and learning rate follow
+// power laws in compute fitted to those points (DeepSeek LLM's practice), the shape keeps the median
+// aspect ratio and head size of those runs and is sized so 12 n_layers d_model^2 = params (the
+// non-embedding count of a standard block). Needs 2 budgets.
+absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double tokens, double flops, const ResultsTable& table);
+
+struct ReportOptions {
+  double target_flops = 0;
+  ObservationChoice choice;
+  BootstrapOptions bootstrap;       // resamples, seed, confidence
+  ParametricFitOptions parametric;  // Approach 3 settings (grid of starts, Huber delta)
+  std::string data_note;            // one line about the data (e.g. that the corpus is synthetic)
+  RecipeHook recipe;                // empty: RecipeFromBestRuns
+};
+
+struct ScalingAnalysis {
+  ReportOptions options;
+  std::string results_path;
+  int runs = 0, finished = 0, failed = 0, diverged = 0;
+  Observations observations;
+
+  std::optional<ParametricFit> parametric;
+  std::optional<ParametricUncertainty> parametric_ci;
+  std::string parametric_error;
+
+  std::optional<IsoFlopFit> isoflop;
+  std::optional<IsoFlopUncertainty> isoflop_ci;
+  std::string isoflop_error;
+
+  std::vector<TrainingCurve> curves;
+  std::optional<EnvelopeFit> envelope;
+  std::string envelope_error;
+
+  std::optional<KaplanLaws> kaplan;
+  std::string kaplan_error;
+
+  std::optional<Recipe> recipe;
+  std::string recipe_error;
+};
+
+// Fails only on bad options or when the table has no finished run.
+absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options);
+
+}  // namespace lmf::scaling
+
+#endif  // LMFORGE_SCALING_REPORTING_ANALYSIS_H_

@@ -1,0 +1,231 @@
+// Markdown rendering and writing of the scaling report (see report.h).
+#include "scaling/reporting/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "scaling/reporting/figures.h"
+
+namespace lmf::scaling {
+namespace {
+
+// 4 significant digits; powers of ten as 1.234e9 outside [1e-3, 1e5).
+std::string Fmt(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  const double m = std::fabs(v);
+  if (m == 0 || (m >= 1e-3 && m < 1e5)) return absl::StrFormat("%.4g", v);
+  const int e = static_cast<int>(std::floor(std::log10(m)));
+  return absl::StrFormat("%.4ge%d", v / std::pow(10.0, e), e);
+}
+
+std::string WithInterval(const Interval& i, bool have) {
+  if (!have) return Fmt(i.estimate);
+  return absl::StrCat(Fmt(i.estimate), " [", Fmt(i.lower), ", ", Fmt(i.upper), "]");
+}
+
+std::string Flops(double c) {
+  std::string s = PowerOfTenLabel(c);
+  const size_t caret = s.find('^');
+  if (caret != std::string::npos) s = s.substr(0, caret) + "<sup>" + s.substr(caret + 1) + "</sup>";
+  return s;
+}
+
+}  // namespace
+
+ReportFiles RenderReport(const ScalingAnalysis& a) {
+  const ReportOptions& o = a.options;
+  const bool ci3 = a.parametric_ci.has_value() && !a.parametric_ci->resampled.empty();
+  const bool ci2 = a.isoflop_ci.has_value() && !a.isoflop_ci->resampled.empty();
+  const std::string level = absl::StrFormat("%g%%", 100 * o.bootstrap.confidence);
+  std::string md;
+  absl::StrAppend(&md, "# Scaling-law report\n\n");
+  absl::StrAppend(&md, "Results: `", a.results_path, "`: ", a.runs, " runs (", a.finished, " finished, ", a.failed,
+                  " failed, ", a.diverged, " diverged). ");
+  double n_lo = INFINITY, n_hi = 0, c_lo = INFINITY, c_hi = 0;
+  std::set<double> budgets;
+  for (const Observation& ob : a.observations) {
+    n_lo = std::min(n_lo, ob.params);
+    n_hi = std::max(n_hi, ob.params);
+    c_lo = std::min(c_lo, ob.flops);
+    c_hi = std::max(c_hi, ob.flops);
+    if (ob.budget > 0) budgets.insert(ob.budget);
+  }
+  absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
+                  " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
+                  " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
+  if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
+
+  // Recommendation.
+  absl::StrAppend(&md, "## Recommendation at C = ", Flops(o.target_flops), " FLOP\n\n");
+  absl::StrAppend(&md, "Brackets: ", level, " bootstrap intervals (", o.bootstrap.resamples, " resamples).\n\n");
+  absl::StrAppend(&md, "| | Approach 3 (parametric) | Approach 2 (IsoFLOP) | Approach 1 (envelope) |\n|---|---|---|---|\n");
+  // Approach 2 gives no loss at the target: a power law through the minima has no irreducible term.
+  std::string n3 = "n/a", d3 = "n/a", l3 = "n/a", r3 = "n/a", n2 = "n/a", d2 = "n/a", r2 = "n/a";
+  if (a.parametric) {
+    const Allocation at = OptimalAllocation(a.parametric->law, o.target_flops);
+    Interval n{at.params, 0, 0, 0}, d{at.tokens, 0, 0, 0}, l{at.loss, 0, 0, 0};
+    if (ci3) {
+      n = a.parametric_ci->target.params;
+      d = a.parametric_ci->target.tokens;
+      l = a.parametric_ci->target.loss;
+    }
+    n3 = WithInterval(n, ci3);
+    d3 = WithInterval(d, ci3);
+    l3 = WithInterval(l, ci3);
+    r3 = Fmt(at.tokens / at.params);
+  }
+  if (a.isoflop) {
+    Interval n{a.isoflop->params_law.At(o.target_flops), 0, 0, 0}, d{a.isoflop->tokens_law.At(o.target_flops), 0, 0, 0};
+    if (ci2) {
+      n = a.isoflop_ci->target.params;
+      d = a.isoflop_ci->target.tokens;
+    }
+    n2 = WithInterval(n, ci2);
+    d2 = WithInterval(d, ci2);
+    r2 = Fmt(d.estimate / n.estimate);
+  }
+  std::string n1 = "n/a", d1 = "n/a", r1 = "n/a";
+  if (a.envelope) {
+    const double n = a.envelope->params_law.At(o.target_flops), d = a.envelope->tokens_law.At(o.target_flops);
+    n1 = Fmt(n);
+    d1 = Fmt(d);
+    r1 = Fmt(d / n);
+  }
+  absl::StrAppend(&md, "| parameters N_opt | ", n3, " | ", n2, " | ", n1, " |\n");
+  absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
+  absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
+  absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
+  if (a.recipe) {
+    const Recipe& r = *a.recipe;
+    absl::StrAppend(&md, "**Recipe:** d_model ", r.d_model, ", n_layers ", r.n_layers, ", n_heads ", r.n_heads,
+                    ", batch size ", r.batch_size, " sequences, peak learning rate ", Fmt(r.lr), ". Basis: ", r.basis,
+                    ".\n\n");
+  } else {
+    absl::StrAppend(&md, "**Recipe:** not available: ", a.recipe_error, ".\n\n");
+  }
+
+  // Approach 3.
+  absl::StrAppend(&md, "## Approach 3: L(N, D) = E + A / N<sup>α</sup> + B / D<sup>β</sup>\n\n");
+  if (a.parametric) {
+    const ParametricLaw& law = a.parametric->law;
+    absl::StrAppend(&md, "| parameter | estimate | ", level, " interval | bootstrap s.e. |\n|---|---|---|---|\n");
+    auto row = [&](const char* name, double est, const Interval* i) {
+      absl::StrAppend(&md, "| ", name, " | ", Fmt(est), " | ",
+                      ci3 ? absl::StrCat("[", Fmt(i->lower), ", ", Fmt(i->upper), "]") : "n/a", " | ",
+                      ci3 ? Fmt(i->std_error) : "n/a", " |\n");
+    };
+    const ParametricUncertainty* u = ci3 ? &*a.parametric_ci : nullptr;
+    row("E", law.E, u ? &u->E : nullptr);
+    row("A", law.A, u ? &u->A : nullptr);
+    row("B", law.B, u ? &u->B : nullptr);
+    row("α", law.alpha, u ? &u->alpha : nullptr);
+    row("β", law.beta, u ? &u->beta : nullptr);
+    row("a = β/(α+β) (N_opt ∝ C<sup>a</sup>)", ParamsExponent(law), u ? &u->params_exponent : nullptr);
+    row("b = α/(α+β) (D_opt ∝ C<sup>b</sup>)", TokensExponent(law), u ? &u->tokens_exponent : nullptr);
+    absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
+                    ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
+                    a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    if (ci3) {
+      absl::StrAppend(&md, " Bootstrap: ", a.parametric_ci->resamples, " resamples of the runs, each refitted from the "
+                      "full-data optimum; ", a.parametric_ci->failed, " failed.");
+    }
+    absl::StrAppend(&md, " N_opt(C) = G (C/6)<sup>a</sup> with G = (αA / βB)<sup>1/(α+β)</sup>, D_opt = C / (6 N_opt).\n\n");
+  } else {
+    absl::StrAppend(&md, "Not fitted: ", a.parametric_error, ".\n\n");
+  }
+
+  // Approach 2.
+  absl::StrAppend(&md, "## Approach 2: IsoFLOP parabolas\n\n");
+  if (a.isoflop) {
+    absl::StrAppend(&md, "| budget (FLOP) | runs | N_opt | D_opt | loss at minimum | minimum inside sampled N | used |\n"
+                         "|---|---|---|---|---|---|---|\n");
+    for (const IsoFlopCurve& c : a.isoflop->curves) {
+      absl::StrAppend(&md, "| ", Flops(c.budget), " | ", c.runs.size(), " | ", c.used ? Fmt(c.opt_params) : "n/a",
+                      " | ", c.used ? Fmt(c.opt_tokens) : "n/a", " | ", c.used ? Fmt(c.opt_loss) : "n/a", " | ",
+                      c.used ? (c.vertex_inside ? "yes" : "**no: extrapolated**") : "n/a", " | ",
+                      c.used ? "yes" : "no: " + c.reason, " |\n");
+    }
+    const IsoFlopFit& f = *a.isoflop;
+    const IsoFlopUncertainty* u = ci2 ? &*a.isoflop_ci : nullptr;
+    absl::StrAppend(&md, "\nN_opt = k C<sup>a</sup>: k = ", WithInterval(u ? u->params_coefficient : Interval{f.params_law.coefficient}, ci2),
+                    ", a = ", WithInterval(u ? u->params_exponent : Interval{f.params_law.exponent}, ci2), ".  \n");
+    absl::StrAppend(&md, "D_opt = k' C<sup>b</sup>: k' = ", WithInterval(u ? u->tokens_coefficient : Interval{f.tokens_law.coefficient}, ci2),
+                    ", b = ", WithInterval(u ? u->tokens_exponent : Interval{f.tokens_law.exponent}, ci2), ".  \n");
+    absl::StrAppend(&md, "Parabolas in ln N give N_opt and in ln D give D_opt; the bootstrap resamples runs within each "
+                         "budget.\n\n");
+  } else {
+    absl::StrAppend(&md, "Not fitted: ", a.isoflop_error, ".\n\n");
+  }
+
+  // Approach 1.
+  absl::StrAppend(&md, "## Approach 1: lower envelope of the training curves\n\n");
+  if (a.envelope) {
+    absl::StrAppend(&md, a.curves.size(), " curves; ", a.envelope->runs_on_envelope, " runs reach the envelope. N_opt = ",
+                    Fmt(a.envelope->params_law.coefficient), " C<sup>", Fmt(a.envelope->params_law.exponent),
+                    "</sup>, D_opt = ", Fmt(a.envelope->tokens_law.coefficient), " C<sup>",
+                    Fmt(a.envelope->tokens_law.exponent), "</sup>.\n\n");
+  } else {
+    absl::StrAppend(&md, "Not fitted: ", a.envelope_error, ".\n\n");
+  }
+
+  // Kaplan.
+  absl::StrAppend(&md, "## Kaplan single power laws L(X) = (X<sub>c</sub> / X)<sup>α<sub>X</sub></sup>\n\n");
+  if (a.kaplan) {
+    absl::StrAppend(&md, "| law | X<sub>c</sub> | α<sub>X</sub> | frontier runs |\n|---|---|---|---|\n");
+    const std::pair<const char*, const KaplanLaw*> laws[] = {
+        {"L(N)", &a.kaplan->params}, {"L(D)", &a.kaplan->tokens}, {"L(C)", &a.kaplan->flops}};
+    for (const auto& [name, law] : laws) {
+      absl::StrAppend(&md, "| ", name, " | ", Fmt(law->critical), " | ", Fmt(law->alpha), " | ", law->frontier.size(),
+                      " |\n");
+    }
+    absl::StrAppend(&md, "\nEach is fitted to the runs whose loss beats every run with a smaller X.\n\n");
+  } else {
+    absl::StrAppend(&md, "Not fitted: ", a.kaplan_error, ".\n\n");
+  }
+
+  // Figures.
+  ReportFiles report;
+  report.files.push_back({"report.md", ""});
+  absl::StrAppend(&md, "## Figures\n\n");
+  const std::pair<std::string, std::string> figures[] = {
+      {"isoflop.svg", IsoFlopFigure(a)},
+      {"optimal_params.svg", OptimalAllocationFigure(a, 0)},
+      {"optimal_tokens.svg", OptimalAllocationFigure(a, 1)},
+      {"loss_vs_compute.svg", LossVsComputeFigure(a)},
+      {"residuals.svg", ResidualFigure(a)},
+  };
+  for (const auto& [name, svg] : figures) {
+    if (svg.empty()) continue;
+    absl::StrAppend(&md, "![", name, "](", name, ")\n\n");
+    report.files.push_back({name, svg});
+  }
+  report.files[0].second = md;
+  return report;
+}
+
+absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir) {
+  absl::Status s = MakeDirs(out_dir);
+  if (!s.ok()) return s;
+  for (const auto& [name, content] : report.files) {
+    s = WriteFileAtomically(out_dir + "/" + name, content);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScalingAnalysis> MakeReport(const std::string& results_path, const ReportOptions& options,
+                                           const std::string& out_dir) {
+  absl::StatusOr<ResultsTable> table = ReadResults(results_path);
+  if (!table.ok()) return table.status();
+  absl::StatusOr<ScalingAnalysis> analysis = Analyze(*table, options);
+  if (!analysis.ok()) return analysis.status();
+  absl::Status s = WriteReport(RenderReport(*analysis), out_dir);
+  if (!s.ok()) return s;
+  return analysis;
+}
+
+}  // namespace lmf::scaling

@@ -1,0 +1,34 @@
+// The scaling report: a Markdown file with SVG figures beside it, made from a results table. It states
+// the recommended model size and tokens for a target budget (with bootstrap intervals), the fitted
+// parameters of every approach, and a recipe (shape, batch, learning rate) where one can be given.
+#ifndef LMFORGE_SCALING_REPORTING_REPORT_H_
+#define LMFORGE_SCALING_REPORTING_REPORT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "scaling/reporting/analysis.h"
+
+namespace lmf::scaling {
+
+struct ReportFiles {
+  // (file name relative to the output folder, contents); report.md first.
+  std::vector<std::pair<std::string, std::string>> files;
+};
+
+// The Markdown and figures for an analysis.
+ReportFiles RenderReport(const ScalingAnalysis& analysis);
+
+// Makes `out_dir` (and parents) and writes every file atomically.
+absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir);
+
+// Reads, analyses, renders and writes: what `//scaling:report` runs.
+absl::StatusOr<ScalingAnalysis> MakeReport(const std::string& results_path, const ReportOptions& options,
+                                           const std::string& out_dir);
+
+}  // namespace lmf::scaling
+
+#endif  // LMFORGE_SCALING_REPORTING_REPORT_H_

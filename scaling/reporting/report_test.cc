@@ -1,0 +1,154 @@
+// End-to-end test of the scaling report on a synthetic sweep drawn from a known Chinchilla law: the
+// recommendation recovers the law's compute-optimal size, every figure is written, and errors in the
+// inputs are reported instead of producing a report.
+#include "scaling/reporting/report.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "base/file.h"
+#include "gtest/gtest.h"
+#include "scaling/results.h"
+
+namespace lmf::scaling {
+namespace {
+
+const ParametricLaw kTruth{1.69, 406.4, 410.7, 0.34, 0.28};
+
+// An IsoFLOP sweep: 5 budgets x 7 shapes (n_layers = d_model / 64, N = 12 n_layers d_model^2), loss from
+// kTruth with 0.5% noise, one curve file per run, and one failed run.
+std::string WriteSweep(const std::string& dir) {
+  EXPECT_TRUE(MakeDirs(dir + "/curves").ok());
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> eps(0, 0.005);
+  ResultsTable table;
+  int budget_index = 0;
+  for (double c : {1e18, 3e18, 1e19, 3e19, 1e20}) {
+    const double n_opt = OptimalAllocation(kTruth, c).params;
+    for (int k = -3; k <= 3; ++k) {
+      const double target_n = n_opt * std::pow(10.0, 0.25 * k);
+      RunResult r;
+      r.n_layers = std::max<int64_t>(2, std::llround(std::cbrt(target_n / (12.0 * 64 * 64))));
+      r.d_model = 64 * r.n_layers;
+      r.n_heads = r.d_model / 64;
+      r.non_embedding_params = 12.0 * r.n_layers * r.d_model * r.d_model;
+      r.params = r.non_embedding_params + 32000.0 * r.d_model;
+      r.budget_flops = c;
+      r.tokens = c / (6 * r.non_embedding_params);
+      r.flops = c;
+      r.final_loss = kTruth.Loss(r.non_embedding_params, r.tokens) * std::exp(eps(rng));
+      r.best_val_loss = r.final_loss;
+      r.batch_size = int64_t{32} << budget_index;
+      r.lr = 3e-3 * std::pow(c / 1e18, -0.1);
+      r.run = "c" + std::to_string(budget_index) + "_L" + std::to_string(r.n_layers);
+      r.curve_file = "curves/" + r.run + ".csv";
+      std::string curve = "step,tokens,flops,loss\n";
+      for (int s = 1; s <= 40; ++s) {
+        const double t = r.tokens * s / 40;
+        curve += std::to_string(s) + "," + std::to_string(t) + "," + std::to_string(6 * r.non_embedding_params * t) +
+                 "," + std::to_string(kTruth.Loss(r.non_embedding_params, t)) + "\n";
+      }
+      EXPECT_TRUE(WriteFileAtomically(dir + "/" + r.curve_file, curve).ok());
+      table.runs.push_back(r);
+    }
+    ++budget_index;
+  }
+  RunResult failed = table.runs[0];
+  failed.run = "crashed";
+  failed.status = RunStatus::kFailed;
+  failed.final_loss = failed.best_val_loss = NAN;
+  failed.curve_file = "";
+  table.runs.push_back(failed);
+  const std::string path = dir + "/results.csv";
+  EXPECT_TRUE(WriteResults(path, table).ok());
+  return path;
+}
+
+TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/sweep";
+  const std::string results = WriteSweep(dir);
+  ReportOptions options;
+  options.target_flops = 1e22;
+  options.bootstrap.resamples = 200;
+  options.data_note = "synthetic runs drawn from Hoffmann et al.'s law";
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(results, options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->finished, 35);
+  EXPECT_EQ(a->failed, 1);
+  ASSERT_TRUE(a->parametric.has_value());
+  ASSERT_TRUE(a->isoflop.has_value()) << a->isoflop_error;
+  ASSERT_TRUE(a->envelope.has_value()) << a->envelope_error;
+  ASSERT_TRUE(a->recipe.has_value()) << a->recipe_error;
+  const Allocation truth = OptimalAllocation(kTruth, 1e22);
+  const Allocation fit = OptimalAllocation(a->parametric->law, 1e22);
+  // Two decades of extrapolation from 0.5%-noise runs: the bootstrap band of N_opt is about +-30% wide
+  // here, so the point estimate must be within a factor 1.5 and the interval must hold the truth.
+  EXPECT_NEAR(std::log(fit.params / truth.params), 0, std::log(1.5));
+  ASSERT_TRUE(a->parametric_ci.has_value());
+  EXPECT_TRUE(a->parametric_ci->target.params.Contains(truth.params));
+  EXPECT_NEAR(std::log(a->isoflop->params_law.At(1e22) / truth.params), 0, std::log(1.5));
+  // The recipe extrapolates lr = 3e-3 (C / 1e18)^-0.1 and batch = 32 x 3^(budget index) ... exactly.
+  EXPECT_NEAR(a->recipe->lr, 3e-3 * std::pow(1e4, -0.1), 1e-9);
+  EXPECT_EQ(a->recipe->d_model % a->recipe->n_heads, 0);
+
+  for (const char* name : {"report.md", "isoflop.svg", "optimal_params.svg", "optimal_tokens.svg",
+                           "loss_vs_compute.svg", "residuals.svg"}) {
+    EXPECT_TRUE(FileExists(dir + "/report/" + name)) << name;
+  }
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  for (const char* section : {"## Recommendation at C = 10<sup>22</sup> FLOP", "## Approach 3", "## Approach 2",
+                              "## Approach 1", "## Kaplan", "![isoflop.svg](isoflop.svg)", "**Recipe:** d_model",
+                              "36 runs (35 finished, 1 failed, 0 diverged)", "synthetic runs"}) {
+    EXPECT_NE(md->find(section), std::string::npos) << section;
+  }
+}
+
+TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
+  // Runs outside any IsoFLOP group and without curves: only Approach 3 and the Kaplan laws apply.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ungrouped";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ResultsTable table;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      RunResult r;
+      r.run = "r" + std::to_string(i) + std::to_string(j);
+      r.non_embedding_params = r.params = std::pow(10.0, 7 + i);
+      r.tokens = std::pow(10.0, 9 + j);
+      r.flops = 6 * r.params * r.tokens;
+      r.final_loss = r.best_val_loss = kTruth.Loss(r.params, r.tokens);
+      r.d_model = r.n_layers = r.n_heads = r.batch_size = 1;
+      r.lr = 1e-3;
+      table.runs.push_back(r);
+    }
+  }
+  ASSERT_TRUE(WriteResults(dir + "/results.csv", table).ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 20;
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->parametric.has_value());
+  EXPECT_FALSE(a->isoflop.has_value());
+  EXPECT_FALSE(a->envelope.has_value());
+  EXPECT_FALSE(a->recipe.has_value());
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("Not fitted: some finished runs have budget_flops = 0"), std::string::npos);
+  EXPECT_NE(md->find("**Recipe:** not available: extrapolating batch size"), std::string::npos);
+  EXPECT_FALSE(FileExists(dir + "/report/isoflop.svg"));
+}
+
+TEST(ReportTest, BadInputsAreErrorsNotReports) {
+  ReportOptions options;
+  options.target_flops = 1e21;
+  absl::StatusOr<ScalingAnalysis> a = MakeReport("/nonexistent/results.csv", options, "/tmp/unused");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("/nonexistent/results.csv"), std::string::npos);
+  options.target_flops = -1;
+  EXPECT_FALSE(Analyze(ResultsTable(), options).ok());
+}
+
+}  // namespace
+}  // namespace lmf::scaling
