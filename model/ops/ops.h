@@ -16,8 +16,8 @@ namespace lmf::model::ops {
 
 using kernels::Context;
 
-// C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op(X) = X or X^T by trans_*. Threads: oneDNN's own
-// (OpenMP), sized to ctx.num_threads() on each call.
+// C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op(X) = X or X^T by trans_*. Split into row or
+// column blocks over ctx.pool, each a single-threaded oneDNN sgemm.
 void Gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -30,13 +30,48 @@ int64_t RowChunk(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::m
 
 }  // namespace
 
+namespace {
+
+void SgemmOneThread(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // OpenMP's thread count is per calling thread: 1 keeps oneDNN inside this pool thread.
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status);
+}
+
+}  // namespace
+
+// The GEMM runs on ctx.pool, not on OpenMP's threads: C is split into one block of rows or columns per
+// pool thread, each computed by a single-threaded dnnl_sgemm. (Letting oneDNN start its own OpenMP team
+// next to the pool oversubscribes the cores: OpenMP workers spin after each GEMM while the pool runs the
+// elementwise ops.)
 void Gemm(const Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if (omp_get_max_threads() != ctx.num_threads()) omp_set_num_threads(ctx.num_threads());
-  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
-                                          ldb, beta, c, ldc);
-  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status);
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  const int64_t threads = ctx.num_threads();
+  constexpr int64_t kBlock = 64;  // split on multiples of a register/cache block
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  const int64_t parts = std::min<int64_t>(threads, (extent + kBlock - 1) / kBlock);
+  if (parts <= 1 || 2.0 * m * n * k < 4e6) {
+    SgemmOneThread(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t blocks = (extent + kBlock - 1) / kBlock;
+  ctx.pool->RunTasks(parts, [&](int64_t p) {
+    const int64_t begin = std::min(extent, blocks * p / parts * kBlock);
+    const int64_t end = std::min(extent, blocks * (p + 1) / parts * kBlock);
+    if (begin >= end) return;
+    if (split_rows) {  // rows [begin, end) of op(A) and C
+      const float* a_part = trans_a ? a + begin : a + begin * lda;
+      SgemmOneThread(ta, tb, end - begin, n, k, alpha, a_part, lda, b, ldb, beta, c + begin * ldc, ldc);
+    } else {  // columns [begin, end) of op(B) and C
+      const float* b_part = trans_b ? b + begin * ldb : b + begin;
+      SgemmOneThread(ta, tb, m, end - begin, k, alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
+    }
+  });
 }
 
 void LinearForward(const Context& ctx, int64_t n, int64_t in, int64_t out, const float* x, int64_t ldx,
@@ -175,16 +210,38 @@ inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
+namespace {
+
+// GELU-tanh for 8 lanes: tanh(u) = 1 - 2 / (exp(2u) + 1), with the vectorised exp.
+inline __m256 GeluVec(__m256 x, __m256* grad) {
+  const __m256 c = _mm256_set1_ps(kGeluScale), a = _mm256_set1_ps(0.044715f), one = _mm256_set1_ps(1.0f);
+  const __m256 half = _mm256_set1_ps(0.5f), two = _mm256_set1_ps(2.0f);
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 u = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(a, x2), x, x));
+  const __m256 e = simd::Exp(_mm256_mul_ps(two, u));
+  const __m256 th = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+  if (grad != nullptr) {
+    const __m256 du = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_set1_ps(3.0f * 0.044715f), x2, one));
+    const __m256 sech2 = _mm256_fnmadd_ps(th, th, one);
+    *grad = _mm256_fmadd_ps(half, _mm256_add_ps(one, th), _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(sech2, du)));
+  }
+  return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, th));
+}
+
+}  // namespace
+
 void ActivationForward(const Context& ctx, Activation act, int64_t n, int64_t f, const float* x, int64_t ldx,
                        float* y) {
   ctx.pool->ParallelFor(n, RowChunk(f), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * ldx;
       float* yr = y + r * f;
+      int64_t i = 0;
       if (act == Activation::kGelu) {
-        for (int64_t i = 0; i < f; ++i) yr[i] = Gelu(xr[i]);
+        for (; i + 8 <= f; i += 8) _mm256_storeu_ps(yr + i, GeluVec(_mm256_loadu_ps(xr + i), nullptr));
+        for (; i < f; ++i) yr[i] = Gelu(xr[i]);
       } else {
-        for (int64_t i = 0; i < f; ++i) yr[i] = xr[i] > 0 ? xr[i] : 0.0f;
+        for (; i < f; ++i) yr[i] = xr[i] > 0 ? xr[i] : 0.0f;
       }
     }
   });
@@ -197,10 +254,16 @@ void ActivationBackward(const Context& ctx, Activation act, int64_t n, int64_t f
       const float* xr = x + r * ldx;
       const float* dyr = dy + r * f;
       float* dxr = dx + r * lddx;
+      int64_t i = 0;
       if (act == Activation::kGelu) {
-        for (int64_t i = 0; i < f; ++i) dxr[i] = dyr[i] * GeluGrad(xr[i]);
+        for (; i + 8 <= f; i += 8) {
+          __m256 grad;
+          GeluVec(_mm256_loadu_ps(xr + i), &grad);
+          _mm256_storeu_ps(dxr + i, _mm256_mul_ps(_mm256_loadu_ps(dyr + i), grad));
+        }
+        for (; i < f; ++i) dxr[i] = dyr[i] * GeluGrad(xr[i]);
       } else {
-        for (int64_t i = 0; i < f; ++i) dxr[i] = xr[i] > 0 ? dyr[i] : 0.0f;
+        for (; i < f; ++i) dxr[i] = xr[i] > 0 ? dyr[i] : 0.0f;
       }
     }
   });
@@ -318,8 +381,23 @@ void AdamWUpdate(const Context& ctx, const AdamWHyper& h, int64_t n, float* p, c
   const float step_size = static_cast<float>(h.lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float decay = 1.0f - h.lr * h.weight_decay;
+  const __m256 b1 = _mm256_set1_ps(h.beta1), b2 = _mm256_set1_ps(h.beta2);
+  const __m256 one_b1 = _mm256_set1_ps(1.0f - h.beta1), one_b2 = _mm256_set1_ps(1.0f - h.beta2);
+  const __m256 vstep = _mm256_set1_ps(step_size), vinv = _mm256_set1_ps(inv_sqrt_bc2);
+  const __m256 veps = _mm256_set1_ps(h.eps), vdecay = _mm256_set1_ps(decay);
   ctx.pool->ParallelFor(n, 1 << 15, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      const __m256 gi = _mm256_loadu_ps(g + i);
+      const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_b1, gi));
+      const __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(one_b2, _mm256_mul_ps(gi, gi)));
+      const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), vinv, veps);
+      const __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), vdecay);
+      _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(vstep, mi), denom)));
+      _mm256_storeu_ps(m + i, mi);
+      _mm256_storeu_ps(v + i, vi);
+    }
+    for (; i < end; ++i) {
       m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
       v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
       p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + h.eps);

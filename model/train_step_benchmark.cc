@@ -1,0 +1,160 @@
+// One training step (forward, backward, clip, AdamW) of lmforge's LanguageModel against the same model in
+// PyTorch (tools/model/torch_train_step.py under Debian's /usr/bin/python3, same thread count), measured in
+// one run on one machine. Prints tokens/s for both, the ratio, and achieved FLOP/s (model FLOPs from
+// model/accounting) as a fraction of this CPU's sgemm peak, measured here with the same GEMM and threads.
+//
+//   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
+//   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256),
+//          --torch (1: also run PyTorch), --python (/usr/bin/python3), --torch_script (path)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/thread_pool.h"
+#include "kernels/core/context.h"
+#include "model/accounting/accounting.h"
+#include "model/language_model/language_model.h"
+#include "model/ops/ops.h"
+#include "model/optimizer/adamw.h"
+
+ABSL_FLAG(int, threads, 2, "CPU threads for both lmforge and PyTorch");
+ABSL_FLAG(int, steps, 3, "timed training steps per shape (after one warm-up step)");
+ABSL_FLAG(std::string, shapes, "gpt2_t64,gpt2_t256,small_t64,small_t256", "shapes to run");
+ABSL_FLAG(bool, torch, true, "also time PyTorch");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with torch");
+ABSL_FLAG(std::string, torch_script, "", "tools/model/torch_train_step.py (default: found from the workspace)");
+
+namespace lmf::model {
+namespace {
+
+struct Shape {
+  std::string name;
+  ModelConfig config;
+  int64_t b, t;
+};
+
+Shape ShapeByName(const std::string& name) {
+  // GPT-2 small with the vocabulary padded from 50257 to 50304 (a multiple of 64); a 6-layer, 384-wide
+  // GPT-2-style model with the same vocabulary.
+  const ModelConfig gpt2 = Gpt2Config(50304, 1024, 768, 12, 12);
+  const ModelConfig small = Gpt2Config(50304, 1024, 384, 6, 6);
+  if (name == "gpt2_t64") return {name, gpt2, 4, 64};
+  if (name == "gpt2_t256") return {name, gpt2, 4, 256};
+  if (name == "small_t64") return {name, small, 4, 64};
+  if (name == "small_t256") return {name, small, 4, 256};
+  std::fprintf(stderr, "unknown shape %s\n", name.c_str());
+  std::exit(2);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best GFLOP/s of a 2048^3 sgemm over a few runs, with the GEMM the model uses.
+double MeasureSgemmPeak(const kernels::Context& ctx) {
+  const int64_t n = 2048;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const double start = Now();
+    ops::Gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / (Now() - start) / 1e9);
+  }
+  return best;
+}
+
+// Mean seconds per step of ours.
+double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* last_loss) {
+  auto model = LanguageModel::Create(s.config, ctx);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    std::exit(1);
+  }
+  (*model)->InitializeParameters(1);
+  AdamW optimizer(AdamWConfig{});
+  std::mt19937 rng(1);
+  std::vector<int32_t> ids(s.b * s.t), targets(s.b * s.t);
+  for (auto& x : ids) x = static_cast<int32_t>(rng() % 50257);
+  for (auto& x : targets) x = static_cast<int32_t>(rng() % 50257);
+  double total = 0;
+  for (int i = 0; i <= steps; ++i) {
+    const double start = Now();
+    auto result = TrainStep(ctx, **model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
+    if (!result.ok()) {
+      std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
+      std::exit(1);
+    }
+    if (i > 0) total += Now() - start;
+    *last_loss = result->loss;
+  }
+  return total / steps;
+}
+
+// Mean seconds per step of PyTorch, parsed from the script's "seconds_per_step=<x>" line; <0 on failure.
+double TimeTorch(const Shape& s, int steps, int threads, const std::string& script) {
+  const std::string command = absl::StrFormat(
+      "%s %s --d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --batch=%d --seq=%d --steps=%d "
+      "--threads=%d",
+      absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers, s.config.n_heads,
+      s.config.vocab_size, s.b, s.t, steps, threads);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char line[512];
+  double seconds = -1;
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    std::sscanf(line, "seconds_per_step=%lf", &seconds);
+  }
+  if (pclose(pipe) != 0) return -1;
+  return seconds;
+}
+
+std::string FindTorchScript() {
+  if (!absl::GetFlag(FLAGS_torch_script).empty()) return absl::GetFlag(FLAGS_torch_script);
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");  // set by `bazel run`
+  return absl::StrCat(workspace != nullptr ? workspace : ".", "/tools/model/torch_train_step.py");
+}
+
+int Main() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  ThreadPool pool(threads);
+  const kernels::Context ctx = kernels::Context::Cpu(&pool);
+  const double peak = MeasureSgemmPeak(ctx);
+  std::printf("threads=%d  sgemm peak (dnnl_sgemm 2048^3, %d threads): %.1f GFLOP/s\n", threads, threads, peak);
+  std::printf("%-11s %10s %10s %10s %10s %8s %9s %9s\n", "shape", "ours s/st", "ours tok/s", "torch s/st",
+              "torch tok/s", "ratio", "ours %pk", "torch %pk");
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
+    const Shape s = ShapeByName(std::string(name));
+    const double tokens = static_cast<double>(s.b * s.t);
+    const double flops = CountFlopsPerToken(s.config, s.t).training() * tokens;
+    double loss = 0;
+    const double ours = TimeOurs(ctx, s, steps, &loss);
+    const double torch = absl::GetFlag(FLAGS_torch) ? TimeTorch(s, steps, threads, FindTorchScript()) : -1;
+    const double ours_pk = 100 * flops / ours / 1e9 / peak;
+    if (torch > 0) {
+      std::printf("%-11s %10.3f %10.0f %10.3f %10.0f %7.2fx %8.1f%% %8.1f%%\n", s.name.c_str(), ours,
+                  tokens / ours, torch, tokens / torch, torch / ours, ours_pk, 100 * flops / torch / 1e9 / peak);
+    } else {
+      std::printf("%-11s %10.3f %10.0f %10s %10s %8s %8.1f%% %9s\n", s.name.c_str(), ours, tokens / ours, "-", "-",
+                  "-", ours_pk, "-");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::model
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return lmf::model::Main();
+}
