@@ -113,11 +113,14 @@ std::vector<std::string> ShapeOverrides(const Shape& s) {
 
 // Validates and resolves one run and fills its size, steps, tokens and FLOPs.
 absl::Status FinishRun(const std::string& source, const std::string& sweep_name, const std::string& output_dir,
-                       const ModelSizer& sizer, PlannedRun* run) {
+                       int evals_per_run, const ModelSizer& sizer, PlannedRun* run) {
   config::Experiment& e = run->experiment;
   e.set_name(absl::StrCat(sweep_name, "/", run->name));
   e.mutable_run()->set_output_dir(absl::StrCat(output_dir, "/runs/", run->name));
   const std::string where = absl::StrCat(source, " (run ", run->name, ")");
+  if (evals_per_run > 0) {
+    e.mutable_run()->set_eval_interval(std::max<int64_t>(1, experiments::TotalSteps(e) / evals_per_run));
+  }
   if (absl::Status s = experiments::ValidateExperiment(e, where); !s.ok()) return s;
   experiments::ResolveDefaults(&e);
   auto size = sizer(e);
@@ -319,6 +322,9 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   }
   plan.parallel_runs = sweep.parallel_runs();
   plan.estimate_flops_per_second = sweep.estimate_flops_per_second();
+  if (sweep.evals_per_run() < 0) {
+    return Error(source, absl::StrCat("sweep.evals_per_run=", sweep.evals_per_run(), " must be 0 or more"));
+  }
 
   config::Experiment base;
   switch (sweep.base_case()) {
@@ -358,7 +364,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   double max_flops = 0;
   for (PlannedRun& run : plan.runs) {
     if (!names.insert(run.name).second) return Error(source, absl::StrCat("two runs are both named ", run.name));
-    if (absl::Status s = FinishRun(source, plan.name, plan.output_dir, sizer, &run); !s.ok()) return s;
+    if (absl::Status s = FinishRun(source, plan.name, plan.output_dir, sweep.evals_per_run(), sizer, &run); !s.ok()) return s;
     max_flops = std::max({max_flops, run.flops, run.budget_flops});
   }
   plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;

@@ -96,7 +96,16 @@ TEST(SweepPlan, IsoFlopRunsSpendTheirBudgetWithinRounding) {
     EXPECT_EQ(r.experiment.model().n_heads() * 16, r.experiment.model().d_model());
   }
   EXPECT_EQ(budgets.size(), 2u);
+  EXPECT_EQ(plan->runs[0].experiment.run().eval_interval(), 0);  // evals_per_run unset: the base's
   EXPECT_NE(FormatPlan(*plan).find("C2e12_d"), std::string::npos);
+}
+
+TEST(SweepPlan, EvalsPerRunSpreadsEvaluationsOverEachRun) {
+  auto plan = Plan(std::string("evals_per_run: 5\n") + kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PlannedRun& r : plan->runs) {
+    EXPECT_EQ(r.experiment.run().eval_interval(), r.steps / 5) << r.name;
+  }
 }
 
 TEST(SweepPlan, BadSweepsGetClearErrors) {

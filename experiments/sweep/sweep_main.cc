@@ -1,0 +1,84 @@
+// `./bazelw run //experiments:sweep -- --sweep=FILE`: expands a sweep (grid or IsoFLOP design), prints the
+// plan, trains every run that is not finished yet (each in its own process, `parallel_runs` at once), and
+// writes <output_dir>/results.csv. Run it again after a kill or a failure: finished runs are skipped.
+//
+//   --dry_run             print the plan and stop
+//   --parallel_runs=N     override the sweep file's parallel_runs
+// Internal: `--train_one --config=RUN_CONFIG` is how the sweep starts each run's process.
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "experiments/config/loader.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/runner.h"
+#include "experiments/sweep/train_run.h"
+
+ABSL_FLAG(std::string, sweep, "", "the sweep textproto (experiments/sweep/sweep.proto)");
+ABSL_FLAG(bool, dry_run, false, "print the plan and stop");
+ABSL_FLAG(int, parallel_runs, 0, "training processes at once (0: the sweep file's parallel_runs)");
+ABSL_FLAG(bool, train_one, false, "internal: train the single run given by --config");
+ABSL_FLAG(std::string, config, "", "internal: the run config for --train_one");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Plans and runs a sweep of training runs, then writes its results table.");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_train_one)) {
+    const absl::Status s = lmf::sweep::TrainSweepRun(absl::GetFlag(FLAGS_config));
+    return s.ok() ? 0 : Fail(s);
+  }
+  const std::string sweep_flag = absl::GetFlag(FLAGS_sweep);
+  if (sweep_flag.empty()) return Fail(absl::InvalidArgumentError("--sweep is required (a sweep textproto)"));
+  const std::string cwd = lmf::experiments::UserWorkingDirectory();
+  const std::string path = sweep_flag[0] == '/' ? sweep_flag : absl::StrCat(cwd, "/", sweep_flag);
+  auto sweep = lmf::sweep::LoadSweep(path);
+  if (!sweep.ok()) return Fail(sweep.status());
+  if (absl::GetFlag(FLAGS_parallel_runs) > 0) sweep->set_parallel_runs(absl::GetFlag(FLAGS_parallel_runs));
+  auto plan = lmf::sweep::PlanSweep(*sweep, path, cwd, lmf::sweep::SizeOfModel);
+  if (!plan.ok()) return Fail(plan.status());
+  std::fputs(lmf::sweep::FormatPlan(*plan).c_str(), stdout);
+  if (absl::GetFlag(FLAGS_dry_run)) return 0;
+
+  // Share the cores between the runs that train at once, unless the user chose a thread count.
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
+    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan->parallel_runs);
+    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  }
+  lmf::sweep::RunnerOptions options;
+  options.command = {SelfExecutable(), "--train_one"};
+  options.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  auto summary = lmf::sweep::RunSweep(*plan, options);
+  if (!summary.ok()) return Fail(summary.status());
+  std::printf("sweep %s: %d finished (%d earlier), %d failed, %d diverged; results: %s\n", plan->name.c_str(),
+              summary->finished, summary->skipped, summary->failed, summary->diverged,
+              summary->results_path.c_str());
+  return summary->failed + summary->diverged > 0 ? 3 : 0;
+}

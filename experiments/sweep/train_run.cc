@@ -1,0 +1,85 @@
+// One sweep run in its own process (see train_run.h).
+#include "experiments/sweep/train_run.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "experiments/metrics/metrics_log.h"
+#include "experiments/sweep/runner.h"
+#include "experiments/trainer/model_spec.h"
+#include "experiments/trainer/trainer.h"
+#include "model/accounting/accounting.h"
+
+namespace lmf::sweep {
+
+absl::StatusOr<ModelSize> SizeOfModel(const config::Experiment& experiment) {
+  auto model = experiments::ToModelConfig(experiment.model());
+  if (!model.ok()) return model.status();
+  const model::ParameterCounts counts = model::CountParameters(*model);
+  ModelSize size;
+  size.params = static_cast<double>(counts.total());
+  size.non_embedding_params = static_cast<double>(counts.non_embedding());
+  size.training_flops_per_token = model::CountFlopsPerToken(*model, model->context_length).training();
+  return size;
+}
+
+absl::Status TrainSweepRun(const std::string& config_path) {
+  const auto start = std::chrono::steady_clock::now();
+  auto experiment = experiments::LoadExperiment(config_path, {});
+  if (!experiment.ok()) return experiment.status();
+  const std::string run_dir = experiment->run().output_dir();
+  config::SweepRunResult result;
+
+  experiments::TrainOptions options;
+  options.resume = true;  // an earlier attempt's checkpoints are continued, not discarded
+  auto trained = experiments::Train(*experiment, options);
+  result.set_wall_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!trained.ok()) {
+    result.set_status(absl::IsAborted(trained.status()) ? config::SweepRunResult::DIVERGED
+                                                        : config::SweepRunResult::FAILED);
+    result.set_message(std::string(trained.status().message()));
+    if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
+    return trained.status();
+  }
+
+  // The validation curve from metrics.jsonl (every line with a val_loss).
+  auto size = SizeOfModel(*experiment);
+  if (!size.ok()) return size.status();
+  auto metrics = ReadFile(run_dir + "/metrics.jsonl");
+  if (!metrics.ok()) return metrics.status();
+  std::string curve = "step,tokens,flops,loss\n";
+  double best = std::numeric_limits<double>::infinity(), last = NAN;
+  int64_t tokens = 0;
+  for (absl::string_view line : absl::StrSplit(*metrics, '\n', absl::SkipEmpty())) {
+    auto m = experiments::ParseMetricsJsonLine(std::string(line));
+    if (!m.ok()) return absl::DataLossError(absl::StrCat(run_dir, "/metrics.jsonl: ", m.status().message()));
+    tokens = m->tokens;
+    if (!m->val_loss.has_value()) continue;
+    last = *m->val_loss;
+    best = std::min(best, last);
+    absl::StrAppendFormat(&curve, "%d,%d,%.6g,%.6f\n", m->step, m->tokens,
+                          static_cast<double>(m->tokens) * size->training_flops_per_token, last);
+  }
+  if (!std::isfinite(last)) {
+    result.set_status(config::SweepRunResult::FAILED);
+    result.set_message("the run logged no validation loss: set data.val_tokens and run.eval_tokens");
+    if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
+    return absl::FailedPreconditionError(absl::StrCat(config_path, ": ", result.message()));
+  }
+  if (absl::Status s = WriteFileAtomically(run_dir + "/curve.csv", curve); !s.ok()) return s;
+  result.set_status(config::SweepRunResult::FINISHED);
+  result.set_final_loss(last);
+  result.set_best_val_loss(best);
+  result.set_tokens(static_cast<double>(tokens));
+  result.set_flops(static_cast<double>(tokens) * size->training_flops_per_token);
+  result.set_curve_file("curve.csv");
+  return WriteRunResult(run_dir, result);
+}
+
+}  // namespace lmf::sweep
