@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tokenizer/corpus_chunks.h"
+#include "tokenizer/piece_table.h"
 #include "tokenizer/pretokenize.h"
 
 namespace lmf::tokenizer {
@@ -41,15 +42,11 @@ absl::Status ValidateTrainOptions(const TrainOptions& options) {
 
 namespace {
 
-void CountInto(std::string_view text, const SpecialTokenSplitter& splitter, PretokenCounts* counts) {
+void CountInto(std::string_view text, const SpecialTokenSplitter& splitter, PieceTable* counts) {
   auto count_segment = [&](std::string_view segment) {
     ForEachPretoken(segment, [&](std::string_view piece) {
-      auto it = counts->find(absl::string_view(piece.data(), piece.size()));
-      if (it != counts->end()) {
-        ++it->second;
-      } else {
-        counts->emplace(std::string(piece), 1);
-      }
+      bool inserted;
+      ++*counts->FindOrInsert(piece, &inserted);
     });
   };
   splitter.Split(text, count_segment, [](int) {});
@@ -72,26 +69,28 @@ class CountSlots {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(slot);
   }
-  PretokenCounts& at(int slot) {
+  PieceTable& at(int slot) {
     std::lock_guard<std::mutex> lock(mu_);
     return maps_[slot];
   }
-  // Merges every map into the largest one and returns it.
+  // The counts of all tables together.
   PretokenCounts Merge() {
-    if (maps_.empty()) return {};
-    auto largest = std::max_element(maps_.begin(), maps_.end(),
-                                    [](const PretokenCounts& a, const PretokenCounts& b) { return a.size() < b.size(); });
-    PretokenCounts out = std::move(*largest);
-    for (PretokenCounts& m : maps_) {
-      for (auto& [piece, count] : m) out[piece] += count;
-      PretokenCounts().swap(m);
+    size_t largest = 0;
+    for (const PieceTable& t : maps_) largest = std::max(largest, t.size());
+    PretokenCounts out;
+    out.reserve(largest + largest / 4);
+    for (PieceTable& t : maps_) {
+      t.ForEach([&](std::string_view piece, uint64_t count) {
+        out[absl::string_view(piece.data(), piece.size())] += count;
+      });
+      t = PieceTable(16);
     }
     return out;
   }
 
  private:
   std::mutex mu_;
-  std::deque<PretokenCounts> maps_;  // deque: references stay valid while others are added
+  std::deque<PieceTable> maps_;  // deque: references stay valid while others are added
   std::vector<int> free_;
 };
 

@@ -19,7 +19,7 @@ struct Char {
 // above U+10FFFF, truncated) is a one-byte "other" character.
 inline Char CharAt(const unsigned char* s, size_t i, size_t n) {
   const unsigned char c = s[i];
-  if (c < 0x80) return {static_cast<CharClass>(kUnicodeClassStage2[kUnicodeClassStage1[0]][c]), 1};
+  if (c < 0x80) return {static_cast<CharClass>(kUnicodeClassStage2[0][c]), 1};
   uint32_t cp;
   uint32_t len;
   if (c >= 0xC2 && c <= 0xDF) {
@@ -44,9 +44,19 @@ inline Char CharAt(const unsigned char* s, size_t i, size_t n) {
   return {ClassOfCodePoint(cp), len};
 }
 
+// Classes of the ASCII bytes, the common case, looked up without decoding.
+const uint8_t* const kAsciiClass = kUnicodeClassStage2[kUnicodeClassStage1[0]];
+
 // End of the run of characters of class cls starting at i.
 inline size_t RunEnd(const unsigned char* s, size_t i, size_t n, CharClass cls) {
+  const uint8_t want = static_cast<uint8_t>(cls);
   while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      if (kAsciiClass[c] != want) break;
+      ++i;
+      continue;
+    }
     const Char ch = CharAt(s, i, n);
     if (ch.cls != cls) break;
     i += ch.len;
@@ -112,6 +122,12 @@ SpecialTokenSplitter::SpecialTokenSplitter(std::vector<std::string> specials) {
     max_length_ = std::max(max_length_, sp.size());
     first_byte_[static_cast<unsigned char>(sp[0])] = true;
   }
+  // When every special starts with the same byte (e.g. '<'), FindNext jumps between its occurrences.
+  for (const std::string& sp : specials_) {
+    const int b = static_cast<unsigned char>(sp[0]);
+    single_first_byte_ = (single_first_byte_ == -1 || single_first_byte_ == b) ? b : -2;
+  }
+  if (single_first_byte_ < 0) single_first_byte_ = -1;
 }
 
 std::pair<size_t, int> SpecialTokenSplitter::FindNext(std::string_view text, size_t from) const {
@@ -119,7 +135,13 @@ std::pair<size_t, int> SpecialTokenSplitter::FindNext(std::string_view text, siz
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   for (size_t i = from; i < n; ++i) {
-    if (!first_byte_[s[i]]) continue;
+    if (single_first_byte_ >= 0) {
+      const void* hit = std::memchr(s + i, single_first_byte_, n - i);
+      if (hit == nullptr) break;
+      i = static_cast<const unsigned char*>(hit) - s;
+    } else if (!first_byte_[s[i]]) {
+      continue;
+    }
     for (size_t k = 0; k < specials_.size(); ++k) {
       const std::string& sp = specials_[k];
       if (sp.size() <= n - i && std::memcmp(s + i, sp.data(), sp.size()) == 0) {

@@ -71,6 +71,7 @@ class SpecialTokenSplitter {
   std::vector<std::string> specials_;
   size_t max_length_ = 0;
   bool first_byte_[256] = {};
+  int single_first_byte_ = -1;  // the first byte shared by all specials, or -1
 };
 
 // A byte offset p in [from, text.size()] at which text can be cut into two parts that pre-tokenize (and

@@ -207,7 +207,7 @@ std::string ReplaceInvalidUtf8(std::string_view bytes) {
 }
 
 Encoder::Encoder(const Tokenizer& tokenizer, size_t max_cache_entries)
-    : tok_(tokenizer), max_cache_entries_(max_cache_entries) {}
+    : tok_(tokenizer), max_cache_entries_(max_cache_entries), cache_(std::min<size_t>(2 * max_cache_entries, 1 << 12)) {}
 
 void Encoder::Encode(std::string_view text, bool allow_specials, std::vector<uint32_t>* out) {
   auto encode_text = [&](std::string_view segment) {
@@ -233,22 +233,21 @@ void Encoder::EncodePiece(std::string_view piece, std::vector<uint32_t>* out) {
     }
     return;
   }
-  const absl::string_view key(piece.data(), piece.size());
-  auto it = cache_.find(key);
-  if (it != cache_.end()) {
-    out->insert(out->end(), cache_ids_.begin() + it->second.first,
-                cache_ids_.begin() + it->second.first + it->second.second);
+  bool inserted;
+  uint64_t* entry = cache_.FindOrInsert(piece, &inserted);
+  if (!inserted) {
+    const uint32_t* cached = cache_ids_.data() + (*entry >> 8);
+    out->insert(out->end(), cached, cached + (*entry & 0xff));
     return;
   }
   const size_t before = out->size();
   MergeSmall(piece, out);
+  *entry = (uint64_t{cache_ids_.size()} << 8) | (out->size() - before);
+  cache_ids_.insert(cache_ids_.end(), out->begin() + before, out->end());
   if (cache_.size() >= max_cache_entries_) {
-    cache_.clear();
+    cache_.Clear();
     cache_ids_.clear();
   }
-  const uint32_t offset = static_cast<uint32_t>(cache_ids_.size());
-  cache_ids_.insert(cache_ids_.end(), out->begin() + before, out->end());
-  cache_.emplace(std::string(piece), std::make_pair(offset, static_cast<uint32_t>(out->size() - before)));
 }
 
 // Repeatedly merges the lowest-ranked adjacent pair (leftmost on ties), keeping the rank of every adjacent

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "tokenizer/piece_table.h"
 #include "tokenizer/pretokenize.h"
 
 namespace lmf::tokenizer {
@@ -98,8 +99,8 @@ class Encoder {
 
   const Tokenizer& tok_;
   size_t max_cache_entries_;
-  // piece -> (offset, count) in cache_ids_.
-  absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> cache_;
+  // piece -> (offset in cache_ids_ << 8) | number of ids.
+  PieceTable cache_;
   std::vector<uint32_t> cache_ids_;
   std::vector<uint32_t> ids_;    // scratch
   std::vector<uint32_t> ranks_;  // scratch

@@ -1,0 +1,140 @@
+// Benchmark binary for the tokenizer: times BPE training on files (wall time and peak memory), GPT-2
+// encoding of a text held in memory (MB/s at a given thread count), and the CS336 corpus.en vocab-500
+// run. It prints one `key=value` line per measurement; tools/tokenizer/bpe_benchmark.py runs it next to
+// HF tokenizers and tiktoken on the same bytes and thread count and prints the ratios.
+//
+//   bpe_benchmark --mode=train --input=english.txt --vocab_size=10000 --threads=2
+//   bpe_benchmark --mode=encode --gpt2_vocab=vocab.json --gpt2_merges=merges.txt --input=english.txt --threads=1
+//   bpe_benchmark --mode=corpus_en --input=corpus.en
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "base/thread_pool.h"
+#include "tokenizer/bpe_train.h"
+#include "tokenizer/gpt2_format.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lmf::tokenizer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Peak resident memory of this process in MB (VmHWM), from /proc/self/status.
+double PeakRssMb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  }
+  return -1;
+}
+
+std::string Flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind(prefix, 0) == 0) return std::string(argv[i]).substr(prefix.size());
+  }
+  return fallback;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "bpe_benchmark: %s\n", message.c_str());
+  return 1;
+}
+
+int Train(int argc, char** argv) {
+  const std::string input = Flag(argc, argv, "input", "");
+  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+  TrainOptions options;
+  options.vocab_size = static_cast<uint32_t>(std::atoi(Flag(argc, argv, "vocab_size", "10000").c_str()));
+  options.special_tokens = {"<|endoftext|>"};
+  options.pool = &pool;
+  const auto start = Clock::now();
+  auto counts = CountPretokensInFiles({input}, options);
+  if (!counts.ok()) return Fail(std::string(counts.status().message()));
+  const double count_seconds = Seconds(start);
+  auto tokenizer = TrainBpeFromCounts(*counts, options);
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  const double seconds = Seconds(start);
+  std::printf("mode=train threads=%d seconds=%.3f pretokenize_seconds=%.3f merge_seconds=%.3f peak_rss_mb=%.1f "
+              "vocab=%u distinct_pretokens=%zu\n",
+              pool.num_threads(), seconds, count_seconds, seconds - count_seconds, PeakRssMb(),
+              tokenizer->vocab_size(), counts->size());
+  return 0;
+}
+
+int Encode(int argc, char** argv) {
+  auto tokenizer = LoadGpt2(Flag(argc, argv, "gpt2_vocab", ""), Flag(argc, argv, "gpt2_merges", ""), {"<|endoftext|>"});
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  auto text = ReadFile(Flag(argc, argv, "input", ""));
+  if (!text.ok()) return Fail(std::string(text.status().message()));
+  const size_t max_bytes = std::strtoull(Flag(argc, argv, "max_bytes", "0").c_str(), nullptr, 10);
+  if (max_bytes > 0 && text->size() > max_bytes) text->resize(max_bytes);
+  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+  // Chunks cut where pre-tokenization is unaffected, so the ids equal those of encoding the whole text.
+  const SpecialTokenSplitter none;
+  std::vector<size_t> cuts = {0};
+  while (cuts.back() < text->size()) {
+    cuts.push_back(NextSafeCut(*text, std::min(text->size(), cuts.back() + (1 << 20)), none));
+  }
+  const size_t chunks = cuts.size() - 1;
+  std::vector<std::vector<uint32_t>> ids(chunks);
+  std::vector<std::unique_ptr<Encoder>> encoders;
+  for (int t = 0; t < pool.num_threads(); ++t) encoders.push_back(std::make_unique<Encoder>(*tokenizer));
+  std::atomic<int> next_encoder{0};
+  const auto start = Clock::now();
+  // One chunk range per thread, each with its own encoder (and cache), as the streaming encoder does.
+  pool.RunTasks(pool.num_threads(), [&](int64_t t) {
+    Encoder& encoder = *encoders[next_encoder++];
+    for (size_t c = t; c < chunks; c += pool.num_threads()) {
+      encoder.Encode(std::string_view(*text).substr(cuts[c], cuts[c + 1] - cuts[c]), /*allow_specials=*/false, &ids[c]);
+    }
+  });
+  const double seconds = Seconds(start);
+  size_t tokens = 0;
+  for (const auto& v : ids) tokens += v.size();
+  std::printf("mode=encode threads=%d bytes=%zu tokens=%zu seconds=%.3f mb_per_s=%.2f\n", pool.num_threads(),
+              text->size(), tokens, seconds, text->size() / 1e6 / seconds);
+  return 0;
+}
+
+int CorpusEn(int argc, char** argv) {
+  const std::string input = Flag(argc, argv, "input", "");
+  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+  TrainOptions options;
+  options.vocab_size = 500;
+  options.special_tokens = {"<|endoftext|>"};
+  options.pool = &pool;
+  double best = 1e9;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = Clock::now();
+    auto tokenizer = TrainBpeOnFiles({input}, options);
+    if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+    best = std::min(best, Seconds(start));
+  }
+  std::printf("mode=corpus_en threads=%d best_of_5_seconds=%.4f\n", pool.num_threads(), best);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::tokenizer
+
+int main(int argc, char** argv) {
+  const std::string mode = lmf::tokenizer::Flag(argc, argv, "mode", "");
+  if (mode == "train") return lmf::tokenizer::Train(argc, argv);
+  if (mode == "encode") return lmf::tokenizer::Encode(argc, argv);
+  if (mode == "corpus_en") return lmf::tokenizer::CorpusEn(argc, argv);
+  return lmf::tokenizer::Fail("--mode=train|encode|corpus_en is required");
+}
