@@ -60,8 +60,8 @@ std::string BudgetTag(double flops) {
 std::string SafeName(const std::string& name) {
   std::string out = name;
   for (char& c : out) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '=' ||
-                    c == ',' || c == '+';
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+                    c == '=' || c == ',' || c == '+';
     if (!ok) c = '_';
   }
   return out;
@@ -73,24 +73,35 @@ struct Shape {
 
 std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base) {
   const auto& m = base.model();
-  const double base_ffn_ratio =
-      m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0 ? static_cast<double>(m.ffn().d_ff()) / m.d_model() : 4.0;
+  const double base_ffn_ratio = m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0
+                                    ? static_cast<double>(m.ffn().d_ff()) / m.d_model()
+                                    : 4.0;
   const double ffn_ratio = family.ffn_ratio() > 0 ? family.ffn_ratio() : base_ffn_ratio;
   const int64_t head = family.head_size();
-  const int64_t kv_group =
-      m.n_heads() > 0 && m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() == 0 ? m.n_heads() / m.n_kv_heads() : 1;
+  const int64_t kv_group = m.n_heads() > 0 && m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() == 0
+                               ? m.n_heads() / m.n_kv_heads()
+                               : 1;
   std::vector<Shape> shapes;
   std::set<std::pair<int64_t, int64_t>> seen;
   for (int64_t layers = family.min_layers(); layers <= family.max_layers(); ++layers) {
-    const int64_t d = std::max<int64_t>(head, std::llround(family.aspect_ratio() * layers / head) * head);
-    if (!seen.insert({d, layers}).second) continue;
-    Shape s;
-    s.d_model = d;
-    s.n_layers = layers;
-    s.n_heads = d / head;
-    s.n_kv_heads = s.n_heads % kv_group == 0 ? s.n_heads / kv_group : s.n_heads;
-    s.d_ff = (static_cast<int64_t>(std::ceil(ffn_ratio * d)) + 15) / 16 * 16;
-    shapes.push_back(s);
+    const double center = family.aspect_ratio() * layers;
+    std::vector<int64_t> widths = {std::max<int64_t>(head, std::llround(center / head) * head)};
+    if (family.aspect_spread() > 1) {
+      const int64_t lo =
+          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(center / family.aspect_spread() / head)));
+      const int64_t hi = static_cast<int64_t>(std::floor(center * family.aspect_spread() / head));
+      for (int64_t k = lo; k <= hi; ++k) widths.push_back(k * head);
+    }
+    for (const int64_t d : widths) {
+      if (!seen.insert({d, layers}).second) continue;
+      Shape s;
+      s.d_model = d;
+      s.n_layers = layers;
+      s.n_heads = d / head;
+      s.n_kv_heads = s.n_heads % kv_group == 0 ? s.n_heads / kv_group : s.n_heads;
+      s.d_ff = (static_cast<int64_t>(std::ceil(ffn_ratio * d)) + 15) / 16 * 16;
+      shapes.push_back(s);
+    }
   }
   return shapes;
 }
@@ -112,8 +123,9 @@ std::vector<std::string> ShapeOverrides(const Shape& s) {
 }
 
 // Validates and resolves one run and fills its size, steps, tokens and FLOPs.
-absl::Status FinishRun(const std::string& source, const std::string& sweep_name, const std::string& output_dir,
-                       int evals_per_run, const ModelSizer& sizer, PlannedRun* run) {
+absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
+                       const std::string& output_dir, int evals_per_run, const ModelSizer& sizer,
+                       PlannedRun* run) {
   config::Experiment& e = run->experiment;
   e.set_name(absl::StrCat(sweep_name, "/", run->name));
   e.mutable_run()->set_output_dir(absl::StrCat(output_dir, "/runs/", run->name));
@@ -135,7 +147,8 @@ absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
 absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, const config::Experiment& base,
                       std::vector<PlannedRun>* runs) {
   const auto& grid = sweep.grid();
-  if (grid.axis_size() == 0) return Error(source, "sweep.grid has no axis; add `axis { field: ... values: ... }`");
+  if (grid.axis_size() == 0)
+    return Error(source, "sweep.grid has no axis; add `axis { field: ... values: ... }`");
   size_t total = 1;
   for (int i = 0; i < grid.axis_size(); ++i) {
     const auto& axis = grid.axis(i);
@@ -145,7 +158,8 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
     }
     total *= static_cast<size_t>(axis.values_size());
   }
-  if (total > 10000) return Error(source, absl::StrCat("sweep.grid expands to ", total, " runs; at most 10000"));
+  if (total > 10000)
+    return Error(source, absl::StrCat("sweep.grid expands to ", total, " runs; at most 10000"));
   std::vector<int> index(grid.axis_size(), 0);
   for (size_t r = 0; r < total; ++r) {
     PlannedRun run;
@@ -156,10 +170,12 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
       const std::string& value = axis.values(index[i]);
       assignments.push_back(absl::StrCat(axis.field(), "=", value));
       const size_t dot = axis.field().rfind('.');
-      parts.push_back(absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
+      parts.push_back(
+          absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
     }
     run.name = SafeName(absl::StrJoin(parts, ","));
-    if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.grid")); !s.ok()) {
+    if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.grid"));
+        !s.ok()) {
       return s;
     }
     runs->push_back(std::move(run));
@@ -171,14 +187,18 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
   return absl::OkStatus();
 }
 
-absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, const config::Experiment& base,
-                         const ModelSizer& sizer, std::vector<PlannedRun>* runs) {
+absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
+                         const config::Experiment& base, const ModelSizer& sizer,
+                         std::vector<PlannedRun>* runs) {
   const auto& design = sweep.isoflop();
-  if (design.budgets_size() == 0) return Error(source, "sweep.isoflop.budgets is empty; give at least one FLOP budget");
+  if (design.budgets_size() == 0)
+    return Error(source, "sweep.isoflop.budgets is empty; give at least one FLOP budget");
   const auto& family = design.family();
   if (family.head_size() <= 0 || family.aspect_ratio() <= 0 || family.min_layers() < 1 ||
-      family.max_layers() < family.min_layers()) {
-    return Error(source, "sweep.isoflop.family needs head_size > 0, aspect_ratio > 0 and 1 <= min_layers <= max_layers");
+      family.max_layers() < family.min_layers() || family.aspect_spread() < 1) {
+    return Error(source,
+                 "sweep.isoflop.family needs head_size > 0, aspect_ratio > 0, aspect_spread >= 1 and "
+                 "1 <= min_layers <= max_layers");
   }
   if (design.models_per_budget() < 3) {
     return Error(source, absl::StrCat("sweep.isoflop.models_per_budget=", design.models_per_budget(),
@@ -190,7 +210,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, 
   const int64_t tokens_per_step = static_cast<int64_t>(base.run().batch_size()) *
                                   std::max(1, base.run().grad_accum_steps()) * base.model().context_length();
   if (tokens_per_step <= 0) {
-    return Error(source, "the base experiment needs run.batch_size and model.context_length for an IsoFLOP design");
+    return Error(source,
+                 "the base experiment needs run.batch_size and model.context_length for an IsoFLOP design");
   }
   const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
 
@@ -210,12 +231,14 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, 
     if (!size.ok()) return Error(source, absl::StrCat("sweep.isoflop.family: ", size.status().message()));
     candidates.push_back({shape, *size, non_embedding ? size->non_embedding_params : size->params});
   }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.n < b.n; });
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.n < b.n; });
 
   for (int b = 0; b < design.budgets_size(); ++b) {
     const double budget = design.budgets(b);
     if (!(budget > 0) || !std::isfinite(budget)) {
-      return Error(source, absl::StrCat("sweep.isoflop.budgets[", b, "]=", budget, " must be a positive number of FLOP"));
+      return Error(source, absl::StrCat("sweep.isoflop.budgets[", b, "]=", budget,
+                                        " must be a positive number of FLOP"));
     }
     std::vector<const Candidate*> feasible;
     int too_few_tokens = 0, too_many_tokens = 0;
@@ -235,12 +258,15 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, 
     if (feasible.size() < 3) {
       const Candidate& smallest = candidates.front();
       const double smallest_needs =
-          std::max(design.min_tokens_per_param() * smallest.n, static_cast<double>(design.min_steps() * tokens_per_step)) *
-          (design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * smallest.n : smallest.size.training_flops_per_token);
+          std::max(design.min_tokens_per_param() * smallest.n,
+                   static_cast<double>(design.min_steps() * tokens_per_step)) *
+          (design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * smallest.n
+                                                           : smallest.size.training_flops_per_token);
       std::string why;
       if (too_few_tokens >= static_cast<int>(candidates.size()) - 2) {
         why = absl::StrFormat(
-            "is too small for the model family: the smallest model (N=%.3g) needs at least %.3g FLOP for %g tokens "
+            "is too small for the model family: the smallest model (N=%.3g) needs at least %.3g FLOP for %g "
+            "tokens "
             "per parameter and %d steps",
             smallest.n, smallest_needs, design.min_tokens_per_param(), design.min_steps());
       } else if (too_many_tokens >= static_cast<int>(candidates.size()) - 2) {
@@ -281,7 +307,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source, 
       run.experiment = base;
       std::vector<std::string> assignments = ShapeOverrides(c->shape);
       assignments.push_back(absl::StrCat("run.max_steps=", steps));
-      if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.isoflop")); !s.ok()) {
+      if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.isoflop"));
+          !s.ok()) {
         return s;
       }
       runs->push_back(std::move(run));
@@ -341,9 +368,11 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
       base = sweep.experiment();
       break;
     case config::Sweep::BASE_NOT_SET:
-      return Error(source, "the sweep needs a base: `base_experiment: \"file.textproto\"` or `experiment { ... }`");
+      return Error(source,
+                   "the sweep needs a base: `base_experiment: \"file.textproto\"` or `experiment { ... }`");
   }
-  if (absl::Status s = ApplyAll({sweep.set().begin(), sweep.set().end()}, &base, absl::StrCat(source, ": sweep.set"));
+  if (absl::Status s =
+          ApplyAll({sweep.set().begin(), sweep.set().end()}, &base, absl::StrCat(source, ": sweep.set"));
       !s.ok()) {
     return s;
   }
@@ -363,8 +392,11 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   std::set<std::string> names;
   double max_flops = 0;
   for (PlannedRun& run : plan.runs) {
-    if (!names.insert(run.name).second) return Error(source, absl::StrCat("two runs are both named ", run.name));
-    if (absl::Status s = FinishRun(source, plan.name, plan.output_dir, sweep.evals_per_run(), sizer, &run); !s.ok()) return s;
+    if (!names.insert(run.name).second)
+      return Error(source, absl::StrCat("two runs are both named ", run.name));
+    if (absl::Status s = FinishRun(source, plan.name, plan.output_dir, sweep.evals_per_run(), sizer, &run);
+        !s.ok())
+      return s;
     max_flops = std::max({max_flops, run.flops, run.budget_flops});
   }
   plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;
@@ -386,9 +418,10 @@ std::string FormatPlan(const SweepPlan& plan) {
     total_flops += r.flops;
   }
   const double total_seconds = total_flops / plan.estimate_flops_per_second;
-  out += absl::StrFormat("total: %.3g FLOP, about %.0f s of training at %.3g FLOP/s (%.0f s wall with %d at a time)\n",
-                         total_flops, total_seconds, plan.estimate_flops_per_second,
-                         total_seconds / plan.parallel_runs, plan.parallel_runs);
+  out += absl::StrFormat(
+      "total: %.3g FLOP, about %.0f s of training at %.3g FLOP/s (%.0f s wall with %d at a time)\n",
+      total_flops, total_seconds, plan.estimate_flops_per_second, total_seconds / plan.parallel_runs,
+      plan.parallel_runs);
   return out;
 }
 

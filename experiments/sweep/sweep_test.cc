@@ -108,6 +108,26 @@ TEST(SweepPlan, EvalsPerRunSpreadsEvaluationsOverEachRun) {
   }
 }
 
+TEST(SweepPlan, AspectSpreadGivesFinerSizesWithinTheAspectBand) {
+  auto plan = Plan(R"pb(isoflop {
+    budgets: 6e12
+    family { aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 12 aspect_spread: 1.5 }
+    models_per_budget: 6
+    min_tokens_per_param: 1
+    max_tokens_per_param: 500
+  })pb");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->runs.size(), 6u);
+  std::set<double> sizes;
+  for (const PlannedRun& r : plan->runs) {
+    const double aspect = static_cast<double>(r.experiment.model().d_model()) / r.experiment.model().n_layers();
+    EXPECT_GE(aspect, 16 / 1.5 - 1e-9) << r.name;
+    EXPECT_LE(aspect, 16 * 1.5 + 1e-9) << r.name;
+    sizes.insert(r.size.params);
+  }
+  EXPECT_EQ(sizes.size(), 6u);  // six distinct model sizes
+}
+
 TEST(SweepPlan, BadSweepsGetClearErrors) {
   auto empty = Plan("grid {}");
   ASSERT_FALSE(empty.ok());
