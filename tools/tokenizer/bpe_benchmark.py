@@ -7,7 +7,8 @@ ratios (the numbers in tokenizer/README.md come from this script):
     training call and peak resident memory of each process (getrusage of the child);
   - encoding with GPT-2's tokenizer: MB/s vs tiktoken's `gpt2` (built offline from the same vocab files),
     on one thread and on all threads (tiktoken's encode_ordinary_batch), same bytes, same chunking;
-  - CS336 corpus.en, vocab 500: our time (best of 5).
+  - CS336 corpus.en, vocab 500: our time (best of 5);
+  - pre-tokenization, one thread: our scanner vs PCRE2 JIT with the same pattern, and their agreement.
 
     python3 tools/tokenizer/bpe_benchmark.py --bench=<path of bpe_benchmark> --corpus=/tmp/tok_corpus/english.txt
 
@@ -129,6 +130,12 @@ def main():
     out, _ = child_rss_mb([args.bench, "--mode=corpus_en", f"--input={fixtures}/corpus.en", f"--threads={t}"], env)
     print(f"corpus.en vocab 500: lmforge {1000 * float(fields(out)['best_of_5_seconds']):.1f} ms "
           f"(CS336 reference: 380 ms)")
+
+    out, _ = child_rss_mb([args.bench, "--mode=pretokenize", f"--input={args.corpus}"], env)
+    pre = fields(out)
+    print(f"pre-tokenize, 1 thread: scanner {float(pre['scanner_mb_per_s']):.1f} MB/s | PCRE2 JIT "
+          f"{float(pre['pcre2_jit_mb_per_s']):.1f} MB/s | speedup {float(pre['speedup']):.2f}x; "
+          f"{pre['pieces']} pieces, {pre['mismatches']} cut differences")
 
 
 if __name__ == "__main__":
