@@ -1,11 +1,13 @@
 // CPU attention.
 // Forward, kTiled: work items are (batch, query head, block of kQueryBlock queries); each walks the keys in
-// blocks of kKeyBlock (skipping blocks entirely above the causal diagonal), keeping per query a running max,
-// a running sum and an unnormalised output (online softmax), so memory per thread is one block of scores.
+// blocks of kKeyBlock (skipping blocks entirely above the causal diagonal): S = Q K^T and acc += P V are
+// register-blocked small GEMMs, and per query a running max and sum rescale acc (online softmax), so memory
+// per thread is one (kQueryBlock, kKeyBlock) block of scores.
 // Forward, kPlain: per (batch, head) the full (T, S) score matrix, softmax, then P V; the reference.
-// Backward (both): per (batch, kv head) so that dk/dv of a kv head are owned by one thread; per query row
-// the probabilities are recomputed from lse, one row of S at a time (no T x S buffer):
-//   p = exp(s - lse), D = dout . out, ds = p (dout . v - D), dq = scale ds K, dk += scale ds q, dv += p dout.
+// Backward (both algorithms): work items are (batch, kv head), so the dk/dv of a kv head belong to one
+// thread. For each key block and each query block of the G heads sharing it, P is recomputed from lse and
+//   D = rowsum(dO * O), dV += P^T dO, dS = scale P (dO V^T - D), dQ += dS K, dK += dS^T Q
+// as small GEMMs on (kQueryBlock, kKeyBlock) tiles; no T x S buffer.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "base/check.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vec.h"
 
 namespace lmf::kernels {
@@ -35,7 +38,7 @@ AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64
 namespace cpu {
 namespace {
 
-constexpr int64_t kQueryBlock = 32;
+constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 64;
 
 // Typed views of the params with the index arithmetic in one place.
@@ -78,12 +81,31 @@ void CheckParams(const AttentionParams& p) {
   LMF_CHECK(p.lse != nullptr) << "attention: lse buffer (B, NH, T) is required";
 }
 
+// Scales a row of raw scores q.k by `scale` and sets masked keys to -inf. Keys u0 + j for j >= visible
+// are beyond the causal limit of query t.
+void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t len, float* row) {
+  const int64_t visible = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
+  const uint8_t* mrow = view.MaskRow(b, h, t);
+  const float scale = view.p.scale;
+  for (int64_t j = 0; j < visible; ++j) row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : row[j] * scale;
+  for (int64_t j = visible; j < len; ++j) row[j] = -INFINITY;
+}
+
+// Packs rows [u0, u0 + len) of a (S, HS) strided key or value matrix transposed into dst (HS, ld).
+void PackTransposed(const float* src, int64_t stride_t, int64_t len, int64_t HS, float* dst, int64_t ld) {
+  for (int64_t j = 0; j < len; ++j) {
+    const float* row = src + j * stride_t;
+    for (int64_t d = 0; d < HS; ++d) dst[d * ld + j] = row[d];
+  }
+}
+
 void ForwardTiled(const Context& ctx, const AttentionParams& p) {
   const View view{p};
   const int64_t qblocks = (p.T + kQueryBlock - 1) / kQueryBlock;
   const int64_t items = p.B * p.NH * qblocks;
   ParallelForItems(ctx, items, kQueryBlock * p.S * p.HS * 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(kQueryBlock * p.HS), run_max(kQueryBlock), run_sum(kQueryBlock), s(kKeyBlock);
+    std::vector<float> acc(kQueryBlock * p.HS), run_max(kQueryBlock), run_sum(kQueryBlock);
+    std::vector<float> s(kQueryBlock * kKeyBlock), kt(p.HS * kKeyBlock);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (p.NH * qblocks), h = (item / qblocks) % p.NH, qb = item % qblocks;
       const int64_t t0 = qb * kQueryBlock, tlen = std::min(kQueryBlock, p.T - t0);
@@ -93,25 +115,27 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       std::fill(run_sum.begin(), run_sum.end(), 0.0f);
       const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
       for (int64_t u0 = 0; u0 < key_end; u0 += kKeyBlock) {
+        const int64_t len = std::min(kKeyBlock, key_end - u0);
+        PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, p.HS, kt.data(), kKeyBlock);
+        vec::SmallGemm(tlen, len, p.HS, view.q(b, t0, h), p.q_stride_t, kt.data(), kKeyBlock, s.data(), kKeyBlock, false);
         for (int64_t i = 0; i < tlen; ++i) {
-          const int64_t t = t0 + i;
-          const int64_t len = std::min(kKeyBlock, view.KeyLimit(t) - u0);
-          if (len <= 0) continue;
-          view.Scores(b, h, t, u0, len, s.data());
-          const float block_max = vec::Max(s.data(), len);
-          if (block_max == -INFINITY) continue;
+          float* row = s.data() + i * kKeyBlock;
+          MaskRow(view, b, h, t0 + i, u0, len, row);
+          const float block_max = vec::Max(row, len);
+          if (block_max == -INFINITY) {
+            std::fill(row, row + len, 0.0f);
+            continue;
+          }
           const float new_max = std::max(run_max[i], block_max);
-          float* a = acc.data() + i * p.HS;
           if (run_max[i] != -INFINITY && new_max != run_max[i]) {
             const float correction = std::exp(run_max[i] - new_max);
             run_sum[i] *= correction;
-            vec::Scale(correction, a, p.HS);
+            vec::Scale(correction, acc.data() + i * p.HS, p.HS);
           }
           run_max[i] = new_max;
-          run_sum[i] += vec::ExpShiftSum(s.data(), new_max, s.data(), len);
-          for (int64_t j = 0; j < len; ++j)
-            if (s[j] != 0.0f) vec::Axpy(s[j], view.v(b, u0 + j, kvh), a, p.HS);
+          run_sum[i] += vec::ExpShiftSum(row, new_max, row, len);
         }
+        vec::SmallGemm(tlen, p.HS, len, s.data(), kKeyBlock, view.v(b, u0, kvh), p.v_stride_t, acc.data(), p.HS, true);
       }
       for (int64_t i = 0; i < tlen; ++i) {
         float* o = view.out(b, t0 + i, h);
@@ -172,7 +196,7 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   const AttentionParams& p = bp.forward;
   CheckParams(p);
   const View view{p};
-  const int64_t G = view.group();
+  const int64_t G = view.group(), HS = p.HS;
   // dq/dk/dv and dout share the strides of q/k/v and out.
   auto dq = [&](int64_t b, int64_t t, int64_t h) {
     return static_cast<float*>(bp.dq) + b * p.q_stride_b + t * p.q_stride_t + h * p.q_stride_h;
@@ -186,33 +210,63 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   auto dout = [&](int64_t b, int64_t t, int64_t h) {
     return static_cast<const float*>(bp.dout) + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h;
   };
-  ParallelForItems(ctx, p.B * p.NKV, G * p.T * p.S * p.HS * 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> prob(p.S);
+  constexpr int64_t Bq = kQueryBlock, Bk = kKeyBlock;
+  ParallelForItems(ctx, p.B * p.NKV, G * p.T * p.S * HS * 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> D(G * p.T), kt(HS * Bk), vt(HS * Bk), dk_acc(Bk * HS), dv_acc(Bk * HS);
+    std::vector<float> prob(Bq * Bk), dprob(Bq * Bk), transposed(Bk * Bq);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / p.NKV, kvh = item % p.NKV;
-      for (int64_t u = 0; u < p.S; ++u) {
-        std::memset(dk(b, u, kvh), 0, sizeof(float) * p.HS);
-        std::memset(dv(b, u, kvh), 0, sizeof(float) * p.HS);
-      }
-      for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t h = kvh * G + g;
         for (int64_t t = 0; t < p.T; ++t) {
-          float* dqt = dq(b, t, h);
-          std::memset(dqt, 0, sizeof(float) * p.HS);
-          const float lse = *view.lse(b, h, t);
-          if (lse == -INFINITY) continue;
-          const int64_t limit = view.KeyLimit(t);
-          const float* dot = dout(b, t, h);
-          const float* qt = view.q(b, t, h);
-          const float D = vec::Dot(dot, view.out(b, t, h), p.HS);
-          view.Scores(b, h, t, 0, limit, prob.data());
-          for (int64_t u = 0; u < limit; ++u) {
-            const float pu = std::exp(prob[u] - lse);
-            if (pu == 0.0f) continue;
-            vec::Axpy(pu, dot, dv(b, u, kvh), p.HS);
-            const float ds = pu * (vec::Dot(dot, view.v(b, u, kvh), p.HS) - D) * p.scale;
-            vec::Axpy(ds, view.k(b, u, kvh), dqt, p.HS);
-            vec::Axpy(ds, qt, dk(b, u, kvh), p.HS);
+          std::memset(dq(b, t, h), 0, sizeof(float) * HS);
+          D[g * p.T + t] = vec::Dot(dout(b, t, h), view.out(b, t, h), HS);
+        }
+      }
+      for (int64_t u0 = 0; u0 < p.S; u0 += Bk) {
+        const int64_t len = std::min(Bk, p.S - u0);
+        PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, HS, kt.data(), Bk);
+        PackTransposed(view.v(b, u0, kvh), p.v_stride_t, len, HS, vt.data(), Bk);
+        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+        // Under the causal mask, queries before u0 see none of these keys.
+        const int64_t first_query = p.causal ? std::min(u0, p.T) : 0;
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t h = kvh * G + g;
+          for (int64_t t0 = first_query / Bq * Bq; t0 < p.T; t0 += Bq) {
+            const int64_t tlen = std::min(Bq, p.T - t0);
+            // P = exp(scale q.k - lse), 0 where masked or where the whole row is masked (lse = -inf).
+            vec::SmallGemm(tlen, len, HS, view.q(b, t0, h), p.q_stride_t, kt.data(), Bk, prob.data(), Bk, false);
+            for (int64_t i = 0; i < tlen; ++i) {
+              float* row = prob.data() + i * Bk;
+              const float lse = *view.lse(b, h, t0 + i);
+              if (lse == -INFINITY) {
+                std::fill(row, row + len, 0.0f);
+                continue;
+              }
+              MaskRow(view, b, h, t0 + i, u0, len, row);
+              vec::ExpShiftSum(row, lse, row, len);
+            }
+            // dV += P^T dO
+            vec::Transpose(tlen, len, prob.data(), Bk, transposed.data(), Bq);
+            vec::SmallGemm(len, HS, tlen, transposed.data(), Bq, dout(b, t0, h), p.out_stride_t, dv_acc.data(), HS, true);
+            // dP = dO V^T;  dS = scale P (dP - D)
+            vec::SmallGemm(tlen, len, HS, dout(b, t0, h), p.out_stride_t, vt.data(), Bk, dprob.data(), Bk, false);
+            for (int64_t i = 0; i < tlen; ++i) {
+              const float* pr = prob.data() + i * Bk;
+              float* ds = dprob.data() + i * Bk;
+              const float Di = D[g * p.T + t0 + i];
+              for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - Di);
+            }
+            // dQ += dS K;  dK += dS^T Q
+            vec::SmallGemm(tlen, HS, len, dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, dq(b, t0, h), p.q_stride_t, true);
+            vec::Transpose(tlen, len, dprob.data(), Bk, transposed.data(), Bq);
+            vec::SmallGemm(len, HS, tlen, transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, dk_acc.data(), HS, true);
           }
+        }
+        for (int64_t j = 0; j < len; ++j) {
+          std::memcpy(dk(b, u0 + j, kvh), dk_acc.data() + j * HS, sizeof(float) * HS);
+          std::memcpy(dv(b, u0 + j, kvh), dv_acc.data() + j * HS, sizeof(float) * HS);
         }
       }
     }

@@ -1,0 +1,95 @@
+// Matmul benchmark: our Matmul (oneDNN dnnl_sgemm) against OpenBLAS cblas_sgemm, same shapes, same thread
+// count, same run, for the GEMMs of a GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW
+// shapes) plus a 2048^3 square product (the peak reference). Prints GFLOP/s of both and the ratio.
+//
+//   ./bazelw run //kernels/matmul:matmul_benchmark -- [threads]      (default: LMF_NUM_THREADS or all cores)
+// OpenBLAS runs with whatever OPENBLAS_CORETYPE the environment sets (printed).
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul/matmul.h"
+#include "kernels/testing/compare.h"
+
+namespace lmf::kernels {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t M, N, K;
+  bool trans_a, trans_b;
+};
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best of `reps` timings after one warm-up call, in seconds.
+template <typename F>
+double Time(F&& f, int reps) {
+  f();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Seconds();
+    f();
+    best = std::min(best, Seconds() - t0);
+  }
+  return best;
+}
+
+int Main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();
+  ThreadPool pool(threads);
+  Context ctx = Context::Cpu(&pool);
+  openblas_set_num_threads(threads);
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("threads %d, OPENBLAS_CORETYPE=%s (OpenBLAS core %s)\n", threads, coretype ? coretype : "(unset)",
+              openblas_get_corename());
+  const Shape shapes[] = {
+      {"square 2048^3", 2048, 2048, 2048, false, false},
+      {"T64 qkv fwd", 256, 2304, 768, false, true},
+      {"T64 mlp up fwd", 256, 3072, 768, false, true},
+      {"T64 mlp down fwd", 256, 768, 3072, false, true},
+      {"T64 mlp up dX", 256, 768, 3072, false, false},
+      {"T64 mlp up dW", 3072, 768, 256, true, false},
+      {"T64 lm head fwd", 256, 50304, 768, false, true},
+      {"T64 lm head dX", 256, 768, 50304, false, false},
+      {"T64 lm head dW", 50304, 768, 256, true, false},
+      {"T256 qkv fwd", 1024, 2304, 768, false, true},
+      {"T256 mlp up fwd", 1024, 3072, 768, false, true},
+      {"T256 mlp up dW", 3072, 768, 1024, true, false},
+      {"T256 lm head fwd", 1024, 50304, 768, false, true},
+      {"T256 lm head dW", 50304, 768, 1024, true, false},
+      {"6L-384 qkv fwd", 1024, 1152, 384, false, true},
+  };
+  std::printf("%-18s %6s %6s %6s  %10s %10s  %s\n", "shape", "M", "N", "K", "ours GF/s", "OpenBLAS", "ours/OpenBLAS");
+  for (const Shape& s : shapes) {
+    const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
+    auto a = testing::RandomNormal(s.M * s.K, 1), b = testing::RandomNormal(s.K * s.N, 2);
+    std::vector<float> c1(s.M * s.N), c2(s.M * s.N);
+    MatmulParams p;
+    p.M = s.M, p.N = s.N, p.K = s.K, p.a = a.data(), p.lda = lda, p.trans_a = s.trans_a;
+    p.b = b.data(), p.ldb = ldb, p.trans_b = s.trans_b, p.c = c1.data(), p.ldc = s.N;
+    const double flops = 2.0 * s.M * s.N * s.K;
+    const int reps = std::max(3, static_cast<int>(3e10 / flops));
+    const double ours = Time([&] { Matmul(ctx, p); }, reps);
+    const double blas = Time([&] {
+      cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, s.M,
+                  s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c2.data(), s.N);
+    }, reps);
+    const auto err = testing::CompareArrays(c1.data(), c2.data(), s.M * s.N, 1e-4, 1e-3);
+    std::printf("%-18s %6ld %6ld %6ld  %10.1f %10.1f  %.2fx%s\n", s.name, static_cast<long>(s.M), static_cast<long>(s.N),
+                static_cast<long>(s.K), flops / ours * 1e-9, flops / blas * 1e-9, blas / ours,
+                err.violations ? "  RESULTS DIFFER" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::kernels
+
+int main(int argc, char** argv) { return lmf::kernels::Main(argc, argv); }
