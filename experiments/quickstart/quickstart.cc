@@ -1,0 +1,221 @@
+// The quickstart's stages (see quickstart.h). Each stage checks whether its output already exists and
+// matches (a stamp for the corpus, the tokenizer's hash in the token files), so reruns are cheap.
+#include "experiments/quickstart/quickstart.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/runner.h"
+#include "experiments/sweep/train_run.h"
+#include "experiments/synthetic_corpus/story_generator.h"
+#include "google/protobuf/text_format.h"
+#include "scaling/reporting/report.h"
+#include "tokenizer/bpe_train.h"
+#include "tokenizer/encode_file.h"
+#include "tokenizer/token_file.h"
+#include "tokenizer/tokenizer_file.h"
+
+namespace lmf::quickstart {
+namespace {
+
+constexpr char kEndOfText[] = "<|endoftext|>";
+
+// Writes train.txt and val.txt: the synthetic corpus (two seeds), or the user's files with the last ~2%
+// of each (cut at a line break) held out for validation.
+absl::Status MakeCorpus(const QuickstartOptions& o, const std::string& train, const std::string& val) {
+  const std::string stamp_path = absl::StrCat(o.out_dir, "/data/corpus.stamp");
+  std::string stamp = o.data.empty()
+                          ? absl::StrFormat("synthetic stories: seed %d, %d bytes\n", o.seed, o.corpus_bytes)
+                          : absl::StrCat("text files: ", absl::StrJoin(o.data, ", "), "\n");
+  for (const std::string& f : o.data) {
+    auto size = FileSize(f);
+    if (!size.ok()) return absl::NotFoundError(absl::StrCat("--data: ", size.status().message()));
+    absl::StrAppend(&stamp, f, " ", *size, " bytes\n");
+  }
+  auto old = ReadFile(stamp_path);
+  if (old.ok() && *old == stamp && FileExists(train) && FileExists(val)) return absl::OkStatus();
+
+  if (o.data.empty()) {
+    corpus::StoryCorpusOptions opts;
+    opts.seed = o.seed;
+    opts.target_bytes = o.corpus_bytes;
+    if (auto s = corpus::WriteStoryCorpus(train, opts); !s.ok()) return s.status();
+    opts.seed = o.seed + 1000003;  // a different stream of stories for validation
+    opts.target_bytes = std::max<uint64_t>(o.corpus_bytes / 32, 256 << 10);
+    if (auto s = corpus::WriteStoryCorpus(val, opts); !s.ok()) return s.status();
+  } else {
+    auto train_out = AtomicFileWriter::Create(train);
+    if (!train_out.ok()) return train_out.status();
+    auto val_out = AtomicFileWriter::Create(val);
+    if (!val_out.ok()) return val_out.status();
+    for (const std::string& f : o.data) {
+      auto text = MappedFile::Open(f);
+      if (!text.ok()) return absl::NotFoundError(absl::StrCat("--data: ", text.status().message()));
+      std::string_view all = text->view();
+      if (all.size() < 1024) {
+        return absl::InvalidArgumentError(absl::StrCat("--data: ", f, " has ", all.size(),
+                                                       " bytes; need at least 1 KiB of text per file"));
+      }
+      size_t cut = all.size() - all.size() / 50;
+      const size_t newline = all.find('\n', cut);
+      if (newline != std::string_view::npos && newline + 1 < all.size()) cut = newline + 1;
+      if (absl::Status s = train_out->Write(all.substr(0, cut)); !s.ok()) return s;
+      if (absl::Status s = train_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
+      if (absl::Status s = val_out->Write(all.substr(cut)); !s.ok()) return s;
+      if (absl::Status s = val_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
+    }
+    if (absl::Status s = train_out->Commit(); !s.ok()) return s;
+    if (absl::Status s = val_out->Commit(); !s.ok()) return s;
+  }
+  return WriteFileAtomically(stamp_path, stamp);
+}
+
+absl::StatusOr<tokenizer::Tokenizer> MakeTokenizer(const QuickstartOptions& o, const std::string& train,
+                                                   const std::string& path, bool corpus_changed) {
+  if (!corpus_changed && FileExists(path)) {
+    auto existing = tokenizer::LoadTokenizer(path);
+    if (existing.ok() && existing->vocab_size() == static_cast<uint32_t>(o.vocab_size)) return existing;
+  }
+  tokenizer::TrainOptions opts;
+  opts.vocab_size = static_cast<uint32_t>(o.vocab_size);
+  opts.special_tokens = {kEndOfText};
+  auto trained = tokenizer::TrainBpeOnFiles({train}, opts);
+  if (!trained.ok()) return trained.status();
+  if (absl::Status s = tokenizer::SaveTokenizer(*trained, path); !s.ok()) return s;
+  return trained;
+}
+
+absl::StatusOr<uint64_t> MakeTokens(const tokenizer::Tokenizer& tok, const std::string& text,
+                                    const std::string& tokens) {
+  auto existing = tokenizer::TokenFileReader::Open(tokens);
+  if (existing.ok() && existing->header().tokenizer_hash == tok.Hash()) return existing->size();
+  auto stats = tokenizer::EncodeFilesToTokenFile(tok, {text}, tokens, {});
+  if (!stats.ok()) return stats.status();
+  return stats->tokens;
+}
+
+}  // namespace
+
+config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& train_tokens,
+                              const std::string& val_tokens, const std::string& tokenizer) {
+  // Small Llama-style models (RMSNorm, SwiGLU, RoPE), 64-token context, 16 sequences a step.
+  const std::string text = absl::StrFormat(R"pb(
+    name: "quickstart"
+    output_dir: "%s/sweep"
+    parallel_runs: %d
+    evals_per_run: 6
+    estimate_flops_per_second: 1.5e10
+    target_flops: %g
+    experiment {
+      name: "quickstart"
+      model {
+        vocab_size: %d context_length: 64
+        d_model: 64 n_layers: 2 n_heads: 8
+        norm { kind: RMSNORM }
+        ffn { kind: SWIGLU d_ff: 176 }
+        positional { kind: ROPE rope_theta: 10000 }
+        init { scheme: TRUNCATED_NORMAL }
+      }
+      optimizer { lr: 4e-3 adamw { beta1: 0.9 beta2: 0.95 weight_decay: 0.1 } grad_clip: 1.0 }
+      schedule { kind: COSINE warmup: 10 min_lr_ratio: 0.1 }
+      data { train_tokens: "%s" val_tokens: "%s" tokenizer: "%s" }
+      run { batch_size: 16 max_steps: 100 eval_tokens: 16384 seed: %d output_dir: "unused" }
+      logging { log_interval: 50 }
+    }
+    isoflop {
+      family { aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 8 aspect_spread: 1.5 ffn_ratio: 2.75 }
+      models_per_budget: %d
+      min_tokens_per_param: 2
+      max_tokens_per_param: 250
+      min_steps: 40
+    }
+  )pb",
+                                           o.out_dir, o.parallel_runs, o.target_flops, o.vocab_size, train_tokens,
+                                           val_tokens, tokenizer, o.seed, o.models_per_budget);
+  config::Sweep sweep;
+  google::protobuf::TextFormat::ParseFromString(text, &sweep);  // a fixed template: always parses
+  for (double b : o.budgets) sweep.mutable_isoflop()->add_budgets(b);
+  return sweep;
+}
+
+absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
+  auto say = [&](const std::string& line) {
+    if (o.progress) o.progress(line);
+  };
+  if (o.vocab_size < 258) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab_size=", o.vocab_size, ": needs at least 256 byte tokens + <|endoftext|> + 1 merge"));
+  }
+  if (o.budgets.empty()) return absl::InvalidArgumentError("--budgets is empty");
+  const std::string data_dir = o.out_dir + "/data";
+  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
+  const std::string train_txt = data_dir + "/train.txt", val_txt = data_dir + "/val.txt";
+  const std::string stamp_before = ReadFile(data_dir + "/corpus.stamp").value_or("");
+
+  say(o.data.empty() ? absl::StrFormat("[1/5] corpus: synthetic stories (%.1f MB, seed %d) -> %s", o.corpus_bytes / 1e6,
+                                       o.seed, data_dir)
+                     : absl::StrCat("[1/5] corpus: ", absl::StrJoin(o.data, ", "), " -> ", data_dir));
+  if (absl::Status s = MakeCorpus(o, train_txt, val_txt); !s.ok()) return s;
+  const bool corpus_changed = ReadFile(data_dir + "/corpus.stamp").value_or("") != stamp_before;
+
+  const std::string tok_path = o.out_dir + "/tokenizer.lmftok";
+  say(absl::StrFormat("[2/5] tokenizer: byte-level BPE, vocab %d -> %s", o.vocab_size, tok_path));
+  auto tok = MakeTokenizer(o, train_txt, tok_path, corpus_changed);
+  if (!tok.ok()) return tok.status();
+
+  const std::string train_tok = data_dir + "/train.tok", val_tok = data_dir + "/val.tok";
+  auto train_count = MakeTokens(*tok, train_txt, train_tok);
+  if (!train_count.ok()) return train_count.status();
+  auto val_count = MakeTokens(*tok, val_txt, val_tok);
+  if (!val_count.ok()) return val_count.status();
+  say(absl::StrFormat("[3/5] token files: %d train and %d validation tokens", *train_count, *val_count));
+
+  const config::Sweep sweep = QuickstartSweep(o, train_tok, val_tok, tok_path);
+  std::string sweep_text;
+  google::protobuf::TextFormat::PrintToString(sweep, &sweep_text);
+  const std::string sweep_path = o.out_dir + "/sweep.textproto";
+  if (absl::Status s = WriteFileAtomically(
+          sweep_path, absl::StrCat("# Written by //experiments:quickstart; rerun with\n#   ./bazelw run "
+                                   "//experiments:sweep -- --sweep=",
+                                   sweep_path, "\n", sweep_text));
+      !s.ok()) {
+    return s;
+  }
+  auto plan = sweep::PlanSweep(sweep, sweep_path, o.out_dir, sweep::SizeOfModel);
+  if (!plan.ok()) return plan.status();
+  say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
+  sweep::RunnerOptions runner;
+  runner.command = o.train_command;
+  runner.progress = say;
+  auto summary = sweep::RunSweep(*plan, runner);
+  if (!summary.ok()) return summary.status();
+
+  const std::string report_dir = o.out_dir + "/report";
+  say(absl::StrFormat("[5/5] fits and report -> %s", report_dir));
+  scaling::ReportOptions report;
+  report.target_flops = o.target_flops;
+  report.choice.non_embedding = plan->non_embedding_params;
+  report.data_note = o.data.empty()
+                         ? absl::StrFormat(
+                               "SYNTHETIC data: the built-in generator of simple English stories (seed %d, %.1f MB). "
+                               "Fits on it show the method, not the scaling of natural language.",
+                               o.seed, o.corpus_bytes / 1e6)
+                         : absl::StrCat("Text files: ", absl::StrJoin(o.data, ", "));
+  auto analysis = scaling::MakeReport(summary->results_path, report, report_dir);
+  if (!analysis.ok()) return analysis.status();
+
+  QuickstartResult result;
+  result.results_csv = summary->results_path;
+  result.report = report_dir + "/report.md";
+  result.finished_runs = summary->finished;
+  result.failed_runs = summary->failed + summary->diverged;
+  return result;
+}
+
+}  // namespace lmf::quickstart

@@ -1,0 +1,47 @@
+// The quickstart, lmforge's main job end to end on one machine: text -> BPE tokenizer -> token files ->
+// IsoFLOP sweep of small models -> fitted scaling laws -> report. With no data it uses the built-in
+// SYNTHETIC story corpus (experiments/synthetic_corpus), and the report says so; with `data` it runs the
+// same on real text files. Every stage writes into `out_dir` and is skipped when its output is already
+// there, so a killed quickstart started again continues where it stopped.
+#ifndef LMFORGE_EXPERIMENTS_QUICKSTART_QUICKSTART_H_
+#define LMFORGE_EXPERIMENTS_QUICKSTART_QUICKSTART_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "experiments/sweep/sweep.pb.h"
+
+namespace lmf::quickstart {
+
+struct QuickstartOptions {
+  std::string out_dir;              // absolute
+  std::vector<std::string> data;    // text files; empty: the synthetic corpus
+  uint64_t corpus_bytes = 12 << 20; // size of the synthetic corpus
+  uint64_t seed = 1;
+  int vocab_size = 512;
+  std::vector<double> budgets = {1e11, 3e11, 1e12};  // training FLOP per IsoFLOP curve
+  int models_per_budget = 5;
+  int parallel_runs = 1;
+  double target_flops = 1e15;       // the report's extrapolation target
+  std::vector<std::string> train_command;  // how the sweep starts a run (the quickstart binary itself)
+  std::function<void(const std::string&)> progress;
+};
+
+struct QuickstartResult {
+  std::string results_csv;
+  std::string report;  // report.md
+  int finished_runs = 0, failed_runs = 0;
+};
+
+// The sweep the quickstart runs (written to out_dir/sweep.textproto too, so it can be rerun or edited
+// and run with //experiments:sweep). `train_tokens` etc. are absolute paths.
+config::Sweep QuickstartSweep(const QuickstartOptions& options, const std::string& train_tokens,
+                              const std::string& val_tokens, const std::string& tokenizer);
+
+absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& options);
+
+}  // namespace lmf::quickstart
+
+#endif  // LMFORGE_EXPERIMENTS_QUICKSTART_QUICKSTART_H_

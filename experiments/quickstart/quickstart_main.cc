@@ -1,0 +1,93 @@
+// `./bazelw run //experiments:quickstart`: lmforge's main job on its built-in default. Generates a
+// synthetic story corpus (or reads --data), trains a BPE tokenizer, tokenizes, runs a small IsoFLOP sweep
+// on the CPU (about 10 minutes on 2 cores), fits scaling laws and writes a Markdown report, printing
+// where each piece is. Started again, it skips what is already done.
+//
+//   --out=DIR            where everything goes (default: ./lmforge_quickstart in the folder you ran from)
+//   --data=a.txt,b.txt   real text instead of the synthetic corpus
+//   --budgets=1e11,3e11,1e12  --models_per_budget=5  --vocab_size=512  --corpus_mb=12
+//   --parallel_runs=1    --target_flops=1e15
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "experiments/config/loader.h"
+#include "experiments/quickstart/quickstart.h"
+#include "experiments/sweep/train_run.h"
+
+ABSL_FLAG(std::string, out, "lmforge_quickstart", "output folder (relative to where you ran the command)");
+ABSL_FLAG(std::vector<std::string>, data, {}, "text files to use instead of the synthetic corpus");
+ABSL_FLAG(double, corpus_mb, 12, "size of the synthetic corpus in MB");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the synthetic corpus and of every run");
+ABSL_FLAG(int, vocab_size, 512, "BPE vocabulary size (256 bytes + <|endoftext|> + merges)");
+ABSL_FLAG(std::vector<std::string>, budgets, std::vector<std::string>({"1e11", "3e11", "1e12"}),
+          "training FLOP budgets of the IsoFLOP curves");
+ABSL_FLAG(int, models_per_budget, 5, "model sizes per budget (at least 3)");
+ABSL_FLAG(int, parallel_runs, 1, "training processes at once");
+ABSL_FLAG(double, target_flops, 1e15, "the budget the report extrapolates to");
+ABSL_FLAG(bool, train_one, false, "internal: train the single sweep run given by --config");
+ABSL_FLAG(std::string, config, "", "internal: the run config for --train_one");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "quickstart: %s\n", message.c_str());
+  return 1;
+}
+
+std::string Absolute(const std::string& base, const std::string& path) {
+  return path.empty() || path[0] == '/' ? path : absl::StrCat(base, "/", path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Text -> tokenizer -> IsoFLOP sweep -> fitted scaling law -> report, on the built-in synthetic corpus "
+      "or --data.");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_train_one)) {
+    const absl::Status s = lmf::sweep::TrainSweepRun(absl::GetFlag(FLAGS_config));
+    return s.ok() ? 0 : Fail(std::string(s.message()));
+  }
+  const std::string cwd = lmf::experiments::UserWorkingDirectory();
+  lmf::quickstart::QuickstartOptions o;
+  o.out_dir = Absolute(cwd, absl::GetFlag(FLAGS_out));
+  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(Absolute(cwd, f));
+  if (!(absl::GetFlag(FLAGS_corpus_mb) > 0)) return Fail("--corpus_mb must be positive");
+  o.corpus_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_corpus_mb) * 1e6);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  o.budgets.clear();
+  for (const std::string& b : absl::GetFlag(FLAGS_budgets)) {
+    double v = 0;
+    if (!absl::SimpleAtod(b, &v) || !(v > 0)) return Fail(absl::StrCat("--budgets: '", b, "' is not a positive number"));
+    o.budgets.push_back(v);
+  }
+  o.models_per_budget = absl::GetFlag(FLAGS_models_per_budget);
+  o.parallel_runs = absl::GetFlag(FLAGS_parallel_runs);
+  o.target_flops = absl::GetFlag(FLAGS_target_flops);
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return Fail("cannot find its own executable (/proc/self/exe)");
+  o.train_command = {std::string(self, static_cast<size_t>(n)), "--train_one"};
+  o.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  std::printf("lmforge quickstart -> %s\n", o.out_dir.c_str());
+  auto result = lmf::quickstart::RunQuickstart(o);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  std::printf("\ndone: %d runs finished, %d failed\n  results: %s\n  report:  %s\n", result->finished_runs,
+              result->failed_runs, result->results_csv.c_str(), result->report.c_str());
+  return 0;
+}
