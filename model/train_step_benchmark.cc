@@ -20,9 +20,9 @@
 #include "absl/strings/str_split.h"
 #include "base/thread_pool.h"
 #include "kernels/core/context.h"
+#include "kernels/matmul/matmul.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
-#include "model/ops/ops.h"
 #include "model/optimizer/adamw.h"
 
 ABSL_FLAG(int, threads, 2, "CPU threads for both lmforge and PyTorch");
@@ -58,14 +58,17 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Best GFLOP/s of a 2048^3 sgemm over a few runs, with the GEMM the model uses.
+// Best GFLOP/s of a 2048^3 sgemm over a few runs, with the GEMM the model uses (kernels/matmul).
 double MeasureSgemmPeak(const kernels::Context& ctx) {
   const int64_t n = 2048;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
   double best = 0;
   for (int i = 0; i < 4; ++i) {
     const double start = Now();
-    ops::Gemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    kernels::MatmulParams p;
+    p.M = p.N = p.K = n;
+    p.a = a.data(), p.lda = n, p.b = b.data(), p.ldb = n, p.c = c.data(), p.ldc = n;
+    kernels::Matmul(ctx, p);
     best = std::max(best, 2.0 * n * n * n / (Now() - start) / 1e9);
   }
   return best;
@@ -128,7 +131,7 @@ int Main() {
   ThreadPool pool(threads);
   const kernels::Context ctx = kernels::Context::Cpu(&pool);
   const double peak = MeasureSgemmPeak(ctx);
-  std::printf("threads=%d  sgemm peak (dnnl_sgemm 2048^3, %d threads): %.1f GFLOP/s\n", threads, threads, peak);
+  std::printf("threads=%d  sgemm peak (kernels/matmul 2048^3, %d threads): %.1f GFLOP/s\n", threads, threads, peak);
   std::printf("%-11s %10s %10s %10s %10s %8s %9s %9s\n", "shape", "ours s/st", "ours tok/s", "torch s/st",
               "torch tok/s", "ratio", "ours %pk", "torch %pk");
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
-#include "model/ops/ops.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 
 namespace lmf::model {
 namespace {
@@ -134,10 +134,26 @@ absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const 
                                                       int64_t t) {
   if (absl::Status status = CheckBatch(targets, "targets", b, t); !status.ok()) return status;
   if (absl::Status status = Forward(ids, b, t); !status.ok()) return status;
-  targets_.assign(targets, targets + b * t);
+  const int64_t n = b * t;
+  targets_.assign(targets, targets + n);
+  losses_.resize(static_cast<size_t>(n));
+  kernels::CrossEntropyParams p = LossParams();
+  p.losses = losses_.data();
+  kernels::CrossEntropyForward(ctx_, p);
   have_loss_ = true;
-  return ops::CrossEntropyForward(ctx_, b * t, config_.vocab_size, logits_.data<float>(), targets_.data(),
-                                  lse_.data<float>());
+  double sum = 0;
+  for (float loss : losses_) sum += loss;
+  return sum / static_cast<double>(n);
+}
+
+kernels::CrossEntropyParams LanguageModel::LossParams() {
+  kernels::CrossEntropyParams p;
+  p.N = b_ * t_;
+  p.V = config_.vocab_size;
+  p.logits = logits_.data<float>();
+  p.targets = targets_.data();
+  p.lse = lse_.data<float>();
+  return p;
 }
 
 void LanguageModel::EnsureWorkspace(int64_t n) {
@@ -160,9 +176,12 @@ void LanguageModel::Backward() {
   const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_size;
   EnsureWorkspace(n);
   float* dlogits = logits_.data<float>();
-  ops::CrossEntropyBackward(ctx_, n, v, targets_.data(), lse_.data<float>(), dlogits);
+  kernels::CrossEntropyParams p = LossParams();
+  p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
+  p.dlogits = dlogits;                      // in place over the logits
+  kernels::CrossEntropyBackward(ctx_, p);
   float* dnormed = workspace_.dnormed.data<float>();
-  lm_head_->Backward(ctx_, n, final_norm_.output(), c, dlogits, v, dnormed, c);
+  lm_head_->Backward(ctx_, n, final_norm_.output(), c, dlogits, v, dnormed);
   final_norm_.Backward(ctx_, dnormed, workspace_.dresidual.data<float>());
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (*it)->Backward(ctx_, workspace_);
   embedding_.Backward(ctx_, workspace_.dresidual.data<float>());

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/core/context.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "model/config/config.h"
 #include "model/layers/block.h"
 #include "model/layers/embedding.h"
@@ -70,6 +71,7 @@ class LanguageModel {
   LanguageModel(const ModelConfig& config, kernels::Context ctx);
   absl::Status CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const;
   void EnsureWorkspace(int64_t n);
+  kernels::CrossEntropyParams LossParams();
 
   ModelConfig config_;
   kernels::Context ctx_;
@@ -83,6 +85,7 @@ class LanguageModel {
   bool have_loss_ = false;
   std::vector<int32_t> targets_;
   kernels::Tensor logits_, lse_;
+  std::vector<float> losses_;  // per-token losses of the last ForwardWithLoss (not needed by the backward)
   BackwardWorkspace workspace_;
   int64_t workspace_rows_ = 0;
 };

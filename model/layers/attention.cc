@@ -1,7 +1,10 @@
 // Attention module: fused q|k|v projection, RoPE, causal grouped-query attention, output projection.
 #include "model/layers/attention.h"
 
-#include "model/ops/ops.h"
+#include <cmath>
+
+#include "kernels/attention/attention.h"
+#include "kernels/rope/rope.h"
 
 namespace lmf::model {
 
@@ -16,8 +19,37 @@ Attention::Attention(const ModelConfig& config, StepCounters* counters)
       output_(config.q_width(), config.d_model, config.biases, counters),
       counters_(counters) {}
 
+namespace {
+
+// RoPE params rotating, in place, `heads` heads of HS at column `offset` of the (B*T, width) buffer.
+kernels::RopeParams InPlaceRope(int64_t b, int64_t t, int64_t heads, int64_t hs, double theta, float* data,
+                                int64_t width) {
+  kernels::RopeParams p;
+  p.B = b, p.T = t, p.NH = heads, p.HS = hs, p.theta = static_cast<float>(theta);
+  p.in = data, p.in_stride_b = t * width, p.in_stride_t = width, p.in_stride_h = hs;
+  p.out = data, p.out_stride_b = t * width, p.out_stride_t = width, p.out_stride_h = hs;
+  return p;
+}
+
+}  // namespace
+
+kernels::AttentionParams Attention::Params() const {
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
+  float* qkv = qkv_out_.data<float>();
+  kernels::AttentionParams p;
+  p.B = b_, p.T = t_, p.S = t_, p.NH = nh_, p.NKV = nkv_, p.HS = hs_;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
+  p.causal = true;
+  p.q = qkv, p.q_stride_b = t_ * width, p.q_stride_t = width, p.q_stride_h = hs_;
+  p.k = qkv + q_width, p.k_stride_b = t_ * width, p.k_stride_t = width, p.k_stride_h = hs_;
+  p.v = qkv + q_width + kv_width, p.v_stride_b = t_ * width, p.v_stride_t = width, p.v_stride_h = hs_;
+  p.out = attn_out_.data<float>(), p.out_stride_b = t_ * q_width, p.out_stride_t = q_width, p.out_stride_h = hs_;
+  p.lse = lse_.data<float>();
+  return p;
+}
+
 void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const float* h, float* residual) {
-  const int64_t n = b * t, width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
+  const int64_t n = b * t, width = qkv_.out(), q_width = nh_ * hs_;
   if (b != b_ || t != t_) {
     qkv_out_ = kernels::Tensor::Empty({n, width}, kernels::DType::kF32);
     attn_out_ = kernels::Tensor::Empty({n, q_width}, kernels::DType::kF32);
@@ -29,12 +61,10 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   float* qkv = qkv_out_.data<float>();
   qkv_.Forward(ctx, n, h, c_, qkv, width, /*accumulate=*/false);
   if (rope_) {
-    ops::Rope(ctx, b, t, nh_, hs_, rope_theta_, qkv, width, /*inverse=*/false);
-    ops::Rope(ctx, b, t, nkv_, hs_, rope_theta_, qkv + q_width, width, /*inverse=*/false);
+    kernels::RopeForward(ctx, InPlaceRope(b, t, nh_, hs_, rope_theta_, qkv, width));
+    kernels::RopeForward(ctx, InPlaceRope(b, t, nkv_, hs_, rope_theta_, qkv + q_width, width));
   }
-  const ops::AttentionShape shape{b, t, nh_, nkv_, hs_};
-  ops::AttentionForward(ctx, shape, qkv, width, qkv + q_width, qkv + q_width + kv_width, width,
-                        attn_out_.data<float>(), lse_.data<float>());
+  kernels::AttentionForward(ctx, Params());
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * (t * (t + 1) / 2.0);
   output_.Forward(ctx, n, attn_out_.data<float>(), q_width, residual, c_, /*accumulate=*/true);
 }
@@ -44,18 +74,18 @@ void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& w
   const int64_t n = b_ * t_, width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
   float* dattn = ws.dattn.data<float>();
   float* dqkv = ws.dqkv.data<float>();
-  output_.Backward(ctx, n, attn_out_.data<float>(), q_width, dresidual, c_, dattn, q_width);
-  const float* qkv = qkv_out_.data<float>();
-  const ops::AttentionShape shape{b_, t_, nh_, nkv_, hs_};
-  ops::AttentionBackward(ctx, shape, qkv, width, qkv + q_width, qkv + q_width + kv_width, width,
-                         attn_out_.data<float>(), lse_.data<float>(), dattn, dqkv, dqkv + q_width,
-                         dqkv + q_width + kv_width);
+  output_.Backward(ctx, n, attn_out_.data<float>(), q_width, dresidual, c_, dattn);
+  kernels::AttentionBackwardParams p;
+  p.forward = Params();
+  p.dout = dattn;
+  p.dq = dqkv, p.dk = dqkv + q_width, p.dv = dqkv + q_width + kv_width;
+  kernels::AttentionBackward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * (t_ * (t_ + 1) / 2.0);
   if (rope_) {
-    ops::Rope(ctx, b_, t_, nh_, hs_, rope_theta_, dqkv, width, /*inverse=*/true);
-    ops::Rope(ctx, b_, t_, nkv_, hs_, rope_theta_, dqkv + q_width, width, /*inverse=*/true);
+    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_, hs_, rope_theta_, dqkv, width));
+    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nkv_, hs_, rope_theta_, dqkv + q_width, width));
   }
-  qkv_.Backward(ctx, n, input_, c_, dqkv, width, dh, c_);
+  qkv_.Backward(ctx, n, input_, c_, dqkv, width, dh);
 }
 
 int64_t Attention::saved_bytes() const {

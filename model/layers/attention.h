@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/attention/attention.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/layers/linear.h"
@@ -33,6 +34,9 @@ class Attention {
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
+  // The kernel's view of the step state: q, k, v in place in the fused buffer, the output, the lse.
+  kernels::AttentionParams Params() const;
+
   int64_t nh_, nkv_, hs_, c_;
   bool rope_;
   double rope_theta_;

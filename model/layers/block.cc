@@ -2,19 +2,9 @@
 #include "model/layers/block.h"
 
 #include "kernels/core/tensor.h"
+#include "kernels/residual/residual.h"
 
 namespace lmf::model {
-namespace {
-
-// y += x over n floats.
-void AddInto(const kernels::Context& ctx, int64_t n, const float* x, float* y) {
-  ctx.pool->ParallelFor(n, 1 << 15, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] += x[i];
-  });
-}
-
-}  // namespace
-
 Block::Block(const ModelConfig& config, StepCounters* counters)
     : c_(config.d_model),
       ln1_(config.norm, config.d_model, config.norm_eps),
@@ -45,11 +35,14 @@ void Block::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws) {
   float* dnormed = ws.dnormed.data<float>();
   float* dnorm_in = ws.dnorm_in.data<float>();
   ffn_.Backward(ctx, ws, dres, dnormed);
+  // The residual stream's gradient is the skip path's plus the branch's: dres += d(norm input).
+  kernels::ResidualBackwardParams add;
+  add.n = count, add.dout = dnorm_in, add.da = dres;
   ln2_.Backward(ctx, dnormed, dnorm_in);
-  AddInto(ctx, count, dnorm_in, dres);
+  kernels::ResidualBackward(ctx, add);
   attn_.Backward(ctx, ws, dres, dnormed);
   ln1_.Backward(ctx, dnormed, dnorm_in);
-  AddInto(ctx, count, dnorm_in, dres);
+  kernels::ResidualBackward(ctx, add);
 }
 
 int64_t Block::saved_bytes() const {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "model/ops/ops.h"
+#include "kernels/embedding/embedding.h"
 
 namespace lmf::model {
 
@@ -31,7 +31,9 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   }
   ids_.assign(ids, ids + n);
   float* x = out_.data<float>();
-  ops::EmbeddingForward(ctx, n, c_, ids, tokens_.data(), x);
+  kernels::EmbeddingForwardParams p;
+  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids, p.table = tokens_.data(), p.out = x;
+  kernels::EmbeddingForward(ctx, p);
   const float* table = positions_ == PositionKind::kLearned      ? learned_.data()
                        : positions_ == PositionKind::kSinusoidal ? sinusoidal_.data()
                                                                  : nullptr;
@@ -47,7 +49,9 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
 
 void Embedding::Backward(const kernels::Context& ctx, const float* dx) const {
   const int64_t n = b_ * t_;
-  ops::EmbeddingBackward(ctx, n, c_, ids_.data(), dx, tokens_.grad_data());
+  kernels::EmbeddingBackwardParams p;
+  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data(), p.dout = dx, p.dtable = tokens_.grad_data();
+  kernels::EmbeddingBackward(ctx, p);
   if (positions_ != PositionKind::kLearned) return;
   float* dpos = learned_.grad_data();
   ctx.pool->ParallelFor(t_, 1, [&](int64_t begin, int64_t end) {

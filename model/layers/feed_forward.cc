@@ -1,7 +1,8 @@
-// Feed-forward module: SwiGLU / GELU / ReLU over model/ops.
+// Feed-forward module: SwiGLU / GELU / ReLU over kernels/swiglu, kernels/activations and kernels/matmul.
 #include "model/layers/feed_forward.h"
 
-#include "model/ops/ops.h"
+#include "kernels/activations/activations.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace lmf::model {
 
@@ -24,10 +25,13 @@ void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const float* h
   float* act = act_.data<float>();
   in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
   if (kind_ == FfnKind::kSwiGLU) {
-    ops::SwiGluForward(ctx, n, f_, pre, pre + f_, width, act);
+    kernels::SwiGluForwardParams p;
+    p.N = n, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = pre + f_, p.up_stride = width, p.out = act;
+    kernels::SwiGluForward(ctx, p);
   } else {
-    ops::ActivationForward(ctx, kind_ == FfnKind::kGELU ? ops::Activation::kGelu : ops::Activation::kRelu, n, f_,
-                           pre, width, act);
+    kernels::ActivationForwardParams p;
+    p.kind = activation(), p.n = n * f_, p.x = pre, p.out = act;
+    kernels::ActivationForward(ctx, p);
   }
   out_.Forward(ctx, n, act, f_, residual, c_, /*accumulate=*/true);
 }
@@ -38,14 +42,18 @@ void FeedForward::Backward(const kernels::Context& ctx, const BackwardWorkspace&
   float* dact = ws.dact.data<float>();
   float* dpre = ws.dpre.data<float>();
   const float* pre = pre_.data<float>();
-  out_.Backward(ctx, n_, act_.data<float>(), f_, dresidual, c_, dact, f_);
+  out_.Backward(ctx, n_, act_.data<float>(), f_, dresidual, c_, dact);
   if (kind_ == FfnKind::kSwiGLU) {
-    ops::SwiGluBackward(ctx, n_, f_, pre, pre + f_, width, dact, dpre, dpre + f_, width);
+    kernels::SwiGluBackwardParams p;
+    p.N = n_, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = pre + f_, p.up_stride = width, p.dout = dact;
+    p.dgate = dpre, p.dup = dpre + f_;
+    kernels::SwiGluBackward(ctx, p);
   } else {
-    ops::ActivationBackward(ctx, kind_ == FfnKind::kGELU ? ops::Activation::kGelu : ops::Activation::kRelu, n_,
-                            f_, pre, width, dact, dpre, width);
+    kernels::ActivationBackwardParams p;
+    p.kind = activation(), p.n = n_ * f_, p.x = pre, p.dout = dact, p.dx = dpre;
+    kernels::ActivationBackward(ctx, p);
   }
-  in_.Backward(ctx, n_, input_, c_, dpre, width, dh, c_);
+  in_.Backward(ctx, n_, input_, c_, dpre, width, dh);
 }
 
 int64_t FeedForward::saved_bytes() const {

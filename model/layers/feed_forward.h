@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/activations/activations.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/layers/linear.h"
@@ -30,6 +31,10 @@ class FeedForward {
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
+  kernels::Activation activation() const {
+    return kind_ == FfnKind::kGELU ? kernels::Activation::kGeluTanh : kernels::Activation::kRelu;
+  }
+
   FfnKind kind_;
   int64_t c_, f_;
   Linear in_, out_;  // in_: (d_ff or 2*d_ff, C); out_: (C, d_ff)

@@ -1,7 +1,7 @@
-// Linear layer over model/ops' GEMM.
+// Linear layer over kernels/matmul.
 #include "model/layers/linear.h"
 
-#include "model/ops/ops.h"
+#include "kernels/matmul/matmul.h"
 
 namespace lmf::model {
 
@@ -13,17 +13,31 @@ Linear::Linear(int64_t in, int64_t out, bool bias, StepCounters* counters)
 Linear::Linear(const Parameter& weight, StepCounters* counters)
     : in_(weight.value.dim(1)), out_(weight.value.dim(0)), has_bias_(false), weight_(weight), counters_(counters) {}
 
+kernels::MatmulParams Linear::Params(int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy) const {
+  kernels::MatmulParams p =
+      kernels::LinearParams(n, in_, out_, x, weight_.data(), has_bias_ ? bias_.data() : nullptr, y);
+  p.lda = ldx;
+  p.ldc = ldy;
+  return p;
+}
+
 void Linear::Forward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                      bool accumulate) const {
-  ops::LinearForward(ctx, n, in_, out_, x, ldx, weight_.data(), has_bias_ ? bias_.data() : nullptr, y, ldy,
-                     accumulate);
+  kernels::MatmulParams p = Params(n, x, ldx, y, ldy);
+  p.beta = accumulate ? 1.0f : 0.0f;
+  kernels::Matmul(ctx, p);
   counters_->matmul_flops += 2.0 * n * in_ * out_;
 }
 
 void Linear::Backward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, const float* dy,
-                      int64_t ldy, float* dx, int64_t lddx) const {
-  ops::LinearBackward(ctx, n, in_, out_, x, ldx, weight_.data(), dy, ldy, dx, lddx, weight_.grad_data(),
-                      has_bias_ ? bias_.grad_data() : nullptr);
+                      int64_t ldy, float* dx) const {
+  kernels::MatmulBackwardParams p;
+  p.forward = Params(n, x, ldx, nullptr, ldy);
+  p.dc = dy;
+  p.da = dx;
+  p.db = weight_.grad_data();
+  p.dbias = has_bias_ ? bias_.grad_data() : nullptr;
+  kernels::MatmulBackward(ctx, p);
   counters_->matmul_flops += (dx != nullptr ? 4.0 : 2.0) * n * in_ * out_;
 }
 

@@ -1,4 +1,4 @@
-// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear. The caller keeps x
+// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear (kernels/matmul). The caller keeps x
 // (the module that produced it owns it) and passes it again to Backward. dx is written, dW and db accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_LINEAR_H_
 #define LMFORGE_MODEL_LAYERS_LINEAR_H_
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/core/context.h"
+#include "kernels/matmul/matmul.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
@@ -26,14 +27,17 @@ class Linear {
   // x (N, IN) rows at stride ldx -> y (N, OUT) at stride ldy; `accumulate` adds to y instead.
   void Forward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
                bool accumulate) const;
-  // dy (N, OUT) -> dx (N, IN) written (skipped if null); dW, db accumulated.
+  // dy (N, OUT) at stride ldy -> dx (N, IN) written at stride ldx like x (skipped if null); dW, db
+  // accumulated.
   void Backward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy,
-                float* dx, int64_t lddx) const;
+                float* dx) const;
 
   // Visits "<prefix>.weight" and "<prefix>.bias".
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
+  kernels::MatmulParams Params(int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy) const;
+
   int64_t in_, out_;
   bool has_bias_;
   Parameter weight_, bias_;

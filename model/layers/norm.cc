@@ -1,7 +1,8 @@
-// RMSNorm / LayerNorm module over model/ops.
+// RMSNorm / LayerNorm module over kernels/rmsnorm and kernels/layernorm.
 #include "model/layers/norm.h"
 
-#include "model/ops/ops.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/rmsnorm/rmsnorm.h"
 
 namespace lmf::model {
 
@@ -19,20 +20,30 @@ void Norm::Forward(const kernels::Context& ctx, int64_t n, const float* x) {
   }
   input_ = x;
   if (kind_ == NormKind::kLayerNorm) {
-    ops::LayerNormForward(ctx, n, channels_, eps_, x, weight_.data(), bias_.data(), out_.data<float>(),
-                          mean_.data<float>(), rstd_.data<float>());
+    kernels::LayerNormForwardParams p;
+    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.data(), p.bias = bias_.data();
+    p.out = out_.data<float>(), p.mean = mean_.data<float>(), p.rstd = rstd_.data<float>();
+    kernels::LayerNormForward(ctx, p);
   } else {
-    ops::RmsNormForward(ctx, n, channels_, eps_, x, weight_.data(), out_.data<float>(), rstd_.data<float>());
+    kernels::RmsNormForwardParams p;
+    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.data();
+    p.out = out_.data<float>(), p.rstd = rstd_.data<float>();
+    kernels::RmsNormForward(ctx, p);
   }
 }
 
 void Norm::Backward(const kernels::Context& ctx, const float* dy, float* dx) const {
   if (kind_ == NormKind::kLayerNorm) {
-    ops::LayerNormBackward(ctx, n_, channels_, input_, weight_.data(), mean_.data<float>(), rstd_.data<float>(),
-                           dy, dx, weight_.grad_data(), bias_.grad_data());
+    kernels::LayerNormBackwardParams p;
+    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.data(), p.mean = mean_.data<float>();
+    p.rstd = rstd_.data<float>(), p.dout = dy, p.dx = dx, p.dweight = weight_.grad_data();
+    p.dbias = bias_.grad_data();
+    kernels::LayerNormBackward(ctx, p);
   } else {
-    ops::RmsNormBackward(ctx, n_, channels_, input_, weight_.data(), rstd_.data<float>(), dy, dx,
-                         weight_.grad_data());
+    kernels::RmsNormBackwardParams p;
+    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.data(), p.rstd = rstd_.data<float>();
+    p.dout = dy, p.dx = dx, p.dweight = weight_.grad_data();
+    kernels::RmsNormBackward(ctx, p);
   }
 }
 

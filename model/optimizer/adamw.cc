@@ -4,7 +4,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "model/ops/ops.h"
+#include <vector>
+
+#include "kernels/adamw/adamw.h"
+#include "kernels/grad_norm/grad_norm.h"
 
 namespace lmf::model {
 
@@ -18,16 +21,17 @@ absl::Status AdamWConfig::Validate() const {
 }
 
 double AdamW::Step(const kernels::Context& ctx, LanguageModel& model, double lr) {
-  double sum_sq = 0;
+  std::vector<kernels::GradSpan> grads;
   model.VisitParameters([&](const std::string&, const Parameter& p) {
-    sum_sq += ops::SumOfSquares(ctx, p.grad.numel(), p.grad_data());
+    grads.push_back(kernels::GradSpan{p.grad_data(), p.grad.numel()});
   });
-  const double norm = std::sqrt(sum_sq);
-  if (config_.max_grad_norm > 0 && norm > config_.max_grad_norm) {
-    const float scale = static_cast<float>(config_.max_grad_norm / (norm + 1e-6));
-    model.VisitParameters(
-        [&](const std::string&, const Parameter& p) { ops::Scale(ctx, p.grad.numel(), scale, p.grad_data()); });
-  }
+  kernels::GradNormParams norm_params;
+  norm_params.grads = grads.data();
+  norm_params.num_grads = static_cast<int64_t>(grads.size());
+  const float norm = kernels::GlobalGradNorm(ctx, norm_params);
+  // Clipping is folded into the update as a gradient scale (torch's clip_grad_norm_ factor).
+  const float grad_scale =
+      config_.max_grad_norm > 0 ? kernels::ClipScale(norm, static_cast<float>(config_.max_grad_norm)) : 1.0f;
   ++step_;
   model.VisitParameters([&](const std::string& name, const Parameter& p) {
     Moments& state = moments_[name];
@@ -36,14 +40,20 @@ double AdamW::Step(const kernels::Context& ctx, LanguageModel& model, double lr)
       state.v = kernels::Tensor::Zeros(p.value.shape(), kernels::DType::kF32);
     }
     const bool decay = !config_.decay_matrices_only || p.value.rank() >= 2;
-    const ops::AdamWHyper hyper{static_cast<float>(lr),
-                                static_cast<float>(config_.beta1),
-                                static_cast<float>(config_.beta2),
-                                static_cast<float>(config_.eps),
-                                decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-                                step_};
-    ops::AdamWUpdate(ctx, hyper, p.value.numel(), p.data(), p.grad_data(), state.m.data<float>(),
-                     state.v.data<float>());
+    kernels::AdamWParams update;
+    update.n = p.value.numel();
+    update.param = p.data();
+    update.grad = p.grad_data();
+    update.m = state.m.data<float>();
+    update.v = state.v.data<float>();
+    update.lr = static_cast<float>(lr);
+    update.beta1 = static_cast<float>(config_.beta1);
+    update.beta2 = static_cast<float>(config_.beta2);
+    update.eps = static_cast<float>(config_.eps);
+    update.weight_decay = decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+    update.step = step_;
+    update.grad_scale = grad_scale;
+    kernels::AdamWStep(ctx, update);
   });
   return norm;
 }

@@ -52,36 +52,32 @@ TEST(AdamWTest, ThreeClippedStepsMatchTorch) {
     EXPECT_NEAR(result->grad_norm, norms[step], 1e-5 * norms[step]) << "step " << step;
   }
   EXPECT_EQ(optimizer.step(), 3);
-  // Each AdamW update moves a weight by about lr = 1e-2 in the direction m / (sqrt(v) + eps), which fp32
-  // gradients (1e-5 relative to their tensor's scale) reproduce to ~1e-5 for gradients well above that
-  // error: after 3 steps those weights agree to ~1e-6 absolute. We allow 2e-5, a fraction of any step, so a
-  // wrong bias correction, decay or clipping is caught. Elements whose gradient is below 1e-4 of their
-  // tensor's scale are ill-conditioned (their fp32 rounding is comparable to the gradient and to eps) and
-  // only checked to move no more than the 3 steps allow; they must be rare. (Exact zeros, the embedding
-  // rows of tokens not in the batch, are exact in both and checked strictly.)
+  // Each AdamW update moves a weight by about lr = 1e-2 in the direction m / (sqrt(v) + eps). Our fp32
+  // gradients carry an absolute error of at most delta = 2e-5 of their tensor's largest gradient (the bound
+  // the whole-model test enforces), so an element with gradient g gets a direction off by up to delta / |g|
+  // per step: we allow 2e-5 + 3 * lr * delta / |g| (capped at the 3 steps' largest possible move). For the
+  // bulk of the weights that is ~2e-5, a fraction of one step, so a wrong bias correction, decay or clipping
+  // is caught. Exact zero gradients (embedding rows of tokens not in the batch) are exact in both: 2e-5.
   auto first_grads = testing::ReadNpz(FixturePath("llama_tiny"));
   ASSERT_TRUE(first_grads.ok()) << first_grads.status();
-  int64_t ill_conditioned = 0, total = 0;
+  const double lr = 1e-2;
   (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
     const std::vector<float> want = a.at("final/" + name).AsFloats();
-    const std::vector<float> start = a.at("param/" + name).AsFloats();
     const std::vector<float> grad = first_grads->at("grad/" + name).AsFloats();
     double scale = 0;
     for (float g : grad) scale = std::max(scale, std::fabs(double{g}));
-    double worst = 0;
+    const double delta = 2e-5 * scale;
+    int64_t failures = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       const double err = std::fabs(double{p.data()[i]} - want[i]);
-      ++total;
-      if (grad[i] != 0 && std::fabs(grad[i]) < 1e-4 * scale) {
-        ++ill_conditioned;
-        EXPECT_LE(std::fabs(double{p.data()[i]} - start[i]), 3 * 1e-2 * 1.01) << name << "[" << i << "]";
-      } else {
-        worst = std::max(worst, err);
+      double tolerance = 2e-5;
+      if (grad[i] != 0) tolerance += std::min(3 * lr * 1.01, 3 * lr * delta / std::fabs(double{grad[i]}));
+      if (err > tolerance && failures++ < 3) {
+        ADD_FAILURE() << name << "[" << i << "]: got " << p.data()[i] << ", want " << want[i] << " (gradient "
+                      << grad[i] << ", tolerance " << tolerance << ")";
       }
     }
-    EXPECT_LE(worst, 2e-5) << name;
   });
-  EXPECT_LT(ill_conditioned, total / 200) << ill_conditioned << " of " << total;
   int state_tensors = 0;
   optimizer.VisitState([&](const std::string&, const kernels::Tensor&) { ++state_tensors; });
   // token_embeddings, 2 layers x (ln1, q, k, v, output, ln2, w1, w3, w2), ln_final, lm_head = 21.
