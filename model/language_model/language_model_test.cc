@@ -15,12 +15,26 @@
 
 #include "gtest/gtest.h"
 #include "model/accounting/accounting.h"
-#include "model/testing/npz.h"
+#include "kernels/testing/npz.h"
 
 namespace lmf::model {
 namespace {
 
-using testing::NpyArray;
+using kernels::testing::NpyArray;
+
+// Every array of a fixture by name (without ".npy"), or the reader's error.
+absl::StatusOr<std::map<std::string, kernels::testing::NpyArray>> ReadFixture(const std::string& path) {
+  absl::StatusOr<kernels::testing::NpzFile> file = kernels::testing::NpzFile::Read(path);
+  if (!file.ok()) return file.status();
+  std::map<std::string, kernels::testing::NpyArray> arrays;
+  for (std::string name : file->names()) {
+    absl::StatusOr<const kernels::testing::NpyArray*> array = file->Get(name);
+    if (!array.ok()) return array.status();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+    arrays[name] = **array;
+  }
+  return arrays;
+}
 
 std::string FixturePath(const std::string& name) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -74,13 +88,13 @@ struct Fixture {
 
 Fixture LoadFixture(const std::string& name) {
   Fixture f;
-  absl::StatusOr<std::map<std::string, NpyArray>> arrays = testing::ReadNpz(FixturePath(name));
+  absl::StatusOr<std::map<std::string, NpyArray>> arrays = ReadFixture(FixturePath(name));
   EXPECT_TRUE(arrays.ok()) << arrays.status();
   if (!arrays.ok()) return f;
   f.arrays = std::move(*arrays);
-  f.config = ConfigFromFixture(f.arrays.at("config_json").AsString());
-  f.ids = f.arrays.at("ids").AsInt32();
-  f.targets = f.arrays.at("targets").AsInt32();
+  f.config = ConfigFromFixture(f.arrays.at("config_json").bytes);
+  f.ids = f.arrays.at("ids").ToInt32();
+  f.targets = f.arrays.at("targets").ToInt32();
   f.b = f.arrays.at("ids").shape[0];
   f.t = f.arrays.at("ids").shape[1];
   return f;
@@ -96,7 +110,7 @@ void LoadParameters(const Fixture& f, LanguageModel& model) {
     ASSERT_EQ(it->second.numel(), p.value.numel()) << name;
     ASSERT_EQ(static_cast<int>(it->second.shape.size()), p.value.rank()) << name;
     for (int d = 0; d < p.value.rank(); ++d) ASSERT_EQ(it->second.shape[d], p.value.dim(d)) << name;
-    const std::vector<float> values = it->second.AsFloats();
+    const std::vector<float> values = it->second.ToFloat();
     std::copy(values.begin(), values.end(), p.data());
   });
   for (const auto& [key, array] : f.arrays) {
@@ -144,8 +158,8 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   LoadParameters(f, **model);
   absl::StatusOr<double> loss = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
   ASSERT_TRUE(loss.ok()) << loss.status();
-  ExpectClose("logits", (*model)->logits(), f.arrays.at("logits").AsFloats());
-  const double want_loss = f.arrays.at("loss").AsDoubles()[0];
+  ExpectClose("logits", (*model)->logits(), f.arrays.at("logits").ToFloat());
+  const double want_loss = f.arrays.at("loss").ToDouble()[0];
   // The loss is a mean of B*T fp32 log-sum-exps of magnitude ~5: a few ulps of that.
   EXPECT_NEAR(*loss, want_loss, 1e-5 * std::fabs(want_loss)) << "loss";
   (*model)->ZeroGrad();
@@ -153,11 +167,11 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   double largest_gradient = 0;
   for (const auto& [key, array] : f.arrays) {
     if (key.rfind("grad/", 0) != 0) continue;
-    for (float g : array.AsFloats()) largest_gradient = std::max(largest_gradient, std::fabs(double{g}));
+    for (float g : array.ToFloat()) largest_gradient = std::max(largest_gradient, std::fabs(double{g}));
   }
   int checked = 0;
   (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
-    ExpectClose("grad of " + name, p.grad_data(), f.arrays.at("grad/" + name).AsFloats(),
+    ExpectClose("grad of " + name, p.grad_data(), f.arrays.at("grad/" + name).ToFloat(),
                 1e-2 * largest_gradient);
     ++checked;
   });
@@ -229,7 +243,7 @@ TEST(LanguageModelTest, ParameterGradientsAccumulateAcrossBackwardCalls) {
     (*model)->Backward();
   }
   (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
-    std::vector<float> twice = f.arrays.at("grad/" + name).AsFloats();
+    std::vector<float> twice = f.arrays.at("grad/" + name).ToFloat();
     for (float& g : twice) g *= 2;
     ExpectClose("twice the grad of " + name, p.grad_data(), twice);
   });
