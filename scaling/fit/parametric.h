@@ -81,11 +81,15 @@ class ParametricData {
 
   int size() const { return static_cast<int>(log_params_.size()); }
   // Weighted sum over points of Huber(prediction - log L); writes the gradient (5 values, in
-  // ParametricStart order) when `gradient` is not null. `weights` may be null (all ones).
+  // ParametricStart order) when `gradient` is not null. `weights` may be null (all ones). Four points at a
+  // time with AVX2 where the build has it (exp and log by polynomials accurate to ~1e-15 relative).
   double Objective(const double* x, const double* weights, double huber_delta, double* gradient) const;
+  // The same, one point at a time with libm's exp and log: the reference the vector code is tested against.
+  double ObjectiveReference(const double* x, const double* weights, double huber_delta, double* gradient) const;
 
  private:
   std::vector<double> log_params_, log_tokens_, log_loss_;
+  std::vector<double> ones_;  // weights when none are given
 };
 
 // Runs L-BFGS from each start (serially) and returns the best; `weights` may be null.

@@ -31,7 +31,9 @@ std::string RichText(const std::string& label) {
   while (end < label.size() && label[end] >= '0' && label[end] <= '9') ++end;
   return XmlEscape(label.substr(0, caret)) + "<tspan dy=\"-6\" font-size=\"9\">" +
          XmlEscape(label.substr(caret + 1, end - caret - 1)) + "</tspan><tspan dy=\"6\">" +
-         XmlEscape(label.substr(end)) + "</tspan>";
+         (end < label.size() && label[end] == ' ' ? "&#160;" + XmlEscape(label.substr(end + 1))  // kept by renderers
+                                                  : XmlEscape(label.substr(end))) +
+         "</tspan>";
 }
 
 double TextWidth(const std::string& s, double font_px) { return 0.58 * font_px * static_cast<double>(s.size()); }
