@@ -4,7 +4,7 @@
 
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
-#include "experiments/train/model_spec.h"
+#include "experiments/trainer/model_spec.h"
 #include "gtest/gtest.h"
 #include "model/accounting/accounting.h"
 

@@ -1,6 +1,6 @@
 // Token sampling: greedy at temperature 0, nucleus truncation, frequencies that follow the softmax,
 // reproducibility from a seed; and generation stopping at the stop token or the limit.
-#include "experiments/generate/sampling.h"
+#include "experiments/sampling/sampling.h"
 
 #include <cmath>
 #include <vector>

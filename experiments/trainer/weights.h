@@ -1,8 +1,8 @@
 // Moving a LanguageModel's parameters in and out of safetensors by name: the names are the model's
 // checkpoint names (model/language_model, documented in experiments/README.md), so weights written by
 // PyTorch under the same names load here and ours load there.
-#ifndef LMFORGE_EXPERIMENTS_TRAIN_WEIGHTS_H_
-#define LMFORGE_EXPERIMENTS_TRAIN_WEIGHTS_H_
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
 
 #include <vector>
 
@@ -29,4 +29,4 @@ absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const Validat
 
 }  // namespace lmf::experiments
 
-#endif  // LMFORGE_EXPERIMENTS_TRAIN_WEIGHTS_H_
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_

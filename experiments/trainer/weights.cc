@@ -1,5 +1,5 @@
 // Named parameter transfer and validation loss (see weights.h).
-#include "experiments/train/weights.h"
+#include "experiments/trainer/weights.h"
 
 #include <cstring>
 #include <set>

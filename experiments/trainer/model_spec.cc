@@ -1,5 +1,5 @@
 // Proto -> lmf::model::ModelConfig (see model_spec.h).
-#include "experiments/train/model_spec.h"
+#include "experiments/trainer/model_spec.h"
 
 #include "absl/strings/str_cat.h"
 

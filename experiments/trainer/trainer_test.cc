@@ -2,7 +2,7 @@
 // CS336 TinyStories sample (BPE trained in the test), resumes bit-identically after a simulated kill,
 // stops on NaN keeping the last good checkpoint, accumulates gradients like a larger batch, and writes the
 // run folder.
-#include "experiments/train/trainer.h"
+#include "experiments/trainer/trainer.h"
 
 #include <dirent.h>
 

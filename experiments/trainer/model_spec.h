@@ -2,8 +2,8 @@
 // plain lmf::model::ModelConfig, and of the optimizer config into the trainer's AdamW settings. Choices
 // the schema has room for but the model does not build yet (attention variants, QK-norm, soft-capping,
 // post/double norm) are rejected here with the field path, not silently dropped.
-#ifndef LMFORGE_EXPERIMENTS_TRAIN_MODEL_SPEC_H_
-#define LMFORGE_EXPERIMENTS_TRAIN_MODEL_SPEC_H_
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_MODEL_SPEC_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_MODEL_SPEC_H_
 
 #include "absl/status/statusor.h"
 #include "experiments/proto/model.pb.h"
@@ -17,4 +17,4 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
 
 }  // namespace lmf::experiments
 
-#endif  // LMFORGE_EXPERIMENTS_TRAIN_MODEL_SPEC_H_
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_MODEL_SPEC_H_

@@ -11,8 +11,8 @@
 // last good checkpoint. Validation loss on run.eval_tokens tokens every run.eval_interval steps and at the
 // end. `resume` continues from the newest good checkpoint so that the rest of the run is bit-identical to
 // an uninterrupted one (same weights, moments, step and data-sampler state; same thread count).
-#ifndef LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
-#define LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -50,4 +50,4 @@ double PeakFlops(const config::RunConfig& run, int num_threads);
 
 }  // namespace lmf::experiments
 
-#endif  // LMFORGE_EXPERIMENTS_TRAIN_TRAINER_H_
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_

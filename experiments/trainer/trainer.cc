@@ -1,5 +1,5 @@
 // The training loop (see trainer.h).
-#include "experiments/train/trainer.h"
+#include "experiments/trainer/trainer.h"
 
 #include <unistd.h>
 
@@ -18,9 +18,9 @@
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/metrics/tensorboard_writer.h"
 #include "experiments/schedule/lr_schedule.h"
-#include "experiments/train/model_spec.h"
-#include "experiments/train/optimizer.h"
-#include "experiments/train/weights.h"
+#include "experiments/trainer/model_spec.h"
+#include "experiments/trainer/optimizer.h"
+#include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"

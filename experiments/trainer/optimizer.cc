@@ -1,5 +1,5 @@
 // The trainer's AdamW with clipping and checkpointable state (see optimizer.h).
-#include "experiments/train/optimizer.h"
+#include "experiments/trainer/optimizer.h"
 
 #include <cmath>
 

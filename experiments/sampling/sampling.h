@@ -1,8 +1,8 @@
 // Sampling the next token from a row of logits: temperature, then nucleus (top-p) truncation, then a draw
 // from a counter-based generator (so a seed reproduces a generation). Temperature 0 is greedy (argmax).
 // And the generation loop over a LanguageModel, stopping at a stop token or a token limit.
-#ifndef LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
-#define LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
+#ifndef LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_
+#define LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_
 
 #include <cstdint>
 #include <functional>
@@ -38,4 +38,4 @@ absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const
 
 }  // namespace lmf::experiments
 
-#endif  // LMFORGE_EXPERIMENTS_GENERATE_SAMPLING_H_
+#endif  // LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_

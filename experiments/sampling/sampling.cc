@@ -1,5 +1,5 @@
 // Token sampling and the generation loop (see sampling.h).
-#include "experiments/generate/sampling.h"
+#include "experiments/sampling/sampling.h"
 
 #include <algorithm>
 #include <cmath>

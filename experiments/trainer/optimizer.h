@@ -5,8 +5,8 @@
 //
 // Weight decay applies to matrices (rank >= 2: linear weights, embeddings) and, with
 // optimizer.adamw.decay_vectors, to biases and norm gains too.
-#ifndef LMFORGE_EXPERIMENTS_TRAIN_OPTIMIZER_H_
-#define LMFORGE_EXPERIMENTS_TRAIN_OPTIMIZER_H_
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
 
 #include <cstdint>
 #include <functional>
@@ -57,4 +57,4 @@ void ScaleGradients(const model::LanguageModel& model, float scale);
 
 }  // namespace lmf::experiments
 
-#endif  // LMFORGE_EXPERIMENTS_TRAIN_OPTIMIZER_H_
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_

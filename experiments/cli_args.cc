@@ -1,0 +1,63 @@
+// Command-line parsing for the experiment binaries (see cli_args.h).
+#include "experiments/cli_args.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "experiments/config/loader.h"
+
+namespace lmf::experiments {
+
+absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv, const std::set<std::string>& allowed) {
+  CliArgs args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\" (flags are --name=value)"));
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (allowed.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, "; known: --", absl::StrJoin(allowed, ", --")));
+    }
+    args.values_[name].push_back(eq == std::string::npos ? "true" : arg.substr(eq + 1));
+  }
+  return args;
+}
+
+std::string CliArgs::Get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second.back();
+}
+
+std::vector<std::string> CliArgs::GetAll(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>() : it->second;
+}
+
+absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallback) const {
+  if (!Has(name)) return fallback;
+  int64_t value;
+  if (!absl::SimpleAtoi(Get(name), &value)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " expects an integer, got \"", Get(name), "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<double> CliArgs::GetDouble(const std::string& name, double fallback) const {
+  if (!Has(name)) return fallback;
+  double value;
+  if (!absl::SimpleAtod(Get(name), &value)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " expects a number, got \"", Get(name), "\""));
+  }
+  return value;
+}
+
+std::string UserPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const std::string base = UserWorkingDirectory();
+  return base.empty() ? path : absl::StrCat(base, "/", path);
+}
+
+}  // namespace lmf::experiments

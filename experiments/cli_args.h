@@ -1,0 +1,42 @@
+// Command-line arguments of the experiment binaries (train, eval, generate): `--name=value` and bare
+// `--name` switches, where a flag may repeat (every --set=... is kept, in order, which absl's vector
+// flags cannot do: they split on commas and keep only the last occurrence).
+#ifndef LMFORGE_EXPERIMENTS_CLI_ARGS_H_
+#define LMFORGE_EXPERIMENTS_CLI_ARGS_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace lmf::experiments {
+
+class CliArgs {
+ public:
+  // Parses argv[1..]. `allowed` names every flag; anything else (or a positional argument) is an error
+  // naming it.
+  static absl::StatusOr<CliArgs> Parse(int argc, char** argv, const std::set<std::string>& allowed);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The last value of a flag, or `fallback`.
+  std::string Get(const std::string& name, const std::string& fallback = "") const;
+  // Every value of a repeated flag, in order.
+  std::vector<std::string> GetAll(const std::string& name) const;
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
+  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+// A path given by the user, made absolute against the folder the command was started in
+// (BUILD_WORKING_DIRECTORY under `bazel run`).
+std::string UserPath(const std::string& path);
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_CLI_ARGS_H_

@@ -1,0 +1,96 @@
+// `eval`: the loss and perplexity of a trained model on a token file.
+//
+//   ./bazelw run //experiments:eval -- --checkpoint=runs/tiny --tokens=val.tok
+//   ./bazelw run //experiments:eval -- --config=experiments/configs/cs336_tinystories.textproto
+//       --weights=model_from_pytorch.safetensors --tokens=val.tok
+//
+// --checkpoint takes a checkpoint folder or a run folder (its newest good checkpoint). --weights reads a
+// safetensors file with our parameter names (README.md), so models trained elsewhere compare directly.
+// Windows of context_length + 1 tokens are read in order, context_length apart, in batches of
+// --batch_size (default run.batch_size); --eval_tokens caps the tokens scored (default: every full batch).
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "experiments/cli_args.h"
+#include "experiments/config/loader.h"
+#include "experiments/data/token_batches.h"
+#include "experiments/model_loading.h"
+#include "experiments/trainer/weights.h"
+#include "tokenizer/tokenizer_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: eval (--checkpoint=DIR | --config=FILE [--set=...] --weights=FILE.safetensors) --tokens=FILE\n"
+    "            [--batch_size=B] [--eval_tokens=N]\n";
+
+absl::Status Run(const CliArgs& args) {
+  absl::StatusOr<LoadedModel> loaded;
+  if (args.Has("checkpoint")) {
+    loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")));
+  } else {
+    absl::StatusOr<std::string> text = ReadFile(UserPath(args.Get("config")));
+    if (!text.ok()) return text.status();
+    absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
+    if (!experiment.ok()) return experiment.status();
+    MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+    loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")));
+  }
+  if (!loaded.ok()) return loaded.status();
+  const config::Experiment& e = loaded->experiment;
+  absl::StatusOr<int64_t> batch = args.GetInt("batch_size", e.run().batch_size());
+  if (!batch.ok()) return batch.status();
+  TokenFileExpectations expect;
+  expect.model_vocab_size = e.model().vocab_size();
+  expect.batch_size = *batch;
+  expect.context_length = e.model().context_length();
+  if (!e.data().tokenizer().empty() && FileExists(e.data().tokenizer())) {
+    absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(e.data().tokenizer());
+    if (!tok.ok()) return tok.status();
+    expect.tokenizer_hash = tok->Hash();
+  }
+  const std::string tokens_path = UserPath(args.Get("tokens"));
+  absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(tokens_path, expect);
+  if (!file.ok()) return file.status();
+  const int64_t available = static_cast<int64_t>(file->size()) - 1;
+  absl::StatusOr<int64_t> budget = args.GetInt("eval_tokens", available);
+  if (!budget.ok()) return budget.status();
+  absl::StatusOr<ValidationBatches> batches =
+      ValidationBatches::Open(tokens_path, expect, std::min(*budget, available));
+  if (!batches.ok()) return batches.status();
+  absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, *batch, expect.context_length);
+  if (!loss.ok()) return loss.status();
+  const int64_t scored = batches->num_batches() * *batch * expect.context_length;
+  std::printf("%s\n", absl::StrFormat("loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
+                                      "weights %s",
+                                      *loss, std::exp(*loss), scored, batches->num_batches(), *batch,
+                                      expect.context_length, tokens_path, loaded->weights_path)
+                          .c_str());
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<CliArgs> args =
+      CliArgs::Parse(argc, argv, {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens", "help"});
+  const bool usable = args.ok() && args->Has("tokens") &&
+                      (args->Has("checkpoint") != (args->Has("config") && args->Has("weights")));
+  if (!usable) {
+    if (!args.ok()) std::fprintf(stderr, "eval: %s\n", std::string(args.status().message()).c_str());
+    std::fprintf(stderr, "%s", kUsage);
+    return args.ok() && args->Has("help") ? 0 : 2;
+  }
+  if (absl::Status s = Run(*args); !s.ok()) {
+    std::fprintf(stderr, "eval: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::experiments
+
+int main(int argc, char** argv) { return lmf::experiments::Main(argc, argv); }

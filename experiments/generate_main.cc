@@ -1,0 +1,97 @@
+// `generate`: samples text from a trained model.
+//
+//   ./bazelw run //experiments:generate -- --checkpoint=runs/cs336_tinystories --prompt="Once upon a time"
+//       [--tokenizer=FILE] [--max_tokens=256] [--temperature=0.8] [--top_p=0.95] [--seed=0]
+//
+// The tokenizer defaults to the run's data.tokenizer. Generation stops at <|endoftext|> (when the
+// tokenizer has it) or after --max_tokens. The text streams to stdout as it is sampled.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "experiments/cli_args.h"
+#include "experiments/sampling/sampling.h"
+#include "experiments/model_loading.h"
+#include "tokenizer/tokenizer_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: generate --checkpoint=DIR --prompt=TEXT [--tokenizer=FILE] [--max_tokens=N] [--temperature=T]\n"
+    "                [--top_p=P] [--seed=S]\n";
+
+absl::Status Run(const CliArgs& args) {
+  absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")));
+  if (!loaded.ok()) return loaded.status();
+  const std::string tokenizer_path =
+      args.Has("tokenizer") ? UserPath(args.Get("tokenizer")) : loaded->experiment.data().tokenizer();
+  if (tokenizer_path.empty()) {
+    return absl::InvalidArgumentError("the run names no data.tokenizer; pass --tokenizer=FILE");
+  }
+  absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
+  if (!tok.ok()) return tok.status();
+  if (static_cast<int64_t>(tok->vocab_size()) > loaded->experiment.model().vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer_path, ": vocab_size=", tok->vocab_size(),
+                                                   " exceeds the model's vocab_size=",
+                                                   loaded->experiment.model().vocab_size()));
+  }
+  GenerateOptions options;
+  absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256);
+  absl::StatusOr<double> temperature = args.GetDouble("temperature", 0.8);
+  absl::StatusOr<double> top_p = args.GetDouble("top_p", 0.95);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0);
+  for (const absl::Status& s : {max_tokens.status(), temperature.status(), top_p.status(), seed.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("--top_p must be in (0, 1]");
+  if (*temperature < 0) return absl::InvalidArgumentError("--temperature must not be negative (0 is greedy)");
+  options.max_new_tokens = *max_tokens;
+  options.sampling.temperature = *temperature;
+  options.sampling.top_p = *top_p;
+  options.sampling.seed = static_cast<uint64_t>(*seed);
+  const int64_t end_of_text = tok->SpecialId("<|endoftext|>");
+  if (end_of_text >= 0) options.stop_token = static_cast<int32_t>(end_of_text);
+
+  const std::string prompt = args.Get("prompt");
+  std::vector<int32_t> ids;
+  for (uint32_t id : tok->Encode(prompt)) ids.push_back(static_cast<int32_t>(id));
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt is empty");
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  absl::Status print_status;
+  absl::StatusOr<std::vector<int32_t>> generated =
+      Generate(*loaded->model, ids, options, [&](int32_t id) {
+        absl::StatusOr<std::string> bytes = tok->DecodeBytes({static_cast<uint32_t>(id)});
+        if (!bytes.ok()) {
+          print_status = bytes.status();
+          return;
+        }
+        std::fwrite(bytes->data(), 1, bytes->size(), stdout);
+        std::fflush(stdout);
+      });
+  std::printf("\n");
+  if (!generated.ok()) return generated.status();
+  return print_status;
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<CliArgs> args = CliArgs::Parse(
+      argc, argv, {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed", "help"});
+  if (!args.ok() || !args->Has("checkpoint") || !args->Has("prompt")) {
+    if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
+    std::fprintf(stderr, "%s", kUsage);
+    return args.ok() && args->Has("help") ? 0 : 2;
+  }
+  if (absl::Status s = Run(*args); !s.ok()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::experiments
+
+int main(int argc, char** argv) { return lmf::experiments::Main(argc, argv); }

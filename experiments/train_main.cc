@@ -1,0 +1,67 @@
+// `train`: trains a model from an experiment config.
+//
+//   ./bazelw run //experiments:train -- --config=experiments/configs/tiny.textproto
+//       [--set=optimizer.lr=3e-4 ...] [--resume] [--stop_after=STEP]
+//
+// Relative paths (the config, data files, run.output_dir) are taken from the folder the command was
+// started in. --resume continues from the newest good checkpoint of run.output_dir; --stop_after ends the
+// process right after that step, as a kill would (to try resuming). Exit status: 0 done, 1 error, 2 usage,
+// 3 stopped on a NaN/Inf.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "experiments/cli_args.h"
+#include "experiments/config/loader.h"
+#include "experiments/trainer/trainer.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n";
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"});
+  if (!args.ok() || args->Has("help") || !args->Has("config")) {
+    if (!args.ok()) std::fprintf(stderr, "train: %s\n", std::string(args.status().message()).c_str());
+    std::fprintf(stderr, "%s", kUsage);
+    return args.ok() && args->Has("help") ? 0 : 2;
+  }
+  const std::string config_arg = args->Get("config");
+  absl::StatusOr<std::string> text = ReadFile(UserPath(config_arg));
+  if (!text.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(text.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, config_arg, args->GetAll("set"));
+  if (!experiment.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(experiment.status().message()).c_str());
+    return 1;
+  }
+  MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+  TrainOptions options;
+  options.resume = args->Get("resume") == "true";
+  absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0);
+  if (!stop_after.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(stop_after.status().message()).c_str());
+    return 2;
+  }
+  options.stop_after_step = *stop_after;
+  absl::StatusOr<TrainResult> result = Train(*experiment, options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(result.status().message()).c_str());
+    return result.status().code() == absl::StatusCode::kAborted ? 3 : 1;
+  }
+  std::fprintf(stderr, "train: %lld steps, last loss %.4f%s; run folder %s\n",
+               static_cast<long long>(result->steps), result->last_loss,
+               result->last_val_loss.has_value() ? absl::StrCat(", val loss ", *result->last_val_loss).c_str() : "",
+               experiment->run().output_dir().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::experiments
+
+int main(int argc, char** argv) { return lmf::experiments::Main(argc, argv); }
