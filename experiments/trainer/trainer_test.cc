@@ -225,6 +225,27 @@ TEST(Trainer, WritesTheRunFolderAndRefusesToOverwriteIt) {
                                           " already holds a run; pass --resume to continue it or choose another folder");
 }
 
+TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
+  const std::string train = WriteTokens("other.tok", RandomIds(1000, 7));
+  const std::string out = TempPath("other_run");
+  ASSERT_TRUE(Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=12"}), Quiet()).ok());
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=24",
+                            "model.n_layers=3"}),
+                      resume);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(), "cannot resume from " + out +
+                                           "/checkpoints/step_00000012: model differs from the checkpoint's config");
+  // A longer run of the same model continues from the checkpoint.
+  auto longer = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=24",
+                            "schedule.decay_end=100"}),
+                      resume);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_EQ(longer->steps, 24);
+  EXPECT_EQ(ReadMetrics(out).size(), 24u);
+}
+
 TEST(Trainer, BadDataIsAClearError) {
   const std::string wide = WriteTokens("wide.tok", RandomIds(100, 6), 1000);
   auto result = Train(Tiny({"data.train_tokens=" + wide, "run.output_dir=" + TempPath("bad_run")}), Quiet());
