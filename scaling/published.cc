@@ -151,6 +151,51 @@ absl::StatusOr<Observations> ReadMarinIsoFlops(const std::string& path) {
   return out;
 }
 
+absl::StatusOr<Observations> ReadOpenAthenaIsoFlops(const std::string& path, const std::string& experiment,
+                                                    bool keep_outliers) {
+  absl::StatusOr<CsvTable> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  absl::StatusOr<int> exp_col = csv->RequireColumn("experiment");
+  absl::StatusOr<int> outlier_col = csv->RequireColumn("outlier");
+  if (!exp_col.ok()) return exp_col.status();
+  if (!outlier_col.ok()) return outlier_col.status();
+  std::vector<int> cols;
+  for (const char* name : {"params", "tokens", "budget", "loss"}) {
+    absl::StatusOr<int> c = csv->RequireColumn(name);
+    if (!c.ok()) return c.status();
+    cols.push_back(*c);
+  }
+  Observations out;
+  for (const CsvRow& row : csv->rows) {
+    if (row.fields[*exp_col] != experiment) continue;
+    const std::string& flag = row.fields[*outlier_col];
+    if (flag != "True" && flag != "False") {
+      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, *outlier_col), ": expected True or False, got '",
+                                                     flag, "'"));
+    }
+    if (flag == "True" && !keep_outliers) continue;
+    double v[4];
+    for (int k = 0; k < 4; ++k) {
+      absl::StatusOr<double> x = csv->Double(row, cols[k]);
+      if (!x.ok()) return x.status();
+      if (!(*x > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, cols[k]), ": expected a positive number"));
+      }
+      v[k] = *x;
+    }
+    Observation o;
+    o.params = v[0];
+    o.tokens = v[1];
+    o.budget = o.flops = v[2];
+    o.loss = v[3];
+    out.push_back(o);
+  }
+  if (out.empty()) {
+    return absl::NotFoundError(absl::StrCat(path, ": no row has experiment '", experiment, "'"));
+  }
+  return out;
+}
+
 absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();

@@ -33,6 +33,12 @@ absl::StatusOr<Observations> ReadMisfitting(const std::string& path, bool non_em
 // C = throughput/total_gflops x 1e9 (the whole training compute), loss = eval/paloma/macro_loss.
 absl::StatusOr<Observations> ReadMarinIsoFlops(const std::string& path);
 
+// One experiment of Open-Athena's combined IsoFLOP table (openathena_isoflops_combined.csv), selected by
+// its `experiment` column (e.g. "epochai_chinchilla__massivetext__chinchilla"); rows flagged as outliers
+// are left out unless keep_outliers. N = params, D = tokens, budget = C = budget. Fails when no row matches.
+absl::StatusOr<Observations> ReadOpenAthenaIsoFlops(const std::string& path, const std::string& experiment,
+                                                    bool keep_outliers);
+
 // CS336 assignment 3's synthetic IsoFLOP curves (cs336_a3_isoflops_curves_SYNTHETIC.json, a JSON array of
 // {parameters, compute_budget, final_loss}): budget = C = compute_budget, D = C / (6N).
 absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path);

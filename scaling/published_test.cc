@@ -60,6 +60,19 @@ TEST(PublishedTest, MarinKeepsRegularRunsAndTriplesTheForwardBudget) {
   EXPECT_EQ(obs->size(), 85u);  // 92 rows minus 7 validation-optimal runs
 }
 
+TEST(PublishedTest, OpenAthenaSelectsOneExperimentAndDropsOutliers) {
+  LMF_SHARED_DATA_OR_SKIP(path, "scaling/openathena_isoflops_combined.csv");
+  absl::StatusOr<Observations> all = ReadOpenAthenaIsoFlops(path, "epochai_chinchilla__massivetext__chinchilla", true);
+  absl::StatusOr<Observations> clean =
+      ReadOpenAthenaIsoFlops(path, "epochai_chinchilla__massivetext__chinchilla", false);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(all->size(), 123u);
+  EXPECT_LT(clean->size(), all->size());
+  for (const Observation& o : *clean) EXPECT_GT(o.budget, 0);
+  EXPECT_EQ(ReadOpenAthenaIsoFlops(path, "no_such_experiment", true).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(PublishedTest, Cs336JsonHas72Runs) {
   LMF_SHARED_DATA_OR_SKIP(path, "scaling/cs336_a3_isoflops_curves_SYNTHETIC.json");
   absl::StatusOr<Observations> obs = ReadCs336IsoFlops(path);
