@@ -221,7 +221,19 @@ std::string ResidualFigure(const ScalingAnalysis& a) {
   fig.y_axis().min = -1.1 * worst;
   fig.y_axis().max = 1.1 * worst;
   fig.AddHorizontalLine(0, {"#333333", 1});
-  fig.AddMarkers(c, r, Marker::kCircle, {plot::Color(0), 1, false, 0.75}, "runs", 3.5);
+  if (a.isoflop) {  // one colour per budget, as in the IsoFLOP figure
+    for (const IsoFlopCurve& curve : a.isoflop->curves) {
+      std::vector<double> cc, rr;
+      for (int i : curve.runs) {
+        cc.push_back(c[i]);
+        rr.push_back(r[i]);
+      }
+      fig.AddMarkers(cc, rr, Marker::kCircle, {BudgetColor(a, curve.budget), 1, false, 0.9},
+                     "C = " + PowerOfTenLabel(curve.budget), 3.5);
+    }
+  } else {
+    fig.AddMarkers(c, r, Marker::kCircle, {plot::Color(0), 1, false, 0.75}, "runs", 3.5);
+  }
   return fig.Svg();
 }
 
