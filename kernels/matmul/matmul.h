@@ -13,8 +13,8 @@
 // Defaults follow the project rule: the activation gradient dA is written (=), the parameter gradients
 // dB and dbias accumulate (+=). Each output is optional (null = not computed).
 //
-// The CPU GEMM is oneDNN's dnnl_sgemm (chosen by measurement, see kernels/README.md); its threads come
-// from OpenMP, capped at ctx.num_threads().
+// The CPU GEMM is oneDNN's dnnl_sgemm (chosen by measurement, see kernels/README.md), run single-threaded
+// on panels of C spread over ctx.pool (no OpenMP team of its own).
 #ifndef LMFORGE_KERNELS_MATMUL_MATMUL_H_
 #define LMFORGE_KERNELS_MATMUL_MATMUL_H_
 

@@ -1,10 +1,11 @@
-// Matmul benchmark: our Matmul (oneDNN dnnl_sgemm) against OpenBLAS cblas_sgemm, same shapes, same thread
-// count, same run, for the GEMMs of a GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW
+// Matmul benchmark: our Matmul (oneDNN dnnl_sgemm per panel on our pool) against oneDNN's own OpenMP
+// threading and OpenBLAS cblas_sgemm, same shapes, same thread count, same run, for the GEMMs of a GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW
 // shapes) plus a 2048^3 square product (the peak reference). Prints GFLOP/s of both and the ratio.
 //
 //   ./bazelw run //kernels/matmul:matmul_benchmark -- [threads]      (default: LMF_NUM_THREADS or all cores)
 // OpenBLAS runs with whatever OPENBLAS_CORETYPE the environment sets (printed).
 #include <cblas.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dnnl.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"
 
@@ -66,7 +68,10 @@ int Main(int argc, char** argv) {
       {"T256 lm head dW", 50304, 768, 1024, true, false},
       {"6L-384 qkv fwd", 1024, 1152, 384, false, true},
   };
-  std::printf("%-18s %6s %6s %6s  %10s %10s  %s\n", "shape", "M", "N", "K", "ours GF/s", "OpenBLAS", "ours/OpenBLAS");
+  std::printf("ours = Matmul (oneDNN sequential per panel, panels over our pool); oneDNN-omp = dnnl_sgemm with its\n"
+              "own OpenMP team of the same size; OpenBLAS = cblas_sgemm. GFLOP/s, best of several runs.\n");
+  std::printf("%-18s %6s %6s %6s  %10s %10s %10s  %s\n", "shape", "M", "N", "K", "ours", "oneDNN-omp", "OpenBLAS",
+              "ours/OpenBLAS");
   for (const Shape& s : shapes) {
     const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
     auto a = testing::RandomNormal(s.M * s.K, 1), b = testing::RandomNormal(s.K * s.N, 2);
@@ -81,9 +86,17 @@ int Main(int argc, char** argv) {
       cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, s.M,
                   s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c2.data(), s.N);
     }, reps);
+    std::vector<float> c3(s.M * s.N);
+    omp_set_num_threads(threads);
+    const double omp = Time([&] {
+      dnnl_sgemm(s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                 c3.data(), s.N);
+    }, reps);
+    omp_set_num_threads(1);
     const auto err = testing::CompareArrays(c1.data(), c2.data(), s.M * s.N, 1e-4, 1e-3);
-    std::printf("%-18s %6ld %6ld %6ld  %10.1f %10.1f  %.2fx%s\n", s.name, static_cast<long>(s.M), static_cast<long>(s.N),
-                static_cast<long>(s.K), flops / ours * 1e-9, flops / blas * 1e-9, blas / ours,
+    std::printf("%-18s %6ld %6ld %6ld  %10.1f %10.1f %10.1f  %.2fx%s\n", s.name, static_cast<long>(s.M),
+                static_cast<long>(s.N), static_cast<long>(s.K), flops / ours * 1e-9, flops / omp * 1e-9,
+                flops / blas * 1e-9, blas / ours,
                 err.violations ? "  RESULTS DIFFER" : "");
   }
   return 0;

@@ -1,6 +1,6 @@
 // CPU matmul on oneDNN's dnnl_sgemm (row-major; chosen over OpenBLAS by measurement, kernels/README.md).
-// oneDNN threads with OpenMP; the team is capped at ctx.num_threads() before each call. Bias add and the
-// bias gradient (column sums) run on the context's pool.
+// oneDNN runs single-threaded inside each of the context's pool threads, each on its own panel of C (see
+// Sgemm); bias add and the bias gradient (column sums) also run on the pool.
 #include <omp.h>
 
 #include <algorithm>
@@ -28,7 +28,29 @@ MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_feature
 namespace cpu {
 namespace {
 
-// C (M, N) = alpha op(A) op(B) + beta C, one matrix, row-major.
+// Makes oneDNN run single-threaded in the calling thread (its OpenMP team size is a per-thread setting):
+// all GEMM parallelism comes from splitting the product over the context's pool, so the element-wise
+// kernels and the GEMMs share one set of threads and no idle OpenMP team spins against the pool.
+void SequentialOneDnnInThisThread() {
+  thread_local bool done = false;
+  if (!done) {
+    omp_set_num_threads(1);
+    done = true;
+  }
+}
+
+// C (M, N) = alpha op(A) op(B) + beta C on one thread.
+void SgemmSequential(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  SequentialOneDnnInThisThread();
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb,
+                                          beta, c, ldc);
+  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status) << " for M=" << M
+                                    << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc;
+}
+
+// C (M, N) = alpha op(A) op(B) + beta C, one matrix, row-major. Large products are split into one panel
+// per thread along the larger of M and N (panels rounded to 16 rows/columns).
 void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -42,12 +64,29 @@ void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
     }
     return;
   }
-  const int threads = ctx.num_threads();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb,
-                                          beta, c, ldc);
-  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status) << " for M=" << M
-                                    << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc;
+  const int64_t threads = ctx.num_threads();
+  constexpr double kMinFlopsPerThread = 1 << 21;
+  const int64_t panels = std::min<int64_t>(threads, static_cast<int64_t>(2.0 * M * N * K / kMinFlopsPerThread));
+  if (panels <= 1 || (M < 32 && N < 32)) {
+    SgemmSequential(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const bool split_n = N >= M;
+  const int64_t extent = split_n ? N : M;
+  const int64_t step = (extent / panels + 15) / 16 * 16;
+  const int64_t tasks = (extent + step - 1) / step;
+  ctx.pool->RunTasks(tasks, [&](int64_t t) {
+    const int64_t begin = t * step, len = std::min(step, extent - begin);
+    if (split_n) {
+      // Columns [begin, begin + len) of op(B) and C.
+      const float* bp = trans_b ? b + begin * ldb : b + begin;
+      SgemmSequential(trans_a, trans_b, M, len, K, alpha, a, lda, bp, ldb, beta, c + begin, ldc);
+    } else {
+      // Rows [begin, begin + len) of op(A) and C.
+      const float* ap = trans_a ? a + begin : a + begin * lda;
+      SgemmSequential(trans_a, trans_b, len, N, K, alpha, ap, lda, b, ldb, beta, c + begin * ldc, ldc);
+    }
+  });
 }
 
 void CheckGeometry(const MatmulParams& p) {
@@ -65,9 +104,18 @@ void Matmul(const Context& ctx, const MatmulParams& p) {
   const float* a = static_cast<const float*>(p.a);
   const float* b = static_cast<const float*>(p.b);
   float* c = static_cast<float*>(p.c);
-  for (int64_t i = 0; i < p.batch; ++i) {
-    Sgemm(ctx, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, a + i * p.batch_stride_a, p.lda,
-          b + i * p.batch_stride_b, p.ldb, p.beta, c + i * p.batch_stride_c, p.ldc);
+  const bool small_matrices = 2.0 * p.M * p.N * p.K < (1 << 22);
+  if (p.batch >= ctx.num_threads() && ctx.num_threads() > 1 && small_matrices && p.batch_stride_c != 0) {
+    // Many small products: one whole matrix per task.
+    ctx.pool->RunTasks(p.batch, [&](int64_t i) {
+      SgemmSequential(p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, a + i * p.batch_stride_a, p.lda,
+                      b + i * p.batch_stride_b, p.ldb, p.beta, c + i * p.batch_stride_c, p.ldc);
+    });
+  } else {
+    for (int64_t i = 0; i < p.batch; ++i) {
+      Sgemm(ctx, p.trans_a, p.trans_b, p.M, p.N, p.K, p.alpha, a + i * p.batch_stride_a, p.lda,
+            b + i * p.batch_stride_b, p.ldb, p.beta, c + i * p.batch_stride_c, p.ldc);
+    }
   }
   if (p.bias != nullptr) {
     const float* bias = static_cast<const float*>(p.bias);
