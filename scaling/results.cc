@@ -83,10 +83,17 @@ absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::stri
       const bool is_loss = k >= 5;
       absl::StatusOr<double> v = csv->Double(row, c, /*allow_empty=*/is_loss && !finished);
       if (!v.ok()) return v.status();
-      const bool positive_required = k != 0 && (finished || !is_loss);
+      // Sizes are known from the config, so always positive; a run that did not finish may have spent
+      // no tokens or compute yet, and has no loss.
+      const bool is_size = k == 1 || k == 2;
+      const bool positive_required = is_size || (k != 0 && finished);
       if (positive_required && !(*v > 0 && std::isfinite(*v))) {
         return absl::InvalidArgumentError(
             absl::StrCat(csv->Where(row, c), ": expected a positive finite number, got '", row.fields[c], "'"));
+      }
+      if (!positive_required && !is_loss && !(*v >= 0 && std::isfinite(*v))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(csv->Where(row, c), ": expected a finite number >= 0, got '", row.fields[c], "'"));
       }
       if (k == 0 && !(*v >= 0 && std::isfinite(*v))) {
         return absl::InvalidArgumentError(

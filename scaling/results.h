@@ -5,7 +5,7 @@
 //   budget_flops          nominal IsoFLOP budget the run belongs to (FLOP); 0 for runs outside a design
 //   params                parameters including embeddings
 //   non_embedding_params  parameters without the token embedding (and an untied output layer)
-//   tokens                training tokens seen
+//   tokens                training tokens seen (may be 0 for a run that failed before its first step)
 //   flops                 training FLOP actually spent
 //   final_loss            validation loss at the end of training (empty if the run failed)
 //   best_val_loss         lowest validation loss seen (empty if the run failed)

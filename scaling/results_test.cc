@@ -76,6 +76,11 @@ TEST(ResultsTest, ErrorsNameFileLineAndColumn) {
 
   text = std::string(kHeader) + "a,1e17,-3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n";
   EXPECT_FALSE(ParseResults(text, "r.csv").ok());
+  // A run that failed before its first step spent nothing and has no loss: accepted.
+  text = std::string(kHeader) + "a,1e17,3e6,2e6,0,0,,,256,4,4,32,0.003,failed\n";
+  EXPECT_TRUE(ParseResults(text, "r.csv").ok());
+  text = std::string(kHeader) + "a,1e17,3e6,2e6,0,0,,,256,4,4,32,0.003,finished\n";
+  EXPECT_FALSE(ParseResults(text, "r.csv").ok());
   text = std::string(kHeader) + "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n" +
          "a,1e17,3e6,2e6,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished\n";
   t = ParseResults(text, "r.csv");
