@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -154,11 +156,20 @@ absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
   return absl::InvalidArgumentError("missing --tokenizer (or --gpt2_vocab and --gpt2_merges)");
 }
 
-absl::StatusOr<std::unique_ptr<ThreadPool>> PoolFromFlags(const Flags& flags) {
-  auto threads = flags.Int("threads", 0);
-  if (!threads.ok()) return threads.status();
-  return std::make_unique<ThreadPool>(static_cast<int>(*threads));
-}
+// The pool of --threads=N threads, or ThreadPool::Default() (LMF_NUM_THREADS, else all cores).
+class PoolFromFlags {
+ public:
+  absl::Status Init(const Flags& flags) {
+    auto threads = flags.Int("threads", 0);
+    if (!threads.ok()) return threads.status();
+    if (*threads > 0) owned_ = std::make_unique<ThreadPool>(static_cast<int>(*threads));
+    return absl::OkStatus();
+  }
+  ThreadPool* get() const { return owned_ ? owned_.get() : &ThreadPool::Default(); }
+
+ private:
+  std::unique_ptr<ThreadPool> owned_;
+};
 
 absl::Status Train(const Flags& flags) {
   auto inputs = flags.Required("input");
@@ -171,8 +182,8 @@ absl::Status Train(const Flags& flags) {
   if (*vocab_size > INT32_MAX) return absl::InvalidArgumentError("--vocab_size is larger than 2^31-1");
   auto chunk_mb = flags.Int("chunk_mb", 1);
   if (!chunk_mb.ok()) return chunk_mb.status();
-  auto pool = PoolFromFlags(flags);
-  if (!pool.ok()) return pool.status();
+  PoolFromFlags pool;
+  if (absl::Status s = pool.Init(flags); !s.ok()) return s;
   if (flags.Has("gpt2_vocab_out") != flags.Has("gpt2_merges_out")) {
     return absl::InvalidArgumentError("give both --gpt2_vocab_out and --gpt2_merges_out, or neither");
   }
@@ -180,7 +191,7 @@ absl::Status Train(const Flags& flags) {
   TrainOptions options;
   options.vocab_size = static_cast<uint32_t>(*vocab_size);
   options.special_tokens = SplitCommas(flags.Get("specials", "<|endoftext|>"));
-  options.pool = pool->get();
+  options.pool = pool.get();
   options.chunk_bytes = std::max<int64_t>(1, *chunk_mb) << 20;
   const auto start = Clock::now();
   ProgressLine counting("pre-tokenizing"), merging("merging");
@@ -215,7 +226,7 @@ absl::Status Train(const Flags& flags) {
   std::printf("trained %u tokens (%zu merges, %zu specials) from %zu distinct pre-tokens in %.2f s "
               "(pre-tokenizing %.2f s, merging %.2f s, %d threads)\n",
               tokenizer->vocab_size(), tokenizer->merges().size(), tokenizer->special_ids().size(), counts->size(),
-              total_seconds, count_seconds, total_seconds - count_seconds, pool->get()->num_threads());
+              total_seconds, count_seconds, total_seconds - count_seconds, pool.get()->num_threads());
   if (tokenizer->vocab_size() < options.vocab_size) {
     std::printf("note: the corpus ran out of pairs before reaching --vocab_size=%u\n", options.vocab_size);
   }
@@ -232,10 +243,10 @@ absl::Status Encode(const Flags& flags) {
   if (!output.ok()) return output.status();
   auto chunk_mb = flags.Int("chunk_mb", 1);
   if (!chunk_mb.ok()) return chunk_mb.status();
-  auto pool = PoolFromFlags(flags);
-  if (!pool.ok()) return pool.status();
+  PoolFromFlags pool;
+  if (absl::Status s = pool.Init(flags); !s.ok()) return s;
   EncodeFileOptions options;
-  options.pool = pool->get();
+  options.pool = pool.get();
   options.chunk_bytes = std::max<int64_t>(1, *chunk_mb) << 20;
   const auto start = Clock::now();
   ProgressLine progress("encoding");
@@ -249,7 +260,7 @@ absl::Status Encode(const Flags& flags) {
   const double seconds = SecondsSince(start);
   std::printf("encoded %llu bytes into %llu tokens in %.2f s (%.1f MB/s, %d threads); compression %.3f bytes/token\n",
               static_cast<unsigned long long>(stats->bytes), static_cast<unsigned long long>(stats->tokens), seconds,
-              stats->bytes / 1e6 / std::max(1e-9, seconds), pool->get()->num_threads(),
+              stats->bytes / 1e6 / std::max(1e-9, seconds), pool.get()->num_threads(),
               stats->tokens ? static_cast<double>(stats->bytes) / stats->tokens : 0.0);
   std::printf("wrote %s (%s ids)\n", output->c_str(), tokenizer->vocab_size() <= 65536 ? "uint16" : "uint32");
   return absl::OkStatus();
@@ -364,6 +375,13 @@ absl::Status Stats(const Flags& flags) {
 }
 
 int Main(int argc, char** argv) {
+  // Under `bazel run` the binary starts in its runfiles folder: relative paths are the caller's.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    if (::chdir(dir) != 0) {
+      std::fprintf(stderr, "bpe: cannot change to the working directory %s\n", dir);
+      return 1;
+    }
+  }
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;

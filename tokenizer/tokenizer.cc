@@ -207,7 +207,7 @@ std::string ReplaceInvalidUtf8(std::string_view bytes) {
 }
 
 Encoder::Encoder(const Tokenizer& tokenizer, size_t max_cache_entries)
-    : tok_(tokenizer), max_cache_entries_(max_cache_entries), cache_(std::min<size_t>(2 * max_cache_entries, 1 << 12)) {}
+    : tok_(tokenizer), max_cache_entries_(max_cache_entries), cache_(256) {}
 
 void Encoder::Encode(std::string_view text, bool allow_specials, std::vector<uint32_t>* out) {
   auto encode_text = [&](std::string_view segment) {
