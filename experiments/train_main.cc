@@ -5,8 +5,9 @@
 //
 // Relative paths (the config, data files, run.output_dir) are taken from the folder the command was
 // started in. --resume continues from the newest good checkpoint of run.output_dir; --stop_after ends the
-// process right after that step, as a kill would (to try resuming). Exit status: 0 done, 1 error, 2 usage,
-// 3 stopped on a NaN/Inf.
+// process right after that step, as a kill would (to try resuming). Ctrl-C or SIGTERM finish the current
+// step and write a checkpoint first. Exit status: 0 done, 1 error, 2 usage, 3 stopped on a NaN/Inf, 4
+// stopped by a signal (checkpoint written; continue with --resume).
 #include <cstdio>
 #include <string>
 
@@ -43,6 +44,7 @@ int Main(int argc, char** argv) {
   MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
   TrainOptions options;
   options.resume = args->Get("resume") == "true";
+  options.checkpoint_on_signal = true;
   absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0);
   if (!stop_after.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(stop_after.status().message()).c_str());
@@ -52,7 +54,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainResult> result = Train(*experiment, options);
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(result.status().message()).c_str());
-    return result.status().code() == absl::StatusCode::kAborted ? 3 : 1;
+    if (result.status().code() == absl::StatusCode::kAborted) return 3;
+    return result.status().code() == absl::StatusCode::kCancelled ? 4 : 1;
   }
   std::fprintf(stderr, "train: %lld steps, last loss %.4f%s; run folder %s\n",
                static_cast<long long>(result->steps), result->last_loss,

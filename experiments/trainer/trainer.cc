@@ -1,8 +1,10 @@
 // The training loop (see trainer.h).
 #include "experiments/trainer/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -30,6 +32,36 @@ namespace lmf::experiments {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_signal{0};
+
+void RecordStopSignal(int signal_number) { g_stop_signal.store(signal_number); }
+
+// Installs RecordStopSignal for SIGINT and SIGTERM while alive; restores the previous handlers after.
+class StopSignalScope {
+ public:
+  explicit StopSignalScope(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    g_stop_signal.store(0);
+    struct sigaction action = {};
+    action.sa_handler = RecordStopSignal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &previous_int_);
+    ::sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~StopSignalScope() {
+    if (!enabled_) return;
+    ::sigaction(SIGINT, &previous_int_, nullptr);
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+
+ private:
+  bool enabled_;
+  struct sigaction previous_int_ = {};
+  struct sigaction previous_term_ = {};
+};
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -170,6 +202,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
   const double peak_flops = PeakFlops(run, ctx.num_threads());
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
+  const StopSignalScope signals(options.checkpoint_on_signal);
 
   for (int64_t step = start_step; step < total_steps; ++step) {
     const Clock::time_point started = Clock::now();
@@ -237,7 +270,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (options.stop_after_step == completed) return result;
 
-    if (last || (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
+    const int stop_signal = g_stop_signal.load();
+    if (last || stop_signal != 0 ||
+        (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
       CheckpointContents contents;
       contents.model = ModelTensors(model);
       optimizer.VisitState([&](const std::string& name, const std::vector<int64_t>& shape, const float* data) {
@@ -255,6 +290,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       if (!saved.ok()) return saved.status();
       result.last_checkpoint = *saved;
       console.Message(absl::StrCat("checkpoint ", *saved));
+    }
+    if (stop_signal != 0 && !last) {
+      console.Finish();
+      return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal, " after step ", completed,
+                                               "; checkpoint ", result.last_checkpoint,
+                                               "; continue with --resume"));
     }
   }
   console.Finish();

@@ -10,7 +10,8 @@
 // infinite loss or gradient norm stops the run before the update, with an error naming the step and the
 // last good checkpoint. Validation loss on run.eval_tokens tokens every run.eval_interval steps and at the
 // end. `resume` continues from the newest good checkpoint so that the rest of the run is bit-identical to
-// an uninterrupted one (same weights, moments, step and data-sampler state; same thread count).
+// an uninterrupted one (same weights, moments, step and data-sampler state; same thread count). With
+// checkpoint_on_signal, SIGINT / SIGTERM end the run cleanly after the current step with a checkpoint.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 
@@ -32,6 +33,9 @@ struct TrainOptions {
   // > 0: end the process's work right after this step completes, writing nothing more (no checkpoint,
   // evaluation or final line), exactly as if it were killed there; for testing and demonstrating resume.
   int64_t stop_after_step = 0;
+  // Catch SIGINT and SIGTERM (Ctrl-C, a scheduler's preemption) during the run: the step in progress
+  // finishes, a checkpoint is written, and Train returns Cancelled naming it, for --resume to continue.
+  bool checkpoint_on_signal = false;
   FILE* console = stderr;
 };
 

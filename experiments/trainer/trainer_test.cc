@@ -5,11 +5,16 @@
 #include "experiments/trainer/trainer.h"
 
 #include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -244,6 +249,35 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
   ASSERT_TRUE(longer.ok()) << longer.status();
   EXPECT_EQ(longer->steps, 24);
   EXPECT_EQ(ReadMetrics(out).size(), 24u);
+}
+
+TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
+  const std::string train = WriteTokens("signal.tok", RandomIds(2000, 8));
+  const std::string out = TempPath("signal_run");
+  TrainOptions options = Quiet();
+  options.checkpoint_on_signal = true;
+  // Sends SIGTERM once a few steps are logged; the trainer must stop at a step boundary with a checkpoint.
+  std::thread sender([&] {
+    for (int i = 0; i < 20000; ++i) {
+      auto text = ReadFile(out + "/metrics.jsonl");
+      if (text.ok() && std::count(text->begin(), text->end(), '\n') >= 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ::kill(::getpid(), SIGTERM);
+  });
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=100000",
+                            "schedule.warmup=0"}),
+                      options);
+  sender.join();
+  ASSERT_FALSE(result.ok());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  const std::vector<StepMetrics> logged = ReadMetrics(out);
+  const std::string checkpoint = CheckpointPath(out + "/checkpoints", logged.back().step);
+  EXPECT_EQ(result.status().message(), absl::StrCat("stopped by signal ", SIGTERM, " after step ", logged.back().step,
+                                                    "; checkpoint ", checkpoint, "; continue with --resume"));
+  auto latest = LatestCheckpoint(out + "/checkpoints");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, checkpoint);
 }
 
 TEST(Trainer, BadDataIsAClearError) {
