@@ -27,6 +27,10 @@ absl::Status ValidateTrainOptions(const TrainOptions& options) {
   std::vector<std::string> seen;
   for (const std::string& s : options.special_tokens) {
     if (s.empty()) return absl::InvalidArgumentError("special tokens must not be empty");
+    if (s.size() == 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("special token \"", s, "\" is a single byte, which is already one of the 256 byte tokens"));
+    }
     if (std::find(seen.begin(), seen.end(), s) != seen.end()) {
       return absl::InvalidArgumentError(absl::StrCat("special token \"", s, "\" is given twice"));
     }

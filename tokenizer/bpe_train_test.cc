@@ -106,7 +106,9 @@ TEST(BpeTrainTest, VocabSmallerThanBytesPlusSpecialsIsAnError) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("smaller than the 256 byte tokens + 1 special tokens = 257"), std::string::npos)
       << t.status();
-  EXPECT_FALSE(TrainBpeOnText("abc", Options(300, {"x", "x"})).ok());
+  EXPECT_FALSE(TrainBpeOnText("abc", Options(300, {"xy", "xy"})).ok());
+  EXPECT_FALSE(TrainBpeOnText("abc", Options(300, {"\n"})).ok());
+  EXPECT_FALSE(TrainBpeOnText("abc", Options(300, {""})).ok());
   EXPECT_FALSE(TrainBpeOnFiles({"/nonexistent/corpus.txt"}, Options(300)).ok());
 }
 
