@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -192,6 +193,7 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
   sweep::RunnerOptions runner;
   runner.command = o.train_command;
+  runner.threads_per_run = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.parallel_runs);
   runner.progress = say;
   auto summary = sweep::RunSweep(*plan, runner);
   if (!summary.ok()) return summary.status();

@@ -23,7 +23,7 @@ struct QuickstartOptions {
   int vocab_size = 512;
   std::vector<double> budgets = {1e11, 3e11, 1e12};  // training FLOP per IsoFLOP curve
   int models_per_budget = 5;
-  int parallel_runs = 1;
+  int parallel_runs = 2;
   double target_flops = 1e15;       // the report's extrapolation target
   std::vector<std::string> train_command;  // how the sweep starts a run (the quickstart binary itself)
   std::function<void(const std::string&)> progress;

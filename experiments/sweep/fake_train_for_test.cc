@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   const std::string name = e->name();
   if (const char* log = std::getenv("FAKE_TRAIN_LOG")) {
     FILE* f = std::fopen(log, "a");
-    std::fprintf(f, "%s\n", name.c_str());
+    const char* threads = std::getenv("LMF_NUM_THREADS");
+    std::fprintf(f, "%s threads=%s\n", name.c_str(), threads ? threads : "unset");
     std::fclose(f);
   }
   if (const char* ms = std::getenv("FAKE_TRAIN_SLEEP_MS")) {

@@ -43,7 +43,8 @@ std::string Tail(const std::string& path, int lines) {
 }
 
 // Starts the command for one run; returns the child's pid.
-absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std::string& run_dir) {
+absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std::string& run_dir,
+                             int threads_per_run) {
   std::vector<std::string> args = command;
   args.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
   const std::string log = run_dir + "/log.txt";
@@ -56,6 +57,7 @@ absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std:
       ::dup2(fd, STDERR_FILENO);
     }
     if (::chdir(run_dir.c_str()) != 0) ::_exit(126);
+    if (threads_per_run > 0) ::setenv("LMF_NUM_THREADS", std::to_string(threads_per_run).c_str(), /*overwrite=*/0);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -158,7 +160,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   while (next < todo.size() || !running.empty()) {
     while (next < todo.size() && static_cast<int>(running.size()) < plan.parallel_runs) {
       const size_t i = todo[next++];
-      auto pid = Launch(options.command, RunDir(plan, plan.runs[i]));
+      auto pid = Launch(options.command, RunDir(plan, plan.runs[i]), options.threads_per_run);
       if (!pid.ok()) return pid.status();
       running[*pid] = {i, std::chrono::steady_clock::now()};
       say(absl::StrFormat("[start] %s (%d of %d to run)", plan.runs[i].name, next, todo.size()));

@@ -64,12 +64,9 @@ int main(int argc, char** argv) {
   std::fputs(lmf::sweep::FormatPlan(*plan).c_str(), stdout);
   if (absl::GetFlag(FLAGS_dry_run)) return 0;
 
-  // Share the cores between the runs that train at once, unless the user chose a thread count.
-  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
-    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan->parallel_runs);
-    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  }
   lmf::sweep::RunnerOptions options;
+  // Share the cores between the runs that train at once (LMF_NUM_THREADS, if set, wins).
+  options.threads_per_run = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan->parallel_runs);
   options.command = {SelfExecutable(), "--train_one"};
   options.progress = [](const std::string& line) {
     std::printf("%s\n", line.c_str());

@@ -171,11 +171,14 @@ TEST(SweepRunner, RunsEverythingThenSkipsFinishedRuns) {
   plan->parallel_runs = 2;
   const std::string log = TmpDir() + "/invocations_a.txt";
   ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);
-  auto summary = RunSweep(*plan, FakeRunner());
+  RunnerOptions runner = FakeRunner();
+  runner.threads_per_run = 3;
+  auto summary = RunSweep(*plan, runner);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->finished, 8);
   EXPECT_EQ(summary->failed, 0);
   EXPECT_EQ(CountLines(log), 8);
+  EXPECT_NE(ReadFile(log)->find(" threads=3\n"), std::string::npos);  // each run got its share of cores
   auto table = scaling::ReadResults(summary->results_path);
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_EQ(table->runs.size(), 8u);
