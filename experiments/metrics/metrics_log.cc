@@ -132,6 +132,9 @@ std::string FormatProgressBar(const StepMetrics& m, int64_t total_steps, int wid
 void ConsoleReporter::Step(const StepMetrics& m) {
   if (bar_) {
     last_bar_ = FormatProgressBar(m, total_steps_, 30);
+    const auto now = std::chrono::steady_clock::now();
+    if (m.step != total_steps_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
     std::fprintf(out_, "\r\x1b[2K%s", last_bar_.c_str());
   } else {
     std::fprintf(out_, "%s\n", FormatStepLine(m, total_steps_).c_str());

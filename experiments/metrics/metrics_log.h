@@ -7,6 +7,7 @@
 #ifndef LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
 #define LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -64,7 +65,8 @@ std::string FormatStepLine(const StepMetrics& m, int64_t total_steps);
 // A progress bar of `width` cells followed by the step line's numbers, for a terminal (no newline).
 std::string FormatProgressBar(const StepMetrics& m, int64_t total_steps, int width);
 
-// Writes step lines or a bar redrawn in place (`\r`) to `out`.
+// Writes step lines or a bar redrawn in place (`\r`) to `out`. The bar is meant to get every step and
+// redraws at most ten times a second (and always at the last step).
 class ConsoleReporter {
  public:
   ConsoleReporter(FILE* out, bool progress_bar, int64_t total_steps)
@@ -79,6 +81,7 @@ class ConsoleReporter {
   bool bar_;
   int64_t total_steps_;
   std::string last_bar_;
+  std::chrono::steady_clock::time_point last_draw_;
 };
 
 }  // namespace lmf::experiments

@@ -263,7 +263,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       if (m.val_loss.has_value()) scalars.push_back({"val/loss", *m.val_loss});
       if (absl::Status s = events->WriteScalars(completed, scalars); !s.ok()) return s;
     }
-    if (last || completed % experiment.logging().log_interval() == 0 || step == start_step) console.Step(m);
+    if (bar || last || completed % experiment.logging().log_interval() == 0 || step == start_step) console.Step(m);
     if (m.val_loss.has_value()) {
       console.Message(absl::StrFormat("eval step %d | val loss %.4f | val ppl %.2f", completed, *m.val_loss,
                                       std::exp(*m.val_loss)));
