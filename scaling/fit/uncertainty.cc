@@ -122,6 +122,43 @@ absl::StatusOr<IsoFlopUncertainty> BootstrapIsoFlop(const Observations& observat
   return out;
 }
 
+absl::StatusOr<EnvelopeUncertainty> BootstrapEnvelope(const std::vector<TrainingCurve>& curves, const EnvelopeFit& fit,
+                                                      double target_flops, const BootstrapOptions& options,
+                                                      ThreadPool* pool) {
+  if (!(target_flops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
+  }
+  enum { kNk, kNa, kDk, kDa, kCount };
+  BootstrapSamples samples = RunBootstrap(static_cast<int>(curves.size()), {}, kCount, options, pool,
+                                          [&](int, const std::vector<double>& weights, double* q) {
+                                            absl::StatusOr<EnvelopeFit> refit =
+                                                FitEnvelope(curves, EnvelopeOptions(), weights);
+                                            if (!refit.ok()) return false;
+                                            q[kNk] = refit->params_law.coefficient;
+                                            q[kNa] = refit->params_law.exponent;
+                                            q[kDk] = refit->tokens_law.coefficient;
+                                            q[kDa] = refit->tokens_law.exponent;
+                                            return true;
+                                          });
+  EnvelopeUncertainty out;
+  out.resamples = samples.resamples;
+  out.failed = samples.failed;
+  const double c = options.confidence;
+  out.params_coefficient = PercentileInterval(samples.samples[kNk], fit.params_law.coefficient, c);
+  out.params_exponent = PercentileInterval(samples.samples[kNa], fit.params_law.exponent, c);
+  out.tokens_coefficient = PercentileInterval(samples.samples[kDk], fit.tokens_law.coefficient, c);
+  out.tokens_exponent = PercentileInterval(samples.samples[kDa], fit.tokens_law.exponent, c);
+  std::vector<double> n_at, d_at;
+  for (size_t i = 0; i < samples.samples[kNk].size(); ++i) {
+    n_at.push_back(PowerLaw{samples.samples[kNk][i], samples.samples[kNa][i]}.At(target_flops));
+    d_at.push_back(PowerLaw{samples.samples[kDk][i], samples.samples[kDa][i]}.At(target_flops));
+  }
+  out.target.flops = target_flops;
+  out.target.params = PercentileInterval(n_at, fit.params_law.At(target_flops), c);
+  out.target.tokens = PercentileInterval(d_at, fit.tokens_law.At(target_flops), c);
+  return out;
+}
+
 Band ParametricBand(const std::vector<ParametricLaw>& laws, const std::vector<double>& flops, int which,
                     double confidence) {
   Band band;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
 #include "scaling/fit/bootstrap.h"
+#include "scaling/fit/envelope.h"
 #include "scaling/fit/isoflop.h"
 #include "scaling/fit/observation.h"
 #include "scaling/fit/parametric.h"
@@ -54,6 +55,19 @@ struct IsoFlopUncertainty {
 absl::StatusOr<IsoFlopUncertainty> BootstrapIsoFlop(const Observations& observations, const IsoFlopFit& fit,
                                                     double target_flops, const BootstrapOptions& options,
                                                     ThreadPool* pool = nullptr);
+
+struct EnvelopeUncertainty {
+  Interval params_coefficient, params_exponent;  // N_opt = k C^a
+  Interval tokens_coefficient, tokens_exponent;  // D_opt = k' C^b
+  AllocationIntervals target;                    // loss not estimated (the envelope has no law for it)
+  int resamples = 0;
+  int failed = 0;
+};
+
+// Resamples whole runs (curves) and refits Approach 1.
+absl::StatusOr<EnvelopeUncertainty> BootstrapEnvelope(const std::vector<TrainingCurve>& curves, const EnvelopeFit& fit,
+                                                      double target_flops, const BootstrapOptions& options,
+                                                      ThreadPool* pool = nullptr);
 
 // Percentile band of a quantity over resampled fits, at each x: band[i] = {lower, upper}.
 struct Band {

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "scaling/fit/bootstrap.h"
+#include "scaling/fit/envelope.h"
 
 namespace lmf::scaling {
 namespace {
@@ -53,6 +54,36 @@ TEST(RunBootstrapTest, ResultDoesNotDependOnTheNumberOfThreads) {
   const BootstrapSamples b = RunBootstrap(40, {}, 1, options, &three, mean);
   EXPECT_EQ(a.samples, b.samples);
   EXPECT_EQ(a.failed, 0);
+}
+
+TEST(BootstrapEnvelopeTest, IntervalsBracketTheEstimateAndTheTruth) {
+  // Curves from a known law at 25 sizes 1/8 decade apart; resampling the runs moves the envelope only
+  // by which sizes are present, so the exponent's interval must be narrow and hold beta / (alpha + beta).
+  const ParametricLaw law{1.69, 406.4, 410.7, 0.34, 0.28};
+  std::vector<TrainingCurve> curves;
+  for (int i = 0; i < 25; ++i) {
+    TrainingCurve c;
+    c.run = "n" + std::to_string(i);
+    c.params = std::pow(10.0, 7 + 0.125 * i);
+    for (int s = 1; s <= 100; ++s) {
+      const double d = std::pow(10.0, 8 + 4.0 * s / 100);
+      c.points.push_back({d, 6 * c.params * d, law.Loss(c.params, d)});
+    }
+    curves.push_back(c);
+  }
+  absl::StatusOr<EnvelopeFit> fit = FitEnvelope(curves, EnvelopeOptions());
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  BootstrapOptions boot;
+  boot.resamples = 100;
+  absl::StatusOr<EnvelopeUncertainty> u = BootstrapEnvelope(curves, *fit, 1e23, boot);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->failed, 0);
+  EXPECT_LE(u->params_exponent.lower, fit->params_law.exponent);
+  EXPECT_GE(u->params_exponent.upper, fit->params_law.exponent);
+  // The size grid limits the envelope to within 1/16 decade of the true N_opt: 0.03 in the exponent.
+  EXPECT_NEAR(u->params_exponent.lower, ParamsExponent(law), 0.03);
+  EXPECT_NEAR(u->params_exponent.upper, ParamsExponent(law), 0.03);
+  EXPECT_LT(u->target.params.lower, u->target.params.upper);
 }
 
 // Coverage over repeated experiments. Each draw makes a fresh noisy data set from a known truth, fits it,

@@ -125,6 +125,11 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     absl::StatusOr<EnvelopeFit> env = FitEnvelope(a.curves, EnvelopeOptions());
     if (env.ok()) {
       a.envelope = *env;
+      if (options.bootstrap.resamples > 0) {
+        absl::StatusOr<EnvelopeUncertainty> ci =
+            BootstrapEnvelope(a.curves, *env, options.target_flops, options.bootstrap);
+        if (ci.ok()) a.envelope_ci = *ci;
+      }
     } else {
       a.envelope_error = std::string(env.status().message());
     }

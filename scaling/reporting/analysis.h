@@ -69,6 +69,7 @@ struct ScalingAnalysis {
 
   std::vector<TrainingCurve> curves;
   std::optional<EnvelopeFit> envelope;
+  std::optional<EnvelopeUncertainty> envelope_ci;
   std::string envelope_error;
 
   std::optional<KaplanLaws> kaplan;

@@ -89,11 +89,16 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     r2 = Fmt(d.estimate / n.estimate);
   }
   std::string n1 = "n/a", d1 = "n/a", r1 = "n/a";
+  const bool ci1 = a.envelope_ci.has_value() && a.envelope_ci->failed < a.envelope_ci->resamples;
   if (a.envelope) {
-    const double n = a.envelope->params_law.At(o.target_flops), d = a.envelope->tokens_law.At(o.target_flops);
-    n1 = Fmt(n);
-    d1 = Fmt(d);
-    r1 = Fmt(d / n);
+    Interval n{a.envelope->params_law.At(o.target_flops)}, d{a.envelope->tokens_law.At(o.target_flops)};
+    if (ci1) {
+      n = a.envelope_ci->target.params;
+      d = a.envelope_ci->target.tokens;
+    }
+    n1 = WithInterval(n, ci1);
+    d1 = WithInterval(d, ci1);
+    r1 = Fmt(d.estimate / n.estimate);
   }
   absl::StrAppend(&md, "| parameters N_opt | ", n3, " | ", n2, " | ", n1, " |\n");
   absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
@@ -164,10 +169,14 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   // Approach 1.
   absl::StrAppend(&md, "## Approach 1: lower envelope of the training curves\n\n");
   if (a.envelope) {
-    absl::StrAppend(&md, a.curves.size(), " curves; ", a.envelope->runs_on_envelope, " runs reach the envelope. N_opt = ",
-                    Fmt(a.envelope->params_law.coefficient), " C<sup>", Fmt(a.envelope->params_law.exponent),
-                    "</sup>, D_opt = ", Fmt(a.envelope->tokens_law.coefficient), " C<sup>",
-                    Fmt(a.envelope->tokens_law.exponent), "</sup>.\n\n");
+    const EnvelopeFit& f = *a.envelope;
+    const EnvelopeUncertainty* u = ci1 ? &*a.envelope_ci : nullptr;
+    absl::StrAppend(&md, a.curves.size(), " curves; ", f.runs_on_envelope, " runs reach the envelope.  \n");
+    absl::StrAppend(&md, "N_opt = k C<sup>a</sup>: k = ", WithInterval(u ? u->params_coefficient : Interval{f.params_law.coefficient}, ci1),
+                    ", a = ", WithInterval(u ? u->params_exponent : Interval{f.params_law.exponent}, ci1), ".  \n");
+    absl::StrAppend(&md, "D_opt = k' C<sup>b</sup>: k' = ", WithInterval(u ? u->tokens_coefficient : Interval{f.tokens_law.coefficient}, ci1),
+                    ", b = ", WithInterval(u ? u->tokens_exponent : Interval{f.tokens_law.exponent}, ci1), ".  \n");
+    absl::StrAppend(&md, "The bootstrap resamples whole runs (curves).\n\n");
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.envelope_error, ".\n\n");
   }
