@@ -80,6 +80,25 @@ inline float Sum(const float* x, int64_t n) {
   return s;
 }
 
+// sum_i (x[i] - shift)^2
+inline float SumSquaredDeviation(const float* x, float shift, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), s), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s);
+    acc0 = _mm256_fmadd_ps(d0, d0, acc0);
+    acc1 = _mm256_fmadd_ps(d1, d1, acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), s);
+    acc0 = _mm256_fmadd_ps(d, d, acc0);
+  }
+  float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += (x[i] - shift) * (x[i] - shift);
+  return sum;
+}
+
 // max_i x[i]; -inf for n == 0.
 inline float Max(const float* x, int64_t n) {
   __m256 acc = _mm256_set1_ps(-INFINITY);

@@ -24,6 +24,9 @@ TEST(Vec, ReductionsMatchScalarLoopsAtEveryLength) {
     EXPECT_NEAR(Dot(a.data(), b.data(), n), dot, 1e-5) << n;
     EXPECT_NEAR(Sum(a.data(), n), sum, 1e-5) << n;
     EXPECT_EQ(Max(a.data(), n), mx) << n;
+    double ssd = 0;
+    for (int i = 0; i < n; ++i) ssd += (double(a[i]) - 0.5) * (double(a[i]) - 0.5);
+    EXPECT_NEAR(SumSquaredDeviation(a.data(), 0.5f, n), ssd, 1e-4) << n;
     std::vector<float> y = b;
     Axpy(0.5f, a.data(), y.data(), n);
     for (int i = 0; i < n; ++i) EXPECT_FLOAT_EQ(y[i], b[i] + 0.5f * a[i]);

@@ -21,8 +21,7 @@ void LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
       const float* xr = x + n * p.C;
       float* yr = out + n * p.C;
       const float mean = vec::Sum(xr, p.C) / static_cast<float>(p.C);
-      float var = 0.0f;
-      for (int64_t c = 0; c < p.C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+      const float var = vec::SumSquaredDeviation(xr, mean, p.C);
       const float rstd = 1.0f / std::sqrt(var / static_cast<float>(p.C) + p.eps);
       if (p.mean != nullptr) p.mean[n] = mean;
       if (p.rstd != nullptr) p.rstd[n] = rstd;
