@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "model/accounting/accounting.h"
 #include "kernels/testing/npz.h"
@@ -247,6 +248,30 @@ TEST(LanguageModelTest, ParameterGradientsAccumulateAcrossBackwardCalls) {
     for (float& g : twice) g *= 2;
     ExpectClose("twice the grad of " + name, p.grad_data(), twice);
   });
+}
+
+TEST(LanguageModelTest, ThreadCountDoesNotChangeTheResult) {
+  const Fixture f = LoadFixture("variants_tiny");
+  std::vector<std::vector<float>> grads[2];
+  double losses[2];
+  for (int run = 0; run < 2; ++run) {
+    ThreadPool pool(run == 0 ? 1 : 3);
+    auto model = LanguageModel::Create(f.config, kernels::Context::Cpu(&pool));
+    ASSERT_TRUE(model.ok());
+    LoadParameters(f, **model);
+    auto loss = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
+    ASSERT_TRUE(loss.ok());
+    losses[run] = *loss;
+    (*model)->ZeroGrad();
+    (*model)->Backward();
+    (*model)->VisitParameters([&](const std::string&, const Parameter& p) {
+      grads[run].emplace_back(p.grad_data(), p.grad_data() + p.grad.numel());
+    });
+  }
+  // Work split differently over threads changes only summation order: a few ulps.
+  EXPECT_NEAR(losses[0], losses[1], 1e-6 * std::fabs(losses[0]));
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) ExpectClose("gradient " + std::to_string(i), grads[1][i].data(), grads[0][i]);
 }
 
 // Mean and standard deviation of a parameter, and its largest magnitude.
