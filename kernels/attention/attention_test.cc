@@ -149,3 +149,38 @@ TEST(Attention, MatchesCs336Snapshot4d) { RunCs336(true); }
 
 }  // namespace
 }  // namespace lmf::kernels
+
+namespace lmf::kernels {
+namespace {
+
+TEST(AttentionDeathTest, KvHeadsMustDivideHeadsAndLseIsRequired) {
+  std::vector<float> x(2 * 3 * 4 * 8), out(x.size()), lse(2 * 3 * 4);
+  Context ctx = Context::Cpu();
+  AttentionParams p = ContiguousAttentionParams(2, 4, 4, 3, 2, 8, true, x.data(), x.data(), x.data(), out.data(), lse.data());
+  EXPECT_DEATH(AttentionForward(ctx, p), "NKV=2 does not divide NH=3");
+  p.NKV = 3, p.lse = nullptr;
+  EXPECT_DEATH(AttentionForward(ctx, p), "lse buffer");
+}
+
+TEST(Attention, FullyMaskedQueryGivesZeroOutputAndGradients) {
+  const int64_t T = 3, HS = 4;
+  auto q = testing::RandomNormal(T * HS, 1), k = testing::RandomNormal(T * HS, 2), v = testing::RandomNormal(T * HS, 3);
+  std::vector<uint8_t> mask = {1, 1, 1, 0, 0, 0, 1, 0, 1};  // query 1 sees nothing
+  std::vector<float> out(T * HS), lse(T), dq(T * HS), dk(T * HS), dv(T * HS);
+  auto dout = testing::RandomNormal(T * HS, 4);
+  Context ctx = Context::Cpu();
+  for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
+    AttentionParams p = ContiguousAttentionParams(1, T, T, 1, 1, HS, false, q.data(), k.data(), v.data(), out.data(), lse.data());
+    p.algorithm = algorithm, p.mask = mask.data(), p.mask_stride_t = T;
+    AttentionForward(ctx, p);
+    EXPECT_EQ(lse[1], -INFINITY);
+    for (int64_t d = 0; d < HS; ++d) EXPECT_EQ(out[HS + d], 0.0f);
+    for (float o : out) EXPECT_TRUE(std::isfinite(o));
+    AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
+    for (int64_t d = 0; d < HS; ++d) EXPECT_EQ(dq[HS + d], 0.0f);
+    for (float g : dk) EXPECT_TRUE(std::isfinite(g));
+  }
+}
+
+}  // namespace
+}  // namespace lmf::kernels

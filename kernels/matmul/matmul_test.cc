@@ -3,6 +3,7 @@
 // over the batch; LinearParams computes x W^T + b; a large product agrees with a float64 loop.
 #include "kernels/matmul/matmul.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "gtest/gtest.h"
@@ -92,6 +93,38 @@ TEST(Matmul, LargeProductMatchesFloat64) {
     }
   // K = 768 fp32 products of N(0,1) values: sums of size ~28 with error ~sqrt(K) * 6e-8 * 28 ~ 5e-5.
   EXPECT_TRUE(AllClose("c", c, want, 1e-5, 2e-4));
+}
+
+}  // namespace
+}  // namespace lmf::kernels
+
+namespace lmf::kernels {
+namespace {
+
+TEST(MatmulDeathTest, LeadingDimensionTooSmallAborts) {
+  std::vector<float> a(12), b(12), c(9);
+  Context ctx = Context::Cpu();
+  MatmulParams p = LinearParams(3, 4, 3, a.data(), b.data(), nullptr, c.data());
+  p.lda = 3;
+  EXPECT_DEATH(Matmul(ctx, p), "lda too small");
+}
+
+TEST(Matmul, ManySmallBatchedMatricesMatchOneAtATime) {
+  const int64_t batch = 24, M = 7, N = 9, K = 5;
+  auto a = testing::RandomNormal(batch * M * K, 1), b = testing::RandomNormal(batch * K * N, 2);
+  std::vector<float> c(batch * M * N), one(M * N);
+  MatmulParams p;
+  p.M = M, p.N = N, p.K = K, p.batch = batch, p.a = a.data(), p.lda = K, p.batch_stride_a = M * K;
+  p.b = b.data(), p.ldb = N, p.batch_stride_b = K * N, p.c = c.data(), p.ldc = N, p.batch_stride_c = M * N;
+  ThreadPool pool(2);
+  Context ctx = Context::Cpu(&pool);
+  Matmul(ctx, p);
+  for (int64_t i = 0; i < batch; ++i) {
+    MatmulParams q = p;
+    q.batch = 1, q.a = a.data() + i * M * K, q.b = b.data() + i * K * N, q.c = one.data();
+    Matmul(ctx, q);
+    ASSERT_TRUE(std::equal(one.begin(), one.end(), c.begin() + i * M * N)) << "matrix " << i;
+  }
 }
 
 }  // namespace

@@ -65,3 +65,15 @@ TEST(Rope, MatchesCs336Snapshot) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+namespace lmf::kernels {
+namespace {
+
+TEST(RopeDeathTest, OddHeadSizeAborts) {
+  std::vector<float> x(3);
+  Context ctx = Context::Cpu();
+  EXPECT_DEATH(RopeForward(ctx, ContiguousRopeParams(1, 1, 1, 3, 10000.0f, x.data(), x.data())), "odd");
+}
+
+}  // namespace
+}  // namespace lmf::kernels
