@@ -77,3 +77,26 @@ TEST(RopeDeathTest, OddHeadSizeAborts) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+namespace lmf::kernels {
+namespace {
+
+TEST(Rope, BackwardMatchesCentralDifferences) {
+  const int64_t B = 2, T = 5, NH = 2, HS = 6;
+  auto x = testing::RandomNormal(B * T * NH * HS, 21), r = testing::RandomNormal(B * T * NH * HS, 22);
+  std::vector<float> out(x.size()), dx(x.size());
+  Context ctx = Context::Cpu();
+  auto loss = [&] {
+    RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 100.0f, x.data(), out.data()));
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+    return s;
+  };
+  RopeBackward(ctx, ContiguousRopeParams(B, T, NH, HS, 100.0f, r.data(), dx.data()));
+  // The loss is linear in x, so central differences are exact up to fp32 rounding of the loss
+  // (~1e-7 * |loss| / h with h = 1e-2): 1e-3 relative.
+  EXPECT_TRUE(testing::CheckGradient("dx", x, loss, dx, 1e-2, 1e-3, 1e-4));
+}
+
+}  // namespace
+}  // namespace lmf::kernels
