@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "experiments/sampling/kv_cache_decoder.h"
 
 namespace lmf::experiments {
 namespace {
@@ -60,19 +61,33 @@ absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const
                                               const GenerateOptions& options,
                                               const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) return absl::InvalidArgumentError("generation needs a prompt of at least one token");
-  const int64_t context = model.config().context_length;
+  KvCacheDecoder decoder(model);
   const int64_t vocab = model.config().vocab_size;
+  const int64_t capacity = decoder.capacity();
   std::vector<int32_t> ids = prompt;
+  // (Re)fills the cache with the last `keep` ids; returns the logits after the last of them.
+  auto refill = [&](int64_t keep) -> absl::StatusOr<const float*> {
+    decoder.Reset();
+    const float* logits = nullptr;
+    for (size_t i = ids.size() - static_cast<size_t>(keep); i < ids.size(); ++i) {
+      absl::StatusOr<const float*> step = decoder.Step(ids[i]);
+      if (!step.ok()) return step.status();
+      logits = *step;
+    }
+    return logits;
+  };
+  absl::StatusOr<const float*> logits = refill(std::min<int64_t>(capacity, static_cast<int64_t>(ids.size())));
   std::vector<int32_t> generated;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int64_t t = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
-    if (absl::Status s = model.Forward(ids.data() + ids.size() - t, 1, t); !s.ok()) return s;
-    const float* last = model.logits() + (t - 1) * vocab;
-    const int32_t next = SampleToken(last, vocab, options.sampling, static_cast<uint64_t>(i));
+    if (!logits.ok()) return logits.status();
+    const int32_t next = SampleToken(*logits, vocab, options.sampling, static_cast<uint64_t>(i));
     if (options.stop_token.has_value() && next == *options.stop_token) break;
     ids.push_back(next);
     generated.push_back(next);
     if (on_token) on_token(next);
+    if (i + 1 == options.max_new_tokens) break;
+    // A full cache restarts from the newest half of the window (positions begin again at 0).
+    logits = decoder.length() < capacity ? decoder.Step(next) : refill(std::max<int64_t>(1, capacity / 2));
   }
   return generated;
 }

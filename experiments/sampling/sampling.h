@@ -29,8 +29,9 @@ struct GenerateOptions {
   std::optional<int32_t> stop_token;  // e.g. <|endoftext|>; not included in the output
 };
 
-// Continues `prompt` (at least one id) with up to max_new_tokens ids. Each step runs the model on the
-// last context_length ids (the model has no KV cache yet, so every step recomputes the window).
+// Continues `prompt` (at least one id) with up to max_new_tokens ids, decoding with a KV cache
+// (kv_cache_decoder.h): the prompt's last context_length ids fill the cache, then each new id costs one
+// incremental step. When the cache is full it is refilled with the newest context_length / 2 ids.
 // `on_token` (may be empty) sees each new id as it is drawn.
 absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
                                               const GenerateOptions& options,
