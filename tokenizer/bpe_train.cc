@@ -229,32 +229,35 @@ absl::StatusOr<Tokenizer> TrainBpeFromCounts(const PretokenCounts& counts, const
       pair_words.erase(node);
     }
     delta.clear();
+    // Each word is rewritten in place; only the pairs next to a merged occurrence change. A pair shared
+    // by two adjacent occurrences ("a b a b": the old "b a", the new "X X") is counted once.
+    auto add_new_pair = [&](uint32_t w, uint32_t left, uint32_t right, int64_t c) {
+      const uint64_t q = Tokenizer::PairKey(left, right);
+      delta[q] += c;
+      std::vector<uint32_t>& holders = pair_words[q];
+      if (holders.empty() || holders.back() != w) holders.push_back(w);
+    };
     for (uint32_t w : words) {
       uint32_t* t = &tokens[word_start[w]];
       const uint32_t len = word_len[w];
-      bool found = false;
-      for (uint32_t i = 0; i + 1 < len && !found; ++i) found = (t[i] == a && t[i + 1] == b);
-      if (!found) continue;  // the index is lazy: an earlier merge took this pair out of the word
       const int64_t c = word_count[w];
-      for (uint32_t i = 0; i + 1 < len; ++i) delta[Tokenizer::PairKey(t[i], t[i + 1])] -= c;
       uint32_t j = 0;
+      bool last_merged = false;  // whether t[j - 1] is a merge made in this pass
       for (uint32_t i = 0; i < len;) {
         if (i + 1 < len && t[i] == a && t[i + 1] == b) {
+          if (i > 0 && !last_merged) delta[Tokenizer::PairKey(t[j - 1], a)] -= c;
+          if (i + 2 < len) delta[Tokenizer::PairKey(b, t[i + 2])] -= c;
+          if (j > 0) add_new_pair(w, t[j - 1], merged, c);
           t[j++] = merged;
           i += 2;
+          last_merged = true;
         } else {
+          if (last_merged) add_new_pair(w, merged, t[i], c);
           t[j++] = t[i++];
+          last_merged = false;
         }
       }
-      word_len[w] = j;
-      for (uint32_t i = 0; i + 1 < j; ++i) {
-        const uint64_t q = Tokenizer::PairKey(t[i], t[i + 1]);
-        delta[q] += c;
-        if (t[i] == merged || t[i + 1] == merged) {
-          std::vector<uint32_t>& holders = pair_words[q];
-          if (holders.empty() || holders.back() != w) holders.push_back(w);
-        }
-      }
+      word_len[w] = j;  // unchanged where the index was stale (an earlier merge took the pair out)
     }
     for (const auto& [q, d] : delta) {
       if (d == 0 || q == key) continue;
