@@ -1,6 +1,7 @@
 // CPU fused cross-entropy: per row, one pass for the max, one for sum(exp(x - max)) (vec::Exp), then the
-// loss; with dlogits, a third pass writes the gradient (in place if dlogits aliases logits). Rows split
-// over threads; padding columns [V, row_stride) of dlogits are zeroed.
+// loss. The fused forward (dlogits set) stores exp(x - max) into the gradient row during the sum pass and
+// scales it afterwards (one exp per element; in place if dlogits aliases logits); the separate backward
+// recomputes exp(x - lse). Rows split over threads; padding columns [V, row_stride) of dlogits are zeroed.
 #include <cmath>
 #include <cstring>
 
@@ -39,6 +40,21 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
       const bool ignored = target == p.ignore_index;
       LMF_CHECK(ignored || (target >= 0 && target < p.V))
           << "cross_entropy: target " << target << " at row " << n << " outside [0, " << p.V << ")";
+      float* g = gradient ? dlogits + n * stride : nullptr;
+      const float dloss = p.dlosses ? p.dlosses[n] : p.dloss;
+      if (forward && gradient && !ignored) {
+        // Fused: exp(x - max) goes straight into the gradient row (one exp per element), then is scaled.
+        const float picked = x[target];  // read before g (which may alias x) is written
+        const float mx = vec::Max(x, p.V);
+        const float sum = vec::ExpShiftSum(x, mx, g, p.V);
+        const float lse = mx + std::log(sum);
+        if (p.lse != nullptr) p.lse[n] = lse;
+        if (p.losses != nullptr) p.losses[n] = lse - picked + p.z_loss * lse * lse;
+        vec::Scale(dloss * (1.0f + 2.0f * p.z_loss * lse) / sum, g, p.V);
+        g[target] -= dloss;
+        if (stride > p.V) std::memset(g + p.V, 0, sizeof(float) * (stride - p.V));
+        continue;
+      }
       float lse;
       if (forward) {
         const float mx = vec::Max(x, p.V);
@@ -49,8 +65,6 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
         lse = p.lse[n];
       }
       if (!gradient) continue;
-      float* g = dlogits + n * stride;
-      const float dloss = p.dlosses ? p.dlosses[n] : p.dloss;
       if (ignored || !std::isfinite(lse)) {
         std::memset(g, 0, sizeof(float) * stride);
       } else {

@@ -45,7 +45,8 @@ TEST(CrossEntropy, ForwardBackwardAndFusedMatchPyTorch) {
   std::vector<float> inplace = logits, losses2(N), lse2(N);
   p.logits = inplace.data(), p.dlogits = inplace.data(), p.losses = losses2.data(), p.lse = lse2.data();
   CrossEntropyForward(ctx, p);
-  EXPECT_EQ(losses2, losses);
+  // The fused pass sums the exponentials in a different order: equal to a few ulp.
+  EXPECT_TRUE(AllClose("fused losses", losses2, losses, 1e-6, 0));
   EXPECT_TRUE(AllClose("fused in-place dlogits", inplace, f.F("dlogits"), kRtol, kAtol));
 }
 
