@@ -1,0 +1,47 @@
+// `./bazelw run //scaling:account -- --config=FILE [--set=path=value ...] [--tokens_per_second=X]
+// [--peak_flops=Y]` prints the parameter, FLOP, memory and arithmetic-intensity table of an experiment.
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "experiments/cli_args.h"
+#include "experiments/config/loader.h"
+#include "experiments/trainer/trainer.h"
+#include "scaling/accounting/account.h"
+
+int main(int argc, char** argv) {
+  auto args = lmf::experiments::CliArgs::Parse(argc, argv, {"config", "set", "tokens_per_second", "peak_flops", "help"});
+  if (!args.ok()) {
+    std::fprintf(stderr, "account: %s\n", std::string(args.status().message()).c_str());
+    return 2;
+  }
+  if (args->Has("help") || !args->Has("config")) {
+    std::fprintf(stderr,
+                 "usage: account --config=EXPERIMENT.textproto [--set=path=value ...] [--tokens_per_second=X]"
+                 " [--peak_flops=Y]\n");
+    return args->Has("help") ? 0 : 2;
+  }
+  auto experiment =
+      lmf::experiments::LoadExperiment(lmf::experiments::UserPath(args->Get("config")), args->GetAll("set"));
+  if (!experiment.ok()) {
+    std::fprintf(stderr, "account: %s\n", std::string(experiment.status().message()).c_str());
+    return 1;
+  }
+  auto tps = args->GetDouble("tokens_per_second", 0);
+  auto peak = args->GetDouble("peak_flops", 0);
+  if (!tps.ok() || !peak.ok()) {
+    std::fprintf(stderr, "account: %s\n", std::string((!tps.ok() ? tps : peak).status().message()).c_str());
+    return 2;
+  }
+  auto account = lmf::scaling::AccountExperiment(*experiment);
+  if (!account.ok()) {
+    std::fprintf(stderr, "account: %s\n", std::string(account.status().message()).c_str());
+    return 1;
+  }
+  // Without --peak_flops: run.peak_flops, else the trainer's CPU estimate for this machine's threads.
+  const double peak_flops =
+      *peak > 0 ? *peak
+                : lmf::experiments::PeakFlops(experiment->run(), static_cast<int>(std::thread::hardware_concurrency()));
+  std::fputs(lmf::scaling::FormatAccount(*account, *tps, peak_flops).c_str(), stdout);
+  return 0;
+}
