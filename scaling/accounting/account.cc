@@ -119,7 +119,7 @@ std::string FormatAccount(const ExperimentAccount& a, double tokens_per_second, 
                           m.flops() * m.count, m.Intensity(4), m.Intensity(2));
   }
   if (tokens_per_second > 0) {
-    absl::StrAppendFormat(&out, "\nat %s tokens/s: %s model FLOP/s, MFU %.1f%% of %s peak\n",
+    absl::StrAppendFormat(&out, "\nat %s tokens/s: %s of model FLOPs, MFU %.1f%% of a %s peak\n",
                           Human(tokens_per_second, ""), Human(tokens_per_second * a.exact.training(), "FLOP/s"),
                           100 * Mfu(a, tokens_per_second, peak_flops), Human(peak_flops, "FLOP/s"));
   }

@@ -65,16 +65,23 @@ absl::StatusOr<PowerLaw> FitPowerLaw(const std::vector<double>& x, const std::ve
 std::vector<int> LowerFrontier(const std::vector<double>& x, const std::vector<double>& loss) {
   std::vector<int> order(x.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return x[a] != x[b] ? x[a] < x[b] : loss[a] < loss[b];
-  });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x[a] < x[b]; });
+  // Runs whose x agree to 0.1% (e.g. the runs of one IsoFLOP budget, whose FLOP counts differ in the last
+  // digits) count as one x: only the lowest loss among them can be on the frontier.
   std::vector<int> frontier;
   double best = INFINITY;
-  for (int i : order) {
-    if (loss[i] < best) {
-      best = loss[i];
-      frontier.push_back(i);
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    int lowest = order[i];
+    while (j < order.size() && x[order[j]] <= x[order[i]] * (1 + 1e-3)) {
+      if (loss[order[j]] < loss[lowest]) lowest = order[j];
+      ++j;
     }
+    if (loss[lowest] < best) {
+      best = loss[lowest];
+      frontier.push_back(lowest);
+    }
+    i = j;
   }
   return frontier;
 }

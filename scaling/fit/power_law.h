@@ -49,7 +49,8 @@ struct KaplanLaws {
   KaplanLaw flops;   // L(C)
 };
 
-// Indices of the lower frontier of loss along `x` (see above), sorted by x.
+// Indices of the lower frontier of loss along `x` (see above), sorted by x; x values within 0.1% of each
+// other count as one.
 std::vector<int> LowerFrontier(const std::vector<double>& x, const std::vector<double>& loss);
 
 absl::StatusOr<KaplanLaws> FitKaplanLaws(const Observations& observations);

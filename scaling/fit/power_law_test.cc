@@ -55,6 +55,13 @@ TEST(LowerFrontierTest, KeepsRunsBetterThanEverySmallerOne) {
   EXPECT_EQ(LowerFrontier(x, loss), (std::vector<int>{0, 1, 3}));
 }
 
+TEST(LowerFrontierTest, RunsAtTheSameComputeGiveOnePoint) {
+  // Three runs of one budget whose FLOP counts differ by 1e-5: only the best of them is on the frontier.
+  const std::vector<double> x = {1e19, 1.00001e19, 0.99999e19, 1e20};
+  const std::vector<double> loss = {3.2, 3.1, 3.3, 2.9};
+  EXPECT_EQ(LowerFrontier(x, loss), (std::vector<int>{1, 3}));
+}
+
 TEST(FitKaplanLawsTest, RecoversCriticalSizesAndExponents) {
   // L(N) = (8.8e13 / N)^0.076 (Kaplan et al. 2020) on a frontier, plus runs above it that must be ignored.
   Observations obs;

@@ -29,11 +29,11 @@ std::string RichText(const std::string& label) {
   size_t end = caret + 1;
   if (end < label.size() && label[end] == '-') ++end;
   while (end < label.size() && label[end] >= '0' && label[end] <= '9') ++end;
+  // A space right after the exponent becomes an offset: renderers drop leading spaces in a tspan.
+  const bool space = end < label.size() && label[end] == ' ';
   return XmlEscape(label.substr(0, caret)) + "<tspan dy=\"-6\" font-size=\"9\">" +
-         XmlEscape(label.substr(caret + 1, end - caret - 1)) + "</tspan><tspan dy=\"6\">" +
-         (end < label.size() && label[end] == ' ' ? "&#160;" + XmlEscape(label.substr(end + 1))  // kept by renderers
-                                                  : XmlEscape(label.substr(end))) +
-         "</tspan>";
+         XmlEscape(label.substr(caret + 1, end - caret - 1)) + "</tspan><tspan dy=\"6\"" + (space ? " dx=\"4\"" : "") +
+         ">" + XmlEscape(label.substr(space ? end + 1 : end)) + "</tspan>";
 }
 
 double TextWidth(const std::string& s, double font_px) { return 0.58 * font_px * static_cast<double>(s.size()); }

@@ -78,7 +78,7 @@ TEST(FigureTest, DrawsSeriesInsideThePlotAndEscapesText) {
   // Only the exponent is raised: text after it returns to the baseline.
   Figure legend("t");
   legend.AddVerticalLine(1, {}, "target 10^22 FLOP");
-  EXPECT_NE(legend.Svg().find("target 10<tspan dy=\"-6\" font-size=\"9\">22</tspan><tspan dy=\"6\">&#160;FLOP</tspan>"),
+  EXPECT_NE(legend.Svg().find("target 10<tspan dy=\"-6\" font-size=\"9\">22</tspan><tspan dy=\"6\" dx=\"4\">FLOP</tspan>"),
             std::string::npos);
 
   // x = 1e20 is the middle of [1e18, 1e22] on a log axis: the marker at 1e20 sits at the plot's centre.

@@ -13,11 +13,12 @@
 namespace lmf::scaling {
 namespace {
 
-// 4 significant digits; powers of ten as 1.234e9 outside [1e-3, 1e5).
+// 4 significant digits (whole numbers from 1,000 to 99,999); powers of ten as 1.234e9 outside [1e-3, 1e5).
 std::string Fmt(double v) {
   if (!std::isfinite(v)) return "n/a";
   const double m = std::fabs(v);
-  if (m == 0 || (m >= 1e-3 && m < 1e5)) return absl::StrFormat("%.4g", v);
+  if (m >= 1e3 && m < 1e5) return absl::StrFormat("%.0f", v);  // %.4g would switch to 8.994e+04
+  if (m == 0 || (m >= 1e-3 && m < 1e3)) return absl::StrFormat("%.4g", v);
   const int e = static_cast<int>(std::floor(std::log10(m)));
   return absl::StrFormat("%.4ge%d", v / std::pow(10.0, e), e);
 }
