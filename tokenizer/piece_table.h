@@ -62,11 +62,14 @@ class PieceTable {
   // next insertion.
   uint64_t* FindOrInsert(std::string_view key, bool* inserted) {
     const uint64_t h = HashPiece(key.data(), key.size());
+    const uint64_t prefix = Prefix(key);
     size_t i = h & mask_;
     while (true) {
       Slot& s = slots_[i];
       if (s.hash == 0) break;
-      if (s.hash == h && s.length == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0) {
+      // Keys of up to 8 bytes are compared by their inline prefix alone.
+      if (s.hash == h && s.length == key.size() && s.prefix == prefix &&
+          (key.size() <= 8 || std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0)) {
         *inserted = false;
         return &s.value;
       }
@@ -79,7 +82,8 @@ class PieceTable {
     Slot& s = slots_[i];
     s.hash = h;
     s.offset = arena_.size();
-    s.length = key.size();
+    s.length = static_cast<uint32_t>(key.size());
+    s.prefix = prefix;
     s.value = 0;
     arena_.append(key.data(), key.size());
     ++size_;
@@ -104,23 +108,30 @@ class PieceTable {
 
  private:
   struct Slot {
-    uint64_t hash;  // 0: empty
-    uint64_t offset;
-    uint64_t length;
+    uint64_t hash;    // 0: empty
+    uint64_t offset;  // of the key in arena_
+    uint64_t prefix;  // the key's first 8 bytes, zero-padded
+    uint32_t length;  // of the key
     uint64_t value;
   };
+
+  static uint64_t Prefix(std::string_view key) {
+    uint64_t p = 0;
+    std::memcpy(&p, key.data(), key.size() < 8 ? key.size() : 8);
+    return p;
+  }
 
   void Reset(size_t slots) {
     size_t n = 16;
     while (n < slots) n *= 2;
-    slots_.assign(n, Slot{0, 0, 0, 0});
+    slots_.assign(n, Slot{0, 0, 0, 0, 0});
     mask_ = n - 1;
     size_ = 0;
   }
 
   void Grow() {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.size() * 2, Slot{0, 0, 0, 0});
+    slots_.assign(old.size() * 2, Slot{0, 0, 0, 0, 0});
     mask_ = slots_.size() - 1;
     for (const Slot& s : old) {
       if (s.hash == 0) continue;
