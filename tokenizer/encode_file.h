@@ -2,7 +2,8 @@
 // chunks at safe points (corpus_chunks.h), a batch of chunks is encoded at once on all threads, each thread
 // with its own pre-token cache, and the ids are appended in order: memory is bounded by the batch size,
 // whatever the size of the input. Specials in the text (e.g. <|endoftext|> between documents) become
-// their ids. Files are encoded back to back, as if concatenated.
+// their ids. Each file is encoded on its own (no pre-token spans two files) and the ids of the files are
+// written one after the other, in the order given.
 #ifndef LMFORGE_TOKENIZER_ENCODE_FILE_H_
 #define LMFORGE_TOKENIZER_ENCODE_FILE_H_
 
