@@ -79,20 +79,41 @@ TEST(Matmul, LinearWithBroadcastWeightAccumulatesOverBatch) {
   EXPECT_TRUE(AllClose("dw summed over the batch", dw, want_dw, kRtol, kAtol));
 }
 
-TEST(Matmul, LargeProductMatchesFloat64) {
-  const int64_t M = 130, N = 257, K = 768;
-  auto a = testing::RandomNormal(M * K, 4), b = testing::RandomNormal(N * K, 5);
-  std::vector<float> c(M * N), want(M * N);
-  Context ctx = Context::Cpu();
-  Matmul(ctx, LinearParams(M, K, N, a.data(), b.data(), nullptr, c.data()));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = 0;
-      for (int64_t k = 0; k < K; ++k) s += double(a[m * K + k]) * b[n * K + k];
-      want[m * N + n] = static_cast<float>(s);
+// Products large enough to be split over the pool, for every transpose combination and both split
+// directions (wide C splits columns, tall C splits rows), with strided operands (leading dimensions larger
+// than the matrices), against a float64 loop.
+TEST(Matmul, PanelSplitProductsMatchFloat64) {
+  ThreadPool pool(3);
+  Context ctx = Context::Cpu(&pool);
+  struct Dims {
+    int64_t M, N, K;
+  };
+  for (Dims d : {Dims{70, 301, 200}, Dims{301, 70, 200}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? d.M : d.K) + 3, ldb = (tb ? d.K : d.N) + 5, ldc = d.N + 7;
+        auto a = testing::RandomNormal((ta ? d.K : d.M) * lda, 4), b = testing::RandomNormal((tb ? d.N : d.K) * ldb, 5);
+        auto c = testing::RandomNormal(d.M * ldc, 6);
+        std::vector<float> want = c;
+        for (int64_t m = 0; m < d.M; ++m)
+          for (int64_t n = 0; n < d.N; ++n) {
+            double s = 0.5 * c[m * ldc + n];  // beta = 0.5
+            for (int64_t k = 0; k < d.K; ++k)
+              s += 2.0 * double(ta ? a[k * lda + m] : a[m * lda + k]) * double(tb ? b[n * ldb + k] : b[k * ldb + n]);
+            want[m * ldc + n] = static_cast<float>(s);
+          }
+        MatmulParams p;
+        p.M = d.M, p.N = d.N, p.K = d.K, p.a = a.data(), p.lda = lda, p.trans_a = ta, p.b = b.data(), p.ldb = ldb;
+        p.trans_b = tb, p.c = c.data(), p.ldc = ldc, p.alpha = 2.0f, p.beta = 0.5f;
+        Matmul(ctx, p);
+        // K = 200 fp32 products of N(0,1) values (sums of size ~30): error ~sqrt(K) * 6e-8 * 30 ~ 3e-5.
+        // The ldc padding between rows keeps its old values (want holds them).
+        EXPECT_TRUE(AllClose("M=" + std::to_string(d.M) + " N=" + std::to_string(d.N) + " ta=" + std::to_string(ta) +
+                                 " tb=" + std::to_string(tb),
+                             c, want, 1e-5, 2e-4));
+      }
     }
-  // K = 768 fp32 products of N(0,1) values: sums of size ~28 with error ~sqrt(K) * 6e-8 * 28 ~ 5e-5.
-  EXPECT_TRUE(AllClose("c", c, want, 1e-5, 2e-4));
+  }
 }
 
 }  // namespace
