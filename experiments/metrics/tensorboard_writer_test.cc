@@ -37,6 +37,13 @@ TEST(TensorBoardEvent, EncodesWithTensorFlowFieldNumbers) {
   EXPECT_EQ(restart.SerializeAsString(), std::string("\x3a\x02\x08\x01", 4));  // field 7 { status = 1 }
 }
 
+TEST(TensorBoardEvent, ZeroScalarIsStillWritten) {
+  tensorboard::SummaryValue v;
+  v.set_tag("lr");
+  v.set_simple_value(0.0f);
+  EXPECT_EQ(v.SerializeAsString(), std::string("\x0a\x02lr\x15\x00\x00\x00\x00", 9));
+}
+
 TEST(TfRecord, FramesWithMaskedCrcs) {
   const std::string framed = FrameTfRecord("abc");
   ASSERT_EQ(framed.size(), 8u + 4 + 3 + 4);
