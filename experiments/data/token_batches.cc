@@ -50,11 +50,13 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
         absl::Hex(header.tokenizer_hash, absl::kZeroPad16), ", data.tokenizer has hash ",
         absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
   }
-  const uint64_t window = static_cast<uint64_t>(expect.context_length) + 1;
-  if (header.num_tokens < window) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", header.num_tokens,
-                                                   " tokens are too few for one window of model.context_length + 1 = ",
-                                                   window, " tokens"));
+  // One batch of B windows that share no target: B * T + 1 ids. Fewer would make every batch repeat
+  // tokens within itself, which is almost certainly a wrong file or a wrong batch size.
+  const uint64_t batch_needs = static_cast<uint64_t>(expect.batch_size * expect.context_length) + 1;
+  if (header.num_tokens < batch_needs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", header.num_tokens, " tokens are too few for one batch: run.batch_size * model.context_length + 1 = ",
+        expect.batch_size, " * ", expect.context_length, " + 1 = ", batch_needs, " tokens"));
   }
   return file;
 }
@@ -110,8 +112,8 @@ absl::StatusOr<ValidationBatches> ValidationBatches::Open(const std::string& pat
   const int64_t batch_tokens = expect.batch_size * expect.context_length;
   const int64_t num_batches = eval_tokens / batch_tokens;
   if (num_batches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": run.eval_tokens=", eval_tokens,
-                                                   " is less than one batch of ", batch_tokens, " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": an evaluation budget of ", eval_tokens,
+                                                   " tokens is less than one batch of ", batch_tokens, " tokens"));
   }
   const uint64_t needed = static_cast<uint64_t>(num_batches * batch_tokens) + 1;
   if (file->size() < needed) {

@@ -7,7 +7,8 @@
 // Validation: windows read in order, T apart, from the start of the file, for a fixed token budget.
 //
 // Both check the file against what the run expects: its tokenizer's vocab fits the model, its tokenizer
-// hash matches (when known), and it holds at least what one batch needs.
+// hash matches (when known), and it holds at least one batch of B windows that share no target
+// (B * T + 1 ids).
 #ifndef LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
 #define LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
 
@@ -29,7 +30,7 @@ struct TokenFileExpectations {
   int64_t context_length = 0;                  // T
 };
 
-// Opens and checks a token file against `expect` (vocab, hash, at least one window of T+1 ids).
+// Opens and checks a token file against `expect` (vocab, hash, at least one batch: B * T + 1 ids).
 absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
                                                          const TokenFileExpectations& expect);
 

@@ -142,12 +142,14 @@ TEST(TokenFileChecks, TruncatedFileIsAnError) {
   EXPECT_NE(std::string(sampler.status().message()).find(path), std::string::npos);
 }
 
-TEST(TokenFileChecks, FileSmallerThanOneWindowIsAnError) {
-  const std::string path = WriteTokens("tiny.tok", 8);
+TEST(TokenFileChecks, FileSmallerThanOneBatchIsAnError) {
+  const std::string path = WriteTokens("tiny.tok", 32);
   auto sampler = TrainBatchSampler::Open(path, Expect(4, 8), 1);
   ASSERT_FALSE(sampler.ok());
   EXPECT_EQ(sampler.status().message(),
-            path + ": 8 tokens are too few for one window of model.context_length + 1 = 9 tokens");
+            path + ": 32 tokens are too few for one batch: run.batch_size * model.context_length + 1 = 4 * 8 + 1 = "
+                   "33 tokens");
+  EXPECT_TRUE(TrainBatchSampler::Open(WriteTokens("enough.tok", 33), Expect(4, 8), 1).ok());
 }
 
 TEST(TokenFileChecks, ValidationFileSmallerThanTheBudgetIsAnError) {

@@ -75,10 +75,11 @@ TrainOptions Quiet() {
 }
 
 TEST(Trainer, OverfitsASingleWindow) {
-  // 33 tokens and context 32: every sampled window is the same sequence, so the model can memorise it.
+  // 33 tokens, context 32, batch 1: every batch is the same sequence, so the model can memorise it.
   const std::string train = WriteTokens("overfit.tok", RandomIds(33, 1));
   const std::string out = TempPath("overfit_run");
   auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=150",
+                            "run.batch_size=1",
                             "schedule.warmup=10", "optimizer.lr=0.01", "optimizer.adamw.weight_decay=0"}),
                       Quiet());
   ASSERT_TRUE(result.ok()) << result.status();
