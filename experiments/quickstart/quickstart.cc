@@ -13,10 +13,10 @@
 #include "experiments/config/loader.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_report.h"
 #include "experiments/sweep/train_run.h"
 #include "experiments/synthetic_corpus/story_generator.h"
 #include "google/protobuf/text_format.h"
-#include "scaling/reporting/report.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/encode_file.h"
 #include "tokenizer/token_file.h"
@@ -60,8 +60,8 @@ absl::Status MakeCorpus(const QuickstartOptions& o, const std::string& train, co
       if (!text.ok()) return absl::NotFoundError(absl::StrCat("--data: ", text.status().message()));
       std::string_view all = text->view();
       if (all.size() < 1024) {
-        return absl::InvalidArgumentError(absl::StrCat("--data: ", f, " has ", all.size(),
-                                                       " bytes; need at least 1 KiB of text per file"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--data: ", f, " has ", all.size(), " bytes; need at least 1 KiB of text per file"));
       }
       size_t cut = all.size() - all.size() / 50;
       const size_t newline = all.find('\n', cut);
@@ -106,39 +106,54 @@ absl::StatusOr<uint64_t> MakeTokens(const tokenizer::Tokenizer& tok, const std::
 config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& train_tokens,
                               const std::string& val_tokens, const std::string& tokenizer) {
   // Small Llama-style models (RMSNorm, SwiGLU, RoPE), 64-token context, 16 sequences a step.
-  const std::string text = absl::StrFormat(R"pb(
-    name: "quickstart"
-    output_dir: "%s/sweep"
-    parallel_runs: %d
-    evals_per_run: 6
-    estimate_flops_per_second: 1.5e10
-    target_flops: %g
-    experiment {
-      name: "quickstart"
-      model {
-        vocab_size: %d context_length: 64
-        d_model: 64 n_layers: 2 n_heads: 8
-        norm { kind: RMSNORM }
-        ffn { kind: SWIGLU d_ff: 176 }
-        positional { kind: ROPE rope_theta: 10000 }
-        init { scheme: TRUNCATED_NORMAL }
-      }
-      optimizer { lr: 4e-3 adamw { beta1: 0.9 beta2: 0.95 weight_decay: 0.1 } grad_clip: 1.0 }
-      schedule { kind: COSINE warmup: 10 min_lr_ratio: 0.1 }
-      data { train_tokens: "%s" val_tokens: "%s" tokenizer: "%s" }
-      run { batch_size: 16 max_steps: 100 eval_tokens: 16384 seed: %d output_dir: "unused" }
-      logging { log_interval: 50 }
-    }
-    isoflop {
-      family { aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 8 aspect_spread: 1.5 ffn_ratio: 2.75 }
-      models_per_budget: %d
-      min_tokens_per_param: 2
-      max_tokens_per_param: 250
-      min_steps: 40
-    }
-  )pb",
-                                           o.out_dir, o.parallel_runs, o.target_flops, o.vocab_size, train_tokens,
-                                           val_tokens, tokenizer, o.seed, o.models_per_budget);
+  const std::string text = absl::StrFormat(
+      R"pb(
+        name: "quickstart"
+        output_dir: "%s/sweep"
+        parallel_runs: %d
+        evals_per_run: 6
+        estimate_flops_per_second: 1.5e10
+        target_flops: %g
+        experiment {
+          name: "quickstart"
+          model {
+            vocab_size: %d
+            context_length: 64
+            d_model: 64
+            n_layers: 2
+            n_heads: 8
+            norm { kind: RMSNORM }
+            ffn { kind: SWIGLU d_ff: 176 }
+            positional { kind: ROPE rope_theta: 10000 }
+            init { scheme: TRUNCATED_NORMAL }
+          }
+          optimizer {
+            lr: 4e-3
+            adamw { beta1: 0.9 beta2: 0.95 weight_decay: 0.1 }
+            grad_clip: 1.0
+          }
+          schedule { kind: COSINE warmup: 10 min_lr_ratio: 0.1 }
+          data { train_tokens: "%s" val_tokens: "%s" tokenizer: "%s" }
+          run { batch_size: 16 max_steps: 100 eval_tokens: 16384 seed: %d output_dir: "unused" }
+          logging { log_interval: 50 }
+        }
+        isoflop {
+          family {
+            aspect_ratio: 16
+            head_size: 8
+            min_layers: 1
+            max_layers: 8
+            aspect_spread: 1.5
+            ffn_ratio: 2.75
+          }
+          models_per_budget: %d
+          min_tokens_per_param: 2
+          max_tokens_per_param: 250
+          min_steps: 40
+        }
+      )pb",
+      o.out_dir, o.parallel_runs, o.target_flops, o.vocab_size, train_tokens, val_tokens, tokenizer, o.seed,
+      o.models_per_budget);
   config::Sweep sweep;
   google::protobuf::TextFormat::ParseFromString(text, &sweep);  // a fixed template: always parses
   for (double b : o.budgets) sweep.mutable_isoflop()->add_budgets(b);
@@ -150,8 +165,8 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
     if (o.progress) o.progress(line);
   };
   if (o.vocab_size < 258) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--vocab_size=", o.vocab_size, ": needs at least 256 byte tokens + <|endoftext|> + 1 merge"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab_size=", o.vocab_size, ": needs at least 256 byte tokens + <|endoftext|> + 1 merge"));
   }
   if (o.budgets.empty()) return absl::InvalidArgumentError("--budgets is empty");
   const std::string data_dir = o.out_dir + "/data";
@@ -159,8 +174,8 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   const std::string train_txt = data_dir + "/train.txt", val_txt = data_dir + "/val.txt";
   const std::string stamp_before = ReadFile(data_dir + "/corpus.stamp").value_or("");
 
-  say(o.data.empty() ? absl::StrFormat("[1/5] corpus: synthetic stories (%.1f MB, seed %d) -> %s", o.corpus_bytes / 1e6,
-                                       o.seed, data_dir)
+  say(o.data.empty() ? absl::StrFormat("[1/5] corpus: synthetic stories (%.1f MB, seed %d) -> %s",
+                                       o.corpus_bytes / 1e6, o.seed, data_dir)
                      : absl::StrCat("[1/5] corpus: ", absl::StrJoin(o.data, ", "), " -> ", data_dir));
   if (absl::Status s = MakeCorpus(o, train_txt, val_txt); !s.ok()) return s;
   const bool corpus_changed = ReadFile(data_dir + "/corpus.stamp").value_or("") != stamp_before;
@@ -193,23 +208,21 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
   sweep::RunnerOptions runner;
   runner.command = o.train_command;
-  runner.threads_per_run = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.parallel_runs);
+  runner.threads_per_run =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.parallel_runs);
   runner.progress = say;
   auto summary = sweep::RunSweep(*plan, runner);
   if (!summary.ok()) return summary.status();
 
-  const std::string report_dir = o.out_dir + "/report";
+  const std::string report_dir = plan->output_dir + "/report";
   say(absl::StrFormat("[5/5] fits and report -> %s", report_dir));
-  scaling::ReportOptions report;
-  report.target_flops = o.target_flops;
-  report.choice.non_embedding = plan->non_embedding_params;
-  report.data_note = o.data.empty()
-                         ? absl::StrFormat(
-                               "SYNTHETIC data: the built-in generator of simple English stories (seed %d, %.1f MB). "
-                               "Fits on it show the method, not the scaling of natural language.",
-                               o.seed, o.corpus_bytes / 1e6)
-                         : absl::StrCat("Text files: ", absl::StrJoin(o.data, ", "));
-  auto analysis = scaling::MakeReport(summary->results_path, report, report_dir);
+  const std::string data_note =
+      o.data.empty() ? absl::StrFormat(
+                           "SYNTHETIC data: the built-in generator of simple English stories (seed %d, "
+                           "%.1f MB). Fits on it show the method, not the scaling of natural language.",
+                           o.seed, o.corpus_bytes / 1e6)
+                     : absl::StrCat("Text files: ", absl::StrJoin(o.data, ", "));
+  auto analysis = sweep::WriteSweepReport(*plan, summary->results_path, data_note, sweep::SizeOfModel);
   if (!analysis.ok()) return analysis.status();
 
   QuickstartResult result;

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   o.budgets.clear();
   for (const std::string& b : absl::GetFlag(FLAGS_budgets)) {
     double v = 0;
-    if (!absl::SimpleAtod(b, &v) || !(v > 0)) return Fail(absl::StrCat("--budgets: '", b, "' is not a positive number"));
+    if (!absl::SimpleAtod(b, &v) || !(v > 0))
+      return Fail(absl::StrCat("--budgets: '", b, "' is not a positive number"));
     o.budgets.push_back(v);
   }
   o.models_per_budget = absl::GetFlag(FLAGS_models_per_budget);

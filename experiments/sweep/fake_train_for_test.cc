@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   }
   const auto& m = e->model();
   const double n = 12.0 * m.n_layers() * m.d_model() * m.d_model();
-  const double d = static_cast<double>(lmf::experiments::TotalSteps(*e)) * lmf::experiments::TokensPerStep(*e);
+  const double d =
+      static_cast<double>(lmf::experiments::TotalSteps(*e)) * lmf::experiments::TokensPerStep(*e);
   const double loss = 1.8 + 300.0 / std::pow(n, 0.33) + 500.0 / std::pow(d, 0.29);
   lmf::config::SweepRunResult result;
   result.set_status(lmf::config::SweepRunResult::FINISHED);

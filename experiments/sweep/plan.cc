@@ -67,11 +67,9 @@ std::string SafeName(const std::string& name) {
   return out;
 }
 
-struct Shape {
-  int64_t d_model, n_layers, n_heads, n_kv_heads, d_ff;
-};
+}  // namespace
 
-std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base) {
+std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base) {
   const auto& m = base.model();
   const double base_ffn_ratio = m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0
                                     ? static_cast<double>(m.ffn().d_ff()) / m.d_model()
@@ -81,7 +79,7 @@ std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config:
   const int64_t kv_group = m.n_heads() > 0 && m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() == 0
                                ? m.n_heads() / m.n_kv_heads()
                                : 1;
-  std::vector<Shape> shapes;
+  std::vector<ModelShape> shapes;
   std::set<std::pair<int64_t, int64_t>> seen;
   for (int64_t layers = family.min_layers(); layers <= family.max_layers(); ++layers) {
     const double center = family.aspect_ratio() * layers;
@@ -94,7 +92,7 @@ std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config:
     }
     for (const int64_t d : widths) {
       if (!seen.insert({d, layers}).second) continue;
-      Shape s;
+      ModelShape s;
       s.d_model = d;
       s.n_layers = layers;
       s.n_heads = d / head;
@@ -106,6 +104,14 @@ std::vector<Shape> FamilyShapes(const config::ShapeFamily& family, const config:
   return shapes;
 }
 
+std::vector<std::string> ShapeOverrides(const ModelShape& s) {
+  return {absl::StrCat("model.d_model=", s.d_model), absl::StrCat("model.n_layers=", s.n_layers),
+          absl::StrCat("model.n_heads=", s.n_heads), absl::StrCat("model.n_kv_heads=", s.n_kv_heads),
+          absl::StrCat("model.ffn.d_ff=", s.d_ff)};
+}
+
+namespace {
+
 absl::Status ApplyAll(const std::vector<std::string>& assignments, config::Experiment* e,
                       const std::string& where) {
   for (const std::string& a : assignments) {
@@ -114,12 +120,6 @@ absl::Status ApplyAll(const std::vector<std::string>& assignments, config::Exper
     }
   }
   return absl::OkStatus();
-}
-
-std::vector<std::string> ShapeOverrides(const Shape& s) {
-  return {absl::StrCat("model.d_model=", s.d_model), absl::StrCat("model.n_layers=", s.n_layers),
-          absl::StrCat("model.n_heads=", s.n_heads), absl::StrCat("model.n_kv_heads=", s.n_kv_heads),
-          absl::StrCat("model.ffn.d_ff=", s.d_ff)};
 }
 
 // Validates and resolves one run and fills its size, steps, tokens and FLOPs.
@@ -216,12 +216,12 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
 
   struct Candidate {
-    Shape shape;
+    ModelShape shape;
     ModelSize size;
     double n;
   };
   std::vector<Candidate> candidates;
-  for (const Shape& shape : FamilyShapes(family, base)) {
+  for (const ModelShape& shape : FamilyShapes(family, base)) {
     config::Experiment e = base;
     if (absl::Status s = ApplyAll(ShapeOverrides(shape), &e, absl::StrCat(source, ": sweep.isoflop.family"));
         !s.ok()) {
@@ -400,6 +400,8 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
     max_flops = std::max({max_flops, run.flops, run.budget_flops});
   }
   plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;
+  plan.base = base;
+  if (sweep.has_isoflop()) plan.family = sweep.isoflop().family();
   return plan;
 }
 

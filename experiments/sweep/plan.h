@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,32 +23,45 @@ namespace lmf::sweep {
 
 // What the planner needs to know of a model: its size and its cost per training token.
 struct ModelSize {
-  double params = 0;                 // all parameters
-  double non_embedding_params = 0;   // without token/position embeddings
+  double params = 0;                // all parameters
+  double non_embedding_params = 0;  // without token/position embeddings
   double training_flops_per_token = 0;
 };
 using ModelSizer = std::function<absl::StatusOr<ModelSize>(const config::Experiment&)>;
 
 struct PlannedRun {
-  std::string name;                 // unique in the sweep; also its folder name under runs/
-  config::Experiment experiment;    // resolved and validated; run.output_dir is the run's folder
-  double budget_flops = 0;          // the IsoFLOP budget, 0 for grid runs
+  std::string name;               // unique in the sweep; also its folder name under runs/
+  config::Experiment experiment;  // resolved and validated; run.output_dir is the run's folder
+  double budget_flops = 0;        // the IsoFLOP budget, 0 for grid runs
   ModelSize size;
   int64_t steps = 0;
-  double tokens = 0;                // steps * tokens per step
-  double flops = 0;                 // tokens * training FLOPs per token
+  double tokens = 0;  // steps * tokens per step
+  double flops = 0;   // tokens * training FLOPs per token
 };
 
 struct SweepPlan {
   std::string name;
-  std::string source;        // the sweep file (for messages)
-  std::string output_dir;    // absolute
+  std::string source;      // the sweep file (for messages)
+  std::string output_dir;  // absolute
   int parallel_runs = 1;
   double estimate_flops_per_second = 0;
-  double target_flops = 0;   // resolved: never 0
-  bool non_embedding_params = false;  // which N the fits should use (IsoFLOP ParamCount)
+  double target_flops = 0;                    // resolved: never 0
+  bool non_embedding_params = false;          // which N the fits should use (IsoFLOP ParamCount)
+  std::optional<config::ShapeFamily> family;  // the IsoFLOP design's model family, if any
+  config::Experiment base;                    // the base experiment after the sweep-wide overrides
   std::vector<PlannedRun> runs;
 };
+
+// One model shape of a ShapeFamily (see sweep.proto).
+struct ModelShape {
+  int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_ff = 0;
+};
+
+// Every shape of `family`, with n_kv_heads and d_ff derived from `base` as sweep.proto describes.
+std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base);
+
+// The --set style assignments that give an experiment this shape.
+std::vector<std::string> ShapeOverrides(const ModelShape& shape);
 
 // Reads a sweep textproto (errors at file:line:column; unknown fields are errors).
 absl::StatusOr<config::Sweep> LoadSweep(const std::string& path);

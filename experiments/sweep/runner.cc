@@ -57,7 +57,8 @@ absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std:
       ::dup2(fd, STDERR_FILENO);
     }
     if (::chdir(run_dir.c_str()) != 0) ::_exit(126);
-    if (threads_per_run > 0) ::setenv("LMF_NUM_THREADS", std::to_string(threads_per_run).c_str(), /*overwrite=*/0);
+    if (threads_per_run > 0)
+      ::setenv("LMF_NUM_THREADS", std::to_string(threads_per_run).c_str(), /*overwrite=*/0);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -96,7 +97,8 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
   if (row.status == scaling::RunStatus::kFinished) {
     row.final_loss = result.final_loss();
     row.best_val_loss = result.best_val_loss();
-    if (!result.curve_file().empty()) row.curve_file = absl::StrCat("runs/", run.name, "/", result.curve_file());
+    if (!result.curve_file().empty())
+      row.curve_file = absl::StrCat("runs/", run.name, "/", result.curve_file());
   }
   return row;
 }
@@ -126,7 +128,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     if (options.progress) options.progress(line);
   };
   if (absl::Status s = MakeDirs(plan.output_dir + "/runs"); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomically(plan.output_dir + "/plan.txt", FormatPlan(plan)); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(plan.output_dir + "/plan.txt", FormatPlan(plan)); !s.ok())
+    return s;
 
   SweepSummary summary;
   std::vector<size_t> todo;
@@ -189,15 +192,16 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       failed.set_status(config::SweepRunResult::FAILED);
       const std::string how = WIFEXITED(wstatus) ? absl::StrCat("exit code ", WEXITSTATUS(wstatus))
                                                  : absl::StrCat("signal ", WTERMSIG(wstatus));
-      failed.set_message(absl::StrCat(how, result.ok() ? "" : ", no result file; log tail: ", Tail(dir + "/log.txt", 5)));
+      failed.set_message(
+          absl::StrCat(how, result.ok() ? "" : ", no result file; log tail: ", Tail(dir + "/log.txt", 5)));
       failed.set_wall_seconds(seconds);
       if (absl::Status s = WriteRunResult(dir, failed); !s.ok()) return s;
       results[i] = failed;
     }
     const auto& r = results[i];
     if (r.status() == config::SweepRunResult::FINISHED) {
-      say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)", done, todo.size(), run.name, r.final_loss(),
-                          seconds));
+      say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)", done, todo.size(), run.name,
+                          r.final_loss(), seconds));
     } else {
       say(absl::StrFormat("[%d/%d] %s %s: %s (log: %s/log.txt)", done, todo.size(), run.name,
                           config::SweepRunResult::Status_Name(r.status()), r.message(), dir));
@@ -208,9 +212,15 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     scaling::RunResult row = ToRow(plan.runs[i], results[i]);
     switch (row.status) {
-      case scaling::RunStatus::kFinished: ++summary.finished; break;
-      case scaling::RunStatus::kFailed: ++summary.failed; break;
-      case scaling::RunStatus::kDiverged: ++summary.diverged; break;
+      case scaling::RunStatus::kFinished:
+        ++summary.finished;
+        break;
+      case scaling::RunStatus::kFailed:
+        ++summary.failed;
+        break;
+      case scaling::RunStatus::kDiverged:
+        ++summary.diverged;
+        break;
     }
     summary.table.runs.push_back(std::move(row));
   }

@@ -21,6 +21,7 @@
 #include "experiments/config/loader.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_report.h"
 #include "experiments/sweep/train_run.h"
 
 ABSL_FLAG(std::string, sweep, "", "the sweep textproto (experiments/sweep/sweep.proto)");
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
 
   lmf::sweep::RunnerOptions options;
   // Share the cores between the runs that train at once (LMF_NUM_THREADS, if set, wins).
-  options.threads_per_run = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan->parallel_runs);
+  options.threads_per_run =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan->parallel_runs);
   options.command = {SelfExecutable(), "--train_one"};
   options.progress = [](const std::string& line) {
     std::printf("%s\n", line.c_str());
@@ -77,5 +79,13 @@ int main(int argc, char** argv) {
   std::printf("sweep %s: %d finished (%d earlier), %d failed, %d diverged; results: %s\n", plan->name.c_str(),
               summary->finished, summary->skipped, summary->failed, summary->diverged,
               summary->results_path.c_str());
+  if (summary->finished > 0) {
+    auto analysis = lmf::sweep::WriteSweepReport(
+        *plan, summary->results_path,
+        absl::StrCat("Sweep ", path, " (data: ", plan->base.data().train_tokens(), ")"),
+        lmf::sweep::SizeOfModel);
+    if (!analysis.ok()) return Fail(analysis.status());
+    std::printf("report: %s/report/report.md\n", plan->output_dir.c_str());
+  }
   return summary->failed + summary->diverged > 0 ? 3 : 0;
 }

@@ -15,6 +15,7 @@
 #include "base/file.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_report.h"
 #include "gtest/gtest.h"
 
 namespace lmf::sweep {
@@ -37,15 +38,22 @@ absl::StatusOr<ModelSize> SimpleSizer(const config::Experiment& e) {
 }
 
 const char* kBase = R"pb(
-  model { d_model: 64 n_layers: 2 n_heads: 2 vocab_size: 256 context_length: 32 ffn { d_ff: 256 } }
+  model {
+    d_model: 64
+    n_layers: 2
+    n_heads: 2
+    vocab_size: 256
+    context_length: 32
+    ffn { d_ff: 256 }
+  }
   optimizer { lr: 1e-3 }
   data { train_tokens: "train.tok" val_tokens: "val.tok" }
   run { batch_size: 4 max_steps: 10 output_dir: "unused" eval_tokens: 128 }
 )pb";
 
 absl::StatusOr<SweepPlan> Plan(const std::string& sweep_body) {
-  const std::string text = std::string("name: \"t\"\noutput_dir: \"") + TmpDir() + "/out\"\nexperiment {" + kBase +
-                           "}\n" + sweep_body;
+  const std::string text = std::string("name: \"t\"\noutput_dir: \"") + TmpDir() + "/out\"\nexperiment {" +
+                           kBase + "}\n" + sweep_body;
   auto sweep = ParseSweepText(text, "test.sweep");
   if (!sweep.ok()) return sweep.status();
   return PlanSweep(*sweep, "test.sweep", TmpDir(), SimpleSizer);
@@ -63,9 +71,15 @@ const char* kIsoFlop = R"pb(
 
 TEST(SweepPlan, GridIsTheCartesianProductLastAxisFastest) {
   auto plan = Plan(R"pb(grid {
-    axis { field: "optimizer.lr" values: [ "1e-3", "3e-3" ] }
-    axis { field: "model.n_layers" values: [ "1", "2", "3" ] }
-  })pb");
+                          axis {
+                            field: "optimizer.lr"
+                            values: [ "1e-3", "3e-3" ]
+                          }
+                          axis {
+                            field: "model.n_layers"
+                            values: [ "1", "2", "3" ]
+                          }
+                        })pb");
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->runs.size(), 6u);
   EXPECT_EQ(plan->runs[0].name, "lr=1e-3,n_layers=1");
@@ -109,18 +123,20 @@ TEST(SweepPlan, EvalsPerRunSpreadsEvaluationsOverEachRun) {
 }
 
 TEST(SweepPlan, AspectSpreadGivesFinerSizesWithinTheAspectBand) {
-  auto plan = Plan(R"pb(isoflop {
-    budgets: 6e12
-    family { aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 12 aspect_spread: 1.5 }
-    models_per_budget: 6
-    min_tokens_per_param: 1
-    max_tokens_per_param: 500
-  })pb");
+  auto plan =
+      Plan(R"pb(isoflop {
+                  budgets: 6e12
+                  family { aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 12 aspect_spread: 1.5 }
+                  models_per_budget: 6
+                  min_tokens_per_param: 1
+                  max_tokens_per_param: 500
+                })pb");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->runs.size(), 6u);
   std::set<double> sizes;
   for (const PlannedRun& r : plan->runs) {
-    const double aspect = static_cast<double>(r.experiment.model().d_model()) / r.experiment.model().n_layers();
+    const double aspect =
+        static_cast<double>(r.experiment.model().d_model()) / r.experiment.model().n_layers();
     EXPECT_GE(aspect, 16 / 1.5 - 1e-9) << r.name;
     EXPECT_LE(aspect, 16 * 1.5 + 1e-9) << r.name;
     sizes.insert(r.size.params);
@@ -131,14 +147,19 @@ TEST(SweepPlan, AspectSpreadGivesFinerSizesWithinTheAspectBand) {
 TEST(SweepPlan, BadSweepsGetClearErrors) {
   auto empty = Plan("grid {}");
   ASSERT_FALSE(empty.ok());
-  EXPECT_EQ(empty.status().message(), "test.sweep: sweep.grid has no axis; add `axis { field: ... values: ... }`");
+  EXPECT_EQ(empty.status().message(),
+            "test.sweep: sweep.grid has no axis; add `axis { field: ... values: ... }`");
 
   auto unknown = Plan(R"pb(grid { axis { field: "model.no_such_field" values: "1" } })pb");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("test.sweep: sweep.grid: "), std::string::npos) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("test.sweep: sweep.grid: "), std::string::npos)
+      << unknown.status();
   EXPECT_NE(unknown.status().message().find("no_such_field"), std::string::npos) << unknown.status();
 
-  auto small = Plan(R"pb(isoflop { budgets: 1e6 family { head_size: 16 } })pb");
+  auto small = Plan(R"pb(isoflop {
+                           budgets: 1e6
+                           family { head_size: 16 }
+                         })pb");
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("sweep.isoflop.budgets[0]=1e+06 is too small for the model family"),
             std::string::npos)
@@ -151,6 +172,37 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
   auto no_design = Plan("");
   ASSERT_FALSE(no_design.ok());
   EXPECT_NE(no_design.status().message().find("needs a design"), std::string::npos);
+}
+
+TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  scaling::ResultsTable table;
+  for (const PlannedRun& r : plan->runs) {
+    scaling::RunResult row;
+    row.run = r.name;
+    row.budget_flops = r.budget_flops;
+    row.params = r.size.params;
+    row.tokens = r.tokens;
+    row.flops = r.flops;
+    row.final_loss = row.best_val_loss = 2 + 1e3 / std::sqrt(r.size.params) + 1e3 / std::sqrt(r.tokens);
+    row.d_model = r.experiment.model().d_model();
+    row.n_layers = r.experiment.model().n_layers();
+    row.n_heads = r.experiment.model().n_heads();
+    row.batch_size = 4;
+    row.lr = 1e-3;
+    table.runs.push_back(row);
+  }
+  const scaling::RecipeHook hook = FamilyRecipe(*plan, SimpleSizer);
+  ASSERT_TRUE(hook);
+  auto recipe = hook(2e6, 2e7, 2.4e14, table);
+  ASSERT_TRUE(recipe.ok()) << recipe.status();
+  // Family: d_model = 16 L (head size 16); SimpleSizer's N = 12 L d^2 + 2 * 256 d. Closest to 2e6 is
+  // L=9, d=144 (2.31e6, ln-distance 0.145), not L=8, d=128 (1.64e6, 0.199).
+  EXPECT_EQ(recipe->n_layers, 9);
+  EXPECT_EQ(recipe->d_model, 144);
+  EXPECT_EQ(recipe->n_heads, 9);
+  EXPECT_NE(recipe->basis.find("closest to N_opt"), std::string::npos) << recipe->basis;
 }
 
 RunnerOptions FakeRunner() {
@@ -234,7 +286,8 @@ TEST(SweepRunner, AKilledSweepFinishesOnlyTheMissingRuns) {
   }
   ::setpgid(sweeper, sweeper);
   // Let a few runs finish, then kill the runner and its current training process together.
-  for (int i = 0; i < 200 && CountLines(first_log) < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 200 && CountLines(first_log) < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::kill(-sweeper, SIGKILL);
   int status = 0;
   ::waitpid(sweeper, &status, 0);

@@ -1,0 +1,64 @@
+// The sweep's report and its family-based recipe (see sweep_report.h).
+#include "experiments/sweep/sweep_report.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "experiments/config/overrides.h"
+#include "scaling/reporting/report.h"
+
+namespace lmf::sweep {
+
+scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer) {
+  if (!plan.family.has_value()) return nullptr;
+  config::ShapeFamily family = *plan.family;
+  family.set_max_layers(4 * family.max_layers());  // the target is larger than anything swept
+  const config::Experiment base = plan.base;
+  const bool non_embedding = plan.non_embedding_params;
+  return [family, base, non_embedding, sizer](
+             double params, double tokens, double flops,
+             const scaling::ResultsTable& table) -> absl::StatusOr<scaling::Recipe> {
+    auto recipe = scaling::RecipeFromBestRuns(params, tokens, flops, table);
+    if (!recipe.ok()) return recipe.status();
+    const ModelShape* best = nullptr;
+    double best_gap = INFINITY, best_n = 0;
+    const std::vector<ModelShape> shapes = FamilyShapes(family, base);
+    for (const ModelShape& shape : shapes) {
+      config::Experiment e = base;
+      bool ok = true;
+      for (const std::string& a : ShapeOverrides(shape)) ok = ok && experiments::ApplyOverride(a, &e).ok();
+      if (!ok) continue;
+      auto size = sizer(e);
+      if (!size.ok()) continue;
+      const double n = non_embedding ? size->non_embedding_params : size->params;
+      const double gap = std::fabs(std::log(n / params));
+      if (gap < best_gap) best = &shape, best_gap = gap, best_n = n;
+    }
+    if (best == nullptr) return absl::NotFoundError("no shape of the sweep's model family could be sized");
+    recipe->d_model = best->d_model;
+    recipe->n_layers = best->n_layers;
+    recipe->n_heads = best->n_heads;
+    recipe->basis = absl::StrCat(
+        recipe->basis,
+        absl::StrFormat(" Shape: the member of the sweep's model family (d_model/n_layers %g, head "
+                        "size %d) closest to N_opt: exactly %.4g parameters%s.",
+                        family.aspect_ratio(), family.head_size(), best_n,
+                        best_gap > std::log(1.5) ? " (the family has nothing closer)" : ""));
+    return *recipe;
+  };
+}
+
+absl::StatusOr<scaling::ScalingAnalysis> WriteSweepReport(const SweepPlan& plan,
+                                                          const std::string& results_csv,
+                                                          const std::string& data_note,
+                                                          const ModelSizer& sizer) {
+  scaling::ReportOptions options;
+  options.target_flops = plan.target_flops;
+  options.choice.non_embedding = plan.non_embedding_params;
+  options.data_note = data_note;
+  options.recipe = FamilyRecipe(plan, sizer);
+  return scaling::MakeReport(results_csv, options, plan.output_dir + "/report");
+}
+
+}  // namespace lmf::sweep
