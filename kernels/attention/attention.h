@@ -54,12 +54,21 @@ struct AttentionParams {
   int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_t = 0;
 };
 
+// How the CPU backward splits its work. kPerKvHead: one task per (batch, kv head) computes dq, dk and dv
+// in one pass. kKeysThenQueries: one task per (batch, kv head, key block) for dk/dv, then one per (batch,
+// head, query block) for dq; it recomputes the probabilities twice (~40% more arithmetic) but has work
+// for every thread when batch * kv heads is small (batch 1, MQA). kAuto is kPerKvHead for now: on the shared,
+// loaded 2-core machine where this was written the split schedule measured slower even for batch 1 with one
+// kv head (kernels/README.md); measure on a quiet machine before making kAuto choose it.
+enum class AttentionBackwardSchedule : uint8_t { kAuto, kPerKvHead, kKeysThenQueries };
+
 struct AttentionBackwardParams {
   AttentionParams forward;     // the forward's params (q, k, v, out, lse as after the forward)
   const void* dout = nullptr;  // strided like forward.out
   void* dq = nullptr;          // strided like forward.q, written
   void* dk = nullptr;          // strided like forward.k, written
   void* dv = nullptr;          // strided like forward.v, written
+  AttentionBackwardSchedule schedule = AttentionBackwardSchedule::kAuto;
 };
 
 namespace cpu {

@@ -4,10 +4,11 @@
 // register-blocked small GEMMs, and per query a running max and sum rescale acc (online softmax), so memory
 // per thread is one (kQueryBlock, kKeyBlock) block of scores.
 // Forward, kPlain: per (batch, head) the full (T, S) score matrix, softmax, then P V; the reference.
-// Backward (both algorithms): work items are (batch, kv head), so the dk/dv of a kv head belong to one
-// thread. For each key block and each query block of the G heads sharing it, P is recomputed from lse and
+// Backward (both algorithms): on (kQueryBlock, kKeyBlock) tiles, P is recomputed from lse and
 //   D = rowsum(dO * O), dV += P^T dO, dS = scale P (dO V^T - D), dQ += dS K, dK += dS^T Q
-// as small GEMMs on (kQueryBlock, kKeyBlock) tiles; no T x S buffer.
+// as small GEMMs; no T x S buffer. Work split (AttentionBackwardSchedule): per (batch, kv head), so the
+// dk/dv of a kv head belong to one thread and dq is added tile by tile; or, when there are few such pairs,
+// per (batch, kv head, key block) for dk/dv and then per (batch, head, query block) for dq.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -192,82 +193,158 @@ void AttentionForward(const Context& ctx, const AttentionParams& p) {
   }
 }
 
+// The backward's strided gradient views (dq/dk/dv share the strides of q/k/v, dout those of out), its
+// scratch, and the work on one (query block, key block) tile.
+struct BackwardView {
+  const AttentionBackwardParams& bp;
+  const AttentionParams& p = bp.forward;
+  float* dq(int64_t b, int64_t t, int64_t h) const {
+    return static_cast<float*>(bp.dq) + b * p.q_stride_b + t * p.q_stride_t + h * p.q_stride_h;
+  }
+  float* dk(int64_t b, int64_t u, int64_t kvh) const {
+    return static_cast<float*>(bp.dk) + b * p.k_stride_b + u * p.k_stride_t + kvh * p.k_stride_h;
+  }
+  float* dv(int64_t b, int64_t u, int64_t kvh) const {
+    return static_cast<float*>(bp.dv) + b * p.v_stride_b + u * p.v_stride_t + kvh * p.v_stride_h;
+  }
+  const float* dout(int64_t b, int64_t t, int64_t h) const {
+    return static_cast<const float*>(bp.dout) + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h;
+  }
+};
+
+struct BackwardScratch {
+  explicit BackwardScratch(int64_t HS)
+      : kt(HS * kKeyBlock), vt(HS * kKeyBlock), dk_acc(kKeyBlock * HS), dv_acc(kKeyBlock * HS),
+        prob(kQueryBlock * kKeyBlock), dprob(kQueryBlock * kKeyBlock), transposed(kKeyBlock * kQueryBlock) {}
+  std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, transposed;
+};
+
+// Packs key block [u0, u0 + len) of kv head kvh transposed into s.kt and s.vt.
+void PackKeyBlock(const View& view, int64_t b, int64_t kvh, int64_t u0, int64_t len, BackwardScratch& s) {
+  PackTransposed(view.k(b, u0, kvh), view.p.k_stride_t, len, view.p.HS, s.kt.data(), kKeyBlock);
+  PackTransposed(view.v(b, u0, kvh), view.p.v_stride_t, len, view.p.HS, s.vt.data(), kKeyBlock);
+}
+
+// One tile: queries [t0, t0 + tlen) of head h, keys [u0, u0 + len) (packed in s.kt/s.vt). D holds
+// rowsum(dO * O) for the tile's queries. Adds the tile's dV and dK into s.dv_acc/s.dk_acc when
+// want_dkdv, and its dQ into dq when want_dq.
+void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h, int64_t t0, int64_t tlen, int64_t u0,
+                  int64_t len, const float* D, BackwardScratch& s, bool want_dkdv, bool want_dq) {
+  const AttentionParams& p = view.p;
+  const int64_t HS = p.HS, kvh = h / view.group();
+  constexpr int64_t Bq = kQueryBlock, Bk = kKeyBlock;
+  // P = exp(scale q.k - lse), 0 where masked or where the whole row is masked (lse = -inf).
+  vec::SmallGemm(tlen, len, HS, view.q(b, t0, h), p.q_stride_t, s.kt.data(), Bk, s.prob.data(), Bk, false);
+  for (int64_t i = 0; i < tlen; ++i) {
+    float* row = s.prob.data() + i * Bk;
+    const float lse = *view.lse(b, h, t0 + i);
+    if (lse == -INFINITY) {
+      std::fill(row, row + len, 0.0f);
+      continue;
+    }
+    MaskRow(view, b, h, t0 + i, u0, len, row);
+    vec::ExpShiftSum(row, lse, row, len);
+  }
+  if (want_dkdv) {  // dV += P^T dO
+    vec::Transpose(tlen, len, s.prob.data(), Bk, s.transposed.data(), Bq);
+    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, g.dout(b, t0, h), p.out_stride_t, s.dv_acc.data(), HS, true);
+  }
+  // dP = dO V^T;  dS = scale P (dP - D)
+  vec::SmallGemm(tlen, len, HS, g.dout(b, t0, h), p.out_stride_t, s.vt.data(), Bk, s.dprob.data(), Bk, false);
+  for (int64_t i = 0; i < tlen; ++i) {
+    const float* pr = s.prob.data() + i * Bk;
+    float* ds = s.dprob.data() + i * Bk;
+    for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - D[i]);
+  }
+  if (want_dq) {  // dQ += dS K
+    vec::SmallGemm(tlen, HS, len, s.dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, g.dq(b, t0, h), p.q_stride_t,
+                   true);
+  }
+  if (want_dkdv) {  // dK += dS^T Q
+    vec::Transpose(tlen, len, s.dprob.data(), Bk, s.transposed.data(), Bq);
+    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, s.dk_acc.data(), HS, true);
+  }
+}
+
+// First query block that sees any key of the block starting at u0 (causal: queries before u0 see none).
+int64_t FirstQueryBlockStart(const AttentionParams& p, int64_t u0) {
+  return p.causal ? std::min(u0, p.T) / kQueryBlock * kQueryBlock : 0;
+}
+
 void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   const AttentionParams& p = bp.forward;
   CheckParams(p);
   const View view{p};
+  const BackwardView g{bp};
   const int64_t G = view.group(), HS = p.HS;
-  // dq/dk/dv and dout share the strides of q/k/v and out.
-  auto dq = [&](int64_t b, int64_t t, int64_t h) {
-    return static_cast<float*>(bp.dq) + b * p.q_stride_b + t * p.q_stride_t + h * p.q_stride_h;
-  };
-  auto dk = [&](int64_t b, int64_t u, int64_t kvh) {
-    return static_cast<float*>(bp.dk) + b * p.k_stride_b + u * p.k_stride_t + kvh * p.k_stride_h;
-  };
-  auto dv = [&](int64_t b, int64_t u, int64_t kvh) {
-    return static_cast<float*>(bp.dv) + b * p.v_stride_b + u * p.v_stride_t + kvh * p.v_stride_h;
-  };
-  auto dout = [&](int64_t b, int64_t t, int64_t h) {
-    return static_cast<const float*>(bp.dout) + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h;
-  };
   constexpr int64_t Bq = kQueryBlock, Bk = kKeyBlock;
-  ParallelForItems(ctx, p.B * p.NKV, G * p.T * p.S * HS * 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> D(G * p.T), kt(HS * Bk), vt(HS * Bk), dk_acc(Bk * HS), dv_acc(Bk * HS);
-    std::vector<float> prob(Bq * Bk), dprob(Bq * Bk), transposed(Bk * Bq);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / p.NKV, kvh = item % p.NKV;
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t h = kvh * G + g;
-        for (int64_t t = 0; t < p.T; ++t) {
-          std::memset(dq(b, t, h), 0, sizeof(float) * HS);
-          D[g * p.T + t] = vec::Dot(dout(b, t, h), view.out(b, t, h), HS);
+  const int64_t qblocks = (p.T + Bq - 1) / Bq, kblocks = (p.S + Bk - 1) / Bk;
+
+  // D[b, h, t] = dout . out, and dq = 0.
+  std::vector<float> D(p.B * p.NH * p.T);
+  ParallelForItems(ctx, p.B * p.NH * p.T, 4 * HS, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (p.NH * p.T), h = (r / p.T) % p.NH, t = r % p.T;
+      D[r] = vec::Dot(g.dout(b, t, h), view.out(b, t, h), HS);
+      std::memset(g.dq(b, t, h), 0, sizeof(float) * HS);
+    }
+  });
+  auto Drow = [&](int64_t b, int64_t h, int64_t t) { return D.data() + (b * p.NH + h) * p.T + t; };
+  auto store_dkdv = [&](int64_t b, int64_t kvh, int64_t u0, int64_t len, const BackwardScratch& s) {
+    for (int64_t j = 0; j < len; ++j) {
+      std::memcpy(g.dk(b, u0 + j, kvh), s.dk_acc.data() + j * HS, sizeof(float) * HS);
+      std::memcpy(g.dv(b, u0 + j, kvh), s.dv_acc.data() + j * HS, sizeof(float) * HS);
+    }
+  };
+
+  if (bp.schedule != AttentionBackwardSchedule::kKeysThenQueries) {
+    ParallelForItems(ctx, p.B * p.NKV, G * p.T * p.S * HS * 8, [&](int64_t begin, int64_t end) {
+      BackwardScratch s(HS);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t b = item / p.NKV, kvh = item % p.NKV;
+        for (int64_t u0 = 0; u0 < p.S; u0 += Bk) {
+          const int64_t len = std::min(Bk, p.S - u0);
+          PackKeyBlock(view, b, kvh, u0, len, s);
+          std::fill(s.dk_acc.begin(), s.dk_acc.end(), 0.0f);
+          std::fill(s.dv_acc.begin(), s.dv_acc.end(), 0.0f);
+          for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+            for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < p.T; t0 += Bq) {
+              BackwardTile(view, g, b, h, t0, std::min(Bq, p.T - t0), u0, len, Drow(b, h, t0), s, true, true);
+            }
+          }
+          store_dkdv(b, kvh, u0, len, s);
         }
       }
-      for (int64_t u0 = 0; u0 < p.S; u0 += Bk) {
+    });
+    return;
+  }
+  // kKeysThenQueries: dk/dv per key block, then dq per query block.
+  ParallelForItems(ctx, p.B * p.NKV * kblocks, G * p.T * Bk * HS * 8, [&](int64_t begin, int64_t end) {
+    BackwardScratch s(HS);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / (p.NKV * kblocks), kvh = (item / kblocks) % p.NKV, u0 = (item % kblocks) * Bk;
+      const int64_t len = std::min(Bk, p.S - u0);
+      PackKeyBlock(view, b, kvh, u0, len, s);
+      std::fill(s.dk_acc.begin(), s.dk_acc.end(), 0.0f);
+      std::fill(s.dv_acc.begin(), s.dv_acc.end(), 0.0f);
+      for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+        for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < p.T; t0 += Bq) {
+          BackwardTile(view, g, b, h, t0, std::min(Bq, p.T - t0), u0, len, Drow(b, h, t0), s, true, false);
+        }
+      }
+      store_dkdv(b, kvh, u0, len, s);
+    }
+  });
+  ParallelForItems(ctx, p.B * p.NH * qblocks, Bq * p.S * HS * 6, [&](int64_t begin, int64_t end) {
+    BackwardScratch s(HS);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / (p.NH * qblocks), h = (item / qblocks) % p.NH, t0 = (item % qblocks) * Bq;
+      const int64_t tlen = std::min(Bq, p.T - t0), kvh = h / G;
+      const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
+      for (int64_t u0 = 0; u0 < key_end; u0 += Bk) {
         const int64_t len = std::min(Bk, p.S - u0);
-        PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, HS, kt.data(), Bk);
-        PackTransposed(view.v(b, u0, kvh), p.v_stride_t, len, HS, vt.data(), Bk);
-        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
-        // Under the causal mask, queries before u0 see none of these keys.
-        const int64_t first_query = p.causal ? std::min(u0, p.T) : 0;
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t h = kvh * G + g;
-          for (int64_t t0 = first_query / Bq * Bq; t0 < p.T; t0 += Bq) {
-            const int64_t tlen = std::min(Bq, p.T - t0);
-            // P = exp(scale q.k - lse), 0 where masked or where the whole row is masked (lse = -inf).
-            vec::SmallGemm(tlen, len, HS, view.q(b, t0, h), p.q_stride_t, kt.data(), Bk, prob.data(), Bk, false);
-            for (int64_t i = 0; i < tlen; ++i) {
-              float* row = prob.data() + i * Bk;
-              const float lse = *view.lse(b, h, t0 + i);
-              if (lse == -INFINITY) {
-                std::fill(row, row + len, 0.0f);
-                continue;
-              }
-              MaskRow(view, b, h, t0 + i, u0, len, row);
-              vec::ExpShiftSum(row, lse, row, len);
-            }
-            // dV += P^T dO
-            vec::Transpose(tlen, len, prob.data(), Bk, transposed.data(), Bq);
-            vec::SmallGemm(len, HS, tlen, transposed.data(), Bq, dout(b, t0, h), p.out_stride_t, dv_acc.data(), HS, true);
-            // dP = dO V^T;  dS = scale P (dP - D)
-            vec::SmallGemm(tlen, len, HS, dout(b, t0, h), p.out_stride_t, vt.data(), Bk, dprob.data(), Bk, false);
-            for (int64_t i = 0; i < tlen; ++i) {
-              const float* pr = prob.data() + i * Bk;
-              float* ds = dprob.data() + i * Bk;
-              const float Di = D[g * p.T + t0 + i];
-              for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - Di);
-            }
-            // dQ += dS K;  dK += dS^T Q
-            vec::SmallGemm(tlen, HS, len, dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, dq(b, t0, h), p.q_stride_t, true);
-            vec::Transpose(tlen, len, dprob.data(), Bk, transposed.data(), Bq);
-            vec::SmallGemm(len, HS, tlen, transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, dk_acc.data(), HS, true);
-          }
-        }
-        for (int64_t j = 0; j < len; ++j) {
-          std::memcpy(dk(b, u0 + j, kvh), dk_acc.data() + j * HS, sizeof(float) * HS);
-          std::memcpy(dv(b, u0 + j, kvh), dv_acc.data() + j * HS, sizeof(float) * HS);
-        }
+        PackKeyBlock(view, b, kvh, u0, len, s);
+        BackwardTile(view, g, b, h, t0, tlen, u0, len, Drow(b, h, t0), s, false, true);
       }
     }
   });

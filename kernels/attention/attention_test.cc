@@ -49,7 +49,7 @@ TEST_P(AttentionFixture, ForwardBothAlgorithmsAndBackwardMatchPyTorch) {
   Context ctx = Context::Cpu();
   for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
     const std::string what = name + (algorithm == AttentionAlgorithm::kTiled ? " tiled" : " plain");
-    std::vector<float> out(q.size()), lse(c.B * c.NH * c.T), dq(q.size()), dk(k.size(), 9.0f), dv(v.size(), 9.0f);
+    std::vector<float> out(q.size()), lse(c.B * c.NH * c.T), dq(q.size()), dk(k.size()), dv(v.size());
     AttentionParams p = ContiguousAttentionParams(c.B, c.T, c.S, c.NH, c.NKV, c.HS, c.causal, q.data(), k.data(),
                                                   v.data(), out.data(), lse.data());
     p.algorithm = algorithm;
@@ -59,11 +59,18 @@ TEST_P(AttentionFixture, ForwardBothAlgorithmsAndBackwardMatchPyTorch) {
     AttentionForward(ctx, p);
     EXPECT_TRUE(AllClose(what + " out", out, f.F(name + "_out"), kRtol, kAtol));
     EXPECT_TRUE(AllClose(what + " lse", lse, f.F(name + "_lse"), kRtol, kAtol));
-    AttentionBackwardParams b{p, dout.data(), dq.data(), dk.data(), dv.data()};
-    AttentionBackward(ctx, b);
-    EXPECT_TRUE(AllClose(what + " dq", dq, f.F(name + "_dq"), kRtol, kAtol));
-    EXPECT_TRUE(AllClose(what + " dk (written over 9s)", dk, f.F(name + "_dk"), kRtol, kAtol));
-    EXPECT_TRUE(AllClose(what + " dv (written over 9s)", dv, f.F(name + "_dv"), kRtol, kAtol));
+    for (AttentionBackwardSchedule schedule :
+         {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
+      const std::string how = what + (schedule == AttentionBackwardSchedule::kPerKvHead ? " per-kv-head" : " keys-then-queries");
+      std::fill(dq.begin(), dq.end(), 9.0f);
+      std::fill(dk.begin(), dk.end(), 9.0f);
+      std::fill(dv.begin(), dv.end(), 9.0f);
+      AttentionBackwardParams b{p, dout.data(), dq.data(), dk.data(), dv.data(), schedule};
+      AttentionBackward(ctx, b);
+      EXPECT_TRUE(AllClose(how + " dq (written over 9s)", dq, f.F(name + "_dq"), kRtol, kAtol));
+      EXPECT_TRUE(AllClose(how + " dk (written over 9s)", dk, f.F(name + "_dk"), kRtol, kAtol));
+      EXPECT_TRUE(AllClose(how + " dv (written over 9s)", dv, f.F(name + "_dv"), kRtol, kAtol));
+    }
   }
 }
 
