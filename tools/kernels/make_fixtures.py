@@ -82,7 +82,7 @@ def rmsnorm_fixture(out_dir):
 
 def layernorm_fixture(out_dir):
     N, C, eps = 6, 16, 1e-5
-    x = rnd(N, C, scale=2.0) 
+    x = rnd(N, C, scale=2.0)
     with torch.no_grad():
         x += 3.0  # a mean far from zero exercises the centring
     w, b = rnd(C), rnd(C)
