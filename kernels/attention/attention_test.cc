@@ -191,3 +191,31 @@ TEST(Attention, FullyMaskedQueryGivesZeroOutputAndGradients) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+namespace lmf::kernels {
+namespace {
+
+TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t B = 2, T = 100, NH = 4, NKV = 2, HS = 16;
+  auto q = testing::RandomNormal(B * T * NH * HS, 31), k = testing::RandomNormal(B * T * NKV * HS, 32);
+  auto v = testing::RandomNormal(B * T * NKV * HS, 33), dout = testing::RandomNormal(B * T * NH * HS, 34);
+  ThreadPool one(1), three(3);
+  std::vector<std::vector<float>> results;
+  for (ThreadPool* pool : {&one, &three}) {
+    for (AttentionBackwardSchedule schedule :
+         {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
+      Context ctx = Context::Cpu(pool);
+      std::vector<float> out(q.size()), lse(B * NH * T), dq(q.size()), dk(k.size()), dv(v.size());
+      AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out.data(), lse.data());
+      AttentionForward(ctx, p);
+      AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data(), schedule});
+      for (auto* r : {&out, &lse, &dq, &dk, &dv}) results.push_back(*r);
+    }
+  }
+  // Every work item computes the same tiles in the same order whatever thread runs it: bitwise equal.
+  const size_t per_run = 5, runs_per_pool = 2;
+  for (size_t i = 0; i < per_run * runs_per_pool; ++i) EXPECT_EQ(results[i], results[i + per_run * runs_per_pool]) << i;
+}
+
+}  // namespace
+}  // namespace lmf::kernels
