@@ -263,17 +263,25 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
           (design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * smallest.n
                                                            : smallest.size.training_flops_per_token);
       std::string why;
-      if (too_few_tokens >= static_cast<int>(candidates.size()) - 2) {
+      const int total = static_cast<int>(candidates.size());
+      if (too_few_tokens == total) {
         why = absl::StrFormat(
-            "is too small for the model family: the smallest model (N=%.3g) needs at least %.3g FLOP for %g "
-            "tokens "
-            "per parameter and %d steps",
+            "is too small for the model family: even the smallest model (N=%.3g) needs at least %.3g FLOP "
+            "for %g "
+            "tokens per parameter and %d steps",
             smallest.n, smallest_needs, design.min_tokens_per_param(), design.min_steps());
-      } else if (too_many_tokens >= static_cast<int>(candidates.size()) - 2) {
+      } else if (too_many_tokens == total) {
         why = absl::StrFormat("is too large for the model family: raise family.max_layers (largest N=%.3g)",
                               candidates.back().n);
       } else {
-        why = "leaves fewer than 3 feasible model sizes; widen min/max_tokens_per_param or the family";
+        why = absl::StrFormat(
+            "leaves %d model size(s) of the family within %g..%g tokens per parameter and at least %d steps; "
+            "a "
+            "parabola needs 3 (%d sizes get too few tokens, %d too many): raise the budget, widen the "
+            "bounds, or "
+            "set family.aspect_spread for finer sizes",
+            static_cast<int>(feasible.size()), design.min_tokens_per_param(), design.max_tokens_per_param(),
+            design.min_steps(), too_few_tokens, too_many_tokens);
       }
       return Error(source, absl::StrFormat("sweep.isoflop.budgets[%d]=%g %s", b, budget, why));
     }
