@@ -24,14 +24,23 @@ uint64_t SplitMix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Standard normal draws from a 64-bit engine by Box-Muller (portable: no std:: distribution involved).
+// Standard normal draws from a 64-bit engine by Box-Muller, both outputs of each pair used (portable: no
+// std:: distribution involved).
 class NormalSampler {
  public:
   explicit NormalSampler(uint64_t seed) : engine_(seed) {}
   double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
     const double u1 = (static_cast<double>(engine_() >> 11) + 0.5) * 0x1.0p-53;
     const double u2 = static_cast<double>(engine_() >> 11) * 0x1.0p-53;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double angle = 6.283185307179586 * u2;
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
   }
   // N(0, 1) conditioned on [-limit, limit], by rejection.
   double NextTruncated(double limit) {
@@ -43,6 +52,8 @@ class NormalSampler {
 
  private:
   std::mt19937_64 engine_;
+  double spare_ = 0;
+  bool has_spare_ = false;
 };
 
 bool IsNormGain(const std::string& name) {
