@@ -48,4 +48,11 @@ inline absl::Status CublasErrorStatus(cublasStatus_t e, const char* call, const 
       return ::lmf::kernels::cuda::CudaErrorStatus(lmf_cuda_err_, "launch " kernel_name, __FILE__, __LINE__); \
   } while (0)
 
+// Returns a non-OK absl::Status from the enclosing function.
+#define LMF_RETURN_IF_ERROR_STATUS(expr)            \
+  do {                                              \
+    const ::absl::Status lmf_status_ = (expr);      \
+    if (!lmf_status_.ok()) return lmf_status_;      \
+  } while (0)
+
 #endif  // LMFORGE_LAB_CUDA_CUDA_CHECK_H_

@@ -1,0 +1,71 @@
+// Device-side helpers shared by the lab CUDA kernels (included by .cu files only): fp32/bf16 loads and
+// stores (bf16 is storage only, all math is fp32), warp and block reductions in a fixed order (results are
+// bitwise reproducible run to run), grid sizing, and the stream of a kernels::Context.
+#ifndef LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_
+#define LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/core/context.h"
+
+namespace lmf::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 FromFloat<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 floats of shared memory; the function synchronises before reusing it.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return WarpSum(v);
+}
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+inline cudaStream_t StreamOf(const Context& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+
+// Blocks for a grid-stride loop over n items with `threads` per block (capped; the loop covers the rest).
+inline unsigned GridFor(int64_t n, int threads, int64_t max_blocks = 65535LL * 4) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > max_blocks) b = max_blocks;
+  return static_cast<unsigned>(b);
+}
+
+}  // namespace lmf::kernels::cuda
+
+#endif  // LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_

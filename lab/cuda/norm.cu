@@ -1,0 +1,236 @@
+// CUDA RMSNorm / LayerNorm forward and backward and the fused residual + norm forward; see norm.h.
+// One warp per row (4 rows per 128-thread block): statistics in fp32 with a fixed-order warp reduction,
+// LayerNorm variance in two passes (mean first), as the CPU kernel. The second and third passes re-read the
+// row from L1/L2. Parameter gradients: per-chunk column sums, then a fixed-order sum over chunks (no atomics).
+#include "lab/cuda/norm.h"
+
+#include <algorithm>
+
+#include "lab/cuda/cuda_check.h"
+#include "lab/cuda/device_util.cuh"
+#include "lab/cuda/scratch.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 4;
+constexpr int kThreads = 32 * kRowsPerBlock;
+
+template <typename T, bool kLayer, bool kResidual>
+__global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual, const T* x, T* residual_out,
+                                  const T* w, const T* b, T* out, float* mean_out, float* rstd_out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const int64_t base = row * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    float v;
+    if constexpr (kResidual) {
+      const T s = FromFloat<T>(ToFloat(residual[base + c]) + ToFloat(x[base + c]));
+      residual_out[base + c] = s;
+      v = ToFloat(s);
+    } else {
+      v = ToFloat(x[base + c]);
+    }
+    sum += kLayer ? v : v * v;
+  }
+  const T* src = kResidual ? residual_out : x;
+  sum = WarpSum(sum);
+  float mean = 0.0f, var;
+  if constexpr (kLayer) {
+    mean = sum / C;
+    float sq = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+      const float d = ToFloat(src[base + c]) - mean;
+      sq += d * d;
+    }
+    var = WarpSum(sq) / C;
+  } else {
+    var = sum / C;
+  }
+  const float rstd = 1.0f / sqrtf(var + eps);
+  if (lane == 0) {
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+    if (kLayer && mean_out != nullptr) mean_out[row] = mean;
+  }
+  for (int c = lane; c < C; c += 32) {
+    float y = (ToFloat(src[base + c]) - mean) * rstd * ToFloat(w[c]);
+    if (kLayer && b != nullptr) y += ToFloat(b[c]);
+    out[base + c] = FromFloat<T>(y);
+  }
+}
+
+template <typename T, bool kLayer>
+__global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, const float* mean, const float* rstd,
+                                     const T* dout, T* dx) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const int64_t base = row * C;
+  const float r = rstd[row];
+  const float mu = kLayer ? mean[row] : 0.0f;
+  float sum_g = 0.0f, sum_gx = 0.0f;  // sum g, sum g * xhat (LayerNorm); sum g * x (RMSNorm)
+  for (int c = lane; c < C; c += 32) {
+    const float g = ToFloat(dout[base + c]) * ToFloat(w[c]);
+    const float xv = ToFloat(x[base + c]);
+    if constexpr (kLayer) {
+      sum_g += g;
+      sum_gx += g * (xv - mu) * r;
+    } else {
+      sum_gx += g * xv;
+    }
+  }
+  sum_gx = WarpSum(sum_gx);
+  if constexpr (kLayer) sum_g = WarpSum(sum_g);
+  const float mean_g = sum_g / C, mean_gx = sum_gx / C;
+  for (int c = lane; c < C; c += 32) {
+    const float g = ToFloat(dout[base + c]) * ToFloat(w[c]);
+    const float xv = ToFloat(x[base + c]);
+    float d;
+    if constexpr (kLayer) {
+      d = r * (g - mean_g - (xv - mu) * r * mean_gx);
+    } else {
+      d = r * (g - xv * (r * r * mean_gx));
+    }
+    dx[base + c] = FromFloat<T>(d);
+  }
+}
+
+template <typename T, bool kLayer>
+__global__ void NormParamGradPartialKernel(int64_t N, int C, int64_t rows_per_chunk, const T* x, const float* mean,
+                                           const float* rstd, const T* dout, float* partial_w, float* partial_b) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = min(N, r0 + rows_per_chunk);
+  float aw = 0.0f, ab = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float d = ToFloat(dout[r * C + c]);
+    const float xv = ToFloat(x[r * C + c]);
+    const float xhat = kLayer ? (xv - mean[r]) * rstd[r] : xv * rstd[r];
+    aw += d * xhat;
+    ab += d;
+  }
+  partial_w[static_cast<int64_t>(blockIdx.y) * C + c] = aw;
+  if (partial_b != nullptr) partial_b[static_cast<int64_t>(blockIdx.y) * C + c] = ab;
+}
+
+// out[c] += sum over chunks k (in order) of partial[k, c].
+__global__ void AccumulateChunksKernel(int C, int chunks, const float* partial, float* out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int k = 0; k < chunks; ++k) s += partial[static_cast<int64_t>(k) * C + c];
+  out[c] += s;
+}
+
+absl::Status CheckDType(DType t, const char* op) {
+  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": CUDA runs f32 and bf16, not ", DTypeName(t)));
+}
+
+template <typename T, bool kLayer, bool kResidual>
+absl::Status LaunchForward(const Context& ctx, int64_t N, int64_t C, float eps, const void* residual, const void* x,
+                           void* residual_out, const void* w, const void* b, void* out, float* mean, float* rstd) {
+  if (N == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+  NormForwardKernel<T, kLayer, kResidual><<<blocks, kThreads, 0, StreamOf(ctx)>>>(
+      N, static_cast<int>(C), eps, static_cast<const T*>(residual), static_cast<const T*>(x), static_cast<T*>(residual_out),
+      static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(out), mean, rstd);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormForwardKernel");
+  return absl::OkStatus();
+}
+
+template <typename T, bool kLayer>
+absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void* x, const void* w, const float* mean,
+                            const float* rstd, const void* dout, void* dx, void* dweight, void* dbias) {
+  if (N == 0) return absl::OkStatus();
+  const cudaStream_t stream = StreamOf(ctx);
+  // Parameter gradients first: dx may alias dout.
+  if (dweight != nullptr || dbias != nullptr) {
+    const int64_t chunks = std::min<int64_t>(N, 256);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+    Scratch scratch;
+    const bool want_b = kLayer && dbias != nullptr;
+    LMF_RETURN_IF_ERROR_STATUS(scratch.Allocate(ctx, sizeof(float) * chunks * C * (want_b ? 2 : 1)));
+    float* pw = scratch.get<float>();
+    float* pb = want_b ? pw + chunks * C : nullptr;
+    const dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(chunks));
+    NormParamGradPartialKernel<T, kLayer><<<grid, 128, 0, stream>>>(N, static_cast<int>(C), rows_per_chunk,
+                                                                    static_cast<const T*>(x), mean, rstd,
+                                                                    static_cast<const T*>(dout), pw, pb);
+    LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormParamGradPartialKernel");
+    const unsigned cblocks = static_cast<unsigned>((C + 255) / 256);
+    if (dweight != nullptr) {
+      AccumulateChunksKernel<<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pw,
+                                                          static_cast<float*>(dweight));
+      LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
+    }
+    if (want_b) {
+      AccumulateChunksKernel<<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pb,
+                                                          static_cast<float*>(dbias));
+      LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
+    }
+  }
+  const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+  NormBackwardDxKernel<T, kLayer><<<blocks, kThreads, 0, stream>>>(N, static_cast<int>(C), static_cast<const T*>(x),
+                                                                   static_cast<const T*>(w), mean, rstd,
+                                                                   static_cast<const T*>(dout), static_cast<T*>(dx));
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormBackwardDxKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
+  return p.dtype == DType::kF32
+             ? LaunchForward<float, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, nullptr, p.out,
+                                                  nullptr, p.rstd)
+             : LaunchForward<bf16, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, nullptr, p.out,
+                                                 nullptr, p.rstd);
+}
+
+absl::Status LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
+  return p.dtype == DType::kF32
+             ? LaunchForward<float, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias, p.out,
+                                                 p.mean, p.rstd)
+             : LaunchForward<bf16, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias, p.out,
+                                                p.mean, p.rstd);
+}
+
+absl::Status ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_rmsnorm"));
+  return p.dtype == DType::kF32
+             ? LaunchForward<float, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight,
+                                                 nullptr, p.out, nullptr, p.rstd)
+             : LaunchForward<bf16, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight,
+                                                nullptr, p.out, nullptr, p.rstd);
+}
+
+absl::Status ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_layernorm"));
+  return p.dtype == DType::kF32
+             ? LaunchForward<float, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight, p.bias,
+                                                p.out, p.mean, p.rstd)
+             : LaunchForward<bf16, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight, p.bias,
+                                               p.out, p.mean, p.rstd);
+}
+
+absl::Status RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
+  return p.dtype == DType::kF32
+             ? LaunchBackward<float, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd, p.dout, p.dx, p.dweight, nullptr)
+             : LaunchBackward<bf16, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd, p.dout, p.dx, p.dweight, nullptr);
+}
+
+absl::Status LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
+  return p.dtype == DType::kF32
+             ? LaunchBackward<float, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd, p.dout, p.dx, p.dweight, p.dbias)
+             : LaunchBackward<bf16, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd, p.dout, p.dx, p.dweight, p.dbias);
+}
+
+}  // namespace lmf::kernels::cuda
