@@ -1,0 +1,28 @@
+// Deterministic column sums of a strided, batched matrix on the GPU (the bias gradient of a GEMM):
+//   out[c] (=|+=) scale * sum over batches b and rows r of in[b * batch_stride + r * ld + c]
+// Rows are split into fixed chunks summed per column in fp32, then the chunks are added in order: the same
+// bits every run, whatever the device.
+#ifndef LMFORGE_LAB_CUDA_COLUMN_SUM_H_
+#define LMFORGE_LAB_CUDA_COLUMN_SUM_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/context.h"
+
+namespace lmf::kernels::cuda {
+
+struct ColumnSumParams {
+  DType dtype = DType::kF32;  // of `in` (kF32 or kBF16)
+  int64_t rows = 0, cols = 0, ld = 0, batch = 1, batch_stride = 0;
+  float scale = 1.0f;
+  const void* in = nullptr;  // (batch, rows, cols), row stride ld
+  float* out = nullptr;      // (cols)
+  bool accumulate = true;
+};
+
+absl::Status ColumnSum(const Context& ctx, const ColumnSumParams& p);
+
+}  // namespace lmf::kernels::cuda
+
+#endif  // LMFORGE_LAB_CUDA_COLUMN_SUM_H_

@@ -1,0 +1,197 @@
+// cuBLASLt GEMMs for the MatmulParams layout; see matmul.h. Row-major C (M, N) is column-major C^T (N, M),
+// so each call computes C^T = op(B)^T op(A)^T: cuBLASLt's A is our b, its B is our a, m = N, n = M.
+#include "lab/cuda/matmul.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "lab/cuda/column_sum.h"
+#include "lab/cuda/cuda_check.h"
+#include "lab/cuda/cuda_context.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+cudaDataType_t CudaType(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+// One row-major GEMM: c (M, N) = alpha op(a) op(b) + beta c (+ bias), with per-operand types.
+struct Gemm {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  const void* a = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  bool trans_a = false;
+  DType a_type = DType::kF32;
+  const void* b = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  bool trans_b = false;
+  DType b_type = DType::kF32;
+  void* c = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  DType c_type = DType::kF32;
+  float alpha = 1.0f, beta = 0.0f;
+  const void* bias = nullptr;  // (N), c_type
+  MatmulEpilogue epilogue = MatmulEpilogue::kNone;
+  void* aux = nullptr;  // pre-activation for the GELU epilogue
+};
+
+// Owns cuBLASLt descriptors for one call.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+absl::Status Layout(cublasLtMatrixLayout_t* layout, DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                    int64_t stride) {
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(layout, CudaType(t), rows, cols, ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunGemm(const Context& ctx, const Gemm& g) {
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return absl::OkStatus();
+  const CudaContext* cc = CudaContextForDevice(ctx.device.index);
+  if (cc == nullptr) return absl::FailedPreconditionError(absl::StrCat("matmul: no CudaContext for CUDA device ", ctx.device.index));
+  Descriptors d;
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt A = our b, B = our a.
+  const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (g.epilogue == MatmulEpilogue::kGeluTanh) {
+    if (g.aux != nullptr) {
+      epi = g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    } else {
+      epi = g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    }
+  } else if (g.bias != nullptr) {
+    epi = CUBLASLT_EPILOGUE_BIAS;
+  }
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (g.bias != nullptr) {
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    const cudaDataType_t bt = CudaType(g.c_type);
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+  }
+  if (g.aux != nullptr) {
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+    const int64_t ld = g.ldc;
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+  }
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.a, g.b_type, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b));
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.b, g.a_type, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a));
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.c, g.c_type, g.N, g.M, g.ldc, g.batch, g.stride_c));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
+  const size_t ws = CudaContext::kCublasWorkspaceBytes;
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoGetHeuristic(cc->cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
+  if (found == 0) {
+    return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
+                                                 " (check alignment of lda/ldb/ldc and pointers)"));
+  }
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc->cublas_lt(), d.op, &g.alpha, g.b, d.a, g.a, d.b, &g.beta, g.c, d.c, g.c,
+                                            d.c, &heuristic.algo, cc->cublas_workspace(), ws,
+                                            static_cast<cudaStream_t>(ctx.stream)));
+  return absl::OkStatus();
+}
+
+absl::Status CheckDType(DType t) {
+  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("matmul: CUDA runs f32 and bf16, not ", DTypeName(t)));
+}
+
+}  // namespace
+
+absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  if (e.pre_activation != nullptr && p.batch != 1)
+    return absl::InvalidArgumentError("matmul: the GELU pre-activation output needs batch 1");
+  Gemm g;
+  g.M = p.M, g.N = p.N, g.K = p.K, g.batch = p.batch;
+  g.a = p.a, g.lda = p.lda, g.stride_a = p.batch_stride_a, g.trans_a = p.trans_a, g.a_type = p.dtype;
+  g.b = p.b, g.ldb = p.ldb, g.stride_b = p.batch_stride_b, g.trans_b = p.trans_b, g.b_type = p.dtype;
+  g.c = p.c, g.ldc = p.ldc, g.stride_c = p.batch_stride_c, g.c_type = p.dtype;
+  g.alpha = p.alpha, g.beta = p.beta, g.bias = p.bias;
+  g.epilogue = e.epilogue, g.aux = e.pre_activation;
+  return RunGemm(ctx, g);
+}
+
+absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {
+  const MatmulParams& p = bp.forward;
+  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  const DType grad_param_type = DType::kF32;  // db, dbias
+  if (bp.da != nullptr) {
+    Gemm g;
+    g.batch = p.batch, g.alpha = p.alpha, g.beta = bp.accumulate_da ? 1.0f : 0.0f;
+    g.c = bp.da, g.ldc = p.lda, g.stride_c = p.batch_stride_a, g.c_type = p.dtype;
+    g.a_type = g.b_type = p.dtype;
+    if (!p.trans_a) {  // dA (M, K) = dC (M, N) op(B)^T
+      g.M = p.M, g.N = p.K, g.K = p.N;
+      g.a = bp.dc, g.lda = p.ldc, g.stride_a = p.batch_stride_c, g.trans_a = false;
+      g.b = p.b, g.ldb = p.ldb, g.stride_b = p.batch_stride_b, g.trans_b = !p.trans_b;
+    } else {  // A stored (K, M): dA = op(B) dC^T
+      g.M = p.K, g.N = p.M, g.K = p.N;
+      g.a = p.b, g.lda = p.ldb, g.stride_a = p.batch_stride_b, g.trans_a = p.trans_b;
+      g.b = bp.dc, g.ldb = p.ldc, g.stride_b = p.batch_stride_c, g.trans_b = true;
+    }
+    if (p.batch_stride_a == 0 && p.batch > 1)
+      return absl::UnimplementedError("matmul backward: da of an A broadcast over the batch");
+    LMF_RETURN_IF_ERROR_STATUS(RunGemm(ctx, g));
+  }
+  if (bp.db != nullptr) {
+    // With B broadcast over the batch (stride 0), dB sums over batches: one GEMM per batch, accumulating in
+    // batch order (deterministic).
+    const bool broadcast = p.batch_stride_b == 0 && p.batch > 1;
+    for (int64_t first = 0; first < (broadcast ? p.batch : 1); ++first) {
+      Gemm g;
+      g.batch = broadcast ? 1 : p.batch, g.alpha = p.alpha;
+      g.beta = (bp.accumulate_db || first > 0) ? 1.0f : 0.0f;
+      g.c = bp.db, g.ldc = p.ldb, g.stride_c = p.batch_stride_b, g.c_type = grad_param_type;
+      g.a_type = g.b_type = p.dtype;
+      const size_t es = DTypeSize(p.dtype);
+      const void* a = static_cast<const char*>(p.a) + first * p.batch_stride_a * es;
+      const void* dc = static_cast<const char*>(bp.dc) + first * p.batch_stride_c * es;
+      if (!p.trans_b) {  // B (K, N): dB = op(A)^T dC
+        g.M = p.K, g.N = p.N, g.K = p.M;
+        g.a = a, g.lda = p.lda, g.stride_a = p.batch_stride_a, g.trans_a = !p.trans_a;
+        g.b = dc, g.ldb = p.ldc, g.stride_b = p.batch_stride_c, g.trans_b = false;
+      } else {  // B stored (N, K): dB = dC^T op(A)
+        g.M = p.N, g.N = p.K, g.K = p.M;
+        g.a = dc, g.lda = p.ldc, g.stride_a = p.batch_stride_c, g.trans_a = true;
+        g.b = a, g.ldb = p.lda, g.stride_b = p.batch_stride_a, g.trans_b = p.trans_a;
+      }
+      LMF_RETURN_IF_ERROR_STATUS(RunGemm(ctx, g));
+    }
+  }
+  if (bp.dbias != nullptr) {
+    ColumnSumParams cs;
+    cs.dtype = p.dtype, cs.rows = p.M, cs.cols = p.N, cs.ld = p.ldc, cs.batch = p.batch, cs.batch_stride = p.batch_stride_c;
+    cs.scale = p.alpha, cs.in = bp.dc, cs.out = static_cast<float*>(bp.dbias), cs.accumulate = bp.accumulate_dbias;
+    LMF_RETURN_IF_ERROR_STATUS(ColumnSum(ctx, cs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lmf::kernels::cuda

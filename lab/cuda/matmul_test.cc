@@ -1,0 +1,136 @@
+// The cuBLASLt GEMM against the CPU GEMM (kernels/matmul) on the same random inputs: every transpose
+// combination, strided batches with a broadcast operand, bias and GELU epilogues, and the backward's
+// write/accumulate rules, in fp32 and bf16. Skips without a CUDA device.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/activations/activations.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/testing/compare.h"
+#include "lab/cuda/gpu_test_util.h"
+#include "lab/cuda/matmul.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+using ::lmf::kernels::testing::RandomNormal;
+using testing::CloseF32;
+using testing::DeviceBuffer;
+using testing::RoundTo;
+using testing::WithinBf16Tolerance;
+
+// fp32: both sides accumulate K products of O(1) terms in fp32 in different orders; the difference is a few
+// ulps of the partial sums (|sum| ~ sqrt(K) ~ 10): atol 1e-4 with rtol 1e-5.
+constexpr double kGemmAtol = 1e-4;
+
+class MatmulTest : public testing::GpuTest, public ::testing::WithParamInterface<DType> {
+ protected:
+  DType dt() const { return GetParam(); }
+  void Expect(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& ref,
+              const std::vector<float>& naive, bool rounded_output) {
+    if (dt() == DType::kF32) {
+      EXPECT_TRUE(CloseF32(what, gpu, ref, 1e-5, kGemmAtol));
+    } else {
+      // 2x: same rounded inputs, fp32 accumulation on both sides, one output rounding each.
+      EXPECT_TRUE(WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive, 2.0, 1e-5));
+    }
+  }
+  Context cpu_ = Context::Cpu();
+};
+
+TEST_P(MatmulTest, EveryTransposeWithBiasMatchesCpu) {
+  const int64_t M = 48, N = 40, K = 72;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      const auto a = RandomNormal(M * K, 1), b = RandomNormal(K * N, 2), bias = RandomNormal(N, 3);
+      auto params = [&](const void* pa, const void* pb, const void* pbias, void* pc) {
+        MatmulParams p;
+        p.M = M, p.N = N, p.K = K, p.a = pa, p.lda = ta ? M : K, p.trans_a = ta, p.b = pb, p.ldb = tb ? K : N;
+        p.trans_b = tb, p.c = pc, p.ldc = N, p.bias = pbias;
+        return p;
+      };
+      std::vector<float> c(M * N), nc(M * N);
+      kernels::Matmul(cpu_, params(a.data(), b.data(), bias.data(), c.data()));
+      const auto ar = RoundTo(a, dt()), br = RoundTo(b, dt()), biasr = RoundTo(bias, dt());
+      kernels::Matmul(cpu_, params(ar.data(), br.data(), biasr.data(), nc.data()));
+      DeviceBuffer ga(a, dt()), gb(b, dt()), gbias(bias, dt()), gc(M * N, dt());
+      MatmulParams p = params(ga.get(), gb.get(), gbias.get(), gc.get());
+      p.dtype = dt();
+      const absl::Status s = cuda::Matmul(ctx(), p);
+      ASSERT_TRUE(s.ok()) << s;
+      Expect("matmul c", gc.ToFloats(), c, nc, true);
+    }
+  }
+}
+
+TEST_P(MatmulTest, BatchedWithBroadcastOperandAndBackwardRules) {
+  const int64_t batch = 3, M = 32, N = 24, K = 40;
+  const auto a = RandomNormal(batch * M * K, 11), w = RandomNormal(N * K, 12), dc = RandomNormal(batch * M * N, 13);
+  const auto db0 = RandomNormal(N * K, 14), dbias0 = RandomNormal(N, 15);
+  auto params = [&](const void* pa, const void* pw, void* pc) {
+    MatmulParams p;
+    p.M = M, p.N = N, p.K = K, p.batch = batch;
+    p.a = pa, p.lda = K, p.batch_stride_a = M * K;
+    p.b = pw, p.ldb = K, p.trans_b = true, p.batch_stride_b = 0;  // one weight for every batch
+    p.c = pc, p.ldc = N, p.batch_stride_c = M * N, p.alpha = 0.5f;
+    return p;
+  };
+  auto cpu = [&](const std::vector<float>& ai, const std::vector<float>& wi, const std::vector<float>& dci,
+                 std::vector<std::vector<float>>& r) {
+    r.assign(4, {});
+    r[0].resize(batch * M * N), r[1].resize(batch * M * K), r[2] = db0, r[3] = dbias0;
+    kernels::Matmul(cpu_, params(ai.data(), wi.data(), r[0].data()));
+    MatmulBackwardParams bp;
+    bp.forward = params(ai.data(), wi.data(), nullptr);
+    bp.dc = dci.data(), bp.da = r[1].data(), bp.db = r[2].data(), bp.dbias = r[3].data();
+    kernels::MatmulBackward(cpu_, bp);
+  };
+  std::vector<std::vector<float>> ref, naive;
+  cpu(a, w, dc, ref);
+  cpu(RoundTo(a, dt()), RoundTo(w, dt()), RoundTo(dc, dt()), naive);
+
+  DeviceBuffer ga(a, dt()), gw(w, dt()), gdc(dc, dt()), gc(batch * M * N, dt()), gda(batch * M * K, dt());
+  DeviceBuffer gdb(db0, DType::kF32), gdbias(dbias0, DType::kF32);
+  MatmulParams p = params(ga.get(), gw.get(), gc.get());
+  p.dtype = dt();
+  ASSERT_TRUE(cuda::Matmul(ctx(), p).ok());
+  MatmulBackwardParams bp;
+  bp.forward = p;
+  bp.dc = gdc.get(), bp.da = gda.get(), bp.db = gdb.get(), bp.dbias = gdbias.get();
+  const absl::Status s = cuda::MatmulBackward(ctx(), bp);
+  ASSERT_TRUE(s.ok()) << s;
+  Expect("batched c", gc.ToFloats(), ref[0], naive[0], true);
+  Expect("da (written)", gda.ToFloats(), ref[1], naive[1], true);
+  Expect("dW summed over the batch (+=, fp32)", gdb.ToFloats(), ref[2], naive[2], false);
+  Expect("dbias (+=, fp32)", gdbias.ToFloats(), ref[3], naive[3], false);
+}
+
+TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
+  const int64_t R = 64, I = 96, O = 128;
+  const auto x = RandomNormal(R * I, 21, 0.3f), w = RandomNormal(O * I, 22, 0.3f), bias = RandomNormal(O, 23);
+  auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& wi, const std::vector<float>& bi,
+                 std::vector<float>& pre, std::vector<float>& y) {
+    pre.resize(R * O), y.resize(R * O);
+    kernels::Matmul(cpu_, LinearParams(R, I, O, xi.data(), wi.data(), bi.data(), pre.data()));
+    kernels::ActivationForward(cpu_, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, R * O, pre.data(), y.data()});
+  };
+  std::vector<float> pre, y, npre, ny;
+  cpu(x, w, bias, pre, y);
+  cpu(RoundTo(x, dt()), RoundTo(w, dt()), RoundTo(bias, dt()), npre, ny);
+  DeviceBuffer gx(x, dt()), gw(w, dt()), gb(bias, dt()), gy(R * O, dt()), gpre(R * O, dt());
+  MatmulParams p = LinearParams(R, I, O, gx.get(), gw.get(), gb.get(), gy.get());
+  p.dtype = dt();
+  MatmulEpilogueParams e;
+  e.epilogue = MatmulEpilogue::kGeluTanh, e.pre_activation = gpre.get();
+  const absl::Status s = cuda::Matmul(ctx(), p, e);
+  ASSERT_TRUE(s.ok()) << s;
+  Expect("gelu(x W^T + b)", gy.ToFloats(), y, ny, true);
+  Expect("pre-activation x W^T + b", gpre.ToFloats(), pre, npre, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
+
+}  // namespace
+}  // namespace lmf::kernels::cuda
