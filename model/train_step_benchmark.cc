@@ -43,10 +43,12 @@ struct Shape {
 };
 
 Shape ShapeByName(const std::string& name) {
-  // GPT-2 small with the vocabulary padded from 50257 to 50304 (a multiple of 64); a 6-layer, 384-wide
+  // GPT-2 small with the vocabulary (50257) padded to 50304 rows (a multiple of 64); a 6-layer, 384-wide
   // GPT-2-style model with the same vocabulary.
-  const ModelConfig gpt2 = Gpt2Config(50304, 1024, 768, 12, 12);
-  const ModelConfig small = Gpt2Config(50304, 1024, 384, 6, 6);
+  ModelConfig gpt2 = Gpt2Config(50257, 1024, 768, 12, 12);
+  gpt2.padded_vocab_size = 50304;
+  ModelConfig small = Gpt2Config(50257, 1024, 384, 6, 6);
+  small.padded_vocab_size = 50304;
   if (name == "gpt2_t64") return {name, gpt2, 4, 64};
   if (name == "gpt2_t256") return {name, gpt2, 4, 256};
   if (name == "small_t64") return {name, small, 4, 64};
@@ -108,7 +110,7 @@ double TimeTorch(const Shape& s, int steps, int threads, const std::string& scri
       "%s %s --d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --batch=%d --seq=%d --steps=%d "
       "--threads=%d",
       absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers, s.config.n_heads,
-      s.config.vocab_size, s.b, s.t, steps, threads);
+      s.config.vocab_rows(), s.b, s.t, steps, threads);
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   char line[512];

@@ -18,7 +18,7 @@ int64_t BlockMatmulWeights(const ModelConfig& c) {
 
 ParameterCounts CountParameters(const ModelConfig& c) {
   ParameterCounts p;
-  p.token_embedding = c.vocab_size * c.d_model;
+  p.token_embedding = c.vocab_rows() * c.d_model;
   p.position_embedding = c.positions == PositionKind::kLearned ? c.context_length * c.d_model : 0;
   int64_t block = 2 * NormParameters(c) + BlockMatmulWeights(c);
   if (c.biases) {
@@ -27,14 +27,14 @@ ParameterCounts CountParameters(const ModelConfig& c) {
   }
   p.blocks = c.n_layers * block;
   p.final_norm = NormParameters(c);
-  p.lm_head = c.tied_embeddings ? 0 : c.vocab_size * c.d_model;
+  p.lm_head = c.tied_embeddings ? 0 : c.vocab_rows() * c.d_model;
   return p;
 }
 
 FlopsPerToken CountFlopsPerToken(const ModelConfig& c, int64_t seq_len) {
   FlopsPerToken f;
   f.matmul_forward = 2.0 * (static_cast<double>(c.n_layers) * BlockMatmulWeights(c) +
-                            static_cast<double>(c.vocab_size) * c.d_model);
+                            static_cast<double>(c.vocab_rows()) * c.d_model);
   f.attention_forward = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_size() * (seq_len + 1) / 2.0;
   return f;
 }
@@ -52,7 +52,7 @@ ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c) {
   block += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;          // pre-activation(s), activation output
   a.per_block = f32 * block;
   // final norm input, statistics, output; logits; the loss log-sum-exp; int32 ids and targets.
-  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_size + 1) + 2 * 4;
+  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_rows() + 1) + 2 * 4;
   return a;
 }
 

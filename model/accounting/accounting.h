@@ -12,7 +12,7 @@
 namespace lmf::model {
 
 struct ParameterCounts {
-  int64_t token_embedding = 0;     // V * C
+  int64_t token_embedding = 0;     // vocab_rows * C (padded rows included: they are stored and trained-over)
   int64_t position_embedding = 0;  // context_length * C for learned positions, else 0
   int64_t blocks = 0;              // all n_layers transformer blocks (norms, attention, feed-forward)
   int64_t final_norm = 0;

@@ -70,6 +70,10 @@ absl::Status ModelConfig::Validate() const {
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Invalid(absl::StrCat(field, "=", value, " must be positive"));
   }
+  if (padded_vocab_size < 0 || (padded_vocab_size > 0 && padded_vocab_size < vocab_size)) {
+    return Invalid(absl::StrCat("padded_vocab_size=", padded_vocab_size, " must be 0 (no padding) or at least vocab_size=",
+                                vocab_size));
+  }
   if (d_model % n_heads != 0) {
     return Invalid(absl::StrCat("n_heads=", n_heads, " does not divide d_model=", d_model));
   }
@@ -104,7 +108,7 @@ absl::Status ModelConfig::Validate() const {
     return Invalid(absl::StrCat("init_std=", init_std, " must be a positive finite number"));
   }
   // Sizes beyond 2^31 elements per matrix are outside what the CPU GEMM takes (int dimensions).
-  const int64_t widest = std::max({vocab_size, d_ff, d_model, context_length});
+  const int64_t widest = std::max({vocab_rows(), d_ff, d_model, context_length});
   if (widest * std::max(d_model, d_ff) >= (int64_t{1} << 31)) {
     return Invalid(absl::StrCat("a weight matrix of ", widest, " x ", std::max(d_model, d_ff),
                                 " has 2^31 or more elements"));
@@ -124,10 +128,10 @@ absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {
 
 std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
-      "vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d d_ff=%d norm=%s "
+      "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d d_ff=%d norm=%s "
       "norm_eps=%g norm_placement=%s ffn=%s positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s "
       "init_std=%g",
-      vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff, NormKindName(norm), norm_eps,
+      vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff, NormKindName(norm), norm_eps,
       NormPlacementName(norm_placement), FfnKindName(ffn), PositionKindName(positions), rope_theta, biases,
       tied_embeddings, InitSchemeName(init), init_std);
 }

@@ -39,7 +39,11 @@ const char* PositionKindName(PositionKind kind);
 const char* InitSchemeName(InitScheme scheme);
 
 struct ModelConfig {
-  int64_t vocab_size = 0;      // V: rows of the token embedding and of the LM head (pad it yourself)
+  int64_t vocab_size = 0;      // V: token ids are in [0, V); the loss's softmax runs over these V logits
+  // Rows of the token embedding and of the LM head (and columns of the logits), >= vocab_size; 0 means
+  // vocab_size. Padding to a multiple of 64 (GPT-2: 50257 -> 50304) keeps the LM head GEMM fast; the
+  // padding rows never receive gradient and their logits are excluded from the loss.
+  int64_t padded_vocab_size = 0;
   int64_t context_length = 0;  // longest sequence; size of the learned position table
   int64_t d_model = 0;         // C
   int64_t n_layers = 0;
@@ -57,6 +61,7 @@ struct ModelConfig {
   InitScheme init = InitScheme::kCs336TruncatedNormal;
   double init_std = 0.02;       // kGpt2Scaled only
 
+  int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
   int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
@@ -71,7 +76,8 @@ struct ModelConfig {
   std::string DebugString() const;
 };
 
-// GPT-2 style. GPT-2 small: Gpt2Config(50257 (or padded 50304), 1024, 768, 12, 12), d_ff = 4 * d_model.
+// GPT-2 style. GPT-2 small: Gpt2Config(50257, 1024, 768, 12, 12) (set padded_vocab_size = 50304 for speed),
+// d_ff = 4 * d_model.
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,
                        int64_t n_heads);
 // CS336 / Llama style. CS336's TinyStories model: Cs336Config(10000, 256, 512, 4, 16, 1344).

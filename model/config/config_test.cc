@@ -75,6 +75,17 @@ TEST(ModelConfigTest, RejectsNonPositiveSizes) {
   ExpectRejected(c, "d_ff=-1 must be positive");
 }
 
+TEST(ModelConfigTest, PaddedVocabularyMustCoverTheVocabulary) {
+  ModelConfig c = Gpt2Config(50257, 1024, 768, 12, 12);
+  c.padded_vocab_size = 50304;
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_EQ(c.vocab_rows(), 50304);
+  c.padded_vocab_size = 50000;
+  ExpectRejected(c, "padded_vocab_size=50000 must be 0 (no padding) or at least vocab_size=50257");
+  c.padded_vocab_size = 0;
+  EXPECT_EQ(c.vocab_rows(), 50257);
+}
+
 TEST(ModelConfigTest, RejectsBadScalars) {
   ModelConfig c = Cs336Config(1000, 128, 64, 2, 4, 128);
   c.norm_eps = 0;

@@ -77,7 +77,7 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx)
   if (config.tied_embeddings) {
     lm_head_ = std::make_unique<Linear>(embedding_.token_table(), &counters_);
   } else {
-    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_size, /*bias=*/false, &counters_);
+    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, &counters_);
   }
 }
 
@@ -122,7 +122,7 @@ absl::Status LanguageModel::CheckBatch(const int32_t* tokens, const char* what, 
 
 absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
   if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
-  const int64_t n = b * t, c = config_.d_model, v = config_.vocab_size;
+  const int64_t n = b * t, c = config_.d_model, v = config_.vocab_rows();
   have_loss_ = false;
   if (b != b_ || t != t_) {
     logits_ = kernels::Tensor::Empty({b, t, v}, kernels::DType::kF32);
@@ -161,6 +161,7 @@ kernels::CrossEntropyParams LanguageModel::LossParams() {
   kernels::CrossEntropyParams p;
   p.N = b_ * t_;
   p.V = config_.vocab_size;
+  p.row_stride = config_.vocab_rows();  // padding columns: excluded from the softmax, zero gradient
   p.logits = logits_.data<float>();
   p.targets = targets_.data();
   p.lse = lse_.data<float>();
@@ -184,7 +185,7 @@ void LanguageModel::EnsureWorkspace(int64_t n) {
 void LanguageModel::Backward() {
   LMF_CHECK(have_loss_) << "LanguageModel::Backward needs a ForwardWithLoss first (and only one Backward each)";
   have_loss_ = false;
-  const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_size;
+  const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_rows();
   EnsureWorkspace(n);
   float* dlogits = logits_.data<float>();
   kernels::CrossEntropyParams p = LossParams();

@@ -53,7 +53,7 @@ class LanguageModel {
   // Sets every parameter gradient to zero.
   void ZeroGrad();
 
-  // (B, T, V) after Forward / ForwardWithLoss.
+  // (B, T, vocab_rows) after Forward / ForwardWithLoss (padding columns are plain outputs of the LM head).
   const float* logits() const { return logits_.data<float>(); }
 
   // Every parameter, by checkpoint name (see tools/model/reference.py), in a fixed order: embeddings,

@@ -149,6 +149,15 @@ void ExpectClose(const std::string& what, const float* got, const std::vector<fl
       << want[worst_at] << "), scale " << scale;
 }
 
+double LargestGradient(const Fixture& f) {
+  double largest = 0;
+  for (const auto& [key, array] : f.arrays) {
+    if (key.rfind("grad/", 0) != 0) continue;
+    for (float g : array.ToFloat()) largest = std::max(largest, std::fabs(double{g}));
+  }
+  return largest;
+}
+
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
@@ -165,11 +174,7 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   EXPECT_NEAR(*loss, want_loss, 1e-5 * std::fabs(want_loss)) << "loss";
   (*model)->ZeroGrad();
   (*model)->Backward();
-  double largest_gradient = 0;
-  for (const auto& [key, array] : f.arrays) {
-    if (key.rfind("grad/", 0) != 0) continue;
-    for (float g : array.ToFloat()) largest_gradient = std::max(largest_gradient, std::fabs(double{g}));
-  }
+  const double largest_gradient = LargestGradient(f);
   int checked = 0;
   (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
     ExpectClose("grad of " + name, p.grad_data(), f.arrays.at("grad/" + name).ToFloat(),
@@ -203,6 +208,51 @@ TEST(LanguageModelTest, AccountingEqualsWhatTheModelHoldsAndRuns) {
     const FlopsPerToken per_token = CountFlopsPerToken(f.config, f.t);
     EXPECT_DOUBLE_EQ((*model)->counters().matmul_flops, 3 * per_token.matmul_forward * tokens) << name;
     EXPECT_DOUBLE_EQ((*model)->counters().attention_flops, 3 * per_token.attention_forward * tokens) << name;
+  }
+}
+
+// A model whose embedding and LM head carry extra padding rows computes the same loss, the same logits
+// for the real vocabulary and the same gradients as the unpadded one; padding rows get no gradient.
+TEST(LanguageModelTest, PaddedVocabularyMatchesPyTorchAndLeavesPaddingUntouched) {
+  for (const std::string name : {"gpt2_tiny", "llama_tiny"}) {  // tied and untied heads
+    const Fixture f = LoadFixture(name);
+    ModelConfig padded = f.config;
+    const int64_t v = f.config.vocab_size, rows = v + 5, c = f.config.d_model;
+    padded.padded_vocab_size = rows;
+    auto model = LanguageModel::Create(padded, kernels::Context::Cpu());
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->parameter_count(), CountParameters(padded).total());
+    (*model)->VisitParameters([&](const std::string& pname, const Parameter& p) {
+      const std::vector<float> values = f.arrays.at("param/" + pname).ToFloat();
+      if (p.value.numel() == static_cast<int64_t>(values.size())) {
+        std::copy(values.begin(), values.end(), p.data());
+        return;
+      }
+      ASSERT_EQ(p.value.dim(0), rows) << pname;  // the token table or the LM head: real rows, then padding
+      std::copy(values.begin(), values.end(), p.data());
+      for (int64_t i = v * c; i < rows * c; ++i) p.data()[i] = 0.25f * static_cast<float>((i % 7) - 3);
+    });
+    auto loss = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    const double want_loss = f.arrays.at("loss").ToDouble()[0];
+    EXPECT_NEAR(*loss, want_loss, 1e-5 * want_loss) << name;
+    const std::vector<float> want_logits = f.arrays.at("logits").ToFloat();
+    std::vector<float> real_logits;
+    for (int64_t r = 0; r < f.b * f.t; ++r) {
+      real_logits.insert(real_logits.end(), (*model)->logits() + r * rows, (*model)->logits() + r * rows + v);
+    }
+    ExpectClose(name + " logits of the real vocabulary", real_logits.data(), want_logits);
+    EXPECT_EQ((*model)->saved_activation_bytes(), CountActivationBytesPerToken(padded).total() * f.b * f.t);
+    (*model)->ZeroGrad();
+    (*model)->Backward();
+    const double largest_gradient = LargestGradient(f);
+    (*model)->VisitParameters([&](const std::string& pname, const Parameter& p) {
+      const std::vector<float> want = f.arrays.at("grad/" + pname).ToFloat();
+      ExpectClose(name + " grad of " + pname, p.grad_data(), want, 1e-2 * largest_gradient);
+      for (int64_t i = static_cast<int64_t>(want.size()); i < p.grad.numel(); ++i) {
+        ASSERT_EQ(p.grad_data()[i], 0.0f) << name << " " << pname << " padding element " << i;
+      }
+    });
   }
 }
 

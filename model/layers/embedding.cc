@@ -8,7 +8,7 @@
 namespace lmf::model {
 
 Embedding::Embedding(const ModelConfig& config)
-    : positions_(config.positions), c_(config.d_model), tokens_(Parameter::Zeros({config.vocab_size, c_})) {
+    : positions_(config.positions), c_(config.d_model), tokens_(Parameter::Zeros({config.vocab_rows(), c_})) {
   if (positions_ == PositionKind::kLearned) learned_ = Parameter::Zeros({config.context_length, c_});
   if (positions_ == PositionKind::kSinusoidal) {
     sinusoidal_.resize(static_cast<size_t>(config.context_length * c_));
