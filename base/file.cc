@@ -1,11 +1,13 @@
 // File helpers: POSIX I/O with errno turned into absl::Status messages that name the path.
 #include "base/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -42,16 +44,6 @@ std::string DirName(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
-}
-
-absl::Status SyncDir(const std::string& path) {
-  const std::string dir = DirName(path);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open folder", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoError("fsync folder", dir);
-  return absl::OkStatus();
 }
 
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
@@ -115,6 +107,39 @@ absl::Status MakeDirs(const std::string& path) {
 bool FileExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
+}
+
+absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoError("open folder", dir);
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::Status RemoveFlatFolder(const std::string& dir) {
+  auto names = ListFolder(dir);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) != 0) return ErrnoError("delete", path);
+  }
+  if (::rmdir(dir.c_str()) != 0) return ErrnoError("delete folder", dir);
+  return absl::OkStatus();
+}
+
+absl::Status SyncFolder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open folder", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("fsync folder", dir);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> FileSize(const std::string& path) {
@@ -235,7 +260,7 @@ absl::Status AtomicFileWriter::Commit() {
     ::unlink(tmp_path_.c_str());
     return s;
   }
-  return SyncDir(path_);
+  return SyncFolder(DirName(path_));
 }
 
 }  // namespace lmf

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +25,15 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view data)
 absl::Status MakeDirs(const std::string& path);
 
 bool FileExists(const std::string& path);
+
+// The names in a folder (without "." and ".."), sorted.
+absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir);
+
+// Deletes a folder that holds only plain files, with its files (checkpoint folders, staging folders).
+absl::Status RemoveFlatFolder(const std::string& dir);
+
+// fsyncs a folder, making the creations, renames and deletions in it durable.
+absl::Status SyncFolder(const std::string& dir);
 
 // Size in bytes, or an error naming the file.
 absl::StatusOr<uint64_t> FileSize(const std::string& path);

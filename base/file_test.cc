@@ -78,6 +78,21 @@ TEST(File, MakeDirsCreatesParents) {
   EXPECT_FALSE(MakeDirs(dir + "/f").ok());  // a file in the way
 }
 
+TEST(File, ListRemoveAndSyncFolders) {
+  const std::string dir = TestDir() + "/flat";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/b", "2").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/a", "1").ok());
+  auto names = ListFolder(dir);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(SyncFolder(dir).ok());
+  ASSERT_TRUE(RemoveFlatFolder(dir).ok());
+  EXPECT_FALSE(FileExists(dir));
+  EXPECT_FALSE(ListFolder(dir).ok());
+  EXPECT_NE(ListFolder(dir).status().message().find(dir), std::string::npos);
+}
+
 TEST(CheckDeathTest, FailedCheckAbortsWithMessage) {
   EXPECT_DEATH(LMF_CHECK_EQ(1 + 1, 3) << "arithmetic", "check failed.*arithmetic");
 }

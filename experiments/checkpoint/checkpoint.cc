@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "base/file.h"
 #include "experiments/crc32c/crc32c.h"
 #include "google/protobuf/text_format.h"
@@ -32,36 +32,9 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+// The names in a folder, or none when it cannot be read (a missing checkpoints folder holds none).
 std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// Deletes a checkpoint folder and the plain files in it (checkpoints hold no subfolders).
-absl::Status RemoveFolder(const std::string& dir) {
-  for (const std::string& name : ListDir(dir)) {
-    const std::string path = dir + "/" + name;
-    if (::unlink(path.c_str()) != 0) return ErrnoError("cannot delete", path);
-  }
-  if (::rmdir(dir.c_str()) != 0) return ErrnoError("cannot delete folder", dir);
-  return absl::OkStatus();
-}
-
-absl::Status SyncFolder(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return ErrnoError("cannot open folder", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoError("cannot fsync folder", dir);
-  return absl::OkStatus();
+  return ListFolder(dir).value_or(std::vector<std::string>{});
 }
 
 // Parses "step_00000100" (exactly 8+ digits after step_) into 100.
@@ -105,7 +78,8 @@ absl::Status Verify(const std::string& path, const checkpoint::TrainerState& sta
   for (const char* required : {kModelFile, kOptimizerFile, kConfigFile}) {
     bool listed = false;
     for (const auto& f : state.files()) listed |= f.name() == required;
-    if (!listed) return absl::DataLossError(absl::StrCat(path, ": ", kStateFile, " has no digest for ", required));
+    if (!listed)
+      return absl::DataLossError(absl::StrCat(path, ": ", kStateFile, " has no digest for ", required));
   }
   for (const checkpoint::FileDigest& expected : state.files()) {
     absl::StatusOr<checkpoint::FileDigest> actual = Digest(path, expected.name());
@@ -116,8 +90,9 @@ absl::Status Verify(const std::string& path, const checkpoint::TrainerState& sta
                                               " (truncated or replaced)"));
     }
     if (actual->crc32c() != expected.crc32c()) {
-      return absl::DataLossError(absl::StrFormat("%s/%s: CRC-32C %08x does not match the recorded %08x (corrupt)",
-                                                 path, expected.name(), actual->crc32c(), expected.crc32c()));
+      return absl::DataLossError(
+          absl::StrFormat("%s/%s: CRC-32C %08x does not match the recorded %08x (corrupt)", path,
+                          expected.name(), actual->crc32c(), expected.crc32c()));
     }
   }
   return absl::OkStatus();
@@ -139,13 +114,13 @@ std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir) {
   return steps;
 }
 
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, const CheckpointContents& contents,
-                                           int keep) {
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
+                                           const CheckpointContents& contents, int keep) {
   if (absl::Status s = MakeDirs(checkpoints_dir); !s.ok()) return s;
   // Folders a killed save left behind.
   for (const std::string& name : ListDir(checkpoints_dir)) {
     if (absl::EndsWith(name, kPartialSuffix)) {
-      if (absl::Status s = RemoveFolder(checkpoints_dir + "/" + name); !s.ok()) return s;
+      if (absl::Status s = RemoveFlatFolder(checkpoints_dir + "/" + name); !s.ok()) return s;
     }
   }
   const std::string final_path = CheckpointPath(checkpoints_dir, contents.state.step());
@@ -154,7 +129,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, c
 
   if (absl::Status s = WriteTensors(contents.model, staging + "/" + kModelFile); !s.ok()) return s;
   if (absl::Status s = WriteTensors(contents.optimizer, staging + "/" + kOptimizerFile); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomically(staging + "/" + kConfigFile, contents.config_text); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(staging + "/" + kConfigFile, contents.config_text); !s.ok())
+    return s;
   checkpoint::TrainerState state = contents.state;
   state.clear_files();
   for (const char* name : {kModelFile, kOptimizerFile, kConfigFile}) {
@@ -170,14 +146,14 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, c
   // good one); it is replaced.
   struct stat st;
   if (::stat(final_path.c_str(), &st) == 0) {
-    if (absl::Status s = RemoveFolder(final_path); !s.ok()) return s;
+    if (absl::Status s = RemoveFlatFolder(final_path); !s.ok()) return s;
   }
   if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
   if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
 
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < steps.size(); ++i) {
-    if (absl::Status s = RemoveFolder(CheckpointPath(checkpoints_dir, steps[i])); !s.ok()) return s;
+    if (absl::Status s = RemoveFlatFolder(CheckpointPath(checkpoints_dir, steps[i])); !s.ok()) return s;
   }
   return final_path;
 }
@@ -192,10 +168,12 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
   if (!optimizer.ok()) return optimizer.status();
   absl::StatusOr<std::string> config = ReadFile(path + "/" + kConfigFile);
   if (!config.ok()) return config.status();
-  return LoadedCheckpoint{path, *std::move(state), *std::move(model), *std::move(optimizer), *std::move(config)};
+  return LoadedCheckpoint{path, *std::move(state), *std::move(model), *std::move(optimizer),
+                          *std::move(config)};
 }
 
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped) {
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
+                                             std::vector<std::string>* skipped) {
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
