@@ -77,15 +77,20 @@ std::string JoinPath(const std::string& base, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, const std::string& source) {
-  config::Experiment experiment;
+absl::Status ParseTextProto(std::string_view text, const std::string& source, google::protobuf::Message* message) {
   FirstErrorCollector collector(source);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&collector);
-  if (!parser.ParseFromString(std::string(text), &experiment)) {
+  if (!parser.ParseFromString(std::string(text), message)) {
     return absl::InvalidArgumentError(collector.error().empty() ? absl::StrCat(source, ": cannot parse")
                                                                 : collector.error());
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, const std::string& source) {
+  config::Experiment experiment;
+  if (absl::Status s = ParseTextProto(text, source, &experiment); !s.ok()) return s;
   return experiment;
 }
 

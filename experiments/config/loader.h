@@ -11,8 +11,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "experiments/proto/experiment.pb.h"
+#include "google/protobuf/message.h"
 
 namespace lmf::experiments {
+
+// Parses any message from text format; errors are InvalidArgument "<source>:<line>:<column>: <message>".
+absl::Status ParseTextProto(std::string_view text, const std::string& source, google::protobuf::Message* message);
 
 // Parses text format. An unknown field, a bad value or a syntax error is InvalidArgument
 // "<source>:<line>:<column>: <parser message>" (1-based line and column).

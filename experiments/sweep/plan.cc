@@ -14,25 +14,9 @@
 #include "experiments/config/loader.h"
 #include "experiments/config/overrides.h"
 #include "experiments/config/validation.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
 
 namespace lmf::sweep {
 namespace {
-
-class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  explicit FirstErrorCollector(const std::string& source) : source_(source) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    if (error_.empty()) error_ = absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message);
-  }
-  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
-  const std::string& error() const { return error_; }
-
- private:
-  std::string source_;
-  std::string error_;
-};
 
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -329,13 +313,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
 
 absl::StatusOr<config::Sweep> ParseSweepText(const std::string& text, const std::string& source) {
   config::Sweep sweep;
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors(source);
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &sweep)) {
-    return absl::InvalidArgumentError(errors.error().empty() ? absl::StrCat(source, ": not a Sweep textproto")
-                                                             : errors.error());
-  }
+  if (absl::Status s = experiments::ParseTextProto(text, source, &sweep); !s.ok()) return s;
   return sweep;
 }
 
