@@ -1,0 +1,460 @@
+// CUDA FlashAttention-2 (forward, backward); see attention.h for the design.
+//
+// mma.sync.m16n8k16 fragment layout (PTX ISA), with g = lane / 4 and c = lane % 4:
+//   A (16x16, row-major) regs: {(g, 2c..2c+1), (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..)}
+//   B (16x8, k-major)   regs: {(k 2c..2c+1, n g), (k 2c+8.., n g)}
+//   C (16x8, fp32)          : {(g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)}
+// so the C fragments of two adjacent n-tiles are, packed to bf16, the A fragment of the next product.
+#include "lab/cuda/attention.h"
+
+#include <cstdint>
+
+#include "lab/cuda/cuda_check.h"
+#include "lab/cuda/device_util.cuh"
+#include "lab/cuda/scratch.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t Ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
+  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p0)) |
+         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p1)) << 16);
+}
+
+// Copies rows [row0, row0 + rows) of a (., D) strided bf16 matrix into shared memory (row stride D + 8),
+// zero-filling rows at or past `valid`. 16-byte accesses.
+template <int D>
+__device__ __forceinline__ void LoadRows(bf16* s, const bf16* g, int64_t row_stride, int row0, int rows, int valid) {
+  constexpr int kVec = D / 8, kStride = D + 8;
+  for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
+    const int r = i / kVec, c = i - r * kVec;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row0 + r < valid) v = *reinterpret_cast<const uint4*>(g + static_cast<int64_t>(row0 + r) * row_stride + c * 8);
+    *reinterpret_cast<uint4*>(s + r * kStride + c * 8) = v;
+  }
+}
+
+// A fragment of rows r0..r0+15, columns k0..k0+15 of a shared (., D + 8) tile.
+template <int D>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* s, int r0, int k0, int g, int c) {
+  constexpr int kStride = D + 8;
+  a[0] = Ld32(s + (r0 + g) * kStride + k0 + 2 * c);
+  a[1] = Ld32(s + (r0 + g + 8) * kStride + k0 + 2 * c);
+  a[2] = Ld32(s + (r0 + g) * kStride + k0 + 8 + 2 * c);
+  a[3] = Ld32(s + (r0 + g + 8) * kStride + k0 + 8 + 2 * c);
+}
+
+// Whether key u is hidden from query t.
+__device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, int b, int h, int t, int u) {
+  if (t >= p.T || u >= p.S) return true;
+  if (causal && u > t) return true;
+  if (p.mask != nullptr &&
+      p.mask[b * p.mask_stride_b + h * p.mask_stride_h + static_cast<int64_t>(t) * p.mask_stride_t + u] == 0)
+    return true;
+  return false;
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p, float scale_log2) {
+  constexpr int kBM = 64, kBN = 64, kStride = D + 8;
+  __shared__ __align__(16) bf16 sK[kBN * kStride];
+  __shared__ __align__(16) bf16 sV[kBN * kStride];
+  const int m0 = blockIdx.x * kBM, h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (p.NH / p.NKV);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+
+  LoadRows<D>(sK, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));  // Q staged through sK
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) LoadA<D>(qf[ks], sK, warp * 16, ks * 16, g, c);
+  __syncthreads();
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kBM) : static_cast<int>(p.S);
+
+  for (int n0 = 0; n0 < n_end; n0 += kBN) {
+    LoadRows<D>(sK, k, p.k_stride_t, n0, kBN, static_cast<int>(p.S));
+    LoadRows<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
+    __syncthreads();
+    float s[kBN / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const bf16* kr = sK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+        Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int u = n0 + j * 8 + 2 * c + e;
+          float x = s[j][2 * r + e] * scale_log2;
+          if (Masked(p, kCausal, b, h, rows[r], u)) x = -INFINITY;
+          s[j][2 * r + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float new_max = fmaxf(row_max[r], mx);
+      const float use = new_max == -INFINITY ? 0.0f : new_max;
+      const float alpha = exp2f(row_max[r] - use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        s[j][2 * r] = exp2f(s[j][2 * r] - use);
+        s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - use);
+        sum += s[j][2 * r] + s[j][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; the 4 threads of a row are summed at the end
+      row_max[r] = new_max;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) o[i][2 * r] *= alpha, o[i][2 * r + 1] *= alpha;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t a[4] = {Pack(s[2 * kk][0], s[2 * kk][1]), Pack(s[2 * kk][2], s[2 * kk][3]),
+                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const bf16* vr = sV + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+        Mma(o[i], a, PackRows(vr, vr + kStride), PackRows(vr + 8 * kStride, vr + 9 * kStride));
+      }
+    }
+    __syncthreads();
+  }
+
+  bf16* out = static_cast<bf16*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (rows[r] >= p.T) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    bf16* orow = out + static_cast<int64_t>(rows[r]) * p.out_stride_t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<__nv_bfloat162*>(orow + i * 8 + 2 * c) =
+          __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+    }
+    if (c == 0) p.lse[(static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r]] = l > 0.0f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+// dsum[b, h, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]; one warp per row.
+template <int D>
+__global__ void DotRowsKernel(AttentionBackwardParams bp, float* dsum) {
+  const AttentionParams& p = bp.forward;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= p.B * p.NH * p.T) return;
+  const int64_t t = row % p.T, h = (row / p.T) % p.NH, b = row / (p.T * p.NH);
+  const int64_t off = b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h;
+  const bf16* o = static_cast<const bf16*>(p.out) + off;
+  const bf16* d = static_cast<const bf16*>(bp.dout) + off;
+  float s = 0.0f;
+  for (int i = lane; i < D; i += 32) s += ToFloat(o[i]) * ToFloat(d[i]);
+  s = WarpSum(s);
+  if (lane == 0) dsum[row] = s;
+}
+
+// dq for 64 queries per block: recompute S and dP per 32-key step, dq += dS K.
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) FlashBackwardDqKernel(AttentionBackwardParams bp, const float* dsum,
+                                                                   float scale_log2, float scale) {
+  constexpr int kBM = 64, kBN = 32, kStride = D + 8;
+  __shared__ __align__(16) bf16 sK[kBM * kStride];  // 64 rows: also stages Q and dO
+  __shared__ __align__(16) bf16 sV[kBM * kStride];
+  const AttentionParams& p = bp.forward;
+  const int m0 = blockIdx.x * kBM, h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (p.NH / p.NKV);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
+  const bf16* dout = static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+
+  LoadRows<D>(sK, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
+  LoadRows<D>(sV, dout, p.out_stride_t, m0, kBM, static_cast<int>(p.T));
+  __syncthreads();
+  uint32_t qf[D / 16][4], df[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    LoadA<D>(qf[ks], sK, warp * 16, ks * 16, g, c);
+    LoadA<D>(df[ks], sV, warp * 16, ks * 16, g, c);
+  }
+  __syncthreads();
+  const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  float lse2[2], ds_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t idx = (static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r];
+    lse2[r] = rows[r] < p.T ? p.lse[idx] * kLog2e : -INFINITY;
+    ds_row[r] = rows[r] < p.T ? dsum[idx] : 0.0f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+  const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kBM) : static_cast<int>(p.S);
+  for (int n0 = 0; n0 < n_end; n0 += kBN) {
+    LoadRows<D>(sK, k, p.k_stride_t, n0, kBN, static_cast<int>(p.S));
+    LoadRows<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
+    __syncthreads();
+    float s[kBN / 8][4], dp[kBN / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const bf16* kr = sK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+        Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
+        const bf16* vr = sV + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+        Mma(dp[j], df[ks], Ld32(vr), Ld32(vr + 8));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, u = n0 + j * 8 + 2 * c + (e & 1);
+        const bool hidden = lse2[r] == -INFINITY || Masked(p, kCausal, b, h, rows[r], u);
+        const float pr = hidden ? 0.0f : exp2f(s[j][e] * scale_log2 - lse2[r]);
+        s[j][e] = pr * (dp[j][e] - ds_row[r]);  // dS
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t a[4] = {Pack(s[2 * kk][0], s[2 * kk][1]), Pack(s[2 * kk][2], s[2 * kk][3]),
+                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const bf16* kr = sK + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+        Mma(dq[i], a, PackRows(kr, kr + kStride), PackRows(kr + 8 * kStride, kr + 9 * kStride));
+      }
+    }
+    __syncthreads();
+  }
+  bf16* dqp = static_cast<bf16*>(bp.dq) + b * p.q_stride_b + h * p.q_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.T) continue;
+    bf16* row = dqp + static_cast<int64_t>(rows[r]) * p.q_stride_t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<__nv_bfloat162*>(row + i * 8 + 2 * c) =
+          __floats2bfloat162_rn(dq[i][2 * r] * scale, dq[i][2 * r + 1] * scale);
+  }
+}
+
+// dk, dv for 64 keys of one kv head per block, summed over the query heads of its group and all query blocks
+// (32 queries per step). Shared memory (dynamic): K, V (64 rows), Q, dO (32 rows), lse2 and dsum (32 each).
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads) FlashBackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum,
+                                                                     float scale_log2, float scale) {
+  constexpr int kBN = 64, kBM = 32, kStride = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + kBN * kStride;
+  bf16* sQ = sV + kBN * kStride;
+  bf16* sO = sQ + kBM * kStride;
+  float* sL = reinterpret_cast<float*>(sO + kBM * kStride);
+  float* sD = sL + kBM;
+  const AttentionParams& p = bp.forward;
+  const int n0 = blockIdx.x * kBN, kvh = blockIdx.y, b = blockIdx.z;
+  const int group = static_cast<int>(p.NH / p.NKV);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  LoadRows<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t, n0, kBN,
+              static_cast<int>(p.S));
+  LoadRows<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t, n0, kBN,
+              static_cast<int>(p.S));
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.0f;
+    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+  }
+  const int keys[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
+  const int m_begin = kCausal ? (n0 / kBM) * kBM : 0;
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
+    const bf16* dout = static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h;
+    const int64_t stat = (static_cast<int64_t>(b) * p.NH + h) * p.T;
+    for (int m0 = m_begin; m0 < p.T; m0 += kBM) {
+      __syncthreads();  // previous step's reads of sQ/sO/sL/sD are done
+      LoadRows<D>(sQ, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
+      LoadRows<D>(sO, dout, p.out_stride_t, m0, kBM, static_cast<int>(p.T));
+      for (int i = threadIdx.x; i < kBM; i += blockDim.x) {
+        const bool in = m0 + i < p.T;
+        sL[i] = in ? p.lse[stat + m0 + i] * kLog2e : -INFINITY;
+        sD[i] = in ? dsum[stat + m0 + i] : 0.0f;
+      }
+      __syncthreads();
+      float st[kBM / 8][4], dpt[kBM / 8][4];  // S^T and dP^T: 16 keys x 32 queries per warp
+#pragma unroll
+      for (int j = 0; j < kBM / 8; ++j)
+        st[j][0] = st[j][1] = st[j][2] = st[j][3] = dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t kf[4], vf[4];
+        LoadA<D>(kf, sK, warp * 16, ks * 16, g, c);
+        LoadA<D>(vf, sV, warp * 16, ks * 16, g, c);
+#pragma unroll
+        for (int j = 0; j < kBM / 8; ++j) {
+          const bf16* qr = sQ + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+          Mma(st[j], kf, Ld32(qr), Ld32(qr + 8));
+          const bf16* orow = sO + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+          Mma(dpt[j], vf, Ld32(orow), Ld32(orow + 8));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBM / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = j * 8 + 2 * c + (e & 1);
+          const int u = keys[e >> 1];
+          const bool hidden = sL[qi] == -INFINITY || Masked(p, kCausal, b, h, m0 + qi, u);
+          const float pr = hidden ? 0.0f : exp2f(st[j][e] * scale_log2 - sL[qi]);
+          st[j][e] = pr;                             // P^T
+          dpt[j][e] = pr * (dpt[j][e] - sD[qi]);     // dS^T
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk) {
+        const uint32_t pa[4] = {Pack(st[2 * kk][0], st[2 * kk][1]), Pack(st[2 * kk][2], st[2 * kk][3]),
+                                Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]), Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+        const uint32_t da[4] = {Pack(dpt[2 * kk][0], dpt[2 * kk][1]), Pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          const bf16* orow = sO + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+          Mma(dv[i], pa, PackRows(orow, orow + kStride), PackRows(orow + 8 * kStride, orow + 9 * kStride));
+          const bf16* qr = sQ + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+          Mma(dk[i], da, PackRows(qr, qr + kStride), PackRows(qr + 8 * kStride, qr + 9 * kStride));
+        }
+      }
+    }
+  }
+  bf16* dkp = static_cast<bf16*>(bp.dk) + b * p.k_stride_b + kvh * p.k_stride_h;
+  bf16* dvp = static_cast<bf16*>(bp.dv) + b * p.v_stride_b + kvh * p.v_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= p.S) continue;
+    bf16* kr = dkp + static_cast<int64_t>(keys[r]) * p.k_stride_t;
+    bf16* vr = dvp + static_cast<int64_t>(keys[r]) * p.v_stride_t;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      *reinterpret_cast<__nv_bfloat162*>(kr + i * 8 + 2 * c) =
+          __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(vr + i * 8 + 2 * c) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+    }
+  }
+}
+
+bool Aligned(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+bool Aligned8(int64_t stride) { return stride % 8 == 0; }
+
+absl::Status Validate(const AttentionParams& p) {
+  if (p.dtype != DType::kBF16)
+    return absl::UnimplementedError(absl::StrCat("attention: the CUDA kernel runs bf16, not ", DTypeName(p.dtype)));
+  if (p.HS != 64 && p.HS != 128)
+    return absl::UnimplementedError(absl::StrCat("attention: CUDA head size ", p.HS, " (64 or 128 supported)"));
+  if (p.NKV <= 0 || p.NH % p.NKV != 0)
+    return absl::InvalidArgumentError(absl::StrCat("attention: NKV ", p.NKV, " does not divide NH ", p.NH));
+  if (p.lse == nullptr) return absl::InvalidArgumentError("attention: lse is required");
+  if (p.T >= (int64_t{1} << 31) || p.S >= (int64_t{1} << 31)) return absl::InvalidArgumentError("attention: T or S >= 2^31");
+  for (int64_t s : {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,
+                    p.v_stride_t, p.v_stride_h, p.out_stride_b, p.out_stride_t, p.out_stride_h}) {
+    if (!Aligned8(s)) return absl::InvalidArgumentError(absl::StrCat("attention: stride ", s, " is not a multiple of 8"));
+  }
+  if (!Aligned(p.q) || !Aligned(p.k) || !Aligned(p.v) || !Aligned(p.out))
+    return absl::InvalidArgumentError("attention: q, k, v and out must be 16-byte aligned");
+  return absl::OkStatus();
+}
+
+template <int D, bool kCausal>
+absl::Status LaunchForward(const Context& ctx, const AttentionParams& p) {
+  const dim3 grid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
+  FlashForwardKernel<D, kCausal><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, p.scale * kLog2e);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardKernel");
+  return absl::OkStatus();
+}
+
+template <int D, bool kCausal>
+absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& bp, float* dsum) {
+  const AttentionParams& p = bp.forward;
+  const cudaStream_t stream = StreamOf(ctx);
+  const int64_t rows = p.B * p.NH * p.T;
+  DotRowsKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(bp, dsum);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("DotRowsKernel");
+  const dim3 qgrid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
+  FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqKernel");
+  const size_t smem = static_cast<size_t>(2 * 64 + 2 * 32) * (D + 8) * sizeof(bf16) + 2 * 32 * sizeof(float);
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvKernel<D, kCausal>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 kgrid(static_cast<unsigned>((p.S + 63) / 64), static_cast<unsigned>(p.NKV), static_cast<unsigned>(p.B));
+  FlashBackwardDkDvKernel<D, kCausal><<<kgrid, kThreads, smem, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDkDvKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(Validate(p));
+  if (p.B * p.NH * p.T == 0) return absl::OkStatus();
+  if (p.HS == 64) return p.causal ? LaunchForward<64, true>(ctx, p) : LaunchForward<64, false>(ctx, p);
+  return p.causal ? LaunchForward<128, true>(ctx, p) : LaunchForward<128, false>(ctx, p);
+}
+
+absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
+  const AttentionParams& p = bp.forward;
+  LMF_RETURN_IF_ERROR_STATUS(Validate(p));
+  if (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv))
+    return absl::InvalidArgumentError("attention backward: dout, dq, dk and dv must be 16-byte aligned");
+  if (p.B * p.NH * p.T == 0) return absl::OkStatus();
+  Scratch dsum;
+  LMF_RETURN_IF_ERROR_STATUS(dsum.Allocate(ctx, sizeof(float) * p.B * p.NH * p.T));
+  if (p.HS == 64) {
+    return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>()) : LaunchBackward<64, false>(ctx, bp, dsum.get<float>());
+  }
+  return p.causal ? LaunchBackward<128, true>(ctx, bp, dsum.get<float>()) : LaunchBackward<128, false>(ctx, bp, dsum.get<float>());
+}
+
+}  // namespace lmf::kernels::cuda
