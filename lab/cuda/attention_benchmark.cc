@@ -1,0 +1,83 @@
+// FlashAttention-2 benchmark (bf16, lab/cuda/attention): forward and backward TFLOP/s for head sizes 64 and
+// 128, causal and not, T from 512 to 16384 at 16384 tokens per batch and 2048 channels, against
+// torch.nn.functional.scaled_dot_product_attention with the flash backend measured in the same run
+// (tools/gpu_peers/attention_peer.py). FLOPs: forward 4 B NH T S HS (halved when causal), backward 2.5x the
+// forward (FlashAttention's convention; our deterministic dq recomputes S and dP, so it does more work than
+// it is credited for). FlashAttention-3 reports ~740 TFLOP/s forward (bf16, H100); printed as a fraction.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lab/cuda/attention.h"
+#include "lab/cuda/bench_util.h"
+#include "lab/cuda/cuda_context.h"
+#include "lab/cuda/gpu_test_util.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+constexpr int64_t kTokens = 16384, kChannels = 2048;
+
+int Main() {
+  if (CudaDeviceCount() == 0) {
+    std::printf("attention_benchmark: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  auto cc = CudaContext::Create(0);
+  if (!cc.ok()) {
+    std::printf("attention_benchmark: %s\n", cc.status().ToString().c_str());
+    return 1;
+  }
+  const Context ctx = (*cc)->context();
+  struct Case {
+    int64_t hs, T;
+    bool causal;
+    std::string label;
+  };
+  std::vector<Case> cases;
+  std::vector<std::string> args;
+  for (int64_t hs : {64, 128})
+    for (bool causal : {false, true})
+      for (int64_t T : {512, 2048, 8192, 16384}) {
+        const std::string label = absl::StrCat(causal ? "causal" : "full", "_hs", hs, "_t", T);
+        cases.push_back({hs, T, causal, label});
+        args.push_back(absl::StrCat(label, ":", kTokens / T, ",", T, ",", kChannels / hs, ",", hs, ",", causal ? 1 : 0));
+      }
+  auto peer = bench::RunPeer("attention_peer.py", absl::StrJoin(args, " "));
+  if (!peer.ok()) std::printf("peer (torch SDPA flash): unavailable: %s\n", std::string(peer.status().message()).c_str());
+  const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
+  std::printf("%-22s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms", "TFLOP/s", "vs torch", "bwd ms", "TFLOP/s",
+              "vs torch", "of FA3");
+  for (const Case& c : cases) {
+    const int64_t B = kTokens / c.T, NH = kChannels / c.hs, n = B * c.T * NH * c.hs;
+    testing::DeviceBuffer q(bench::RandomUniform(n, 1), DType::kBF16), k(bench::RandomUniform(n, 2), DType::kBF16);
+    testing::DeviceBuffer v(bench::RandomUniform(n, 3), DType::kBF16), out(n, DType::kBF16);
+    testing::DeviceBuffer dout(bench::RandomUniform(n, 4), DType::kBF16), dq(n, DType::kBF16), dk(n, DType::kBF16);
+    testing::DeviceBuffer dv(n, DType::kBF16), lse(B * NH * c.T, DType::kF32);
+    AttentionParams p = ContiguousAttentionParams(B, c.T, c.T, NH, NH, c.hs, c.causal, q.get(), k.get(), v.get(),
+                                                  out.get(), lse.as<float>());
+    p.dtype = DType::kBF16;
+    AttentionBackwardParams bp;
+    bp.forward = p, bp.dout = dout.get(), bp.dq = dq.get(), bp.dk = dk.get(), bp.dv = dv.get();
+    bool ok = true;
+    const double fwd = bench::MedianMs(ctx.stream, [&] { ok = ok && cuda::AttentionForward(ctx, p).ok(); });
+    const double bwd = bench::MedianMs(ctx.stream, [&] { ok = ok && cuda::AttentionBackward(ctx, bp).ok(); });
+    if (!ok) {
+      std::printf("%-22s failed\n", c.label.c_str());
+      continue;
+    }
+    const double flops = 4.0 * B * NH * c.T * c.T * c.hs * (c.causal ? 0.5 : 1.0);
+    const double ftf = flops / (fwd * 1e-3) / 1e12, btf = 2.5 * flops / (bwd * 1e-3) / 1e12;
+    std::printf("%-22s %9.3f %9.1f %9s %9.3f %9.1f %9s %7.0f%%\n", c.label.c_str(), fwd, ftf,
+                bench::Ratio(pm, c.label + "_fwd", fwd).c_str(), bwd, btf, bench::Ratio(pm, c.label + "_bwd", bwd).c_str(),
+                100.0 * ftf / 740.0);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::kernels::cuda
+
+int main() { return lmf::kernels::cuda::Main(); }

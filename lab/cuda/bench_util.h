@@ -1,0 +1,36 @@
+// Helpers for the lab CUDA benchmarks: median kernel time with CUDA events (after warm-up), and the PyTorch
+// peer measured in the same run: a script from tools/gpu_peers/ (found in the runfiles, or in the GPU
+// bundle's peers/ folder) run with python3, printing one "<label> <milliseconds>" line per case.
+#ifndef LMFORGE_LAB_CUDA_BENCH_UTIL_H_
+#define LMFORGE_LAB_CUDA_BENCH_UTIL_H_
+
+#include <functional>
+#include <map>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lmf::kernels::cuda::bench {
+
+// Median milliseconds of `iters` timed runs of fn (each timed with events on `stream`) after `warmup` runs.
+// fn returns false to report a failure (the benchmark aborts with its message).
+double MedianMs(void* stream, const std::function<void()>& fn, int warmup = 3, int iters = 20);
+
+// Runs `python3 <script> <args>` (script: a file name under tools/gpu_peers) and parses its
+// "<label> <milliseconds>" lines. Fails when python3, the script or PyTorch is missing.
+absl::StatusOr<std::map<std::string, double>> RunPeer(const std::string& script, const std::string& args);
+
+// "1.23x" or "n/a".
+std::string Ratio(const std::map<std::string, double>* peer, const std::string& label, double ours_ms);
+
+// n uniform values in [-scale, scale) from a fixed seed (benchmarks never time on zeros or constants).
+std::vector<float> RandomUniform(int64_t n, uint64_t seed, float scale = 1.0f);
+
+// Device-to-device copy bandwidth in GB/s (bytes read + written), measured on `bytes` buffers.
+double CopyBandwidthGBs(void* stream, size_t bytes);
+
+}  // namespace lmf::kernels::cuda::bench
+
+#endif  // LMFORGE_LAB_CUDA_BENCH_UTIL_H_

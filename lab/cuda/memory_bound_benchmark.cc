@@ -1,0 +1,117 @@
+// Memory-bound kernel benchmark (bf16 activations, lab/cuda): achieved GB/s (the fewest bytes each op must
+// move: inputs read once, outputs written once) against the device-to-device copy bandwidth measured in the
+// same run, and time against the PyTorch eager equivalent (tools/gpu_peers/memory_bound_peer.py).
+// Shapes: N = 16384 rows of C = 2048 (norms), H = 8192 (SwiGLU), RoPE on (16, 1024, 16, 128), fused
+// cross-entropy on 8192 x 50304 (in place), AdamW and the grad norm over 124M parameters.
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lab/cuda/bench_util.h"
+#include "lab/cuda/cross_entropy.h"
+#include "lab/cuda/cuda_context.h"
+#include "lab/cuda/gpu_test_util.h"
+#include "lab/cuda/norm.h"
+#include "lab/cuda/optimizer.h"
+#include "lab/cuda/pointwise.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+
+DeviceBuffer Random(int64_t n, DType dt, uint64_t seed) { return DeviceBuffer(bench::RandomUniform(n, seed), dt); }
+
+int Main() {
+  if (CudaDeviceCount() == 0) {
+    std::printf("memory_bound_benchmark: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  auto cc = CudaContext::Create(0);
+  if (!cc.ok()) {
+    std::printf("memory_bound_benchmark: %s\n", cc.status().ToString().c_str());
+    return 1;
+  }
+  const Context ctx = (*cc)->context();
+  constexpr DType kB = DType::kBF16;
+  const int64_t N = 16384, C = 2048, H = 8192, V = 50304, NCE = 8192, P = 124000000;
+  auto peer = bench::RunPeer("memory_bound_peer.py", "");
+  if (!peer.ok()) std::printf("peer (torch eager): unavailable: %s\n", std::string(peer.status().message()).c_str());
+  const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
+  const double copy = bench::CopyBandwidthGBs(ctx.stream, size_t{1} << 30);
+  std::printf("device-to-device copy: %.0f GB/s (bytes read + written)\n", copy);
+  std::printf("%-22s %10s %10s %9s %10s\n", "op", "ms", "GB/s", "of copy", "vs torch");
+  auto report = [&](const char* name, double bytes, const std::function<absl::Status()>& fn) {
+    bool ok = true;
+    const double ms = bench::MedianMs(ctx.stream, [&] { ok = ok && fn().ok(); });
+    if (!ok) {
+      std::printf("%-22s failed: %s\n", name, fn().ToString().c_str());
+      return;
+    }
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    std::printf("%-22s %10.3f %10.0f %8.0f%% %10s\n", name, ms, gbs, 100.0 * gbs / copy, bench::Ratio(pm, name, ms).c_str());
+  };
+  {
+    DeviceBuffer x = Random(N * C, kB, 1), r = Random(N * C, kB, 2), w = Random(C, kB, 3), out(N * C, kB);
+    DeviceBuffer dout = Random(N * C, kB, 4), dx(N * C, kB), rstd(N, DType::kF32), mean(N, DType::kF32), dw(C, DType::kF32);
+    report("rmsnorm_fwd", 4.0 * N * C, [&] {
+      return cuda::RmsNormForward(ctx, RmsNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), out.get(), rstd.as<float>()});
+    });
+    report("rmsnorm_bwd", 6.0 * N * C, [&] {
+      return cuda::RmsNormBackward(ctx, RmsNormBackwardParams{kB, N, C, x.get(), w.get(), rstd.as<float>(), dout.get(), dx.get(), dw.get()});
+    });
+    report("layernorm_fwd", 4.0 * N * C, [&] {
+      return cuda::LayerNormForward(ctx, LayerNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), w.get(), out.get(),
+                                                          mean.as<float>(), rstd.as<float>()});
+    });
+    report("residual_rmsnorm_fwd", 8.0 * N * C, [&] {
+      return cuda::ResidualRmsNormForward(ctx, ResidualRmsNormForwardParams{kB, N, C, 1e-5f, r.get(), x.get(), dx.get(), w.get(),
+                                                                      out.get(), rstd.as<float>()});
+    });
+  }
+  {
+    DeviceBuffer gu = Random(N * 2 * H, kB, 5), out(N * H, kB), dout = Random(N * H, kB, 6), dgu(N * 2 * H, kB);
+    char* g = gu.as<char>();
+    char* dg = dgu.as<char>();
+    report("swiglu_fwd", 6.0 * N * H, [&] {
+      return cuda::SwiGluForward(ctx, SwiGluForwardParams{kB, N, H, g, 2 * H, g + 2 * H, 2 * H, out.get()});
+    });
+    report("swiglu_bwd", 10.0 * N * H, [&] {
+      return cuda::SwiGluBackward(ctx, SwiGluBackwardParams{kB, N, H, g, 2 * H, g + 2 * H, 2 * H, dout.get(), dg, dg + 2 * H});
+    });
+  }
+  {
+    const int64_t B = 16, T = 1024, NH = 16, HS = 128, n = B * T * NH * HS;
+    DeviceBuffer x = Random(n, kB, 7);
+    report("rope_fwd", 4.0 * n, [&] { return cuda::RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 10000.0f, x.get(), x.get())); });
+  }
+  {
+    DeviceBuffer logits = Random(NCE * V, kB, 8), losses(NCE, DType::kF32), lse(NCE, DType::kF32);
+    std::vector<int32_t> t(NCE);
+    for (int64_t i = 0; i < NCE; ++i) t[i] = static_cast<int32_t>((i * 7919) % 50257);
+    DeviceBuffer targets = DeviceBuffer::Ints(t);
+    CrossEntropyParams p;
+    p.dtype = kB, p.N = NCE, p.V = 50257, p.row_stride = V, p.logits = logits.get(), p.targets = targets.as<int32_t>();
+    p.losses = losses.as<float>(), p.lse = lse.as<float>(), p.dloss = 1.0f / NCE, p.dlogits = logits.get();
+    report("cross_entropy_fused", 4.0 * NCE * V, [&] { return cuda::CrossEntropyForward(ctx, p); });
+  }
+  {
+    DeviceBuffer param = Random(P, DType::kF32, 9), grad = Random(P, kB, 10), m(P, DType::kF32), v(P, DType::kF32);
+    DeviceBuffer copy_out(P, kB);
+    m.Fill(0.0f), v.Fill(0.0f);
+    AdamWTensor t{P, param.as<float>(), grad.get(), m.as<float>(), v.as<float>(), copy_out.get()};
+    MultiTensorAdamWParams ap;
+    ap.grad_dtype = kB, ap.tensors = &t, ap.num_tensors = 1, ap.weight_decay = 0.1f, ap.step = 1;
+    report("adamw", 28.0 * P, [&] { return cuda::MultiTensorAdamW(ctx, ap); });
+    DeviceBuffer gf = Random(P, DType::kF32, 11), norm(1, DType::kF32);
+    GradSpan span{gf.get(), P};
+    report("grad_norm", 4.0 * P, [&] { return cuda::GlobalGradNormToDevice(ctx, GradNormParams{DType::kF32, &span, 1}, norm.as<float>()); });
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::kernels::cuda
+
+int main() { return lmf::kernels::cuda::Main(); }

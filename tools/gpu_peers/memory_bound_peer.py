@@ -1,0 +1,78 @@
+"""PyTorch peer for lab/cuda/memory_bound_benchmark: the same ops and shapes in PyTorch eager (bf16).
+
+Usage: python3 memory_bound_peer.py     prints "<op> <median ms>" per op (CUDA events, after warm-up).
+AdamW: torch.optim.AdamW(fused=True) over one fp32 parameter with an fp32 gradient (torch's fused AdamW wants
+the gradient in the parameter's dtype; ours reads a bf16 gradient and also writes a bf16 weight copy).
+"""
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, warmup=3, iters=20):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    dev, bf = "cuda", torch.bfloat16
+    n, c, h, v, nce, p = 16384, 2048, 8192, 50304, 8192, 124_000_000
+    x = torch.rand(n, c, device=dev, dtype=bf).requires_grad_()
+    r = torch.rand(n, c, device=dev, dtype=bf)
+    w = torch.rand(c, device=dev, dtype=bf).requires_grad_()
+    dout = torch.rand(n, c, device=dev, dtype=bf)
+    print("rmsnorm_fwd", median_ms(lambda: F.rms_norm(x, (c,), w, 1e-5)), flush=True)
+    y = F.rms_norm(x, (c,), w, 1e-5)
+    print("rmsnorm_bwd", median_ms(lambda: torch.autograd.grad(y, (x, w), dout, retain_graph=True)), flush=True)
+    print("layernorm_fwd", median_ms(lambda: F.layer_norm(x, (c,), w, w, 1e-5)), flush=True)
+    print("residual_rmsnorm_fwd", median_ms(lambda: F.rms_norm(r + x, (c,), w, 1e-5)), flush=True)
+    del x, r, y, dout
+
+    gu = torch.rand(n, 2 * h, device=dev, dtype=bf).requires_grad_()
+    d = torch.rand(n, h, device=dev, dtype=bf)
+    def swiglu():
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g) * u
+    print("swiglu_fwd", median_ms(swiglu), flush=True)
+    out = swiglu()
+    print("swiglu_bwd", median_ms(lambda: torch.autograd.grad(out, gu, d, retain_graph=True)), flush=True)
+    del gu, d, out
+
+    b, t, nh, hs = 16, 1024, 16, 128
+    q = torch.rand(b, t, nh, hs, device=dev, dtype=bf)
+    inv = 10000.0 ** (-torch.arange(0, hs, 2, device=dev, dtype=torch.float32) / hs)
+    ang = torch.arange(t, device=dev, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos()[None, :, None, :].to(bf), ang.sin()[None, :, None, :].to(bf)
+    def rope():
+        x0, x1 = q[..., 0::2], q[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+    print("rope_fwd", median_ms(rope), flush=True)
+    del q
+
+    logits = torch.rand(nce, v, device=dev, dtype=bf)[:, :50257].requires_grad_()
+    targets = (torch.arange(nce, device=dev) * 7919) % 50257
+    def ce():
+        loss = F.cross_entropy(logits, targets)
+        return torch.autograd.grad(loss, logits)
+    print("cross_entropy_fused", median_ms(ce), flush=True)
+    del logits
+
+    param = torch.nn.Parameter(torch.rand(p, device=dev))
+    param.grad = torch.rand(p, device=dev)
+    opt = torch.optim.AdamW([param], lr=1e-3, weight_decay=0.1, fused=True)
+    print("adamw", median_ms(opt.step), flush=True)
+    g = torch.rand(p, device=dev)
+    print("grad_norm", median_ms(lambda: torch.linalg.vector_norm(g)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
