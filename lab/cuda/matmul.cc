@@ -143,22 +143,29 @@ absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) 
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
   const DType grad_param_type = DType::kF32;  // db, dbias
   if (bp.da != nullptr) {
-    Gemm g;
-    g.batch = p.batch, g.alpha = p.alpha, g.beta = bp.accumulate_da ? 1.0f : 0.0f;
-    g.c = bp.da, g.ldc = p.lda, g.stride_c = p.batch_stride_a, g.c_type = p.dtype;
-    g.a_type = g.b_type = p.dtype;
-    if (!p.trans_a) {  // dA (M, K) = dC (M, N) op(B)^T
-      g.M = p.M, g.N = p.K, g.K = p.N;
-      g.a = bp.dc, g.lda = p.ldc, g.stride_a = p.batch_stride_c, g.trans_a = false;
-      g.b = p.b, g.ldb = p.ldb, g.stride_b = p.batch_stride_b, g.trans_b = !p.trans_b;
-    } else {  // A stored (K, M): dA = op(B) dC^T
-      g.M = p.K, g.N = p.M, g.K = p.N;
-      g.a = p.b, g.lda = p.ldb, g.stride_a = p.batch_stride_b, g.trans_a = p.trans_b;
-      g.b = bp.dc, g.ldb = p.ldc, g.stride_b = p.batch_stride_c, g.trans_b = true;
+    // With A broadcast over the batch (stride 0), dA sums over batches: one GEMM per batch, accumulating in
+    // batch order (deterministic), as the CPU kernel.
+    const bool broadcast = p.batch_stride_a == 0 && p.batch > 1;
+    for (int64_t first = 0; first < (broadcast ? p.batch : 1); ++first) {
+      Gemm g;
+      g.batch = broadcast ? 1 : p.batch, g.alpha = p.alpha;
+      g.beta = (bp.accumulate_da || first > 0) ? 1.0f : 0.0f;
+      g.c = bp.da, g.ldc = p.lda, g.stride_c = p.batch_stride_a, g.c_type = p.dtype;
+      g.a_type = g.b_type = p.dtype;
+      const size_t es = DTypeSize(p.dtype);
+      const void* b = static_cast<const char*>(p.b) + first * p.batch_stride_b * es;
+      const void* dc = static_cast<const char*>(bp.dc) + first * p.batch_stride_c * es;
+      if (!p.trans_a) {  // dA (M, K) = dC (M, N) op(B)^T
+        g.M = p.M, g.N = p.K, g.K = p.N;
+        g.a = dc, g.lda = p.ldc, g.stride_a = p.batch_stride_c, g.trans_a = false;
+        g.b = b, g.ldb = p.ldb, g.stride_b = p.batch_stride_b, g.trans_b = !p.trans_b;
+      } else {  // A stored (K, M): dA = op(B) dC^T
+        g.M = p.K, g.N = p.M, g.K = p.N;
+        g.a = b, g.lda = p.ldb, g.stride_a = p.batch_stride_b, g.trans_a = p.trans_b;
+        g.b = dc, g.ldb = p.ldc, g.stride_b = p.batch_stride_c, g.trans_b = true;
+      }
+      LMF_RETURN_IF_ERROR_STATUS(RunGemm(ctx, g));
     }
-    if (p.batch_stride_a == 0 && p.batch > 1)
-      return absl::UnimplementedError("matmul backward: da of an A broadcast over the batch");
-    LMF_RETURN_IF_ERROR_STATUS(RunGemm(ctx, g));
   }
   if (bp.db != nullptr) {
     // With B broadcast over the batch (stride 0), dB sums over batches: one GEMM per batch, accumulating in
@@ -188,7 +195,7 @@ absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) 
   if (bp.dbias != nullptr) {
     ColumnSumParams cs;
     cs.dtype = p.dtype, cs.rows = p.M, cs.cols = p.N, cs.ld = p.ldc, cs.batch = p.batch, cs.batch_stride = p.batch_stride_c;
-    cs.scale = p.alpha, cs.in = bp.dc, cs.out = static_cast<float*>(bp.dbias), cs.accumulate = bp.accumulate_dbias;
+    cs.scale = 1.0f /* bias is not scaled by alpha */, cs.in = bp.dc, cs.out = static_cast<float*>(bp.dbias), cs.accumulate = bp.accumulate_dbias;
     LMF_RETURN_IF_ERROR_STATUS(ColumnSum(ctx, cs));
   }
   return absl::OkStatus();

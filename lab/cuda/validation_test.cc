@@ -1,0 +1,117 @@
+// Argument checking of the lab CUDA ops, which runs on the host before any CUDA call: these tests run (and
+// must pass) on machines without a GPU. Each unsupported or malformed call returns a Status naming the
+// problem; none launches a kernel (host pointers stand in for device memory, which is never touched).
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "lab/cuda/attention.h"
+#include "lab/cuda/cross_entropy.h"
+#include "lab/cuda/matmul.h"
+#include "lab/cuda/norm.h"
+#include "lab/cuda/optimizer.h"
+#include "lab/cuda/pointwise.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+Context FakeCudaContext() {
+  Context ctx;
+  ctx.device = Device::Cuda(0);
+  return ctx;  // no stream, no allocator
+}
+
+class ValidationTest : public ::testing::Test {
+ protected:
+  alignas(16) uint16_t q_[4096] = {};
+  alignas(16) uint16_t out_[4096] = {};
+  float lse_[64] = {};
+  AttentionParams Attention() {
+    AttentionParams p = ContiguousAttentionParams(1, 8, 8, 2, 2, 64, true, q_, q_, q_, out_, lse_);
+    p.dtype = DType::kBF16;
+    return p;
+  }
+};
+
+TEST_F(ValidationTest, AttentionRejectsUnsupportedHeadSizeDtypeAndGrouping) {
+  AttentionParams p = Attention();
+  p.HS = 96;
+  absl::Status s = cuda::AttentionForward(FakeCudaContext(), p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("head size 96"), std::string::npos) << s;
+  p = Attention();
+  p.dtype = DType::kF32;
+  EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kUnimplemented);
+  p = Attention();
+  p.NH = 3;
+  p.NKV = 2;
+  EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  p = Attention();
+  p.lse = nullptr;
+  EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ValidationTest, AttentionRejectsMisalignedStridesAndPointers) {
+  AttentionParams p = Attention();
+  p.q_stride_t = 130;  // not a multiple of 8 elements: 16-byte loads would straddle rows
+  absl::Status s = cuda::AttentionForward(FakeCudaContext(), p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("stride 130"), std::string::npos) << s;
+  p = Attention();
+  p.k = q_ + 1;  // 2-byte aligned
+  EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  AttentionBackwardParams bp;
+  bp.forward = Attention();
+  bp.dout = out_ + 1, bp.dq = q_, bp.dk = q_, bp.dv = q_;
+  EXPECT_EQ(cuda::AttentionBackward(FakeCudaContext(), bp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ValidationTest, ElementwiseAndNormOpsRejectOtherDtypes) {
+  float x[16] = {};
+  EXPECT_EQ(cuda::RmsNormForward(FakeCudaContext(), RmsNormForwardParams{DType::kF16, 2, 8, 1e-5f, x, x, x, x}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ActivationForward(FakeCudaContext(), ActivationForwardParams{DType::kI32, Activation::kSilu, 16, x, x})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  RopeParams r = ContiguousRopeParams(1, 2, 1, 7, 10000.0f, x, x);
+  EXPECT_EQ(cuda::RopeForward(FakeCudaContext(), r).code(), absl::StatusCode::kInvalidArgument) << "odd head size";
+  MatmulParams m = LinearParams(2, 2, 2, x, x, nullptr, x);
+  m.dtype = DType::kF16;
+  EXPECT_EQ(cuda::Matmul(FakeCudaContext(), m).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ValidationTest, BackwardNeedingScratchReportsAMissingAllocator) {
+  float x[16] = {};
+  RmsNormBackwardParams p{DType::kF32, 2, 8, x, x, x, x, x, x};
+  absl::Status s = cuda::RmsNormBackward(FakeCudaContext(), p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("allocator"), std::string::npos) << s;
+}
+
+TEST_F(ValidationTest, CrossEntropyChecksStrideAndBackwardInputs) {
+  float x[16] = {};
+  int32_t t[2] = {0, 1};
+  CrossEntropyParams p;
+  p.N = 2, p.V = 8, p.row_stride = 4, p.logits = x, p.targets = t, p.lse = x;
+  EXPECT_EQ(cuda::CrossEntropyForward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  p.row_stride = 8, p.lse = nullptr, p.dlogits = x;
+  EXPECT_EQ(cuda::CrossEntropyBackward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  p.lse = x, p.dlogits = nullptr;
+  EXPECT_EQ(cuda::CrossEntropyBackward(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ValidationTest, AdamWChecksStepAndDtypes) {
+  float x[4] = {};
+  AdamWTensor t{4, x, x, x, x, nullptr};
+  MultiTensorAdamWParams p;
+  p.tensors = &t, p.num_tensors = 1, p.step = 0;
+  EXPECT_EQ(cuda::MultiTensorAdamW(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  p.step = 1, p.grad_dtype = DType::kI32;
+  EXPECT_EQ(cuda::MultiTensorAdamW(FakeCudaContext(), p).code(), absl::StatusCode::kInvalidArgument);
+  AdamWParams single;
+  single.dtype = DType::kBF16, single.n = 4, single.param = x, single.grad = x, single.m = x, single.v = x;
+  EXPECT_EQ(cuda::AdamWStep(FakeCudaContext(), single).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lmf::kernels::cuda
