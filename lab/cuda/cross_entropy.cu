@@ -17,7 +17,19 @@ __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 
-template <typename T, bool kForward, bool kGradient>
+// Online update of (max m, sum s of exp(x - m)) with one value.
+__device__ __forceinline__ void Accumulate(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * __expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += __expf(x - m);
+  }
+}
+
+// W elements per access (16 bytes when the row stride and pointers allow, else 1); columns past the last
+// full vector below V are done one at a time.
+template <typename T, bool kForward, bool kGradient, int W>
 __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
   __shared__ float sm[32], ss[32];
   const int64_t n = blockIdx.x;
@@ -31,15 +43,14 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
   float lse;
   if constexpr (kForward) {
     float m = -INFINITY, s = 0.0f;
-    for (int64_t v = threadIdx.x; v < p.V; v += blockDim.x) {
-      const float xv = ToFloat(x[v]);
-      if (xv > m) {
-        s = s * __expf(m - xv) + 1.0f;
-        m = xv;
-      } else {
-        s += __expf(xv - m);
-      }
+    const int64_t vec_end = p.V / W * W;
+    for (int64_t v = threadIdx.x * W; v < vec_end; v += static_cast<int64_t>(blockDim.x) * W) {
+      float xv[W];
+      LoadN<T, W>(x + v, xv);
+#pragma unroll
+      for (int i = 0; i < W; ++i) Accumulate(m, s, xv[i]);
     }
+    for (int64_t v = vec_end + threadIdx.x; v < p.V; v += blockDim.x) Accumulate(m, s, ToFloat(x[v]));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -66,13 +77,21 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
     const float dloss = p.dlosses != nullptr ? p.dlosses[n] : p.dloss;
     const bool zero = ignored || !valid || !isfinite(lse);
     const float k = dloss * (1.0f + 2.0f * p.z_loss * lse);
-    for (int64_t v = threadIdx.x; v < stride; v += blockDim.x) {
-      float d = 0.0f;
-      if (!zero && v < p.V) {
-        d = k * __expf(ToFloat(x[v]) - lse);
-        if (v == target) d -= dloss;
+    // stride is a multiple of W here (checked at launch), so whole vectors cover the row.
+    for (int64_t v = threadIdx.x * W; v < stride; v += static_cast<int64_t>(blockDim.x) * W) {
+      float d[W];
+      LoadN<T, W>(x + v, d);
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        const int64_t col = v + i;
+        float gv = 0.0f;
+        if (!zero && col < p.V) {
+          gv = k * __expf(d[i] - lse);
+          if (col == target) gv -= dloss;
+        }
+        d[i] = gv;
       }
-      g[v] = FromFloat<T>(d);
+      StoreN<T, W>(g + v, d);
     }
   }
 }
@@ -80,12 +99,17 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
 template <typename T>
 absl::Status Launch(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient, int64_t stride) {
   const unsigned grid = static_cast<unsigned>(p.N);
+  constexpr int kW = 16 / sizeof(T);
+  const bool vec = stride % kW == 0 && Aligned16({p.logits, p.dlogits});
   if (forward && gradient) {
-    CrossEntropyKernel<T, true, true><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
+    auto* kernel = vec ? CrossEntropyKernel<T, true, true, kW> : CrossEntropyKernel<T, true, true, 1>;
+    kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
   } else if (forward) {
-    CrossEntropyKernel<T, true, false><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
+    auto* kernel = vec ? CrossEntropyKernel<T, true, false, kW> : CrossEntropyKernel<T, true, false, 1>;
+    kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
   } else {
-    CrossEntropyKernel<T, false, true><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
+    auto* kernel = vec ? CrossEntropyKernel<T, false, true, kW> : CrossEntropyKernel<T, false, true, 1>;
+    kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, stride);
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("CrossEntropyKernel");
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/core/context.h"
 
@@ -54,6 +55,41 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : -INFINITY;
   return WarpMax(v);
+}
+
+// W consecutive elements to/from fp32: one 16-byte access when W = 16 / sizeof(T) (the pointer must then be
+// 16-byte aligned), scalar when W = 1.
+template <typename T, int W>
+__device__ __forceinline__ void LoadN(const T* p, float (&v)[W]) {
+  if constexpr (W == 1) {
+    v[0] = ToFloat(*p);
+  } else {
+    static_assert(W * sizeof(T) == 16, "vector accesses are 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = ToFloat(e[i]);
+  }
+}
+template <typename T, int W>
+__device__ __forceinline__ void StoreN(T* p, const float (&v)[W]) {
+  if constexpr (W == 1) {
+    *p = FromFloat<T>(v[0]);
+  } else {
+    static_assert(W * sizeof(T) == 16, "vector accesses are 16 bytes");
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < W; ++i) e[i] = FromFloat<T>(v[i]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+}
+
+// Whether every pointer is 16-byte aligned (null pointers count as aligned).
+inline bool Aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 inline cudaStream_t StreamOf(const Context& ctx) { return static_cast<cudaStream_t>(ctx.stream); }

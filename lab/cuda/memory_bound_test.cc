@@ -85,7 +85,7 @@ TEST_P(MemoryBoundTest, RmsNormForwardAndBackwardMatchCpu) {
 }
 
 TEST_P(MemoryBoundTest, LayerNormForwardAndBackwardMatchCpu) {
-  const int64_t N = 45, C = 1000;
+  const int64_t N = 45, C = 1001;  // not a multiple of 8: the scalar (non-vector) path
   auto x = RandomNormal(N * C, 11);
   for (float& v : x) v += 3.0f;  // a mean far from zero exercises the two-pass variance
   const auto w = RandomNormal(C, 12), bias = RandomNormal(C, 13), dout = RandomNormal(N * C, 14);
@@ -286,13 +286,16 @@ TEST_P(MemoryBoundTest, EmbeddingRejectsOutOfRangeIds) {
 }
 
 TEST_P(MemoryBoundTest, CrossEntropyFusedInPlaceMatchesCpu) {
-  const int64_t N = 24, V = 5003, stride = 5056;
-  auto logits = RandomNormal(N * stride, 81, 3.0f);
+  const int64_t N = 24, V = 5003;
   auto targets = RandomInts(N, static_cast<int32_t>(V), 82);
   targets[3] = -100;  // ignored row
   const auto dlosses = RandomNormal(N, 83);
-  for (float z : {0.0f, 1e-4f}) {
-    SCOPED_TRACE(z);
+  // A padded row stride (16-byte vector path) without z-loss, and an odd unpadded one (scalar path) with it.
+  for (const std::pair<float, int64_t>& config : {std::pair<float, int64_t>{0.0f, 5056}, std::pair<float, int64_t>{1e-4f, V}}) {
+    const float z = config.first;
+    const int64_t stride = config.second;
+    SCOPED_TRACE(::testing::Message() << "z_loss=" << z << " row_stride=" << stride);
+    const auto logits = RandomNormal(N * stride, 81, 3.0f);
     auto cpu = [&](std::vector<float> lg, std::vector<float>& loss, std::vector<float>& lse, std::vector<float>& grad) {
       loss.resize(N), lse.resize(N);
       CrossEntropyParams p;

@@ -1,5 +1,5 @@
 // CUDA RMSNorm / LayerNorm forward and backward and the fused residual + norm forward; see norm.h.
-// One warp per row (4 rows per 128-thread block): statistics in fp32 with a fixed-order warp reduction,
+// One warp per row (4 rows per 128-thread block), 16-byte accesses where the row length and alignment allow: statistics in fp32 with a fixed-order warp reduction,
 // LayerNorm variance in two passes (mean first), as the CPU kernel. The second and third passes re-read the
 // row from L1/L2. Parameter gradients: per-chunk column sums, then a fixed-order sum over chunks (no atomics).
 #include "lab/cuda/norm.h"
@@ -16,7 +16,9 @@ namespace {
 constexpr int kRowsPerBlock = 4;
 constexpr int kThreads = 32 * kRowsPerBlock;
 
-template <typename T, bool kLayer, bool kResidual>
+// W elements per access: 16 bytes (W = 16 / sizeof(T)) when C is a multiple of W and the pointers are
+// aligned, else 1. Lane l handles elements [l W, l W + W) of every 32 W.
+template <typename T, bool kLayer, bool kResidual, int W>
 __global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual, const T* x, T* residual_out,
                                   const T* w, const T* b, T* out, float* mean_out, float* rstd_out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -24,16 +26,20 @@ __global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual
   if (row >= N) return;
   const int64_t base = row * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    float v;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float v[W];
     if constexpr (kResidual) {
-      const T s = FromFloat<T>(ToFloat(residual[base + c]) + ToFloat(x[base + c]));
-      residual_out[base + c] = s;
-      v = ToFloat(s);
+      float r[W];
+      LoadN<T, W>(residual + base + c, r);
+      LoadN<T, W>(x + base + c, v);
+#pragma unroll
+      for (int i = 0; i < W; ++i) v[i] = ToFloat(FromFloat<T>(r[i] + v[i]));  // the stored (rounded) sum
+      StoreN<T, W>(residual_out + base + c, v);
     } else {
-      v = ToFloat(x[base + c]);
+      LoadN<T, W>(x + base + c, v);
     }
-    sum += kLayer ? v : v * v;
+#pragma unroll
+    for (int i = 0; i < W; ++i) sum += kLayer ? v[i] : v[i] * v[i];
   }
   const T* src = kResidual ? residual_out : x;
   sum = WarpSum(sum);
@@ -41,9 +47,11 @@ __global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual
   if constexpr (kLayer) {
     mean = sum / C;
     float sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-      const float d = ToFloat(src[base + c]) - mean;
-      sq += d * d;
+    for (int c = lane * W; c < C; c += 32 * W) {
+      float v[W];
+      LoadN<T, W>(src + base + c, v);
+#pragma unroll
+      for (int i = 0; i < W; ++i) sq += (v[i] - mean) * (v[i] - mean);
     }
     var = WarpSum(sq) / C;
   } else {
@@ -54,14 +62,21 @@ __global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual
     if (rstd_out != nullptr) rstd_out[row] = rstd;
     if (kLayer && mean_out != nullptr) mean_out[row] = mean;
   }
-  for (int c = lane; c < C; c += 32) {
-    float y = (ToFloat(src[base + c]) - mean) * rstd * ToFloat(w[c]);
-    if (kLayer && b != nullptr) y += ToFloat(b[c]);
-    out[base + c] = FromFloat<T>(y);
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float v[W], wv[W], bv[W];
+    LoadN<T, W>(src + base + c, v);
+    LoadN<T, W>(w + c, wv);
+    if (kLayer && b != nullptr) LoadN<T, W>(b + c, bv);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      v[i] = (v[i] - mean) * rstd * wv[i];
+      if (kLayer && b != nullptr) v[i] += bv[i];
+    }
+    StoreN<T, W>(out + base + c, v);
   }
 }
 
-template <typename T, bool kLayer>
+template <typename T, bool kLayer, int W>
 __global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, const float* mean, const float* rstd,
                                      const T* dout, T* dx) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -71,29 +86,40 @@ __global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, c
   const float r = rstd[row];
   const float mu = kLayer ? mean[row] : 0.0f;
   float sum_g = 0.0f, sum_gx = 0.0f;  // sum g, sum g * xhat (LayerNorm); sum g * x (RMSNorm)
-  for (int c = lane; c < C; c += 32) {
-    const float g = ToFloat(dout[base + c]) * ToFloat(w[c]);
-    const float xv = ToFloat(x[base + c]);
-    if constexpr (kLayer) {
-      sum_g += g;
-      sum_gx += g * (xv - mu) * r;
-    } else {
-      sum_gx += g * xv;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float d[W], wv[W], xv[W];
+    LoadN<T, W>(dout + base + c, d);
+    LoadN<T, W>(w + c, wv);
+    LoadN<T, W>(x + base + c, xv);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float g = d[i] * wv[i];
+      if constexpr (kLayer) {
+        sum_g += g;
+        sum_gx += g * (xv[i] - mu) * r;
+      } else {
+        sum_gx += g * xv[i];
+      }
     }
   }
   sum_gx = WarpSum(sum_gx);
   if constexpr (kLayer) sum_g = WarpSum(sum_g);
   const float mean_g = sum_g / C, mean_gx = sum_gx / C;
-  for (int c = lane; c < C; c += 32) {
-    const float g = ToFloat(dout[base + c]) * ToFloat(w[c]);
-    const float xv = ToFloat(x[base + c]);
-    float d;
-    if constexpr (kLayer) {
-      d = r * (g - mean_g - (xv - mu) * r * mean_gx);
-    } else {
-      d = r * (g - xv * (r * r * mean_gx));
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float d[W], wv[W], xv[W];
+    LoadN<T, W>(dout + base + c, d);
+    LoadN<T, W>(w + c, wv);
+    LoadN<T, W>(x + base + c, xv);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float g = d[i] * wv[i];
+      if constexpr (kLayer) {
+        d[i] = r * (g - mean_g - (xv[i] - mu) * r * mean_gx);
+      } else {
+        d[i] = r * (g - xv[i] * (r * r * mean_gx));
+      }
     }
-    dx[base + c] = FromFloat<T>(d);
+    StoreN<T, W>(dx + base + c, d);
   }
 }
 
@@ -135,9 +161,13 @@ absl::Status LaunchForward(const Context& ctx, int64_t N, int64_t C, float eps, 
                            void* residual_out, const void* w, const void* b, void* out, float* mean, float* rstd) {
   if (N == 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-  NormForwardKernel<T, kLayer, kResidual><<<blocks, kThreads, 0, StreamOf(ctx)>>>(
-      N, static_cast<int>(C), eps, static_cast<const T*>(residual), static_cast<const T*>(x), static_cast<T*>(residual_out),
-      static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(out), mean, rstd);
+  constexpr int kW = 16 / sizeof(T);
+  const bool vec = C % kW == 0 && Aligned16({residual, x, residual_out, w, b, out});
+  auto* kernel = vec ? NormForwardKernel<T, kLayer, kResidual, kW> : NormForwardKernel<T, kLayer, kResidual, 1>;
+  kernel<<<blocks, kThreads, 0, StreamOf(ctx)>>>(N, static_cast<int>(C), eps, static_cast<const T*>(residual),
+                                                 static_cast<const T*>(x), static_cast<T*>(residual_out),
+                                                 static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(out),
+                                                 mean, rstd);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormForwardKernel");
   return absl::OkStatus();
 }
@@ -174,9 +204,11 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
     }
   }
   const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-  NormBackwardDxKernel<T, kLayer><<<blocks, kThreads, 0, stream>>>(N, static_cast<int>(C), static_cast<const T*>(x),
-                                                                   static_cast<const T*>(w), mean, rstd,
-                                                                   static_cast<const T*>(dout), static_cast<T*>(dx));
+  constexpr int kW = 16 / sizeof(T);
+  const bool vec = C % kW == 0 && Aligned16({x, w, dout, dx});
+  auto* kernel = vec ? NormBackwardDxKernel<T, kLayer, kW> : NormBackwardDxKernel<T, kLayer, 1>;
+  kernel<<<blocks, kThreads, 0, stream>>>(N, static_cast<int>(C), static_cast<const T*>(x), static_cast<const T*>(w),
+                                          mean, rstd, static_cast<const T*>(dout), static_cast<T*>(dx));
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormBackwardDxKernel");
   return absl::OkStatus();
 }
