@@ -8,7 +8,8 @@ AdamW) of a GPT-2-style model in fp32 on the CPU, the same model lmforge's bench
 The model is written the usual way (nanoGPT's structure: fused qkv Linear, LayerNorm, GELU-tanh MLP,
 learned positions, tied head; torch 1.13 has no fused attention, so attention is softmax(QK^T/sqrt(d))V with
 a causal mask). AdamW uses torch's default (foreach) implementation. Prints "seconds_per_step=<mean>" after
-one untimed warm-up step.
+one untimed warm-up step. Run it with OPENBLAS_CORETYPE=Haswell on this CPU (the benchmark does): Debian's
+OpenBLAS, torch's BLAS here, otherwise picks a slow generic path.
 """
 import argparse
 import math
