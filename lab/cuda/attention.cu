@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "lab/cuda/attention_f32.h"
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/scratch.h"
@@ -390,14 +391,17 @@ bool Aligned(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) =
 bool Aligned8(int64_t stride) { return stride % 8 == 0; }
 
 absl::Status Validate(const AttentionParams& p) {
-  if (p.dtype != DType::kBF16)
-    return absl::UnimplementedError(absl::StrCat("attention: the CUDA kernel runs bf16, not ", DTypeName(p.dtype)));
-  if (p.HS != 64 && p.HS != 128)
-    return absl::UnimplementedError(absl::StrCat("attention: CUDA head size ", p.HS, " (64 or 128 supported)"));
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF32)
+    return absl::UnimplementedError(absl::StrCat("attention: CUDA runs bf16 and f32, not ", DTypeName(p.dtype)));
+  if (p.dtype == DType::kBF16 && p.HS != 64 && p.HS != 128)
+    return absl::UnimplementedError(absl::StrCat("attention: CUDA bf16 head size ", p.HS, " (64 or 128 supported)"));
+  if (p.dtype == DType::kF32 && !internal::F32AttentionSupportsHeadSize(p.HS))
+    return absl::UnimplementedError(absl::StrCat("attention: CUDA f32 head size ", p.HS, " (32, 64 or 128 supported)"));
   if (p.NKV <= 0 || p.NH % p.NKV != 0)
     return absl::InvalidArgumentError(absl::StrCat("attention: NKV ", p.NKV, " does not divide NH ", p.NH));
   if (p.lse == nullptr) return absl::InvalidArgumentError("attention: lse is required");
   if (p.T >= (int64_t{1} << 31) || p.S >= (int64_t{1} << 31)) return absl::InvalidArgumentError("attention: T or S >= 2^31");
+  if (p.dtype == DType::kF32) return absl::OkStatus();  // scalar loads: any strides
   for (int64_t s : {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,
                     p.v_stride_t, p.v_stride_h, p.out_stride_b, p.out_stride_t, p.out_stride_h}) {
     if (!Aligned8(s)) return absl::InvalidArgumentError(absl::StrCat("attention: stride ", s, " is not a multiple of 8"));
@@ -439,6 +443,7 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
 absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
+  if (p.dtype == DType::kF32) return internal::AttentionForwardF32(ctx, p);
   if (p.HS == 64) return p.causal ? LaunchForward<64, true>(ctx, p) : LaunchForward<64, false>(ctx, p);
   return p.causal ? LaunchForward<128, true>(ctx, p) : LaunchForward<128, false>(ctx, p);
 }
@@ -446,11 +451,12 @@ absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
 absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   const AttentionParams& p = bp.forward;
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
-  if (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv))
+  if (p.dtype == DType::kBF16 && (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv)))
     return absl::InvalidArgumentError("attention backward: dout, dq, dk and dv must be 16-byte aligned");
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
   Scratch dsum;
   LMF_RETURN_IF_ERROR_STATUS(dsum.Allocate(ctx, sizeof(float) * p.B * p.NH * p.T));
+  if (p.dtype == DType::kF32) return internal::AttentionBackwardF32(ctx, bp, dsum.get<float>());
   if (p.HS == 64) {
     return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>()) : LaunchBackward<64, false>(ctx, bp, dsum.get<float>());
   }

@@ -9,8 +9,9 @@
 // online softmax in registers (exp2 with the scale folded in). Backward in two deterministic kernels (no
 // atomics): dk/dv owned per key block (looping over the query heads of its group and the query blocks),
 // dq owned per query block (recomputing S and dP): about 1.4x the FLOPs of FA2's atomic dq.
-// Supported: dtype kBF16, HS 64 or 128, strides and pointers 16-byte aligned (multiples of 8 elements);
-// anything else returns InvalidArgument/Unimplemented (fp32 attention stays on the CPU for now).
+// Supported: dtype kBF16 with HS 64 or 128, strides and pointers 16-byte aligned (multiples of 8 elements);
+// dtype kF32 with HS 32, 64 or 128, any strides (CUDA-core kernels in attention_f32.cu, for fp32 runs and
+// as a check). Anything else returns InvalidArgument/Unimplemented.
 #ifndef LMFORGE_LAB_CUDA_ATTENTION_H_
 #define LMFORGE_LAB_CUDA_ATTENTION_H_
 

@@ -1,6 +1,7 @@
 // FlashAttention-2 CUDA kernels against the CPU attention (the fp32 reference): q/k/v read in place from a
 // fused (B, T, (NH + 2 NKV) HS) buffer, GQA, causal and not, HS 64 and 128, T not a multiple of the tiles,
-// a mask with a fully masked row, bitwise determinism of the backward. Skips without a CUDA device.
+// a mask with a fully masked row, bitwise determinism of the backward; bf16 tensor-core kernels and the fp32
+// CUDA-core ones. Skips without a CUDA device.
 //
 // bf16 tolerance (STYLE.md, as flash-attention's own tests): the kernel's max error against the fp32 CPU
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
@@ -114,7 +115,11 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
 
 class AttentionTest : public testing::GpuTest, public ::testing::WithParamInterface<std::tuple<int, bool>> {};
 
-void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed) {
+// dt kBF16: the plain-bf16 rule above. dt kF32 (the CUDA-core kernels): within rtol 1e-4, atol 2e-5 of the
+// CPU result; both compute in fp32, in different orders, and the gradients pass through dP - D, a difference
+// of O(1) terms, so absolute errors of a few 1e-6 are expected.
+void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed,
+                   DType dt = DType::kBF16) {
   Context cpu = Context::Cpu();
   const int64_t n_qkv = g.B * g.T * g.width(), n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
   const auto qkv = RandomNormal(n_qkv, seed), dout = RandomNormal(n_out, seed + 1);
@@ -129,14 +134,15 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   kernels::AttentionBackward(cpu, bp);
   // Plain bf16 computation on rounded inputs.
   std::vector<float> nout, nlse, ndqkv;
-  NaiveBf16Attention(g, mask, RoundToBF16(qkv), RoundToBF16(dout), nout, nlse, ndqkv);
+  if (dt == DType::kBF16) NaiveBf16Attention(g, mask, RoundToBF16(qkv), RoundToBF16(dout), nout, nlse, ndqkv);
 
-  DeviceBuffer gqkv(qkv, DType::kBF16), gdout(dout, DType::kBF16), gout(n_out, DType::kBF16), glse(n_lse, DType::kF32);
-  DeviceBuffer gdqkv(n_qkv, DType::kBF16), gdqkv2(n_qkv, DType::kBF16);
+  const size_t es = DTypeSize(dt);
+  DeviceBuffer gqkv(qkv, dt), gdout(dout, dt), gout(n_out, dt), glse(n_lse, DType::kF32);
+  DeviceBuffer gdqkv(n_qkv, dt), gdqkv2(n_qkv, dt);
   DeviceBuffer gmask = mask ? DeviceBuffer::Ints(std::vector<int32_t>((mask->size() + 3) / 4)) : DeviceBuffer();
   if (mask != nullptr) cudaMemcpy(gmask.get(), mask->data(), mask->size(), cudaMemcpyHostToDevice);
-  AttentionParams gp = g.Params(gqkv.get(), gout.get(), glse.as<float>(), 2);
-  gp.dtype = DType::kBF16;
+  AttentionParams gp = g.Params(gqkv.get(), gout.get(), glse.as<float>(), es);
+  gp.dtype = dt;
   if (mask != nullptr) gp.mask = gmask.as<uint8_t>(), gp.mask_stride_t = g.T;
   absl::Status s = cuda::AttentionForward(gctx, gp);
   ASSERT_TRUE(s.ok()) << s;
@@ -144,7 +150,7 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   gbp.forward = gp, gbp.dout = gdout.get();
   auto set_grads = [&](DeviceBuffer& buf) {
     char* base = buf.as<char>();
-    gbp.dq = base, gbp.dk = base + g.NH * g.HS * 2, gbp.dv = base + (g.NH + g.NKV) * g.HS * 2;
+    gbp.dq = base, gbp.dk = base + g.NH * g.HS * es, gbp.dv = base + (g.NH + g.NKV) * g.HS * es;
   };
   set_grads(gdqkv);
   s = cuda::AttentionBackward(gctx, gbp);
@@ -152,6 +158,20 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   set_grads(gdqkv2);
   ASSERT_TRUE(cuda::AttentionBackward(gctx, gbp).ok());
 
+  EXPECT_EQ(gdqkv.Bytes(), gdqkv2.Bytes()) << "attention backward differs between two identical runs";
+  if (dt == DType::kF32) {
+    std::vector<float> kl = glse.ToFloats();
+    for (int64_t i = 0; i < n_lse; ++i) {
+      if (std::isinf(lse[i])) {
+        EXPECT_TRUE(std::isinf(kl[i]) && kl[i] < 0) << "lse[" << i << "] = " << kl[i];
+        kl[i] = lse[i];
+      }
+    }
+    EXPECT_TRUE(testing::CloseF32("f32 attention out", gout.ToFloats(), out, 1e-4, 2e-5));
+    EXPECT_TRUE(testing::CloseF32("f32 attention lse", kl, lse, 1e-4, 2e-5));
+    EXPECT_TRUE(testing::CloseF32("f32 attention dqkv", gdqkv.ToFloats(), dqkv, 1e-4, 2e-5));
+    return;
+  }
   EXPECT_TRUE(WithinBf16Tolerance("attention out", gout.ToFloats(), out, nout, 2.0, 1e-5));
   // lse: -inf rows must match exactly; the rest by the rule.
   std::vector<float> kl = glse.ToFloats(), rl = lse, nl = nlse;
@@ -164,7 +184,6 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   EXPECT_TRUE(WithinBf16Tolerance("attention lse", kl, rl, nl, 2.0, 1e-5));
   // dq|dk|dv interleaved in the fused buffer: one comparison covers all three (the 3x rule per element max).
   EXPECT_TRUE(WithinBf16Tolerance("attention dqkv", gdqkv.ToFloats(), dqkv, ndqkv, 3.0, 1e-5));
-  EXPECT_EQ(gdqkv.Bytes(), gdqkv2.Bytes()) << "attention backward differs between two identical runs";
 }
 
 TEST_P(AttentionTest, GqaFromFusedQkvMatchesCpu) {
@@ -181,6 +200,15 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
 }
 
+TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
+  const auto [hs, causal] = GetParam();
+  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 500 + hs + causal, DType::kF32);
+  const int64_t T = 77;
+  std::vector<uint8_t> mask(T * T, 1);
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;
+  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 600 + hs + causal, DType::kF32);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest, ::testing::Combine(::testing::Values(64, 128), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
                            return "hs" + std::to_string(std::get<0>(i.param)) +
@@ -195,7 +223,7 @@ TEST_F(AttentionLimitsTest, UnsupportedHeadSizeAndDtypeAreReported) {
   AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
   p.dtype = DType::kBF16;
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);
-  p.HS = 64, p.dtype = DType::kF32;
+  p.HS = 64, p.dtype = DType::kF16;
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);
 }
 

@@ -40,7 +40,10 @@ TEST_F(ValidationTest, AttentionRejectsUnsupportedHeadSizeDtypeAndGrouping) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("head size 96"), std::string::npos) << s;
   p = Attention();
-  p.dtype = DType::kF32;
+  p.dtype = DType::kF16;
+  EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kUnimplemented);
+  p = Attention();
+  p.dtype = DType::kF32, p.HS = 80;
   EXPECT_EQ(cuda::AttentionForward(FakeCudaContext(), p).code(), absl::StatusCode::kUnimplemented);
   p = Attention();
   p.NH = 3;
