@@ -1,11 +1,19 @@
 // cuBLASLt GEMMs for the MatmulParams layout; see matmul.h. Row-major C (M, N) is column-major C^T (N, M),
 // so each call computes C^T = op(B)^T op(A)^T: cuBLASLt's A is our b, its B is our a, m = N, n = M.
+// Descriptors and the heuristic's algorithm are cached per geometry, types, epilogue and pointer alignment.
 #include "lab/cuda/matmul.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "lab/cuda/column_sum.h"
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/cuda_context.h"
@@ -62,17 +70,85 @@ absl::Status Layout(cublasLtMatrixLayout_t* layout, DType t, int64_t rows, int64
   return absl::OkStatus();
 }
 
-absl::Status RunGemm(const Context& ctx, const Gemm& g) {
-  if (g.M == 0 || g.N == 0 || g.batch == 0) return absl::OkStatus();
-  const CudaContext* cc = CudaContextForDevice(ctx.device.index);
-  if (cc == nullptr) return absl::FailedPreconditionError(absl::StrCat("matmul: no CudaContext for CUDA device ", ctx.device.index));
+// Largest power of two (up to 256) dividing the address: cuBLASLt picks algorithms for a stated alignment.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align >>= 1;
+  return align;
+}
+
+// A GEMM's descriptors and chosen algorithm, built once per geometry (the heuristic query costs tens of
+// microseconds of host time) and reused; bias and aux pointers are set on the descriptor at each call.
+struct Plan {
   Descriptors d;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+
+absl::Mutex plans_mu;
+std::map<PlanKey, std::unique_ptr<Plan>>& Plans() {
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();  // lives to process exit
+  return *plans;
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm& g, cublasLtEpilogue_t epi,
+                                               uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+  auto plan = std::make_unique<Plan>();
+  Descriptors& d = plan->d;
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // cuBLASLt A = our b, B = our a.
   const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (g.bias != nullptr) {
+    const cudaDataType_t bt = CudaType(g.c_type);
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  }
+  if (g.aux != nullptr) {
+    const int64_t ld = g.ldc;
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  }
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.a, g.b_type, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b));
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.b, g.a_type, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a));
+  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.c, g.c_type, g.N, g.M, g.ldc, g.batch, g.stride_c));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
+  const size_t ws = CudaContext::kCublasWorkspaceBytes;
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt's A is our b and its B our a.
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                                  &align_b, sizeof(align_b)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                  &align_a, sizeof(align_a)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                                  &align_c, sizeof(align_c)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                                  &align_c, sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
+  if (found == 0) {
+    return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
+                                                 " (check alignment of lda/ldb/ldc and pointers)"));
+  }
+  plan->algo = heuristic.algo;
+  return plan;
+}
+
+absl::Status RunGemm(const Context& ctx, const Gemm& g) {
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return absl::OkStatus();
+  const CudaContext* cc = CudaContextForDevice(ctx.device.index);
+  if (cc == nullptr) return absl::FailedPreconditionError(absl::StrCat("matmul: no CudaContext for CUDA device ", ctx.device.index));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (g.epilogue == MatmulEpilogue::kGeluTanh) {
     if (g.aux != nullptr) {
@@ -83,37 +159,30 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   } else if (g.bias != nullptr) {
     epi = CUBLASLT_EPILOGUE_BIAS;
   }
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (g.bias != nullptr) {
+  const uint32_t align_a = Alignment(g.a), align_b = Alignment(g.b);
+  const uint32_t align_c = std::min(Alignment(g.c), g.aux ? Alignment(g.aux) : 256u);
+  const PlanKey key{ctx.device.index, g.M, g.N, g.K, g.batch, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
+                    g.trans_a, g.trans_b, static_cast<int>(g.a_type), static_cast<int>(g.b_type),
+                    static_cast<int>(g.c_type), static_cast<int>(epi), align_a, align_b, align_c};
+  absl::MutexLock lock(&plans_mu);  // held while the cached descriptor's pointers are set and the GEMM queued
+  std::unique_ptr<Plan>& plan = Plans()[key];
+  if (plan == nullptr) {
+    absl::StatusOr<std::unique_ptr<Plan>> made = MakePlan(*cc, g, epi, align_a, align_b, align_c);
+    if (!made.ok()) {
+      Plans().erase(key);
+      return made.status();
+    }
+    plan = std::move(*made);
+  }
+  cublasLtMatmulDesc_t op = plan->d.op;
+  if (g.bias != nullptr)
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.aux != nullptr)
     LMF_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-    const cudaDataType_t bt = CudaType(g.c_type);
-    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-  }
-  if (g.aux != nullptr) {
-    LMF_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
-    const int64_t ld = g.ldc;
-    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-  }
-  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.a, g.b_type, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b));
-  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.b, g.a_type, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a));
-  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.c, g.c_type, g.N, g.M, g.ldc, g.batch, g.stride_c));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
-  const size_t ws = CudaContext::kCublasWorkspaceBytes;
-  LMF_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  LMF_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulAlgoGetHeuristic(cc->cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
-  if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
-                                                 " (check alignment of lda/ldb/ldc and pointers)"));
-  }
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc->cublas_lt(), d.op, &g.alpha, g.b, d.a, g.a, d.b, &g.beta, g.c, d.c, g.c,
-                                            d.c, &heuristic.algo, cc->cublas_workspace(), ws,
-                                            static_cast<cudaStream_t>(ctx.stream)));
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc->cublas_lt(), op, &g.alpha, g.b, plan->d.a, g.a, plan->d.b, &g.beta, g.c,
+                                            plan->d.c, g.c, plan->d.c, &plan->algo, cc->cublas_workspace(),
+                                            CudaContext::kCublasWorkspaceBytes, static_cast<cudaStream_t>(ctx.stream)));
   return absl::OkStatus();
 }
 
