@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "lab/cuda/attention.h"
 #include "lab/cuda/cross_entropy.h"
+#include "lab/cuda/cuda_check.h"
 #include "lab/cuda/matmul.h"
 #include "lab/cuda/norm.h"
 #include "lab/cuda/optimizer.h"
@@ -114,6 +115,18 @@ TEST_F(ValidationTest, AdamWChecksStepAndDtypes) {
   AdamWParams single;
   single.dtype = DType::kBF16, single.n = 4, single.param = x, single.grad = x, single.m = x, single.v = x;
   EXPECT_EQ(cuda::AdamWStep(FakeCudaContext(), single).code(), absl::StatusCode::kInvalidArgument);
+}
+
+absl::Status SetInvalidDevice() {
+  LMF_CUDA_RETURN_IF_ERROR(cudaSetDevice(-1));
+  return absl::OkStatus();
+}
+
+TEST(CudaCheckTest, FailedCallBecomesAStatusNamingTheCall) {
+  const absl::Status s = SetInvalidDevice();  // fails with or without a GPU
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("cudaSetDevice(-1)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("validation_test.cc"), std::string::npos) << s;
 }
 
 }  // namespace
