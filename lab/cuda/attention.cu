@@ -39,6 +39,16 @@ __device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
          (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p1)) << 16);
 }
 
+// Four 8x8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lanes 8i..8i+7 give the row
+// addresses of matrix i; thread t receives elements (rows 2(t%4), 2(t%4)+1; column t/4) of each, which is
+// the B fragment of mma.m16n8k16 for a tile stored k-major (rows = k).
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const bf16* p) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
 // Copies rows [row0, row0 + rows) of a (., D) strided bf16 matrix into shared memory (row stride D + 8),
 // zero-filling rows at or past `valid`. 16-byte accesses.
 template <int D>
@@ -72,7 +82,9 @@ __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, in
   return false;
 }
 
-template <int D, bool kCausal>
+// kLdmatrix: V fragments for P V through ldmatrix.trans (one instruction per two d-tiles) instead of two
+// 16-bit shared loads per register; the same products in the same order (bitwise the same output).
+template <int D, bool kCausal, bool kLdmatrix>
 __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p, float scale_log2) {
   constexpr int kBM = 64, kBN = 64, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBN * kStride];
@@ -148,10 +160,22 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint32_t a[4] = {Pack(s[2 * kk][0], s[2 * kk][1]), Pack(s[2 * kk][2], s[2 * kk][3]),
                              Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      if constexpr (kLdmatrix) {
+        // Matrices: (keys +0..7, d-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1).
+        const bf16* row = sV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        const bf16* vr = sV + (kk * 16 + 2 * c) * kStride + i * 8 + g;
-        Mma(o[i], a, PackRows(vr, vr + kStride), PackRows(vr + 8 * kStride, vr + 9 * kStride));
+        for (int i = 0; i < D / 8; i += 2) {
+          uint32_t b0, b1, b2, b3;
+          LdMatrixX4Trans(b0, b1, b2, b3, row + i * 8);
+          Mma(o[i], a, b0, b1);
+          Mma(o[i + 1], a, b2, b3);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          const bf16* vr = sV + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+          Mma(o[i], a, PackRows(vr, vr + kStride), PackRows(vr + 8 * kStride, vr + 9 * kStride));
+        }
       }
     }
     __syncthreads();
@@ -412,9 +436,11 @@ absl::Status Validate(const AttentionParams& p) {
 }
 
 template <int D, bool kCausal>
-absl::Status LaunchForward(const Context& ctx, const AttentionParams& p) {
+absl::Status LaunchForward(const Context& ctx, const AttentionParams& p, AttentionForwardVariant variant) {
   const dim3 grid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
-  FlashForwardKernel<D, kCausal><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, p.scale * kLog2e);
+  auto* kernel = variant == AttentionForwardVariant::kLdmatrixV ? FlashForwardKernel<D, kCausal, true>
+                                                                 : FlashForwardKernel<D, kCausal, false>;
+  kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, p.scale * kLog2e);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardKernel");
   return absl::OkStatus();
 }
@@ -440,12 +466,16 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
 
 }  // namespace
 
-absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
+absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p, AttentionForwardVariant v) {
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
   if (p.dtype == DType::kF32) return internal::AttentionForwardF32(ctx, p);
-  if (p.HS == 64) return p.causal ? LaunchForward<64, true>(ctx, p) : LaunchForward<64, false>(ctx, p);
-  return p.causal ? LaunchForward<128, true>(ctx, p) : LaunchForward<128, false>(ctx, p);
+  if (p.HS == 64) return p.causal ? LaunchForward<64, true>(ctx, p, v) : LaunchForward<64, false>(ctx, p, v);
+  return p.causal ? LaunchForward<128, true>(ctx, p, v) : LaunchForward<128, false>(ctx, p, v);
+}
+
+absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
+  return AttentionForwardWithVariant(ctx, p, AttentionForwardVariant::kPackedV);
 }
 
 absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {

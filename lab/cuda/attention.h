@@ -22,6 +22,12 @@
 namespace lmf::kernels::cuda {
 
 absl::Status AttentionForward(const Context& ctx, const AttentionParams& p);
+
+// Lab variants of the bf16 forward being compared (tests require bitwise-equal outputs; the benchmark times
+// both): kPackedV (AttentionForward's) builds V's B fragments from 16-bit shared loads, kLdmatrixV with
+// ldmatrix.trans. The faster one, once both pass on a GPU, becomes AttentionForward's.
+enum class AttentionForwardVariant : uint8_t { kPackedV, kLdmatrixV };
+absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p, AttentionForwardVariant v);
 absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
 
 }  // namespace lmf::kernels::cuda

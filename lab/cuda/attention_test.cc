@@ -200,6 +200,22 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
 }
 
+TEST_P(AttentionTest, LdmatrixForwardVariantIsBitwiseTheSame) {
+  const auto [hs, causal] = GetParam();
+  const Geometry g{2, 200, 4, 2, hs, causal};
+  const int64_t n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
+  DeviceBuffer qkv(RandomNormal(g.B * g.T * g.width(), 700 + hs), DType::kBF16);
+  DeviceBuffer out1(n_out, DType::kBF16), out2(n_out, DType::kBF16), lse1(n_lse, DType::kF32), lse2(n_lse, DType::kF32);
+  AttentionParams p = g.Params(qkv.get(), out1.get(), lse1.as<float>(), 2);
+  p.dtype = DType::kBF16;
+  ASSERT_TRUE(cuda::AttentionForward(ctx(), p).ok());
+  p.out = out2.get(), p.lse = lse2.as<float>();
+  const absl::Status s = cuda::AttentionForwardWithVariant(ctx(), p, AttentionForwardVariant::kLdmatrixV);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out1.Bytes(), out2.Bytes()) << "ldmatrix variant: different output";
+  EXPECT_EQ(lse1.Bytes(), lse2.Bytes()) << "ldmatrix variant: different lse";
+}
+
 TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
   const auto [hs, causal] = GetParam();
   RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 500 + hs + causal, DType::kF32);
