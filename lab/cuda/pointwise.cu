@@ -1,5 +1,5 @@
 // CUDA elementwise kernels: activations, SwiGLU, RoPE, residual add; see pointwise.h. Grid-stride loops,
-// one element (one rotation pair for RoPE) per thread per iteration; the formulas are the CPU kernels'
+// 16 bytes per access where sizes and alignment allow (else one element; one rotation pair for RoPE); the formulas are the CPU kernels'
 // (GELU through s = sigmoid(2u), which avoids the cancellation of 1 + tanh(u)).
 #include "lab/cuda/pointwise.h"
 
@@ -16,63 +16,102 @@ constexpr float kGeluCubic = 0.044715f;
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
-template <typename T, Activation kKind>
+template <Activation kKind>
+__device__ __forceinline__ float ActForward(float v) {
+  if constexpr (kKind == Activation::kSilu) {
+    return v * Sigmoid(v);
+  } else if constexpr (kKind == Activation::kGeluTanh) {
+    return v * Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+  } else {
+    return v > 0.0f ? v : 0.0f;
+  }
+}
+
+template <Activation kKind>
+__device__ __forceinline__ float ActBackward(float v, float d) {
+  if constexpr (kKind == Activation::kSilu) {
+    const float s = Sigmoid(v);
+    return d * s * (1.0f + v * (1.0f - s));
+  } else if constexpr (kKind == Activation::kGeluTanh) {
+    const float s = Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    return d * (s + 2.0f * v * s * (1.0f - s) * du);
+  } else {
+    return v > 0.0f ? d : 0.0f;
+  }
+}
+
+// 1-D kernels: W elements per access over the first n / W * W elements (16-byte accesses when W > 1), then
+// the tail one at a time.
+#define LMF_GRID_STRIDE(i, count) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <typename T, Activation kKind, int W>
 __global__ void ActivationForwardKernel(int64_t n, const T* x, T* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = ToFloat(x[i]);
-    float y;
-    if constexpr (kKind == Activation::kSilu) {
-      y = v * Sigmoid(v);
-    } else if constexpr (kKind == Activation::kGeluTanh) {
-      y = v * Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
-    } else {
-      y = v > 0.0f ? v : 0.0f;
-    }
-    out[i] = FromFloat<T>(y);
+  LMF_GRID_STRIDE(v, n / W) {
+    float a[W];
+    LoadN<T, W>(x + v * W, a);
+#pragma unroll
+    for (int i = 0; i < W; ++i) a[i] = ActForward<kKind>(a[i]);
+    StoreN<T, W>(out + v * W, a);
+  }
+  LMF_GRID_STRIDE(t, n - n / W * W) {
+    const int64_t i = n / W * W + t;
+    out[i] = FromFloat<T>(ActForward<kKind>(ToFloat(x[i])));
   }
 }
 
-template <typename T, Activation kKind>
+template <typename T, Activation kKind, int W>
 __global__ void ActivationBackwardKernel(int64_t n, const T* x, const T* dout, T* dx) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = ToFloat(x[i]), d = ToFloat(dout[i]);
-    float g;
-    if constexpr (kKind == Activation::kSilu) {
-      const float s = Sigmoid(v);
-      g = d * s * (1.0f + v * (1.0f - s));
-    } else if constexpr (kKind == Activation::kGeluTanh) {
-      const float s = Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
-      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-      g = d * (s + 2.0f * v * s * (1.0f - s) * du);
-    } else {
-      g = v > 0.0f ? d : 0.0f;
-    }
-    dx[i] = FromFloat<T>(g);
+  LMF_GRID_STRIDE(v, n / W) {
+    float a[W], d[W];
+    LoadN<T, W>(x + v * W, a);
+    LoadN<T, W>(dout + v * W, d);
+#pragma unroll
+    for (int i = 0; i < W; ++i) d[i] = ActBackward<kKind>(a[i], d[i]);
+    StoreN<T, W>(dx + v * W, d);
+  }
+  LMF_GRID_STRIDE(t, n - n / W * W) {
+    const int64_t i = n / W * W + t;
+    dx[i] = FromFloat<T>(ActBackward<kKind>(ToFloat(x[i]), ToFloat(dout[i])));
   }
 }
 
-template <typename T>
+// SwiGLU over (N, H) in vectors of W along H (W > 1 only when H and both row strides are multiples of W).
+template <typename T, int W>
 __global__ void SwiGluForwardKernel(int64_t N, int64_t H, const T* gate, int64_t gs, const T* up, int64_t us, T* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * H;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / H, h = i - n * H;
-    const float g = ToFloat(gate[n * gs + h]), u = ToFloat(up[n * us + h]);
-    out[i] = FromFloat<T>(g * Sigmoid(g) * u);
+  const int64_t hv = H / W;
+  LMF_GRID_STRIDE(v, N * hv) {
+    const int64_t n = v / hv, h = (v - n * hv) * W;
+    float g[W], u[W];
+    LoadN<T, W>(gate + n * gs + h, g);
+    LoadN<T, W>(up + n * us + h, u);
+#pragma unroll
+    for (int i = 0; i < W; ++i) g[i] = g[i] * Sigmoid(g[i]) * u[i];
+    StoreN<T, W>(out + n * H + h, g);
   }
 }
 
-template <typename T>
+template <typename T, int W>
 __global__ void SwiGluBackwardKernel(int64_t N, int64_t H, const T* gate, int64_t gs, const T* up, int64_t us,
                                      const T* dout, T* dgate, T* dup) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * H;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / H, h = i - n * H;
-    const float g = ToFloat(gate[n * gs + h]), u = ToFloat(up[n * us + h]), d = ToFloat(dout[i]);
-    const float s = Sigmoid(g);
-    dgate[n * gs + h] = FromFloat<T>(d * u * s * (1.0f + g * (1.0f - s)));
-    dup[n * us + h] = FromFloat<T>(d * g * s);
+  const int64_t hv = H / W;
+  LMF_GRID_STRIDE(v, N * hv) {
+    const int64_t n = v / hv, h = (v - n * hv) * W;
+    float g[W], u[W], d[W];
+    LoadN<T, W>(gate + n * gs + h, g);
+    LoadN<T, W>(up + n * us + h, u);
+    LoadN<T, W>(dout + n * H + h, d);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float s = Sigmoid(g[i]);
+      const float dg = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      u[i] = d[i] * g[i] * s;  // dup
+      g[i] = dg;
+    }
+    StoreN<T, W>(dgate + n * gs + h, g);
+    StoreN<T, W>(dup + n * us + h, u);
   }
 }
 
@@ -115,17 +154,25 @@ __global__ void RopeRotateKernel(RopeParams p, bool per_batch, const float* cs, 
   }
 }
 
-template <typename T>
+template <typename T, int W>
 __global__ void ResidualForwardKernel(int64_t n, const T* a, const T* b, T* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  LMF_GRID_STRIDE(v, n / W) {
+    float x[W], y[W];
+    LoadN<T, W>(a + v * W, x);
+    LoadN<T, W>(b + v * W, y);
+#pragma unroll
+    for (int i = 0; i < W; ++i) x[i] += y[i];
+    StoreN<T, W>(out + v * W, x);
+  }
+  LMF_GRID_STRIDE(t, n - n / W * W) {
+    const int64_t i = n / W * W + t;
     out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+  }
 }
 
 template <typename T>
 __global__ void ResidualBackwardKernel(int64_t n, const T* dout, T* da, T* db) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  LMF_GRID_STRIDE(i, n) {
     const float d = ToFloat(dout[i]);
     if (da != nullptr) da[i] = FromFloat<T>(ToFloat(da[i]) + d);
     if (db != nullptr) db[i] = FromFloat<T>(ToFloat(db[i]) + d);
@@ -137,20 +184,20 @@ absl::Status CheckDType(DType t, const char* op) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": CUDA runs f32 and bf16, not ", DTypeName(t)));
 }
 
-template <typename T>
-absl::Status LaunchActivationForward(const Context& ctx, const ActivationForwardParams& p) {
-  const unsigned grid = GridFor(p.n, kThreads);
+template <typename T, int W>
+absl::Status LaunchActivationForwardW(const Context& ctx, const ActivationForwardParams& p) {
+  const unsigned grid = GridFor(p.n / W + 1, kThreads);
   const T* x = static_cast<const T*>(p.x);
   T* out = static_cast<T*>(p.out);
   switch (p.kind) {
     case Activation::kSilu:
-      ActivationForwardKernel<T, Activation::kSilu><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
+      ActivationForwardKernel<T, Activation::kSilu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
       break;
     case Activation::kGeluTanh:
-      ActivationForwardKernel<T, Activation::kGeluTanh><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
+      ActivationForwardKernel<T, Activation::kGeluTanh, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
       break;
     case Activation::kRelu:
-      ActivationForwardKernel<T, Activation::kRelu><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
+      ActivationForwardKernel<T, Activation::kRelu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, out);
       break;
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("ActivationForwardKernel");
@@ -158,23 +205,57 @@ absl::Status LaunchActivationForward(const Context& ctx, const ActivationForward
 }
 
 template <typename T>
-absl::Status LaunchActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
-  const unsigned grid = GridFor(p.n, kThreads);
+absl::Status LaunchActivationForward(const Context& ctx, const ActivationForwardParams& p) {
+  return Aligned16({p.x, p.out}) ? LaunchActivationForwardW<T, 16 / sizeof(T)>(ctx, p)
+                                 : LaunchActivationForwardW<T, 1>(ctx, p);
+}
+
+template <typename T, int W>
+absl::Status LaunchActivationBackwardW(const Context& ctx, const ActivationBackwardParams& p) {
+  const unsigned grid = GridFor(p.n / W + 1, kThreads);
   const T* x = static_cast<const T*>(p.x);
   const T* d = static_cast<const T*>(p.dout);
   T* dx = static_cast<T*>(p.dx);
   switch (p.kind) {
     case Activation::kSilu:
-      ActivationBackwardKernel<T, Activation::kSilu><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
+      ActivationBackwardKernel<T, Activation::kSilu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
       break;
     case Activation::kGeluTanh:
-      ActivationBackwardKernel<T, Activation::kGeluTanh><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
+      ActivationBackwardKernel<T, Activation::kGeluTanh, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
       break;
     case Activation::kRelu:
-      ActivationBackwardKernel<T, Activation::kRelu><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
+      ActivationBackwardKernel<T, Activation::kRelu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
       break;
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("ActivationBackwardKernel");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status LaunchActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
+  return Aligned16({p.x, p.dout, p.dx}) ? LaunchActivationBackwardW<T, 16 / sizeof(T)>(ctx, p)
+                                        : LaunchActivationBackwardW<T, 1>(ctx, p);
+}
+
+template <typename T>
+absl::Status LaunchSwiGlu(const Context& ctx, int64_t N, int64_t H, const void* gate, int64_t gs, const void* up,
+                          int64_t us, const void* dout, void* out_or_dgate, void* dup) {
+  constexpr int kW = 16 / sizeof(T);
+  const bool vec = H % kW == 0 && gs % kW == 0 && us % kW == 0 && Aligned16({gate, up, dout, out_or_dgate, dup});
+  const int w = vec ? kW : 1;
+  const unsigned grid = GridFor(N * (H / w), kThreads);
+  const T* g = static_cast<const T*>(gate);
+  const T* u = static_cast<const T*>(up);
+  if (dout == nullptr) {
+    auto* kernel = vec ? SwiGluForwardKernel<T, kW> : SwiGluForwardKernel<T, 1>;
+    kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(N, H, g, gs, u, us, static_cast<T*>(out_or_dgate));
+    LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SwiGluForwardKernel");
+  } else {
+    auto* kernel = vec ? SwiGluBackwardKernel<T, kW> : SwiGluBackwardKernel<T, 1>;
+    kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(N, H, g, gs, u, us, static_cast<const T*>(dout),
+                                                 static_cast<T*>(out_or_dgate), static_cast<T*>(dup));
+    LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SwiGluBackwardKernel");
+  }
   return absl::OkStatus();
 }
 
@@ -220,36 +301,17 @@ absl::Status SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "swiglu"));
   if (p.N * p.H == 0) return absl::OkStatus();
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
-  const unsigned grid = GridFor(p.N * p.H, kThreads);
-  if (p.dtype == DType::kF32) {
-    SwiGluForwardKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.N, p.H, static_cast<const float*>(p.gate), gs,
-                                                                       static_cast<const float*>(p.up), us,
-                                                                       static_cast<float*>(p.out));
-  } else {
-    SwiGluForwardKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.N, p.H, static_cast<const bf16*>(p.gate), gs,
-                                                                      static_cast<const bf16*>(p.up), us,
-                                                                      static_cast<bf16*>(p.out));
-  }
-  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SwiGluForwardKernel");
-  return absl::OkStatus();
+  return p.dtype == DType::kF32 ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr)
+                                : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr);
 }
 
 absl::Status SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "swiglu"));
   if (p.N * p.H == 0) return absl::OkStatus();
+  if (p.dout == nullptr) return absl::InvalidArgumentError("swiglu backward: dout is null");
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
-  const unsigned grid = GridFor(p.N * p.H, kThreads);
-  if (p.dtype == DType::kF32) {
-    SwiGluBackwardKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(
-        p.N, p.H, static_cast<const float*>(p.gate), gs, static_cast<const float*>(p.up), us,
-        static_cast<const float*>(p.dout), static_cast<float*>(p.dgate), static_cast<float*>(p.dup));
-  } else {
-    SwiGluBackwardKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(
-        p.N, p.H, static_cast<const bf16*>(p.gate), gs, static_cast<const bf16*>(p.up), us,
-        static_cast<const bf16*>(p.dout), static_cast<bf16*>(p.dgate), static_cast<bf16*>(p.dup));
-  }
-  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SwiGluBackwardKernel");
-  return absl::OkStatus();
+  return p.dtype == DType::kF32 ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup)
+                                : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup);
 }
 
 absl::Status RopeForward(const Context& ctx, const RopeParams& p) { return Rope(ctx, p, 1.0f); }
@@ -258,12 +320,14 @@ absl::Status RopeBackward(const Context& ctx, const RopeParams& p) { return Rope
 absl::Status ResidualForward(const Context& ctx, const ResidualForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual"));
   if (p.n == 0) return absl::OkStatus();
-  const unsigned grid = GridFor(p.n, kThreads);
+  const bool vec = Aligned16({p.a, p.b, p.out});
   if (p.dtype == DType::kF32) {
-    ResidualForwardKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(
+    auto* kernel = vec ? ResidualForwardKernel<float, 4> : ResidualForwardKernel<float, 1>;
+    kernel<<<GridFor(p.n / (vec ? 4 : 1) + 1, kThreads), kThreads, 0, StreamOf(ctx)>>>(
         p.n, static_cast<const float*>(p.a), static_cast<const float*>(p.b), static_cast<float*>(p.out));
   } else {
-    ResidualForwardKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(
+    auto* kernel = vec ? ResidualForwardKernel<bf16, 8> : ResidualForwardKernel<bf16, 1>;
+    kernel<<<GridFor(p.n / (vec ? 8 : 1) + 1, kThreads), kThreads, 0, StreamOf(ctx)>>>(
         p.n, static_cast<const bf16*>(p.a), static_cast<const bf16*>(p.b), static_cast<bf16*>(p.out));
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("ResidualForwardKernel");
