@@ -178,27 +178,31 @@ TEST_P(MemoryBoundTest, ActivationsMatchCpu) {
 }
 
 TEST_P(MemoryBoundTest, SwiGluReadsAndWritesHalvesOfAFusedBuffer) {
-  const int64_t N = 37, H = 300;
-  const auto gu = RandomNormal(N * 2 * H, 41, 2.0f), dout = RandomNormal(N * H, 42);
-  auto cpu = [&](const std::vector<float>& in, const std::vector<float>& di, std::vector<float>& y, std::vector<float>& dgu) {
-    y.resize(N * H), dgu.assign(N * 2 * H, 0.0f);
-    kernels::SwiGluForward(cpu_, SwiGluForwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H, y.data()});
-    kernels::SwiGluBackward(cpu_, SwiGluBackwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H,
-                                                       di.data(), dgu.data(), dgu.data() + H});
-  };
-  std::vector<float> y, dgu, ny, ndgu;
-  cpu(gu, dout, y, dgu);
-  cpu(RoundTo(gu, dt()), RoundTo(dout, dt()), ny, ndgu);
-  DeviceBuffer ggu(gu, dt()), gd(dout, dt()), gy(N * H, dt()), gdgu(N * 2 * H, dt());
-  const size_t es = DTypeSize(dt());
-  char* base = ggu.as<char>();
-  char* dbase = gdgu.as<char>();
-  ASSERT_TRUE(cuda::SwiGluForward(ctx(), SwiGluForwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gy.get()}).ok());
-  ASSERT_TRUE(cuda::SwiGluBackward(ctx(), SwiGluBackwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gd.get(), dbase,
-                                                         dbase + H * es})
-                  .ok());
-  Expect("swiglu out", gy.ToFloats(), y, ny, true, 2.0, 1e-5, 1e-6);
-  Expect("swiglu dgate|dup", gdgu.ToFloats(), dgu, ndgu, true, 2.0, 1e-5, 1e-6);
+  // H = 304: 16-byte accesses in both dtypes; H = 300: one element at a time in bf16 (300 % 8 != 0).
+  for (const int64_t H : {304, 300}) {
+    SCOPED_TRACE(H);
+    const int64_t N = 37;
+    const auto gu = RandomNormal(N * 2 * H, 41, 2.0f), dout = RandomNormal(N * H, 42);
+    auto cpu = [&](const std::vector<float>& in, const std::vector<float>& di, std::vector<float>& y, std::vector<float>& dgu) {
+      y.resize(N * H), dgu.assign(N * 2 * H, 0.0f);
+      kernels::SwiGluForward(cpu_, SwiGluForwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H, y.data()});
+      kernels::SwiGluBackward(cpu_, SwiGluBackwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H,
+                                                         di.data(), dgu.data(), dgu.data() + H});
+    };
+    std::vector<float> y, dgu, ny, ndgu;
+    cpu(gu, dout, y, dgu);
+    cpu(RoundTo(gu, dt()), RoundTo(dout, dt()), ny, ndgu);
+    DeviceBuffer ggu(gu, dt()), gd(dout, dt()), gy(N * H, dt()), gdgu(N * 2 * H, dt());
+    const size_t es = DTypeSize(dt());
+    char* base = ggu.as<char>();
+    char* dbase = gdgu.as<char>();
+    ASSERT_TRUE(cuda::SwiGluForward(ctx(), SwiGluForwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gy.get()}).ok());
+    ASSERT_TRUE(cuda::SwiGluBackward(ctx(), SwiGluBackwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gd.get(), dbase,
+                                                           dbase + H * es})
+                    .ok());
+    Expect("swiglu out", gy.ToFloats(), y, ny, true, 2.0, 1e-5, 1e-6);
+    Expect("swiglu dgate|dup", gdgu.ToFloats(), dgu, ndgu, true, 2.0, 1e-5, 1e-6);
+  }
 }
 
 TEST_P(MemoryBoundTest, RopeWithStridesAndPerBatchPositionsMatchesCpu) {
