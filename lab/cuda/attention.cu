@@ -5,10 +5,9 @@
 //   B (16x8, k-major)   regs: {(k 2c..2c+1, n g), (k 2c+8.., n g)}
 //   C (16x8, fp32)          : {(g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)}
 // so the C fragments of two adjacent n-tiles are, packed to bf16, the A fragment of the next product.
-#include "lab/cuda/attention.h"
-
 #include <cstdint>
 
+#include "lab/cuda/attention.h"
 #include "lab/cuda/attention_f32.h"
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
@@ -24,7 +23,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -42,7 +42,8 @@ __device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
 // Four 8x8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lanes 8i..8i+7 give the row
 // addresses of matrix i; thread t receives elements (rows 2(t%4), 2(t%4)+1; column t/4) of each, which is
 // the B fragment of mma.m16n8k16 for a tile stored k-major (rows = k).
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const bf16* p) {
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                                const bf16* p) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -52,12 +53,14 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint
 // Copies rows [row0, row0 + rows) of a (., D) strided bf16 matrix into shared memory (row stride D + 8),
 // zero-filling rows at or past `valid`. 16-byte accesses.
 template <int D>
-__device__ __forceinline__ void LoadRows(bf16* s, const bf16* g, int64_t row_stride, int row0, int rows, int valid) {
+__device__ __forceinline__ void LoadRows(bf16* s, const bf16* g, int64_t row_stride, int row0, int rows,
+                                         int valid) {
   constexpr int kVec = D / 8, kStride = D + 8;
   for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
     const int r = i / kVec, c = i - r * kVec;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < valid) v = *reinterpret_cast<const uint4*>(g + static_cast<int64_t>(row0 + r) * row_stride + c * 8);
+    if (row0 + r < valid)
+      v = *reinterpret_cast<const uint4*>(g + static_cast<int64_t>(row0 + r) * row_stride + c * 8);
     *reinterpret_cast<uint4*>(s + r * kStride + c * 8) = v;
   }
 }
@@ -151,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
         s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - use);
         sum += s[j][2 * r] + s[j][2 * r + 1];
       }
-      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; the 4 threads of a row are summed at the end
+      row_sum[r] =
+          row_sum[r] * alpha + sum;  // per-thread partial; the 4 threads of a row are summed at the end
       row_max[r] = new_max;
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) o[i][2 * r] *= alpha, o[i][2 * r + 1] *= alpha;
@@ -159,7 +163,8 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint32_t a[4] = {Pack(s[2 * kk][0], s[2 * kk][1]), Pack(s[2 * kk][2], s[2 * kk][3]),
-                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       if constexpr (kLdmatrix) {
         // Matrices: (keys +0..7, d-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1).
         const bf16* row = sV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
@@ -195,7 +200,9 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
       *reinterpret_cast<__nv_bfloat162*>(orow + i * 8 + 2 * c) =
           __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
     }
-    if (c == 0) p.lse[(static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r]] = l > 0.0f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+    if (c == 0)
+      p.lse[(static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r]] =
+          l > 0.0f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
   }
 }
 
@@ -218,8 +225,8 @@ __global__ void DotRowsKernel(AttentionBackwardParams bp, float* dsum) {
 
 // dq for 64 queries per block: recompute S and dP per 32-key step, dq += dS K.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads) FlashBackwardDqKernel(AttentionBackwardParams bp, const float* dsum,
-                                                                   float scale_log2, float scale) {
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardDqKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBM = 64, kBN = 32, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBM * kStride];  // 64 rows: also stages Q and dO
   __shared__ __align__(16) bf16 sV[kBM * kStride];
@@ -285,7 +292,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardDqKernel(AttentionBackw
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint32_t a[4] = {Pack(s[2 * kk][0], s[2 * kk][1]), Pack(s[2 * kk][2], s[2 * kk][3]),
-                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                             Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) {
         const bf16* kr = sK + (kk * 16 + 2 * c) * kStride + i * 8 + g;
@@ -309,8 +317,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardDqKernel(AttentionBackw
 // dk, dv for 64 keys of one kv head per block, summed over the query heads of its group and all query blocks
 // (32 queries per step). Shared memory (dynamic): K, V (64 rows), Q, dO (32 rows), lse2 and dsum (32 each).
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads) FlashBackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum,
-                                                                     float scale_log2, float scale) {
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBN = 64, kBM = 32, kStride = D + 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);
@@ -323,10 +331,10 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardDkDvKernel(AttentionBac
   const int n0 = blockIdx.x * kBN, kvh = blockIdx.y, b = blockIdx.z;
   const int group = static_cast<int>(p.NH / p.NKV);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  LoadRows<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t, n0, kBN,
-              static_cast<int>(p.S));
-  LoadRows<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t, n0, kBN,
-              static_cast<int>(p.S));
+  LoadRows<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t, n0,
+              kBN, static_cast<int>(p.S));
+  LoadRows<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t, n0,
+              kBN, static_cast<int>(p.S));
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) {
@@ -374,14 +382,15 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardDkDvKernel(AttentionBac
           const int u = keys[e >> 1];
           const bool hidden = sL[qi] == -INFINITY || Masked(p, kCausal, b, h, m0 + qi, u);
           const float pr = hidden ? 0.0f : exp2f(st[j][e] * scale_log2 - sL[qi]);
-          st[j][e] = pr;                             // P^T
-          dpt[j][e] = pr * (dpt[j][e] - sD[qi]);     // dS^T
+          st[j][e] = pr;                          // P^T
+          dpt[j][e] = pr * (dpt[j][e] - sD[qi]);  // dS^T
         }
       }
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk) {
         const uint32_t pa[4] = {Pack(st[2 * kk][0], st[2 * kk][1]), Pack(st[2 * kk][2], st[2 * kk][3]),
-                                Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]), Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+                                Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
         const uint32_t da[4] = {Pack(dpt[2 * kk][0], dpt[2 * kk][1]), Pack(dpt[2 * kk][2], dpt[2 * kk][3]),
                                 Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                 Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
@@ -406,7 +415,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardDkDvKernel(AttentionBac
     for (int i = 0; i < D / 8; ++i) {
       *reinterpret_cast<__nv_bfloat162*>(kr + i * 8 + 2 * c) =
           __floats2bfloat162_rn(dk[i][2 * r] * scale, dk[i][2 * r + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(vr + i * 8 + 2 * c) = __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(vr + i * 8 + 2 * c) =
+          __floats2bfloat162_rn(dv[i][2 * r], dv[i][2 * r + 1]);
     }
   }
 }
@@ -416,19 +426,25 @@ bool Aligned8(int64_t stride) { return stride % 8 == 0; }
 
 absl::Status Validate(const AttentionParams& p) {
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF32)
-    return absl::UnimplementedError(absl::StrCat("attention: CUDA runs bf16 and f32, not ", DTypeName(p.dtype)));
+    return absl::UnimplementedError(
+        absl::StrCat("attention: CUDA runs bf16 and f32, not ", DTypeName(p.dtype)));
   if (p.dtype == DType::kBF16 && p.HS != 64 && p.HS != 128)
-    return absl::UnimplementedError(absl::StrCat("attention: CUDA bf16 head size ", p.HS, " (64 or 128 supported)"));
+    return absl::UnimplementedError(
+        absl::StrCat("attention: CUDA bf16 head size ", p.HS, " (64 or 128 supported)"));
   if (p.dtype == DType::kF32 && !internal::F32AttentionSupportsHeadSize(p.HS))
-    return absl::UnimplementedError(absl::StrCat("attention: CUDA f32 head size ", p.HS, " (32, 64 or 128 supported)"));
+    return absl::UnimplementedError(
+        absl::StrCat("attention: CUDA f32 head size ", p.HS, " (32, 64 or 128 supported)"));
   if (p.NKV <= 0 || p.NH % p.NKV != 0)
     return absl::InvalidArgumentError(absl::StrCat("attention: NKV ", p.NKV, " does not divide NH ", p.NH));
   if (p.lse == nullptr) return absl::InvalidArgumentError("attention: lse is required");
-  if (p.T >= (int64_t{1} << 31) || p.S >= (int64_t{1} << 31)) return absl::InvalidArgumentError("attention: T or S >= 2^31");
+  if (p.T >= (int64_t{1} << 31) || p.S >= (int64_t{1} << 31))
+    return absl::InvalidArgumentError("attention: T or S >= 2^31");
   if (p.dtype == DType::kF32) return absl::OkStatus();  // scalar loads: any strides
-  for (int64_t s : {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,
-                    p.v_stride_t, p.v_stride_h, p.out_stride_b, p.out_stride_t, p.out_stride_h}) {
-    if (!Aligned8(s)) return absl::InvalidArgumentError(absl::StrCat("attention: stride ", s, " is not a multiple of 8"));
+  for (int64_t s :
+       {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,
+        p.v_stride_t, p.v_stride_h, p.out_stride_b, p.out_stride_t, p.out_stride_h}) {
+    if (!Aligned8(s))
+      return absl::InvalidArgumentError(absl::StrCat("attention: stride ", s, " is not a multiple of 8"));
   }
   if (!Aligned(p.q) || !Aligned(p.k) || !Aligned(p.v) || !Aligned(p.out))
     return absl::InvalidArgumentError("attention: q, k, v and out must be 16-byte aligned");
@@ -437,9 +453,10 @@ absl::Status Validate(const AttentionParams& p) {
 
 template <int D, bool kCausal>
 absl::Status LaunchForward(const Context& ctx, const AttentionParams& p, AttentionForwardVariant variant) {
-  const dim3 grid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
+  const dim3 grid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH),
+                  static_cast<unsigned>(p.B));
   auto* kernel = variant == AttentionForwardVariant::kLdmatrixV ? FlashForwardKernel<D, kCausal, true>
-                                                                 : FlashForwardKernel<D, kCausal, false>;
+                                                                : FlashForwardKernel<D, kCausal, false>;
   kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, p.scale * kLog2e);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardKernel");
   return absl::OkStatus();
@@ -452,13 +469,16 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
   const int64_t rows = p.B * p.NH * p.T;
   DotRowsKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(bp, dsum);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("DotRowsKernel");
-  const dim3 qgrid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
+  const dim3 qgrid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH),
+                   static_cast<unsigned>(p.B));
   FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqKernel");
   const size_t smem = static_cast<size_t>(2 * 64 + 2 * 32) * (D + 8) * sizeof(bf16) + 2 * 32 * sizeof(float);
   LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvKernel<D, kCausal>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 kgrid(static_cast<unsigned>((p.S + 63) / 64), static_cast<unsigned>(p.NKV), static_cast<unsigned>(p.B));
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  const dim3 kgrid(static_cast<unsigned>((p.S + 63) / 64), static_cast<unsigned>(p.NKV),
+                   static_cast<unsigned>(p.B));
   FlashBackwardDkDvKernel<D, kCausal><<<kgrid, kThreads, smem, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDkDvKernel");
   return absl::OkStatus();
@@ -466,7 +486,8 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
 
 }  // namespace
 
-absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p, AttentionForwardVariant v) {
+absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
+                                         AttentionForwardVariant v) {
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
   if (p.dtype == DType::kF32) return internal::AttentionForwardF32(ctx, p);
@@ -488,9 +509,11 @@ absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams
   LMF_RETURN_IF_ERROR_STATUS(dsum.Allocate(ctx, sizeof(float) * p.B * p.NH * p.T));
   if (p.dtype == DType::kF32) return internal::AttentionBackwardF32(ctx, bp, dsum.get<float>());
   if (p.HS == 64) {
-    return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>()) : LaunchBackward<64, false>(ctx, bp, dsum.get<float>());
+    return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>())
+                    : LaunchBackward<64, false>(ctx, bp, dsum.get<float>());
   }
-  return p.causal ? LaunchBackward<128, true>(ctx, bp, dsum.get<float>()) : LaunchBackward<128, false>(ctx, bp, dsum.get<float>());
+  return p.causal ? LaunchBackward<128, true>(ctx, bp, dsum.get<float>())
+                  : LaunchBackward<128, false>(ctx, bp, dsum.get<float>());
 }
 
 }  // namespace lmf::kernels::cuda

@@ -27,7 +27,8 @@ absl::Status AttentionForward(const Context& ctx, const AttentionParams& p);
 // both): kPackedV (AttentionForward's) builds V's B fragments from 16-bit shared loads, kLdmatrixV with
 // ldmatrix.trans. The faster one, once both pass on a GPU, becomes AttentionForward's.
 enum class AttentionForwardVariant : uint8_t { kPackedV, kLdmatrixV };
-absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p, AttentionForwardVariant v);
+absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
+                                         AttentionForwardVariant v);
 absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
 
 }  // namespace lmf::kernels::cuda

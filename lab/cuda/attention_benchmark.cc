@@ -44,21 +44,25 @@ int Main() {
       for (int64_t T : {512, 2048, 8192, 16384}) {
         const std::string label = absl::StrCat(causal ? "causal" : "full", "_hs", hs, "_t", T);
         cases.push_back({hs, T, causal, label});
-        args.push_back(absl::StrCat(label, ":", kTokens / T, ",", T, ",", kChannels / hs, ",", hs, ",", causal ? 1 : 0));
+        args.push_back(
+            absl::StrCat(label, ":", kTokens / T, ",", T, ",", kChannels / hs, ",", hs, ",", causal ? 1 : 0));
       }
   auto peer = bench::RunPeer("attention_peer.py", absl::StrJoin(args, " "));
-  if (!peer.ok()) std::printf("peer (torch SDPA flash): unavailable: %s\n", std::string(peer.status().message()).c_str());
+  if (!peer.ok())
+    std::printf("peer (torch SDPA flash): unavailable: %s\n", std::string(peer.status().message()).c_str());
   const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
   std::printf("%-22s %9s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms", "TFLOP/s", "vs torch", "ldsm ms",
               "bwd ms", "TFLOP/s", "vs torch", "of FA3");
   for (const Case& c : cases) {
     const int64_t B = kTokens / c.T, NH = kChannels / c.hs, n = B * c.T * NH * c.hs;
-    testing::DeviceBuffer q(bench::RandomUniform(n, 1), DType::kBF16), k(bench::RandomUniform(n, 2), DType::kBF16);
+    testing::DeviceBuffer q(bench::RandomUniform(n, 1), DType::kBF16),
+        k(bench::RandomUniform(n, 2), DType::kBF16);
     testing::DeviceBuffer v(bench::RandomUniform(n, 3), DType::kBF16), out(n, DType::kBF16);
-    testing::DeviceBuffer dout(bench::RandomUniform(n, 4), DType::kBF16), dq(n, DType::kBF16), dk(n, DType::kBF16);
+    testing::DeviceBuffer dout(bench::RandomUniform(n, 4), DType::kBF16), dq(n, DType::kBF16),
+        dk(n, DType::kBF16);
     testing::DeviceBuffer dv(n, DType::kBF16), lse(B * NH * c.T, DType::kF32);
-    AttentionParams p = ContiguousAttentionParams(B, c.T, c.T, NH, NH, c.hs, c.causal, q.get(), k.get(), v.get(),
-                                                  out.get(), lse.as<float>());
+    AttentionParams p = ContiguousAttentionParams(B, c.T, c.T, NH, NH, c.hs, c.causal, q.get(), k.get(),
+                                                  v.get(), out.get(), lse.as<float>());
     p.dtype = DType::kBF16;
     AttentionBackwardParams bp;
     bp.forward = p, bp.dout = dout.get(), bp.dq = dq.get(), bp.dk = dk.get(), bp.dv = dv.get();

@@ -1,7 +1,6 @@
 // fp32 attention on CUDA cores; see attention_f32.h. Lane l of a warp owns head dimensions l, l + 32, ...
 // (kPer = HS / 32 of them) of its row's output, and key (or query) l of the current 32-wide tile.
 #include "lab/cuda/attention_f32.h"
-
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 
@@ -11,15 +10,18 @@ namespace {
 constexpr int kRows = 4;  // warps (rows) per block
 constexpr int kTile = 32;
 
-__device__ __forceinline__ bool Hidden(const AttentionParams& p, bool causal, int b, int h, int64_t t, int64_t u) {
+__device__ __forceinline__ bool Hidden(const AttentionParams& p, bool causal, int b, int h, int64_t t,
+                                       int64_t u) {
   if (t >= p.T || u >= p.S) return true;
   if (causal && u > t) return true;
-  return p.mask != nullptr && p.mask[b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t + u] == 0;
+  return p.mask != nullptr &&
+         p.mask[b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t + u] == 0;
 }
 
 // Rows [row0, row0 + 32) of a (., HS) strided matrix into s (row stride HS + 1), zero past `valid`.
 template <int kPer>
-__device__ __forceinline__ void LoadTile(float* s, const float* g, int64_t row_stride, int64_t row0, int64_t valid) {
+__device__ __forceinline__ void LoadTile(float* s, const float* g, int64_t row_stride, int64_t row0,
+                                         int64_t valid) {
   constexpr int HS = 32 * kPer;
   for (int i = threadIdx.x; i < kTile * HS; i += blockDim.x) {
     const int r = i / HS, d = i - r * HS;
@@ -38,7 +40,8 @@ __global__ void F32ForwardKernel(AttentionParams p) {
   const float* k = static_cast<const float*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const float* v = static_cast<const float*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) sQ[warp * HS + lane + 32 * i] = t < p.T ? q[t * p.q_stride_t + lane + 32 * i] * p.scale : 0.0f;
+  for (int i = 0; i < kPer; ++i)
+    sQ[warp * HS + lane + 32 * i] = t < p.T ? q[t * p.q_stride_t + lane + 32 * i] * p.scale : 0.0f;
   float o[kPer] = {};
   float m = -INFINITY, l = 0.0f;
   const int64_t end = kCausal ? min(p.S, t0 + kRows) : p.S;
@@ -138,7 +141,8 @@ __global__ void F32BackwardDqKernel(AttentionBackwardParams bp, const float* dsu
 template <int kPer, bool kCausal>
 __global__ void F32BackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum) {
   constexpr int HS = 32 * kPer;
-  __shared__ float sQ[kTile * (HS + 1)], sD[kTile * (HS + 1)], sK[kRows * HS], sV[kRows * HS], sL[kTile], sR[kTile];
+  __shared__ float sQ[kTile * (HS + 1)], sD[kTile * (HS + 1)], sK[kRows * HS], sV[kRows * HS], sL[kTile],
+      sR[kTile];
   const AttentionParams& p = bp.forward;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kvh = blockIdx.y, b = blockIdx.z;
   const int group = static_cast<int>(p.NH / p.NKV);
@@ -197,7 +201,8 @@ __global__ void F32BackwardDkDvKernel(AttentionBackwardParams bp, const float* d
 
 template <int kPer>
 absl::Status Forward(const Context& ctx, const AttentionParams& p) {
-  const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
+  const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
+                  static_cast<unsigned>(p.B));
   if (p.causal) {
     F32ForwardKernel<kPer, true><<<grid, 32 * kRows, 0, StreamOf(ctx)>>>(p);
   } else {
@@ -214,8 +219,10 @@ absl::Status Backward(const Context& ctx, const AttentionBackwardParams& bp, flo
   const int64_t rows = p.B * p.NH * p.T;
   F32DotRowsKernel<<<static_cast<unsigned>((rows + kRows - 1) / kRows), 32 * kRows, 0, stream>>>(bp, dsum);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("F32DotRowsKernel");
-  const dim3 qgrid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH), static_cast<unsigned>(p.B));
-  const dim3 kgrid(static_cast<unsigned>((p.S + kRows - 1) / kRows), static_cast<unsigned>(p.NKV), static_cast<unsigned>(p.B));
+  const dim3 qgrid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
+                   static_cast<unsigned>(p.B));
+  const dim3 kgrid(static_cast<unsigned>((p.S + kRows - 1) / kRows), static_cast<unsigned>(p.NKV),
+                   static_cast<unsigned>(p.B));
   if (p.causal) {
     F32BackwardDqKernel<kPer, true><<<qgrid, 32 * kRows, 0, stream>>>(bp, dsum);
     F32BackwardDkDvKernel<kPer, true><<<kgrid, 32 * kRows, 0, stream>>>(bp, dsum);
@@ -233,20 +240,27 @@ bool F32AttentionSupportsHeadSize(int64_t hs) { return hs == 32 || hs == 64 || h
 
 absl::Status AttentionForwardF32(const Context& ctx, const AttentionParams& p) {
   switch (p.HS) {
-    case 32: return Forward<1>(ctx, p);
-    case 64: return Forward<2>(ctx, p);
-    case 128: return Forward<4>(ctx, p);
+    case 32:
+      return Forward<1>(ctx, p);
+    case 64:
+      return Forward<2>(ctx, p);
+    case 128:
+      return Forward<4>(ctx, p);
   }
   return absl::UnimplementedError(absl::StrCat("attention: CUDA f32 head size ", p.HS, " (32, 64 or 128)"));
 }
 
 absl::Status AttentionBackwardF32(const Context& ctx, const AttentionBackwardParams& bp, float* dsum) {
   switch (bp.forward.HS) {
-    case 32: return Backward<1>(ctx, bp, dsum);
-    case 64: return Backward<2>(ctx, bp, dsum);
-    case 128: return Backward<4>(ctx, bp, dsum);
+    case 32:
+      return Backward<1>(ctx, bp, dsum);
+    case 64:
+      return Backward<2>(ctx, bp, dsum);
+    case 128:
+      return Backward<4>(ctx, bp, dsum);
   }
-  return absl::UnimplementedError(absl::StrCat("attention: CUDA f32 head size ", bp.forward.HS, " (32, 64 or 128)"));
+  return absl::UnimplementedError(
+      absl::StrCat("attention: CUDA f32 head size ", bp.forward.HS, " (32, 64 or 128)"));
 }
 
 }  // namespace lmf::kernels::cuda::internal

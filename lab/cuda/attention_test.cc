@@ -7,12 +7,13 @@
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
 // attention, done here on the CPU the way a bf16 framework does it: bf16 inputs, fp32 accumulation, and
 // every matrix product and the softmax output rounded to bf16 (S, P, O; dP, dS, dQ, dK, dV).
+#include "kernels/attention/attention.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/attention/attention.h"
 #include "kernels/testing/compare.h"
 #include "lab/cuda/attention.h"
 #include "lab/cuda/gpu_test_util.h"
@@ -74,9 +75,12 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
         }
         double sum = 0;
         for (int64_t u = 0; u < T; ++u) sum += std::isinf(P[t * T + u]) ? 0.0 : std::exp(P[t * T + u] - mx);
-        lse[(b * g.NH + h) * T + t] = sum > 0 ? static_cast<float>(mx + std::log(sum)) : -std::numeric_limits<float>::infinity();
+        lse[(b * g.NH + h) * T + t] =
+            sum > 0 ? static_cast<float>(mx + std::log(sum)) : -std::numeric_limits<float>::infinity();
         for (int64_t u = 0; u < T; ++u)
-          P[t * T + u] = (sum > 0 && !std::isinf(P[t * T + u])) ? R(static_cast<float>(std::exp(P[t * T + u] - mx) / sum)) : 0.0f;
+          P[t * T + u] = (sum > 0 && !std::isinf(P[t * T + u]))
+                             ? R(static_cast<float>(std::exp(P[t * T + u] - mx) / sum))
+                             : 0.0f;
         for (int64_t d = 0; d < HS; ++d) {
           float o = 0;
           for (int64_t u = 0; u < T; ++u) o += P[t * T + u] * v(u, d);
@@ -104,7 +108,8 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
           float dk = 0, dv = 0;
           for (int64_t t = 0; t < T; ++t) dk += dP[t * T + u] * q(t, d), dv += P[t * T + u] * dO(t, d);
           // GQA: sum the group's contributions (each rounded, as a framework summing per-head grads would).
-          dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] = R(dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] + R(dk * scale));
+          dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] =
+              R(dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] + R(dk * scale));
           dqkv[(b * T + u) * W + (g.NH + g.NKV + kvh) * HS + d] =
               R(dqkv[(b * T + u) * W + (g.NH + g.NKV + kvh) * HS + d] + R(dv));
         }
@@ -139,7 +144,8 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   const size_t es = DTypeSize(dt);
   DeviceBuffer gqkv(qkv, dt), gdout(dout, dt), gout(n_out, dt), glse(n_lse, DType::kF32);
   DeviceBuffer gdqkv(n_qkv, dt), gdqkv2(n_qkv, dt);
-  DeviceBuffer gmask = mask ? DeviceBuffer::Ints(std::vector<int32_t>((mask->size() + 3) / 4)) : DeviceBuffer();
+  DeviceBuffer gmask =
+      mask ? DeviceBuffer::Ints(std::vector<int32_t>((mask->size() + 3) / 4)) : DeviceBuffer();
   if (mask != nullptr) cudaMemcpy(gmask.get(), mask->data(), mask->size(), cudaMemcpyHostToDevice);
   AttentionParams gp = g.Params(gqkv.get(), gout.get(), glse.as<float>(), es);
   gp.dtype = dt;
@@ -195,8 +201,8 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   const auto [hs, causal] = GetParam();
   const int64_t T = 77;
   std::vector<uint8_t> mask(T * T, 1);
-  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;   // query 5 sees nothing
-  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;   // key 3 hidden from everyone
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
+  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
 }
 
@@ -205,7 +211,8 @@ TEST_P(AttentionTest, LdmatrixForwardVariantIsBitwiseTheSame) {
   const Geometry g{2, 200, 4, 2, hs, causal};
   const int64_t n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
   DeviceBuffer qkv(RandomNormal(g.B * g.T * g.width(), 700 + hs), DType::kBF16);
-  DeviceBuffer out1(n_out, DType::kBF16), out2(n_out, DType::kBF16), lse1(n_lse, DType::kF32), lse2(n_lse, DType::kF32);
+  DeviceBuffer out1(n_out, DType::kBF16), out2(n_out, DType::kBF16), lse1(n_lse, DType::kF32),
+      lse2(n_lse, DType::kF32);
   AttentionParams p = g.Params(qkv.get(), out1.get(), lse1.as<float>(), 2);
   p.dtype = DType::kBF16;
   ASSERT_TRUE(cuda::AttentionForward(ctx(), p).ok());
@@ -225,7 +232,8 @@ TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 600 + hs + causal, DType::kF32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest, ::testing::Combine(::testing::Values(64, 128), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Combine(::testing::Values(64, 128), ::testing::Bool()),
                          [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
                            return "hs" + std::to_string(std::get<0>(i.param)) +
                                   (std::get<1>(i.param) ? "_causal" : "_full");
@@ -235,7 +243,8 @@ class AttentionLimitsTest : public testing::GpuTest {};
 
 TEST_F(AttentionLimitsTest, UnsupportedHeadSizeAndDtypeAreReported) {
   Geometry g{1, 16, 2, 2, 96, false};
-  DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16), lse(32, DType::kF32);
+  DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16),
+      lse(32, DType::kF32);
   AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
   p.dtype = DType::kBF16;
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);

@@ -102,7 +102,9 @@ double CopyBandwidthGBs(void* stream, size_t bytes) {
   void *a = nullptr, *b = nullptr;
   LMF_CHECK(cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) << "copy buffers";
   cudaMemset(a, 1, bytes);
-  const double ms = MedianMs(stream, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)); });
+  const double ms = MedianMs(stream, [&] {
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
+  });
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes / (ms * 1e-3) / 1e9;

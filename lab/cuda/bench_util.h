@@ -4,9 +4,9 @@
 #ifndef LMFORGE_LAB_CUDA_BENCH_UTIL_H_
 #define LMFORGE_LAB_CUDA_BENCH_UTIL_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
-#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -12,7 +12,8 @@ CachingAllocator::CachingAllocator(DeviceMemoryBackend* backend, StreamHandle de
 
 CachingAllocator::~CachingAllocator() {
   absl::MutexLock lock(&mu_);
-  LMF_CHECK(in_use_.empty()) << in_use_.size() << " device blocks are still in use when the allocator goes away";
+  LMF_CHECK(in_use_.empty()) << in_use_.size()
+                             << " device blocks are still in use when the allocator goes away";
   ReleaseCacheLocked();
 }
 
@@ -82,7 +83,8 @@ void CachingAllocator::Free(void* ptr) {
   if (ptr == nullptr) return;
   absl::MutexLock lock(&mu_);
   auto it = in_use_.find(ptr);
-  LMF_CHECK(it != in_use_.end()) << "freeing " << ptr << ", which this allocator did not hand out (or freed twice)";
+  LMF_CHECK(it != in_use_.end()) << "freeing " << ptr
+                                 << ", which this allocator did not hand out (or freed twice)";
   Block b = std::move(it->second);
   in_use_.erase(it);
   stats_.bytes_in_use -= b.size;

@@ -47,8 +47,8 @@ class DeviceMemoryBackend {
 };
 
 struct CachingAllocatorStats {
-  size_t bytes_in_use = 0;     // in blocks handed out (class sizes)
-  size_t bytes_cached = 0;     // in free blocks kept for reuse
+  size_t bytes_in_use = 0;  // in blocks handed out (class sizes)
+  size_t bytes_cached = 0;  // in free blocks kept for reuse
   int64_t backend_mallocs = 0;
   int64_t backend_frees = 0;
   int64_t cache_hits = 0;

@@ -14,7 +14,8 @@ namespace {
 class FakeBackend final : public DeviceMemoryBackend {
  public:
   absl::StatusOr<void*> Malloc(size_t bytes) override {
-    if (limit_ != 0 && outstanding_ + bytes > limit_) return absl::ResourceExhaustedError("fake out of memory");
+    if (limit_ != 0 && outstanding_ + bytes > limit_)
+      return absl::ResourceExhaustedError("fake out of memory");
     void* p = std::malloc(bytes);
     outstanding_ += bytes;
     sizes_[p] = bytes;
@@ -59,7 +60,9 @@ class FakeBackend final : public DeviceMemoryBackend {
   size_t limit_ = 0;
 };
 
-StreamHandle Stream(int i) { return reinterpret_cast<StreamHandle>(static_cast<uintptr_t>(0x1000 * (i + 1))); }
+StreamHandle Stream(int i) {
+  return reinterpret_cast<StreamHandle>(static_cast<uintptr_t>(0x1000 * (i + 1)));
+}
 
 TEST(CachingAllocatorTest, RoundsToSizeClasses) {
   EXPECT_EQ(CachingAllocator::RoundSize(0), 512u);

@@ -1,8 +1,7 @@
 // Deterministic column sums; see column_sum.h.
-#include "lab/cuda/column_sum.h"
-
 #include <algorithm>
 
+#include "lab/cuda/column_sum.h"
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/scratch.h"
@@ -25,8 +24,8 @@ __global__ void PartialColumnSumKernel(ColumnSumParams p, int64_t rows_per_chunk
   partial[blockIdx.y * p.cols + c] = s;
 }
 
-__global__ void FinishColumnSumKernel(int64_t cols, int64_t chunks, const float* partial, float scale, bool accumulate,
-                                      float* out) {
+__global__ void FinishColumnSumKernel(int64_t cols, int64_t chunks, const float* partial, float scale,
+                                      bool accumulate, float* out) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= cols) return;
   float s = 0.0f;
@@ -37,7 +36,8 @@ __global__ void FinishColumnSumKernel(int64_t cols, int64_t chunks, const float*
 }  // namespace
 
 absl::Status ColumnSum(const Context& ctx, const ColumnSumParams& p) {
-  if (p.dtype != DType::kF32 && p.dtype != DType::kBF16) return absl::InvalidArgumentError("column sum: f32 or bf16 input");
+  if (p.dtype != DType::kF32 && p.dtype != DType::kBF16)
+    return absl::InvalidArgumentError("column sum: f32 or bf16 input");
   if (p.cols == 0) return absl::OkStatus();
   const int64_t total = p.batch * p.rows;
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(total, 256));

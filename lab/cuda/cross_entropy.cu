@@ -1,6 +1,5 @@
 // CUDA fused cross-entropy; see cross_entropy.h.
 #include "lab/cuda/cross_entropy.h"
-
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 
@@ -52,7 +51,8 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
     }
     for (int64_t v = vec_end + threadIdx.x; v < p.V; v += blockDim.x) Accumulate(m, s, ToFloat(x[v]));
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    for (int o = 16; o > 0; o >>= 1)
+      Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     if (lane == 0) {
       sm[warp] = m;
@@ -62,12 +62,14 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
     m = lane < warps ? sm[lane] : -INFINITY;
     s = lane < warps ? ss[lane] : 0.0f;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    for (int o = 16; o > 0; o >>= 1)
+      Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     lse = m + logf(s);
     if (threadIdx.x == 0) {
       if (p.lse != nullptr) p.lse[n] = lse;
       // A target outside [0, V) (and not ignore_index) is a data error: its loss is NaN, never silently 0.
-      if (p.losses != nullptr) p.losses[n] = !valid ? NAN : ignored ? 0.0f : lse - picked + p.z_loss * lse * lse;
+      if (p.losses != nullptr)
+        p.losses[n] = !valid ? NAN : ignored ? 0.0f : lse - picked + p.z_loss * lse * lse;
     }
   } else {
     lse = p.lse[n];
@@ -97,7 +99,8 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
 }
 
 template <typename T>
-absl::Status Launch(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient, int64_t stride) {
+absl::Status Launch(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient,
+                    int64_t stride) {
   const unsigned grid = static_cast<unsigned>(p.N);
   constexpr int kW = 16 / sizeof(T);
   const bool vec = stride % kW == 0 && Aligned16({p.logits, p.dlogits});
@@ -117,11 +120,15 @@ absl::Status Launch(const Context& ctx, const CrossEntropyParams& p, bool forwar
 
 absl::Status Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient) {
   if (p.dtype != DType::kF32 && p.dtype != DType::kBF16)
-    return absl::InvalidArgumentError(absl::StrCat("cross_entropy: CUDA runs f32 and bf16, not ", DTypeName(p.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cross_entropy: CUDA runs f32 and bf16, not ", DTypeName(p.dtype)));
   const int64_t stride = p.row_stride ? p.row_stride : p.V;
-  if (stride < p.V) return absl::InvalidArgumentError(absl::StrCat("cross_entropy: row_stride ", stride, " < V ", p.V));
-  if (gradient && p.dlogits == nullptr) return absl::InvalidArgumentError("cross_entropy: backward without dlogits");
-  if (!forward && p.lse == nullptr) return absl::InvalidArgumentError("cross_entropy: backward needs lse from the forward");
+  if (stride < p.V)
+    return absl::InvalidArgumentError(absl::StrCat("cross_entropy: row_stride ", stride, " < V ", p.V));
+  if (gradient && p.dlogits == nullptr)
+    return absl::InvalidArgumentError("cross_entropy: backward without dlogits");
+  if (!forward && p.lse == nullptr)
+    return absl::InvalidArgumentError("cross_entropy: backward needs lse from the forward");
   if (p.N == 0) return absl::OkStatus();
   if (p.N > 0x7fffffff) return absl::InvalidArgumentError("cross_entropy: more than 2^31 rows");
   return p.dtype == DType::kF32 ? Launch<float>(ctx, p, forward, gradient, stride)

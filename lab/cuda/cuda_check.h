@@ -21,15 +21,16 @@ inline absl::Status CudaErrorStatus(cudaError_t e, const char* call, const char*
 }
 
 inline absl::Status CublasErrorStatus(cublasStatus_t e, const char* call, const char* file, int line) {
-  return absl::InternalError(absl::StrCat(call, " failed: cuBLAS status ", static_cast<int>(e), " at ", file, ":", line));
+  return absl::InternalError(
+      absl::StrCat(call, " failed: cuBLAS status ", static_cast<int>(e), " at ", file, ":", line));
 }
 
 }  // namespace lmf::kernels::cuda
 
-#define LMF_CUDA_RETURN_IF_ERROR(call)                                                      \
-  do {                                                                                      \
-    const cudaError_t lmf_cuda_err_ = (call);                                               \
-    if (lmf_cuda_err_ != cudaSuccess)                                                       \
+#define LMF_CUDA_RETURN_IF_ERROR(call)                                                        \
+  do {                                                                                        \
+    const cudaError_t lmf_cuda_err_ = (call);                                                 \
+    if (lmf_cuda_err_ != cudaSuccess)                                                         \
       return ::lmf::kernels::cuda::CudaErrorStatus(lmf_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
@@ -41,18 +42,19 @@ inline absl::Status CublasErrorStatus(cublasStatus_t e, const char* call, const 
   } while (0)
 
 // After a <<<...>>> launch: reports a bad configuration or an earlier asynchronous fault, naming the kernel.
-#define LMF_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_name)                                             \
-  do {                                                                                          \
-    const cudaError_t lmf_cuda_err_ = cudaGetLastError();                                       \
-    if (lmf_cuda_err_ != cudaSuccess)                                                           \
-      return ::lmf::kernels::cuda::CudaErrorStatus(lmf_cuda_err_, "launch " kernel_name, __FILE__, __LINE__); \
+#define LMF_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_name)                                               \
+  do {                                                                                             \
+    const cudaError_t lmf_cuda_err_ = cudaGetLastError();                                          \
+    if (lmf_cuda_err_ != cudaSuccess)                                                              \
+      return ::lmf::kernels::cuda::CudaErrorStatus(lmf_cuda_err_, "launch " kernel_name, __FILE__, \
+                                                   __LINE__);                                      \
   } while (0)
 
 // Returns a non-OK absl::Status from the enclosing function.
-#define LMF_RETURN_IF_ERROR_STATUS(expr)            \
-  do {                                              \
-    const ::absl::Status lmf_status_ = (expr);      \
-    if (!lmf_status_.ok()) return lmf_status_;      \
+#define LMF_RETURN_IF_ERROR_STATUS(expr)       \
+  do {                                         \
+    const ::absl::Status lmf_status_ = (expr); \
+    if (!lmf_status_.ok()) return lmf_status_; \
   } while (0)
 
 #endif  // LMFORGE_LAB_CUDA_CUDA_CHECK_H_

@@ -21,7 +21,8 @@ absl::StatusOr<void*> CudaMemoryBackend::Malloc(size_t bytes) {
   const cudaError_t e = cudaMalloc(&ptr, bytes);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // clear the sticky-free error so later launches do not report it
-    return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc(", bytes, ") on device ", device_, ": out of memory"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc(", bytes, ") on device ", device_, ": out of memory"));
   }
   LMF_CUDA_RETURN_IF_ERROR(e);
   return ptr;
@@ -65,7 +66,8 @@ int CudaDeviceCount() {
 }
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
-  if (device < 0 || device >= kMaxDevices) return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device));
+  if (device < 0 || device >= kMaxDevices)
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device));
   std::unique_ptr<CudaContext> c(new CudaContext());
   c->device_ = device;
   LMF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));

@@ -21,9 +21,13 @@ __device__ __forceinline__ float ToFloat(bf16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ bf16 FromFloat<bf16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16 FromFloat<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll

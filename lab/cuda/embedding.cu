@@ -1,11 +1,10 @@
 // CUDA embedding forward (row gather) and deterministic backward (stable sort by id, one block per id); see
 // embedding.h.
-#include "lab/cuda/embedding.h"
-
 #include <cub/cub.cuh>
 
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
+#include "lab/cuda/embedding.h"
 #include "lab/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
@@ -55,7 +54,8 @@ __global__ void SegmentSumKernel(int64_t N, int64_t C, const int32_t* sorted_ids
   }
 }
 
-absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* ids, unsigned long long* flag) {
+absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* ids,
+                      unsigned long long* flag) {
   const unsigned long long none = static_cast<unsigned long long>(N);
   LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(flag, &none, sizeof(none), cudaMemcpyHostToDevice, StreamOf(ctx)));
   CheckIdsKernel<<<GridFor(N, kThreads), kThreads, 0, StreamOf(ctx)>>>(N, V, ids, flag);
@@ -66,7 +66,8 @@ absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* i
   if (bad < none) {
     int32_t id = 0;
     LMF_CUDA_RETURN_IF_ERROR(cudaMemcpy(&id, ids + bad, sizeof(id), cudaMemcpyDeviceToHost));
-    return absl::InvalidArgumentError(absl::StrCat("embedding: id ", id, " at row ", bad, " outside [0, ", V, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding: id ", id, " at row ", bad, " outside [0, ", V, ")"));
   }
   return absl::OkStatus();
 }
@@ -86,11 +87,11 @@ absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& 
   LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag.get<unsigned long long>()));
   const unsigned grid = GridFor(p.N * p.C, kThreads);
   if (p.dtype == DType::kF32) {
-    GatherKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.N, p.V, p.C, p.ids, static_cast<const float*>(p.table),
-                                                               static_cast<float*>(p.out));
+    GatherKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(
+        p.N, p.V, p.C, p.ids, static_cast<const float*>(p.table), static_cast<float*>(p.out));
   } else {
-    GatherKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.N, p.V, p.C, p.ids, static_cast<const bf16*>(p.table),
-                                                              static_cast<bf16*>(p.out));
+    GatherKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(
+        p.N, p.V, p.C, p.ids, static_cast<const bf16*>(p.table), static_cast<bf16*>(p.out));
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GatherKernel");
   return absl::OkStatus();
@@ -104,10 +105,9 @@ absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams
   const int N = static_cast<int>(p.N);
   // Scratch: flag, rows, sorted ids, sorted rows, then CUB's temporary storage.
   size_t sort_bytes = 0;
-  LMF_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
-                                                           static_cast<int32_t*>(nullptr),
-                                                           static_cast<const int32_t*>(nullptr),
-                                                           static_cast<int32_t*>(nullptr), N, 0, 32, stream));
+  LMF_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
+      nullptr, sort_bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), N, 0, 32, stream));
   const size_t ints = 3 * static_cast<size_t>(N);
   Scratch scratch;
   LMF_RETURN_IF_ERROR_STATUS(scratch.Allocate(ctx, 256 + ints * sizeof(int32_t) + 256 + sort_bytes));
@@ -123,16 +123,16 @@ absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams
   // Ids are in [0, V): sorting only the bits V needs is enough (and faster).
   int end_bit = 1;
   while (end_bit < 31 && (int64_t{1} << end_bit) < p.V) ++end_bit;
-  LMF_CUDA_RETURN_IF_ERROR(
-      cub::DeviceRadixSort::SortPairs(temp, sort_bytes, p.ids, sorted_ids, rows, sorted_rows, N, 0, end_bit, stream));
+  LMF_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, p.ids, sorted_ids, rows,
+                                                           sorted_rows, N, 0, end_bit, stream));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.N, 65535));
   const int threads = p.C >= 256 ? 256 : 128;
   if (p.dtype == DType::kF32) {
-    SegmentSumKernel<float><<<grid, threads, 0, stream>>>(p.N, p.C, sorted_ids, sorted_rows,
-                                                          static_cast<const float*>(p.dout), static_cast<float*>(p.dtable));
+    SegmentSumKernel<float><<<grid, threads, 0, stream>>>(
+        p.N, p.C, sorted_ids, sorted_rows, static_cast<const float*>(p.dout), static_cast<float*>(p.dtable));
   } else {
-    SegmentSumKernel<bf16><<<grid, threads, 0, stream>>>(p.N, p.C, sorted_ids, sorted_rows,
-                                                         static_cast<const bf16*>(p.dout), static_cast<float*>(p.dtable));
+    SegmentSumKernel<bf16><<<grid, threads, 0, stream>>>(
+        p.N, p.C, sorted_ids, sorted_rows, static_cast<const bf16*>(p.dout), static_cast<float*>(p.dtable));
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SegmentSumKernel");
   return absl::OkStatus();

@@ -34,16 +34,18 @@ int Main() {
   }
   const Context ctx = (*cc)->context();
   const std::vector<Shape> shapes = {
-      {"qkv_768", 16384, 2304, 768},  {"proj_768", 16384, 768, 768},  {"fc_768", 16384, 3072, 768},
-      {"fc2_768", 16384, 768, 3072},  {"lmhead_768", 16384, 50304, 768}, {"fc_1024", 16384, 4096, 1024},
+      {"qkv_768", 16384, 2304, 768},     {"proj_768", 16384, 768, 768},     {"fc_768", 16384, 3072, 768},
+      {"fc2_768", 16384, 768, 3072},     {"lmhead_768", 16384, 50304, 768}, {"fc_1024", 16384, 4096, 1024},
       {"square_8192", 8192, 8192, 8192},
   };
   std::vector<std::string> args;
   for (const Shape& s : shapes) args.push_back(absl::StrCat(s.name, ":", s.M, ",", s.N, ",", s.K));
   auto peer = bench::RunPeer("gemm_peer.py", absl::StrJoin(args, " "));
-  if (!peer.ok()) std::printf("peer (torch.matmul): unavailable: %s\n", std::string(peer.status().message()).c_str());
+  if (!peer.ok())
+    std::printf("peer (torch.matmul): unavailable: %s\n", std::string(peer.status().message()).c_str());
   const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
-  std::printf("%-14s %7s %7s %7s %10s %9s %12s %10s\n", "shape", "M", "N", "K", "ms", "TFLOP/s", "vs torch", "of 790");
+  std::printf("%-14s %7s %7s %7s %10s %9s %12s %10s\n", "shape", "M", "N", "K", "ms", "TFLOP/s", "vs torch",
+              "of 790");
   for (const Shape& s : shapes) {
     testing::DeviceBuffer x(bench::RandomUniform(s.M * s.K, 1), DType::kBF16);
     testing::DeviceBuffer w(bench::RandomUniform(s.N * s.K, 2, 0.05f), DType::kBF16);
@@ -57,8 +59,9 @@ int Main() {
       continue;
     }
     const double tflops = 2.0 * s.M * s.N * s.K / (ms * 1e-3) / 1e12;
-    std::printf("%-14s %7ld %7ld %7ld %10.3f %9.1f %12s %9.0f%%\n", s.name, static_cast<long>(s.M), static_cast<long>(s.N),
-                static_cast<long>(s.K), ms, tflops, bench::Ratio(pm, s.name, ms).c_str(), 100.0 * tflops / 790.0);
+    std::printf("%-14s %7ld %7ld %7ld %10.3f %9.1f %12s %9.0f%%\n", s.name, static_cast<long>(s.M),
+                static_cast<long>(s.N), static_cast<long>(s.K), ms, tflops,
+                bench::Ratio(pm, s.name, ms).c_str(), 100.0 * tflops / 790.0);
   }
   return 0;
 }

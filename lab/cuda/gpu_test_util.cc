@@ -54,7 +54,9 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_ != nullptr) cudaFree(ptr_);
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_), dtype_(o.dtype_) { o.ptr_ = nullptr; }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_), dtype_(o.dtype_) {
+  o.ptr_ = nullptr;
+}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
@@ -87,9 +89,7 @@ std::vector<uint8_t> DeviceBuffer::Bytes() const {
   return out;
 }
 
-void DeviceBuffer::Fill(float value) {
-  *this = DeviceBuffer(std::vector<float>(n_, value), dtype_);
-}
+void DeviceBuffer::Fill(float value) { *this = DeviceBuffer(std::vector<float>(n_, value), dtype_); }
 
 std::vector<float> RoundToBF16(const std::vector<float>& x) {
   std::vector<float> out(x.size());
@@ -111,8 +111,9 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 ::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
-                                               const std::vector<float>& reference, const std::vector<float>& naive,
-                                               double multiple, double floor) {
+                                               const std::vector<float>& reference,
+                                               const std::vector<float>& naive, double multiple,
+                                               double floor) {
   if (kernel.size() != reference.size() || naive.size() != reference.size())
     return ::testing::AssertionFailure() << what << ": sizes differ";
   const double ek = MaxAbsDiff(kernel, reference), en = MaxAbsDiff(naive, reference);
@@ -136,8 +137,9 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << kernel.size() << " elements differ; worst ["
-                                       << worst << "] " << kernel[worst] << " vs " << reference[worst];
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << kernel.size() << " elements differ; worst [" << worst << "] "
+         << kernel[worst] << " vs " << reference[worst];
 }
 
 }  // namespace lmf::kernels::cuda::testing

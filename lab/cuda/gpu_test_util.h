@@ -41,7 +41,8 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(int64_t n, DType dtype);
-  DeviceBuffer(const std::vector<float>& values, DType dtype);  // converts to dtype (bf16: round to nearest even)
+  DeviceBuffer(const std::vector<float>& values,
+               DType dtype);  // converts to dtype (bf16: round to nearest even)
   static DeviceBuffer Ints(const std::vector<int32_t>& values);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;
@@ -73,12 +74,14 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
 // The STYLE.md bf16 rule above. `floor` absorbs exact-zero naive errors (e.g. integer-valued outputs).
 ::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
-                                               const std::vector<float>& reference, const std::vector<float>& naive,
-                                               double multiple, double floor = 1e-6);
+                                               const std::vector<float>& reference,
+                                               const std::vector<float>& naive, double multiple,
+                                               double floor = 1e-6);
 
 // fp32 kernels against the fp32 CPU kernel: |a - b| <= rtol |b| + atol everywhere.
 ::testing::AssertionResult CloseF32(const std::string& what, const std::vector<float>& kernel,
-                                    const std::vector<float>& reference, double rtol = 1e-5, double atol = 1e-6);
+                                    const std::vector<float>& reference, double rtol = 1e-5,
+                                    double atol = 1e-6);
 
 }  // namespace lmf::kernels::cuda::testing
 

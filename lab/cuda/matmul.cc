@@ -57,15 +57,15 @@ struct Descriptors {
   }
 };
 
-absl::Status Layout(cublasLtMatrixLayout_t* layout, DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                    int64_t stride) {
+absl::Status Layout(cublasLtMatrixLayout_t* layout, DType t, int64_t rows, int64_t cols, int64_t ld,
+                    int64_t batch, int64_t stride) {
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(layout, CudaType(t), rows, cols, ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     LMF_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    LMF_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(
+        *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return absl::OkStatus();
 }
@@ -85,8 +85,8 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
 
 absl::Mutex plans_mu;
 std::map<PlanKey, std::unique_ptr<Plan>>& Plans() {
@@ -102,43 +102,51 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
   // cuBLASLt A = our b, B = our a.
   const cublasOperation_t ta = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  LMF_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (g.bias != nullptr) {
     const cudaDataType_t bt = CudaType(g.c_type);
-    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     LMF_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   }
   if (g.aux != nullptr) {
     const int64_t ld = g.ldc;
-    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
     LMF_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                              &g.aux, sizeof(g.aux)));
   }
-  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.a, g.b_type, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b));
-  LMF_RETURN_IF_ERROR_STATUS(Layout(&d.b, g.a_type, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a));
+  LMF_RETURN_IF_ERROR_STATUS(
+      Layout(&d.a, g.b_type, g.trans_b ? g.K : g.N, g.trans_b ? g.N : g.K, g.ldb, g.batch, g.stride_b));
+  LMF_RETURN_IF_ERROR_STATUS(
+      Layout(&d.b, g.a_type, g.trans_a ? g.M : g.K, g.trans_a ? g.K : g.M, g.lda, g.batch, g.stride_a));
   LMF_RETURN_IF_ERROR_STATUS(Layout(&d.c, g.c_type, g.N, g.M, g.ldc, g.batch, g.stride_c));
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
   const size_t ws = CudaContext::kCublasWorkspaceBytes;
-  LMF_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   // cuBLASLt's A is our b and its B our a.
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                                  &align_b, sizeof(align_b)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                                  &align_a, sizeof(align_a)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                                  &align_c, sizeof(align_c)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                                  &align_c, sizeof(align_c)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof(align_b)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  LMF_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref,
+                                                            1, &heuristic, &found));
   if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N, " K=", g.K,
+    return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
+                                                 " K=", g.K,
                                                  " (check alignment of lda/ldb/ldc and pointers)"));
   }
   plan->algo = heuristic.algo;
@@ -148,7 +156,9 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
 absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   if (g.M == 0 || g.N == 0 || g.batch == 0) return absl::OkStatus();
   const CudaContext* cc = CudaContextForDevice(ctx.device.index);
-  if (cc == nullptr) return absl::FailedPreconditionError(absl::StrCat("matmul: no CudaContext for CUDA device ", ctx.device.index));
+  if (cc == nullptr)
+    return absl::FailedPreconditionError(
+        absl::StrCat("matmul: no CudaContext for CUDA device ", ctx.device.index));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (g.epilogue == MatmulEpilogue::kGeluTanh) {
     if (g.aux != nullptr) {
@@ -161,9 +171,26 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   }
   const uint32_t align_a = Alignment(g.a), align_b = Alignment(g.b);
   const uint32_t align_c = std::min(Alignment(g.c), g.aux ? Alignment(g.aux) : 256u);
-  const PlanKey key{ctx.device.index, g.M, g.N, g.K, g.batch, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
-                    g.trans_a, g.trans_b, static_cast<int>(g.a_type), static_cast<int>(g.b_type),
-                    static_cast<int>(g.c_type), static_cast<int>(epi), align_a, align_b, align_c};
+  const PlanKey key{ctx.device.index,
+                    g.M,
+                    g.N,
+                    g.K,
+                    g.batch,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    g.stride_a,
+                    g.stride_b,
+                    g.stride_c,
+                    g.trans_a,
+                    g.trans_b,
+                    static_cast<int>(g.a_type),
+                    static_cast<int>(g.b_type),
+                    static_cast<int>(g.c_type),
+                    static_cast<int>(epi),
+                    align_a,
+                    align_b,
+                    align_c};
   absl::MutexLock lock(&plans_mu);  // held while the cached descriptor's pointers are set and the GEMM queued
   std::unique_ptr<Plan>& plan = Plans()[key];
   if (plan == nullptr) {
@@ -176,13 +203,15 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   }
   cublasLtMatmulDesc_t op = plan->d.op;
   if (g.bias != nullptr)
-    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    LMF_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   if (g.aux != nullptr)
     LMF_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc->cublas_lt(), op, &g.alpha, g.b, plan->d.a, g.a, plan->d.b, &g.beta, g.c,
-                                            plan->d.c, g.c, plan->d.c, &plan->algo, cc->cublas_workspace(),
-                                            CudaContext::kCublasWorkspaceBytes, static_cast<cudaStream_t>(ctx.stream)));
+  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc->cublas_lt(), op, &g.alpha, g.b, plan->d.a, g.a, plan->d.b,
+                                            &g.beta, g.c, plan->d.c, g.c, plan->d.c, &plan->algo,
+                                            cc->cublas_workspace(), CudaContext::kCublasWorkspaceBytes,
+                                            static_cast<cudaStream_t>(ctx.stream)));
   return absl::OkStatus();
 }
 
@@ -263,8 +292,10 @@ absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) 
   }
   if (bp.dbias != nullptr) {
     ColumnSumParams cs;
-    cs.dtype = p.dtype, cs.rows = p.M, cs.cols = p.N, cs.ld = p.ldc, cs.batch = p.batch, cs.batch_stride = p.batch_stride_c;
-    cs.scale = 1.0f /* bias is not scaled by alpha */, cs.in = bp.dc, cs.out = static_cast<float*>(bp.dbias), cs.accumulate = bp.accumulate_dbias;
+    cs.dtype = p.dtype, cs.rows = p.M, cs.cols = p.N, cs.ld = p.ldc, cs.batch = p.batch,
+    cs.batch_stride = p.batch_stride_c;
+    cs.scale = 1.0f /* bias is not scaled by alpha */, cs.in = bp.dc, cs.out = static_cast<float*>(bp.dbias),
+    cs.accumulate = bp.accumulate_dbias;
     LMF_RETURN_IF_ERROR_STATUS(ColumnSum(ctx, cs));
   }
   return absl::OkStatus();

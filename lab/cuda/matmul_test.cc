@@ -1,11 +1,12 @@
 // The cuBLASLt GEMM against the CPU GEMM (kernels/matmul) on the same random inputs: every transpose
 // combination, strided batches with a broadcast operand, bias and GELU epilogues, and the backward's
 // write/accumulate rules, in fp32 and bf16. Skips without a CUDA device.
+#include "kernels/matmul/matmul.h"
+
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/activations/activations.h"
-#include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"
 #include "lab/cuda/gpu_test_util.h"
 #include "lab/cuda/matmul.h"
@@ -32,7 +33,8 @@ class MatmulTest : public testing::GpuTest, public ::testing::WithParamInterface
       EXPECT_TRUE(CloseF32(what, gpu, ref, 1e-5, kGemmAtol));
     } else {
       // 2x: same rounded inputs, fp32 accumulation on both sides, one output rounding each.
-      EXPECT_TRUE(WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive, 2.0, 1e-5));
+      EXPECT_TRUE(WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive,
+                                      2.0, 1e-5));
     }
   }
   Context cpu_ = Context::Cpu();
@@ -66,7 +68,8 @@ TEST_P(MatmulTest, EveryTransposeWithBiasMatchesCpu) {
 
 TEST_P(MatmulTest, BatchedWithBroadcastOperandAndBackwardRules) {
   const int64_t batch = 3, M = 32, N = 24, K = 40;
-  const auto a = RandomNormal(batch * M * K, 11), w = RandomNormal(N * K, 12), dc = RandomNormal(batch * M * N, 13);
+  const auto a = RandomNormal(batch * M * K, 11), w = RandomNormal(N * K, 12),
+             dc = RandomNormal(batch * M * N, 13);
   const auto db0 = RandomNormal(N * K, 14), dbias0 = RandomNormal(N, 15);
   auto params = [&](const void* pa, const void* pw, void* pc) {
     MatmulParams p;
@@ -113,7 +116,8 @@ TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
                  std::vector<float>& pre, std::vector<float>& y) {
     pre.resize(R * O), y.resize(R * O);
     kernels::Matmul(cpu_, LinearParams(R, I, O, xi.data(), wi.data(), bi.data(), pre.data()));
-    kernels::ActivationForward(cpu_, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, R * O, pre.data(), y.data()});
+    kernels::ActivationForward(
+        cpu_, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, R * O, pre.data(), y.data()});
   };
   std::vector<float> pre, y, npre, ny;
   cpu(x, w, bias, pre, y);
@@ -130,7 +134,9 @@ TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16),
-                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(DTypeName(i.param));
+                         });
 
 }  // namespace
 }  // namespace lmf::kernels::cuda

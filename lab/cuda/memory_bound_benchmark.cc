@@ -21,7 +21,9 @@ namespace {
 
 using testing::DeviceBuffer;
 
-DeviceBuffer Random(int64_t n, DType dt, uint64_t seed) { return DeviceBuffer(bench::RandomUniform(n, seed), dt); }
+DeviceBuffer Random(int64_t n, DType dt, uint64_t seed) {
+  return DeviceBuffer(bench::RandomUniform(n, seed), dt);
+}
 
 int Main() {
   if (CudaDeviceCount() == 0) {
@@ -37,7 +39,8 @@ int Main() {
   constexpr DType kB = DType::kBF16;
   const int64_t N = 16384, C = 2048, H = 8192, V = 50304, NCE = 8192, P = 124000000;
   auto peer = bench::RunPeer("memory_bound_peer.py", "");
-  if (!peer.ok()) std::printf("peer (torch eager): unavailable: %s\n", std::string(peer.status().message()).c_str());
+  if (!peer.ok())
+    std::printf("peer (torch eager): unavailable: %s\n", std::string(peer.status().message()).c_str());
   const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
   const double copy = bench::CopyBandwidthGBs(ctx.stream, size_t{1} << 30);
   std::printf("device-to-device copy: %.0f GB/s (bytes read + written)\n", copy);
@@ -50,41 +53,51 @@ int Main() {
       return;
     }
     const double gbs = bytes / (ms * 1e-3) / 1e9;
-    std::printf("%-22s %10.3f %10.0f %8.0f%% %10s\n", name, ms, gbs, 100.0 * gbs / copy, bench::Ratio(pm, name, ms).c_str());
+    std::printf("%-22s %10.3f %10.0f %8.0f%% %10s\n", name, ms, gbs, 100.0 * gbs / copy,
+                bench::Ratio(pm, name, ms).c_str());
   };
   {
     DeviceBuffer x = Random(N * C, kB, 1), r = Random(N * C, kB, 2), w = Random(C, kB, 3), out(N * C, kB);
-    DeviceBuffer dout = Random(N * C, kB, 4), dx(N * C, kB), rstd(N, DType::kF32), mean(N, DType::kF32), dw(C, DType::kF32);
+    DeviceBuffer dout = Random(N * C, kB, 4), dx(N * C, kB), rstd(N, DType::kF32), mean(N, DType::kF32),
+                 dw(C, DType::kF32);
     report("rmsnorm_fwd", 4.0 * N * C, [&] {
-      return cuda::RmsNormForward(ctx, RmsNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), out.get(), rstd.as<float>()});
+      return cuda::RmsNormForward(
+          ctx, RmsNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), out.get(), rstd.as<float>()});
     });
     report("rmsnorm_bwd", 6.0 * N * C, [&] {
-      return cuda::RmsNormBackward(ctx, RmsNormBackwardParams{kB, N, C, x.get(), w.get(), rstd.as<float>(), dout.get(), dx.get(), dw.get()});
+      return cuda::RmsNormBackward(ctx, RmsNormBackwardParams{kB, N, C, x.get(), w.get(), rstd.as<float>(),
+                                                              dout.get(), dx.get(), dw.get()});
     });
     report("layernorm_fwd", 4.0 * N * C, [&] {
-      return cuda::LayerNormForward(ctx, LayerNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), w.get(), out.get(),
-                                                          mean.as<float>(), rstd.as<float>()});
+      return cuda::LayerNormForward(
+          ctx, LayerNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), w.get(), out.get(), mean.as<float>(),
+                                      rstd.as<float>()});
     });
     report("residual_rmsnorm_fwd", 8.0 * N * C, [&] {
-      return cuda::ResidualRmsNormForward(ctx, ResidualRmsNormForwardParams{kB, N, C, 1e-5f, r.get(), x.get(), dx.get(), w.get(),
-                                                                      out.get(), rstd.as<float>()});
+      return cuda::ResidualRmsNormForward(
+          ctx, ResidualRmsNormForwardParams{kB, N, C, 1e-5f, r.get(), x.get(), dx.get(), w.get(), out.get(),
+                                            rstd.as<float>()});
     });
   }
   {
-    DeviceBuffer gu = Random(N * 2 * H, kB, 5), out(N * H, kB), dout = Random(N * H, kB, 6), dgu(N * 2 * H, kB);
+    DeviceBuffer gu = Random(N * 2 * H, kB, 5), out(N * H, kB), dout = Random(N * H, kB, 6),
+                 dgu(N * 2 * H, kB);
     char* g = gu.as<char>();
     char* dg = dgu.as<char>();
     report("swiglu_fwd", 6.0 * N * H, [&] {
       return cuda::SwiGluForward(ctx, SwiGluForwardParams{kB, N, H, g, 2 * H, g + 2 * H, 2 * H, out.get()});
     });
     report("swiglu_bwd", 10.0 * N * H, [&] {
-      return cuda::SwiGluBackward(ctx, SwiGluBackwardParams{kB, N, H, g, 2 * H, g + 2 * H, 2 * H, dout.get(), dg, dg + 2 * H});
+      return cuda::SwiGluBackward(
+          ctx, SwiGluBackwardParams{kB, N, H, g, 2 * H, g + 2 * H, 2 * H, dout.get(), dg, dg + 2 * H});
     });
   }
   {
     const int64_t B = 16, T = 1024, NH = 16, HS = 128, n = B * T * NH * HS;
     DeviceBuffer x = Random(n, kB, 7);
-    report("rope_fwd", 4.0 * n, [&] { return cuda::RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 10000.0f, x.get(), x.get())); });
+    report("rope_fwd", 4.0 * n, [&] {
+      return cuda::RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 10000.0f, x.get(), x.get()));
+    });
   }
   {
     DeviceBuffer logits = Random(NCE * V, kB, 8), losses(NCE, DType::kF32), lse(NCE, DType::kF32);
@@ -92,12 +105,14 @@ int Main() {
     for (int64_t i = 0; i < NCE; ++i) t[i] = static_cast<int32_t>((i * 7919) % 50257);
     DeviceBuffer targets = DeviceBuffer::Ints(t);
     CrossEntropyParams p;
-    p.dtype = kB, p.N = NCE, p.V = 50257, p.row_stride = V, p.logits = logits.get(), p.targets = targets.as<int32_t>();
+    p.dtype = kB, p.N = NCE, p.V = 50257, p.row_stride = V, p.logits = logits.get(),
+    p.targets = targets.as<int32_t>();
     p.losses = losses.as<float>(), p.lse = lse.as<float>(), p.dloss = 1.0f / NCE, p.dlogits = logits.get();
     report("cross_entropy_fused", 4.0 * NCE * V, [&] { return cuda::CrossEntropyForward(ctx, p); });
   }
   {
-    DeviceBuffer param = Random(P, DType::kF32, 9), grad = Random(P, kB, 10), m(P, DType::kF32), v(P, DType::kF32);
+    DeviceBuffer param = Random(P, DType::kF32, 9), grad = Random(P, kB, 10), m(P, DType::kF32),
+                 v(P, DType::kF32);
     DeviceBuffer copy_out(P, kB);
     m.Fill(0.0f), v.Fill(0.0f);
     AdamWTensor t{P, param.as<float>(), grad.get(), m.as<float>(), v.as<float>(), copy_out.get()};
@@ -106,7 +121,9 @@ int Main() {
     report("adamw", 28.0 * P, [&] { return cuda::MultiTensorAdamW(ctx, ap); });
     DeviceBuffer gf = Random(P, DType::kF32, 11), norm(1, DType::kF32);
     GradSpan span{gf.get(), P};
-    report("grad_norm", 4.0 * P, [&] { return cuda::GlobalGradNormToDevice(ctx, GradNormParams{DType::kF32, &span, 1}, norm.as<float>()); });
+    report("grad_norm", 4.0 * P, [&] {
+      return cuda::GlobalGradNormToDevice(ctx, GradNormParams{DType::kF32, &span, 1}, norm.as<float>());
+    });
   }
   return 0;
 }

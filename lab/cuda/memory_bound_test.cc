@@ -38,12 +38,13 @@ class MemoryBoundTest : public testing::GpuTest, public ::testing::WithParamInte
   // fp32: close to the CPU result. bf16: within `multiple` x the naive bf16 error. `naive` is the CPU result
   // on rounded inputs; it is rounded here when the output is stored in dtype (`rounded_output`).
   void Expect(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& ref,
-              const std::vector<float>& naive, bool rounded_output = true, double multiple = 2.0, double rtol = 1e-5,
-              double atol = 1e-6) {
+              const std::vector<float>& naive, bool rounded_output = true, double multiple = 2.0,
+              double rtol = 1e-5, double atol = 1e-6) {
     if (dt() == DType::kF32) {
       EXPECT_TRUE(CloseF32(what, gpu, ref, rtol, atol));
     } else {
-      EXPECT_TRUE(WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive, multiple));
+      EXPECT_TRUE(WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive,
+                                      multiple));
     }
   }
   Context cpu_ = Context::Cpu();
@@ -54,11 +55,13 @@ TEST_P(MemoryBoundTest, RmsNormForwardAndBackwardMatchCpu) {
   const auto x = RandomNormal(N * C, 1), w = RandomNormal(C, 2), dout = RandomNormal(N * C, 3);
   const auto dw0 = RandomNormal(C, 4);
   auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& wi, const std::vector<float>& di,
-                 std::vector<float>& out, std::vector<float>& rstd, std::vector<float>& dx, std::vector<float>& dw) {
+                 std::vector<float>& out, std::vector<float>& rstd, std::vector<float>& dx,
+                 std::vector<float>& dw) {
     out.resize(N * C), rstd.resize(N), dx.resize(N * C), dw = dw0;
     RmsNormForwardParams f{DType::kF32, N, C, 1e-5f, xi.data(), wi.data(), out.data(), rstd.data()};
     kernels::RmsNormForward(cpu_, f);
-    RmsNormBackwardParams b{DType::kF32, N, C, xi.data(), wi.data(), rstd.data(), di.data(), dx.data(), dw.data()};
+    RmsNormBackwardParams b{DType::kF32, N,         C,         xi.data(), wi.data(),
+                            rstd.data(), di.data(), dx.data(), dw.data()};
     kernels::RmsNormBackward(cpu_, b);
   };
   std::vector<float> out, rstd, dx, dw, nout, nrstd, ndx, ndw;
@@ -74,7 +77,8 @@ TEST_P(MemoryBoundTest, RmsNormForwardAndBackwardMatchCpu) {
   Expect("rmsnorm out", gout.ToFloats(), out, nout);
   Expect("rmsnorm rstd", grstd.ToFloats(), rstd, nrstd, /*rounded_output=*/false);
   Expect("rmsnorm dx", gdx.ToFloats(), dx, ndx, true, 2.0, 1e-5, 1e-5);
-  // dweight sums N products: fp32 accumulation order differs from the CPU's (atol 1e-4 for sums of ~67 terms).
+  // dweight sums N products: fp32 accumulation order differs from the CPU's (atol 1e-4 for sums of ~67
+  // terms).
   Expect("rmsnorm dweight (+=)", gdw.ToFloats(), dw, ndw, /*rounded_output=*/false, 2.0, 1e-5, 1e-4);
 
   // Deterministic: the same call again gives the same bits.
@@ -94,10 +98,11 @@ TEST_P(MemoryBoundTest, LayerNormForwardAndBackwardMatchCpu) {
                  const std::vector<float>& di, std::vector<std::vector<float>>& r) {
     r.assign(6, {});
     r[0].resize(N * C), r[1].resize(N), r[2].resize(N), r[3].resize(N * C), r[4] = dw0, r[5] = db0;
-    LayerNormForwardParams f{DType::kF32, N, C, 1e-5f, xi.data(), wi.data(), bi.data(), r[0].data(), r[1].data(), r[2].data()};
+    LayerNormForwardParams f{DType::kF32, N,         C,           1e-5f,       xi.data(),
+                             wi.data(),   bi.data(), r[0].data(), r[1].data(), r[2].data()};
     kernels::LayerNormForward(cpu_, f);
-    LayerNormBackwardParams b{DType::kF32, N, C, xi.data(), wi.data(), r[1].data(), r[2].data(), di.data(),
-                              r[3].data(), r[4].data(), r[5].data()};
+    LayerNormBackwardParams b{DType::kF32, N,         C,           xi.data(),   wi.data(),  r[1].data(),
+                              r[2].data(), di.data(), r[3].data(), r[4].data(), r[5].data()};
     kernels::LayerNormBackward(cpu_, b);
   };
   std::vector<std::vector<float>> ref, naive;
@@ -105,11 +110,14 @@ TEST_P(MemoryBoundTest, LayerNormForwardAndBackwardMatchCpu) {
   cpu(RoundTo(x, dt()), RoundTo(w, dt()), RoundTo(bias, dt()), RoundTo(dout, dt()), naive);
 
   DeviceBuffer gx(x, dt()), gw(w, dt()), gb(bias, dt()), gd(dout, dt()), gout(N * C, dt());
-  DeviceBuffer gmean(N, DType::kF32), grstd(N, DType::kF32), gdx(N * C, dt()), gdw(dw0, DType::kF32), gdb(db0, DType::kF32);
-  LayerNormForwardParams f{dt(), N, C, 1e-5f, gx.get(), gw.get(), gb.get(), gout.get(), gmean.as<float>(), grstd.as<float>()};
+  DeviceBuffer gmean(N, DType::kF32), grstd(N, DType::kF32), gdx(N * C, dt()), gdw(dw0, DType::kF32),
+      gdb(db0, DType::kF32);
+  LayerNormForwardParams f{
+      dt(), N, C, 1e-5f, gx.get(), gw.get(), gb.get(), gout.get(), gmean.as<float>(), grstd.as<float>()};
   ASSERT_TRUE(cuda::LayerNormForward(ctx(), f).ok());
-  LayerNormBackwardParams b{dt(), N, C, gx.get(), gw.get(), gmean.as<float>(), grstd.as<float>(), gd.get(), gdx.get(),
-                            gdw.get(), gdb.get()};
+  LayerNormBackwardParams b{
+      dt(),     N,         C,         gx.get(), gw.get(), gmean.as<float>(), grstd.as<float>(),
+      gd.get(), gdx.get(), gdw.get(), gdb.get()};
   ASSERT_TRUE(cuda::LayerNormBackward(ctx(), b).ok());
   Expect("layernorm out", gout.ToFloats(), ref[0], naive[0], true, 2.0, 1e-5, 1e-5);
   Expect("layernorm mean", gmean.ToFloats(), ref[1], naive[1], false);
@@ -121,7 +129,8 @@ TEST_P(MemoryBoundTest, LayerNormForwardAndBackwardMatchCpu) {
 
 TEST_P(MemoryBoundTest, FusedResidualNormsEqualResidualAddThenNorm) {
   const int64_t N = 33, C = 512;
-  const auto res = RandomNormal(N * C, 21), x = RandomNormal(N * C, 22), w = RandomNormal(C, 23), bias = RandomNormal(C, 24);
+  const auto res = RandomNormal(N * C, 21), x = RandomNormal(N * C, 22), w = RandomNormal(C, 23),
+             bias = RandomNormal(C, 24);
   // Reference: the residual add (rounded to dtype, as the kernel stores it), then the CPU norm.
   auto sum_of = [&](const std::vector<float>& a, const std::vector<float>& b) {
     std::vector<float> s(N * C);
@@ -132,22 +141,26 @@ TEST_P(MemoryBoundTest, FusedResidualNormsEqualResidualAddThenNorm) {
   const auto sum = sum_of(res, x);
   const auto nsum = RoundTo(sum_of(RoundTo(res, dt()), RoundTo(x, dt())), dt());
   std::vector<float> rms(N * C), nrms(N * C), ln(N * C), nln(N * C), rstd(N), mean(N);
-  kernels::RmsNormForward(cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), rms.data(), rstd.data()});
+  kernels::RmsNormForward(
+      cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), rms.data(), rstd.data()});
   const auto wr = RoundTo(w, dt()), br = RoundTo(bias, dt());
-  kernels::RmsNormForward(cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(), nrms.data(), rstd.data()});
-  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), bias.data(),
-                                                         ln.data(), mean.data(), rstd.data()});
-  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(), br.data(),
-                                                         nln.data(), mean.data(), rstd.data()});
+  kernels::RmsNormForward(
+      cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(), nrms.data(), rstd.data()});
+  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(),
+                                                         bias.data(), ln.data(), mean.data(), rstd.data()});
+  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(),
+                                                         br.data(), nln.data(), mean.data(), rstd.data()});
 
-  DeviceBuffer gres(res, dt()), gx(x, dt()), gw(w, dt()), gb(bias, dt()), gsum(N * C, dt()), gout(N * C, dt());
-  ResidualRmsNormForwardParams rp{dt(), N, C, 1e-5f, gres.get(), gx.get(), gsum.get(), gw.get(), gout.get(), nullptr};
+  DeviceBuffer gres(res, dt()), gx(x, dt()), gw(w, dt()), gb(bias, dt()), gsum(N * C, dt()),
+      gout(N * C, dt());
+  ResidualRmsNormForwardParams rp{dt(),     N,          C,        1e-5f,      gres.get(),
+                                  gx.get(), gsum.get(), gw.get(), gout.get(), nullptr};
   ASSERT_TRUE(cuda::ResidualRmsNormForward(ctx(), rp).ok());
   Expect("residual_out", gsum.ToFloats(), sum, nsum);
   Expect("residual + rmsnorm", gout.ToFloats(), rms, nrms, true, 2.0, 1e-5, 1e-5);
   // In place: residual_out aliases residual.
-  ResidualLayerNormForwardParams lp{dt(), N, C, 1e-5f, gres.get(), gx.get(), gres.get(), gw.get(), gb.get(), gout.get(),
-                                    nullptr, nullptr};
+  ResidualLayerNormForwardParams lp{dt(),       N,        C,        1e-5f,      gres.get(), gx.get(),
+                                    gres.get(), gw.get(), gb.get(), gout.get(), nullptr,    nullptr};
   ASSERT_TRUE(cuda::ResidualLayerNormForward(ctx(), lp).ok());
   Expect("residual_out in place", gres.ToFloats(), sum, nsum);
   Expect("residual + layernorm", gout.ToFloats(), ln, nln, true, 2.0, 1e-5, 1e-5);
@@ -160,17 +173,22 @@ TEST_P(MemoryBoundTest, ActivationsMatchCpu) {
   const auto dout = RandomNormal(n, 32);
   for (Activation kind : {Activation::kSilu, Activation::kGeluTanh, Activation::kRelu}) {
     SCOPED_TRACE(ActivationName(kind));
-    auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& di, std::vector<float>& y, std::vector<float>& dx) {
+    auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& di, std::vector<float>& y,
+                   std::vector<float>& dx) {
       y.resize(n), dx.resize(n);
       kernels::ActivationForward(cpu_, ActivationForwardParams{DType::kF32, kind, n, xi.data(), y.data()});
-      kernels::ActivationBackward(cpu_, ActivationBackwardParams{DType::kF32, kind, n, xi.data(), di.data(), dx.data()});
+      kernels::ActivationBackward(
+          cpu_, ActivationBackwardParams{DType::kF32, kind, n, xi.data(), di.data(), dx.data()});
     };
     std::vector<float> y, dx, ny, ndx;
     cpu(x, dout, y, dx);
     cpu(RoundTo(x, dt()), RoundTo(dout, dt()), ny, ndx);
     DeviceBuffer gx(x, dt()), gd(dout, dt()), gy(n, dt()), gdx(n, dt());
-    ASSERT_TRUE(cuda::ActivationForward(ctx(), ActivationForwardParams{dt(), kind, n, gx.get(), gy.get()}).ok());
-    ASSERT_TRUE(cuda::ActivationBackward(ctx(), ActivationBackwardParams{dt(), kind, n, gx.get(), gd.get(), gdx.get()}).ok());
+    ASSERT_TRUE(
+        cuda::ActivationForward(ctx(), ActivationForwardParams{dt(), kind, n, gx.get(), gy.get()}).ok());
+    ASSERT_TRUE(cuda::ActivationBackward(
+                    ctx(), ActivationBackwardParams{dt(), kind, n, gx.get(), gd.get(), gdx.get()})
+                    .ok());
     // __expf differs from the CPU's exp by a few ulps: rtol 1e-5 with atol 1e-6 still holds for |y| >~ 0.1.
     Expect("activation out", gy.ToFloats(), y, ny, true, 2.0, 1e-5, 1e-6);
     Expect("activation dx", gdx.ToFloats(), dx, ndx, true, 2.0, 1e-5, 1e-6);
@@ -183,11 +201,13 @@ TEST_P(MemoryBoundTest, SwiGluReadsAndWritesHalvesOfAFusedBuffer) {
     SCOPED_TRACE(H);
     const int64_t N = 37;
     const auto gu = RandomNormal(N * 2 * H, 41, 2.0f), dout = RandomNormal(N * H, 42);
-    auto cpu = [&](const std::vector<float>& in, const std::vector<float>& di, std::vector<float>& y, std::vector<float>& dgu) {
+    auto cpu = [&](const std::vector<float>& in, const std::vector<float>& di, std::vector<float>& y,
+                   std::vector<float>& dgu) {
       y.resize(N * H), dgu.assign(N * 2 * H, 0.0f);
-      kernels::SwiGluForward(cpu_, SwiGluForwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H, y.data()});
-      kernels::SwiGluBackward(cpu_, SwiGluBackwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H,
-                                                         di.data(), dgu.data(), dgu.data() + H});
+      kernels::SwiGluForward(
+          cpu_, SwiGluForwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H, 2 * H, y.data()});
+      kernels::SwiGluBackward(cpu_, SwiGluBackwardParams{DType::kF32, N, H, in.data(), 2 * H, in.data() + H,
+                                                         2 * H, di.data(), dgu.data(), dgu.data() + H});
     };
     std::vector<float> y, dgu, ny, ndgu;
     cpu(gu, dout, y, dgu);
@@ -196,9 +216,11 @@ TEST_P(MemoryBoundTest, SwiGluReadsAndWritesHalvesOfAFusedBuffer) {
     const size_t es = DTypeSize(dt());
     char* base = ggu.as<char>();
     char* dbase = gdgu.as<char>();
-    ASSERT_TRUE(cuda::SwiGluForward(ctx(), SwiGluForwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gy.get()}).ok());
-    ASSERT_TRUE(cuda::SwiGluBackward(ctx(), SwiGluBackwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gd.get(), dbase,
-                                                           dbase + H * es})
+    ASSERT_TRUE(cuda::SwiGluForward(
+                    ctx(), SwiGluForwardParams{dt(), N, H, base, 2 * H, base + H * es, 2 * H, gy.get()})
+                    .ok());
+    ASSERT_TRUE(cuda::SwiGluBackward(ctx(), SwiGluBackwardParams{dt(), N, H, base, 2 * H, base + H * es,
+                                                                 2 * H, gd.get(), dbase, dbase + H * es})
                     .ok());
     Expect("swiglu out", gy.ToFloats(), y, ny, true, 2.0, 1e-5, 1e-6);
     Expect("swiglu dgate|dup", gdgu.ToFloats(), dgu, ndgu, true, 2.0, 1e-5, 1e-6);
@@ -206,7 +228,8 @@ TEST_P(MemoryBoundTest, SwiGluReadsAndWritesHalvesOfAFusedBuffer) {
 }
 
 TEST_P(MemoryBoundTest, RopeWithStridesAndPerBatchPositionsMatchesCpu) {
-  const int64_t B = 2, T = 19, NH = 3, HS = 64, C3 = 3 * NH * HS;  // q read in place from a fused (B, T, 3C) buffer
+  const int64_t B = 2, T = 19, NH = 3, HS = 64,
+                C3 = 3 * NH * HS;  // q read in place from a fused (B, T, 3C) buffer
   const auto qkv = RandomNormal(B * T * C3, 51);
   const auto pos = RandomInts(B * T, 100000, 52);  // long positions: angles need double precision
   auto params = [&](const void* in, void* out) {
@@ -248,8 +271,10 @@ TEST_P(MemoryBoundTest, ResidualBackwardAccumulatesIntoBothInputs) {
   kernels::ResidualForward(cpu_, ResidualForwardParams{DType::kF32, n, ar.data(), br.data(), nout.data()});
   kernels::ResidualBackward(cpu_, ResidualBackwardParams{DType::kF32, n, dr.data(), nda.data(), ndb.data()});
   DeviceBuffer ga(a, dt()), gb(b, dt()), gd(d, dt()), gout(n, dt());
-  ASSERT_TRUE(cuda::ResidualForward(ctx(), ResidualForwardParams{dt(), n, ga.get(), gb.get(), gout.get()}).ok());
-  ASSERT_TRUE(cuda::ResidualBackward(ctx(), ResidualBackwardParams{dt(), n, gd.get(), ga.get(), gb.get()}).ok());
+  ASSERT_TRUE(
+      cuda::ResidualForward(ctx(), ResidualForwardParams{dt(), n, ga.get(), gb.get(), gout.get()}).ok());
+  ASSERT_TRUE(
+      cuda::ResidualBackward(ctx(), ResidualBackwardParams{dt(), n, gd.get(), ga.get(), gb.get()}).ok());
   Expect("residual out", gout.ToFloats(), out, nout);
   Expect("residual da (+=)", ga.ToFloats(), da, nda);
   Expect("residual db (+=)", gb.ToFloats(), db, ndb);
@@ -261,15 +286,21 @@ TEST_P(MemoryBoundTest, EmbeddingBackwardIsDeterministicWithRepeatedIds) {
   auto ids = RandomInts(N, 40, 74);  // many repeats: ids < 40 of 300
   ids[5] = V - 1;
   std::vector<float> out(N * C), dtab = dt0, nout(N * C), ndtab = dt0;
-  kernels::EmbeddingForward(cpu_, EmbeddingForwardParams{DType::kF32, N, V, C, ids.data(), table.data(), out.data()});
-  kernels::EmbeddingBackward(cpu_, EmbeddingBackwardParams{DType::kF32, N, V, C, ids.data(), dout.data(), dtab.data()});
+  kernels::EmbeddingForward(
+      cpu_, EmbeddingForwardParams{DType::kF32, N, V, C, ids.data(), table.data(), out.data()});
+  kernels::EmbeddingBackward(
+      cpu_, EmbeddingBackwardParams{DType::kF32, N, V, C, ids.data(), dout.data(), dtab.data()});
   const auto tr = RoundTo(table, dt()), dr = RoundTo(dout, dt());
-  kernels::EmbeddingForward(cpu_, EmbeddingForwardParams{DType::kF32, N, V, C, ids.data(), tr.data(), nout.data()});
-  kernels::EmbeddingBackward(cpu_, EmbeddingBackwardParams{DType::kF32, N, V, C, ids.data(), dr.data(), ndtab.data()});
+  kernels::EmbeddingForward(cpu_,
+                            EmbeddingForwardParams{DType::kF32, N, V, C, ids.data(), tr.data(), nout.data()});
+  kernels::EmbeddingBackward(
+      cpu_, EmbeddingBackwardParams{DType::kF32, N, V, C, ids.data(), dr.data(), ndtab.data()});
 
   DeviceBuffer gids = DeviceBuffer::Ints(ids), gt(table, dt()), gd(dout, dt()), gout(N * C, dt());
   DeviceBuffer g1(dt0, DType::kF32), g2(dt0, DType::kF32);
-  ASSERT_TRUE(cuda::EmbeddingForward(ctx(), EmbeddingForwardParams{dt(), N, V, C, gids.as<int32_t>(), gt.get(), gout.get()}).ok());
+  ASSERT_TRUE(cuda::EmbeddingForward(
+                  ctx(), EmbeddingForwardParams{dt(), N, V, C, gids.as<int32_t>(), gt.get(), gout.get()})
+                  .ok());
   EmbeddingBackwardParams bp{dt(), N, V, C, gids.as<int32_t>(), gd.get(), g1.get()};
   ASSERT_TRUE(cuda::EmbeddingBackward(ctx(), bp).ok());
   bp.dtable = g2.get();
@@ -284,7 +315,8 @@ TEST_P(MemoryBoundTest, EmbeddingRejectsOutOfRangeIds) {
   const int64_t N = 8, V = 10, C = 4;
   std::vector<int32_t> ids = {0, 1, 2, 3, 10, 5, -1, 7};
   DeviceBuffer gids = DeviceBuffer::Ints(ids), gt(std::vector<float>(V * C, 1.0f), dt()), gout(N * C, dt());
-  const absl::Status s = cuda::EmbeddingForward(ctx(), EmbeddingForwardParams{dt(), N, V, C, gids.as<int32_t>(), gt.get(), gout.get()});
+  const absl::Status s = cuda::EmbeddingForward(
+      ctx(), EmbeddingForwardParams{dt(), N, V, C, gids.as<int32_t>(), gt.get(), gout.get()});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("id 10 at row 4"), std::string::npos) << s;
 }
@@ -295,12 +327,14 @@ TEST_P(MemoryBoundTest, CrossEntropyFusedInPlaceMatchesCpu) {
   targets[3] = -100;  // ignored row
   const auto dlosses = RandomNormal(N, 83);
   // A padded row stride (16-byte vector path) without z-loss, and an odd unpadded one (scalar path) with it.
-  for (const std::pair<float, int64_t>& config : {std::pair<float, int64_t>{0.0f, 5056}, std::pair<float, int64_t>{1e-4f, V}}) {
+  for (const std::pair<float, int64_t>& config :
+       {std::pair<float, int64_t>{0.0f, 5056}, std::pair<float, int64_t>{1e-4f, V}}) {
     const float z = config.first;
     const int64_t stride = config.second;
     SCOPED_TRACE(::testing::Message() << "z_loss=" << z << " row_stride=" << stride);
     const auto logits = RandomNormal(N * stride, 81, 3.0f);
-    auto cpu = [&](std::vector<float> lg, std::vector<float>& loss, std::vector<float>& lse, std::vector<float>& grad) {
+    auto cpu = [&](std::vector<float> lg, std::vector<float>& loss, std::vector<float>& lse,
+                   std::vector<float>& grad) {
       loss.resize(N), lse.resize(N);
       CrossEntropyParams p;
       p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = lg.data(), p.targets = targets.data();
@@ -315,12 +349,14 @@ TEST_P(MemoryBoundTest, CrossEntropyFusedInPlaceMatchesCpu) {
     DeviceBuffer gt = DeviceBuffer::Ints(targets);
     CrossEntropyParams p;
     p.dtype = dt(), p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = glog.get();
-    p.targets = gt.as<int32_t>(), p.losses = gloss.as<float>(), p.lse = glse.as<float>(), p.dlosses = gdl.as<float>();
+    p.targets = gt.as<int32_t>(), p.losses = gloss.as<float>(), p.lse = glse.as<float>(),
+    p.dlosses = gdl.as<float>();
     p.dlogits = glog.get();  // in place
     ASSERT_TRUE(cuda::CrossEntropyForward(ctx(), p).ok());
     Expect("cross-entropy losses", gloss.ToFloats(), loss, nloss, false, 2.0, 1e-5, 1e-5);
     Expect("cross-entropy lse", glse.ToFloats(), lse, nlse, false, 2.0, 1e-5, 1e-5);
-    Expect("cross-entropy dlogits (in place, padding zeroed)", glog.ToFloats(), grad, ngrad, true, 2.0, 1e-5, 1e-7);
+    Expect("cross-entropy dlogits (in place, padding zeroed)", glog.ToFloats(), grad, ngrad, true, 2.0, 1e-5,
+           1e-7);
 
     // Backward from the saved lse into a separate buffer gives the same gradient.
     DeviceBuffer glog2(logits, dt()), gg(N * stride, dt());
@@ -342,10 +378,12 @@ TEST_P(MemoryBoundTest, MultiTensorAdamWMatchesPerTensorCpuSteps) {
     m.push_back(std::vector<float>(n, 0.0f)), v.push_back(std::vector<float>(n, 0.0f));
     nparam.push_back(param.back()), nm.push_back(m.back()), nv.push_back(v.back());
     gp.emplace_back(param.back(), DType::kF32), gg.emplace_back(grad.back(), gdt);
-    gm.emplace_back(m.back(), DType::kF32), gv.emplace_back(v.back(), DType::kF32), gcopy.emplace_back(n, DType::kBF16);
+    gm.emplace_back(m.back(), DType::kF32), gv.emplace_back(v.back(), DType::kF32),
+        gcopy.emplace_back(n, DType::kBF16);
   }
   for (size_t i = 0; i < sizes.size(); ++i)
-    tensors.push_back(AdamWTensor{sizes[i], gp[i].as<float>(), gg[i].get(), gm[i].as<float>(), gv[i].as<float>(), gcopy[i].get()});
+    tensors.push_back(AdamWTensor{sizes[i], gp[i].as<float>(), gg[i].get(), gm[i].as<float>(),
+                                  gv[i].as<float>(), gcopy[i].get()});
   for (int64_t step = 1; step <= 3; ++step) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       AdamWParams cp;
@@ -363,11 +401,13 @@ TEST_P(MemoryBoundTest, MultiTensorAdamWMatchesPerTensorCpuSteps) {
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     SCOPED_TRACE(sizes[i]);
-    // The fp32 master weights: sqrt/div are correctly rounded on both sides; 1e-5 relative covers FMA contraction.
+    // The fp32 master weights: sqrt/div are correctly rounded on both sides; 1e-5 relative covers FMA
+    // contraction.
     Expect("adamw param", gp[i].ToFloats(), param[i], nparam[i], false, 2.0, 1e-5, 1e-6);
     Expect("adamw m", gm[i].ToFloats(), m[i], nm[i], false, 2.0, 1e-5, 1e-7);
     Expect("adamw v", gv[i].ToFloats(), v[i], nv[i], false, 2.0, 1e-5, 1e-9);
-    EXPECT_EQ(gcopy[i].ToFloats(), RoundTo(gp[i].ToFloats(), DType::kBF16)) << "bf16 copy of the master weights";
+    EXPECT_EQ(gcopy[i].ToFloats(), RoundTo(gp[i].ToFloats(), DType::kBF16))
+        << "bf16 copy of the master weights";
   }
 }
 
@@ -402,7 +442,9 @@ TEST_P(MemoryBoundTest, GlobalGradNormAndClippingMatchCpuAndAreDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MemoryBoundTest, ::testing::Values(DType::kF32, DType::kBF16),
-                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(DTypeName(i.param));
+                         });
 
 }  // namespace
 }  // namespace lmf::kernels::cuda

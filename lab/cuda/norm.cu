@@ -1,13 +1,13 @@
 // CUDA RMSNorm / LayerNorm forward and backward and the fused residual + norm forward; see norm.h.
-// One warp per row (4 rows per 128-thread block), 16-byte accesses where the row length and alignment allow: statistics in fp32 with a fixed-order warp reduction,
-// LayerNorm variance in two passes (mean first), as the CPU kernel. The second and third passes re-read the
-// row from L1/L2. Parameter gradients: per-chunk column sums, then a fixed-order sum over chunks (no atomics).
-#include "lab/cuda/norm.h"
-
+// One warp per row (4 rows per 128-thread block), 16-byte accesses where the row length and alignment allow:
+// statistics in fp32 with a fixed-order warp reduction, LayerNorm variance in two passes (mean first), as the
+// CPU kernel. The second and third passes re-read the row from L1/L2. Parameter gradients: per-chunk column
+// sums, then a fixed-order sum over chunks (no atomics).
 #include <algorithm>
 
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
+#include "lab/cuda/norm.h"
 #include "lab/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
@@ -77,8 +77,8 @@ __global__ void NormForwardKernel(int64_t N, int C, float eps, const T* residual
 }
 
 template <typename T, bool kLayer, int W>
-__global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, const float* mean, const float* rstd,
-                                     const T* dout, T* dx) {
+__global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, const float* mean,
+                                     const float* rstd, const T* dout, T* dx) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -124,8 +124,9 @@ __global__ void NormBackwardDxKernel(int64_t N, int C, const T* x, const T* w, c
 }
 
 template <typename T, bool kLayer>
-__global__ void NormParamGradPartialKernel(int64_t N, int C, int64_t rows_per_chunk, const T* x, const float* mean,
-                                           const float* rstd, const T* dout, float* partial_w, float* partial_b) {
+__global__ void NormParamGradPartialKernel(int64_t N, int C, int64_t rows_per_chunk, const T* x,
+                                           const float* mean, const float* rstd, const T* dout,
+                                           float* partial_w, float* partial_b) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int64_t r0 = blockIdx.y * rows_per_chunk;
@@ -157,24 +158,27 @@ absl::Status CheckDType(DType t, const char* op) {
 }
 
 template <typename T, bool kLayer, bool kResidual>
-absl::Status LaunchForward(const Context& ctx, int64_t N, int64_t C, float eps, const void* residual, const void* x,
-                           void* residual_out, const void* w, const void* b, void* out, float* mean, float* rstd) {
+absl::Status LaunchForward(const Context& ctx, int64_t N, int64_t C, float eps, const void* residual,
+                           const void* x, void* residual_out, const void* w, const void* b, void* out,
+                           float* mean, float* rstd) {
   if (N == 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
   constexpr int kW = 16 / sizeof(T);
   const bool vec = C % kW == 0 && Aligned16({residual, x, residual_out, w, b, out});
-  auto* kernel = vec ? NormForwardKernel<T, kLayer, kResidual, kW> : NormForwardKernel<T, kLayer, kResidual, 1>;
+  auto* kernel =
+      vec ? NormForwardKernel<T, kLayer, kResidual, kW> : NormForwardKernel<T, kLayer, kResidual, 1>;
   kernel<<<blocks, kThreads, 0, StreamOf(ctx)>>>(N, static_cast<int>(C), eps, static_cast<const T*>(residual),
                                                  static_cast<const T*>(x), static_cast<T*>(residual_out),
-                                                 static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(out),
-                                                 mean, rstd);
+                                                 static_cast<const T*>(w), static_cast<const T*>(b),
+                                                 static_cast<T*>(out), mean, rstd);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormForwardKernel");
   return absl::OkStatus();
 }
 
 template <typename T, bool kLayer>
-absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void* x, const void* w, const float* mean,
-                            const float* rstd, const void* dout, void* dx, void* dweight, void* dbias) {
+absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void* x, const void* w,
+                            const float* mean, const float* rstd, const void* dout, void* dx, void* dweight,
+                            void* dbias) {
   if (N == 0) return absl::OkStatus();
   const cudaStream_t stream = StreamOf(ctx);
   // Parameter gradients first: dx may alias dout.
@@ -207,8 +211,9 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
   constexpr int kW = 16 / sizeof(T);
   const bool vec = C % kW == 0 && Aligned16({x, w, dout, dx});
   auto* kernel = vec ? NormBackwardDxKernel<T, kLayer, kW> : NormBackwardDxKernel<T, kLayer, 1>;
-  kernel<<<blocks, kThreads, 0, stream>>>(N, static_cast<int>(C), static_cast<const T*>(x), static_cast<const T*>(w),
-                                          mean, rstd, static_cast<const T*>(dout), static_cast<T*>(dx));
+  kernel<<<blocks, kThreads, 0, stream>>>(N, static_cast<int>(C), static_cast<const T*>(x),
+                                          static_cast<const T*>(w), mean, rstd, static_cast<const T*>(dout),
+                                          static_cast<T*>(dx));
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormBackwardDxKernel");
   return absl::OkStatus();
 }
@@ -218,51 +223,53 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
 absl::Status RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
   return p.dtype == DType::kF32
-             ? LaunchForward<float, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, nullptr, p.out,
-                                                  nullptr, p.rstd)
-             : LaunchForward<bf16, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, nullptr, p.out,
-                                                 nullptr, p.rstd);
+             ? LaunchForward<float, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
+                                                  nullptr, p.out, nullptr, p.rstd)
+             : LaunchForward<bf16, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
+                                                 nullptr, p.out, nullptr, p.rstd);
 }
 
 absl::Status LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
   return p.dtype == DType::kF32
-             ? LaunchForward<float, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias, p.out,
-                                                 p.mean, p.rstd)
-             : LaunchForward<bf16, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias, p.out,
-                                                p.mean, p.rstd);
+             ? LaunchForward<float, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
+                                                 p.bias, p.out, p.mean, p.rstd)
+             : LaunchForward<bf16, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias,
+                                                p.out, p.mean, p.rstd);
 }
 
 absl::Status ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_rmsnorm"));
   return p.dtype == DType::kF32
-             ? LaunchForward<float, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight,
-                                                 nullptr, p.out, nullptr, p.rstd)
-             : LaunchForward<bf16, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight,
-                                                nullptr, p.out, nullptr, p.rstd);
+             ? LaunchForward<float, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
+                                                 p.weight, nullptr, p.out, nullptr, p.rstd)
+             : LaunchForward<bf16, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
+                                                p.weight, nullptr, p.out, nullptr, p.rstd);
 }
 
 absl::Status ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_layernorm"));
   return p.dtype == DType::kF32
-             ? LaunchForward<float, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight, p.bias,
-                                                p.out, p.mean, p.rstd)
-             : LaunchForward<bf16, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out, p.weight, p.bias,
-                                               p.out, p.mean, p.rstd);
+             ? LaunchForward<float, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
+                                                p.weight, p.bias, p.out, p.mean, p.rstd)
+             : LaunchForward<bf16, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
+                                               p.weight, p.bias, p.out, p.mean, p.rstd);
 }
 
 absl::Status RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
-  return p.dtype == DType::kF32
-             ? LaunchBackward<float, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd, p.dout, p.dx, p.dweight, nullptr)
-             : LaunchBackward<bf16, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd, p.dout, p.dx, p.dweight, nullptr);
+  return p.dtype == DType::kF32 ? LaunchBackward<float, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd,
+                                                               p.dout, p.dx, p.dweight, nullptr)
+                                : LaunchBackward<bf16, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd,
+                                                              p.dout, p.dx, p.dweight, nullptr);
 }
 
 absl::Status LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
-  return p.dtype == DType::kF32
-             ? LaunchBackward<float, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd, p.dout, p.dx, p.dweight, p.dbias)
-             : LaunchBackward<bf16, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd, p.dout, p.dx, p.dweight, p.dbias);
+  return p.dtype == DType::kF32 ? LaunchBackward<float, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd,
+                                                              p.dout, p.dx, p.dweight, p.dbias)
+                                : LaunchBackward<bf16, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd,
+                                                             p.dout, p.dx, p.dweight, p.dbias);
 }
 
 }  // namespace lmf::kernels::cuda

@@ -1,13 +1,12 @@
 // CUDA multi-tensor AdamW and global gradient norm; see optimizer.h. Work is cut into fixed chunks of
 // kChunk elements (tensor index, offset) listed on the host and uploaded once per call, so one launch covers
 // every tensor and the chunking (hence the reduction order of the norm) does not depend on the device.
-#include "lab/cuda/optimizer.h"
-
 #include <cmath>
 #include <vector>
 
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
+#include "lab/cuda/optimizer.h"
 #include "lab/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
@@ -23,7 +22,7 @@ struct Chunk {
 };
 
 struct AdamWConstants {
-  float lr_decay;  // 1 - lr * weight_decay
+  float lr_decay;   // 1 - lr * weight_decay
   float step_size;  // lr / (1 - beta1^step)
   float sqrt_bc2;   // sqrt(1 - beta2^step)
   float beta1, beta2, one_b1, one_b2, eps, grad_scale, max_norm;
@@ -112,7 +111,8 @@ absl::Status Upload(const Context& ctx, const Span* spans, int64_t num, const st
   *d_chunks = reinterpret_cast<Chunk*>(base + span_bytes);
   *d_extra = base + span_bytes + chunk_bytes;
   // From pageable host memory: the copy has read the source when the call returns.
-  LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*d_spans, spans, sizeof(Span) * num, cudaMemcpyHostToDevice, StreamOf(ctx)));
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(*d_spans, spans, sizeof(Span) * num, cudaMemcpyHostToDevice, StreamOf(ctx)));
   LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*d_chunks, chunks.data(), sizeof(Chunk) * chunks.size(),
                                            cudaMemcpyHostToDevice, StreamOf(ctx)));
   return absl::OkStatus();
@@ -127,14 +127,16 @@ absl::Status CheckDType(DType t, const char* op) {
 
 absl::Status MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.grad_dtype, "adamw"));
-  if (p.step < 1) return absl::InvalidArgumentError(absl::StrCat("adamw: step ", p.step, " (steps count from 1)"));
+  if (p.step < 1)
+    return absl::InvalidArgumentError(absl::StrCat("adamw: step ", p.step, " (steps count from 1)"));
   const std::vector<Chunk> chunks = MakeChunks(p.tensors, p.num_tensors);
   if (chunks.empty()) return absl::OkStatus();
   Scratch scratch;
   AdamWTensor* d_tensors = nullptr;
   Chunk* d_chunks = nullptr;
   void* unused = nullptr;
-  LMF_RETURN_IF_ERROR_STATUS(Upload(ctx, p.tensors, p.num_tensors, chunks, 0, scratch, &d_tensors, &d_chunks, &unused));
+  LMF_RETURN_IF_ERROR_STATUS(
+      Upload(ctx, p.tensors, p.num_tensors, chunks, 0, scratch, &d_tensors, &d_chunks, &unused));
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
   AdamWConstants k;
@@ -155,7 +157,8 @@ absl::Status MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& 
 
 absl::Status AdamWStep(const Context& ctx, const AdamWParams& p) {
   if (p.dtype != DType::kF32)
-    return absl::InvalidArgumentError("adamw: AdamWParams holds fp32 params and grads; use MultiTensorAdamW for bf16 grads");
+    return absl::InvalidArgumentError(
+        "adamw: AdamWParams holds fp32 params and grads; use MultiTensorAdamW for bf16 grads");
   AdamWTensor t;
   t.n = p.n, t.param = static_cast<float*>(p.param), t.grad = p.grad, t.m = p.m, t.v = p.v;
   MultiTensorAdamWParams mp;
@@ -176,17 +179,19 @@ absl::Status GlobalGradNormToDevice(const Context& ctx, const GradNormParams& p,
   GradSpan* d_spans = nullptr;
   Chunk* d_chunks = nullptr;
   void* partial = nullptr;
-  LMF_RETURN_IF_ERROR_STATUS(
-      Upload(ctx, p.grads, p.num_grads, chunks, sizeof(double) * chunks.size(), scratch, &d_spans, &d_chunks, &partial));
+  LMF_RETURN_IF_ERROR_STATUS(Upload(ctx, p.grads, p.num_grads, chunks, sizeof(double) * chunks.size(),
+                                    scratch, &d_spans, &d_chunks, &partial));
   const unsigned grid = static_cast<unsigned>(chunks.size());
   if (p.dtype == DType::kF32) {
-    SquareSumKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(d_spans, d_chunks, static_cast<double*>(partial));
+    SquareSumKernel<float>
+        <<<grid, kThreads, 0, StreamOf(ctx)>>>(d_spans, d_chunks, static_cast<double*>(partial));
   } else {
-    SquareSumKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(d_spans, d_chunks, static_cast<double*>(partial));
+    SquareSumKernel<bf16>
+        <<<grid, kThreads, 0, StreamOf(ctx)>>>(d_spans, d_chunks, static_cast<double*>(partial));
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SquareSumKernel");
-  FinishNormKernel<<<1, kThreads, 0, StreamOf(ctx)>>>(static_cast<double*>(partial), static_cast<int64_t>(chunks.size()),
-                                                      norm_device);
+  FinishNormKernel<<<1, kThreads, 0, StreamOf(ctx)>>>(static_cast<double*>(partial),
+                                                      static_cast<int64_t>(chunks.size()), norm_device);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FinishNormKernel");
   return absl::OkStatus();
 }
@@ -196,7 +201,8 @@ absl::StatusOr<float> GlobalGradNorm(const Context& ctx, const GradNormParams& p
   LMF_RETURN_IF_ERROR_STATUS(out.Allocate(ctx, sizeof(float)));
   LMF_RETURN_IF_ERROR_STATUS(GlobalGradNormToDevice(ctx, p, out.get<float>()));
   float norm = 0.0f;
-  LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&norm, out.get<float>(), sizeof(float), cudaMemcpyDeviceToHost, StreamOf(ctx)));
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&norm, out.get<float>(), sizeof(float), cudaMemcpyDeviceToHost, StreamOf(ctx)));
   LMF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(StreamOf(ctx)));
   return norm;
 }
@@ -211,7 +217,8 @@ absl::StatusOr<float> ClipGradNorm(const Context& ctx, const GradNormParams& p, 
     GradSpan* d_spans = nullptr;
     Chunk* d_chunks = nullptr;
     void* unused = nullptr;
-    LMF_RETURN_IF_ERROR_STATUS(Upload(ctx, p.grads, p.num_grads, chunks, 0, scratch, &d_spans, &d_chunks, &unused));
+    LMF_RETURN_IF_ERROR_STATUS(
+        Upload(ctx, p.grads, p.num_grads, chunks, 0, scratch, &d_spans, &d_chunks, &unused));
     const unsigned grid = static_cast<unsigned>(chunks.size());
     if (p.dtype == DType::kF32) {
       ScaleKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(d_spans, d_chunks, out.get<float>(), max_norm);
@@ -221,7 +228,8 @@ absl::StatusOr<float> ClipGradNorm(const Context& ctx, const GradNormParams& p, 
     LMF_CUDA_RETURN_IF_LAUNCH_ERROR("ScaleKernel");
   }
   float norm = 0.0f;
-  LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&norm, out.get<float>(), sizeof(float), cudaMemcpyDeviceToHost, StreamOf(ctx)));
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&norm, out.get<float>(), sizeof(float), cudaMemcpyDeviceToHost, StreamOf(ctx)));
   LMF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(StreamOf(ctx)));
   return norm;
 }

@@ -17,15 +17,15 @@ namespace lmf::kernels::cuda {
 
 struct AdamWTensor {
   int64_t n = 0;
-  float* param = nullptr;       // (n) fp32 master weights, updated in place
-  const void* grad = nullptr;   // (n) in MultiTensorAdamWParams::grad_dtype
-  float* m = nullptr;           // (n)
-  float* v = nullptr;           // (n)
-  void* param_copy = nullptr;   // (n) bf16 copy of the updated weights, or null
+  float* param = nullptr;      // (n) fp32 master weights, updated in place
+  const void* grad = nullptr;  // (n) in MultiTensorAdamWParams::grad_dtype
+  float* m = nullptr;          // (n)
+  float* v = nullptr;          // (n)
+  void* param_copy = nullptr;  // (n) bf16 copy of the updated weights, or null
 };
 
 struct MultiTensorAdamWParams {
-  DType grad_dtype = DType::kF32;       // kF32 or kBF16
+  DType grad_dtype = DType::kF32;        // kF32 or kBF16
   const AdamWTensor* tensors = nullptr;  // host array of num_tensors descriptors (device pointers inside)
   int64_t num_tensors = 0;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;

@@ -1,10 +1,9 @@
 // CUDA elementwise kernels: activations, SwiGLU, RoPE, residual add; see pointwise.h. Grid-stride loops,
-// 16 bytes per access where sizes and alignment allow (else one element; one rotation pair for RoPE); the formulas are the CPU kernels'
-// (GELU through s = sigmoid(2u), which avoids the cancellation of 1 + tanh(u)).
-#include "lab/cuda/pointwise.h"
-
+// 16 bytes per access where sizes and alignment allow (else one element; one rotation pair for RoPE); the
+// formulas are the CPU kernels' (GELU through s = sigmoid(2u), which avoids the cancellation of 1 + tanh(u)).
 #include "lab/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
+#include "lab/cuda/pointwise.h"
 #include "lab/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
@@ -43,7 +42,7 @@ __device__ __forceinline__ float ActBackward(float v, float d) {
 
 // 1-D kernels: W elements per access over the first n / W * W elements (16-byte accesses when W > 1), then
 // the tail one at a time.
-#define LMF_GRID_STRIDE(i, count) \
+#define LMF_GRID_STRIDE(i, count)                                                            \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -80,7 +79,8 @@ __global__ void ActivationBackwardKernel(int64_t n, const T* x, const T* dout, T
 
 // SwiGLU over (N, H) in vectors of W along H (W > 1 only when H and both row strides are multiples of W).
 template <typename T, int W>
-__global__ void SwiGluForwardKernel(int64_t N, int64_t H, const T* gate, int64_t gs, const T* up, int64_t us, T* out) {
+__global__ void SwiGluForwardKernel(int64_t N, int64_t H, const T* gate, int64_t gs, const T* up, int64_t us,
+                                    T* out) {
   const int64_t hv = H / W;
   LMF_GRID_STRIDE(v, N * hv) {
     const int64_t n = v / hv, h = (v - n * hv) * W;
@@ -116,8 +116,9 @@ __global__ void SwiGluBackwardKernel(int64_t N, int64_t H, const T* gate, int64_
 }
 
 // cos/sin of position * theta^(-2i/HS) for rows of positions (rows = T shared, or B * T), in double.
-__global__ void RopeTableKernel(int64_t rows, int64_t T, int64_t half, int64_t HS, double theta, const int32_t* positions,
-                                int64_t positions_stride_b, float sign, float* cs, float* sn) {
+__global__ void RopeTableKernel(int64_t rows, int64_t T, int64_t half, int64_t HS, double theta,
+                                const int32_t* positions, int64_t positions_stride_b, float sign, float* cs,
+                                float* sn) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * half;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / half, k = i - r * half;
@@ -221,7 +222,8 @@ absl::Status LaunchActivationBackwardW(const Context& ctx, const ActivationBackw
       ActivationBackwardKernel<T, Activation::kSilu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
       break;
     case Activation::kGeluTanh:
-      ActivationBackwardKernel<T, Activation::kGeluTanh, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
+      ActivationBackwardKernel<T, Activation::kGeluTanh, W>
+          <<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
       break;
     case Activation::kRelu:
       ActivationBackwardKernel<T, Activation::kRelu, W><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.n, x, d, dx);
@@ -238,10 +240,11 @@ absl::Status LaunchActivationBackward(const Context& ctx, const ActivationBackwa
 }
 
 template <typename T>
-absl::Status LaunchSwiGlu(const Context& ctx, int64_t N, int64_t H, const void* gate, int64_t gs, const void* up,
-                          int64_t us, const void* dout, void* out_or_dgate, void* dup) {
+absl::Status LaunchSwiGlu(const Context& ctx, int64_t N, int64_t H, const void* gate, int64_t gs,
+                          const void* up, int64_t us, const void* dout, void* out_or_dgate, void* dup) {
   constexpr int kW = 16 / sizeof(T);
-  const bool vec = H % kW == 0 && gs % kW == 0 && us % kW == 0 && Aligned16({gate, up, dout, out_or_dgate, dup});
+  const bool vec =
+      H % kW == 0 && gs % kW == 0 && us % kW == 0 && Aligned16({gate, up, dout, out_or_dgate, dup});
   const int w = vec ? kW : 1;
   const unsigned grid = GridFor(N * (H / w), kThreads);
   const T* g = static_cast<const T*>(gate);
@@ -288,21 +291,24 @@ absl::Status Rope(const Context& ctx, const RopeParams& p, float sign) {
 absl::Status ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "activation"));
   if (p.n == 0) return absl::OkStatus();
-  return p.dtype == DType::kF32 ? LaunchActivationForward<float>(ctx, p) : LaunchActivationForward<bf16>(ctx, p);
+  return p.dtype == DType::kF32 ? LaunchActivationForward<float>(ctx, p)
+                                : LaunchActivationForward<bf16>(ctx, p);
 }
 
 absl::Status ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "activation"));
   if (p.n == 0) return absl::OkStatus();
-  return p.dtype == DType::kF32 ? LaunchActivationBackward<float>(ctx, p) : LaunchActivationBackward<bf16>(ctx, p);
+  return p.dtype == DType::kF32 ? LaunchActivationBackward<float>(ctx, p)
+                                : LaunchActivationBackward<bf16>(ctx, p);
 }
 
 absl::Status SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "swiglu"));
   if (p.N * p.H == 0) return absl::OkStatus();
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
-  return p.dtype == DType::kF32 ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr)
-                                : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr);
+  return p.dtype == DType::kF32
+             ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr)
+             : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, nullptr, p.out, nullptr);
 }
 
 absl::Status SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
@@ -310,8 +316,9 @@ absl::Status SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
   if (p.N * p.H == 0) return absl::OkStatus();
   if (p.dout == nullptr) return absl::InvalidArgumentError("swiglu backward: dout is null");
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
-  return p.dtype == DType::kF32 ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup)
-                                : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup);
+  return p.dtype == DType::kF32
+             ? LaunchSwiGlu<float>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup)
+             : LaunchSwiGlu<bf16>(ctx, p.N, p.H, p.gate, gs, p.up, us, p.dout, p.dgate, p.dup);
 }
 
 absl::Status RopeForward(const Context& ctx, const RopeParams& p) { return Rope(ctx, p, 1.0f); }

@@ -28,7 +28,8 @@ class Scratch {
     }
   }
   absl::Status Allocate(const Context& ctx, size_t bytes) {
-    if (ctx.allocator == nullptr) return absl::FailedPreconditionError("CUDA op needs scratch memory: ctx.allocator is null");
+    if (ctx.allocator == nullptr)
+      return absl::FailedPreconditionError("CUDA op needs scratch memory: ctx.allocator is null");
     allocator_ = ctx.allocator;
     bytes_ = bytes;
     caching_ = dynamic_cast<CachingAllocator*>(ctx.allocator);

@@ -72,13 +72,17 @@ TEST_F(ValidationTest, AttentionRejectsMisalignedStridesAndPointers) {
 
 TEST_F(ValidationTest, ElementwiseAndNormOpsRejectOtherDtypes) {
   float x[16] = {};
-  EXPECT_EQ(cuda::RmsNormForward(FakeCudaContext(), RmsNormForwardParams{DType::kF16, 2, 8, 1e-5f, x, x, x, x}).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::ActivationForward(FakeCudaContext(), ActivationForwardParams{DType::kI32, Activation::kSilu, 16, x, x})
+  EXPECT_EQ(
+      cuda::RmsNormForward(FakeCudaContext(), RmsNormForwardParams{DType::kF16, 2, 8, 1e-5f, x, x, x, x})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ActivationForward(FakeCudaContext(),
+                                    ActivationForwardParams{DType::kI32, Activation::kSilu, 16, x, x})
                 .code(),
             absl::StatusCode::kInvalidArgument);
   RopeParams r = ContiguousRopeParams(1, 2, 1, 7, 10000.0f, x, x);
-  EXPECT_EQ(cuda::RopeForward(FakeCudaContext(), r).code(), absl::StatusCode::kInvalidArgument) << "odd head size";
+  EXPECT_EQ(cuda::RopeForward(FakeCudaContext(), r).code(), absl::StatusCode::kInvalidArgument)
+      << "odd head size";
   MatmulParams m = LinearParams(2, 2, 2, x, x, nullptr, x);
   m.dtype = DType::kF16;
   EXPECT_EQ(cuda::Matmul(FakeCudaContext(), m).code(), absl::StatusCode::kInvalidArgument);
