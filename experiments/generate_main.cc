@@ -48,6 +48,7 @@ absl::Status Run(const CliArgs& args) {
   if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("--top_p must be in (0, 1]");
   if (*temperature < 0) return absl::InvalidArgumentError("--temperature must not be negative (0 is greedy)");
   options.max_new_tokens = *max_tokens;
+  options.vocab_limit = tok->vocab_size();  // ids past the tokenizer's vocabulary cannot be decoded
   options.sampling.temperature = *temperature;
   options.sampling.top_p = *top_p;
   options.sampling.seed = static_cast<uint64_t>(*seed);

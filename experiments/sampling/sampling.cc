@@ -62,7 +62,8 @@ absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const
                                               const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) return absl::InvalidArgumentError("generation needs a prompt of at least one token");
   KvCacheDecoder decoder(model);
-  const int64_t vocab = model.config().vocab_size;
+  const int64_t vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, model.config().vocab_size)
+                                                : model.config().vocab_size;
   const int64_t capacity = decoder.capacity();
   std::vector<int32_t> ids = prompt;
   // (Re)fills the cache with the last `keep` ids; returns the logits after the last of them.

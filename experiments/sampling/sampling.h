@@ -27,6 +27,9 @@ struct GenerateOptions {
   SamplingOptions sampling;
   int64_t max_new_tokens = 256;
   std::optional<int32_t> stop_token;  // e.g. <|endoftext|>; not included in the output
+  // > 0: draw only ids below this (the tokenizer's vocabulary, when the model's is larger: padding rows or a
+  // config sized generously could otherwise produce ids no tokenizer can decode).
+  int64_t vocab_limit = 0;
 };
 
 // Continues `prompt` (at least one id) with up to max_new_tokens ids, decoding with a KV cache

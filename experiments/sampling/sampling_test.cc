@@ -78,5 +78,18 @@ TEST(Generate, StopsAtTheLimitAndIsReproducible) {
   EXPECT_TRUE(stopped->empty());
 }
 
+TEST(Generate, VocabLimitKeepsIdsDecodable) {
+  auto model = model::LanguageModel::Create(model::Cs336Config(64, 16, 32, 2, 4, 64), kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  (*model)->InitializeParameters(5);
+  GenerateOptions options;
+  options.max_new_tokens = 200;
+  options.sampling.temperature = 2.0;  // flat: without the limit, ids >= 10 would be drawn almost always
+  options.vocab_limit = 10;
+  auto ids = Generate(**model, {1, 2, 3}, options, nullptr);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  for (int32_t id : *ids) ASSERT_LT(id, 10);
+}
+
 }  // namespace
 }  // namespace lmf::experiments
