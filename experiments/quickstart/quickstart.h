@@ -21,7 +21,7 @@ struct QuickstartOptions {
   uint64_t corpus_bytes = 12 << 20; // size of the synthetic corpus
   uint64_t seed = 1;
   int vocab_size = 512;
-  std::vector<double> budgets = {1e11, 3e11, 1e12};  // training FLOP per IsoFLOP curve
+  std::vector<double> budgets = {1e11, 2.5e11, 6e11, 1.5e12};  // training FLOP per IsoFLOP curve
   int models_per_budget = 5;
   int parallel_runs = 2;
   double target_flops = 1e15;       // the report's extrapolation target

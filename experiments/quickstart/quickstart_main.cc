@@ -5,7 +5,7 @@
 //
 //   --out=DIR            where everything goes (default: ./lmforge_quickstart in the folder you ran from)
 //   --data=a.txt,b.txt   real text instead of the synthetic corpus
-//   --budgets=1e11,3e11,1e12  --models_per_budget=5  --vocab_size=512  --corpus_mb=12
+//   --budgets=1e11,2.5e11,6e11,1.5e12  --models_per_budget=5  --vocab_size=512  --corpus_mb=12
 //   --parallel_runs=2    --target_flops=1e15
 #include <unistd.h>
 
@@ -29,7 +29,7 @@ ABSL_FLAG(std::vector<std::string>, data, {}, "text files to use instead of the 
 ABSL_FLAG(double, corpus_mb, 12, "size of the synthetic corpus in MB");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the synthetic corpus and of every run");
 ABSL_FLAG(int, vocab_size, 512, "BPE vocabulary size (256 bytes + <|endoftext|> + merges)");
-ABSL_FLAG(std::vector<std::string>, budgets, std::vector<std::string>({"1e11", "3e11", "1e12"}),
+ABSL_FLAG(std::vector<std::string>, budgets, std::vector<std::string>({"1e11", "2.5e11", "6e11", "1.5e12"}),
           "training FLOP budgets of the IsoFLOP curves");
 ABSL_FLAG(int, models_per_budget, 5, "model sizes per budget (at least 3)");
 ABSL_FLAG(int, parallel_runs, 2,

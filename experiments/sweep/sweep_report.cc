@@ -39,10 +39,12 @@ scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer)
     recipe->d_model = best->d_model;
     recipe->n_layers = best->n_layers;
     recipe->n_heads = best->n_heads;
+    // Keep the batch and learning-rate part of the default basis; the shape part is ours.
+    const size_t shape_part = recipe->basis.find("; shape:");
     recipe->basis = absl::StrCat(
-        recipe->basis,
-        absl::StrFormat(" Shape: the member of the sweep's model family (d_model/n_layers %g, head "
-                        "size %d) closest to N_opt: exactly %.4g parameters%s.",
+        recipe->basis.substr(0, shape_part),
+        absl::StrFormat("; shape: the member of the sweep's model family (d_model/n_layers %g, head size %d) "
+                        "closest to N_opt, exactly %.4g parameters%s",
                         family.aspect_ratio(), family.head_size(), best_n,
                         best_gap > std::log(1.5) ? " (the family has nothing closer)" : ""));
     return *recipe;

@@ -203,6 +203,7 @@ TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
   EXPECT_EQ(recipe->d_model, 144);
   EXPECT_EQ(recipe->n_heads, 9);
   EXPECT_NE(recipe->basis.find("closest to N_opt"), std::string::npos) << recipe->basis;
+  EXPECT_EQ(recipe->basis.find("no model config"), std::string::npos) << recipe->basis;  // replaced, not appended
 }
 
 RunnerOptions FakeRunner() {
