@@ -191,7 +191,10 @@ absl::Status SafetensorsReader::Parse(std::string_view file) {
       }
       continue;
     }
-    auto tensor_error = [&](const std::string& why) { return error(absl::StrCat("tensor \"", name, "\": ", why)); };
+    const std::string& tensor_name = name;  // lambdas cannot capture structured bindings before C++20
+    auto tensor_error = [&](const std::string& why) {
+      return error(absl::StrCat("tensor \"", tensor_name, "\": ", why));
+    };
     const JsonValue* dtype = value.Find("dtype");
     const JsonValue* shape = value.Find("shape");
     const JsonValue* offsets = value.Find("data_offsets");

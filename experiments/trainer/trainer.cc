@@ -137,7 +137,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
   ModelOptimizer optimizer(experiment.optimizer(), model);
 
-  const std::string out = run.output_dir();
+  const std::string& out = run.output_dir();
   const std::string checkpoints = out + "/checkpoints";
   const std::string metrics_path = out + "/metrics.jsonl";
   const bool bar = UseProgressBar(experiment.logging(), options.console);
