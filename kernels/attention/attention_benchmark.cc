@@ -11,25 +11,10 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/testing/compare.h"
+#include "kernels/testing/timing.h"
 
 namespace lmf::kernels {
 namespace {
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-template <typename F>
-double Time(F&& f, int reps) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = Seconds();
-    f();
-    best = std::min(best, Seconds() - t0);
-  }
-  return best;
-}
 
 int Main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();

@@ -16,6 +16,7 @@
 #include "dnnl.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"
+#include "kernels/testing/timing.h"
 
 namespace lmf::kernels {
 namespace {
@@ -25,23 +26,6 @@ struct Shape {
   int64_t M, N, K;
   bool trans_a, trans_b;
 };
-
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Best of `reps` timings after one warm-up call, in seconds.
-template <typename F>
-double Time(F&& f, int reps) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = Seconds();
-    f();
-    best = std::min(best, Seconds() - t0);
-  }
-  return best;
-}
 
 int Main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();
