@@ -9,30 +9,13 @@
 
 #include "gtest/gtest.h"
 #include "kernels/testing/npz.h"
+#include "model/testing/fixture.h"
 
 namespace lmf::model {
 namespace {
 
-// Every array of a fixture by name (without ".npy"), or the reader's error.
-absl::StatusOr<std::map<std::string, kernels::testing::NpyArray>> ReadFixture(const std::string& path) {
-  absl::StatusOr<kernels::testing::NpzFile> file = kernels::testing::NpzFile::Read(path);
-  if (!file.ok()) return file.status();
-  std::map<std::string, kernels::testing::NpyArray> arrays;
-  for (std::string name : file->names()) {
-    absl::StatusOr<const kernels::testing::NpyArray*> array = file->Get(name);
-    if (!array.ok()) return array.status();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
-    arrays[name] = **array;
-  }
-  return arrays;
-}
-
-std::string FixturePath(const std::string& name) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr || workspace == nullptr) return "model/testdata/" + name + ".npz";
-  return std::string(srcdir) + "/" + workspace + "/model/testdata/" + name + ".npz";
-}
+using testing::FixturePath;
+using testing::ReadFixture;
 
 TEST(AdamWTest, ThreeClippedStepsMatchTorch) {
   auto arrays = ReadFixture(FixturePath("adamw_llama_tiny"));
