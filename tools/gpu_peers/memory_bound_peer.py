@@ -7,20 +7,7 @@ the gradient in the parameter's dtype; ours reads a bf16 gradient and also write
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, warmup=3, iters=20):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
+from peer_timing import median_ms
 
 
 def main():
