@@ -20,7 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "experiments/config/loader.h"
+#include "experiments/cli_args.h"
 #include "experiments/quickstart/quickstart.h"
 #include "experiments/sweep/train_run.h"
 
@@ -45,9 +45,6 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::string Absolute(const std::string& base, const std::string& path) {
-  return path.empty() || path[0] == '/' ? path : absl::StrCat(base, "/", path);
-}
 
 }  // namespace
 
@@ -60,10 +57,9 @@ int main(int argc, char** argv) {
     const absl::Status s = lmf::sweep::TrainSweepRun(absl::GetFlag(FLAGS_config));
     return s.ok() ? 0 : Fail(std::string(s.message()));
   }
-  const std::string cwd = lmf::experiments::UserWorkingDirectory();
   lmf::quickstart::QuickstartOptions o;
-  o.out_dir = Absolute(cwd, absl::GetFlag(FLAGS_out));
-  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(Absolute(cwd, f));
+  o.out_dir = lmf::experiments::UserPath(absl::GetFlag(FLAGS_out));
+  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(lmf::experiments::UserPath(f));
   if (!(absl::GetFlag(FLAGS_corpus_mb) > 0)) return Fail("--corpus_mb must be positive");
   o.corpus_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_corpus_mb) * 1e6);
   o.seed = absl::GetFlag(FLAGS_seed);

@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
   const std::string sweep_flag = absl::GetFlag(FLAGS_sweep);
   if (sweep_flag.empty()) return Fail(absl::InvalidArgumentError("--sweep is required (a sweep textproto)"));
   const std::string cwd = lmf::experiments::UserWorkingDirectory();
-  const std::string path = sweep_flag[0] == '/' ? sweep_flag : absl::StrCat(cwd, "/", sweep_flag);
+  const std::string path = lmf::experiments::UserPath(sweep_flag);
   auto sweep = lmf::sweep::LoadSweep(path);
   if (!sweep.ok()) return Fail(sweep.status());
   if (absl::GetFlag(FLAGS_parallel_runs) > 0) sweep->set_parallel_runs(absl::GetFlag(FLAGS_parallel_runs));
