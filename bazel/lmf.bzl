@@ -27,6 +27,15 @@ def cuda_compatible():
         "//conditions:default": [],
     })
 
+def if_cuda(if_true, if_false = []):
+    """`if_true` where CUDA targets build (a toolkit was found and --config=nocuda is not set), else `if_false`."""
+    if not CUDA_FOUND:
+        return if_false
+    return select({
+        "//bazel:cuda_disabled": if_false,
+        "//conditions:default": if_true,
+    })
+
 def lmf_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = LMF_COPTS + copts, **kwargs)
 

@@ -15,4 +15,8 @@ void UnsupportedOp(const char* op, const Context& ctx, DType dtype) {
   __builtin_unreachable();
 }
 
+void CheckCuda(const absl::Status& status, const char* what) {
+  LMF_CHECK(status.ok()) << what << " on CUDA failed: " << status.message();
+}
+
 }  // namespace lmf::kernels

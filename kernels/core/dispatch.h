@@ -1,22 +1,40 @@
-// Backend dispatch shared by every op header. Each op header declares its CPU implementation in
-// namespace lmf::kernels::cpu and an inline entry point that picks the backend from ctx.device; the CUDA
-// backend (issue 7) adds its `cuda::` declarations and a case there. A backend states what it implements
-// through BackendSupports, and callers (modules, tests) ask before they call.
+// Backend dispatch shared by every op header. Each op header declares its CPU implementation in namespace
+// lmf::kernels::cpu, its CUDA implementation in lmf::kernels::cuda (same params struct, returns a Status),
+// and an inline entry point that picks the backend from ctx.device:
+//
+//   inline void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
+//     if (!BackendSupports("rmsnorm", ctx.device, p.dtype)) UnsupportedOp("rmsnorm", ctx, p.dtype);
+//   #if LMF_WITH_CUDA
+//     if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "rmsnorm forward");
+//   #endif
+//     cpu::RmsNormForward(ctx, p);
+//   }
+//
+// LMF_WITH_CUDA is defined (to 1) by //kernels/core in builds that include the CUDA backend (a toolkit was
+// found and --config=nocuda is not set). The entry points return void, like the CPU kernels: a failed CUDA
+// call (an out-of-memory, a launch error, a device-side bad id) is a fatal error of the run, as a bad
+// geometry is, and aborts naming the op and the CUDA error (llm.c's cudaCheck does the same). Callers that
+// want to recover call the cuda:: function and handle its Status.
 #ifndef LMFORGE_KERNELS_CORE_DISPATCH_H_
 #define LMFORGE_KERNELS_CORE_DISPATCH_H_
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
 
 namespace lmf::kernels {
 
 // Whether the backends built into this binary run op `op` (its name, e.g. "rmsnorm") on `device` with
-// activations of type `dtype`. The CPU backend runs every op in f32.
+// activations of type `dtype`. The CPU backend runs every op in f32; the CUDA backend (when built in) runs
+// f32 and bf16 (see kernels/README.md for the per-op details, e.g. attention's head sizes).
 bool BackendSupports(const char* op, Device device, DType dtype);
 
 // Aborts naming the op, the device and the dtype: a call that no backend can run is a program error
 // (callers check BackendSupports when they build the model).
 [[noreturn]] void UnsupportedOp(const char* op, const Context& ctx, DType dtype);
+
+// Aborts with `what` and the status's message when `status` is not OK.
+void CheckCuda(const absl::Status& status, const char* what);
 
 }  // namespace lmf::kernels
 

@@ -53,6 +53,7 @@ struct Device {
   static constexpr Device Cpu() { return Device{DeviceType::kCpu, 0}; }
   static constexpr Device Cuda(int index) { return Device{DeviceType::kCuda, index}; }
   bool is_cpu() const { return type == DeviceType::kCpu; }
+  bool is_cuda() const { return type == DeviceType::kCuda; }
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 };

@@ -9,7 +9,7 @@
 
 #include "lab/cuda/attention.h"
 #include "lab/cuda/attention_f32.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/scratch.h"
 

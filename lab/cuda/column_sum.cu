@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "lab/cuda/column_sum.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/scratch.h"
 

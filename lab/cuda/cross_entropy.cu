@@ -1,6 +1,6 @@
 // CUDA fused cross-entropy; see cross_entropy.h.
 #include "lab/cuda/cross_entropy.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 
 namespace lmf::kernels::cuda {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // embedding.h.
 #include <cub/cub.cuh>
 
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/embedding.h"
 #include "lab/cuda/scratch.h"

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "lab/cuda/column_sum.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/cuda_context.h"
 
 namespace lmf::kernels::cuda {

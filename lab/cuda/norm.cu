@@ -5,7 +5,7 @@
 // sums, then a fixed-order sum over chunks (no atomics).
 #include <algorithm>
 
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/norm.h"
 #include "lab/cuda/scratch.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/device_util.cuh"
 #include "lab/cuda/optimizer.h"
 #include "lab/cuda/scratch.h"

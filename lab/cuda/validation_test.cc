@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "lab/cuda/attention.h"
 #include "lab/cuda/cross_entropy.h"
-#include "lab/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "lab/cuda/matmul.h"
 #include "lab/cuda/norm.h"
 #include "lab/cuda/optimizer.h"

@@ -4,8 +4,8 @@
 // after the launch (cudaGetLastError).
 //
 //   LMF_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, 0, bytes, stream));
-#ifndef LMFORGE_LAB_CUDA_CUDA_CHECK_H_
-#define LMFORGE_LAB_CUDA_CUDA_CHECK_H_
+#ifndef LMFORGE_KERNELS_CUDA_CUDA_CHECK_H_
+#define LMFORGE_KERNELS_CUDA_CUDA_CHECK_H_
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -57,4 +57,4 @@ inline absl::Status CublasErrorStatus(cublasStatus_t e, const char* call, const 
     if (!lmf_status_.ok()) return lmf_status_; \
   } while (0)
 
-#endif  // LMFORGE_LAB_CUDA_CUDA_CHECK_H_
+#endif  // LMFORGE_KERNELS_CUDA_CUDA_CHECK_H_

@@ -1,0 +1,68 @@
+// Moving bytes between the host and a Context's device, and filling device memory, with the same entry
+// point on every backend (on the CPU the "device" is the host and these are memcpy/memset).
+//
+//   kernels::CopyToDevice(ctx, param.value.data(), host.data(), bytes);   // stream-ordered
+//   kernels::CopyToHost(ctx, host.data(), loss_device, bytes);            // returns with the data on the host
+//
+// CopyToDevice, CopyOnDevice and FillZero are ordered on ctx.stream and return at once on CUDA; the host
+// source of CopyToDevice may be reused on return (the CUDA backend copies through pageable memory, which
+// cudaMemcpyAsync stages before returning). CopyToHost waits for the stream. Synchronize waits for every
+// call issued on ctx.stream. A failed CUDA call aborts naming the call (see core/dispatch.h).
+#ifndef LMFORGE_KERNELS_MEMORY_MEMORY_H_
+#define LMFORGE_KERNELS_MEMORY_MEMORY_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "kernels/core/context.h"
+#include "kernels/core/dispatch.h"
+
+namespace lmf::kernels {
+
+namespace cuda {
+absl::Status CopyToDevice(const Context& ctx, void* dst, const void* host_src, size_t bytes);
+absl::Status CopyToHost(const Context& ctx, void* host_dst, const void* src, size_t bytes);
+absl::Status CopyOnDevice(const Context& ctx, void* dst, const void* src, size_t bytes);
+absl::Status FillZero(const Context& ctx, void* dst, size_t bytes);
+absl::Status Synchronize(const Context& ctx);
+}  // namespace cuda
+
+namespace cpu {
+void Copy(void* dst, const void* src, size_t bytes);
+void FillZero(void* dst, size_t bytes);
+}  // namespace cpu
+
+inline void CopyToDevice(const Context& ctx, void* dst, const void* host_src, size_t bytes) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToDevice(ctx, dst, host_src, bytes), "copy to device");
+#endif
+  cpu::Copy(dst, host_src, bytes);
+}
+inline void CopyToHost(const Context& ctx, void* host_dst, const void* src, size_t bytes) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToHost(ctx, host_dst, src, bytes), "copy to host");
+#endif
+  cpu::Copy(host_dst, src, bytes);
+}
+inline void CopyOnDevice(const Context& ctx, void* dst, const void* src, size_t bytes) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyOnDevice(ctx, dst, src, bytes), "copy on device");
+#endif
+  cpu::Copy(dst, src, bytes);
+}
+inline void FillZero(const Context& ctx, void* dst, size_t bytes) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::FillZero(ctx, dst, bytes), "fill with zeros");
+#endif
+  cpu::FillZero(dst, bytes);
+}
+inline void Synchronize(const Context& ctx) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::Synchronize(ctx), "stream synchronize");
+#endif
+  (void)ctx;
+}
+
+}  // namespace lmf::kernels
+
+#endif  // LMFORGE_KERNELS_MEMORY_MEMORY_H_

@@ -1,0 +1,33 @@
+// kernels/memory on the CPU context: copies move the bytes, FillZero clears exactly the range asked for.
+#include "kernels/memory/memory.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace lmf::kernels {
+namespace {
+
+TEST(MemoryTest, CopiesRoundTripOnTheCpuContext) {
+  const Context ctx = Context::Cpu();
+  const std::vector<float> host = {1.5f, -2.0f, 3.25f, 0.0f};
+  std::vector<float> device(4, 9.0f), back(4, 7.0f);
+  CopyToDevice(ctx, device.data(), host.data(), 4 * sizeof(float));
+  std::vector<float> moved(4, 5.0f);
+  CopyOnDevice(ctx, moved.data(), device.data(), 4 * sizeof(float));
+  CopyToHost(ctx, back.data(), moved.data(), 4 * sizeof(float));
+  Synchronize(ctx);
+  EXPECT_EQ(back, host);
+}
+
+TEST(MemoryTest, FillZeroClearsOnlyTheRange) {
+  const Context ctx = Context::Cpu();
+  std::vector<int32_t> v = {1, 2, 3, 4, 5};
+  FillZero(ctx, v.data() + 1, 3 * sizeof(int32_t));
+  EXPECT_EQ(v, (std::vector<int32_t>{1, 0, 0, 0, 5}));
+  FillZero(ctx, nullptr, 0);  // an empty range touches nothing
+}
+
+}  // namespace
+}  // namespace lmf::kernels
