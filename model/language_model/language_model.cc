@@ -1,12 +1,16 @@
 // LanguageModel: assembly of the modules, batch validation, initialisation and the loss.
 #include "model/language_model/language_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/core/dispatch.h"
 #include "kernels/cross_entropy/cross_entropy.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::model {
 namespace {
@@ -60,52 +64,129 @@ bool IsNormGain(const std::string& name) {
   return absl::EndsWith(name, "ln1.weight") || absl::EndsWith(name, "ln2.weight") || name == "ln_final.weight";
 }
 
+// Whether ctx's device can run `config` with activations of type `dtype`: every op the model calls, asked of
+// the backends built into this binary, and the attention kernel's head sizes.
+absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype) {
+  const auto device_name = [&ctx] {
+    std::ostringstream os;
+    os << ctx.device;
+    return os.str();
+  };
+  if (dtype != kernels::DType::kF32 && dtype != kernels::DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: activation dtype ", kernels::DTypeName(dtype),
+                                                   " is not supported (precision is F32 or BF16)"));
+  }
+  if (ctx.allocator == nullptr) return absl::InvalidArgumentError("LanguageModel: the context has no allocator");
+  if (ctx.allocator->device() != ctx.device) {
+    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: the context's allocator is not on its device ",
+                                                   device_name()));
+  }
+  if (ctx.device.is_cpu()) {
+    if (ctx.pool == nullptr) return absl::InvalidArgumentError("LanguageModel: a CPU context needs a thread pool");
+    if (dtype != kernels::DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: precision ", kernels::DTypeName(dtype),
+                                                     " runs on CUDA only (the CPU backend computes in F32)"));
+    }
+  }
+  std::vector<const char*> ops = {"embedding", "matmul", "attention", "residual", "cross_entropy",
+                                  config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm",
+                                  config.ffn == FfnKind::kSwiGLU ? "swiglu" : "activation"};
+  if (config.positions == PositionKind::kRoPE) ops.push_back("rope");
+  for (const char* op : ops) {
+    if (!kernels::BackendSupports(op, ctx.device, dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: no backend in this binary runs op '", op,
+                                                     "' on ", device_name(), " with ", kernels::DTypeName(dtype),
+                                                     " activations"));
+    }
+  }
+  if (ctx.device.is_cuda()) {
+    // The CUDA attention kernels' head sizes (kernels/README.md): bf16 on tensor cores 64 and 128, f32 on
+    // CUDA cores 32, 64 and 128.
+    const int64_t hs = config.head_size();
+    const bool supported = dtype == kernels::DType::kBF16 ? (hs == 64 || hs == 128)
+                                                          : (hs == 32 || hs == 64 || hs == 128);
+    if (!supported) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LanguageModel: head size ", hs, " (d_model ", config.d_model, " / n_heads ", config.n_heads,
+          ") is not supported by the CUDA attention with ", kernels::DTypeName(dtype), " activations (",
+          dtype == kernels::DType::kBF16 ? "64 or 128" : "32, 64 or 128", ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const ModelConfig& config,
-                                                                     kernels::Context ctx) {
+                                                                     kernels::Context ctx,
+                                                                     kernels::DType activations) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
-  if (!ctx.device.is_cpu() || ctx.pool == nullptr) {
-    return absl::InvalidArgumentError("LanguageModel: only CPU contexts with a thread pool are supported today");
-  }
-  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx));
+  if (absl::Status status = CheckDeviceSupport(config, ctx, activations); !status.ok()) return status;
+  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx, activations));
 }
 
-LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx)
-    : config_(config), ctx_(ctx), embedding_(config), final_norm_(config.norm, config.d_model, config.norm_eps) {
-  for (int64_t i = 0; i < config.n_layers; ++i) blocks_.push_back(std::make_unique<Block>(config, &counters_));
+LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype)
+    : config_(config),
+      ctx_(ctx),
+      dtype_(dtype),
+      embedding_(config, ctx, dtype),
+      final_norm_(config.norm, config.d_model, config.norm_eps, ctx, dtype) {
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    blocks_.push_back(std::make_unique<Block>(config, ctx, dtype, &counters_));
+  }
   if (config.tied_embeddings) {
-    lm_head_ = std::make_unique<Linear>(embedding_.token_table(), &counters_);
+    lm_head_ = std::make_unique<Linear>(embedding_.token_table(), dtype, &counters_);
   } else {
-    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, &counters_);
+    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, ctx, dtype, &counters_);
   }
 }
 
 void LanguageModel::InitializeParameters(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
+  std::vector<float> values;
   VisitParameters([&](const std::string& name, const Parameter& p) {
-    float* data = p.data();
     const int64_t count = p.value.numel();
+    values.resize(static_cast<size_t>(count));
+    float* data = values.data();
     if (absl::EndsWith(name, ".bias")) {
       std::fill(data, data + count, 0.0f);
-      return;
-    }
-    if (IsNormGain(name)) {
+    } else if (IsNormGain(name)) {
       std::fill(data, data + count, 1.0f);
-      return;
-    }
-    NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
-    const bool embedding = absl::StrContains(name, "embeddings");
-    if (config_.init == InitScheme::kGpt2Scaled) {
-      double std = config_.init_std;
-      if (absl::EndsWith(name, "output_proj.weight") || absl::EndsWith(name, "ffn.w2.weight")) std *= residual_scale;
-      for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.Next());
     } else {
-      const double std =
-          embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(p.value.dim(0) + p.value.dim(1)));
-      for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.NextTruncated(3.0));
+      NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
+      const bool embedding = absl::StrContains(name, "embeddings");
+      if (config_.init == InitScheme::kGpt2Scaled) {
+        double std = config_.init_std;
+        if (absl::EndsWith(name, "output_proj.weight") || absl::EndsWith(name, "ffn.w2.weight")) {
+          std *= residual_scale;
+        }
+        for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.Next());
+      } else {
+        const double std =
+            embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(p.value.dim(0) + p.value.dim(1)));
+        for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.NextTruncated(3.0));
+      }
     }
+    kernels::CopyToDevice(ctx_, p.value.data(), data, p.value.nbytes());
   });
+  RefreshComputeWeights();
+}
+
+void LanguageModel::RefreshComputeWeights() {
+  if (dtype_ == kernels::DType::kF32) return;  // compute is value
+  // Through the host: this runs after loading or initialising, not per step (the optimizer writes the
+  // compute copy itself), so a round trip is cheaper to keep right than another device kernel.
+  std::vector<float> values;
+  std::vector<uint16_t> rounded;
+  VisitParameters([&](const std::string&, const Parameter& p) {
+    const size_t count = static_cast<size_t>(p.value.numel());
+    values.resize(count);
+    rounded.resize(count);
+    kernels::CopyToHost(ctx_, values.data(), p.value.data(), p.value.nbytes());
+    for (size_t i = 0; i < count; ++i) rounded[i] = kernels::FloatToBF16(values[i]);
+    kernels::CopyToDevice(ctx_, p.compute.data(), rounded.data(), p.compute.nbytes());
+  });
+  // CopyToDevice stages pageable host memory before returning, so the vectors may go out of scope now.
 }
 
 absl::Status LanguageModel::CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const {
@@ -125,19 +206,19 @@ absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
   const int64_t n = b * t, c = config_.d_model, v = config_.vocab_rows();
   have_loss_ = false;
   if (b != b_ || t != t_) {
-    logits_ = kernels::Tensor::Empty({b, t, v}, kernels::DType::kF32);
-    lse_ = kernels::Tensor::Empty({n}, kernels::DType::kF32);
+    logits_ = kernels::Tensor::Empty({b, t, v}, dtype_, ctx_.allocator);
+    lse_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
     b_ = b;
     t_ = t;
   }
   embedding_.Forward(ctx_, b, t, ids);
-  const float* x = embedding_.output();
+  const void* x = embedding_.output();
   for (auto& block : blocks_) {
     block->Forward(ctx_, b, t, x);
     x = block->output();
   }
   final_norm_.Forward(ctx_, n, x);
-  lm_head_->Forward(ctx_, n, final_norm_.output(), c, logits_.data<float>(), v, /*accumulate=*/false);
+  lm_head_->Forward(ctx_, n, final_norm_.output(), c, logits_.data(), v, /*accumulate=*/false);
   return absl::OkStatus();
 }
 
@@ -146,31 +227,37 @@ absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const 
   if (absl::Status status = CheckBatch(targets, "targets", b, t); !status.ok()) return status;
   if (absl::Status status = Forward(ids, b, t); !status.ok()) return status;
   const int64_t n = b * t;
-  targets_.assign(targets, targets + n);
-  losses_.resize(static_cast<size_t>(n));
+  if (!targets_.defined() || targets_.numel() != n) {
+    targets_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx_.allocator);
+    losses_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
+  }
+  kernels::CopyToDevice(ctx_, targets_.data(), targets, targets_.nbytes());
   kernels::CrossEntropyParams p = LossParams();
-  p.losses = losses_.data();
+  p.losses = losses_.data<float>();
   kernels::CrossEntropyForward(ctx_, p);
   have_loss_ = true;
+  host_losses_.resize(static_cast<size_t>(n));
+  kernels::CopyToHost(ctx_, host_losses_.data(), losses_.data(), losses_.nbytes());
   double sum = 0;
-  for (float loss : losses_) sum += loss;
+  for (float loss : host_losses_) sum += loss;
   return sum / static_cast<double>(n);
 }
 
 kernels::CrossEntropyParams LanguageModel::LossParams() {
   kernels::CrossEntropyParams p;
+  p.dtype = dtype_;
   p.N = b_ * t_;
   p.V = config_.vocab_size;
   p.row_stride = config_.vocab_rows();  // padding columns: excluded from the softmax, zero gradient
-  p.logits = logits_.data<float>();
-  p.targets = targets_.data();
+  p.logits = logits_.data();
+  p.targets = targets_.data<int32_t>();
   p.lse = lse_.data<float>();
   return p;
 }
 
 void LanguageModel::EnsureWorkspace(int64_t n) {
   if (n == workspace_rows_) return;
-  const auto make = [n](int64_t width) { return kernels::Tensor::Empty({n, width}, kernels::DType::kF32); };
+  const auto make = [&](int64_t width) { return kernels::Tensor::Empty({n, width}, dtype_, ctx_.allocator); };
   const int64_t c = config_.d_model;
   workspace_.dresidual = make(c);
   workspace_.dnormed = make(c);
@@ -187,22 +274,29 @@ void LanguageModel::Backward() {
   have_loss_ = false;
   const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_rows();
   EnsureWorkspace(n);
-  float* dlogits = logits_.data<float>();
+  void* dlogits = logits_.data();
   kernels::CrossEntropyParams p = LossParams();
   p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
   p.dlogits = dlogits;                      // in place over the logits
   kernels::CrossEntropyBackward(ctx_, p);
-  float* dnormed = workspace_.dnormed.data<float>();
+  void* dnormed = workspace_.dnormed.data();
   lm_head_->Backward(ctx_, n, final_norm_.output(), c, dlogits, v, dnormed);
-  final_norm_.Backward(ctx_, dnormed, workspace_.dresidual.data<float>());
+  final_norm_.Backward(ctx_, dnormed, workspace_.dresidual.data());
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (*it)->Backward(ctx_, workspace_);
-  embedding_.Backward(ctx_, workspace_.dresidual.data<float>());
+  embedding_.Backward(ctx_, workspace_.dresidual.data());
 }
 
 void LanguageModel::ZeroGrad() {
-  VisitParameters([](const std::string&, const Parameter& p) {
-    std::fill(p.grad_data(), p.grad_data() + p.grad.numel(), 0.0f);
+  VisitParameters([&](const std::string&, const Parameter& p) {
+    kernels::FillZero(ctx_, p.grad.data(), p.grad.nbytes());
   });
+}
+
+const float* LanguageModel::logits() const {
+  LMF_CHECK(ctx_.device.is_cpu() && dtype_ == kernels::DType::kF32)
+      << "LanguageModel::logits() is for f32 CPU models; use logits_tensor() on " << ctx_.device << " with "
+      << dtype_ << " activations";
+  return logits_.data<float>();
 }
 
 void LanguageModel::VisitParameters(const ParameterVisitor& visit) const {
@@ -221,7 +315,8 @@ int64_t LanguageModel::parameter_count() const {
 int64_t LanguageModel::saved_activation_bytes() const {
   if (b_ == 0) return 0;
   int64_t bytes = embedding_.saved_bytes() + final_norm_.saved_bytes() +
-                  static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() + targets_.size() * sizeof(int32_t));
+                  static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() +
+                                       (targets_.defined() ? targets_.nbytes() : 0));
   for (const auto& block : blocks_) bytes += block->saved_bytes();
   return bytes;
 }

@@ -8,8 +8,15 @@
 //   (*model)->ZeroGrad();  (*model)->Backward();                                     // grads accumulate
 //   (*model)->VisitParameters([](const std::string& name, const Parameter& p) { ... });
 //
+// Devices and precision: the model lives on ctx.device (parameters, gradients, step state and workspace all
+// come from ctx.allocator) and computes with activations of type `activations`: kF32 on any device whose
+// backend runs the ops, kBF16 on CUDA (bf16 weights copies, activations and activation gradients; fp32
+// master weights, parameter gradients, statistics and per-token losses; see Parameter). Token ids and
+// targets are always passed in host memory and copied to the device; the loss comes back as a host double.
+//
 // The model owns its step state (everything the forward keeps for the backward) and a backward workspace,
-// both sized on the first forward of a given (B, T). Not thread-safe; the kernels use ctx's pool.
+// both sized on the first forward of a given (B, T). Not thread-safe; the kernels use ctx's pool (CPU) or
+// stream (CUDA).
 #ifndef LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 #define LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 
@@ -33,28 +40,42 @@ namespace lmf::model {
 
 class LanguageModel {
  public:
-  // Fails with the config's Validate() message when the config cannot work. Parameters start at zero;
-  // call InitializeParameters or load them through VisitParameters.
-  static absl::StatusOr<std::unique_ptr<LanguageModel>> Create(const ModelConfig& config, kernels::Context ctx);
+  // Fails with the config's Validate() message when the config cannot work, and with InvalidArgument naming
+  // the op or limit when ctx's device cannot run it with `activations` (e.g. "precision BF16 runs on CUDA
+  // only", or a head size the CUDA attention kernel lacks). Parameters start at zero; call
+  // InitializeParameters or load them through VisitParameters (then RefreshComputeWeights).
+  static absl::StatusOr<std::unique_ptr<LanguageModel>> Create(const ModelConfig& config, kernels::Context ctx,
+                                                               kernels::DType activations = kernels::DType::kF32);
 
   const ModelConfig& config() const { return config_; }
+  const kernels::Context& context() const { return ctx_; }
+  kernels::DType activation_dtype() const { return dtype_; }
 
   // Draws every parameter per config().init from `seed`. Each parameter's stream is seeded from (seed,
-  // its name), so the values do not depend on the visiting order. Schemes: see InitScheme in config.h.
+  // its name), so the values do not depend on the visiting order. Schemes: see InitScheme in config.h. The
+  // values are drawn on the host (the same on every device) and copied; the compute copies are refreshed.
   void InitializeParameters(uint64_t seed);
+  // Rounds every parameter's fp32 master `value` into its `compute` copy: needed after writing `value`
+  // only (loading weights, an update that skips the copy). A no-op for f32 activations (compute is value).
+  void RefreshComputeWeights();
 
-  // ids (B, T) int32 -> logits() (B, T, V). InvalidArgument for T > context_length or ids outside [0, V).
+  // ids (B, T) int32 in host memory -> logits (B, T, V). InvalidArgument for T > context_length or ids
+  // outside [0, V).
   absl::Status Forward(const int32_t* ids, int64_t b, int64_t t);
-  // Forward plus the mean cross-entropy against targets (B, T) int32 in [0, V); keeps what Backward needs.
+  // Forward plus the mean cross-entropy against host targets (B, T) int32 in [0, V); keeps what Backward
+  // needs. The mean is taken in double over the fp32 per-token losses.
   absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
   // Gradients of the last ForwardWithLoss's mean loss, accumulated into every parameter's grad. The logits
   // buffer is reused for their gradient, so logits() is no longer valid after it.
   void Backward();
-  // Sets every parameter gradient to zero.
+  // Sets every parameter gradient to zero (on the model's device).
   void ZeroGrad();
 
   // (B, T, vocab_rows) after Forward / ForwardWithLoss (padding columns are plain outputs of the LM head).
-  const float* logits() const { return logits_.data<float>(); }
+  // logits(): host floats, for f32 CPU models only (aborts otherwise); logits_tensor(): on the model's
+  // device in the activation dtype, for any model.
+  const float* logits() const;
+  const kernels::Tensor& logits_tensor() const { return logits_; }
 
   // Every parameter, by checkpoint name (see tools/model/reference.py), in a fixed order: embeddings,
   // layers.0 .. layers.{L-1}, ln_final, lm_head (untied only).
@@ -68,13 +89,14 @@ class LanguageModel {
   void ResetCounters() { counters_ = StepCounters(); }
 
  private:
-  LanguageModel(const ModelConfig& config, kernels::Context ctx);
+  LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype);
   absl::Status CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const;
   void EnsureWorkspace(int64_t n);
   kernels::CrossEntropyParams LossParams();
 
   ModelConfig config_;
   kernels::Context ctx_;
+  kernels::DType dtype_;
   StepCounters counters_;
   Embedding embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -83,9 +105,11 @@ class LanguageModel {
   // Step state.
   int64_t b_ = 0, t_ = 0;
   bool have_loss_ = false;
-  std::vector<int32_t> targets_;
-  kernels::Tensor logits_, lse_;
-  std::vector<float> losses_;  // per-token losses of the last ForwardWithLoss (not needed by the backward)
+  kernels::Tensor targets_;      // (B*T) int32 on the device
+  kernels::Tensor logits_;       // (B, T, vocab_rows) activation dtype; their gradient after Backward
+  kernels::Tensor lse_;          // (B*T) fp32
+  kernels::Tensor losses_;       // (B*T) fp32 per-token losses of the last ForwardWithLoss (not step state)
+  std::vector<float> host_losses_;
   BackwardWorkspace workspace_;
   int64_t workspace_rows_ = 0;
 };

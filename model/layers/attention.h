@@ -3,8 +3,8 @@
 //
 // q, k and v come from one fused (NH*HS + 2*NKV*HS, C) projection whose row blocks are visited as
 // attn.q_proj / attn.k_proj / attn.v_proj (and their biases), so a single GEMM computes all three.
-// Step state: the projected q|k|v (N, (NH+2*NKV)*HS) after RoPE, the attention output (N, NH*HS) and the
-// log-sum-exp (B, NH, T). Forward adds the output projection into the residual stream; Backward takes the
+// Step state: the projected q|k|v (N, (NH+2*NKV)*HS) after RoPE and the attention output (N, NH*HS) in the
+// activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output projection into the residual stream; Backward takes the
 // residual gradient and writes the gradient of the normed input. Parameter gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_ATTENTION_H_
 #define LMFORGE_MODEL_LAYERS_ATTENTION_H_
@@ -22,12 +22,13 @@ namespace lmf::model {
 
 class Attention {
  public:
-  Attention(const ModelConfig& config, StepCounters* counters);
+  // Parameters on ctx's device; activations of type `dtype`.
+  Attention(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
   // h (B*T, C) normed input; residual (B*T, C) += attention(h) W_o^T + b_o.
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const float* h, float* residual);
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual);
   // dresidual (B*T, C) -> dh (B*T, C) written.
-  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const float* dresidual, float* dh);
+  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 
   int64_t saved_bytes() const;
   // Visits "<prefix>.q_proj.*", "k_proj", "v_proj", "output_proj".
@@ -40,11 +41,12 @@ class Attention {
   int64_t nh_, nkv_, hs_, c_;
   bool rope_;
   double rope_theta_;
+  kernels::DType dtype_;
   Linear qkv_, output_;
   StepCounters* counters_;
   // Step state.
   int64_t b_ = 0, t_ = 0;
-  const float* input_ = nullptr;
+  const void* input_ = nullptr;
   kernels::Tensor qkv_out_, attn_out_, lse_;
 };
 

@@ -2,42 +2,42 @@
 #include "model/layers/block.h"
 
 #include "kernels/core/tensor.h"
+#include "kernels/memory/memory.h"
 #include "kernels/residual/residual.h"
 
 namespace lmf::model {
-Block::Block(const ModelConfig& config, StepCounters* counters)
+Block::Block(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters)
     : c_(config.d_model),
-      ln1_(config.norm, config.d_model, config.norm_eps),
-      ln2_(config.norm, config.d_model, config.norm_eps),
-      attn_(config, counters),
-      ffn_(config, counters) {}
+      dtype_(dtype),
+      ln1_(config.norm, config.d_model, config.norm_eps, ctx, dtype),
+      ln2_(config.norm, config.d_model, config.norm_eps, ctx, dtype),
+      attn_(config, ctx, dtype, counters),
+      ffn_(config, ctx, dtype, counters) {}
 
-void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const float* x) {
+void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x) {
   const int64_t n = b * t;
   if (n != n_) {
-    mid_ = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32);
-    out_ = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32);
+    mid_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
+    out_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
     n_ = n;
   }
-  float* mid = mid_.data<float>();
-  float* out = out_.data<float>();
   ln1_.Forward(ctx, n, x);
-  mid_.CopyFrom(kernels::Tensor::Wrap(const_cast<float*>(x), {n, c_}, kernels::DType::kF32));
-  attn_.Forward(ctx, b, t, ln1_.output(), mid);
-  ln2_.Forward(ctx, n, mid);
-  out_.CopyFrom(mid_);
-  ffn_.Forward(ctx, n, ln2_.output(), out);
+  kernels::CopyOnDevice(ctx, mid_.data(), x, mid_.nbytes());
+  attn_.Forward(ctx, b, t, ln1_.output(), mid_.data());
+  ln2_.Forward(ctx, n, mid_.data());
+  kernels::CopyOnDevice(ctx, out_.data(), mid_.data(), out_.nbytes());
+  ffn_.Forward(ctx, n, ln2_.output(), out_.data());
 }
 
 void Block::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws) {
-  const int64_t count = n_ * c_;
-  float* dres = ws.dresidual.data<float>();
-  float* dnormed = ws.dnormed.data<float>();
-  float* dnorm_in = ws.dnorm_in.data<float>();
+  void* dres = ws.dresidual.data();
+  void* dnormed = ws.dnormed.data();
+  void* dnorm_in = ws.dnorm_in.data();
   ffn_.Backward(ctx, ws, dres, dnormed);
   // The residual stream's gradient is the skip path's plus the branch's: dres += d(norm input).
   kernels::ResidualBackwardParams add;
-  add.n = count, add.dout = dnorm_in, add.da = dres;
+  add.dtype = dtype_;
+  add.n = n_ * c_, add.dout = dnorm_in, add.da = dres;
   ln2_.Backward(ctx, dnormed, dnorm_in);
   kernels::ResidualBackward(ctx, add);
   attn_.Backward(ctx, ws, dres, dnormed);

@@ -1,6 +1,6 @@
 // Block: the pre-norm transformer block, x + attn(norm1(x)) then + ffn(norm2(.)).
-// Step state: the residual stream after the attention half (N, C) and after the whole block (N, C), plus
-// what its norms, attention and feed-forward keep. Backward updates the residual gradient in place (the
+// Step state: the residual stream after the attention half (N, C) and after the whole block (N, C), in the
+// activation dtype on the model's device, plus what its norms, attention and feed-forward keep. Backward updates the residual gradient in place (the
 // gradient of the block output on entry, of the block input on return); parameter gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_BLOCK_H_
 #define LMFORGE_MODEL_LAYERS_BLOCK_H_
@@ -19,11 +19,12 @@ namespace lmf::model {
 
 class Block {
  public:
-  Block(const ModelConfig& config, StepCounters* counters);
+  // Parameters on ctx's device; activations of type `dtype`.
+  Block(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
   // x (B*T, C), owned by the caller and kept until Backward -> output() (B*T, C).
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const float* x);
-  const float* output() const { return out_.data<float>(); }
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x);
+  const void* output() const { return out_.data(); }
   // ws.dresidual: d(output) on entry, d(x) on return.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws);
 
@@ -33,6 +34,7 @@ class Block {
 
  private:
   int64_t c_;
+  kernels::DType dtype_;
   Norm ln1_, ln2_;
   Attention attn_;
   FeedForward ffn_;

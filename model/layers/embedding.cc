@@ -1,23 +1,39 @@
-// Token embedding and additive positions.
+// Token embedding and additive positions, over kernels/embedding and kernels/residual.
 #include "model/layers/embedding.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/embedding/embedding.h"
+#include "kernels/memory/memory.h"
+#include "kernels/residual/residual.h"
 
 namespace lmf::model {
 
-Embedding::Embedding(const ModelConfig& config)
-    : positions_(config.positions), c_(config.d_model), tokens_(Parameter::Zeros({config.vocab_rows(), c_})) {
-  if (positions_ == PositionKind::kLearned) learned_ = Parameter::Zeros({config.context_length, c_});
+Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype)
+    : positions_(config.positions),
+      c_(config.d_model),
+      context_length_(config.context_length),
+      dtype_(dtype),
+      tokens_(Parameter::Zeros({config.vocab_rows(), c_}, ctx, dtype)) {
+  if (positions_ == PositionKind::kLearned) learned_ = Parameter::Zeros({context_length_, c_}, ctx, dtype);
   if (positions_ == PositionKind::kSinusoidal) {
-    sinusoidal_.resize(static_cast<size_t>(config.context_length * c_));
-    for (int64_t p = 0; p < config.context_length; ++p) {
+    const size_t count = static_cast<size_t>(context_length_ * c_);
+    std::vector<float> table(count);
+    for (int64_t p = 0; p < context_length_; ++p) {
       for (int64_t i = 0; i < c_ / 2; ++i) {
         const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / c_);
-        sinusoidal_[p * c_ + 2 * i] = static_cast<float>(std::sin(angle));
-        sinusoidal_[p * c_ + 2 * i + 1] = static_cast<float>(std::cos(angle));
+        table[p * c_ + 2 * i] = static_cast<float>(std::sin(angle));
+        table[p * c_ + 2 * i + 1] = static_cast<float>(std::cos(angle));
       }
+    }
+    sinusoidal_ = kernels::Tensor::Empty({context_length_, c_}, dtype_, ctx.allocator);
+    if (dtype_ == kernels::DType::kF32) {
+      kernels::CopyToDevice(ctx, sinusoidal_.data(), table.data(), sinusoidal_.nbytes());
+    } else {
+      std::vector<uint16_t> rounded(count);
+      for (size_t i = 0; i < count; ++i) rounded[i] = kernels::FloatToBF16(table[i]);
+      kernels::CopyToDevice(ctx, sinusoidal_.data(), rounded.data(), sinusoidal_.nbytes());
     }
   }
 }
@@ -25,48 +41,59 @@ Embedding::Embedding(const ModelConfig& config)
 void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids) {
   const int64_t n = b * t;
   if (b != b_ || t != t_) {
-    out_ = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32);
+    out_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
+    ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
+    if (positions_ == PositionKind::kLearned) {
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) positions[r] = static_cast<int32_t>(r % t);
+      position_ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
+      kernels::CopyToDevice(ctx, position_ids_.data(), positions.data(), position_ids_.nbytes());
+    }
     b_ = b;
     t_ = t;
   }
-  ids_.assign(ids, ids + n);
-  float* x = out_.data<float>();
+  kernels::CopyToDevice(ctx, ids_.data(), ids, ids_.nbytes());
   kernels::EmbeddingForwardParams p;
-  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids, p.table = tokens_.data(), p.out = x;
+  p.dtype = dtype_;
+  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data<int32_t>(), p.table = tokens_.compute.data();
+  p.out = out_.data();
   kernels::EmbeddingForward(ctx, p);
-  const float* table = positions_ == PositionKind::kLearned      ? learned_.data()
-                       : positions_ == PositionKind::kSinusoidal ? sinusoidal_.data()
-                                                                 : nullptr;
+  const void* table = positions_ == PositionKind::kLearned      ? learned_.compute.data()
+                      : positions_ == PositionKind::kSinusoidal ? sinusoidal_.data()
+                                                                : nullptr;
   if (table == nullptr) return;
-  ctx.pool->ParallelFor(n, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* pos = table + (r % t) * c_;
-      float* row = x + r * c_;
-      for (int64_t i = 0; i < c_; ++i) row[i] += pos[i];
-    }
-  });
+  // Each sequence's rows (T, C) += the table's first T rows.
+  for (int64_t bi = 0; bi < b; ++bi) {
+    kernels::ResidualForwardParams add;
+    add.dtype = dtype_;
+    add.n = t * c_;
+    add.a = ElementOffset(out_.data(), bi * t * c_, dtype_);
+    add.b = table;
+    add.out = ElementOffset(out_.data(), bi * t * c_, dtype_);
+    kernels::ResidualForward(ctx, add);
+  }
 }
 
-void Embedding::Backward(const kernels::Context& ctx, const float* dx) const {
+void Embedding::Backward(const kernels::Context& ctx, const void* dx) const {
   const int64_t n = b_ * t_;
   kernels::EmbeddingBackwardParams p;
-  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data(), p.dout = dx, p.dtable = tokens_.grad_data();
+  p.dtype = dtype_;
+  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data<int32_t>(), p.dout = dx;
+  p.dtable = tokens_.grad.data();
   kernels::EmbeddingBackward(ctx, p);
   if (positions_ != PositionKind::kLearned) return;
-  float* dpos = learned_.grad_data();
-  ctx.pool->ParallelFor(t_, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t bi = 0; bi < b_; ++bi) {
-        const float* src = dx + (bi * t_ + p) * c_;
-        for (int64_t i = 0; i < c_; ++i) dpos[p * c_ + i] += src[i];
-      }
-    }
-  });
+  // The learned table's gradient is an embedding backward over the position ids: row p sums dx[b, p] over
+  // the batch, in batch order.
+  kernels::EmbeddingBackwardParams pos;
+  pos.dtype = dtype_;
+  pos.N = n, pos.V = context_length_, pos.C = c_, pos.ids = position_ids_.data<int32_t>(), pos.dout = dx;
+  pos.dtable = learned_.grad.data();
+  kernels::EmbeddingBackward(ctx, pos);
 }
 
 int64_t Embedding::saved_bytes() const {
   if (b_ == 0) return 0;
-  return static_cast<int64_t>(out_.nbytes() + ids_.size() * sizeof(int32_t));
+  return static_cast<int64_t>(out_.nbytes() + ids_.nbytes());
 }
 
 void Embedding::VisitParameters(const ParameterVisitor& visit) const {

@@ -6,50 +6,59 @@
 
 namespace lmf::model {
 
-FeedForward::FeedForward(const ModelConfig& config, StepCounters* counters)
+FeedForward::FeedForward(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype,
+                         StepCounters* counters)
     : kind_(config.ffn),
       c_(config.d_model),
       f_(config.d_ff),
-      in_(config.d_model, (config.ffn == FfnKind::kSwiGLU ? 2 : 1) * config.d_ff, config.biases, counters),
-      out_(config.d_ff, config.d_model, config.biases, counters) {}
+      dtype_(dtype),
+      in_(config.d_model, (config.ffn == FfnKind::kSwiGLU ? 2 : 1) * config.d_ff, config.biases, ctx, dtype,
+          counters),
+      out_(config.d_ff, config.d_model, config.biases, ctx, dtype, counters) {}
 
-void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const float* h, float* residual) {
+void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h, void* residual) {
   const int64_t width = in_.out();
   if (n != n_) {
-    pre_ = kernels::Tensor::Empty({n, width}, kernels::DType::kF32);
-    act_ = kernels::Tensor::Empty({n, f_}, kernels::DType::kF32);
+    pre_ = kernels::Tensor::Empty({n, width}, dtype_, ctx.allocator);
+    act_ = kernels::Tensor::Empty({n, f_}, dtype_, ctx.allocator);
     n_ = n;
   }
   input_ = h;
-  float* pre = pre_.data<float>();
-  float* act = act_.data<float>();
+  void* pre = pre_.data();
+  void* act = act_.data();
   in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
   if (kind_ == FfnKind::kSwiGLU) {
     kernels::SwiGluForwardParams p;
-    p.N = n, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = pre + f_, p.up_stride = width, p.out = act;
+    p.dtype = dtype_;
+    p.N = n, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = ElementOffset(pre, f_, dtype_);
+    p.up_stride = width, p.out = act;
     kernels::SwiGluForward(ctx, p);
   } else {
     kernels::ActivationForwardParams p;
+    p.dtype = dtype_;
     p.kind = activation(), p.n = n * f_, p.x = pre, p.out = act;
     kernels::ActivationForward(ctx, p);
   }
   out_.Forward(ctx, n, act, f_, residual, c_, /*accumulate=*/true);
 }
 
-void FeedForward::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const float* dresidual,
-                           float* dh) {
+void FeedForward::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual,
+                           void* dh) {
   const int64_t width = in_.out();
-  float* dact = ws.dact.data<float>();
-  float* dpre = ws.dpre.data<float>();
-  const float* pre = pre_.data<float>();
-  out_.Backward(ctx, n_, act_.data<float>(), f_, dresidual, c_, dact);
+  void* dact = ws.dact.data();
+  void* dpre = ws.dpre.data();
+  const void* pre = pre_.data();
+  out_.Backward(ctx, n_, act_.data(), f_, dresidual, c_, dact);
   if (kind_ == FfnKind::kSwiGLU) {
     kernels::SwiGluBackwardParams p;
-    p.N = n_, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = pre + f_, p.up_stride = width, p.dout = dact;
-    p.dgate = dpre, p.dup = dpre + f_;
+    p.dtype = dtype_;
+    p.N = n_, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = ElementOffset(pre, f_, dtype_);
+    p.up_stride = width, p.dout = dact;
+    p.dgate = dpre, p.dup = ElementOffset(dpre, f_, dtype_);
     kernels::SwiGluBackward(ctx, p);
   } else {
     kernels::ActivationBackwardParams p;
+    p.dtype = dtype_;
     p.kind = activation(), p.n = n_ * f_, p.x = pre, p.dout = dact, p.dx = dpre;
     kernels::ActivationBackward(ctx, p);
   }

@@ -1,6 +1,7 @@
 // FeedForward: SwiGLU (w2(silu(w1 x) * w3 x)), GELU-tanh or ReLU (w2(act(w1 x))). For SwiGLU, w1 and w3 are
 // row blocks of one fused (2*d_ff, C) matrix (visited as ffn.w1 and ffn.w3), so one GEMM makes both.
-// Step state: the pre-activations (N, d_ff or 2*d_ff) and the activation output (N, d_ff). Forward adds
+// Step state: the pre-activations (N, d_ff or 2*d_ff) and the activation output (N, d_ff), in the activation
+// dtype on the model's device. Forward adds
 // its output into the residual stream; Backward writes the gradient of the normed input; parameter
 // gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_
@@ -19,12 +20,13 @@ namespace lmf::model {
 
 class FeedForward {
  public:
-  FeedForward(const ModelConfig& config, StepCounters* counters);
+  // Parameters on ctx's device; activations of type `dtype`.
+  FeedForward(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
   // h (N, C) normed input; residual (N, C) += ffn(h).
-  void Forward(const kernels::Context& ctx, int64_t n, const float* h, float* residual);
+  void Forward(const kernels::Context& ctx, int64_t n, const void* h, void* residual);
   // dresidual (N, C) -> dh (N, C) written.
-  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const float* dresidual, float* dh);
+  void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 
   int64_t saved_bytes() const;
   // Visits "<prefix>.w1.*", ("<prefix>.w3.*" for SwiGLU), "<prefix>.w2.*".
@@ -37,10 +39,11 @@ class FeedForward {
 
   FfnKind kind_;
   int64_t c_, f_;
+  kernels::DType dtype_;
   Linear in_, out_;  // in_: (d_ff or 2*d_ff, C); out_: (C, d_ff)
   // Step state.
   int64_t n_ = 0;
-  const float* input_ = nullptr;
+  const void* input_ = nullptr;
   kernels::Tensor pre_, act_;
 };
 

@@ -1,5 +1,7 @@
-// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear (kernels/matmul). The caller keeps x
-// (the module that produced it owns it) and passes it again to Backward. dx is written, dW and db accumulate.
+// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear (kernels/matmul). The
+// caller keeps x (the module that produced it owns it) and passes it again to Backward. x, y, dx and dy are
+// in the activation dtype on the model's device; the forward reads the weights' compute copies; dx is
+// written, dW and db (fp32) accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_LINEAR_H_
 #define LMFORGE_MODEL_LAYERS_LINEAR_H_
 
@@ -14,10 +16,11 @@ namespace lmf::model {
 
 class Linear {
  public:
-  // A fresh (OUT, IN) weight (and OUT bias) owned by this layer, or a layer over an existing weight (the
-  // tied LM head reads the token embedding).
-  Linear(int64_t in, int64_t out, bool bias, StepCounters* counters);
-  Linear(const Parameter& weight, StepCounters* counters);
+  // A fresh (OUT, IN) weight (and OUT bias) owned by this layer on ctx's device, with activations of type
+  // `dtype`, or a layer over an existing weight (the tied LM head reads the token embedding).
+  Linear(int64_t in, int64_t out, bool bias, const kernels::Context& ctx, kernels::DType dtype,
+         StepCounters* counters);
+  Linear(const Parameter& weight, kernels::DType dtype, StepCounters* counters);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -25,21 +28,22 @@ class Linear {
   const Parameter* bias() const { return has_bias_ ? &bias_ : nullptr; }
 
   // x (N, IN) rows at stride ldx -> y (N, OUT) at stride ldy; `accumulate` adds to y instead.
-  void Forward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy,
+  void Forward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, void* y, int64_t ldy,
                bool accumulate) const;
   // dy (N, OUT) at stride ldy -> dx (N, IN) written at stride ldx like x (skipped if null); dW, db
   // accumulated.
-  void Backward(const kernels::Context& ctx, int64_t n, const float* x, int64_t ldx, const float* dy, int64_t ldy,
-                float* dx) const;
+  void Backward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, const void* dy, int64_t ldy,
+                void* dx) const;
 
   // Visits "<prefix>.weight" and "<prefix>.bias".
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
-  kernels::MatmulParams Params(int64_t n, const float* x, int64_t ldx, float* y, int64_t ldy) const;
+  kernels::MatmulParams Params(int64_t n, const void* x, int64_t ldx, void* y, int64_t ldy) const;
 
   int64_t in_, out_;
   bool has_bias_;
+  kernels::DType dtype_;
   Parameter weight_, bias_;
   StepCounters* counters_;
 };

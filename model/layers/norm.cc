@@ -6,43 +6,52 @@
 
 namespace lmf::model {
 
-Norm::Norm(NormKind kind, int64_t channels, double eps)
-    : kind_(kind), channels_(channels), eps_(static_cast<float>(eps)), weight_(Parameter::Zeros({channels})) {
-  if (kind_ == NormKind::kLayerNorm) bias_ = Parameter::Zeros({channels});
+Norm::Norm(NormKind kind, int64_t channels, double eps, const kernels::Context& ctx, kernels::DType dtype)
+    : kind_(kind),
+      channels_(channels),
+      eps_(static_cast<float>(eps)),
+      dtype_(dtype),
+      weight_(Parameter::Zeros({channels}, ctx, dtype)) {
+  if (kind_ == NormKind::kLayerNorm) bias_ = Parameter::Zeros({channels}, ctx, dtype);
 }
 
-void Norm::Forward(const kernels::Context& ctx, int64_t n, const float* x) {
+void Norm::Forward(const kernels::Context& ctx, int64_t n, const void* x) {
   if (n != n_) {
-    out_ = kernels::Tensor::Empty({n, channels_}, kernels::DType::kF32);
-    rstd_ = kernels::Tensor::Empty({n}, kernels::DType::kF32);
-    if (kind_ == NormKind::kLayerNorm) mean_ = kernels::Tensor::Empty({n}, kernels::DType::kF32);
+    out_ = kernels::Tensor::Empty({n, channels_}, dtype_, ctx.allocator);
+    rstd_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx.allocator);
+    if (kind_ == NormKind::kLayerNorm) mean_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx.allocator);
     n_ = n;
   }
   input_ = x;
   if (kind_ == NormKind::kLayerNorm) {
     kernels::LayerNormForwardParams p;
-    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.data(), p.bias = bias_.data();
-    p.out = out_.data<float>(), p.mean = mean_.data<float>(), p.rstd = rstd_.data<float>();
+    p.dtype = dtype_;
+    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.compute.data();
+    p.bias = bias_.compute.data();
+    p.out = out_.data(), p.mean = mean_.data<float>(), p.rstd = rstd_.data<float>();
     kernels::LayerNormForward(ctx, p);
   } else {
     kernels::RmsNormForwardParams p;
-    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.data();
-    p.out = out_.data<float>(), p.rstd = rstd_.data<float>();
+    p.dtype = dtype_;
+    p.N = n, p.C = channels_, p.eps = eps_, p.x = x, p.weight = weight_.compute.data();
+    p.out = out_.data(), p.rstd = rstd_.data<float>();
     kernels::RmsNormForward(ctx, p);
   }
 }
 
-void Norm::Backward(const kernels::Context& ctx, const float* dy, float* dx) const {
+void Norm::Backward(const kernels::Context& ctx, const void* dy, void* dx) const {
   if (kind_ == NormKind::kLayerNorm) {
     kernels::LayerNormBackwardParams p;
-    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.data(), p.mean = mean_.data<float>();
-    p.rstd = rstd_.data<float>(), p.dout = dy, p.dx = dx, p.dweight = weight_.grad_data();
-    p.dbias = bias_.grad_data();
+    p.dtype = dtype_;
+    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.compute.data(), p.mean = mean_.data<float>();
+    p.rstd = rstd_.data<float>(), p.dout = dy, p.dx = dx, p.dweight = weight_.grad.data();
+    p.dbias = bias_.grad.data();
     kernels::LayerNormBackward(ctx, p);
   } else {
     kernels::RmsNormBackwardParams p;
-    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.data(), p.rstd = rstd_.data<float>();
-    p.dout = dy, p.dx = dx, p.dweight = weight_.grad_data();
+    p.dtype = dtype_;
+    p.N = n_, p.C = channels_, p.x = input_, p.weight = weight_.compute.data(), p.rstd = rstd_.data<float>();
+    p.dout = dy, p.dx = dx, p.dweight = weight_.grad.data();
     kernels::RmsNormBackward(ctx, p);
   }
 }

@@ -1,6 +1,7 @@
-// Norm: RMSNorm or LayerNorm over the C channels of each token. Step state: the output (N, C) and the
-// per-token statistics (LayerNorm: mean and rstd; RMSNorm: rstd), plus a view of the input, which the
-// module that produced it owns. dx is written; the gain (and LayerNorm's bias) gradients accumulate.
+// Norm: RMSNorm or LayerNorm over the C channels of each token. Step state: the output (N, C) in the
+// activation dtype and the fp32 per-token statistics (LayerNorm: mean and rstd; RMSNorm: rstd), plus a view
+// of the input, which the module that produced it owns. dx is written; the fp32 gain (and LayerNorm's bias)
+// gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_NORM_H_
 #define LMFORGE_MODEL_LAYERS_NORM_H_
 
@@ -15,14 +16,16 @@ namespace lmf::model {
 
 class Norm {
  public:
-  Norm(NormKind kind, int64_t channels, double eps);
+  // Parameters on ctx's device; activations of type `dtype`.
+  Norm(NormKind kind, int64_t channels, double eps, const kernels::Context& ctx, kernels::DType dtype);
 
   // x (N, C) -> output() (N, C).
-  void Forward(const kernels::Context& ctx, int64_t n, const float* x);
+  void Forward(const kernels::Context& ctx, int64_t n, const void* x);
   // dy (N, C) -> dx (N, C) written.
-  void Backward(const kernels::Context& ctx, const float* dy, float* dx) const;
+  void Backward(const kernels::Context& ctx, const void* dy, void* dx) const;
 
-  const float* output() const { return out_.data<float>(); }
+  // (N, C) in the activation dtype on the model's device.
+  const void* output() const { return out_.data(); }
   // Bytes of step state this module owns (output and statistics).
   int64_t saved_bytes() const;
   // Visits "<prefix>.weight" and, for LayerNorm, "<prefix>.bias".
@@ -32,10 +35,11 @@ class Norm {
   NormKind kind_;
   int64_t channels_;
   float eps_;
+  kernels::DType dtype_;
   Parameter weight_, bias_;
   // Step state.
   int64_t n_ = 0;
-  const float* input_ = nullptr;
+  const void* input_ = nullptr;
   kernels::Tensor out_, mean_, rstd_;
 };
 
