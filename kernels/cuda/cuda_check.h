@@ -1,4 +1,4 @@
-// Error checking for CUDA runtime and cuBLAS(Lt) calls in the lab CUDA backend: each macro turns a failed
+// Error checking for CUDA runtime and cuBLAS(Lt) calls in the CUDA backend: each macro turns a failed
 // call into an absl::Status (kInternal) whose message names the call, the error and the place, and returns it
 // from the enclosing function. Kernel launches are checked with LMF_CUDA_RETURN_IF_LAUNCH_ERROR(name) right
 // after the launch (cudaGetLastError).

@@ -10,8 +10,8 @@
 #include "lab/cuda/attention.h"
 #include "lab/cuda/attention_f32.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lab/cuda/attention.h"
-#include "lab/cuda/bench_util.h"
-#include "lab/cuda/cuda_context.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/bench_util.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/gpu_test_util.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // (kPer = HS / 32 of them) of its row's output, and key (or query) l of the current 32-wide tile.
 #include "lab/cuda/attention_f32.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 
 namespace lmf::kernels::cuda::internal {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/compare.h"
 #include "lab/cuda/attention.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/gpu_test_util.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -3,8 +3,8 @@
 
 #include "lab/cuda/column_sum.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

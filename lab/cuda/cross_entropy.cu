@@ -1,7 +1,7 @@
 // CUDA fused cross-entropy; see cross_entropy.h.
 #include "lab/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 
 namespace lmf::kernels::cuda {
 namespace {

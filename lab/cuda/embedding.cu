@@ -3,9 +3,9 @@
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 #include "lab/cuda/embedding.h"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

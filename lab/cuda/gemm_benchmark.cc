@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lab/cuda/bench_util.h"
-#include "lab/cuda/cuda_context.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/bench_util.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "lab/cuda/matmul.h"
 
 namespace lmf::kernels::cuda {

@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lab/cuda/column_sum.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_context.h"
 
 namespace lmf::kernels::cuda {
 namespace {

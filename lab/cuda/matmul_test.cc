@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/activations/activations.h"
 #include "kernels/testing/compare.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "lab/cuda/matmul.h"
 
 namespace lmf::kernels::cuda {

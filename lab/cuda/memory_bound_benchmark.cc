@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "lab/cuda/bench_util.h"
+#include "kernels/cuda/bench_util.h"
 #include "lab/cuda/cross_entropy.h"
-#include "lab/cuda/cuda_context.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "lab/cuda/norm.h"
 #include "lab/cuda/optimizer.h"
 #include "lab/cuda/pointwise.h"

@@ -17,7 +17,7 @@
 #include "kernels/testing/compare.h"
 #include "lab/cuda/cross_entropy.h"
 #include "lab/cuda/embedding.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "lab/cuda/norm.h"
 #include "lab/cuda/optimizer.h"
 #include "lab/cuda/pointwise.h"

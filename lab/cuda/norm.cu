@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 #include "lab/cuda/norm.h"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 #include "lab/cuda/optimizer.h"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -2,9 +2,9 @@
 // 16 bytes per access where sizes and alignment allow (else one element; one rotation pair for RoPE); the
 // formulas are the CPU kernels' (GELU through s = sigmoid(2u), which avoids the cancellation of 1 + tanh(u)).
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/device_util.cuh"
+#include "kernels/cuda/device_util.cuh"
 #include "lab/cuda/pointwise.h"
-#include "lab/cuda/scratch.h"
+#include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
 namespace {

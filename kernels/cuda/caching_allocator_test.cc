@@ -1,6 +1,6 @@
 // Bookkeeping of the caching device allocator, on the CPU with a fake backend that hands out host memory
 // and simulates events (completed only when the test says so) and an optional memory limit.
-#include "lab/cuda/caching_allocator.h"
+#include "kernels/cuda/caching_allocator.h"
 
 #include <cstdlib>
 #include <set>

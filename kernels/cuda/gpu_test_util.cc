@@ -1,5 +1,5 @@
-// Test helpers for the lab CUDA kernels; see gpu_test_util.h.
-#include "lab/cuda/gpu_test_util.h"
+// Test helpers for the CUDA kernels; see gpu_test_util.h.
+#include "kernels/cuda/gpu_test_util.h"
 
 #include <cuda_runtime.h>
 

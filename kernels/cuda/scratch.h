@@ -2,15 +2,15 @@
 // caching allocator the block is taken from, and returned to, the free list of ctx.stream, so any reuse is
 // ordered after the kernels this call launched on that stream (even when ctx.stream is not the allocator's
 // default stream). Other allocators get Allocate/Deallocate and must be stream-ordered on ctx.stream.
-#ifndef LMFORGE_LAB_CUDA_SCRATCH_H_
-#define LMFORGE_LAB_CUDA_SCRATCH_H_
+#ifndef LMFORGE_KERNELS_CUDA_SCRATCH_H_
+#define LMFORGE_KERNELS_CUDA_SCRATCH_H_
 
 #include <cstddef>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/core/context.h"
-#include "lab/cuda/caching_allocator.h"
+#include "kernels/cuda/caching_allocator.h"
 
 namespace lmf::kernels::cuda {
 
@@ -56,4 +56,4 @@ class Scratch {
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_LAB_CUDA_SCRATCH_H_
+#endif  // LMFORGE_KERNELS_CUDA_SCRATCH_H_

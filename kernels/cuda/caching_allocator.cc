@@ -1,5 +1,5 @@
 // The caching device allocator's bookkeeping (see caching_allocator.h); no CUDA calls here.
-#include "lab/cuda/caching_allocator.h"
+#include "kernels/cuda/caching_allocator.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-// CudaContext: what the lab CUDA kernels need on one device, owned in one place: a non-blocking stream, a
+// CudaContext: what the CUDA kernels need on one device, owned in one place: a non-blocking stream, a
 // cuBLASLt handle with its workspace, and the caching device allocator (backed by cudaMalloc/cudaFree and
 // CUDA events). context() gives the plain kernels::Context the op functions take (device, stream, allocator).
 //
 //   absl::StatusOr<std::unique_ptr<CudaContext>> cc = CudaContext::Create(/*device=*/0);
 //   lmf::kernels::cuda::RmsNormForward((*cc)->context(), params);
-#ifndef LMFORGE_LAB_CUDA_CUDA_CONTEXT_H_
-#define LMFORGE_LAB_CUDA_CUDA_CONTEXT_H_
+#ifndef LMFORGE_KERNELS_CUDA_CUDA_CONTEXT_H_
+#define LMFORGE_KERNELS_CUDA_CUDA_CONTEXT_H_
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/core/context.h"
-#include "lab/cuda/caching_allocator.h"
+#include "kernels/cuda/caching_allocator.h"
 
 namespace lmf::kernels::cuda {
 
@@ -72,4 +72,4 @@ const CudaContext* CudaContextForDevice(int device);
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_LAB_CUDA_CUDA_CONTEXT_H_
+#endif  // LMFORGE_KERNELS_CUDA_CUDA_CONTEXT_H_

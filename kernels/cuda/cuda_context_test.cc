@@ -1,14 +1,14 @@
 // The CUDA context and the caching allocator on a real device (gpu tag: skips without one): device memory
 // from the cache is usable, reused on the same stream, held back after use on a second stream until that
 // stream's work is done, and released by ReleaseCache.
-#include "lab/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_context.h"
 
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "lab/cuda/gpu_test_util.h"
+#include "kernels/cuda/gpu_test_util.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -13,8 +13,8 @@
 //   allocation retried once.
 // The bookkeeping is device-independent: the backend (cudaMalloc/cudaFree/events, or a fake in tests) is
 // an interface, so this logic is tested on the CPU. Thread-safe.
-#ifndef LMFORGE_LAB_CUDA_CACHING_ALLOCATOR_H_
-#define LMFORGE_LAB_CUDA_CACHING_ALLOCATOR_H_
+#ifndef LMFORGE_KERNELS_CUDA_CACHING_ALLOCATOR_H_
+#define LMFORGE_KERNELS_CUDA_CACHING_ALLOCATOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -106,4 +106,4 @@ class CachingAllocator final : public Allocator {
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_LAB_CUDA_CACHING_ALLOCATOR_H_
+#endif  // LMFORGE_KERNELS_CUDA_CACHING_ALLOCATOR_H_

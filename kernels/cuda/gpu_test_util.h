@@ -1,4 +1,4 @@
-// Test helpers for the lab CUDA kernels: a fixture that skips without a device and owns a CudaContext,
+// Test helpers for the CUDA kernels: a fixture that skips without a device and owns a CudaContext,
 // device buffers filled from and read back into float vectors (stored as fp32 or bf16), and the bf16
 // tolerance rule of STYLE.md:
 //
@@ -10,8 +10,8 @@
 // computation only in the order of fp32 operations and in bf16 roundings of intermediates it stores, so a
 // multiple of 2 covers output rounding landing on the other side of a tie and 4 covers an intermediate
 // stored in bf16 (stated per test).
-#ifndef LMFORGE_LAB_CUDA_GPU_TEST_UTIL_H_
-#define LMFORGE_LAB_CUDA_GPU_TEST_UTIL_H_
+#ifndef LMFORGE_KERNELS_CUDA_GPU_TEST_UTIL_H_
+#define LMFORGE_KERNELS_CUDA_GPU_TEST_UTIL_H_
 
 #include <cstdint>
 #include <memory>
@@ -20,7 +20,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/core/dtype.h"
-#include "lab/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_context.h"
 
 namespace lmf::kernels::cuda::testing {
 
@@ -85,4 +85,4 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace lmf::kernels::cuda::testing
 
-#endif  // LMFORGE_LAB_CUDA_GPU_TEST_UTIL_H_
+#endif  // LMFORGE_KERNELS_CUDA_GPU_TEST_UTIL_H_

@@ -1,8 +1,8 @@
-// Device-side helpers shared by the lab CUDA kernels (included by .cu files only): fp32/bf16 loads and
+// Device-side helpers shared by the CUDA kernels (included by .cu files only): fp32/bf16 loads and
 // stores (bf16 is storage only, all math is fp32), warp and block reductions in a fixed order (results are
 // bitwise reproducible run to run), grid sizing, and the stream of a kernels::Context.
-#ifndef LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_
-#define LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_
+#ifndef LMFORGE_KERNELS_CUDA_DEVICE_UTIL_CUH_
+#define LMFORGE_KERNELS_CUDA_DEVICE_UTIL_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -108,4 +108,4 @@ inline unsigned GridFor(int64_t n, int threads, int64_t max_blocks = 65535LL * 4
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_LAB_CUDA_DEVICE_UTIL_CUH_
+#endif  // LMFORGE_KERNELS_CUDA_DEVICE_UTIL_CUH_

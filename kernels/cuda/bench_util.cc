@@ -1,5 +1,5 @@
 // Benchmark helpers; see bench_util.h.
-#include "lab/cuda/bench_util.h"
+#include "kernels/cuda/bench_util.h"
 
 #include <cuda_runtime.h>
 #include <unistd.h>

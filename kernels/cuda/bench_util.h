@@ -1,8 +1,8 @@
-// Helpers for the lab CUDA benchmarks: median kernel time with CUDA events (after warm-up), and the PyTorch
+// Helpers for the CUDA benchmarks: median kernel time with CUDA events (after warm-up), and the PyTorch
 // peer measured in the same run: a script from tools/gpu_peers/ (found in the runfiles, or in the GPU
 // bundle's peers/ folder) run with python3, printing one "<label> <milliseconds>" line per case.
-#ifndef LMFORGE_LAB_CUDA_BENCH_UTIL_H_
-#define LMFORGE_LAB_CUDA_BENCH_UTIL_H_
+#ifndef LMFORGE_KERNELS_CUDA_BENCH_UTIL_H_
+#define LMFORGE_KERNELS_CUDA_BENCH_UTIL_H_
 
 #include <cstdint>
 #include <functional>
@@ -33,4 +33,4 @@ double CopyBandwidthGBs(void* stream, size_t bytes);
 
 }  // namespace lmf::kernels::cuda::bench
 
-#endif  // LMFORGE_LAB_CUDA_BENCH_UTIL_H_
+#endif  // LMFORGE_KERNELS_CUDA_BENCH_UTIL_H_

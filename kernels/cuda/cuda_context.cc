@@ -1,5 +1,5 @@
 // CudaContext and the cudaMalloc-backed memory backend; see cuda_context.h.
-#include "lab/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_context.h"
 
 #include <mutex>
 
