@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dispatch.h"
@@ -72,8 +73,9 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
     os << ctx.device;
     return os.str();
   };
+  const std::string precision = absl::AsciiStrToUpper(kernels::DTypeName(dtype));  // as run.precision says
   if (dtype != kernels::DType::kF32 && dtype != kernels::DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: activation dtype ", kernels::DTypeName(dtype),
+    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: activation dtype ", precision,
                                                    " is not supported (precision is F32 or BF16)"));
   }
   if (ctx.allocator == nullptr) return absl::InvalidArgumentError("LanguageModel: the context has no allocator");
@@ -84,7 +86,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
   if (ctx.device.is_cpu()) {
     if (ctx.pool == nullptr) return absl::InvalidArgumentError("LanguageModel: a CPU context needs a thread pool");
     if (dtype != kernels::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: precision ", kernels::DTypeName(dtype),
+      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: precision ", precision,
                                                      " runs on CUDA only (the CPU backend computes in F32)"));
     }
   }
@@ -95,7 +97,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
   for (const char* op : ops) {
     if (!kernels::BackendSupports(op, ctx.device, dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("LanguageModel: no backend in this binary runs op '", op,
-                                                     "' on ", device_name(), " with ", kernels::DTypeName(dtype),
+                                                     "' on ", device_name(), " with ", precision,
                                                      " activations"));
     }
   }
@@ -108,7 +110,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
     if (!supported) {
       return absl::InvalidArgumentError(absl::StrCat(
           "LanguageModel: head size ", hs, " (d_model ", config.d_model, " / n_heads ", config.n_heads,
-          ") is not supported by the CUDA attention with ", kernels::DTypeName(dtype), " activations (",
+          ") is not supported by the CUDA attention with ", precision, " activations (",
           dtype == kernels::DType::kBF16 ? "64 or 128" : "32, 64 or 128", ")"));
     }
   }

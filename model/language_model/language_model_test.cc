@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "base/thread_pool.h"
 #include "gtest/gtest.h"
+#include "kernels/core/dispatch.h"
 #include "model/accounting/accounting.h"
 #include "kernels/testing/npz.h"
 #include "model/testing/fixture.h"
@@ -244,6 +246,90 @@ TEST(LanguageModelTest, CreateRejectsAnImpossibleConfig) {
   auto model = LanguageModel::Create(c, kernels::Context::Cpu());
   ASSERT_FALSE(model.ok());
   EXPECT_NE(std::string(model.status().message()).find("n_heads=4 does not divide d_model=30"), std::string::npos);
+}
+
+TEST(LanguageModelTest, CreateRejectsPrecisionsTheCpuCannotRun) {
+  const ModelConfig c = Gpt2Config(50, 8, 16, 1, 2);
+  auto bf16 = LanguageModel::Create(c, kernels::Context::Cpu(), kernels::DType::kBF16);
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bf16.status().message()).find("precision BF16 runs on CUDA only"), std::string::npos)
+      << bf16.status();
+  auto f16 = LanguageModel::Create(c, kernels::Context::Cpu(), kernels::DType::kF16);
+  ASSERT_FALSE(f16.ok());
+  EXPECT_NE(std::string(f16.status().message()).find("activation dtype F16 is not supported"), std::string::npos)
+      << f16.status();
+  kernels::Context no_pool = kernels::Context::Cpu();
+  no_pool.pool = nullptr;
+  auto pool = LanguageModel::Create(c, no_pool);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_NE(std::string(pool.status().message()).find("needs a thread pool"), std::string::npos) << pool.status();
+}
+
+// An allocator that claims to be on CUDA device 0 and must never be asked for memory: Create rejects the
+// configs below before building anything.
+class UnusableCudaAllocator final : public kernels::Allocator {
+ public:
+  void* Allocate(size_t) override {
+    ADD_FAILURE() << "Create allocated memory for a model it should have rejected";
+    std::abort();
+  }
+  void Deallocate(void*, size_t) override {}
+  kernels::Device device() const override { return kernels::Device::Cuda(0); }
+};
+
+// Without a device: a CUDA context whose backend cannot run the model (a build without CUDA, or a kernel
+// not yet moved into kernels/) is rejected naming the op; where the backend runs the ops, head sizes the
+// CUDA attention lacks are rejected naming the head size (bf16: 64 and 128 only).
+TEST(LanguageModelTest, CreateChecksTheCudaBackendBeforeBuilding) {
+  UnusableCudaAllocator allocator;
+  kernels::Context cuda;
+  cuda.device = kernels::Device::Cuda(0);
+  cuda.allocator = &allocator;
+  ModelConfig c = Cs336Config(64, 16, 128, 1, 4, 96);  // head size 32
+  auto model = LanguageModel::Create(c, cuda, kernels::DType::kBF16);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  bool all_ops = true;
+  for (const char* op : {"embedding", "matmul", "attention", "residual", "cross_entropy", "rmsnorm", "swiglu",
+                         "rope"}) {
+    all_ops = all_ops && kernels::BackendSupports(op, cuda.device, kernels::DType::kBF16);
+  }
+  const std::string message(model.status().message());
+  if (all_ops) {
+    EXPECT_NE(message.find("head size 32"), std::string::npos) << message;
+  } else {
+    EXPECT_NE(message.find("no backend in this binary runs op"), std::string::npos) << message;
+    EXPECT_NE(message.find("cuda:0 with BF16"), std::string::npos) << message;
+  }
+}
+
+// For f32 activations the compute copy is the master weights' memory, so RefreshComputeWeights changes
+// nothing and writing `value` (as loading and the optimizer do) is all a CPU model needs.
+TEST(LanguageModelTest, F32ComputeWeightsAliasTheMasterWeights) {
+  const Fixture f = LoadFixture("llama_tiny");
+  auto model = LanguageModel::Create(f.config, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  EXPECT_TRUE((*model)->context().device.is_cpu());
+  EXPECT_EQ((*model)->activation_dtype(), kernels::DType::kF32);
+  (*model)->InitializeParameters(5);
+  std::vector<std::vector<float>> before;
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    EXPECT_EQ(p.compute.dtype(), kernels::DType::kF32) << name;
+    EXPECT_EQ(p.compute.data(), p.value.data()) << name;
+    EXPECT_EQ(p.compute.shape(), p.value.shape()) << name;
+    before.emplace_back(p.data(), p.data() + p.value.numel());
+  });
+  auto loss_before = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
+  (*model)->RefreshComputeWeights();
+  size_t i = 0;
+  (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+    EXPECT_EQ(std::vector<float>(p.data(), p.data() + p.value.numel()), before[i++]) << name;
+  });
+  auto loss_after = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), f.b, f.t);
+  ASSERT_TRUE(loss_before.ok() && loss_after.ok());
+  EXPECT_EQ(*loss_before, *loss_after);
+  EXPECT_EQ((*model)->logits_tensor().data(), static_cast<const void*>((*model)->logits()));
 }
 
 TEST(LanguageModelTest, ForwardRejectsBadBatches) {
