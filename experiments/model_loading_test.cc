@@ -27,7 +27,8 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
   (*model)->InitializeParameters(42);
   const std::string run = std::string(getenv("TEST_TMPDIR")) + "/run";
   CheckpointContents contents;
-  contents.model = ModelTensors(**model);
+  const HostTensors weights = ModelTensors(**model);
+  contents.model = weights.tensors;
   contents.state.set_step(7);
   contents.config_text = ExperimentToText(*experiment);
   auto saved = SaveCheckpoint(run + "/checkpoints", contents, 2);
@@ -37,7 +38,8 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
     auto loaded = LoadModelFromCheckpoint(path);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->weights_path, *saved + "/model.safetensors");
-    const std::vector<NamedTensor> a = ModelTensors(**model), b = ModelTensors(*loaded->model);
+    const HostTensors host_a = ModelTensors(**model), host_b = ModelTensors(*loaded->model);
+    const std::vector<NamedTensor>&a = host_a.tensors, &b = host_b.tensors;
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       int64_t n = 1;

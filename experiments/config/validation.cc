@@ -203,6 +203,7 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   if (run.precision() == RunConfig::BF16 && run.device() == RunConfig::CPU) {
     errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
   }
+  RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
   if (!(run.peak_flops() >= 0)) {
     errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(), " must not be negative (0 picks an estimate)"));
   }

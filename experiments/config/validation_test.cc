@@ -220,6 +220,7 @@ TEST(ConfigValidation, Bf16NeedsCuda) {
   EXPECT_EQ(ErrorWith("run.precision=BF16"),
             "tiny.textproto: run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
   EXPECT_EQ(Error(kBase, {"run.precision=BF16", "run.device=CUDA"}), "OK");
+  EXPECT_EQ(ErrorWith("run.cuda_device=-1"), "tiny.textproto: run.cuda_device=-1 must not be negative");
 }
 
 TEST(ConfigValidation, LogIntervalAtLeastOne) {

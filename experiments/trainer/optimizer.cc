@@ -7,46 +7,55 @@
 #include "base/check.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/grad_norm/grad_norm.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::experiments {
 
 ModelOptimizer::ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model)
-    : config_(config) {
+    : config_(config), ctx_(model.context()) {
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
     Moments& moments = moments_[name];
     for (int i = 0; i < p.value.rank(); ++i) moments.shape.push_back(p.value.dim(i));
     moments.decay = p.value.rank() >= 2 || config_.adamw().decay_vectors();
-    moments.m.assign(p.value.numel(), 0.0f);
-    moments.v.assign(p.value.numel(), 0.0f);
+    for (kernels::Tensor* t : {&moments.m, &moments.v}) {
+      *t = kernels::Tensor::Empty(p.value.shape(), kernels::DType::kF32, ctx_.allocator);
+      kernels::FillZero(ctx_, t->data(), t->nbytes());
+    }
   });
 }
 
-double ModelOptimizer::Step(const kernels::Context& ctx, model::LanguageModel& model, double lr) {
+double ModelOptimizer::Step(model::LanguageModel& model, double lr, int64_t micro_batches) {
+  LMF_CHECK_GE(micro_batches, 1);
   std::vector<kernels::GradSpan> spans;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    spans.push_back({p.grad_data(), p.grad.numel()});
+    spans.push_back({p.grad.data(), p.grad.numel()});
   });
   kernels::GradNormParams norm_params;
+  norm_params.dtype = kernels::DType::kF32;
   norm_params.grads = spans.data();
   norm_params.num_grads = static_cast<int64_t>(spans.size());
-  const double norm = kernels::GlobalGradNorm(ctx, norm_params);
+  // The gradients hold a sum over micro-batches; the norm of their mean is the norm of the sum divided.
+  const double norm =
+      static_cast<double>(kernels::GlobalGradNorm(ctx_, norm_params)) / static_cast<double>(micro_batches);
   if (!std::isfinite(norm)) return norm;
 
   ++step_;
-  const float grad_scale =
-      config_.grad_clip() > 0 ? kernels::ClipScale(static_cast<float>(norm), static_cast<float>(config_.grad_clip()))
-                              : 1.0f;
+  const float clip = config_.grad_clip() > 0 ? kernels::ClipScale(static_cast<float>(norm),
+                                                                  static_cast<float>(config_.grad_clip()))
+                                             : 1.0f;
+  const float grad_scale = clip / static_cast<float>(micro_batches);
   const config::AdamWConfig& adamw = config_.adamw();
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
     auto it = moments_.find(name);
     LMF_CHECK(it != moments_.end()) << "parameter " << name << " appeared after the optimizer was built";
     Moments& moments = it->second;
     kernels::AdamWParams params;
+    params.dtype = kernels::DType::kF32;
     params.n = p.value.numel();
-    params.param = p.data();
-    params.grad = p.grad_data();
-    params.m = moments.m.data();
-    params.v = moments.v.data();
+    params.param = p.value.data();
+    params.grad = p.grad.data();
+    params.m = moments.m.data<float>();
+    params.v = moments.v.data<float>();
     params.lr = static_cast<float>(lr);
     params.beta1 = static_cast<float>(adamw.beta1());
     params.beta2 = static_cast<float>(adamw.beta2());
@@ -54,38 +63,37 @@ double ModelOptimizer::Step(const kernels::Context& ctx, model::LanguageModel& m
     params.weight_decay = moments.decay ? static_cast<float>(adamw.weight_decay()) : 0.0f;
     params.step = step_;
     params.grad_scale = grad_scale;
-    kernels::AdamWStep(ctx, params);
+    kernels::AdamWStep(ctx_, params);
   });
+  model.RefreshComputeWeights();
   return norm;
 }
 
-void ModelOptimizer::VisitState(const std::function<void(const std::string& name, const std::vector<int64_t>& shape,
-                                                         const float* data)>& visit) const {
+HostTensors ModelOptimizer::StateTensors() const {
+  HostTensors out;
   for (const auto& [name, moments] : moments_) {
-    visit(name + ".exp_avg", moments.shape, moments.m.data());
-    visit(name + ".exp_avg_sq", moments.shape, moments.v.data());
+    out.AddFromDevice(ctx_, name + ".exp_avg", moments.shape, moments.m.data<float>());
+    out.AddFromDevice(ctx_, name + ".exp_avg_sq", moments.shape, moments.v.data<float>());
   }
+  return out;
 }
 
 absl::Status ModelOptimizer::Restore(const SafetensorsReader& state, int64_t step) {
+  std::vector<std::pair<kernels::Tensor*, std::vector<float>>> loaded;
   for (auto& [name, moments] : moments_) {
     absl::StatusOr<std::vector<float>> m = state.ReadFloat(name + ".exp_avg", moments.shape);
     if (!m.ok()) return m.status();
     absl::StatusOr<std::vector<float>> v = state.ReadFloat(name + ".exp_avg_sq", moments.shape);
     if (!v.ok()) return v.status();
-    moments.m = *std::move(m);
-    moments.v = *std::move(v);
+    loaded.emplace_back(&moments.m, *std::move(m));
+    loaded.emplace_back(&moments.v, *std::move(v));
+  }
+  // Every tensor read and checked before any is replaced: a bad checkpoint leaves the state as it was.
+  for (auto& [tensor, values] : loaded) {
+    kernels::CopyToDevice(ctx_, tensor->data(), values.data(), values.size() * sizeof(float));
   }
   step_ = step;
   return absl::OkStatus();
-}
-
-void ScaleGradients(const model::LanguageModel& model, float scale) {
-  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    float* g = p.grad_data();
-    const int64_t n = p.grad.numel();
-    for (int64_t i = 0; i < n; ++i) g[i] *= scale;
-  });
 }
 
 }  // namespace lmf::experiments

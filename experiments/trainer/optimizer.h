@@ -3,13 +3,19 @@
 // and second moments, step count) kept by parameter name so checkpoints store it under
 // "<parameter>.exp_avg" / "<parameter>.exp_avg_sq" (PyTorch's names) and restore it exactly.
 //
+// Device-generic: the moments are fp32 tensors on the model's device (from its context's allocator). A step
+// is one GlobalGradNorm (a host double, for the log and the finite check) and one MultiTensorAdamW per
+// weight-decay group over every parameter, which also writes the bf16 compute copy of each updated weight
+// when the model's activations are bf16. Gradient accumulation's mean over micro-batches is folded into the
+// norm and AdamW's grad_scale, so no pass over the gradients scales them. State moves in and out of
+// checkpoints through host copies (StateTensors, Restore), so a CPU run's state resumes on a GPU and back.
+//
 // Weight decay applies to matrices (rank >= 2: linear weights, embeddings) and, with
 // optimizer.adamw.decay_vectors, to biases and norm gains too.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,27 +23,30 @@
 #include "absl/status/status.h"
 #include "experiments/checkpoint/safetensors.h"
 #include "experiments/proto/optimizer.pb.h"
+#include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
+#include "kernels/core/tensor.h"
 #include "model/language_model/language_model.h"
 
 namespace lmf::experiments {
 
 class ModelOptimizer {
  public:
-  // Zero moments for every parameter of `model`.
+  // Zero moments for every parameter of `model`, on its device.
   ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model);
 
-  // The global L2 norm of the accumulated gradients (before clipping). When it is finite, clips to
-  // optimizer.grad_clip and applies one AdamW update at `lr`; when it is NaN or infinite, changes nothing.
-  double Step(const kernels::Context& ctx, model::LanguageModel& model, double lr);
+  // The parameters' gradients hold the sum of `micro_batches` mean-loss gradients (gradient accumulation);
+  // the step uses their mean. Returns the global L2 norm of that mean (before clipping). When it is finite,
+  // clips to optimizer.grad_clip and applies one AdamW update at `lr` (refreshing bf16 compute copies);
+  // when it is NaN or infinite, changes nothing.
+  double Step(model::LanguageModel& model, double lr, int64_t micro_batches = 1);
 
   int64_t step() const { return step_; }
 
-  // Every moment tensor: "<parameter>.exp_avg" and "<parameter>.exp_avg_sq", with its shape.
-  void VisitState(const std::function<void(const std::string& name, const std::vector<int64_t>& shape,
-                                           const float* data)>& visit) const;
+  // Host copies of every moment tensor: "<parameter>.exp_avg" and "<parameter>.exp_avg_sq", with its shape.
+  HostTensors StateTensors() const;
 
-  // Loads the moments written by VisitState and the step count; every moment must be present with the
+  // Loads the moments written from StateTensors and the step count; every moment must be present with the
   // parameter's shape.
   absl::Status Restore(const SafetensorsReader& state, int64_t step);
 
@@ -45,15 +54,13 @@ class ModelOptimizer {
   struct Moments {
     std::vector<int64_t> shape;
     bool decay = true;
-    std::vector<float> m, v;
+    kernels::Tensor m, v;  // fp32, on the model's device
   };
   config::OptimizerConfig config_;
+  kernels::Context ctx_;
   int64_t step_ = 0;
   std::map<std::string, Moments> moments_;
 };
-
-// Every gradient of `model` multiplied by `scale` (gradient accumulation averages micro-batches).
-void ScaleGradients(const model::LanguageModel& model, float scale);
 
 }  // namespace lmf::experiments
 

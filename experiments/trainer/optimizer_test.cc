@@ -1,7 +1,8 @@
 // The trainer's AdamW against the model's (model/optimizer, itself checked against torch.optim.AdamW with
 // clip_grad_norm_ on PyTorch fixtures): the same three clipped steps from the same weights and batch give
-// the same weights, so the trainer follows PyTorch's AdamW trajectory. Also: the state round-trips through
-// safetensors, and a non-finite gradient changes nothing.
+// the same weights, so the trainer follows PyTorch's AdamW trajectory. Also: gradient accumulation's mean is
+// folded into the step exactly, the state round-trips through safetensors (through host copies, the path
+// every device takes), and a non-finite gradient changes nothing.
 #include "experiments/trainer/optimizer.h"
 
 #include <cmath>
@@ -65,7 +66,7 @@ TEST(ModelOptimizer, FollowsTheModelsTorchCheckedAdamW) {
     ours->ZeroGrad();
     ASSERT_TRUE(ours->ForwardWithLoss(ids.data(), targets.data(), 2, 16).ok());
     ours->Backward();
-    const double norm = optimizer.Step(ctx, *ours, 1e-2);
+    const double norm = optimizer.Step(*ours, 1e-2);
     auto result = model::TrainStep(ctx, *theirs, reference, ids.data(), targets.data(), 2, 16, 1e-2);
     ASSERT_TRUE(result.ok()) << result.status();
     // Same fp32 gradients; the norms are accumulated in double by both, so they agree closely.
@@ -86,6 +87,41 @@ TEST(ModelOptimizer, FollowsTheModelsTorchCheckedAdamW) {
   });
 }
 
+std::vector<float> AllWeights(const model::LanguageModel& model) {
+  std::vector<float> out;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    out.insert(out.end(), p.data(), p.data() + p.value.numel());
+  });
+  return out;
+}
+
+TEST(ModelOptimizer, AccumulatedSumOfTwoMicroBatchesStepsLikeTheirMean) {
+  // The same batch twice accumulates 2g; Step(.., 2) must then step like Step(.., 1) on g: the same norm
+  // and the same weights. Not bit for bit: the second backward's GEMMs add into the first's gradients inside
+  // their K loop, which rounds differently from g + g, so allow a few fp32 ulps (relative 1e-6 on the norm,
+  // 1e-6 absolute on weights of size ~1).
+  auto once = Make();
+  auto twice = Make();
+  std::vector<int32_t> ids, targets;
+  Batch(&ids, &targets);
+  ModelOptimizer a(Config(), *once), b(Config(), *twice);
+  for (int step = 0; step < 2; ++step) {
+    once->ZeroGrad();
+    ASSERT_TRUE(once->ForwardWithLoss(ids.data(), targets.data(), 2, 16).ok());
+    once->Backward();
+    twice->ZeroGrad();
+    for (int micro = 0; micro < 2; ++micro) {
+      ASSERT_TRUE(twice->ForwardWithLoss(ids.data(), targets.data(), 2, 16).ok());
+      twice->Backward();
+    }
+    const double norm_once = a.Step(*once, 1e-2, 1);
+    EXPECT_NEAR(b.Step(*twice, 1e-2, 2), norm_once, 1e-6 * norm_once) << step;
+  }
+  const std::vector<float> wa = AllWeights(*once), wb = AllWeights(*twice);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) ASSERT_NEAR(wa[i], wb[i], 1e-6) << i;
+}
+
 TEST(ModelOptimizer, StateRoundTripsThroughSafetensors) {
   auto model = Make();
   std::vector<int32_t> ids, targets;
@@ -94,24 +130,23 @@ TEST(ModelOptimizer, StateRoundTripsThroughSafetensors) {
   model->ZeroGrad();
   ASSERT_TRUE(model->ForwardWithLoss(ids.data(), targets.data(), 2, 16).ok());
   model->Backward();
-  optimizer.Step(kernels::Context::Cpu(), *model, 1e-2);
+  optimizer.Step(*model, 1e-2);
   SafetensorsWriter writer;
-  int tensors = 0;
-  optimizer.VisitState([&](const std::string& name, const std::vector<int64_t>& shape, const float* data) {
-    writer.AddF32(name, shape, data);
-    ++tensors;
-  });
-  EXPECT_EQ(tensors, 2 * 21);  // exp_avg and exp_avg_sq of 21 parameters
+  const HostTensors state = optimizer.StateTensors();
+  for (const NamedTensor& t : state.tensors) writer.AddF32(t.name, t.shape, t.data);
+  EXPECT_EQ(state.tensors.size(), 2u * 21);  // exp_avg and exp_avg_sq of 21 parameters
   auto reader = SafetensorsReader::FromBytes(writer.Serialize(), "optimizer.safetensors");
   ASSERT_TRUE(reader.ok());
   ModelOptimizer restored(Config(), *model);
   ASSERT_TRUE(restored.Restore(*reader, 1).ok());
   EXPECT_EQ(restored.step(), 1);
-  restored.VisitState([&](const std::string& name, const std::vector<int64_t>&, const float* data) {
-    auto saved = reader->ReadFloat(name);
+  const HostTensors restored_state = restored.StateTensors();
+  ASSERT_EQ(restored_state.tensors.size(), state.tensors.size());
+  for (const NamedTensor& t : restored_state.tensors) {
+    auto saved = reader->ReadFloat(t.name);
     ASSERT_TRUE(saved.ok());
-    EXPECT_EQ(std::memcmp(saved->data(), data, saved->size() * 4), 0) << name;
-  });
+    EXPECT_EQ(std::memcmp(saved->data(), t.data, saved->size() * 4), 0) << t.name;
+  }
   auto partial = SafetensorsReader::FromBytes(SafetensorsWriter().Serialize(), "empty.safetensors");
   ASSERT_TRUE(partial.ok());
   EXPECT_EQ(restored.Restore(*partial, 1).message(), "empty.safetensors: no tensor named \"layers.0.attn.k_proj.weight.exp_avg\"");
@@ -130,7 +165,7 @@ TEST(ModelOptimizer, NonFiniteGradientChangesNothing) {
     if (first) p.grad_data()[0] = NAN;
     first = false;
   });
-  EXPECT_TRUE(std::isnan(optimizer.Step(kernels::Context::Cpu(), *model, 1e-2)));
+  EXPECT_TRUE(std::isnan(optimizer.Step(*model, 1e-2)));
   EXPECT_EQ(optimizer.step(), 0);
   size_t k = 0;
   model->VisitParameters([&](const std::string&, const model::Parameter& p) {

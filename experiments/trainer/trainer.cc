@@ -22,8 +22,10 @@
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
+#include "experiments/trainer/training_device.h"
 #include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
+#include "kernels/memory/memory.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 #include "tokenizer/tokenizer_file.h"
@@ -96,20 +98,15 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
 
 }  // namespace
 
-double PeakFlops(const config::RunConfig& run, int num_threads) {
-  if (run.peak_flops() > 0) return run.peak_flops();
-  return static_cast<double>(num_threads) * 2 * 8 * 2 * 3.0e9;
-}
-
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
   const config::RunConfig& run = experiment.run();
-  if (run.device() != config::RunConfig::CPU) {
-    return absl::UnimplementedError("run.device=CUDA: the trainer runs on the CPU only so far");
-  }
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
-  const kernels::Context ctx = kernels::Context::Cpu();
-  absl::StatusOr<std::unique_ptr<model::LanguageModel>> created = model::LanguageModel::Create(*model_config, ctx);
+  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = TrainingDevice::Open(run);
+  if (!device.ok()) return device.status();
+  const kernels::Context& ctx = (*device)->context();
+  absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
+      model::LanguageModel::Create(*model_config, ctx, (*device)->activations());
   if (!created.ok()) return created.status();
   model::LanguageModel& model = **created;
   model.InitializeParameters(run.seed());
@@ -143,6 +140,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const bool bar = UseProgressBar(experiment.logging(), options.console);
   const int64_t total_steps = TotalSteps(experiment);
   ConsoleReporter console(options.console, bar, total_steps);
+  console.Message(absl::StrCat("device: ", (*device)->name(), ", ", config::RunConfig::Precision_Name(run.precision()),
+                               "; MFU against ",
+                               (*device)->peak_flops().has_value()
+                                   ? absl::StrFormat("%.4g FLOP/s (%s)", *(*device)->peak_flops(),
+                                                     (*device)->peak_flops_source())
+                                   : (*device)->peak_flops_source()));
 
   int64_t start_step = 0;
   int64_t tokens = 0;
@@ -200,7 +203,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const int64_t tokens_per_step = TokensPerStep(experiment);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
-  const double peak_flops = PeakFlops(run, ctx.num_threads());
+  const std::optional<double> peak_flops = (*device)->peak_flops();
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
   const StopSignalScope signals(options.checkpoint_on_signal);
 
@@ -216,9 +219,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       model.Backward();
       loss_sum += *loss;
     }
-    if (accum > 1) ScaleGradients(model, 1.0f / static_cast<float>(accum));
     const double loss = loss_sum / static_cast<double>(accum);
-    const double grad_norm = std::isfinite(loss) ? optimizer.Step(ctx, model, lr) : NAN;
+    const double grad_norm = std::isfinite(loss) ? optimizer.Step(model, lr, accum) : NAN;
     const int64_t completed = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       const std::string message = absl::StrCat(
@@ -230,6 +232,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       return absl::AbortedError(message);
     }
     tokens += tokens_per_step;
+    kernels::Synchronize(ctx);  // the update is queued on a GPU's stream; the step ends when it is done
     const double step_seconds = Seconds(started);
     train_seconds += step_seconds;
 
@@ -240,7 +243,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     m.lr = lr;
     m.grad_norm = grad_norm;
     m.tokens_per_second = static_cast<double>(tokens_per_step) / step_seconds;
-    m.mfu = m.tokens_per_second * flops_per_token / peak_flops;
+    m.mfu = peak_flops.has_value() ? m.tokens_per_second * flops_per_token / *peak_flops : 0.0;
     m.wall_seconds = train_seconds;
     const bool last = completed == total_steps;
     if (validation.has_value() &&
@@ -273,11 +276,11 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     const int stop_signal = g_stop_signal.load();
     if (last || stop_signal != 0 ||
         (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
+      const HostTensors weights = ModelTensors(model);
+      const HostTensors optimizer_state = optimizer.StateTensors();
       CheckpointContents contents;
-      contents.model = ModelTensors(model);
-      optimizer.VisitState([&](const std::string& name, const std::vector<int64_t>& shape, const float* data) {
-        contents.optimizer.push_back({name, shape, data});
-      });
+      contents.model = weights.tensors;
+      contents.optimizer = optimizer_state.tensors;
       contents.state.set_step(completed);
       contents.state.set_tokens(tokens);
       contents.state.set_sampler_seed(sampler->state().seed);

@@ -5,6 +5,10 @@
 //   events.out.tfevents.* TensorBoard scalars: train/loss, train/lr, train/grad_norm, val/loss,
 //                         perf/tokens_per_second, perf/mfu
 //   checkpoints/          step_XXXXXXXX folders (experiments/checkpoint/checkpoint.h), the newest N kept
+// The run trains on run.device in run.precision (training_device.h: the CPU in FP32, or a CUDA device in
+// FP32 or BF16 with fp32 master weights and optimizer state); the console log names the device and the peak
+// FLOP/s MFU is measured against. Checkpoints hold fp32 weights and moments under the same names on every
+// device, so a run checkpointed on the CPU resumes on a GPU and the reverse.
 // Each step: run.grad_accum_steps micro-batches of run.batch_size random windows (forward, backward,
 // gradients averaged), the LR from the schedule, the global gradient norm, clipping and AdamW. A NaN or
 // infinite loss or gradient norm stops the run before the update, with an error naming the step and the
@@ -23,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "experiments/proto/experiment.pb.h"
 #include "experiments/proto/run.pb.h"
+#include "experiments/trainer/training_device.h"
 
 namespace lmf::experiments {
 
@@ -47,10 +52,6 @@ struct TrainResult {
 };
 
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options);
-
-// Peak FLOP/s used for MFU: run.peak_flops when set, else on the CPU an AVX2 estimate of
-// threads x 2 FMA units x 8 fp32 lanes x 2 FLOPs x 3 GHz = 96 GFLOP/s per thread.
-double PeakFlops(const config::RunConfig& run, int num_threads);
 
 }  // namespace lmf::experiments
 

@@ -1,25 +1,32 @@
 // Named parameter transfer and validation loss (see weights.h).
 #include "experiments/trainer/weights.h"
 
-#include <cstring>
 #include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::experiments {
 
-std::vector<NamedTensor> ModelTensors(const model::LanguageModel& model) {
-  std::vector<NamedTensor> tensors;
+void HostTensors::AddFromDevice(const kernels::Context& ctx, const std::string& name,
+                                const std::vector<int64_t>& shape, const float* data) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float>& host = storage.emplace_back(n);
+  kernels::CopyToHost(ctx, host.data(), data, static_cast<size_t>(n) * sizeof(float));
+  tensors.push_back({name, shape, host.data()});
+}
+
+HostTensors ModelTensors(const model::LanguageModel& model) {
+  HostTensors out;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    NamedTensor t;
-    t.name = name;
-    for (int i = 0; i < p.value.rank(); ++i) t.shape.push_back(p.value.dim(i));
-    t.data = p.data();
-    tensors.push_back(std::move(t));
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p.value.rank(); ++i) shape.push_back(p.value.dim(i));
+    out.AddFromDevice(model.context(), name, shape, p.data());
   });
-  return tensors;
+  return out;
 }
 
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
@@ -34,10 +41,11 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
       status = values.status();
       return;
     }
-    std::memcpy(p.data(), values->data(), values->size() * sizeof(float));
+    kernels::CopyToDevice(model.context(), p.data(), values->data(), values->size() * sizeof(float));
     used.insert(name);
   });
   if (!status.ok()) return status;
+  model.RefreshComputeWeights();
   std::vector<std::string> extra;
   for (const auto& [name, tensor] : weights.tensors()) {
     if (used.count(name) == 0) extra.push_back(name);

@@ -1,9 +1,12 @@
 // Moving a LanguageModel's parameters in and out of safetensors by name: the names are the model's
 // checkpoint names (model/language_model, documented in experiments/README.md), so weights written by
-// PyTorch under the same names load here and ours load there.
+// PyTorch under the same names load here and ours load there. What moves is the fp32 master weights, through
+// host staging buffers, on every device: a checkpoint written by a CPU run loads into a CUDA model (FP32 or
+// BF16) and the reverse, under the same names.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
 
+#include <deque>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,11 +18,23 @@
 
 namespace lmf::experiments {
 
-// Every parameter as (name, shape, data pointer into the model).
-std::vector<NamedTensor> ModelTensors(const model::LanguageModel& model);
+// Named fp32 tensors copied to host memory, e.g. for a checkpoint: tensors[i].data points into `storage`
+// (a deque, so the buffers never move) and stays valid while this object lives.
+struct HostTensors {
+  std::vector<NamedTensor> tensors;
+  std::deque<std::vector<float>> storage;
 
-// Copies every parameter from `weights` (F32, BF16, F16 or F64). A missing tensor, a shape mismatch or a
-// tensor the model does not have is an error naming it.
+  // Appends a tensor named `name` of `shape` with numel(shape) floats copied from `data` on ctx's device.
+  void AddFromDevice(const kernels::Context& ctx, const std::string& name, const std::vector<int64_t>& shape,
+                     const float* data);
+};
+
+// Every parameter's fp32 master weights as (name, shape, host copy).
+HostTensors ModelTensors(const model::LanguageModel& model);
+
+// Copies every parameter from `weights` (F32, BF16, F16 or F64) into the fp32 master weights on the model's
+// device, then refreshes the bf16 compute copies (RefreshComputeWeights). A missing tensor, a shape mismatch
+// or a tensor the model does not have is an error naming it.
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model);
 
 // Mean cross-entropy over every batch of `batches` (each batch weighs the same: they all hold B x T

@@ -1,6 +1,6 @@
-// Weights by name: a model's tensors written to safetensors load back into a fresh model exactly, and
-// a missing tensor, a wrong shape or an unknown tensor is an error naming it. Also the resume guard: a
-// checkpoint of a different model is refused.
+// Weights by name: a model's tensors written to safetensors load back into a fresh model exactly, the
+// saved tensors are a host snapshot (the staging path every device takes), and a missing tensor, a wrong
+// shape or an unknown tensor is an error naming it.
 #include "experiments/trainer/weights.h"
 
 #include <cstring>
@@ -30,10 +30,11 @@ std::string Serialize(const std::vector<NamedTensor>& tensors) {
 TEST(Weights, RoundTripIntoAFreshModel) {
   auto source = Make(1);
   auto target = Make(2);
-  auto reader = SafetensorsReader::FromBytes(Serialize(ModelTensors(*source)), "w.safetensors");
+  auto reader = SafetensorsReader::FromBytes(Serialize(ModelTensors(*source).tensors), "w.safetensors");
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(LoadWeights(*reader, *target).ok());
-  const std::vector<NamedTensor> a = ModelTensors(*source), b = ModelTensors(*target);
+  const HostTensors host_a = ModelTensors(*source), host_b = ModelTensors(*target);
+  const std::vector<NamedTensor>&a = host_a.tensors, &b = host_b.tensors;
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     int64_t n = 1;
@@ -43,9 +44,32 @@ TEST(Weights, RoundTripIntoAFreshModel) {
   }
 }
 
+TEST(Weights, SavedTensorsAreAHostSnapshotOfTheMasterWeights) {
+  auto model = Make(1);
+  const HostTensors snapshot = ModelTensors(*model);
+  std::vector<std::vector<float>> before;
+  for (const NamedTensor& t : snapshot.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    before.emplace_back(t.data, t.data + n);
+  }
+  size_t i = 0;
+  model->VisitParameters([&](const std::string& name, const model::Parameter& p) {
+    ASSERT_EQ(snapshot.tensors[i].name, name);
+    EXPECT_NE(snapshot.tensors[i].data, p.data()) << name << ": a copy, not a pointer into the model";
+    ++i;
+  });
+  model->InitializeParameters(2);  // the model changes; the snapshot must not
+  for (size_t k = 0; k < snapshot.tensors.size(); ++k) {
+    EXPECT_EQ(std::memcmp(snapshot.tensors[k].data, before[k].data(), before[k].size() * sizeof(float)), 0)
+        << snapshot.tensors[k].name;
+  }
+}
+
 TEST(Weights, MissingWrongShapeAndUnknownTensorsAreErrors) {
   auto model = Make(1);
-  std::vector<NamedTensor> tensors = ModelTensors(*model);
+  const HostTensors host = ModelTensors(*model);
+  const std::vector<NamedTensor>& tensors = host.tensors;
   std::vector<NamedTensor> missing(tensors.begin() + 1, tensors.end());
   auto reader = SafetensorsReader::FromBytes(Serialize(missing), "w.safetensors");
   ASSERT_TRUE(reader.ok());

@@ -1,0 +1,115 @@
+// The device and precision a run trains on, and its MFU peak (see training_device.h).
+#include "experiments/trainer/training_device.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+#if LMF_WITH_CUDA
+#include "kernels/cuda/cuda_context.h"
+#endif
+
+namespace lmf::experiments {
+
+struct TrainingDevice::CudaHolder {
+#if LMF_WITH_CUDA
+  std::unique_ptr<kernels::cuda::CudaContext> context;
+#endif
+};
+
+TrainingDevice::TrainingDevice() = default;
+TrainingDevice::~TrainingDevice() = default;
+
+double PeakFlops(const config::RunConfig& run, int num_threads) {
+  if (run.peak_flops() > 0) return run.peak_flops();
+  return static_cast<double>(num_threads) * 2 * 8 * 2 * 3.0e9;
+}
+
+std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunConfig::Precision precision) {
+  struct Peak {
+    const char* name_part;
+    const char* excluded_part;  // a variant with another peak ("" when none)
+    double bf16, fp32;
+  };
+  static constexpr Peak kPeaks[] = {
+      {"H200", "", 989.4e12, 66.9e12},
+      {"H100", "PCIe", 989.4e12, 66.9e12},  // SXM (the driver names it e.g. "NVIDIA H100 80GB HBM3")
+      {"H100", "", 756.0e12, 51.2e12},      // PCIe
+      {"A100", "", 312.0e12, 19.5e12},
+  };
+  for (const Peak& peak : kPeaks) {
+    if (!absl::StrContains(device_name, peak.name_part)) continue;
+    if (peak.excluded_part[0] != '\0' && absl::StrContains(device_name, peak.excluded_part)) continue;
+    switch (precision) {
+      case config::RunConfig::BF16: return peak.bf16;
+      case config::RunConfig::FP32: return peak.fp32;
+      default: return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run) {
+  std::unique_ptr<TrainingDevice> device(new TrainingDevice());
+  switch (run.precision()) {
+    case config::RunConfig::FP32: device->activations_ = kernels::DType::kF32; break;
+    case config::RunConfig::BF16: device->activations_ = kernels::DType::kBF16; break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("run.precision=", config::RunConfig::Precision_Name(run.precision()),
+                       ": the trainer runs FP32 or BF16"));
+  }
+  const char* precision_name = run.precision() == config::RunConfig::BF16 ? "bf16" : "fp32";
+  switch (run.device()) {
+    case config::RunConfig::CPU: {
+      if (run.precision() != config::RunConfig::FP32) {
+        return absl::InvalidArgumentError("run.precision BF16 needs run.device CUDA (CPU training is FP32)");
+      }
+      device->ctx_ = kernels::Context::Cpu();
+      device->name_ = absl::StrCat("CPU (", device->ctx_.num_threads(), " threads)");
+      device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads());
+      device->peak_flops_source_ =
+          run.peak_flops() > 0 ? "run.peak_flops" : "AVX2 estimate of 96 GFLOP/s per thread";
+      return device;
+    }
+    case config::RunConfig::CUDA: {
+#if LMF_WITH_CUDA
+      absl::StatusOr<std::unique_ptr<kernels::cuda::CudaContext>> cuda =
+          kernels::cuda::CudaContext::Create(run.cuda_device());
+      if (!cuda.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat("run.device=CUDA: cannot open CUDA device ",
+                                                          run.cuda_device(), ": ", cuda.status().message()));
+      }
+      device->cuda_ = std::make_unique<CudaHolder>();
+      device->cuda_->context = *std::move(cuda);
+      device->ctx_ = device->cuda_->context->context();
+      const std::string gpu_name = device->cuda_->context->properties().name;
+      device->name_ = absl::StrCat(gpu_name, " (cuda:", run.cuda_device(), ")");
+      if (run.peak_flops() > 0) {
+        device->peak_flops_ = run.peak_flops();
+        device->peak_flops_source_ = "run.peak_flops";
+      } else if (std::optional<double> peak = GpuPeakFlops(gpu_name, run.precision()); peak.has_value()) {
+        device->peak_flops_ = *peak;
+        device->peak_flops_source_ = absl::StrCat(gpu_name, " dense ", precision_name, " peak");
+      } else {
+        device->peak_flops_source_ =
+            absl::StrCat("none: no known ", precision_name, " peak for ", gpu_name,
+                         "; set run.peak_flops to log MFU (MFU is logged as 0)");
+      }
+      return device;
+#else
+      (void)precision_name;
+      return absl::FailedPreconditionError(
+          "run.device=CUDA: this binary was built without the CUDA backend (under --config=nocuda, or where "
+          "bazel found no CUDA toolkit); build it on a machine with the CUDA toolkit, without --config=nocuda, "
+          "e.g. ./bazelw build //experiments:train");
+#endif
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run.device=", config::RunConfig::Device_Name(run.device()), ": the trainer runs on CPU or CUDA"));
+  }
+}
+
+}  // namespace lmf::experiments

@@ -1,0 +1,69 @@
+// Where a run trains: the kernels::Context for run.device (the CPU's thread pool, or a CUDA device's stream
+// and caching allocator), the activation dtype for run.precision (FP32: f32; BF16: bf16 weights copies and
+// activations over fp32 master weights), the device's name for the run's log, and the peak FLOP/s that MFU
+// is measured against:
+//   - run.peak_flops when it is set;
+//   - on the CPU, an AVX2 estimate of threads x 2 FMA units x 8 fp32 lanes x 2 FLOPs x 3 GHz;
+//   - on a GPU, the dense rate of the run's precision for a device named in GpuPeakFlops's table (bf16
+//     tensor cores for BF16 runs, fp32 CUDA cores for FP32 runs); none for an unknown GPU (MFU is then 0).
+// This file holds no CUDA header: the CUDA context lives behind a forward-declared holder and exists only in
+// binaries built with the CUDA backend (LMF_WITH_CUDA).
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINING_DEVICE_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_TRAINING_DEVICE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "experiments/proto/run.pb.h"
+#include "kernels/core/context.h"
+#include "kernels/core/dtype.h"
+
+namespace lmf::experiments {
+
+class TrainingDevice {
+ public:
+  // The device run.device names (run.cuda_device for CUDA) and the dtype run.precision names. Errors:
+  // CUDA in a binary built without the CUDA backend (the message says how to build with it), a CUDA device
+  // that cannot be opened (no driver, no such ordinal: the CUDA error), BF16 on the CPU, and an
+  // unspecified device or precision.
+  static absl::StatusOr<std::unique_ptr<TrainingDevice>> Open(const config::RunConfig& run);
+  ~TrainingDevice();
+  TrainingDevice(const TrainingDevice&) = delete;
+  TrainingDevice& operator=(const TrainingDevice&) = delete;
+
+  const kernels::Context& context() const { return ctx_; }
+  kernels::DType activations() const { return activations_; }
+  // "CPU (2 threads)" or the GPU's name with its ordinal, e.g. "NVIDIA H200 (cuda:0)".
+  const std::string& name() const { return name_; }
+  // The peak FLOP/s for MFU (see the top of this file); nullopt for a GPU without a known peak and no
+  // run.peak_flops.
+  std::optional<double> peak_flops() const { return peak_flops_; }
+  // Where peak_flops comes from, for the log: e.g. "run.peak_flops", "NVIDIA H200 dense bf16 peak".
+  const std::string& peak_flops_source() const { return peak_flops_source_; }
+
+ private:
+  struct CudaHolder;  // the kernels::cuda::CudaContext of a CUDA run (training_device.cc)
+
+  TrainingDevice();
+  kernels::Context ctx_;
+  kernels::DType activations_ = kernels::DType::kF32;
+  std::string name_;
+  std::optional<double> peak_flops_;
+  std::string peak_flops_source_;
+  std::unique_ptr<CudaHolder> cuda_;
+};
+
+// Peak FLOP/s for MFU on the CPU: run.peak_flops when set, else the AVX2 estimate above (96 GFLOP/s per
+// thread).
+double PeakFlops(const config::RunConfig& run, int num_threads);
+
+// The dense peak FLOP/s of a GPU, by the name the CUDA driver reports (cudaDeviceProp::name), for bf16
+// (tensor cores) or fp32 (CUDA cores, no TF32): H200 and H100 SXM 989.4e12 / 66.9e12, H100 PCIe 756e12 /
+// 51.2e12, A100 312e12 / 19.5e12 (NVIDIA's data sheets, without sparsity). nullopt for other devices.
+std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunConfig::Precision precision);
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_TRAINING_DEVICE_H_
