@@ -2,10 +2,10 @@
 #include "model/optimizer/adamw.h"
 
 #include <cmath>
-
-#include "absl/strings/str_cat.h"
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/grad_norm/grad_norm.h"
 
@@ -21,6 +21,9 @@ absl::Status AdamWConfig::Validate() const {
 }
 
 double AdamW::Step(const kernels::Context& ctx, LanguageModel& model, double lr) {
+  LMF_CHECK(model.context().device.is_cpu() && model.activation_dtype() == kernels::DType::kF32)
+      << "model::AdamW runs on f32 CPU models; this one is on " << model.context().device << " with "
+      << model.activation_dtype() << " activations (use experiments/trainer's optimizer)";
   std::vector<kernels::GradSpan> grads;
   model.VisitParameters([&](const std::string&, const Parameter& p) {
     grads.push_back(kernels::GradSpan{p.grad_data(), p.grad.numel()});

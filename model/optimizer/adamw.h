@@ -4,6 +4,8 @@
 // The update is torch.optim.AdamW's (decoupled weight decay p *= 1 - lr*wd, bias-corrected moments); the
 // clipping is torch.nn.utils.clip_grad_norm_'s (scale by max_norm / (norm + 1e-6) when norm > max_norm).
 // Moments are kept per parameter name, so they survive reordering and can be checkpointed by name.
+// This is the reference optimizer for f32 models on the CPU (checked against PyTorch in adamw_test); the
+// trainer's device-generic optimizer (experiments/trainer/optimizer.h) is checked against it.
 #ifndef LMFORGE_MODEL_OPTIMIZER_ADAMW_H_
 #define LMFORGE_MODEL_OPTIMIZER_ADAMW_H_
 
@@ -37,7 +39,8 @@ class AdamW {
   explicit AdamW(const AdamWConfig& config) : config_(config) {}
 
   // Clips the model's accumulated gradients (if enabled) and applies one update at learning rate `lr`.
-  // Returns the global gradient L2 norm before clipping.
+  // Returns the global gradient L2 norm before clipping. The model must be an f32 CPU model (aborts
+  // otherwise: a program error, not bad input).
   double Step(const kernels::Context& ctx, LanguageModel& model, double lr);
 
   int64_t step() const { return step_; }
