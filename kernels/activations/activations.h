@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -35,6 +36,13 @@ struct ActivationBackwardParams {
   void* dx = nullptr;          // (n), written
 };
 
+// The CUDA backend (activations_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status ActivationForward(const Context& ctx, const ActivationForwardParams& p);
+absl::Status ActivationBackward(const Context& ctx, const ActivationBackwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void ActivationForward(const Context& ctx, const ActivationForwardParams& p);
 void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p);
@@ -42,10 +50,16 @@ void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p);
 
 inline void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
   if (!BackendSupports("activation", ctx.device, p.dtype)) UnsupportedOp("activation", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::ActivationForward(ctx, p), "ActivationForward");
+#endif
   cpu::ActivationForward(ctx, p);
 }
 inline void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
   if (!BackendSupports("activation", ctx.device, p.dtype)) UnsupportedOp("activation", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::ActivationBackward(ctx, p), "ActivationBackward");
+#endif
   cpu::ActivationBackward(ctx, p);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "base/check.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/cpu/parallel.h"
 
@@ -47,6 +48,42 @@ void AdamWStep(const Context& ctx, const AdamWParams& p) {
       param[i] = w - step_size * (m / (std::sqrt(v) / sqrt_bc2 + eps));
     }
   });
+}
+
+// AdamWStep per tensor, with the clip scale folded into grad_scale (as the CUDA kernel does), then the bf16
+// copy from the updated fp32 param.
+void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
+  LMF_CHECK_EQ(p.grad_dtype, DType::kF32) << "the CPU AdamW takes fp32 gradients";
+  LMF_CHECK_GE(p.step, 1) << "AdamW steps count from 1";
+  float grad_scale = p.grad_scale;
+  if (p.norm != nullptr) {
+    const float clip = p.max_norm / (*p.norm + 1e-6f);
+    grad_scale *= clip < 1.0f ? clip : 1.0f;
+  }
+  for (int64_t i = 0; i < p.num_tensors; ++i) {
+    const AdamWTensor& t = p.tensors[i];
+    AdamWParams a;
+    a.dtype = DType::kF32;
+    a.n = t.n;
+    a.param = t.param;
+    a.grad = t.grad;
+    a.m = t.m;
+    a.v = t.v;
+    a.lr = p.lr;
+    a.beta1 = p.beta1;
+    a.beta2 = p.beta2;
+    a.eps = p.eps;
+    a.weight_decay = p.weight_decay;
+    a.step = p.step;
+    a.grad_scale = grad_scale;
+    cpu::AdamWStep(ctx, a);
+    if (t.param_copy != nullptr) {
+      uint16_t* copy = static_cast<uint16_t*>(t.param_copy);
+      ParallelForItems(ctx, t.n, 2, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) copy[j] = FloatToBF16(t.param[j]);
+      });
+    }
+  }
 }
 
 }  // namespace lmf::kernels::cpu

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -71,6 +72,28 @@ struct AttentionBackwardParams {
   AttentionBackwardSchedule schedule = AttentionBackwardSchedule::kAuto;
 };
 
+// The CUDA backend (attention_cuda.cu and attention_f32_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+//
+// bf16: FlashAttention-2 on tensor cores (mma.sync m16n8k16, fp32 accumulation, fp32 lse), HS 64 or 128,
+// strides and pointers 16-byte aligned (multiples of 8 elements). f32: CUDA-core kernels, HS 32, 64 or 128,
+// any strides (for fp32 runs and as a check, not for speed). Anything else returns InvalidArgument or
+// Unimplemented. The forward runs 64 queries x 64 keys per step with the online softmax in registers; the
+// backward is two deterministic kernels (no atomics): dk/dv per key block looping over the group's query
+// heads, dq per query block recomputing S and dP (about 1.4x FA2's backward FLOPs). algorithm and schedule
+// are CPU choices and are ignored here.
+namespace cuda {
+absl::Status AttentionForward(const Context& ctx, const AttentionParams& p);
+absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
+
+// Variants of the bf16 forward being compared (tests require bitwise-equal outputs; the benchmark times
+// both): kPackedV (AttentionForward's) builds V's B fragments from 16-bit shared loads, kLdmatrixV with
+// ldmatrix.trans. The faster one, once both pass on a GPU, becomes AttentionForward's and the other goes.
+enum class AttentionForwardVariant : uint8_t { kPackedV, kLdmatrixV };
+absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
+                                         AttentionForwardVariant v);
+}  // namespace cuda
+
 namespace cpu {
 void AttentionForward(const Context& ctx, const AttentionParams& p);
 void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
@@ -78,12 +101,23 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
 
 inline void AttentionForward(const Context& ctx, const AttentionParams& p) {
   if (!BackendSupports("attention", ctx.device, p.dtype)) UnsupportedOp("attention", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::AttentionForward(ctx, p), "AttentionForward");
+#endif
   cpu::AttentionForward(ctx, p);
 }
 inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p) {
   if (!BackendSupports("attention", ctx.device, p.forward.dtype)) UnsupportedOp("attention", ctx, p.forward.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::AttentionBackward(ctx, p), "AttentionBackward");
+#endif
   cpu::AttentionBackward(ctx, p);
 }
+
+// Whether the backends built into this binary run attention on `device` with `dtype` and head size
+// `head_size`: the CPU any head size in f32; CUDA bf16 with 64 or 128, f32 with 32, 64 or 128. Model
+// builders ask this before allocating, so an unsupported configuration is a clear error at build time.
+bool AttentionSupported(Device device, DType dtype, int64_t head_size);
 
 // Params for contiguous q (B, T, NH, HS), k and v (B, S, NKV, HS), out (B, T, NH, HS), scale 1/sqrt(HS).
 AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV, int64_t HS,

@@ -36,6 +36,13 @@ AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64
   return p;
 }
 
+bool AttentionSupported(Device device, DType dtype, int64_t head_size) {
+  if (head_size <= 0 || !BackendSupports("attention", device, dtype)) return false;
+  if (device.is_cpu()) return true;
+  if (dtype == DType::kBF16) return head_size == 64 || head_size == 128;  // the tensor-core kernels
+  return head_size == 32 || head_size == 64 || head_size == 128;         // the fp32 CUDA-core kernels
+}
+
 namespace cpu {
 namespace {
 

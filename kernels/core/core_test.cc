@@ -97,10 +97,30 @@ TEST(Context, CpuContextHasPoolAndAllocator) {
   Context ctx = Context::Cpu(&pool);
   EXPECT_EQ(ctx.num_threads(), 2);
   EXPECT_NE(ctx.allocator, nullptr);
-  EXPECT_TRUE(BackendSupports("rmsnorm", Device::Cpu(), DType::kF32));
-  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cpu(), DType::kBF16));
-  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cuda(0), DType::kF32));
 }
+
+TEST(Dispatch, CpuBackendRunsEveryOpInF32Only) {
+  EXPECT_TRUE(BackendSupports("rmsnorm", Device::Cpu(), DType::kF32));
+  EXPECT_TRUE(BackendSupports("softmax", Device::Cpu(), DType::kF32));
+  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cpu(), DType::kBF16));
+}
+
+#if LMF_WITH_CUDA
+TEST(Dispatch, CudaBackendRunsItsOpsInF32AndBf16) {
+  for (const char* op : {"activation", "adamw", "attention", "cross_entropy", "embedding", "grad_norm",
+                         "layernorm", "matmul", "residual", "rmsnorm", "rope", "swiglu"}) {
+    EXPECT_TRUE(BackendSupports(op, Device::Cuda(0), DType::kF32)) << op;
+    EXPECT_TRUE(BackendSupports(op, Device::Cuda(0), DType::kBF16)) << op;
+    EXPECT_FALSE(BackendSupports(op, Device::Cuda(0), DType::kI32)) << op;
+  }
+  EXPECT_FALSE(BackendSupports("softmax", Device::Cuda(0), DType::kF32));  // no CUDA softmax
+}
+#else
+TEST(Dispatch, NoCudaBackendInThisBinary) {
+  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cuda(0), DType::kF32));
+  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cuda(0), DType::kBF16));
+}
+#endif
 
 }  // namespace
 }  // namespace lmf::kernels

@@ -1,17 +1,48 @@
-// The backend capability table: today the CPU backend, f32, every op.
+// The backend capability table: the CPU backend runs every op in f32; the CUDA backend, where it is built
+// in (LMF_WITH_CUDA), runs the ops listed in kCudaOps in f32 and bf16 (op-specific limits, such as
+// attention's head sizes, are checked by the op: see AttentionSupported in kernels/attention/attention.h).
 #include "kernels/core/dispatch.h"
+
+#include <cstring>
 
 #include "base/check.h"
 
 namespace lmf::kernels {
+namespace {
 
-bool BackendSupports(const char* /*op*/, Device device, DType dtype) {
-  return device.is_cpu() && dtype == DType::kF32;
+#if LMF_WITH_CUDA
+// The op names the entry points pass to BackendSupports, for every op with a CUDA implementation.
+constexpr const char* kCudaOps[] = {"activation", "adamw",   "attention", "cross_entropy", "embedding", "grad_norm",
+                                    "layernorm",  "matmul",  "residual",  "rmsnorm",       "rope",      "swiglu"};
+
+bool IsCudaOp(const char* op) {
+  for (const char* name : kCudaOps)
+    if (std::strcmp(name, op) == 0) return true;
+  return false;
+}
+#endif
+
+}  // namespace
+
+bool BackendSupports(const char* op, Device device, DType dtype) {
+  if (device.is_cpu()) return dtype == DType::kF32;
+#if LMF_WITH_CUDA
+  if (device.is_cuda()) return (dtype == DType::kF32 || dtype == DType::kBF16) && IsCudaOp(op);
+#else
+  (void)op;
+#endif
+  return false;
 }
 
 void UnsupportedOp(const char* op, const Context& ctx, DType dtype) {
   LMF_CHECK(false) << "no backend in this binary runs op '" << op << "' on " << ctx.device << " with dtype "
-                   << dtype << " (the CPU backend runs f32 only)";
+                   << dtype << " (the CPU backend runs f32"
+#if LMF_WITH_CUDA
+                   << "; the CUDA backend f32 and bf16"
+#else
+                   << "; this binary has no CUDA backend"
+#endif
+                   << ")";
   __builtin_unreachable();
 }
 

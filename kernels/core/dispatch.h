@@ -18,7 +18,10 @@
 #ifndef LMFORGE_KERNELS_CORE_DISPATCH_H_
 #define LMFORGE_KERNELS_CORE_DISPATCH_H_
 
+#include <utility>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
 
@@ -35,6 +38,13 @@ bool BackendSupports(const char* op, Device device, DType dtype);
 
 // Aborts with `what` and the status's message when `status` is not OK.
 void CheckCuda(const absl::Status& status, const char* what);
+
+// The value of `result`, or an abort as CheckCuda's: for entry points that return a value (the grad norm).
+template <typename T>
+T CheckCudaValue(absl::StatusOr<T> result, const char* what) {
+  CheckCuda(result.status(), what);
+  return *std::move(result);
+}
 
 }  // namespace lmf::kernels
 

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -36,6 +37,13 @@ struct CrossEntropyParams {
   void* dlogits = nullptr;  // (N, row_stride), written
 };
 
+// The CUDA backend (cross_entropy_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p);
+absl::Status CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p);
 void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p);
@@ -43,11 +51,17 @@ void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p);
 
 inline void CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p) {
   if (!BackendSupports("cross_entropy", ctx.device, p.dtype)) UnsupportedOp("cross_entropy", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::CrossEntropyForward(ctx, p), "CrossEntropyForward");
+#endif
   cpu::CrossEntropyForward(ctx, p);
 }
 // Needs lse from the forward.
 inline void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p) {
   if (!BackendSupports("cross_entropy", ctx.device, p.dtype)) UnsupportedOp("cross_entropy", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::CrossEntropyBackward(ctx, p), "CrossEntropyBackward");
+#endif
   cpu::CrossEntropyBackward(ctx, p);
 }
 

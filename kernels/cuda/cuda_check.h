@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/core/dtype.h"
 
 namespace lmf::kernels::cuda {
 
@@ -23,6 +24,12 @@ inline absl::Status CudaErrorStatus(cudaError_t e, const char* call, const char*
 inline absl::Status CublasErrorStatus(cublasStatus_t e, const char* call, const char* file, int line) {
   return absl::InternalError(
       absl::StrCat(call, " failed: cuBLAS status ", static_cast<int>(e), " at ", file, ":", line));
+}
+
+// The CUDA ops run f32 and bf16 activations: InvalidArgument naming `op` and `t` for any other dtype.
+inline absl::Status CheckFloatDType(DType t, const char* op) {
+  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": CUDA runs f32 and bf16, not ", DTypeName(t)));
 }
 
 }  // namespace lmf::kernels::cuda

@@ -29,6 +29,9 @@ __device__ __forceinline__ bf16 FromFloat<bf16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// Logistic sigmoid with the fast exponential (SiLU, SwiGLU, GELU-tanh through sigmoid(2u)).
+__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -107,5 +110,10 @@ inline unsigned GridFor(int64_t n, int threads, int64_t max_blocks = 65535LL * 4
 }
 
 }  // namespace lmf::kernels::cuda
+
+// Grid-stride loop over i in [0, count) for 1-D kernels (any grid size covers every index).
+#define LMF_GRID_STRIDE(i, count)                                                            \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 #endif  // LMFORGE_KERNELS_CUDA_DEVICE_UTIL_CUH_

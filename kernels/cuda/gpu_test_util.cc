@@ -26,6 +26,23 @@ void GpuTest::Sync() {
   ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
 }
 
+void DTypeGpuTest::Expect(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& ref,
+                          const std::vector<float>& naive, bool rounded_output, double multiple, double rtol,
+                          double atol) {
+  if (dt() == DType::kF32) {
+    EXPECT_TRUE(CloseF32(what, gpu, ref, rtol, atol));
+  } else {
+    EXPECT_TRUE(
+        WithinBf16Tolerance(what, gpu, ref, rounded_output ? RoundTo(naive, DType::kBF16) : naive, multiple));
+  }
+}
+
+::testing::internal::ParamGenerator<DType> GpuTestDTypes() {
+  return ::testing::Values(DType::kF32, DType::kBF16);
+}
+
+std::string DTypeTestName(const ::testing::TestParamInfo<DType>& info) { return DTypeName(info.param); }
+
 DeviceBuffer::DeviceBuffer(int64_t n, DType dtype) : n_(n), dtype_(dtype) {
   const cudaError_t e = cudaMalloc(&ptr_, std::max<size_t>(1, n * DTypeSize(dtype)));
   EXPECT_EQ(e, cudaSuccess) << "cudaMalloc: " << cudaGetErrorString(e);

@@ -36,6 +36,23 @@ class GpuTest : public ::testing::Test {
   std::unique_ptr<CudaContext> cc_;
 };
 
+// A GpuTest run once per dtype (fp32, bf16: INSTANTIATE_TEST_SUITE_P(DTypes, Fixture, GpuTestDTypes(),
+// DTypeTestName)) with the comparison every op test makes against its CPU kernel: fp32 results close to
+// the fp32 CPU result, bf16 results within `multiple` x the naive bf16 error (the rule above).
+class DTypeGpuTest : public GpuTest, public ::testing::WithParamInterface<DType> {
+ protected:
+  DType dt() const { return GetParam(); }
+  // `naive` is the CPU result on rounded inputs; it is rounded here when the output is stored in dtype
+  // (`rounded_output`); statistics and parameter gradients stay fp32 (rounded_output = false).
+  void Expect(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& ref,
+              const std::vector<float>& naive, bool rounded_output = true, double multiple = 2.0,
+              double rtol = 1e-5, double atol = 1e-6);
+  const Context cpu_ = Context::Cpu();
+};
+
+::testing::internal::ParamGenerator<DType> GpuTestDTypes();
+std::string DTypeTestName(const ::testing::TestParamInfo<DType>& info);
+
 // Device memory holding n elements of dtype, freed on destruction.
 class DeviceBuffer {
  public:

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -31,6 +32,13 @@ struct EmbeddingBackwardParams {
   void* dtable = nullptr;        // (V, C), accumulated (+=)
 };
 
+// The CUDA backend (embedding_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p);
+absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p);
 void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p);
@@ -38,10 +46,16 @@ void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p);
 
 inline void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
   if (!BackendSupports("embedding", ctx.device, p.dtype)) UnsupportedOp("embedding", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::EmbeddingForward(ctx, p), "EmbeddingForward");
+#endif
   cpu::EmbeddingForward(ctx, p);
 }
 inline void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p) {
   if (!BackendSupports("embedding", ctx.device, p.dtype)) UnsupportedOp("embedding", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::EmbeddingBackward(ctx, p), "EmbeddingBackward");
+#endif
   cpu::EmbeddingBackward(ctx, p);
 }
 

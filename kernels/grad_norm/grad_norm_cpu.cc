@@ -52,4 +52,8 @@ float ClipGradNorm(const Context& ctx, const GradNormParams& p, float max_norm) 
   return norm;
 }
 
+void GlobalGradNormToDevice(const Context& ctx, const GradNormParams& p, float* norm_device) {
+  *norm_device = cpu::GlobalGradNorm(ctx, p);
+}
+
 }  // namespace lmf::kernels::cpu

@@ -77,4 +77,27 @@ void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
   }
 }
 
+// Add then normalise: the sum is stored first, so the statistics come from exactly what residual_out holds
+// (bitwise what ResidualForward followed by LayerNormForward gives).
+void ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
+  const float* residual = static_cast<const float*>(p.residual);
+  const float* x = static_cast<const float*>(p.x);
+  float* sum = static_cast<float*>(p.residual_out);
+  ParallelForItems(ctx, p.N * p.C, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) sum[i] = residual[i] + x[i];
+  });
+  LayerNormForwardParams f;
+  f.dtype = p.dtype;
+  f.N = p.N;
+  f.C = p.C;
+  f.eps = p.eps;
+  f.x = p.residual_out;
+  f.weight = p.weight;
+  f.out = p.out;
+  f.bias = p.bias;
+  f.mean = p.mean;
+  f.rstd = p.rstd;
+  cpu::LayerNormForward(ctx, f);
+}
+
 }  // namespace lmf::kernels::cpu

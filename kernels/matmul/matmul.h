@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -57,6 +58,29 @@ struct MatmulBackwardParams {
   bool accumulate_dbias = true;
 };
 
+// What runs on C after op(A) op(B) + bias, in the same call where the backend fuses it (cuBLASLt).
+enum class MatmulEpilogue : uint8_t { kNone, kGeluTanh };
+
+struct MatmulEpilogueParams {
+  MatmulEpilogue epilogue = MatmulEpilogue::kNone;
+  // With kGeluTanh: where to save op(A) op(B) + bias before the GELU ((M, N), leading dimension ldc, the
+  // dtype of c) for the GELU backward, or null. batch must be 1.
+  void* pre_activation = nullptr;
+};
+
+// The CUDA backend (matmul_cuda.cc on cuBLASLt, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+//
+// dtype kF32: everything fp32, fp32 compute (no TF32: results within ~1e-5 of the CPU). dtype kBF16: a, b, c
+// and bias bf16, fp32 accumulation. Backward with kBF16: da bf16 (an activation gradient, written), db and
+// dbias fp32 (parameter gradients, for fp32 master weights). dbias is a fixed-order column sum
+// (deterministic). Needs a CudaContext for ctx.device (kernels/cuda/cuda_context.h: cuBLASLt handle and
+// workspace). Epilogues: bias (fused), and GELU-tanh after the bias, optionally saving the pre-activation.
+namespace cuda {
+absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e = {});
+absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void Matmul(const Context& ctx, const MatmulParams& p);
 void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
@@ -64,10 +88,16 @@ void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
 
 inline void Matmul(const Context& ctx, const MatmulParams& p) {
   if (!BackendSupports("matmul", ctx.device, p.dtype)) UnsupportedOp("matmul", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::Matmul(ctx, p), "Matmul");
+#endif
   cpu::Matmul(ctx, p);
 }
 inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
   if (!BackendSupports("matmul", ctx.device, p.forward.dtype)) UnsupportedOp("matmul", ctx, p.forward.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::MatmulBackward(ctx, p), "MatmulBackward");
+#endif
   cpu::MatmulBackward(ctx, p);
 }
 

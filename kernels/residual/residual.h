@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -29,6 +30,13 @@ struct ResidualBackwardParams {
   void* db = nullptr;          // (n), accumulated, or null
 };
 
+// The CUDA backend (residual_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status ResidualForward(const Context& ctx, const ResidualForwardParams& p);
+absl::Status ResidualBackward(const Context& ctx, const ResidualBackwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void ResidualForward(const Context& ctx, const ResidualForwardParams& p);
 void ResidualBackward(const Context& ctx, const ResidualBackwardParams& p);
@@ -36,10 +44,16 @@ void ResidualBackward(const Context& ctx, const ResidualBackwardParams& p);
 
 inline void ResidualForward(const Context& ctx, const ResidualForwardParams& p) {
   if (!BackendSupports("residual", ctx.device, p.dtype)) UnsupportedOp("residual", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualForward(ctx, p), "ResidualForward");
+#endif
   cpu::ResidualForward(ctx, p);
 }
 inline void ResidualBackward(const Context& ctx, const ResidualBackwardParams& p) {
   if (!BackendSupports("residual", ctx.device, p.dtype)) UnsupportedOp("residual", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualBackward(ctx, p), "ResidualBackward");
+#endif
   cpu::ResidualBackward(ctx, p);
 }
 

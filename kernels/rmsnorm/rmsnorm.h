@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -36,18 +37,56 @@ struct RmsNormBackwardParams {
   void* dweight = nullptr;       // (C), accumulated
 };
 
+// The transformer block's "add the branch, then normalise for the next one" step, fused:
+//   residual_out = residual + x (stored in dtype);  out = RMSNorm(residual_out) with rstd from the stored sum.
+// Equal to ResidualForward then RmsNormForward on residual_out (the CUDA kernel reads each input once).
+// The backward is the unfused one: RmsNormBackward with x = residual_out, then the residual's gradient.
+struct ResidualRmsNormForwardParams {
+  DType dtype = DType::kF32;
+  int64_t N = 0, C = 0;
+  float eps = 1e-5f;
+  const void* residual = nullptr;  // (N, C)
+  const void* x = nullptr;         // (N, C), the branch output
+  void* residual_out = nullptr;    // (N, C), may alias residual
+  const void* weight = nullptr;    // (C)
+  void* out = nullptr;             // (N, C)
+  float* rstd = nullptr;           // (N) or null
+};
+
+// The CUDA backend (rmsnorm_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status RmsNormForward(const Context& ctx, const RmsNormForwardParams& p);
+absl::Status RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p);
+absl::Status ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p);
 void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p);
+void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p);
 }  // namespace cpu
 
 inline void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
   if (!BackendSupports("rmsnorm", ctx.device, p.dtype)) UnsupportedOp("rmsnorm", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "RmsNormForward");
+#endif
   cpu::RmsNormForward(ctx, p);
 }
 inline void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
   if (!BackendSupports("rmsnorm", ctx.device, p.dtype)) UnsupportedOp("rmsnorm", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormBackward(ctx, p), "RmsNormBackward");
+#endif
   cpu::RmsNormBackward(ctx, p);
+}
+inline void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
+  if (!BackendSupports("rmsnorm", ctx.device, p.dtype)) UnsupportedOp("rmsnorm", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualRmsNormForward(ctx, p), "ResidualRmsNormForward");
+#endif
+  cpu::ResidualRmsNormForward(ctx, p);
 }
 
 }  // namespace lmf::kernels

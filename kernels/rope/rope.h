@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -31,6 +32,13 @@ struct RopeParams {
   int64_t positions_stride_b = 0;
 };
 
+// The CUDA backend (rope_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status RopeForward(const Context& ctx, const RopeParams& p);
+absl::Status RopeBackward(const Context& ctx, const RopeParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void RopeForward(const Context& ctx, const RopeParams& p);
 void RopeBackward(const Context& ctx, const RopeParams& p);
@@ -38,11 +46,17 @@ void RopeBackward(const Context& ctx, const RopeParams& p);
 
 inline void RopeForward(const Context& ctx, const RopeParams& p) {
   if (!BackendSupports("rope", ctx.device, p.dtype)) UnsupportedOp("rope", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::RopeForward(ctx, p), "RopeForward");
+#endif
   cpu::RopeForward(ctx, p);
 }
 // in = dout, out = dx.
 inline void RopeBackward(const Context& ctx, const RopeParams& p) {
   if (!BackendSupports("rope", ctx.device, p.dtype)) UnsupportedOp("rope", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::RopeBackward(ctx, p), "RopeBackward");
+#endif
   cpu::RopeBackward(ctx, p);
 }
 

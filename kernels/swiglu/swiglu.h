@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -37,6 +38,13 @@ struct SwiGluBackwardParams {
   void* dup = nullptr;         // (N, H), row stride up_stride, written
 };
 
+// The CUDA backend (swiglu_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
+// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+namespace cuda {
+absl::Status SwiGluForward(const Context& ctx, const SwiGluForwardParams& p);
+absl::Status SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p);
+}  // namespace cuda
+
 namespace cpu {
 void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p);
 void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p);
@@ -44,10 +52,16 @@ void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p);
 
 inline void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
   if (!BackendSupports("swiglu", ctx.device, p.dtype)) UnsupportedOp("swiglu", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::SwiGluForward(ctx, p), "SwiGluForward");
+#endif
   cpu::SwiGluForward(ctx, p);
 }
 inline void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
   if (!BackendSupports("swiglu", ctx.device, p.dtype)) UnsupportedOp("swiglu", ctx, p.dtype);
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::SwiGluBackward(ctx, p), "SwiGluBackward");
+#endif
   cpu::SwiGluBackward(ctx, p);
 }
 

@@ -1,17 +1,22 @@
-// Argument checking of the lab CUDA ops, which runs on the host before any CUDA call: these tests run (and
+// Argument checking of the CUDA ops, which runs on the host before any CUDA call: these tests run (and
 // must pass) on machines without a GPU. Each unsupported or malformed call returns a Status naming the
 // problem; none launches a kernel (host pointers stand in for device memory, which is never touched).
 #include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "lab/cuda/attention.h"
-#include "lab/cuda/cross_entropy.h"
+#include "kernels/activations/activations.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/attention/attention.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
-#include "lab/cuda/matmul.h"
-#include "lab/cuda/norm.h"
-#include "lab/cuda/optimizer.h"
-#include "lab/cuda/pointwise.h"
+#include "kernels/grad_norm/grad_norm.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/residual/residual.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace lmf::kernels::cuda {
 namespace {

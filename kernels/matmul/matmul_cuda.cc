@@ -1,7 +1,7 @@
 // cuBLASLt GEMMs for the MatmulParams layout; see matmul.h. Row-major C (M, N) is column-major C^T (N, M),
 // so each call computes C^T = op(B)^T op(A)^T: cuBLASLt's A is our b, its B is our a, m = N, n = M.
 // Descriptors and the heuristic's algorithm are cached per geometry, types, epilogue and pointer alignment.
-#include "lab/cuda/matmul.h"
+#include "kernels/matmul/matmul.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "lab/cuda/column_sum.h"
+#include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 
@@ -215,15 +215,10 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   return absl::OkStatus();
 }
 
-absl::Status CheckDType(DType t) {
-  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("matmul: CUDA runs f32 and bf16, not ", DTypeName(t)));
-}
-
 }  // namespace
 
 absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "matmul"));
   if (e.pre_activation != nullptr && p.batch != 1)
     return absl::InvalidArgumentError("matmul: the GELU pre-activation output needs batch 1");
   Gemm g;
@@ -238,7 +233,7 @@ absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilo
 
 absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {
   const MatmulParams& p = bp.forward;
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "matmul"));
   const DType grad_param_type = DType::kF32;  // db, dbias
   if (bp.da != nullptr) {
     // With A broadcast over the batch (stride 0), dA sums over batches: one GEMM per batch, accumulating in

@@ -1,9 +1,9 @@
-// fp32 attention on CUDA cores (no tensor cores), the f32 path behind lab/cuda/attention.h: same params and
+// fp32 attention on CUDA cores (no tensor cores), the f32 path behind cuda::AttentionForward/Backward (attention.h): same params and
 // semantics, head sizes 32, 64 and 128. One warp per query row (forward, dq) or key row (dk/dv), 32-key or
 // 32-query tiles in shared memory, online softmax in fp32 with expf; deterministic (no atomics). Meant for
 // fp32 training runs and as a check of the bf16 kernels, not for speed.
-#ifndef LMFORGE_LAB_CUDA_ATTENTION_F32_H_
-#define LMFORGE_LAB_CUDA_ATTENTION_F32_H_
+#ifndef LMFORGE_KERNELS_ATTENTION_ATTENTION_F32_CUDA_H_
+#define LMFORGE_KERNELS_ATTENTION_ATTENTION_F32_CUDA_H_
 
 #include "absl/status/status.h"
 #include "kernels/attention/attention.h"
@@ -17,4 +17,4 @@ absl::Status AttentionBackwardF32(const Context& ctx, const AttentionBackwardPar
 
 }  // namespace lmf::kernels::cuda::internal
 
-#endif  // LMFORGE_LAB_CUDA_ATTENTION_F32_H_
+#endif  // LMFORGE_KERNELS_ATTENTION_ATTENTION_F32_CUDA_H_

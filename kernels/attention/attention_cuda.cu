@@ -7,8 +7,8 @@
 // so the C fragments of two adjacent n-tiles are, packed to bf16, the A fragment of the next product.
 #include <cstdint>
 
-#include "lab/cuda/attention.h"
-#include "lab/cuda/attention_f32.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_f32_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"

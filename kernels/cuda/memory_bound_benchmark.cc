@@ -1,4 +1,4 @@
-// Memory-bound kernel benchmark (bf16 activations, lab/cuda): achieved GB/s (the fewest bytes each op must
+// Memory-bound kernel benchmark (bf16 activations): achieved GB/s (the fewest bytes each op must
 // move: inputs read once, outputs written once) against the device-to-device copy bandwidth measured in the
 // same run, and time against the PyTorch eager equivalent (tools/gpu_peers/memory_bound_peer.py).
 // Shapes: N = 16384 rows of C = 2048 (norms), H = 8192 (SwiGLU), RoPE on (16, 1024, 16, 128), fused
@@ -8,13 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activations/activations.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/cuda/bench_util.h"
-#include "lab/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/gpu_test_util.h"
-#include "lab/cuda/norm.h"
-#include "lab/cuda/optimizer.h"
-#include "lab/cuda/pointwise.h"
+#include "kernels/grad_norm/grad_norm.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/residual/residual.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace lmf::kernels::cuda {
 namespace {

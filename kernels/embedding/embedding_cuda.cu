@@ -4,7 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "lab/cuda/embedding.h"
+#include "kernels/embedding/embedding.h"
 #include "kernels/cuda/scratch.h"
 
 namespace lmf::kernels::cuda {
@@ -72,15 +72,10 @@ absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* i
   return absl::OkStatus();
 }
 
-absl::Status CheckDType(DType t) {
-  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("embedding: CUDA runs f32 and bf16, not ", DTypeName(t)));
-}
-
 }  // namespace
 
 absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "embedding"));
   if (p.N * p.C == 0) return absl::OkStatus();
   Scratch flag;
   LMF_RETURN_IF_ERROR_STATUS(flag.Allocate(ctx, sizeof(unsigned long long)));
@@ -98,7 +93,7 @@ absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& 
 }
 
 absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype));
+  LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "embedding"));
   if (p.N * p.C == 0) return absl::OkStatus();
   if (p.N > INT32_MAX) return absl::InvalidArgumentError("embedding backward: more than 2^31 rows");
   const cudaStream_t stream = StreamOf(ctx);

@@ -1,4 +1,4 @@
-// FlashAttention-2 benchmark (bf16, lab/cuda/attention): forward and backward TFLOP/s for head sizes 64 and
+// FlashAttention-2 benchmark (bf16, kernels/attention): forward and backward TFLOP/s for head sizes 64 and
 // 128, causal and not, T from 512 to 16384 at 16384 tokens per batch and 2048 channels, against
 // torch.nn.functional.scaled_dot_product_attention with the flash backend measured in the same run
 // (tools/gpu_peers/attention_peer.py). FLOPs: forward 4 B NH T S HS (halved when causal), backward 2.5x the
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lab/cuda/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/gpu_test_util.h"

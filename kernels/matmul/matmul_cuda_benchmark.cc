@@ -1,4 +1,4 @@
-// GEMM benchmark (bf16 in, fp32 accumulate, bf16 out, cuBLASLt through lab/cuda/matmul): TFLOP/s for the
+// GEMM benchmark (bf16 in, fp32 accumulate, bf16 out, cuBLASLt through kernels/matmul): TFLOP/s for the
 // GPT-2-small / 350M training shapes (N = 16384 tokens) and 8192^3, against torch.matmul measured in the
 // same run (tools/gpu_peers/gemm_peer.py) and against the ~790 TFLOP/s measured bf16 peak of an H200.
 //
@@ -12,7 +12,7 @@
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/gpu_test_util.h"
-#include "lab/cuda/matmul.h"
+#include "kernels/matmul/matmul.h"
 
 namespace lmf::kernels::cuda {
 namespace {

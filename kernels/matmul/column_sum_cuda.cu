@@ -1,7 +1,7 @@
-// Deterministic column sums; see column_sum.h.
+// Deterministic column sums; see column_sum_cuda.h.
 #include <algorithm>
 
-#include "lab/cuda/column_sum.h"
+#include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"

@@ -1,20 +1,26 @@
-// CUDA RMSNorm / LayerNorm forward and backward and the fused residual + norm forward; see norm.h.
+// The RMSNorm and LayerNorm CUDA kernels, shared by kernels/rmsnorm/rmsnorm_cuda.cu and
+// kernels/layernorm/layernorm_cuda.cu (device code: include from .cu files only). One template per pass,
+// kLayer selecting LayerNorm (mean and bias) or RMSNorm, kResidual the fused residual-add forward.
 // One warp per row (4 rows per 128-thread block), 16-byte accesses where the row length and alignment allow:
-// statistics in fp32 with a fixed-order warp reduction, LayerNorm variance in two passes (mean first), as the
-// CPU kernel. The second and third passes re-read the row from L1/L2. Parameter gradients: per-chunk column
-// sums, then a fixed-order sum over chunks (no atomics).
-#include <algorithm>
+// statistics in fp32 with a fixed-order warp reduction, LayerNorm variance in two passes (mean first), as
+// the CPU kernels. The second and third passes re-read the row from L1/L2. Parameter gradients: per-chunk
+// column sums into scratch memory, then a fixed-order sum over chunks (no atomics: bitwise reproducible).
+#ifndef LMFORGE_KERNELS_CUDA_NORM_KERNELS_CUH_
+#define LMFORGE_KERNELS_CUDA_NORM_KERNELS_CUH_
 
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/context.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "lab/cuda/norm.h"
 #include "kernels/cuda/scratch.h"
 
-namespace lmf::kernels::cuda {
-namespace {
+namespace lmf::kernels::cuda::norm_internal {
 
-constexpr int kRowsPerBlock = 4;
-constexpr int kThreads = 32 * kRowsPerBlock;
+inline constexpr int kRowsPerBlock = 4;
+inline constexpr int kThreads = 32 * kRowsPerBlock;
 
 // W elements per access: 16 bytes (W = 16 / sizeof(T)) when C is a multiple of W and the pointers are
 // aligned, else 1. Lane l handles elements [l W, l W + W) of every 32 W.
@@ -143,18 +149,15 @@ __global__ void NormParamGradPartialKernel(int64_t N, int C, int64_t rows_per_ch
   if (partial_b != nullptr) partial_b[static_cast<int64_t>(blockIdx.y) * C + c] = ab;
 }
 
-// out[c] += sum over chunks k (in order) of partial[k, c].
-__global__ void AccumulateChunksKernel(int C, int chunks, const float* partial, float* out) {
+// out[c] += sum over chunks k (in order) of partial[k, c] (Acc = float; a template so that every .cu that
+// includes this header has its own instantiation).
+template <typename Acc>
+__global__ void AccumulateChunksKernel(int C, int chunks, const Acc* partial, Acc* out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  float s = 0.0f;
+  Acc s = 0;
   for (int k = 0; k < chunks; ++k) s += partial[static_cast<int64_t>(k) * C + c];
   out[c] += s;
-}
-
-absl::Status CheckDType(DType t, const char* op) {
-  if (t == DType::kF32 || t == DType::kBF16) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": CUDA runs f32 and bf16, not ", DTypeName(t)));
 }
 
 template <typename T, bool kLayer, bool kResidual>
@@ -197,12 +200,12 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
     LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormParamGradPartialKernel");
     const unsigned cblocks = static_cast<unsigned>((C + 255) / 256);
     if (dweight != nullptr) {
-      AccumulateChunksKernel<<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pw,
+      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pw,
                                                           static_cast<float*>(dweight));
       LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
     }
     if (want_b) {
-      AccumulateChunksKernel<<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pb,
+      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pb,
                                                           static_cast<float*>(dbias));
       LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
     }
@@ -218,58 +221,6 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
   return absl::OkStatus();
 }
 
-}  // namespace
+}  // namespace lmf::kernels::cuda::norm_internal
 
-absl::Status RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
-  return p.dtype == DType::kF32
-             ? LaunchForward<float, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
-                                                  nullptr, p.out, nullptr, p.rstd)
-             : LaunchForward<bf16, false, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
-                                                 nullptr, p.out, nullptr, p.rstd);
-}
-
-absl::Status LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
-  return p.dtype == DType::kF32
-             ? LaunchForward<float, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight,
-                                                 p.bias, p.out, p.mean, p.rstd)
-             : LaunchForward<bf16, true, false>(ctx, p.N, p.C, p.eps, nullptr, p.x, nullptr, p.weight, p.bias,
-                                                p.out, p.mean, p.rstd);
-}
-
-absl::Status ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_rmsnorm"));
-  return p.dtype == DType::kF32
-             ? LaunchForward<float, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
-                                                 p.weight, nullptr, p.out, nullptr, p.rstd)
-             : LaunchForward<bf16, false, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
-                                                p.weight, nullptr, p.out, nullptr, p.rstd);
-}
-
-absl::Status ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "residual_layernorm"));
-  return p.dtype == DType::kF32
-             ? LaunchForward<float, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
-                                                p.weight, p.bias, p.out, p.mean, p.rstd)
-             : LaunchForward<bf16, true, true>(ctx, p.N, p.C, p.eps, p.residual, p.x, p.residual_out,
-                                               p.weight, p.bias, p.out, p.mean, p.rstd);
-}
-
-absl::Status RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "rmsnorm"));
-  return p.dtype == DType::kF32 ? LaunchBackward<float, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd,
-                                                               p.dout, p.dx, p.dweight, nullptr)
-                                : LaunchBackward<bf16, false>(ctx, p.N, p.C, p.x, p.weight, nullptr, p.rstd,
-                                                              p.dout, p.dx, p.dweight, nullptr);
-}
-
-absl::Status LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckDType(p.dtype, "layernorm"));
-  return p.dtype == DType::kF32 ? LaunchBackward<float, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd,
-                                                              p.dout, p.dx, p.dweight, p.dbias)
-                                : LaunchBackward<bf16, true>(ctx, p.N, p.C, p.x, p.weight, p.mean, p.rstd,
-                                                             p.dout, p.dx, p.dweight, p.dbias);
-}
-
-}  // namespace lmf::kernels::cuda
+#endif  // LMFORGE_KERNELS_CUDA_NORM_KERNELS_CUH_

@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/testing/compare.h"
-#include "lab/cuda/attention.h"
 #include "kernels/cuda/gpu_test_util.h"
+#include "kernels/testing/compare.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -7,9 +7,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/activations/activations.h"
-#include "kernels/testing/compare.h"
 #include "kernels/cuda/gpu_test_util.h"
-#include "lab/cuda/matmul.h"
+#include "kernels/testing/compare.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -2,8 +2,8 @@
 //   out[c] (=|+=) scale * sum over batches b and rows r of in[b * batch_stride + r * ld + c]
 // Rows are split into fixed chunks summed per column in fp32, then the chunks are added in order: the same
 // bits every run, whatever the device.
-#ifndef LMFORGE_LAB_CUDA_COLUMN_SUM_H_
-#define LMFORGE_LAB_CUDA_COLUMN_SUM_H_
+#ifndef LMFORGE_KERNELS_MATMUL_COLUMN_SUM_CUDA_H_
+#define LMFORGE_KERNELS_MATMUL_COLUMN_SUM_CUDA_H_
 
 #include <cstdint>
 
@@ -25,4 +25,4 @@ absl::Status ColumnSum(const Context& ctx, const ColumnSumParams& p);
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_LAB_CUDA_COLUMN_SUM_H_
+#endif  // LMFORGE_KERNELS_MATMUL_COLUMN_SUM_CUDA_H_

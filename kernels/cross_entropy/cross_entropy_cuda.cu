@@ -1,5 +1,5 @@
 // CUDA fused cross-entropy; see cross_entropy.h.
-#include "lab/cuda/cross_entropy.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 

@@ -1,0 +1,95 @@
+// CUDA multi-tensor AdamW: torch.optim.AdamW's math on fp32 master weights and moments, fp32 or bf16
+// gradients, an optional bf16 copy of the updated weights, clipping from a norm that stays on the device;
+// see adamw.h. One launch for all tensors (kernels/cuda/tensor_chunks.h).
+#include <cmath>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/scratch.h"
+#include "kernels/cuda/tensor_chunks.h"
+#include "kernels/adamw/adamw.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct AdamWConstants {
+  float lr_decay;   // 1 - lr * weight_decay
+  float step_size;  // lr / (1 - beta1^step)
+  float sqrt_bc2;   // sqrt(1 - beta2^step)
+  float beta1, beta2, one_b1, one_b2, eps, grad_scale, max_norm;
+  const float* norm;
+};
+
+template <typename G>
+__global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks, AdamWConstants k) {
+  const Chunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const G* grad = static_cast<const G*>(t.grad);
+  bf16* copy = static_cast<bf16*>(t.param_copy);
+  float gs = k.grad_scale;
+  if (k.norm != nullptr) {
+    const float s = k.max_norm / (*k.norm + 1e-6f);
+    gs *= s < 1.0f ? s : 1.0f;
+  }
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const float g = ToFloat(grad[i]) * gs;
+    const float m = k.beta1 * t.m[i] + k.one_b1 * g;
+    const float v = k.beta2 * t.v[i] + k.one_b2 * (g * g);
+    t.m[i] = m;
+    t.v[i] = v;
+    const float w = t.param[i] * k.lr_decay;
+    const float updated = w - k.step_size * (m / (sqrtf(v) / k.sqrt_bc2 + k.eps));
+    t.param[i] = updated;
+    if (copy != nullptr) copy[i] = __float2bfloat16_rn(updated);
+  }
+}
+
+}  // namespace
+
+absl::Status MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.grad_dtype, "adamw"));
+  if (p.step < 1)
+    return absl::InvalidArgumentError(absl::StrCat("adamw: step ", p.step, " (steps count from 1)"));
+  const std::vector<Chunk> chunks = MakeChunks(p.tensors, p.num_tensors);
+  if (chunks.empty()) return absl::OkStatus();
+  Scratch scratch;
+  AdamWTensor* d_tensors = nullptr;
+  Chunk* d_chunks = nullptr;
+  void* unused = nullptr;
+  LMF_RETURN_IF_ERROR_STATUS(
+      Upload(ctx, p.tensors, p.num_tensors, chunks, 0, scratch, &d_tensors, &d_chunks, &unused));
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  AdamWConstants k;
+  k.lr_decay = 1.0f - p.lr * p.weight_decay;
+  k.step_size = static_cast<float>(p.lr / bc1);
+  k.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  k.beta1 = p.beta1, k.beta2 = p.beta2, k.one_b1 = 1.0f - p.beta1, k.one_b2 = 1.0f - p.beta2;
+  k.eps = p.eps, k.grad_scale = p.grad_scale, k.max_norm = p.max_norm, k.norm = p.norm;
+  const unsigned grid = static_cast<unsigned>(chunks.size());
+  if (p.grad_dtype == DType::kF32) {
+    AdamWKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(d_tensors, d_chunks, k);
+  } else {
+    AdamWKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(d_tensors, d_chunks, k);
+  }
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AdamWKernel");
+  return absl::OkStatus();
+}
+
+absl::Status AdamWStep(const Context& ctx, const AdamWParams& p) {
+  if (p.dtype != DType::kF32)
+    return absl::InvalidArgumentError(
+        "adamw: AdamWParams holds fp32 params and grads; use MultiTensorAdamW for bf16 grads");
+  AdamWTensor t;
+  t.n = p.n, t.param = static_cast<float*>(p.param), t.grad = p.grad, t.m = p.m, t.v = p.v;
+  MultiTensorAdamWParams mp;
+  mp.tensors = &t, mp.num_tensors = 1;
+  mp.lr = p.lr, mp.beta1 = p.beta1, mp.beta2 = p.beta2, mp.eps = p.eps, mp.weight_decay = p.weight_decay;
+  mp.step = p.step, mp.grad_scale = p.grad_scale;
+  return cuda::MultiTensorAdamW(ctx, mp);
+}
+
+}  // namespace lmf::kernels::cuda

@@ -1,0 +1,72 @@
+// CUDA fused cross-entropy (in place, padding columns, an ignored row, z-loss) and the separate backward
+// against the CPU kernel. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
+// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
+// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cross_entropy/cross_entropy.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/testing/compare.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+using ::lmf::kernels::testing::RandomInts;
+using ::lmf::kernels::testing::RandomNormal;
+using testing::DeviceBuffer;
+using testing::RoundTo;
+
+class CrossEntropyCudaTest : public testing::DTypeGpuTest {};
+
+TEST_P(CrossEntropyCudaTest, CrossEntropyFusedInPlaceMatchesCpu) {
+  const int64_t N = 24, V = 5003;
+  auto targets = RandomInts(N, static_cast<int32_t>(V), 82);
+  targets[3] = -100;  // ignored row
+  const auto dlosses = RandomNormal(N, 83);
+  // A padded row stride (16-byte vector path) without z-loss, and an odd unpadded one (scalar path) with it.
+  for (const std::pair<float, int64_t>& config :
+       {std::pair<float, int64_t>{0.0f, 5056}, std::pair<float, int64_t>{1e-4f, V}}) {
+    const float z = config.first;
+    const int64_t stride = config.second;
+    SCOPED_TRACE(::testing::Message() << "z_loss=" << z << " row_stride=" << stride);
+    const auto logits = RandomNormal(N * stride, 81, 3.0f);
+    auto cpu = [&](std::vector<float> lg, std::vector<float>& loss, std::vector<float>& lse,
+                   std::vector<float>& grad) {
+      loss.resize(N), lse.resize(N);
+      CrossEntropyParams p;
+      p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = lg.data(), p.targets = targets.data();
+      p.losses = loss.data(), p.lse = lse.data(), p.dlosses = dlosses.data(), p.dlogits = lg.data();
+      kernels::CrossEntropyForward(cpu_, p);
+      grad = lg;
+    };
+    std::vector<float> loss, lse, grad, nloss, nlse, ngrad;
+    cpu(logits, loss, lse, grad);
+    cpu(RoundTo(logits, dt()), nloss, nlse, ngrad);
+    DeviceBuffer glog(logits, dt()), gdl(dlosses, DType::kF32), gloss(N, DType::kF32), glse(N, DType::kF32);
+    DeviceBuffer gt = DeviceBuffer::Ints(targets);
+    CrossEntropyParams p;
+    p.dtype = dt(), p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = glog.get();
+    p.targets = gt.as<int32_t>(), p.losses = gloss.as<float>(), p.lse = glse.as<float>(),
+    p.dlosses = gdl.as<float>();
+    p.dlogits = glog.get();  // in place
+    ASSERT_TRUE(cuda::CrossEntropyForward(ctx(), p).ok());
+    Expect("cross-entropy losses", gloss.ToFloats(), loss, nloss, false, 2.0, 1e-5, 1e-5);
+    Expect("cross-entropy lse", glse.ToFloats(), lse, nlse, false, 2.0, 1e-5, 1e-5);
+    Expect("cross-entropy dlogits (in place, padding zeroed)", glog.ToFloats(), grad, ngrad, true, 2.0, 1e-5,
+           1e-7);
+
+    // Backward from the saved lse into a separate buffer gives the same gradient.
+    DeviceBuffer glog2(logits, dt()), gg(N * stride, dt());
+    p.logits = glog2.get(), p.dlogits = gg.get();
+    ASSERT_TRUE(cuda::CrossEntropyBackward(ctx(), p).ok());
+    Expect("cross-entropy backward", gg.ToFloats(), grad, ngrad, true, 2.0, 1e-5, 1e-7);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CrossEntropyCudaTest, testing::GpuTestDTypes(), testing::DTypeTestName);
+
+}  // namespace
+}  // namespace lmf::kernels::cuda

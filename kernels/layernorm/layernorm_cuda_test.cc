@@ -1,0 +1,106 @@
+// CUDA LayerNorm forward and backward against the CPU kernel (a mean far from zero for the two-pass
+// variance, a row length that takes the scalar path), and the fused residual + RMSNorm/LayerNorm forward
+// against the residual add followed by the CPU norm. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
+// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
+// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/residual/residual.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/testing/compare.h"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+using ::lmf::kernels::testing::RandomNormal;
+using testing::DeviceBuffer;
+using testing::RoundTo;
+
+class LayerNormCudaTest : public testing::DTypeGpuTest {};
+
+TEST_P(LayerNormCudaTest, LayerNormForwardAndBackwardMatchCpu) {
+  const int64_t N = 45, C = 1001;  // not a multiple of 8: the scalar (non-vector) path
+  auto x = RandomNormal(N * C, 11);
+  for (float& v : x) v += 3.0f;  // a mean far from zero exercises the two-pass variance
+  const auto w = RandomNormal(C, 12), bias = RandomNormal(C, 13), dout = RandomNormal(N * C, 14);
+  const auto dw0 = RandomNormal(C, 15), db0 = RandomNormal(C, 16);
+  auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& wi, const std::vector<float>& bi,
+                 const std::vector<float>& di, std::vector<std::vector<float>>& r) {
+    r.assign(6, {});
+    r[0].resize(N * C), r[1].resize(N), r[2].resize(N), r[3].resize(N * C), r[4] = dw0, r[5] = db0;
+    LayerNormForwardParams f{DType::kF32, N,         C,           1e-5f,       xi.data(),
+                             wi.data(),   bi.data(), r[0].data(), r[1].data(), r[2].data()};
+    kernels::LayerNormForward(cpu_, f);
+    LayerNormBackwardParams b{DType::kF32, N,         C,           xi.data(),   wi.data(),  r[1].data(),
+                              r[2].data(), di.data(), r[3].data(), r[4].data(), r[5].data()};
+    kernels::LayerNormBackward(cpu_, b);
+  };
+  std::vector<std::vector<float>> ref, naive;
+  cpu(x, w, bias, dout, ref);
+  cpu(RoundTo(x, dt()), RoundTo(w, dt()), RoundTo(bias, dt()), RoundTo(dout, dt()), naive);
+
+  DeviceBuffer gx(x, dt()), gw(w, dt()), gb(bias, dt()), gd(dout, dt()), gout(N * C, dt());
+  DeviceBuffer gmean(N, DType::kF32), grstd(N, DType::kF32), gdx(N * C, dt()), gdw(dw0, DType::kF32),
+      gdb(db0, DType::kF32);
+  LayerNormForwardParams f{
+      dt(), N, C, 1e-5f, gx.get(), gw.get(), gb.get(), gout.get(), gmean.as<float>(), grstd.as<float>()};
+  ASSERT_TRUE(cuda::LayerNormForward(ctx(), f).ok());
+  LayerNormBackwardParams b{
+      dt(),     N,         C,         gx.get(), gw.get(), gmean.as<float>(), grstd.as<float>(),
+      gd.get(), gdx.get(), gdw.get(), gdb.get()};
+  ASSERT_TRUE(cuda::LayerNormBackward(ctx(), b).ok());
+  Expect("layernorm out", gout.ToFloats(), ref[0], naive[0], true, 2.0, 1e-5, 1e-5);
+  Expect("layernorm mean", gmean.ToFloats(), ref[1], naive[1], false);
+  Expect("layernorm rstd", grstd.ToFloats(), ref[2], naive[2], false);
+  Expect("layernorm dx", gdx.ToFloats(), ref[3], naive[3], true, 2.0, 1e-5, 1e-5);
+  Expect("layernorm dweight (+=)", gdw.ToFloats(), ref[4], naive[4], false, 2.0, 1e-5, 1e-4);
+  Expect("layernorm dbias (+=)", gdb.ToFloats(), ref[5], naive[5], false, 2.0, 1e-5, 1e-4);
+}
+
+TEST_P(LayerNormCudaTest, FusedResidualNormsEqualResidualAddThenNorm) {
+  const int64_t N = 33, C = 512;
+  const auto res = RandomNormal(N * C, 21), x = RandomNormal(N * C, 22), w = RandomNormal(C, 23),
+             bias = RandomNormal(C, 24);
+  // Reference: the residual add (rounded to dtype, as the kernel stores it), then the CPU norm.
+  auto sum_of = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> s(N * C);
+    ResidualForwardParams rp{DType::kF32, N * C, a.data(), b.data(), s.data()};
+    kernels::ResidualForward(cpu_, rp);
+    return s;
+  };
+  const auto sum = sum_of(res, x);
+  const auto nsum = RoundTo(sum_of(RoundTo(res, dt()), RoundTo(x, dt())), dt());
+  std::vector<float> rms(N * C), nrms(N * C), ln(N * C), nln(N * C), rstd(N), mean(N);
+  kernels::RmsNormForward(
+      cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), rms.data(), rstd.data()});
+  const auto wr = RoundTo(w, dt()), br = RoundTo(bias, dt());
+  kernels::RmsNormForward(
+      cpu_, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(), nrms.data(), rstd.data()});
+  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(),
+                                                         bias.data(), ln.data(), mean.data(), rstd.data()});
+  kernels::LayerNormForward(cpu_, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, nsum.data(), wr.data(),
+                                                         br.data(), nln.data(), mean.data(), rstd.data()});
+
+  DeviceBuffer gres(res, dt()), gx(x, dt()), gw(w, dt()), gb(bias, dt()), gsum(N * C, dt()),
+      gout(N * C, dt());
+  ResidualRmsNormForwardParams rp{dt(),     N,          C,        1e-5f,      gres.get(),
+                                  gx.get(), gsum.get(), gw.get(), gout.get(), nullptr};
+  ASSERT_TRUE(cuda::ResidualRmsNormForward(ctx(), rp).ok());
+  Expect("residual_out", gsum.ToFloats(), sum, nsum);
+  Expect("residual + rmsnorm", gout.ToFloats(), rms, nrms, true, 2.0, 1e-5, 1e-5);
+  // In place: residual_out aliases residual.
+  ResidualLayerNormForwardParams lp{dt(),       N,        C,        1e-5f,      gres.get(), gx.get(),
+                                    gres.get(), gw.get(), gb.get(), gout.get(), nullptr,    nullptr};
+  ASSERT_TRUE(cuda::ResidualLayerNormForward(ctx(), lp).ok());
+  Expect("residual_out in place", gres.ToFloats(), sum, nsum);
+  Expect("residual + layernorm", gout.ToFloats(), ln, nln, true, 2.0, 1e-5, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, LayerNormCudaTest, testing::GpuTestDTypes(), testing::DTypeTestName);
+
+}  // namespace
+}  // namespace lmf::kernels::cuda
