@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/attention/attention.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/memory/memory.h"
@@ -66,7 +67,7 @@ bool IsNormGain(const std::string& name) {
 }
 
 // Whether ctx's device can run `config` with activations of type `dtype`: every op the model calls, asked of
-// the backends built into this binary, and the attention kernel's head sizes.
+// the backends built into this binary, and the attention kernels' head sizes.
 absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype) {
   const auto device_name = [&ctx] {
     std::ostringstream os;
@@ -101,18 +102,13 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
                                                      " activations"));
     }
   }
-  if (ctx.device.is_cuda()) {
-    // The CUDA attention kernels' head sizes (kernels/README.md): bf16 on tensor cores 64 and 128, f32 on
-    // CUDA cores 32, 64 and 128.
-    const int64_t hs = config.head_size();
-    const bool supported = dtype == kernels::DType::kBF16 ? (hs == 64 || hs == 128)
-                                                          : (hs == 32 || hs == 64 || hs == 128);
-    if (!supported) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "LanguageModel: head size ", hs, " (d_model ", config.d_model, " / n_heads ", config.n_heads,
-          ") is not supported by the CUDA attention with ", precision, " activations (",
-          dtype == kernels::DType::kBF16 ? "64 or 128" : "32, 64 or 128", ")"));
-    }
+  // Op-specific limits: the attention kernels' head sizes (CUDA: bf16 64 or 128, f32 32, 64 or 128).
+  const int64_t hs = config.head_size();
+  if (!kernels::AttentionSupported(ctx.device, dtype, hs)) {
+    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: head size ", hs, " (d_model ", config.d_model,
+                                                   " / n_heads ", config.n_heads, ") is not supported by the ",
+                                                   "attention on ", device_name(), " with ", precision,
+                                                   " activations (see kernels/attention/attention.h)"));
   }
   return absl::OkStatus();
 }
