@@ -1,0 +1,145 @@
+// End-to-end training step on one GPU: GPT-2 small (124M: 12 layers, d_model 768, 12 heads, vocabulary
+// 50304, T=1024) in bf16 (fp32 master weights and moments), random tokens, batch B. One step is what the
+// trainer runs (experiments/trainer/trainer.cc): zero grad, forward + loss, backward, global grad norm,
+// clipping and AdamW (ModelOptimizer, which also refreshes the bf16 weights). Timed as the median of
+// --steps steps after --warmup, each ended by a stream synchronise and measured with a steady clock.
+// Prints ms/step, tokens/s and MFU against the H200's dense bf16 peak (989.4 TFLOP/s) with the model's
+// training FLOPs per token from model/accounting; then runs the PyTorch peer in the same run
+// (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast, fused AdamW,
+// same B and T) and prints the ratio of our tokens/s to PyTorch's.
+//
+//   ./bazelw run //experiments/trainer:train_step_cuda_benchmark -- [--batch=16] [--seq=1024]
+//       [--warmup=3] [--steps=10] [--peer=true]
+// Without a CUDA device it prints "no CUDA device, nothing measured" and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "experiments/proto/optimizer.pb.h"
+#include "experiments/trainer/optimizer.h"
+#include "kernels/core/context.h"
+#include "kernels/cuda/bench_util.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/memory/memory.h"
+#include "model/accounting/accounting.h"
+#include "model/config/config.h"
+#include "model/language_model/language_model.h"
+
+ABSL_FLAG(int, batch, 16, "B: sequences per step");
+ABSL_FLAG(int, seq, 1024, "T: tokens per sequence (at most 1024, GPT-2's context)");
+ABSL_FLAG(int, warmup, 3, "untimed steps first");
+ABSL_FLAG(int, steps, 10, "timed steps (the median is reported)");
+ABSL_FLAG(bool, peer, true, "also run the PyTorch peer (python3 tools/gpu_peers/nanogpt_peer.py)");
+
+namespace lmf::experiments {
+namespace {
+
+constexpr double kH200DenseBf16Flops = 989.4e12;
+
+int Main() {
+  if (kernels::cuda::CudaDeviceCount() == 0) {
+    std::printf("no CUDA device, nothing measured\n");
+    return 0;
+  }
+  const int64_t b = absl::GetFlag(FLAGS_batch), t = absl::GetFlag(FLAGS_seq);
+  const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
+  if (b < 1 || t < 1 || t > 1024 || warmup < 0 || steps < 1) {
+    std::fprintf(stderr, "train_step_cuda_benchmark: need --batch >= 1, 1 <= --seq <= 1024, --steps >= 1\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<kernels::cuda::CudaContext>> cuda = kernels::cuda::CudaContext::Create(0);
+  if (!cuda.ok()) {
+    std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(cuda.status().message()).c_str());
+    return 1;
+  }
+  const kernels::Context ctx = (*cuda)->context();
+  const model::ModelConfig config = model::Gpt2Config(50304, 1024, 768, 12, 12);
+  absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
+      model::LanguageModel::Create(config, ctx, kernels::DType::kBF16);
+  if (!created.ok()) {
+    std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(created.status().message()).c_str());
+    return 1;
+  }
+  model::LanguageModel& model = **created;
+  model.InitializeParameters(1337);
+  config::OptimizerConfig optimizer_config;
+  optimizer_config.set_lr(6e-4);
+  optimizer_config.mutable_adamw()->set_beta1(0.9);
+  optimizer_config.mutable_adamw()->set_beta2(0.95);
+  optimizer_config.mutable_adamw()->set_eps(1e-8);
+  optimizer_config.mutable_adamw()->set_weight_decay(0.1);
+  optimizer_config.set_grad_clip(1.0);
+  ModelOptimizer optimizer(optimizer_config, model);
+
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids(b * t), targets(b * t);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 50257);
+  for (int32_t& id : targets) id = static_cast<int32_t>(rng() % 50257);
+
+  double last_loss = 0;
+  auto step = [&] {
+    model.ZeroGrad();
+    absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), b, t);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(loss.status().message()).c_str());
+      std::exit(1);
+    }
+    last_loss = *loss;
+    model.Backward();
+    optimizer.Step(model, 6e-4);
+    kernels::Synchronize(ctx);
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto started = std::chrono::steady_clock::now();
+    step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median_ms = ms[ms.size() / 2];
+  const double tokens_per_second = static_cast<double>(b * t) / (median_ms * 1e-3);
+  const double flops_per_token = model::CountFlopsPerToken(config, t).training();
+  const double mfu = tokens_per_second * flops_per_token / kH200DenseBf16Flops;
+
+  std::printf("GPT-2 small (%.1fM parameters), bf16 activations, fp32 master weights; B=%ld T=%ld; %s\n",
+              static_cast<double>(model.parameter_count()) * 1e-6, static_cast<long>(b), static_cast<long>(t),
+              (*cuda)->properties().name);
+  std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token, last_loss);
+  std::printf("lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s\n",
+              median_ms, steps, ms.front(), ms.back(), tokens_per_second, 100 * mfu, kH200DenseBf16Flops * 1e-12);
+  if (!absl::GetFlag(FLAGS_peer)) return 0;
+  absl::StatusOr<std::map<std::string, double>> peer =
+      kernels::cuda::bench::RunPeer("nanogpt_peer.py", absl::StrCat("--batch ", b, " --seq ", t));
+  if (!peer.ok()) {
+    std::printf("PyTorch peer: %s\nratio ours/PyTorch: n/a\n", std::string(peer.status().message()).c_str());
+    return 0;
+  }
+  auto it = peer->find("train_step_ms");
+  if (it == peer->end() || !(it->second > 0)) {
+    std::printf("PyTorch peer printed no train_step_ms line\nratio ours/PyTorch: n/a\n");
+    return 0;
+  }
+  const double peer_tokens_per_second = static_cast<double>(b * t) / (it->second * 1e-3);
+  std::printf("PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
+              "MFU %.1f%%\n",
+              it->second, peer_tokens_per_second, 100 * peer_tokens_per_second * flops_per_token / kH200DenseBf16Flops);
+  std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::experiments
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return lmf::experiments::Main();
+}

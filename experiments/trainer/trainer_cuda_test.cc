@@ -1,0 +1,202 @@
+// The trainer on a GPU against the trainer on the CPU (tag "gpu"; skips without a CUDA device): the same
+// ~2M-parameter Llama-style model (2 layers, d_model 256, 4 heads of size 64, SwiGLU, RoPE, vocabulary 512,
+// T=64), seed, data and schedule, trained 60 steps with run.device CPU/FP32, CUDA/FP32 and CUDA/BF16
+// through Train (the experiments:train path). Checks:
+//   - CUDA FP32 follows the CPU loss curve step by step within 1e-4 relative;
+//   - CUDA BF16 follows it within 2% per step, and the last 10 steps' mean loss within 1%;
+//   - a checkpoint written by the CPU run resumes on CUDA and continues the CPU curve, and one written by a
+//     CUDA BF16 run resumes on the CPU and continues it too (fp32 master weights under the same names);
+//   - the log names the GPU, and MFU is logged (> 0 on a GPU with a known peak).
+//
+// Tolerances. Calibrated on the CPU with this model shape, data stream and AdamW settings (batch 8, warm-up
+// to a constant 3e-3) over 100 steps, by a throwaway program: perturbing every
+// weight by one fp32 ulp moves the loss curve by at most 2.4e-7 relative (training at this size is not
+// chaotic: differences do not blow up), and rounding the weights to bf16 before every forward (bf16
+// weights alone, fp32 everything else) by at most 7.9e-4.
+//   - FP32: the GPU runs the same math with sums in another order (GEMM reductions over K <= 688, the
+//     vocabulary's 512 logits, 64 keys); a reordered fp32 sum of K terms differs by at most ~K * 2^-24
+//     = 4e-5 relative, so 1e-4 covers it with room.
+//   - BF16: activations and activation gradients are also stored in bf16 (2^-9 relative rounding each, on
+//     ~10 stored tensors per layer against one weight copy), so about ten times the weight-only 7.9e-4:
+//     ~1% per step; 2% leaves a factor of two. Averaging the last 10 steps removes most of the per-batch
+//     noise, so their means must agree within 1%.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "experiments/config/loader.h"
+#include "experiments/metrics/metrics_log.h"
+#include "experiments/trainer/trainer.h"
+#include "experiments/trainer/training_device.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_context.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+constexpr int kSteps = 60;
+constexpr double kFp32Tolerance = 1e-4;      // relative, per step (see the top of the file)
+constexpr double kBf16StepTolerance = 0.02;  // relative, per step
+constexpr double kBf16MeanTolerance = 0.01;  // relative, mean of the last 10 steps
+
+std::string TempPath(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+
+// 20k tokens of a learnable stream: 9 in 10 tokens follow the previous one by a fixed map, the rest are
+// random, so the loss falls from ln(512) ~ 6.2 to below 1 within the run (a curve worth comparing).
+std::string WriteTokens() {
+  const std::string path = TempPath("cuda_train.tok");
+  if (FileExists(path)) return path;
+  std::mt19937 rng(11);
+  std::vector<uint32_t> ids(20000);
+  ids[0] = rng() % 512;
+  for (size_t i = 1; i < ids.size(); ++i) ids[i] = rng() % 10 == 0 ? rng() % 512 : (ids[i - 1] * 37 + 11) % 512;
+  auto writer = tokenizer::TokenFileWriter::Create(path, 512, 1);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+config::Experiment Experiment(const std::string& out, const std::string& device, const std::string& precision) {
+  auto loaded = LoadExperiment("experiments/configs/tiny.textproto",
+                               {"data.train_tokens=" + WriteTokens(), "run.output_dir=" + out,
+                                "model.d_model=256", "model.n_heads=4", "model.ffn.d_ff=688",
+                                "model.context_length=64", "run.batch_size=8",
+                                absl::StrCat("run.max_steps=", kSteps), "run.checkpoint_interval=10",
+                                "run.keep_checkpoints=10", "schedule.warmup=10", "run.device=" + device,
+                                "run.precision=" + precision});
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return *loaded;
+}
+
+std::vector<StepMetrics> ReadMetrics(const std::string& run_dir) {
+  std::vector<StepMetrics> out;
+  auto text = ReadFile(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    auto m = ParseMetricsJsonLine(std::string(line));
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) out.push_back(*m);
+  }
+  return out;
+}
+
+// Trains (or, with `resume`, continues) and returns the run's metrics; `log` receives the console.
+std::vector<StepMetrics> TrainRun(const config::Experiment& e, int64_t stop_after = 0, bool resume = false,
+                                  const std::string& log = "/dev/null") {
+  TrainOptions options;
+  options.console = std::fopen(log.c_str(), "w");
+  options.stop_after_step = stop_after;
+  options.resume = resume;
+  auto result = Train(e, options);
+  std::fclose(options.console);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return ReadMetrics(e.run().output_dir());
+}
+
+// Step-by-step relative agreement of `run` with `reference` on steps [first, last] (1-based).
+void ExpectCurvesAgree(const std::vector<StepMetrics>& run, const std::vector<StepMetrics>& reference,
+                       double tolerance, int first, int last, const std::string& what) {
+  ASSERT_GE(static_cast<int>(run.size()), last) << what;
+  ASSERT_GE(static_cast<int>(reference.size()), last) << what;
+  for (int step = first; step <= last; ++step) {
+    const StepMetrics& a = run[step - 1];
+    const StepMetrics& b = reference[step - 1];
+    ASSERT_EQ(a.step, step) << what;
+    EXPECT_NEAR(a.loss, b.loss, tolerance * b.loss) << what << ", step " << step;
+  }
+}
+
+double MeanLossOfLastSteps(const std::vector<StepMetrics>& metrics, int n) {
+  double sum = 0;
+  for (size_t i = metrics.size() - n; i < metrics.size(); ++i) sum += metrics[i].loss;
+  return sum / n;
+}
+
+class TrainerCudaTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (kernels::cuda::CudaDeviceCount() == 0) return;
+    cpu_ = new std::vector<StepMetrics>(TrainRun(Experiment(TempPath("cpu_fp32"), "CPU", "FP32")));
+  }
+  static void TearDownTestSuite() {
+    delete cpu_;
+    cpu_ = nullptr;
+  }
+  void SetUp() override {
+    if (kernels::cuda::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cpu_->size(), static_cast<size_t>(kSteps));
+    // The CPU run must have learned something, or the comparison says little.
+    EXPECT_LT(cpu_->back().loss, 0.5 * cpu_->front().loss);
+  }
+  static const std::vector<StepMetrics>& cpu() { return *cpu_; }
+
+ private:
+  static std::vector<StepMetrics>* cpu_;
+};
+
+std::vector<StepMetrics>* TrainerCudaTest::cpu_ = nullptr;
+
+TEST_F(TrainerCudaTest, Fp32FollowsTheCpuLossCurve) {
+  const std::string log = TempPath("cuda_fp32.log");
+  const std::vector<StepMetrics> gpu = TrainRun(Experiment(TempPath("cuda_fp32"), "CUDA", "FP32"), 0, false, log);
+  ExpectCurvesAgree(gpu, cpu(), kFp32Tolerance, 1, kSteps, "CUDA FP32 vs CPU FP32");
+
+  auto cuda = kernels::cuda::CudaContext::Create(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  const std::string name = (*cuda)->properties().name;
+  auto text = ReadFile(log);
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(absl::StrContains(*text, "device: " + name + " (cuda:0), FP32")) << *text;
+  if (GpuPeakFlops(name, config::RunConfig::FP32).has_value()) {
+    for (const StepMetrics& m : gpu) EXPECT_GT(m.mfu, 0) << "step " << m.step;
+  } else {
+    EXPECT_TRUE(absl::StrContains(*text, "set run.peak_flops to log MFU")) << *text;
+  }
+}
+
+TEST_F(TrainerCudaTest, Bf16FollowsTheCpuLossCurveWithinBf16Tolerance) {
+  const std::vector<StepMetrics> gpu = TrainRun(Experiment(TempPath("cuda_bf16"), "CUDA", "BF16"));
+  ExpectCurvesAgree(gpu, cpu(), kBf16StepTolerance, 1, kSteps, "CUDA BF16 vs CPU FP32");
+  const double gpu_mean = MeanLossOfLastSteps(gpu, 10), cpu_mean = MeanLossOfLastSteps(cpu(), 10);
+  EXPECT_NEAR(gpu_mean, cpu_mean, kBf16MeanTolerance * cpu_mean);
+  auto cuda = kernels::cuda::CudaContext::Create(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  if (GpuPeakFlops((*cuda)->properties().name, config::RunConfig::BF16).has_value()) {
+    for (const StepMetrics& m : gpu) EXPECT_GT(m.mfu, 0) << "step " << m.step;
+  }
+}
+
+TEST_F(TrainerCudaTest, CpuCheckpointResumesOnCudaAndContinuesTheCurve) {
+  const std::string out = TempPath("cpu_then_cuda");
+  // Killed after step 35: the last checkpoint is step 30; the CUDA run redoes 31..60 from it.
+  const std::vector<StepMetrics> first = TrainRun(Experiment(out, "CPU", "FP32"), 35);
+  ASSERT_EQ(first.size(), 35u);
+  const std::vector<StepMetrics> resumed = TrainRun(Experiment(out, "CUDA", "FP32"), 0, true);
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps));
+  ExpectCurvesAgree(resumed, cpu(), 0, 1, 30, "CPU part before the checkpoint (bit-identical)");
+  ExpectCurvesAgree(resumed, cpu(), kFp32Tolerance, 31, kSteps, "CUDA FP32 continuing a CPU checkpoint");
+}
+
+TEST_F(TrainerCudaTest, CudaBf16CheckpointResumesOnTheCpuAndContinuesTheCurve) {
+  const std::string out = TempPath("cuda_then_cpu");
+  const std::vector<StepMetrics> first = TrainRun(Experiment(out, "CUDA", "BF16"), 35);
+  ASSERT_EQ(first.size(), 35u);
+  const std::vector<StepMetrics> resumed = TrainRun(Experiment(out, "CPU", "FP32"), 0, true);
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps));
+  ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 1, 30, "CUDA BF16 part before the checkpoint");
+  // The CPU continues from bf16-trained fp32 master weights: the curve stays within the bf16 tolerance of
+  // the all-CPU run.
+  ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 31, kSteps, "CPU FP32 continuing a CUDA BF16 checkpoint");
+}
+
+}  // namespace
+}  // namespace lmf::experiments
