@@ -2,6 +2,9 @@
 // moments; the CS336 1000-step trajectory (Linear(3, 2), squared error) ends at the snapshot's weights.
 #include "kernels/adamw/adamw.h"
 
+#include <cstdint>
+#include <vector>
+
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/compare.h"
@@ -72,6 +75,51 @@ TEST(AdamW, MatchesCs336ThousandStepTrajectory) {
   }
   // The snapshot test's rule: assert_allclose(actual, expected, atol=1e-4) (rtol numpy's default 1e-7).
   EXPECT_TRUE(AllClose("cs336 adamw weights after 1000 steps", w, snapshot.F("array", 6), 1e-7, 1e-4));
+}
+
+// grad_norm.h's ClipScale, written out so that this test does not depend on kernels/grad_norm.
+float ClipScaleForTest(float norm, float max_norm) {
+  const float s = max_norm / (norm + 1e-6f);
+  return s < 1.0f ? s : 1.0f;
+}
+
+TEST(AdamW, MultiTensorStepEqualsPerTensorStepsWithClippingAndBf16Copy) {
+  const Context ctx = Context::Cpu();
+  const std::vector<int64_t> sizes = {1, 37, 20000};
+  const float norm = 4.0f, max_norm = 1.0f;  // clip scale 1 / (4 + 1e-6)
+  std::vector<std::vector<float>> param, grad, m, v, want, wm, wv;
+  std::vector<std::vector<uint16_t>> copy;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    param.push_back(testing::RandomNormal(sizes[i], 10 + i)), grad.push_back(testing::RandomNormal(sizes[i], 20 + i));
+    m.push_back(std::vector<float>(sizes[i], 0.0f)), v.push_back(std::vector<float>(sizes[i], 0.0f));
+    want.push_back(param.back()), wm.push_back(m.back()), wv.push_back(v.back());
+    copy.push_back(std::vector<uint16_t>(sizes[i], 0));
+  }
+  std::vector<AdamWTensor> tensors;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    tensors.push_back(AdamWTensor{sizes[i], param[i].data(), grad[i].data(), m[i].data(), v[i].data(),
+                                  i == 1 ? nullptr : copy[i].data()});  // tensor 1 has no bf16 copy
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      AdamWParams p;
+      p.n = sizes[i], p.param = want[i].data(), p.grad = grad[i].data(), p.m = wm[i].data(), p.v = wv[i].data();
+      p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = step, p.grad_scale = 0.5f * ClipScaleForTest(norm, max_norm);
+      AdamWStep(ctx, p);
+    }
+    MultiTensorAdamWParams mp;
+    mp.tensors = tensors.data(), mp.num_tensors = static_cast<int64_t>(tensors.size());
+    mp.lr = 1e-2f, mp.weight_decay = 0.1f, mp.step = step, mp.grad_scale = 0.5f;
+    mp.norm = &norm, mp.max_norm = max_norm;
+    MultiTensorAdamW(ctx, mp);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    EXPECT_EQ(param[i], want[i]);
+    EXPECT_EQ(m[i], wm[i]);
+    EXPECT_EQ(v[i], wv[i]);
+    for (int64_t j = 0; j < sizes[i] && i != 1; ++j) ASSERT_EQ(copy[i][j], FloatToBF16(param[i][j])) << j;
+  }
+  EXPECT_EQ(copy[1], std::vector<uint16_t>(sizes[1], 0)) << "a null param_copy is not written";
 }
 
 }  // namespace

@@ -217,5 +217,20 @@ TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
   for (size_t i = 0; i < per_run * runs_per_pool; ++i) EXPECT_EQ(results[i], results[i + per_run * runs_per_pool]) << i;
 }
 
+TEST(Attention, SupportedAnswersPerBackendDTypeAndHeadSize) {
+  EXPECT_TRUE(AttentionSupported(Device::Cpu(), DType::kF32, 48));  // the CPU kernels take any head size
+  EXPECT_FALSE(AttentionSupported(Device::Cpu(), DType::kBF16, 64));
+  EXPECT_FALSE(AttentionSupported(Device::Cpu(), DType::kF32, 0));
+#if LMF_WITH_CUDA
+  EXPECT_TRUE(AttentionSupported(Device::Cuda(0), DType::kBF16, 64));
+  EXPECT_TRUE(AttentionSupported(Device::Cuda(0), DType::kBF16, 128));
+  EXPECT_FALSE(AttentionSupported(Device::Cuda(0), DType::kBF16, 32));  // tensor-core kernels: 64 and 128
+  EXPECT_TRUE(AttentionSupported(Device::Cuda(0), DType::kF32, 32));
+  EXPECT_FALSE(AttentionSupported(Device::Cuda(0), DType::kF32, 96));
+#else
+  EXPECT_FALSE(AttentionSupported(Device::Cuda(0), DType::kBF16, 64));  // no CUDA backend in this binary
+#endif
+}
+
 }  // namespace
 }  // namespace lmf::kernels

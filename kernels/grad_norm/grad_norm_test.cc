@@ -46,5 +46,15 @@ TEST(GradNorm, NormIsIndependentOfThreadCountAndSmallGradientsAreKept) {
   EXPECT_EQ(ClipScale(2.0f, 1.0f), 1.0f / (2.0f + 1e-6f));
 }
 
+TEST(GradNorm, ToDeviceWritesTheNormWhereTheContextKeepsData) {
+  const Context ctx = Context::Cpu();
+  auto a = testing::RandomNormal(100, 1), b = testing::RandomNormal(20000, 2);
+  const GradSpan spans[] = {{a.data(), 100}, {b.data(), 20000}};
+  const GradNormParams p{DType::kF32, spans, 2};
+  float norm = -1.0f;
+  GlobalGradNormToDevice(ctx, p, &norm);
+  EXPECT_EQ(norm, GlobalGradNorm(ctx, p));
+}
+
 }  // namespace
 }  // namespace lmf::kernels

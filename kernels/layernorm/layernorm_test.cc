@@ -3,6 +3,7 @@
 #include "kernels/layernorm/layernorm.h"
 
 #include "gtest/gtest.h"
+#include "kernels/residual/residual.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/fixture.h"
 
@@ -68,6 +69,28 @@ TEST(LayerNorm, BackwardMatchesCentralDifferencesWithAndWithoutBias) {
       EXPECT_TRUE(testing::CheckGradient("dbias", bias, loss, db, 1e-2, 1e-2, 1e-3));
     }
   }
+}
+
+TEST(LayerNorm, FusedResidualForwardEqualsResidualAddThenNorm) {
+  const int64_t N = 7, C = 33;
+  const Context ctx = Context::Cpu();
+  const auto residual = testing::RandomNormal(N * C, 4), x = testing::RandomNormal(N * C, 5);
+  const auto w = testing::RandomNormal(C, 6), b = testing::RandomNormal(C, 7);
+  std::vector<float> sum(N * C), out(N * C), mean(N), rstd(N);
+  ResidualForward(ctx, ResidualForwardParams{DType::kF32, N * C, residual.data(), x.data(), sum.data()});
+  LayerNormForward(ctx, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), b.data(), out.data(),
+                                               mean.data(), rstd.data()});
+
+  // Into a separate residual_out buffer: bitwise the unfused result.
+  std::vector<float> fused_sum(N * C), fused_out(N * C), fused_mean(N), fused_rstd(N);
+  ResidualLayerNormForwardParams p{DType::kF32,      N,        C,        1e-5f,
+                                   residual.data(),  x.data(), fused_sum.data(), w.data(),
+                                   b.data(),         fused_out.data(), fused_mean.data(), fused_rstd.data()};
+  ResidualLayerNormForward(ctx, p);
+  EXPECT_EQ(fused_sum, sum);
+  EXPECT_EQ(fused_out, out);
+  EXPECT_EQ(fused_mean, mean);
+  EXPECT_EQ(fused_rstd, rstd);
 }
 
 }  // namespace

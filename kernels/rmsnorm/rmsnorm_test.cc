@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
+#include "kernels/residual/residual.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/fixture.h"
 
@@ -82,6 +83,25 @@ TEST(RmsNorm, ThreadedResultMatchesSingleThread) {
   EXPECT_EQ(dx1, dx2);
   // The weight gradient sums N rows in per-thread partials: only the summation order differs.
   EXPECT_TRUE(AllClose("dweight", dw1, dw2, 1e-5, 1e-5));
+}
+
+TEST(RmsNorm, FusedResidualForwardEqualsResidualAddThenNorm) {
+  const int64_t N = 9, C = 40;
+  const Context ctx = Context::Cpu();
+  const auto residual = testing::RandomNormal(N * C, 1), x = testing::RandomNormal(N * C, 2);
+  const auto w = testing::RandomNormal(C, 3);
+  std::vector<float> sum(N * C), out(N * C), rstd(N);
+  ResidualForward(ctx, ResidualForwardParams{DType::kF32, N * C, residual.data(), x.data(), sum.data()});
+  RmsNormForward(ctx, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), out.data(), rstd.data()});
+
+  // In place (residual_out aliases residual), as the transformer block calls it: bitwise the unfused result.
+  std::vector<float> stream = residual, fused_out(N * C), fused_rstd(N);
+  ResidualRmsNormForwardParams p{DType::kF32, N,        C,           1e-5f, stream.data(), x.data(), stream.data(),
+                                 w.data(),    fused_out.data(), fused_rstd.data()};
+  ResidualRmsNormForward(ctx, p);
+  EXPECT_EQ(stream, sum);
+  EXPECT_EQ(fused_out, out);
+  EXPECT_EQ(fused_rstd, rstd);
 }
 
 }  // namespace

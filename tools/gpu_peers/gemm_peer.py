@@ -1,4 +1,4 @@
-"""PyTorch peer for lab/cuda/gemm_benchmark: torch.matmul (bf16) times for y = x @ W^T.
+"""PyTorch peer for //kernels/matmul:matmul_cuda_benchmark: torch.matmul (bf16) times for y = x @ W^T.
 
 Usage: python3 gemm_peer.py NAME:M,N,K ...   prints "NAME <median ms>" per shape (CUDA events, after warm-up).
 """

@@ -1,4 +1,4 @@
-"""PyTorch peer for lab/cuda/memory_bound_benchmark: the same ops and shapes in PyTorch eager (bf16).
+"""PyTorch peer for //kernels/cuda:memory_bound_benchmark: the same ops and shapes in PyTorch eager (bf16).
 
 Usage: python3 memory_bound_peer.py     prints "<op> <median ms>" per op (CUDA events, after warm-up).
 AdamW: torch.optim.AdamW(fused=True) over one fp32 parameter with an fp32 gradient (torch's fused AdamW wants
