@@ -3,8 +3,8 @@
 // and on CUDA, for a GPT-2-like config (LayerNorm, GELU, learned positions, biases, tied head) and a
 // Llama-like one (RMSNorm, SwiGLU, RoPE, GQA, untied head), both with head size 64 (the CUDA attention's):
 // - f32 on CUDA matches the CPU's loss, logits and every parameter gradient;
-// - bf16 on CUDA (bf16 weights copies and activations, fp32 master weights and gradients) tracks the CPU's
-//   fp32 result within what bf16 rounding explains;
+// - bf16 on CUDA (bf16 weights copies and activations, fp32 master weights and gradients) is within ten
+//   times the error of the CPU's fp32 model run on bf16-rounded weights (both against the fp32 result);
 // - repeated steps on CUDA are bitwise identical (same model twice, and a second model);
 // - the bf16 compute copies are the rounded master weights;
 // - a head size the CUDA attention lacks fails Create with a message naming it.
@@ -126,9 +126,17 @@ std::unique_ptr<LanguageModel> MakeModel(const ModelConfig& config, const kernel
   return std::move(*model);
 }
 
-StepResult CpuReference(const ModelConfig& config, const Batch& batch) {
+// The fp32 CPU model's step; with `round_weights`, its master weights are first rounded to bf16 (exactly
+// the values a bf16 model's compute copies hold), so that only the activations stay unrounded.
+StepResult CpuReference(const ModelConfig& config, const Batch& batch, bool round_weights = false) {
   std::unique_ptr<LanguageModel> model = MakeModel(config, kernels::Context::Cpu(), DType::kF32);
   if (model == nullptr) return StepResult();
+  if (round_weights) {
+    model->VisitParameters([](const std::string&, const Parameter& p) {
+      float* w = p.data();
+      for (int64_t i = 0; i < p.value.numel(); ++i) w[i] = kernels::BF16ToFloat(kernels::FloatToBF16(w[i]));
+    });
+  }
   return RunStep(*model, batch);
 }
 
@@ -223,32 +231,36 @@ TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
   }
 }
 
-// bf16 on CUDA against fp32 on the CPU. A bf16 value carries a relative rounding error of at most 2^-9
-// (0.2%); the logits pass through ~10 such roundings (weights, every stored activation) whose errors add
-// like a random walk (RMS ~0.4%), amplified somewhat by the norms and the softmax; we allow a relative L2
-// error of 3%. The loss is a mean of log-sum-exps minus target logits computed in fp32 from those logits,
-// whose spread is ~1 in both configs: a 1% logit error moves it by ~0.01 nats of ~5.6 (0.2%); we allow
-// 0.5%. Parameter gradients are fp32 sums over the B*T = 96
-// tokens of products of bf16 activation gradients (~2% relative each); where the sum cancels (norm gains,
-// biases) its relative error grows, so per parameter we require a cosine similarity above 0.99 (a
-// relative L2 error under ~14%). A wrong op (index, scale, mask, missing term) makes some gradient
-// point elsewhere: cosines of 0.9 or less. Exception: the key bias's gradient is exactly zero in exact
-// arithmetic (softmax ignores a per-row constant) and pure rounding noise in both; it must be finite and
-// small (below 5% of the largest gradient).
-TEST_F(LanguageModelCudaTest, Bf16TracksTheCpuF32Result) {
+// bf16 on CUDA against fp32 on the CPU, by STYLE.md's rule: the bf16 result's error may be a stated multiple
+// of the error of a plain bf16 computation of the same thing. Our plain computation is the fp32 CPU model
+// with its weights rounded to bf16 (the compute copies' values; measured on the CPU: relative L2 errors of
+// 0.3-0.9% in every gradient and ~0.5% in the logits for these configs). The CUDA model also stores every
+// activation and activation gradient in bf16 (normed inputs, q|k|v, attention output and its P and dS
+// tiles, FFN pre-activations and outputs, the residual stream; ~10 roundings per layer, each of the size of
+// a weight rounding); if their errors add in quadrature, its error is 3-5 times the weights-only one. We
+// allow 10 times, in relative L2 per tensor (logits and each parameter gradient); a wrong op (index, scale,
+// mask, missing term) typically gives relative errors of tens of percent. The loss: 0.5% (weights-only
+// rounding moves it by <0.01%; a 1% logit error moves the mean log-sum-exp by ~0.01 nats of ~6). The key
+// bias's gradient is exactly zero in exact arithmetic (softmax ignores a per-row constant) and pure rounding
+// noise in all three; it must be finite and small (below 5% of the largest gradient). The measured errors
+// are printed, for calibration on the device.
+TEST_F(LanguageModelCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
+  constexpr double kMultiple = 10;
   for (const auto& [name, config] : Configs()) {
     SCOPED_TRACE(name);
     const Batch batch = MakeBatch(config);
     const StepResult want = CpuReference(config, batch);
+    const StepResult naive = CpuReference(config, batch, /*round_weights=*/true);
     std::unique_ptr<LanguageModel> model = MakeModel(config, ctx(), DType::kBF16);
     ASSERT_NE(model, nullptr);
     EXPECT_EQ(model->activation_dtype(), DType::kBF16);
     const StepResult got = RunStep(*model, batch);
     EXPECT_NEAR(got.loss, want.loss, 5e-3 * std::fabs(want.loss)) << "loss";
     const Agreement logits = Compare(got.logits, want.logits);
-    EXPECT_LE(logits.relative_l2, 0.03) << "logits";
-    std::printf("%s bf16: loss %.6f vs %.6f, logits relative L2 %.4f\n", name, got.loss, want.loss,
-                logits.relative_l2);
+    const Agreement naive_logits = Compare(naive.logits, want.logits);
+    EXPECT_LE(logits.relative_l2, kMultiple * naive_logits.relative_l2) << "logits";
+    std::printf("%s bf16: loss %.6f (bf16 weights %.6f) vs %.6f; logits relative L2 %.5f (bf16 weights %.5f)\n",
+                name, got.loss, naive.loss, want.loss, logits.relative_l2, naive_logits.relative_l2);
     const double largest = LargestGradient(want);
     for (const auto& [param, grad] : want.grads) {
       const std::vector<float>& g = got.grads.at(param);
@@ -258,8 +270,10 @@ TEST_F(LanguageModelCudaTest, Bf16TracksTheCpuF32Result) {
         continue;
       }
       const Agreement a = Compare(g, grad);
-      EXPECT_GE(a.cosine, 0.99) << "grad of " << param << " (relative L2 " << a.relative_l2 << ")";
-      std::printf("  %-40s cosine %.6f relative L2 %.4f\n", param.c_str(), a.cosine, a.relative_l2);
+      const Agreement n = Compare(naive.grads.at(param), grad);
+      EXPECT_LE(a.relative_l2, kMultiple * n.relative_l2) << "grad of " << param << " (cosine " << a.cosine << ")";
+      std::printf("  %-36s relative L2 %.5f (bf16 weights %.5f), cosine %.6f\n", param.c_str(), a.relative_l2,
+                  n.relative_l2, a.cosine);
     }
   }
 }

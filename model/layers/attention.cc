@@ -46,7 +46,8 @@ kernels::AttentionParams Attention::Params() const {
   p.causal = true;
   p.q = qkv, p.q_stride_b = t_ * width, p.q_stride_t = width, p.q_stride_h = hs_;
   p.k = ElementOffset(qkv, q_width, dtype_), p.k_stride_b = t_ * width, p.k_stride_t = width, p.k_stride_h = hs_;
-  p.v = ElementOffset(qkv, q_width + kv_width, dtype_), p.v_stride_b = t_ * width, p.v_stride_t = width, p.v_stride_h = hs_;
+  p.v = ElementOffset(qkv, q_width + kv_width, dtype_);
+  p.v_stride_b = t_ * width, p.v_stride_t = width, p.v_stride_h = hs_;
   p.out = attn_out_.data(), p.out_stride_b = t_ * q_width, p.out_stride_t = q_width, p.out_stride_h = hs_;
   p.lse = lse_.data<float>();
   return p;

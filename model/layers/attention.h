@@ -4,8 +4,9 @@
 // q, k and v come from one fused (NH*HS + 2*NKV*HS, C) projection whose row blocks are visited as
 // attn.q_proj / attn.k_proj / attn.v_proj (and their biases), so a single GEMM computes all three.
 // Step state: the projected q|k|v (N, (NH+2*NKV)*HS) after RoPE and the attention output (N, NH*HS) in the
-// activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output projection into the residual stream; Backward takes the
-// residual gradient and writes the gradient of the normed input. Parameter gradients accumulate.
+// activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output
+// projection into the residual stream; Backward takes the residual gradient and writes the gradient of the
+// normed input. Parameter gradients (fp32) accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_ATTENTION_H_
 #define LMFORGE_MODEL_LAYERS_ATTENTION_H_
 

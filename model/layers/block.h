@@ -1,7 +1,8 @@
 // Block: the pre-norm transformer block, x + attn(norm1(x)) then + ffn(norm2(.)).
 // Step state: the residual stream after the attention half (N, C) and after the whole block (N, C), in the
-// activation dtype on the model's device, plus what its norms, attention and feed-forward keep. Backward updates the residual gradient in place (the
-// gradient of the block output on entry, of the block input on return); parameter gradients accumulate.
+// activation dtype on the model's device, plus what its norms, attention and feed-forward keep. Backward
+// updates the residual gradient in place (the gradient of the block output on entry, of the block input on
+// return); parameter gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_BLOCK_H_
 #define LMFORGE_MODEL_LAYERS_BLOCK_H_
 
