@@ -44,28 +44,38 @@ double ModelOptimizer::Step(model::LanguageModel& model, double lr, int64_t micr
                                                                   static_cast<float>(config_.grad_clip()))
                                              : 1.0f;
   const float grad_scale = clip / static_cast<float>(micro_batches);
-  const config::AdamWConfig& adamw = config_.adamw();
+  // Two MultiTensorAdamW calls, one per weight-decay group (PyTorch's param groups); each also writes the
+  // bf16 compute copy of the tensors it updates when the model computes in bf16.
+  std::vector<kernels::AdamWTensor> groups[2];  // [0]: no decay, [1]: decay
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
     auto it = moments_.find(name);
     LMF_CHECK(it != moments_.end()) << "parameter " << name << " appeared after the optimizer was built";
     Moments& moments = it->second;
-    kernels::AdamWParams params;
-    params.dtype = kernels::DType::kF32;
-    params.n = p.value.numel();
-    params.param = p.value.data();
-    params.grad = p.grad.data();
-    params.m = moments.m.data<float>();
-    params.v = moments.v.data<float>();
+    kernels::AdamWTensor t;
+    t.n = p.value.numel();
+    t.param = p.value.data<float>();
+    t.grad = p.grad.data();
+    t.m = moments.m.data<float>();
+    t.v = moments.v.data<float>();
+    t.param_copy = p.compute.dtype() == kernels::DType::kBF16 ? p.compute.data() : nullptr;
+    groups[moments.decay ? 1 : 0].push_back(t);
+  });
+  const config::AdamWConfig& adamw = config_.adamw();
+  for (int decay = 0; decay < 2; ++decay) {
+    if (groups[decay].empty()) continue;
+    kernels::MultiTensorAdamWParams params;
+    params.grad_dtype = kernels::DType::kF32;
+    params.tensors = groups[decay].data();
+    params.num_tensors = static_cast<int64_t>(groups[decay].size());
     params.lr = static_cast<float>(lr);
     params.beta1 = static_cast<float>(adamw.beta1());
     params.beta2 = static_cast<float>(adamw.beta2());
     params.eps = static_cast<float>(adamw.eps());
-    params.weight_decay = moments.decay ? static_cast<float>(adamw.weight_decay()) : 0.0f;
+    params.weight_decay = decay == 1 ? static_cast<float>(adamw.weight_decay()) : 0.0f;
     params.step = step_;
     params.grad_scale = grad_scale;
-    kernels::AdamWStep(ctx_, params);
-  });
-  model.RefreshComputeWeights();
+    kernels::MultiTensorAdamW(ctx_, params);
+  }
   return norm;
 }
 
