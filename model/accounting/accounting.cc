@@ -39,20 +39,21 @@ FlopsPerToken CountFlopsPerToken(const ModelConfig& c, int64_t seq_len) {
   return f;
 }
 
-ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c) {
+ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c, kernels::DType activations) {
+  const int64_t act = static_cast<int64_t>(kernels::DTypeSize(activations));
   const int64_t f32 = 4;
   const int64_t C = c.d_model;
   ActivationBytesPerToken a;
   a.n_layers = c.n_layers;
-  int64_t block = 0;
-  block += C + NormStatistics(c) + C;                       // block input, ln1 statistics, ln1 output
-  block += c.q_width() + 2 * c.kv_width();                  // q, k, v (after RoPE)
-  block += c.q_width() + c.n_heads;                         // attention output, log-sum-exp per head
-  block += C + NormStatistics(c) + C;                       // mid residual, ln2 statistics, ln2 output
-  block += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;          // pre-activation(s), activation output
-  a.per_block = f32 * block;
-  // final norm input, statistics, output; logits; the loss log-sum-exp; int32 ids and targets.
-  a.final_and_head = f32 * (C + NormStatistics(c) + C + c.vocab_rows() + 1) + 2 * 4;
+  int64_t values = 0, statistics = 0;
+  values += C + C, statistics += NormStatistics(c);             // block input, ln1 output; ln1 statistics
+  values += c.q_width() + 2 * c.kv_width();                     // q, k, v (after RoPE)
+  values += c.q_width(), statistics += c.n_heads;               // attention output; log-sum-exp per head
+  values += C + C, statistics += NormStatistics(c);             // mid residual, ln2 output; ln2 statistics
+  values += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;             // pre-activation(s), activation output
+  a.per_block = act * values + f32 * statistics;
+  // final norm input, output and statistics; logits; the loss log-sum-exp; int32 ids and targets.
+  a.final_and_head = act * (C + C + c.vocab_rows()) + f32 * (NormStatistics(c) + 1) + 2 * 4;
   return a;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/core/dtype.h"
 #include "model/config/config.h"
 
 namespace lmf::model {
@@ -41,7 +42,8 @@ struct FlopsPerToken {
 
 FlopsPerToken CountFlopsPerToken(const ModelConfig& config, int64_t seq_len);
 
-// Bytes per token that the forward pass keeps for the backward (fp32), as LanguageModel stores them:
+// Bytes per token that the forward pass keeps for the backward, as LanguageModel stores them with
+// activations of type `activations` (f32 or bf16; the norm statistics and log-sum-exps are fp32 either way):
 // per block the block input, the norm outputs and statistics, q/k/v after RoPE, the attention output and
 // its log-sum-exp per head, the residual between the two halves, the feed-forward pre-activations and
 // activation output; then the final norm's input, output and statistics, and the logits (whose buffer the
@@ -54,7 +56,8 @@ struct ActivationBytesPerToken {
   int64_t total() const { return n_layers * per_block + final_and_head; }
 };
 
-ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& config);
+ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& config,
+                                                    kernels::DType activations = kernels::DType::kF32);
 
 }  // namespace lmf::model
 

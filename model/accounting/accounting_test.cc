@@ -57,5 +57,17 @@ TEST(AccountingTest, ActivationBytesGrowWithWidthAndVocab) {
             4 * 1000);
 }
 
+// With bf16 activations every stored tensor halves except the fp32 statistics (norm mean/rstd, attention and
+// loss log-sum-exps) and the int32 ids and targets.
+TEST(AccountingTest, Bf16ActivationsHalveEverythingButStatisticsAndIds) {
+  ModelConfig c = Gpt2Config(1000, 64, 128, 2, 4);  // LayerNorm: mean and rstd per norm
+  const ActivationBytesPerToken f32 = CountActivationBytesPerToken(c);
+  const ActivationBytesPerToken bf16 = CountActivationBytesPerToken(c, kernels::DType::kBF16);
+  const int64_t block_statistics = 2 * 2 + 4;  // two LayerNorms' mean and rstd, one lse per head
+  EXPECT_EQ(f32.per_block - bf16.per_block, (f32.per_block - 4 * block_statistics) / 2);
+  const int64_t head_statistics_and_ids = 2 + 1 + 2;  // final norm mean/rstd, loss lse (fp32); ids, targets
+  EXPECT_EQ(f32.final_and_head - bf16.final_and_head, (f32.final_and_head - 4 * head_statistics_and_ids) / 2);
+}
+
 }  // namespace
 }  // namespace lmf::model

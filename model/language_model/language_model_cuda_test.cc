@@ -6,7 +6,7 @@
 // - bf16 on CUDA (bf16 weights copies and activations, fp32 master weights and gradients) is within ten
 //   times the error of the CPU's fp32 model run on bf16-rounded weights (both against the fp32 result);
 // - repeated steps on CUDA are bitwise identical (same model twice, and a second model);
-// - the bf16 compute copies are the rounded master weights;
+// - the bf16 compute copies are the rounded master weights, and the step state is what accounting/ counts;
 // - a head size the CUDA attention lacks fails Create with a message naming it.
 #include <cmath>
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/memory/memory.h"
+#include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 
 namespace lmf::model {
@@ -221,6 +222,7 @@ TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
       EXPECT_EQ(ToHostBytes(ctx(), p.value), cpu_values[n]) << "initial " << n;
     });
     const StepResult got = RunStep(*model, batch);
+    EXPECT_EQ(model->saved_activation_bytes(), CountActivationBytesPerToken(config).total() * kB * kT);
     EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss)) << "loss";
     ExpectCloseToScale("logits", got.logits, want.logits, 1e-4, 0);
     const double floor = 1e-2 * LargestGradient(want);
@@ -255,6 +257,7 @@ TEST_F(LanguageModelCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
     ASSERT_NE(model, nullptr);
     EXPECT_EQ(model->activation_dtype(), DType::kBF16);
     const StepResult got = RunStep(*model, batch);
+    EXPECT_EQ(model->saved_activation_bytes(), CountActivationBytesPerToken(config, DType::kBF16).total() * kB * kT);
     EXPECT_NEAR(got.loss, want.loss, 5e-3 * std::fabs(want.loss)) << "loss";
     const Agreement logits = Compare(got.logits, want.logits);
     const Agreement naive_logits = Compare(naive.logits, want.logits);
