@@ -6,6 +6,9 @@
 #   (on the GPU machine)  OUT_DIR/gpu_run.sh
 #
 # Builds for sm_90a and sm_80 (see bazel/lmf.bzl). Tests go to OUT_DIR/tests, binaries to OUT_DIR/bench.
+# The gpu targets: every op's <op>_cuda_test in kernels/ (and kernels/cuda, kernels/memory), the CUDA
+# benchmarks (kernels/matmul, kernels/attention, kernels/cuda) and those of other folders. Honours
+# LMF_BAZEL_OUTPUT_BASE (binaries are taken from `bazel info bazel-bin`, not the .bazel/ links).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/gpu_bundle}"
@@ -21,13 +24,16 @@ echo "gpu_bundle: building $(echo $tests $bins | wc -w) targets" >&2
 # shellcheck disable=SC2086
 ./bazelw build $tests $bins
 
+bin_root="$(./bazelw info bazel-bin 2>/dev/null)"
+[[ -d "$bin_root" ]] || { echo "gpu_bundle: bazel info bazel-bin gave no folder" >&2; exit 1; }
+
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench"
 copy_target() {  # label, destination folder
   local label="$1" dest="$2"
   local path="${label#//}"
   path="${path/://}"
-  local bin=".bazel/bin/$path"
+  local bin="$bin_root/$path"
   [[ -x "$bin" ]] || { echo "gpu_bundle: $label built no executable at $bin" >&2; exit 1; }
   local name="${path//\//__}"
   cp -L "$bin" "$dest/$name"

@@ -2,9 +2,9 @@
 // with the params and write rules of activations.h. Grid-stride loops, 16 bytes per access where the
 // alignment allows, then the tail one element at a time; GELU through s = sigmoid(2u) (the CPU kernel's
 // formula, which avoids the cancellation of 1 + tanh(u)).
+#include "kernels/activations/activations.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/activations/activations.h"
 
 namespace lmf::kernels::cuda {
 namespace {

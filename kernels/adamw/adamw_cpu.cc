@@ -26,12 +26,14 @@ void AdamWStep(const Context& ctx, const AdamWParams& p) {
   ParallelForItems(ctx, p.n, 12, [&](int64_t begin, int64_t end) {
     const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), v1b1 = _mm256_set1_ps(one_b1);
     const __m256 v1b2 = _mm256_set1_ps(one_b2), vgs = _mm256_set1_ps(gs), veps = _mm256_set1_ps(eps);
-    const __m256 vdecay = _mm256_set1_ps(decay), vstep = _mm256_set1_ps(step_size), vsbc2 = _mm256_set1_ps(sqrt_bc2);
+    const __m256 vdecay = _mm256_set1_ps(decay), vstep = _mm256_set1_ps(step_size),
+                 vsbc2 = _mm256_set1_ps(sqrt_bc2);
     int64_t i = begin;
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), vgs);
       const __m256 m = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(p.m + i)), _mm256_mul_ps(v1b1, g));
-      const __m256 v = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(p.v + i)), _mm256_mul_ps(v1b2, _mm256_mul_ps(g, g)));
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(p.v + i)),
+                                     _mm256_mul_ps(v1b2, _mm256_mul_ps(g, g)));
       _mm256_storeu_ps(p.m + i, m);
       _mm256_storeu_ps(p.v + i, v);
       const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), vsbc2), veps);

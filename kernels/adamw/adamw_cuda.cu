@@ -4,11 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/adamw/adamw.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"
 #include "kernels/cuda/tensor_chunks.h"
-#include "kernels/adamw/adamw.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -90,7 +90,8 @@ TEST(AdamW, MultiTensorStepEqualsPerTensorStepsWithClippingAndBf16Copy) {
   std::vector<std::vector<float>> param, grad, m, v, want, wm, wv;
   std::vector<std::vector<uint16_t>> copy;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    param.push_back(testing::RandomNormal(sizes[i], 10 + i)), grad.push_back(testing::RandomNormal(sizes[i], 20 + i));
+    param.push_back(testing::RandomNormal(sizes[i], 10 + i)),
+        grad.push_back(testing::RandomNormal(sizes[i], 20 + i));
     m.push_back(std::vector<float>(sizes[i], 0.0f)), v.push_back(std::vector<float>(sizes[i], 0.0f));
     want.push_back(param.back()), wm.push_back(m.back()), wv.push_back(v.back());
     copy.push_back(std::vector<uint16_t>(sizes[i], 0));
@@ -102,8 +103,10 @@ TEST(AdamW, MultiTensorStepEqualsPerTensorStepsWithClippingAndBf16Copy) {
   for (int64_t step = 1; step <= 2; ++step) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       AdamWParams p;
-      p.n = sizes[i], p.param = want[i].data(), p.grad = grad[i].data(), p.m = wm[i].data(), p.v = wv[i].data();
-      p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = step, p.grad_scale = 0.5f * ClipScaleForTest(norm, max_norm);
+      p.n = sizes[i], p.param = want[i].data(), p.grad = grad[i].data(), p.m = wm[i].data(),
+      p.v = wv[i].data();
+      p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = step,
+      p.grad_scale = 0.5f * ClipScaleForTest(norm, max_norm);
       AdamWStep(ctx, p);
     }
     MultiTensorAdamWParams mp;

@@ -72,8 +72,9 @@ struct AttentionBackwardParams {
   AttentionBackwardSchedule schedule = AttentionBackwardSchedule::kAuto;
 };
 
-// The CUDA backend (attention_cuda.cu and attention_f32_cuda.cu, built in where LMF_WITH_CUDA): the same params on device
-// pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back as a Status.
+// The CUDA backend (attention_cuda.cu and attention_f32_cuda.cu, built in where LMF_WITH_CUDA): the same
+// params on device pointers, run on ctx.stream; argument errors, unsupported cases and CUDA errors come back
+// as a Status.
 //
 // bf16: FlashAttention-2 on tensor cores (mma.sync m16n8k16, fp32 accumulation, fp32 lse), HS 64 or 128,
 // strides and pointers 16-byte aligned (multiples of 8 elements). f32: CUDA-core kernels, HS 32, 64 or 128,
@@ -107,7 +108,8 @@ inline void AttentionForward(const Context& ctx, const AttentionParams& p) {
   cpu::AttentionForward(ctx, p);
 }
 inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p) {
-  if (!BackendSupports("attention", ctx.device, p.forward.dtype)) UnsupportedOp("attention", ctx, p.forward.dtype);
+  if (!BackendSupports("attention", ctx.device, p.forward.dtype))
+    UnsupportedOp("attention", ctx, p.forward.dtype);
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::AttentionBackward(ctx, p), "AttentionBackward");
 #endif
@@ -120,9 +122,9 @@ inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams&
 bool AttentionSupported(Device device, DType dtype, int64_t head_size);
 
 // Params for contiguous q (B, T, NH, HS), k and v (B, S, NKV, HS), out (B, T, NH, HS), scale 1/sqrt(HS).
-AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV, int64_t HS,
-                                          bool causal, const void* q, const void* k, const void* v, void* out,
-                                          float* lse);
+AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV,
+                                          int64_t HS, bool causal, const void* q, const void* k,
+                                          const void* v, void* out, float* lse);
 
 }  // namespace lmf::kernels
 

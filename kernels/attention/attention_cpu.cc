@@ -21,9 +21,9 @@
 
 namespace lmf::kernels {
 
-AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV, int64_t HS,
-                                          bool causal, const void* q, const void* k, const void* v, void* out,
-                                          float* lse) {
+AttentionParams ContiguousAttentionParams(int64_t B, int64_t T, int64_t S, int64_t NH, int64_t NKV,
+                                          int64_t HS, bool causal, const void* q, const void* k,
+                                          const void* v, void* out, float* lse) {
   AttentionParams p;
   p.B = B, p.T = T, p.S = S, p.NH = NH, p.NKV = NKV, p.HS = HS;
   p.scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -40,7 +40,7 @@ bool AttentionSupported(Device device, DType dtype, int64_t head_size) {
   if (head_size <= 0 || !BackendSupports("attention", device, dtype)) return false;
   if (device.is_cpu()) return true;
   if (dtype == DType::kBF16) return head_size == 64 || head_size == 128;  // the tensor-core kernels
-  return head_size == 32 || head_size == 64 || head_size == 128;         // the fp32 CUDA-core kernels
+  return head_size == 32 || head_size == 64 || head_size == 128;          // the fp32 CUDA-core kernels
 }
 
 namespace cpu {
@@ -77,14 +77,16 @@ struct View {
     const int64_t kvh = h / group();
     const uint8_t* mrow = MaskRow(b, h, t);
     for (int64_t j = 0; j < len; ++j) {
-      s[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS);
+      s[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY
+                                                    : p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS);
     }
   }
 };
 
 void CheckParams(const AttentionParams& p) {
   LMF_CHECK(p.B > 0 && p.T > 0 && p.S > 0 && p.NH > 0 && p.NKV > 0 && p.HS > 0)
-      << "attention: B=" << p.B << " T=" << p.T << " S=" << p.S << " NH=" << p.NH << " NKV=" << p.NKV << " HS=" << p.HS;
+      << "attention: B=" << p.B << " T=" << p.T << " S=" << p.S << " NH=" << p.NH << " NKV=" << p.NKV
+      << " HS=" << p.HS;
   LMF_CHECK(p.NH % p.NKV == 0) << "attention: NKV=" << p.NKV << " does not divide NH=" << p.NH;
   LMF_CHECK(p.lse != nullptr) << "attention: lse buffer (B, NH, T) is required";
 }
@@ -95,7 +97,8 @@ void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int6
   const int64_t visible = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
   const uint8_t* mrow = view.MaskRow(b, h, t);
   const float scale = view.p.scale;
-  for (int64_t j = 0; j < visible; ++j) row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : row[j] * scale;
+  for (int64_t j = 0; j < visible; ++j)
+    row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : row[j] * scale;
   for (int64_t j = visible; j < len; ++j) row[j] = -INFINITY;
 }
 
@@ -125,7 +128,8 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       for (int64_t u0 = 0; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, p.HS, kt.data(), kKeyBlock);
-        vec::SmallGemm(tlen, len, p.HS, view.q(b, t0, h), p.q_stride_t, kt.data(), kKeyBlock, s.data(), kKeyBlock, false);
+        vec::SmallGemm(tlen, len, p.HS, view.q(b, t0, h), p.q_stride_t, kt.data(), kKeyBlock, s.data(),
+                       kKeyBlock, false);
         for (int64_t i = 0; i < tlen; ++i) {
           float* row = s.data() + i * kKeyBlock;
           MaskRow(view, b, h, t0 + i, u0, len, row);
@@ -143,7 +147,8 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
           run_max[i] = new_max;
           run_sum[i] += vec::ExpShiftSum(row, new_max, row, len);
         }
-        vec::SmallGemm(tlen, p.HS, len, s.data(), kKeyBlock, view.v(b, u0, kvh), p.v_stride_t, acc.data(), p.HS, true);
+        vec::SmallGemm(tlen, p.HS, len, s.data(), kKeyBlock, view.v(b, u0, kvh), p.v_stride_t, acc.data(),
+                       p.HS, true);
       }
       for (int64_t i = 0; i < tlen; ++i) {
         float* o = view.out(b, t0 + i, h);
@@ -221,8 +226,13 @@ struct BackwardView {
 
 struct BackwardScratch {
   explicit BackwardScratch(int64_t HS)
-      : kt(HS * kKeyBlock), vt(HS * kKeyBlock), dk_acc(kKeyBlock * HS), dv_acc(kKeyBlock * HS),
-        prob(kQueryBlock * kKeyBlock), dprob(kQueryBlock * kKeyBlock), transposed(kKeyBlock * kQueryBlock) {}
+      : kt(HS * kKeyBlock),
+        vt(HS * kKeyBlock),
+        dk_acc(kKeyBlock * HS),
+        dv_acc(kKeyBlock * HS),
+        prob(kQueryBlock * kKeyBlock),
+        dprob(kQueryBlock * kKeyBlock),
+        transposed(kKeyBlock * kQueryBlock) {}
   std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, transposed;
 };
 
@@ -235,8 +245,8 @@ void PackKeyBlock(const View& view, int64_t b, int64_t kvh, int64_t u0, int64_t 
 // One tile: queries [t0, t0 + tlen) of head h, keys [u0, u0 + len) (packed in s.kt/s.vt). D holds
 // rowsum(dO * O) for the tile's queries. Adds the tile's dV and dK into s.dv_acc/s.dk_acc when
 // want_dkdv, and its dQ into dq when want_dq.
-void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h, int64_t t0, int64_t tlen, int64_t u0,
-                  int64_t len, const float* D, BackwardScratch& s, bool want_dkdv, bool want_dq) {
+void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h, int64_t t0, int64_t tlen,
+                  int64_t u0, int64_t len, const float* D, BackwardScratch& s, bool want_dkdv, bool want_dq) {
   const AttentionParams& p = view.p;
   const int64_t HS = p.HS, kvh = h / view.group();
   constexpr int64_t Bq = kQueryBlock, Bk = kKeyBlock;
@@ -254,7 +264,8 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
   }
   if (want_dkdv) {  // dV += P^T dO
     vec::Transpose(tlen, len, s.prob.data(), Bk, s.transposed.data(), Bq);
-    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, g.dout(b, t0, h), p.out_stride_t, s.dv_acc.data(), HS, true);
+    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, g.dout(b, t0, h), p.out_stride_t, s.dv_acc.data(),
+                   HS, true);
   }
   // dP = dO V^T;  dS = scale P (dP - D)
   vec::SmallGemm(tlen, len, HS, g.dout(b, t0, h), p.out_stride_t, s.vt.data(), Bk, s.dprob.data(), Bk, false);
@@ -264,12 +275,13 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
     for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - D[i]);
   }
   if (want_dq) {  // dQ += dS K
-    vec::SmallGemm(tlen, HS, len, s.dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, g.dq(b, t0, h), p.q_stride_t,
-                   true);
+    vec::SmallGemm(tlen, HS, len, s.dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, g.dq(b, t0, h),
+                   p.q_stride_t, true);
   }
   if (want_dkdv) {  // dK += dS^T Q
     vec::Transpose(tlen, len, s.dprob.data(), Bk, s.transposed.data(), Bq);
-    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, s.dk_acc.data(), HS, true);
+    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, s.dk_acc.data(),
+                   HS, true);
   }
 }
 

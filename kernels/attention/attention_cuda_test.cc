@@ -7,13 +7,12 @@
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
 // attention, done here on the CPU the way a bf16 framework does it: bf16 inputs, fp32 accumulation, and
 // every matrix product and the softmax output rounded to bf16 (S, P, O; dP, dS, dQ, dK, dV).
-#include "kernels/attention/attention.h"
-
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/attention/attention.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/testing/compare.h"
 

@@ -1,5 +1,5 @@
-// fp32 attention on CUDA cores; see attention_f32_cuda.h. Lane l of a warp owns head dimensions l, l + 32, ...
-// (kPer = HS / 32 of them) of its row's output, and key (or query) l of the current 32-wide tile.
+// fp32 attention on CUDA cores; see attention_f32_cuda.h. Lane l of a warp owns head dimensions l, l + 32,
+// ... (kPer = HS / 32 of them) of its row's output, and key (or query) l of the current 32-wide tile.
 #include "kernels/attention/attention_f32_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"

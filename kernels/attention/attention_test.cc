@@ -50,18 +50,20 @@ TEST_P(AttentionFixture, ForwardBothAlgorithmsAndBackwardMatchPyTorch) {
   for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
     const std::string what = name + (algorithm == AttentionAlgorithm::kTiled ? " tiled" : " plain");
     std::vector<float> out(q.size()), lse(c.B * c.NH * c.T), dq(q.size()), dk(k.size()), dv(v.size());
-    AttentionParams p = ContiguousAttentionParams(c.B, c.T, c.S, c.NH, c.NKV, c.HS, c.causal, q.data(), k.data(),
-                                                  v.data(), out.data(), lse.data());
+    AttentionParams p = ContiguousAttentionParams(c.B, c.T, c.S, c.NH, c.NKV, c.HS, c.causal, q.data(),
+                                                  k.data(), v.data(), out.data(), lse.data());
     p.algorithm = algorithm;
     if (c.masked) {
-      p.mask = mask.data(), p.mask_stride_b = c.NH * c.T * c.S, p.mask_stride_h = c.T * c.S, p.mask_stride_t = c.S;
+      p.mask = mask.data(), p.mask_stride_b = c.NH * c.T * c.S, p.mask_stride_h = c.T * c.S,
+      p.mask_stride_t = c.S;
     }
     AttentionForward(ctx, p);
     EXPECT_TRUE(AllClose(what + " out", out, f.F(name + "_out"), kRtol, kAtol));
     EXPECT_TRUE(AllClose(what + " lse", lse, f.F(name + "_lse"), kRtol, kAtol));
     for (AttentionBackwardSchedule schedule :
          {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
-      const std::string how = what + (schedule == AttentionBackwardSchedule::kPerKvHead ? " per-kv-head" : " keys-then-queries");
+      const std::string how =
+          what + (schedule == AttentionBackwardSchedule::kPerKvHead ? " per-kv-head" : " keys-then-queries");
       std::fill(dq.begin(), dq.end(), 9.0f);
       std::fill(dk.begin(), dk.end(), 9.0f);
       std::fill(dv.begin(), dv.end(), 9.0f);
@@ -75,7 +77,8 @@ TEST_P(AttentionFixture, ForwardBothAlgorithmsAndBackwardMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionFixture,
-                         ::testing::Values("gqa_causal", "mqa_masked", "mha_causal_long", "gqa_causal_masked"));
+                         ::testing::Values("gqa_causal", "mqa_masked", "mha_causal_long",
+                                           "gqa_causal_masked"));
 
 TEST(Attention, BackwardMatchesCentralDifferences) {
   const int64_t B = 1, T = 6, NH = 2, NKV = 1, HS = 4;
@@ -84,7 +87,8 @@ TEST(Attention, BackwardMatchesCentralDifferences) {
   std::vector<float> out(q.size()), lse(B * NH * T);
   Context ctx = Context::Cpu();
   auto params = [&] {
-    return ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out.data(), lse.data());
+    return ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out.data(),
+                                     lse.data());
   };
   auto loss = [&] {
     AttentionForward(ctx, params());
@@ -115,7 +119,8 @@ TEST(Attention, FusedQkvBufferEqualsSeparateTensors) {
   }
   Context ctx = Context::Cpu();
   std::vector<float> out1(q.size()), out2(q.size()), lse(B * NH * T);
-  AttentionForward(ctx, ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out1.data(), lse.data()));
+  AttentionForward(ctx, ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(),
+                                                  out1.data(), lse.data()));
   AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, qkv.data(), qkv.data() + NH * HS,
                                                 qkv.data() + (NH + NKV) * HS, out2.data(), lse.data());
   p.q_stride_b = p.k_stride_b = p.v_stride_b = T * W;
@@ -127,7 +132,8 @@ TEST(Attention, FusedQkvBufferEqualsSeparateTensors) {
 // CS336 scaled_dot_product_attention(q, k, v, mask): q (4, 12, 64), k/v (4, 16, 64), mask True = attend.
 void RunCs336(bool four_d) {
   LMF_SHARED_DATA_OR_SKIP(inputs_path, "cs336/derived/a1_test_inputs.npz");
-  const std::string snap = four_d ? "test_4d_scaled_dot_product_attention" : "test_scaled_dot_product_attention";
+  const std::string snap =
+      four_d ? "test_4d_scaled_dot_product_attention" : "test_scaled_dot_product_attention";
   LMF_SHARED_DATA_OR_SKIP(snapshot_path, "cs336/assignment1-basics/tests/_snapshots/" + snap + ".npz");
   testing::Fixture inputs(inputs_path), snapshot(snapshot_path);
   const int64_t T = 12, S = 16, HS = 64;
@@ -148,7 +154,8 @@ void RunCs336(bool four_d) {
   Context ctx = Context::Cpu();
   AttentionForward(ctx, p);
   // The snapshot test's rule: assert_allclose(actual, expected, atol=1e-5) (rtol numpy's default 1e-7).
-  EXPECT_TRUE(AllClose("cs336 " + snap, out, snapshot.F("array", static_cast<int64_t>(out.size())), 1e-7, 1e-5));
+  EXPECT_TRUE(
+      AllClose("cs336 " + snap, out, snapshot.F("array", static_cast<int64_t>(out.size())), 1e-7, 1e-5));
 }
 
 TEST(Attention, MatchesCs336Snapshot3d) { RunCs336(false); }
@@ -163,7 +170,8 @@ namespace {
 TEST(AttentionDeathTest, KvHeadsMustDivideHeadsAndLseIsRequired) {
   std::vector<float> x(2 * 3 * 4 * 8), out(x.size()), lse(2 * 3 * 4);
   Context ctx = Context::Cpu();
-  AttentionParams p = ContiguousAttentionParams(2, 4, 4, 3, 2, 8, true, x.data(), x.data(), x.data(), out.data(), lse.data());
+  AttentionParams p =
+      ContiguousAttentionParams(2, 4, 4, 3, 2, 8, true, x.data(), x.data(), x.data(), out.data(), lse.data());
   EXPECT_DEATH(AttentionForward(ctx, p), "NKV=2 does not divide NH=3");
   p.NKV = 3, p.lse = nullptr;
   EXPECT_DEATH(AttentionForward(ctx, p), "lse buffer");
@@ -171,13 +179,15 @@ TEST(AttentionDeathTest, KvHeadsMustDivideHeadsAndLseIsRequired) {
 
 TEST(Attention, FullyMaskedQueryGivesZeroOutputAndGradients) {
   const int64_t T = 3, HS = 4;
-  auto q = testing::RandomNormal(T * HS, 1), k = testing::RandomNormal(T * HS, 2), v = testing::RandomNormal(T * HS, 3);
+  auto q = testing::RandomNormal(T * HS, 1), k = testing::RandomNormal(T * HS, 2),
+       v = testing::RandomNormal(T * HS, 3);
   std::vector<uint8_t> mask = {1, 1, 1, 0, 0, 0, 1, 0, 1};  // query 1 sees nothing
   std::vector<float> out(T * HS), lse(T), dq(T * HS), dk(T * HS), dv(T * HS);
   auto dout = testing::RandomNormal(T * HS, 4);
   Context ctx = Context::Cpu();
   for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
-    AttentionParams p = ContiguousAttentionParams(1, T, T, 1, 1, HS, false, q.data(), k.data(), v.data(), out.data(), lse.data());
+    AttentionParams p = ContiguousAttentionParams(1, T, T, 1, 1, HS, false, q.data(), k.data(), v.data(),
+                                                  out.data(), lse.data());
     p.algorithm = algorithm, p.mask = mask.data(), p.mask_stride_t = T;
     AttentionForward(ctx, p);
     EXPECT_EQ(lse[1], -INFINITY);
@@ -206,7 +216,8 @@ TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
          {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
       Context ctx = Context::Cpu(pool);
       std::vector<float> out(q.size()), lse(B * NH * T), dq(q.size()), dk(k.size()), dv(v.size());
-      AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(), out.data(), lse.data());
+      AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(),
+                                                    out.data(), lse.data());
       AttentionForward(ctx, p);
       AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data(), schedule});
       for (auto* r : {&out, &lse, &dq, &dk, &dv}) results.push_back(*r);
@@ -214,7 +225,8 @@ TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
   }
   // Every work item computes the same tiles in the same order whatever thread runs it: bitwise equal.
   const size_t per_run = 5, runs_per_pool = 2;
-  for (size_t i = 0; i < per_run * runs_per_pool; ++i) EXPECT_EQ(results[i], results[i + per_run * runs_per_pool]) << i;
+  for (size_t i = 0; i < per_run * runs_per_pool; ++i)
+    EXPECT_EQ(results[i], results[i + per_run * runs_per_pool]) << i;
 }
 
 TEST(Attention, SupportedAnswersPerBackendDTypeAndHeadSize) {

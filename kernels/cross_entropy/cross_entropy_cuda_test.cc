@@ -2,8 +2,8 @@
 // against the CPU kernel. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
 // Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
 // bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"

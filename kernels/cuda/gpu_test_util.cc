@@ -26,9 +26,9 @@ void GpuTest::Sync() {
   ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
 }
 
-void DTypeGpuTest::Expect(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& ref,
-                          const std::vector<float>& naive, bool rounded_output, double multiple, double rtol,
-                          double atol) {
+void DTypeGpuTest::Expect(const std::string& what, const std::vector<float>& gpu,
+                          const std::vector<float>& ref, const std::vector<float>& naive, bool rounded_output,
+                          double multiple, double rtol, double atol) {
   if (dt() == DType::kF32) {
     EXPECT_TRUE(CloseF32(what, gpu, ref, rtol, atol));
   } else {

@@ -200,13 +200,13 @@ absl::Status LaunchBackward(const Context& ctx, int64_t N, int64_t C, const void
     LMF_CUDA_RETURN_IF_LAUNCH_ERROR("NormParamGradPartialKernel");
     const unsigned cblocks = static_cast<unsigned>((C + 255) / 256);
     if (dweight != nullptr) {
-      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pw,
-                                                          static_cast<float*>(dweight));
+      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(
+          static_cast<int>(C), static_cast<int>(chunks), pw, static_cast<float*>(dweight));
       LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
     }
     if (want_b) {
-      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(static_cast<int>(C), static_cast<int>(chunks), pb,
-                                                          static_cast<float*>(dbias));
+      AccumulateChunksKernel<float><<<cblocks, 256, 0, stream>>>(
+          static_cast<int>(C), static_cast<int>(chunks), pb, static_cast<float*>(dbias));
       LMF_CUDA_RETURN_IF_LAUNCH_ERROR("AccumulateChunksKernel");
     }
   }

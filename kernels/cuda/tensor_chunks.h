@@ -49,8 +49,8 @@ absl::Status Upload(const Context& ctx, const Span* spans, int64_t num, const st
   *d_chunks = reinterpret_cast<Chunk*>(base + span_bytes);
   *d_extra = base + span_bytes + chunk_bytes;
   // From pageable host memory: the copy has read the source when the call returns.
-  LMF_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(*d_spans, spans, sizeof(Span) * num, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)));
+  LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*d_spans, spans, sizeof(Span) * num, cudaMemcpyHostToDevice,
+                                           static_cast<cudaStream_t>(ctx.stream)));
   LMF_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*d_chunks, chunks.data(), sizeof(Chunk) * chunks.size(),
                                            cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)));
   return absl::OkStatus();

@@ -16,9 +16,9 @@ namespace lmf::kernels {
 
 struct EmbeddingForwardParams {
   DType dtype = DType::kF32;
-  int64_t N = 0;  // rows looked up (B * T)
-  int64_t V = 0;  // table rows
-  int64_t C = 0;  // channels
+  int64_t N = 0;                 // rows looked up (B * T)
+  int64_t V = 0;                 // table rows
+  int64_t C = 0;                 // channels
   const int32_t* ids = nullptr;  // (N)
   const void* table = nullptr;   // (V, C)
   void* out = nullptr;           // (N, C)

@@ -4,8 +4,8 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
-#include "kernels/embedding/embedding.h"
 #include "kernels/cuda/scratch.h"
+#include "kernels/embedding/embedding.h"
 
 namespace lmf::kernels::cuda {
 namespace {

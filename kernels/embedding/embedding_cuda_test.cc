@@ -1,12 +1,12 @@
 // CUDA embedding forward and its deterministic backward with many repeated ids against the CPU kernel;
-// out-of-range ids come back as InvalidArgument naming the row. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
-// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
-// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+// out-of-range ids come back as InvalidArgument naming the row. Tagged gpu: skips without a CUDA device (runs
+// in the GPU bundle). Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it
+// is not 1e-6); bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "absl/status/status.h"
+#include "gtest/gtest.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/testing/compare.h"

@@ -7,7 +7,8 @@
 // AdamWParams::grad_scale instead of ClipGradNorm. GlobalGradNormToDevice leaves the norm in the device's
 // memory (no host synchronisation on CUDA) for MultiTensorAdamWParams::norm.
 // The sum is deterministic on both backends: fp32 within fixed blocks of 16384 elements, double across
-// blocks in a fixed order. On CUDA, GlobalGradNorm and ClipGradNorm synchronise the stream to return the norm.
+// blocks in a fixed order. On CUDA, GlobalGradNorm and ClipGradNorm synchronise the stream to return the
+// norm.
 #ifndef LMFORGE_KERNELS_GRAD_NORM_GRAD_NORM_H_
 #define LMFORGE_KERNELS_GRAD_NORM_GRAD_NORM_H_
 

@@ -21,7 +21,8 @@ std::vector<Block> Blocks(const GradNormParams& p) {
   std::vector<Block> blocks;
   for (int64_t t = 0; t < p.num_grads; ++t) {
     const float* d = static_cast<const float*>(p.grads[t].data);
-    for (int64_t i = 0; i < p.grads[t].n; i += kBlock) blocks.push_back({d + i, std::min(kBlock, p.grads[t].n - i)});
+    for (int64_t i = 0; i < p.grads[t].n; i += kBlock)
+      blocks.push_back({d + i, std::min(kBlock, p.grads[t].n - i)});
   }
   return blocks;
 }

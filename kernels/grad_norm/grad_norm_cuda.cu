@@ -120,5 +120,4 @@ absl::StatusOr<float> ClipGradNorm(const Context& ctx, const GradNormParams& p, 
   return norm;
 }
 
-
 }  // namespace lmf::kernels::cuda

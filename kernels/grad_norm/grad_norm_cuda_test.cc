@@ -1,11 +1,12 @@
-// CUDA global gradient norm and clipping against the CPU kernel; the norm is bitwise reproducible. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
-// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
-// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+// CUDA global gradient norm and clipping against the CPU kernel; the norm is bitwise reproducible. Tagged
+// gpu: skips without a CUDA device (runs in the GPU bundle). Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| +
+// atol (atol per quantity, stated where it is not 1e-6); bf16 the STYLE.md rule of
+// kernels/cuda/gpu_test_util.h with multiple 2.
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "absl/status/status.h"
+#include "gtest/gtest.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/grad_norm/grad_norm.h"
 #include "kernels/testing/compare.h"

@@ -26,7 +26,8 @@ TEST(GradNorm, NormAndClippingMatchTorchClipGradNorm) {
   const float returned = ClipGradNorm(ctx, p, f.Scalar("max_norm"));
   EXPECT_EQ(returned, norm);
   for (int i = 0; i < 3; ++i)
-    EXPECT_TRUE(AllClose("clipped" + std::to_string(i), grads[i], f.F("clipped" + std::to_string(i)), 1e-5, 1e-9));
+    EXPECT_TRUE(
+        AllClose("clipped" + std::to_string(i), grads[i], f.F("clipped" + std::to_string(i)), 1e-5, 1e-9));
 }
 
 TEST(GradNorm, NormIsIndependentOfThreadCountAndSmallGradientsAreKept) {

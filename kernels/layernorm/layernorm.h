@@ -90,7 +90,8 @@ inline void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams&
 inline void ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
   if (!BackendSupports("layernorm", ctx.device, p.dtype)) UnsupportedOp("layernorm", ctx, p.dtype);
 #if LMF_WITH_CUDA
-  if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualLayerNormForward(ctx, p), "ResidualLayerNormForward");
+  if (ctx.device.is_cuda())
+    return CheckCuda(cuda::ResidualLayerNormForward(ctx, p), "ResidualLayerNormForward");
 #endif
   cpu::ResidualLayerNormForward(ctx, p);
 }

@@ -1,8 +1,8 @@
 // CUDA LayerNorm forward and backward against the CPU kernel (a mean far from zero for the two-pass
 // variance, a row length that takes the scalar path), and the fused residual + RMSNorm/LayerNorm forward
-// against the residual add followed by the CPU norm. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
-// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
-// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+// against the residual add followed by the CPU norm. Tagged gpu: skips without a CUDA device (runs in the GPU
+// bundle). Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not
+// 1e-6); bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
 #include <string>
 #include <vector>
 

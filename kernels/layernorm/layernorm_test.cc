@@ -42,7 +42,8 @@ TEST(LayerNorm, ForwardAndBackwardMatchPyTorch) {
 
 TEST(LayerNorm, BackwardMatchesCentralDifferencesWithAndWithoutBias) {
   const int64_t N = 5, C = 20;
-  auto x = testing::RandomNormal(N * C, 1), w = testing::RandomNormal(C, 2), bias = testing::RandomNormal(C, 3);
+  auto x = testing::RandomNormal(N * C, 1), w = testing::RandomNormal(C, 2),
+       bias = testing::RandomNormal(C, 3);
   auto r = testing::RandomNormal(N * C, 4);
   Context ctx = Context::Cpu();
   for (bool with_bias : {true, false}) {
@@ -78,14 +79,23 @@ TEST(LayerNorm, FusedResidualForwardEqualsResidualAddThenNorm) {
   const auto w = testing::RandomNormal(C, 6), b = testing::RandomNormal(C, 7);
   std::vector<float> sum(N * C), out(N * C), mean(N), rstd(N);
   ResidualForward(ctx, ResidualForwardParams{DType::kF32, N * C, residual.data(), x.data(), sum.data()});
-  LayerNormForward(ctx, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), b.data(), out.data(),
-                                               mean.data(), rstd.data()});
+  LayerNormForward(ctx, LayerNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), b.data(),
+                                               out.data(), mean.data(), rstd.data()});
 
   // Into a separate residual_out buffer: bitwise the unfused result.
   std::vector<float> fused_sum(N * C), fused_out(N * C), fused_mean(N), fused_rstd(N);
-  ResidualLayerNormForwardParams p{DType::kF32,      N,        C,        1e-5f,
-                                   residual.data(),  x.data(), fused_sum.data(), w.data(),
-                                   b.data(),         fused_out.data(), fused_mean.data(), fused_rstd.data()};
+  ResidualLayerNormForwardParams p{DType::kF32,
+                                   N,
+                                   C,
+                                   1e-5f,
+                                   residual.data(),
+                                   x.data(),
+                                   fused_sum.data(),
+                                   w.data(),
+                                   b.data(),
+                                   fused_out.data(),
+                                   fused_mean.data(),
+                                   fused_rstd.data()};
   ResidualLayerNormForward(ctx, p);
   EXPECT_EQ(fused_sum, sum);
   EXPECT_EQ(fused_out, out);

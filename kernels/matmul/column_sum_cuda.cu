@@ -1,10 +1,10 @@
 // Deterministic column sums; see column_sum_cuda.h.
 #include <algorithm>
 
-#include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"
+#include "kernels/matmul/column_sum_cuda.h"
 
 namespace lmf::kernels::cuda {
 namespace {

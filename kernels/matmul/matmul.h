@@ -103,8 +103,8 @@ inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
 
 // The params of a Linear layer, out (R, O) = x (R, I) @ w^T + bias, with w (O, I) and bias (O) or null,
 // all contiguous: M = R, N = O, K = I, B = w with trans_b.
-MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x, const void* w,
-                          const void* bias, void* out);
+MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x,
+                          const void* w, const void* bias, void* out);
 
 }  // namespace lmf::kernels
 

@@ -1,8 +1,6 @@
 // cuBLASLt GEMMs for the MatmulParams layout; see matmul.h. Row-major C (M, N) is column-major C^T (N, M),
 // so each call computes C^T = op(B)^T op(A)^T: cuBLASLt's A is our b, its B is our a, m = N, n = M.
 // Descriptors and the heuristic's algorithm are cached per geometry, types, epilogue and pointer alignment.
-#include "kernels/matmul/matmul.h"
-
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -14,9 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/matmul/column_sum_cuda.h"
+#include "kernels/matmul/matmul.h"
 
 namespace lmf::kernels::cuda {
 namespace {

@@ -1,13 +1,12 @@
 // The cuBLASLt GEMM against the CPU GEMM (kernels/matmul) on the same random inputs: every transpose
 // combination, strided batches with a broadcast operand, bias and GELU epilogues, and the backward's
 // write/accumulate rules, in fp32 and bf16. Skips without a CUDA device.
-#include "kernels/matmul/matmul.h"
-
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/activations/activations.h"
 #include "kernels/cuda/gpu_test_util.h"
+#include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"
 
 namespace lmf::kernels::cuda {

@@ -2,7 +2,8 @@
 // point on every backend (on the CPU the "device" is the host and these are memcpy/memset).
 //
 //   kernels::CopyToDevice(ctx, param.value.data(), host.data(), bytes);   // stream-ordered
-//   kernels::CopyToHost(ctx, host.data(), loss_device, bytes);            // returns with the data on the host
+//   kernels::CopyToHost(ctx, host.data(), loss_device, bytes);            // returns with the data on the
+//   host
 //
 // CopyToDevice, CopyOnDevice and FillZero are ordered on ctx.stream and return at once on CUDA; the host
 // source of CopyToDevice may be reused on return (the CUDA backend copies through pageable memory, which
@@ -32,25 +33,25 @@ void Copy(void* dst, const void* src, size_t bytes);
 void FillZero(void* dst, size_t bytes);
 }  // namespace cpu
 
-inline void CopyToDevice(const Context& ctx, void* dst, const void* host_src, size_t bytes) {
+inline void CopyToDevice([[maybe_unused]] const Context& ctx, void* dst, const void* host_src, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToDevice(ctx, dst, host_src, bytes), "copy to device");
 #endif
   cpu::Copy(dst, host_src, bytes);
 }
-inline void CopyToHost(const Context& ctx, void* host_dst, const void* src, size_t bytes) {
+inline void CopyToHost([[maybe_unused]] const Context& ctx, void* host_dst, const void* src, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToHost(ctx, host_dst, src, bytes), "copy to host");
 #endif
   cpu::Copy(host_dst, src, bytes);
 }
-inline void CopyOnDevice(const Context& ctx, void* dst, const void* src, size_t bytes) {
+inline void CopyOnDevice([[maybe_unused]] const Context& ctx, void* dst, const void* src, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyOnDevice(ctx, dst, src, bytes), "copy on device");
 #endif
   cpu::Copy(dst, src, bytes);
 }
-inline void FillZero(const Context& ctx, void* dst, size_t bytes) {
+inline void FillZero([[maybe_unused]] const Context& ctx, void* dst, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::FillZero(ctx, dst, bytes), "fill with zeros");
 #endif

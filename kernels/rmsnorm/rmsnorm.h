@@ -38,7 +38,8 @@ struct RmsNormBackwardParams {
 };
 
 // The transformer block's "add the branch, then normalise for the next one" step, fused:
-//   residual_out = residual + x (stored in dtype);  out = RMSNorm(residual_out) with rstd from the stored sum.
+//   residual_out = residual + x (stored in dtype);  out = RMSNorm(residual_out) with rstd from the stored
+//   sum.
 // Equal to ResidualForward then RmsNormForward on residual_out (the CUDA kernel reads each input once).
 // The backward is the unfused one: RmsNormBackward with x = residual_out, then the residual's gradient.
 struct ResidualRmsNormForwardParams {

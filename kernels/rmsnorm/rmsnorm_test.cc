@@ -26,12 +26,13 @@ TEST(RmsNorm, ForwardAndBackwardMatchPyTorch) {
   std::vector<float> out(N * C), rstd(N), dx(N * C), dw(C, 1.0f);
   Context ctx = Context::Cpu();
   RmsNormForwardParams p;
-  p.N = N, p.C = C, p.eps = f.Scalar("eps"), p.x = x.data(), p.weight = w.data(), p.out = out.data(), p.rstd = rstd.data();
+  p.N = N, p.C = C, p.eps = f.Scalar("eps"), p.x = x.data(), p.weight = w.data(), p.out = out.data(),
+  p.rstd = rstd.data();
   RmsNormForward(ctx, p);
   EXPECT_TRUE(AllClose("out", out, f.F("out"), kRtol, kAtol));
   RmsNormBackwardParams b;
-  b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.rstd = rstd.data(), b.dout = dout.data(), b.dx = dx.data(),
-  b.dweight = dw.data();
+  b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.rstd = rstd.data(), b.dout = dout.data(),
+  b.dx = dx.data(), b.dweight = dw.data();
   RmsNormBackward(ctx, b);
   EXPECT_TRUE(AllClose("dx", dx, f.F("dx"), kRtol, kAtol));
   std::vector<float> want_dw = f.F("dweight");
@@ -41,7 +42,8 @@ TEST(RmsNorm, ForwardAndBackwardMatchPyTorch) {
 
 TEST(RmsNorm, BackwardMatchesCentralDifferences) {
   const int64_t N = 4, C = 24;
-  auto x = testing::RandomNormal(N * C, 1), w = testing::RandomNormal(C, 2), r = testing::RandomNormal(N * C, 3);
+  auto x = testing::RandomNormal(N * C, 1), w = testing::RandomNormal(C, 2),
+       r = testing::RandomNormal(N * C, 3);
   Context ctx = Context::Cpu();
   std::vector<float> out(N * C), rstd(N);
   auto loss = [&] {
@@ -55,8 +57,8 @@ TEST(RmsNorm, BackwardMatchesCentralDifferences) {
   loss();
   std::vector<float> dx(N * C), dw(C, 0.0f);
   RmsNormBackwardParams b;
-  b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.rstd = rstd.data(), b.dout = r.data(), b.dx = dx.data(),
-  b.dweight = dw.data();
+  b.N = N, b.C = C, b.x = x.data(), b.weight = w.data(), b.rstd = rstd.data(), b.dout = r.data(),
+  b.dx = dx.data(), b.dweight = dw.data();
   RmsNormBackward(ctx, b);
   // fp32 forward, h = 1e-2: rounding noise ~1e-7 * |loss| / h ~ 1e-4 and truncation O(h^2) ~ 1e-4; a wrong
   // formula is off by O(1), so 1e-2 relative + 1e-3 absolute separates the two.
@@ -66,10 +68,12 @@ TEST(RmsNorm, BackwardMatchesCentralDifferences) {
 
 TEST(RmsNorm, ThreadedResultMatchesSingleThread) {
   const int64_t N = 257, C = 384;
-  auto x = testing::RandomNormal(N * C, 4), w = testing::RandomNormal(C, 5), dout = testing::RandomNormal(N * C, 6);
+  auto x = testing::RandomNormal(N * C, 4), w = testing::RandomNormal(C, 5),
+       dout = testing::RandomNormal(N * C, 6);
   ThreadPool one(1), two(2);
   std::vector<float> out1(N * C), out2(N * C), rstd(N), dx1(N * C), dx2(N * C), dw1(C, 0), dw2(C, 0);
-  for (auto [pool, out, dx, dw] : {std::make_tuple(&one, &out1, &dx1, &dw1), std::make_tuple(&two, &out2, &dx2, &dw2)}) {
+  for (auto [pool, out, dx, dw] :
+       {std::make_tuple(&one, &out1, &dx1, &dw1), std::make_tuple(&two, &out2, &dx2, &dw2)}) {
     Context ctx = Context::Cpu(pool);
     RmsNormForwardParams p;
     p.N = N, p.C = C, p.x = x.data(), p.weight = w.data(), p.out = out->data(), p.rstd = rstd.data();
@@ -92,12 +96,14 @@ TEST(RmsNorm, FusedResidualForwardEqualsResidualAddThenNorm) {
   const auto w = testing::RandomNormal(C, 3);
   std::vector<float> sum(N * C), out(N * C), rstd(N);
   ResidualForward(ctx, ResidualForwardParams{DType::kF32, N * C, residual.data(), x.data(), sum.data()});
-  RmsNormForward(ctx, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), out.data(), rstd.data()});
+  RmsNormForward(
+      ctx, RmsNormForwardParams{DType::kF32, N, C, 1e-5f, sum.data(), w.data(), out.data(), rstd.data()});
 
   // In place (residual_out aliases residual), as the transformer block calls it: bitwise the unfused result.
   std::vector<float> stream = residual, fused_out(N * C), fused_rstd(N);
-  ResidualRmsNormForwardParams p{DType::kF32, N,        C,           1e-5f, stream.data(), x.data(), stream.data(),
-                                 w.data(),    fused_out.data(), fused_rstd.data()};
+  ResidualRmsNormForwardParams p{
+      DType::kF32,      N, C, 1e-5f, stream.data(), x.data(), stream.data(), w.data(), fused_out.data(),
+      fused_rstd.data()};
   ResidualRmsNormForward(ctx, p);
   EXPECT_EQ(stream, sum);
   EXPECT_EQ(fused_out, out);

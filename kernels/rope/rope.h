@@ -61,7 +61,8 @@ inline void RopeBackward(const Context& ctx, const RopeParams& p) {
 }
 
 // Params for contiguous (B, T, NH, HS) in and out.
-RopeParams ContiguousRopeParams(int64_t B, int64_t T, int64_t NH, int64_t HS, float theta, const void* in, void* out);
+RopeParams ContiguousRopeParams(int64_t B, int64_t T, int64_t NH, int64_t HS, float theta, const void* in,
+                                void* out);
 
 }  // namespace lmf::kernels
 

@@ -17,8 +17,8 @@ namespace lmf::kernels {
 
 struct SwiGluForwardParams {
   DType dtype = DType::kF32;
-  int64_t N = 0;  // rows (B * T)
-  int64_t H = 0;  // hidden width (d_ff)
+  int64_t N = 0;               // rows (B * T)
+  int64_t H = 0;               // hidden width (d_ff)
   const void* gate = nullptr;  // (N, H), row stride gate_stride
   int64_t gate_stride = 0;     // elements between rows; 0 means H
   const void* up = nullptr;    // (N, H), row stride up_stride

@@ -1,7 +1,7 @@
 // CUDA SwiGLU forward and backward reading and writing the halves of one fused (N, 2H) buffer, against
-// the CPU kernel, on the 16-byte and the one-element paths. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
-// Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
-// bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+// the CPU kernel, on the 16-byte and the one-element paths. Tagged gpu: skips without a CUDA device (runs in
+// the GPU bundle). Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is
+// not 1e-6); bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
 #include <string>
 #include <vector>
 
