@@ -82,16 +82,18 @@ absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
 }  // namespace cuda
 
 namespace cpu {
-void Matmul(const Context& ctx, const MatmulParams& p);
+void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e = {});
 void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);
 }  // namespace cpu
 
-inline void Matmul(const Context& ctx, const MatmulParams& p) {
+// With an epilogue (e.g. the MLP's c_fc + GELU), on every backend: the CPU applies it after its GEMM with
+// the activations kernel (the same result as Matmul then ActivationForward), cuBLASLt in the same call.
+inline void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e = {}) {
   if (!BackendSupports("matmul", ctx.device, p.dtype)) UnsupportedOp("matmul", ctx, p.dtype);
 #if LMF_WITH_CUDA
-  if (ctx.device.is_cuda()) return CheckCuda(cuda::Matmul(ctx, p), "Matmul");
+  if (ctx.device.is_cuda()) return CheckCuda(cuda::Matmul(ctx, p, e), "Matmul");
 #endif
-  cpu::Matmul(ctx, p);
+  cpu::Matmul(ctx, p, e);
 }
 inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
   if (!BackendSupports("matmul", ctx.device, p.forward.dtype)) UnsupportedOp("matmul", ctx, p.forward.dtype);

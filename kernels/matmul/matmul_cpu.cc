@@ -4,18 +4,20 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "base/check.h"
 #include "dnnl.h"
+#include "kernels/activations/activations.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/matmul/matmul.h"
 
 namespace lmf::kernels {
 
-MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x, const void* w,
-                          const void* bias, void* out) {
+MatmulParams LinearParams(int64_t rows, int64_t in_features, int64_t out_features, const void* x,
+                          const void* w, const void* bias, void* out) {
   MatmulParams p;
   p.M = rows, p.N = out_features, p.K = in_features;
   p.a = x, p.lda = in_features;
@@ -43,10 +45,11 @@ void SequentialOneDnnInThisThread() {
 void SgemmSequential(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   SequentialOneDnnInThisThread();
-  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb,
-                                          beta, c, ldc);
-  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status) << " for M=" << M
-                                    << " N=" << N << " K=" << K << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc;
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  LMF_CHECK(status == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(status)
+                                    << " for M=" << M << " N=" << N << " K=" << K << " lda=" << lda
+                                    << " ldb=" << ldb << " ldc=" << ldc;
 }
 
 // C (M, N) = alpha op(A) op(B) + beta C, one matrix, row-major. Large products are split into one panel
@@ -66,7 +69,8 @@ void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
   }
   const int64_t threads = ctx.num_threads();
   constexpr double kMinFlopsPerThread = 1 << 21;
-  const int64_t panels = std::min<int64_t>(threads, static_cast<int64_t>(2.0 * M * N * K / kMinFlopsPerThread));
+  const int64_t panels =
+      std::min<int64_t>(threads, static_cast<int64_t>(2.0 * M * N * K / kMinFlopsPerThread));
   if (panels <= 1 || (M < 32 && N < 32)) {
     SgemmSequential(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -93,15 +97,34 @@ void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
 }
 
 void CheckGeometry(const MatmulParams& p) {
-  LMF_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1) << "matmul: M=" << p.M << " N=" << p.N << " K=" << p.K
-                                                             << " batch=" << p.batch;
+  LMF_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1)
+      << "matmul: M=" << p.M << " N=" << p.N << " K=" << p.K << " batch=" << p.batch;
   LMF_CHECK_GE(p.lda, std::max<int64_t>(1, p.trans_a ? p.M : p.K)) << "matmul: lda too small";
   LMF_CHECK_GE(p.ldb, std::max<int64_t>(1, p.trans_b ? p.K : p.N)) << "matmul: ldb too small";
 }
 
+// C = GELU(C), saving C first when asked, with the activations kernel's GELU-tanh: bitwise Matmul followed
+// by one ActivationForward over C when C is contiguous (ldc == N), else one per row.
+void ApplyGeluEpilogue(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
+  LMF_CHECK_EQ(p.batch, 1) << "matmul: the GELU epilogue takes batch 1";
+  float* c = static_cast<float*>(p.c);
+  float* pre = static_cast<float*>(e.pre_activation);
+  if (pre != nullptr) {
+    ParallelForItems(ctx, p.M, p.N, [&](int64_t begin, int64_t end) {
+      for (int64_t m = begin; m < end; ++m) std::memcpy(pre + m * p.ldc, c + m * p.ldc, sizeof(float) * p.N);
+    });
+  }
+  const int64_t rows = p.ldc == p.N ? 1 : p.M;  // contiguous C: one call over all of it
+  const int64_t n = p.ldc == p.N ? p.M * p.N : p.N;
+  for (int64_t m = 0; m < rows; ++m) {
+    cpu::ActivationForward(
+        ctx, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, n, c + m * p.ldc, c + m * p.ldc});
+  }
+}
+
 }  // namespace
 
-void Matmul(const Context& ctx, const MatmulParams& p) {
+void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
   CheckGeometry(p);
   LMF_CHECK_GE(p.ldc, std::max<int64_t>(1, p.N)) << "matmul: ldc too small";
   const float* a = static_cast<const float*>(p.a);
@@ -129,6 +152,7 @@ void Matmul(const Context& ctx, const MatmulParams& p) {
       }
     });
   }
+  if (e.epilogue == MatmulEpilogue::kGeluTanh) ApplyGeluEpilogue(ctx, p, e);
 }
 
 void MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <tuple>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/activations/activations.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/fixture.h"
 
@@ -48,12 +50,14 @@ TEST_P(MatmulTranspose, BatchedForwardAndBackwardMatchPyTorch) {
   EXPECT_TRUE(AllClose(pre + "dbias (accumulated onto 2)", dbias, want_dbias, kRtol, kAtol));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTransposes, MatmulTranspose, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(AllTransposes, MatmulTranspose,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(Matmul, LinearWithBroadcastWeightAccumulatesOverBatch) {
   // out[b] = x[b] W^T with one W (batch stride 0): dW must be the sum over b of dout[b]^T x[b].
   const int64_t batch = 3, R = 4, I = 5, O = 3;
-  auto x = testing::RandomNormal(batch * R * I, 1), w = testing::RandomNormal(O * I, 2), dout = testing::RandomNormal(batch * R * O, 3);
+  auto x = testing::RandomNormal(batch * R * I, 1), w = testing::RandomNormal(O * I, 2),
+       dout = testing::RandomNormal(batch * R * O, 3);
   MatmulParams p = LinearParams(R, I, O, x.data(), w.data(), nullptr, nullptr);
   std::vector<float> out(batch * R * O), dx(x.size()), dw(w.size(), 0.0f);
   p.c = out.data(), p.batch = batch, p.batch_stride_a = R * I, p.batch_stride_b = 0, p.batch_stride_c = R * O;
@@ -93,24 +97,27 @@ TEST(Matmul, PanelSplitProductsMatchFloat64) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         const int64_t lda = (ta ? d.M : d.K) + 3, ldb = (tb ? d.K : d.N) + 5, ldc = d.N + 7;
-        auto a = testing::RandomNormal((ta ? d.K : d.M) * lda, 4), b = testing::RandomNormal((tb ? d.N : d.K) * ldb, 5);
+        auto a = testing::RandomNormal((ta ? d.K : d.M) * lda, 4),
+             b = testing::RandomNormal((tb ? d.N : d.K) * ldb, 5);
         auto c = testing::RandomNormal(d.M * ldc, 6);
         std::vector<float> want = c;
         for (int64_t m = 0; m < d.M; ++m)
           for (int64_t n = 0; n < d.N; ++n) {
             double s = 0.5 * c[m * ldc + n];  // beta = 0.5
             for (int64_t k = 0; k < d.K; ++k)
-              s += 2.0 * double(ta ? a[k * lda + m] : a[m * lda + k]) * double(tb ? b[n * ldb + k] : b[k * ldb + n]);
+              s += 2.0 * double(ta ? a[k * lda + m] : a[m * lda + k]) *
+                   double(tb ? b[n * ldb + k] : b[k * ldb + n]);
             want[m * ldc + n] = static_cast<float>(s);
           }
         MatmulParams p;
-        p.M = d.M, p.N = d.N, p.K = d.K, p.a = a.data(), p.lda = lda, p.trans_a = ta, p.b = b.data(), p.ldb = ldb;
+        p.M = d.M, p.N = d.N, p.K = d.K, p.a = a.data(), p.lda = lda, p.trans_a = ta, p.b = b.data(),
+        p.ldb = ldb;
         p.trans_b = tb, p.c = c.data(), p.ldc = ldc, p.alpha = 2.0f, p.beta = 0.5f;
         Matmul(ctx, p);
         // K = 200 fp32 products of N(0,1) values (sums of size ~30): error ~sqrt(K) * 6e-8 * 30 ~ 3e-5.
         // The ldc padding between rows keeps its old values (want holds them).
-        EXPECT_TRUE(AllClose("M=" + std::to_string(d.M) + " N=" + std::to_string(d.N) + " ta=" + std::to_string(ta) +
-                                 " tb=" + std::to_string(tb),
+        EXPECT_TRUE(AllClose("M=" + std::to_string(d.M) + " N=" + std::to_string(d.N) +
+                                 " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb),
                              c, want, 1e-5, 2e-4));
       }
     }
@@ -146,6 +153,32 @@ TEST(Matmul, ManySmallBatchedMatricesMatchOneAtATime) {
     q.batch = 1, q.a = a.data() + i * M * K, q.b = b.data() + i * K * N, q.c = one.data();
     Matmul(ctx, q);
     ASSERT_TRUE(std::equal(one.begin(), one.end(), c.begin() + i * M * N)) << "matrix " << i;
+  }
+}
+
+TEST(Matmul, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
+  const Context ctx = Context::Cpu();
+  const int64_t M = 5, N = 7, K = 6;
+  const auto x = testing::RandomNormal(M * K, 1), w = testing::RandomNormal(N * K, 2),
+             b = testing::RandomNormal(N, 3);
+  for (const int64_t ldc : {N, N + 3}) {  // contiguous C, and rows of a wider buffer
+    SCOPED_TRACE(ldc);
+    MatmulParams p = LinearParams(M, K, N, x.data(), w.data(), b.data(), nullptr);
+    p.ldc = ldc;
+    std::vector<float> want(M * ldc, -5.0f), got(M * ldc, -5.0f), pre(M * ldc, -5.0f);
+    p.c = want.data();
+    Matmul(ctx, p);
+    std::vector<float> want_pre = want;
+    // The reference applies GELU as the epilogue promises: over all of C when it is contiguous, else per row.
+    const int64_t rows = ldc == N ? 1 : M, n = ldc == N ? M * N : N;
+    for (int64_t m = 0; m < rows; ++m) {
+      ActivationForward(ctx, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, n,
+                                                     want.data() + m * ldc, want.data() + m * ldc});
+    }
+    p.c = got.data();
+    Matmul(ctx, p, MatmulEpilogueParams{MatmulEpilogue::kGeluTanh, pre.data()});
+    EXPECT_EQ(got, want);  // padding columns keep their -5 on both sides
+    EXPECT_EQ(pre, want_pre);
   }
 }
 
