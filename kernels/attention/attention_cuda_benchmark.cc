@@ -23,7 +23,7 @@ constexpr int64_t kTokens = 16384, kChannels = 2048;
 
 int Main() {
   if (CudaDeviceCount() == 0) {
-    std::printf("attention_benchmark: no CUDA device, nothing measured\n");
+    std::printf("attention_cuda_benchmark: no CUDA device, nothing measured\n");
     return 0;
   }
   auto cc = CudaContext::Create(0);

@@ -2,7 +2,7 @@
 // GPT-2-small / 350M training shapes (N = 16384 tokens) and 8192^3, against torch.matmul measured in the
 // same run (tools/gpu_peers/gemm_peer.py) and against the ~790 TFLOP/s measured bf16 peak of an H200.
 //
-//   gemm_benchmark        (needs a CUDA device; part of the GPU bundle)
+//   matmul_cuda_benchmark (needs a CUDA device; part of the GPU bundle)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -24,7 +24,7 @@ struct Shape {
 
 int Main() {
   if (CudaDeviceCount() == 0) {
-    std::printf("gemm_benchmark: no CUDA device, nothing measured\n");
+    std::printf("matmul_cuda_benchmark: no CUDA device, nothing measured\n");
     return 0;
   }
   auto cc = CudaContext::Create(0);

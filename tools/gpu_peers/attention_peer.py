@@ -1,4 +1,5 @@
-"""PyTorch peer for //kernels/attention:attention_cuda_benchmark: scaled_dot_product_attention with the flash backend.
+"""PyTorch peer for //kernels/attention:attention_cuda_benchmark: scaled_dot_product_attention with the
+flash backend.
 
 Usage: python3 attention_peer.py LABEL:B,T,NH,HS,CAUSAL ...
 prints "LABEL_fwd <median ms>" and "LABEL_bwd <median ms>" (backward alone, CUDA events, after warm-up).

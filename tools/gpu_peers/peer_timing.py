@@ -1,4 +1,4 @@
-"""Timing shared by the PyTorch peers of the CUDA benchmarks in kernels/: median milliseconds by CUDA events."""
+"""Timing shared by the PyTorch peers of the CUDA benchmarks: median milliseconds by CUDA events."""
 import torch
 
 
