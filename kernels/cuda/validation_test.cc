@@ -126,6 +126,32 @@ TEST_F(ValidationTest, AdamWChecksStepAndDtypes) {
   EXPECT_EQ(cuda::AdamWStep(FakeCudaContext(), single).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The device-generic entry points (kernels::Op) send a CUDA context to the CUDA backend, whose Status
+// aborts the run naming the op (core/dispatch.h's CheckCuda): each call below fails in the backend's
+// argument checks, before any CUDA call, so this runs the same with or without a GPU. The CPU kernels would
+// not produce these messages.
+TEST_F(ValidationTest, EntryPointsSendCudaContextsToTheCudaBackendAndAbortOnItsErrors) {
+  float x[16] = {};
+  RmsNormBackwardParams rb{DType::kF32, 2, 8, x, x, x, x, x, x};
+  EXPECT_DEATH(kernels::RmsNormBackward(FakeCudaContext(), rb),
+               "RmsNormBackward on CUDA failed: .*allocator");
+  const GradSpan span{x, 16};
+  EXPECT_DEATH(kernels::GlobalGradNorm(FakeCudaContext(), GradNormParams{DType::kBF16, &span, 1}),
+               "GlobalGradNorm on CUDA failed: .*allocator");
+  AdamWTensor t{4, x, x, x, x, nullptr};
+  MultiTensorAdamWParams adamw;
+  adamw.tensors = &t, adamw.num_tensors = 1, adamw.step = 0;
+  EXPECT_DEATH(kernels::MultiTensorAdamW(FakeCudaContext(), adamw),
+               "MultiTensorAdamW on CUDA failed: adamw: step 0");
+  AttentionParams a = Attention();
+  a.HS = 96;
+  EXPECT_DEATH(kernels::AttentionForward(FakeCudaContext(), a),
+               "AttentionForward on CUDA failed: .*head size 96");
+  // A dtype no backend runs stops at BackendSupports.
+  RmsNormForwardParams rf{DType::kF16, 2, 8, 1e-5f, x, x, x, x};
+  EXPECT_DEATH(kernels::RmsNormForward(FakeCudaContext(), rf), "no backend in this binary runs op 'rmsnorm'");
+}
+
 absl::Status SetInvalidDevice() {
   LMF_CUDA_RETURN_IF_ERROR(cudaSetDevice(-1));
   return absl::OkStatus();
