@@ -273,7 +273,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (options.stop_after_step == completed) return result;
 
-    const int stop_signal = g_stop_signal.load();
+    // Only a run that installed the handlers stops on a signal (a previous run's signal is not this one's).
+    const int stop_signal = options.checkpoint_on_signal ? g_stop_signal.load() : 0;
     if (last || stop_signal != 0 ||
         (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
       const HostTensors weights = ModelTensors(model);

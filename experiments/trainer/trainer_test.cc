@@ -25,6 +25,7 @@
 #include "experiments/config/loader.h"
 #include "experiments/metrics/metrics_log.h"
 #include "gtest/gtest.h"
+#include "kernels/core/context.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/token_file.h"
 
@@ -279,6 +280,42 @@ TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
   auto latest = LatestCheckpoint(out + "/checkpoints");
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, checkpoint);
+}
+
+TEST(Trainer, LogNamesTheDeviceAndTheMfuPeak) {
+  const std::string train = WriteTokens("device.tok", RandomIds(1000, 9));
+  const std::string log = TempPath("device.log");
+  TrainOptions options;
+  options.console = std::fopen(log.c_str(), "w");
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("device_run"),
+                            "run.max_steps=2", "schedule.warmup=0", "run.peak_flops=1e12"}),
+                      options);
+  std::fclose(options.console);
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto text = ReadFile(log);
+  ASSERT_TRUE(text.ok());
+  const std::string threads = std::to_string(kernels::Context::Cpu().num_threads());
+  EXPECT_EQ(text->rfind("device: CPU (" + threads + " threads), FP32; MFU against 1e+12 FLOP/s (run.peak_flops)\n", 0),
+            0u)
+      << *text;
+  const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("device_run"));
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_GT(metrics[1].mfu, 0);
+}
+
+TEST(Trainer, CudaWithoutAUsableDeviceIsAClearError) {
+  const std::string train = WriteTokens("cuda.tok", RandomIds(1000, 10));
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("cuda_run"),
+                            "run.device=CUDA", "model.d_model=256"}),
+                      Quiet());
+  if (result.ok()) GTEST_SKIP() << "this machine has a usable GPU (trainer_cuda_test covers it)";
+  const std::string message(result.status().message());
+  // Built without the CUDA backend, the message says how to build with it; built with it on a machine
+  // without a GPU, it names the CUDA error.
+  EXPECT_TRUE(message.rfind("run.device=CUDA: this binary was built without the CUDA backend", 0) == 0 ||
+              message.rfind("run.device=CUDA: cannot open CUDA device 0: ", 0) == 0)
+      << message;
+  EXPECT_FALSE(FileExists(TempPath("cuda_run") + "/metrics.jsonl"));
 }
 
 TEST(Trainer, BadDataIsAClearError) {
