@@ -6,10 +6,12 @@
 // Prints ms/step, tokens/s and MFU against the H200's dense bf16 peak (989.4 TFLOP/s) with the model's
 // training FLOPs per token from model/accounting; then runs the PyTorch peer in the same run
 // (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast, fused AdamW,
-// same B and T) and prints the ratio of our tokens/s to PyTorch's.
+// same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the median time of
+// each phase (forward + loss, backward, optimizer) from separate steps synchronised after every phase, and
+// the device memory the caching allocator holds.
 //
 //   ./bazelw run //experiments/trainer:train_step_cuda_benchmark -- [--batch=16] [--seq=1024]
-//       [--warmup=3] [--steps=10] [--peer=true]
+//       [--warmup=3] [--steps=10] [--peer=true] [--phases=true]
 // Without a CUDA device it prints "no CUDA device, nothing measured" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -38,11 +40,23 @@ ABSL_FLAG(int, seq, 1024, "T: tokens per sequence (at most 1024, GPT-2's context
 ABSL_FLAG(int, warmup, 3, "untimed steps first");
 ABSL_FLAG(int, steps, 10, "timed steps (the median is reported)");
 ABSL_FLAG(bool, peer, true, "also run the PyTorch peer (python3 tools/gpu_peers/nanogpt_peer.py)");
+ABSL_FLAG(bool, phases, true, "also time forward + loss, backward and optimizer separately");
 
 namespace lmf::experiments {
 namespace {
 
 constexpr double kH200DenseBf16Flops = 989.4e12;
+
+using Clock = std::chrono::steady_clock;
+
+double MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 int Main() {
   if (kernels::cuda::CudaDeviceCount() == 0) {
@@ -85,7 +99,15 @@ int Main() {
   for (int32_t& id : targets) id = static_cast<int32_t>(rng() % 50257);
 
   double last_loss = 0;
-  auto step = [&] {
+  // One training step; with `phase_ms`, synchronised after each phase and its times appended.
+  auto step = [&](std::vector<double>* phase_ms) {
+    Clock::time_point started = Clock::now();
+    auto end_phase = [&](int phase) {
+      if (phase_ms == nullptr) return;
+      kernels::Synchronize(ctx);
+      phase_ms[phase].push_back(MillisecondsSince(started));
+      started = Clock::now();
+    };
     model.ZeroGrad();
     absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), b, t);
     if (!loss.ok()) {
@@ -93,16 +115,19 @@ int Main() {
       std::exit(1);
     }
     last_loss = *loss;
+    end_phase(0);
     model.Backward();
+    end_phase(1);
     optimizer.Step(model, 6e-4);
+    end_phase(2);
     kernels::Synchronize(ctx);
   };
-  for (int i = 0; i < warmup; ++i) step();
+  for (int i = 0; i < warmup; ++i) step(nullptr);
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
-    const auto started = std::chrono::steady_clock::now();
-    step();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+    const Clock::time_point started = Clock::now();
+    step(nullptr);
+    ms.push_back(MillisecondsSince(started));
   }
   std::sort(ms.begin(), ms.end());
   const double median_ms = ms[ms.size() / 2];
@@ -116,6 +141,16 @@ int Main() {
   std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token, last_loss);
   std::printf("lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s\n",
               median_ms, steps, ms.front(), ms.back(), tokens_per_second, 100 * mfu, kH200DenseBf16Flops * 1e-12);
+  if (absl::GetFlag(FLAGS_phases)) {
+    std::vector<double> phase_ms[3];
+    for (int i = 0; i < steps; ++i) step(phase_ms);
+    const kernels::cuda::CachingAllocatorStats memory = (*cuda)->allocator().stats();
+    std::printf("phases (median of %d, synchronised after each): zero grad + forward + loss %.2f ms, backward %.2f "
+                "ms, grad norm + AdamW %.2f ms; device memory %.2f GiB in use, %.2f GiB cached\n",
+                steps, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
+                static_cast<double>(memory.bytes_in_use) / (1 << 30),
+                static_cast<double>(memory.bytes_cached) / (1 << 30));
+  }
   if (!absl::GetFlag(FLAGS_peer)) return 0;
   absl::StatusOr<std::map<std::string, double>> peer =
       kernels::cuda::bench::RunPeer("nanogpt_peer.py", absl::StrCat("--batch ", b, " --seq ", t));
