@@ -6,6 +6,8 @@
 //   - CUDA BF16 follows it within 2% per step, and the last 10 steps' mean loss within 1%;
 //   - a checkpoint written by the CPU run resumes on CUDA and continues the CPU curve, and one written by a
 //     CUDA BF16 run resumes on the CPU and continues it too (fp32 master weights under the same names);
+//   - a CUDA BF16 run killed and resumed on CUDA repeats the uninterrupted run bit for bit (the kernels are
+//     deterministic for a fixed seed, and the checkpoint restores everything);
 //   - the log names the GPU, and MFU is logged (> 0 on a GPU with a known peak).
 //
 // Tolerances. Calibrated on the CPU with this model shape, data stream and AdamW settings (batch 8, warm-up
@@ -20,6 +22,7 @@
 //     ~10 stored tensors per layer against one weight copy), so about ten times the weight-only 7.9e-4:
 //     ~1% per step; 2% leaves a factor of two. Averaging the last 10 steps removes most of the per-batch
 //     noise, so their means must agree within 1%.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -196,6 +199,21 @@ TEST_F(TrainerCudaTest, CudaBf16CheckpointResumesOnTheCpuAndContinuesTheCurve) {
   // The CPU continues from bf16-trained fp32 master weights: the curve stays within the bf16 tolerance of
   // the all-CPU run.
   ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 31, kSteps, "CPU FP32 continuing a CUDA BF16 checkpoint");
+}
+
+TEST_F(TrainerCudaTest, CudaResumeRepeatsTheUninterruptedRunBitForBit) {
+  const std::vector<StepMetrics> straight = TrainRun(Experiment(TempPath("cuda_straight"), "CUDA", "BF16"));
+  const std::string out = TempPath("cuda_killed");
+  ASSERT_EQ(TrainRun(Experiment(out, "CUDA", "BF16"), 35).size(), 35u);
+  const std::vector<StepMetrics> resumed = TrainRun(Experiment(out, "CUDA", "BF16"), 0, true);
+  ExpectCurvesAgree(resumed, straight, 0, 1, kSteps, "CUDA BF16 resumed vs uninterrupted");
+  for (size_t i = 0; i < std::min(resumed.size(), straight.size()); ++i) {
+    EXPECT_EQ(resumed[i].grad_norm, straight[i].grad_norm) << "step " << straight[i].step;
+  }
+  auto weights_a = ReadFile(TempPath("cuda_straight") + "/checkpoints/step_00000060/model.safetensors");
+  auto weights_b = ReadFile(out + "/checkpoints/step_00000060/model.safetensors");
+  ASSERT_TRUE(weights_a.ok() && weights_b.ok());
+  EXPECT_TRUE(*weights_a == *weights_b) << "final weights differ";
 }
 
 }  // namespace
