@@ -62,7 +62,8 @@ std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation
     });
   }
   ModelOptimizer optimizer(experiment.optimizer(), *model);
-  const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), steps, TokensPerStep(experiment));
+  const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), steps,
+                            TokensPerStep(experiment));
   const std::vector<int32_t> tokens = Tokens();
   const int64_t b = experiment.run().batch_size(), t = experiment.model().context_length();
   std::vector<int32_t> inputs(b * t), targets(b * t);
@@ -101,11 +102,11 @@ std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation
 
 int Main() {
   const int steps = absl::GetFlag(FLAGS_steps);
-  absl::StatusOr<config::Experiment> experiment = LoadExperiment(
-      "experiments/configs/tiny.textproto",
-      {"data.train_tokens=unused.tok", "run.output_dir=unused", "model.d_model=256", "model.n_heads=4",
-       "model.ffn.d_ff=688", "model.context_length=64", "run.batch_size=8", absl::StrCat("run.max_steps=", steps),
-       "schedule.warmup=10"});
+  absl::StatusOr<config::Experiment> experiment =
+      LoadExperiment("experiments/configs/tiny.textproto",
+                     {"data.train_tokens=unused.tok", "run.output_dir=unused", "model.d_model=256",
+                      "model.n_heads=4", "model.ffn.d_ff=688", "model.context_length=64", "run.batch_size=8",
+                      absl::StrCat("run.max_steps=", steps), "schedule.warmup=10"});
   if (!experiment.ok()) {
     std::fprintf(stderr, "loss_curve_sensitivity: %s\n", std::string(experiment.status().message()).c_str());
     return 1;
@@ -116,10 +117,12 @@ int Main() {
   double max_ulp = 0, max_bf16 = 0;
   std::printf("%5s %10s %12s %12s\n", "step", "loss", "ulp rel", "bf16 rel");
   for (int s = 0; s < steps; ++s) {
-    const double d_ulp = std::fabs(ulp[s] - base[s]) / base[s], d_bf16 = std::fabs(bf16[s] - base[s]) / base[s];
+    const double d_ulp = std::fabs(ulp[s] - base[s]) / base[s],
+                 d_bf16 = std::fabs(bf16[s] - base[s]) / base[s];
     max_ulp = std::max(max_ulp, d_ulp);
     max_bf16 = std::max(max_bf16, d_bf16);
-    if (s % 10 == 0 || s == steps - 1) std::printf("%5d %10.5f %12.3e %12.3e\n", s + 1, base[s], d_ulp, d_bf16);
+    if (s % 10 == 0 || s == steps - 1)
+      std::printf("%5d %10.5f %12.3e %12.3e\n", s + 1, base[s], d_ulp, d_bf16);
   }
   std::printf("largest relative difference over %d steps: one ulp %.3e, bf16 weights %.3e\n", steps, max_ulp,
               max_bf16);

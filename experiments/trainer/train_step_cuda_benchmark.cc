@@ -138,18 +138,21 @@ int Main() {
   std::printf("GPT-2 small (%.1fM parameters), bf16 activations, fp32 master weights; B=%ld T=%ld; %s\n",
               static_cast<double>(model.parameter_count()) * 1e-6, static_cast<long>(b), static_cast<long>(t),
               (*cuda)->properties().name);
-  std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token, last_loss);
-  std::printf("lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s\n",
-              median_ms, steps, ms.front(), ms.back(), tokens_per_second, 100 * mfu, kH200DenseBf16Flops * 1e-12);
+  std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token,
+              last_loss);
+  std::printf(
+      "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s\n",
+      median_ms, steps, ms.front(), ms.back(), tokens_per_second, 100 * mfu, kH200DenseBf16Flops * 1e-12);
   if (absl::GetFlag(FLAGS_phases)) {
     std::vector<double> phase_ms[3];
     for (int i = 0; i < steps; ++i) step(phase_ms);
     const kernels::cuda::CachingAllocatorStats memory = (*cuda)->allocator().stats();
-    std::printf("phases (median of %d, synchronised after each): zero grad + forward + loss %.2f ms, backward %.2f "
-                "ms, grad norm + AdamW %.2f ms; device memory %.2f GiB in use, %.2f GiB cached\n",
-                steps, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
-                static_cast<double>(memory.bytes_in_use) / (1 << 30),
-                static_cast<double>(memory.bytes_cached) / (1 << 30));
+    std::printf(
+        "phases (median of %d, synchronised after each): zero grad + forward + loss %.2f ms, backward %.2f "
+        "ms, grad norm + AdamW %.2f ms; device memory %.2f GiB in use, %.2f GiB cached\n",
+        steps, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
+        static_cast<double>(memory.bytes_in_use) / (1 << 30),
+        static_cast<double>(memory.bytes_cached) / (1 << 30));
   }
   if (!absl::GetFlag(FLAGS_peer)) return 0;
   absl::StatusOr<std::map<std::string, double>> peer =
@@ -164,9 +167,11 @@ int Main() {
     return 0;
   }
   const double peer_tokens_per_second = static_cast<double>(b * t) / (it->second * 1e-3);
-  std::printf("PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
-              "MFU %.1f%%\n",
-              it->second, peer_tokens_per_second, 100 * peer_tokens_per_second * flops_per_token / kH200DenseBf16Flops);
+  std::printf(
+      "PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
+      "MFU %.1f%%\n",
+      it->second, peer_tokens_per_second,
+      100 * peer_tokens_per_second * flops_per_token / kH200DenseBf16Flops);
   std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
   return 0;
 }

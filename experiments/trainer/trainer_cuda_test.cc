@@ -59,7 +59,8 @@ std::string WriteTokens() {
   std::mt19937 rng(11);
   std::vector<uint32_t> ids(20000);
   ids[0] = rng() % 512;
-  for (size_t i = 1; i < ids.size(); ++i) ids[i] = rng() % 10 == 0 ? rng() % 512 : (ids[i - 1] * 37 + 11) % 512;
+  for (size_t i = 1; i < ids.size(); ++i)
+    ids[i] = rng() % 10 == 0 ? rng() % 512 : (ids[i - 1] * 37 + 11) % 512;
   auto writer = tokenizer::TokenFileWriter::Create(path, 512, 1);
   EXPECT_TRUE(writer.ok()) << writer.status();
   EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
@@ -67,14 +68,14 @@ std::string WriteTokens() {
   return path;
 }
 
-config::Experiment Experiment(const std::string& out, const std::string& device, const std::string& precision) {
-  auto loaded = LoadExperiment("experiments/configs/tiny.textproto",
-                               {"data.train_tokens=" + WriteTokens(), "run.output_dir=" + out,
-                                "model.d_model=256", "model.n_heads=4", "model.ffn.d_ff=688",
-                                "model.context_length=64", "run.batch_size=8",
-                                absl::StrCat("run.max_steps=", kSteps), "run.checkpoint_interval=10",
-                                "run.keep_checkpoints=10", "schedule.warmup=10", "run.device=" + device,
-                                "run.precision=" + precision});
+config::Experiment Experiment(const std::string& out, const std::string& device,
+                              const std::string& precision) {
+  auto loaded = LoadExperiment(
+      "experiments/configs/tiny.textproto",
+      {"data.train_tokens=" + WriteTokens(), "run.output_dir=" + out, "model.d_model=256", "model.n_heads=4",
+       "model.ffn.d_ff=688", "model.context_length=64", "run.batch_size=8",
+       absl::StrCat("run.max_steps=", kSteps), "run.checkpoint_interval=10", "run.keep_checkpoints=10",
+       "schedule.warmup=10", "run.device=" + device, "run.precision=" + precision});
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return *loaded;
 }
@@ -150,7 +151,8 @@ std::vector<StepMetrics>* TrainerCudaTest::cpu_ = nullptr;
 
 TEST_F(TrainerCudaTest, Fp32FollowsTheCpuLossCurve) {
   const std::string log = TempPath("cuda_fp32.log");
-  const std::vector<StepMetrics> gpu = TrainRun(Experiment(TempPath("cuda_fp32"), "CUDA", "FP32"), 0, false, log);
+  const std::vector<StepMetrics> gpu =
+      TrainRun(Experiment(TempPath("cuda_fp32"), "CUDA", "FP32"), 0, false, log);
   ExpectCurvesAgree(gpu, cpu(), kFp32Tolerance, 1, kSteps, "CUDA FP32 vs CPU FP32");
 
   auto cuda = kernels::cuda::CudaContext::Create(0);
@@ -198,7 +200,8 @@ TEST_F(TrainerCudaTest, CudaBf16CheckpointResumesOnTheCpuAndContinuesTheCurve) {
   ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 1, 30, "CUDA BF16 part before the checkpoint");
   // The CPU continues from bf16-trained fp32 master weights: the curve stays within the bf16 tolerance of
   // the all-CPU run.
-  ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 31, kSteps, "CPU FP32 continuing a CUDA BF16 checkpoint");
+  ExpectCurvesAgree(resumed, cpu(), kBf16StepTolerance, 31, kSteps,
+                    "CPU FP32 continuing a CUDA BF16 checkpoint");
 }
 
 TEST_F(TrainerCudaTest, CudaResumeRepeatsTheUninterruptedRunBitForBit) {

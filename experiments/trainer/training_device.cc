@@ -42,9 +42,12 @@ std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunCo
     if (!absl::StrContains(device_name, peak.name_part)) continue;
     if (peak.excluded_part[0] != '\0' && absl::StrContains(device_name, peak.excluded_part)) continue;
     switch (precision) {
-      case config::RunConfig::BF16: return peak.bf16;
-      case config::RunConfig::FP32: return peak.fp32;
-      default: return std::nullopt;
+      case config::RunConfig::BF16:
+        return peak.bf16;
+      case config::RunConfig::FP32:
+        return peak.fp32;
+      default:
+        return std::nullopt;
     }
   }
   return std::nullopt;
@@ -53,8 +56,12 @@ std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunCo
 absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run) {
   std::unique_ptr<TrainingDevice> device(new TrainingDevice());
   switch (run.precision()) {
-    case config::RunConfig::FP32: device->activations_ = kernels::DType::kF32; break;
-    case config::RunConfig::BF16: device->activations_ = kernels::DType::kBF16; break;
+    case config::RunConfig::FP32:
+      device->activations_ = kernels::DType::kF32;
+      break;
+    case config::RunConfig::BF16:
+      device->activations_ = kernels::DType::kBF16;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("run.precision=", config::RunConfig::Precision_Name(run.precision()),
@@ -93,16 +100,16 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
         device->peak_flops_ = *peak;
         device->peak_flops_source_ = absl::StrCat(gpu_name, " dense ", precision_name, " peak");
       } else {
-        device->peak_flops_source_ =
-            absl::StrCat("none: no known ", precision_name, " peak for ", gpu_name,
-                         "; set run.peak_flops to log MFU (MFU is logged as 0)");
+        device->peak_flops_source_ = absl::StrCat("none: no known ", precision_name, " peak for ", gpu_name,
+                                                  "; set run.peak_flops to log MFU (MFU is logged as 0)");
       }
       return device;
 #else
       (void)precision_name;
       return absl::FailedPreconditionError(
           "run.device=CUDA: this binary was built without the CUDA backend (under --config=nocuda, or where "
-          "bazel found no CUDA toolkit); build it on a machine with the CUDA toolkit, without --config=nocuda, "
+          "bazel found no CUDA toolkit); build it on a machine with the CUDA toolkit, without "
+          "--config=nocuda, "
           "e.g. ./bazelw build //experiments:train");
 #endif
     }

@@ -43,8 +43,10 @@ TEST(TrainingDevice, Bf16OnTheCpuIsAnError) {
 }
 
 TEST(TrainingDevice, UnspecifiedPrecisionOrDeviceIsAnError) {
-  auto precision = TrainingDevice::Open(RunOn(config::RunConfig::CPU, config::RunConfig::PRECISION_UNSPECIFIED));
-  EXPECT_EQ(precision.status().message(), "run.precision=PRECISION_UNSPECIFIED: the trainer runs FP32 or BF16");
+  auto precision =
+      TrainingDevice::Open(RunOn(config::RunConfig::CPU, config::RunConfig::PRECISION_UNSPECIFIED));
+  EXPECT_EQ(precision.status().message(),
+            "run.precision=PRECISION_UNSPECIFIED: the trainer runs FP32 or BF16");
   auto device = TrainingDevice::Open(RunOn(config::RunConfig::DEVICE_UNSPECIFIED, config::RunConfig::FP32));
   EXPECT_EQ(device.status().message(), "run.device=DEVICE_UNSPECIFIED: the trainer runs on CPU or CUDA");
 }
