@@ -7,8 +7,9 @@
 #include "model/language_model/language_model.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -391,6 +392,56 @@ TEST(LanguageModelTest, ThreadCountDoesNotChangeTheResult) {
   EXPECT_NEAR(losses[0], losses[1], 1e-6 * std::fabs(losses[0]));
   ASSERT_EQ(grads[0].size(), grads[1].size());
   for (size_t i = 0; i < grads[0].size(); ++i) ExpectClose("gradient " + std::to_string(i), grads[1][i].data(), grads[0][i]);
+}
+
+// CPU memory that arrives filled with NaN (0xff bytes), like the reused blocks a caching device allocator
+// hands out with old contents.
+class PoisoningAllocator final : public kernels::Allocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    void* block = kernels::CpuAllocator::Default().Allocate(bytes);
+    std::memset(block, 0xff, bytes);
+    return block;
+  }
+  void Deallocate(void* block, size_t bytes) override { kernels::CpuAllocator::Default().Deallocate(block, bytes); }
+  kernels::Device device() const override { return kernels::Device::Cpu(); }
+};
+
+// Nothing the model allocates (parameters, gradients, step state, workspace) is read before it is written:
+// on poisoned memory it computes bit for bit what it computes on fresh memory, through two batch shapes
+// (the second reallocates the step state) and two backwards (gradients accumulate onto ZeroGrad's zeros).
+TEST(LanguageModelTest, NothingIsReadBeforeItIsWritten) {
+  for (const std::string name : {"gpt2_tiny", "llama_tiny", "variants_tiny"}) {
+    SCOPED_TRACE(name);
+    const Fixture f = LoadFixture(name);
+    PoisoningAllocator poison;
+    kernels::Context poisoned = kernels::Context::Cpu();
+    poisoned.allocator = &poison;
+    std::vector<double> losses[2];
+    std::vector<std::vector<float>> results[2];
+    for (int run = 0; run < 2; ++run) {
+      auto model = LanguageModel::Create(f.config, run == 0 ? kernels::Context::Cpu() : poisoned);
+      ASSERT_TRUE(model.ok());
+      LoadParameters(f, **model);
+      (*model)->ZeroGrad();
+      for (const int64_t b : {f.b, int64_t{1}}) {  // the second shape: the first sequence alone
+        auto loss = (*model)->ForwardWithLoss(f.ids.data(), f.targets.data(), b, f.t);
+        ASSERT_TRUE(loss.ok());
+        losses[run].push_back(*loss);
+        results[run].emplace_back((*model)->logits(), (*model)->logits() + (*model)->logits_tensor().numel());
+        (*model)->Backward();
+      }
+      (*model)->VisitParameters([&](const std::string&, const Parameter& p) {
+        results[run].emplace_back(p.grad_data(), p.grad_data() + p.grad.numel());
+      });
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      EXPECT_EQ(std::memcmp(results[0][i].data(), results[1][i].data(), results[0][i].size() * sizeof(float)), 0)
+          << "tensor " << i << " (logits of the two shapes, then the gradients in visiting order)";
+    }
+  }
 }
 
 // Mean and standard deviation of a parameter, and its largest magnitude.
