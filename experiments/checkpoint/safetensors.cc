@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/check.h"
-#include "experiments/json/json.h"
+#include "base/json.h"
 
 namespace lmf::experiments {
 namespace {

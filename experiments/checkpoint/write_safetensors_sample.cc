@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "base/json.h"
 #include "experiments/checkpoint/safetensors.h"
-#include "experiments/json/json.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -45,11 +45,11 @@ int main(int argc, char** argv) {
 
   auto floats = [](const std::vector<float>& v) {
     std::vector<std::string> parts;
-    for (float x : v) parts.push_back(std::signbit(x) && x == 0 ? "-0.0" : lmf::experiments::JsonNumber(x));
+    for (float x : v) parts.push_back(std::signbit(x) && x == 0 ? "-0.0" : lmf::JsonNumber(x));
     return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
   };
   const std::string expect = absl::StrCat(
-      "{\"metadata\":{\"format\":\"pt\",\"note\":", lmf::experiments::JsonQuote("quote \" backslash \\ newline \n"),
+      "{\"metadata\":{\"format\":\"pt\",\"note\":", lmf::JsonQuote("quote \" backslash \\ newline \n"),
       "},\"tensors\":{",
       "\"layers.0.attn.q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"values\":", floats(w), "},",
       "\"layers.0.attn.q_proj.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"values\":", floats(bias), "},",

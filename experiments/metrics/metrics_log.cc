@@ -11,7 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
-#include "experiments/json/json.h"
+#include "base/json.h"
 
 namespace lmf::experiments {
 namespace {

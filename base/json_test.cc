@@ -1,13 +1,17 @@
-// The JSON reader on the shapes the trainer reads (safetensors headers, metrics lines), its errors, and the
-// writers' escaping and shortest round-trip numbers.
-#include "experiments/json/json.h"
+// The JSON reader on the shapes its users read (safetensors headers, metrics lines, GPT-2's vocab.json: a
+// large object of strings with \u escapes), its errors, the UTF-8 encoder, and the writers' escaping and
+// shortest round-trip numbers.
+#include "base/json.h"
 
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 
-namespace lmf::experiments {
+namespace lmf {
 namespace {
 
 TEST(Json, ParsesSafetensorsHeaderShape) {
@@ -39,6 +43,43 @@ TEST(Json, DecodesEscapesAndUnicode) {
   EXPECT_EQ(d, -1500);
 }
 
+TEST(Json, RejectsUnpairedSurrogates) {
+  EXPECT_EQ(ParseJson(R"("\ud83d")").status().message(), "JSON at byte 7: unpaired surrogate in \\u escape");
+  EXPECT_EQ(ParseJson(R"("\ud83dx")").status().message(), "JSON at byte 7: unpaired surrogate in \\u escape");
+  EXPECT_EQ(ParseJson(R"("\ud83d\u0041")").status().message(),
+            "JSON at byte 13: unpaired surrogate in \\u escape");
+  EXPECT_EQ(ParseJson(R"("\ude00")").status().message(), "JSON at byte 7: unpaired surrogate in \\u escape");
+  EXPECT_EQ(ParseJson(R"("\u12zz")").status().message(), "JSON at byte 3: bad \\u escape");
+  EXPECT_EQ(ParseJson(R"("\u12")").status().message(), "JSON at byte 3: truncated \\u escape");
+}
+
+// GPT-2's vocab.json shape at its size: one object of 50,257 string -> id members in file order.
+TEST(Json, ReadsAVocabSizedObjectAndFindsALateDuplicate) {
+  constexpr int kMembers = 50257;
+  std::string text = "{";
+  for (int i = 0; i < kMembers; ++i) absl::StrAppend(&text, i ? ", " : "", "\"tok\\u0120", i, "\": ", i);
+  auto v = ParseJson(text + "}");
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->object.size(), static_cast<size_t>(kMembers));
+  EXPECT_EQ(v->object[kMembers - 1].first, absl::StrCat("tok\xc4\xa0", kMembers - 1));
+  uint64_t id;
+  ASSERT_TRUE(v->object[kMembers - 1].second.AsUint64(&id));
+  EXPECT_EQ(id, static_cast<uint64_t>(kMembers - 1));
+  auto duplicate = ParseJson(text + ", \"tok\\u01207\": 7}");
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_NE(duplicate.status().message().find("duplicate key \"tok\xc4\xa0"
+                                              "7\""),
+            std::string::npos)
+      << duplicate.status();
+}
+
+TEST(Json, AppendUtf8EncodesEachLengthAtItsBounds) {
+  std::string s;
+  for (uint32_t cp : {0x0u, 0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xFFFFu, 0x10000u, 0x10FFFFu}) AppendUtf8(cp, &s);
+  EXPECT_EQ(
+      s, std::string("\x00\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", 20));
+}
+
 TEST(Json, ReportsErrorsWithOffset) {
   EXPECT_EQ(ParseJson("{\"a\": 1,}").status().message(), "JSON at byte 8: expected a string key in object");
   EXPECT_EQ(ParseJson("[1 2]").status().message(), "JSON at byte 3: expected ',' or ']' in array");
@@ -65,4 +106,4 @@ TEST(Json, NumbersRoundTripShortest) {
 }
 
 }  // namespace
-}  // namespace lmf::experiments
+}  // namespace lmf

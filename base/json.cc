@@ -1,14 +1,15 @@
 // JSON reading and writing helpers (see json.h). A recursive-descent parser over RFC 8259's grammar.
-#include "experiments/json/json.h"
+#include "base/json.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace lmf::experiments {
+namespace lmf {
 namespace {
 
 constexpr int kMaxDepth = 64;
@@ -116,24 +117,6 @@ class Parser {
     return true;
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   bool ParseString(std::string* out) {
     ++pos_;  // opening quote
     out->clear();
@@ -166,6 +149,8 @@ class Parser {
               return Fail("unpaired surrogate in \\u escape");
             }
             cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            return Fail("unpaired surrogate in \\u escape");  // a low surrogate with no high one before it
           }
           AppendUtf8(cp, out);
           break;
@@ -208,12 +193,14 @@ class Parser {
       ++pos_;
       return true;
     }
+    // Keys seen so far, for the duplicate check in constant time per member (vocab.json has ~50k members).
+    absl::flat_hash_set<std::string> keys;
     while (true) {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a string key in object");
       std::string key;
       if (!ParseString(&key)) return false;
-      if (out->Find(key) != nullptr) return Fail(absl::StrCat("duplicate key \"", key, "\""));
+      if (!keys.insert(key).second) return Fail(absl::StrCat("duplicate key \"", key, "\""));
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Fail("expected ':' after object key");
       ++pos_;
@@ -254,11 +241,27 @@ bool JsonValue::AsUint64(uint64_t* out) const {
   return kind == Kind::kNumber && absl::SimpleAtoi(text, out);
 }
 
-bool JsonValue::AsDouble(double* out) const {
-  return kind == Kind::kNumber && absl::SimpleAtod(text, out);
-}
+bool JsonValue::AsDouble(double* out) const { return kind == Kind::kNumber && absl::SimpleAtod(text, out); }
 
 absl::StatusOr<JsonValue> ParseJson(std::string_view text) { return Parser(text).ParseDocument(); }
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
 
 std::string JsonQuote(std::string_view s) {
   std::string out = "\"";
@@ -294,4 +297,4 @@ std::string JsonNumber(double value) {
   return buf;
 }
 
-}  // namespace lmf::experiments
+}  // namespace lmf
