@@ -1,5 +1,5 @@
-// GPT-2 vocab.json / merges.txt: the bytes-to-unicode table, a parser for the flat JSON object of the
-// vocab (string escapes including surrogate pairs), and the writers.
+// GPT-2 vocab.json / merges.txt: the bytes-to-unicode table, reading the vocab's JSON object (through
+// base/json, which decodes string escapes including surrogate pairs), the merges parser, and the writers.
 #include "tokenizer/gpt2_format.h"
 
 #include <array>
@@ -8,27 +8,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/json.h"
 
 namespace lmf::tokenizer {
 namespace {
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 to U+0100.. in order.
 const std::array<uint32_t, 256>& ByteToCodePoint() {
@@ -60,134 +43,47 @@ bool NextCodePoint(std::string_view s, size_t* i, uint32_t* cp) {
   return true;
 }
 
-// A parser for the one JSON shape vocab.json has: an object of string keys and non-negative integers.
-class VocabJsonParser {
- public:
-  VocabJsonParser(std::string_view text, const std::string& name) : s_(text), name_(name) {}
+// How an error names a JSON value that should have been an id.
+std::string DescribeJsonValue(const JsonValue& value) {
+  switch (value.kind) {
+    case JsonValue::Kind::kNull:
+      return "null";
+    case JsonValue::Kind::kBool:
+      return value.boolean ? "true" : "false";
+    case JsonValue::Kind::kNumber:
+      return value.text;
+    case JsonValue::Kind::kString:
+      return absl::StrCat("the string ", JsonQuote(value.text));
+    case JsonValue::Kind::kArray:
+      return "an array";
+    case JsonValue::Kind::kObject:
+      return "an object";
+  }
+  return "an unknown value";
+}
 
-  absl::Status Parse(std::vector<std::pair<std::string, uint64_t>>* entries) {
-    SkipSpace();
-    if (!Eat('{')) return Error("expected '{'");
-    SkipSpace();
-    if (Eat('}')) return Trailing();
-    while (true) {
-      std::string key;
-      if (absl::Status st = String(&key); !st.ok()) return st;
-      SkipSpace();
-      if (!Eat(':')) return Error("expected ':' after a key");
-      SkipSpace();
-      uint64_t value = 0;
-      size_t digits = 0;
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9' && digits < 10) {
-        value = value * 10 + static_cast<uint64_t>(s_[pos_++] - '0');
-        ++digits;
-      }
-      if (digits == 0) return Error("expected a non-negative integer id");
-      entries->emplace_back(std::move(key), value);
-      SkipSpace();
-      if (Eat(',')) {
-        SkipSpace();
-        continue;
-      }
-      if (Eat('}')) return Trailing();
-      return Error("expected ',' or '}'");
+// The members of vocab.json, a JSON object of GPT-2 token string -> id, in file order. Errors name the file
+// and say what was expected (and, for JSON syntax, at which byte).
+absl::Status ReadVocabJson(std::string_view text, const std::string& name,
+                           std::vector<std::pair<std::string, uint64_t>>* entries) {
+  const std::string context = absl::StrCat(name, ": bad GPT-2 vocab.json: ");
+  absl::StatusOr<JsonValue> json = ParseJson(text);
+  if (!json.ok()) return absl::InvalidArgumentError(absl::StrCat(context, json.status().message()));
+  if (json->kind != JsonValue::Kind::kObject) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, "expected a JSON object of token string -> id, found ", DescribeJsonValue(*json)));
+  }
+  entries->reserve(json->object.size());
+  for (auto& [key, value] : json->object) {
+    uint64_t id;
+    if (!value.AsUint64(&id)) {
+      return absl::InvalidArgumentError(absl::StrCat(context, "token ", JsonQuote(key),
+                                                     ": expected a non-negative integer id, found ",
+                                                     DescribeJsonValue(value)));
     }
+    entries->emplace_back(std::move(key), id);
   }
-
- private:
-  absl::Status Error(const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(name_, ": bad GPT-2 vocab.json at byte ", pos_, ": ", what));
-  }
-  absl::Status Trailing() {
-    SkipSpace();
-    return pos_ == s_.size() ? absl::OkStatus() : Error("unexpected content after the object");
-  }
-  void SkipSpace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
-  }
-  bool Eat(char c) {
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool Hex4(uint32_t* v) {
-    if (pos_ + 4 > s_.size()) return false;
-    *v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[pos_++];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                  : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return false;
-      *v = *v * 16 + static_cast<uint32_t>(d);
-    }
-    return true;
-  }
-  absl::Status String(std::string* out) {
-    if (!Eat('"')) return Error("expected a string key");
-    while (true) {
-      if (pos_ >= s_.size()) return Error("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return absl::OkStatus();
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) return Error("unterminated escape");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u': {
-          uint32_t cp;
-          if (!Hex4(&cp)) return Error("bad \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low;
-            if (!Eat('\\') || !Eat('u') || !Hex4(&low) || low < 0xDC00 || low > 0xDFFF) {
-              return Error("unpaired surrogate in \\u escape");
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return Error("unpaired surrogate in \\u escape");
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          return Error(absl::StrCat("unknown escape \\", std::string(1, e)));
-      }
-    }
-  }
-
-  std::string_view s_;
-  const std::string& name_;
-  size_t pos_ = 0;
-};
-
-std::string JsonString(std::string_view utf8) {
-  std::string out = "\"";
-  for (char c : utf8) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      static const char kDigits[] = "0123456789abcdef";
-      out += "\\u00";
-      out.push_back(kDigits[(c >> 4) & 15]);
-      out.push_back(kDigits[c & 15]);
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -229,7 +125,7 @@ absl::StatusOr<Tokenizer> ParseGpt2(std::string_view vocab_json, std::string_vie
                                     const std::vector<std::string>& specials, const std::string& vocab_name,
                                     const std::string& merges_name) {
   std::vector<std::pair<std::string, uint64_t>> entries;
-  if (absl::Status s = VocabJsonParser(vocab_json, vocab_name).Parse(&entries); !s.ok()) return s;
+  if (absl::Status s = ReadVocabJson(vocab_json, vocab_name, &entries); !s.ok()) return s;
   std::vector<std::string> vocab(entries.size());
   std::vector<bool> seen(entries.size(), false);
   std::vector<uint32_t> special_ids;
@@ -307,7 +203,7 @@ std::string Gpt2VocabJson(const Tokenizer& tokenizer) {
   std::string out = "{";
   for (uint32_t id = 0; id < tokenizer.vocab_size(); ++id) {
     const std::string& bytes = tokenizer.vocab()[id];
-    absl::StrAppend(&out, id == 0 ? "" : ", ", JsonString(is_special[id] ? bytes : BytesToGpt2String(bytes)), ": ", id);
+    absl::StrAppend(&out, id == 0 ? "" : ", ", JsonQuote(is_special[id] ? bytes : BytesToGpt2String(bytes)), ": ", id);
   }
   out += "}";
   return out;

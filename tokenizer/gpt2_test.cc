@@ -53,6 +53,31 @@ TEST(Gpt2FormatTest, BadFilesGiveClearErrors) {
   EXPECT_NE(no_bytes.status().message().find("256 single bytes"), std::string::npos) << no_bytes.status();
 }
 
+TEST(Gpt2FormatTest, VocabErrorsNameTheFileAndWhatWasExpected) {
+  auto message = [](std::string_view vocab_json) {
+    auto t = ParseGpt2(vocab_json, "", {}, "v.json", "m.txt");
+    return t.ok() ? std::string("ok") : std::string(t.status().message());
+  };
+  EXPECT_EQ(message("{\"a\": 0"),
+            "v.json: bad GPT-2 vocab.json: JSON at byte 7: expected ',' or '}' in object");
+  EXPECT_EQ(message("{\"a\": 0, \"a\": 1}"),
+            "v.json: bad GPT-2 vocab.json: JSON at byte 12: duplicate key \"a\"");
+  EXPECT_EQ(message("{\"\\ud800\": 0}"),
+            "v.json: bad GPT-2 vocab.json: JSON at byte 8: unpaired surrogate in \\u escape");
+  EXPECT_EQ(message("[0]"),
+            "v.json: bad GPT-2 vocab.json: expected a JSON object of token string -> id, found an array");
+  EXPECT_EQ(message("{\"a\": -1}"),
+            "v.json: bad GPT-2 vocab.json: token \"a\": expected a non-negative integer id, found -1");
+  EXPECT_EQ(message("{\"a\": \"0\"}"),
+            "v.json: bad GPT-2 vocab.json: token \"a\": expected a non-negative integer id, found the string "
+            "\"0\"");
+  EXPECT_EQ(message("{\"a\": 1}"), "v.json: ids must be 0..0 each used once; \"a\" has id 1");
+  // A surrogate pair decodes to U+1F600, which GPT-2's byte mapping does not contain.
+  EXPECT_EQ(message("{\"\\ud83d\\ude00\": 0}"),
+            "v.json: token \"\xf0\x9f\x98\x80\" (id 0): character U+1f600 is not in GPT-2's bytes-to-unicode "
+            "mapping");
+}
+
 class Gpt2ReferenceTest : public ::testing::Test {
  protected:
   // Loads GPT-2 once for all tests of the suite.
