@@ -121,14 +121,18 @@ class Parser {
     ++pos_;  // opening quote
     out->clear();
     while (true) {
+      // Append the run of bytes that need no decoding in one go.
+      size_t run_end = pos_;
+      while (run_end < text_.size() && text_[run_end] != '"' && text_[run_end] != '\\' &&
+             static_cast<unsigned char>(text_[run_end]) >= 0x20) {
+        ++run_end;
+      }
+      out->append(text_.data() + pos_, run_end - pos_);
+      pos_ = run_end;
       if (pos_ >= text_.size()) return Fail("unterminated string");
       const char c = text_[pos_++];
       if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return Fail("control character in string");
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
+      if (c != '\\') return Fail("control character in string");
       if (pos_ >= text_.size()) return Fail("unterminated escape");
       const char e = text_[pos_++];
       switch (e) {
@@ -193,14 +197,13 @@ class Parser {
       ++pos_;
       return true;
     }
-    // Keys seen so far, for the duplicate check in constant time per member (vocab.json has ~50k members).
-    absl::flat_hash_set<std::string> keys;
+    std::vector<size_t> key_ends;  // where each member's key ends, for the duplicate-key error
     while (true) {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a string key in object");
       std::string key;
       if (!ParseString(&key)) return false;
-      if (!keys.insert(key).second) return Fail(absl::StrCat("duplicate key \"", key, "\""));
+      key_ends.push_back(pos_);
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Fail("expected ':' after object key");
       ++pos_;
@@ -213,10 +216,36 @@ class Parser {
       }
       if (pos_ < text_.size() && text_[pos_] == '}') {
         ++pos_;
-        return true;
+        return CheckUniqueKeys(*out, key_ends);
       }
       return Fail("expected ',' or '}' in object");
     }
+  }
+
+  // Fails at the end of the first key (in file order) that repeats an earlier one. Small objects (safetensors
+  // tensor entries) compare pairwise; large ones (vocab.json's ~50k members) go through a hash set of views
+  // into the finished member list, sized once.
+  bool CheckUniqueKeys(const JsonValue& object, const std::vector<size_t>& key_ends) {
+    constexpr size_t kMaxPairwise = 8;
+    const auto& members = object.object;
+    auto duplicate = [&](size_t i) {
+      pos_ = key_ends[i];
+      return Fail(absl::StrCat("duplicate key \"", members[i].first, "\""));
+    };
+    if (members.size() <= kMaxPairwise) {
+      for (size_t i = 1; i < members.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          if (members[i].first == members[j].first) return duplicate(i);
+        }
+      }
+      return true;
+    }
+    absl::flat_hash_set<std::string_view> keys;
+    keys.reserve(members.size());
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (!keys.insert(members[i].first).second) return duplicate(i);
+    }
+    return true;
   }
 
   std::string_view text_;

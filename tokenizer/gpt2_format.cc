@@ -130,6 +130,7 @@ absl::StatusOr<Tokenizer> ParseGpt2(std::string_view vocab_json, std::string_vie
   std::vector<bool> seen(entries.size(), false);
   std::vector<uint32_t> special_ids;
   absl::flat_hash_map<std::string, uint32_t> gpt2_to_id;
+  gpt2_to_id.reserve(entries.size());
   for (auto& [key, id] : entries) {
     if (id >= entries.size() || seen[id]) {
       return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": ids must be 0..", entries.size() - 1,
