@@ -7,8 +7,8 @@
 #   (on the device)  tar -xf OUT_DIR/gpu_bundle.tar.xz -C /tmp && /tmp/gpu_bundle/gpu_run.sh
 #
 # The archive holds one folder, gpu_bundle/:
-#   tests/, bench/     each binary once, host symbols stripped (strip --strip-unneeded keeps the dynamic
-#                      symbols and the .nv_fatbin section, i.e. all device code)
+#   tests/, bench/     each binary once, not stripped: stripping host symbols saved 0.2 MiB of 11 in the
+#                      archive (2026-11-30), and compute-sanitizer's host backtraces need those names
 #   runfiles/<name>/lmforge/   the data files a binary's runfiles hold (fixtures, configs), without the binary;
 #                      gpu_run.sh starts each binary there, as `bazel test` does
 #   peers/             tools/gpu_peers/*.py (the benchmarks find them as <exe>/../peers/)
@@ -74,7 +74,6 @@ copy_target() {  # label, destination folder
   local name="${path//\//__}"
   cp -L "$bin" "$dest/$name"
   chmod u+w "$dest/$name"
-  strip --strip-unneeded "$dest/$name"
   # Runfiles: the data files only. Left out: the binary itself, Bazel's manifests, and the peer scripts
   # (tools/gpu_peers/: found in peers/, where peer_timing.py, which they import, sits beside them).
   local rf="$bin.runfiles/lmforge"
