@@ -14,9 +14,10 @@
 # binaries need. The PyTorch peers that the benchmarks start (`python3 ...`) run through a small python3
 # shim that restores the device's original environment, so no bundled library reaches them.
 #
-# Logs: full logs under $OUT if set (the device tool returns it), else under <bundle>/logs; at most 7 files.
-# The short summary table is printed last. Exit status 0 only if every test that ran passed, every
-# benchmark and sanitizer run that ran succeeded and no library was unresolved.
+# Logs: full logs under $OUT if set (the device tool returns it), else under <bundle>/logs: env, ldd, tests,
+# bench, sanitizer, summary (.log/.txt, each cut to 16 MB). The short summary table is printed last. Exit
+# status 0 only if nvidia-smi shows a GPU, every test that ran passed, every benchmark and sanitizer run
+# that ran succeeded, no step was skipped for time and no library was unresolved.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 start_s=$(date +%s)
@@ -230,6 +231,13 @@ if [[ "$mode" != --bench-only ]]; then
   done
 fi
 
+# Tests that skipped for want of a device although nvidia-smi shows one: the CUDA runtime could not use it
+# (driver/runtime mismatch, ...; cuda_info's lines in env.log say more).
+if [[ -n "$gpu_name" ]] && grep -q 'no CUDA device' "$test_log"; then
+  row "WARNING" "nvidia-smi shows '$gpu_name' but tests skipped with 'no CUDA device': see cuda_info in env.log"
+  problems=1
+fi
+
 # ---- benchmarks ----------------------------------------------------------------------------------------------
 # Order of importance for issue 7 and each one's nominal timeout (the PyTorch peers' start and
 # torch.compile are inside it).
@@ -314,6 +322,8 @@ rm -rf "$work"
   echo "gpu: ${gpu_name:-none}   budget ${budget}s, used $(elapsed)s   libstdc++: $cxx_note"
   for r in "${rows[@]}"; do echo "$r"; done
   echo "tests: $t_pass passed, $t_fail failed, $t_skip skipped   logs: $logdir"
-  ((problems)) && echo "RESULT: PROBLEMS (see above)" || echo "RESULT: OK"
+  if [[ -z "$gpu_name" ]]; then echo "RESULT: NO GPU visible (nvidia-smi): tests skipped, nothing was measured"
+  elif ((problems)); then echo "RESULT: PROBLEMS (see above)"
+  else echo "RESULT: OK"; fi
 } | tee "$summary"
-((problems == 0))
+((problems == 0)) && [[ -n "$gpu_name" ]]
