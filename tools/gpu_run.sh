@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs a GPU bundle (made by tools/gpu_bundle.sh) on the device machine, which has a GPU, CUDA 13 and
 # python3 with PyTorch but no Bazel and none of the build machine's Debian libraries. Within a total time
-# budget, in this order: an `ldd` check of every binary (each unresolved library on one line), every gpu
-# test (per-test timeout), the benchmarks in the order of importance (end-to-end training step, attention,
+# budget, in this order: an `ldd -r` check of every binary (each unresolved library or symbol on one line),
+# the CUDA versions (cuda_info), every gpu test (per-test timeout), the benchmarks in the order of importance (end-to-end training step, attention,
 # GEMM, memory-bound), then compute-sanitizer memcheck and racecheck on a filtered attention test and one
 # memory-bound test. A step that no longer fits in what is left of the budget is skipped and named.
 #
@@ -55,31 +55,35 @@ row() { rows+=("$(printf '%-40s %s' "$1" "$2")"); echo "${rows[-1]}"; }  # also 
 # ---- environment: the device's CUDA libraries, its libstdc++, its python3 --------------------------------
 orig_ld="${LD_LIBRARY_PATH:-}"
 orig_ld_set=${LD_LIBRARY_PATH+1}
-cuda_dirs=()
-add_cuda_dir() { [[ -d "$1" ]] && compgen -G "$1/lib*.so*" >/dev/null && cuda_dirs+=("$(cd "$1" && pwd -P)"); }
+toolkit_dirs=() wheel_dirs=()
+add_dir() {  # array name, folder: adds the folder if it holds shared libraries
+  [[ -d "$2" ]] && compgen -G "$2/lib*.so*" >/dev/null && eval "$1+=(\"\$(cd \"\$2\" && pwd -P)\")"
+}
 for d in "${CUDA_HOME:-/usr/local/cuda}"/lib64 "${CUDA_HOME:-/usr/local/cuda}"/lib \
   "${CUDA_HOME:-/usr/local/cuda}"/targets/x86_64-linux/lib; do
-  add_cuda_dir "$d"
+  add_dir toolkit_dirs "$d"
 done
 real_python="$(command -v python3 || true)"
 if [[ -n "$real_python" ]]; then
   # The pip wheels' libraries (nvidia-nccl-cu13, nvidia-cublas, ...) under the python's site-packages.
-  while IFS= read -r d; do add_cuda_dir "$d"; done < <("$real_python" - 2>/dev/null <<'EOF'
+  while IFS= read -r d; do add_dir wheel_dirs "$d"; done < <(timeout 30 "$real_python" - 2>/dev/null <<'EOF'
 import glob, os, site
-roots = site.getsitepackages() + [site.getusersitepackages()]
-for r in roots:
-    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))) + sorted(glob.glob(os.path.join(r, "nvidia", "cu13", "lib"))):
+for r in site.getsitepackages() + [site.getusersitepackages()]:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
         print(d)
 EOF
   )
 fi
-# Keep the first of duplicate folders.
-declare -A seen_dir=()
-uniq_dirs=()
-for d in "${cuda_dirs[@]+"${cuda_dirs[@]}"}"; do
-  [[ -n "${seen_dir[$d]:-}" ]] || { seen_dir[$d]=1; uniq_dirs+=("$d"); }
-done
-cuda_path="$(IFS=:; echo "${uniq_dirs[*]+"${uniq_dirs[*]}"}")"
+join_dirs() {  # folders -> a:b:c, each once, in order
+  local -A seen=()
+  local d out=""
+  for d in "$@"; do [[ -n "${seen[$d]:-}" ]] || { seen[$d]=1; out="${out:+$out:}$d"; }; done
+  echo "$out"
+}
+# Two orders: the toolkit's libraries first (default), or the wheels' first (used only where the toolkit's
+# leave more libraries or symbols unresolved, e.g. a libcublas older than our headers, or no libnccl).
+cuda_path_toolkit="$(join_dirs "${toolkit_dirs[@]+"${toolkit_dirs[@]}"}" "${wheel_dirs[@]+"${wheel_dirs[@]}"}")"
+cuda_path_wheels="$(join_dirs "${wheel_dirs[@]+"${wheel_dirs[@]}"}" "${toolkit_dirs[@]+"${toolkit_dirs[@]}"}")"
 
 # libstdc++: the device's own unless it lacks a GLIBCXX/CXXABI version our binaries need (lib/REQUIRES).
 cxx_note="device's own"
@@ -95,10 +99,30 @@ if [[ -z "$sys_cxx" ]]; then
 elif [[ -n "$need_cxx" ]] && ! grep -qa "$need_cxx" "$sys_cxx"; then
   use_bundled_cxx=1 cxx_note="bundled (the device's $sys_cxx lacks $need_cxx)"
 fi
-ours_ld="$here/lib"
-((use_bundled_cxx)) && ours_ld="$ours_ld:$here/lib/cxx"
-[[ -n "$cuda_path" ]] && ours_ld="$ours_ld:$cuda_path"
-[[ -n "$orig_ld" ]] && ours_ld="$ours_ld:$orig_ld"
+ld_path_with() {  # CUDA folders -> our binaries' LD_LIBRARY_PATH
+  local p="$here/lib"
+  ((use_bundled_cxx)) && p="$p:$here/lib/cxx"
+  [[ -n "$1" ]] && p="$p:$1"
+  [[ -n "$orig_ld" ]] && p="$p:$orig_ld"
+  echo "$p"
+}
+binaries=()
+for f in "$here"/tests/* "$here"/bench/*; do [[ -f "$f" && -x "$f" ]] && binaries+=("$f"); done
+count_unresolved() {  # LD_LIBRARY_PATH -> lines of unresolved libraries and symbols over all binaries
+  local b n=0
+  for b in "${binaries[@]+"${binaries[@]}"}"; do
+    n=$((n + $(LD_LIBRARY_PATH="$1" ldd -r "$b" 2>&1 | grep -cE 'not found|undefined symbol|not a dynamic')))
+  done
+  echo "$n"
+}
+cuda_path="$cuda_path_toolkit" cuda_order="toolkit first"
+if [[ "$cuda_path_wheels" != "$cuda_path_toolkit" ]]; then
+  n_toolkit="$(count_unresolved "$(ld_path_with "$cuda_path_toolkit")")"
+  if ((n_toolkit)) && (($(count_unresolved "$(ld_path_with "$cuda_path_wheels")") < n_toolkit)); then
+    cuda_path="$cuda_path_wheels" cuda_order="python wheels first: the toolkit's left $n_toolkit unresolved"
+  fi
+fi
+ours_ld="$(ld_path_with "$cuda_path")"
 
 # The python3 shim our benchmarks find first on PATH: the device's python3 with the device's environment.
 mkdir -p "$work/peerbin"
@@ -116,7 +140,7 @@ ours() { env LD_LIBRARY_PATH="$ours_ld" PATH="$ours_path" "$@"; }
   grep -h '^PRETTY_NAME=' /etc/os-release 2>/dev/null
   echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null) (binaries need $need_glibc)"
   echo "libstdc++: ${sys_cxx:-none} -> using $cxx_note (binaries need $need_cxx)"
-  echo "CUDA library folders: ${cuda_path:-none found}"
+  echo "CUDA library folders ($cuda_order): ${cuda_path:-none found}"
   echo "LD_LIBRARY_PATH for our binaries: $ours_ld"
   echo "python3: ${real_python:-none}"
   timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1
@@ -129,22 +153,26 @@ gpu_name="$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/
 cat "$env_log"
 
 # ---- ldd: every binary's libraries must resolve -------------------------------------------------------------
-binaries=()
-for f in "$here"/tests/* "$here"/bench/*; do [[ -f "$f" && -x "$f" ]] && binaries+=("$f"); done
 declare -A unresolved=()
 n_unresolved=0
 for b in "${binaries[@]}"; do
   name="${b#"$here"/}"
-  out="$(ours ldd "$b" 2>&1)"
+  out="$(ours ldd -r "$b" 2>&1)"  # -r: also every symbol must resolve (a CUDA library older than our headers)
   { echo "== $name"; echo "$out"; } >>"$ldd_log"
-  bad="$(grep -E 'not found|version .* not found|not a dynamic' <<<"$out" | sed 's/^[[:space:]]*//')"
+  bad="$(grep -E 'not found|undefined symbol|not a dynamic' <<<"$out" | sed 's/^[[:space:]]*//')"
   if [[ -n "$bad" ]]; then
     unresolved[$b]=1
-    while IFS= read -r l; do echo "unresolved: $name: $l"; n_unresolved=$((n_unresolved + 1)); done <<<"$bad"
+    # Each missing library on its own line; missing symbols counted, with the first one named.
+    while IFS= read -r l; do
+      [[ "$l" == *"undefined symbol"* ]] || echo "unresolved: $name: $l"
+      n_unresolved=$((n_unresolved + 1))
+    done <<<"$bad"
+    n_sym="$(grep -c 'undefined symbol' <<<"$bad")"
+    ((n_sym)) && echo "unresolved: $name: $n_sym undefined symbols, first: $(grep -m1 'undefined symbol' <<<"$bad" | cut -f1)"
   fi
 done
 # Where the CUDA libraries came from (one binary is enough: they all take them from the same folders).
-grep -hE 'lib(cudart|cublas|cublasLt|nccl|cuda)\.so' "$ldd_log" | sed 's/^[[:space:]]*//; s/ (0x.*//' | sort -u
+grep -hE '^[[:space:]]*lib(cudart|cublas|cublasLt|nccl|cuda)\.so[^ ]* => ' "$ldd_log" | sed 's/^[[:space:]]*//; s/ (0x.*//' | sort -u
 # The CUDA runtime, cuBLAS(Lt) and NCCL versions our headers expect against those loaded, and the driver.
 if [[ -x "$here/bench/tools__cuda_info__cuda_info" && -z "${unresolved[$here/bench/tools__cuda_info__cuda_info]:-}" ]]; then
   ours timeout 30 "$here/bench/tools__cuda_info__cuda_info" 2>&1 | tee -a "$env_log"
