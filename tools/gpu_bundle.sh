@@ -30,12 +30,17 @@ while (($#)); do
   case "$1" in
     --no-build) build=0; shift ;;
     --unpacked) unpacked="${2:?--unpacked needs a folder}"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "gpu_bundle: unknown flag '$1' (see --help)" >&2; exit 2 ;;
     *) [[ -z "$out" ]] || { echo "gpu_bundle: one OUT_DIR only" >&2; exit 2; }; out="$1"; shift ;;
   esac
 done
-out="${out:-$root/gpu_bundle}"
+out="$(realpath -m "${out:-$root/gpu_bundle}")"
+if [[ -n "$unpacked" ]]; then
+  unpacked="$(realpath -m "$unpacked")"
+  # An unpacked copy inside OUT_DIR would travel with `carry` (and be deleted with OUT_DIR).
+  [[ "$unpacked/" == "$out/"* ]] && { echo "gpu_bundle: --unpacked $unpacked must be outside $out" >&2; exit 2; }
+fi
 limit_mib=60
 cd "$root"
 

@@ -31,7 +31,7 @@ while (($#)); do
     --budget=*) budget="${1#--budget=}"; shift ;;
     --tests-only|--bench-only) mode="$1"; shift ;;
     --no-sanitizer) sanitizer=0; shift ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_run: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
