@@ -177,7 +177,9 @@ grep -hE '^[[:space:]]*lib(cudart|cublas|cublasLt|nccl|cuda)\.so[^ ]* => ' "$ldd
 if [[ -x "$here/bench/tools__cuda_info__cuda_info" && -z "${unresolved[$here/bench/tools__cuda_info__cuda_info]:-}" ]]; then
   ours timeout 30 "$here/bench/tools__cuda_info__cuda_info" 2>&1 | tee -a "$env_log"
 fi
-if ((n_unresolved)); then
+if ! command -v ldd >/dev/null; then
+  row "ldd" "NOT CHECKED: no ldd on this machine (binaries that miss a library fail at start)"
+elif ((n_unresolved)); then
   problems=1
   row "ldd" "$n_unresolved unresolved in ${#unresolved[@]} binaries (those are skipped; see ldd.log)"
 else
@@ -231,6 +233,7 @@ if [[ "$mode" != --bench-only ]]; then
     xml="$work/$name.xml"
     dir="$(runfiles_dir "$t")"
     echo "---- $name (timeout ${limit}s)" >>"$test_log"
+    before=$(wc -l <"$test_log")
     run_step "$test_log" "$limit" "$dir" env TEST_SRCDIR="$(dirname "$dir")" TEST_WORKSPACE=lmforge \
       "$t" --gtest_output="xml:$xml"
     # gtest's XML: every case has result="completed" or "skipped"; a failed one holds <failure elements.
@@ -249,6 +252,11 @@ if [[ "$mode" != --bench-only ]]; then
       problems=1
     fi
     row "$short" "$(printf '%-40s %6ss' "$status" "$step_secs")"
+    # A crash or a hang: the case that was running.
+    if [[ "$status" == TIMEOUT* || "$status" == CRASHED* ]]; then
+      running="$(tail -n +"$((before + 1))" "$test_log" | grep -E '^\[ RUN +\]' | tail -1 | sed 's/^\[ RUN *\] //')"
+      [[ -n "$running" ]] && { rows+=("    while running: $running"); echo "${rows[-1]}"; }
+    fi
     # The names of failed cases, for the summary.
     if ((n_fail)) && [[ -s "$xml" ]]; then
       while IFS= read -r c; do rows+=("    failed: $c"); echo "${rows[-1]}"; done < <(awk -F'"' '
