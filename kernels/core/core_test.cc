@@ -105,9 +105,15 @@ TEST(Dispatch, CpuBackendRunsEveryOpInF32Only) {
   EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cpu(), DType::kBF16));
 }
 
+TEST(Dispatch, CpuBackendCastsBetweenF32AndBf16) {
+  EXPECT_TRUE(BackendSupports("cast", Device::Cpu(), DType::kF32));
+  EXPECT_TRUE(BackendSupports("cast", Device::Cpu(), DType::kBF16));
+  EXPECT_FALSE(BackendSupports("cast", Device::Cpu(), DType::kF16));
+}
+
 #if LMF_WITH_CUDA
 TEST(Dispatch, CudaBackendRunsItsOpsInF32AndBf16) {
-  for (const char* op : {"activation", "adamw", "attention", "cross_entropy", "embedding", "grad_norm",
+  for (const char* op : {"activation", "adamw", "attention", "cast", "cross_entropy", "embedding", "grad_norm",
                          "layernorm", "matmul", "residual", "rmsnorm", "rope", "swiglu"}) {
     EXPECT_TRUE(BackendSupports(op, Device::Cuda(0), DType::kF32)) << op;
     EXPECT_TRUE(BackendSupports(op, Device::Cuda(0), DType::kBF16)) << op;

@@ -1,6 +1,7 @@
-// The backend capability table: the CPU backend runs every op in f32; the CUDA backend, where it is built
-// in (LMF_WITH_CUDA), runs the ops listed in kCudaOps in f32 and bf16 (op-specific limits, such as
-// attention's head sizes, are checked by the op: see AttentionSupported in kernels/attention/attention.h).
+// The backend capability table: the CPU backend runs every op in f32 (and "cast" between f32 and bf16, the
+// host-side conversion); the CUDA backend, where it is built in (LMF_WITH_CUDA), runs the ops listed in
+// kCudaOps in f32 and bf16 (op-specific limits, such as attention's head sizes, are checked by the op: see
+// AttentionSupported in kernels/attention/attention.h).
 #include "kernels/core/dispatch.h"
 
 #include <cstring>
@@ -12,9 +13,9 @@ namespace {
 
 #if LMF_WITH_CUDA
 // The op names the entry points pass to BackendSupports, for every op with a CUDA implementation.
-constexpr const char* kCudaOps[] = {"activation", "adamw",     "attention", "cross_entropy",
-                                    "embedding",  "grad_norm", "layernorm", "matmul",
-                                    "residual",   "rmsnorm",   "rope",      "swiglu"};
+constexpr const char* kCudaOps[] = {"activation", "adamw",  "attention", "cast",    "cross_entropy",
+                                    "embedding",  "grad_norm", "layernorm", "matmul", "residual",
+                                    "rmsnorm",    "rope",      "swiglu"};
 
 bool IsCudaOp(const char* op) {
   for (const char* name : kCudaOps)
@@ -26,11 +27,11 @@ bool IsCudaOp(const char* op) {
 }  // namespace
 
 bool BackendSupports(const char* op, Device device, DType dtype) {
-  if (device.is_cpu()) return dtype == DType::kF32;
+  if (device.is_cpu()) {
+    return dtype == DType::kF32 || (dtype == DType::kBF16 && std::strcmp(op, "cast") == 0);
+  }
 #if LMF_WITH_CUDA
   if (device.is_cuda()) return (dtype == DType::kF32 || dtype == DType::kBF16) && IsCudaOp(op);
-#else
-  (void)op;
 #endif
   return false;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention.h"
+#include "kernels/cast/cast.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/memory/memory.h"
@@ -95,6 +96,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
                                   config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm",
                                   config.ffn == FfnKind::kSwiGLU ? "swiglu" : "activation"};
   if (config.positions == PositionKind::kRoPE) ops.push_back("rope");
+  if (dtype != kernels::DType::kF32) ops.push_back("cast");  // RefreshComputeWeights rounds the weights
   for (const char* op : ops) {
     if (!kernels::BackendSupports(op, ctx.device, dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("LanguageModel: no backend in this binary runs op '", op,
@@ -172,19 +174,11 @@ void LanguageModel::InitializeParameters(uint64_t seed) {
 
 void LanguageModel::RefreshComputeWeights() {
   if (dtype_ == kernels::DType::kF32) return;  // compute is value
-  // Through the host: this runs after loading or initialising, not per step (the optimizer writes the
-  // compute copy itself), so a round trip is cheaper to keep right than another device kernel.
-  std::vector<float> values;
-  std::vector<uint16_t> rounded;
+  // On the model's device, one cast per parameter (kernels/cast: the same rounding as FloatToBF16).
   VisitParameters([&](const std::string&, const Parameter& p) {
-    const size_t count = static_cast<size_t>(p.value.numel());
-    values.resize(count);
-    rounded.resize(count);
-    kernels::CopyToHost(ctx_, values.data(), p.value.data(), p.value.nbytes());
-    for (size_t i = 0; i < count; ++i) rounded[i] = kernels::FloatToBF16(values[i]);
-    kernels::CopyToDevice(ctx_, p.compute.data(), rounded.data(), p.compute.nbytes());
+    kernels::Cast(ctx_, kernels::CastParams{p.value.numel(), kernels::DType::kF32, p.compute.dtype(),
+                                            p.value.data(), p.compute.data()});
   });
-  // CopyToDevice stages pageable host memory before returning, so the vectors may go out of scope now.
 }
 
 absl::Status LanguageModel::CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const {
