@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the experiment binaries as a user runs them: a tokenizer and token files from the
 # `bpe` CLI, `train` on the tiny config with --set overrides, a simulated kill (--stop_after) and --resume,
-# `eval` and `generate` on the run folder, and the errors and exit codes for a bad config, an unknown flag
-# and a run folder that already holds a run.
+# `eval` and `generate` on the run folder, eval's device flags and their refusals, and the errors and exit
+# codes for a bad config, an unknown flag and a run folder that already holds a run.
 set -euo pipefail
 
 bin="$PWD"
@@ -50,6 +50,48 @@ grep -Eq '^loss [0-9.]+ \| perplexity [0-9.]+ \| [0-9]+ tokens' eval.txt || fail
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --seed=1 > gen.txt 2> gen.log ||
   fail "generate: $(cat gen.log)"
 grep -q "^Once upon a time" gen.txt || fail "generate output: $(cat gen.txt)"
+
+# eval's placement flags (--device, --cuda_device, --precision). Each refusal exits 1 with its message.
+expect_error() {  # expect_error LOG PATTERN COMMAND...
+  local log=$1 pattern=$2
+  shift 2
+  set +e
+  "$@" > /dev/null 2> "$log"
+  local code=$?
+  set -e
+  [[ $code == 1 ]] || fail "$* exit code $code (expected 1): $(cat "$log")"
+  grep -Eq "$pattern" "$log" || fail "$* message: $(cat "$log")"
+}
+# Without a GPU (or in a binary without the CUDA backend) --device=cuda is the device error with CUDA's own
+# message; with one, eval must give the CPU's loss (printed to 4 decimals; the CUDA fp32 loss is within 1e-4
+# relative, see trainer_cuda_test). No machine has CUDA device 999.
+cuda_error='eval: --device=cuda --cuda_device=[0-9]+ --precision=fp32: (cannot open CUDA device [0-9]+: .+|this binary was built without the CUDA backend)'
+set +e
+"$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cuda > eval_cuda.txt 2> eval_cuda.log
+code=$?
+set -e
+if [[ $code == 0 ]]; then
+  awk -v a="$(cut -d' ' -f2 eval.txt)" -v b="$(cut -d' ' -f2 eval_cuda.txt)" \
+    'BEGIN { d = a - b; exit !(d < 1e-3 && d > -1e-3) }' || fail "CUDA loss $(cat eval_cuda.txt) vs CPU $(cat eval.txt)"
+else
+  [[ $code == 1 ]] || fail "eval --device=cuda exit code $code: $(cat eval_cuda.log)"
+  grep -Eq "$cuda_error" eval_cuda.log || fail "eval --device=cuda message: $(cat eval_cuda.log)"
+fi
+expect_error eval_cuda999.log "$cuda_error" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cuda --cuda_device=999
+expect_error eval_bf16.log "^eval: --precision=bf16 needs --device=cuda \(the CPU backend computes in fp32\)$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --precision=bf16
+expect_error eval_tpu.log "^eval: --device=tpu: expected cpu or cuda$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=tpu
+expect_error eval_fp16.log "^eval: --precision=fp16: expected fp32 or bf16$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cuda --precision=fp16
+expect_error eval_ordinal.log "^eval: --cuda_device needs --device=cuda$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --cuda_device=1
+expect_error gen_cuda.log "^generate: --device=cuda --cuda_device=0 --precision=fp32: generate runs on the CPU in fp32 only" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --device=cuda
+"$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cpu --precision=fp32 > eval_cpu.txt 2> eval_cpu.log ||
+  fail "eval --device=cpu: $(cat eval_cpu.log)"
+[[ "$(cut -d'|' -f1-3 eval.txt)" == "$(cut -d'|' -f1-3 eval_cpu.txt)" ]] || fail "--device=cpu changed the loss"
 
 # A real kill -9 at an arbitrary moment (possibly mid-checkpoint), then --resume: the metrics without the
 # timing fields equal an uninterrupted run's, line for line, bit for bit.

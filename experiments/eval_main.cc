@@ -4,10 +4,14 @@
 //   ./bazelw run //experiments:eval -- --config=experiments/configs/cs336_tinystories.textproto
 //       --weights=model_from_pytorch.safetensors --tokens=val.tok
 //
+//   ./bazelw run //experiments:eval -- --checkpoint=runs/tiny --tokens=val.tok --device=cuda --precision=bf16
+//
 // --checkpoint takes a checkpoint folder or a run folder (its newest good checkpoint). --weights reads a
 // safetensors file with our parameter names (README.md), so models trained elsewhere compare directly.
 // Windows of context_length + 1 tokens are read in order, context_length apart, in batches of
 // --batch_size (default run.batch_size); --eval_tokens caps the tokens scored (default: every full batch).
+// --device=cpu|cuda (default cpu), --cuda_device=N (default 0) and --precision=fp32|bf16 (default fp32; bf16
+// on cuda only) say where the model runs, opened as the trainer opens run.device (TrainingDevice).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -26,19 +30,22 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: eval (--checkpoint=DIR | --config=FILE [--set=...] --weights=FILE.safetensors) --tokens=FILE\n"
-    "            [--batch_size=B] [--eval_tokens=N]\n";
+    "            [--batch_size=B] [--eval_tokens=N] [--device=cpu|cuda] [--cuda_device=N]\n"
+    "            [--precision=fp32|bf16]\n";
 
 absl::Status Run(const CliArgs& args) {
+  absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
+  if (!placement.ok()) return placement.status();
   absl::StatusOr<LoadedModel> loaded;
   if (args.Has("checkpoint")) {
-    loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")));
+    loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")), *placement);
   } else {
     absl::StatusOr<std::string> text = ReadFile(UserPath(args.Get("config")));
     if (!text.ok()) return text.status();
     absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
     if (!experiment.ok()) return experiment.status();
     MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
-    loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")));
+    loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")), *placement);
   }
   if (!loaded.ok()) return loaded.status();
   const config::Experiment& e = loaded->experiment;
@@ -66,16 +73,18 @@ absl::Status Run(const CliArgs& args) {
   if (!loss.ok()) return loss.status();
   const int64_t scored = batches->num_batches() * *batch * expect.context_length;
   std::printf("%s\n", absl::StrFormat("loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
-                                      "weights %s",
+                                      "weights %s | %s",
                                       *loss, std::exp(*loss), scored, batches->num_batches(), *batch,
-                                      expect.context_length, tokens_path, loaded->weights_path)
+                                      expect.context_length, tokens_path, loaded->weights_path,
+                                      loaded->device->name())
                           .c_str());
   return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(argc, argv, {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens", "help"});
+      CliArgs::Parse(argc, argv, {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens", "device",
+                                    "cuda_device", "precision", "help"});
   const bool usable = args.ok() && args->Has("tokens") &&
                       (args->Has("checkpoint") != (args->Has("config") && args->Has("weights")));
   if (!usable) {

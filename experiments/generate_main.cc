@@ -4,7 +4,9 @@
 //       [--tokenizer=FILE] [--max_tokens=256] [--temperature=0.8] [--top_p=0.95] [--seed=0]
 //
 // The tokenizer defaults to the run's data.tokenizer. Generation stops at <|endoftext|> (when the
-// tokenizer has it) or after --max_tokens. The text streams to stdout as it is sampled.
+// tokenizer has it) or after --max_tokens. The text streams to stdout as it is sampled. Generation runs on
+// the CPU in fp32 (the KV-cache decoder reads the weights on the host): --device=cuda or --precision=bf16
+// (eval's placement flags) is refused with a message saying so.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -23,6 +25,13 @@ constexpr char kUsage[] =
     "                [--top_p=P] [--seed=S]\n";
 
 absl::Status Run(const CliArgs& args) {
+  absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
+  if (!placement.ok()) return placement.status();
+  if (placement->device != config::RunConfig::CPU || placement->precision != config::RunConfig::FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        PlacementFlags(*placement), ": generate runs on the CPU in fp32 only (its KV-cache decoder reads the "
+        "weights on the host); drop --device/--cuda_device/--precision (eval takes them)"));
+  }
   absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")));
   if (!loaded.ok()) return loaded.status();
   const std::string tokenizer_path =
@@ -79,7 +88,8 @@ absl::Status Run(const CliArgs& args) {
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args = CliArgs::Parse(
-      argc, argv, {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed", "help"});
+      argc, argv, {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed", "device",
+                        "cuda_device", "precision", "help"});
   if (!args.ok() || !args->Has("checkpoint") || !args->Has("prompt")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
     std::fprintf(stderr, "%s", kUsage);

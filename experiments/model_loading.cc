@@ -1,30 +1,88 @@
 // Loading trained models (see model_loading.h).
 #include "experiments/model_loading.h"
 
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/file.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/checkpoint/safetensors.h"
 #include "experiments/config/loader.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/weights.h"
-#include "kernels/core/context.h"
 
 namespace lmf::experiments {
 
-absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment, const std::string& weights) {
+absl::StatusOr<ModelPlacement> ParsePlacementFlags(const CliArgs& args) {
+  ModelPlacement placement;
+  const std::string device = absl::AsciiStrToLower(args.Get("device", "cpu"));
+  if (device == "cuda") {
+    placement.device = config::RunConfig::CUDA;
+  } else if (device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device=", args.Get("device"), ": expected cpu or cuda"));
+  }
+  const std::string precision = absl::AsciiStrToLower(args.Get("precision", "fp32"));
+  if (precision == "bf16") {
+    placement.precision = config::RunConfig::BF16;
+  } else if (precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision=", args.Get("precision"), ": expected fp32 or bf16"));
+  }
+  if (args.Has("cuda_device")) {
+    absl::StatusOr<int64_t> ordinal = args.GetInt("cuda_device", 0);
+    if (!ordinal.ok()) return ordinal.status();
+    if (*ordinal < 0 || *ordinal > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cuda_device=", *ordinal, ": expected a CUDA device ordinal (0, 1, ...)"));
+    }
+    if (placement.device != config::RunConfig::CUDA) {
+      return absl::InvalidArgumentError("--cuda_device needs --device=cuda");
+    }
+    placement.cuda_device = static_cast<int32_t>(*ordinal);
+  }
+  if (placement.precision == config::RunConfig::BF16 && placement.device != config::RunConfig::CUDA) {
+    return absl::InvalidArgumentError("--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
+  }
+  return placement;
+}
+
+std::string PlacementFlags(const ModelPlacement& placement) {
+  const char* precision = placement.precision == config::RunConfig::BF16 ? "bf16" : "fp32";
+  if (placement.device != config::RunConfig::CUDA) return absl::StrCat("--device=cpu --precision=", precision);
+  return absl::StrCat("--device=cuda --cuda_device=", placement.cuda_device, " --precision=", precision);
+}
+
+absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment, const std::string& weights,
+                                                 const ModelPlacement& placement) {
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
+  config::RunConfig run;
+  run.set_device(placement.device);
+  run.set_cuda_device(placement.cuda_device);
+  run.set_precision(placement.precision);
+  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = TrainingDevice::Open(run);
+  if (!device.ok()) {
+    // TrainingDevice names the run's fields ("run.device=CUDA: ..."); here the flags set them.
+    absl::string_view message = device.status().message();
+    absl::ConsumePrefix(&message, "run.device=CUDA: ");
+    return absl::Status(device.status().code(), absl::StrCat(PlacementFlags(placement), ": ", message));
+  }
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> model =
-      model::LanguageModel::Create(*model_config, kernels::Context::Cpu());
-  if (!model.ok()) return model.status();
+      model::LanguageModel::Create(*model_config, (*device)->context(), (*device)->activations());
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat(PlacementFlags(placement), ": ", model.status().message()));
+  }
   absl::StatusOr<SafetensorsReader> reader = SafetensorsReader::Open(weights);
   if (!reader.ok()) return reader.status();
   if (absl::Status s = LoadWeights(*reader, **model); !s.ok()) return s;
-  return LoadedModel{experiment, *std::move(model), weights};
+  return LoadedModel{experiment, *std::move(device), *std::move(model), weights};
 }
 
-absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path) {
+absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path, const ModelPlacement& placement) {
   std::string checkpoint = path;
   if (!FileExists(path + "/trainer_state.textproto")) {
     std::vector<std::string> skipped;
@@ -40,7 +98,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path) {
   absl::StatusOr<config::Experiment> experiment =
       LoadExperimentText(loaded->config_text, checkpoint + "/config.textproto", {});
   if (!experiment.ok()) return experiment.status();
-  return LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors");
+  return LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors", placement);
 }
 
 }  // namespace lmf::experiments

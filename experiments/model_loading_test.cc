@@ -1,11 +1,14 @@
 // Loading trained models for eval/generate: from a checkpoint folder and from a run folder (its newest
-// good checkpoint) the same weights come back; a folder that is neither is a clear error.
+// good checkpoint) the same weights come back; a folder that is neither is a clear error; the placement
+// flags (--device, --cuda_device, --precision) parse or are refused naming the flag, and a CUDA placement
+// that cannot be opened here is the device error prefixed by the flags.
 #include "experiments/model_loading.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "base/file.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
@@ -54,6 +57,63 @@ TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {
   ASSERT_TRUE(MakeDirs(empty).ok());
   EXPECT_EQ(LoadModelFromCheckpoint(empty).status().message(),
             empty + " is neither a checkpoint folder nor a run folder with a good checkpoint");
+}
+
+absl::StatusOr<ModelPlacement> Parse(std::vector<std::string> flags) {
+  std::vector<char*> argv = {const_cast<char*>("eval")};
+  for (std::string& flag : flags) argv.push_back(flag.data());
+  absl::StatusOr<CliArgs> args =
+      CliArgs::Parse(static_cast<int>(argv.size()), argv.data(), {"device", "cuda_device", "precision"});
+  if (!args.ok()) return args.status();
+  return ParsePlacementFlags(*args);
+}
+
+TEST(ModelPlacementFlags, DefaultIsTheCpuInFp32) {
+  auto placement = Parse({});
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  EXPECT_EQ(placement->device, config::RunConfig::CPU);
+  EXPECT_EQ(placement->precision, config::RunConfig::FP32);
+  EXPECT_EQ(PlacementFlags(*placement), "--device=cpu --precision=fp32");
+}
+
+TEST(ModelPlacementFlags, CudaTakesAnOrdinalAndBf16) {
+  auto placement = Parse({"--device=cuda", "--cuda_device=3", "--precision=bf16"});
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  EXPECT_EQ(placement->device, config::RunConfig::CUDA);
+  EXPECT_EQ(placement->cuda_device, 3);
+  EXPECT_EQ(placement->precision, config::RunConfig::BF16);
+  EXPECT_EQ(PlacementFlags(*placement), "--device=cuda --cuda_device=3 --precision=bf16");
+}
+
+TEST(ModelPlacementFlags, BadValuesAreRefusedNamingTheFlag) {
+  EXPECT_EQ(Parse({"--device=tpu"}).status().message(), "--device=tpu: expected cpu or cuda");
+  EXPECT_EQ(Parse({"--precision=fp16"}).status().message(), "--precision=fp16: expected fp32 or bf16");
+  EXPECT_EQ(Parse({"--precision=bf16"}).status().message(),
+            "--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
+  EXPECT_EQ(Parse({"--cuda_device=1"}).status().message(), "--cuda_device needs --device=cuda");
+  EXPECT_EQ(Parse({"--device=cuda", "--cuda_device=-1"}).status().message(),
+            "--cuda_device=-1: expected a CUDA device ordinal (0, 1, ...)");
+  EXPECT_FALSE(Parse({"--device=cuda", "--cuda_device=one"}).ok());
+}
+
+// No machine has CUDA device 999: in a binary with the CUDA backend the CUDA error comes back (whether or
+// not a GPU is present), in one without it the build hint; either way prefixed by the flags.
+TEST(ModelLoading, AnUnopenableCudaDeviceIsTheDeviceErrorNamingTheFlags) {
+  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  ASSERT_TRUE(experiment.ok()) << experiment.status();
+  ModelPlacement placement{config::RunConfig::CUDA, 999, config::RunConfig::FP32};
+  auto loaded = LoadModelFromWeights(*experiment, "/nonexistent.safetensors", placement);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+  const std::string message(loaded.status().message());
+  EXPECT_TRUE(absl::StartsWith(message, "--device=cuda --cuda_device=999 --precision=fp32: ")) << message;
+#if LMF_WITH_CUDA
+  const std::string opening = "cannot open CUDA device 999: ";  // then CudaContext::Create's reason
+  ASSERT_TRUE(absl::StrContains(message, opening)) << message;
+  EXPECT_GT(message.size(), message.find(opening) + opening.size()) << message;
+#else
+  EXPECT_TRUE(absl::StrContains(message, "this binary was built without the CUDA backend")) << message;
+#endif
 }
 
 }  // namespace

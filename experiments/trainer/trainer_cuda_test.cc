@@ -8,7 +8,10 @@
 //     CUDA BF16 run resumes on the CPU and continues it too (fp32 master weights under the same names);
 //   - a CUDA BF16 run killed and resumed on CUDA repeats the uninterrupted run bit for bit (the kernels are
 //     deterministic for a fixed seed, and the checkpoint restores everything);
-//   - the log names the GPU, and MFU is logged (> 0 on a GPU with a known peak).
+//   - the log names the GPU, and MFU is logged (> 0 on a GPU with a known peak);
+//   - the CPU run's final checkpoint, evaluated as experiments:eval does (LoadModelFromCheckpoint with a
+//     placement, then ValidationLoss) on CUDA FP32, gives the CPU's validation loss within 1e-4 relative,
+//     and on CUDA BF16 within the bf16 per-step tolerance.
 //
 // Tolerances, from //experiments/trainer:loss_curve_sensitivity (this model, data stream, schedule and
 // AdamW on the CPU, 60 steps): moving every initial weight by one fp32 ulp moves the loss curve by at most
@@ -22,6 +25,9 @@
 //     ~10 stored tensors per layer against one weight copy), so about ten times the weight-only 4.0e-4:
 //     ~0.4% per step; 2% allows five times that, for the early steps' larger losses and gradients.
 //     Averaging the last 10 steps removes most of the per-batch noise, so their means must agree within 1%.
+//   - Eval: one forward pass on identical fp32 weights; only the order of the fp32 sums differs (the same
+//     ~K * 2^-24 <= 4e-5 bound as one training step, with no accumulation over steps), so FP32 gets the
+//     same 1e-4. BF16 rounds weights and activations as in a training step's forward: the 2% per step.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,9 +40,12 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
+#include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
+#include "experiments/model_loading.h"
 #include "experiments/trainer/trainer.h"
 #include "experiments/trainer/training_device.h"
+#include "experiments/trainer/weights.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_context.h"
 #include "tokenizer/token_file.h"
@@ -217,6 +226,36 @@ TEST_F(TrainerCudaTest, CudaResumeRepeatsTheUninterruptedRunBitForBit) {
   auto weights_b = ReadFile(out + "/checkpoints/step_00000060/model.safetensors");
   ASSERT_TRUE(weights_a.ok() && weights_b.ok());
   EXPECT_TRUE(*weights_a == *weights_b) << "final weights differ";
+}
+
+// Loads the CPU run's newest checkpoint on `placement` and returns its validation loss on the training
+// stream's first 8 batches, as experiments:eval computes it.
+double EvalLoss(const ModelPlacement& placement) {
+  absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(TempPath("cpu_fp32"), placement);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return NAN;
+  EXPECT_EQ(loaded->model->context().device.is_cuda(), placement.device == config::RunConfig::CUDA);
+  const config::Experiment& e = loaded->experiment;
+  TokenFileExpectations expect;
+  expect.model_vocab_size = e.model().vocab_size();
+  expect.batch_size = e.run().batch_size();
+  expect.context_length = e.model().context_length();
+  absl::StatusOr<ValidationBatches> batches =
+      ValidationBatches::Open(WriteTokens(), expect, 8 * expect.batch_size * expect.context_length);
+  EXPECT_TRUE(batches.ok()) << batches.status();
+  if (!batches.ok()) return NAN;
+  absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, expect.batch_size, expect.context_length);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  return loss.ok() ? *loss : NAN;
+}
+
+TEST_F(TrainerCudaTest, EvalOnCudaGivesTheCpuLossOfACheckpoint) {
+  const double cpu_loss = EvalLoss(ModelPlacement{});
+  ASSERT_TRUE(std::isfinite(cpu_loss));
+  const double fp32 = EvalLoss(ModelPlacement{config::RunConfig::CUDA, 0, config::RunConfig::FP32});
+  EXPECT_NEAR(fp32, cpu_loss, kFp32Tolerance * cpu_loss) << "CUDA FP32 eval vs CPU eval";
+  const double bf16 = EvalLoss(ModelPlacement{config::RunConfig::CUDA, 0, config::RunConfig::BF16});
+  EXPECT_NEAR(bf16, cpu_loss, kBf16StepTolerance * cpu_loss) << "CUDA BF16 eval vs CPU eval";
 }
 
 }  // namespace
