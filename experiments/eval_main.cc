@@ -42,7 +42,8 @@ absl::Status Run(const CliArgs& args) {
   } else {
     absl::StatusOr<std::string> text = ReadFile(UserPath(args.Get("config")));
     if (!text.ok()) return text.status();
-    absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
+    absl::StatusOr<config::Experiment> experiment =
+        LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
     if (!experiment.ok()) return experiment.status();
     MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
     loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")), *placement);
@@ -72,19 +73,20 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, *batch, expect.context_length);
   if (!loss.ok()) return loss.status();
   const int64_t scored = batches->num_batches() * *batch * expect.context_length;
-  std::printf("%s\n", absl::StrFormat("loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
-                                      "weights %s | %s",
-                                      *loss, std::exp(*loss), scored, batches->num_batches(), *batch,
-                                      expect.context_length, tokens_path, loaded->weights_path,
-                                      loaded->device->name())
+  std::printf("%s\n", absl::StrFormat(
+                          "loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
+                          "weights %s | %s",
+                          *loss, std::exp(*loss), scored, batches->num_batches(), *batch,
+                          expect.context_length, tokens_path, loaded->weights_path, loaded->device->name())
                           .c_str());
   return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(argc, argv, {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens", "device",
-                                    "cuda_device", "precision", "help"});
+      CliArgs::Parse(argc, argv,
+                     {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens",
+                      "device", "cuda_device", "precision", "help"});
   const bool usable = args.ok() && args->Has("tokens") &&
                       (args->Has("checkpoint") != (args->Has("config") && args->Has("weights")));
   if (!usable) {

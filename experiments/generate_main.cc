@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "experiments/cli_args.h"
-#include "experiments/sampling/sampling.h"
 #include "experiments/model_loading.h"
+#include "experiments/sampling/sampling.h"
 #include "tokenizer/tokenizer_file.h"
 
 namespace lmf::experiments {
@@ -22,15 +22,16 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: generate --checkpoint=DIR --prompt=TEXT [--tokenizer=FILE] [--max_tokens=N] [--temperature=T]\n"
-    "                [--top_p=P] [--seed=S]\n";
+    "                [--top_p=P] [--seed=S]   (CPU, fp32 only)\n";
 
 absl::Status Run(const CliArgs& args) {
   absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
   if (!placement.ok()) return placement.status();
   if (placement->device != config::RunConfig::CPU || placement->precision != config::RunConfig::FP32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        PlacementFlags(*placement), ": generate runs on the CPU in fp32 only (its KV-cache decoder reads the "
-        "weights on the host); drop --device/--cuda_device/--precision (eval takes them)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(PlacementFlags(*placement),
+                     ": generate runs on the CPU in fp32 only (its KV-cache decoder reads the "
+                     "weights on the host); drop --device/--cuda_device/--precision (eval takes them)"));
   }
   absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")));
   if (!loaded.ok()) return loaded.status();
@@ -42,9 +43,9 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
   if (!tok.ok()) return tok.status();
   if (static_cast<int64_t>(tok->vocab_size()) > loaded->experiment.model().vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(tokenizer_path, ": vocab_size=", tok->vocab_size(),
-                                                   " exceeds the model's vocab_size=",
-                                                   loaded->experiment.model().vocab_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(tokenizer_path, ": vocab_size=", tok->vocab_size(),
+                     " exceeds the model's vocab_size=", loaded->experiment.model().vocab_size()));
   }
   GenerateOptions options;
   absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256);
@@ -71,25 +72,25 @@ absl::Status Run(const CliArgs& args) {
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   absl::Status print_status;
-  absl::StatusOr<std::vector<int32_t>> generated =
-      Generate(*loaded->model, ids, options, [&](int32_t id) {
-        absl::StatusOr<std::string> bytes = tok->DecodeBytes({static_cast<uint32_t>(id)});
-        if (!bytes.ok()) {
-          print_status = bytes.status();
-          return;
-        }
-        std::fwrite(bytes->data(), 1, bytes->size(), stdout);
-        std::fflush(stdout);
-      });
+  absl::StatusOr<std::vector<int32_t>> generated = Generate(*loaded->model, ids, options, [&](int32_t id) {
+    absl::StatusOr<std::string> bytes = tok->DecodeBytes({static_cast<uint32_t>(id)});
+    if (!bytes.ok()) {
+      print_status = bytes.status();
+      return;
+    }
+    std::fwrite(bytes->data(), 1, bytes->size(), stdout);
+    std::fflush(stdout);
+  });
   std::printf("\n");
   if (!generated.ok()) return generated.status();
   return print_status;
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<CliArgs> args = CliArgs::Parse(
-      argc, argv, {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed", "device",
-                        "cuda_device", "precision", "help"});
+  absl::StatusOr<CliArgs> args =
+      CliArgs::Parse(argc, argv,
+                     {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed",
+                      "device", "cuda_device", "precision", "help"});
   if (!args.ok() || !args->Has("checkpoint") || !args->Has("prompt")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
     std::fprintf(stderr, "%s", kUsage);

@@ -22,7 +22,8 @@ absl::StatusOr<ModelPlacement> ParsePlacementFlags(const CliArgs& args) {
   if (device == "cuda") {
     placement.device = config::RunConfig::CUDA;
   } else if (device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat("--device=", args.Get("device"), ": expected cpu or cuda"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", args.Get("device"), ": expected cpu or cuda"));
   }
   const std::string precision = absl::AsciiStrToLower(args.Get("precision", "fp32"));
   if (precision == "bf16") {
@@ -44,18 +45,21 @@ absl::StatusOr<ModelPlacement> ParsePlacementFlags(const CliArgs& args) {
     placement.cuda_device = static_cast<int32_t>(*ordinal);
   }
   if (placement.precision == config::RunConfig::BF16 && placement.device != config::RunConfig::CUDA) {
-    return absl::InvalidArgumentError("--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
+    return absl::InvalidArgumentError(
+        "--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
   }
   return placement;
 }
 
 std::string PlacementFlags(const ModelPlacement& placement) {
   const char* precision = placement.precision == config::RunConfig::BF16 ? "bf16" : "fp32";
-  if (placement.device != config::RunConfig::CUDA) return absl::StrCat("--device=cpu --precision=", precision);
+  if (placement.device != config::RunConfig::CUDA)
+    return absl::StrCat("--device=cpu --precision=", precision);
   return absl::StrCat("--device=cuda --cuda_device=", placement.cuda_device, " --precision=", precision);
 }
 
-absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment, const std::string& weights,
+absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment,
+                                                 const std::string& weights,
                                                  const ModelPlacement& placement) {
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
@@ -82,14 +86,16 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
   return LoadedModel{experiment, *std::move(device), *std::move(model), weights};
 }
 
-absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path, const ModelPlacement& placement) {
+absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
+                                                    const ModelPlacement& placement) {
   std::string checkpoint = path;
   if (!FileExists(path + "/trainer_state.textproto")) {
     std::vector<std::string> skipped;
     absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped);
     if (!latest.ok()) {
-      return absl::NotFoundError(absl::StrCat(path, " is neither a checkpoint folder nor a run folder with a good ",
-                                              "checkpoint", skipped.empty() ? "" : absl::StrCat(" (", skipped[0], ")")));
+      return absl::NotFoundError(
+          absl::StrCat(path, " is neither a checkpoint folder nor a run folder with a good ", "checkpoint",
+                       skipped.empty() ? "" : absl::StrCat(" (", skipped[0], ")")));
     }
     checkpoint = *latest;
   }

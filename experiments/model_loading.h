@@ -47,10 +47,12 @@ struct LoadedModel {
 // Besides the checkpoint's errors: the device errors of TrainingDevice::Open (a CUDA device in a binary
 // without the CUDA backend, a device that cannot be opened, with the CUDA error), prefixed by the
 // placement's flags; and the model's (e.g. a head size the CUDA attention does not run).
-absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path, const ModelPlacement& placement = {});
+absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
+                                                    const ModelPlacement& placement = {});
 
 // The model of `experiment` with the weights of a safetensors file, on `placement`.
-absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment, const std::string& weights,
+absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment,
+                                                 const std::string& weights,
                                                  const ModelPlacement& placement = {});
 
 }  // namespace lmf::experiments

@@ -72,8 +72,8 @@ __global__ void BF16ToF32Kernel(int64_t n, const uint16_t* src, uint32_t* dst) {
 
 absl::Status Cast(const Context& ctx, const CastParams& p) {
   if (!CastSupported(p.src_dtype, p.dst_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("cast: converts f32 <-> bf16, not ", DTypeName(p.src_dtype),
-                                                   " -> ", DTypeName(p.dst_dtype)));
+    return absl::InvalidArgumentError(absl::StrCat("cast: converts f32 <-> bf16, not ",
+                                                   DTypeName(p.src_dtype), " -> ", DTypeName(p.dst_dtype)));
   }
   if (p.n < 0) return absl::InvalidArgumentError(absl::StrCat("cast: negative element count ", p.n));
   if (p.n == 0) return absl::OkStatus();

@@ -47,7 +47,8 @@ TEST(CastTest, FloatToBF16RoundsToNearestEvenAndKeepsNaN) {
   std::vector<float> src;
   for (const Case& c : kCases) src.push_back(FromBits(c.f32_bits));
   std::vector<uint16_t> dst(src.size(), 0xdeadu);
-  Cast(Context::Cpu(), CastParams{static_cast<int64_t>(src.size()), DType::kF32, DType::kBF16, src.data(), dst.data()});
+  Cast(Context::Cpu(),
+       CastParams{static_cast<int64_t>(src.size()), DType::kF32, DType::kBF16, src.data(), dst.data()});
   for (size_t i = 0; i < src.size(); ++i) {
     EXPECT_EQ(dst[i], kCases[i].bf16_bits) << "f32 bits 0x" << std::hex << kCases[i].f32_bits;
     EXPECT_EQ(dst[i], FloatToBF16(src[i])) << "f32 bits 0x" << std::hex << kCases[i].f32_bits;
@@ -58,7 +59,8 @@ TEST(CastTest, BF16ToFloatIsExactForEveryBitPattern) {
   std::vector<uint16_t> src(1 << 16);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i);
   std::vector<float> dst(src.size());
-  Cast(Context::Cpu(), CastParams{static_cast<int64_t>(src.size()), DType::kBF16, DType::kF32, src.data(), dst.data()});
+  Cast(Context::Cpu(),
+       CastParams{static_cast<int64_t>(src.size()), DType::kBF16, DType::kF32, src.data(), dst.data()});
   for (size_t i = 0; i < src.size(); ++i) {
     uint32_t bits;
     std::memcpy(&bits, &dst[i], 4);
@@ -70,7 +72,8 @@ TEST(CastTest, BF16ToFloatIsExactForEveryBitPattern) {
 TEST(CastTest, LargeArraysMatchFloatToBF16Everywhere) {
   const int64_t n = 1000003;
   std::vector<float> src(n);
-  for (int64_t i = 0; i < n; ++i) src[i] = std::ldexp(static_cast<float>(i % 9973) - 4986.5f, static_cast<int>(i % 61) - 30);
+  for (int64_t i = 0; i < n; ++i)
+    src[i] = std::ldexp(static_cast<float>(i % 9973) - 4986.5f, static_cast<int>(i % 61) - 30);
   std::vector<uint16_t> dst(n);
   std::vector<float> back(n);
   ThreadPool pool(4);
