@@ -2,6 +2,8 @@
 // until none is left, and the caller waits until every claimed task has finished.
 #include "base/thread_pool.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -11,7 +13,16 @@ namespace lmf {
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
   workers_.reserve(num_threads - 1);
+  // Workers start with the asynchronous signals blocked (a thread inherits its creator's mask), so a
+  // process-directed signal is never handled on a worker in the middle of a kernel. This matters beyond
+  // tidiness: Debian's oneDNN (2.6) points rsp into a heap workspace inside its JIT GEMM kernels, so a
+  // signal frame pushed there corrupts the heap (oneDNN issue #4845, fixed upstream in 2026).
+  sigset_t async_signals, previous;
+  sigemptyset(&async_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&async_signals, sig);
+  pthread_sigmask(SIG_BLOCK, &async_signals, &previous);
   for (int i = 0; i + 1 < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 ThreadPool::~ThreadPool() {

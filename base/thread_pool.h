@@ -1,6 +1,7 @@
 // A fixed pool of worker threads with a blocking ParallelFor, shared by the CPU kernels, the tokenizer
 // and the data loaders. The calling thread takes part in the work, so a pool of N threads runs N-way
-// parallel work with N-1 workers.
+// parallel work with N-1 workers. Workers block the asynchronous signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+// SIGUSR1/2, SIGALRM): they are handled on the caller's threads, never inside a kernel on a worker.
 //
 //   lmf::ThreadPool pool(4);
 //   pool.ParallelFor(n, /*min_chunk=*/1024, [&](int64_t begin, int64_t end) { ... });

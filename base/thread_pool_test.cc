@@ -1,7 +1,14 @@
-// ThreadPool: every index is visited exactly once, chunks respect min_chunk, and the pool is reusable.
+// ThreadPool: every index is visited exactly once, chunks respect min_chunk, the pool is reusable, and its
+// workers block the asynchronous signals.
 #include "base/thread_pool.h"
 
+#include <signal.h>
+
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -46,6 +53,40 @@ TEST(ThreadPool, SingleThreadPoolRunsInline) {
     for (int64_t i = b; i < e; ++i) sum += i;
   });
   EXPECT_EQ(sum, 45);
+}
+
+}  // namespace
+}  // namespace lmf
+
+namespace lmf {
+namespace {
+
+TEST(ThreadPool, WorkersBlockAsynchronousSignalsAndTheCallerKeepsItsMask) {
+  sigset_t before;
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &before), 0);
+  ASSERT_EQ(sigismember(&before, SIGTERM), 0) << "the test expects the main thread to start with SIGTERM open";
+  ThreadPool pool(3);
+  std::mutex mu;
+  std::set<std::thread::id> workers_seen;
+  bool all_blocked = true;
+  const std::thread::id caller = std::this_thread::get_id();
+  // Enough slow tasks that the workers take some of them.
+  pool.RunTasks(64, [&](int64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (std::this_thread::get_id() == caller) return;
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+    std::lock_guard<std::mutex> lock(mu);
+    workers_seen.insert(std::this_thread::get_id());
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) {
+      all_blocked = all_blocked && sigismember(&mask, sig) == 1;
+    }
+  });
+  EXPECT_FALSE(workers_seen.empty());
+  EXPECT_TRUE(all_blocked);
+  sigset_t after;
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &after), 0);
+  EXPECT_EQ(sigismember(&after, SIGTERM), 0);  // the pool's constructor restored the caller's mask
 }
 
 }  // namespace

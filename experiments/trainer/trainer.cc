@@ -1,10 +1,8 @@
 // The training loop (see trainer.h).
 #include "experiments/trainer/trainer.h"
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -22,6 +20,7 @@
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
+#include "experiments/trainer/stop_signals.h"
 #include "experiments/trainer/training_device.h"
 #include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
@@ -34,36 +33,6 @@ namespace lmf::experiments {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> g_stop_signal{0};
-
-void RecordStopSignal(int signal_number) { g_stop_signal.store(signal_number); }
-
-// Installs RecordStopSignal for SIGINT and SIGTERM while alive; restores the previous handlers after.
-class StopSignalScope {
- public:
-  explicit StopSignalScope(bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    g_stop_signal.store(0);
-    struct sigaction action = {};
-    action.sa_handler = RecordStopSignal;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGINT, &action, &previous_int_);
-    ::sigaction(SIGTERM, &action, &previous_term_);
-  }
-  ~StopSignalScope() {
-    if (!enabled_) return;
-    ::sigaction(SIGINT, &previous_int_, nullptr);
-    ::sigaction(SIGTERM, &previous_term_, nullptr);
-  }
-  StopSignalScope(const StopSignalScope&) = delete;
-  StopSignalScope& operator=(const StopSignalScope&) = delete;
-
- private:
-  bool enabled_;
-  struct sigaction previous_int_ = {};
-  struct sigaction previous_term_ = {};
-};
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -205,7 +174,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
   const std::optional<double> peak_flops = (*device)->peak_flops();
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
-  const StopSignalScope signals(options.checkpoint_on_signal);
+  const StopSignals signals(options.checkpoint_on_signal);
 
   for (int64_t step = start_step; step < total_steps; ++step) {
     const Clock::time_point started = Clock::now();
@@ -273,8 +242,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (options.stop_after_step == completed) return result;
 
-    // Only a run that installed the handlers stops on a signal (a previous run's signal is not this one's).
-    const int stop_signal = options.checkpoint_on_signal ? g_stop_signal.load() : 0;
+    const int stop_signal = signals.received();
     if (last || stop_signal != 0 ||
         (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
       const HostTensors weights = ModelTensors(model);
