@@ -9,7 +9,9 @@
 
 #include "base/check.h"
 #include "kernels/adamw/adamw.h"
+#include "kernels/cast/cast.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/grad_norm/grad_norm.h"
 
 namespace lmf::kernels::cpu {
 
@@ -58,10 +60,7 @@ void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
   LMF_CHECK_EQ(p.grad_dtype, DType::kF32) << "the CPU AdamW takes fp32 gradients";
   LMF_CHECK_GE(p.step, 1) << "AdamW steps count from 1";
   float grad_scale = p.grad_scale;
-  if (p.norm != nullptr) {
-    const float clip = p.max_norm / (*p.norm + 1e-6f);
-    grad_scale *= clip < 1.0f ? clip : 1.0f;
-  }
+  if (p.norm != nullptr) grad_scale *= ClipScale(*p.norm, p.max_norm);
   for (int64_t i = 0; i < p.num_tensors; ++i) {
     const AdamWTensor& t = p.tensors[i];
     AdamWParams a;
@@ -80,10 +79,13 @@ void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
     a.grad_scale = grad_scale;
     cpu::AdamWStep(ctx, a);
     if (t.param_copy != nullptr) {
-      uint16_t* copy = static_cast<uint16_t*>(t.param_copy);
-      ParallelForItems(ctx, t.n, 2, [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) copy[j] = FloatToBF16(t.param[j]);
-      });
+      CastParams copy;
+      copy.n = t.n;
+      copy.src_dtype = DType::kF32;
+      copy.dst_dtype = DType::kBF16;
+      copy.src = t.param;
+      copy.dst = t.param_copy;
+      cpu::Cast(ctx, copy);
     }
   }
 }

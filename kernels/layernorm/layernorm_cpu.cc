@@ -8,6 +8,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/layernorm/layernorm.h"
+#include "kernels/residual/residual.h"
 
 namespace lmf::kernels::cpu {
 
@@ -80,12 +81,13 @@ void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
 // Add then normalise: the sum is stored first, so the statistics come from exactly what residual_out holds
 // (bitwise what ResidualForward followed by LayerNormForward gives).
 void ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
-  const float* residual = static_cast<const float*>(p.residual);
-  const float* x = static_cast<const float*>(p.x);
-  float* sum = static_cast<float*>(p.residual_out);
-  ParallelForItems(ctx, p.N * p.C, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) sum[i] = residual[i] + x[i];
-  });
+  ResidualForwardParams add;
+  add.dtype = p.dtype;
+  add.n = p.N * p.C;
+  add.a = p.residual;
+  add.b = p.x;
+  add.out = p.residual_out;
+  cpu::ResidualForward(ctx, add);
   LayerNormForwardParams f;
   f.dtype = p.dtype;
   f.N = p.N;

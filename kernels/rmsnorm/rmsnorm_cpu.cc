@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
+#include "kernels/residual/residual.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 
 namespace lmf::kernels::cpu {
@@ -67,12 +68,13 @@ void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
 // Add then normalise: the sum is stored first, so the statistics come from exactly what residual_out holds
 // (bitwise what ResidualForward followed by RmsNormForward gives).
 void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
-  const float* residual = static_cast<const float*>(p.residual);
-  const float* x = static_cast<const float*>(p.x);
-  float* sum = static_cast<float*>(p.residual_out);
-  ParallelForItems(ctx, p.N * p.C, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) sum[i] = residual[i] + x[i];
-  });
+  ResidualForwardParams add;
+  add.dtype = p.dtype;
+  add.n = p.N * p.C;
+  add.a = p.residual;
+  add.b = p.x;
+  add.out = p.residual_out;
+  cpu::ResidualForward(ctx, add);
   RmsNormForwardParams f;
   f.dtype = p.dtype;
   f.N = p.N;
