@@ -67,6 +67,18 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
   return m;
 }
 
+absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::vector<StepMetrics> out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    absl::StatusOr<StepMetrics> m = ParseMetricsJsonLine(std::string(line));
+    if (!m.ok()) return absl::DataLossError(absl::StrCat(path, ": ", m.status().message()));
+    out.push_back(*m);
+  }
+  return out;
+}
+
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, std::optional<int64_t> resume_step) {
   if (resume_step.has_value() && FileExists(path)) {
     absl::StatusOr<std::string> text = ReadFile(path);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,9 @@ std::string MetricsJsonLine(const StepMetrics& m);
 
 // Parses a line written by MetricsJsonLine (tests and tools).
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line);
+
+// Every line of a metrics.jsonl file, in order. A line that does not parse is DataLoss naming the file.
+absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path);
 
 class MetricsLog {
  public:

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
 #include "experiments/metrics/metrics_log.h"
@@ -51,20 +50,18 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   // The validation curve from metrics.jsonl (every line with a val_loss).
   auto size = SizeOfModel(*experiment);
   if (!size.ok()) return size.status();
-  auto metrics = ReadFile(run_dir + "/metrics.jsonl");
+  auto metrics = experiments::ReadMetricsLog(run_dir + "/metrics.jsonl");
   if (!metrics.ok()) return metrics.status();
   std::string curve = "step,tokens,flops,loss\n";
   double best = std::numeric_limits<double>::infinity(), last = NAN;
   int64_t tokens = 0;
-  for (absl::string_view line : absl::StrSplit(*metrics, '\n', absl::SkipEmpty())) {
-    auto m = experiments::ParseMetricsJsonLine(std::string(line));
-    if (!m.ok()) return absl::DataLossError(absl::StrCat(run_dir, "/metrics.jsonl: ", m.status().message()));
-    tokens = m->tokens;
-    if (!m->val_loss.has_value()) continue;
-    last = *m->val_loss;
+  for (const experiments::StepMetrics& m : *metrics) {
+    tokens = m.tokens;
+    if (!m.val_loss.has_value()) continue;
+    last = *m.val_loss;
     best = std::min(best, last);
-    absl::StrAppendFormat(&curve, "%d,%d,%.6g,%.6f\n", m->step, m->tokens,
-                          static_cast<double>(m->tokens) * size->training_flops_per_token, last);
+    absl::StrAppendFormat(&curve, "%d,%d,%.6g,%.6f\n", m.step, m.tokens,
+                          static_cast<double>(m.tokens) * size->training_flops_per_token, last);
   }
   if (!std::isfinite(last)) {
     result.set_status(config::SweepRunResult::FAILED);

@@ -37,7 +37,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
 #include "experiments/data/token_batches.h"
@@ -90,16 +89,9 @@ config::Experiment Experiment(const std::string& out, const std::string& device,
 }
 
 std::vector<StepMetrics> ReadMetrics(const std::string& run_dir) {
-  std::vector<StepMetrics> out;
-  auto text = ReadFile(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return out;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-    auto m = ParseMetricsJsonLine(std::string(line));
-    EXPECT_TRUE(m.ok()) << m.status();
-    if (m.ok()) out.push_back(*m);
-  }
-  return out;
+  auto metrics = ReadMetricsLog(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? *std::move(metrics) : std::vector<StepMetrics>{};
 }
 
 // Trains (or, with `resume`, continues) and returns the run's metrics; `log` receives the console.

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/shared_data.h"
 #include "experiments/checkpoint/checkpoint.h"
@@ -58,15 +57,9 @@ config::Experiment Tiny(std::vector<std::string> overrides) {
 }
 
 std::vector<StepMetrics> ReadMetrics(const std::string& run_dir) {
-  std::vector<StepMetrics> out;
-  auto text = ReadFile(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(text.ok()) << text.status();
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-    auto m = ParseMetricsJsonLine(std::string(line));
-    EXPECT_TRUE(m.ok()) << m.status();
-    out.push_back(*m);
-  }
-  return out;
+  auto metrics = ReadMetricsLog(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? *std::move(metrics) : std::vector<StepMetrics>{};
 }
 
 TrainOptions Quiet() {
