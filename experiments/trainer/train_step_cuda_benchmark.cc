@@ -3,8 +3,8 @@
 // trainer runs (experiments/trainer/trainer.cc): zero grad, forward + loss, backward, global grad norm,
 // clipping and AdamW (ModelOptimizer, which also refreshes the bf16 weights). Timed as the median of
 // --steps steps after --warmup, each ended by a stream synchronise and measured with a steady clock.
-// Prints ms/step, tokens/s and MFU against the H200's dense bf16 peak (989.4 TFLOP/s) with the model's
-// training FLOPs per token from model/accounting; then runs the PyTorch peer in the same run
+// Prints ms/step, tokens/s and MFU against the device's dense bf16 peak (GpuPeakFlops: 989.4 TFLOP/s on
+// an H200) with the model's training FLOPs per token from model/accounting; then runs the PyTorch peer in the same run
 // (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast, fused AdamW,
 // same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the median time of
 // each phase (forward + loss, backward, optimizer) from separate steps synchronised after every phase, and
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,8 +26,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "experiments/proto/optimizer.pb.h"
 #include "experiments/trainer/optimizer.h"
+#include "experiments/trainer/training_device.h"
 #include "kernels/core/context.h"
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
@@ -44,8 +47,6 @@ ABSL_FLAG(bool, phases, true, "also time forward + loss, backward and optimizer 
 
 namespace lmf::experiments {
 namespace {
-
-constexpr double kH200DenseBf16Flops = 989.4e12;
 
 using Clock = std::chrono::steady_clock;
 
@@ -133,16 +134,23 @@ int Main() {
   const double median_ms = ms[ms.size() / 2];
   const double tokens_per_second = static_cast<double>(b * t) / (median_ms * 1e-3);
   const double flops_per_token = model::CountFlopsPerToken(config, t).training();
-  const double mfu = tokens_per_second * flops_per_token / kH200DenseBf16Flops;
+  // MFU against the device's dense bf16 peak from the trainer's table (989.4 TFLOP/s on an H200).
+  const std::string device_name = (*cuda)->properties().name;
+  const std::optional<double> peak = GpuPeakFlops(device_name, config::RunConfig::BF16);
+  auto mfu = [&](double tokens_per_s) {
+    if (!peak.has_value()) return absl::StrCat("MFU n/a (no known bf16 peak for ", device_name, ")");
+    return absl::StrFormat("MFU %.1f%% of %.1f TFLOP/s", 100 * tokens_per_s * flops_per_token / *peak,
+                           *peak * 1e-12);
+  };
 
   std::printf("GPT-2 small (%.1fM parameters), bf16 activations, fp32 master weights; B=%ld T=%ld; %s\n",
               static_cast<double>(model.parameter_count()) * 1e-6, static_cast<long>(b), static_cast<long>(t),
-              (*cuda)->properties().name);
+              device_name.c_str());
   std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token,
               last_loss);
   std::printf(
-      "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, MFU %.1f%% of %.1f TFLOP/s\n",
-      median_ms, steps, ms.front(), ms.back(), tokens_per_second, 100 * mfu, kH200DenseBf16Flops * 1e-12);
+      "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, %s\n", median_ms, steps,
+      ms.front(), ms.back(), tokens_per_second, mfu(tokens_per_second).c_str());
   if (absl::GetFlag(FLAGS_phases)) {
     std::vector<double> phase_ms[3];
     for (int i = 0; i < steps; ++i) step(phase_ms);
@@ -169,9 +177,8 @@ int Main() {
   const double peer_tokens_per_second = static_cast<double>(b * t) / (it->second * 1e-3);
   std::printf(
       "PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
-      "MFU %.1f%%\n",
-      it->second, peer_tokens_per_second,
-      100 * peer_tokens_per_second * flops_per_token / kH200DenseBf16Flops);
+      "%s\n",
+      it->second, peer_tokens_per_second, mfu(peer_tokens_per_second).c_str());
   std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
   return 0;
 }
