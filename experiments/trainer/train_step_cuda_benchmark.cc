@@ -4,9 +4,9 @@
 // clipping and AdamW (ModelOptimizer, which also refreshes the bf16 weights). Timed as the median of
 // --steps steps after --warmup, each ended by a stream synchronise and measured with a steady clock.
 // Prints ms/step, tokens/s and MFU against the device's dense bf16 peak (GpuPeakFlops: 989.4 TFLOP/s on
-// an H200) with the model's training FLOPs per token from model/accounting; then runs the PyTorch peer in the same run
-// (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast, fused AdamW,
-// same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the median time of
+// an H200) with the model's training FLOPs per token from model/accounting; then runs the PyTorch peer in
+// the same run (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast,
+// fused AdamW, same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the median time of
 // each phase (forward + loss, backward, optimizer) from separate steps synchronised after every phase, and
 // the device memory the caching allocator holds.
 //
