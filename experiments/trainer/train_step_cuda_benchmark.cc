@@ -6,9 +6,9 @@
 // Prints ms/step, tokens/s and MFU against the device's dense bf16 peak (GpuPeakFlops: 989.4 TFLOP/s on
 // an H200) with the model's training FLOPs per token from model/accounting; then runs the PyTorch peer in
 // the same run (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast,
-// fused AdamW, same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the median time of
-// each phase (forward + loss, backward, optimizer) from separate steps synchronised after every phase, and
-// the device memory the caching allocator holds.
+// fused AdamW, same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the
+// median time of each phase (forward + loss, backward, optimizer) from separate steps synchronised after
+// every phase, and the device memory the caching allocator holds.
 //
 //   ./bazelw run //experiments/trainer:train_step_cuda_benchmark -- [--batch=16] [--seq=1024]
 //       [--warmup=3] [--steps=10] [--peer=true] [--phases=true]
