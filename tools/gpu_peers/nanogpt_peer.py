@@ -14,11 +14,12 @@ prints "train_step_ms <median ms>" and "tokens_per_second <B*T / median s>" (CUD
 import argparse
 import math
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_timing import median_ms
 
 
 class CausalSelfAttention(nn.Module):
@@ -90,26 +91,6 @@ def make_optimizer(model, device):
         return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
 
 
-def median_ms(step, device, warmup, iters):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(iters):
-        if device == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        else:
-            begin = time.perf_counter()
-            step()
-            times.append(1e3 * (time.perf_counter() - begin))
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -153,7 +134,7 @@ def main():
         optimizer.step()
         return loss
 
-    ms = median_ms(step, args.device, args.warmup, args.iters)
+    ms = median_ms(step, warmup=args.warmup, iters=args.iters, device=args.device)
     print("train_step_ms", ms, flush=True)
     print("tokens_per_second", args.batch * args.seq / (ms * 1e-3), flush=True)
 
