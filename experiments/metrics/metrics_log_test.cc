@@ -57,6 +57,24 @@ TEST(MetricsLog, ResumeDropsStepsAfterTheCheckpoint) {
                         MetricsJsonLine(Sample(4)));
 }
 
+TEST(MetricsLog, ReadMetricsLogReturnsEveryStepAndNamesTheFileOfABadLine) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/read.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(path, MetricsJsonLine(Sample(1)) + MetricsJsonLine(Sample(2))).ok());
+  auto read = ReadMetricsLog(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[1].step, 2);
+  EXPECT_EQ((*read)[1].tokens, 4096);
+
+  ASSERT_TRUE(WriteFileAtomically(path, MetricsJsonLine(Sample(1)) + "{\"step\":2,\"tok\n").ok());
+  read = ReadMetricsLog(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(std::string(read.status().message()).rfind(path + ": ", 0), 0u) << read.status();
+
+  EXPECT_FALSE(ReadMetricsLog(path + ".missing").ok());
+}
+
 TEST(Console, StepLineShowsThroughputAndMfu) {
   EXPECT_EQ(FormatStepLine(Sample(120), 5000),
             "step  120/5000 | loss 3.2500 | lr 3.00e-04 | gnorm 0.812 | 45.2k tok/s | MFU 12.3% | 1m23s, eta 56m15s");
