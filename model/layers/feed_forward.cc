@@ -26,6 +26,17 @@ void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h,
   input_ = h;
   void* pre = pre_.data();
   void* act = act_.data();
+  if (kind_ == FfnKind::kGELU) {
+    // act = GELU(h W1^T + b1) in one GEMM where the backend fuses the epilogue (cuBLASLt), saving the
+    // pre-activation for the backward; on the CPU the same GEMM then the activations kernel (bitwise the
+    // unfused path).
+    kernels::MatmulEpilogueParams gelu;
+    gelu.epilogue = kernels::MatmulEpilogue::kGeluTanh;
+    gelu.pre_activation = pre;
+    in_.Forward(ctx, n, h, c_, act, f_, /*accumulate=*/false, gelu);
+    out_.Forward(ctx, n, act, f_, residual, c_, /*accumulate=*/true);
+    return;
+  }
   in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
   if (kind_ == FfnKind::kSwiGLU) {
     kernels::SwiGluForwardParams p;

@@ -34,10 +34,10 @@ kernels::MatmulParams Linear::Params(int64_t n, const void* x, int64_t ldx, void
 }
 
 void Linear::Forward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, void* y, int64_t ldy,
-                     bool accumulate) const {
+                     bool accumulate, const kernels::MatmulEpilogueParams& epilogue) const {
   kernels::MatmulParams p = Params(n, x, ldx, y, ldy);
   p.beta = accumulate ? 1.0f : 0.0f;
-  kernels::Matmul(ctx, p);
+  kernels::Matmul(ctx, p, epilogue);
   counters_->matmul_flops += 2.0 * n * in_ * out_;
 }
 

@@ -27,9 +27,10 @@ class Linear {
   const Parameter& weight() const { return weight_; }
   const Parameter* bias() const { return has_bias_ ? &bias_ : nullptr; }
 
-  // x (N, IN) rows at stride ldx -> y (N, OUT) at stride ldy; `accumulate` adds to y instead.
+  // x (N, IN) rows at stride ldx -> y (N, OUT) at stride ldy; `accumulate` adds to y instead. An epilogue
+  // (GELU-tanh, saving the pre-activation at stride ldy) runs in the same GEMM where the backend fuses it.
   void Forward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, void* y, int64_t ldy,
-               bool accumulate) const;
+               bool accumulate, const kernels::MatmulEpilogueParams& epilogue = {}) const;
   // dy (N, OUT) at stride ldy -> dx (N, IN) written at stride ldx like x (skipped if null); dW, db
   // accumulated.
   void Backward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, const void* dy, int64_t ldy,
