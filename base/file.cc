@@ -48,22 +48,36 @@ std::string DirName(const std::string& path) {
 
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
 
-}  // namespace
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
+// Opens `path` for reading and stats it: the descriptor and its size, or an error naming the path (a folder is
+// InvalidArgument). The error is taken from errno before anything else can change it.
+struct OpenedFile {
+  int fd = -1;
+  size_t size = 0;
+};
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoError("stat", path);
     ::close(fd);
-    return ErrnoError("stat", path);
+    return s;
   }
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
   }
+  return OpenedFile{fd, static_cast<size_t>(st.st_size)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = opened->fd;
   std::string out;
-  out.reserve(static_cast<size_t>(st.st_size));
+  out.reserve(opened->size);
   char buf[1 << 16];
   while (true) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
@@ -151,25 +165,18 @@ absl::StatusOr<uint64_t> FileSize(const std::string& path) {
 // ---- MappedFile ----
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return ErrnoError("stat", path);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
-  }
+  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = opened->fd;
   MappedFile m;
   m.path_ = path;
-  m.size_ = static_cast<size_t>(st.st_size);
+  m.size_ = opened->size;
   if (m.size_ > 0) {
     void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
+      absl::Status s = ErrnoError("mmap", path);
       ::close(fd);
-      return ErrnoError("mmap", path);
+      return s;
     }
     m.data_ = static_cast<const char*>(p);
   }
