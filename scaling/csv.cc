@@ -26,6 +26,16 @@ absl::StatusOr<int> CsvTable::RequireColumn(std::string_view name) const {
   return c;
 }
 
+absl::StatusOr<std::vector<int>> CsvTable::RequireColumns(const std::vector<std::string_view>& names) const {
+  std::vector<int> columns;
+  for (std::string_view name : names) {
+    absl::StatusOr<int> c = RequireColumn(name);
+    if (!c.ok()) return c.status();
+    columns.push_back(*c);
+  }
+  return columns;
+}
+
 std::string CsvTable::Where(const CsvRow& row, int column) const {
   return absl::StrCat(path, ":", row.line, ":", column + 1, " (", header[column], ")");
 }
@@ -41,6 +51,16 @@ absl::StatusOr<double> CsvTable::Double(const CsvRow& row, int column, bool allo
   const double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || errno == ERANGE || std::isnan(v)) {
     return absl::InvalidArgumentError(absl::StrCat(Where(row, column), ": expected a number, got '", s, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> CsvTable::PositiveDouble(const CsvRow& row, int column) const {
+  absl::StatusOr<double> v = Double(row, column);
+  if (!v.ok()) return v.status();
+  if (!(*v > 0) || !std::isfinite(*v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(row, column), ": expected a positive number, got '", row.fields[column], "'"));
   }
   return v;
 }

@@ -26,11 +26,15 @@ struct CsvTable {
   int Column(std::string_view name) const;
   // Index of `name`, or an error naming the file and the columns it does have.
   absl::StatusOr<int> RequireColumn(std::string_view name) const;
+  // The indices of all of `names`, in order, or RequireColumn's error for the first one missing.
+  absl::StatusOr<std::vector<int>> RequireColumns(const std::vector<std::string_view>& names) const;
   // "path:line:column (name)" for messages about one cell.
   std::string Where(const CsvRow& row, int column) const;
   // The cell parsed as a finite or infinite double ("nan" and "" are errors unless allow_empty, where ""
   // gives NaN).
   absl::StatusOr<double> Double(const CsvRow& row, int column, bool allow_empty = false) const;
+  // The cell parsed as a finite number > 0 (an error naming the cell otherwise).
+  absl::StatusOr<double> PositiveDouble(const CsvRow& row, int column) const;
   // The cell parsed as a whole number (a value like "1e3" or "64.0" is accepted when it is integral).
   absl::StatusOr<int64_t> Integer(const CsvRow& row, int column) const;
 };

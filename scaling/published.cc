@@ -16,23 +16,15 @@ namespace {
 
 // Reads the named columns of every row as positive numbers.
 absl::StatusOr<std::vector<std::vector<double>>> PositiveColumns(const CsvTable& csv,
-                                                                 const std::vector<std::string>& names) {
-  std::vector<int> cols;
-  for (const std::string& name : names) {
-    absl::StatusOr<int> c = csv.RequireColumn(name);
-    if (!c.ok()) return c.status();
-    cols.push_back(*c);
-  }
+                                                                 const std::vector<std::string_view>& names) {
+  absl::StatusOr<std::vector<int>> cols = csv.RequireColumns(names);
+  if (!cols.ok()) return cols.status();
   std::vector<std::vector<double>> rows;
   for (const CsvRow& row : csv.rows) {
     std::vector<double> values;
-    for (int c : cols) {
-      absl::StatusOr<double> v = csv.Double(row, c);
+    for (int c : *cols) {
+      absl::StatusOr<double> v = csv.PositiveDouble(row, c);
       if (!v.ok()) return v.status();
-      if (!(*v > 0) || !std::isfinite(*v)) {
-        return absl::InvalidArgumentError(absl::StrCat(csv.Where(row, c), ": expected a positive number, got '",
-                                                       row.fields[c], "'"));
-      }
       values.push_back(*v);
     }
     rows.push_back(values);
@@ -113,14 +105,9 @@ absl::StatusOr<Observations> ReadMarinIsoFlops(const std::string& path) {
   absl::StatusOr<int> name_col = csv->RequireColumn("Name");
   if (!name_col.ok()) return name_col.status();
   Observations out;
-  const std::vector<std::string> names = {"parameter_count", "throughput/total_tokens", "eval/paloma/macro_loss",
-                                          "throughput/total_gflops"};
-  std::vector<int> cols;
-  for (const std::string& n : names) {
-    absl::StatusOr<int> c = csv->RequireColumn(n);
-    if (!c.ok()) return c.status();
-    cols.push_back(*c);
-  }
+  absl::StatusOr<std::vector<int>> cols = csv->RequireColumns(
+      {"parameter_count", "throughput/total_tokens", "eval/paloma/macro_loss", "throughput/total_gflops"});
+  if (!cols.ok()) return cols.status();
   for (const CsvRow& row : csv->rows) {
     const std::string& name = row.fields[*name_col];
     if (!absl::StartsWith(name, "isoflop-")) continue;  // validation-optimal runs
@@ -133,11 +120,8 @@ absl::StatusOr<Observations> ReadMarinIsoFlops(const std::string& path) {
     }
     double v[4];
     for (int k = 0; k < 4; ++k) {
-      absl::StatusOr<double> x = csv->Double(row, cols[k]);
+      absl::StatusOr<double> x = csv->PositiveDouble(row, (*cols)[k]);
       if (!x.ok()) return x.status();
-      if (!(*x > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, cols[k]), ": expected a positive number"));
-      }
       v[k] = *x;
     }
     Observation o;
@@ -159,12 +143,8 @@ absl::StatusOr<Observations> ReadOpenAthenaIsoFlops(const std::string& path, con
   absl::StatusOr<int> outlier_col = csv->RequireColumn("outlier");
   if (!exp_col.ok()) return exp_col.status();
   if (!outlier_col.ok()) return outlier_col.status();
-  std::vector<int> cols;
-  for (const char* name : {"params", "tokens", "budget", "loss"}) {
-    absl::StatusOr<int> c = csv->RequireColumn(name);
-    if (!c.ok()) return c.status();
-    cols.push_back(*c);
-  }
+  absl::StatusOr<std::vector<int>> cols = csv->RequireColumns({"params", "tokens", "budget", "loss"});
+  if (!cols.ok()) return cols.status();
   Observations out;
   for (const CsvRow& row : csv->rows) {
     if (row.fields[*exp_col] != experiment) continue;
@@ -176,11 +156,8 @@ absl::StatusOr<Observations> ReadOpenAthenaIsoFlops(const std::string& path, con
     if (flag == "True" && !keep_outliers) continue;
     double v[4];
     for (int k = 0; k < 4; ++k) {
-      absl::StatusOr<double> x = csv->Double(row, cols[k]);
+      absl::StatusOr<double> x = csv->PositiveDouble(row, (*cols)[k]);
       if (!x.ok()) return x.status();
-      if (!(*x > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, cols[k]), ": expected a positive number"));
-      }
       v[k] = *x;
     }
     Observation o;

@@ -166,13 +166,9 @@ Observations ToObservations(const ResultsTable& table, const ObservationChoice& 
 absl::StatusOr<TrainingCurve> ReadTrainingCurve(const std::string& path, double params) {
   absl::StatusOr<CsvTable> csv = ReadCsv(path);
   if (!csv.ok()) return csv.status();
-  int col[4];
-  const char* names[4] = {"step", "tokens", "flops", "loss"};
-  for (int c = 0; c < 4; ++c) {
-    absl::StatusOr<int> i = csv->RequireColumn(names[c]);
-    if (!i.ok()) return i.status();
-    col[c] = *i;
-  }
+  absl::StatusOr<std::vector<int>> columns = csv->RequireColumns({"step", "tokens", "flops", "loss"});
+  if (!columns.ok()) return columns.status();
+  const std::vector<int>& col = *columns;
   TrainingCurve curve;
   curve.params = params;
   double last_step = -1;
