@@ -43,11 +43,15 @@ void DTypeGpuTest::Expect(const std::string& what, const std::vector<float>& gpu
 
 std::string DTypeTestName(const ::testing::TestParamInfo<DType>& info) { return DTypeName(info.param); }
 
+// cudaMemset and cudaMemcpy run on the legacy default stream, which does not order work on the
+// CudaContext's non-blocking stream (and a pageable cudaMemcpy may return before its DMA lands): each
+// constructor waits for the device, so the kernels under test never race the poison or the upload.
 DeviceBuffer::DeviceBuffer(int64_t n, DType dtype) : n_(n), dtype_(dtype) {
   const cudaError_t e = cudaMalloc(&ptr_, std::max<size_t>(1, n * DTypeSize(dtype)));
   EXPECT_EQ(e, cudaSuccess) << "cudaMalloc: " << cudaGetErrorString(e);
   // Poison (NaN for floats) so that unwritten outputs fail the comparisons.
   cudaMemset(ptr_, 0xff, std::max<size_t>(1, n * DTypeSize(dtype)));
+  cudaDeviceSynchronize();
 }
 
 DeviceBuffer::DeviceBuffer(const std::vector<float>& values, DType dtype)
@@ -59,11 +63,13 @@ DeviceBuffer::DeviceBuffer(const std::vector<float>& values, DType dtype)
     for (size_t i = 0; i < h.size(); ++i) h[i] = FloatToBF16(values[i]);
     cudaMemcpy(ptr_, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
   }
+  cudaDeviceSynchronize();
 }
 
 DeviceBuffer DeviceBuffer::Ints(const std::vector<int32_t>& values) {
   DeviceBuffer b(static_cast<int64_t>(values.size()), DType::kI32);
   cudaMemcpy(b.ptr_, values.data(), values.size() * 4, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
   return b;
 }
 
