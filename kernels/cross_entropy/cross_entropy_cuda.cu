@@ -16,12 +16,13 @@ __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 
-// Online update of (max m, sum s of exp(x - m)) with one value.
+// Online update of (max m, sum s of exp(x - m)) with one value. A -inf logit adds 0 (while m is still
+// -inf, x - m would be NaN); a NaN logit still propagates.
 __device__ __forceinline__ void Accumulate(float& m, float& s, float x) {
   if (x > m) {
     s = s * __expf(m - x) + 1.0f;
     m = x;
-  } else {
+  } else if (x != -INFINITY) {
     s += __expf(x - m);
   }
 }

@@ -2,6 +2,7 @@
 // against the CPU kernel. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
 // Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
 // bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,35 @@ TEST_P(CrossEntropyCudaTest, CrossEntropyFusedInPlaceMatchesCpu) {
     ASSERT_TRUE(cuda::CrossEntropyBackward(ctx(), p).ok());
     Expect("cross-entropy backward", gg.ToFloats(), grad, ngrad, true, 2.0, 1e-5, 1e-7);
   }
+}
+
+// Masked vocabulary entries (-inf logits) add nothing to the sum and get a zero gradient, as on the CPU,
+// also where a thread's first columns are all -inf (the online max then starts from -inf).
+TEST_P(CrossEntropyCudaTest, MinusInfinityLogitsAreMaskedNotNaN) {
+  const int64_t N = 3, V = 5000;
+  auto logits = RandomNormal(N * V, 84);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < 4096; ++v) logits[n * V + v] = -INFINITY;
+  std::vector<int32_t> targets = {4096, 4999, 4500};
+  auto cpu = [&](const std::vector<float>& lg, std::vector<float>& loss, std::vector<float>& grad) {
+    loss.resize(N), grad.resize(N * V);
+    CrossEntropyParams p;
+    p.N = N, p.V = V, p.logits = lg.data(), p.targets = targets.data(), p.losses = loss.data();
+    std::vector<float> lse(N);
+    p.lse = lse.data(), p.dloss = 0.5f, p.dlogits = grad.data();
+    kernels::CrossEntropyForward(cpu_, p);
+  };
+  std::vector<float> loss, grad, nloss, ngrad;
+  cpu(logits, loss, grad);
+  cpu(RoundTo(logits, dt()), nloss, ngrad);
+  DeviceBuffer glog(logits, dt()), gloss(N, DType::kF32), glse(N, DType::kF32), gg(N * V, dt());
+  DeviceBuffer gt = DeviceBuffer::Ints(targets);
+  CrossEntropyParams p;
+  p.dtype = dt(), p.N = N, p.V = V, p.logits = glog.get(), p.targets = gt.as<int32_t>();
+  p.losses = gloss.as<float>(), p.lse = glse.as<float>(), p.dloss = 0.5f, p.dlogits = gg.get();
+  ASSERT_TRUE(cuda::CrossEntropyForward(ctx(), p).ok());
+  Expect("cross-entropy losses with -inf logits", gloss.ToFloats(), loss, nloss, false, 2.0, 1e-5, 1e-5);
+  Expect("cross-entropy dlogits with -inf logits", gg.ToFloats(), grad, ngrad, true, 2.0, 1e-5, 1e-7);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CrossEntropyCudaTest, testing::GpuTestDTypes(), testing::DTypeTestName);
