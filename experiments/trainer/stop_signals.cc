@@ -13,11 +13,22 @@ namespace lmf::experiments {
 namespace {
 
 std::atomic<int> g_received{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
-// For threads that leave the signals open (not the trainer's own): record the first, nothing else.
+// For threads that leave the signals open (not the trainer's own: a caller's threads, or threads a library
+// started before the mask was set, such as the CUDA driver's, which the kernel may pick for a
+// process-directed signal): record the first; a second ends the process with the signal's default action,
+// as the watcher does. The signal stays blocked while its handler runs, so the raised one is delivered, with
+// the default action, when the handler returns. sigaction and raise are async-signal-safe, and so is the
+// lock-free atomic.
 void RecordSignal(int signal_number) {
   int expected = 0;
-  g_received.compare_exchange_strong(expected, signal_number);
+  if (g_received.compare_exchange_strong(expected, signal_number)) return;
+  struct sigaction fallback = {};
+  fallback.sa_handler = SIG_DFL;
+  sigemptyset(&fallback.sa_mask);
+  ::sigaction(signal_number, &fallback, nullptr);
+  ::raise(signal_number);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // a thread that is inside a kernel. That is required, not just tidy: Debian's oneDNN (2.6) points rsp into
 // a heap workspace inside its JIT GEMM kernels, and a signal frame pushed there corrupts the heap (oneDNN
 // issue #4845); a plain sigaction handler crashed the trainer's SIGTERM test about one run in ten.
-// A flag-only handler stays installed for threads that do not block the signals (a caller's own threads).
+// A handler stays installed for threads that do not block the signals (a caller's own threads, or the CUDA
+// driver's, started when the device is opened): it records the first signal and ends the process on a second.
 // One StopSignals at a time per process.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_STOP_SIGNALS_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_STOP_SIGNALS_H_

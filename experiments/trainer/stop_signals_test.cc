@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -69,6 +70,28 @@ TEST(StopSignalsDeathTest, ASecondSignalEndsTheProcess) {
         WaitForSignal(signals);
         ::kill(::getpid(), SIGTERM);
         std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::_Exit(0);  // not reached when the second signal ends the process
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+}
+
+// A thread started before the scope keeps both signals open (as the CUDA driver's threads do, started when
+// the device is opened), so the kernel may hand it a process-directed signal and the flag-only handler runs
+// there. The first signal is recorded; a second must still end the process.
+TEST(StopSignalsDeathTest, ASecondSignalOnAThreadThatLeavesThemOpenEndsTheProcess) {
+  EXPECT_EXIT(
+      {
+        std::atomic<bool> done{false};
+        std::thread open_thread([&done] {
+          while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+        const StopSignals signals(true);
+        ::pthread_kill(open_thread.native_handle(), SIGTERM);
+        if (WaitForSignal(signals) != SIGTERM) std::_Exit(1);  // the first one is only recorded
+        ::pthread_kill(open_thread.native_handle(), SIGTERM);
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        done.store(true);
+        open_thread.join();
         std::_Exit(0);  // not reached when the second signal ends the process
       },
       ::testing::KilledBySignal(SIGTERM), "");
