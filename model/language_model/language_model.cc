@@ -139,6 +139,19 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, ke
   } else {
     lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, ctx, dtype, &counters_);
   }
+  // DecodeStep adds row `position` of the position table to each new token's embedding.
+  embedding_.VisitParameters([&](const std::string& name, const Parameter& p) {
+    if (name == "position_embeddings.weight") learned_positions_ = p;
+  });
+  if (config.positions == PositionKind::kSinusoidal) {
+    // The sinusoidal table is Embedding's own (built once, in the activation dtype). The token table is all
+    // zeros until the model is initialised or loaded, so Embedding's forward over positions [0, context)
+    // gives exactly the table (0 + PE[p]); that copy is the table DecodeStep reads.
+    const std::vector<int32_t> zeros(static_cast<size_t>(config.context_length), 0);
+    embedding_.Forward(ctx_, 1, config.context_length, zeros.data());
+    sinusoidal_ = kernels::Tensor::Empty({config.context_length, config.d_model}, dtype, ctx_.allocator);
+    kernels::CopyOnDevice(ctx_, sinusoidal_.data(), embedding_.output(), sinusoidal_.nbytes());
+  }
 }
 
 void LanguageModel::InitializeParameters(uint64_t seed) {
@@ -197,21 +210,28 @@ absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
   if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
   const int64_t n = b * t, c = config_.d_model, v = config_.vocab_rows();
   have_loss_ = false;
-  if (b != b_ || t != t_) {
-    logits_ = kernels::Tensor::Empty({b, t, v}, dtype_, ctx_.allocator);
-    lse_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
-    b_ = b;
-    t_ = t;
-  }
-  embedding_.Forward(ctx_, b, t, ids);
-  const void* x = embedding_.output();
-  for (auto& block : blocks_) {
-    block->Forward(ctx_, b, t, x);
-    x = block->output();
-  }
-  final_norm_.Forward(ctx_, n, x);
+  EnsureLogits(b, t);
+  b_ = b;
+  t_ = t;
+  final_norm_.Forward(ctx_, n, RunBlocks(ids, b, t, nullptr));
   lm_head_->Forward(ctx_, n, final_norm_.output(), c, logits_.data(), v, /*accumulate=*/false);
   return absl::OkStatus();
+}
+
+const void* LanguageModel::RunBlocks(const int32_t* ids, int64_t b, int64_t t, KvCache* cache) {
+  embedding_.Forward(ctx_, b, t, ids);
+  const void* x = embedding_.output();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->Forward(ctx_, b, t, x, cache == nullptr ? nullptr : &cache->layers_[i]);
+    x = blocks_[i]->output();
+  }
+  return x;
+}
+
+void LanguageModel::EnsureLogits(int64_t b, int64_t t) {
+  if (logits_.defined() && logits_.dim(0) == b && logits_.dim(1) == t) return;
+  logits_ = kernels::Tensor::Empty({b, t, config_.vocab_rows()}, dtype_, ctx_.allocator);
+  lse_ = kernels::Tensor::Empty({b * t}, kernels::DType::kF32, ctx_.allocator);
 }
 
 absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,

@@ -17,6 +17,14 @@
 // The model owns its step state (everything the forward keeps for the backward) and a backward workspace,
 // both sized on the first forward of a given (B, T). Not thread-safe; the kernels use ctx's pool (CPU) or
 // stream (CUDA).
+//
+// Incremental forward (generation), with the same modules and kernels, so on every device and dtype:
+//   absl::StatusOr<KvCache> cache = model->NewKvCache(B);
+//   model->Prefill(prompt, B, T, *cache);      // prompt (B, T) -> logits_tensor() (B, 1, V) at position T-1
+//   model->DecodeStep(next, *cache);           // next (B): one token per sequence -> logits (B, 1, V)
+// All sequences of a cache share one length. Prefill and DecodeStep replace the step state (the modules'
+// saved activations and the logits) as a Forward of another shape does: Backward needs a new
+// ForwardWithLoss after them. Parameters, gradients and the backward workspace are not touched.
 #ifndef LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 #define LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 
@@ -30,6 +38,7 @@
 #include "kernels/core/context.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "model/config/config.h"
+#include "model/layers/attention.h"
 #include "model/layers/block.h"
 #include "model/layers/embedding.h"
 #include "model/layers/linear.h"
@@ -37,6 +46,32 @@
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
+
+class LanguageModel;
+
+// The keys and values of B sequences that share one length, for LanguageModel's incremental forward: per
+// layer K and V (B, context_length, NKV, HS) in the activation dtype on the model's device (from
+// ctx.allocator). Made by LanguageModel::NewKvCache, filled by Prefill, extended by DecodeStep; used with
+// the model that made it only. Move-only.
+class KvCache {
+ public:
+  KvCache(KvCache&&) = default;
+  KvCache& operator=(KvCache&&) = default;
+
+  int64_t batch() const { return b_; }
+  int64_t length() const { return length_; }      // tokens held per sequence
+  int64_t capacity() const { return capacity_; }  // context_length
+  int64_t bytes() const;                          // device memory of the keys and values
+
+ private:
+  friend class LanguageModel;
+  KvCache() = default;
+
+  const LanguageModel* model_ = nullptr;
+  int64_t b_ = 0, capacity_ = 0, length_ = 0;
+  std::vector<LayerKvCache> layers_;
+  kernels::Tensor position_;  // (1) int32 on the model's device: the position of the token being decoded
+};
 
 class LanguageModel {
  public:
@@ -71,7 +106,21 @@ class LanguageModel {
   // Sets every parameter gradient to zero (on the model's device).
   void ZeroGrad();
 
-  // (B, T, vocab_rows) after Forward / ForwardWithLoss (padding columns are plain outputs of the LM head).
+  // A cache for B sequences (InvalidArgument for B <= 0); empty until Prefill.
+  absl::StatusOr<KvCache> NewKvCache(int64_t b) const;
+  // ids (B, T) int32 in host memory, B == cache.batch(): the causal forward over positions [0, T), keeping
+  // every layer's post-RoPE keys and values in `cache` (which restarts: length T) -> logits_tensor()
+  // (B, 1, vocab_rows) predicting position T. InvalidArgument as Forward, or for a cache of another batch
+  // size or model.
+  absl::Status Prefill(const int32_t* ids, int64_t b, int64_t t, KvCache& cache);
+  // ids (B) int32 in host memory: one token per sequence at position cache.length(), attending over the
+  // cache -> logits_tensor() (B, 1, vocab_rows) predicting the next position; the cache grows by one.
+  // FailedPrecondition for an empty cache (Prefill first) or a full one (it holds context_length tokens);
+  // InvalidArgument for ids outside [0, V) or a cache of another model.
+  absl::Status DecodeStep(const int32_t* ids, KvCache& cache);
+
+  // (B, T, vocab_rows) after Forward / ForwardWithLoss (padding columns are plain outputs of the LM head);
+  // (B, 1, vocab_rows) after Prefill / DecodeStep.
   // logits(): host floats, for f32 CPU models only (aborts otherwise); logits_tensor(): on the model's
   // device in the activation dtype, for any model.
   const float* logits() const;
@@ -92,6 +141,11 @@ class LanguageModel {
   LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype);
   absl::Status CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const;
   void EnsureWorkspace(int64_t n);
+  void EnsureLogits(int64_t b, int64_t t);
+  absl::Status CheckCache(const KvCache& cache, int64_t b) const;
+  // Embedding and blocks over ids (B, T) -> the last block's output (B*T, C); with `cache`, each layer's
+  // keys and values are written into it.
+  const void* RunBlocks(const int32_t* ids, int64_t b, int64_t t, KvCache* cache);
   kernels::CrossEntropyParams LossParams();
 
   ModelConfig config_;
@@ -103,7 +157,7 @@ class LanguageModel {
   Norm final_norm_;
   std::unique_ptr<Linear> lm_head_;
   // Step state.
-  int64_t b_ = 0, t_ = 0;
+  int64_t b_ = 0, t_ = 0;  // of the last training Forward; 0 after Prefill / DecodeStep
   bool have_loss_ = false;
   kernels::Tensor targets_;      // (B*T) int32 on the device
   kernels::Tensor logits_;       // (B, T, vocab_rows) activation dtype; their gradient after Backward
@@ -112,6 +166,11 @@ class LanguageModel {
   std::vector<float> host_losses_;
   BackwardWorkspace workspace_;
   int64_t workspace_rows_ = 0;
+  // Incremental forward.
+  Parameter learned_positions_;  // position_embeddings.weight (learned positions only)
+  kernels::Tensor sinusoidal_;   // (context_length, C) activation dtype, sinusoidal positions only
+  kernels::Tensor decode_ids_;   // (B) int32
+  kernels::Tensor decode_x_;     // (B, C) the embedded tokens of a decode step
 };
 
 }  // namespace lmf::model

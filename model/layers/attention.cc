@@ -1,9 +1,15 @@
-// Attention module: fused q|k|v projection, RoPE, causal grouped-query attention, output projection.
+// Attention module: fused q|k|v projection, RoPE, causal grouped-query attention, output projection; and
+// the incremental (KV-cache) forward for decoding.
 #include "model/layers/attention.h"
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
+#include "base/check.h"
 #include "kernels/attention/attention.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/memory/memory.h"
 #include "kernels/rope/rope.h"
 
 namespace lmf::model {
@@ -53,15 +59,20 @@ kernels::AttentionParams Attention::Params() const {
   return p;
 }
 
-void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual) {
+void Attention::EnsureStepState(const kernels::Context& ctx, int64_t b, int64_t t) {
+  if (b == b_ && t == t_) return;
+  const int64_t n = b * t;
+  qkv_out_ = kernels::Tensor::Empty({n, qkv_.out()}, dtype_, ctx.allocator);
+  attn_out_ = kernels::Tensor::Empty({n, nh_ * hs_}, dtype_, ctx.allocator);
+  lse_ = kernels::Tensor::Empty({b, nh_, t}, kernels::DType::kF32, ctx.allocator);
+  b_ = b;
+  t_ = t;
+}
+
+void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual,
+                        LayerKvCache* cache) {
   const int64_t n = b * t, width = qkv_.out(), q_width = nh_ * hs_;
-  if (b != b_ || t != t_) {
-    qkv_out_ = kernels::Tensor::Empty({n, width}, dtype_, ctx.allocator);
-    attn_out_ = kernels::Tensor::Empty({n, q_width}, dtype_, ctx.allocator);
-    lse_ = kernels::Tensor::Empty({b, nh_, t}, kernels::DType::kF32, ctx.allocator);
-    b_ = b;
-    t_ = t;
-  }
+  EnsureStepState(ctx, b, t);
   input_ = h;
   void* qkv = qkv_out_.data();
   qkv_.Forward(ctx, n, h, c_, qkv, width, /*accumulate=*/false);
@@ -70,9 +81,84 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
     kernels::RopeForward(ctx,
                          InPlaceRope(b, t, nkv_, hs_, rope_theta_, ElementOffset(qkv, q_width, dtype_), width, dtype_));
   }
+  if (cache != nullptr) FillCache(ctx, *cache);
   kernels::AttentionForward(ctx, Params());
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * (t * (t + 1) / 2.0);
   output_.Forward(ctx, n, attn_out_.data(), q_width, residual, c_, /*accumulate=*/true);
+}
+
+void Attention::FillCache(const kernels::Context& ctx, LayerKvCache& cache) {
+  LMF_CHECK(cache.k.dim(0) == b_ && cache.k.dim(1) >= t_)
+      << "KV cache " << cache.k.shape() << " for B " << b_ << ", T " << t_;
+  const int64_t width = qkv_.out(), kv_width = nkv_ * hs_, heads_per_row = width / hs_;
+  const int64_t rows = t_ * nkv_;
+  if (cache_rows_t_ != t_) {
+    // Viewing a sequence's q|k|v rows (T, width) as a table of (T * width / HS) rows of HS, the key head j
+    // of token t is row t * width / HS + NH + j and the value head NH + NKV + j: gathered in (t, j) order,
+    // they land as (T, NKV, HS), the cache's layout.
+    std::vector<int32_t> ids(static_cast<size_t>(2 * rows));
+    for (int64_t t = 0; t < t_; ++t) {
+      for (int64_t j = 0; j < nkv_; ++j) {
+        ids[t * nkv_ + j] = static_cast<int32_t>(t * heads_per_row + nh_ + j);
+        ids[rows + t * nkv_ + j] = static_cast<int32_t>(t * heads_per_row + nh_ + nkv_ + j);
+      }
+    }
+    cache_rows_ = kernels::Tensor::Empty({2, rows}, kernels::DType::kI32, ctx.allocator);
+    kernels::CopyToDevice(ctx, cache_rows_.data(), ids.data(), cache_rows_.nbytes());
+    cache_rows_t_ = t_;
+  }
+  const int64_t capacity = cache.k.dim(1);
+  for (int64_t bi = 0; bi < b_; ++bi) {
+    for (int kv = 0; kv < 2; ++kv) {
+      kernels::EmbeddingForwardParams p;
+      p.dtype = dtype_;
+      p.N = rows, p.V = t_ * heads_per_row, p.C = hs_;
+      p.ids = cache_rows_.data<int32_t>() + kv * rows;
+      p.table = ElementOffset(qkv_out_.data(), bi * t_ * width, dtype_);
+      p.out = ElementOffset((kv == 0 ? cache.k : cache.v).data(), bi * capacity * kv_width, dtype_);
+      kernels::EmbeddingForward(ctx, p);
+    }
+  }
+}
+
+void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
+                       const int32_t* device_position, const void* h, void* residual, LayerKvCache& cache) {
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, capacity = cache.k.dim(1);
+  LMF_CHECK(cache.k.dim(0) == b && position < capacity)
+      << "KV cache " << cache.k.shape() << " for B " << b << ", position " << position;
+  EnsureStepState(ctx, b, 1);
+  input_ = h;
+  void* qkv = qkv_out_.data();
+  qkv_.Forward(ctx, b, h, c_, qkv, width, /*accumulate=*/false);
+  if (rope_) {
+    for (const auto& [offset, heads] : {std::pair<int64_t, int64_t>{0, nh_}, {q_width, nkv_}}) {
+      kernels::RopeParams p =
+          InPlaceRope(b, 1, heads, hs_, rope_theta_, ElementOffset(qkv, offset, dtype_), width, dtype_);
+      p.positions = device_position, p.positions_stride_b = 0;  // every sequence is at `position`
+      kernels::RopeForward(ctx, p);
+    }
+  }
+  const size_t kv_bytes = static_cast<size_t>(kv_width) * kernels::DTypeSize(dtype_);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const int64_t row = (bi * capacity + position) * kv_width;
+    kernels::CopyOnDevice(ctx, ElementOffset(cache.k.data(), row, dtype_),
+                          ElementOffset(qkv, bi * width + q_width, dtype_), kv_bytes);
+    kernels::CopyOnDevice(ctx, ElementOffset(cache.v.data(), row, dtype_),
+                          ElementOffset(qkv, bi * width + q_width + kv_width, dtype_), kv_bytes);
+  }
+  kernels::AttentionParams p;
+  p.dtype = dtype_;
+  p.B = b, p.T = 1, p.S = position + 1, p.NH = nh_, p.NKV = nkv_, p.HS = hs_;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
+  p.causal = false;  // the one query is at `position`: every cached key is at or before it
+  p.q = qkv, p.q_stride_b = width, p.q_stride_t = width, p.q_stride_h = hs_;
+  p.k = cache.k.data(), p.k_stride_b = capacity * kv_width, p.k_stride_t = kv_width, p.k_stride_h = hs_;
+  p.v = cache.v.data(), p.v_stride_b = capacity * kv_width, p.v_stride_t = kv_width, p.v_stride_h = hs_;
+  p.out = attn_out_.data(), p.out_stride_b = q_width, p.out_stride_t = q_width, p.out_stride_h = hs_;
+  p.lse = lse_.data<float>();
+  kernels::AttentionForward(ctx, p);
+  counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(position + 1);
+  output_.Forward(ctx, b, attn_out_.data(), q_width, residual, c_, /*accumulate=*/true);
 }
 
 void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual,

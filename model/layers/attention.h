@@ -7,6 +7,13 @@
 // activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output
 // projection into the residual stream; Backward takes the residual gradient and writes the gradient of the
 // normed input. Parameter gradients (fp32) accumulate.
+//
+// Incremental decoding (inference only): Forward with a LayerKvCache also writes each sequence's post-RoPE
+// keys and its values into the cache rows [0, T) (a prefill); Decode runs one new token per sequence at a
+// position shared by the batch: projects q|k|v, rotates q and k at that position, appends k and v at that
+// row of the cache and attends over rows [0, position] (T = 1 query, S = position + 1 keys, no mask: every
+// cached key is at or before the query). Decode uses the same step-state buffers as Forward, sized for
+// (B, 1), so it replaces the step state: Backward needs a new Forward after it.
 #ifndef LMFORGE_MODEL_LAYERS_ATTENTION_H_
 #define LMFORGE_MODEL_LAYERS_ATTENTION_H_
 
@@ -21,13 +28,27 @@
 
 namespace lmf::model {
 
+// One layer's key/value cache, in the activation dtype on the model's device. k, v: (B, S_max, NKV, HS)
+// contiguous; rows [0, length) of each sequence hold the post-RoPE keys and the values of the tokens seen.
+struct LayerKvCache {
+  kernels::Tensor k;
+  kernels::Tensor v;
+};
+
 class Attention {
  public:
   // Parameters on ctx's device; activations of type `dtype`.
   Attention(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
-  // h (B*T, C) normed input; residual (B*T, C) += attention(h) W_o^T + b_o.
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual);
+  // h (B*T, C) normed input; residual (B*T, C) += attention(h) W_o^T + b_o. With `cache` (B matching,
+  // S_max >= T), also writes the keys and values of positions [0, T) into it.
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual,
+               LayerKvCache* cache = nullptr);
+  // One token per sequence at `position` (< S_max; rows [0, position) of the cache filled): h (B, C)
+  // normed input; residual (B, C) += attention over the cache W_o^T + b_o. `device_position` points to one
+  // int32 equal to `position` on the model's device (RoPE reads the position there).
+  void Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
+              const void* h, void* residual, LayerKvCache& cache);
   // dresidual (B*T, C) -> dh (B*T, C) written.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 
@@ -38,6 +59,10 @@ class Attention {
  private:
   // The kernel's view of the step state: q, k, v in place in the fused buffer, the output, the lse.
   kernels::AttentionParams Params() const;
+  // Sizes the step state for (B, T) (reallocating when the shape changes).
+  void EnsureStepState(const kernels::Context& ctx, int64_t b, int64_t t);
+  // Copies the keys and values of the (B, T) step state into cache rows [0, T) (a row gather per sequence).
+  void FillCache(const kernels::Context& ctx, LayerKvCache& cache);
 
   int64_t nh_, nkv_, hs_, c_;
   bool rope_;
@@ -49,6 +74,10 @@ class Attention {
   int64_t b_ = 0, t_ = 0;
   const void* input_ = nullptr;
   kernels::Tensor qkv_out_, attn_out_, lse_;
+  // FillCache's gather indices (2, T*NKV) int32 on the device: the (HS)-row of each key / value head of a
+  // sequence's q|k|v rows; rebuilt when T changes.
+  kernels::Tensor cache_rows_;
+  int64_t cache_rows_t_ = 0;
 };
 
 }  // namespace lmf::model

@@ -1,4 +1,4 @@
-// Pre-norm transformer block.
+// Pre-norm transformer block, for training (Forward/Backward) and for decoding with a KV cache.
 #include "model/layers/block.h"
 
 #include "kernels/core/tensor.h"
@@ -14,8 +14,8 @@ Block::Block(const ModelConfig& config, const kernels::Context& ctx, kernels::DT
       attn_(config, ctx, dtype, counters),
       ffn_(config, ctx, dtype, counters) {}
 
-void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x) {
-  const int64_t n = b * t;
+template <typename Attend>
+void Block::Run(const kernels::Context& ctx, int64_t n, const void* x, const Attend& attend) {
   if (n != n_) {
     mid_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
     out_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
@@ -23,10 +23,21 @@ void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const voi
   }
   ln1_.Forward(ctx, n, x);
   kernels::CopyOnDevice(ctx, mid_.data(), x, mid_.nbytes());
-  attn_.Forward(ctx, b, t, ln1_.output(), mid_.data());
+  attend(ln1_.output(), mid_.data());
   ln2_.Forward(ctx, n, mid_.data());
   kernels::CopyOnDevice(ctx, out_.data(), mid_.data(), out_.nbytes());
   ffn_.Forward(ctx, n, ln2_.output(), out_.data());
+}
+
+void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x, LayerKvCache* cache) {
+  Run(ctx, b * t, x, [&](const void* h, void* residual) { attn_.Forward(ctx, b, t, h, residual, cache); });
+}
+
+void Block::Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
+                   const void* x, LayerKvCache& cache) {
+  Run(ctx, b, x, [&](const void* h, void* residual) {
+    attn_.Decode(ctx, b, position, device_position, h, residual, cache);
+  });
 }
 
 void Block::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws) {

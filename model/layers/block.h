@@ -3,6 +3,9 @@
 // activation dtype on the model's device, plus what its norms, attention and feed-forward keep. Backward
 // updates the residual gradient in place (the gradient of the block output on entry, of the block input on
 // return); parameter gradients accumulate.
+// Incremental decoding: Forward with a LayerKvCache fills it for positions [0, T) (see attention.h); Decode
+// runs one token per sequence through the same norms, attention (over the cache) and feed-forward with
+// N = B rows, replacing the step state (Backward needs a new Forward after it).
 #ifndef LMFORGE_MODEL_LAYERS_BLOCK_H_
 #define LMFORGE_MODEL_LAYERS_BLOCK_H_
 
@@ -23,8 +26,13 @@ class Block {
   // Parameters on ctx's device; activations of type `dtype`.
   Block(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
-  // x (B*T, C), owned by the caller and kept until Backward -> output() (B*T, C).
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x);
+  // x (B*T, C), owned by the caller and kept until Backward -> output() (B*T, C). With `cache`, the keys and
+  // values of positions [0, T) are written into it.
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x,
+               LayerKvCache* cache = nullptr);
+  // x (B, C): one token per sequence at `position` (see Attention::Decode) -> output() (B, C).
+  void Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
+              const void* x, LayerKvCache& cache);
   const void* output() const { return out_.data(); }
   // ws.dresidual: d(output) on entry, d(x) on return.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws);
@@ -34,6 +42,10 @@ class Block {
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
+  // The pre-norm residual structure over n rows, with `attend(h, residual)` adding the attention branch.
+  template <typename Attend>
+  void Run(const kernels::Context& ctx, int64_t n, const void* x, const Attend& attend);
+
   int64_t c_;
   kernels::DType dtype_;
   Norm ln1_, ln2_;

@@ -1,0 +1,123 @@
+// LanguageModel's incremental forward: the KV cache, Prefill (the causal forward over a prompt, keeping
+// each layer's keys and values) and DecodeStep (one new token per sequence, attending over the cache),
+// through the same modules and kernels as training (see language_model.h).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/memory/memory.h"
+#include "kernels/residual/residual.h"
+#include "model/language_model/language_model.h"
+
+namespace lmf::model {
+
+int64_t KvCache::bytes() const {
+  int64_t total = 0;
+  for (const LayerKvCache& layer : layers_)
+    total += static_cast<int64_t>(layer.k.nbytes() + layer.v.nbytes());
+  return total;
+}
+
+absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
+  if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("KV cache batch size ", b, " must be positive"));
+  KvCache cache;
+  cache.model_ = this;
+  cache.b_ = b;
+  cache.capacity_ = config_.context_length;
+  const kernels::Shape shape = {b, config_.context_length, config_.n_kv_heads, config_.head_size()};
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    cache.layers_.push_back(LayerKvCache{kernels::Tensor::Empty(shape, dtype_, ctx_.allocator),
+                                         kernels::Tensor::Empty(shape, dtype_, ctx_.allocator)});
+  }
+  cache.position_ = kernels::Tensor::Empty({1}, kernels::DType::kI32, ctx_.allocator);
+  return cache;
+}
+
+absl::Status LanguageModel::CheckCache(const KvCache& cache, int64_t b) const {
+  if (cache.model_ != this) return absl::InvalidArgumentError("the KV cache was made by another model");
+  if (b != cache.b_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch size ", b, " does not match the KV cache's batch size ", cache.b_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LanguageModel::Prefill(const int32_t* ids, int64_t b, int64_t t, KvCache& cache) {
+  if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
+  if (absl::Status status = CheckCache(cache, b); !status.ok()) return status;
+  const int64_t c = config_.d_model, v = config_.vocab_rows();
+  have_loss_ = false;
+  b_ = t_ = 0;  // the step state no longer describes a training forward
+  cache.length_ = 0;
+  final_norm_.Forward(ctx_, b * t, RunBlocks(ids, b, t, &cache));
+  cache.length_ = t;
+  // The LM head on each sequence's last position only: rows T-1, T*C apart.
+  EnsureLogits(b, 1);
+  lm_head_->Forward(ctx_, b, ElementOffset(final_norm_.output(), (t - 1) * c, dtype_), t * c, logits_.data(),
+                    v,
+                    /*accumulate=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
+  if (absl::Status status = CheckCache(cache, cache.b_); !status.ok()) return status;
+  if (cache.length_ == 0) {
+    return absl::FailedPreconditionError("the KV cache is empty: Prefill a prompt before DecodeStep");
+  }
+  if (cache.length_ >= cache.capacity_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the KV cache is full: it holds context_length=", cache.capacity_,
+                     " tokens per sequence; Prefill a shorter window to continue"));
+  }
+  const int64_t b = cache.b_, c = config_.d_model, v = config_.vocab_rows();
+  for (int64_t i = 0; i < b; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ids[", i, "] = ", ids[i], " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  have_loss_ = false;
+  b_ = t_ = 0;
+  const int64_t position = cache.length_;
+  if (!decode_x_.defined() || decode_x_.dim(0) != b) {
+    decode_ids_ = kernels::Tensor::Empty({b}, kernels::DType::kI32, ctx_.allocator);
+    decode_x_ = kernels::Tensor::Empty({b, c}, dtype_, ctx_.allocator);
+  }
+  kernels::CopyToDevice(ctx_, decode_ids_.data(), ids, decode_ids_.nbytes());
+  const int32_t position32 = static_cast<int32_t>(position);
+  kernels::CopyToDevice(ctx_, cache.position_.data(), &position32, sizeof(position32));
+
+  // The embedding as Embedding computes it, at `position`: token row, plus the position table's row.
+  kernels::EmbeddingForwardParams embed;
+  embed.dtype = dtype_;
+  embed.N = b, embed.V = config_.vocab_rows(), embed.C = c;
+  embed.ids = decode_ids_.data<int32_t>(), embed.table = embedding_.token_table().compute.data();
+  embed.out = decode_x_.data();
+  kernels::EmbeddingForward(ctx_, embed);
+  const void* table = config_.positions == PositionKind::kLearned      ? learned_positions_.compute.data()
+                      : config_.positions == PositionKind::kSinusoidal ? sinusoidal_.data()
+                                                                       : nullptr;
+  for (int64_t i = 0; table != nullptr && i < b; ++i) {
+    kernels::ResidualForwardParams add;
+    add.dtype = dtype_;
+    add.n = c;
+    add.a = ElementOffset(decode_x_.data(), i * c, dtype_);
+    add.b = ElementOffset(table, position * c, dtype_);
+    add.out = ElementOffset(decode_x_.data(), i * c, dtype_);
+    kernels::ResidualForward(ctx_, add);
+  }
+
+  const void* x = decode_x_.data();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->Decode(ctx_, b, position, cache.position_.data<int32_t>(), x, cache.layers_[i]);
+    x = blocks_[i]->output();
+  }
+  final_norm_.Forward(ctx_, b, x);
+  EnsureLogits(b, 1);
+  lm_head_->Forward(ctx_, b, final_norm_.output(), c, logits_.data(), v, /*accumulate=*/false);
+  cache.length_ = position + 1;
+  return absl::OkStatus();
+}
+
+}  // namespace lmf::model
