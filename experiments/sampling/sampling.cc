@@ -6,7 +6,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "experiments/sampling/kv_cache_decoder.h"
+#include "kernels/core/dtype.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::experiments {
 namespace {
@@ -21,6 +22,21 @@ uint64_t SplitMix64(uint64_t x) {
 // Uniform in [0, 1) with 53 random bits.
 double Uniform(uint64_t seed, uint64_t draw) {
   return static_cast<double>(SplitMix64(SplitMix64(seed) ^ draw) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// The model's logits (B, 1, vocab_rows) on its device -> `out` as host floats (bf16 widened exactly), in one
+// copy.
+void LogitsToHost(const model::LanguageModel& model, std::vector<float>& out) {
+  const kernels::Tensor& logits = model.logits_tensor();
+  const size_t count = static_cast<size_t>(logits.numel());
+  out.resize(count);
+  if (logits.dtype() == kernels::DType::kF32) {
+    kernels::CopyToHost(model.context(), out.data(), logits.data(), logits.nbytes());
+    return;
+  }
+  std::vector<uint16_t> raw(count);
+  kernels::CopyToHost(model.context(), raw.data(), logits.data(), logits.nbytes());
+  for (size_t i = 0; i < count; ++i) out[i] = kernels::BF16ToFloat(raw[i]);
 }
 
 }  // namespace
@@ -61,34 +77,39 @@ absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const
                                               const GenerateOptions& options,
                                               const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) return absl::InvalidArgumentError("generation needs a prompt of at least one token");
-  KvCacheDecoder decoder(model);
+  absl::StatusOr<model::KvCache> cache = model.NewKvCache(1);
+  if (!cache.ok()) return cache.status();
   const int64_t vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, model.config().vocab_size)
                                                 : model.config().vocab_size;
-  const int64_t capacity = decoder.capacity();
+  const int64_t capacity = cache->capacity();
   std::vector<int32_t> ids = prompt;
-  // (Re)fills the cache with the last `keep` ids; returns the logits after the last of them.
-  auto refill = [&](int64_t keep) -> absl::StatusOr<const float*> {
-    decoder.Reset();
-    const float* logits = nullptr;
-    for (size_t i = ids.size() - static_cast<size_t>(keep); i < ids.size(); ++i) {
-      absl::StatusOr<const float*> step = decoder.Step(ids[i]);
-      if (!step.ok()) return step.status();
-      logits = *step;
-    }
-    return logits;
+  std::vector<float> logits;
+  // (Re)fills the cache with the last `keep` ids; the logits after the last of them come to `logits`.
+  auto refill = [&](int64_t keep) -> absl::Status {
+    const int32_t* window = ids.data() + ids.size() - static_cast<size_t>(keep);
+    if (absl::Status status = model.Prefill(window, 1, keep, *cache); !status.ok()) return status;
+    LogitsToHost(model, logits);
+    return absl::OkStatus();
   };
-  absl::StatusOr<const float*> logits = refill(std::min<int64_t>(capacity, static_cast<int64_t>(ids.size())));
+  if (absl::Status status = refill(std::min<int64_t>(capacity, static_cast<int64_t>(ids.size())));
+      !status.ok()) {
+    return status;
+  }
   std::vector<int32_t> generated;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    if (!logits.ok()) return logits.status();
-    const int32_t next = SampleToken(*logits, vocab, options.sampling, static_cast<uint64_t>(i));
+    const int32_t next = SampleToken(logits.data(), vocab, options.sampling, static_cast<uint64_t>(i));
     if (options.stop_token.has_value() && next == *options.stop_token) break;
     ids.push_back(next);
     generated.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == options.max_new_tokens) break;
     // A full cache restarts from the newest half of the window (positions begin again at 0).
-    logits = decoder.length() < capacity ? decoder.Step(next) : refill(std::max<int64_t>(1, capacity / 2));
+    if (cache->length() < capacity) {
+      if (absl::Status status = model.DecodeStep(&next, *cache); !status.ok()) return status;
+      LogitsToHost(model, logits);
+    } else if (absl::Status status = refill(std::max<int64_t>(1, capacity / 2)); !status.ok()) {
+      return status;
+    }
   }
   return generated;
 }

@@ -1,6 +1,7 @@
 // Sampling the next token from a row of logits: temperature, then nucleus (top-p) truncation, then a draw
 // from a counter-based generator (so a seed reproduces a generation). Temperature 0 is greedy (argmax).
-// And the generation loop over a LanguageModel, stopping at a stop token or a token limit.
+// And the generation loop over a LanguageModel's incremental forward, stopping at a stop token or a token
+// limit.
 #ifndef LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_
 #define LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_
 
@@ -32,10 +33,12 @@ struct GenerateOptions {
   int64_t vocab_limit = 0;
 };
 
-// Continues `prompt` (at least one id) with up to max_new_tokens ids, decoding with a KV cache
-// (kv_cache_decoder.h): the prompt's last context_length ids fill the cache, then each new id costs one
-// incremental step. When the cache is full it is refilled with the newest context_length / 2 ids.
-// `on_token` (may be empty) sees each new id as it is drawn.
+// Continues `prompt` (at least one id) with up to max_new_tokens ids, decoding with the model's KV cache
+// (LanguageModel::Prefill / DecodeStep, on the model's device and in its precision): the prompt's last
+// context_length ids fill the cache, then each new id costs one incremental step. When the cache is full it
+// is refilled with the newest context_length / 2 ids (positions begin again at 0). Each step's logits come
+// to the host once (vocab_rows values, bf16 widened to f32) for sampling. `on_token` (may be empty) sees
+// each new id as it is drawn.
 absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
                                               const GenerateOptions& options,
                                               const std::function<void(int32_t)>& on_token);
