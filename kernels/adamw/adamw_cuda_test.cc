@@ -64,6 +64,36 @@ TEST_P(AdamWCudaTest, MultiTensorAdamWMatchesPerTensorCpuSteps) {
   }
 }
 
+// Clipping from a norm left in device memory (MultiTensorAdamWParams::norm, as GlobalGradNormToDevice
+// gives it): the gradients are scaled by ClipScale(norm, max_norm) = 1 / 4 here, as the CPU kernel does
+// with the same norm; no bf16 copy requested (param_copy null).
+TEST_P(AdamWCudaTest, ClipsByANormInDeviceMemory) {
+  const int64_t n = 5000;
+  const float norm = 4.0f;
+  std::vector<float> param = RandomNormal(n, 110), grad = RandomNormal(n, 111), m(n, 0.0f), v(n, 0.0f);
+  std::vector<float> nparam = param, nm = m, nv = v;
+  const std::vector<float> gr = RoundTo(grad, dt());
+  DeviceBuffer gp(param, DType::kF32), gg(grad, dt()), gm(m, DType::kF32), gv(v, DType::kF32),
+      gnorm(std::vector<float>{norm}, DType::kF32);
+  AdamWTensor cpu_t{n, param.data(), grad.data(), m.data(), v.data(), nullptr};
+  AdamWTensor naive_t{n, nparam.data(), gr.data(), nm.data(), nv.data(), nullptr};
+  AdamWTensor gpu_t{n, gp.as<float>(), gg.get(), gm.as<float>(), gv.as<float>(), nullptr};
+  for (int64_t step = 1; step <= 2; ++step) {
+    MultiTensorAdamWParams p;
+    p.num_tensors = 1, p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = step, p.max_norm = 1.0f;
+    p.tensors = &cpu_t, p.norm = &norm;
+    kernels::MultiTensorAdamW(cpu_, p);
+    p.tensors = &naive_t;
+    kernels::MultiTensorAdamW(cpu_, p);
+    p.grad_dtype = dt(), p.tensors = &gpu_t, p.norm = gnorm.as<float>();
+    ASSERT_TRUE(cuda::MultiTensorAdamW(ctx(), p).ok());
+  }
+  // As above: 1e-5 relative covers FMA contraction; m and v scale with the clipped gradient.
+  Expect("adamw param (clipped)", gp.ToFloats(), param, nparam, false, 2.0, 1e-5, 1e-6);
+  Expect("adamw m (clipped)", gm.ToFloats(), m, nm, false, 2.0, 1e-5, 1e-7);
+  Expect("adamw v (clipped)", gv.ToFloats(), v, nv, false, 2.0, 1e-5, 1e-9);
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, AdamWCudaTest, testing::GpuTestDTypes(), testing::DTypeTestName);
 
 }  // namespace
