@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of the experiment binaries as a user runs them: a tokenizer and token files from the
 # `bpe` CLI, `train` on the tiny config with --set overrides, a simulated kill (--stop_after) and --resume,
-# `eval` and `generate` on the run folder, eval's device flags and their refusals, and the errors and exit
+# `eval` and `generate` on the run folder, their device flags and refusals, and the errors and exit
 # codes for a bad config, an unknown flag and a run folder that already holds a run.
 set -euo pipefail
 
@@ -87,8 +87,24 @@ expect_error eval_fp16.log "^eval: --precision=fp16: expected fp32 or bf16$" \
   "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cuda --precision=fp16
 expect_error eval_ordinal.log "^eval: --cuda_device needs --device=cuda$" \
   "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --cuda_device=1
-expect_error gen_cuda.log "^generate: --device=cuda --cuda_device=0 --precision=fp32: generate runs on the CPU in fp32 only" \
-  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --device=cuda
+# generate takes the same placement flags: without a GPU (or the CUDA backend) the same device error; with
+# one, text (its logits against the CPU's are model/language_model:language_model_decode_cuda_test's), or,
+# for this config's head size 16, the model's refusal naming the head size.
+set +e
+"$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --device=cuda \
+    > gen_cuda.txt 2> gen_cuda.log
+code=$?
+set -e
+if [[ $code == 0 ]]; then
+  grep -q "^Once upon a time" gen_cuda.txt || fail "generate --device=cuda output: $(cat gen_cuda.txt)"
+else
+  [[ $code == 1 ]] || fail "generate --device=cuda exit code $code: $(cat gen_cuda.log)"
+  grep -Eq "^generate: (${cuda_error#eval: }|.*head size 16 .* is not supported)" gen_cuda.log || fail "generate --device=cuda message: $(cat gen_cuda.log)"
+fi
+expect_error gen_cuda999.log "^generate: ${cuda_error#eval: }" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --device=cuda --cuda_device=999
+expect_error gen_bf16.log "^generate: --precision=bf16 needs --device=cuda \(the CPU backend computes in fp32\)$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --precision=bf16
 "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cpu --precision=fp32 > eval_cpu.txt 2> eval_cpu.log ||
   fail "eval --device=cpu: $(cat eval_cpu.log)"
 [[ "$(cut -d'|' -f1-3 eval.txt)" == "$(cut -d'|' -f1-3 eval_cpu.txt)" ]] || fail "--device=cpu changed the loss"
