@@ -23,8 +23,10 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/metrics/metrics_log.h"
+#include "experiments/trainer/model_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
+#include "model/accounting/accounting.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/token_file.h"
 
@@ -294,6 +296,33 @@ TEST(Trainer, LogNamesTheDeviceAndTheMfuPeak) {
   const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("device_run"));
   ASSERT_EQ(metrics.size(), 2u);
   EXPECT_GT(metrics[1].mfu, 0);
+}
+
+// With gradient accumulation, a step processes batch_size x context_length x grad_accum_steps tokens: the
+// logged tokens and tokens/s count all of them once per optimizer step, and MFU is tokens/s x the model's
+// training FLOPs per token (model/accounting, at the context length) / the peak, so a FLOP or token count
+// taken per micro-batch (or the micro-batches left out) shows as a factor of grad_accum_steps.
+TEST(Trainer, MfuAndTokensCountEveryMicroBatchOncePerStep) {
+  const std::string train = WriteTokens("accum_mfu.tok", RandomIds(2000, 12));
+  const config::Experiment e = Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("accum_mfu_run"),
+                                     "run.max_steps=2", "schedule.warmup=0", "run.peak_flops=1e12",
+                                     "run.grad_accum_steps=3"});
+  auto result = Train(e, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const int64_t tokens_per_step = e.run().batch_size() * e.model().context_length() * 3;
+  absl::StatusOr<model::ModelConfig> config = ToModelConfig(e.model());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const double flops_per_token = model::CountFlopsPerToken(*config, e.model().context_length()).training();
+  const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("accum_mfu_run"));
+  ASSERT_EQ(metrics.size(), 2u);
+  for (const StepMetrics& m : metrics) {
+    EXPECT_EQ(m.tokens, m.step * tokens_per_step) << "step " << m.step;
+    // metrics.jsonl keeps 17 significant digits; the products below round a few times in double.
+    EXPECT_NEAR(m.mfu, m.tokens_per_second * flops_per_token / 1e12, 1e-12 * m.mfu) << "step " << m.step;
+  }
+  // The first step's wall time is that step's: its tokens/s is all of the step's tokens over it.
+  EXPECT_NEAR(metrics[0].tokens_per_second * metrics[0].wall_seconds, static_cast<double>(tokens_per_step),
+              1e-9 * tokens_per_step);
 }
 
 TEST(Trainer, CudaWithoutAUsableDeviceIsAClearError) {
