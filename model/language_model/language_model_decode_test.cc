@@ -4,7 +4,8 @@
 // sequences with different tokens, the logits of a prefilled prompt and of every decode step after it equal
 // Forward's at the same positions. Also: the cache refuses to grow past context_length and other misuse
 // with a status; decoding after a training step is right, and a training step after decoding equals one on
-// a fresh model bit for bit, with the gradients untouched by the decoding.
+// a fresh model bit for bit, with the gradients untouched by the decoding; on NaN-filled memory the
+// incremental forward computes the same logits bit for bit (no cache row past the length is read).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/core/allocator.h"
 #include "kernels/core/context.h"
 #include "model/language_model/language_model.h"
 
@@ -24,8 +26,9 @@ namespace {
 
 constexpr int64_t kB = 2;
 
-std::unique_ptr<LanguageModel> Make(const ModelConfig& config, uint64_t seed) {
-  absl::StatusOr<std::unique_ptr<LanguageModel>> m = LanguageModel::Create(config, kernels::Context::Cpu());
+std::unique_ptr<LanguageModel> Make(const ModelConfig& config, uint64_t seed,
+                                    const kernels::Context& ctx = kernels::Context::Cpu()) {
+  absl::StatusOr<std::unique_ptr<LanguageModel>> m = LanguageModel::Create(config, ctx);
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return nullptr;
   (*m)->InitializeParameters(seed);
@@ -190,6 +193,51 @@ TEST(LanguageModelDecode, MisuseIsAStatus) {
   // A prefill restarts the cache.
   ASSERT_TRUE(model->Prefill(ids.data(), kB, 2, *cache).ok());
   EXPECT_EQ(cache->length(), 2);
+}
+
+// CPU memory that arrives filled with NaN (0xff bytes), like the reused blocks a caching device allocator
+// hands out with old contents.
+class PoisoningAllocator final : public kernels::Allocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    void* block = kernels::CpuAllocator::Default().Allocate(bytes);
+    std::memset(block, 0xff, bytes);
+    return block;
+  }
+  void Deallocate(void* block, size_t bytes) override {
+    kernels::CpuAllocator::Default().Deallocate(block, bytes);
+  }
+  kernels::Device device() const override { return kernels::Device::Cpu(); }
+};
+
+// The cache rows past its length, and every buffer the incremental forward allocates, are never read before
+// they are written: on poisoned memory the prefill and every decode step give the same logits bit for bit.
+TEST(LanguageModelDecode, NothingIsReadBeforeItIsWritten) {
+  PoisoningAllocator poison;
+  kernels::Context poisoned = kernels::Context::Cpu();
+  poisoned.allocator = &poison;
+  for (const ModelConfig& config : {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4)}) {
+    SCOPED_TRACE(config.DebugString());
+    const std::vector<int32_t> ids = RandomIds(config, kB * config.context_length, 17);
+    std::vector<float> logits[2];
+    for (int run = 0; run < 2; ++run) {
+      std::unique_ptr<LanguageModel> model = Make(config, 4, run == 0 ? kernels::Context::Cpu() : poisoned);
+      ASSERT_NE(model, nullptr);
+      absl::StatusOr<KvCache> cache = model->NewKvCache(kB);
+      ASSERT_TRUE(cache.ok());
+      const std::vector<int32_t> prompt = Prefix(ids, config.context_length, 3);
+      ASSERT_TRUE(model->Prefill(prompt.data(), kB, 3, *cache).ok());
+      for (int64_t pos = 3;; ++pos) {
+        const int64_t v = config.vocab_rows();
+        logits[run].insert(logits[run].end(), model->logits(), model->logits() + kB * v);
+        if (pos == config.context_length) break;
+        const int32_t next[kB] = {ids[pos], ids[config.context_length + pos]};
+        ASSERT_TRUE(model->DecodeStep(next, *cache).ok());
+      }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0);
+  }
 }
 
 struct Step {
