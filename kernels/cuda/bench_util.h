@@ -15,7 +15,7 @@
 namespace lmf::kernels::cuda::bench {
 
 // Median milliseconds of `iters` timed runs of fn (each timed with events on `stream`) after `warmup` runs.
-// fn returns false to report a failure (the benchmark aborts with its message).
+// fn reports its own failures (it returns nothing); a pending CUDA error after the runs aborts, naming it.
 double MedianMs(void* stream, const std::function<void()>& fn, int warmup = 3, int iters = 20);
 
 // Runs `python3 <script> <args>` (script: a file name under tools/gpu_peers) and parses its
