@@ -52,7 +52,7 @@ class LanguageModel;
 // The keys and values of B sequences that share one length, for LanguageModel's incremental forward: per
 // layer K and V (B, context_length, NKV, HS) in the activation dtype on the model's device (from
 // ctx.allocator). Made by LanguageModel::NewKvCache, filled by Prefill, extended by DecodeStep; used with
-// the model that made it only. Move-only.
+// the model that made it only, and destroyed before that model's allocator. Move-only.
 class KvCache {
  public:
   KvCache(KvCache&&) = default;
