@@ -63,12 +63,14 @@ absl::StatusOr<void*> CachingAllocator::AllocateOnStream(size_t bytes, StreamHan
   PollPendingLocked();
   if (void* ptr = TakeCachedLocked(size, stream)) return ptr;
   absl::StatusOr<void*> fresh = backend_->Malloc(size);
-  if (!fresh.ok()) {
-    // Give the cache back and try once more.
+  if (!fresh.ok() && absl::IsResourceExhausted(fresh.status())) {
+    // Out of memory: give the cache back and try once more.
     ReleaseCacheLocked();
     fresh = backend_->Malloc(size);
-    if (!fresh.ok()) return fresh.status();
   }
+  // Any other error (e.g. a sticky fault from an earlier kernel) comes back as it is: freeing the cache
+  // then would only abort in cudaFree with the same error.
+  if (!fresh.ok()) return fresh.status();
   ++stats_.backend_mallocs;
   stats_.bytes_in_use += size;
   Block b;

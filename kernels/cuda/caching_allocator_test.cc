@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,6 +15,7 @@ namespace {
 class FakeBackend final : public DeviceMemoryBackend {
  public:
   absl::StatusOr<void*> Malloc(size_t bytes) override {
+    if (!error_.ok()) return error_;
     if (limit_ != 0 && outstanding_ + bytes > limit_)
       return absl::ResourceExhaustedError("fake out of memory");
     void* p = std::malloc(bytes);
@@ -49,6 +51,7 @@ class FakeBackend final : public DeviceMemoryBackend {
   size_t live_events() const { return events_.size(); }
   size_t outstanding() const { return outstanding_; }
   void set_limit(size_t bytes) { limit_ = bytes; }
+  void set_error(absl::Status error) { error_ = std::move(error); }  // every Malloc fails with it
 
   int mallocs = 0;
   int syncs = 0;
@@ -58,6 +61,7 @@ class FakeBackend final : public DeviceMemoryBackend {
   std::set<bool*> events_;
   size_t outstanding_ = 0;
   size_t limit_ = 0;
+  absl::Status error_;
 };
 
 StreamHandle Stream(int i) {
@@ -154,6 +158,19 @@ TEST(CachingAllocatorTest, OutOfMemoryReleasesTheCacheAndRetries) {
   absl::StatusOr<void*> c = alloc.AllocateOnStream(1u << 20, Stream(0));
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   alloc.Free(*b);
+}
+
+TEST(CachingAllocatorTest, OtherBackendErrorsComeBackWithoutReleasingTheCache) {
+  FakeBackend backend;
+  CachingAllocator alloc(&backend, Stream(0));
+  void* a = *alloc.AllocateOnStream(1000, Stream(0));
+  alloc.Free(a);
+  backend.set_error(absl::InternalError("cudaMalloc failed: cudaErrorIllegalAddress"));
+  absl::StatusOr<void*> b = alloc.AllocateOnStream(5000, Stream(0));
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(alloc.stats().backend_frees, 0) << "the cache is released only when memory is exhausted";
+  EXPECT_EQ(alloc.stats().bytes_cached, 1024u);
+  backend.set_error(absl::OkStatus());
 }
 
 TEST(CachingAllocatorTest, ReleaseCacheWaitsForPendingBlocks) {
