@@ -151,6 +151,9 @@ int Main() {
   std::printf(
       "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, %s\n", median_ms, steps,
       ms.front(), ms.back(), tokens_per_second, mfu(tokens_per_second).c_str());
+  // stdout is a file under tools/gpu_run.sh, so fully buffered: flush our figures before anything that can
+  // run into the benchmark's time limit (timeout's SIGTERM ends the process without flushing stdio).
+  std::fflush(stdout);
   if (absl::GetFlag(FLAGS_phases)) {
     std::vector<double> phase_ms[3];
     for (int i = 0; i < steps; ++i) step(phase_ms);
@@ -161,6 +164,7 @@ int Main() {
         steps, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
         static_cast<double>(memory.bytes_in_use) / (1 << 30),
         static_cast<double>(memory.bytes_cached) / (1 << 30));
+    std::fflush(stdout);
   }
   if (!absl::GetFlag(FLAGS_peer)) return 0;
   absl::StatusOr<std::map<std::string, double>> peer =
