@@ -38,6 +38,9 @@ std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunCo
       {"H100", "", 756.0e12, 51.2e12},      // PCIe
       {"A100", "", 312.0e12, 19.5e12},
   };
+  // The NVL cards (H100 NVL, H200 NVL: PCIe boards at lower power and clocks) have other peaks than the SXM
+  // parts whose names they contain; they are not in the table, so they get none rather than the SXM's.
+  if (absl::StrContains(device_name, "NVL")) return std::nullopt;
   for (const Peak& peak : kPeaks) {
     if (!absl::StrContains(device_name, peak.name_part)) continue;
     if (peak.excluded_part[0] != '\0' && absl::StrContains(device_name, peak.excluded_part)) continue;

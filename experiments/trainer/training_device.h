@@ -61,7 +61,8 @@ double PeakFlops(const config::RunConfig& run, int num_threads);
 
 // The dense peak FLOP/s of a GPU, by the name the CUDA driver reports (cudaDeviceProp::name), for bf16
 // (tensor cores) or fp32 (CUDA cores, no TF32): H200 and H100 SXM 989.4e12 / 66.9e12, H100 PCIe 756e12 /
-// 51.2e12, A100 312e12 / 19.5e12 (NVIDIA's data sheets, without sparsity). nullopt for other devices.
+// 51.2e12, A100 312e12 / 19.5e12 (NVIDIA's data sheets, without sparsity). nullopt for other devices,
+// including the H100 NVL and H200 NVL cards (whose names contain H100 / H200 but whose peaks are lower).
 std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunConfig::Precision precision);
 
 }  // namespace lmf::experiments

@@ -81,6 +81,9 @@ TEST(GpuPeakFlops, KnownDevicesByDriverName) {
   EXPECT_EQ(GpuPeakFlops("NVIDIA A100-SXM4-80GB", config::RunConfig::BF16), 312e12);
   EXPECT_EQ(GpuPeakFlops("NVIDIA A100-SXM4-80GB", config::RunConfig::FP32), 19.5e12);
   EXPECT_EQ(GpuPeakFlops("NVIDIA GeForce RTX 4090", config::RunConfig::BF16), std::nullopt);
+  // The NVL cards are other parts than the SXM ones their names contain: no peak, not the SXM's.
+  EXPECT_EQ(GpuPeakFlops("NVIDIA H100 NVL", config::RunConfig::BF16), std::nullopt);
+  EXPECT_EQ(GpuPeakFlops("NVIDIA H200 NVL", config::RunConfig::FP32), std::nullopt);
 }
 
 }  // namespace
