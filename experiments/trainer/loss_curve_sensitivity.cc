@@ -96,7 +96,8 @@ std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation
     if (perturbation == Perturbation::kReorderEveryStep) {
       model->VisitParameters([&](const std::string&, const model::Parameter& p) {
         float* g = p.grad_data();
-        for (int64_t i = 0; i < p.grad.numel(); ++i) g[i] = static_cast<float>(g[i] * (1.0 + relative(noise)));
+        for (int64_t i = 0; i < p.grad.numel(); ++i)
+          g[i] = static_cast<float>(g[i] * (1.0 + relative(noise)));
       });
     }
     if (perturbation == Perturbation::kBf16Weights) {
