@@ -24,7 +24,8 @@
 //   model->DecodeStep(next, *cache);           // next (B): one token per sequence -> logits (B, 1, V)
 // All sequences of a cache share one length. Prefill and DecodeStep replace the step state (the modules'
 // saved activations and the logits) as a Forward of another shape does: Backward needs a new
-// ForwardWithLoss after them. Parameters, gradients and the backward workspace are not touched.
+// ForwardWithLoss after them (until then saved_activation_bytes() is 0). Parameters, gradients and the
+// backward workspace are not touched; counters() add their FLOPs.
 #ifndef LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 #define LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 
