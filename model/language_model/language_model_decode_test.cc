@@ -272,6 +272,7 @@ TEST(LanguageModelDecode, TrainingAndDecodingInterleave) {
   const std::vector<int32_t> targets = RandomIds(config, 3 * 7, 12);
   const Step before = TrainStep(*model, train_ids, targets, 3, 7);
   EXPECT_LE(IncrementalError(*model, RandomIds(config, kB * config.context_length, 13), 4), kTolerance);
+  EXPECT_EQ(model->saved_activation_bytes(), 0);  // nothing a Backward could use
   model->VisitParameters([&](const std::string& name, const Parameter& p) {
     EXPECT_EQ(std::memcmp(p.grad_data(), before.grads.at(name).data(), p.grad.nbytes()), 0) << name;
   });
