@@ -133,7 +133,15 @@ if [[ -n "$real_python" ]]; then
   chmod +x "$work/peerbin/python3"
 fi
 ours_path="$work/peerbin:$PATH"
-ours() { env LD_LIBRARY_PATH="$ours_ld" PATH="$ours_path" "$@"; }
+# Thread pools (the CPU reference runs inside the gpu tests) sized by the cores we may use, at most 16 (the
+# device's count; hardware_concurrency can report more than the container may run).
+ours_threads="$(nproc 2>/dev/null || echo 16)"
+((ours_threads > 16)) && ours_threads=16
+ours() { env LD_LIBRARY_PATH="$ours_ld" PATH="$ours_path" LMF_NUM_THREADS="$ours_threads" "$@"; }
+# Line-buffered output where coreutils' stdbuf exists, so a step killed by its timeout keeps every line it
+# printed (stdout to a file is otherwise block-buffered and lost with the process).
+linebuf=()
+command -v stdbuf >/dev/null 2>&1 && linebuf=(stdbuf -oL -eL)
 
 {
   echo "date: $(date -u '+%F %T UTC')  host: $(uname -srm)"
@@ -194,7 +202,7 @@ run_step() {
   shift 3
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$dir" && ours TEST_TMPDIR="$(mktemp -d "$work/tmp.XXXXXX")" timeout -k 5 "$limit" "$@") >>"$log" 2>&1
+  (cd "$dir" && ours TEST_TMPDIR="$(mktemp -d "$work/tmp.XXXXXX")" timeout -k 5 "$limit" "${linebuf[@]}" "$@") >>"$log" 2>&1
   step_rc=$?
   t1=$(date +%s.%N)
   step_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
