@@ -139,19 +139,6 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, ke
   } else {
     lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, ctx, dtype, &counters_);
   }
-  // DecodeStep adds row `position` of the position table to each new token's embedding.
-  embedding_.VisitParameters([&](const std::string& name, const Parameter& p) {
-    if (name == "position_embeddings.weight") learned_positions_ = p;
-  });
-  if (config.positions == PositionKind::kSinusoidal) {
-    // The sinusoidal table is Embedding's own (built once, in the activation dtype). The token table is all
-    // zeros until the model is initialised or loaded, so Embedding's forward over positions [0, context)
-    // gives exactly the table (0 + PE[p]); that copy is the table DecodeStep reads.
-    const std::vector<int32_t> zeros(static_cast<size_t>(config.context_length), 0);
-    embedding_.Forward(ctx_, 1, config.context_length, zeros.data());
-    sinusoidal_ = kernels::Tensor::Empty({config.context_length, config.d_model}, dtype, ctx_.allocator);
-    kernels::CopyOnDevice(ctx_, sinusoidal_.data(), embedding_.output(), sinusoidal_.nbytes());
-  }
 }
 
 void LanguageModel::InitializeParameters(uint64_t seed) {

@@ -167,11 +167,6 @@ class LanguageModel {
   std::vector<float> host_losses_;
   BackwardWorkspace workspace_;
   int64_t workspace_rows_ = 0;
-  // Incremental forward.
-  Parameter learned_positions_;  // position_embeddings.weight (learned positions only)
-  kernels::Tensor sinusoidal_;   // (context_length, C) activation dtype, sinusoidal positions only
-  kernels::Tensor decode_ids_;   // (B) int32
-  kernels::Tensor decode_x_;     // (B, C) the embedded tokens of a decode step
 };
 
 }  // namespace lmf::model

@@ -5,9 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/embedding/embedding.h"
 #include "kernels/memory/memory.h"
-#include "kernels/residual/residual.h"
 #include "model/language_model/language_model.h"
 
 namespace lmf::model {
@@ -80,35 +78,11 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
   have_loss_ = false;
   b_ = t_ = 0;
   const int64_t position = cache.length_;
-  if (!decode_x_.defined() || decode_x_.dim(0) != b) {
-    decode_ids_ = kernels::Tensor::Empty({b}, kernels::DType::kI32, ctx_.allocator);
-    decode_x_ = kernels::Tensor::Empty({b, c}, dtype_, ctx_.allocator);
-  }
-  kernels::CopyToDevice(ctx_, decode_ids_.data(), ids, decode_ids_.nbytes());
   const int32_t position32 = static_cast<int32_t>(position);
   kernels::CopyToDevice(ctx_, cache.position_.data(), &position32, sizeof(position32));
-
-  // The embedding as Embedding computes it, at `position`: token row, plus the position table's row.
-  kernels::EmbeddingForwardParams embed;
-  embed.dtype = dtype_;
-  embed.N = b, embed.V = config_.vocab_rows(), embed.C = c;
-  embed.ids = decode_ids_.data<int32_t>(), embed.table = embedding_.token_table().compute.data();
-  embed.out = decode_x_.data();
-  kernels::EmbeddingForward(ctx_, embed);
-  const void* table = config_.positions == PositionKind::kLearned      ? learned_positions_.compute.data()
-                      : config_.positions == PositionKind::kSinusoidal ? sinusoidal_.data()
-                                                                       : nullptr;
-  for (int64_t i = 0; table != nullptr && i < b; ++i) {
-    kernels::ResidualForwardParams add;
-    add.dtype = dtype_;
-    add.n = c;
-    add.a = ElementOffset(decode_x_.data(), i * c, dtype_);
-    add.b = ElementOffset(table, position * c, dtype_);
-    add.out = ElementOffset(decode_x_.data(), i * c, dtype_);
-    kernels::ResidualForward(ctx_, add);
-  }
-
-  const void* x = decode_x_.data();
+  // The new tokens' embeddings at `position` (token row plus the position table's row).
+  embedding_.Forward(ctx_, b, 1, ids, position);
+  const void* x = embedding_.output();
   for (size_t i = 0; i < blocks_.size(); ++i) {
     blocks_[i]->Decode(ctx_, b, position, cache.position_.data<int32_t>(), x, cache.layers_[i]);
     x = blocks_[i]->output();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/check.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/memory/memory.h"
 #include "kernels/residual/residual.h"
@@ -38,20 +39,27 @@ Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, ker
   }
 }
 
-void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids) {
+void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids,
+                        int64_t first_position) {
+  LMF_CHECK(first_position >= 0 && first_position + t <= context_length_)
+      << "Embedding: positions [" << first_position << ", " << first_position + t << ") past context_length "
+      << context_length_;
   const int64_t n = b * t;
   if (b != b_ || t != t_) {
     out_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
     ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
     if (positions_ == PositionKind::kLearned) {
-      std::vector<int32_t> positions(static_cast<size_t>(n));
-      for (int64_t r = 0; r < n; ++r) positions[r] = static_cast<int32_t>(r % t);
       position_ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
-      kernels::CopyToDevice(ctx, position_ids_.data(), positions.data(), position_ids_.nbytes());
     }
-    b_ = b;
-    t_ = t;
   }
+  if (positions_ == PositionKind::kLearned && (b != b_ || t != t_ || first_position != first_position_)) {
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) positions[r] = static_cast<int32_t>(first_position + r % t);
+    kernels::CopyToDevice(ctx, position_ids_.data(), positions.data(), position_ids_.nbytes());
+  }
+  b_ = b;
+  t_ = t;
+  first_position_ = first_position;
   kernels::CopyToDevice(ctx, ids_.data(), ids, ids_.nbytes());
   kernels::EmbeddingForwardParams p;
   p.dtype = dtype_;
@@ -62,13 +70,13 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
                       : positions_ == PositionKind::kSinusoidal ? sinusoidal_.data()
                                                                 : nullptr;
   if (table == nullptr) return;
-  // Each sequence's rows (T, C) += the table's first T rows.
+  // Each sequence's rows (T, C) += the table's rows [first_position, first_position + T).
   for (int64_t bi = 0; bi < b; ++bi) {
     kernels::ResidualForwardParams add;
     add.dtype = dtype_;
     add.n = t * c_;
     add.a = ElementOffset(out_.data(), bi * t * c_, dtype_);
-    add.b = table;
+    add.b = ElementOffset(table, first_position * c_, dtype_);
     add.out = ElementOffset(out_.data(), bi * t * c_, dtype_);
     kernels::ResidualForward(ctx, add);
   }

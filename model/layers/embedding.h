@@ -21,8 +21,9 @@ class Embedding {
   Embedding(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype);
 
   // ids (B, T) int32 in HOST memory, each in [0, V) (the caller validates); copied to the device ->
-  // output() (B*T, C).
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids);
+  // output() (B*T, C). Token t of each sequence sits at position first_position + t (the incremental forward
+  // embeds one new token per sequence at the cache's length); first_position + T <= context_length.
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids, int64_t first_position = 0);
   // (B*T, C) in the activation dtype on the model's device.
   const void* output() const { return out_.data(); }
   // dx (B*T, C) -> accumulates into the token (and learned position) table gradients.
@@ -40,9 +41,10 @@ class Embedding {
   Parameter tokens_, learned_;
   kernels::Tensor sinusoidal_;  // (context_length, C) in the activation dtype, sinusoidal positions only
   // Step state.
-  int64_t b_ = 0, t_ = 0;
+  int64_t b_ = 0, t_ = 0, first_position_ = 0;
   kernels::Tensor ids_;           // (B*T) int32
-  kernels::Tensor position_ids_;  // (B*T) int32, row r holds r % T; learned positions only (their backward)
+  kernels::Tensor position_ids_;  // (B*T) int32, row r holds first_position + r % T; learned positions only
+                                  // (their backward)
   kernels::Tensor out_;
 };
 
