@@ -439,6 +439,15 @@ absl::Status Validate(const AttentionParams& p) {
   if (p.lse == nullptr) return absl::InvalidArgumentError("attention: lse is required");
   if (p.T >= (int64_t{1} << 31) || p.S >= (int64_t{1} << 31))
     return absl::InvalidArgumentError("attention: T or S >= 2^31");
+  if (p.B < 0 || p.T < 0 || p.S < 0 || p.NH < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention: negative size B=", p.B, " T=", p.T, " S=", p.S, " NH=", p.NH));
+  // No keys: the backward's dk/dv grid would have 0 blocks (a launch error); the CPU kernel rejects it too.
+  if (p.T > 0 && p.S == 0) return absl::InvalidArgumentError("attention: S = 0 keys for T > 0 queries");
+  // Every grid is (row blocks, heads, batch): CUDA limits gridDim.y and gridDim.z to 65535.
+  if (p.NH > 65535 || p.B > 65535)
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention: CUDA runs NH and B up to 65535 (grid y/z limit), got NH=", p.NH, " B=", p.B));
   if (p.dtype == DType::kF32) return absl::OkStatus();  // scalar loads: any strides
   for (int64_t s :
        {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,

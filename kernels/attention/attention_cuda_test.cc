@@ -250,5 +250,19 @@ TEST_F(AttentionLimitsTest, UnsupportedHeadSizeAndDtypeAreReported) {
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST_F(AttentionLimitsTest, NoKeysAndGridsBeyondCudaLimitsAreInvalidArguments) {
+  Geometry g{1, 16, 2, 2, 64, false};
+  DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16),
+      lse(32, DType::kF32);
+  AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
+  p.dtype = DType::kBF16;
+  p.S = 0;  // checked before any memory is touched, as are the sizes below
+  EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kInvalidArgument);
+  p.S = g.T, p.B = 70000;  // gridDim.z <= 65535
+  EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kInvalidArgument);
+  p.B = 1, p.NH = p.NKV = 70000;  // gridDim.y <= 65535
+  EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace lmf::kernels::cuda
