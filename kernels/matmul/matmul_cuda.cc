@@ -141,9 +141,13 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
       d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref,
-                                                            1, &heuristic, &found));
-  if (found == 0) {
+  // No algorithm for the configuration comes back as CUBLAS_STATUS_NOT_SUPPORTED (cublasLt.h,
+  // cublasLtMatmulAlgoGetHeuristic), or as success with no result.
+  const cublasStatus_t searched = cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c,
+                                                                 d.pref, 1, &heuristic, &found);
+  if (searched != CUBLAS_STATUS_SUCCESS && searched != CUBLAS_STATUS_NOT_SUPPORTED)
+    return CublasErrorStatus(searched, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  if (searched == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     return absl::UnimplementedError(absl::StrCat("matmul: cuBLASLt has no algorithm for M=", g.M, " N=", g.N,
                                                  " K=", g.K,
                                                  " (check alignment of lda/ldb/ldc and pointers)"));
