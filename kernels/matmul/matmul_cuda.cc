@@ -84,8 +84,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+using PlanKey =
+    std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t>;
 
 absl::Mutex plans_mu;
 std::map<PlanKey, std::unique_ptr<Plan>>& Plans() {
@@ -143,8 +144,8 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
   int found = 0;
   // No algorithm for the configuration comes back as CUBLAS_STATUS_NOT_SUPPORTED (cublasLt.h,
   // cublasLtMatmulAlgoGetHeuristic), or as success with no result.
-  const cublasStatus_t searched = cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c,
-                                                                 d.pref, 1, &heuristic, &found);
+  const cublasStatus_t searched =
+      cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found);
   if (searched != CUBLAS_STATUS_SUCCESS && searched != CUBLAS_STATUS_NOT_SUPPORTED)
     return CublasErrorStatus(searched, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   if (searched == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
@@ -174,6 +175,9 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   }
   const uint32_t align_a = Alignment(g.a), align_b = Alignment(g.b);
   const uint32_t align_c = std::min(Alignment(g.c), g.aux ? Alignment(g.aux) : 256u);
+  // The heuristic reads the bias pointer's alignment off the descriptor (cublasLt.h,
+  // CUBLASLT_MATMUL_DESC_BIAS_POINTER), so a plan found for an aligned bias must not serve a misaligned one.
+  const uint32_t align_bias = g.bias ? Alignment(g.bias) : 256u;
   const PlanKey key{ctx.device.index,
                     g.M,
                     g.N,
@@ -193,7 +197,8 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
                     static_cast<int>(epi),
                     align_a,
                     align_b,
-                    align_c};
+                    align_c,
+                    align_bias};
   absl::MutexLock lock(&plans_mu);  // held while the cached descriptor's pointers are set and the GEMM queued
   std::unique_ptr<Plan>& plan = Plans()[key];
   if (plan == nullptr) {
