@@ -446,8 +446,8 @@ absl::Status Validate(const AttentionParams& p) {
   if (p.T > 0 && p.S == 0) return absl::InvalidArgumentError("attention: S = 0 keys for T > 0 queries");
   // Every grid is (row blocks, heads, batch): CUDA limits gridDim.y and gridDim.z to 65535.
   if (p.NH > 65535 || p.B > 65535)
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: CUDA runs NH and B up to 65535 (grid y/z limit), got NH=", p.NH, " B=", p.B));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention: CUDA runs NH and B up to 65535 (grid y/z limit), got NH=", p.NH, " B=", p.B));
   if (p.dtype == DType::kF32) return absl::OkStatus();  // scalar loads: any strides
   for (int64_t s :
        {p.q_stride_b, p.q_stride_t, p.q_stride_h, p.k_stride_b, p.k_stride_t, p.k_stride_h, p.v_stride_b,
