@@ -229,6 +229,11 @@ absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilo
   LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "matmul"));
   if (e.pre_activation != nullptr && p.batch != 1)
     return absl::InvalidArgumentError("matmul: the GELU pre-activation output needs batch 1");
+  // cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the GELU input matrix's leading dimension must be
+  // divisible by 8.
+  if (e.pre_activation != nullptr && e.epilogue == MatmulEpilogue::kGeluTanh && p.ldc % 8 != 0)
+    return absl::UnimplementedError(absl::StrCat(
+        "matmul: cuBLASLt saves the GELU pre-activation only with ldc a multiple of 8, got ldc=", p.ldc));
   Gemm g;
   g.M = p.M, g.N = p.N, g.K = p.K, g.batch = p.batch;
   g.a = p.a, g.lda = p.lda, g.stride_a = p.batch_stride_a, g.trans_a = p.trans_a, g.a_type = p.dtype;

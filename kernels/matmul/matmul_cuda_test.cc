@@ -131,6 +131,16 @@ TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
   Expect("pre-activation x W^T + b", gpre.ToFloats(), pre, npre, true);
 }
 
+TEST_P(MatmulTest, GeluPreActivationWithLdcNotAMultipleOf8IsUnimplemented) {
+  const int64_t R = 4, I = 8, O = 12;  // ldc = O = 12: cuBLASLt's GELU aux leading dimension must divide by 8
+  DeviceBuffer x(R * I, dt()), w(O * I, dt()), y(R * O, dt()), pre(R * O, dt());
+  MatmulParams p = LinearParams(R, I, O, x.get(), w.get(), nullptr, y.get());
+  p.dtype = dt();
+  MatmulEpilogueParams e;
+  e.epilogue = MatmulEpilogue::kGeluTanh, e.pre_activation = pre.get();
+  EXPECT_EQ(cuda::Matmul(ctx(), p, e).code(), absl::StatusCode::kUnimplemented);
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const ::testing::TestParamInfo<DType>& i) {
                            return std::string(DTypeName(i.param));
