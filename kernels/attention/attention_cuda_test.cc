@@ -1,12 +1,13 @@
 // FlashAttention-2 CUDA kernels against the CPU attention (the fp32 reference): q/k/v read in place from a
 // fused (B, T, (NH + 2 NKV) HS) buffer, GQA, causal and not, HS 64 and 128, T not a multiple of the tiles,
-// a mask with a fully masked row, bitwise determinism of the backward; bf16 tensor-core kernels and the fp32
-// CUDA-core ones. Skips without a CUDA device.
+// more or fewer keys than queries (S != T), a mask with a fully masked row, bitwise determinism of the
+// backward; bf16 tensor-core kernels and the fp32 CUDA-core ones. Skips without a CUDA device.
 //
 // bf16 tolerance (STYLE.md, as flash-attention's own tests): the kernel's max error against the fp32 CPU
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
 // attention, done here on the CPU the way a bf16 framework does it: bf16 inputs, fp32 accumulation, and
 // every matrix product and the softmax output rounded to bf16 (S, P, O; dP, dS, dQ, dK, dV).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -30,14 +31,17 @@ float R(float x) { return BF16ToFloat(FloatToBF16(x)); }
 struct Geometry {
   int64_t B, T, NH, NKV, HS;
   bool causal;
+  int64_t S = 0;  // keys; 0: S = T
+  int64_t keys() const { return S > 0 ? S : T; }
+  int64_t rows() const { return std::max(T, keys()); }   // fused rows per batch: q reads T of them, k/v S
   int64_t width() const { return (NH + 2 * NKV) * HS; }  // fused row
   AttentionParams Params(const void* qkv, void* out, float* lse, size_t elem) const {
     AttentionParams p;
-    p.B = B, p.T = T, p.S = T, p.NH = NH, p.NKV = NKV, p.HS = HS, p.causal = causal;
+    p.B = B, p.T = T, p.S = keys(), p.NH = NH, p.NKV = NKV, p.HS = HS, p.causal = causal;
     p.scale = 1.0f / std::sqrt(static_cast<float>(HS));
     const char* base = static_cast<const char*>(qkv);
     p.q = base, p.k = base + NH * HS * elem, p.v = base + (NH + NKV) * HS * elem;
-    p.q_stride_b = p.k_stride_b = p.v_stride_b = T * width();
+    p.q_stride_b = p.k_stride_b = p.v_stride_b = rows() * width();
     p.q_stride_t = p.k_stride_t = p.v_stride_t = width();
     p.q_stride_h = p.k_stride_h = p.v_stride_h = HS;
     p.out = out, p.out_stride_b = T * NH * HS, p.out_stride_t = NH * HS, p.out_stride_h = HS;
@@ -50,38 +54,38 @@ struct Geometry {
 void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, const std::vector<float>& qkv,
                         const std::vector<float>& dout, std::vector<float>& out, std::vector<float>& lse,
                         std::vector<float>& dqkv) {
-  const int64_t T = g.T, HS = g.HS, W = g.width(), G = g.NH / g.NKV;
+  const int64_t T = g.T, S = g.keys(), rows = g.rows(), HS = g.HS, W = g.width(), G = g.NH / g.NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   out.assign(g.B * T * g.NH * HS, 0.0f), lse.assign(g.B * g.NH * T, 0.0f), dqkv.assign(qkv.size(), 0.0f);
-  std::vector<float> P(T * T), dP(T * T), dK(T * HS), dV(T * HS);
+  std::vector<float> P(T * S), dP(T * S);
   for (int64_t b = 0; b < g.B; ++b) {
     for (int64_t h = 0; h < g.NH; ++h) {
       const int64_t kvh = h / G;
-      auto q = [&](int64_t t, int64_t d) { return qkv[(b * T + t) * W + h * HS + d]; };
-      auto k = [&](int64_t t, int64_t d) { return qkv[(b * T + t) * W + (g.NH + kvh) * HS + d]; };
-      auto v = [&](int64_t t, int64_t d) { return qkv[(b * T + t) * W + (g.NH + g.NKV + kvh) * HS + d]; };
+      auto q = [&](int64_t t, int64_t d) { return qkv[(b * rows + t) * W + h * HS + d]; };
+      auto k = [&](int64_t u, int64_t d) { return qkv[(b * rows + u) * W + (g.NH + kvh) * HS + d]; };
+      auto v = [&](int64_t u, int64_t d) { return qkv[(b * rows + u) * W + (g.NH + g.NKV + kvh) * HS + d]; };
       auto hidden = [&](int64_t t, int64_t u) {
-        return (g.causal && u > t) || (mask != nullptr && (*mask)[t * T + u] == 0);
+        return (g.causal && u > t) || (mask != nullptr && (*mask)[t * S + u] == 0);
       };
       for (int64_t t = 0; t < T; ++t) {
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t u = 0; u < T; ++u) {
+        for (int64_t u = 0; u < S; ++u) {
           float s = 0;
           for (int64_t d = 0; d < HS; ++d) s += q(t, d) * k(u, d);
-          P[t * T + u] = hidden(t, u) ? -std::numeric_limits<float>::infinity() : R(R(s) * scale);
-          mx = std::max(mx, P[t * T + u]);
+          P[t * S + u] = hidden(t, u) ? -std::numeric_limits<float>::infinity() : R(R(s) * scale);
+          mx = std::max(mx, P[t * S + u]);
         }
         double sum = 0;
-        for (int64_t u = 0; u < T; ++u) sum += std::isinf(P[t * T + u]) ? 0.0 : std::exp(P[t * T + u] - mx);
+        for (int64_t u = 0; u < S; ++u) sum += std::isinf(P[t * S + u]) ? 0.0 : std::exp(P[t * S + u] - mx);
         lse[(b * g.NH + h) * T + t] =
             sum > 0 ? static_cast<float>(mx + std::log(sum)) : -std::numeric_limits<float>::infinity();
-        for (int64_t u = 0; u < T; ++u)
-          P[t * T + u] = (sum > 0 && !std::isinf(P[t * T + u]))
-                             ? R(static_cast<float>(std::exp(P[t * T + u] - mx) / sum))
+        for (int64_t u = 0; u < S; ++u)
+          P[t * S + u] = (sum > 0 && !std::isinf(P[t * S + u]))
+                             ? R(static_cast<float>(std::exp(P[t * S + u] - mx) / sum))
                              : 0.0f;
         for (int64_t d = 0; d < HS; ++d) {
           float o = 0;
-          for (int64_t u = 0; u < T; ++u) o += P[t * T + u] * v(u, d);
+          for (int64_t u = 0; u < S; ++u) o += P[t * S + u] * v(u, d);
           out[((b * T + t) * g.NH + h) * HS + d] = R(o);
         }
       }
@@ -90,26 +94,26 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
       for (int64_t t = 0; t < T; ++t) {
         float D = 0;
         for (int64_t d = 0; d < HS; ++d) D += dO(t, d) * out[((b * T + t) * g.NH + h) * HS + d];
-        for (int64_t u = 0; u < T; ++u) {
+        for (int64_t u = 0; u < S; ++u) {
           float dp = 0;
           for (int64_t d = 0; d < HS; ++d) dp += dO(t, d) * v(u, d);
-          dP[t * T + u] = R(P[t * T + u] * (R(dp) - D));  // dS
+          dP[t * S + u] = R(P[t * S + u] * (R(dp) - D));  // dS
         }
         for (int64_t d = 0; d < HS; ++d) {
           float dq = 0;
-          for (int64_t u = 0; u < T; ++u) dq += dP[t * T + u] * k(u, d);
-          dqkv[(b * T + t) * W + h * HS + d] = R(dq * scale);
+          for (int64_t u = 0; u < S; ++u) dq += dP[t * S + u] * k(u, d);
+          dqkv[(b * rows + t) * W + h * HS + d] = R(dq * scale);
         }
       }
-      for (int64_t u = 0; u < T; ++u) {
+      for (int64_t u = 0; u < S; ++u) {
         for (int64_t d = 0; d < HS; ++d) {
           float dk = 0, dv = 0;
-          for (int64_t t = 0; t < T; ++t) dk += dP[t * T + u] * q(t, d), dv += P[t * T + u] * dO(t, d);
+          for (int64_t t = 0; t < T; ++t) dk += dP[t * S + u] * q(t, d), dv += P[t * S + u] * dO(t, d);
           // GQA: sum the group's contributions (each rounded, as a framework summing per-head grads would).
-          dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] =
-              R(dqkv[(b * T + u) * W + (g.NH + kvh) * HS + d] + R(dk * scale));
-          dqkv[(b * T + u) * W + (g.NH + g.NKV + kvh) * HS + d] =
-              R(dqkv[(b * T + u) * W + (g.NH + g.NKV + kvh) * HS + d] + R(dv));
+          dqkv[(b * rows + u) * W + (g.NH + kvh) * HS + d] =
+              R(dqkv[(b * rows + u) * W + (g.NH + kvh) * HS + d] + R(dk * scale));
+          dqkv[(b * rows + u) * W + (g.NH + g.NKV + kvh) * HS + d] =
+              R(dqkv[(b * rows + u) * W + (g.NH + g.NKV + kvh) * HS + d] + R(dv));
         }
       }
     }
@@ -124,12 +128,12 @@ class AttentionTest : public testing::GpuTest, public ::testing::WithParamInterf
 void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed,
                    DType dt = DType::kBF16) {
   Context cpu = Context::Cpu();
-  const int64_t n_qkv = g.B * g.T * g.width(), n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
+  const int64_t n_qkv = g.B * g.rows() * g.width(), n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
   const auto qkv = RandomNormal(n_qkv, seed), dout = RandomNormal(n_out, seed + 1);
   // fp32 CPU reference on the unrounded inputs.
   std::vector<float> out(n_out), lse(n_lse), dqkv(n_qkv, 0.0f);
   AttentionParams p = g.Params(qkv.data(), out.data(), lse.data(), sizeof(float));
-  if (mask != nullptr) p.mask = mask->data(), p.mask_stride_t = g.T;
+  if (mask != nullptr) p.mask = mask->data(), p.mask_stride_t = g.keys();
   kernels::AttentionForward(cpu, p);
   AttentionBackwardParams bp;
   bp.forward = p, bp.dout = dout.data();
@@ -147,7 +151,7 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   if (mask != nullptr) cudaMemcpy(gmask.get(), mask->data(), mask->size(), cudaMemcpyHostToDevice);
   AttentionParams gp = g.Params(gqkv.get(), gout.get(), glse.as<float>(), es);
   gp.dtype = dt;
-  if (mask != nullptr) gp.mask = gmask.as<uint8_t>(), gp.mask_stride_t = g.T;
+  if (mask != nullptr) gp.mask = gmask.as<uint8_t>(), gp.mask_stride_t = g.keys();
   absl::Status s = cuda::AttentionForward(gctx, gp);
   ASSERT_TRUE(s.ok()) << s;
   AttentionBackwardParams gbp;
@@ -163,6 +167,21 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   ASSERT_TRUE(cuda::AttentionBackward(gctx, gbp).ok());
 
   EXPECT_EQ(gdqkv.Bytes(), gdqkv2.Bytes()) << "attention backward differs between two identical runs";
+  // Fused rows past T (the q columns) or past S (the k, v columns) hold no gradient: the kernels must leave
+  // them alone (the buffer's NaN poison stays); both references have 0 there.
+  std::vector<float> kd = gdqkv.ToFloats();
+  int64_t written_outside = 0;
+  for (int64_t b = 0; b < g.B; ++b) {
+    for (int64_t r = 0; r < g.rows(); ++r) {
+      for (int64_t i = 0; i < g.width(); ++i) {
+        if (r < (i < g.NH * g.HS ? g.T : g.keys())) continue;
+        float& x = kd[(b * g.rows() + r) * g.width() + i];
+        written_outside += !std::isnan(x);
+        x = 0;
+      }
+    }
+  }
+  EXPECT_EQ(written_outside, 0) << "attention backward wrote fused rows outside dq, dk, dv";
   if (dt == DType::kF32) {
     std::vector<float> kl = glse.ToFloats();
     for (int64_t i = 0; i < n_lse; ++i) {
@@ -173,7 +192,7 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
     }
     EXPECT_TRUE(testing::CloseF32("f32 attention out", gout.ToFloats(), out, 1e-4, 2e-5));
     EXPECT_TRUE(testing::CloseF32("f32 attention lse", kl, lse, 1e-4, 2e-5));
-    EXPECT_TRUE(testing::CloseF32("f32 attention dqkv", gdqkv.ToFloats(), dqkv, 1e-4, 2e-5));
+    EXPECT_TRUE(testing::CloseF32("f32 attention dqkv", kd, dqkv, 1e-4, 2e-5));
     return;
   }
   EXPECT_TRUE(WithinBf16Tolerance("attention out", gout.ToFloats(), out, nout, 2.0, 1e-5));
@@ -187,7 +206,7 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   }
   EXPECT_TRUE(WithinBf16Tolerance("attention lse", kl, rl, nl, 2.0, 1e-5));
   // dq|dk|dv interleaved in the fused buffer: one comparison covers all three (the 3x rule per element max).
-  EXPECT_TRUE(WithinBf16Tolerance("attention dqkv", gdqkv.ToFloats(), dqkv, ndqkv, 3.0, 1e-5));
+  EXPECT_TRUE(WithinBf16Tolerance("attention dqkv", kd, dqkv, ndqkv, 3.0, 1e-5));
 }
 
 TEST_P(AttentionTest, GqaFromFusedQkvMatchesCpu) {
@@ -202,6 +221,16 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
   for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
+}
+
+// S != T (cross-attention shapes; causal stays top-left aligned): keys the queries never reach get zero
+// dk/dv; queries past S see every key. Neither count is a multiple of a tile.
+TEST_P(AttentionTest, MoreAndFewerKeysThanQueriesMatchCpu) {
+  const auto [hs, causal] = GetParam();
+  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 800 + hs + causal);
+  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 900 + hs + causal);
+  RunAndCompare(ctx(), Geometry{1, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1000 + hs + causal,
+                DType::kF32);
 }
 
 TEST_P(AttentionTest, LdmatrixForwardVariantIsBitwiseTheSame) {
