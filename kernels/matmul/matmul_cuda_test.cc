@@ -1,6 +1,6 @@
 // The cuBLASLt GEMM against the CPU GEMM (kernels/matmul) on the same random inputs: every transpose
-// combination, strided batches with a broadcast operand, bias and GELU epilogues, and the backward's
-// write/accumulate rules, in fp32 and bf16. Skips without a CUDA device.
+// combination (forward and backward), strided batches with a broadcast operand, bias and GELU epilogues, and
+// the backward's write/accumulate rules, in fp32 and bf16. Skips without a CUDA device.
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -60,6 +60,45 @@ TEST_P(MatmulTest, EveryTransposeWithBiasMatchesCpu) {
       const absl::Status s = cuda::Matmul(ctx(), p);
       ASSERT_TRUE(s.ok()) << s;
       Expect("matmul c", gc.ToFloats(), c, nc, true);
+    }
+  }
+}
+
+// The backward's four transpose branches (dA = dC op(B)^T or op(B) dC^T, dB = op(A)^T dC or dC^T op(A)),
+// each mapped onto cuBLASLt's column-major operands separately; alpha scales both.
+TEST_P(MatmulTest, BackwardOfEveryTransposeMatchesCpu) {
+  const int64_t M = 48, N = 40, K = 72;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      const auto a = RandomNormal(M * K, 31), b = RandomNormal(K * N, 32), dc = RandomNormal(M * N, 33);
+      const auto db0 = RandomNormal(K * N, 34);
+      auto params = [&](const void* pa, const void* pb) {
+        MatmulParams p;
+        p.M = M, p.N = N, p.K = K, p.a = pa, p.lda = ta ? M : K, p.trans_a = ta, p.b = pb, p.ldb = tb ? K : N;
+        p.trans_b = tb, p.ldc = N, p.alpha = 0.5f;
+        return p;
+      };
+      auto cpu = [&](const std::vector<float>& ai, const std::vector<float>& bi,
+                     const std::vector<float>& dci, std::vector<float>& da, std::vector<float>& db) {
+        da.assign(M * K, 0.0f), db = db0;
+        MatmulBackwardParams bp;
+        bp.forward = params(ai.data(), bi.data());
+        bp.dc = dci.data(), bp.da = da.data(), bp.db = db.data();
+        kernels::MatmulBackward(cpu_, bp);
+      };
+      std::vector<float> da, db, nda, ndb;
+      cpu(a, b, dc, da, db);
+      cpu(RoundTo(a, dt()), RoundTo(b, dt()), RoundTo(dc, dt()), nda, ndb);
+      DeviceBuffer ga(a, dt()), gb(b, dt()), gdc(dc, dt()), gda(M * K, dt()), gdb(db0, DType::kF32);
+      MatmulBackwardParams bp;
+      bp.forward = params(ga.get(), gb.get());
+      bp.forward.dtype = dt();
+      bp.dc = gdc.get(), bp.da = gda.get(), bp.db = gdb.get();
+      const absl::Status s = cuda::MatmulBackward(ctx(), bp);
+      ASSERT_TRUE(s.ok()) << s;
+      Expect("da (written)", gda.ToFloats(), da, nda, true);
+      Expect("db (+=, fp32)", gdb.ToFloats(), db, ndb, false);
     }
   }
 }
