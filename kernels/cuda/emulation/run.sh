@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the CUDA kernels of kernels/ on the CPU (no GPU needed) against the CPU kernels: rewrites every
+# `kernel<<<grid, block, smem, stream>>>(args)` of the ops' .cu files and of kernels/cuda/norm_kernels.cuh
+# into a call of the fiber emulation in cuemu.h, compiles them with g++ against the fake CUDA headers in
+# fake/, and runs emulation_check.cc. A desk check before spending GPU time: it executes the real kernel
+# code (indexing, tails, vector paths, reductions, aliasing, scratch layout), not the GPU's arithmetic, and
+# not races: threads interleave only at barriers, so a missing __syncthreads goes unseen.
+# Not part of the Bazel build (the fake headers must never reach it).
+#
+#   kernels/cuda/emulation/run.sh                 # ~1 minute on 2 cores
+#   SANITIZE=1 kernels/cuda/emulation/run.sh      # with AddressSanitizer and UBSan (alignment): ~4 minutes
+#
+# Output: one "ok"/"FAIL" line per check, then "N failures"; the exit status is non-zero on any failure.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+if [[ -n "${EMULATION_WORK_DIR:-}" ]]; then
+  work="$EMULATION_WORK_DIR"  # kept: the rewritten sources and the binary
+else
+  work="$(mktemp -d /tmp/lmf_cuda_emulation.XXXXXX)"
+  trap 'rm -rf "$work"' EXIT
+fi
+mkdir -p "$work/src" "$work/inc/kernels/cuda" "$work/obj"
+
+ops=(activations adamw cast cross_entropy embedding grad_norm layernorm residual rmsnorm rope swiglu)
+rewrite() {  # launch syntax -> ::cuemu::Launch(kernel, config...)(args); a case label stays in front
+  perl -0pe 's/(^[ \t]*)([^;{}\n][^;{}]*?)\s*<<<(.*?)>>>\s*\(/$1::cuemu::Launch($2, $3)(/gms;
+             s/::cuemu::Launch\((case [^:]*::\w+:)(\s*)/$1$2::cuemu::Launch(/g' "$1" >"$2"
+  if grep -q '<<<' "$2"; then echo "run.sh: a launch in $1 was not rewritten" >&2; exit 1; fi
+}
+for op in "${ops[@]}"; do rewrite "$root/kernels/$op/${op}_cuda.cu" "$work/src/${op}_cuda.cc"; done
+rewrite "$root/kernels/cuda/norm_kernels.cuh" "$work/inc/kernels/cuda/norm_kernels.cuh"
+
+flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
+[[ "${SANITIZE:-0}" == 1 ]] && flags+=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
+emulated=(-I"$work/inc" -I"$here/fake" -I"$root")
+host=(-I"$root")
+jobs=()
+compile() {  # output, include flags..., source (in the background, at most 2 at a time)
+  local out="$1" src="${*: -1}"
+  shift
+  while (($(jobs -rp | wc -l) >= 2)); do wait -n; done
+  g++ "${flags[@]}" "${@:1:$#-1}" -c "$src" -o "$out" &
+  jobs+=($!)
+}
+for op in "${ops[@]}"; do
+  compile "$work/obj/${op}_cuda.o" "${emulated[@]}" "$work/src/${op}_cuda.cc"
+  compile "$work/obj/${op}_cpu.o" "${host[@]}" "$root/kernels/$op/${op}_cpu.cc"
+done
+compile "$work/obj/cuemu.o" "${host[@]}" "$here/cuemu.cc"
+compile "$work/obj/emulation_check.o" "${host[@]}" "$here/emulation_check.cc"
+host_sources=(kernels/core/core.cc kernels/core/dispatch.cc base/thread_pool.cc base/check.cc
+  kernels/cuda/caching_allocator.cc)
+for f in "${host_sources[@]}"; do
+  compile "$work/obj/host_$(basename "$f" .cc).o" "${host[@]}" "$root/$f"
+done
+for j in "${jobs[@]}"; do wait "$j"; done
+
+absl_libs=()
+for lib in /usr/lib/x86_64-linux-gnu/libabsl_*.so; do
+  name="$(basename "$lib" .so)"
+  absl_libs+=("-l${name#lib}")
+done
+g++ "${flags[@]}" "$work"/obj/*.o -o "$work/emulation_check" -lpthread "${absl_libs[@]}"
+ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" "$work/emulation_check"
