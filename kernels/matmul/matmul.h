@@ -75,7 +75,9 @@ struct MatmulEpilogueParams {
 // and bias bf16, fp32 accumulation. Backward with kBF16: da bf16 (an activation gradient, written), db and
 // dbias fp32 (parameter gradients, for fp32 master weights). dbias is a fixed-order column sum
 // (deterministic). Needs a CudaContext for ctx.device (kernels/cuda/cuda_context.h: cuBLASLt handle and
-// workspace). Epilogues: bias (fused), and GELU-tanh after the bias, optionally saving the pre-activation.
+// workspace). Epilogues: bias (fused), and GELU-tanh after the bias, optionally saving the pre-activation:
+// fused into the GEMM where cuBLASLt has an algorithm for it (and, when saving, ldc is a multiple of 8),
+// else the GEMM then the GELU kernel (the CPU backend's order).
 namespace cuda {
 absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e = {});
 absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& p);

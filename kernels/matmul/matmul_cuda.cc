@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/activations/activations.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/matmul/column_sum_cuda.h"
@@ -223,25 +224,51 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
   return absl::OkStatus();
 }
 
+// C = GELU(C), saving C into e.pre_activation first when asked: the unfused epilogue (the CPU backend's
+// order), for when cuBLASLt has no fused algorithm.
+absl::Status GeluAfterGemm(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
+  const size_t es = DTypeSize(p.dtype);
+  if (e.pre_activation != nullptr) {
+    LMF_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(e.pre_activation, p.ldc * es, p.c, p.ldc * es, p.N * es, p.M,
+                                               cudaMemcpyDeviceToDevice,
+                                               static_cast<cudaStream_t>(ctx.stream)));
+  }
+  const bool contiguous = p.ldc == p.N;  // one launch over all of C, else one per row
+  const int64_t rows = contiguous ? 1 : p.M, n = contiguous ? p.M * p.N : p.N;
+  for (int64_t m = 0; m < rows; ++m) {
+    void* row = static_cast<char*>(p.c) + m * p.ldc * es;
+    LMF_RETURN_IF_ERROR_STATUS(
+        cuda::ActivationForward(ctx, ActivationForwardParams{p.dtype, Activation::kGeluTanh, n, row, row}));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
   LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "matmul"));
   if (e.pre_activation != nullptr && p.batch != 1)
     return absl::InvalidArgumentError("matmul: the GELU pre-activation output needs batch 1");
-  // cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the GELU input matrix's leading dimension must be
-  // divisible by 8.
-  if (e.pre_activation != nullptr && e.epilogue == MatmulEpilogue::kGeluTanh && p.ldc % 8 != 0)
-    return absl::UnimplementedError(absl::StrCat(
-        "matmul: cuBLASLt saves the GELU pre-activation only with ldc a multiple of 8, got ldc=", p.ldc));
   Gemm g;
   g.M = p.M, g.N = p.N, g.K = p.K, g.batch = p.batch;
   g.a = p.a, g.lda = p.lda, g.stride_a = p.batch_stride_a, g.trans_a = p.trans_a, g.a_type = p.dtype;
   g.b = p.b, g.ldb = p.ldb, g.stride_b = p.batch_stride_b, g.trans_b = p.trans_b, g.b_type = p.dtype;
   g.c = p.c, g.ldc = p.ldc, g.stride_c = p.batch_stride_c, g.c_type = p.dtype;
   g.alpha = p.alpha, g.beta = p.beta, g.bias = p.bias;
-  g.epilogue = e.epilogue, g.aux = e.pre_activation;
-  return RunGemm(ctx, g);
+  if (e.epilogue != MatmulEpilogue::kGeluTanh) return RunGemm(ctx, g);
+  if (p.batch != 1) return absl::InvalidArgumentError("matmul: the GELU epilogue needs batch 1");
+  // The fused epilogue where cuBLASLt has one: it saves the pre-activation only with ldc a multiple of 8
+  // (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), and its heuristic may find no algorithm for a
+  // geometry (Unimplemented). Otherwise the same result unfused: the GEMM with its bias, then the GELU
+  // kernel.
+  if (e.pre_activation == nullptr || p.ldc % 8 == 0) {
+    Gemm fused = g;
+    fused.epilogue = e.epilogue, fused.aux = e.pre_activation;
+    absl::Status status = RunGemm(ctx, fused);
+    if (!absl::IsUnimplemented(status)) return status;
+  }
+  LMF_RETURN_IF_ERROR_STATUS(RunGemm(ctx, g));
+  return GeluAfterGemm(ctx, p, e);
 }
 
 absl::Status MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {

@@ -35,6 +35,9 @@ class MatmulTest : public testing::GpuTest, public ::testing::WithParamInterface
                                       2.0, 1e-5));
     }
   }
+  // The GELU epilogue on (R, I) x (O, I)^T + bias with C and the saved pre-activation at row stride
+  // ldc >= O, against the CPU's Matmul then ActivationForward.
+  void CheckGeluEpilogue(int64_t R, int64_t I, int64_t O, int64_t ldc);
   Context cpu_ = Context::Cpu();
 };
 
@@ -146,38 +149,49 @@ TEST_P(MatmulTest, BatchedWithBroadcastOperandAndBackwardRules) {
   Expect("dbias (+=, fp32)", gdbias.ToFloats(), ref[3], naive[3], false);
 }
 
-TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
-  const int64_t R = 64, I = 96, O = 128;
+void MatmulTest::CheckGeluEpilogue(int64_t R, int64_t I, int64_t O, int64_t ldc) {
+  const Context& host = cpu_;
+  const DType dt = this->dt();
   const auto x = RandomNormal(R * I, 21, 0.3f), w = RandomNormal(O * I, 22, 0.3f), bias = RandomNormal(O, 23);
   auto cpu = [&](const std::vector<float>& xi, const std::vector<float>& wi, const std::vector<float>& bi,
                  std::vector<float>& pre, std::vector<float>& y) {
     pre.resize(R * O), y.resize(R * O);
-    kernels::Matmul(cpu_, LinearParams(R, I, O, xi.data(), wi.data(), bi.data(), pre.data()));
+    kernels::Matmul(host, LinearParams(R, I, O, xi.data(), wi.data(), bi.data(), pre.data()));
     kernels::ActivationForward(
-        cpu_, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, R * O, pre.data(), y.data()});
+        host, ActivationForwardParams{DType::kF32, Activation::kGeluTanh, R * O, pre.data(), y.data()});
   };
   std::vector<float> pre, y, npre, ny;
   cpu(x, w, bias, pre, y);
-  cpu(RoundTo(x, dt()), RoundTo(w, dt()), RoundTo(bias, dt()), npre, ny);
-  DeviceBuffer gx(x, dt()), gw(w, dt()), gb(bias, dt()), gy(R * O, dt()), gpre(R * O, dt());
+  cpu(RoundTo(x, dt), RoundTo(w, dt), RoundTo(bias, dt), npre, ny);
+  DeviceBuffer gx(x, dt), gw(w, dt), gb(bias, dt), gy(R * ldc, dt), gpre(R * ldc, dt);
   MatmulParams p = LinearParams(R, I, O, gx.get(), gw.get(), gb.get(), gy.get());
-  p.dtype = dt();
+  p.dtype = dt;
+  p.ldc = ldc;
   MatmulEpilogueParams e;
   e.epilogue = MatmulEpilogue::kGeluTanh, e.pre_activation = gpre.get();
   const absl::Status s = cuda::Matmul(ctx(), p, e);
   ASSERT_TRUE(s.ok()) << s;
-  Expect("gelu(x W^T + b)", gy.ToFloats(), y, ny, true);
-  Expect("pre-activation x W^T + b", gpre.ToFloats(), pre, npre, true);
+  const auto rows = [&](const std::vector<float>& strided) {  // (R, ldc) -> (R, O)
+    std::vector<float> out;
+    for (int64_t r = 0; r < R; ++r)
+      out.insert(out.end(), strided.begin() + r * ldc, strided.begin() + r * ldc + O);
+    return out;
+  };
+  Expect("gelu(x W^T + b)", rows(gy.ToFloats()), y, ny, true);
+  Expect("pre-activation x W^T + b", rows(gpre.ToFloats()), pre, npre, true);
 }
 
-TEST_P(MatmulTest, GeluPreActivationWithLdcNotAMultipleOf8IsUnimplemented) {
-  const int64_t R = 4, I = 8, O = 12;  // ldc = O = 12: cuBLASLt's GELU aux leading dimension must divide by 8
-  DeviceBuffer x(R * I, dt()), w(O * I, dt()), y(R * O, dt()), pre(R * O, dt());
-  MatmulParams p = LinearParams(R, I, O, x.get(), w.get(), nullptr, y.get());
-  p.dtype = dt();
-  MatmulEpilogueParams e;
-  e.epilogue = MatmulEpilogue::kGeluTanh, e.pre_activation = pre.get();
-  EXPECT_EQ(cuda::Matmul(ctx(), p, e).code(), absl::StatusCode::kUnimplemented);
+TEST_P(MatmulTest, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
+  CheckGeluEpilogue(64, 96, 128, 128);  // cuBLASLt's fused epilogue
+}
+
+TEST_P(MatmulTest, GeluEpilogueWithLdcNotAMultipleOf8RunsUnfused) {
+  // ldc = 12: cuBLASLt's GELU aux leading dimension must divide by 8, so the GEMM then the GELU kernel run.
+  CheckGeluEpilogue(4, 8, 12, 12);
+}
+
+TEST_P(MatmulTest, GeluEpilogueWithPaddedRows) {
+  CheckGeluEpilogue(16, 32, 40, 48);  // C and the pre-activation at row stride 48 > N = 40
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16),
