@@ -5,10 +5,15 @@
 //   kernels::CopyToHost(ctx, host.data(), loss_device, bytes);            // returns with the data on the
 //   host
 //
-// CopyToDevice, CopyOnDevice and FillZero are ordered on ctx.stream and return at once on CUDA; the host
-// source of CopyToDevice may be reused on return (the CUDA backend copies through pageable memory, which
-// cudaMemcpyAsync stages before returning). CopyToHost waits for the stream. Synchronize waits for every
-// call issued on ctx.stream. A failed CUDA call aborts naming the call (see core/dispatch.h).
+// CopyToDevice, CopyOnDevice, CopyRowsOnDevice and FillZero are ordered on ctx.stream and return at once on
+// CUDA; the host source of CopyToDevice may be reused on return when it is pageable memory (every caller's
+// std::vector: cudaMemcpyAsync stages it before returning); pinned memory would have to live until the
+// stream has run the copy. CopyToHost waits for the stream. Synchronize waits for every call issued on
+// ctx.stream. A failed CUDA call aborts naming the call (see core/dispatch.h).
+//
+// CopyRowsOnDevice copies `rows` rows of `row_bytes` bytes from src, whose rows start `src_pitch` bytes
+// apart, to dst, whose rows start `dst_pitch` bytes apart (both pitches >= row_bytes; cudaMemcpy2DAsync on
+// CUDA): e.g. the key columns of a fused q|k|v projection into a KV cache.
 #ifndef LMFORGE_KERNELS_MEMORY_MEMORY_H_
 #define LMFORGE_KERNELS_MEMORY_MEMORY_H_
 
@@ -24,12 +29,15 @@ namespace cuda {
 absl::Status CopyToDevice(const Context& ctx, void* dst, const void* host_src, size_t bytes);
 absl::Status CopyToHost(const Context& ctx, void* host_dst, const void* src, size_t bytes);
 absl::Status CopyOnDevice(const Context& ctx, void* dst, const void* src, size_t bytes);
+absl::Status CopyRowsOnDevice(const Context& ctx, void* dst, size_t dst_pitch, const void* src,
+                              size_t src_pitch, size_t row_bytes, size_t rows);
 absl::Status FillZero(const Context& ctx, void* dst, size_t bytes);
 absl::Status Synchronize(const Context& ctx);
 }  // namespace cuda
 
 namespace cpu {
 void Copy(void* dst, const void* src, size_t bytes);
+void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
 void FillZero(void* dst, size_t bytes);
 }  // namespace cpu
 
@@ -50,6 +58,16 @@ inline void CopyOnDevice([[maybe_unused]] const Context& ctx, void* dst, const v
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyOnDevice(ctx, dst, src, bytes), "copy on device");
 #endif
   cpu::Copy(dst, src, bytes);
+}
+inline void CopyRowsOnDevice([[maybe_unused]] const Context& ctx, void* dst, size_t dst_pitch,
+                             const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+#if LMF_WITH_CUDA
+  if (ctx.device.is_cuda()) {
+    return CheckCuda(cuda::CopyRowsOnDevice(ctx, dst, dst_pitch, src, src_pitch, row_bytes, rows),
+                     "copy rows on device");
+  }
+#endif
+  cpu::CopyRows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
 }
 inline void FillZero([[maybe_unused]] const Context& ctx, void* dst, size_t bytes) {
 #if LMF_WITH_CUDA

@@ -1,5 +1,6 @@
 // kernels/memory on a CUDA context through the device-generic entry points (tag gpu: skips without a
-// device): bytes survive host -> device -> device -> host, and FillZero clears exactly the range asked for.
+// device): bytes survive host -> device -> device -> host, strided row copies move only the rows' bytes, and
+// FillZero clears exactly the range asked for.
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,21 @@ TEST_F(MemoryCudaTest, FillZeroClearsOnlyTheRange) {
   std::vector<int32_t> back(host.size(), -1);
   kernels::CopyToHost(c, back.data(), d.get(), back.size() * sizeof(int32_t));
   EXPECT_EQ(back, (std::vector<int32_t>{1, 0, 0, 0, 5}));
+}
+
+TEST_F(MemoryCudaTest, CopyRowsMovesOnlyEachRowsBytes) {
+  const Context c = ctx();
+  std::vector<int32_t> src(15);
+  for (int i = 0; i < 15; ++i) src[i] = i;
+  testing::DeviceBuffer s = testing::DeviceBuffer::Ints(src);
+  testing::DeviceBuffer d = testing::DeviceBuffer::Ints(std::vector<int32_t>(12, -1));
+  // Columns 1..2 of 3 rows of pitch 5 into rows of pitch 4.
+  kernels::CopyRowsOnDevice(c, d.get(), 4 * sizeof(int32_t), s.as<int32_t>() + 1, 5 * sizeof(int32_t),
+                            2 * sizeof(int32_t), 3);
+  std::vector<int32_t> back(12, 0);
+  kernels::CopyToHost(c, back.data(), d.get(), back.size() * sizeof(int32_t));
+  EXPECT_EQ(back, (std::vector<int32_t>{1, 2, -1, -1, 6, 7, -1, -1, 11, 12, -1, -1}));
+  EXPECT_FALSE(cuda::CopyRowsOnDevice(c, d.get(), 4, s.get(), 20, 8, 3).ok());  // row wider than dst's pitch
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// kernels/memory on the CPU context: copies move the bytes, FillZero clears exactly the range asked for.
+// kernels/memory on the CPU context: copies move the bytes (strided row copies only the rows' bytes),
+// FillZero clears exactly the range asked for.
 #include "kernels/memory/memory.h"
 
 #include <cstdint>
@@ -27,6 +28,17 @@ TEST(MemoryTest, FillZeroClearsOnlyTheRange) {
   FillZero(ctx, v.data() + 1, 3 * sizeof(int32_t));
   EXPECT_EQ(v, (std::vector<int32_t>{1, 0, 0, 0, 5}));
   FillZero(ctx, nullptr, 0);  // an empty range touches nothing
+}
+
+TEST(MemoryTest, CopyRowsMovesOnlyEachRowsBytes) {
+  const Context ctx = Context::Cpu();
+  // src: 3 rows of 5 ints; copy columns 1..2 of each into dst rows of pitch 4 ints.
+  std::vector<int32_t> src(15), dst(12, -1);
+  for (int i = 0; i < 15; ++i) src[i] = i;
+  CopyRowsOnDevice(ctx, dst.data(), 4 * sizeof(int32_t), src.data() + 1, 5 * sizeof(int32_t),
+                   2 * sizeof(int32_t), 3);
+  EXPECT_EQ(dst, (std::vector<int32_t>{1, 2, -1, -1, 6, 7, -1, -1, 11, 12, -1, -1}));
+  CopyRowsOnDevice(ctx, nullptr, 0, nullptr, 0, 0, 0);  // nothing to copy touches nothing
 }
 
 }  // namespace

@@ -4,11 +4,9 @@
 
 #include <cmath>
 #include <utility>
-#include <vector>
 
 #include "base/check.h"
 #include "kernels/attention/attention.h"
-#include "kernels/embedding/embedding.h"
 #include "kernels/memory/memory.h"
 #include "kernels/rope/rope.h"
 
@@ -51,7 +49,8 @@ kernels::AttentionParams Attention::Params() const {
   p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
   p.causal = true;
   p.q = qkv, p.q_stride_b = t_ * width, p.q_stride_t = width, p.q_stride_h = hs_;
-  p.k = ElementOffset(qkv, q_width, dtype_), p.k_stride_b = t_ * width, p.k_stride_t = width, p.k_stride_h = hs_;
+  p.k = ElementOffset(qkv, q_width, dtype_), p.k_stride_b = t_ * width, p.k_stride_t = width,
+  p.k_stride_h = hs_;
   p.v = ElementOffset(qkv, q_width + kv_width, dtype_);
   p.v_stride_b = t_ * width, p.v_stride_t = width, p.v_stride_h = hs_;
   p.out = attn_out_.data(), p.out_stride_b = t_ * q_width, p.out_stride_t = q_width, p.out_stride_h = hs_;
@@ -78,8 +77,8 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   qkv_.Forward(ctx, n, h, c_, qkv, width, /*accumulate=*/false);
   if (rope_) {
     kernels::RopeForward(ctx, InPlaceRope(b, t, nh_, hs_, rope_theta_, qkv, width, dtype_));
-    kernels::RopeForward(ctx,
-                         InPlaceRope(b, t, nkv_, hs_, rope_theta_, ElementOffset(qkv, q_width, dtype_), width, dtype_));
+    kernels::RopeForward(
+        ctx, InPlaceRope(b, t, nkv_, hs_, rope_theta_, ElementOffset(qkv, q_width, dtype_), width, dtype_));
   }
   if (cache != nullptr) FillCache(ctx, *cache);
   kernels::AttentionForward(ctx, Params());
@@ -90,33 +89,16 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
 void Attention::FillCache(const kernels::Context& ctx, LayerKvCache& cache) {
   LMF_CHECK(cache.k.dim(0) == b_ && cache.k.dim(1) >= t_)
       << "KV cache " << cache.k.shape() << " for B " << b_ << ", T " << t_;
-  const int64_t width = qkv_.out(), kv_width = nkv_ * hs_, heads_per_row = width / hs_;
-  const int64_t rows = t_ * nkv_;
-  if (cache_rows_t_ != t_) {
-    // Viewing a sequence's q|k|v rows (T, width) as a table of (T * width / HS) rows of HS, the key head j
-    // of token t is row t * width / HS + NH + j and the value head NH + NKV + j: gathered in (t, j) order,
-    // they land as (T, NKV, HS), the cache's layout.
-    std::vector<int32_t> ids(static_cast<size_t>(2 * rows));
-    for (int64_t t = 0; t < t_; ++t) {
-      for (int64_t j = 0; j < nkv_; ++j) {
-        ids[t * nkv_ + j] = static_cast<int32_t>(t * heads_per_row + nh_ + j);
-        ids[rows + t * nkv_ + j] = static_cast<int32_t>(t * heads_per_row + nh_ + nkv_ + j);
-      }
-    }
-    cache_rows_ = kernels::Tensor::Empty({2, rows}, kernels::DType::kI32, ctx.allocator);
-    kernels::CopyToDevice(ctx, cache_rows_.data(), ids.data(), cache_rows_.nbytes());
-    cache_rows_t_ = t_;
-  }
-  const int64_t capacity = cache.k.dim(1);
+  // Each sequence's key (value) columns of its q|k|v rows (T, width) -> cache rows [0, T) of (capacity,
+  // NKV*HS).
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, capacity = cache.k.dim(1);
+  const size_t es = kernels::DTypeSize(dtype_), kv_bytes = static_cast<size_t>(kv_width) * es;
   for (int64_t bi = 0; bi < b_; ++bi) {
     for (int kv = 0; kv < 2; ++kv) {
-      kernels::EmbeddingForwardParams p;
-      p.dtype = dtype_;
-      p.N = rows, p.V = t_ * heads_per_row, p.C = hs_;
-      p.ids = cache_rows_.data<int32_t>() + kv * rows;
-      p.table = ElementOffset(qkv_out_.data(), bi * t_ * width, dtype_);
-      p.out = ElementOffset((kv == 0 ? cache.k : cache.v).data(), bi * capacity * kv_width, dtype_);
-      kernels::EmbeddingForward(ctx, p);
+      kernels::CopyRowsOnDevice(
+          ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), bi * capacity * kv_width, dtype_),
+          kv_bytes, ElementOffset(qkv_out_.data(), bi * t_ * width + q_width + kv * kv_width, dtype_),
+          static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(t_));
     }
   }
 }
@@ -138,13 +120,13 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
       kernels::RopeForward(ctx, p);
     }
   }
-  const size_t kv_bytes = static_cast<size_t>(kv_width) * kernels::DTypeSize(dtype_);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    const int64_t row = (bi * capacity + position) * kv_width;
-    kernels::CopyOnDevice(ctx, ElementOffset(cache.k.data(), row, dtype_),
-                          ElementOffset(qkv, bi * width + q_width, dtype_), kv_bytes);
-    kernels::CopyOnDevice(ctx, ElementOffset(cache.v.data(), row, dtype_),
-                          ElementOffset(qkv, bi * width + q_width + kv_width, dtype_), kv_bytes);
+  // Each sequence's new key (value) -> its cache row `position`: one strided copy over the batch each.
+  const size_t es = kernels::DTypeSize(dtype_), kv_bytes = static_cast<size_t>(kv_width) * es;
+  for (int kv = 0; kv < 2; ++kv) {
+    kernels::CopyRowsOnDevice(
+        ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), position * kv_width, dtype_),
+        static_cast<size_t>(capacity * kv_width) * es, ElementOffset(qkv, q_width + kv * kv_width, dtype_),
+        static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(b));
   }
   kernels::AttentionParams p;
   p.dtype = dtype_;
@@ -170,13 +152,14 @@ void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& w
   kernels::AttentionBackwardParams p;
   p.forward = Params();
   p.dout = dattn;
-  p.dq = dqkv, p.dk = ElementOffset(dqkv, q_width, dtype_), p.dv = ElementOffset(dqkv, q_width + kv_width, dtype_);
+  p.dq = dqkv, p.dk = ElementOffset(dqkv, q_width, dtype_),
+  p.dv = ElementOffset(dqkv, q_width + kv_width, dtype_);
   kernels::AttentionBackward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * (t_ * (t_ + 1) / 2.0);
   if (rope_) {
     kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_, hs_, rope_theta_, dqkv, width, dtype_));
-    kernels::RopeBackward(
-        ctx, InPlaceRope(b_, t_, nkv_, hs_, rope_theta_, ElementOffset(dqkv, q_width, dtype_), width, dtype_));
+    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nkv_, hs_, rope_theta_,
+                                           ElementOffset(dqkv, q_width, dtype_), width, dtype_));
   }
   qkv_.Backward(ctx, n, input_, c_, dqkv, width, dh);
 }

@@ -74,10 +74,6 @@ class Attention {
   int64_t b_ = 0, t_ = 0;
   const void* input_ = nullptr;
   kernels::Tensor qkv_out_, attn_out_, lse_;
-  // FillCache's gather indices (2, T*NKV) int32 on the device: the (HS)-row of each key / value head of a
-  // sequence's q|k|v rows; rebuilt when T changes.
-  kernels::Tensor cache_rows_;
-  int64_t cache_rows_t_ = 0;
 };
 
 }  // namespace lmf::model
