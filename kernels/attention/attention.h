@@ -78,8 +78,8 @@ struct AttentionBackwardParams {
 //
 // bf16: FlashAttention-2 on tensor cores (mma.sync m16n8k16, fp32 accumulation, fp32 lse), HS 64 or 128,
 // strides and pointers 16-byte aligned (multiples of 8 elements). f32: CUDA-core kernels, HS 32, 64 or 128,
-// any strides (for fp32 runs and as a check, not for speed). Anything else returns InvalidArgument or
-// Unimplemented. The forward runs 64 queries x 64 keys per step with the online softmax in registers; the
+// any strides (for fp32 runs and as a check, not for speed). Both: NH and B at most 65535 (CUDA grid limits),
+// S >= 1. Anything else returns InvalidArgument or Unimplemented. The forward runs 64 queries x 64 keys per step with the online softmax in registers; the
 // backward is two deterministic kernels (no atomics): dk/dv per key block looping over the group's query
 // heads, dq per query block recomputing S and dP (about 1.4x FA2's backward FLOPs). algorithm and schedule
 // are CPU choices and are ignored here.
