@@ -5,19 +5,25 @@
 # fake/, and runs emulation_check.cc. A desk check before spending GPU time: it executes the real kernel
 # code (indexing, tails, vector paths, reductions, aliasing, scratch layout), not the GPU's arithmetic, and
 # not races: threads interleave only at barriers, so a missing __syncthreads goes unseen.
-# Not part of the Bazel build (the fake headers must never reach it).
+# CI runs it as //kernels/cuda/emulation:emulation_test (from the test's runfiles, where the BUILD file's data
+# put exactly the sources read here); the fake headers reach only this script's g++ command lines, never
+# the Bazel build. Where g++ is missing it says so and passes (skipped).
 #
-#   kernels/cuda/emulation/run.sh                 # ~1 minute on 2 cores
+#   kernels/cuda/emulation/run.sh                 # ~2 minutes on 2 cores
 #   SANITIZE=1 kernels/cuda/emulation/run.sh      # with AddressSanitizer and UBSan (alignment): ~4 minutes
 #
 # Output: one "ok"/"FAIL" line per check, then "N failures"; the exit status is non-zero on any failure.
 set -euo pipefail
+if ! command -v g++ >/dev/null; then
+  echo "run.sh: SKIPPED: no g++ on PATH (the CUDA emulation compiles the kernels with the host g++)"
+  exit 0
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 if [[ -n "${EMULATION_WORK_DIR:-}" ]]; then
   work="$EMULATION_WORK_DIR"  # kept: the rewritten sources and the binary
 else
-  work="$(mktemp -d /tmp/lmf_cuda_emulation.XXXXXX)"
+  work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/lmf_cuda_emulation.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
 fi
 mkdir -p "$work/src" "$work/inc/kernels/cuda" "$work/obj"
@@ -57,9 +63,14 @@ done
 for j in "${jobs[@]}"; do wait "$j"; done
 
 absl_libs=()
+shopt -s nullglob
 for lib in /usr/lib/x86_64-linux-gnu/libabsl_*.so; do
   name="$(basename "$lib" .so)"
   absl_libs+=("-l${name#lib}")
 done
+if ((${#absl_libs[@]} == 0)); then
+  echo "run.sh: no Abseil shared libraries in /usr/lib/x86_64-linux-gnu (Debian's libabsl-dev)" >&2
+  exit 1
+fi
 g++ "${flags[@]}" "$work"/obj/*.o -o "$work/emulation_check" -lpthread "${absl_libs[@]}"
 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" "$work/emulation_check"
