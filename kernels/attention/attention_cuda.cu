@@ -9,6 +9,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_f32_cuda.h"
+#include "kernels/attention/mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"
@@ -21,14 +22,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -37,17 +30,6 @@ __device__ __forceinline__ uint32_t Ld32(const bf16* p) { return *reinterpret_ca
 __device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
   return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p0)) |
          (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p1)) << 16);
-}
-
-// Four 8x8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lanes 8i..8i+7 give the row
-// addresses of matrix i; thread t receives elements (rows 2(t%4), 2(t%4)+1; column t/4) of each, which is
-// the B fragment of mma.m16n8k16 for a tile stored k-major (rows = k).
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
-                                                const bf16* p) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
 }
 
 // Copies rows [row0, row0 + rows) of a (., D) strided bf16 matrix into shared memory (row stride D + 8),

@@ -1,0 +1,37 @@
+// The tensor-core instructions of the bf16 attention kernels (attention_cuda.cu), as inline PTX: the only
+// code of the attention backend that cannot run on a CPU. They live in this header so that the CPU emulation
+// (kernels/cuda/emulation/fake/kernels/attention/mma.cuh, first on its include path) can replace them with
+// warp collectives built from the PTX ISA's fragment tables and run the rest of the kernels unchanged.
+// Fragment layouts: see the top of attention_cuda.cu.
+#ifndef LMFORGE_KERNELS_ATTENTION_MMA_CUH_
+#define LMFORGE_KERNELS_ATTENTION_MMA_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/device_util.cuh"
+
+namespace lmf::kernels::cuda {
+
+// d += a b for one 16x16 (row-major A) by 16x8 (column-major B) bf16 tile product, fp32 accumulation.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lanes 8i..8i+7 give the row
+// addresses of matrix i; thread t receives elements (rows 2(t%4), 2(t%4)+1; column t/4) of each, which is
+// the B fragment of mma.m16n8k16 for a tile stored k-major (rows = k).
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                                const bf16* p) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+}  // namespace lmf::kernels::cuda
+
+#endif  // LMFORGE_KERNELS_ATTENTION_MMA_CUH_
