@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -21,13 +22,18 @@ struct Fiber {
   ucontext_t context;
   State state = State::kDone;
   std::vector<char> stack;
+  unsigned collectives = 0;  // warp collectives run so far (picks the exchange area)
 };
 
 std::vector<Fiber> fibers;
 ucontext_t scheduler;
 int current = -1;
 const std::function<void()>* body = nullptr;
-std::vector<float> warp_slots;
+std::vector<uint32_t> warp_exchange;
+std::vector<unsigned char> dynamic_shared;  // 128-byte aligned start at dynamic_shared_offset
+size_t dynamic_shared_offset = 0;
+std::map<const void*, int> max_dynamic_shared;
+int launch_error = 0;
 
 void SetThreadIdx(int t) {
   threadIdx.x = t % blockDim.x;
@@ -73,6 +79,7 @@ void RunBlock(int n) {
     f.context.uc_link = nullptr;
     makecontext(&f.context, Entry, 0);
     f.state = State::kRunnable;
+    f.collectives = 0;
   }
   for (;;) {
     bool ran = false;
@@ -99,21 +106,55 @@ void RunBlock(int n) {
 
 }  // namespace
 
-void RunGrid(dim3 grid, dim3 block, const std::function<void()>& fn) {
+void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& fn) {
   gridDim = grid, blockDim = block, body = &fn;
   const int n = static_cast<int>(block.x * block.y * block.z);
   if (fibers.size() < static_cast<size_t>(n)) fibers.resize(n);
-  warp_slots.assign(static_cast<size_t>((n + 31) / 32) * 32, 0.0f);
+  warp_exchange.assign(static_cast<size_t>((n + 31) / 32) * 2 * 32 * kExchangeWords, 0);
+  dynamic_shared.assign(dynamic_shared_bytes + 128, 0);
+  dynamic_shared_offset = (128 - reinterpret_cast<uintptr_t>(dynamic_shared.data()) % 128) % 128;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+        std::memset(DynamicShared(), 0xff, dynamic_shared_bytes);
         RunBlock(n);
       }
 }
 
 void SyncThreads() { Wait(State::kBlockWait); }
 void WarpBarrier() { Wait(State::kWarpWait); }
-float* WarpSlots() { return warp_slots.data() + (current / 32) * 32; }
+void* DynamicShared() { return dynamic_shared.data() + dynamic_shared_offset; }
+uint32_t* WarpExchange() {
+  const unsigned area = fibers[current].collectives++ & 1;
+  return warp_exchange.data() + static_cast<size_t>((current / 32) * 2 + area) * 32 * kExchangeWords;
+}
+
+void SetMaxDynamicShared(const void* kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }
+
+bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
+  constexpr size_t kDefaultMax = 48 * 1024, kOptInMax = 227 * 1024;
+  const auto it = max_dynamic_shared.find(kernel);
+  const size_t max_shared = it == max_dynamic_shared.end() ? kDefaultMax : static_cast<size_t>(it->second);
+  const char* why = nullptr;
+  if (block.x * block.y * block.z > 1024 || block.x * block.y * block.z == 0) {
+    why = "threads per block not in [1, 1024]";
+  } else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+    why = "grid dimension 0, or gridDim.y or .z above 65535";
+  } else if (dynamic_shared_bytes > max_shared || max_shared > kOptInMax) {
+    why = "dynamic shared memory above the kernel's limit (48 KiB unless raised by cudaFuncSetAttribute)";
+  }
+  if (why == nullptr) return true;
+  std::fprintf(stderr, "cuemu: launch refused: %s (grid %u x %u x %u, block %u x %u x %u, %zu shared bytes)\n",
+               why, grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
+  launch_error = 1;
+  return false;
+}
+
+int TakeLaunchError() {
+  const int e = launch_error;
+  launch_error = 0;
+  return e;
+}
 
 }  // namespace cuemu

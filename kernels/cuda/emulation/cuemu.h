@@ -2,8 +2,10 @@
 // without a GPU (see run.sh): every CUDA thread is a fiber (ucontext), the blocks of a grid run one after
 // another, and __syncthreads / warp shuffles are barriers among the block's (warp's) live threads, so
 // reductions, early exits and aliasing behave as on the device. Kernel launches `k<<<g, b, smem, s>>>(...)`
-// are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`. Math is the host's (__expf is
-// std::exp), so results match the CPU kernels closely but not the GPU's last bits. Not part of the build.
+// are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`, and `extern __shared__ T name[];`
+// into a pointer to the launch's dynamic shared memory; warp-level instructions written as inline PTX have
+// fakes of their own (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results
+// match the CPU kernels closely but not the GPU's last bits. Not part of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -25,31 +27,67 @@ struct dim3 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 namespace cuemu {
 
-// Runs body once per thread of every block of the grid (blocks in order, threads as fibers).
-void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body);
+// Runs body once per thread of every block of the grid (blocks in order, threads as fibers), with
+// `dynamic_shared_bytes` of dynamic shared memory per block (DynamicShared(), poisoned with 0xff per block).
+void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
 void SyncThreads();  // barrier of the block's live threads
 void WarpBarrier();  // barrier of the warp's live threads
-float* WarpSlots();  // 32 exchange slots of the calling thread's warp
+void* DynamicShared();  // the block's `extern __shared__` array (run.sh rewrites the declarations)
+
+// Exchange area of the calling thread's warp for one warp collective: 32 rows (one per lane) of
+// kExchangeWords words. A lane writes its own row, calls WarpBarrier(), then reads any row. Successive
+// collectives alternate between two areas, so one barrier per collective suffices: a lane can write an area
+// again only after the next collective's barrier, which every lane reaches after its reads of this one.
+constexpr int kExchangeWords = 8;
+uint32_t* WarpExchange();
+
+// The launch checks of the CUDA runtime that the kernels' host code relies on: at most 1024 threads per
+// block, gridDim.y and .z at most 65535, dynamic shared memory at most 48 KiB unless the kernel's
+// cudaFuncAttributeMaxDynamicSharedMemorySize was raised (to at most 227 KiB, an H100's limit). A launch that
+// breaks one does not run and sets the error that cudaGetLastError returns (as on the device).
+void SetMaxDynamicShared(const void* kernel, int bytes);
+bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes);
+int TakeLaunchError();  // the pending launch error (0: none), cleared
 
 template <typename... P>
 struct Launcher {
   void (*kernel)(P...);
   dim3 grid, block;
+  size_t dynamic_shared_bytes;
   template <typename... A>
   void operator()(A&&... args) {
+    if (!LaunchAllowed(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes)) return;
     std::tuple<P...> params(std::forward<A>(args)...);
-    RunGrid(grid, block, [&] { std::apply(kernel, params); });
+    RunGrid(grid, block, dynamic_shared_bytes, [&] { std::apply(kernel, params); });
   }
 };
 template <typename... P>
-Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t = 0, void* = nullptr) {
-  return Launcher<P...>{kernel, grid, block};
+Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dynamic_shared_bytes = 0,
+                      void* = nullptr) {
+  return Launcher<P...>{kernel, grid, block, dynamic_shared_bytes};
+}
+
+// A 4-byte value of every lane of the warp: lane l's `v` is row l's first word of the returned area.
+template <typename T>
+inline const uint32_t* ExchangeWord(T v) {
+  static_assert(sizeof(T) == 4, "4-byte shuffles");
+  uint32_t* x = WarpExchange();
+  std::memcpy(&x[(threadIdx.x & 31) * kExchangeWords], &v, 4);
+  WarpBarrier();
+  return x;
+}
+template <typename T>
+inline T Word(const uint32_t* x, int lane) {
+  T r;
+  std::memcpy(&r, &x[(lane & 31) * kExchangeWords], 4);
+  return r;
 }
 
 }  // namespace cuemu
@@ -59,6 +97,8 @@ Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t = 0, v
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
 #define __syncthreads() ::cuemu::SyncThreads()
 
 inline float __expf(float x) { return std::exp(x); }
@@ -72,15 +112,11 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 
 template <typename T>
 inline T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
-  static_assert(sizeof(T) == 4, "4-byte shuffles");
-  float* slots = ::cuemu::WarpSlots();
-  const int lane = threadIdx.x & 31;
-  std::memcpy(&slots[lane], &v, 4);
-  ::cuemu::WarpBarrier();
-  T r;
-  std::memcpy(&r, &slots[lane ^ lane_mask], 4);
-  ::cuemu::WarpBarrier();
-  return r;
+  return ::cuemu::Word<T>(::cuemu::ExchangeWord(v), (threadIdx.x & 31) ^ lane_mask);
+}
+template <typename T>
+inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane) {
+  return ::cuemu::Word<T>(::cuemu::ExchangeWord(v), src_lane);
 }
 
 #endif  // LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_

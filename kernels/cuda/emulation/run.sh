@@ -29,12 +29,24 @@ fi
 mkdir -p "$work/src" "$work/inc/kernels/cuda" "$work/obj"
 
 ops=(activations adamw cast cross_entropy embedding grad_norm layernorm residual rmsnorm rope swiglu)
-rewrite() {  # launch syntax -> ::cuemu::Launch(kernel, config...)(args); a case label stays in front
+# The CUDA sources (slowest to compile first) and the CPU kernels they are checked against.
+cuda_sources=(kernels/attention/attention_cuda.cu kernels/attention/attention_f32_cuda.cu
+  kernels/matmul/column_sum_cuda.cu)
+cpu_sources=(kernels/attention/attention_cpu.cc)
+for op in "${ops[@]}"; do
+  cuda_sources+=("kernels/$op/${op}_cuda.cu")
+  cpu_sources+=("kernels/$op/${op}_cpu.cc")
+done
+# Launch syntax -> ::cuemu::Launch(kernel, config...)(args), a case label staying in front;
+# `extern __shared__ [__align__(n)] T name[];` -> T* name = the block's dynamic shared memory.
+rewrite() {
   perl -0pe 's/(^[ \t]*)([^;{}\n][^;{}]*?)\s*<<<(.*?)>>>\s*\(/$1::cuemu::Launch($2, $3)(/gms;
-             s/::cuemu::Launch\((case [^:]*::\w+:)(\s*)/$1$2::cuemu::Launch(/g' "$1" >"$2"
+             s/::cuemu::Launch\((case [^:]*::\w+:)(\s*)/$1$2::cuemu::Launch(/g;
+             s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w[\w: ]*?)\s+(\w+)\[\];/$1* $2 = static_cast<$1*>(::cuemu::DynamicShared());/g' "$1" >"$2"
   if grep -q '<<<' "$2"; then echo "run.sh: a launch in $1 was not rewritten" >&2; exit 1; fi
+  if grep -q 'extern __shared__' "$2"; then echo "run.sh: dynamic shared memory in $1 was not rewritten" >&2; exit 1; fi
 }
-for op in "${ops[@]}"; do rewrite "$root/kernels/$op/${op}_cuda.cu" "$work/src/${op}_cuda.cc"; done
+for f in "${cuda_sources[@]}"; do rewrite "$root/$f" "$work/src/$(basename "$f" .cu).cc"; done
 rewrite "$root/kernels/cuda/norm_kernels.cuh" "$work/inc/kernels/cuda/norm_kernels.cuh"
 
 flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
@@ -49,12 +61,11 @@ compile() {  # output, include flags..., source (in the background, at most 2 at
   g++ "${flags[@]}" "${@:1:$#-1}" -c "$src" -o "$out" &
   jobs+=($!)
 }
-for op in "${ops[@]}"; do
-  compile "$work/obj/${op}_cuda.o" "${emulated[@]}" "$work/src/${op}_cuda.cc"
-  compile "$work/obj/${op}_cpu.o" "${host[@]}" "$root/kernels/$op/${op}_cpu.cc"
+for f in "${cuda_sources[@]}"; do
+  compile "$work/obj/$(basename "$f" .cu).o" "${emulated[@]}" "$work/src/$(basename "$f" .cu).cc"
 done
-compile "$work/obj/cuemu.o" "${host[@]}" "$here/cuemu.cc"
-compile "$work/obj/emulation_check.o" "${host[@]}" "$here/emulation_check.cc"
+for f in "${cpu_sources[@]}"; do compile "$work/obj/$(basename "$f" .cc).o" "${host[@]}" "$root/$f"; done
+for f in cuemu emulation_check attention_check; do compile "$work/obj/$f.o" "${host[@]}" "$here/$f.cc"; done
 host_sources=(kernels/core/core.cc kernels/core/dispatch.cc base/thread_pool.cc base/check.cc
   kernels/cuda/caching_allocator.cc)
 for f in "${host_sources[@]}"; do

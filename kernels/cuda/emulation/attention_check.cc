@@ -1,0 +1,263 @@
+// Runs the CUDA attention kernels (attention_cuda.cu: bf16 FlashAttention-2 on mma.sync, emulated from the
+// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_f32_cuda.cu: f32 on CUDA cores) forward and
+// backward against the CPU attention kernel, and the column sums (column_sum_cuda.cu, the bias gradient)
+// against a plain sum, through the CPU emulation of cuemu.h (built and run by run.sh with
+// emulation_check.cc, whose main calls these).
+//
+// Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
+// causal and not, q/k/v/out/dq/dk/dv in padded rows (the pads, and everything past every buffer's end under
+// SANITIZE=1, poisoned with NaN and checked untouched), a per-head and a head-broadcast mask with a query
+// that sees no key (out 0, lse -inf, dq 0) and a key no query sees (dk = dv = 0).
+//
+// Tolerances, as a fraction of the largest |reference| of the tensor: f32 2e-5 (the same fp32 math in
+// another summation order); bf16 1e-2 for out and 2e-2 for the gradients: the kernels round P (and dS) to
+// bf16 before the second products, a relative error of 2^-9 per term, and round the outputs to bf16 (2^-9
+// of the value), while the CPU reference keeps fp32; lse is accumulated in fp32 from the same
+// (bf16-valued) products on both sides: 1e-4 (1 + |lse|) absolute for both dtypes.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kernels/cuda/emulation/check_util.h"
+#include "kernels/matmul/column_sum_cuda.h"
+
+namespace lmf::kernels {
+namespace {
+
+struct AttentionCase {
+  int64_t B, T, S, NH, NKV, HS;
+  bool causal;
+  int mask;  // 0: none; 1: per head (B-broadcast); 2: broadcast over batch and heads
+  bool bf16;  // also run in bf16 (head sizes 64 and 128 only)
+};
+
+// A (rows, heads, HS) tensor stored in rows of heads * HS + pad elements, per batch rows * that.
+struct Layout {
+  int64_t B, rows, heads, HS, pad;
+  int64_t row() const { return heads * HS + pad; }
+  int64_t size() const { return B * rows * row(); }
+  int64_t logical() const { return B * rows * heads * HS; }
+  int64_t at(int64_t i) const {  // padded index of logical (contiguous) element i
+    const int64_t d = i % HS, h = (i / HS) % heads, r = (i / (HS * heads)) % rows, b = i / (HS * heads * rows);
+    return (b * rows + r) * row() + h * HS + d;
+  }
+};
+
+// Logical values into a NaN-poisoned padded buffer.
+Buf Scatter(const std::vector<float>& logical, const Layout& l, DType dt) {
+  Buf buf(l.size(), dt);
+  for (int64_t i = 0; i < l.logical(); ++i) {
+    if (dt == DType::kF32) {
+      buf.as<float>()[l.at(i)] = logical[i];
+    } else {
+      buf.as<uint16_t>()[l.at(i)] = FloatToBF16(logical[i]);
+    }
+  }
+  return buf;
+}
+
+// The logical values of a padded buffer; counts the pad elements that are no longer the NaN poison.
+std::vector<float> Gather(const Buf& buf, const Layout& l, DType dt, int64_t* pads_written) {
+  const std::vector<float> all = buf.floats();
+  std::vector<float> out(l.logical());
+  std::vector<char> logical(l.size(), 0);
+  for (int64_t i = 0; i < l.logical(); ++i) out[i] = all[l.at(i)], logical[l.at(i)] = 1;
+  for (int64_t i = 0; i < l.size(); ++i) {
+    if (logical[i]) continue;
+    const bool poison = dt == DType::kF32 ? std::memcmp(&buf.as<float>()[i], "\xff\xff\xff\xff", 4) == 0
+                                          : buf.as<uint16_t>()[i] == 0xffff;
+    if (!poison) ++*pads_written;
+  }
+  return out;
+}
+
+// max |got - want| <= tol * max |want| (NaN fails; infinities must match exactly).
+void CheckScaled(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                 double tol) {
+  double scale = 0, worst = 0;
+  int64_t worst_i = -1, mismatched_inf = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::isfinite(want[i])) scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(want[i]) || !std::isfinite(got[i])) {
+      if (!(got[i] == want[i])) ++mismatched_inf, worst_i = static_cast<int64_t>(i);
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (d > worst) worst = d, worst_i = static_cast<int64_t>(i);
+  }
+  const bool ok = mismatched_inf == 0 && worst <= tol * scale && got.size() == want.size();
+  if (!ok) ++failures;
+  std::printf("%s %s: max error %.3g of scale %.3g (tol %.3g)%s\n", ok ? "ok  " : "FAIL", what.c_str(), worst,
+              scale, tol, mismatched_inf ? ", non-finite mismatch" : "");
+  if (!ok && worst_i >= 0)
+    std::printf("     worst [%ld] %g vs %g\n", static_cast<long>(worst_i), got[worst_i], want[worst_i]);
+}
+
+void Expect(bool ok, const std::string& what) {
+  if (!ok) ++failures;
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+}
+
+void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
+  const Context cpu_ctx = Context::Cpu();
+  const int64_t pad = dt == DType::kF32 ? 5 : 8;  // bf16 needs strides that are multiples of 8
+  const Layout lq{c.B, c.T, c.NH, c.HS, pad}, lk{c.B, c.S, c.NKV, c.HS, pad + 8}, lo{c.B, c.T, c.NH, c.HS, pad};
+  auto R = [&](std::vector<float> v) { return RoundTo(std::move(v), dt); };
+  const auto q = R(RandomNormal(lq.logical(), 100 + c.T)), k = R(RandomNormal(lk.logical(), 200 + c.S)),
+             v = R(RandomNormal(lk.logical(), 300 + c.S)), dout = R(RandomNormal(lo.logical(), 400 + c.T));
+  char tag[160];
+  std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s [%s]",
+                static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S), static_cast<long>(c.NH),
+                static_cast<long>(c.NKV), static_cast<long>(c.HS), c.causal ? " causal" : "",
+                c.mask == 1 ? " mask per head" : c.mask == 2 ? " mask" : "", DTypeName(dt));
+  const std::string name = tag;
+
+  // Mask (row stride S + 3): ~20% hidden at random, query 1 of head 0 sees no key, key S - 1 is seen by no
+  // query of head 0 (of any head where the mask is broadcast).
+  const int64_t mask_t = c.S + 3, mask_h = c.mask == 1 ? c.T * mask_t : 0;
+  std::vector<uint8_t> mask(c.mask == 0 ? 0 : (c.mask == 1 ? c.NH : 1) * c.T * mask_t);
+  std::mt19937 rng(static_cast<uint32_t>(c.T * 31 + c.S));
+  for (uint8_t& m : mask) m = rng() % 5 == 0 ? 0 : 1;
+  if (c.mask != 0) {
+    for (int64_t u = 0; u < c.S; ++u) mask[1 * mask_t + u] = 0;
+    for (int64_t t = 0; t < c.T; ++t) mask[t * mask_t + c.S - 1] = 0;
+  }
+  auto params = [&](const void* qp, const void* kp, const void* vp, void* op, float* lse, const Layout& lq_,
+                    const Layout& lk_, const Layout& lo_) {
+    AttentionParams p;
+    p.B = c.B, p.T = c.T, p.S = c.S, p.NH = c.NH, p.NKV = c.NKV, p.HS = c.HS, p.causal = c.causal;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.HS));
+    p.q = qp, p.q_stride_b = lq_.rows * lq_.row(), p.q_stride_t = lq_.row(), p.q_stride_h = c.HS;
+    p.k = kp, p.k_stride_b = lk_.rows * lk_.row(), p.k_stride_t = lk_.row(), p.k_stride_h = c.HS;
+    p.v = vp, p.v_stride_b = lk_.rows * lk_.row(), p.v_stride_t = lk_.row(), p.v_stride_h = c.HS;
+    p.out = op, p.out_stride_b = lo_.rows * lo_.row(), p.out_stride_t = lo_.row(), p.out_stride_h = c.HS;
+    p.lse = lse;
+    if (c.mask != 0) p.mask = mask.data(), p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
+    return p;
+  };
+
+  // Reference: the CPU kernel in f32 on the same (dtype-rounded) values, contiguous.
+  const Layout cq{c.B, c.T, c.NH, c.HS, 0}, ck{c.B, c.S, c.NKV, c.HS, 0};
+  std::vector<float> out(lo.logical()), lse(c.B * c.NH * c.T), dq(lq.logical()), dk(lk.logical()),
+      dv(lk.logical());
+  AttentionParams cp = params(q.data(), k.data(), v.data(), out.data(), lse.data(), cq, ck, cq);
+  cpu::AttentionForward(cpu_ctx, cp);
+  AttentionBackwardParams cbp;
+  cbp.forward = cp, cbp.dout = dout.data(), cbp.dq = dq.data(), cbp.dk = dk.data(), cbp.dv = dv.data();
+  cpu::AttentionBackward(cpu_ctx, cbp);
+
+  Buf gq = Scatter(q, lq, dt), gk = Scatter(k, lk, dt), gv = Scatter(v, lk, dt), gd = Scatter(dout, lo, dt);
+  Buf go(lo.size(), dt), glse(c.B * c.NH * c.T, DType::kF32), gdq(lq.size(), dt), gdk(lk.size(), dt),
+      gdv(lk.size(), dt);
+  AttentionParams p = params(gq.get(), gk.get(), gv.get(), go.get(), glse.as<float>(), lq, lk, lo);
+  p.dtype = dt;
+  ExpectOk(name + " forward", kc::AttentionForward(gpu, p));
+  int64_t pads = 0;
+  const std::vector<float> got_out = Gather(go, lo, dt, &pads);
+  const double out_tol = dt == DType::kF32 ? 2e-5 : 1e-2, grad_tol = dt == DType::kF32 ? 2e-5 : 2e-2;
+  CheckScaled(name + " out", got_out, out, out_tol);
+  {
+    const std::vector<float> got = glse.floats();
+    int64_t bad = 0;
+    for (size_t i = 0; i < lse.size(); ++i)
+      if (!(got[i] == lse[i] || std::fabs(got[i] - lse[i]) <= 1e-4 * (1 + std::fabs(lse[i])))) ++bad;
+    Expect(bad == 0, name + " lse (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
+  }
+  if (dt == DType::kBF16) {  // the ldmatrix variant of the forward: bitwise the same out and lse
+    Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
+    AttentionParams p2 = p;
+    p2.out = go2.get(), p2.lse = glse2.as<float>();
+    ExpectOk(name + " forward (ldmatrix)",
+             kc::AttentionForwardWithVariant(gpu, p2, kc::AttentionForwardVariant::kLdmatrixV));
+    Expect(std::memcmp(go.get(), go2.get(), lo.size() * 2) == 0 &&
+               std::memcmp(glse.get(), glse2.get(), lse.size() * 4) == 0,
+           name + " ldmatrix.trans variant bitwise equal to the packed one");
+  }
+
+  AttentionBackwardParams bp;
+  bp.forward = p, bp.dout = gd.get(), bp.dq = gdq.get(), bp.dk = gdk.get(), bp.dv = gdv.get();
+  ExpectOk(name + " backward", kc::AttentionBackward(gpu, bp));
+  const std::vector<float> got_dq = Gather(gdq, lq, dt, &pads), got_dk = Gather(gdk, lk, dt, &pads),
+                           got_dv = Gather(gdv, lk, dt, &pads);
+  CheckScaled(name + " dq", got_dq, dq, grad_tol);
+  CheckScaled(name + " dk", got_dk, dk, grad_tol);
+  CheckScaled(name + " dv", got_dv, dv, grad_tol);
+  Expect(pads == 0, name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
+
+  if (c.mask != 0) {  // batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query
+    bool row_ok = got_out.size() > 0 && glse.floats()[1] == -INFINITY;
+    for (int64_t d = 0; d < c.HS; ++d)
+      row_ok = row_ok && got_out[1 * c.NH * c.HS + d] == 0.0f && got_dq[1 * c.NH * c.HS + d] == 0.0f;
+    Expect(row_ok, name + " fully masked query: out 0, lse -inf, dq 0");
+    // kv head 0 sums over its group's query heads: all of them miss the key where the mask is broadcast.
+    if (c.mask == 2 || c.NH == c.NKV) {
+      bool key_ok = true;
+      for (int64_t d = 0; d < c.HS; ++d) {
+        const int64_t i = (c.S - 1) * c.NKV * c.HS + d;
+        key_ok = key_ok && got_dk[i] == 0.0f && got_dv[i] == 0.0f;
+      }
+      Expect(key_ok, name + " key seen by no query: dk = dv = 0");
+    }
+  }
+}
+
+}  // namespace
+
+void CheckAttention(const Context& gpu) {
+  const AttentionCase cases[] = {
+      {2, 77, 77, 4, 1, 64, true, 0, true},     // MQA, causal, T = S not a tile multiple
+      {1, 50, 130, 4, 2, 64, false, 1, true},   // GQA, more keys than queries, per-head mask
+      {1, 130, 50, 2, 2, 128, true, 2, true},   // MHA, fewer keys than queries, causal + mask
+      {1, 70, 150, 4, 1, 64, true, 0, true},    // MQA, causal with S > T (keys past T seen by none)
+      {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
+  };
+  for (const AttentionCase& c : cases) {
+    RunAttentionCase(gpu, c, DType::kF32);
+    if (c.bf16) RunAttentionCase(gpu, c, DType::kBF16);
+  }
+  AttentionParams p = ContiguousAttentionParams(1, 8, 8, 2, 1, 32, false, nullptr, nullptr, nullptr, nullptr,
+                                                nullptr);
+  p.dtype = DType::kBF16;
+  const absl::Status st = kc::AttentionForward(gpu, p);
+  Expect(st.code() == absl::StatusCode::kUnimplemented, "attention bf16 HS=32 refused: " + st.ToString());
+}
+
+void CheckColumnSum(const Context& gpu) {
+  struct Shape {
+    int64_t batch, rows, cols, ld, batch_stride;
+  };
+  // 300 columns: a partial 128-column block; 2 x 200 rows: more than the 256 row chunks, some left empty.
+  for (const Shape& s : {Shape{3, 37, 300, 301, 37 * 301 + 5}, Shape{2, 200, 130, 136, 200 * 136},
+                         Shape{1, 1, 1, 1, 1}})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (bool accumulate : {true, false}) {
+        const int64_t n = (s.batch - 1) * s.batch_stride + (s.rows - 1) * s.ld + s.cols;
+        const auto in = RoundTo(RandomNormal(n, 500 + s.cols), dt), out0 = RandomNormal(s.cols, 501);
+        std::vector<float> want(s.cols);
+        for (int64_t c = 0; c < s.cols; ++c) {
+          double sum = 0;
+          for (int64_t b = 0; b < s.batch; ++b)
+            for (int64_t r = 0; r < s.rows; ++r) sum += in[b * s.batch_stride + r * s.ld + c];
+          want[c] = static_cast<float>((accumulate ? out0[c] : 0.0) + 0.5 * sum);
+        }
+        Buf gin(in, dt), gout(out0, DType::kF32);
+        kc::ColumnSumParams p;
+        p.dtype = dt, p.rows = s.rows, p.cols = s.cols, p.ld = s.ld, p.batch = s.batch,
+        p.batch_stride = s.batch_stride, p.scale = 0.5f, p.in = gin.get(), p.out = gout.as<float>(),
+        p.accumulate = accumulate;
+        char tag[128];
+        std::snprintf(tag, sizeof(tag), "column sum batch=%ld rows=%ld cols=%ld ld=%ld%s",
+                      static_cast<long>(s.batch), static_cast<long>(s.rows), static_cast<long>(s.cols),
+                      static_cast<long>(s.ld), accumulate ? " (+=)" : " (=)");
+        ExpectOk(tag, kc::ColumnSum(gpu, p));
+        // fp32 sums of at most 400 terms of |x| ~ 1 in another order than the double reference.
+        Check(tag, dt, gout.floats(), want, 1e-5, 1e-4);
+      }
+}
+
+}  // namespace lmf::kernels
