@@ -54,8 +54,8 @@ class Mat {
         ld_(ld),
         stride_(stride),
         offset_(offset) {
-    n_ = (batch_ - 1) * stride + (rows - 1) * ld + cols;
-    const size_t bytes = (offset + n_) * DTypeSize(dt);
+    n_ = rows == 0 || cols == 0 ? 0 : (batch_ - 1) * stride + (rows - 1) * ld + cols;
+    const size_t bytes = (offset + std::max<int64_t>(n_, 1)) * DTypeSize(dt);
     if (posix_memalign(&base_, 256, bytes) != 0) std::abort();
     std::memset(base_, 0xff, bytes);
     valid_.assign(n_, 0);
@@ -334,6 +334,11 @@ int Main() {
     k.name = "operands one element past alignment";
     k.batch = 1, k.offset = 1, k.pad_a = 0, k.pad_b = 1, k.pad_c = 0;
     forward.push_back(k);
+    // K = 0: C = beta C + bias (cuBLASLt's acceptance of k = 0 is not documented; the fake computes it).
+    Case empty_k;
+    empty_k.name = "K=0, beta 1, bias";
+    empty_k.K = 0, empty_k.beta = 1.0f, empty_k.bias = true;
+    forward.push_back(empty_k);
     Case one;
     one.name = "M=1 N=1 K=1";
     one.M = one.N = one.K = 1;

@@ -9,7 +9,8 @@
 # test's runfiles; the fakes reach only the g++ command lines below, never the Bazel build. Where g++ is
 # missing it says so and passes (skipped).
 #
-#   kernels/cuda/emulation/cublaslt/run.sh    # ~1 minute on 2 cores
+#   kernels/cuda/emulation/cublaslt/run.sh              # ~30 s on 2 cores
+#   SANITIZE=1 kernels/cuda/emulation/cublaslt/run.sh   # with AddressSanitizer and UBSan
 #
 # Output: one "ok"/"FAIL" line per check, then "N checks, M failures"; the exit status is non-zero on any
 # failure.
@@ -37,6 +38,7 @@ rewrite "$root/kernels/matmul/column_sum_cuda.cu" "$work/src/column_sum_cuda.cc"
 rewrite "$root/kernels/activations/activations_cuda.cu" "$work/src/activations_cuda.cc"
 
 flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
+[[ "${SANITIZE:-0}" == 1 ]] && flags+=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 emulated=(-I"$here/fake" -I"$root")
 host=(-I"$root")
 jobs=()
@@ -75,4 +77,4 @@ if ((${#absl_libs[@]} == 0)); then
   exit 1
 fi
 g++ "${flags[@]}" "$work"/obj/*.o -o "$work/cublaslt_check" -fopenmp -ldnnl -lpthread "${absl_libs[@]}"
-LMF_NUM_THREADS="${LMF_NUM_THREADS:-2}" "$work/cublaslt_check"
+ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}" LMF_NUM_THREADS="${LMF_NUM_THREADS:-2}" "$work/cublaslt_check"
