@@ -5,9 +5,10 @@
 // emulation_check.cc, whose main calls these).
 //
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
-// causal and not, q/k/v/out/dq/dk/dv in padded rows (the pads, and everything past every buffer's end under
-// SANITIZE=1, poisoned with NaN and checked untouched), a per-head and a head-broadcast mask with a query
-// that sees no key (out 0, lse -inf, dq 0) and a key no query sees (dk = dv = 0).
+// causal and not, q/k/v/out/dq/dk/dv in padded rows (the pads poisoned with NaN and checked untouched, every
+// buffer exactly sized so that SANITIZE=1 catches accesses past its end; the inputs checked unchanged), a
+// per-head and a head-broadcast mask with a query that sees no key (out 0, lse -inf, dq 0) and a key no
+// query sees (dk = dv = 0).
 //
 // Tolerances, as a fraction of the largest |reference| of the tensor: f32 2e-5 (the same fp32 math in
 // another summation order); bf16 1e-2 for out and 2e-2 for the gradients: the kernels round P (and dS) to
@@ -188,6 +189,12 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   CheckScaled(name + " dk", got_dk, dk, grad_tol);
   CheckScaled(name + " dv", got_dv, dv, grad_tol);
   Expect(pads == 0, name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
+  auto same = [&](const Buf& got, const std::vector<float>& values, const Layout& l) {
+    const Buf want = Scatter(values, l, dt);
+    return std::memcmp(got.get(), want.get(), l.size() * DTypeSize(dt)) == 0;
+  };
+  Expect(same(gq, q, lq) && same(gk, k, lk) && same(gv, v, lk) && same(gd, dout, lo),
+         name + " q, k, v, dout (and their pads) untouched");
 
   if (c.mask != 0) {  // batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query
     bool row_ok = got_out.size() > 0 && glse.floats()[1] == -INFINITY;

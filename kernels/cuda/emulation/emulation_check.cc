@@ -367,6 +367,7 @@ void CheckCast(const Context& gpu, const Context& cpu_ctx) {
 }
 
 int Main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // check lines and the emulator's stderr lines in order
   HostBackend backend;
   kc::CachingAllocator allocator(&backend, nullptr);
   for (DType dt : {DType::kF32, DType::kBF16}) {
