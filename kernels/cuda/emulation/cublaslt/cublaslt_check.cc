@@ -8,12 +8,14 @@
 // Prints one line per check, exits non-zero on any failure.
 //
 // Tolerances, relative to the output's scale (max |reference|, at least 1):
-// - f32 1e-5: the fake computes in double and rounds once, the CPU is oneDNN's fp32 sgemm; with K <= 40 and
-//   unit-normal data they differ by a few fp32 ulps times sqrt(K) (~1e-6 of the scale). A mapping error
-//   moves elements by the order of the scale.
-// - bf16 2^-7: the reference runs in fp32 on the same bf16-rounded inputs, so the difference is the bf16
-//   rounding of the output (2^-9 relative), twice on the unfused GELU path (pre-activation, then the GELU,
-//   whose slope is below 1.13): 2^-7 is twice that bound.
+// - f32 1e-5: the fake computes in double and rounds once, the CPU is oneDNN's fp32 sgemm; with K <= 23 and
+//   unit-normal data they differ by a few fp32 ulps times sqrt(K) (measured: 2e-7 of the scale). A mapping
+//   error moves elements by the order of the scale.
+// - bf16 2^-6: the reference runs in fp32 on the same bf16-rounded inputs, so the difference is bf16
+//   roundings of the output (unit roundoff 2^-8 each): one on the fused paths, two on the unfused GELU path
+//   (pre-activation, then the GELU, whose slope is below 1.13), and one per batch for a dA summed over a
+//   broadcast A (matmul_cuda.cc accumulates it in bf16, batch after batch: 3 here). 2^-6 = 4 roundings
+//   (measured: 4.6e-3 of the scale).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@ namespace lmf::kernels {
 namespace {
 
 int failures = 0;
+double largest_relative_error[2] = {0.0, 0.0};  // over every compared element, f32 then bf16
 int checks = 0;
 
 void Report(bool ok, const std::string& what, const std::string& detail) {
@@ -122,12 +125,14 @@ void Compare(const std::string& what, DType dt, const Mat& got, const std::vecto
   double scale = 1.0;
   for (size_t j = 0; j < want.size(); ++j)
     if (got.valid()[j]) scale = std::max(scale, std::fabs(static_cast<double>(want[j])));
-  const double tol = (dt == DType::kF32 ? 1e-5 : 1.0 / 128) * scale;
+  const double tol = (dt == DType::kF32 ? 1e-5 : 1.0 / 64) * scale;
   double worst = 0.0;
   int64_t worst_at = -1, bad = 0;
   for (size_t j = 0; j < want.size(); ++j) {
     if (!got.valid()[j]) continue;
     const double err = std::fabs(static_cast<double>(g[j]) - want[j]);
+    double& largest = largest_relative_error[dt == DType::kF32 ? 0 : 1];
+    if (std::isfinite(err)) largest = std::max(largest, err / scale);
     if (!(err <= tol)) {
       ++bad;
       if (worst_at < 0 || !(err <= worst)) worst = err, worst_at = static_cast<int64_t>(j);
@@ -358,6 +363,33 @@ int Main() {
     for (const Case& k : forward) RunForward(gpu, cpu, k, dt, seed++, false);
     for (const Case& k : backward) RunBackward(gpu, cpu, k, dt, seed++);
   }
+  // A seeded sweep over random geometries mixing all of the above (each name lists its parameters).
+  std::mt19937_64 rng(20261130);
+  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int i = 0; i < 32; ++i) {
+    Case k;
+    k.M = pick(1, 20), k.N = pick(1, 20), k.K = pick(1, 20), k.batch = pick(1, 3);
+    k.trans_a = pick(0, 1), k.trans_b = pick(0, 1);
+    k.broadcast_a = k.batch > 1 && pick(0, 2) == 0;
+    k.broadcast_b = k.batch > 1 && !k.broadcast_a && pick(0, 2) == 0;
+    k.alpha = pick(0, 1) ? 1.0f : -0.75f, k.beta = static_cast<float>(pick(0, 1));
+    k.bias = pick(0, 1);
+    k.pad_a = pick(0, 4), k.pad_b = pick(0, 4), k.pad_c = pick(0, 4);
+    k.offset = pick(0, 1), k.bias_offset = pick(0, 1);
+    k.accumulate_da = pick(0, 1), k.accumulate_db = pick(0, 1);
+    char name[256];
+    std::snprintf(name, sizeof(name),
+                  "random M=%lld N=%lld K=%lld batch=%lld trans=%d%d broadcast=%d%d alpha=%g beta=%g bias=%d "
+                  "pads=%lld,%lld,%lld offsets=%d,%d accumulate=%d%d",
+                  static_cast<long long>(k.M), static_cast<long long>(k.N), static_cast<long long>(k.K),
+                  static_cast<long long>(k.batch), k.trans_a, k.trans_b, k.broadcast_a, k.broadcast_b,
+                  k.alpha, k.beta, k.bias, static_cast<long long>(k.pad_a), static_cast<long long>(k.pad_b),
+                  static_cast<long long>(k.pad_c), k.offset, k.bias_offset, k.accumulate_da, k.accumulate_db);
+    k.name = name;
+    const DType dt = dtypes[i % 2];
+    RunForward(gpu, cpu, k, dt, seed++, false);
+    RunBackward(gpu, cpu, k, dt, seed++);
+  }
 
   // The GELU epilogue: fused where the heuristic has an algorithm (with the saved pre-activation only when
   // ldc is a multiple of 8: EPILOGUE_AUX_LD), else the GEMM then the GELU kernel, row by row when ldc > N.
@@ -427,6 +459,8 @@ int Main() {
   std::printf("%lld cuBLASLt matmuls (%lld with a GELU epilogue), %lld heuristic queries\n",
               static_cast<long long>(n.matmuls), static_cast<long long>(n.gelu_matmuls),
               static_cast<long long>(n.heuristic_queries));
+  std::printf("largest |error| / output scale: f32 %.3g (tolerance 1e-5), bf16 %.3g (tolerance %.3g)\n",
+              largest_relative_error[0], largest_relative_error[1], 1.0 / 64);
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
