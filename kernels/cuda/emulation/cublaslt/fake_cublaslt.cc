@@ -174,7 +174,7 @@ uint64_t Fingerprint(const cublasLtMatmulDescOpaque_t* op, const cublasLtMatrixL
       mix(v);
   return h;
 }
-constexpr uint64_t kAlgoMagic = 0x6c6d66616c676f31ull;
+constexpr uint64_t kAlgoMagic = 0x6c6d6661ull;  // the low 32 bits of data[0]; the high 32: workspace bytes
 constexpr size_t kAlgoWorkspace = size_t{1} << 20;  // what the emulated algorithm says it needs, at most
 
 float Load(const void* base, int32_t type, int64_t index) {
@@ -357,13 +357,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   const cublasLtMatrixLayoutOpaque_t* layouts[4] = {a, b, c, d};
   cublasLtMatmulHeuristicResult_t& r = results[0];
   std::memset(&r, 0, sizeof(r));
-  r.algo.data[0] = kAlgoMagic;
   r.algo.data[1] = Fingerprint(op, layouts);
   r.algo.data[2] = pref->align[0], r.algo.data[3] = pref->align[1];
   r.algo.data[4] = pref->align[2], r.algo.data[5] = pref->align[3];
   r.algo.data[6] = HasBias(op->epilogue) ? AlignmentOf(op->bias) : 256;
   r.algo.data[7] = HasAux(op->epilogue) ? AlignmentOf(op->aux) : 256;
   r.workspaceSize = std::min<uint64_t>(pref->max_workspace, kAlgoWorkspace);
+  r.algo.data[0] = kAlgoMagic | (static_cast<uint64_t>(r.workspaceSize) << 32);
   r.state = CUBLAS_STATUS_SUCCESS;
   r.wavesCount = 1.0f;
   *returned = 1;
@@ -386,7 +386,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null alpha/beta");
   // The scale type is R_32F and the pointer mode the default CUBLASLT_POINTER_MODE_HOST: host floats.
   const double alpha = *static_cast<const float*>(alpha_ptr), beta = *static_cast<const float*>(beta_ptr);
-  if (algo == nullptr || algo->data[0] != kAlgoMagic)
+  if (algo == nullptr || (algo->data[0] & 0xffffffffull) != kAlgoMagic)
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: algo was not returned by the heuristic");
   const cublasLtMatrixLayoutOpaque_t* layouts[4] = {a, b, c, d};
   if (algo->data[1] != Fingerprint(op, layouts))
@@ -402,10 +402,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                                                    " bytes, the algo was chosen for " +
                                                    std::to_string(algo->data[2 + i]));
   }
-  const size_t ws_needed = std::min<uint64_t>(kAlgoWorkspace, workspace_bytes);
-  if (workspace_bytes > 0 && workspace == nullptr)
+  // "CUBLAS_STATUS_INVALID_VALUE ... when workspaceSizeInBytes is less than workspace required by configured
+  // algo"; the algorithm then uses (here: clobbers) that much of the workspace.
+  const size_t ws_needed = algo->data[0] >> 32;
+  if (workspace_bytes < ws_needed)
+    return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: workspace of " + std::to_string(workspace_bytes) +
+                                                 " bytes, the algo needs " + std::to_string(ws_needed));
+  if (ws_needed > 0 && workspace == nullptr)
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null workspace");
-  if (workspace != nullptr) std::memset(workspace, 0xa5, ws_needed);  // the algorithm's scratch is clobbered
+  if (ws_needed > 0) std::memset(workspace, 0xa5, ws_needed);  // the algorithm's scratch is clobbered
   if (A == nullptr || B == nullptr || D == nullptr || (beta != 0.0 && C == nullptr))
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null matrix pointer");
   const uint32_t e = op->epilogue;
