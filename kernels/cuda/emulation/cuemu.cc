@@ -34,6 +34,8 @@ std::vector<unsigned char> dynamic_shared;  // 128-byte aligned start at dynamic
 size_t dynamic_shared_offset = 0;
 std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
+unsigned long block_serial = 0;                      // blocks run so far
+std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
 
 void SetThreadIdx(int t) {
   threadIdx.x = t % blockDim.x;
@@ -118,6 +120,7 @@ void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::func
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
         std::memset(DynamicShared(), 0xff, dynamic_shared_bytes);
+        ++block_serial;
         RunBlock(n);
       }
 }
@@ -128,6 +131,13 @@ void* DynamicShared() { return dynamic_shared.data() + dynamic_shared_offset; }
 uint32_t* WarpExchange() {
   const unsigned area = fibers[current].collectives++ & 1;
   return warp_exchange.data() + static_cast<size_t>((current / 32) * 2 + area) * 32 * kExchangeWords;
+}
+
+void PoisonShared(void* array, size_t bytes) {
+  unsigned long& block = shared_poisoned[array];
+  if (block == block_serial) return;
+  block = block_serial;
+  std::memset(array, 0xff, bytes);
 }
 
 void SetMaxDynamicShared(const void* kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }

@@ -3,9 +3,10 @@
 // another, and __syncthreads / warp shuffles are barriers among the block's (warp's) live threads, so
 // reductions, early exits and aliasing behave as on the device. Kernel launches `k<<<g, b, smem, s>>>(...)`
 // are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`, and `extern __shared__ T name[];`
-// into a pointer to the launch's dynamic shared memory; warp-level instructions written as inline PTX have
-// fakes of their own (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results
-// match the CPU kernels closely but not the GPU's last bits. Not part of the build.
+// into a pointer to the launch's dynamic shared memory; static `__shared__` arrays are poisoned per block.
+// Warp-level instructions written as inline PTX have fakes of their own (fake/kernels/attention/mma.cuh).
+// Math is the host's (__expf is std::exp), so results match the CPU kernels closely but not the GPU's last
+// bits. Not part of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -40,6 +41,9 @@ void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::func
 void SyncThreads();  // barrier of the block's live threads
 void WarpBarrier();  // barrier of the warp's live threads
 void* DynamicShared();  // the block's `extern __shared__` array (run.sh rewrites the declarations)
+// Fills a `__shared__` array (a static local here) with 0xff the first time a thread of the current block
+// passes its declaration (run.sh adds the call after each one), so no block sees the previous one's data.
+void PoisonShared(void* array, size_t bytes);
 
 // Exchange area of the calling thread's warp for one warp collective: 32 rows (one per lane) of
 // kExchangeWords words. A lane writes its own row, calls WarpBarrier(), then reads any row. Successive
