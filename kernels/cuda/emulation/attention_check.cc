@@ -7,8 +7,8 @@
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
 // causal and not, q/k/v/out/dq/dk/dv in padded rows (the pads poisoned with NaN and checked untouched, every
 // buffer exactly sized so that SANITIZE=1 catches accesses past its end; the inputs checked unchanged), a
-// per-head and a head-broadcast mask with a query that sees no key (out 0, lse -inf, dq 0) and a key no
-// query sees (dk = dv = 0).
+// mask per batch and head, per head, or broadcast, with a query that sees no key (out 0, lse -inf, dq 0)
+// and a key no query sees (dk = dv = 0).
 //
 // Tolerances, as a fraction of the largest |reference| of the tensor: f32 2e-5 (the same fp32 math in
 // another summation order); bf16 1e-2 for out and 2e-2 for the gradients: the kernels round P (and dS) to
@@ -32,7 +32,7 @@ namespace {
 struct AttentionCase {
   int64_t B, T, S, NH, NKV, HS;
   bool causal;
-  int mask;  // 0: none; 1: per head (B-broadcast); 2: broadcast over batch and heads
+  int mask;   // 0: none; 1: per head (broadcast over batch); 2: broadcast; 3: per batch and head
   bool bf16;  // also run in bf16 (head sizes 64 and 128 only)
 };
 
@@ -43,7 +43,8 @@ struct Layout {
   int64_t size() const { return B * rows * row(); }
   int64_t logical() const { return B * rows * heads * HS; }
   int64_t at(int64_t i) const {  // padded index of logical (contiguous) element i
-    const int64_t d = i % HS, h = (i / HS) % heads, r = (i / (HS * heads)) % rows, b = i / (HS * heads * rows);
+    const int64_t d = i % HS, h = (i / HS) % heads, r = (i / (HS * heads)) % rows,
+                  b = i / (HS * heads * rows);
     return (b * rows + r) * row() + h * HS + d;
   }
 };
@@ -107,21 +108,32 @@ void Expect(bool ok, const std::string& what) {
 void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   const Context cpu_ctx = Context::Cpu();
   const int64_t pad = dt == DType::kF32 ? 5 : 8;  // bf16 needs strides that are multiples of 8
-  const Layout lq{c.B, c.T, c.NH, c.HS, pad}, lk{c.B, c.S, c.NKV, c.HS, pad + 8}, lo{c.B, c.T, c.NH, c.HS, pad};
+  const Layout lq{c.B, c.T, c.NH, c.HS, pad}, lk{c.B, c.S, c.NKV, c.HS, pad + 8},
+      lo{c.B, c.T, c.NH, c.HS, pad};
   auto R = [&](std::vector<float> v) { return RoundTo(std::move(v), dt); };
   const auto q = R(RandomNormal(lq.logical(), 100 + c.T)), k = R(RandomNormal(lk.logical(), 200 + c.S)),
              v = R(RandomNormal(lk.logical(), 300 + c.S)), dout = R(RandomNormal(lo.logical(), 400 + c.T));
   char tag[160];
   std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s [%s]",
-                static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S), static_cast<long>(c.NH),
-                static_cast<long>(c.NKV), static_cast<long>(c.HS), c.causal ? " causal" : "",
-                c.mask == 1 ? " mask per head" : c.mask == 2 ? " mask" : "", DTypeName(dt));
+                static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S),
+                static_cast<long>(c.NH), static_cast<long>(c.NKV), static_cast<long>(c.HS),
+                c.causal ? " causal" : "",
+                c.mask == 1   ? " mask per head"
+                : c.mask == 2 ? " mask"
+                : c.mask == 3 ? " mask per batch, head"
+                              : "",
+                DTypeName(dt));
   const std::string name = tag;
 
   // Mask (row stride S + 3): ~20% hidden at random, query 1 of head 0 sees no key, key S - 1 is seen by no
   // query of head 0 (of any head where the mask is broadcast).
-  const int64_t mask_t = c.S + 3, mask_h = c.mask == 1 ? c.T * mask_t : 0;
-  std::vector<uint8_t> mask(c.mask == 0 ? 0 : (c.mask == 1 ? c.NH : 1) * c.T * mask_t);
+  const int64_t mask_t = c.S + 3, mask_h = c.mask == 1 || c.mask == 3 ? c.T * mask_t : 0,
+                mask_b = c.mask == 3 ? c.NH * c.T * mask_t : 0;
+  std::vector<uint8_t> mask(c.mask == 0 ? 0
+                                        : (c.mask == 3   ? c.B * c.NH
+                                           : c.mask == 1 ? c.NH
+                                                         : 1) *
+                                              c.T * mask_t);
   std::mt19937 rng(static_cast<uint32_t>(c.T * 31 + c.S));
   for (uint8_t& m : mask) m = rng() % 5 == 0 ? 0 : 1;
   if (c.mask != 0) {
@@ -138,7 +150,8 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     p.v = vp, p.v_stride_b = lk_.rows * lk_.row(), p.v_stride_t = lk_.row(), p.v_stride_h = c.HS;
     p.out = op, p.out_stride_b = lo_.rows * lo_.row(), p.out_stride_t = lo_.row(), p.out_stride_h = c.HS;
     p.lse = lse;
-    if (c.mask != 0) p.mask = mask.data(), p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
+    if (c.mask != 0)
+      p.mask = mask.data(), p.mask_stride_b = mask_b, p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
     return p;
   };
 
@@ -167,7 +180,8 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     int64_t bad = 0;
     for (size_t i = 0; i < lse.size(); ++i)
       if (!(got[i] == lse[i] || std::fabs(got[i] - lse[i]) <= 1e-4 * (1 + std::fabs(lse[i])))) ++bad;
-    Expect(bad == 0, name + " lse (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
+    Expect(bad == 0,
+           name + " lse (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
   }
   if (dt == DType::kBF16) {  // the ldmatrix variant of the forward: bitwise the same out and lse
     Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
@@ -188,7 +202,8 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   CheckScaled(name + " dq", got_dq, dq, grad_tol);
   CheckScaled(name + " dk", got_dk, dk, grad_tol);
   CheckScaled(name + " dv", got_dv, dv, grad_tol);
-  Expect(pads == 0, name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
+  Expect(pads == 0,
+         name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
   auto same = [&](const Buf& got, const std::vector<float>& values, const Layout& l) {
     const Buf want = Scatter(values, l, dt);
     return std::memcmp(got.get(), want.get(), l.size() * DTypeSize(dt)) == 0;
@@ -217,18 +232,18 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
 
 void CheckAttention(const Context& gpu) {
   const AttentionCase cases[] = {
-      {2, 77, 77, 4, 1, 64, true, 0, true},     // MQA, causal, T = S not a tile multiple
-      {1, 50, 130, 4, 2, 64, false, 1, true},   // GQA, more keys than queries, per-head mask
-      {1, 130, 50, 2, 2, 128, true, 2, true},   // MHA, fewer keys than queries, causal + mask
-      {1, 70, 150, 4, 1, 64, true, 0, true},    // MQA, causal with S > T (keys past T seen by none)
-      {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
+      {2, 77, 77, 4, 1, 64, true, 3, true},    // MQA, causal, T = S not a tile multiple, mask per batch
+      {1, 50, 130, 4, 2, 64, false, 1, true},  // GQA, more keys than queries, per-head mask
+      {1, 130, 50, 2, 2, 128, true, 2, true},  // MHA, fewer keys than queries, causal + mask
+      {1, 70, 150, 4, 1, 64, true, 0, true},   // MQA, causal with S > T (keys past T seen by none)
+      {1, 45, 37, 2, 1, 32, false, 2, false},  // f32's HS 32
   };
   for (const AttentionCase& c : cases) {
     RunAttentionCase(gpu, c, DType::kF32);
     if (c.bf16) RunAttentionCase(gpu, c, DType::kBF16);
   }
-  AttentionParams p = ContiguousAttentionParams(1, 8, 8, 2, 1, 32, false, nullptr, nullptr, nullptr, nullptr,
-                                                nullptr);
+  AttentionParams p =
+      ContiguousAttentionParams(1, 8, 8, 2, 1, 32, false, nullptr, nullptr, nullptr, nullptr, nullptr);
   p.dtype = DType::kBF16;
   const absl::Status st = kc::AttentionForward(gpu, p);
   Expect(st.code() == absl::StatusCode::kUnimplemented, "attention bf16 HS=32 refused: " + st.ToString());
@@ -239,8 +254,8 @@ void CheckColumnSum(const Context& gpu) {
     int64_t batch, rows, cols, ld, batch_stride;
   };
   // 300 columns: a partial 128-column block; 2 x 200 rows: more than the 256 row chunks, some left empty.
-  for (const Shape& s : {Shape{3, 37, 300, 301, 37 * 301 + 5}, Shape{2, 200, 130, 136, 200 * 136},
-                         Shape{1, 1, 1, 1, 1}})
+  for (const Shape& s :
+       {Shape{3, 37, 300, 301, 37 * 301 + 5}, Shape{2, 200, 130, 136, 200 * 136}, Shape{1, 1, 1, 1, 1}})
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool accumulate : {true, false}) {
         const int64_t n = (s.batch - 1) * s.batch_stride + (s.rows - 1) * s.ld + s.cols;

@@ -101,8 +101,8 @@ class Buf {
 };
 
 // |got - want| <= atol + rtol |want| everywhere (NaN fails); negative tolerances pick the dtype's default.
-inline void Check(const std::string& what, DType dt, const std::vector<float>& got, const std::vector<float>& want,
-           double rtol = -1, double atol = -1) {
+inline void Check(const std::string& what, DType dt, const std::vector<float>& got,
+                  const std::vector<float>& want, double rtol = -1, double atol = -1) {
   if (rtol < 0) rtol = dt == DType::kF32 ? 2e-5 : 1.6e-2;
   if (atol < 0) atol = dt == DType::kF32 ? 2e-5 : 1e-2;
   const std::string name = what + " [" + DTypeName(dt) + "]";

@@ -34,7 +34,7 @@ std::vector<unsigned char> dynamic_shared;  // 128-byte aligned start at dynamic
 size_t dynamic_shared_offset = 0;
 std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
-unsigned long block_serial = 0;                      // blocks run so far
+unsigned long block_serial = 0;                        // blocks run so far
 std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
 
 void SetThreadIdx(int t) {
@@ -155,8 +155,9 @@ bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_sha
     why = "dynamic shared memory above the kernel's limit (48 KiB unless raised by cudaFuncSetAttribute)";
   }
   if (why == nullptr) return true;
-  std::fprintf(stderr, "cuemu: launch refused: %s (grid %u x %u x %u, block %u x %u x %u, %zu shared bytes)\n",
-               why, grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
+  std::fprintf(stderr,
+               "cuemu: launch refused: %s (grid %u x %u x %u, block %u x %u x %u, %zu shared bytes)\n", why,
+               grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
   launch_error = 1;
   return false;
 }

@@ -38,8 +38,8 @@ namespace cuemu {
 // Runs body once per thread of every block of the grid (blocks in order, threads as fibers), with
 // `dynamic_shared_bytes` of dynamic shared memory per block (DynamicShared(), poisoned with 0xff per block).
 void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
-void SyncThreads();  // barrier of the block's live threads
-void WarpBarrier();  // barrier of the warp's live threads
+void SyncThreads();     // barrier of the block's live threads
+void WarpBarrier();     // barrier of the warp's live threads
 void* DynamicShared();  // the block's `extern __shared__` array (run.sh rewrites the declarations)
 // Fills a `__shared__` array (a static local here) with 0xff the first time a thread of the current block
 // passes its declaration (run.sh adds the call after each one), so no block sees the previous one's data.

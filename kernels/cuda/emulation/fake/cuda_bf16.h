@@ -1,5 +1,5 @@
-// __nv_bfloat16, __nv_bfloat162 and their conversions for the CPU emulation (cuemu.h): round to nearest even, NaN to the
-// canonical NaN, as cuda_bf16.h's intrinsics.
+// __nv_bfloat16, __nv_bfloat162 and their conversions for the CPU emulation (cuemu.h): round to nearest even,
+// NaN to the canonical NaN, as cuda_bf16.h's intrinsics.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_FAKE_CUDA_BF16_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_FAKE_CUDA_BF16_H_
 

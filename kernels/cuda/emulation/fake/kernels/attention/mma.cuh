@@ -68,7 +68,8 @@ struct Tables {
       for (int i = 0; i < 4; ++i) {
         int r, c;
         BElement(lane, i, r, c);
-        b[r][c] = Slot{static_cast<uint8_t>(lane), static_cast<uint8_t>(4 + i / 2), static_cast<uint8_t>(i & 1)};
+        b[r][c] =
+            Slot{static_cast<uint8_t>(lane), static_cast<uint8_t>(4 + i / 2), static_cast<uint8_t>(i & 1)};
         ++b_seen[r][c];
       }
     }
@@ -105,9 +106,7 @@ inline void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
   for (int i = 0; i < 4; ++i) mine[i] = a[i];
   mine[4] = b0, mine[5] = b1;
   ::cuemu::WarpBarrier();
-  auto at = [&](const Slot& s) {
-    return Bf16Half(x[s.lane * ::cuemu::kExchangeWords + s.reg], s.half);
-  };
+  auto at = [&](const Slot& s) { return Bf16Half(x[s.lane * ::cuemu::kExchangeWords + s.reg], s.half); };
   for (int i = 0; i < 4; ++i) {
     int row, col;
     CElement(lane, i, row, col);
