@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Runs the CUDA kernels of kernels/ on the CPU (no GPU needed) against the CPU kernels: rewrites every
-# `kernel<<<grid, block, smem, stream>>>(args)` of the ops' .cu files and of kernels/cuda/norm_kernels.cuh
-# into a call of the fiber emulation in cuemu.h, compiles them with g++ against the fake CUDA headers in
-# fake/, and runs emulation_check.cc. A desk check before spending GPU time: it executes the real kernel
-# code (indexing, tails, vector paths, reductions, aliasing, scratch layout), not the GPU's arithmetic, and
-# not races: threads interleave only at barriers, so a missing __syncthreads goes unseen.
+# `kernel<<<grid, block, smem, stream>>>(args)` of the ops' .cu files (the memory-bound ops, attention, the
+# column sums) and of kernels/cuda/norm_kernels.cuh into a call of the fiber emulation in cuemu.h, compiles
+# them with g++ against the fake CUDA headers in fake/ (which also replace attention's inline PTX, see
+# fake/kernels/attention/mma.cuh), and runs emulation_check.cc and attention_check.cc. A desk check before
+# spending GPU time: it executes the real kernel code (indexing, tails, vector paths, reductions, aliasing,
+# scratch layout, tensor-core fragment mapping), not the GPU's arithmetic, and not races: threads interleave
+# only at barriers, so a missing __syncthreads goes unseen.
 # CI runs it as //kernels/cuda/emulation:emulation_test (from the test's runfiles, where the BUILD file's data
 # put exactly the sources read here); the fake headers reach only this script's g++ command lines, never
 # the Bazel build. Where g++ is missing it says so and passes (skipped).
 #
-#   kernels/cuda/emulation/run.sh                 # ~2 minutes on 2 cores
-#   SANITIZE=1 kernels/cuda/emulation/run.sh      # with AddressSanitizer and UBSan (alignment): ~4 minutes
+#   kernels/cuda/emulation/run.sh                 # 1-2 minutes on 2 cores
+#   SANITIZE=1 kernels/cuda/emulation/run.sh      # with AddressSanitizer and UBSan (alignment): ~6 minutes
 #
 # Output: one "ok"/"FAIL" line per check, then "N failures"; the exit status is non-zero on any failure.
 set -euo pipefail
