@@ -4,7 +4,8 @@
 // random weights), greedy, batch 1, 16-token prompt, 256 new tokens, in fp32 and in bf16 on CUDA device 0.
 // Prints tokens/s and ms/token of both and the ratio, measured in the same run, and on how many leading
 // tokens the two greedy sequences agree (both are right; their fp32 sums run in other orders, so a near-tie
-// in the argmax may go either way, in bf16 sooner).
+// in the argmax may go either way, in bf16 sooner). Without a CUDA device it prints "no CUDA device, nothing
+// measured" and exits 0, as the other GPU benchmarks do.
 //   ./bazelw run //experiments/sampling:generate_cuda_benchmark
 #include <cstdio>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "experiments/proto/run.pb.h"
 #include "experiments/sampling/generate_timing.h"
 #include "experiments/trainer/training_device.h"
+#include "kernels/cuda/cuda_context.h"
 #include "model/config/config.h"
 #include "model/language_model/language_model.h"
 
@@ -22,6 +24,10 @@ namespace lmf::experiments {
 namespace {
 
 int Main() {
+  if (kernels::cuda::CudaDeviceCount() == 0) {
+    std::printf("generate_cuda_benchmark: no CUDA device, nothing measured\n");
+    return 0;
+  }
   model::ModelConfig config = model::Gpt2Config(50257, 1024, 768, 12, 12);
   config.padded_vocab_size = 50304;
   std::vector<int32_t> prompt(16);
