@@ -39,7 +39,7 @@ rewrite "$root/kernels/activations/activations_cuda.cu" "$work/src/activations_c
 
 flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
 [[ "${SANITIZE:-0}" == 1 ]] && flags+=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
-emulated=(-I"$here/fake" -I"$root")
+emulated=(-I"$here/fake" -I"$here/../fake" -I"$root")  # this folder's runtime and cuBLASLt fakes first; bf16 from ../fake
 host=(-I"$root")
 jobs=()
 compile() {  # output, include flags..., source (in the background, at most 2 at a time)
