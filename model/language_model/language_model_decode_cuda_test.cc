@@ -21,35 +21,17 @@
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/memory/memory.h"
 #include "model/language_model/language_model.h"
+#include "model/testing/cuda_configs.h"
 
 namespace lmf::model {
 namespace {
 
 using kernels::DType;
 
-// As language_model_cuda_test: init_std 0.1 makes the blocks' contributions comparable to the embeddings.
-ModelConfig Gpt2Like() {
-  ModelConfig c = Gpt2Config(/*vocab_size=*/301, /*context_length=*/64, /*d_model=*/128, /*n_layers=*/2,
-                             /*n_heads=*/2);
-  c.padded_vocab_size = 320;
-  c.init_std = 0.1;
-  return c;
-}
-
-ModelConfig LlamaLike() {
-  ModelConfig c = Cs336Config(/*vocab_size=*/250, /*context_length=*/64, /*d_model=*/256, /*n_layers=*/2,
-                              /*n_heads=*/4, /*d_ff=*/352);
-  c.n_kv_heads = 2;
-  c.padded_vocab_size = 256;
-  return c;
-}
-
-struct NamedConfig {
-  const char* name;
-  ModelConfig config;
-};
-
-std::vector<NamedConfig> Configs() { return {{"gpt2_like", Gpt2Like()}, {"llama_like", LlamaLike()}}; }
+using testing::Gpt2Like;
+using testing::LlamaLike;
+// The GPT-2-like and Llama-like configs (model/testing/cuda_configs.h).
+std::vector<testing::NamedConfig> Configs() { return testing::CudaTestConfigs(); }
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kPrompt = 7;

@@ -1,0 +1,44 @@
+// Test-only: the two small configs the model's CUDA tests run (head size 64, which every CUDA attention
+// kernel supports), so the training-path and the decoding-path GPU tests check the same architectures.
+//   GPT-2-like: LayerNorm, GELU, learned positions, biases, tied head, padded vocabulary. init_std 0.1
+//   (GPT-2's
+//     is 0.02) makes the blocks' contributions comparable to the embeddings and the attention non-uniform,
+//     so that every op visibly moves the logits and gradients compared.
+//   Llama-like: RMSNorm, SwiGLU, RoPE, grouped-query attention (4 heads, 2 kv heads), untied head.
+#ifndef LMFORGE_MODEL_TESTING_CUDA_CONFIGS_H_
+#define LMFORGE_MODEL_TESTING_CUDA_CONFIGS_H_
+
+#include <vector>
+
+#include "model/config/config.h"
+
+namespace lmf::model::testing {
+
+inline ModelConfig Gpt2Like() {
+  ModelConfig c = Gpt2Config(/*vocab_size=*/301, /*context_length=*/64, /*d_model=*/128, /*n_layers=*/2,
+                             /*n_heads=*/2);
+  c.padded_vocab_size = 320;
+  c.init_std = 0.1;
+  return c;
+}
+
+inline ModelConfig LlamaLike() {
+  ModelConfig c = Cs336Config(/*vocab_size=*/250, /*context_length=*/64, /*d_model=*/256, /*n_layers=*/2,
+                              /*n_heads=*/4, /*d_ff=*/352);
+  c.n_kv_heads = 2;
+  c.padded_vocab_size = 256;
+  return c;
+}
+
+struct NamedConfig {
+  const char* name;
+  ModelConfig config;
+};
+
+inline std::vector<NamedConfig> CudaTestConfigs() {
+  return {{"gpt2_like", Gpt2Like()}, {"llama_like", LlamaLike()}};
+}
+
+}  // namespace lmf::model::testing
+
+#endif  // LMFORGE_MODEL_TESTING_CUDA_CONFIGS_H_
