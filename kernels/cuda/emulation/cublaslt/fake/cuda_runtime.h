@@ -12,7 +12,7 @@
 #include <mutex>
 #include <set>
 
-#include "sequential_launch.h"
+#include "kernels/cuda/emulation/cuemu.h"
 
 struct CUstream_st {
   int tag;
@@ -55,7 +55,10 @@ inline std::set<void*> live_allocations;
 inline int current_device = 0;
 }  // namespace fake_cuda
 
-inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+// A launch past the device limits (cuemu::LaunchAllowed) is the one launch error, as in ../../fake.
+inline cudaError_t cudaGetLastError() {
+  return ::cuemu::TakeLaunchError() != 0 ? cudaErrorInvalidValue : cudaSuccess;
+}
 inline const char* cudaGetErrorName(cudaError_t) { return "cudaEmulated"; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
 
