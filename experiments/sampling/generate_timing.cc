@@ -25,13 +25,7 @@ int32_t LastArgmax(const model::LanguageModel& model, int64_t t) {
   const int64_t rows = model.config().vocab_rows(), vocab = model.config().vocab_size;
   std::vector<float> row(static_cast<size_t>(rows));
   const void* last = model::ElementOffset(logits.data(), (t - 1) * rows, logits.dtype());
-  if (logits.dtype() == kernels::DType::kF32) {
-    kernels::CopyToHost(model.context(), row.data(), last, row.size() * sizeof(float));
-  } else {
-    std::vector<uint16_t> raw(row.size());
-    kernels::CopyToHost(model.context(), raw.data(), last, raw.size() * sizeof(uint16_t));
-    for (size_t i = 0; i < raw.size(); ++i) row[i] = kernels::BF16ToFloat(raw[i]);
-  }
+  kernels::CopyToHostAsFloats(model.context(), row.data(), last, logits.dtype(), rows);
   return static_cast<int32_t>(std::max_element(row.begin(), row.begin() + vocab) - row.begin());
 }
 

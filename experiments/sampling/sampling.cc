@@ -28,15 +28,8 @@ double Uniform(uint64_t seed, uint64_t draw) {
 // copy.
 void LogitsToHost(const model::LanguageModel& model, std::vector<float>& out) {
   const kernels::Tensor& logits = model.logits_tensor();
-  const size_t count = static_cast<size_t>(logits.numel());
-  out.resize(count);
-  if (logits.dtype() == kernels::DType::kF32) {
-    kernels::CopyToHost(model.context(), out.data(), logits.data(), logits.nbytes());
-    return;
-  }
-  std::vector<uint16_t> raw(count);
-  kernels::CopyToHost(model.context(), raw.data(), logits.data(), logits.nbytes());
-  for (size_t i = 0; i < count; ++i) out[i] = kernels::BF16ToFloat(raw[i]);
+  out.resize(static_cast<size_t>(logits.numel()));
+  kernels::CopyToHostAsFloats(model.context(), out.data(), logits.data(), logits.dtype(), logits.numel());
 }
 
 }  // namespace

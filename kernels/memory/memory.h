@@ -18,6 +18,7 @@
 #define LMFORGE_KERNELS_MEMORY_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "kernels/core/context.h"
@@ -59,6 +60,10 @@ inline void CopyOnDevice([[maybe_unused]] const Context& ctx, void* dst, const v
 #endif
   cpu::Copy(dst, src, bytes);
 }
+// `count` elements of `dtype` (kF32 or kBF16) at src on ctx's device -> host floats (bf16 widened exactly);
+// waits like CopyToHost. For reading logits or activations of either precision on the host.
+void CopyToHostAsFloats(const Context& ctx, float* host_dst, const void* src, DType dtype, int64_t count);
+
 inline void CopyRowsOnDevice([[maybe_unused]] const Context& ctx, void* dst, size_t dst_pitch,
                              const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
 #if LMF_WITH_CUDA

@@ -1,5 +1,7 @@
-// The CPU side of kernels/memory: plain memcpy/memset (null with zero bytes is allowed).
+// The CPU side of kernels/memory: plain memcpy/memset (null with zero bytes is allowed); and the
+// backend-independent CopyToHostAsFloats.
 #include <cstring>
+#include <vector>
 
 #include "base/check.h"
 #include "kernels/memory/memory.h"
@@ -25,3 +27,19 @@ void FillZero(void* dst, size_t bytes) {
 }
 
 }  // namespace lmf::kernels::cpu
+
+namespace lmf::kernels {
+
+void CopyToHostAsFloats(const Context& ctx, float* host_dst, const void* src, DType dtype, int64_t count) {
+  LMF_CHECK(dtype == DType::kF32 || dtype == DType::kBF16) << "CopyToHostAsFloats: dtype " << dtype;
+  const size_t n = static_cast<size_t>(count);
+  if (dtype == DType::kF32) {
+    CopyToHost(ctx, host_dst, src, n * sizeof(float));
+    return;
+  }
+  std::vector<uint16_t> raw(n);
+  CopyToHost(ctx, raw.data(), src, n * sizeof(uint16_t));
+  for (size_t i = 0; i < n; ++i) host_dst[i] = BF16ToFloat(raw[i]);
+}
+
+}  // namespace lmf::kernels

@@ -41,5 +41,16 @@ TEST(MemoryTest, CopyRowsMovesOnlyEachRowsBytes) {
   CopyRowsOnDevice(ctx, nullptr, 0, nullptr, 0, 0, 0);  // nothing to copy touches nothing
 }
 
+TEST(MemoryTest, CopyToHostAsFloatsWidensBf16Exactly) {
+  const Context ctx = Context::Cpu();
+  const std::vector<float> f32 = {1.5f, -2.0f, 3.0e-20f};
+  std::vector<float> out(3, 0.0f);
+  CopyToHostAsFloats(ctx, out.data(), f32.data(), DType::kF32, 3);
+  EXPECT_EQ(out, f32);
+  const std::vector<uint16_t> bf16 = {FloatToBF16(1.5f), FloatToBF16(-2.0f), FloatToBF16(0.1f)};
+  CopyToHostAsFloats(ctx, out.data(), bf16.data(), DType::kBF16, 3);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.0f, BF16ToFloat(FloatToBF16(0.1f))}));
+}
+
 }  // namespace
 }  // namespace lmf::kernels

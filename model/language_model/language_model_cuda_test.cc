@@ -54,15 +54,8 @@ Batch MakeBatch(const ModelConfig& config) {
 
 // A tensor of the model's device copied to the host, as floats (bf16 widened exactly).
 std::vector<float> ToHostFloats(const kernels::Context& ctx, const kernels::Tensor& t) {
-  const size_t count = static_cast<size_t>(t.numel());
-  std::vector<float> out(count);
-  if (t.dtype() == DType::kF32) {
-    kernels::CopyToHost(ctx, out.data(), t.data(), t.nbytes());
-  } else {
-    std::vector<uint16_t> raw(count);
-    kernels::CopyToHost(ctx, raw.data(), t.data(), t.nbytes());
-    for (size_t i = 0; i < count; ++i) out[i] = kernels::BF16ToFloat(raw[i]);
-  }
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  kernels::CopyToHostAsFloats(ctx, out.data(), t.data(), t.dtype(), t.numel());
   return out;
 }
 
