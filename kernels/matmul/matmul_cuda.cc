@@ -247,8 +247,8 @@ absl::Status GeluAfterGemm(const Context& ctx, const MatmulParams& p, const Matm
 
 absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
   LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "matmul"));
-  if (e.pre_activation != nullptr && p.batch != 1)
-    return absl::InvalidArgumentError("matmul: the GELU pre-activation output needs batch 1");
+  if (p.batch != 1 && (e.epilogue == MatmulEpilogue::kGeluTanh || e.pre_activation != nullptr))
+    return absl::InvalidArgumentError("matmul: the GELU epilogue and its pre-activation output need batch 1");
   Gemm g;
   g.M = p.M, g.N = p.N, g.K = p.K, g.batch = p.batch;
   g.a = p.a, g.lda = p.lda, g.stride_a = p.batch_stride_a, g.trans_a = p.trans_a, g.a_type = p.dtype;
@@ -256,7 +256,6 @@ absl::Status Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilo
   g.c = p.c, g.ldc = p.ldc, g.stride_c = p.batch_stride_c, g.c_type = p.dtype;
   g.alpha = p.alpha, g.beta = p.beta, g.bias = p.bias;
   if (e.epilogue != MatmulEpilogue::kGeluTanh) return RunGemm(ctx, g);
-  if (p.batch != 1) return absl::InvalidArgumentError("matmul: the GELU epilogue needs batch 1");
   // The fused epilogue where cuBLASLt has one: it saves the pre-activation only with ldc a multiple of 8
   // (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), and its heuristic may find no algorithm for a
   // geometry (Unimplemented). Otherwise the same result unfused: the GEMM with its bias, then the GELU
