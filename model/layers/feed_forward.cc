@@ -34,17 +34,15 @@ void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h,
     gelu.epilogue = kernels::MatmulEpilogue::kGeluTanh;
     gelu.pre_activation = pre;
     in_.Forward(ctx, n, h, c_, act, f_, /*accumulate=*/false, gelu);
-    out_.Forward(ctx, n, act, f_, residual, c_, /*accumulate=*/true);
-    return;
-  }
-  in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
-  if (kind_ == FfnKind::kSwiGLU) {
+  } else if (kind_ == FfnKind::kSwiGLU) {
+    in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
     kernels::SwiGluForwardParams p;
     p.dtype = dtype_;
     p.N = n, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = ElementOffset(pre, f_, dtype_);
     p.up_stride = width, p.out = act;
     kernels::SwiGluForward(ctx, p);
   } else {
+    in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
     kernels::ActivationForwardParams p;
     p.dtype = dtype_;
     p.kind = activation(), p.n = n * f_, p.x = pre, p.out = act;
