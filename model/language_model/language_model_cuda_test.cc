@@ -30,8 +30,7 @@ using kernels::DType;
 
 using testing::Gpt2Like;
 using testing::LlamaLike;
-// The GPT-2-like and Llama-like configs (model/testing/cuda_configs.h).
-std::vector<testing::NamedConfig> Configs() { return testing::CudaTestConfigs(); }
+using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kT = 48;  // T not a multiple of the attention kernels' 64-row tiles
@@ -178,7 +177,7 @@ class LanguageModelCudaTest : public kernels::cuda::testing::GpuTest {};
 // largest gradient, as in the CPU test (the key bias's gradient is zero up to rounding). A wrong index,
 // scale or mask anywhere gives errors of 1e-2 of the scale or more.
 TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
-  for (const auto& [name, config] : Configs()) {
+  for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
     const Batch batch = MakeBatch(config);
     const StepResult want = CpuReference(config, batch);
@@ -220,7 +219,7 @@ TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
 // are printed, for calibration on the device.
 TEST_F(LanguageModelCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
   constexpr double kMultiple = 10;
-  for (const auto& [name, config] : Configs()) {
+  for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
     const Batch batch = MakeBatch(config);
     const StepResult want = CpuReference(config, batch);
@@ -257,7 +256,7 @@ TEST_F(LanguageModelCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
 // same loss, logits and gradients bit for bit (no atomics or order-dependent reductions anywhere).
 TEST_F(LanguageModelCudaTest, RepeatedStepsAreBitwiseIdentical) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (const auto& [name, config] : Configs()) {
+    for (const auto& [name, config] : CudaTestConfigs()) {
       SCOPED_TRACE(std::string(name) + " " + kernels::DTypeName(dtype));
       const Batch batch = MakeBatch(config);
       std::unique_ptr<LanguageModel> first = MakeModel(config, ctx(), dtype);

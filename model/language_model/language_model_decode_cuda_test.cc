@@ -30,8 +30,7 @@ using kernels::DType;
 
 using testing::Gpt2Like;
 using testing::LlamaLike;
-// The GPT-2-like and Llama-like configs (model/testing/cuda_configs.h).
-std::vector<testing::NamedConfig> Configs() { return testing::CudaTestConfigs(); }
+using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kPrompt = 7;
@@ -119,7 +118,7 @@ class LanguageModelDecodeCudaTest : public kernels::cuda::testing::GpuTest {};
 // oneDNN's panels, the GPU attention's online softmax over the cached keys vs the CPU's blocks). A wrong
 // cache row, position or head moves logits by 1e-2 of the scale or more.
 TEST_F(LanguageModelDecodeCudaTest, F32MatchesTheCpuAtEveryPosition) {
-  for (const auto& [name, config] : Configs()) {
+  for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
     const std::vector<int32_t> ids = MakeIds(config);
     std::unique_ptr<LanguageModel> cpu = MakeModel(config, kernels::Context::Cpu(), DType::kF32);
@@ -149,7 +148,7 @@ TEST_F(LanguageModelDecodeCudaTest, F32MatchesTheCpuAtEveryPosition) {
 // errors are printed, for calibration on the device.
 TEST_F(LanguageModelDecodeCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
   constexpr double kMultiple = 10;
-  for (const auto& [name, config] : Configs()) {
+  for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
     const std::vector<int32_t> ids = MakeIds(config);
     std::unique_ptr<LanguageModel> cpu = MakeModel(config, kernels::Context::Cpu(), DType::kF32);
