@@ -128,16 +128,13 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
         static_cast<size_t>(capacity * kv_width) * es, ElementOffset(qkv, q_width + kv * kv_width, dtype_),
         static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(b));
   }
-  kernels::AttentionParams p;
-  p.dtype = dtype_;
-  p.B = b, p.T = 1, p.S = position + 1, p.NH = nh_, p.NKV = nkv_, p.HS = hs_;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
+  // The step state's view (q, out and lse of the one new token per sequence, T = 1) with the keys and values
+  // read from the cache.
+  kernels::AttentionParams p = Params();
+  p.S = position + 1;
   p.causal = false;  // the one query is at `position`: every cached key is at or before it
-  p.q = qkv, p.q_stride_b = width, p.q_stride_t = width, p.q_stride_h = hs_;
   p.k = cache.k.data(), p.k_stride_b = capacity * kv_width, p.k_stride_t = kv_width, p.k_stride_h = hs_;
   p.v = cache.v.data(), p.v_stride_b = capacity * kv_width, p.v_stride_t = kv_width, p.v_stride_h = hs_;
-  p.out = attn_out_.data(), p.out_stride_b = q_width, p.out_stride_t = q_width, p.out_stride_h = hs_;
-  p.lse = lse_.data<float>();
   kernels::AttentionForward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(position + 1);
   output_.Forward(ctx, b, attn_out_.data(), q_width, residual, c_, /*accumulate=*/true);
