@@ -8,10 +8,13 @@
 // the same run (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast,
 // fused AdamW, same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the
 // median time of each phase (forward + loss, backward, optimizer) from separate steps synchronised after
-// every phase, and the device memory the caching allocator holds.
+// every phase, and the device memory the caching allocator holds. With --op_profile, the device time of every
+// op per step (kernels/cuda/op_profiler.h) from separate steps, and per kind of work (GEMM, attention,
+// optimizer, the rest) with achieved TFLOP/s, beside the same split of the PyTorch peer's kernels
+// (torch.profiler), so the largest gap shows first.
 //
 //   ./bazelw run //experiments/trainer:train_step_cuda_benchmark -- [--batch=16] [--seq=1024]
-//       [--warmup=3] [--steps=10] [--peer=true] [--phases=true]
+//       [--warmup=3] [--steps=10] [--peer=true] [--phases=true] [--op_profile=true]
 // Without a CUDA device it prints "no CUDA device, nothing measured" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -33,6 +36,7 @@
 #include "kernels/core/context.h"
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/op_profiler.h"
 #include "kernels/memory/memory.h"
 #include "model/accounting/accounting.h"
 #include "model/config/config.h"
@@ -44,6 +48,7 @@ ABSL_FLAG(int, warmup, 3, "untimed steps first");
 ABSL_FLAG(int, steps, 10, "timed steps (the median is reported)");
 ABSL_FLAG(bool, peer, true, "also run the PyTorch peer (python3 tools/gpu_peers/nanogpt_peer.py)");
 ABSL_FLAG(bool, phases, true, "also time forward + loss, backward and optimizer separately");
+ABSL_FLAG(bool, op_profile, true, "also print the device time per op and per kind of work (ours and PyTorch's)");
 
 namespace lmf::experiments {
 namespace {
@@ -57,6 +62,17 @@ double MillisecondsSince(Clock::time_point start) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The kinds of work a step's time is split into, for comparing with the PyTorch peer's kernels (the peer
+// classifies its kernels by name the same way: tools/gpu_peers/nanogpt_peer.py, kernel_kind).
+constexpr const char* kKinds[] = {"gemm", "attention", "optimizer", "other"};
+
+const char* KindOfOp(const std::string& op) {
+  if (op.rfind("Matmul", 0) == 0) return "gemm";
+  if (op.rfind("Attention", 0) == 0) return "attention";
+  if (op.find("AdamW") != std::string::npos || op.find("GradNorm") != std::string::npos) return "optimizer";
+  return "other";
 }
 
 int Main() {
@@ -166,9 +182,52 @@ int Main() {
         static_cast<double>(memory.bytes_cached) / (1 << 30));
     std::fflush(stdout);
   }
+  // ms per step of each kind of work (ours), filled by the op profile.
+  std::map<std::string, double> kind_ms;
+  const bool op_profile = absl::GetFlag(FLAGS_op_profile);
+  if (op_profile) {
+    absl::StatusOr<std::unique_ptr<kernels::cuda::OpProfiler>> profiler = kernels::cuda::OpProfiler::Start(ctx);
+    absl::StatusOr<kernels::cuda::OpProfile> profile = profiler.status();
+    if (profiler.ok()) {
+      for (int i = 0; i < steps; ++i) step(nullptr);
+      profile = (*profiler)->Finish();
+    }
+    if (!profile.ok()) {
+      std::printf("op profile: %s\n", std::string(profile.status().message()).c_str());
+    } else {
+      std::printf("device time per op (%d profiled steps, a CUDA event after each op):\n%s", steps,
+                  kernels::cuda::FormatOpProfile(*profile, steps).c_str());
+      for (const kernels::cuda::OpTime& op : profile->ops) kind_ms[KindOfOp(op.op)] += op.total_ms / steps;
+      kind_ms["other"] += profile->after_last_op_ms / steps;
+    }
+    std::fflush(stdout);
+  }
+  const model::FlopsPerToken flops = model::CountFlopsPerToken(config, t);
+  const double tokens = static_cast<double>(b * t);
+  // Achieved TFLOP/s of a kind's model FLOPs (3x the forward's, as MFU counts them) in `ms` per step.
+  auto tflops = [&](const std::string& kind, double ms) -> std::string {
+    const double per_token = kind == "gemm" ? 3 * flops.matmul_forward
+                             : kind == "attention" ? 3 * flops.attention_forward
+                                                   : 0.0;
+    if (per_token == 0 || !(ms > 0)) return "";
+    return absl::StrFormat(" (%.0f TFLOP/s)", per_token * tokens / (ms * 1e-3) * 1e-12);
+  };
+  auto print_kinds = [&](const char* who, const std::map<std::string, double>& ms) {
+    std::string line = absl::StrCat(who, " ms/step by kind:");
+    for (const char* kind : kKinds) {
+      auto it = ms.find(kind);
+      absl::StrAppend(&line, absl::StrFormat(" %s %.3f%s;", kind, it == ms.end() ? 0.0 : it->second,
+                                             tflops(kind, it == ms.end() ? 0.0 : it->second)));
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  if (op_profile && !kind_ms.empty()) print_kinds("lmforge", kind_ms);
+  std::fflush(stdout);
+
   if (!absl::GetFlag(FLAGS_peer)) return 0;
-  absl::StatusOr<std::map<std::string, double>> peer =
-      kernels::cuda::bench::RunPeer("nanogpt_peer.py", absl::StrCat("--batch ", b, " --seq ", t));
+  absl::StatusOr<std::map<std::string, double>> peer = kernels::cuda::bench::RunPeer(
+      "nanogpt_peer.py",
+      absl::StrCat("--batch ", b, " --seq ", t, op_profile ? absl::StrCat(" --kernel-kinds ", steps) : ""));
   if (!peer.ok()) {
     std::printf("PyTorch peer: %s\nratio ours/PyTorch: n/a\n", std::string(peer.status().message()).c_str());
     return 0;
@@ -184,6 +243,18 @@ int Main() {
       "%s\n",
       it->second, peer_tokens_per_second, mfu(peer_tokens_per_second).c_str());
   std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
+  if (op_profile) {
+    std::map<std::string, double> peer_kind_ms;
+    for (const char* kind : kKinds) {
+      auto k = peer->find(absl::StrCat("peer_", kind, "_ms"));
+      if (k != peer->end()) peer_kind_ms[kind] = k->second;
+    }
+    if (peer_kind_ms.empty()) {
+      std::printf("PyTorch ms/step by kind: n/a (the peer printed no peer_<kind>_ms lines)\n");
+    } else {
+      print_kinds("PyTorch", peer_kind_ms);
+    }
+  }
   return 0;
 }
 

@@ -1,5 +1,8 @@
 // Tensor, Shape, allocator and context: ownership, views, strides and typed access behave as documented.
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -127,6 +130,27 @@ TEST(Dispatch, NoCudaBackendInThisBinary) {
   EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cuda(0), DType::kBF16));
 }
 #endif
+
+struct SeenOps {
+  std::vector<std::string> names;
+};
+
+TEST(CudaOpHook, SeesEachSuccessfulOpByNameUntilCleared) {
+  SeenOps seen;
+  SetCudaOpHook([](void* arg, const char* op) { static_cast<SeenOps*>(arg)->names.push_back(op); }, &seen);
+  CheckCuda(absl::OkStatus(), "Matmul");
+  CheckCuda(absl::OkStatus(), "RmsNormForward");
+  EXPECT_EQ(CheckCudaValue(absl::StatusOr<int>(7), "GlobalGradNorm"), 7);
+  SetCudaOpHook(nullptr, nullptr);
+  CheckCuda(absl::OkStatus(), "Cast");
+  EXPECT_EQ(seen.names, (std::vector<std::string>{"Matmul", "RmsNormForward", "GlobalGradNorm"}));
+}
+
+TEST(CudaOpHookDeathTest, AFailedOpAbortsBeforeTheHook) {
+  SetCudaOpHook([](void*, const char*) { std::abort(); }, nullptr);
+  EXPECT_DEATH(CheckCuda(absl::InternalError("launch failed"), "Matmul"), "Matmul on CUDA failed: launch failed");
+  SetCudaOpHook(nullptr, nullptr);
+}
 
 }  // namespace
 }  // namespace lmf::kernels

@@ -4,6 +4,7 @@
 // AttentionSupported in kernels/attention/attention.h).
 #include "kernels/core/dispatch.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "base/check.h"
@@ -48,8 +49,21 @@ void UnsupportedOp(const char* op, const Context& ctx, DType dtype) {
   __builtin_unreachable();
 }
 
+namespace {
+std::atomic<CudaOpHook> op_hook{nullptr};
+std::atomic<void*> op_hook_arg{nullptr};
+}  // namespace
+
+void SetCudaOpHook(CudaOpHook hook, void* arg) {
+  op_hook.store(nullptr, std::memory_order_release);
+  op_hook_arg.store(arg, std::memory_order_relaxed);
+  op_hook.store(hook, std::memory_order_release);  // a reader that sees the hook sees its argument
+}
+
 void CheckCuda(const absl::Status& status, const char* what) {
   LMF_CHECK(status.ok()) << what << " on CUDA failed: " << status.message();
+  if (const CudaOpHook hook = op_hook.load(std::memory_order_acquire))
+    hook(op_hook_arg.load(std::memory_order_relaxed), what);
 }
 
 }  // namespace lmf::kernels

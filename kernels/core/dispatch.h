@@ -5,7 +5,7 @@
 //   inline void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
 //     if (!BackendSupports("rmsnorm", ctx.device, p.dtype)) UnsupportedOp("rmsnorm", ctx, p.dtype);
 //   #if LMF_WITH_CUDA
-//     if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "rmsnorm forward");
+//     if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "RmsNormForward");
 //   #endif
 //     cpu::RmsNormForward(ctx, p);
 //   }
@@ -37,8 +37,16 @@ bool BackendSupports(const char* op, Device device, DType dtype);
 // (callers check BackendSupports when they build the model).
 [[noreturn]] void UnsupportedOp(const char* op, const Context& ctx, DType dtype);
 
-// Aborts with `what` and the status's message when `status` is not OK.
+// Aborts with `what` and the status's message when `status` is not OK; otherwise, where a CUDA op hook is
+// set, calls it with `what` (every CUDA entry point ends here, so the hook sees each op right after the op
+// was issued on its stream).
 void CheckCuda(const absl::Status& status, const char* what);
+
+// Process-wide observer of the CUDA ops the entry points run: kernels/cuda/op_profiler.h records a device
+// event after each op through it. `op` is the entry point's name (a string literal). Set and cleared only
+// while no op runs; null (the default) costs one relaxed atomic load per op.
+using CudaOpHook = void (*)(void* arg, const char* op);
+void SetCudaOpHook(CudaOpHook hook, void* arg);
 
 // The value of `result`, or an abort as CheckCuda's: for entry points that return a value (the grad norm).
 template <typename T>

@@ -7,8 +7,10 @@ and torch.compile, as nanoGPT trains on a GPU. One timed step is what the C++ be
 forward + cross-entropy, backward, global grad-norm clipping, AdamW.
 
 Usage: python3 nanogpt_peer.py --batch B --seq T [--layers 12 --width 768 --heads 12 --vocab 50304]
-       [--warmup 5 --iters 20] [--no-compile] [--device cpu --tiny]
+       [--warmup 5 --iters 20] [--no-compile] [--kernel-kinds STEPS] [--device cpu --tiny]
 prints "train_step_ms <median ms>" and "tokens_per_second <B*T / median s>" (CUDA events on the GPU).
+--kernel-kinds STEPS then profiles STEPS more steps (torch.profiler) and prints "peer_<kind>_ms <ms per step>"
+for each kind of kernel the C++ benchmark splits its own ops into (gemm, attention, optimizer, other).
 --device cpu --tiny runs a 2-layer, 64-wide model for a few steps, to check the script where no GPU is.
 """
 import argparse
@@ -91,6 +93,46 @@ def make_optimizer(model, device):
         return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
 
 
+KINDS = ("gemm", "attention", "optimizer", "other")
+
+
+def kernel_kind(name):
+    """The kind of work a kernel (or, on the CPU, an aten op) does, from its name."""
+    n = name.lower()
+    if any(s in n for s in ("flash", "fmha", "attention", "sdpa")):
+        return "attention"
+    if any(s in n for s in ("gemm", "nvjet", "cutlass", "xmma", "aten::mm", "aten::addmm", "aten::bmm")):
+        return "gemm"
+    if any(s in n for s in ("adam", "multi_tensor", "foreach", "aten::norm")):
+        return "optimizer"  # torch's fused AdamW and the grad-norm's multi-tensor kernels
+    return "other"
+
+
+def print_kernel_kinds(step, steps, device):
+    """Device time per step of each kind of kernel over `steps` profiled steps (self time of each kernel)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    totals = dict.fromkeys(KINDS, 0.0)
+    for event in prof.key_averages():
+        if device == "cuda":
+            us = getattr(event, "self_device_time_total", None)
+            if us is None:
+                us = getattr(event, "self_cuda_time_total", 0.0)
+        else:
+            if not event.key.startswith("aten::"):
+                continue
+            us = event.self_cpu_time_total
+        totals[kernel_kind(event.key)] += us
+    for kind in KINDS:
+        print(f"peer_{kind}_ms", totals[kind] / 1e3 / steps, flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -102,6 +144,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--kernel-kinds", type=int, default=0, metavar="STEPS",
+                        help="also profile STEPS steps and print the time per kind of kernel")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--tiny", action="store_true", help="2 layers, width 64, 4 heads, vocab 512, 3+3 steps")
     args = parser.parse_args()
@@ -137,6 +181,8 @@ def main():
     ms = median_ms(step, warmup=args.warmup, iters=args.iters, device=args.device)
     print("train_step_ms", ms, flush=True)
     print("tokens_per_second", args.batch * args.seq / (ms * 1e-3), flush=True)
+    if args.kernel_kinds > 0:
+        print_kernel_kinds(step, args.kernel_kinds, args.device)
 
 
 if __name__ == "__main__":
