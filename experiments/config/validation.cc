@@ -204,6 +204,11 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
     errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
   }
   RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
+  RequireNonNegative(run.op_profile_steps(), "run.op_profile_steps", errors);
+  if (run.op_profile_steps() > 0 && run.device() == RunConfig::CPU) {
+    errors->Add(absl::StrCat("run.op_profile_steps=", run.op_profile_steps(),
+                             " needs run.device=CUDA (the per-op times are CUDA events)"));
+  }
   if (!(run.peak_flops() >= 0)) {
     errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(), " must not be negative (0 picks an estimate)"));
   }

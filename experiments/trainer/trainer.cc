@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -175,8 +176,16 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const std::optional<double> peak_flops = (*device)->peak_flops();
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
   const StopSignals signals(options.checkpoint_on_signal);
+  // run.op_profile_steps: steps [profile_first, profile_end) are profiled (from the second step this
+  // process trains, skipping the first one's allocations and GEMM plans; the first when it trains only one).
+  const int64_t profile_first = std::min(start_step + 1, total_steps - 1);
+  const int64_t profile_end =
+      run.op_profile_steps() > 0 ? std::min(total_steps, profile_first + run.op_profile_steps()) : profile_first;
 
   for (int64_t step = start_step; step < total_steps; ++step) {
+    if (step == profile_first && profile_end > profile_first) {
+      if (absl::Status s = (*device)->StartOpProfile(); !s.ok()) return s;
+    }
     const Clock::time_point started = Clock::now();
     const double lr = schedule.At(step);
     model.ZeroGrad();
@@ -204,6 +213,20 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     kernels::Synchronize(ctx);  // the update is queued on a GPU's stream; the step ends when it is done
     const double step_seconds = Seconds(started);
     train_seconds += step_seconds;
+    if (completed == profile_end && profile_end > profile_first) {
+      const int profiled = static_cast<int>(profile_end - profile_first);
+      absl::StatusOr<TrainingDevice::OpProfileReport> report = (*device)->FinishOpProfile(profiled);
+      if (!report.ok()) return report.status();
+      const std::string path = out + "/op_profile.txt";
+      const std::string text = absl::StrCat(
+          "# device time per op and step, steps ", profile_first + 1, "-", profile_end, " on ", (*device)->name(),
+          "\n# an op's time runs from the previous op's end to its own end (idle time before it included): "
+          "kernels/cuda/op_profiler.h\n",
+          report->table);
+      if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+      console.Message(absl::StrCat("op profile of steps ", profile_first + 1, "-", profile_end, ": ", path,
+                                   " (largest: ", report->largest, ")"));
+    }
 
     StepMetrics m;
     m.step = completed;

@@ -251,5 +251,23 @@ TEST_F(TrainerCudaTest, EvalOnCudaGivesTheCpuLossOfACheckpoint) {
   EXPECT_NEAR(bf16, cpu_loss, kBf16StepTolerance * cpu_loss) << "CUDA BF16 eval vs CPU eval";
 }
 
+TEST_F(TrainerCudaTest, OpProfileWritesEveryOpOfTheProfiledSteps) {
+  config::Experiment e = Experiment(TempPath("cuda_op_profile"), "CUDA", "BF16");
+  e.mutable_run()->set_max_steps(5);
+  e.mutable_run()->set_op_profile_steps(3);
+  const std::string log = TempPath("cuda_op_profile.log");
+  ASSERT_EQ(TrainRun(e, 0, false, log).size(), 5u);
+  absl::StatusOr<std::string> profile = ReadFile(e.run().output_dir() + "/op_profile.txt");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_TRUE(absl::StrContains(*profile, "steps 2-4 on ")) << *profile;
+  for (const char* op : {"Matmul", "MatmulBackward", "AttentionForward", "AttentionBackward", "MultiTensorAdamW",
+                         "CrossEntropyForward", "EmbeddingBackward", "window"}) {
+    EXPECT_TRUE(absl::StrContains(*profile, op)) << op << " missing from\n" << *profile;
+  }
+  absl::StatusOr<std::string> console = ReadFile(log);
+  ASSERT_TRUE(console.ok()) << console.status();
+  EXPECT_TRUE(absl::StrContains(*console, "op profile of steps 2-4: ")) << *console;
+}
+
 }  // namespace
 }  // namespace lmf::experiments

@@ -5,9 +5,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #if LMF_WITH_CUDA
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/op_profiler.h"
 #endif
 
 namespace lmf::experiments {
@@ -15,6 +17,7 @@ namespace lmf::experiments {
 struct TrainingDevice::CudaHolder {
 #if LMF_WITH_CUDA
   std::unique_ptr<kernels::cuda::CudaContext> context;
+  std::unique_ptr<kernels::cuda::OpProfiler> profiler;  // while an op profile runs
 #endif
 };
 
@@ -54,6 +57,38 @@ std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunCo
     }
   }
   return std::nullopt;
+}
+
+absl::Status TrainingDevice::StartOpProfile() {
+#if LMF_WITH_CUDA
+  if (cuda_ != nullptr) {
+    if (cuda_->profiler != nullptr) return absl::FailedPreconditionError("an op profile is already running");
+    absl::StatusOr<std::unique_ptr<kernels::cuda::OpProfiler>> profiler = kernels::cuda::OpProfiler::Start(ctx_);
+    if (!profiler.ok()) return profiler.status();
+    cuda_->profiler = *std::move(profiler);
+    return absl::OkStatus();
+  }
+#endif
+  return absl::FailedPreconditionError("op profiles need run.device=CUDA");
+}
+
+absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(int steps) {
+#if LMF_WITH_CUDA
+  if (cuda_ != nullptr && cuda_->profiler != nullptr) {
+    absl::StatusOr<kernels::cuda::OpProfile> profile = cuda_->profiler->Finish();
+    cuda_->profiler.reset();
+    if (!profile.ok()) return profile.status();
+    OpProfileReport report;
+    report.table = kernels::cuda::FormatOpProfile(*profile, steps);
+    for (size_t i = 0; i < profile->ops.size() && i < 4; ++i) {
+      const double share = profile->window_ms > 0 ? 100 * profile->ops[i].total_ms / profile->window_ms : 0;
+      absl::StrAppend(&report.largest, i > 0 ? ", " : "", profile->ops[i].op, absl::StrFormat(" %.1f%%", share));
+    }
+    return report;
+  }
+#endif
+  (void)steps;
+  return absl::FailedPreconditionError("no op profile is running");
 }
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run) {

@@ -43,6 +43,16 @@ class TrainingDevice {
   // Where peak_flops comes from, for the log: e.g. "run.peak_flops", "NVIDIA H200 dense bf16 peak".
   const std::string& peak_flops_source() const { return peak_flops_source_; }
 
+  // The device time of every op from StartOpProfile to FinishOpProfile (kernels/cuda/op_profiler.h): the
+  // table of FormatOpProfile per step of `steps`, and its largest rows in one line ("Matmul 41.2%, ...").
+  // FailedPrecondition on the CPU (and in binaries without the CUDA backend).
+  struct OpProfileReport {
+    std::string table;
+    std::string largest;
+  };
+  absl::Status StartOpProfile();
+  absl::StatusOr<OpProfileReport> FinishOpProfile(int steps);
+
  private:
   struct CudaHolder;  // the kernels::cuda::CudaContext of a CUDA run (training_device.cc)
 
