@@ -67,6 +67,14 @@ __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, in
   return false;
 }
 
+// Whether any key of [u0, u0 + keys) can be hidden from any query of [t0, t0 + queries): the tile crosses T
+// or S, the causal diagonal, or a mask tensor is given. Only such tiles call Masked() per element (as
+// FlashAttention-2 does); the others skip it, which changes no arithmetic.
+__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries, int u0,
+                                              int keys) {
+  return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0);
+}
+
 // kLdmatrix: V fragments for P V through ldmatrix.trans (one instruction per two d-tiles) instead of two
 // 16-bit shared loads per register; the same products in the same order (bitwise the same output).
 template <int D, bool kCausal, bool kLdmatrix>
@@ -110,6 +118,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
         Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
       }
     }
+    const bool mask_tile = TileNeedsMask(p, kCausal, m0, kBM, n0, kBN);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -117,9 +126,8 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
       for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int u = n0 + j * 8 + 2 * c + e;
           float x = s[j][2 * r + e] * scale_log2;
-          if (Masked(p, kCausal, b, h, rows[r], u)) x = -INFINITY;
+          if (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + j * 8 + 2 * c + e)) x = -INFINITY;
           s[j][2 * r + e] = x;
           mx = fmaxf(mx, x);
         }
@@ -261,12 +269,19 @@ __global__ void __launch_bounds__(kThreads)
         Mma(dp[j], df[ks], Ld32(vr), Ld32(vr + 8));
       }
     }
+    if (TileNeedsMask(p, kCausal, m0, kBM, n0, kBN)) {  // hidden scores -> -inf (a score is never -inf)
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (Masked(p, kCausal, b, h, rows[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
+    }
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, u = n0 + j * 8 + 2 * c + (e & 1);
-        const bool hidden = lse2[r] == -INFINITY || Masked(p, kCausal, b, h, rows[r], u);
+        const int r = e >> 1;
+        const bool hidden = lse2[r] == -INFINITY || s[j][e] == -INFINITY;
         const float pr = hidden ? 0.0f : exp2f(s[j][e] * scale_log2 - lse2[r]);
         s[j][e] = pr * (dp[j][e] - ds_row[r]);  // dS
       }
@@ -356,13 +371,19 @@ __global__ void __launch_bounds__(kThreads)
           Mma(dpt[j], vf, Ld32(orow), Ld32(orow + 8));
         }
       }
+      if (TileNeedsMask(p, kCausal, m0, kBM, n0, kBN)) {  // hidden scores -> -inf (a score is never -inf)
+#pragma unroll
+        for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (Masked(p, kCausal, b, h, m0 + j * 8 + 2 * c + (e & 1), keys[e >> 1])) st[j][e] = -INFINITY;
+      }
 #pragma unroll
       for (int j = 0; j < kBM / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = j * 8 + 2 * c + (e & 1);
-          const int u = keys[e >> 1];
-          const bool hidden = sL[qi] == -INFINITY || Masked(p, kCausal, b, h, m0 + qi, u);
+          const bool hidden = sL[qi] == -INFINITY || st[j][e] == -INFINITY;
           const float pr = hidden ? 0.0f : exp2f(st[j][e] * scale_log2 - sL[qi]);
           st[j][e] = pr;                          // P^T
           dpt[j][e] = pr * (dpt[j][e] - sD[qi]);  // dS^T

@@ -5,7 +5,8 @@
 // emulation_check.cc, whose main calls these).
 //
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
-// causal and not, q/k/v/out/dq/dk/dv in padded rows (the pads poisoned with NaN and checked untouched, every
+// causal and not, tiles that need no masking (inside T and S, below the causal diagonal) and tiles that do,
+// q/k/v/out/dq/dk/dv in padded rows (the pads poisoned with NaN and checked untouched, every
 // buffer exactly sized so that SANITIZE=1 catches accesses past its end; the inputs checked unchanged), a
 // mask per batch and head, per head, or broadcast, with a query that sees no key (out 0, lse -inf, dq 0)
 // and a key no query sees (dk = dv = 0).
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -202,6 +204,17 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   CheckScaled(name + " dq", got_dq, dq, grad_tol);
   CheckScaled(name + " dk", got_dk, dk, grad_tol);
   CheckScaled(name + " dv", got_dv, dv, grad_tol);
+  // ATTN_DUMP=file appends the raw bits of the bf16 out, lse, dq, dk, dv (padded buffers) of every case: two
+  // runs' files compare equal (cmp) when a kernel change claims to leave the arithmetic as it was.
+  if (const char* dump = std::getenv("ATTN_DUMP"); dump != nullptr && dt == DType::kBF16) {
+    FILE* f = std::fopen(dump, "ab");
+    std::fwrite(go.get(), 1, lo.size() * 2, f);
+    std::fwrite(glse.get(), 1, lse.size() * 4, f);
+    std::fwrite(gdq.get(), 1, lq.size() * 2, f);
+    std::fwrite(gdk.get(), 1, lk.size() * 2, f);
+    std::fwrite(gdv.get(), 1, lk.size() * 2, f);
+    std::fclose(f);
+  }
   Expect(pads == 0,
          name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
   auto same = [&](const Buf& got, const std::vector<float>& values, const Layout& l) {
@@ -236,6 +249,7 @@ void CheckAttention(const Context& gpu) {
       {1, 50, 130, 4, 2, 64, false, 1, true},  // GQA, more keys than queries, per-head mask
       {1, 130, 50, 2, 2, 128, true, 2, true},  // MHA, fewer keys than queries, causal + mask
       {1, 70, 150, 4, 1, 64, true, 0, true},   // MQA, causal with S > T (keys past T seen by none)
+      {1, 160, 200, 2, 1, 128, true, 0, true},  // tiles inside T, S and below the diagonal: no mask work
       {1, 45, 37, 2, 1, 32, false, 2, false},  // f32's HS 32
   };
   for (const AttentionCase& c : cases) {
