@@ -1,6 +1,8 @@
 // CUDA RoPE, fp32 and bf16, with the params of rope.h: (b, t, h) strides, optional (per-batch) positions,
-// cos/sin tables computed in double and rounded once (as the CPU kernel) into per-call scratch memory, one
-// rotation pair per thread. Backward is the rotation by the negative angle.
+// cos/sin tables computed in double and rounded once (as the CPU kernel) into per-call scratch memory, then
+// the rotation: four pairs per thread with 16-byte accesses where HS, the strides and the pointers allow,
+// else one pair per thread (the same float operations either way). Backward is the rotation by the
+// negative angle.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"
@@ -26,28 +28,100 @@ __global__ void RopeTableKernel(int64_t rows, int64_t T, int64_t half, int64_t H
   }
 }
 
-template <typename T>
+// W consecutive elements of x to/from fp32: W = 2 one pair with scalar accesses; W = 8 four pairs with
+// 16-byte accesses (one for bf16, two for fp32; p must be 16-byte aligned).
+template <typename T, int W>
+__device__ __forceinline__ void LoadPairs(const T* p, float (&v)[W]) {
+  if constexpr (W == 2) {
+    v[0] = ToFloat(p[0]), v[1] = ToFloat(p[1]);
+  } else {
+    constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+    for (int q = 0; q < W / kPer; ++q) {
+      const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
+    }
+  }
+}
+template <typename T, int W>
+__device__ __forceinline__ void StorePairs(T* p, const float (&v)[W]) {
+  if constexpr (W == 2) {
+    p[0] = FromFloat<T>(v[0]), p[1] = FromFloat<T>(v[1]);
+  } else {
+    constexpr int kPer = 16 / sizeof(T);
+#pragma unroll
+    for (int q = 0; q < W / kPer; ++q) {
+      uint4 raw;
+      T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) e[i] = FromFloat<T>(v[q * kPer + i]);
+      reinterpret_cast<uint4*>(p)[q] = raw;
+    }
+  }
+}
+
+// One thread per W elements (W / 2 pairs) of one (b, t, h) row; index math in I (32-bit where the element
+// count allows: three 32-bit divisions per W elements instead of four 64-bit ones per pair). W = 8 needs HS
+// and every stride multiples of 16 bytes' elements and 16-byte aligned in/out; the table rows are then
+// 16-byte aligned too (half is a multiple of 4).
+template <typename T, int W, typename I>
 __global__ void RopeRotateKernel(RopeParams p, bool per_batch, const float* cs, const float* sn) {
-  const int64_t half = p.HS / 2;
-  const int64_t total = p.B * p.T * p.NH * half;
+  constexpr int kPairs = W / 2;
+  const I half = static_cast<I>(p.HS / 2), groups = static_cast<I>(p.HS / W);
+  const I NH = static_cast<I>(p.NH), T_ = static_cast<I>(p.T);
+  const I total = static_cast<I>(p.B * p.T * p.NH) * groups;
   const T* in = static_cast<const T*>(p.in);
   T* out = static_cast<T*>(p.out);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r = i;
-    const int64_t k = r % half;
-    r /= half;
-    const int64_t h = r % p.NH;
-    r /= p.NH;
-    const int64_t t = r % p.T;
-    const int64_t b = r / p.T;
-    const int64_t row = per_batch ? b * p.T + t : t;
-    const float c = cs[row * half + k], s = sn[row * half + k];
-    const T* x = in + b * p.in_stride_b + t * p.in_stride_t + h * p.in_stride_h + 2 * k;
-    T* y = out + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h + 2 * k;
-    const float x0 = ToFloat(x[0]), x1 = ToFloat(x[1]);
-    y[0] = FromFloat<T>(x0 * c - x1 * s);
-    y[1] = FromFloat<T>(x0 * s + x1 * c);
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I r = i / groups, k = (i - r * groups) * kPairs;
+    const I bt = r / NH, h = r - bt * NH;
+    const I b = bt / T_, t = bt - b * T_;
+    const I row = per_batch ? bt : t;
+    float c[kPairs], s[kPairs], x[W];
+    LoadN<float, kPairs>(cs + row * half + k, c);
+    LoadN<float, kPairs>(sn + row * half + k, s);
+    const int64_t in_offset = static_cast<int64_t>(b) * p.in_stride_b +
+                              static_cast<int64_t>(t) * p.in_stride_t +
+                              static_cast<int64_t>(h) * p.in_stride_h + 2 * static_cast<int64_t>(k);
+    const int64_t out_offset = static_cast<int64_t>(b) * p.out_stride_b +
+                               static_cast<int64_t>(t) * p.out_stride_t +
+                               static_cast<int64_t>(h) * p.out_stride_h + 2 * static_cast<int64_t>(k);
+    LoadPairs<T, W>(in + in_offset, x);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const float x0 = x[2 * j], x1 = x[2 * j + 1];
+      x[2 * j] = x0 * c[j] - x1 * s[j];
+      x[2 * j + 1] = x0 * s[j] + x1 * c[j];
+    }
+    StorePairs<T, W>(out + out_offset, x);
+  }
+}
+
+template <typename T, int W>
+void LaunchRotate(const Context& ctx, const RopeParams& p, bool per_batch, const float* cs, const float* sn) {
+  const int64_t threads = p.B * p.T * p.NH * (p.HS / W);
+  const unsigned grid = GridFor(threads, kThreads);
+  // 32-bit indices while the index plus one grid stride stays below 2^32.
+  if (threads + static_cast<int64_t>(grid) * kThreads < (int64_t{1} << 32)) {
+    RopeRotateKernel<T, W, uint32_t><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, per_batch, cs, sn);
+  } else {
+    RopeRotateKernel<T, W, int64_t><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, per_batch, cs, sn);
+  }
+}
+
+template <typename T>
+void LaunchRotate(const Context& ctx, const RopeParams& p, bool per_batch, const float* cs, const float* sn) {
+  constexpr int64_t kPer = 16 / sizeof(T);  // elements per 16 bytes
+  const bool vec = p.HS % 8 == 0 && p.in_stride_b % kPer == 0 && p.in_stride_t % kPer == 0 &&
+                   p.in_stride_h % kPer == 0 && p.out_stride_b % kPer == 0 && p.out_stride_t % kPer == 0 &&
+                   p.out_stride_h % kPer == 0 && Aligned16({p.in, p.out});
+  if (vec) {
+    LaunchRotate<T, 8>(ctx, p, per_batch, cs, sn);
+  } else {
+    LaunchRotate<T, 2>(ctx, p, per_batch, cs, sn);
   }
 }
 
@@ -65,11 +139,10 @@ absl::Status Rope(const Context& ctx, const RopeParams& p, float sign) {
   RopeTableKernel<<<GridFor(rows * half, kThreads), kThreads, 0, StreamOf(ctx)>>>(
       rows, p.T, half, p.HS, static_cast<double>(p.theta), p.positions, p.positions_stride_b, sign, cs, sn);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("RopeTableKernel");
-  const unsigned grid = GridFor(p.B * p.T * p.NH * half, kThreads);
   if (p.dtype == DType::kF32) {
-    RopeRotateKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, per_batch, cs, sn);
+    LaunchRotate<float>(ctx, p, per_batch, cs, sn);
   } else {
-    RopeRotateKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(p, per_batch, cs, sn);
+    LaunchRotate<bf16>(ctx, p, per_batch, cs, sn);
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("RopeRotateKernel");
   return absl::OkStatus();

@@ -75,11 +75,8 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   input_ = h;
   void* qkv = qkv_out_.data();
   qkv_.Forward(ctx, n, h, c_, qkv, width, /*accumulate=*/false);
-  if (rope_) {
-    kernels::RopeForward(ctx, InPlaceRope(b, t, nh_, hs_, rope_theta_, qkv, width, dtype_));
-    kernels::RopeForward(
-        ctx, InPlaceRope(b, t, nkv_, hs_, rope_theta_, ElementOffset(qkv, q_width, dtype_), width, dtype_));
-  }
+  // The q heads and the k heads after them, rotated by one call (one table of angles for both).
+  if (rope_) kernels::RopeForward(ctx, InPlaceRope(b, t, nh_ + nkv_, hs_, rope_theta_, qkv, width, dtype_));
   if (cache != nullptr) FillCache(ctx, *cache);
   kernels::AttentionForward(ctx, Params());
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * (t * (t + 1) / 2.0);
@@ -112,13 +109,10 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
   input_ = h;
   void* qkv = qkv_out_.data();
   qkv_.Forward(ctx, b, h, c_, qkv, width, /*accumulate=*/false);
-  if (rope_) {
-    for (const auto& [offset, heads] : {std::pair<int64_t, int64_t>{0, nh_}, {q_width, nkv_}}) {
-      kernels::RopeParams p =
-          InPlaceRope(b, 1, heads, hs_, rope_theta_, ElementOffset(qkv, offset, dtype_), width, dtype_);
-      p.positions = device_position, p.positions_stride_b = 0;  // every sequence is at `position`
-      kernels::RopeForward(ctx, p);
-    }
+  if (rope_) {  // q and k heads in one call, as in Forward
+    kernels::RopeParams p = InPlaceRope(b, 1, nh_ + nkv_, hs_, rope_theta_, qkv, width, dtype_);
+    p.positions = device_position, p.positions_stride_b = 0;  // every sequence is at `position`
+    kernels::RopeForward(ctx, p);
   }
   // Each sequence's new key (value) -> its cache row `position`: one strided copy over the batch each.
   const size_t es = kernels::DTypeSize(dtype_), kv_bytes = static_cast<size_t>(kv_width) * es;
@@ -153,11 +147,8 @@ void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& w
   p.dv = ElementOffset(dqkv, q_width + kv_width, dtype_);
   kernels::AttentionBackward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * (t_ * (t_ + 1) / 2.0);
-  if (rope_) {
-    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_, hs_, rope_theta_, dqkv, width, dtype_));
-    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nkv_, hs_, rope_theta_,
-                                           ElementOffset(dqkv, q_width, dtype_), width, dtype_));
-  }
+  if (rope_)
+    kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_ + nkv_, hs_, rope_theta_, dqkv, width, dtype_));
   qkv_.Backward(ctx, n, input_, c_, dqkv, width, dh);
 }
 
