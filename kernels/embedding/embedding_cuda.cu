@@ -1,5 +1,7 @@
 // CUDA embedding forward (row gather) and deterministic backward (stable sort by id, one block per id); see
-// embedding.h.
+// embedding.h. Both move 16 bytes per access where C is a multiple of 16 bytes' elements and the row
+// pointers are 16-byte aligned (the gather copies the bits; the backward's sums keep their row order, so
+// the result is the same on both paths), else one element per access.
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_check.h"
@@ -20,13 +22,30 @@ __global__ void CheckIdsKernel(int64_t N, int64_t V, const int32_t* ids, unsigne
   }
 }
 
-template <typename T>
-__global__ void GatherKernel(int64_t N, int64_t V, int64_t C, const int32_t* ids, const T* table, T* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * C;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / C, c = i - n * C;
+// Copies rows of C / W accesses of type A (one element, or a uint4 of W elements); index math in I (32-bit
+// where the access count allows).
+template <typename A, typename I>
+__global__ void GatherKernel(I N, int64_t V, I CA, const int32_t* ids, const A* table, A* out) {
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < N * CA;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I n = i / CA, c = i - n * CA;
     const int32_t id = ids[n];
-    if (id >= 0 && id < V) out[i] = table[static_cast<int64_t>(id) * C + c];
+    if (id >= 0 && id < V) out[i] = table[static_cast<int64_t>(id) * CA + c];
+  }
+}
+
+template <typename T, typename A>
+void LaunchGather(const Context& ctx, const EmbeddingForwardParams& p) {
+  const int64_t ca = p.C * static_cast<int64_t>(sizeof(T)) / static_cast<int64_t>(sizeof(A));
+  const unsigned grid = GridFor(p.N * ca, kThreads);
+  const A* table = static_cast<const A*>(p.table);
+  A* out = static_cast<A*>(p.out);
+  // 32-bit indices while the index plus one grid stride stays below 2^32.
+  if (p.N * ca + static_cast<int64_t>(grid) * kThreads < (int64_t{1} << 32)) {
+    GatherKernel<A, uint32_t><<<grid, kThreads, 0, StreamOf(ctx)>>>(
+        static_cast<uint32_t>(p.N), p.V, static_cast<uint32_t>(ca), p.ids, table, out);
+  } else {
+    GatherKernel<A, int64_t><<<grid, kThreads, 0, StreamOf(ctx)>>>(p.N, p.V, ca, p.ids, table, out);
   }
 }
 
@@ -36,9 +55,44 @@ __global__ void IotaKernel(int64_t N, int32_t* rows) {
     rows[i] = static_cast<int32_t>(i);
 }
 
+// W consecutive elements to/from fp32: W = 1 one scalar access; else W * sizeof(T) bytes as 16-byte accesses
+// (p 16-byte aligned).
+template <typename T, int W>
+__device__ __forceinline__ void LoadVec(const T* p, float (&v)[W]) {
+  if constexpr (W == 1) {
+    v[0] = ToFloat(*p);
+  } else {
+    constexpr int kPer = 16 / sizeof(T);
+    static_assert(W % kPer == 0, "whole 16-byte accesses");
+#pragma unroll
+    for (int q = 0; q < W / kPer; ++q) {
+      const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
+    }
+  }
+}
+template <int W>
+__device__ __forceinline__ void StoreVec(float* p, const float (&v)[W]) {
+  if constexpr (W == 1) {
+    *p = v[0];
+  } else {
+    static_assert(W % 4 == 0, "whole 16-byte accesses");
+#pragma unroll
+    for (int q = 0; q < W / 4; ++q) {
+      uint4 raw;
+      float* e = reinterpret_cast<float*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) e[i] = v[q * 4 + i];
+      reinterpret_cast<uint4*>(p)[q] = raw;
+    }
+  }
+}
+
 // One block per sorted position; the block at the start of a run of equal ids sums that run's dout rows
-// (in ascending row order: the sort is stable) and adds the sum to dtable[id].
-template <typename T>
+// (in ascending row order: the sort is stable) and adds the sum to dtable[id], W channels per thread.
+template <typename T, int W>
 __global__ void SegmentSumKernel(int64_t N, int64_t C, const int32_t* sorted_ids, const int32_t* sorted_rows,
                                  const T* dout, float* dtable) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
@@ -46,12 +100,33 @@ __global__ void SegmentSumKernel(int64_t N, int64_t C, const int32_t* sorted_ids
     if (i > 0 && sorted_ids[i - 1] == id) continue;
     int64_t end = i + 1;
     while (end < N && sorted_ids[end] == id) ++end;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      float s = 0.0f;
-      for (int64_t j = i; j < end; ++j) s += ToFloat(dout[static_cast<int64_t>(sorted_rows[j]) * C + c]);
-      dtable[static_cast<int64_t>(id) * C + c] += s;
+    for (int64_t c = threadIdx.x * W; c < C; c += blockDim.x * W) {
+      float s[W], x[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) s[k] = 0.0f;
+      for (int64_t j = i; j < end; ++j) {
+        LoadVec<T, W>(dout + static_cast<int64_t>(sorted_rows[j]) * C + c, x);
+#pragma unroll
+        for (int k = 0; k < W; ++k) s[k] += x[k];
+      }
+      float* row = dtable + static_cast<int64_t>(id) * C + c;
+      LoadVec<float, W>(row, x);
+#pragma unroll
+      for (int k = 0; k < W; ++k) x[k] += s[k];
+      StoreVec<W>(row, x);
     }
   }
+}
+
+template <typename T, int W>
+void LaunchSegmentSum(int64_t N, int64_t C, const int32_t* sorted_ids, const int32_t* sorted_rows,
+                      const void* dout, void* dtable, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(N, 65535));
+  // One thread per W channels, in whole warps, at most 256.
+  const int64_t lanes = (C / W + 31) / 32 * 32;
+  const int threads = static_cast<int>(std::min<int64_t>(lanes, 256));
+  SegmentSumKernel<T, W><<<grid, threads, 0, stream>>>(
+      N, C, sorted_ids, sorted_rows, static_cast<const T*>(dout), static_cast<float*>(dtable));
 }
 
 absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* ids,
@@ -80,13 +155,11 @@ absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& 
   Scratch flag;
   LMF_RETURN_IF_ERROR_STATUS(flag.Allocate(ctx, sizeof(unsigned long long)));
   LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag.get<unsigned long long>()));
-  const unsigned grid = GridFor(p.N * p.C, kThreads);
-  if (p.dtype == DType::kF32) {
-    GatherKernel<float><<<grid, kThreads, 0, StreamOf(ctx)>>>(
-        p.N, p.V, p.C, p.ids, static_cast<const float*>(p.table), static_cast<float*>(p.out));
+  const bool vec = p.C * DTypeSize(p.dtype) % 16 == 0 && Aligned16({p.table, p.out});
+  if (vec) {
+    p.dtype == DType::kF32 ? LaunchGather<float, uint4>(ctx, p) : LaunchGather<bf16, uint4>(ctx, p);
   } else {
-    GatherKernel<bf16><<<grid, kThreads, 0, StreamOf(ctx)>>>(
-        p.N, p.V, p.C, p.ids, static_cast<const bf16*>(p.table), static_cast<bf16*>(p.out));
+    p.dtype == DType::kF32 ? LaunchGather<float, float>(ctx, p) : LaunchGather<bf16, bf16>(ctx, p);
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GatherKernel");
   return absl::OkStatus();
@@ -120,14 +193,16 @@ absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams
   while (end_bit < 31 && (int64_t{1} << end_bit) < p.V) ++end_bit;
   LMF_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, p.ids, sorted_ids, rows,
                                                            sorted_rows, N, 0, end_bit, stream));
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.N, 65535));
-  const int threads = p.C >= 256 ? 256 : 128;
+  // 16-byte accesses to dout (4 fp32 or 8 bf16 channels) and to dtable (one or two) where C and the pointers
+  // allow.
+  const int64_t w = 16 / static_cast<int64_t>(DTypeSize(p.dtype));
+  const bool vec = p.C % w == 0 && Aligned16({p.dout, p.dtable});
   if (p.dtype == DType::kF32) {
-    SegmentSumKernel<float><<<grid, threads, 0, stream>>>(
-        p.N, p.C, sorted_ids, sorted_rows, static_cast<const float*>(p.dout), static_cast<float*>(p.dtable));
+    vec ? LaunchSegmentSum<float, 4>(p.N, p.C, sorted_ids, sorted_rows, p.dout, p.dtable, stream)
+        : LaunchSegmentSum<float, 1>(p.N, p.C, sorted_ids, sorted_rows, p.dout, p.dtable, stream);
   } else {
-    SegmentSumKernel<bf16><<<grid, threads, 0, stream>>>(
-        p.N, p.C, sorted_ids, sorted_rows, static_cast<const bf16*>(p.dout), static_cast<float*>(p.dtable));
+    vec ? LaunchSegmentSum<bf16, 8>(p.N, p.C, sorted_ids, sorted_rows, p.dout, p.dtable, stream)
+        : LaunchSegmentSum<bf16, 1>(p.N, p.C, sorted_ids, sorted_rows, p.dout, p.dtable, stream);
   }
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("SegmentSumKernel");
   return absl::OkStatus();
