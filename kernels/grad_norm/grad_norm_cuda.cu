@@ -1,6 +1,12 @@
 // CUDA global gradient norm and clipping: a deterministic two-pass reduction (fixed chunks, fp32 within a
 // chunk, double across chunks in a fixed order, as the CPU kernel) whose result can stay on the device and
-// feed AdamW's clipping without a host synchronisation; see grad_norm.h.
+// feed AdamW's clipping without a host synchronisation; see grad_norm.h. Where a gradient is 16-byte
+// aligned (chunk starts are multiples of kChunk, so all its chunks are), each thread reads 16 bytes per
+// access (4 fp32 or 8 bf16) into as many independent fp32 accumulators (one per lane, so several loads and
+// FMAs are in flight), combined in a fixed order with the scalar tail's sum, then the block sum: the order
+// within a chunk is not the CPU kernel's, but it is fixed (bitwise reproducible run to run; fp32 over at
+// most 16K terms, ~1e-6 relative from the CPU). Clipping scales with 16-byte accesses too (same operations
+// per element as the scalar path).
 #include <cmath>
 #include <vector>
 
@@ -17,15 +23,36 @@ constexpr int kThreads = 256;
 
 template <typename G>
 __global__ void SquareSumKernel(const GradSpan* spans, const Chunk* chunks, double* partial) {
+  constexpr int kW = 16 / sizeof(G);
+  static_assert(kChunk % kW == 0, "chunk starts must keep 16-byte alignment");
   __shared__ float scratch[32];
   const Chunk c = chunks[blockIdx.x];
   const G* g = static_cast<const G*>(spans[c.tensor].data);
-  float s = 0.0f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-    const float x = ToFloat(g[i]);
-    s += x * x;
+  float lanes[kW];
+#pragma unroll
+  for (int j = 0; j < kW; ++j) lanes[j] = 0.0f;
+  int64_t scalar_begin = c.begin;
+  if (reinterpret_cast<uintptr_t>(g) % 16 == 0) {
+    const int64_t vec_end = c.begin + (c.end - c.begin) / kW * kW;
+#pragma unroll 4
+    for (int64_t i = c.begin + threadIdx.x * kW; i < vec_end; i += blockDim.x * kW) {
+      float x[kW];
+      LoadN<G, kW>(g + i, x);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) lanes[j] += x[j] * x[j];
+    }
+    scalar_begin = vec_end;
   }
-  s = BlockSum(s, scratch);
+  for (int64_t i = scalar_begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const float x = ToFloat(g[i]);
+    lanes[0] += x * x;
+  }
+  // Pairwise over the lanes, in a fixed order.
+#pragma unroll
+  for (int w = kW / 2; w > 0; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+  const float s = BlockSum(lanes[0], scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
@@ -49,7 +76,21 @@ __global__ void ScaleKernel(const GradSpan* spans, const Chunk* chunks, const fl
   G* g = static_cast<G*>(spans[c.tensor].data);
   float s = max_norm / (*norm + 1e-6f);
   s = s < 1.0f ? s : 1.0f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) g[i] = FromFloat<G>(ToFloat(g[i]) * s);
+  int64_t scalar_begin = c.begin;
+  constexpr int kW = 16 / sizeof(G);
+  if (reinterpret_cast<uintptr_t>(g) % 16 == 0) {
+    const int64_t vec_end = c.begin + (c.end - c.begin) / kW * kW;
+    for (int64_t i = c.begin + threadIdx.x * kW; i < vec_end; i += blockDim.x * kW) {
+      float x[kW];
+      LoadN<G, kW>(g + i, x);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) x[j] *= s;
+      StoreN<G, kW>(g + i, x);
+    }
+    scalar_begin = vec_end;
+  }
+  for (int64_t i = scalar_begin + threadIdx.x; i < c.end; i += blockDim.x)
+    g[i] = FromFloat<G>(ToFloat(g[i]) * s);
 }
 
 }  // namespace
