@@ -1,8 +1,10 @@
 // Memory-bound kernel benchmark (bf16 activations): achieved GB/s (the fewest bytes each op must
 // move: inputs read once, outputs written once) against the device-to-device copy bandwidth measured in the
 // same run, and time against the PyTorch eager equivalent (tools/gpu_peers/memory_bound_peer.py).
-// Shapes: N = 16384 rows of C = 2048 (norms), H = 8192 (SwiGLU), RoPE on (16, 1024, 16, 128), fused
-// cross-entropy on 8192 x 50304 (in place), AdamW and the grad norm over 124M parameters.
+// Shapes: N = 16384 rows of C = 2048 (norms), H = 8192 (SwiGLU), RoPE on (16, 1024, 16, 128) and on the q|k
+// heads of GPT-2 small's fused qkv, the token embedding (16K ids, 50304 x 768), fused cross-entropy on
+// 8192 x 50304 (in place), AdamW (bf16 grads with the bf16 copy; fp32 grads without) and the grad norm (fp32,
+// bf16) over 124M parameters.
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/gpu_test_util.h"
+#include "kernels/embedding/embedding.h"
 #include "kernels/grad_norm/grad_norm.h"
 #include "kernels/layernorm/layernorm.h"
 #include "kernels/residual/residual.h"
@@ -100,8 +103,42 @@ int Main() {
   {
     const int64_t B = 16, T = 1024, NH = 16, HS = 128, n = B * T * NH * HS;
     DeviceBuffer x = Random(n, kB, 7);
-    report("rope_fwd", 4.0 * n, [&] {
-      return cuda::RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 10000.0f, x.get(), x.get()));
+    RopeParams p = ContiguousRopeParams(B, T, NH, HS, 10000.0f, x.get(), x.get());
+    p.dtype = kB;
+    report("rope_fwd", 4.0 * n, [&] { return cuda::RopeForward(ctx, p); });
+  }
+  {
+    // GPT-2 small's call: the q and k heads (12 + 12, HS 64) of the fused (B*T, 3*768) qkv buffer, in place.
+    const int64_t B = 16, T = 1024, heads = 24, HS = 64, width = 3 * 768;
+    DeviceBuffer qkv = Random(B * T * width, kB, 12);
+    RopeParams p = ContiguousRopeParams(B, T, heads, HS, 10000.0f, qkv.get(), qkv.get());
+    p.dtype = kB;
+    p.in_stride_b = p.out_stride_b = T * width, p.in_stride_t = p.out_stride_t = width;
+    report("rope_qk_of_qkv", 4.0 * B * T * heads * HS, [&] { return cuda::RopeForward(ctx, p); });
+  }
+  {
+    // GPT-2 small's token embedding: 16K ids into (50304, 768). The forward includes its id check (one
+    // stream synchronisation); the backward's bytes are dout once plus each distinct id's dtable row read and
+    // written (fp32), the sort not counted.
+    const int64_t NE = 16384, VE = 50304, CE = 768;
+    std::vector<int32_t> id(NE);
+    std::vector<bool> seen(VE, false);
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < NE; ++i) {
+      id[i] = static_cast<int32_t>((i * 7919 + (i * i) % 977) % VE);
+      distinct += !seen[id[i]];
+      seen[id[i]] = true;
+    }
+    DeviceBuffer ids = DeviceBuffer::Ints(id), table = Random(VE * CE, kB, 13), out(NE * CE, kB),
+                 dout = Random(NE * CE, kB, 14), dtable(VE * CE, DType::kF32);
+    dtable.Fill(0.0f);
+    report("embedding_fwd", 4.0 * NE * CE, [&] {
+      return cuda::EmbeddingForward(
+          ctx, EmbeddingForwardParams{kB, NE, VE, CE, ids.as<int32_t>(), table.get(), out.get()});
+    });
+    report("embedding_bwd", 2.0 * NE * CE + 8.0 * distinct * CE, [&] {
+      return cuda::EmbeddingBackward(
+          ctx, EmbeddingBackwardParams{kB, NE, VE, CE, ids.as<int32_t>(), dout.get(), dtable.get()});
     });
   }
   {
@@ -129,6 +166,14 @@ int Main() {
     report("grad_norm", 4.0 * P, [&] {
       return cuda::GlobalGradNormToDevice(ctx, GradNormParams{DType::kF32, &span, 1}, norm.as<float>());
     });
+    GradSpan half_span{grad.get(), P};
+    report("grad_norm_bf16", 2.0 * P, [&] {
+      return cuda::GlobalGradNormToDevice(ctx, GradNormParams{kB, &half_span, 1}, norm.as<float>());
+    });
+    AdamWTensor tf{P, param.as<float>(), gf.get(), m.as<float>(), v.as<float>(), nullptr};
+    MultiTensorAdamWParams af = ap;
+    af.grad_dtype = DType::kF32, af.tensors = &tf;
+    report("adamw_f32_grads", 28.0 * P, [&] { return cuda::MultiTensorAdamW(ctx, af); });
   }
   return 0;
 }
