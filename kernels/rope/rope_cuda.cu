@@ -28,40 +28,6 @@ __global__ void RopeTableKernel(int64_t rows, int64_t T, int64_t half, int64_t H
   }
 }
 
-// W consecutive elements of x to/from fp32: W = 2 one pair with scalar accesses; W = 8 four pairs with
-// 16-byte accesses (one for bf16, two for fp32; p must be 16-byte aligned).
-template <typename T, int W>
-__device__ __forceinline__ void LoadPairs(const T* p, float (&v)[W]) {
-  if constexpr (W == 2) {
-    v[0] = ToFloat(p[0]), v[1] = ToFloat(p[1]);
-  } else {
-    constexpr int kPer = 16 / sizeof(T);
-#pragma unroll
-    for (int q = 0; q < W / kPer; ++q) {
-      const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
-    }
-  }
-}
-template <typename T, int W>
-__device__ __forceinline__ void StorePairs(T* p, const float (&v)[W]) {
-  if constexpr (W == 2) {
-    p[0] = FromFloat<T>(v[0]), p[1] = FromFloat<T>(v[1]);
-  } else {
-    constexpr int kPer = 16 / sizeof(T);
-#pragma unroll
-    for (int q = 0; q < W / kPer; ++q) {
-      uint4 raw;
-      T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) e[i] = FromFloat<T>(v[q * kPer + i]);
-      reinterpret_cast<uint4*>(p)[q] = raw;
-    }
-  }
-}
-
 // One thread per W elements (W / 2 pairs) of one (b, t, h) row; index math in I (32-bit where the element
 // count allows: three 32-bit divisions per W elements instead of four 64-bit ones per pair). W = 8 needs HS
 // and every stride multiples of 16 bytes' elements and 16-byte aligned in/out; the table rows are then
@@ -80,23 +46,27 @@ __global__ void RopeRotateKernel(RopeParams p, bool per_batch, const float* cs, 
     const I bt = r / NH, h = r - bt * NH;
     const I b = bt / T_, t = bt - b * T_;
     const I row = per_batch ? bt : t;
-    float c[kPairs], s[kPairs], x[W];
+    float c[kPairs], s[kPairs];
     LoadN<float, kPairs>(cs + row * half + k, c);
     LoadN<float, kPairs>(sn + row * half + k, s);
-    const int64_t in_offset = static_cast<int64_t>(b) * p.in_stride_b +
-                              static_cast<int64_t>(t) * p.in_stride_t +
-                              static_cast<int64_t>(h) * p.in_stride_h + 2 * static_cast<int64_t>(k);
-    const int64_t out_offset = static_cast<int64_t>(b) * p.out_stride_b +
-                               static_cast<int64_t>(t) * p.out_stride_t +
-                               static_cast<int64_t>(h) * p.out_stride_h + 2 * static_cast<int64_t>(k);
-    LoadPairs<T, W>(in + in_offset, x);
+    // Written this way (not with every index cast to int64 first), nvcc 13 keeps the 16-byte stores whole
+    // for 32-bit indices (checked in the PTX); with int64 indices it splits them into 4-byte stores.
+    const T* x_row = in + b * p.in_stride_b + t * p.in_stride_t + h * p.in_stride_h + 2 * k;
+    T* y_row = out + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h + 2 * k;
+    // W elements as kPieces accesses of kPer: 16 bytes each (kPer = 4 fp32 or 8 bf16), or two scalars.
+    constexpr int kPer = W == 2 ? 1 : 16 / sizeof(T), kPieces = W / kPer;
+    float x[kPieces][kPer], y[kPieces][kPer];
+#pragma unroll
+    for (int q = 0; q < kPieces; ++q) LoadN<T, kPer>(x_row + q * kPer, x[q]);
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
-      const float x0 = x[2 * j], x1 = x[2 * j + 1];
-      x[2 * j] = x0 * c[j] - x1 * s[j];
-      x[2 * j + 1] = x0 * s[j] + x1 * c[j];
+      const int e0 = 2 * j, e1 = 2 * j + 1;
+      const float x0 = x[e0 / kPer][e0 % kPer], x1 = x[e1 / kPer][e1 % kPer];
+      y[e0 / kPer][e0 % kPer] = x0 * c[j] - x1 * s[j];
+      y[e1 / kPer][e1 % kPer] = x0 * s[j] + x1 * c[j];
     }
-    StorePairs<T, W>(out + out_offset, x);
+#pragma unroll
+    for (int q = 0; q < kPieces; ++q) StoreN<T, kPer>(y_row + q * kPer, y[q]);
   }
 }
 
