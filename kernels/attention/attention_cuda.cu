@@ -19,6 +19,11 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+// Blocks per SM that __launch_bounds__ leaves registers for (65536 / (blocks * 128) a thread). Forward: 4
+// at head size 64 (128 registers, what it needs), 2 at 128. Backward: 3 at head size 64 (168; at 128 the
+// kernels that prefetch the next tile spill), 2 at 128 (they need ~220-240).
+constexpr int ForwardMinBlocks(int d) { return d == 64 ? 4 : 2; }
+constexpr int BackwardMinBlocks(int d) { return d == 64 ? 3 : 2; }
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -32,18 +37,18 @@ __device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
          (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p1)) << 16);
 }
 
-// Copies rows [row0, row0 + rows) of a (., D) strided bf16 matrix into shared memory (row stride D + 8),
-// zero-filling rows at or past `valid`. 16-byte accesses.
+// Issues the copies (cp.async, 16 bytes each) of rows [row0, row0 + rows) of a (., D) strided bf16 matrix
+// into shared memory (row stride D + 8), zero-filling rows at or past `valid`; they land at the caller's
+// CpAsyncWait, and other threads see them after a __syncthreads that follows it.
 template <int D>
-__device__ __forceinline__ void LoadRows(bf16* s, const bf16* g, int64_t row_stride, int row0, int rows,
-                                         int valid) {
+__device__ __forceinline__ void LoadRowsAsync(bf16* s, const bf16* g, int64_t row_stride, int row0, int rows,
+                                              int valid) {
   constexpr int kVec = D / 8, kStride = D + 8;
-  for (int i = threadIdx.x; i < rows * kVec; i += blockDim.x) {
+#pragma unroll 1
+  for (int i = threadIdx.x; i < rows * kVec; i += kThreads) {
     const int r = i / kVec, c = i - r * kVec;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < valid)
-      v = *reinterpret_cast<const uint4*>(g + static_cast<int64_t>(row0 + r) * row_stride + c * 8);
-    *reinterpret_cast<uint4*>(s + r * kStride + c * 8) = v;
+    const bool in = row0 + r < valid;
+    CpAsync16(s + r * kStride + c * 8, in ? g + static_cast<int64_t>(row0 + r) * row_stride + c * 8 : g, in);
   }
 }
 
@@ -70,15 +75,16 @@ __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, in
 // Whether any key of [u0, u0 + keys) can be hidden from any query of [t0, t0 + queries): the tile crosses T
 // or S, the causal diagonal, or a mask tensor is given. Only such tiles call Masked() per element (as
 // FlashAttention-2 does); the others skip it, which changes no arithmetic.
-__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries, int u0,
-                                              int keys) {
+__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries,
+                                              int u0, int keys) {
   return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0);
 }
 
 // kLdmatrix: V fragments for P V through ldmatrix.trans (one instruction per two d-tiles) instead of two
 // 16-bit shared loads per register; the same products in the same order (bitwise the same output).
 template <int D, bool kCausal, bool kLdmatrix>
-__global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p, float scale_log2) {
+__global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
+    FlashForwardKernel(AttentionParams p, float scale_log2) {
   constexpr int kBM = 64, kBN = 64, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBN * kStride];
   __shared__ __align__(16) bf16 sV[kBN * kStride];
@@ -89,12 +95,16 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
   const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
 
-  LoadRows<D>(sK, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));  // Q staged through sK
+  // Q is staged through sV (free until V of the first tile loads), with K of the first tile behind it.
+  LoadRowsAsync<D>(sV, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
+  CpAsyncCommit();
+  LoadRowsAsync<D>(sK, k, p.k_stride_t, 0, kBN, static_cast<int>(p.S));
+  CpAsyncCommit();
+  CpAsyncWait<1>();  // Q
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) LoadA<D>(qf[ks], sK, warp * 16, ks * 16, g, c);
-  __syncthreads();
+  for (int ks = 0; ks < D / 16; ++ks) LoadA<D>(qf[ks], sV, warp * 16, ks * 16, g, c);
 
   float o[D / 8][4];
 #pragma unroll
@@ -103,10 +113,13 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
   const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
   const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kBM) : static_cast<int>(p.S);
 
+  // FlashAttention-2's schedule: V of tile n loads under Q K^T of tile n, K of tile n + 1 under the softmax
+  // and P V of tile n; two barriers per tile.
   for (int n0 = 0; n0 < n_end; n0 += kBN) {
-    LoadRows<D>(sK, k, p.k_stride_t, n0, kBN, static_cast<int>(p.S));
-    LoadRows<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
-    __syncthreads();
+    CpAsyncWait<0>();  // K of this tile
+    __syncthreads();   // ... visible to all; every thread is done with sV (Q, or V of the previous tile)
+    LoadRowsAsync<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
+    CpAsyncCommit();
     float s[kBN / 8][4];
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
@@ -117,6 +130,12 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
         const bf16* kr = sK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
         Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
       }
+    }
+    CpAsyncWait<0>();  // V of this tile
+    __syncthreads();   // ... visible to all; every thread is done with sK
+    if (n0 + kBN < n_end) {
+      LoadRowsAsync<D>(sK, k, p.k_stride_t, n0 + kBN, kBN, static_cast<int>(p.S));
+      CpAsyncCommit();
     }
     const bool mask_tile = TileNeedsMask(p, kCausal, m0, kBM, n0, kBN);
 #pragma unroll
@@ -173,7 +192,6 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(AttentionParams p
         }
       }
     }
-    __syncthreads();
   }
 
   bf16* out = static_cast<bf16*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
@@ -215,7 +233,7 @@ __global__ void DotRowsKernel(AttentionBackwardParams bp, float* dsum) {
 
 // dq for 64 queries per block: recompute S and dP per 32-key step, dq += dS K.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
     FlashBackwardDqKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBM = 64, kBN = 32, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBM * kStride];  // 64 rows: also stages Q and dO
@@ -229,8 +247,10 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
 
-  LoadRows<D>(sK, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
-  LoadRows<D>(sV, dout, p.out_stride_t, m0, kBM, static_cast<int>(p.T));
+  LoadRowsAsync<D>(sK, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
+  LoadRowsAsync<D>(sV, dout, p.out_stride_t, m0, kBM, static_cast<int>(p.T));
+  CpAsyncCommit();
+  CpAsyncWait<0>();
   __syncthreads();
   uint32_t qf[D / 16][4], df[D / 16][4];
 #pragma unroll
@@ -251,9 +271,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
   const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kBM) : static_cast<int>(p.S);
-  for (int n0 = 0; n0 < n_end; n0 += kBN) {
-    LoadRows<D>(sK, k, p.k_stride_t, n0, kBN, static_cast<int>(p.S));
-    LoadRows<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
+  // The 32-key tiles of K and V alternate between the two halves of sK and sV: the next one loads under this
+  // one's products.
+  LoadRowsAsync<D>(sK, k, p.k_stride_t, 0, kBN, static_cast<int>(p.S));
+  LoadRowsAsync<D>(sV, v, p.v_stride_t, 0, kBN, static_cast<int>(p.S));
+  CpAsyncCommit();
+  for (int n0 = 0, half = 0; n0 < n_end; n0 += kBN, half ^= 1) {
+    const bf16* tK = sK + half * kBN * kStride;
+    const bf16* tV = sV + half * kBN * kStride;
+    if (n0 + kBN < n_end) {
+      LoadRowsAsync<D>(sK + (half ^ 1) * kBN * kStride, k, p.k_stride_t, n0 + kBN, kBN,
+                       static_cast<int>(p.S));
+      LoadRowsAsync<D>(sV + (half ^ 1) * kBN * kStride, v, p.v_stride_t, n0 + kBN, kBN,
+                       static_cast<int>(p.S));
+      CpAsyncCommit();
+      CpAsyncWait<1>();  // this tile
+    } else {
+      CpAsyncWait<0>();
+    }
     __syncthreads();
     float s[kBN / 8][4], dp[kBN / 8][4];
 #pragma unroll
@@ -263,9 +298,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
-        const bf16* kr = sK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+        const bf16* kr = tK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
         Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
-        const bf16* vr = sV + (j * 8 + g) * kStride + ks * 16 + 2 * c;
+        const bf16* vr = tV + (j * 8 + g) * kStride + ks * 16 + 2 * c;
         Mma(dp[j], df[ks], Ld32(vr), Ld32(vr + 8));
       }
     }
@@ -293,11 +328,11 @@ __global__ void __launch_bounds__(kThreads)
                              Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) {
-        const bf16* kr = sK + (kk * 16 + 2 * c) * kStride + i * 8 + g;
+        const bf16* kr = tK + (kk * 16 + 2 * c) * kStride + i * 8 + g;
         Mma(dq[i], a, PackRows(kr, kr + kStride), PackRows(kr + 8 * kStride, kr + 9 * kStride));
       }
     }
-    __syncthreads();
+    __syncthreads();  // every thread is done with this half before the tile after next loads into it
   }
   bf16* dqp = static_cast<bf16*>(bp.dq) + b * p.q_stride_b + h * p.q_stride_h;
 #pragma unroll
@@ -312,26 +347,40 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dk, dv for 64 keys of one kv head per block, summed over the query heads of its group and all query blocks
-// (32 queries per step). Shared memory (dynamic): K, V (64 rows), Q, dO (32 rows), lse2 and dsum (32 each).
+// (32 queries per step). Shared memory (dynamic): K, V (64 rows), then two buffers of the steps' Q, dO (32
+// rows each), lse2 and dsum (32 each): the next step's load runs under this one's products.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
     FlashBackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBN = 64, kBM = 32, kStride = D + 8;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);
   bf16* sV = sK + kBN * kStride;
-  bf16* sQ = sV + kBN * kStride;
-  bf16* sO = sQ + kBM * kStride;
-  float* sL = reinterpret_cast<float*>(sO + kBM * kStride);
-  float* sD = sL + kBM;
+  bf16* sQ2 = sV + kBN * kStride;                                  // [2][kBM * kStride]
+  bf16* sO2 = sQ2 + 2 * kBM * kStride;                             // [2][kBM * kStride]
+  float* sL2 = reinterpret_cast<float*>(sO2 + 2 * kBM * kStride);  // [2][kBM]
+  float* sD2 = sL2 + 2 * kBM;                                      // [2][kBM]
   const AttentionParams& p = bp.forward;
   const int n0 = blockIdx.x * kBN, kvh = blockIdx.y, b = blockIdx.z;
-  const int group = static_cast<int>(p.NH / p.NKV);
+  const int group = static_cast<int>(p.NH / p.NKV), h_end = (kvh + 1) * group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  LoadRows<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t, n0,
-              kBN, static_cast<int>(p.S));
-  LoadRows<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t, n0,
-              kBN, static_cast<int>(p.S));
+  // Issues Q and dO of step (query head step_h, queries from step_m0) into buffer `buf` as one cp.async group
+  // and stores its lse2 and dsum.
+  auto load_step = [&](int step_h, int step_m0, int buf) {
+    LoadRowsAsync<D>(sQ2 + buf * kBM * kStride,
+                     static_cast<const bf16*>(p.q) + b * p.q_stride_b + step_h * p.q_stride_h, p.q_stride_t,
+                     step_m0, kBM, static_cast<int>(p.T));
+    LoadRowsAsync<D>(sO2 + buf * kBM * kStride,
+                     static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + step_h * p.out_stride_h,
+                     p.out_stride_t, step_m0, kBM, static_cast<int>(p.T));
+    CpAsyncCommit();
+    const int64_t stat = (static_cast<int64_t>(b) * p.NH + step_h) * p.T;
+    for (int i = threadIdx.x; i < kBM; i += kThreads) {
+      const bool in = step_m0 + i < p.T;
+      sL2[buf * kBM + i] = in ? p.lse[stat + step_m0 + i] * kLog2e : -INFINITY;
+      sD2[buf * kBM + i] = in ? dsum[stat + step_m0 + i] : 0.0f;
+    }
+  };
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) {
@@ -340,20 +389,28 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int keys[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
   const int m_begin = kCausal ? (n0 / kBM) * kBM : 0;
-  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
-    const bf16* dout = static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h;
-    const int64_t stat = (static_cast<int64_t>(b) * p.NH + h) * p.T;
-    for (int m0 = m_begin; m0 < p.T; m0 += kBM) {
-      __syncthreads();  // previous step's reads of sQ/sO/sL/sD are done
-      LoadRows<D>(sQ, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
-      LoadRows<D>(sO, dout, p.out_stride_t, m0, kBM, static_cast<int>(p.T));
-      for (int i = threadIdx.x; i < kBM; i += blockDim.x) {
-        const bool in = m0 + i < p.T;
-        sL[i] = in ? p.lse[stat + m0 + i] * kLog2e : -INFINITY;
-        sD[i] = in ? dsum[stat + m0 + i] : 0.0f;
+  if (m_begin < p.T) {  // K and V in the first step's group
+    LoadRowsAsync<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t,
+                     n0, kBN, static_cast<int>(p.S));
+    LoadRowsAsync<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t,
+                     n0, kBN, static_cast<int>(p.S));
+    load_step(kvh * group, m_begin, 0);
+  }
+  int buf = 0;
+  for (int h = kvh * group; h < h_end; ++h) {
+    for (int m0 = m_begin; m0 < p.T; m0 += kBM, buf ^= 1) {
+      const bool head_done = m0 + kBM >= p.T;
+      if (!head_done || h + 1 < h_end) {
+        load_step(head_done ? h + 1 : h, head_done ? m_begin : m0 + kBM, buf ^ 1);
+        CpAsyncWait<1>();  // this step
+      } else {
+        CpAsyncWait<0>();
       }
       __syncthreads();
+      const bf16* sQ = sQ2 + buf * kBM * kStride;
+      const bf16* sO = sO2 + buf * kBM * kStride;
+      const float* sL = sL2 + buf * kBM;
+      const float* sD = sD2 + buf * kBM;
       float st[kBM / 8][4], dpt[kBM / 8][4];  // S^T and dP^T: 16 keys x 32 queries per warp
 #pragma unroll
       for (int j = 0; j < kBM / 8; ++j)
@@ -405,6 +462,7 @@ __global__ void __launch_bounds__(kThreads)
           Mma(dk[i], da, PackRows(qr, qr + kStride), PackRows(qr + 8 * kStride, qr + 9 * kStride));
         }
       }
+      __syncthreads();  // every thread is done with this buffer before the step after next loads into it
     }
   }
   bf16* dkp = static_cast<bf16*>(bp.dk) + b * p.k_stride_b + kvh * p.k_stride_h;
@@ -485,7 +543,7 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
                    static_cast<unsigned>(p.B));
   FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqKernel");
-  const size_t smem = static_cast<size_t>(2 * 64 + 2 * 32) * (D + 8) * sizeof(bf16) + 2 * 32 * sizeof(float);
+  const size_t smem = static_cast<size_t>(2 * 64 + 4 * 32) * (D + 8) * sizeof(bf16) + 4 * 32 * sizeof(float);
   LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvKernel<D, kCausal>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));

@@ -245,12 +245,12 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
 
 void CheckAttention(const Context& gpu) {
   const AttentionCase cases[] = {
-      {2, 77, 77, 4, 1, 64, true, 3, true},    // MQA, causal, T = S not a tile multiple, mask per batch
-      {1, 50, 130, 4, 2, 64, false, 1, true},  // GQA, more keys than queries, per-head mask
-      {1, 130, 50, 2, 2, 128, true, 2, true},  // MHA, fewer keys than queries, causal + mask
-      {1, 70, 150, 4, 1, 64, true, 0, true},   // MQA, causal with S > T (keys past T seen by none)
+      {2, 77, 77, 4, 1, 64, true, 3, true},     // MQA, causal, T = S not a tile multiple, mask per batch
+      {1, 50, 130, 4, 2, 64, false, 1, true},   // GQA, more keys than queries, per-head mask
+      {1, 130, 50, 2, 2, 128, true, 2, true},   // MHA, fewer keys than queries, causal + mask
+      {1, 70, 150, 4, 1, 64, true, 0, true},    // MQA, causal with S > T (keys past T seen by none)
       {1, 160, 200, 2, 1, 128, true, 0, true},  // tiles inside T, S and below the diagonal: no mask work
-      {1, 45, 37, 2, 1, 32, false, 2, false},  // f32's HS 32
+      {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
   };
   for (const AttentionCase& c : cases) {
     RunAttentionCase(gpu, c, DType::kF32);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -18,11 +19,18 @@ namespace cuemu {
 namespace {
 
 enum class State { kRunnable, kWarpWait, kBlockWait, kDone };
+struct AsyncCopyOp {
+  void* dst;
+  const void* src;
+  size_t bytes, src_bytes;
+};
 struct Fiber {
   ucontext_t context;
   State state = State::kDone;
   std::vector<char> stack;
-  unsigned collectives = 0;  // warp collectives run so far (picks the exchange area)
+  unsigned collectives = 0;                        // warp collectives run so far (picks the exchange area)
+  std::vector<AsyncCopyOp> open_copies;            // cp.async issued since the last commit
+  std::deque<std::vector<AsyncCopyOp>> committed;  // committed groups not yet waited for, oldest first
 };
 
 std::vector<Fiber> fibers;
@@ -82,18 +90,33 @@ void RunBlock(int n) {
     makecontext(&f.context, Entry, 0);
     f.state = State::kRunnable;
     f.collectives = 0;
+    f.open_copies.clear();
+    f.committed.clear();
   }
+  // One warp at a time runs as far as it can (through its warp collectives) before the next one starts, so
+  // between two __syncthreads the warps are as far apart as they can be; warps and lanes go in reverse order
+  // in every other block.
+  const bool reversed = block_serial % 2 == 1;
+  const int warps = (n + 31) / 32;
   for (;;) {
     bool ran = false;
-    for (int t = 0; t < n; ++t) {
-      if (fibers[t].state != State::kRunnable) continue;
-      ran = true;
-      current = t;
-      SetThreadIdx(t);
-      swapcontext(&scheduler, &fibers[t].context);
+    for (int wi = 0; wi < warps; ++wi) {
+      const int w = reversed ? warps - 1 - wi : wi, begin = w * 32, end = std::min(n, begin + 32);
+      for (;;) {
+        bool warp_ran = false;
+        for (int i = begin; i < end; ++i) {
+          const int t = reversed ? begin + end - 1 - i : i;
+          if (fibers[t].state != State::kRunnable) continue;
+          warp_ran = true;
+          current = t;
+          SetThreadIdx(t);
+          swapcontext(&scheduler, &fibers[t].context);
+        }
+        if (!Release(begin, end, State::kWarpWait) && !warp_ran) break;
+        ran = true;
+      }
     }
     bool released = false;
-    for (int w = 0; w * 32 < n; ++w) released |= Release(w * 32, std::min(n, w * 32 + 32), State::kWarpWait);
     released |= Release(0, n, State::kBlockWait);
     bool done = true;
     for (int t = 0; t < n; ++t) done = done && fibers[t].state == State::kDone;
@@ -131,6 +154,26 @@ void* DynamicShared() { return dynamic_shared.data() + dynamic_shared_offset; }
 uint32_t* WarpExchange() {
   const unsigned area = fibers[current].collectives++ & 1;
   return warp_exchange.data() + static_cast<size_t>((current / 32) * 2 + area) * 32 * kExchangeWords;
+}
+
+void AsyncCopy(void* dst, const void* src, size_t bytes, size_t src_bytes) {
+  std::memset(dst, 0xff, bytes);  // undefined until the copy lands: poison
+  fibers[current].open_copies.push_back(AsyncCopyOp{dst, src, bytes, src_bytes});
+}
+void AsyncCommit() {
+  Fiber& f = fibers[current];
+  f.committed.push_back(std::move(f.open_copies));
+  f.open_copies.clear();
+}
+void AsyncWait(int pending) {
+  Fiber& f = fibers[current];
+  while (f.committed.size() > static_cast<size_t>(pending)) {
+    for (const AsyncCopyOp& op : f.committed.front()) {
+      std::memcpy(op.dst, op.src, op.src_bytes);
+      std::memset(static_cast<char*>(op.dst) + op.src_bytes, 0, op.bytes - op.src_bytes);
+    }
+    f.committed.pop_front();
+  }
 }
 
 void PoisonShared(void* array, size_t bytes) {

@@ -1,12 +1,15 @@
 // CPU emulation of the CUDA execution model, for running the real CUDA kernels of kernels/ on a machine
 // without a GPU (see run.sh): every CUDA thread is a fiber (ucontext), the blocks of a grid run one after
 // another, and __syncthreads / warp shuffles are barriers among the block's (warp's) live threads, so
-// reductions, early exits and aliasing behave as on the device. Kernel launches `k<<<g, b, smem, s>>>(...)`
-// are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`, and `extern __shared__ T name[];`
-// into a pointer to the launch's dynamic shared memory; static `__shared__` arrays are poisoned per block.
-// Warp-level instructions written as inline PTX have fakes of their own (fake/kernels/attention/mma.cuh).
-// Math is the host's (__expf is std::exp), so results match the CPU kernels closely but not the GPU's last
-// bits. Not part of the build.
+// reductions, early exits and aliasing behave as on the device. Between two __syncthreads one warp at a time
+// runs as far as it can (through its warp collectives) before the next starts, warps and lanes in reverse
+// order in every other block, so a read of another warp's shared-memory write (or an overwrite of what
+// another warp still reads) without a __syncthreads in between sees the wrong value in one of the two. Kernel
+// launches `k<<<g, b, smem, s>>>(...)` are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`,
+// and `extern __shared__ T name[];` into a pointer to the launch's dynamic shared memory; static `__shared__`
+// arrays are poisoned per block. Warp-level instructions written as inline PTX have fakes of their own
+// (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results match the CPU kernels
+// closely but not the GPU's last bits. Not part of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -51,6 +54,17 @@ void PoisonShared(void* array, size_t bytes);
 // again only after the next collective's barrier, which every lane reaches after its reads of this one.
 constexpr int kExchangeWords = 8;
 uint32_t* WarpExchange();
+
+// cp.async (fake/kernels/attention/mma.cuh): the calling thread's copies of `bytes` bytes (the first
+// `src_bytes` from src, the rest zeros) are queued in its open group; AsyncCommit closes the group, and
+// AsyncWait(n) performs the thread's committed groups, oldest first, until at most the newest n are pending.
+// A copy happens only then (copies not yet committed wait for a later commit); from the issue until then its
+// destination holds the 0xff poison (NaN), so a read before the wait (a missing wait, or a missing barrier
+// between the wait and another thread's read) and a read of the old contents after another thread issued
+// the copy (a missing barrier before the issue) both see NaN. Pending copies die with the block.
+void AsyncCopy(void* dst, const void* src, size_t bytes, size_t src_bytes);
+void AsyncCommit();
+void AsyncWait(int pending);
 
 // The launch checks of the CUDA runtime that the kernels' host code relies on: at most 1024 threads per
 // block, gridDim.y and .z at most 65535, dynamic shared memory at most 48 KiB unless the kernel's

@@ -5,8 +5,8 @@
 # them with g++ against the fake CUDA headers in fake/ (which also replace attention's inline PTX, see
 # fake/kernels/attention/mma.cuh), and runs emulation_check.cc and attention_check.cc. A desk check before
 # spending GPU time: it executes the real kernel code (indexing, tails, vector paths, reductions, aliasing,
-# scratch layout, tensor-core fragment mapping), not the GPU's arithmetic, and not races: threads interleave
-# only at barriers, so a missing __syncthreads goes unseen.
+# scratch layout, tensor-core fragment mapping, cp.async waits), not the GPU's arithmetic, and races only
+# between warps across a missing __syncthreads (cuemu.h runs one warp at a time between block barriers).
 # CI runs it as //kernels/cuda/emulation:emulation_test (from the test's runfiles, where the BUILD file's data
 # put exactly the sources read here); the fake headers reach only this script's g++ command lines, never
 # the Bazel build. Where g++ is missing it says so and passes (skipped).

@@ -1,5 +1,6 @@
 // kernels/attention/mma.cuh for the CPU emulation (cuemu.h; fake/ is first on run.sh's include path): the
-// two tensor-core instructions of the bf16 attention kernels as warp collectives, written from the PTX ISA's
+// tensor-core and shared-memory instructions of the bf16 attention kernels (mma, ldmatrix as warp
+// collectives; cp.async as per-thread queued copies), written from the PTX ISA's
 // fragment tables (not from the kernels' comments), so a kernel that puts an element in the wrong register
 // computes a wrong product here as on the device.
 //
@@ -10,10 +11,14 @@
 //                                                 col 2c + (i & 1) + 8 for i >= 4
 //     B (16x8)  b_i, i in 0..3 (register i / 2): row 2c + (i & 1) + 8 for i >= 2; col g
 //     C, D (16x8, f32) c_i, i in 0..3:           row g + 8 for i >= 2; col 2c + (i & 1)
-//   ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lanes 8m..8m+7 hold the addresses of rows 0..7 of
+//   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8m..8m+7 hold the addresses of rows 0..7 of
 //   matrix m (16 bytes each, 16-byte aligned); without .trans lane l receives, in register m, elements
 //   (row l / 4, cols 2(l % 4), 2(l % 4) + 1) of matrix m; .trans delivers the transposed matrix, i.e.
 //   stored elements (rows 2(l % 4), 2(l % 4) + 1; col l / 4).
+//   cp.async.cg.shared.global [dst], [src], 16, src-size: copies src-size (0 or 16 here) bytes and fills
+//   the rest of the 16 with zeros, both addresses 16-byte aligned; completes only for the issuing thread, at
+//   its cp.async.wait_group N once at most N newer committed groups are pending (cuemu::AsyncWait performs
+//   the copies then, not before).
 //
 // The products are exact in fp32 (8-bit significands); the 16 of an output element are summed in k order and
 // then added to the accumulator: the device's order and rounding within one mma differ in the last bits.
@@ -116,29 +121,61 @@ inline void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
   }
 }
 
-// ldmatrix .x4 .trans: every lane posts its row address (aborting if it is not 16-byte aligned, a
-// misaligned-address fault on the device) and gathers its elements from the four matrices' rows.
-inline void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const bf16* p) {
+namespace mma_emulation {
+
+inline void CheckAligned(const char* what, const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
+  std::fprintf(stderr, "%s: address %p is not 16-byte aligned (block %u, thread %u)\n", what, p, blockIdx.x,
+               threadIdx.x);
+  std::abort();
+}
+
+// ldmatrix .x4 (.trans when `trans`): every lane posts its row address (aborting if it is not 16-byte
+// aligned, a misaligned-address fault on the device) and gathers its elements from the four matrices' rows.
+inline void LdMatrixX4(uint32_t (&r)[4], const bf16* p, bool trans) {
   const int lane = threadIdx.x & 31;
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-    std::fprintf(stderr, "ldmatrix: lane %d row address %p is not 16-byte aligned (block %u, thread %u)\n",
-                 lane, static_cast<const void*>(p), blockIdx.x, threadIdx.x);
-    std::abort();
-  }
+  CheckAligned("ldmatrix row", p);
   uint32_t* x = ::cuemu::WarpExchange();
   std::memcpy(x + lane * ::cuemu::kExchangeWords, &p, sizeof(p));
   ::cuemu::WarpBarrier();
-  uint32_t r[4];
   for (int m = 0; m < 4; ++m) {
     uint16_t e[2];
     for (int h = 0; h < 2; ++h) {
-      const bf16* row;  // stored row 2(lane % 4) + h of matrix m, column lane / 4
-      std::memcpy(&row, x + (8 * m + 2 * (lane & 3) + h) * ::cuemu::kExchangeWords, sizeof(row));
-      std::memcpy(&e[h], row + (lane >> 2), 2);
+      // .trans: stored row 2(lane % 4) + h of matrix m, column lane / 4; else row lane / 4, column
+      // 2(lane % 4) + h.
+      const int row_index = trans ? 2 * (lane & 3) + h : lane >> 2,
+                col = trans ? lane >> 2 : 2 * (lane & 3) + h;
+      const bf16* row;
+      std::memcpy(&row, x + (8 * m + row_index) * ::cuemu::kExchangeWords, sizeof(row));
+      std::memcpy(&e[h], row + col, 2);
     }
     r[m] = static_cast<uint32_t>(e[0]) | (static_cast<uint32_t>(e[1]) << 16);
   }
+}
+
+}  // namespace mma_emulation
+
+inline void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const bf16* p) {
+  uint32_t r[4];
+  mma_emulation::LdMatrixX4(r, p, false);
   r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+inline void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const bf16* p) {
+  uint32_t r[4];
+  mma_emulation::LdMatrixX4(r, p, true);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+
+// cp.async 16 bytes (zeros where !valid; src is then not read), queued until this thread's CpAsyncWait.
+inline void CpAsync16(void* dst, const void* src, bool valid) {
+  mma_emulation::CheckAligned("cp.async shared destination", dst);
+  if (valid) mma_emulation::CheckAligned("cp.async global source", src);
+  ::cuemu::AsyncCopy(dst, src, 16, valid ? 16 : 0);
+}
+inline void CpAsyncCommit() { ::cuemu::AsyncCommit(); }
+template <int N>
+inline void CpAsyncWait() {
+  ::cuemu::AsyncWait(N);
 }
 
 }  // namespace lmf::kernels::cuda
