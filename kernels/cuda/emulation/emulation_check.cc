@@ -448,8 +448,9 @@ void CheckAdamW(const Env& e) {
   }
   for (int64_t i = 0; i < num; ++i) {
     const int64_t n = sizes[i];
-    const long misaligned = i % 2 ? 1 + (i / 2) % 5 : 0;
-    const std::string s = e.Tag("adamw n=%ld misaligned=%ld (clipped, 3 steps)", n, misaligned);
+    const char* const kOff[] = {"none", "param", "grad", "m", "v", "copy"};
+    const std::string s =
+        e.Tag("adamw n=%ld", n) + " off 16 bytes: " + kOff[i % 2 ? 1 + (i / 2) % 5 : 0] + " (clipped, 3 steps)";
     const auto first = [n](const Buf& b) {
       std::vector<float> f = b.floats();
       f.resize(n);
