@@ -35,32 +35,10 @@ __device__ __forceinline__ float Update(float g, float& m, float& v, float w, co
   return decayed - k.step_size * (m / (sqrtf(v) / k.sqrt_bc2 + k.eps));
 }
 
-// 8 consecutive elements from/to fp32 with 16-byte accesses (p 16-byte aligned): two for fp32, one for bf16.
+// Elements per thread on the vector path: 16-byte accesses (device_util's LoadN/StoreN), two per fp32 array
+// and one per bf16 array.
 constexpr int kVec = 8;
 static_assert(kChunk % kVec == 0, "chunk starts must keep 16-byte alignment");
-template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&v)[kVec]) {
-  constexpr int kPer = 16 / sizeof(T);
-#pragma unroll
-  for (int q = 0; q < kVec / kPer; ++q) {
-    const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
-  }
-}
-template <typename T>
-__device__ __forceinline__ void Store8(T* p, const float (&v)[kVec]) {
-  constexpr int kPer = 16 / sizeof(T);
-#pragma unroll
-  for (int q = 0; q < kVec / kPer; ++q) {
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) e[i] = FromFloat<T>(v[q * kPer + i]);
-    reinterpret_cast<uint4*>(p)[q] = raw;
-  }
-}
 
 template <typename G>
 __global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks, AdamWConstants k) {
@@ -81,16 +59,16 @@ __global__ void AdamWKernel(const AdamWTensor* tensors, const Chunk* chunks, Ada
     const int64_t vec_end = c.begin + (c.end - c.begin) / kVec * kVec;
     for (int64_t i = c.begin + threadIdx.x * kVec; i < vec_end; i += blockDim.x * kVec) {
       float g[kVec], m[kVec], v[kVec], w[kVec];
-      Load8(grad + i, g);
-      Load8(t.m + i, m);
-      Load8(t.v + i, v);
-      Load8(t.param + i, w);
+      LoadN(grad + i, g);
+      LoadN(t.m + i, m);
+      LoadN(t.v + i, v);
+      LoadN(t.param + i, w);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) w[j] = Update(g[j] * gs, m[j], v[j], w[j], k);
-      Store8(t.m + i, m);
-      Store8(t.v + i, v);
-      Store8(t.param + i, w);
-      if (copy != nullptr) Store8(copy + i, w);
+      StoreN(t.m + i, m);
+      StoreN(t.v + i, v);
+      StoreN(t.param + i, w);
+      if (copy != nullptr) StoreN(copy + i, w);
     }
     scalar_begin = vec_end;
   }

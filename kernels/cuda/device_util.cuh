@@ -64,18 +64,22 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   return WarpMax(v);
 }
 
-// W consecutive elements to/from fp32: one 16-byte access when W = 16 / sizeof(T) (the pointer must then be
-// 16-byte aligned), scalar when W = 1.
+// W consecutive elements to/from fp32: one scalar access when W = 1, else W * sizeof(T) bytes as 16-byte
+// accesses (a multiple of 16 bytes; the pointer must then be 16-byte aligned).
 template <typename T, int W>
 __device__ __forceinline__ void LoadN(const T* p, float (&v)[W]) {
   if constexpr (W == 1) {
     v[0] = ToFloat(*p);
   } else {
-    static_assert(W * sizeof(T) == 16, "vector accesses are 16 bytes");
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const T* e = reinterpret_cast<const T*>(&raw);
+    constexpr int kPer = 16 / sizeof(T);
+    static_assert(W % kPer == 0, "vector accesses are whole 16-byte pieces");
 #pragma unroll
-    for (int i = 0; i < W; ++i) v[i] = ToFloat(e[i]);
+    for (int q = 0; q < W / kPer; ++q) {
+      const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
+    }
   }
 }
 template <typename T, int W>
@@ -83,12 +87,16 @@ __device__ __forceinline__ void StoreN(T* p, const float (&v)[W]) {
   if constexpr (W == 1) {
     *p = FromFloat<T>(v[0]);
   } else {
-    static_assert(W * sizeof(T) == 16, "vector accesses are 16 bytes");
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
+    constexpr int kPer = 16 / sizeof(T);
+    static_assert(W % kPer == 0, "vector accesses are whole 16-byte pieces");
 #pragma unroll
-    for (int i = 0; i < W; ++i) e[i] = FromFloat<T>(v[i]);
-    *reinterpret_cast<uint4*>(p) = raw;
+    for (int q = 0; q < W / kPer; ++q) {
+      uint4 raw;
+      T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) e[i] = FromFloat<T>(v[q * kPer + i]);
+      reinterpret_cast<uint4*>(p)[q] = raw;
+    }
   }
 }
 

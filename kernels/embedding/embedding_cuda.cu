@@ -55,41 +55,6 @@ __global__ void IotaKernel(int64_t N, int32_t* rows) {
     rows[i] = static_cast<int32_t>(i);
 }
 
-// W consecutive elements to/from fp32: W = 1 one scalar access; else W * sizeof(T) bytes as 16-byte accesses
-// (p 16-byte aligned).
-template <typename T, int W>
-__device__ __forceinline__ void LoadVec(const T* p, float (&v)[W]) {
-  if constexpr (W == 1) {
-    v[0] = ToFloat(*p);
-  } else {
-    constexpr int kPer = 16 / sizeof(T);
-    static_assert(W % kPer == 0, "whole 16-byte accesses");
-#pragma unroll
-    for (int q = 0; q < W / kPer; ++q) {
-      const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) v[q * kPer + i] = ToFloat(e[i]);
-    }
-  }
-}
-template <int W>
-__device__ __forceinline__ void StoreVec(float* p, const float (&v)[W]) {
-  if constexpr (W == 1) {
-    *p = v[0];
-  } else {
-    static_assert(W % 4 == 0, "whole 16-byte accesses");
-#pragma unroll
-    for (int q = 0; q < W / 4; ++q) {
-      uint4 raw;
-      float* e = reinterpret_cast<float*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) e[i] = v[q * 4 + i];
-      reinterpret_cast<uint4*>(p)[q] = raw;
-    }
-  }
-}
-
 // One block per sorted position; the block at the start of a run of equal ids sums that run's dout rows
 // (in ascending row order: the sort is stable) and adds the sum to dtable[id], W channels per thread.
 template <typename T, int W>
@@ -105,15 +70,15 @@ __global__ void SegmentSumKernel(int64_t N, int64_t C, const int32_t* sorted_ids
 #pragma unroll
       for (int k = 0; k < W; ++k) s[k] = 0.0f;
       for (int64_t j = i; j < end; ++j) {
-        LoadVec<T, W>(dout + static_cast<int64_t>(sorted_rows[j]) * C + c, x);
+        LoadN<T, W>(dout + static_cast<int64_t>(sorted_rows[j]) * C + c, x);
 #pragma unroll
         for (int k = 0; k < W; ++k) s[k] += x[k];
       }
       float* row = dtable + static_cast<int64_t>(id) * C + c;
-      LoadVec<float, W>(row, x);
+      LoadN<float, W>(row, x);
 #pragma unroll
       for (int k = 0; k < W; ++k) x[k] += s[k];
-      StoreVec<W>(row, x);
+      StoreN<float, W>(row, x);
     }
   }
 }
