@@ -1,8 +1,10 @@
 """PyTorch peer for //kernels/cuda:memory_bound_benchmark: the same ops and shapes in PyTorch eager (bf16).
 
 Usage: python3 memory_bound_peer.py     prints "<op> <median ms>" per op (CUDA events, after warm-up).
-AdamW: torch.optim.AdamW(fused=True) over one fp32 parameter with an fp32 gradient (torch's fused AdamW wants
-the gradient in the parameter's dtype; ours reads a bf16 gradient and also writes a bf16 weight copy).
+AdamW: torch.optim.AdamW(fused=True) over one fp32 parameter with an fp32 gradient, printed as "adamw_f32_grads"
+(the same work as ours in that row) and again as "adamw" (torch's fused AdamW wants the gradient in the
+parameter's dtype; ours there reads a bf16 gradient and also writes a bf16 weight copy). Embedding backward:
+aten's embedding_dense_backward (a bf16 table gradient; ours accumulates into an fp32 one).
 """
 import torch
 import torch.nn.functional as F
@@ -45,6 +47,30 @@ def main():
     print("rope_fwd", median_ms(rope), flush=True)
     del q
 
+    # GPT-2 small's q and k heads (12 + 12, head size 64) inside the fused (B*T, 3*768) qkv buffer.
+    width, heads, hs2 = 3 * 768, 24, 64
+    qkv = torch.rand(b * t, width, device=dev, dtype=bf)
+    qk = qkv[:, : heads * hs2].view(b, t, heads, hs2)
+    inv2 = 10000.0 ** (-torch.arange(0, hs2, 2, device=dev, dtype=torch.float32) / hs2)
+    ang2 = torch.arange(t, device=dev, dtype=torch.float32)[:, None] * inv2[None, :]
+    cos2, sin2 = ang2.cos()[None, :, None, :].to(bf), ang2.sin()[None, :, None, :].to(bf)
+    def rope_qk():
+        x0, x1 = qk[..., 0::2], qk[..., 1::2]
+        return torch.stack((x0 * cos2 - x1 * sin2, x0 * sin2 + x1 * cos2), dim=-1).flatten(-2)
+    print("rope_qk_of_qkv", median_ms(rope_qk), flush=True)
+    del qkv, qk
+
+    # GPT-2 small's token embedding: the benchmark's 16K ids into a (50304, 768) bf16 table.
+    ne, ve, ce = 16384, 50304, 768
+    i = torch.arange(ne, device=dev, dtype=torch.int64)
+    ids = (i * 7919 + (i * i) % 977) % ve
+    table = torch.rand(ve, ce, device=dev, dtype=bf)
+    demb = torch.rand(ne, ce, device=dev, dtype=bf)
+    print("embedding_fwd", median_ms(lambda: F.embedding(ids, table)), flush=True)
+    print("embedding_bwd", median_ms(lambda: torch.ops.aten.embedding_dense_backward(demb, ids, ve, -1, False)),
+          flush=True)
+    del table, demb
+
     logits = torch.rand(nce, v, device=dev, dtype=bf)[:, :50257].requires_grad_()
     targets = (torch.arange(nce, device=dev) * 7919) % 50257
     def ce():
@@ -56,9 +82,13 @@ def main():
     param = torch.nn.Parameter(torch.rand(p, device=dev))
     param.grad = torch.rand(p, device=dev)
     opt = torch.optim.AdamW([param], lr=1e-3, weight_decay=0.1, fused=True)
-    print("adamw", median_ms(opt.step), flush=True)
+    adamw_ms = median_ms(opt.step)
+    print("adamw_f32_grads", adamw_ms, flush=True)
+    print("adamw", adamw_ms, flush=True)
     g = torch.rand(p, device=dev)
     print("grad_norm", median_ms(lambda: torch.linalg.vector_norm(g)), flush=True)
+    gb = g.to(bf)
+    print("grad_norm_bf16", median_ms(lambda: torch.linalg.vector_norm(gb, dtype=torch.float32)), flush=True)
 
 
 if __name__ == "__main__":
