@@ -31,7 +31,6 @@ __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-__device__ __forceinline__ uint32_t Ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t PackRows(const bf16* p0, const bf16* p1) {
   return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p0)) |
          (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p1)) << 16);
@@ -52,14 +51,29 @@ __device__ __forceinline__ void LoadRowsAsync(bf16* s, const bf16* g, int64_t ro
   }
 }
 
-// A fragment of rows r0..r0+15, columns k0..k0+15 of a shared (., D + 8) tile.
+// A fragment of rows r0..r0+15, columns k0..k0+15 of a shared (., D + 8) tile: one ldmatrix, its matrices
+// rows +0..7 and +8..15 at columns +0..7, then the same at columns +8..15 (a[0..3] in the A layout).
 template <int D>
-__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* s, int r0, int k0, int g, int c) {
-  constexpr int kStride = D + 8;
-  a[0] = Ld32(s + (r0 + g) * kStride + k0 + 2 * c);
-  a[1] = Ld32(s + (r0 + g + 8) * kStride + k0 + 2 * c);
-  a[2] = Ld32(s + (r0 + g) * kStride + k0 + 8 + 2 * c);
-  a[3] = Ld32(s + (r0 + g + 8) * kStride + k0 + 8 + 2 * c);
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* s, int r0, int k0, int lane) {
+  LdMatrixX4(a[0], a[1], a[2], a[3],
+             s + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + k0 + (lane >> 4) * 8);
+}
+
+// B fragments {b[0], b[1]} and {b[2], b[3]} of the n-tiles n0..n0+7 and n0+8..n0+15, k0..k0+15, of a shared
+// (., D + 8) tile stored n-major (row = n, e.g. K for Q K^T): one ldmatrix, its matrices rows +0..7 at
+// columns +0..7 and +8..15, then rows +8..15 at the same columns.
+template <int D>
+__device__ __forceinline__ void LoadB2(uint32_t (&b)[4], const bf16* s, int n0, int k0, int lane) {
+  LdMatrixX4(b[0], b[1], b[2], b[3],
+             s + (n0 + (lane & 7) + (lane >> 4) * 8) * (D + 8) + k0 + ((lane >> 3) & 1) * 8);
+}
+
+// The same two n-tiles of a shared (., D + 8) tile stored k-major (row = k, e.g. V for P V): ldmatrix.trans,
+// its matrices rows k0+0..7 and k0+8..15 at columns n0+0..7, then the same at columns n0+8..15.
+template <int D>
+__device__ __forceinline__ void LoadBTrans2(uint32_t (&b)[4], const bf16* s, int k0, int n0, int lane) {
+  LdMatrixX4Trans(b[0], b[1], b[2], b[3],
+                  s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + n0 + (lane >> 4) * 8);
 }
 
 // Whether key u is hidden from query t.
@@ -104,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) LoadA<D>(qf[ks], sV, warp * 16, ks * 16, g, c);
+  for (int ks = 0; ks < D / 16; ++ks) LoadA<D>(qf[ks], sV, warp * 16, ks * 16, lane);
 
   float o[D / 8][4];
 #pragma unroll
@@ -126,9 +140,11 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const bf16* kr = sK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
-        Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
+      for (int j = 0; j < kBN / 8; j += 2) {
+        uint32_t kb[4];
+        LoadB2<D>(kb, sK, j * 8, ks * 16, lane);
+        Mma(s[j], qf[ks], kb[0], kb[1]);
+        Mma(s[j + 1], qf[ks], kb[2], kb[3]);
       }
     }
     CpAsyncWait<0>();  // V of this tile
@@ -175,14 +191,12 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
                              Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       if constexpr (kLdmatrix) {
-        // Matrices: (keys +0..7, d-tile i), (keys +8..15, i), (keys +0..7, i+1), (keys +8..15, i+1).
-        const bf16* row = sV + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
 #pragma unroll
         for (int i = 0; i < D / 8; i += 2) {
-          uint32_t b0, b1, b2, b3;
-          LdMatrixX4Trans(b0, b1, b2, b3, row + i * 8);
-          Mma(o[i], a, b0, b1);
-          Mma(o[i + 1], a, b2, b3);
+          uint32_t vb[4];
+          LoadBTrans2<D>(vb, sV, kk * 16, i * 8, lane);
+          Mma(o[i], a, vb[0], vb[1]);
+          Mma(o[i + 1], a, vb[2], vb[3]);
         }
       } else {
 #pragma unroll
@@ -255,8 +269,8 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
   uint32_t qf[D / 16][4], df[D / 16][4];
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    LoadA<D>(qf[ks], sK, warp * 16, ks * 16, g, c);
-    LoadA<D>(df[ks], sV, warp * 16, ks * 16, g, c);
+    LoadA<D>(qf[ks], sK, warp * 16, ks * 16, lane);
+    LoadA<D>(df[ks], sV, warp * 16, ks * 16, lane);
   }
   __syncthreads();
   const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
@@ -297,11 +311,14 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const bf16* kr = tK + (j * 8 + g) * kStride + ks * 16 + 2 * c;
-        Mma(s[j], qf[ks], Ld32(kr), Ld32(kr + 8));
-        const bf16* vr = tV + (j * 8 + g) * kStride + ks * 16 + 2 * c;
-        Mma(dp[j], df[ks], Ld32(vr), Ld32(vr + 8));
+      for (int j = 0; j < kBN / 8; j += 2) {
+        uint32_t kb[4], vb[4];
+        LoadB2<D>(kb, tK, j * 8, ks * 16, lane);
+        LoadB2<D>(vb, tV, j * 8, ks * 16, lane);
+        Mma(s[j], qf[ks], kb[0], kb[1]);
+        Mma(dp[j], df[ks], vb[0], vb[1]);
+        Mma(s[j + 1], qf[ks], kb[2], kb[3]);
+        Mma(dp[j + 1], df[ks], vb[2], vb[3]);
       }
     }
     if (TileNeedsMask(p, kCausal, m0, kBM, n0, kBN)) {  // hidden scores -> -inf (a score is never -inf)
@@ -327,9 +344,11 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
                              Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        const bf16* kr = tK + (kk * 16 + 2 * c) * kStride + i * 8 + g;
-        Mma(dq[i], a, PackRows(kr, kr + kStride), PackRows(kr + 8 * kStride, kr + 9 * kStride));
+      for (int i = 0; i < D / 8; i += 2) {
+        uint32_t kb[4];
+        LoadBTrans2<D>(kb, tK, kk * 16, i * 8, lane);
+        Mma(dq[i], a, kb[0], kb[1]);
+        Mma(dq[i + 1], a, kb[2], kb[3]);
       }
     }
     __syncthreads();  // every thread is done with this half before the tile after next loads into it
@@ -418,14 +437,17 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t kf[4], vf[4];
-        LoadA<D>(kf, sK, warp * 16, ks * 16, g, c);
-        LoadA<D>(vf, sV, warp * 16, ks * 16, g, c);
+        LoadA<D>(kf, sK, warp * 16, ks * 16, lane);
+        LoadA<D>(vf, sV, warp * 16, ks * 16, lane);
 #pragma unroll
-        for (int j = 0; j < kBM / 8; ++j) {
-          const bf16* qr = sQ + (j * 8 + g) * kStride + ks * 16 + 2 * c;
-          Mma(st[j], kf, Ld32(qr), Ld32(qr + 8));
-          const bf16* orow = sO + (j * 8 + g) * kStride + ks * 16 + 2 * c;
-          Mma(dpt[j], vf, Ld32(orow), Ld32(orow + 8));
+        for (int j = 0; j < kBM / 8; j += 2) {
+          uint32_t qb[4], ob[4];
+          LoadB2<D>(qb, sQ, j * 8, ks * 16, lane);
+          LoadB2<D>(ob, sO, j * 8, ks * 16, lane);
+          Mma(st[j], kf, qb[0], qb[1]);
+          Mma(dpt[j], vf, ob[0], ob[1]);
+          Mma(st[j + 1], kf, qb[2], qb[3]);
+          Mma(dpt[j + 1], vf, ob[2], ob[3]);
         }
       }
       if (TileNeedsMask(p, kCausal, m0, kBM, n0, kBN)) {  // hidden scores -> -inf (a score is never -inf)
@@ -455,11 +477,14 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
                                 Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                 Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          const bf16* orow = sO + (kk * 16 + 2 * c) * kStride + i * 8 + g;
-          Mma(dv[i], pa, PackRows(orow, orow + kStride), PackRows(orow + 8 * kStride, orow + 9 * kStride));
-          const bf16* qr = sQ + (kk * 16 + 2 * c) * kStride + i * 8 + g;
-          Mma(dk[i], da, PackRows(qr, qr + kStride), PackRows(qr + 8 * kStride, qr + 9 * kStride));
+        for (int i = 0; i < D / 8; i += 2) {
+          uint32_t ob[4], qb[4];
+          LoadBTrans2<D>(ob, sO, kk * 16, i * 8, lane);
+          LoadBTrans2<D>(qb, sQ, kk * 16, i * 8, lane);
+          Mma(dv[i], pa, ob[0], ob[1]);
+          Mma(dk[i], da, qb[0], qb[1]);
+          Mma(dv[i + 1], pa, ob[2], ob[3]);
+          Mma(dk[i + 1], da, qb[2], qb[3]);
         }
       }
       __syncthreads();  // every thread is done with this buffer before the step after next loads into it
