@@ -20,10 +20,12 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 // Blocks per SM that __launch_bounds__ leaves registers for (65536 / (blocks * 128) a thread). Forward: 4
-// at head size 64 (128 registers, what it needs), 2 at 128. Backward: 3 at head size 64 (168; at 128 the
-// kernels that prefetch the next tile spill), 2 at 128 (they need ~220-240).
+// at head size 64 (128 registers, what it needs), 2 at 128. dk/dv: 3 at head size 64 (168; at 128 it spills
+// with the next step's loads in flight), 2 at 128 (it needs ~240). dq: 2 at both (at 168, sm_80's code for
+// head size 64 spills; sm_90a's needs ~150, 3 blocks).
 constexpr int ForwardMinBlocks(int d) { return d == 64 ? 4 : 2; }
-constexpr int BackwardMinBlocks(int d) { return d == 64 ? 3 : 2; }
+constexpr int DkDvMinBlocks(int d) { return d == 64 ? 3 : 2; }
+constexpr int kDqMinBlocks = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -247,7 +249,7 @@ __global__ void DotRowsKernel(AttentionBackwardParams bp, float* dsum) {
 
 // dq for 64 queries per block: recompute S and dP per 32-key step, dq += dS K.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
+__global__ void __launch_bounds__(kThreads, kDqMinBlocks)
     FlashBackwardDqKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBM = 64, kBN = 32, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBM * kStride];  // 64 rows: also stages Q and dO
@@ -369,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
 // (32 queries per step). Shared memory (dynamic): K, V (64 rows), then two buffers of the steps' Q, dO (32
 // rows each), lse2 and dsum (32 each): the next step's load runs under this one's products.
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads, BackwardMinBlocks(D))
+__global__ void __launch_bounds__(kThreads, DkDvMinBlocks(D))
     FlashBackwardDkDvKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBN = 64, kBM = 32, kStride = D + 8;
   extern __shared__ __align__(16) unsigned char smem[];
