@@ -79,17 +79,19 @@ struct AttentionBackwardParams {
 // bf16: FlashAttention-2 on tensor cores (mma.sync m16n8k16, fp32 accumulation, fp32 lse), HS 64 or 128,
 // strides and pointers 16-byte aligned (multiples of 8 elements). f32: CUDA-core kernels, HS 32, 64 or 128,
 // any strides (for fp32 runs and as a check, not for speed). Both: NH and B at most 65535 (CUDA grid limits),
-// S >= 1. Anything else returns InvalidArgument or Unimplemented. The forward runs 64 queries x 64 keys per step with the online softmax in registers; the
-// backward is two deterministic kernels (no atomics): dk/dv per key block looping over the group's query
-// heads, dq per query block recomputing S and dP (about 1.4x FA2's backward FLOPs). algorithm and schedule
-// are CPU choices and are ignored here.
+// S >= 1. Anything else returns InvalidArgument or Unimplemented. The forward runs 64 queries x 64 keys per
+// step with the online softmax in registers; the backward is two deterministic kernels (no atomics): dk/dv
+// per key block looping over the group's query heads, dq per query block recomputing S and dP (about 1.4x
+// FA2's backward FLOPs). Tiles come in by cp.async one tile ahead of the math (FA2's order), tensor-core
+// operands are read from shared memory with ldmatrix, and only tiles that cross T or S, the causal diagonal
+// or a mask tensor test each score. algorithm and schedule are CPU choices and are ignored here.
 namespace cuda {
 absl::Status AttentionForward(const Context& ctx, const AttentionParams& p);
 absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& p);
 
 // Variants of the bf16 forward being compared (tests require bitwise-equal outputs; the benchmark times
 // both): kPackedV (AttentionForward's) builds V's B fragments from 16-bit shared loads, kLdmatrixV with
-// ldmatrix.trans. The faster one, once both pass on a GPU, becomes AttentionForward's and the other goes.
+// ldmatrix.trans (every other operand is read with ldmatrix in both). The faster one, once both pass on a GPU, becomes AttentionForward's and the other goes.
 enum class AttentionForwardVariant : uint8_t { kPackedV, kLdmatrixV };
 absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
                                          AttentionForwardVariant v);
