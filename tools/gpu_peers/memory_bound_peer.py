@@ -12,6 +12,19 @@ import torch.nn.functional as F
 from peer_timing import median_ms
 
 
+def rotation(x, t, hs):
+    """RoPE of x (B, T, heads, HS) in bf16 as PyTorch eager writes it: a function that returns the rotated x."""
+    inv = 10000.0 ** (-torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs)
+    ang = torch.arange(t, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos()[None, :, None, :].to(x.dtype), ang.sin()[None, :, None, :].to(x.dtype)
+
+    def rope():
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+    return rope
+
+
 def main():
     dev, bf = "cuda", torch.bfloat16
     n, c, h, v, nce, p = 16384, 2048, 8192, 50304, 8192, 124_000_000
@@ -38,27 +51,14 @@ def main():
 
     b, t, nh, hs = 16, 1024, 16, 128
     q = torch.rand(b, t, nh, hs, device=dev, dtype=bf)
-    inv = 10000.0 ** (-torch.arange(0, hs, 2, device=dev, dtype=torch.float32) / hs)
-    ang = torch.arange(t, device=dev, dtype=torch.float32)[:, None] * inv[None, :]
-    cos, sin = ang.cos()[None, :, None, :].to(bf), ang.sin()[None, :, None, :].to(bf)
-    def rope():
-        x0, x1 = q[..., 0::2], q[..., 1::2]
-        return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-    print("rope_fwd", median_ms(rope), flush=True)
+    print("rope_fwd", median_ms(rotation(q, t, hs)), flush=True)
     del q
 
     # GPT-2 small's q and k heads (12 + 12, head size 64) inside the fused (B*T, 3*768) qkv buffer.
     width, heads, hs2 = 3 * 768, 24, 64
     qkv = torch.rand(b * t, width, device=dev, dtype=bf)
-    qk = qkv[:, : heads * hs2].view(b, t, heads, hs2)
-    inv2 = 10000.0 ** (-torch.arange(0, hs2, 2, device=dev, dtype=torch.float32) / hs2)
-    ang2 = torch.arange(t, device=dev, dtype=torch.float32)[:, None] * inv2[None, :]
-    cos2, sin2 = ang2.cos()[None, :, None, :].to(bf), ang2.sin()[None, :, None, :].to(bf)
-    def rope_qk():
-        x0, x1 = qk[..., 0::2], qk[..., 1::2]
-        return torch.stack((x0 * cos2 - x1 * sin2, x0 * sin2 + x1 * cos2), dim=-1).flatten(-2)
-    print("rope_qk_of_qkv", median_ms(rope_qk), flush=True)
-    del qkv, qk
+    print("rope_qk_of_qkv", median_ms(rotation(qkv[:, : heads * hs2].view(b, t, heads, hs2), t, hs2)), flush=True)
+    del qkv
 
     # GPT-2 small's token embedding: the benchmark's 16K ids into a (50304, 768) bf16 table.
     ne, ve, ce = 16384, 50304, 768
