@@ -117,8 +117,8 @@ int Main() {
     report("rope_qk_of_qkv", 4.0 * B * T * heads * HS, [&] { return cuda::RopeForward(ctx, p); });
   }
   {
-    // GPT-2 small's token embedding: 16K ids into (50304, 768). The forward includes its id check (one
-    // stream synchronisation); the backward's bytes are dout once plus each distinct id's dtable row read and
+    // GPT-2 small's token embedding: 16K ids into (50304, 768), ids_checked as the model calls it (no
+    // device-side id check); the backward's bytes are dout once plus each distinct id's dtable row read and
     // written (fp32), the sort not counted.
     const int64_t NE = 16384, VE = 50304, CE = 768;
     std::vector<int32_t> id(NE);
@@ -134,11 +134,11 @@ int Main() {
     dtable.Fill(0.0f);
     report("embedding_fwd", 4.0 * NE * CE, [&] {
       return cuda::EmbeddingForward(
-          ctx, EmbeddingForwardParams{kB, NE, VE, CE, ids.as<int32_t>(), table.get(), out.get()});
+          ctx, EmbeddingForwardParams{kB, NE, VE, CE, ids.as<int32_t>(), table.get(), out.get(), true});
     });
     report("embedding_bwd", 2.0 * NE * CE + 8.0 * distinct * CE, [&] {
       return cuda::EmbeddingBackward(
-          ctx, EmbeddingBackwardParams{kB, NE, VE, CE, ids.as<int32_t>(), dout.get(), dtable.get()});
+          ctx, EmbeddingBackwardParams{kB, NE, VE, CE, ids.as<int32_t>(), dout.get(), dtable.get(), true});
     });
   }
   {

@@ -2,7 +2,10 @@
 //
 //   forward:  out[n, :] = table[ids[n], :]                       n in [0, N)
 //   backward: dtable[ids[n], :] += dout[n, :]   (parameter gradient: accumulates)
-// Ids outside [0, V) abort with the offending id (the tokenizer and data loader guarantee the range).
+// Ids outside [0, V) abort with the offending id (the tokenizer and data loader guarantee the range). On CUDA
+// that check is a kernel and a wait for the stream (the ids live on the device); a caller that has already
+// checked them (the model does, on the host, before copying them) sets ids_checked and skips it: an id out of
+// range then reads (forward) or writes (backward) outside the table.
 #ifndef LMFORGE_KERNELS_EMBEDDING_EMBEDDING_H_
 #define LMFORGE_KERNELS_EMBEDDING_EMBEDDING_H_
 
@@ -22,6 +25,7 @@ struct EmbeddingForwardParams {
   const int32_t* ids = nullptr;  // (N)
   const void* table = nullptr;   // (V, C)
   void* out = nullptr;           // (N, C)
+  bool ids_checked = false;      // every id is known to be in [0, V): no device-side check (see the top)
 };
 
 struct EmbeddingBackwardParams {
@@ -30,6 +34,7 @@ struct EmbeddingBackwardParams {
   const int32_t* ids = nullptr;  // (N)
   const void* dout = nullptr;    // (N, C)
   void* dtable = nullptr;        // (V, C), accumulated (+=)
+  bool ids_checked = false;      // every id is known to be in [0, V): no device-side check (see the top)
 };
 
 // The CUDA backend (embedding_cuda.cu, built in where LMF_WITH_CUDA): the same params on device

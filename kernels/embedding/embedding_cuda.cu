@@ -117,9 +117,11 @@ absl::Status CheckIds(const Context& ctx, int64_t N, int64_t V, const int32_t* i
 absl::Status EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
   LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.dtype, "embedding"));
   if (p.N * p.C == 0) return absl::OkStatus();
-  Scratch flag;
-  LMF_RETURN_IF_ERROR_STATUS(flag.Allocate(ctx, sizeof(unsigned long long)));
-  LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag.get<unsigned long long>()));
+  if (!p.ids_checked) {
+    Scratch flag;
+    LMF_RETURN_IF_ERROR_STATUS(flag.Allocate(ctx, sizeof(unsigned long long)));
+    LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag.get<unsigned long long>()));
+  }
   const bool vec = p.C * DTypeSize(p.dtype) % 16 == 0 && Aligned16({p.table, p.out});
   if (vec) {
     p.dtype == DType::kF32 ? LaunchGather<float, uint4>(ctx, p) : LaunchGather<bf16, uint4>(ctx, p);
@@ -150,7 +152,7 @@ absl::Status EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams
   int32_t* sorted_ids = rows + N;
   int32_t* sorted_rows = sorted_ids + N;
   void* temp = base + 256 + ((ints * sizeof(int32_t) + 255) / 256) * 256;
-  LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag));
+  if (!p.ids_checked) LMF_RETURN_IF_ERROR_STATUS(CheckIds(ctx, p.N, p.V, p.ids, flag));
   IotaKernel<<<GridFor(p.N, kThreads), kThreads, 0, stream>>>(p.N, rows);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("IotaKernel");
   // Ids are in [0, V): sorting only the bits V needs is enough (and faster).

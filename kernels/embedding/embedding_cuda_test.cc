@@ -50,6 +50,16 @@ TEST_P(EmbeddingCudaTest, EmbeddingBackwardIsDeterministicWithRepeatedIds) {
   // Each dtable row sums ~100 rows of dout: summation order differs from the CPU's (atol 1e-4).
   Expect("embedding dtable (+=)", g1.ToFloats(), dtab, ndtab, false, 2.0, 1e-5, 1e-4);
   EXPECT_EQ(g1.Bytes(), g2.Bytes()) << "embedding backward differs between two identical runs";
+  // ids_checked (the model's calls) skips only the device-side id check: the same bytes.
+  DeviceBuffer gout2(N * C, dt()), g3(dt0, DType::kF32);
+  ASSERT_TRUE(cuda::EmbeddingForward(
+                  ctx(), EmbeddingForwardParams{dt(), N, V, C, gids.as<int32_t>(), gt.get(), gout2.get(), true})
+                  .ok());
+  bp.dtable = g3.get();
+  bp.ids_checked = true;
+  ASSERT_TRUE(cuda::EmbeddingBackward(ctx(), bp).ok());
+  EXPECT_EQ(gout2.Bytes(), gout.Bytes());
+  EXPECT_EQ(g3.Bytes(), g1.Bytes());
 }
 
 TEST_P(EmbeddingCudaTest, EmbeddingRejectsOutOfRangeIds) {

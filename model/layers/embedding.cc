@@ -60,11 +60,17 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   b_ = b;
   t_ = t;
   first_position_ = first_position;
+  // Checked here, on the host, so that the kernels skip their device-side check and its stream wait.
+  const int64_t vocab = tokens_.value.dim(0);
+  for (int64_t i = 0; i < n; ++i)
+    LMF_CHECK(ids[i] >= 0 && ids[i] < vocab) << "Embedding: id " << ids[i] << " at row " << i << " outside [0, "
+                                             << vocab << ")";
   kernels::CopyToDevice(ctx, ids_.data(), ids, ids_.nbytes());
   kernels::EmbeddingForwardParams p;
   p.dtype = dtype_;
-  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data<int32_t>(), p.table = tokens_.compute.data();
+  p.N = n, p.V = vocab, p.C = c_, p.ids = ids_.data<int32_t>(), p.table = tokens_.compute.data();
   p.out = out_.data();
+  p.ids_checked = true;
   kernels::EmbeddingForward(ctx, p);
   const void* table = positions_ == PositionKind::kLearned      ? learned_.compute.data()
                       : positions_ == PositionKind::kSinusoidal ? sinusoidal_.data()
@@ -88,6 +94,7 @@ void Embedding::Backward(const kernels::Context& ctx, const void* dx) const {
   p.dtype = dtype_;
   p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data<int32_t>(), p.dout = dx;
   p.dtable = tokens_.grad.data();
+  p.ids_checked = true;  // by Forward
   kernels::EmbeddingBackward(ctx, p);
   if (positions_ != PositionKind::kLearned) return;
   // The learned table's gradient is an embedding backward over the position ids: row p sums dx[b, p] over
@@ -96,6 +103,7 @@ void Embedding::Backward(const kernels::Context& ctx, const void* dx) const {
   pos.dtype = dtype_;
   pos.N = n, pos.V = context_length_, pos.C = c_, pos.ids = position_ids_.data<int32_t>(), pos.dout = dx;
   pos.dtable = learned_.grad.data();
+  pos.ids_checked = true;  // positions in [0, context_length), made by Forward
   kernels::EmbeddingBackward(ctx, pos);
 }
 

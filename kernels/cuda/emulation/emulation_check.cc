@@ -82,81 +82,6 @@ void CheckResidual(const Env& e) {
   }
 }
 
-void CheckNorms(const Env& e) {
-  for (int64_t C : {768, 1001, 8, 24, 40, 1})
-    for (int64_t N : {1, 67, 1000}) {
-      if (C == 1 && N != 67) continue;
-      auto x = RandomNormal(N * C, 6);
-      for (float& v : x) v += 0.5f;
-      x = e.R(x);
-      const auto w = e.R(RandomNormal(C, 7)), bias = e.R(RandomNormal(C, 8)), d = e.R(RandomNormal(N * C, 9));
-      const auto dw0 = RandomNormal(C, 10), db0 = RandomNormal(C, 11);
-      const std::string tag = e.Tag(" N=%ld C=%ld", N, C);
-      {
-        std::vector<float> out(N * C), rstd(N), dx(N * C), dw = dw0;
-        cpu::RmsNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), out.data(), rstd.data()});
-        cpu::RmsNormBackward(
-            e.cpu, {DType::kF32, N, C, x.data(), w.data(), rstd.data(), d.data(), dx.data(), dw.data()});
-        Buf gx(x, e.dt), gw(w, e.dt), gd(d, e.dt), go(N * C, e.dt), gr(N, DType::kF32), gdx(N * C, e.dt),
-            gdw(dw0, DType::kF32);
-        const std::string s = "rmsnorm" + tag;
-        ExpectOk(
-            s, kc::RmsNormForward(e.gpu, {e.dt, N, C, 1e-5f, gx.get(), gw.get(), go.get(), gr.as<float>()}));
-        ExpectOk(s, kc::RmsNormBackward(e.gpu, {e.dt, N, C, gx.get(), gw.get(), gr.as<float>(), gd.get(),
-                                                gdx.get(), gdw.get()}));
-        Check(s + " out", e.dt, go.floats(), out);
-        Check(s + " rstd", e.dt, gr.floats(), rstd, 2e-5, 1e-6);
-        Check(s + " dx", e.dt, gdx.floats(), dx);
-        Check(s + " dweight (+=)", e.dt, gdw.floats(), dw, 2e-5, 1e-4);
-      }
-      for (bool has_bias : {true, false}) {
-        std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw = dw0, db = db0;
-        const float* bp = has_bias ? bias.data() : nullptr;
-        cpu::LayerNormForward(
-            e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), bp, out.data(), mean.data(), rstd.data()});
-        cpu::LayerNormBackward(e.cpu, {DType::kF32, N, C, x.data(), w.data(), mean.data(), rstd.data(),
-                                       d.data(), dx.data(), dw.data(), has_bias ? db.data() : nullptr});
-        Buf gx(x, e.dt), gw(w, e.dt), gb(bias, e.dt), gd(d, e.dt), go(N * C, e.dt), gm(N, DType::kF32),
-            gr(N, DType::kF32), gdx(N * C, e.dt), gdw(dw0, DType::kF32), gdb(db0, DType::kF32);
-        const std::string s = "layernorm" + tag + (has_bias ? " bias" : " no bias");
-        ExpectOk(s, kc::LayerNormForward(
-                        e.gpu, {e.dt, N, C, 1e-5f, gx.get(), gw.get(), has_bias ? gb.get() : nullptr,
-                                go.get(), gm.as<float>(), gr.as<float>()}));
-        ExpectOk(s, kc::LayerNormBackward(
-                        e.gpu, {e.dt, N, C, gx.get(), gw.get(), gm.as<float>(), gr.as<float>(), gd.get(),
-                                gdx.get(), gdw.get(), has_bias ? gdb.get() : nullptr}));
-        Check(s + " out", e.dt, go.floats(), out);
-        Check(s + " mean", e.dt, gm.floats(), mean, 2e-5, 1e-6);
-        Check(s + " rstd", e.dt, gr.floats(), rstd, 2e-5, 1e-6);
-        Check(s + " dx", e.dt, gdx.floats(), dx);
-        Check(s + " dweight (+=)", e.dt, gdw.floats(), dw, 2e-5, 1e-4);
-        Check(s + " dbias (+=)", e.dt, gdb.floats(), has_bias ? db : db0, 2e-5, 1e-4);
-      }
-      {  // The fused residual add + norm; the LayerNorm one with residual_out aliasing residual.
-        const auto r = e.R(RandomNormal(N * C, 12));
-        std::vector<float> sum(N * C), rms(N * C), ln(N * C), rms_rstd(N), ln_mean(N), ln_rstd(N);
-        cpu::ResidualForward(e.cpu, {DType::kF32, N * C, r.data(), x.data(), sum.data()});
-        sum = e.R(sum);  // the kernels store the sum in dtype and normalise what they stored
-        cpu::RmsNormForward(e.cpu,
-                            {DType::kF32, N, C, 1e-5f, sum.data(), w.data(), rms.data(), rms_rstd.data()});
-        cpu::LayerNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, sum.data(), w.data(), bias.data(), ln.data(),
-                                      ln_mean.data(), ln_rstd.data()});
-        Buf gr(r, e.dt), gx(x, e.dt), gw(w, e.dt), gb(bias, e.dt), gs(N * C, e.dt), go(N * C, e.dt),
-            grs(N, DType::kF32);
-        const std::string s = "residual+norm" + tag;
-        ExpectOk(s, kc::ResidualRmsNormForward(e.gpu, {e.dt, N, C, 1e-5f, gr.get(), gx.get(), gs.get(),
-                                                       gw.get(), go.get(), grs.as<float>()}));
-        Check(s + " rms residual_out", e.dt, gs.floats(), sum);
-        Check(s + " rms out", e.dt, go.floats(), rms);
-        Check(s + " rms rstd", e.dt, grs.floats(), rms_rstd, 2e-5, 1e-6);
-        ExpectOk(s, kc::ResidualLayerNormForward(e.gpu, {e.dt, N, C, 1e-5f, gr.get(), gx.get(), gr.get(),
-                                                         gw.get(), gb.get(), go.get(), nullptr, nullptr}));
-        Check(s + " ln residual_out in place", e.dt, gr.floats(), sum);
-        Check(s + " ln out", e.dt, go.floats(), ln);
-      }
-    }
-}
-
 void CheckSwiGlu(const Env& e) {
   for (int64_t H : {304, 300, 3}) {
     const int64_t N = 37;
@@ -203,6 +128,163 @@ void CheckSame(const std::string& what, DType dt, const std::vector<float>& got,
   if (bad != 0) std::printf(": %ld of %zu differ, first [%ld] %g vs %g", static_cast<long>(bad), want.size(),
                             static_cast<long>(first), got[first], want[first]);
   std::printf("\n");
+}
+
+// The first n values of v.
+std::vector<float> Head(std::vector<float> v, int64_t n) {
+  v.resize(n);
+  return v;
+}
+
+// v followed by kNormGuard NaNs: a buffer whose elements past the first v.size() must stay poisoned.
+constexpr int64_t kNormGuard = 8;
+std::vector<float> Guarded(std::vector<float> v) {
+  v.resize(v.size() + kNormGuard, std::nanf(""));
+  return v;
+}
+
+// One norm backward case: RMSNorm (layer false) or LayerNorm with or without dbias, from the CPU forward's
+// statistics, against the CPU backward: dx (written), dweight and dbias (+=, onto nonzero values), every
+// output with poisoned elements past its end that must stay untouched. `off` puts every tensor one element
+// off 16-byte alignment (the scalar path); `alias` writes dx over dout (in place); `twice` runs the backward
+// a second time on fresh outputs and wants all of it bitwise the same (fixed-order sums, no atomics).
+// dweight and dbias sum over the rows in a different order than the CPU (per block, then over blocks):
+// 2e-5 relative plus 1e-4 absolute on sums of up to ~4000 products of O(1) values.
+void CheckNormBackward(const Env& e, int64_t N, int64_t C, bool layer, bool has_bias, int off, bool alias,
+                       bool twice) {
+  auto x = RandomNormal(N * C, 6);
+  for (float& v : x) v += 0.5f;
+  x = e.R(x);
+  const auto w = e.R(RandomNormal(C, 7)), d = e.R(RandomNormal(N * C, 9));
+  const auto dw0 = RandomNormal(C, 10), db0 = RandomNormal(C, 11);
+  std::vector<float> mean(N), rstd(N), out(N * C), dx(N * C), dw = dw0, db = db0;
+  if (layer) {
+    cpu::LayerNormForward(e.cpu,
+                          {DType::kF32, N, C, 1e-5f, x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data()});
+    cpu::LayerNormBackward(e.cpu, {DType::kF32, N, C, x.data(), w.data(), mean.data(), rstd.data(), d.data(),
+                                   dx.data(), dw.data(), has_bias ? db.data() : nullptr});
+  } else {
+    cpu::RmsNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), out.data(), rstd.data()});
+    cpu::RmsNormBackward(e.cpu,
+                         {DType::kF32, N, C, x.data(), w.data(), rstd.data(), d.data(), dx.data(), dw.data()});
+  }
+  const std::string s = std::string(layer ? (has_bias ? "layernorm bias" : "layernorm no bias") : "rmsnorm") +
+                        e.Tag(" backward N=%ld C=%ld", N, C) + (off ? " off=1" : "") + (alias ? " dx=dout" : "");
+  struct Outputs {
+    Buf dout, dx, dw, db;
+  };
+  Buf gx(x, e.dt, off), gw(w, e.dt, off), gm(mean, DType::kF32, off), gr(rstd, DType::kF32, off);
+  auto run = [&]() {
+    Outputs o{Buf(Guarded(d), e.dt, off), Buf(alias ? 1 : N * C + kNormGuard, e.dt, off),
+              Buf(Guarded(dw0), DType::kF32, off), Buf(Guarded(db0), DType::kF32, off)};
+    void* gdx = alias ? o.dout.get() : o.dx.get();
+    if (layer) {
+      ExpectOk(s, kc::LayerNormBackward(e.gpu, {e.dt, N, C, gx.get(), gw.get(), gm.as<float>(), gr.as<float>(),
+                                                o.dout.get(), gdx, o.dw.get(), has_bias ? o.db.get() : nullptr}));
+    } else {
+      ExpectOk(s, kc::RmsNormBackward(
+                      e.gpu, {e.dt, N, C, gx.get(), gw.get(), gr.as<float>(), o.dout.get(), gdx, o.dw.get()}));
+    }
+    return o;
+  };
+  const Outputs o = run();
+  const Buf& gdx = alias ? o.dout : o.dx;
+  if (const char* dump = std::getenv("NORM_DX_DUMP")) {  // TEMPORARY
+    const auto v = Head(gdx.floats(), N * C);
+    FILE* f = std::fopen(dump, "ab");
+    std::fwrite(v.data(), 4, v.size(), f);
+    std::fclose(f);
+  }
+  Check(s + " dx", e.dt, Head(gdx.floats(), N * C), dx);
+  CheckUntouched(s + " dx", e.dt, gdx, N * C);
+  Check(s + " dweight (+=)", e.dt, Head(o.dw.floats(), C), dw, 2e-5, 1e-4);
+  CheckUntouched(s + " dweight", DType::kF32, o.dw, C);
+  Check(s + " dbias (+=)", e.dt, Head(o.db.floats(), C), has_bias ? db : db0, 2e-5, 1e-4);
+  CheckUntouched(s + " dbias", DType::kF32, o.db, C);
+  if (!alias) CheckSame(s + " dout unchanged", e.dt, o.dout.floats(), Guarded(d));
+  if (twice) {
+    const Outputs o2 = run();
+    CheckSame(s + " second run dx", e.dt, (alias ? o2.dout : o2.dx).floats(), gdx.floats());
+    CheckSame(s + " second run dweight", DType::kF32, o2.dw.floats(), o.dw.floats());
+    CheckSame(s + " second run dbias", DType::kF32, o2.db.floats(), o.db.floats());
+  }
+}
+
+// The norms: the forward (and the fused residual-add forward) on the shapes below, then the backward on
+// those shapes and on the ones where the fused backward's blocks, row groups and column steps go wrong.
+void CheckNorms(const Env& e) {
+  for (int64_t C : {768, 1001, 8, 24, 40, 1})
+    for (int64_t N : {1, 67, 1000}) {
+      if (C == 1 && N != 67) continue;
+      auto x = RandomNormal(N * C, 6);
+      for (float& v : x) v += 0.5f;
+      x = e.R(x);
+      const auto w = e.R(RandomNormal(C, 7)), bias = e.R(RandomNormal(C, 8));
+      const std::string tag = e.Tag(" N=%ld C=%ld", N, C);
+      {
+        std::vector<float> out(N * C), rstd(N);
+        cpu::RmsNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), out.data(), rstd.data()});
+        Buf gx(x, e.dt), gw(w, e.dt), go(N * C, e.dt), gr(N, DType::kF32);
+        const std::string s = "rmsnorm" + tag;
+        ExpectOk(
+            s, kc::RmsNormForward(e.gpu, {e.dt, N, C, 1e-5f, gx.get(), gw.get(), go.get(), gr.as<float>()}));
+        Check(s + " out", e.dt, go.floats(), out);
+        Check(s + " rstd", e.dt, gr.floats(), rstd, 2e-5, 1e-6);
+      }
+      for (bool has_bias : {true, false}) {
+        std::vector<float> out(N * C), mean(N), rstd(N);
+        const float* bp = has_bias ? bias.data() : nullptr;
+        cpu::LayerNormForward(
+            e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), bp, out.data(), mean.data(), rstd.data()});
+        Buf gx(x, e.dt), gw(w, e.dt), gb(bias, e.dt), go(N * C, e.dt), gm(N, DType::kF32), gr(N, DType::kF32);
+        const std::string s = "layernorm" + tag + (has_bias ? " bias" : " no bias");
+        ExpectOk(s, kc::LayerNormForward(
+                        e.gpu, {e.dt, N, C, 1e-5f, gx.get(), gw.get(), has_bias ? gb.get() : nullptr,
+                                go.get(), gm.as<float>(), gr.as<float>()}));
+        Check(s + " out", e.dt, go.floats(), out);
+        Check(s + " mean", e.dt, gm.floats(), mean, 2e-5, 1e-6);
+        Check(s + " rstd", e.dt, gr.floats(), rstd, 2e-5, 1e-6);
+      }
+      {  // The fused residual add + norm; the LayerNorm one with residual_out aliasing residual.
+        const auto r = e.R(RandomNormal(N * C, 12));
+        std::vector<float> sum(N * C), rms(N * C), ln(N * C), rms_rstd(N), ln_mean(N), ln_rstd(N);
+        cpu::ResidualForward(e.cpu, {DType::kF32, N * C, r.data(), x.data(), sum.data()});
+        sum = e.R(sum);  // the kernels store the sum in dtype and normalise what they stored
+        cpu::RmsNormForward(e.cpu,
+                            {DType::kF32, N, C, 1e-5f, sum.data(), w.data(), rms.data(), rms_rstd.data()});
+        cpu::LayerNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, sum.data(), w.data(), bias.data(), ln.data(),
+                                      ln_mean.data(), ln_rstd.data()});
+        Buf gr(r, e.dt), gx(x, e.dt), gw(w, e.dt), gb(bias, e.dt), gs(N * C, e.dt), go(N * C, e.dt),
+            grs(N, DType::kF32);
+        const std::string s = "residual+norm" + tag;
+        ExpectOk(s, kc::ResidualRmsNormForward(e.gpu, {e.dt, N, C, 1e-5f, gr.get(), gx.get(), gs.get(),
+                                                       gw.get(), go.get(), grs.as<float>()}));
+        Check(s + " rms residual_out", e.dt, gs.floats(), sum);
+        Check(s + " rms out", e.dt, go.floats(), rms);
+        Check(s + " rms rstd", e.dt, grs.floats(), rms_rstd, 2e-5, 1e-6);
+        ExpectOk(s, kc::ResidualLayerNormForward(e.gpu, {e.dt, N, C, 1e-5f, gr.get(), gx.get(), gr.get(),
+                                                         gw.get(), gb.get(), go.get(), nullptr, nullptr}));
+        Check(s + " ln residual_out in place", e.dt, gr.floats(), sum);
+        Check(s + " ln out", e.dt, go.floats(), ln);
+      }
+      for (int kind = 0; kind < 3; ++kind) CheckNormBackward(e, N, C, kind > 0, kind == 1, 0, false, false);
+    }
+  // The backward's own shapes (norm_kernels.cuh: 8 rows per row group, at most 512 blocks): N = 4133 gives
+  // blocks of two row groups and a last block of 5 rows (warps 5-7 idle); C = 13 takes the scalar path
+  // with a ragged column step; C = 8192 needs more than 48 KiB of shared memory (the opt-in); C = 40000
+  // keeps its per-block sums in the block's global partial row instead of shared memory.
+  struct Shape {
+    int64_t N, C;
+    int off;
+    bool alias, twice;
+  };
+  for (const Shape& sh : {Shape{4133, 8, 0, false, true}, Shape{4133, 40, 0, true, false},
+                          Shape{4133, 13, 0, false, true}, Shape{67, 768, 1, false, false},
+                          Shape{67, 768, 0, true, true}, Shape{67, 1001, 1, true, false},
+                          Shape{20, 8192, 0, false, true}, Shape{3, 40000, 0, false, true},
+                          Shape{3, 40000, 1, true, false}})
+    for (int kind = 0; kind < 3; ++kind)
+      CheckNormBackward(e, sh.N, sh.C, kind > 0, kind == 1, sh.off, sh.alias, sh.twice);
 }
 
 // RoPE on both paths of the CUDA kernel (16-byte accesses: HS, strides and pointers on 16 bytes; else one
@@ -339,6 +421,14 @@ void CheckEmbedding(const Env& e) {
     Check(s + " dtable (+=)", e.dt, got_dt, dtab, 2e-5, 1e-4);
     CheckSame(s + " dtable in row order", e.dt, got_dt, ordered);
     CheckUntouched(s + " dtable", e.dt, gdt, V * C);
+    // ids_checked (the model checks on the host) skips only the device-side check: the same results.
+    Buf go2(N * C + kGuard, e.dt, k.out_offset), gdt2(dt_padded, DType::kF32, k.table_offset);
+    ExpectOk(s, kc::EmbeddingForward(e.gpu, {e.dt, N, V, C, ids.data(), gt.get(), go2.get(), true}));
+    ExpectOk(s, kc::EmbeddingBackward(e.gpu, {e.dt, N, V, C, ids.data(), gd.get(), gdt2.get(), true}));
+    std::vector<float> out2 = go2.floats(), dt2 = gdt2.floats();
+    out2.resize(N * C), dt2.resize(V * C);
+    CheckSame(s + " out with ids_checked", e.dt, out2, got_out);
+    CheckSame(s + " dtable with ids_checked", e.dt, dt2, got_dt);
     const std::vector<int32_t> bad = {0, 1, 2, 3, 300, 5, -1, 7};
     const absl::Status st = kc::EmbeddingForward(e.gpu, {e.dt, 8, V, C, bad.data(), gt.get(), go.get()});
     if (st.ok() || st.message().find("id 300 at row 4") == std::string::npos) {
