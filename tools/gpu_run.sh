@@ -2,8 +2,9 @@
 # Runs a GPU bundle (made by tools/gpu_bundle.sh) on the device machine, which has a GPU, CUDA 13 and
 # python3 with PyTorch but no Bazel and none of the build machine's Debian libraries. Within a total time
 # budget, in this order: an `ldd -r` check of every binary (each unresolved library or symbol on one line),
-# the CUDA versions (cuda_info), every gpu test (per-test timeout), the benchmarks in the order of importance (end-to-end training step, attention,
-# GEMM, memory-bound), then compute-sanitizer memcheck and racecheck on a filtered attention test and one
+# the CUDA versions (cuda_info), the attention kernels' SASS instruction counts (cuobjdump), every gpu test
+# (per-test timeout), the benchmarks in the order of importance (end-to-end training step, attention, GEMM,
+# memory-bound), then compute-sanitizer memcheck and racecheck on a filtered attention test and one
 # memory-bound test. A step that no longer fits in what is left of the budget is skipped and named.
 #
 #   ./gpu_run.sh [--budget SECONDS] [--tests-only|--bench-only] [--no-sanitizer]
@@ -14,8 +15,8 @@
 # binaries need. The PyTorch peers that the benchmarks start (`python3 ...`) run through a small python3
 # shim that restores the device's original environment, so no bundled library reaches them.
 #
-# Logs: full logs under $OUT if set (the device tool returns it), else under <bundle>/logs: env, ldd, tests,
-# bench, sanitizer, summary (.log/.txt, each cut to 16 MB). The short summary table is printed last. Exit
+# Logs: full logs under $OUT if set (the device tool returns it), else under <bundle>/logs: env, ldd, sass,
+# tests, bench, sanitizer, summary (.log/.txt, each cut to 16 MB). The short summary table is printed last. Exit
 # status 0 only if nvidia-smi shows a GPU, every test that ran passed, every benchmark and sanitizer run
 # that ran succeeded, no step was skipped for time and no library was unresolved.
 set -uo pipefail
@@ -192,6 +193,58 @@ elif ((n_unresolved)); then
   row "ldd" "$n_unresolved unresolved in ${#unresolved[@]} binaries (those are skipped; see ldd.log)"
 else
   row "ldd" "all ${#binaries[@]} binaries resolve"
+fi
+
+# ---- SASS: which instructions the attention kernels compiled to ------------------------------------------
+# cuobjdump (from the device's toolkit; the build machine has none) over the attention test binary; per kernel
+# and architecture the counts of HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS (cp.async) and
+# LDL/STL (local memory: spills, or register arrays indexed at run time) go to sass.txt, and one summary row
+# for the sm_90a code. Informational: it never fails the run.
+sass_log="$logdir/sass.txt"
+: >"$sass_log"
+sass_awk=$(cat <<'AWK'
+function flush() {
+  if (fn != "" && fn ~ pattern)
+    printf "%-8s %6d %6d %6d %6d %6d %6d  %s\n", arch, c["HMMA"], c["HGMMA"], c["LDSM"], c["LDGSTS"], c["LDL"], c["STL"], fn
+  delete c
+  fn = ""
+}
+BEGIN { printf "%-8s %6s %6s %6s %6s %6s %6s  %s\n", "arch", "HMMA", "HGMMA", "LDSM", "LDGSTS", "LDL", "STL", "kernel" }
+/^[[:space:]]*arch = / { flush(); arch = $3; next }
+/^[[:space:]]*Function : / { flush(); fn = $3; next }
+/^[[:space:]]*\/\*[0-9a-f]+\*\// {
+  i = 2
+  if ($i == "{") i++
+  if ($i ~ /^@/) i++
+  op = $i
+  sub(/\..*/, "", op)
+  sub(/;$/, "", op)
+  if (op == "HMMA" || op == "HGMMA" || op == "LDSM" || op == "LDGSTS" || op == "LDL" || op == "STL") c[op]++
+}
+END { flush() }
+AWK
+)
+att_bin="$here/tests/kernels__attention__attention_cuda_test"
+if ! command -v cuobjdump >/dev/null; then
+  row "sass attention" "NOT RUN: no cuobjdump on PATH"
+elif [[ ! -x "$att_bin" ]]; then
+  row "sass attention" "NOT RUN: attention_cuda_test missing from the bundle"
+elif ! timeout 60 cuobjdump -sass "$att_bin" >"$work/attention.sass" 2>&1; then
+  row "sass attention" "cuobjdump failed: $(tail -1 "$work/attention.sass")"
+else
+  awk -v pattern='Flash|DotRows' "$sass_awk" "$work/attention.sass" >"$work/sass_counts.txt"
+  if command -v c++filt >/dev/null; then
+    # Demangled and shortened: "sm_90a ... FlashForwardKernel<64, true, false>".
+    while IFS= read -r l; do
+      name="${l##* }"
+      printf '%s %s\n' "${l% *}" "$(c++filt "$name" | sed 's/^void //; s/lmf::kernels::cuda::(anonymous namespace):://; s/(.*//')"
+    done <"$work/sass_counts.txt" >"$sass_log"
+  else
+    cp "$work/sass_counts.txt" "$sass_log"
+  fi
+  cat "$sass_log"
+  row "sass attention" "$(awk 'NR > 1 && $1 == "sm_90a" {n++; h += $2 > 0; w += $3 > 0; l += $4 > 0; g += $5 > 0;
+    m += ($6 + $7) > 0} END {printf "sm_90a: %d kernels; HMMA in %d, HGMMA in %d, LDSM in %d, LDGSTS in %d, local memory in %d (sass.txt)", n, h, w, l, g, m}' "$sass_log")"
 fi
 
 # ---- running one step ----------------------------------------------------------------------------------------
