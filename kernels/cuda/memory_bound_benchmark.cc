@@ -67,7 +67,7 @@ int Main() {
   {
     DeviceBuffer x = Random(N * C, kB, 1), r = Random(N * C, kB, 2), w = Random(C, kB, 3), out(N * C, kB);
     DeviceBuffer dout = Random(N * C, kB, 4), dx(N * C, kB), rstd(N, DType::kF32), mean(N, DType::kF32),
-                 dw(C, DType::kF32);
+                 dw(C, DType::kF32), db(C, DType::kF32);
     report("rmsnorm_fwd", 4.0 * N * C, [&] {
       return cuda::RmsNormForward(
           ctx, RmsNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), out.get(), rstd.as<float>()});
@@ -80,6 +80,11 @@ int Main() {
       return cuda::LayerNormForward(
           ctx, LayerNormForwardParams{kB, N, C, 1e-5f, x.get(), w.get(), w.get(), out.get(), mean.as<float>(),
                                       rstd.as<float>()});
+    });
+    report("layernorm_bwd", 6.0 * N * C, [&] {  // with dweight and dbias
+      return cuda::LayerNormBackward(ctx, LayerNormBackwardParams{kB, N, C, x.get(), w.get(), mean.as<float>(),
+                                                                  rstd.as<float>(), dout.get(), dx.get(),
+                                                                  dw.get(), db.get()});
     });
     report("residual_rmsnorm_fwd", 8.0 * N * C, [&] {
       return cuda::ResidualRmsNormForward(

@@ -125,8 +125,9 @@ void CheckSame(const std::string& what, DType dt, const std::vector<float>& got,
   const bool ok = bad == 0 && got.size() == want.size();
   if (!ok) ++failures;
   std::printf("%s %s bitwise [%s]", ok ? "ok  " : "FAIL", what.c_str(), DTypeName(dt));
-  if (bad != 0) std::printf(": %ld of %zu differ, first [%ld] %g vs %g", static_cast<long>(bad), want.size(),
-                            static_cast<long>(first), got[first], want[first]);
+  if (bad != 0)
+    std::printf(": %ld of %zu differ, first [%ld] %g vs %g", static_cast<long>(bad), want.size(),
+                static_cast<long>(first), got[first], want[first]);
   std::printf("\n");
 }
 
@@ -159,17 +160,18 @@ void CheckNormBackward(const Env& e, int64_t N, int64_t C, bool layer, bool has_
   const auto dw0 = RandomNormal(C, 10), db0 = RandomNormal(C, 11);
   std::vector<float> mean(N), rstd(N), out(N * C), dx(N * C), dw = dw0, db = db0;
   if (layer) {
-    cpu::LayerNormForward(e.cpu,
-                          {DType::kF32, N, C, 1e-5f, x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data()});
+    cpu::LayerNormForward(
+        e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), nullptr, out.data(), mean.data(), rstd.data()});
     cpu::LayerNormBackward(e.cpu, {DType::kF32, N, C, x.data(), w.data(), mean.data(), rstd.data(), d.data(),
                                    dx.data(), dw.data(), has_bias ? db.data() : nullptr});
   } else {
     cpu::RmsNormForward(e.cpu, {DType::kF32, N, C, 1e-5f, x.data(), w.data(), out.data(), rstd.data()});
-    cpu::RmsNormBackward(e.cpu,
-                         {DType::kF32, N, C, x.data(), w.data(), rstd.data(), d.data(), dx.data(), dw.data()});
+    cpu::RmsNormBackward(
+        e.cpu, {DType::kF32, N, C, x.data(), w.data(), rstd.data(), d.data(), dx.data(), dw.data()});
   }
   const std::string s = std::string(layer ? (has_bias ? "layernorm bias" : "layernorm no bias") : "rmsnorm") +
-                        e.Tag(" backward N=%ld C=%ld", N, C) + (off ? " off=1" : "") + (alias ? " dx=dout" : "");
+                        e.Tag(" backward N=%ld C=%ld", N, C) + (off ? " off=1" : "") +
+                        (alias ? " dx=dout" : "");
   struct Outputs {
     Buf dout, dx, dw, db;
   };
@@ -179,22 +181,17 @@ void CheckNormBackward(const Env& e, int64_t N, int64_t C, bool layer, bool has_
               Buf(Guarded(dw0), DType::kF32, off), Buf(Guarded(db0), DType::kF32, off)};
     void* gdx = alias ? o.dout.get() : o.dx.get();
     if (layer) {
-      ExpectOk(s, kc::LayerNormBackward(e.gpu, {e.dt, N, C, gx.get(), gw.get(), gm.as<float>(), gr.as<float>(),
-                                                o.dout.get(), gdx, o.dw.get(), has_bias ? o.db.get() : nullptr}));
+      ExpectOk(
+          s, kc::LayerNormBackward(e.gpu, {e.dt, N, C, gx.get(), gw.get(), gm.as<float>(), gr.as<float>(),
+                                           o.dout.get(), gdx, o.dw.get(), has_bias ? o.db.get() : nullptr}));
     } else {
-      ExpectOk(s, kc::RmsNormBackward(
-                      e.gpu, {e.dt, N, C, gx.get(), gw.get(), gr.as<float>(), o.dout.get(), gdx, o.dw.get()}));
+      ExpectOk(s, kc::RmsNormBackward(e.gpu, {e.dt, N, C, gx.get(), gw.get(), gr.as<float>(), o.dout.get(),
+                                              gdx, o.dw.get()}));
     }
     return o;
   };
   const Outputs o = run();
   const Buf& gdx = alias ? o.dout : o.dx;
-  if (const char* dump = std::getenv("NORM_DX_DUMP")) {  // TEMPORARY
-    const auto v = Head(gdx.floats(), N * C);
-    FILE* f = std::fopen(dump, "ab");
-    std::fwrite(v.data(), 4, v.size(), f);
-    std::fclose(f);
-  }
   Check(s + " dx", e.dt, Head(gdx.floats(), N * C), dx);
   CheckUntouched(s + " dx", e.dt, gdx, N * C);
   Check(s + " dweight (+=)", e.dt, Head(o.dw.floats(), C), dw, 2e-5, 1e-4);
@@ -278,11 +275,10 @@ void CheckNorms(const Env& e) {
     int off;
     bool alias, twice;
   };
-  for (const Shape& sh : {Shape{4133, 8, 0, false, true}, Shape{4133, 40, 0, true, false},
-                          Shape{4133, 13, 0, false, true}, Shape{67, 768, 1, false, false},
-                          Shape{67, 768, 0, true, true}, Shape{67, 1001, 1, true, false},
-                          Shape{20, 8192, 0, false, true}, Shape{3, 40000, 0, false, true},
-                          Shape{3, 40000, 1, true, false}})
+  for (const Shape& sh :
+       {Shape{4133, 8, 0, false, true}, Shape{4133, 40, 0, true, false}, Shape{4133, 13, 0, false, true},
+        Shape{67, 768, 1, false, false}, Shape{67, 768, 0, true, true}, Shape{67, 1001, 1, true, false},
+        Shape{20, 8192, 0, false, true}, Shape{3, 40000, 0, false, true}, Shape{3, 40000, 1, true, false}})
     for (int kind = 0; kind < 3; ++kind)
       CheckNormBackward(e, sh.N, sh.C, kind > 0, kind == 1, sh.off, sh.alias, sh.twice);
 }
