@@ -36,6 +36,11 @@ def main():
     y = F.rms_norm(x, (c,), w, 1e-5)
     print("rmsnorm_bwd", median_ms(lambda: torch.autograd.grad(y, (x, w), dout, retain_graph=True)), flush=True)
     print("layernorm_fwd", median_ms(lambda: F.layer_norm(x, (c,), w, w, 1e-5)), flush=True)
+    b_ln = torch.rand(c, device=dev, dtype=bf).requires_grad_()
+    y_ln = F.layer_norm(x, (c,), w, b_ln, 1e-5)
+    print("layernorm_bwd", median_ms(lambda: torch.autograd.grad(y_ln, (x, w, b_ln), dout, retain_graph=True)),
+          flush=True)
+    del y_ln
     print("residual_rmsnorm_fwd", median_ms(lambda: F.rms_norm(r + x, (c,), w, 1e-5)), flush=True)
     del x, r, y, dout
 
