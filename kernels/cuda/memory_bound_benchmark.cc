@@ -19,6 +19,7 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/grad_norm/grad_norm.h"
 #include "kernels/layernorm/layernorm.h"
+#include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/residual/residual.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/rope/rope.h"
@@ -145,6 +146,15 @@ int Main() {
       return cuda::EmbeddingBackward(
           ctx, EmbeddingBackwardParams{kB, NE, VE, CE, ids.as<int32_t>(), dout.get(), dtable.get(), true});
     });
+  }
+  {
+    // The bias gradient of GPT-2 small's widest linear layer (fc: 16384 x 3072 bf16 rows -> 3072 fp32, +=).
+    const int64_t R = 16384, F = 3072;
+    DeviceBuffer dy = Random(R * F, kB, 15), db(F, DType::kF32);
+    db.Fill(0.0f);
+    ColumnSumParams cs;
+    cs.dtype = kB, cs.rows = R, cs.cols = F, cs.ld = F, cs.in = dy.get(), cs.out = db.as<float>();
+    report("bias_grad_column_sum", 2.0 * R * F, [&] { return cuda::ColumnSum(ctx, cs); });
   }
   {
     DeviceBuffer logits = Random(NCE * V, kB, 8), losses(NCE, DType::kF32), lse(NCE, DType::kF32);

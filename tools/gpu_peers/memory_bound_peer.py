@@ -76,6 +76,10 @@ def main():
           flush=True)
     del table, demb
 
+    dy = torch.rand(16384, 3072, device=dev, dtype=bf)
+    print("bias_grad_column_sum", median_ms(lambda: torch.sum(dy, dim=0, dtype=torch.float32)), flush=True)
+    del dy
+
     logits = torch.rand(nce, v, device=dev, dtype=bf)[:, :50257].requires_grad_()
     targets = (torch.arange(nce, device=dev) * 7919) % 50257
     def ce():
