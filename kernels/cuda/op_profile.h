@@ -17,8 +17,8 @@ struct OpTime {
 };
 
 struct OpProfile {
-  std::vector<OpTime> ops;  // by total time, largest first (ties: by name)
-  double window_ms = 0;     // from the profiler's start to its end: the ops' sum plus `after_last_op_ms`
+  std::vector<OpTime> ops;      // by total time, largest first (ties: by name)
+  double window_ms = 0;         // from the profiler's start to its end: the ops' sum plus `after_last_op_ms`
   double after_last_op_ms = 0;  // the stream's time after the last op (host waits, work outside the ops)
 };
 

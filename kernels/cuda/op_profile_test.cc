@@ -26,16 +26,21 @@ TEST(FormatOpProfile, RowsPerStepWithSharesOfTheWindow) {
   profile.after_last_op_ms = 4.0;
   profile.window_ms = 20.0;
   const std::string table = FormatOpProfile(profile, 2);
-  EXPECT_NE(table.find("Matmul                              1.0      6.000   60.0%"), std::string::npos) << table;
-  EXPECT_NE(table.find("Cast                                0.5      2.000   20.0%"), std::string::npos) << table;
-  EXPECT_NE(table.find("(after the last op)                          2.000   20.0%"), std::string::npos) << table;
-  EXPECT_NE(table.find("window                                      10.000  100.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("Matmul                              1.0      6.000   60.0%"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("Cast                                0.5      2.000   20.0%"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("(after the last op)                          2.000   20.0%"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("window                                      10.000  100.0%"), std::string::npos)
+      << table;
   EXPECT_LT(table.find("Matmul"), table.find("Cast"));
 }
 
 TEST(FormatOpProfile, EmptyWindowHasNoShares) {
   const std::string table = FormatOpProfile(OpProfile{}, 0);
-  EXPECT_NE(table.find("window                                       0.000    0.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("window                                       0.000    0.0%"), std::string::npos)
+      << table;
 }
 
 }  // namespace

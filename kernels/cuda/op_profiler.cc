@@ -12,7 +12,8 @@ std::atomic<bool> profiler_active{false};
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OpProfiler>> OpProfiler::Start(const Context& ctx) {
-  if (!ctx.device.is_cuda()) return absl::FailedPreconditionError("OpProfiler: the context is not a CUDA one");
+  if (!ctx.device.is_cuda())
+    return absl::FailedPreconditionError("OpProfiler: the context is not a CUDA one");
   bool expected = false;
   if (!profiler_active.compare_exchange_strong(expected, true))
     return absl::FailedPreconditionError("OpProfiler: another profiler is active (one per process)");

@@ -1,13 +1,12 @@
 // OpProfiler on a device: names and counts every op an entry point runs in the window, its times add up to
 // the window, one profiler at a time, nothing recorded after Finish.
-#include "kernels/cuda/op_profiler.h"
-
 #include <vector>
 
 #include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/op_profiler.h"
 #include "kernels/memory/memory.h"
-#include "kernels/testing/compare.h"
 #include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/testing/compare.h"
 
 namespace lmf::kernels::cuda {
 namespace {
@@ -23,7 +22,8 @@ const OpTime* Find(const OpProfile& profile, const std::string& op) {
 
 TEST_F(OpProfilerTest, CountsEveryOpAndTheTimesAddUpToTheWindow) {
   const int64_t n = 4096, c = 1024;
-  DeviceBuffer x(kernels::testing::RandomNormal(n * c, 1), DType::kBF16), w(std::vector<float>(c, 1.0f), DType::kBF16);
+  DeviceBuffer x(kernels::testing::RandomNormal(n * c, 1), DType::kBF16),
+      w(std::vector<float>(c, 1.0f), DType::kBF16);
   DeviceBuffer out(n * c, DType::kBF16);
   RmsNormForwardParams p;
   p.dtype = DType::kBF16;

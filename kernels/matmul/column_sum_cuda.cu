@@ -59,12 +59,13 @@ absl::Status ColumnSum(const Context& ctx, const ColumnSumParams& p) {
   Scratch scratch;
   LMF_RETURN_IF_ERROR_STATUS(scratch.Allocate(ctx, sizeof(float) * chunks * p.cols));
   const int64_t w = 16 / static_cast<int64_t>(DTypeSize(p.dtype));
-  const bool vec = p.cols % w == 0 && p.ld % w == 0 && (p.batch == 1 || p.batch_stride % w == 0) &&
-                   Aligned16({p.in});
+  const bool vec =
+      p.cols % w == 0 && p.ld % w == 0 && (p.batch == 1 || p.batch_stride % w == 0) && Aligned16({p.in});
   const int64_t threads_per_row = vec ? p.cols / w : p.cols;
   const dim3 grid(static_cast<unsigned>((threads_per_row + 127) / 128), static_cast<unsigned>(chunks));
-  auto* kernel = p.dtype == DType::kF32 ? (vec ? PartialColumnSumKernel<float, 4> : PartialColumnSumKernel<float, 1>)
-                                        : (vec ? PartialColumnSumKernel<bf16, 8> : PartialColumnSumKernel<bf16, 1>);
+  auto* kernel = p.dtype == DType::kF32
+                     ? (vec ? PartialColumnSumKernel<float, 4> : PartialColumnSumKernel<float, 1>)
+                     : (vec ? PartialColumnSumKernel<bf16, 8> : PartialColumnSumKernel<bf16, 1>);
   kernel<<<grid, 128, 0, StreamOf(ctx)>>>(p, per, scratch.get<float>());
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("PartialColumnSumKernel");
   FinishColumnSumKernel<<<static_cast<unsigned>((p.cols + 255) / 256), 256, 0, StreamOf(ctx)>>>(
