@@ -20,6 +20,7 @@
 #include "kernels/core/allocator.h"
 #include "kernels/core/context.h"
 #include "model/language_model/language_model.h"
+#include "model/testing/poisoning_allocator.h"
 
 namespace lmf::model {
 namespace {
@@ -195,25 +196,10 @@ TEST(LanguageModelDecode, MisuseIsAStatus) {
   EXPECT_EQ(cache->length(), 2);
 }
 
-// CPU memory that arrives filled with NaN (0xff bytes), like the reused blocks a caching device allocator
-// hands out with old contents.
-class PoisoningAllocator final : public kernels::Allocator {
- public:
-  void* Allocate(size_t bytes) override {
-    void* block = kernels::CpuAllocator::Default().Allocate(bytes);
-    std::memset(block, 0xff, bytes);
-    return block;
-  }
-  void Deallocate(void* block, size_t bytes) override {
-    kernels::CpuAllocator::Default().Deallocate(block, bytes);
-  }
-  kernels::Device device() const override { return kernels::Device::Cpu(); }
-};
-
 // The cache rows past its length, and every buffer the incremental forward allocates, are never read before
 // they are written: on poisoned memory the prefill and every decode step give the same logits bit for bit.
 TEST(LanguageModelDecode, NothingIsReadBeforeItIsWritten) {
-  PoisoningAllocator poison;
+  testing::PoisoningAllocator poison;
   kernels::Context poisoned = kernels::Context::Cpu();
   poisoned.allocator = &poison;
   for (const ModelConfig& config : {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4)}) {

@@ -21,6 +21,7 @@
 #include "model/accounting/accounting.h"
 #include "kernels/testing/npz.h"
 #include "model/testing/fixture.h"
+#include "model/testing/poisoning_allocator.h"
 
 namespace lmf::model {
 namespace {
@@ -394,19 +395,6 @@ TEST(LanguageModelTest, ThreadCountDoesNotChangeTheResult) {
   for (size_t i = 0; i < grads[0].size(); ++i) ExpectClose("gradient " + std::to_string(i), grads[1][i].data(), grads[0][i]);
 }
 
-// CPU memory that arrives filled with NaN (0xff bytes), like the reused blocks a caching device allocator
-// hands out with old contents.
-class PoisoningAllocator final : public kernels::Allocator {
- public:
-  void* Allocate(size_t bytes) override {
-    void* block = kernels::CpuAllocator::Default().Allocate(bytes);
-    std::memset(block, 0xff, bytes);
-    return block;
-  }
-  void Deallocate(void* block, size_t bytes) override { kernels::CpuAllocator::Default().Deallocate(block, bytes); }
-  kernels::Device device() const override { return kernels::Device::Cpu(); }
-};
-
 // Nothing the model allocates (parameters, gradients, step state, workspace) is read before it is written:
 // on poisoned memory it computes bit for bit what it computes on fresh memory, through two batch shapes
 // (the second reallocates the step state) and two backwards (gradients accumulate onto ZeroGrad's zeros).
@@ -414,7 +402,7 @@ TEST(LanguageModelTest, NothingIsReadBeforeItIsWritten) {
   for (const std::string name : {"gpt2_tiny", "llama_tiny", "variants_tiny"}) {
     SCOPED_TRACE(name);
     const Fixture f = LoadFixture(name);
-    PoisoningAllocator poison;
+    testing::PoisoningAllocator poison;
     kernels::Context poisoned = kernels::Context::Cpu();
     poisoned.allocator = &poison;
     std::vector<double> losses[2];
