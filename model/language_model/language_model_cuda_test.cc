@@ -31,6 +31,7 @@ using kernels::DType;
 using testing::Gpt2Like;
 using testing::LlamaLike;
 using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
+using testing::CudaTestIds;
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kT = 48;  // T not a multiple of the attention kernels' 64-row tiles
@@ -39,16 +40,10 @@ struct Batch {
   std::vector<int32_t> ids, targets;
 };
 
+// The ids, then the targets, from one stream.
 Batch MakeBatch(const ModelConfig& config) {
-  Batch batch;
-  uint64_t state = 0x2545f4914f6cdd1dull;
-  const auto next = [&]() {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config.vocab_size));
-  };
-  for (int64_t i = 0; i < kB * kT; ++i) batch.ids.push_back(next());
-  for (int64_t i = 0; i < kB * kT; ++i) batch.targets.push_back(next());
-  return batch;
+  const std::vector<int32_t> stream = CudaTestIds(config, 2 * kB * kT);
+  return Batch{{stream.begin(), stream.begin() + kB * kT}, {stream.begin() + kB * kT, stream.end()}};
 }
 
 // A tensor of the model's device copied to the host, as floats (bf16 widened exactly).

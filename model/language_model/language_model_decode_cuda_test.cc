@@ -31,20 +31,10 @@ using kernels::DType;
 using testing::Gpt2Like;
 using testing::LlamaLike;
 using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
+using testing::CudaTestIds;
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kPrompt = 7;
-
-// (B, context_length) ids.
-std::vector<int32_t> MakeIds(const ModelConfig& config) {
-  std::vector<int32_t> ids;
-  uint64_t state = 0x2545f4914f6cdd1dull;
-  for (int64_t i = 0; i < kB * config.context_length; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    ids.push_back(static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config.vocab_size)));
-  }
-  return ids;
-}
 
 std::vector<float> ToHostFloats(const kernels::Context& ctx, const kernels::Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -120,7 +110,7 @@ class LanguageModelDecodeCudaTest : public kernels::cuda::testing::GpuTest {};
 TEST_F(LanguageModelDecodeCudaTest, F32MatchesTheCpuAtEveryPosition) {
   for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
-    const std::vector<int32_t> ids = MakeIds(config);
+    const std::vector<int32_t> ids = CudaTestIds(config, kB * config.context_length);
     std::unique_ptr<LanguageModel> cpu = MakeModel(config, kernels::Context::Cpu(), DType::kF32);
     std::unique_ptr<LanguageModel> gpu = MakeModel(config, ctx(), DType::kF32);
     ASSERT_NE(cpu, nullptr);
@@ -150,7 +140,7 @@ TEST_F(LanguageModelDecodeCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
   constexpr double kMultiple = 10;
   for (const auto& [name, config] : CudaTestConfigs()) {
     SCOPED_TRACE(name);
-    const std::vector<int32_t> ids = MakeIds(config);
+    const std::vector<int32_t> ids = CudaTestIds(config, kB * config.context_length);
     std::unique_ptr<LanguageModel> cpu = MakeModel(config, kernels::Context::Cpu(), DType::kF32);
     std::unique_ptr<LanguageModel> naive =
         MakeModel(config, kernels::Context::Cpu(), DType::kF32, /*round_weights=*/true);

@@ -8,6 +8,7 @@
 #ifndef LMFORGE_MODEL_TESTING_CUDA_CONFIGS_H_
 #define LMFORGE_MODEL_TESTING_CUDA_CONFIGS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "model/config/config.h"
@@ -37,6 +38,18 @@ struct NamedConfig {
 
 inline std::vector<NamedConfig> CudaTestConfigs() {
   return {{"gpt2_like", Gpt2Like()}, {"llama_like", LlamaLike()}};
+}
+
+// The first `count` ids in [0, config.vocab_size) of one fixed 64-bit LCG stream: the token inputs (and
+// targets) of the model's CUDA tests.
+inline std::vector<int32_t> CudaTestIds(const ModelConfig& config, int64_t count) {
+  std::vector<int32_t> ids;
+  uint64_t state = 0x2545f4914f6cdd1dull;
+  for (int64_t i = 0; i < count; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    ids.push_back(static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config.vocab_size)));
+  }
+  return ids;
 }
 
 }  // namespace lmf::model::testing
