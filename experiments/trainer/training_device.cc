@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 #if LMF_WITH_CUDA
 #include "kernels/cuda/cuda_context.h"
@@ -78,13 +77,8 @@ absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(
     absl::StatusOr<kernels::cuda::OpProfile> profile = cuda_->profiler->Finish();
     cuda_->profiler.reset();
     if (!profile.ok()) return profile.status();
-    OpProfileReport report;
-    report.table = kernels::cuda::FormatOpProfile(*profile, steps);
-    for (size_t i = 0; i < profile->ops.size() && i < 4; ++i) {
-      const double share = profile->window_ms > 0 ? 100 * profile->ops[i].total_ms / profile->window_ms : 0;
-      absl::StrAppend(&report.largest, i > 0 ? ", " : "", profile->ops[i].op, absl::StrFormat(" %.1f%%", share));
-    }
-    return report;
+    return OpProfileReport{kernels::cuda::FormatOpProfile(*profile, steps),
+                           kernels::cuda::FormatLargestOps(*profile, 4)};
   }
 #endif
   (void)steps;

@@ -26,18 +26,34 @@ std::vector<OpTime> SumOpTimes(const std::vector<const char*>& names, const std:
   return ops;
 }
 
+namespace {
+// Percent of the profile's window that `ms` is (0 for an empty window).
+double Share(const OpProfile& profile, double ms) {
+  return profile.window_ms > 0 ? 100 * ms / profile.window_ms : 0.0;
+}
+}  // namespace
+
 std::string FormatOpProfile(const OpProfile& profile, int steps) {
   const double per = 1.0 / std::max(steps, 1);
-  auto share = [&](double ms) { return profile.window_ms > 0 ? 100 * ms / profile.window_ms : 0.0; };
   std::string out = absl::StrFormat("%-28s %10s %10s %7s\n", "op", "calls/step", "ms/step", "share");
   for (const OpTime& op : profile.ops) {
     absl::StrAppend(&out, absl::StrFormat("%-28s %10.1f %10.3f %6.1f%%\n", op.op, op.calls * per,
-                                          op.total_ms * per, share(op.total_ms)));
+                                          op.total_ms * per, Share(profile, op.total_ms)));
   }
-  absl::StrAppend(&out, absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "(after the last op)", "",
-                                        profile.after_last_op_ms * per, share(profile.after_last_op_ms)));
+  absl::StrAppend(&out,
+                  absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "(after the last op)", "",
+                                  profile.after_last_op_ms * per, Share(profile, profile.after_last_op_ms)));
   absl::StrAppend(&out, absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "window", "", profile.window_ms * per,
-                                        profile.window_ms > 0 ? 100.0 : 0.0));
+                                        Share(profile, profile.window_ms)));
+  return out;
+}
+
+std::string FormatLargestOps(const OpProfile& profile, int n) {
+  std::string out;
+  for (size_t i = 0; i < profile.ops.size() && i < static_cast<size_t>(std::max(n, 0)); ++i) {
+    absl::StrAppend(&out, i > 0 ? ", " : "", profile.ops[i].op,
+                    absl::StrFormat(" %.1f%%", Share(profile, profile.ops[i].total_ms)));
+  }
   return out;
 }
 

@@ -34,6 +34,9 @@ std::vector<OpTime> SumOpTimes(const std::vector<const char*>& names, const std:
 //   window                                     27.372  100.0%
 std::string FormatOpProfile(const OpProfile& profile, int steps);
 
+// The `n` largest ops with their shares of the window, for a log line: "Matmul 60.0%, Cast 20.0%".
+std::string FormatLargestOps(const OpProfile& profile, int n);
+
 }  // namespace lmf::kernels::cuda
 
 #endif  // LMFORGE_KERNELS_CUDA_OP_PROFILE_H_

@@ -37,6 +37,16 @@ TEST(FormatOpProfile, RowsPerStepWithSharesOfTheWindow) {
   EXPECT_LT(table.find("Matmul"), table.find("Cast"));
 }
 
+TEST(FormatLargestOps, TheFirstNOpsWithTheirShares) {
+  OpProfile profile;
+  profile.ops = SumOpTimes({"Matmul", "Matmul", "Cast", "Zeta"}, {6.0, 6.0, 4.0, 1.0});
+  profile.window_ms = 20.0;
+  EXPECT_EQ(FormatLargestOps(profile, 2), "Matmul 60.0%, Cast 20.0%");
+  EXPECT_EQ(FormatLargestOps(profile, 9), "Matmul 60.0%, Cast 20.0%, Zeta 5.0%");
+  EXPECT_EQ(FormatLargestOps(profile, 0), "");
+  EXPECT_EQ(FormatLargestOps(OpProfile{}, 4), "");
+}
+
 TEST(FormatOpProfile, EmptyWindowHasNoShares) {
   const std::string table = FormatOpProfile(OpProfile{}, 0);
   EXPECT_NE(table.find("window                                       0.000    0.0%"), std::string::npos)
