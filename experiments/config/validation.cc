@@ -209,6 +209,9 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
     errors->Add(absl::StrCat("run.op_profile_steps=", run.op_profile_steps(),
                              " needs run.device=CUDA (the per-op times are CUDA events)"));
   }
+  if (run.gemm_autotune() && run.device() == RunConfig::CPU) {
+    errors->Add("run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");
+  }
   if (!(run.peak_flops() >= 0)) {
     errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(), " must not be negative (0 picks an estimate)"));
   }

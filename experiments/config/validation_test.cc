@@ -231,6 +231,12 @@ TEST(ConfigValidation, OpProfileNeedsCuda) {
             "tiny.textproto: run.op_profile_steps=-1 must not be negative");
 }
 
+TEST(ConfigValidation, GemmAutotuneNeedsCuda) {
+  EXPECT_EQ(ErrorWith("run.gemm_autotune=true"),
+            "tiny.textproto: run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");
+  EXPECT_EQ(Error(kBase, {"run.gemm_autotune=true", "run.device=CUDA"}), "OK");
+}
+
 TEST(ConfigValidation, LogIntervalAtLeastOne) {
   EXPECT_EQ(ErrorWith("logging.log_interval=0"), "tiny.textproto: logging.log_interval=0 must be at least 1");
 }

@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
       }
       device->cuda_ = std::make_unique<CudaHolder>();
       device->cuda_->context = *std::move(cuda);
+      device->cuda_->context->set_gemm_autotune(run.gemm_autotune());
       device->ctx_ = device->cuda_->context->context();
       const std::string gpu_name = device->cuda_->context->properties().name;
       device->name_ = absl::StrCat(gpu_name, " (cuda:", run.cuda_device(), ")");

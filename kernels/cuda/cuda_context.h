@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -53,6 +54,14 @@ class CudaContext {
   void* cublas_workspace() const { return workspace_; }
   CachingAllocator& allocator() { return *allocator_; }
   const cudaDeviceProp& properties() const { return props_; }
+  // GEMM algorithm choice (kernels/matmul): off (the default), each new GEMM geometry runs cuBLASLt's
+  // heuristic's first algorithm, as PyTorch does; on, the first call of each geometry times up to
+  // kernels/matmul's candidate count of the heuristic's algorithms on its own operands (output to scratch;
+  // the stream waits for the timing) and keeps the fastest. Algorithms may round differently, so a tuned
+  // run's results are reproducible within the process but may differ in the last bits from another run's
+  // that timed a different winner.
+  void set_gemm_autotune(bool on) { gemm_autotune_.store(on, std::memory_order_relaxed); }
+  bool gemm_autotune() const { return gemm_autotune_.load(std::memory_order_relaxed); }
   absl::Status Synchronize() const;
 
  private:
@@ -62,6 +71,7 @@ class CudaContext {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   cudaDeviceProp props_{};
+  std::atomic<bool> gemm_autotune_{false};
   std::unique_ptr<CudaMemoryBackend> backend_;
   std::unique_ptr<CachingAllocator> allocator_;
 };

@@ -1,6 +1,8 @@
 // cuBLASLt GEMMs for the MatmulParams layout; see matmul.h. Row-major C (M, N) is column-major C^T (N, M),
 // so each call computes C^T = op(B)^T op(A)^T: cuBLASLt's A is our b, its B is our a, m = N, n = M.
-// Descriptors and the heuristic's algorithm are cached per geometry, types, epilogue and pointer alignment.
+// Descriptors and the chosen algorithm are cached per geometry, types, epilogue and pointer alignment: the
+// heuristic's first algorithm, or with CudaContext::set_gemm_autotune the fastest of its first candidates,
+// timed once on the first call's operands.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +17,7 @@
 #include "kernels/activations/activations.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/scratch.h"
 #include "kernels/matmul/column_sum_cuda.h"
 #include "kernels/matmul/matmul.h"
 
@@ -87,7 +90,7 @@ struct Plan {
 
 using PlanKey =
     std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t>;
+               int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t, bool>;
 
 absl::Mutex plans_mu;
 std::map<PlanKey, std::unique_ptr<Plan>>& Plans() {
@@ -95,8 +98,87 @@ std::map<PlanKey, std::unique_ptr<Plan>>& Plans() {
   return *plans;
 }
 
-absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm& g, cublasLtEpilogue_t epi,
-                                               uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+// The autotuner times at most this many of the heuristic's candidates (returned best-predicted first), and
+// replaces the first only by one faster by kAutotuneMinGain, so that timing noise between near-equal
+// algorithms does not change the choice (and the rounding) from run to run.
+constexpr int kAutotuneCandidates = 8;
+constexpr double kAutotuneMinGain = 0.03;
+constexpr int kAutotuneTimedRuns = 3;  // after one warm-up run per candidate
+
+// Elements from g.c to one past the last element of C (batched, strided, leading dimension ldc).
+int64_t CExtent(const Gemm& g) { return (g.batch - 1) * g.stride_c + (g.M - 1) * g.ldc + g.N; }
+
+// Two timing events, destroyed with the scope.
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~TimingEvents() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+  }
+};
+
+// Times one candidate: a warm-up run, then kAutotuneTimedRuns runs between two events; the mean in ms, or
+// an error where cuBLASLt refuses to run it.
+absl::StatusOr<float> TimeCandidate(const Context& ctx, const CudaContext& cc, const Gemm& g, const Plan& plan,
+                                    const cublasLtMatmulAlgo_t& algo, void* c) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  TimingEvents ev;
+  LMF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.start));
+  LMF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.stop));
+  for (int run = 0; run <= kAutotuneTimedRuns; ++run) {
+    if (run == 1) LMF_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start, stream));
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(cc.cublas_lt(), plan.d.op, &g.alpha, g.b, plan.d.a, g.a, plan.d.b,
+                                              &g.beta, c, plan.d.c, c, plan.d.c, &algo, cc.cublas_workspace(),
+                                              CudaContext::kCublasWorkspaceBytes, stream));
+  }
+  LMF_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.stop, stream));
+  LMF_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev.stop));
+  float ms = 0.0f;
+  LMF_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+  return ms / kAutotuneTimedRuns;
+}
+
+// Index of the fastest of the heuristic's `found` candidates, timed on g's inputs with C (and the GELU
+// epilogue's pre-activation) redirected to zeroed scratch, so the caller's outputs are untouched.
+absl::StatusOr<int> FastestCandidate(const Context& ctx, const CudaContext& cc, const Gemm& g, const Plan& plan,
+                                     const cublasLtMatmulHeuristicResult_t* candidates, int found) {
+  const size_t es = DTypeSize(g.c_type);
+  const size_t c_bytes = static_cast<size_t>(CExtent(g)) * es;
+  const size_t aux_offset = (c_bytes + 255) / 256 * 256;
+  const size_t aux_bytes = g.aux != nullptr ? static_cast<size_t>((g.M - 1) * g.ldc + g.N) * es : 0;
+  Scratch scratch;
+  LMF_RETURN_IF_ERROR_STATUS(scratch.Allocate(ctx, aux_offset + aux_bytes));
+  char* c = scratch.get<char>();
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(c, 0, aux_offset + aux_bytes, static_cast<cudaStream_t>(ctx.stream)));
+  if (g.aux != nullptr) {
+    void* aux = c + aux_offset;
+    LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
+  int best = -1;
+  float best_ms = 0.0f, first_ms = 0.0f;
+  absl::Status first_error;
+  for (int i = 0; i < found; ++i) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    absl::StatusOr<float> ms = TimeCandidate(ctx, cc, g, plan, candidates[i].algo, c);
+    if (!ms.ok()) {
+      if (first_error.ok()) first_error = ms.status();
+      continue;
+    }
+    if (best < 0) {
+      best = i, best_ms = first_ms = *ms;
+    } else if (*ms < best_ms && *ms < first_ms * (1.0 - kAutotuneMinGain)) {
+      best = i, best_ms = *ms;
+    }
+  }
+  if (best < 0) return first_error.ok() ? absl::InternalError("matmul autotune: no candidate ran") : first_error;
+  return best;
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const Context& ctx, const CudaContext& cc, const Gemm& g,
+                                               cublasLtEpilogue_t epi, uint32_t align_a, uint32_t align_b,
+                                               uint32_t align_c) {
   auto plan = std::make_unique<Plan>();
   Descriptors& d = plan->d;
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -141,12 +223,13 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
       d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
   LMF_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  cublasLtMatmulHeuristicResult_t heuristic[kAutotuneCandidates] = {};
+  const int requested = cc.gemm_autotune() ? kAutotuneCandidates : 1;
   int found = 0;
   // No algorithm for the configuration comes back as CUBLAS_STATUS_NOT_SUPPORTED (cublasLt.h,
   // cublasLtMatmulAlgoGetHeuristic), or as success with no result.
-  const cublasStatus_t searched =
-      cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found);
+  const cublasStatus_t searched = cublasLtMatmulAlgoGetHeuristic(cc.cublas_lt(), d.op, d.a, d.b, d.c, d.c,
+                                                                 d.pref, requested, heuristic, &found);
   if (searched != CUBLAS_STATUS_SUCCESS && searched != CUBLAS_STATUS_NOT_SUPPORTED)
     return CublasErrorStatus(searched, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   if (searched == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
@@ -154,7 +237,13 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const CudaContext& cc, const Gemm
                                                  " K=", g.K,
                                                  " (check alignment of lda/ldb/ldc and pointers)"));
   }
-  plan->algo = heuristic.algo;
+  int chosen = 0;
+  if (found > 1) {
+    absl::StatusOr<int> fastest = FastestCandidate(ctx, cc, g, *plan, heuristic, found);
+    if (!fastest.ok()) return fastest.status();
+    chosen = *fastest;
+  }
+  plan->algo = heuristic[chosen].algo;
   return plan;
 }
 
@@ -199,11 +288,12 @@ absl::Status RunGemm(const Context& ctx, const Gemm& g) {
                     align_a,
                     align_b,
                     align_c,
-                    align_bias};
+                    align_bias,
+                    cc->gemm_autotune()};
   absl::MutexLock lock(&plans_mu);  // held while the cached descriptor's pointers are set and the GEMM queued
   std::unique_ptr<Plan>& plan = Plans()[key];
   if (plan == nullptr) {
-    absl::StatusOr<std::unique_ptr<Plan>> made = MakePlan(*cc, g, epi, align_a, align_b, align_c);
+    absl::StatusOr<std::unique_ptr<Plan>> made = MakePlan(ctx, *cc, g, epi, align_a, align_b, align_c);
     if (!made.ok()) {
       Plans().erase(key);
       return made.status();

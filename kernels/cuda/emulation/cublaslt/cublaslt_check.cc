@@ -449,6 +449,74 @@ int Main() {
   fake_cublaslt::SetHeuristic(fake_cublaslt::Heuristic::kOneAlgorithm,
                               fake_cublaslt::Heuristic::kOneAlgorithm);
 
+  // Autotuning (CudaContext::set_gemm_autotune): the first call of a geometry times the heuristic's
+  // candidates with its outputs redirected, then every call runs the fastest. Geometries (M = 41..47) no
+  // earlier call planned. beta 1, a bias and the saved pre-activation: a timing run that wrote the caller's C
+  // or pre-activation would show in the comparison with the CPU.
+  (*cc)->set_gemm_autotune(true);
+  auto runs = [] {
+    std::vector<int64_t> r(fake_cublaslt::kMaxAlgorithms);
+    const fake_cublaslt::Counters c = fake_cublaslt::GetCounters();
+    for (int i = 0; i < fake_cublaslt::kMaxAlgorithms; ++i) r[i] = c.matmuls_by_algorithm[i];
+    return r;
+  };
+  auto delta = [](const std::vector<int64_t>& after, const std::vector<int64_t>& before) {
+    std::string d;
+    for (size_t i = 0; i < after.size(); ++i) d += (i ? "," : "") + std::to_string(after[i] - before[i]);
+    return d;
+  };
+  // Five candidates (all offered: the autotuner asks for up to 8): algorithm 1 is the fastest, 3 refuses
+  // to run (skipped).
+  fake_cublaslt::SetAlgorithmTimes({3.0, 1.0, 2.0, -1.0, 1.5});
+  for (DType dt : dtypes) {
+    Case g;
+    g.epilogue = MatmulEpilogue::kGeluTanh;
+    g.M = dt == DType::kF32 ? 41 : 43, g.N = 13, g.K = 9, g.bias = true, g.save_pre = true, g.pad_c = 3;
+    g.beta = 1.0f;
+    g.name = "autotuned: GELU, bias, pre-activation, beta 1 (first call: timing)";
+    const std::vector<int64_t> before = runs();
+    RunForward(gpu, cpu, g, dt, seed++, true);
+    const std::vector<int64_t> tuned = runs();
+    Report(tuned[0] > before[0] && tuned[2] > before[2] && tuned[4] > before[4] && tuned[3] == before[3],
+           "autotuned [" + std::string(DTypeName(dt)) + "]: every runnable candidate was timed",
+           "runs per algorithm " + delta(tuned, before));
+    g.name = "autotuned: the same geometry again";
+    RunForward(gpu, cpu, g, dt, seed++, true);
+    const std::vector<int64_t> again = runs();
+    Report(delta(again, tuned) == "0,1,0,0,0,0,0,0",
+           "autotuned [" + std::string(DTypeName(dt)) + "]: the planned geometry runs the fastest, untimed",
+           "runs per algorithm " + delta(again, tuned));
+    Case k;
+    k.M = dt == DType::kF32 ? 45 : 47, k.trans_a = true, k.accumulate_da = true;
+    k.name = "autotuned backward: dA and dB accumulated";
+    RunBackward(gpu, cpu, k, dt, seed++);
+  }
+  // A candidate faster by less than the autotuner's margin (3%) does not replace the heuristic's first.
+  fake_cublaslt::SetAlgorithmTimes({1.0, 0.99});
+  {
+    Case k;
+    k.M = 49;
+    k.name = "autotuned, candidates within 3%";
+    RunForward(gpu, cpu, k, DType::kF32, seed++, false);
+    const std::vector<int64_t> before = runs();
+    RunForward(gpu, cpu, k, DType::kF32, seed++, false);
+    Report(delta(runs(), before) == "1,0,0,0,0,0,0,0", "autotune keeps the heuristic's first within 3%",
+           "runs per algorithm " + delta(runs(), before));
+  }
+  // Off (the default): the heuristic's first, whatever the others would time.
+  (*cc)->set_gemm_autotune(false);
+  fake_cublaslt::SetAlgorithmTimes({3.0, 1.0});
+  {
+    Case k;
+    k.M = 51;
+    k.name = "not autotuned";
+    const std::vector<int64_t> before = runs();
+    RunForward(gpu, cpu, k, DType::kF32, seed++, false);
+    Report(delta(runs(), before) == "1,0,0,0,0,0,0,0", "without autotune, one run of the heuristic's first",
+           "runs per algorithm " + delta(runs(), before));
+  }
+  fake_cublaslt::SetAlgorithmTimes({1.0});
+
   const fake_cublaslt::Counters n = fake_cublaslt::GetCounters();
   // The one expected failing call is the heuristic of the no-algorithm check (NOT_SUPPORTED is not counted
   // as a failure); any other failed call is an argument the fake rejected.

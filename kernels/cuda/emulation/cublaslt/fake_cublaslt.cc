@@ -5,12 +5,14 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 struct cublasLtContext {
   int unused = 0;
@@ -45,6 +47,7 @@ namespace {
 std::mutex mu;
 std::set<const void*> live;  // handles and descriptors created and not yet destroyed
 Heuristic gelu_heuristic = Heuristic::kOneAlgorithm, other_heuristic = Heuristic::kOneAlgorithm;
+std::vector<double> algorithm_ms = {1.0};
 Counters counters;
 std::string last_error;
 
@@ -174,7 +177,8 @@ uint64_t Fingerprint(const cublasLtMatmulDescOpaque_t* op, const cublasLtMatrixL
       mix(v);
   return h;
 }
-constexpr uint64_t kAlgoMagic = 0x6c6d6661ull;  // the low 32 bits of data[0]; the high 32: workspace bytes
+// data[0]: bits 0-31 this magic, 32-55 the workspace bytes, 56-63 the algorithm's index (SetAlgorithmTimes).
+constexpr uint64_t kAlgoMagic = 0x6c6d6661ull;
 constexpr size_t kAlgoWorkspace = size_t{1} << 20;  // what the emulated algorithm says it needs, at most
 
 float Load(const void* base, int32_t type, int64_t index) {
@@ -199,6 +203,11 @@ double GeluTanh(double x) {
 void SetHeuristic(Heuristic for_gelu_epilogues, Heuristic for_other_epilogues) {
   std::lock_guard<std::mutex> lock(mu);
   gelu_heuristic = for_gelu_epilogues, other_heuristic = for_other_epilogues;
+}
+void SetAlgorithmTimes(const std::vector<double>& ms) {
+  std::lock_guard<std::mutex> lock(mu);
+  algorithm_ms = ms;
+  if (algorithm_ms.size() > kMaxAlgorithms) algorithm_ms.resize(kMaxAlgorithms);
 }
 Counters GetCounters() {
   std::lock_guard<std::mutex> lock(mu);
@@ -355,18 +364,22 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (h == Heuristic::kNotSupported) return CUBLAS_STATUS_NOT_SUPPORTED;  // "no heuristic function available"
   if (h == Heuristic::kNoResults) return CUBLAS_STATUS_SUCCESS;
   const cublasLtMatrixLayoutOpaque_t* layouts[4] = {a, b, c, d};
-  cublasLtMatmulHeuristicResult_t& r = results[0];
-  std::memset(&r, 0, sizeof(r));
-  r.algo.data[1] = Fingerprint(op, layouts);
-  r.algo.data[2] = pref->align[0], r.algo.data[3] = pref->align[1];
-  r.algo.data[4] = pref->align[2], r.algo.data[5] = pref->align[3];
-  r.algo.data[6] = HasBias(op->epilogue) ? AlignmentOf(op->bias) : 256;
-  r.algo.data[7] = HasAux(op->epilogue) ? AlignmentOf(op->aux) : 256;
-  r.workspaceSize = std::min<uint64_t>(pref->max_workspace, kAlgoWorkspace);
-  r.algo.data[0] = kAlgoMagic | (static_cast<uint64_t>(r.workspaceSize) << 32);
-  r.state = CUBLAS_STATUS_SUCCESS;
-  r.wavesCount = 1.0f;
-  *returned = 1;
+  const int count = std::min<int>(requested, static_cast<int>(algorithm_ms.size()));
+  for (int i = 0; i < count; ++i) {
+    cublasLtMatmulHeuristicResult_t& r = results[i];
+    std::memset(&r, 0, sizeof(r));
+    r.algo.data[1] = Fingerprint(op, layouts);
+    r.algo.data[2] = pref->align[0], r.algo.data[3] = pref->align[1];
+    r.algo.data[4] = pref->align[2], r.algo.data[5] = pref->align[3];
+    r.algo.data[6] = HasBias(op->epilogue) ? AlignmentOf(op->bias) : 256;
+    r.algo.data[7] = HasAux(op->epilogue) ? AlignmentOf(op->aux) : 256;
+    r.workspaceSize = std::min<uint64_t>(pref->max_workspace, kAlgoWorkspace);
+    r.algo.data[0] =
+        kAlgoMagic | (static_cast<uint64_t>(r.workspaceSize) << 32) | (static_cast<uint64_t>(i) << 56);
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+  }
+  *returned = count;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -404,12 +417,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   }
   // "CUBLAS_STATUS_INVALID_VALUE ... when workspaceSizeInBytes is less than workspace required by configured
   // algo"; the algorithm then uses (here: clobbers) that much of the workspace.
-  const size_t ws_needed = algo->data[0] >> 32;
+  const size_t ws_needed = (algo->data[0] >> 32) & 0xffffffull;
   if (workspace_bytes < ws_needed)
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: workspace of " + std::to_string(workspace_bytes) +
                                                  " bytes, the algo needs " + std::to_string(ws_needed));
   if (ws_needed > 0 && workspace == nullptr)
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null workspace");
+  const size_t index = algo->data[0] >> 56;
+  if (index >= algorithm_ms.size())
+    return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: algo index beyond the heuristic's algorithms");
+  if (algorithm_ms[index] < 0) return CUBLAS_STATUS_NOT_SUPPORTED;  // this algorithm refuses to run
+  ++counters.matmuls_by_algorithm[index];
+  {
+    std::lock_guard<std::mutex> clock_lock(fake_cuda::mu);
+    fake_cuda::clock_ms += algorithm_ms[index];
+  }
   if (ws_needed > 0) std::memset(workspace, 0xa5, ws_needed);  // the algorithm's scratch is clobbered
   if (A == nullptr || B == nullptr || D == nullptr || (beta != 0.0 && C == nullptr))
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null matrix pointer");

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 // library_types.h
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
@@ -129,9 +130,16 @@ namespace fake_cublaslt {
 // CUBLAS_STATUS_NOT_SUPPORTED, or success with *returned = 0).
 enum class Heuristic { kOneAlgorithm, kNotSupported, kNoResults };
 void SetHeuristic(Heuristic for_gelu_epilogues, Heuristic for_other_epilogues);
+// The algorithms the heuristic offers where it offers any (at most 8; the default: one): the first
+// min(requestedAlgoCount, size) of them, in this order; algorithm i's cublasLtMatmul advances the emulated
+// clock that CUDA events record (fake_cuda::clock_ms) by ms[i], or, where ms[i] < 0, refuses to run
+// (CUBLAS_STATUS_NOT_SUPPORTED, not counted as a rejected call).
+void SetAlgorithmTimes(const std::vector<double>& ms);
+constexpr int kMaxAlgorithms = 8;
 struct Counters {
   int64_t heuristic_queries = 0;
   int64_t matmuls = 0;
+  int64_t matmuls_by_algorithm[kMaxAlgorithms] = {};  // the runs of each algorithm index
   int64_t gelu_matmuls = 0;  // cublasLtMatmul calls with a GELU epilogue
   int64_t failed_calls = 0;  // calls that returned an error status
 };

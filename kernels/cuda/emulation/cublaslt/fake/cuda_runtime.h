@@ -1,8 +1,9 @@
 // The CUDA runtime API that kernels/cuda/cuda_context.cc, kernels/matmul/matmul_cuda.cc and the kernels they
 // launch (column sums, GELU) use, on host memory, for the cuBLASLt emulation (see run.sh in this folder).
 // Its own header rather than ../../fake/cuda_runtime.h (which the CUDA kernels' emulation needs and changes
-// for its own purposes): work happens at once on the calling thread (streams and events are tags, every event
-// is complete), cudaMalloc hands out host memory poisoned with 0xff (NaN in f32 and bf16) and cudaFree
+// for its own purposes): work happens at once on the calling thread (streams are tags, every event is
+// complete; an event records the emulated clock, fake_cuda::clock_ms, which the fake cuBLASLt advances by
+// each algorithm's emulated run time, so the autotuner's timings are the check's to choose), cudaMalloc hands out host memory poisoned with 0xff (NaN in f32 and bf16) and cudaFree
 // rejects a pointer it did not hand out. Not part of the Bazel build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
@@ -19,7 +20,8 @@ struct CUstream_st {
 };
 typedef CUstream_st* cudaStream_t;
 struct CUevent_st {
-  int tag;
+  bool timing = true;  // false: created with cudaEventDisableTiming
+  double recorded_ms = -1.0;
 };
 typedef CUevent_st* cudaEvent_t;
 
@@ -53,6 +55,7 @@ namespace fake_cuda {
 inline std::mutex mu;
 inline std::set<void*> live_allocations;
 inline int current_device = 0;
+inline double clock_ms = 0.0;  // emulated device time, advanced by the fake cuBLASLt's matmuls
 }  // namespace fake_cuda
 
 // A launch past the device limits (cuemu::LaunchAllowed) is the one launch error, as in ../../fake.
@@ -111,12 +114,29 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = new CUevent_st{1};
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  *e = new CUevent_st;
+  (*e)->timing = (flags & cudaEventDisableTiming) == 0;
   return cudaSuccess;
 }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (e == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(fake_cuda::mu);
+  e->recorded_ms = fake_cuda::clock_ms;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   return e == nullptr ? cudaErrorInvalidValue : cudaSuccess;
+}
+// "cudaErrorInvalidResourceHandle ... if either event was created with the cudaEventDisableTiming flag";
+// cudaErrorNotReady if either has not been recorded. Both are errors here.
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr || !start->timing || !end->timing)
+    return cudaErrorInvalidValue;
+  if (start->recorded_ms < 0 || end->recorded_ms < 0) return cudaErrorNotReady;
+  *ms = static_cast<float>(end->recorded_ms - start->recorded_ms);
+  return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   return e == nullptr ? cudaErrorInvalidValue : cudaSuccess;
