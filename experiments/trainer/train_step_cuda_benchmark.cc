@@ -8,13 +8,16 @@
 // the same run (tools/gpu_peers/nanogpt_peer.py: nanoGPT's GPT-2 with torch.compile, SDPA, bf16 autocast,
 // fused AdamW, same B and T) and prints the ratio of our tokens/s to PyTorch's. With --phases, also the
 // median time of each phase (forward + loss, backward, optimizer) from separate steps synchronised after
-// every phase, and the device memory the caching allocator holds. With --op_profile, the device time of every
+// every phase, and the device memory the caching allocator holds. With --gemm_autotune, the same steps
+// again with run.gemm_autotune (each GEMM shape's fastest cuBLASLt candidate) and its ratio to the default
+// and to PyTorch. With --op_profile, the device time of every
 // op per step (kernels/cuda/op_profiler.h) from separate steps, and per kind of work (GEMM, attention,
 // optimizer, the rest) with achieved TFLOP/s, beside the same split of the PyTorch peer's kernels
 // (torch.profiler), so the largest gap shows first.
 //
 //   ./bazelw run //experiments/trainer:train_step_cuda_benchmark -- [--batch=16] [--seq=1024]
-//       [--warmup=3] [--steps=10] [--peer=true] [--phases=true] [--op_profile=true]
+//       [--warmup=3] [--steps=10] [--peer=true] [--phases=true] [--gemm_autotune=true]
+//       [--op_profile=true]
 // Without a CUDA device it prints "no CUDA device, nothing measured" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -48,6 +51,8 @@ ABSL_FLAG(int, warmup, 3, "untimed steps first");
 ABSL_FLAG(int, steps, 10, "timed steps (the median is reported)");
 ABSL_FLAG(bool, peer, true, "also run the PyTorch peer (python3 tools/gpu_peers/nanogpt_peer.py)");
 ABSL_FLAG(bool, phases, true, "also time forward + loss, backward and optimizer separately");
+ABSL_FLAG(bool, gemm_autotune, true,
+          "also time the step with run.gemm_autotune (the fastest of cuBLASLt's candidates per GEMM shape)");
 ABSL_FLAG(bool, op_profile, true, "also print the device time per op and per kind of work (ours and PyTorch's)");
 
 namespace lmf::experiments {
@@ -182,6 +187,26 @@ int Main() {
         static_cast<double>(memory.bytes_cached) / (1 << 30));
     std::fflush(stdout);
   }
+  // The same steps with every GEMM shape autotuned (tuned on the warm-up steps); the plans of the default
+  // (the heuristic's first) are kept apart, so the op profile below times the default again.
+  double tuned_tokens_per_second = 0;
+  if (absl::GetFlag(FLAGS_gemm_autotune)) {
+    (*cuda)->set_gemm_autotune(true);
+    for (int i = 0; i < warmup; ++i) step(nullptr);
+    std::vector<double> tuned_ms;
+    for (int i = 0; i < steps; ++i) {
+      const Clock::time_point started = Clock::now();
+      step(nullptr);
+      tuned_ms.push_back(MillisecondsSince(started));
+    }
+    (*cuda)->set_gemm_autotune(false);
+    const double tuned_median = Median(tuned_ms);
+    tuned_tokens_per_second = static_cast<double>(b * t) / (tuned_median * 1e-3);
+    std::printf("with run.gemm_autotune: %.2f ms/step (median of %d), %.0f tokens/s, %s; %.3fx the default\n",
+                tuned_median, steps, tuned_tokens_per_second, mfu(tuned_tokens_per_second).c_str(),
+                median_ms / tuned_median);
+    std::fflush(stdout);
+  }
   // ms per step of each kind of work (ours), filled by the op profile.
   std::map<std::string, double> kind_ms;
   const bool op_profile = absl::GetFlag(FLAGS_op_profile);
@@ -243,6 +268,10 @@ int Main() {
       "%s\n",
       it->second, peer_tokens_per_second, mfu(peer_tokens_per_second).c_str());
   std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
+  if (tuned_tokens_per_second > 0) {
+    std::printf("ratio ours/PyTorch with run.gemm_autotune (tokens/s): %.2fx\n",
+                tuned_tokens_per_second / peer_tokens_per_second);
+  }
   if (op_profile) {
     std::map<std::string, double> peer_kind_ms;
     for (const char* kind : kKinds) {
