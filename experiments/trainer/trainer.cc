@@ -115,7 +115,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                (*device)->peak_flops().has_value()
                                    ? absl::StrFormat("%.4g FLOP/s (%s)", *(*device)->peak_flops(),
                                                      (*device)->peak_flops_source())
-                                   : (*device)->peak_flops_source()));
+                                   : (*device)->peak_flops_source(),
+                               run.gemm_autotune() ? "; GEMMs autotuned (run.gemm_autotune)" : ""));
 
   int64_t start_step = 0;
   int64_t tokens = 0;
