@@ -44,6 +44,8 @@ std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
 unsigned long block_serial = 0;                        // blocks run so far
 std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
+std::vector<unsigned> warp_live_at_release;  // per warp: its live lanes when its last collective released
+int block_threads = 0;
 
 void SetThreadIdx(int t) {
   threadIdx.x = t % blockDim.x;
@@ -74,12 +76,20 @@ bool Release(int begin, int end, State s) {
     }
   }
   if (!all || !some) return false;
+  if (s == State::kWarpWait) {
+    unsigned live = 0;
+    for (int t = begin; t < end; ++t)
+      if (fibers[t].state != State::kDone) live |= 1u << (t - begin);
+    warp_live_at_release[begin / 32] = live;
+  }
   for (int t = begin; t < end; ++t)
     if (fibers[t].state == s) fibers[t].state = State::kRunnable;
   return true;
 }
 
 void RunBlock(int n) {
+  block_threads = n;
+  warp_live_at_release.assign((n + 31) / 32, 0);
   for (int t = 0; t < n; ++t) {
     Fiber& f = fibers[t];
     if (f.stack.empty()) f.stack.resize(256 * 1024);
@@ -146,6 +156,25 @@ void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::func
         ++block_serial;
         RunBlock(n);
       }
+}
+
+void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
+  const int lane = current % 32;
+  const unsigned live = warp_live_at_release[current / 32];
+  const char* wrong = nullptr;
+  int at = lane;
+  if ((mask >> lane & 1u) == 0) {
+    wrong = "omits the calling lane";
+  } else if ((mask >> source_lane & 1u) == 0) {
+    wrong = "omits the source lane", at = source_lane;
+  } else if ((mask & ~live) != 0) {
+    wrong = "names a lane that has exited or does not exist";
+    at = __builtin_ctz(mask & ~live);
+  }
+  if (wrong == nullptr) return;
+  std::fprintf(stderr, "cuemu: %s in block (%u, %u, %u), thread %d: mask 0x%08x %s (lane %d; live lanes 0x%08x)\n",
+               what, blockIdx.x, blockIdx.y, blockIdx.z, current, mask, wrong, at, live);
+  std::abort();
 }
 
 void SyncThreads() { Wait(State::kBlockWait); }

@@ -92,6 +92,12 @@ Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dynami
   return Launcher<P...>{kernel, grid, block, dynamic_shared_bytes};
 }
 
+// After a warp collective's barrier (__shfl_*_sync): aborts, naming the kernel's block and lane, when `mask`
+// omits the calling lane or `source_lane`, or names a lane that had exited (or does not exist) when the
+// collective's barrier released -- undefined behaviour on the device that the barrier of live lanes here
+// would otherwise hide.
+void CheckWarpMask(unsigned mask, int source_lane, const char* what);
+
 // A 4-byte value of every lane of the warp: lane l's `v` is row l's first word of the returned area.
 template <typename T>
 inline const uint32_t* ExchangeWord(T v) {
@@ -129,12 +135,17 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 }
 
 template <typename T>
-inline T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
-  return ::cuemu::Word<T>(::cuemu::ExchangeWord(v), (threadIdx.x & 31) ^ lane_mask);
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+  const uint32_t* x = ::cuemu::ExchangeWord(v);
+  const int source = static_cast<int>((threadIdx.x & 31) ^ lane_mask);
+  ::cuemu::CheckWarpMask(mask, source, "__shfl_xor_sync");
+  return ::cuemu::Word<T>(x, source);
 }
 template <typename T>
-inline T __shfl_sync(unsigned /*mask*/, T v, int src_lane) {
-  return ::cuemu::Word<T>(::cuemu::ExchangeWord(v), src_lane);
+inline T __shfl_sync(unsigned mask, T v, int src_lane) {
+  const uint32_t* x = ::cuemu::ExchangeWord(v);
+  ::cuemu::CheckWarpMask(mask, src_lane & 31, "__shfl_sync");
+  return ::cuemu::Word<T>(x, src_lane);
 }
 
 #endif  // LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
