@@ -39,6 +39,8 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice,
   cudaMemcpyDefault
 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
 constexpr unsigned cudaStreamNonBlocking = 1;
 constexpr unsigned cudaEventDisableTiming = 2;
 
@@ -65,6 +67,13 @@ inline cudaError_t cudaGetLastError() {
 inline const char* cudaGetErrorName(cudaError_t) { return "cudaEmulated"; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
 
+// The dynamic shared memory limit a kernel's launches are checked against (cuemu::LaunchAllowed).
+template <typename... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attribute, int value) {
+  if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize)
+    ::cuemu::SetMaxDynamicShared(reinterpret_cast<const void*>(kernel), value);
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
@@ -84,6 +93,14 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::strcpy(p->name, "cuBLASLt emulation (host memory)");
   p->multiProcessorCount = 132, p->major = 9, p->minor = 0;
   p->totalGlobalMem = size_t{1} << 34, p->sharedMemPerBlockOptin = 227 * 1024;
+  return cudaSuccess;
+}
+// The compute capability cudaGetDeviceProperties reports (9.0).
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
+  if (d != 0) return cudaErrorInvalidDevice;
+  if (attr != cudaDevAttrComputeCapabilityMajor && attr != cudaDevAttrComputeCapabilityMinor)
+    return cudaErrorInvalidValue;
+  *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
@@ -168,5 +185,6 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t 
   std::memset(dst, value, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemset(void* dst, int value, size_t n) { return cudaMemsetAsync(dst, value, n); }
 
 #endif  // LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
