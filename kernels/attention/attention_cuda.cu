@@ -9,6 +9,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_f32_cuda.h"
+#include "kernels/attention/attention_mask.cuh"
 #include "kernels/attention/mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -76,24 +77,6 @@ template <int D>
 __device__ __forceinline__ void LoadBTrans2(uint32_t (&b)[4], const bf16* s, int k0, int n0, int lane) {
   LdMatrixX4Trans(b[0], b[1], b[2], b[3],
                   s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * (D + 8) + n0 + (lane >> 4) * 8);
-}
-
-// Whether key u is hidden from query t.
-__device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, int b, int h, int t, int u) {
-  if (t >= p.T || u >= p.S) return true;
-  if (causal && u > t) return true;
-  if (p.mask != nullptr &&
-      p.mask[b * p.mask_stride_b + h * p.mask_stride_h + static_cast<int64_t>(t) * p.mask_stride_t + u] == 0)
-    return true;
-  return false;
-}
-
-// Whether any key of [u0, u0 + keys) can be hidden from any query of [t0, t0 + queries): the tile crosses T
-// or S, the causal diagonal, or a mask tensor is given. Only such tiles call Masked() per element (as
-// FlashAttention-2 does); the others skip it, which changes no arithmetic.
-__device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries,
-                                              int u0, int keys) {
-  return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0);
 }
 
 // kLdmatrix: V fragments for P V through ldmatrix.trans (one instruction per two d-tiles) instead of two
@@ -583,11 +566,19 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
 
 }  // namespace
 
+namespace internal {
+absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p);  // attention_wgmma_cuda.cu
+}  // namespace internal
+
 absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
                                          AttentionForwardVariant v) {
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
+  if (v == AttentionForwardVariant::kWgmma && p.dtype != DType::kBF16)
+    return absl::UnimplementedError(
+        absl::StrCat("attention: the wgmma forward runs bf16, not ", DTypeName(p.dtype)));
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
   if (p.dtype == DType::kF32) return internal::AttentionForwardF32(ctx, p);
+  if (v == AttentionForwardVariant::kWgmma) return internal::AttentionForwardWgmma(ctx, p);
   if (p.HS == 64) return p.causal ? LaunchForward<64, true>(ctx, p, v) : LaunchForward<64, false>(ctx, p, v);
   return p.causal ? LaunchForward<128, true>(ctx, p, v) : LaunchForward<128, false>(ctx, p, v);
 }

@@ -4,12 +4,14 @@
 // (tools/gpu_peers/attention_peer.py). FLOPs: forward 4 B NH T S HS (halved when causal), backward 2.5x the
 // forward (FlashAttention's convention; our deterministic dq recomputes S and dP, so it does more work than
 // it is credited for). FlashAttention-3 reports ~740 TFLOP/s forward (bf16, H100); printed as a fraction.
-// "ldsm ms" times the ldmatrix forward variant (AttentionForwardVariant::kLdmatrixV) on the same inputs.
+// "ldsm ms" times the ldmatrix forward variant (AttentionForwardVariant::kLdmatrixV) on the same inputs;
+// "wgmma ms" the Hopper forward (kWgmma, sm_90 only: "-" elsewhere), with its TFLOP/s and ratio to SDPA.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cuda/bench_util.h"
@@ -51,8 +53,12 @@ int Main() {
   if (!peer.ok())
     std::printf("peer (torch SDPA flash): unavailable: %s\n", std::string(peer.status().message()).c_str());
   const std::map<std::string, double>* pm = peer.ok() ? &*peer : nullptr;
-  std::printf("%-22s %9s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms", "TFLOP/s", "vs torch", "ldsm ms",
-              "bwd ms", "TFLOP/s", "vs torch", "of FA3");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device.index);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx.device.index);
+  const bool sm90 = major == 9 && minor == 0;
+  std::printf("%-22s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms", "TFLOP/s", "vs torch",
+              "ldsm ms", "wgmma ms", "TFLOP/s", "vs torch", "bwd ms", "TFLOP/s", "vs torch", "of FA3");
   for (const Case& c : cases) {
     const int64_t B = kTokens / c.T, NH = kChannels / c.hs, n = B * c.T * NH * c.hs;
     testing::DeviceBuffer q(bench::RandomUniform(n, 1), DType::kBF16),
@@ -71,6 +77,14 @@ int Main() {
     const double fwd_ldsm = bench::MedianMs(ctx.stream, [&] {
       ok = ok && cuda::AttentionForwardWithVariant(ctx, p, AttentionForwardVariant::kLdmatrixV).ok();
     });
+    const double fwd_wgmma =
+        sm90 ? bench::MedianMs(
+                   ctx.stream,
+                   [&] {
+                     ok = ok &&
+                          cuda::AttentionForwardWithVariant(ctx, p, AttentionForwardVariant::kWgmma).ok();
+                   })
+             : 0.0;
     const double bwd = bench::MedianMs(ctx.stream, [&] { ok = ok && cuda::AttentionBackward(ctx, bp).ok(); });
     if (!ok) {
       std::printf("%-22s failed\n", c.label.c_str());
@@ -78,9 +92,12 @@ int Main() {
     }
     const double flops = 4.0 * B * NH * c.T * c.T * c.hs * (c.causal ? 0.5 : 1.0);
     const double ftf = flops / (fwd * 1e-3) / 1e12, btf = 2.5 * flops / (bwd * 1e-3) / 1e12;
-    std::printf("%-22s %9.3f %9.1f %9s %9.3f %9.3f %9.1f %9s %7.0f%%\n", c.label.c_str(), fwd, ftf,
-                bench::Ratio(pm, c.label + "_fwd", fwd).c_str(), fwd_ldsm, bwd, btf,
-                bench::Ratio(pm, c.label + "_bwd", bwd).c_str(), 100.0 * ftf / 740.0);
+    const std::string wms = sm90 ? absl::StrFormat("%.3f", fwd_wgmma) : "-",
+                      wtf = sm90 ? absl::StrFormat("%.1f", flops / (fwd_wgmma * 1e-3) / 1e12) : "-",
+                      wvs = sm90 ? bench::Ratio(pm, c.label + "_fwd", fwd_wgmma) : "-";
+    std::printf("%-22s %9.3f %9.1f %9s %9.3f %9s %9s %9s %9.3f %9.1f %9s %7.0f%%\n", c.label.c_str(), fwd,
+                ftf, bench::Ratio(pm, c.label + "_fwd", fwd).c_str(), fwd_ldsm, wms.c_str(), wtf.c_str(),
+                wvs.c_str(), bwd, btf, bench::Ratio(pm, c.label + "_bwd", bwd).c_str(), 100.0 * ftf / 740.0);
   }
   return 0;
 }

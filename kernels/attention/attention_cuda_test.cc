@@ -1,7 +1,8 @@
 // FlashAttention-2 CUDA kernels against the CPU attention (the fp32 reference): q/k/v read in place from a
 // fused (B, T, (NH + 2 NKV) HS) buffer, GQA, causal and not, HS 64 and 128, T not a multiple of the tiles,
 // more or fewer keys than queries (S != T), a mask with a fully masked row, bitwise determinism of the
-// backward; bf16 tensor-core kernels and the fp32 CUDA-core ones. Skips without a CUDA device.
+// backward; bf16 tensor-core kernels and the fp32 CUDA-core ones, and the Hopper (wgmma) forward variant on
+// an sm_90 device. Skips without a CUDA device.
 //
 // bf16 tolerance (STYLE.md, as flash-attention's own tests): the kernel's max error against the fp32 CPU
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
@@ -125,8 +126,10 @@ class AttentionTest : public testing::GpuTest, public ::testing::WithParamInterf
 // dt kBF16: the plain-bf16 rule above. dt kF32 (the CUDA-core kernels): within rtol 1e-4, atol 2e-5 of the
 // CPU result; both compute in fp32, in different orders, and the gradients pass through dP - D, a difference
 // of O(1) terms, so absolute errors of a few 1e-6 are expected.
+// `wgmma`: the forward is AttentionForwardVariant::kWgmma (the backward, as always, the FA2 kernels on its
+// out and lse).
 void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed,
-                   DType dt = DType::kBF16) {
+                   DType dt = DType::kBF16, bool wgmma = false) {
   Context cpu = Context::Cpu();
   const int64_t n_qkv = g.B * g.rows() * g.width(), n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
   const auto qkv = RandomNormal(n_qkv, seed), dout = RandomNormal(n_out, seed + 1);
@@ -152,7 +155,8 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
   AttentionParams gp = g.Params(gqkv.get(), gout.get(), glse.as<float>(), es);
   gp.dtype = dt;
   if (mask != nullptr) gp.mask = gmask.as<uint8_t>(), gp.mask_stride_t = g.keys();
-  absl::Status s = cuda::AttentionForward(gctx, gp);
+  absl::Status s = wgmma ? cuda::AttentionForwardWithVariant(gctx, gp, AttentionForwardVariant::kWgmma)
+                         : cuda::AttentionForward(gctx, gp);
   ASSERT_TRUE(s.ok()) << s;
   AttentionBackwardParams gbp;
   gbp.forward = gp, gbp.dout = gdout.get();
@@ -250,6 +254,31 @@ TEST_P(AttentionTest, LdmatrixForwardVariantIsBitwiseTheSame) {
   EXPECT_EQ(lse1.Bytes(), lse2.Bytes()) << "ldmatrix variant: different lse";
 }
 
+// Whether the device runs the sm_90a code of the wgmma forward (compute capability exactly 9.0).
+bool IsSm90(const Context& ctx) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device.index);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx.device.index);
+  return major == 9 && minor == 0;
+}
+
+// The Hopper forward (wgmma) on the shapes above: fused GQA, MQA with a mask and a fully masked row, more and
+// fewer keys than queries; the same tolerance rule as the mma.sync forward (it is not bitwise the same).
+TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
+  if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma forward needs an sm_90 (H100/H200) device";
+  const auto [hs, causal] = GetParam();
+  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1100 + hs + causal, DType::kBF16, true);
+  const int64_t T = 77;
+  std::vector<uint8_t> mask(T * T, 1);
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
+  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
+  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 1200 + hs + causal, DType::kBF16, true);
+  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1300 + hs + causal,
+                DType::kBF16, true);
+  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1400 + hs + causal,
+                DType::kBF16, true);
+}
+
 TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
   const auto [hs, causal] = GetParam();
   RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 500 + hs + causal, DType::kF32);
@@ -277,6 +306,19 @@ TEST_F(AttentionLimitsTest, UnsupportedHeadSizeAndDtypeAreReported) {
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);
   p.HS = 64, p.dtype = DType::kF16;
   EXPECT_EQ(cuda::AttentionForward(ctx(), p).code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(AttentionLimitsTest, WgmmaForwardIsRefusedInF32AndOffHopper) {
+  Geometry g{1, 16, 2, 2, 64, false};
+  DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16),
+      lse(32, DType::kF32);
+  AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
+  EXPECT_EQ(cuda::AttentionForwardWithVariant(ctx(), p, AttentionForwardVariant::kWgmma).code(),
+            absl::StatusCode::kUnimplemented);  // f32
+  if (IsSm90(ctx())) GTEST_SKIP() << "sm_90 device: the bf16 wgmma forward runs (WgmmaForwardMatchesCpu)";
+  p.dtype = DType::kBF16;
+  EXPECT_EQ(cuda::AttentionForwardWithVariant(ctx(), p, AttentionForwardVariant::kWgmma).code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST_F(AttentionLimitsTest, NoKeysAndGridsBeyondCudaLimitsAreInvalidArguments) {

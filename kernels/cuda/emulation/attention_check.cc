@@ -1,8 +1,9 @@
 // Runs the CUDA attention kernels (attention_cuda.cu: bf16 FlashAttention-2 on mma.sync, emulated from the
-// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_f32_cuda.cu: f32 on CUDA cores) forward and
-// backward against the CPU attention kernel, and the column sums (column_sum_cuda.cu, the bias gradient)
-// against a plain sum, through the CPU emulation of cuemu.h (built and run by run.sh with
-// emulation_check.cc, whose main calls these).
+// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward on wgmma,
+// fake/kernels/attention/wgmma.cuh, after that fake's self-test in wgmma_check.cc; attention_f32_cuda.cu: f32
+// on CUDA cores) forward and backward against the CPU attention kernel, and the column sums
+// (column_sum_cuda.cu, the bias gradient) against a plain sum, through the CPU emulation of cuemu.h (built
+// and run by run.sh with emulation_check.cc, whose main calls these).
 //
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
 // causal and not, tiles that need no masking (inside T and S, below the causal diagonal) and tiles that do,
@@ -28,7 +29,14 @@
 #include "kernels/cuda/emulation/check_util.h"
 #include "kernels/matmul/column_sum_cuda.h"
 
+namespace cuemu {
+void SetComputeCapability(int major, int minor);  // cuemu.h (not included: its CUDA macros stay out of here)
+}  // namespace cuemu
+
 namespace lmf::kernels {
+
+int CheckWgmmaEmulation();  // wgmma_check.cc: the fake wgmma's self-test; returns its failures
+
 namespace {
 
 struct AttentionCase {
@@ -107,6 +115,12 @@ void Expect(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
 }
 
+// ATTENTION_ONLY=wgmma (with EMULATION_ONLY=attention): only the wgmma forward's checks and self-test.
+bool WgmmaOnly() {
+  const char* only = std::getenv("ATTENTION_ONLY");
+  return only != nullptr && std::strcmp(only, "wgmma") == 0;
+}
+
 void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   const Context cpu_ctx = Context::Cpu();
   const int64_t pad = dt == DType::kF32 ? 5 : 8;  // bf16 needs strides that are multiples of 8
@@ -177,13 +191,33 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   const std::vector<float> got_out = Gather(go, lo, dt, &pads);
   const double out_tol = dt == DType::kF32 ? 2e-5 : 1e-2, grad_tol = dt == DType::kF32 ? 2e-5 : 2e-2;
   CheckScaled(name + " out", got_out, out, out_tol);
-  {
-    const std::vector<float> got = glse.floats();
+  auto check_lse = [&](const std::string& what, const Buf& got_buf) {
+    const std::vector<float> got = got_buf.floats();
     int64_t bad = 0;
     for (size_t i = 0; i < lse.size(); ++i)
       if (!(got[i] == lse[i] || std::fabs(got[i] - lse[i]) <= 1e-4 * (1 + std::fabs(lse[i])))) ++bad;
-    Expect(bad == 0,
-           name + " lse (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
+    Expect(bad == 0, what + " (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
+  };
+  check_lse(name + " lse", glse);
+  if (dt == DType::kBF16) {
+    // The wgmma (Hopper) forward: not bitwise the mma.sync kernel's (another summation order), so the same
+    // tolerance against the reference; nothing in the pads, a fully masked query gives 0 and -inf.
+    Buf go3(lo.size(), dt), glse3(c.B * c.NH * c.T, DType::kF32);
+    AttentionParams p3 = p;
+    p3.out = go3.get(), p3.lse = glse3.as<float>();
+    ExpectOk(name + " forward (wgmma)",
+             kc::AttentionForwardWithVariant(gpu, p3, kc::AttentionForwardVariant::kWgmma));
+    int64_t pads3 = 0;
+    const std::vector<float> got3 = Gather(go3, lo, dt, &pads3);
+    CheckScaled(name + " out (wgmma)", got3, out, out_tol);
+    check_lse(name + " lse (wgmma)", glse3);
+    Expect(pads3 == 0, name + " wgmma: nothing written in the row pads of out");
+    if (c.mask != 0) {
+      bool row_ok = glse3.floats()[1] == -INFINITY;
+      for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && got3[1 * c.NH * c.HS + d] == 0.0f;
+      Expect(row_ok, name + " wgmma: fully masked query: out 0, lse -inf");
+    }
+    if (WgmmaOnly()) return;
   }
   if (dt == DType::kBF16) {  // the ldmatrix variant of the forward: bitwise the same out and lse
     Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
@@ -252,8 +286,9 @@ void CheckAttention(const Context& gpu) {
       {1, 160, 200, 2, 1, 128, true, 0, true},  // tiles inside T, S and below the diagonal: no mask work
       {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
   };
+  failures += CheckWgmmaEmulation();
   for (const AttentionCase& c : cases) {
-    RunAttentionCase(gpu, c, DType::kF32);
+    if (!WgmmaOnly()) RunAttentionCase(gpu, c, DType::kF32);
     if (c.bf16) RunAttentionCase(gpu, c, DType::kBF16);
   }
   AttentionParams p =
@@ -261,6 +296,18 @@ void CheckAttention(const Context& gpu) {
   p.dtype = DType::kBF16;
   const absl::Status st = kc::AttentionForward(gpu, p);
   Expect(st.code() == absl::StatusCode::kUnimplemented, "attention bf16 HS=32 refused: " + st.ToString());
+  // The wgmma forward: refused in f32, and on a device other than sm_90 (checked before any launch).
+  std::vector<float> x(8 * 2 * 64, 0.5f), lse(2 * 8);
+  AttentionParams w =
+      ContiguousAttentionParams(1, 8, 8, 2, 1, 64, false, x.data(), x.data(), x.data(), x.data(), lse.data());
+  const absl::Status f32 = kc::AttentionForwardWithVariant(gpu, w, kc::AttentionForwardVariant::kWgmma);
+  Expect(f32.code() == absl::StatusCode::kUnimplemented, "attention wgmma f32 refused: " + f32.ToString());
+  w.dtype = DType::kBF16;
+  ::cuemu::SetComputeCapability(8, 0);
+  const absl::Status sm80 = kc::AttentionForwardWithVariant(gpu, w, kc::AttentionForwardVariant::kWgmma);
+  ::cuemu::SetComputeCapability(9, 0);
+  Expect(sm80.code() == absl::StatusCode::kUnimplemented,
+         "attention wgmma on sm_80 refused: " + sm80.ToString());
 }
 
 void CheckColumnSum(const Context& gpu) {
@@ -274,9 +321,10 @@ void CheckColumnSum(const Context& gpu) {
   // chunk is short; the same geometry with ld = 266 and with the input one element off 16 bytes: one column
   // per thread.
   for (const Shape& s :
-       {Shape{3, 37, 300, 301, 37 * 301 + 5, 0}, Shape{2, 200, 130, 136, 200 * 136, 0}, Shape{1, 1, 1, 1, 1, 0},
-        Shape{3, 401, 264, 272, 401 * 272 + 8, 0}, Shape{3, 401, 264, 266, 401 * 266 + 3, 0},
-        Shape{3, 50, 1032, 1040, 50 * 1040 + 16, 0}, Shape{3, 50, 1032, 1040, 50 * 1040 + 16, 1}})
+       {Shape{3, 37, 300, 301, 37 * 301 + 5, 0}, Shape{2, 200, 130, 136, 200 * 136, 0},
+        Shape{1, 1, 1, 1, 1, 0}, Shape{3, 401, 264, 272, 401 * 272 + 8, 0},
+        Shape{3, 401, 264, 266, 401 * 266 + 3, 0}, Shape{3, 50, 1032, 1040, 50 * 1040 + 16, 0},
+        Shape{3, 50, 1032, 1040, 50 * 1040 + 16, 1}})
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool accumulate : {true, false}) {
         const int64_t n = (s.batch - 1) * s.batch_stride + (s.rows - 1) * s.ld + s.cols;

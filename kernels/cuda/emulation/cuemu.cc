@@ -31,6 +31,8 @@ struct Fiber {
   unsigned collectives = 0;                        // warp collectives run so far (picks the exchange area)
   std::vector<AsyncCopyOp> open_copies;            // cp.async issued since the last commit
   std::deque<std::vector<AsyncCopyOp>> committed;  // committed groups not yet waited for, oldest first
+  std::vector<size_t> unfenced_chunks;             // 16-byte chunks of dynamic shared memory it landed
+  std::shared_ptr<void> extension;                 // ThreadExtension()
 };
 
 std::vector<Fiber> fibers;
@@ -42,7 +44,9 @@ std::vector<unsigned char> dynamic_shared;  // 128-byte aligned start at dynamic
 size_t dynamic_shared_offset = 0;
 std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
-unsigned long block_serial = 0;                        // blocks run so far
+int compute_capability = 90;
+std::vector<int> chunk_writer;   // per 16 bytes of dynamic shared memory: landing thread + 1 until its fence
+unsigned long block_serial = 0;  // blocks run so far
 std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
 std::vector<unsigned> warp_live_at_release;  // per warp: its live lanes when its last collective released
 int block_threads = 0;
@@ -102,6 +106,8 @@ void RunBlock(int n) {
     f.collectives = 0;
     f.open_copies.clear();
     f.committed.clear();
+    f.unfenced_chunks.clear();
+    f.extension.reset();
   }
   // One warp at a time runs as far as it can (through its warp collectives) before the next one starts, so
   // between two __syncthreads the warps are as far apart as they can be; warps and lanes go in reverse order
@@ -153,6 +159,7 @@ void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::func
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
         std::memset(DynamicShared(), 0xff, dynamic_shared_bytes);
+        chunk_writer.assign((dynamic_shared_bytes + 15) / 16, 0);
         ++block_serial;
         RunBlock(n);
       }
@@ -172,7 +179,8 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
     at = __builtin_ctz(mask & ~live);
   }
   if (wrong == nullptr) return;
-  std::fprintf(stderr, "cuemu: %s in block (%u, %u, %u), thread %d: mask 0x%08x %s (lane %d; live lanes 0x%08x)\n",
+  std::fprintf(stderr,
+               "cuemu: %s in block (%u, %u, %u), thread %d: mask 0x%08x %s (lane %d; live lanes 0x%08x)\n",
                what, blockIdx.x, blockIdx.y, blockIdx.z, current, mask, wrong, at, live);
   std::abort();
 }
@@ -180,6 +188,7 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
 void SyncThreads() { Wait(State::kBlockWait); }
 void WarpBarrier() { Wait(State::kWarpWait); }
 void* DynamicShared() { return dynamic_shared.data() + dynamic_shared_offset; }
+size_t DynamicSharedBytes() { return dynamic_shared.size() - 128; }
 uint32_t* WarpExchange() {
   const unsigned area = fibers[current].collectives++ & 1;
   return warp_exchange.data() + static_cast<size_t>((current / 32) * 2 + area) * 32 * kExchangeWords;
@@ -200,10 +209,31 @@ void AsyncWait(int pending) {
     for (const AsyncCopyOp& op : f.committed.front()) {
       std::memcpy(op.dst, op.src, op.src_bytes);
       std::memset(static_cast<char*>(op.dst) + op.src_bytes, 0, op.bytes - op.src_bytes);
+      const intptr_t offset = static_cast<char*>(op.dst) - static_cast<char*>(DynamicShared());
+      if (offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes()) {
+        for (size_t chunk = offset / 16; chunk <= (offset + op.bytes - 1) / 16; ++chunk) {
+          chunk_writer[chunk] = current + 1;
+          f.unfenced_chunks.push_back(chunk);
+        }
+      }
     }
     f.committed.pop_front();
   }
 }
+
+void ProxyFenceAsync() {
+  Fiber& f = fibers[current];
+  for (size_t chunk : f.unfenced_chunks)
+    if (chunk_writer[chunk] == current + 1) chunk_writer[chunk] = 0;
+  f.unfenced_chunks.clear();
+}
+bool AsyncProxyUnfenced(const void* p) {
+  const intptr_t offset = static_cast<const char*>(p) - static_cast<char*>(DynamicShared());
+  return offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes() && chunk_writer[offset / 16] != 0;
+}
+std::shared_ptr<void>& ThreadExtension() { return fibers[current].extension; }
+void SetComputeCapability(int major, int minor) { compute_capability = 10 * major + minor; }
+int ComputeCapability() { return compute_capability; }
 
 void PoisonShared(void* array, size_t bytes) {
   unsigned long& block = shared_poisoned[array];

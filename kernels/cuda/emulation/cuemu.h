@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -41,9 +42,10 @@ namespace cuemu {
 // Runs body once per thread of every block of the grid (blocks in order, threads as fibers), with
 // `dynamic_shared_bytes` of dynamic shared memory per block (DynamicShared(), poisoned with 0xff per block).
 void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
-void SyncThreads();     // barrier of the block's live threads
-void WarpBarrier();     // barrier of the warp's live threads
-void* DynamicShared();  // the block's `extern __shared__` array (run.sh rewrites the declarations)
+void SyncThreads();           // barrier of the block's live threads
+void WarpBarrier();           // barrier of the warp's live threads
+void* DynamicShared();        // the block's `extern __shared__` array (run.sh rewrites the declarations)
+size_t DynamicSharedBytes();  // its size in bytes (the launch's dynamic shared memory)
 // Fills a `__shared__` array (a static local here) with 0xff the first time a thread of the current block
 // passes its declaration (run.sh adds the call after each one), so no block sees the previous one's data.
 void PoisonShared(void* array, size_t bytes);
@@ -65,6 +67,21 @@ uint32_t* WarpExchange();
 void AsyncCopy(void* dst, const void* src, size_t bytes, size_t src_bytes);
 void AsyncCommit();
 void AsyncWait(int pending);
+
+// The generic/async proxy split of shared memory (fence.proxy.async; fake/kernels/attention/wgmma.cuh): every
+// 16 bytes of dynamic shared memory that a cp.async landed in (AsyncWait) stay "unfenced" until the thread
+// that waited for the copy runs ProxyFenceAsync; the async proxy (wgmma's operand reads) sees unfenced bytes
+// as undefined. Ordinary stores are not tracked.
+void ProxyFenceAsync();
+bool AsyncProxyUnfenced(const void* p);
+
+// State of the calling thread that a fake header keeps across calls (wgmma's pending groups): empty at the
+// start of every block, dropped with the block.
+std::shared_ptr<void>& ThreadExtension();
+
+// The device's compute capability as cudaDeviceGetAttribute reports it (default 9.0, an H100/H200).
+void SetComputeCapability(int major, int minor);
+int ComputeCapability();  // 10 * major + minor
 
 // The launch checks of the CUDA runtime that the kernels' host code relies on: at most 1024 threads per
 // block, gridDim.y and .z at most 65535, dynamic shared memory at most 48 KiB unless the kernel's

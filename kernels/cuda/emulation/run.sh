@@ -3,7 +3,8 @@
 # `kernel<<<grid, block, smem, stream>>>(args)` of the ops' .cu files (the memory-bound ops, attention, the
 # column sums) and of kernels/cuda/norm_kernels.cuh into a call of the fiber emulation in cuemu.h, compiles
 # them with g++ against the fake CUDA headers in fake/ (which also replace attention's inline PTX, see
-# fake/kernels/attention/mma.cuh), and runs emulation_check.cc and attention_check.cc. A desk check before
+# fake/kernels/attention/mma.cuh and wgmma.cuh), and runs emulation_check.cc and attention_check.cc (with
+# wgmma_check.cc, the fake wgmma's self-test). A desk check before
 # spending GPU time: it executes the real kernel code (indexing, tails, vector paths, reductions, aliasing,
 # scratch layout, tensor-core fragment mapping, cp.async waits), not the GPU's arithmetic, and races only
 # between warps across a missing __syncthreads (cuemu.h runs one warp at a time between block barriers).
@@ -23,8 +24,8 @@ emulation_start run.sh lmf_cuda_emulation
 
 ops=(activations adamw cast cross_entropy embedding grad_norm layernorm residual rmsnorm rope swiglu)
 # The CUDA sources (slowest to compile first) and the CPU kernels they are checked against.
-cuda_sources=(kernels/attention/attention_cuda.cu kernels/attention/attention_f32_cuda.cu
-  kernels/matmul/column_sum_cuda.cu)
+cuda_sources=(kernels/attention/attention_cuda.cu kernels/attention/attention_wgmma_cuda.cu
+  kernels/attention/attention_f32_cuda.cu kernels/matmul/column_sum_cuda.cu)
 cpu_sources=(kernels/attention/attention_cpu.cc)
 for op in "${ops[@]}"; do
   cuda_sources+=("kernels/$op/${op}_cuda.cu")
@@ -40,6 +41,7 @@ for f in "${cuda_sources[@]}"; do
 done
 for f in "${cpu_sources[@]}"; do compile "$work/obj/$(basename "$f" .cc).o" "${host[@]}" "$root/$f"; done
 for f in cuemu emulation_check attention_check; do compile "$work/obj/$f.o" "${host[@]}" "$here/$f.cc"; done
+compile "$work/obj/wgmma_check.o" "${emulated[@]}" "$here/wgmma_check.cc"  # the fake wgmma's self-test
 compile_host_support
 compiles_done
 emulation_link "$work/emulation_check"

@@ -17,6 +17,7 @@ enum cudaError_t {
   cudaErrorNotReady = 600
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost,
   cudaMemcpyHostToDevice,
@@ -51,6 +52,12 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
 }
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t = nullptr) {
   std::memset(dst, value, n);
+  return cudaSuccess;
+}
+// The emulated device's compute capability: cuemu::SetComputeCapability (9.0 unless a check changes it).
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*device*/) {
+  const int cc = ::cuemu::ComputeCapability();
+  *value = attr == cudaDevAttrComputeCapabilityMajor ? cc / 10 : cc % 10;
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }

@@ -1,0 +1,238 @@
+// The Hopper (sm_90a) bf16 attention forward, AttentionForwardVariant::kWgmma (attention.h): the
+// FlashAttention-2 forward of attention_cuda.cu with its tensor-core products on wgmma (wgmma.cuh) instead of
+// mma.sync. Same contract: bf16 q, k, v, out with 16-byte aligned rows, fp32 lse written, causal and/or a
+// mask tensor, GQA/MQA by kv-head indexing, HS 64 or 128, any T and S; out and lse are written (=).
+//
+// Shape: one warpgroup (128 threads) per block and 64 queries (the m64 of wgmma: warp w owns rows
+// 16w..16w+15), 64 keys per step. S = Q K^T is m64n64k16 with both operands in shared memory, K-major
+// (HS / 16 instructions); P, rounded to bf16 in registers, is the A operand of O += P V (m64n64k16 per 64
+// output columns, A from registers, V MN-major: the transpose bit). Tiles are stored in the 128B-swizzled
+// canonical layout (wgmma.cuh): 64-column blocks of 64 rows x 128 bytes, 16-byte chunk j of row r at chunk
+// j ^ (r % 8), each block 1024-byte aligned; cp.async writes them 16 bytes at a time, and the XOR spreads
+// the 8 rows a quarter-warp writes over all banks. Schedule (FlashAttention-2's, as the mma.sync kernel):
+// V of step n loads under Q K^T of step n, K of step n + 1 under the softmax and P V of step n; each
+// product batch is waited for before the barrier that releases its tile. The online softmax (exp2 with
+// log2(e) folded into the scale, per-thread partial row sums) is the mma.sync kernel's, element for element.
+//
+// Shared memory (dynamic, 3 x 64 x HS bf16 + 1 KiB for alignment): 25 / 49 KiB at HS 64 / 128.
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_mask.cuh"
+#include "kernels/attention/mma.cuh"
+#include "kernels/attention/wgmma.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+
+namespace lmf::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 128;            // one warpgroup
+constexpr int kRows = 64;                // queries per block, keys per step: every tile is 64 rows
+constexpr int kTileBytes = kRows * 128;  // one 64-column block of a tile: 64 rows of 128 bytes
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+constexpr size_t WgmmaSharedBytes(int d) { return 3 * static_cast<size_t>(kRows) * d * 2 + 1024; }
+
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Issues the copies (cp.async, 16 bytes each) of rows [row0, row0 + 64) of a (., D) strided bf16 matrix
+// into a 128B-swizzled tile (rows past `valid` zero-filled): element (r, col) at byte
+// (col / 64) * kTileBytes + r * 128 + (((col % 64) / 8) ^ (r % 8)) * 16 + (col % 8) * 2.
+template <int D>
+__device__ __forceinline__ void LoadTileAsync(bf16* tile, const bf16* g, int64_t row_stride, int row0,
+                                              int valid) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll 1
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i - r * kChunks;
+    const bool in = row0 + r < valid;
+    bf16* dst = tile + (c >> 3) * (kTileBytes / 2) + r * 64 + (((c & 7) ^ (r & 7)) << 3);
+    CpAsync16(dst, in ? g + static_cast<int64_t>(row0 + r) * row_stride + c * 8 : g, in);
+  }
+}
+
+// Descriptor of k-step ks (columns 16ks..16ks+15) of a K-major tile: block ks / 4, 32 bytes per step inside
+// it; 8-row groups 1024 bytes apart (SBO), LBO unused (16).
+__device__ __forceinline__ uint64_t KMajorDesc(uint32_t tile, int ks) {
+  return WgmmaDescriptor(tile + (ks >> 2) * kTileBytes + (ks & 3) * 32, 16, 1024, WgmmaSwizzle::k128B);
+}
+// Descriptor of rows 16kk..16kk+15 and columns 64nb..64nb+63 of an MN-major tile (V: rows are the k of
+// P V): k rows 0-7 and 8-15 1024 bytes apart (SBO); LBO (next 64 columns) is not reached with N = 64.
+__device__ __forceinline__ uint64_t MNMajorDesc(uint32_t tile, int kk, int nb) {
+  return WgmmaDescriptor(tile + nb * kTileBytes + kk * 2048, kTileBytes, 1024, WgmmaSwizzle::k128B);
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
+    FlashForwardWgmmaKernel(AttentionParams p, float scale_log2) {
+  constexpr int kBlocks = D / 64;  // 64-column blocks of a tile
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_address = SharedAddress(smem_raw);
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
+  bf16* sK = sQ + kRows * D;
+  bf16* sV = sK + kRows * D;
+  const uint32_t aQ = SharedAddress(sQ), aK = SharedAddress(sK), aV = SharedAddress(sV);
+
+  const int m0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (p.NH / p.NKV);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+
+  LoadTileAsync<D>(sQ, q, p.q_stride_t, m0, static_cast<int>(p.T));
+  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, static_cast<int>(p.S));
+  CpAsyncCommit();
+
+  float o[kBlocks][32];
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kRows) : static_cast<int>(p.S);
+
+  for (int n0 = 0; n0 < n_end; n0 += kRows) {
+    CpAsyncWait<0>();         // K of this step (and Q in the first)
+    FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
+    __syncthreads();          // every thread's P V of the previous step has retired: sV is free
+    LoadTileAsync<D>(sV, v, p.v_stride_t, n0, static_cast<int>(p.S));
+    CpAsyncCommit();
+
+    float s[32];
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(s, KMajorDesc(aQ, ks), KMajorDesc(aK, ks), ks > 0);
+    WgmmaCommit();
+    WgmmaWait<0>();
+    WgmmaFenceOperands(s);
+
+    CpAsyncWait<0>();  // V of this step
+    FenceProxyAsyncShared();
+    __syncthreads();  // V visible to all; every thread's Q K^T has retired: sK is free
+    if (n0 + kRows < n_end) {
+      LoadTileAsync<D>(sK, k, p.k_stride_t, n0 + kRows, static_cast<int>(p.S));
+      CpAsyncCommit();
+    }
+
+    // s[4j + 2r + e]: row rows[r], key n0 + 8j + 2c + e (the D layout of wgmma.cuh).
+    const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[4 * j + 2 * r + e] * scale_log2;
+          if (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + j * 8 + 2 * c + e)) x = -INFINITY;
+          s[4 * j + 2 * r + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float new_max = fmaxf(row_max[r], mx);
+      const float use = new_max == -INFINITY ? 0.0f : new_max;
+      const float alpha = exp2f(row_max[r] - use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[4 * j + 2 * r] = exp2f(s[4 * j + 2 * r] - use);
+        s[4 * j + 2 * r + 1] = exp2f(s[4 * j + 2 * r + 1] - use);
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; the row's 4 threads are summed at the end
+      row_max[r] = new_max;
+#pragma unroll
+      for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[nb][4 * j + 2 * r] *= alpha, o[nb][4 * j + 2 * r + 1] *= alpha;
+    }
+
+    // P's A fragments: keys 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = Pack(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = Pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = Pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = Pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(o[nb]);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < kBlocks; ++nb) WgmmaM64N64K16<true>(o[nb], pa[kk], MNMajorDesc(aV, kk, nb), true);
+    WgmmaCommit();
+    WgmmaWait<0>();
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(o[nb]);
+  }
+
+  bf16* out = static_cast<bf16*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (rows[r] >= p.T) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    bf16* orow = out + static_cast<int64_t>(rows[r]) * p.out_stride_t;
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(orow + nb * 64 + j * 8 + 2 * c) =
+            __floats2bfloat162_rn(o[nb][4 * j + 2 * r] * inv, o[nb][4 * j + 2 * r + 1] * inv);
+    if (c == 0)
+      p.lse[(static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r]] =
+          l > 0.0f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+template <int D, bool kCausal>
+absl::Status LaunchWgmmaForward(const Context& ctx, const AttentionParams& p) {
+  const size_t smem = WgmmaSharedBytes(D);
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashForwardWgmmaKernel<D, kCausal>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
+                  static_cast<unsigned>(p.B));
+  FlashForwardWgmmaKernel<D, kCausal><<<grid, kThreads, smem, StreamOf(ctx)>>>(p, p.scale * kLog2e);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardWgmmaKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace internal {
+
+// Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.
+absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p) {
+  int major = 0, minor = 0;
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device.index));
+  LMF_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx.device.index));
+  if (major != 9 || minor != 0)
+    return absl::UnimplementedError(
+        absl::StrCat("attention: the wgmma forward runs on sm_90a (H100/H200) only; ", "device ",
+                     ctx.device.index, " is sm_", major, minor));
+  if (p.HS == 64)
+    return p.causal ? LaunchWgmmaForward<64, true>(ctx, p) : LaunchWgmmaForward<64, false>(ctx, p);
+  return p.causal ? LaunchWgmmaForward<128, true>(ctx, p) : LaunchWgmmaForward<128, false>(ctx, p);
+}
+
+}  // namespace internal
+}  // namespace lmf::kernels::cuda
