@@ -438,16 +438,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   const uint32_t e = op->epilogue;
   if (HasGelu(e)) ++counters.gelu_matmuls;
   // Column-major: element (r, col) of a layout at r + col * ld, batch i at i * STRIDED_BATCH_OFFSET.
+  // op(A) row by row and op(B) column by column, widened once per batch, so each element's k-term sum (in
+  // order, in double) runs over contiguous values.
+  std::vector<double> rows_a(static_cast<size_t>(p.m * p.k)), cols_b(static_cast<size_t>(p.n * p.k));
   for (int64_t i = 0; i < p.batch; ++i) {
+    for (int64_t r = 0; r < p.m; ++r)
+      for (int64_t l = 0; l < p.k; ++l) {
+        const int64_t ia = op->transa == CUBLAS_OP_N ? r + l * a->ld : l + r * a->ld;
+        rows_a[r * p.k + l] = Load(A, a->type, i * a->stride + ia);
+      }
+    for (int64_t col = 0; col < p.n; ++col)
+      for (int64_t l = 0; l < p.k; ++l) {
+        const int64_t ib = op->transb == CUBLAS_OP_N ? l + col * b->ld : col + l * b->ld;
+        cols_b[col * p.k + l] = Load(B, b->type, i * b->stride + ib);
+      }
     for (int64_t col = 0; col < p.n; ++col) {
       for (int64_t r = 0; r < p.m; ++r) {
         double acc = 0.0;
-        for (int64_t l = 0; l < p.k; ++l) {
-          const int64_t ia = op->transa == CUBLAS_OP_N ? r + l * a->ld : l + r * a->ld;
-          const int64_t ib = op->transb == CUBLAS_OP_N ? l + col * b->ld : col + l * b->ld;
-          acc += static_cast<double>(Load(A, a->type, i * a->stride + ia)) *
-                 static_cast<double>(Load(B, b->type, i * b->stride + ib));
-        }
+        const double* ra = rows_a.data() + r * p.k;
+        const double* cb = cols_b.data() + col * p.k;
+        for (int64_t l = 0; l < p.k; ++l) acc += ra[l] * cb[l];
         double x = alpha * acc;
         // beta == 0: C is not read (cuBLAS: "if beta == 0 ... C does not have to be a valid input").
         if (beta != 0.0) x += beta * static_cast<double>(Load(C, c->type, i * c->stride + r + col * c->ld));
