@@ -281,22 +281,41 @@ bench_end=$((budget * 85 / 100))
 san_end=$((budget - 5))
 
 # ---- tests -------------------------------------------------------------------------------------------------
+# Test binaries run in parts: "binary label gtest-filter" runs the cases that match, one part per line, in
+# this order; a binary not listed runs whole. Cases of kernels that have never run on a GPU go in a part of
+# their own, after the rest, so a hang or crash in one of them (it ends its process) cannot hide the other
+# cases' results.
+test_parts=(
+  "kernels__attention__attention_cuda_test fa2 -*WgmmaForward*"
+  "kernels__attention__attention_cuda_test wgmma *WgmmaForward*"
+)
 t_pass=0 t_fail=0 t_skip=0
 if [[ "$mode" != --bench-only ]]; then
   echo "=== tests (phase ends at ${tests_end}s)"
+  runs=()
   for t in "$here"/tests/*; do
     [[ -f "$t" && -x "$t" ]] || continue
+    name="$(basename "$t")" parts=0
+    for p in "${test_parts[@]}"; do
+      read -r pn plabel pfilter <<<"$p"
+      [[ "$pn" == "$name" ]] && { runs+=("$t $plabel $pfilter"); parts=1; }
+    done
+    ((parts)) || runs+=("$t - *")
+  done
+  for r in "${runs[@]}"; do
+    read -r t label filter <<<"$r"
     name="$(basename "$t")"
     short="${name##*__}"
+    [[ "$label" != - ]] && short="$short [$label]"
     if [[ -n "${unresolved[$t]:-}" ]]; then row "$short" "NOT RUN: unresolved libraries"; continue; fi
     limit="$(fits 90 15 "$tests_end")"
     if [[ -z "$limit" ]]; then row "$short" "SKIPPED: no time left in the test phase"; problems=1; continue; fi
-    xml="$work/$name.xml"
+    xml="$work/$name.${label}.xml"
     dir="$(runfiles_dir "$t")"
-    echo "---- $name (timeout ${limit}s)" >>"$test_log"
+    echo "---- $name --gtest_filter=$filter (timeout ${limit}s)" >>"$test_log"
     before=$(wc -l <"$test_log")
     run_step "$test_log" "$limit" "$dir" env TEST_SRCDIR="$(dirname "$dir")" TEST_WORKSPACE=lmforge \
-      "$t" --gtest_output="xml:$xml"
+      "$t" --gtest_filter="$filter" --gtest_output="xml:$xml"
     # gtest's XML: every case has result="completed" or "skipped"; a failed one holds <failure elements.
     n_all=$(grep -c '<testcase ' "$xml" 2>/dev/null)
     n_skip=$(grep -c '<testcase .*result="skipped"' "$xml" 2>/dev/null)
@@ -380,6 +399,7 @@ san_plan=(
   "kernels__rmsnorm__rmsnorm_cuda_test memcheck 40 *"
   "kernels__attention__attention_cuda_test racecheck 90 *GqaFromFusedQkvMatchesCpu/hs64_causal"
   "kernels__rmsnorm__rmsnorm_cuda_test racecheck 40 *"
+  "kernels__attention__attention_cuda_test memcheck 60 *WgmmaForwardMatchesCpu/hs64_causal"
 )
 if [[ "$mode" == all ]] && ((sanitizer)); then
   echo "=== compute-sanitizer (phase ends at ${san_end}s)"
