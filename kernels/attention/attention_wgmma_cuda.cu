@@ -9,12 +9,16 @@
 // output columns, A from registers, V MN-major: the transpose bit). Tiles are stored in the 128B-swizzled
 // canonical layout (wgmma.cuh): 64-column blocks of 64 rows x 128 bytes, 16-byte chunk j of row r at chunk
 // j ^ (r % 8), each block 1024-byte aligned; cp.async writes them 16 bytes at a time, and the XOR spreads
-// the 8 rows a quarter-warp writes over all banks. Schedule (FlashAttention-2's, as the mma.sync kernel):
-// V of step n loads under Q K^T of step n, K of step n + 1 under the softmax and P V of step n; each
-// product batch is waited for before the barrier that releases its tile. The online softmax (exp2 with
-// log2(e) folded into the scale, per-thread partial row sums) is the mma.sync kernel's, element for element.
+// the 8 rows a quarter-warp writes over all banks. Schedule (FlashAttention-3's intra-warpgroup overlap,
+// without its producer warp and TMA): Q K^T of step i + 1 is issued before the softmax of step i and runs
+// under it, then P V of step i; one wait retires both. K and V are double-buffered and load a whole step
+// ahead (K of step i + 2 and V of step i + 1 are issued at the top of step i), one barrier per step. The
+// online softmax (exp2 with log2(e) folded into the scale, per-thread partial row sums) is the mma.sync
+// kernel's, element for element. __launch_bounds__(128, 2): two accumulators of S in flight need ~145
+// (HS 64) / ~180 (HS 128) registers; capped at 128 the HS 64 kernel spills and ptxas serializes the wgmma.
 //
-// Shared memory (dynamic, 3 x 64 x HS bf16 + 1 KiB for alignment): 25 / 49 KiB at HS 64 / 128.
+// Shared memory (dynamic): Q, two K and two V tiles of 64 x HS bf16, plus 1 KiB to align them to 1024
+// bytes: 41 / 81 KiB at HS 64 / 128 (opt-in above 48 KiB).
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +38,7 @@ constexpr int kTileBytes = kRows * 128;  // one 64-column block of a tile: 64 ro
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-constexpr size_t WgmmaSharedBytes(int d) { return 3 * static_cast<size_t>(kRows) * d * 2 + 1024; }
+constexpr size_t WgmmaSharedBytes(int d) { return 5 * static_cast<size_t>(kRows) * d * 2 + 1024; }
 
 __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -69,14 +73,14 @@ __device__ __forceinline__ uint64_t MNMajorDesc(uint32_t tile, int kk, int nb) {
 }
 
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
-    FlashForwardWgmmaKernel(AttentionParams p, float scale_log2) {
-  constexpr int kBlocks = D / 64;  // 64-column blocks of a tile
+__global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(AttentionParams p, float scale_log2) {
+  constexpr int kBlocks = D / 64;   // 64-column blocks of a tile
+  constexpr int kTile = kRows * D;  // elements of one tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw_address = SharedAddress(smem_raw);
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
-  bf16* sK = sQ + kRows * D;
-  bf16* sV = sK + kRows * D;
+  bf16* sK = sQ + kTile;      // two buffers: step i's K in buffer i % 2
+  bf16* sV = sK + 2 * kTile;  // two buffers: step i's V in buffer i % 2
   const uint32_t aQ = SharedAddress(sQ), aK = SharedAddress(sK), aV = SharedAddress(sV);
 
   const int m0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
@@ -85,10 +89,32 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
   const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
   const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+  const int S = static_cast<int>(p.S);
+  const int n_end = kCausal ? min(S, m0 + kRows) : S;
+  const int steps = (n_end + kRows - 1) / kRows;
+  // S = Q K^T of step i into acc (issued, not waited for).
+  auto issue_scores = [&](float(&acc)[32], int i) {
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(acc, KMajorDesc(aQ, ks), KMajorDesc(aK + (i & 1) * kTile * 2, ks), ks > 0);
+    WgmmaCommit();
+  };
 
+  // Q and K of step 0; then V of step 0 and K of step 1.
   LoadTileAsync<D>(sQ, q, p.q_stride_t, m0, static_cast<int>(p.T));
-  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, static_cast<int>(p.S));
+  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, S);
   CpAsyncCommit();
+  LoadTileAsync<D>(sV, v, p.v_stride_t, 0, S);
+  if (steps > 1) LoadTileAsync<D>(sK + kTile, k, p.k_stride_t, kRows, S);
+  CpAsyncCommit();
+  CpAsyncWait<1>();  // Q, K of step 0
+  FenceProxyAsyncShared();
+  __syncthreads();
+  float s[32];
+  issue_scores(s, 0);
+  WgmmaWait<0>();
+  WgmmaFenceOperands(s);
 
   float o[kBlocks][32];
 #pragma unroll
@@ -97,31 +123,22 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
-  const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kRows) : static_cast<int>(p.S);
 
-  for (int n0 = 0; n0 < n_end; n0 += kRows) {
-    CpAsyncWait<0>();         // K of this step (and Q in the first)
+  // Step i (FlashAttention-3's intra-warpgroup overlap): Q K^T of step i + 1 runs on the tensor cores under
+  // the softmax of step i, then P V of step i; the tiles of later steps load a whole step ahead (K of i + 2
+  // into K buffer i % 2, V of i + 1 into V buffer (i + 1) % 2, both free once every thread has passed the
+  // barrier after waiting for Q K^T of step i and P V of step i - 1).
+  for (int step = 0; step < steps; ++step) {
+    const int n0 = step * kRows;
+    const bool next = step + 1 < steps;
+    CpAsyncWait<0>();         // V of this step, K of the next
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
-    __syncthreads();          // every thread's P V of the previous step has retired: sV is free
-    LoadTileAsync<D>(sV, v, p.v_stride_t, n0, static_cast<int>(p.S));
+    __syncthreads();
+    if (step + 2 < steps) LoadTileAsync<D>(sK + (step & 1) * kTile, k, p.k_stride_t, n0 + 2 * kRows, S);
+    if (next) LoadTileAsync<D>(sV + ((step + 1) & 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
     CpAsyncCommit();
-
-    float s[32];
-    WgmmaFence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      WgmmaM64N64K16<false>(s, KMajorDesc(aQ, ks), KMajorDesc(aK, ks), ks > 0);
-    WgmmaCommit();
-    WgmmaWait<0>();
-    WgmmaFenceOperands(s);
-
-    CpAsyncWait<0>();  // V of this step
-    FenceProxyAsyncShared();
-    __syncthreads();  // V visible to all; every thread's Q K^T has retired: sK is free
-    if (n0 + kRows < n_end) {
-      LoadTileAsync<D>(sK, k, p.k_stride_t, n0 + kRows, static_cast<int>(p.S));
-      CpAsyncCommit();
-    }
+    float s_next[32];
+    if (next) issue_scores(s_next, step + 1);
 
     // s[4j + 2r + e]: row rows[r], key n0 + 8j + 2c + e (the D layout of wgmma.cuh).
     const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
@@ -167,17 +184,24 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
       pa[kk][2] = Pack(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = Pack(s[8 * kk + 6], s[8 * kk + 7]);
     }
+    const uint32_t v_tile = aV + (step & 1) * kTile * 2;
 #pragma unroll
     for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(o[nb]);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int nb = 0; nb < kBlocks; ++nb) WgmmaM64N64K16<true>(o[nb], pa[kk], MNMajorDesc(aV, kk, nb), true);
+      for (int nb = 0; nb < kBlocks; ++nb)
+        WgmmaM64N64K16<true>(o[nb], pa[kk], MNMajorDesc(v_tile, kk, nb), true);
     WgmmaCommit();
-    WgmmaWait<0>();
+    WgmmaWait<0>();  // Q K^T of the next step and P V of this one
 #pragma unroll
     for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(o[nb]);
+    if (next) {
+      WgmmaFenceOperands(s_next);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = s_next[i];
+    }
   }
 
   bf16* out = static_cast<bf16*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;

@@ -284,6 +284,7 @@ void CheckAttention(const Context& gpu) {
       {1, 130, 50, 2, 2, 128, true, 2, true},   // MHA, fewer keys than queries, causal + mask
       {1, 70, 150, 4, 1, 64, true, 0, true},    // MQA, causal with S > T (keys past T seen by none)
       {1, 160, 200, 2, 1, 128, true, 0, true},  // tiles inside T, S and below the diagonal: no mask work
+      {1, 40, 300, 2, 1, 128, false, 0, true},  // HS 128 not causal, 5 key steps (the wgmma double buffers)
       {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
   };
   failures += CheckWgmmaEmulation();
