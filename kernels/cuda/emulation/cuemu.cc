@@ -45,8 +45,9 @@ size_t dynamic_shared_offset = 0;
 std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
 int compute_capability = 90;
-std::vector<int> chunk_writer;   // per 16 bytes of dynamic shared memory: landing thread + 1 until its fence
-unsigned long block_serial = 0;  // blocks run so far
+std::vector<int> chunk_writer;    // per 16 bytes of dynamic shared memory: landing thread + 1 until its fence
+unsigned long block_serial = 0;   // blocks run so far
+unsigned long launch_serial = 0;  // grids run so far
 std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
 std::vector<unsigned> warp_live_at_release;  // per warp: its live lanes when its last collective released
 int block_threads = 0;
@@ -149,6 +150,7 @@ void RunBlock(int n) {
 
 void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& fn) {
   gridDim = grid, blockDim = block, body = &fn;
+  ++launch_serial;
   const int n = static_cast<int>(block.x * block.y * block.z);
   if (fibers.size() < static_cast<size_t>(n)) fibers.resize(n);
   warp_exchange.assign(static_cast<size_t>((n + 31) / 32) * 2 * 32 * kExchangeWords, 0);
@@ -232,6 +234,7 @@ bool AsyncProxyUnfenced(const void* p) {
   return offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes() && chunk_writer[offset / 16] != 0;
 }
 std::shared_ptr<void>& ThreadExtension() { return fibers[current].extension; }
+unsigned long LaunchSerial() { return launch_serial; }
 void SetComputeCapability(int major, int minor) { compute_capability = 10 * major + minor; }
 int ComputeCapability() { return compute_capability; }
 

@@ -78,6 +78,7 @@ bool AsyncProxyUnfenced(const void* p);
 // State of the calling thread that a fake header keeps across calls (wgmma's pending groups): empty at the
 // start of every block, dropped with the block.
 std::shared_ptr<void>& ThreadExtension();
+unsigned long LaunchSerial();  // kernel launches run so far (fakes report a hazard once per launch)
 
 // The device's compute capability as cudaDeviceGetAttribute reports it (default 9.0, an H100/H200).
 void SetComputeCapability(int major, int minor);

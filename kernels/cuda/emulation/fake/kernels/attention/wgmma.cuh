@@ -40,7 +40,8 @@
 //     wait_group, not at the issue, so overwriting a tile (a cp.async issued, which poisons it) before every
 //     thread waited reads NaN. Register A is taken at the issue (a warp exchange).
 //   - Bytes landed by cp.async that the landing thread did not pass through fence.proxy.async read as NaN
-//     (cuemu::AsyncProxyUnfenced), once reported on stderr.
+//     (cuemu::AsyncProxyUnfenced), reported on stderr once per launch (the self-test's planted case prints
+//     one such line in every run).
 //   - Every operand address must lie in the launch's dynamic shared memory, whose shared window here starts
 //     at address kWindowOffset (not 1024-aligned, so a kernel that does not align its swizzled tiles fails).
 // Not modelled: that all four warps execute each instruction (.sync.aligned), the device's summation order
@@ -137,13 +138,13 @@ inline char* WindowPointer(uint32_t address) {
 inline float ReadOperand(uint32_t address) {
   const char* p = WindowPointer(address);
   if (::cuemu::AsyncProxyUnfenced(p)) {
-    static bool reported = false;
-    if (!reported)
+    static unsigned long reported_launch = 0;  // once per launch
+    if (reported_launch != ::cuemu::LaunchSerial())
       std::fprintf(stderr,
                    "wgmma emulation: operand at 0x%x landed by cp.async without fence.proxy.async (block %u, "
                    "thread %u): read as NaN\n",
                    address, blockIdx.x, threadIdx.x);
-    reported = true;
+    reported_launch = ::cuemu::LaunchSerial();
     return NAN;
   }
   uint16_t bits;
