@@ -286,8 +286,8 @@ san_end=$((budget - 5))
 # their own, after the rest, so a hang or crash in one of them (it ends its process) cannot hide the other
 # cases' results.
 test_parts=(
-  "kernels__attention__attention_cuda_test fa2 -*WgmmaForward*"
-  "kernels__attention__attention_cuda_test wgmma *WgmmaForward*"
+  "kernels__attention__attention_cuda_test fa2 -*Wgmma*"
+  "kernels__attention__attention_cuda_test wgmma *Wgmma*"
 )
 t_pass=0 t_fail=0 t_skip=0
 if [[ "$mode" != --bench-only ]]; then
