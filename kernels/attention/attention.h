@@ -100,6 +100,18 @@ absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams
 enum class AttentionForwardVariant : uint8_t { kPackedV, kLdmatrixV, kWgmma };
 absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
                                          AttentionForwardVariant v);
+
+// Variants of the bf16 backward: kMmaSync is AttentionBackward's (dsum, then the deterministic dq kernel and
+// the dk/dv kernel on mma.sync). kWgmmaDkDv keeps dsum and the dq kernel (dq bitwise AttentionBackward's) and
+// replaces the dk/dv kernel, which holds 4 of the backward's 7 products, by FlashAttention-3's formulation
+// on wgmma (attention_wgmma_cuda.cu): per 64 keys of a kv head, S^T = K Q^T and dP^T = V dO^T with operands
+// in 128B-swizzled shared memory, dV += P^T dO and dK += dS^T Q with P^T, dS^T from registers, summed over
+// the group's query heads in registers (deterministic, no atomics); dk, dv written (=) as AttentionBackward
+// does. sm_90a (compute capability 9.0) and bf16 only, elsewhere Unimplemented (checked before any launch).
+// Not bitwise kMmaSync's dk/dv (another summation order); checked against the CPU kernel with its tolerance.
+enum class AttentionBackwardVariant : uint8_t { kMmaSync, kWgmmaDkDv };
+absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBackwardParams& p,
+                                          AttentionBackwardVariant v);
 }  // namespace cuda
 
 namespace cpu {

@@ -542,8 +542,21 @@ absl::Status LaunchForward(const Context& ctx, const AttentionParams& p, Attenti
   return absl::OkStatus();
 }
 
+}  // namespace
+
+namespace internal {
+// attention_wgmma_cuda.cu: whether ctx's device runs sm_90a code (Unimplemented naming `what` otherwise), and
+// the wgmma dk/dv kernel (after dsum is computed).
+absl::Status RequireSm90a(const Context& ctx, const char* what);
+absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p);
+absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum);
+}  // namespace internal
+
+namespace {
+
 template <int D, bool kCausal>
-absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& bp, float* dsum) {
+absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& bp, float* dsum,
+                            AttentionBackwardVariant variant) {
   const AttentionParams& p = bp.forward;
   const cudaStream_t stream = StreamOf(ctx);
   const int64_t rows = p.B * p.NH * p.T;
@@ -553,6 +566,7 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
                    static_cast<unsigned>(p.B));
   FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqKernel");
+  if (variant == AttentionBackwardVariant::kWgmmaDkDv) return internal::AttentionBackwardDkDvWgmma(ctx, bp, dsum);
   const size_t smem = static_cast<size_t>(2 * 64 + 4 * 32) * (D + 8) * sizeof(bf16) + 4 * 32 * sizeof(float);
   LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvKernel<D, kCausal>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -565,10 +579,6 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
 }
 
 }  // namespace
-
-namespace internal {
-absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p);  // attention_wgmma_cuda.cu
-}  // namespace internal
 
 absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionParams& p,
                                          AttentionForwardVariant v) {
@@ -587,9 +597,16 @@ absl::Status AttentionForward(const Context& ctx, const AttentionParams& p) {
   return AttentionForwardWithVariant(ctx, p, AttentionForwardVariant::kPackedV);
 }
 
-absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
+absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBackwardParams& bp,
+                                          AttentionBackwardVariant v) {
   const AttentionParams& p = bp.forward;
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
+  if (v == AttentionBackwardVariant::kWgmmaDkDv) {
+    if (p.dtype != DType::kBF16)
+      return absl::UnimplementedError(
+          absl::StrCat("attention: the wgmma dk/dv backward runs bf16, not ", DTypeName(p.dtype)));
+    LMF_RETURN_IF_ERROR_STATUS(internal::RequireSm90a(ctx, "the wgmma dk/dv backward"));
+  }
   if (p.dtype == DType::kBF16 && (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv)))
     return absl::InvalidArgumentError("attention backward: dout, dq, dk and dv must be 16-byte aligned");
   if (p.B * p.NH * p.T == 0) return absl::OkStatus();
@@ -597,11 +614,15 @@ absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams
   LMF_RETURN_IF_ERROR_STATUS(dsum.Allocate(ctx, sizeof(float) * p.B * p.NH * p.T));
   if (p.dtype == DType::kF32) return internal::AttentionBackwardF32(ctx, bp, dsum.get<float>());
   if (p.HS == 64) {
-    return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>())
-                    : LaunchBackward<64, false>(ctx, bp, dsum.get<float>());
+    return p.causal ? LaunchBackward<64, true>(ctx, bp, dsum.get<float>(), v)
+                    : LaunchBackward<64, false>(ctx, bp, dsum.get<float>(), v);
   }
-  return p.causal ? LaunchBackward<128, true>(ctx, bp, dsum.get<float>())
-                  : LaunchBackward<128, false>(ctx, bp, dsum.get<float>());
+  return p.causal ? LaunchBackward<128, true>(ctx, bp, dsum.get<float>(), v)
+                  : LaunchBackward<128, false>(ctx, bp, dsum.get<float>(), v);
+}
+
+absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
+  return AttentionBackwardWithVariant(ctx, bp, AttentionBackwardVariant::kMmaSync);
 }
 
 }  // namespace lmf::kernels::cuda

@@ -126,10 +126,11 @@ class AttentionTest : public testing::GpuTest, public ::testing::WithParamInterf
 // dt kBF16: the plain-bf16 rule above. dt kF32 (the CUDA-core kernels): within rtol 1e-4, atol 2e-5 of the
 // CPU result; both compute in fp32, in different orders, and the gradients pass through dP - D, a difference
 // of O(1) terms, so absolute errors of a few 1e-6 are expected.
-// `wgmma`: the forward is AttentionForwardVariant::kWgmma (the backward, as always, the FA2 kernels on its
-// out and lse).
+// `wgmma`: the forward is AttentionForwardVariant::kWgmma. `backward`: the backward variant; with
+// kWgmmaDkDv its dq must also be bitwise the FA2 backward's (the same dq kernel on the same inputs).
 void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed,
-                   DType dt = DType::kBF16, bool wgmma = false) {
+                   DType dt = DType::kBF16, bool wgmma = false,
+                   AttentionBackwardVariant backward = AttentionBackwardVariant::kMmaSync) {
   Context cpu = Context::Cpu();
   const int64_t n_qkv = g.B * g.rows() * g.width(), n_out = g.B * g.T * g.NH * g.HS, n_lse = g.B * g.NH * g.T;
   const auto qkv = RandomNormal(n_qkv, seed), dout = RandomNormal(n_out, seed + 1);
@@ -165,10 +166,23 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
     gbp.dq = base, gbp.dk = base + g.NH * g.HS * es, gbp.dv = base + (g.NH + g.NKV) * g.HS * es;
   };
   set_grads(gdqkv);
-  s = cuda::AttentionBackward(gctx, gbp);
+  s = cuda::AttentionBackwardWithVariant(gctx, gbp, backward);
   ASSERT_TRUE(s.ok()) << s;
   set_grads(gdqkv2);
-  ASSERT_TRUE(cuda::AttentionBackward(gctx, gbp).ok());
+  ASSERT_TRUE(cuda::AttentionBackwardWithVariant(gctx, gbp, backward).ok());
+  if (backward == AttentionBackwardVariant::kWgmmaDkDv) {
+    DeviceBuffer gdqkv3(n_qkv, dt);
+    set_grads(gdqkv3);
+    ASSERT_TRUE(cuda::AttentionBackward(gctx, gbp).ok());
+    const std::vector<float> a = gdqkv.ToFloats(), b = gdqkv3.ToFloats();
+    int64_t dq_differs = 0;
+    for (int64_t r = 0; r < g.B * g.rows(); ++r)
+      for (int64_t i = 0; i < g.NH * g.HS; ++i) {
+        const float x = a[r * g.width() + i], y = b[r * g.width() + i];
+        dq_differs += !(x == y || (std::isnan(x) && std::isnan(y)));
+      }
+    EXPECT_EQ(dq_differs, 0) << "wgmma dk/dv backward: dq not bitwise the FA2 backward's";
+  }
 
   EXPECT_EQ(gdqkv.Bytes(), gdqkv2.Bytes()) << "attention backward differs between two identical runs";
   // Fused rows past T (the q columns) or past S (the k, v columns) hold no gradient: the kernels must leave
@@ -279,6 +293,26 @@ TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
                 DType::kBF16, true);
 }
 
+// The backward with the Hopper dk/dv kernel (wgmma) on the same shapes, after the FA2 forward: dk, dv by
+// the same tolerance rule as the mma.sync backward (not bitwise), dq bitwise the FA2 backward's.
+TEST_P(AttentionTest, WgmmaBackwardMatchesCpu) {
+  if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma dk/dv backward needs an sm_90 (H100/H200) device";
+  const auto [hs, causal] = GetParam();
+  constexpr auto kWgmmaBwd = AttentionBackwardVariant::kWgmmaDkDv;
+  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, false,
+                kWgmmaBwd);
+  const int64_t T = 77;
+  std::vector<uint8_t> mask(T * T, 1);
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
+  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
+  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 1600 + hs + causal, DType::kBF16, false,
+                kWgmmaBwd);
+  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1700 + hs + causal,
+                DType::kBF16, false, kWgmmaBwd);
+  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal,
+                DType::kBF16, false, kWgmmaBwd);
+}
+
 TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
   const auto [hs, causal] = GetParam();
   RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 500 + hs + causal, DType::kF32);
@@ -318,6 +352,21 @@ TEST_F(AttentionLimitsTest, WgmmaForwardIsRefusedInF32AndOffHopper) {
   if (IsSm90(ctx())) GTEST_SKIP() << "sm_90 device: the bf16 wgmma forward runs (WgmmaForwardMatchesCpu)";
   p.dtype = DType::kBF16;
   EXPECT_EQ(cuda::AttentionForwardWithVariant(ctx(), p, AttentionForwardVariant::kWgmma).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(AttentionLimitsTest, WgmmaBackwardIsRefusedInF32AndOffHopper) {
+  Geometry g{1, 16, 2, 2, 64, false};
+  DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16),
+      lse(32, DType::kF32), grads(g.B * g.T * g.width(), DType::kBF16);
+  AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
+  AttentionBackwardParams bp;
+  bp.forward = p, bp.dout = out.get(), bp.dq = grads.get(), bp.dk = grads.get(), bp.dv = grads.get();
+  EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, AttentionBackwardVariant::kWgmmaDkDv).code(),
+            absl::StatusCode::kUnimplemented);  // f32
+  if (IsSm90(ctx())) GTEST_SKIP() << "sm_90 device: the bf16 wgmma backward runs (WgmmaBackwardMatchesCpu)";
+  bp.forward.dtype = DType::kBF16;
+  EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, AttentionBackwardVariant::kWgmmaDkDv).code(),
             absl::StatusCode::kUnimplemented);
 }
 

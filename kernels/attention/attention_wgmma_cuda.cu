@@ -1,7 +1,10 @@
-// The Hopper (sm_90a) bf16 attention forward, AttentionForwardVariant::kWgmma (attention.h): the
-// FlashAttention-2 forward of attention_cuda.cu with its tensor-core products on wgmma (wgmma.cuh) instead of
-// mma.sync. Same contract: bf16 q, k, v, out with 16-byte aligned rows, fp32 lse written, causal and/or a
-// mask tensor, GQA/MQA by kv-head indexing, HS 64 or 128, any T and S; out and lse are written (=).
+// The Hopper (sm_90a) bf16 attention kernels on wgmma (wgmma.cuh) instead of mma.sync: the forward,
+// AttentionForwardVariant::kWgmma (attention.h), and below it the dk/dv kernel of the backward variant
+// AttentionBackwardVariant::kWgmmaDkDv (its dsum and dq kernels are attention_cuda.cu's). Same contract as
+// attention_cuda.cu's kernels: bf16 q, k, v, out with 16-byte aligned rows, fp32 lse, causal and/or a mask
+// tensor, GQA/MQA by kv-head indexing, HS 64 or 128, any T and S; out and lse, dk and dv are written (=).
+//
+// The forward:
 //
 // Shape: one warpgroup (128 threads) per block and 64 queries (the m64 of wgmma: warp w owns rows
 // 16w..16w+15), 64 keys per step. S = Q K^T is m64n64k16 with both operands in shared memory, K-major
@@ -238,21 +241,220 @@ absl::Status LaunchWgmmaForward(const Context& ctx, const AttentionParams& p) {
   return absl::OkStatus();
 }
 
+// The dk/dv backward (AttentionBackwardVariant::kWgmmaDkDv), FlashAttention-3's formulation: one warpgroup
+// per 64 keys of one kv head (warp w owns keys 16w..16w+15, the m64 rows of every product), looping over the
+// group's query heads and, per head, the 64-query blocks that see those keys (from the key block's own
+// block when causal). Per step:
+//   S^T = K Q^T, dP^T = V dO^T   (64 keys x 64 queries; A = K or V, B = Q or dO, all K-major in smem)
+//   P^T = exp2(S^T scale log2(e) - lse2)   (lse2 = lse log2(e) of the query: per COLUMN of S^T)
+//   dS^T = P^T o (dP^T - dsum)             (dsum per query: per column)
+//   dV += P^T dO, dK += dS^T Q   (A = P^T, dS^T rounded to bf16 from the accumulators; B = dO, Q MN-major)
+// dK, dV stay in fp32 registers across all steps and are written (=) once, dK times scale: the FA2 kernel's
+// contract and arithmetic per element (the same masking predicates, exp2 argument, bf16 rounding of P^T and
+// dS^T), in another summation order. The two first products are two commit groups: P^T is computed under
+// dP^T, and dV += P^T dO is issued before dS^T is computed, so each elementwise stage runs under a product.
+// Q, dO (and the steps' lse2 and dsum, plain stores) of the next step load by cp.async into the other of two
+// buffers during this step. Shared memory: K, V, 2 x Q, 2 x dO tiles of 64 x HS bf16 (128B-swizzled like the
+// forward's), 2 x 64 lse2 and dsum, 1 KiB of alignment: 50 / 98 KiB at HS 64 / 128. Registers: dK and dV
+// (64 / 128 f32 per thread at HS 64 / 128), S^T and dP^T (32 each): __launch_bounds__(128, 2), 255 at most.
+constexpr size_t WgmmaDkDvSharedBytes(int d) {
+  return 6 * static_cast<size_t>(kRows) * d * 2 + 4 * kRows * sizeof(float) + 1024;
+}
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 2)
+    FlashBackwardDkDvWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
+  constexpr int kBlocks = D / 64;
+  constexpr int kTile = kRows * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_address = SharedAddress(smem_raw);
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
+  bf16* sV = sK + kTile;
+  bf16* sQ = sV + kTile;       // two buffers: step i's Q in buffer i % 2
+  bf16* sO = sQ + 2 * kTile;   // two buffers: step i's dO
+  float* sL = reinterpret_cast<float*>(sO + 2 * kTile);  // [2][64] lse2 of the step's queries
+  float* sD = sL + 2 * kRows;                            // [2][64] dsum
+  const uint32_t aK = SharedAddress(sK), aV = SharedAddress(sV), aQ = SharedAddress(sQ),
+                 aO = SharedAddress(sO);
+
+  const AttentionParams& p = bp.forward;
+  const int n0 = blockIdx.x * kRows, kvh = blockIdx.y, b = blockIdx.z;
+  const int group = static_cast<int>(p.NH / p.NKV), h_begin = kvh * group;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int T = static_cast<int>(p.T);
+  const int m_begin = kCausal ? n0 : 0;  // query blocks before the key block see none of its keys
+  const int blocks_per_head = m_begin < T ? (T - m_begin + kRows - 1) / kRows : 0;
+  const int steps = group * blocks_per_head;
+  // Issues Q, dO of step i (head h_begin + i / blocks_per_head) into buffer i % 2 as one cp.async group and
+  // stores its lse2 and dsum (zero-filled / -inf past T).
+  auto load_step = [&](int i) {
+    const int h = h_begin + i / blocks_per_head, m0 = m_begin + (i % blocks_per_head) * kRows, buf = i & 1;
+    LoadTileAsync<D>(sQ + buf * kTile, static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h,
+                     p.q_stride_t, m0, T);
+    LoadTileAsync<D>(sO + buf * kTile,
+                     static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h,
+                     p.out_stride_t, m0, T);
+    CpAsyncCommit();
+    const int64_t stat = (static_cast<int64_t>(b) * p.NH + h) * p.T;
+    for (int r = threadIdx.x; r < kRows; r += kThreads) {
+      const bool in = m0 + r < T;
+      sL[buf * kRows + r] = in ? p.lse[stat + m0 + r] * kLog2e : -INFINITY;
+      sD[buf * kRows + r] = in ? dsum[stat + m0 + r] : 0.0f;
+    }
+  };
+
+  float dk[kBlocks][32], dv[kBlocks][32];
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dk[nb][i] = dv[nb][i] = 0.0f;
+  const int keys[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
+  if (steps > 0) {  // K and V in the first step's cp.async group
+    LoadTileAsync<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t,
+                     n0, static_cast<int>(p.S));
+    LoadTileAsync<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t,
+                     n0, static_cast<int>(p.S));
+    load_step(0);
+  }
+  for (int step = 0; step < steps; ++step) {
+    const int h = h_begin + step / blocks_per_head, m0 = m_begin + (step % blocks_per_head) * kRows;
+    const int buf = step & 1;
+    CpAsyncWait<0>();         // this step's Q, dO (and K, V at step 0)
+    FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
+    __syncthreads();          // ... and lse2, dsum; every thread retired the previous step's wgmma
+    if (step + 1 < steps) load_step(step + 1);
+    const uint32_t q_tile = aQ + buf * kTile * 2, o_tile = aO + buf * kTile * 2;
+    const float* lse2 = sL + buf * kRows;
+    const float* ds = sD + buf * kRows;
+
+    float st[32], dpt[32];  // S^T, dP^T: st[4j + 2r + e] is key keys[r], query m0 + 8j + 2c + e
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(st, KMajorDesc(aK, ks), KMajorDesc(q_tile, ks), ks > 0);
+    WgmmaCommit();
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(dpt, KMajorDesc(aV, ks), KMajorDesc(o_tile, ks), ks > 0);
+    WgmmaCommit();
+    WgmmaWait<1>();  // S^T (dP^T runs on)
+    WgmmaFenceOperands(st);
+
+    const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = 8 * j + 2 * c + (e & 1);
+        const bool hidden = lse2[qi] == -INFINITY ||
+                            (mask_tile && Masked(p, kCausal, b, h, m0 + qi, keys[e >> 1]));
+        st[4 * j + e] = hidden ? 0.0f : exp2f(st[4 * j + e] * scale_log2 - lse2[qi]);  // P^T
+      }
+    // P^T's A fragments: queries 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pa[kk][i] = Pack(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dv[nb]);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < kBlocks; ++nb)
+        WgmmaM64N64K16<true>(dv[nb], pa[kk], MNMajorDesc(o_tile, kk, nb), true);
+    WgmmaCommit();
+    WgmmaWait<1>();  // dP^T (dV += P^T dO runs on)
+    WgmmaFenceOperands(dpt);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ds[8 * j + 2 * c + (e & 1)]);
+    uint32_t da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) da[kk][i] = Pack(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dk[nb]);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < kBlocks; ++nb)
+        WgmmaM64N64K16<true>(dk[nb], da[kk], MNMajorDesc(q_tile, kk, nb), true);
+    WgmmaCommit();
+    WgmmaWait<0>();  // dV and dK: their operand buffers are reloaded after the next step's barrier
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dk[nb]), WgmmaFenceOperands(dv[nb]);
+  }
+
+  bf16* dkp = static_cast<bf16*>(bp.dk) + b * p.k_stride_b + kvh * p.k_stride_h;
+  bf16* dvp = static_cast<bf16*>(bp.dv) + b * p.v_stride_b + kvh * p.v_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= p.S) continue;
+    bf16* kr = dkp + static_cast<int64_t>(keys[r]) * p.k_stride_t;
+    bf16* vr = dvp + static_cast<int64_t>(keys[r]) * p.v_stride_t;
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = nb * 64 + 8 * j + 2 * c;
+        *reinterpret_cast<__nv_bfloat162*>(kr + col) =
+            __floats2bfloat162_rn(dk[nb][4 * j + 2 * r] * scale, dk[nb][4 * j + 2 * r + 1] * scale);
+        *reinterpret_cast<__nv_bfloat162*>(vr + col) =
+            __floats2bfloat162_rn(dv[nb][4 * j + 2 * r], dv[nb][4 * j + 2 * r + 1]);
+      }
+  }
+}
+
+template <int D, bool kCausal>
+absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum) {
+  const AttentionParams& p = bp.forward;
+  const size_t smem = WgmmaDkDvSharedBytes(D);
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvWgmmaKernel<D, kCausal>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((p.S + kRows - 1) / kRows), static_cast<unsigned>(p.NKV),
+                  static_cast<unsigned>(p.B));
+  FlashBackwardDkDvWgmmaKernel<D, kCausal>
+      <<<grid, kThreads, smem, StreamOf(ctx)>>>(bp, dsum, p.scale * kLog2e, p.scale);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDkDvWgmmaKernel");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace internal {
 
-// Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.
-absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p) {
+absl::Status RequireSm90a(const Context& ctx, const char* what) {
   int major = 0, minor = 0;
   LMF_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device.index));
   LMF_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx.device.index));
   if (major != 9 || minor != 0)
-    return absl::UnimplementedError(
-        absl::StrCat("attention: the wgmma forward runs on sm_90a (H100/H200) only; ", "device ",
-                     ctx.device.index, " is sm_", major, minor));
+    return absl::UnimplementedError(absl::StrCat("attention: ", what, " runs on sm_90a (H100/H200) only; ",
+                                                 "device ", ctx.device.index, " is sm_", major, minor));
+  return absl::OkStatus();
+}
+
+// Called by AttentionBackwardWithVariant (kWgmmaDkDv) after its checks (bf16, sm_90a) and the dsum kernel,
+// for B * NH * T > 0.
+absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp,
+                                        const float* dsum) {
+  const AttentionParams& p = bp.forward;
+  if (p.HS == 64)
+    return p.causal ? LaunchWgmmaDkDv<64, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<64, false>(ctx, bp, dsum);
+  return p.causal ? LaunchWgmmaDkDv<128, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<128, false>(ctx, bp, dsum);
+}
+
+// Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.
+absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p) {
+  LMF_RETURN_IF_ERROR_STATUS(RequireSm90a(ctx, "the wgmma forward"));
   if (p.HS == 64)
     return p.causal ? LaunchWgmmaForward<64, true>(ctx, p) : LaunchWgmmaForward<64, false>(ctx, p);
   return p.causal ? LaunchWgmmaForward<128, true>(ctx, p) : LaunchWgmmaForward<128, false>(ctx, p);

@@ -1,6 +1,7 @@
 // Runs the CUDA attention kernels (attention_cuda.cu: bf16 FlashAttention-2 on mma.sync, emulated from the
-// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward on wgmma,
-// fake/kernels/attention/wgmma.cuh, after that fake's self-test in wgmma_check.cc; attention_f32_cuda.cu: f32
+// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and dk/dv
+// backward kernel on wgmma, fake/kernels/attention/wgmma.cuh, after that fake's self-test in wgmma_check.cc
+// (the backward variant's dq is checked bitwise against the FA2 backward's); attention_f32_cuda.cu: f32
 // on CUDA cores) forward and backward against the CPU attention kernel, and the column sums
 // (column_sum_cuda.cu, the bias gradient) against a plain sum, through the CPU emulation of cuemu.h (built
 // and run by run.sh with emulation_check.cc, whose main calls these).
@@ -115,7 +116,8 @@ void Expect(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
 }
 
-// ATTENTION_ONLY=wgmma (with EMULATION_ONLY=attention): only the wgmma forward's checks and self-test.
+// ATTENTION_ONLY=wgmma (with EMULATION_ONLY=attention): only the bf16 cases (the wgmma forward, both
+// backwards) and the fake wgmma's self-test.
 bool WgmmaOnly() {
   const char* only = std::getenv("ATTENTION_ONLY");
   return only != nullptr && std::strcmp(only, "wgmma") == 0;
@@ -217,9 +219,8 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
       for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && got3[1 * c.NH * c.HS + d] == 0.0f;
       Expect(row_ok, name + " wgmma: fully masked query: out 0, lse -inf");
     }
-    if (WgmmaOnly()) return;
   }
-  if (dt == DType::kBF16) {  // the ldmatrix variant of the forward: bitwise the same out and lse
+  if (dt == DType::kBF16 && !WgmmaOnly()) {  // the ldmatrix variant of the forward: bitwise the same out and lse
     Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
     AttentionParams p2 = p;
     p2.out = go2.get(), p2.lse = glse2.as<float>();
@@ -257,6 +258,31 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   };
   Expect(same(gq, q, lq) && same(gk, k, lk) && same(gv, v, lk) && same(gd, dout, lo),
          name + " q, k, v, dout (and their pads) untouched");
+
+  if (dt == DType::kBF16) {
+    // The backward with the wgmma dk/dv kernel (on the same forward out and lse): dq is the FA2 kernel's, so
+    // bitwise the same; dk, dv against the reference with the FA2 backward's tolerance; no pad written.
+    Buf wdq(lq.size(), dt), wdk(lk.size(), dt), wdv(lk.size(), dt);
+    AttentionBackwardParams wbp = bp;
+    wbp.dq = wdq.get(), wbp.dk = wdk.get(), wbp.dv = wdv.get();
+    ExpectOk(name + " backward (wgmma dk/dv)",
+             kc::AttentionBackwardWithVariant(gpu, wbp, kc::AttentionBackwardVariant::kWgmmaDkDv));
+    int64_t wpads = 0;
+    const std::vector<float> wgot_dk = Gather(wdk, lk, dt, &wpads), wgot_dv = Gather(wdv, lk, dt, &wpads);
+    Expect(std::memcmp(wdq.get(), gdq.get(), lq.size() * 2) == 0,
+           name + " wgmma dk/dv backward: dq bitwise the FA2 backward's");
+    CheckScaled(name + " dk (wgmma)", wgot_dk, dk, grad_tol);
+    CheckScaled(name + " dv (wgmma)", wgot_dv, dv, grad_tol);
+    Expect(wpads == 0, name + " wgmma dk/dv: nothing written in the row pads of dk, dv");
+    if (c.mask != 0 && (c.mask == 2 || c.NH == c.NKV)) {
+      bool key_ok = true;
+      for (int64_t d = 0; d < c.HS; ++d) {
+        const int64_t i = (c.S - 1) * c.NKV * c.HS + d;
+        key_ok = key_ok && wgot_dk[i] == 0.0f && wgot_dv[i] == 0.0f;
+      }
+      Expect(key_ok, name + " wgmma: key seen by no query: dk = dv = 0");
+    }
+  }
 
   if (c.mask != 0) {  // batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query
     bool row_ok = got_out.size() > 0 && glse.floats()[1] == -INFINITY;
@@ -309,6 +335,20 @@ void CheckAttention(const Context& gpu) {
   ::cuemu::SetComputeCapability(9, 0);
   Expect(sm80.code() == absl::StatusCode::kUnimplemented,
          "attention wgmma on sm_80 refused: " + sm80.ToString());
+  // The wgmma dk/dv backward: the same two refusals, before any launch (dq, dk, dv stay untouched).
+  std::vector<float> grads(8 * 2 * 64, 7.0f);
+  AttentionBackwardParams wb;
+  wb.forward = w, wb.dout = x.data(), wb.dq = grads.data(), wb.dk = grads.data(), wb.dv = grads.data();
+  wb.forward.dtype = DType::kF32;
+  const absl::Status bf32 = kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
+  Expect(bf32.code() == absl::StatusCode::kUnimplemented,
+         "attention wgmma dk/dv backward f32 refused: " + bf32.ToString());
+  wb.forward.dtype = DType::kBF16;
+  ::cuemu::SetComputeCapability(8, 0);
+  const absl::Status b80 = kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
+  ::cuemu::SetComputeCapability(9, 0);
+  Expect(b80.code() == absl::StatusCode::kUnimplemented && grads[0] == 7.0f,
+         "attention wgmma dk/dv backward on sm_80 refused: " + b80.ToString());
 }
 
 void CheckColumnSum(const Context& gpu) {
