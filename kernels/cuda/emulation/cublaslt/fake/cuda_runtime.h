@@ -3,7 +3,8 @@
 // Its own header rather than ../../fake/cuda_runtime.h (which the CUDA kernels' emulation needs and changes
 // for its own purposes): work happens at once on the calling thread (streams are tags, every event is
 // complete; an event records the emulated clock, fake_cuda::clock_ms, which the fake cuBLASLt advances by
-// each algorithm's emulated run time, so the autotuner's timings are the check's to choose), cudaMalloc hands out host memory poisoned with 0xff (NaN in f32 and bf16) and cudaFree
+// each algorithm's emulated run time, so the autotuner's timings are the check's to choose, and each record
+// by 1 us), cudaMalloc hands out host memory poisoned with 0xff (NaN in f32 and bf16) and cudaFree
 // rejects a pointer it did not hand out. Not part of the Bazel build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
@@ -58,6 +59,9 @@ inline std::mutex mu;
 inline std::set<void*> live_allocations;
 inline int current_device = 0;
 inline double clock_ms = 0.0;  // emulated device time, advanced by the fake cuBLASLt's matmuls
+// And by each event record, so that work between two events (an op without a GEMM) takes some time, as on a
+// device: 1 us.
+constexpr double kEventRecordMs = 1e-3;
 }  // namespace fake_cuda
 
 // A launch past the device limits (cuemu::LaunchAllowed) is the one launch error, as in ../../fake.
@@ -140,6 +144,7 @@ inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithF
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
   if (e == nullptr) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(fake_cuda::mu);
+  fake_cuda::clock_ms += fake_cuda::kEventRecordMs;
   e->recorded_ms = fake_cuda::clock_ms;
   return cudaSuccess;
 }
