@@ -144,13 +144,18 @@ int Main() {
     end_phase(2);
     kernels::Synchronize(ctx);
   };
-  for (int i = 0; i < warmup; ++i) step(nullptr);
-  std::vector<double> ms;
-  for (int i = 0; i < steps; ++i) {
-    const Clock::time_point started = Clock::now();
-    step(nullptr);
-    ms.push_back(MillisecondsSince(started));
-  }
+  // `warmup` untimed steps, then the ms of each of `steps` timed ones.
+  auto time_steps = [&] {
+    for (int i = 0; i < warmup; ++i) step(nullptr);
+    std::vector<double> ms;
+    for (int i = 0; i < steps; ++i) {
+      const Clock::time_point started = Clock::now();
+      step(nullptr);
+      ms.push_back(MillisecondsSince(started));
+    }
+    return ms;
+  };
+  std::vector<double> ms = time_steps();
   std::sort(ms.begin(), ms.end());
   const double median_ms = ms[ms.size() / 2];
   const double tokens_per_second = static_cast<double>(b * t) / (median_ms * 1e-3);
@@ -192,15 +197,8 @@ int Main() {
   double tuned_tokens_per_second = 0;
   if (absl::GetFlag(FLAGS_gemm_autotune)) {
     (*cuda)->set_gemm_autotune(true);
-    for (int i = 0; i < warmup; ++i) step(nullptr);
-    std::vector<double> tuned_ms;
-    for (int i = 0; i < steps; ++i) {
-      const Clock::time_point started = Clock::now();
-      step(nullptr);
-      tuned_ms.push_back(MillisecondsSince(started));
-    }
+    const double tuned_median = Median(time_steps());
     (*cuda)->set_gemm_autotune(false);
-    const double tuned_median = Median(tuned_ms);
     tuned_tokens_per_second = static_cast<double>(b * t) / (tuned_median * 1e-3);
     std::printf("with run.gemm_autotune: %.2f ms/step (median of %d), %.0f tokens/s, %s; %.3fx the default\n",
                 tuned_median, steps, tuned_tokens_per_second, mfu(tuned_tokens_per_second).c_str(),
