@@ -549,7 +549,8 @@ namespace internal {
 // the wgmma dk/dv kernel (after dsum is computed).
 absl::Status RequireSm90a(const Context& ctx, const char* what);
 absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p);
-absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum);
+absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp,
+                                        const float* dsum);
 }  // namespace internal
 
 namespace {
@@ -566,7 +567,8 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
                    static_cast<unsigned>(p.B));
   FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqKernel");
-  if (variant == AttentionBackwardVariant::kWgmmaDkDv) return internal::AttentionBackwardDkDvWgmma(ctx, bp, dsum);
+  if (variant == AttentionBackwardVariant::kWgmmaDkDv)
+    return internal::AttentionBackwardDkDvWgmma(ctx, bp, dsum);
   const size_t smem = static_cast<size_t>(2 * 64 + 4 * 32) * (D + 8) * sizeof(bf16) + 4 * 32 * sizeof(float);
   LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvKernel<D, kCausal>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -84,8 +84,8 @@ int Main() {
     return 4.0 * B * NH * c.T * c.T * c.hs * (c.causal ? 0.5 : 1.0);
   };
 
-  std::printf("FlashAttention-2 (mma.sync)\n%-22s %9s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms", "TFLOP/s",
-              "vs torch", "ldsm ms", "bwd ms", "TFLOP/s", "vs torch", "of FA3");
+  std::printf("FlashAttention-2 (mma.sync)\n%-22s %9s %9s %9s %9s %9s %9s %9s %8s\n", "case", "fwd ms",
+              "TFLOP/s", "vs torch", "ldsm ms", "bwd ms", "TFLOP/s", "vs torch", "of FA3");
   std::fflush(stdout);
   for (const Case& c : cases) {
     const int64_t B = kTokens / c.T, NH = kChannels / c.hs;
@@ -95,7 +95,8 @@ int Main() {
     const double fwd_ldsm = bench::MedianMs(ctx.stream, [&] {
       ok = ok && cuda::AttentionForwardWithVariant(ctx, x.p, AttentionForwardVariant::kLdmatrixV).ok();
     });
-    const double bwd = bench::MedianMs(ctx.stream, [&] { ok = ok && cuda::AttentionBackward(ctx, x.bp).ok(); });
+    const double bwd =
+        bench::MedianMs(ctx.stream, [&] { ok = ok && cuda::AttentionBackward(ctx, x.bp).ok(); });
     if (!ok) {
       std::printf("%-22s failed\n", c.label.c_str());
       std::fflush(stdout);
@@ -112,9 +113,10 @@ int Main() {
     std::printf("wgmma variants: not measured (sm_%d%d; they run on sm_90 only)\n", major, minor);
     return 0;
   }
-  std::printf("\nHopper (wgmma forward; backward with the wgmma dk/dv kernel, FA2 dsum and dq)\n"
-              "%-22s %9s %9s %9s %9s %9s %9s\n",
-              "case", "fwd ms", "TFLOP/s", "vs torch", "bwd ms", "TFLOP/s", "vs torch");
+  std::printf(
+      "\nHopper (wgmma forward; backward with the wgmma dk/dv kernel, FA2 dsum and dq)\n"
+      "%-22s %9s %9s %9s %9s %9s %9s\n",
+      "case", "fwd ms", "TFLOP/s", "vs torch", "bwd ms", "TFLOP/s", "vs torch");
   std::fflush(stdout);
   for (const Case& c : cases) {
     const int64_t B = kTokens / c.T, NH = kChannels / c.hs;

@@ -264,15 +264,16 @@ constexpr size_t WgmmaDkDvSharedBytes(int d) {
 
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 2)
-    FlashBackwardDkDvWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
+    FlashBackwardDkDvWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2,
+                                 float scale) {
   constexpr int kBlocks = D / 64;
   constexpr int kTile = kRows * D;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw_address = SharedAddress(smem_raw);
   bf16* sK = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
   bf16* sV = sK + kTile;
-  bf16* sQ = sV + kTile;       // two buffers: step i's Q in buffer i % 2
-  bf16* sO = sQ + 2 * kTile;   // two buffers: step i's dO
+  bf16* sQ = sV + kTile;                                 // two buffers: step i's Q in buffer i % 2
+  bf16* sO = sQ + 2 * kTile;                             // two buffers: step i's dO
   float* sL = reinterpret_cast<float*>(sO + 2 * kTile);  // [2][64] lse2 of the step's queries
   float* sD = sL + 2 * kRows;                            // [2][64] dsum
   const uint32_t aK = SharedAddress(sK), aV = SharedAddress(sV), aQ = SharedAddress(sQ),
@@ -348,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = 8 * j + 2 * c + (e & 1);
-        const bool hidden = lse2[qi] == -INFINITY ||
-                            (mask_tile && Masked(p, kCausal, b, h, m0 + qi, keys[e >> 1]));
+        const bool hidden =
+            lse2[qi] == -INFINITY || (mask_tile && Masked(p, kCausal, b, h, m0 + qi, keys[e >> 1]));
         st[4 * j + e] = hidden ? 0.0f : exp2f(st[4 * j + e] * scale_log2 - lse2[qi]);  // P^T
       }
     // P^T's A fragments: queries 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
@@ -372,7 +373,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ds[8 * j + 2 * c + (e & 1)]);
+      for (int e = 0; e < 4; ++e)
+        dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ds[8 * j + 2 * c + (e & 1)]);
     uint32_t da[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)

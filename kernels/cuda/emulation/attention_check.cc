@@ -220,7 +220,8 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
       Expect(row_ok, name + " wgmma: fully masked query: out 0, lse -inf");
     }
   }
-  if (dt == DType::kBF16 && !WgmmaOnly()) {  // the ldmatrix variant of the forward: bitwise the same out and lse
+  // The ldmatrix variant of the forward: bitwise the same out and lse.
+  if (dt == DType::kBF16 && !WgmmaOnly()) {
     Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
     AttentionParams p2 = p;
     p2.out = go2.get(), p2.lse = glse2.as<float>();
@@ -340,12 +341,14 @@ void CheckAttention(const Context& gpu) {
   AttentionBackwardParams wb;
   wb.forward = w, wb.dout = x.data(), wb.dq = grads.data(), wb.dk = grads.data(), wb.dv = grads.data();
   wb.forward.dtype = DType::kF32;
-  const absl::Status bf32 = kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
+  const absl::Status bf32 =
+      kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
   Expect(bf32.code() == absl::StatusCode::kUnimplemented,
          "attention wgmma dk/dv backward f32 refused: " + bf32.ToString());
   wb.forward.dtype = DType::kBF16;
   ::cuemu::SetComputeCapability(8, 0);
-  const absl::Status b80 = kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
+  const absl::Status b80 =
+      kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
   ::cuemu::SetComputeCapability(9, 0);
   Expect(b80.code() == absl::StatusCode::kUnimplemented && grads[0] == 7.0f,
          "attention wgmma dk/dv backward on sm_80 refused: " + b80.ToString());
