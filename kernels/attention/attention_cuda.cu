@@ -141,32 +141,9 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
     const bool mask_tile = TileNeedsMask(p, kCausal, m0, kBM, n0, kBN);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = s[j][2 * r + e] * scale_log2;
-          if (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + j * 8 + 2 * c + e)) x = -INFINITY;
-          s[j][2 * r + e] = x;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float new_max = fmaxf(row_max[r], mx);
-      const float use = new_max == -INFINITY ? 0.0f : new_max;
-      const float alpha = exp2f(row_max[r] - use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        s[j][2 * r] = exp2f(s[j][2 * r] - use);
-        s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - use);
-        sum += s[j][2 * r] + s[j][2 * r + 1];
-      }
-      row_sum[r] =
-          row_sum[r] * alpha + sum;  // per-thread partial; the 4 threads of a row are summed at the end
-      row_max[r] = new_max;
+      const float alpha =
+          OnlineSoftmaxRow<kBN / 8>([&](int j, int e) -> float& { return s[j][2 * r + e]; }, p, kCausal,
+                                    mask_tile, b, h, rows[r], n0, c, scale_log2, row_max[r], row_sum[r]);
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) o[i][2 * r] *= alpha, o[i][2 * r + 1] *= alpha;
     }

@@ -1,6 +1,7 @@
 // Which scores the bf16 attention forward kernels hide (attention_cuda.cu's FlashAttention-2 kernels and
 // attention_wgmma_cuda.cu's Hopper forward): the causal, T/S and mask-tensor rules of attention.h, per score
-// and per tile, shared so that every variant masks alike.
+// and per tile, and the online-softmax step that applies them, shared so that every variant masks and
+// normalises alike.
 #ifndef LMFORGE_KERNELS_ATTENTION_ATTENTION_MASK_CUH_
 #define LMFORGE_KERNELS_ATTENTION_ATTENTION_MASK_CUH_
 
@@ -27,6 +28,44 @@ __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, in
 __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries,
                                               int u0, int keys) {
   return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0);
+}
+
+// One online-softmax step (FlashAttention-2) for query `row` over a tile of keys u0.. held as mma.m16n8 /
+// wgmma accumulator fragments: score(j, e) is this thread's score of key u0 + 8j + 2c + e (j < kKeyBlocks,
+// e < 2, c = lane % 4). Scales each to log2 units, hides masked keys (-inf; checked only where mask_tile),
+// takes the row maximum over the row's 4 threads, replaces each score by exp2(score - max) and updates the
+// running max and this thread's partial sum (the row's 4 threads are summed at the end). Returns alpha, the
+// factor the row's output accumulators are to be scaled by.
+template <int kKeyBlocks, typename Score>
+__device__ __forceinline__ float OnlineSoftmaxRow(Score&& score, const AttentionParams& p, bool causal,
+                                                  bool mask_tile, int b, int h, int row, int u0, int c,
+                                                  float scale_log2, float& row_max, float& row_sum) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kKeyBlocks; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float x = score(j, e) * scale_log2;
+      if (mask_tile && Masked(p, causal, b, h, row, u0 + j * 8 + 2 * c + e)) x = -INFINITY;
+      score(j, e) = x;
+      mx = fmaxf(mx, x);
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float new_max = fmaxf(row_max, mx);
+  const float use = new_max == -INFINITY ? 0.0f : new_max;
+  const float alpha = exp2f(row_max - use);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kKeyBlocks; ++j) {
+    score(j, 0) = exp2f(score(j, 0) - use);
+    score(j, 1) = exp2f(score(j, 1) - use);
+    sum += score(j, 0) + score(j, 1);
+  }
+  row_sum = row_sum * alpha + sum;
+  row_max = new_max;
+  return alpha;
 }
 
 }  // namespace lmf::kernels::cuda

@@ -147,31 +147,9 @@ __global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(Attention
     const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = s[4 * j + 2 * r + e] * scale_log2;
-          if (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + j * 8 + 2 * c + e)) x = -INFINITY;
-          s[4 * j + 2 * r + e] = x;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float new_max = fmaxf(row_max[r], mx);
-      const float use = new_max == -INFINITY ? 0.0f : new_max;
-      const float alpha = exp2f(row_max[r] - use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        s[4 * j + 2 * r] = exp2f(s[4 * j + 2 * r] - use);
-        s[4 * j + 2 * r + 1] = exp2f(s[4 * j + 2 * r + 1] - use);
-        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; the row's 4 threads are summed at the end
-      row_max[r] = new_max;
+      const float alpha =
+          OnlineSoftmaxRow<8>([&](int j, int e) -> float& { return s[4 * j + 2 * r + e]; }, p, kCausal,
+                              mask_tile, b, h, rows[r], n0, c, scale_log2, row_max[r], row_sum[r]);
 #pragma unroll
       for (int nb = 0; nb < kBlocks; ++nb)
 #pragma unroll
