@@ -107,9 +107,14 @@ absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionPara
 // on wgmma (attention_wgmma_cuda.cu): per 64 keys of a kv head, S^T = K Q^T and dP^T = V dO^T with operands
 // in 128B-swizzled shared memory, dV += P^T dO and dK += dS^T Q with P^T, dS^T from registers, summed over
 // the group's query heads in registers (deterministic, no atomics); dk, dv written (=) as AttentionBackward
-// does. sm_90a (compute capability 9.0) and bf16 only, elsewhere Unimplemented (checked before any launch).
-// Not bitwise kMmaSync's dk/dv (another summation order); checked against the CPU kernel with its tolerance.
-enum class AttentionBackwardVariant : uint8_t { kMmaSync, kWgmmaDkDv };
+// does. kWgmma runs the whole backward on wgmma: dsum, kWgmmaDkDv's dk/dv kernel (dk, dv bitwise
+// kWgmmaDkDv's) and a wgmma dq kernel for the other 3 products: per 64 queries of a query head, S = Q K^T and
+// dP = dO V^T from shared memory, dQ += dS K with dS from registers and K MN-major, dQ in fp32 registers over
+// the key blocks (each block owns its queries: deterministic, no atomics), written (=) as AttentionBackward
+// does. Both: sm_90a (compute capability 9.0) and bf16 only, elsewhere Unimplemented (checked before any
+// launch); not bitwise kMmaSync's wgmma-computed gradients (another summation order), checked against the
+// CPU kernel with its tolerance; verified only in the CPU emulation until a GPU run.
+enum class AttentionBackwardVariant : uint8_t { kMmaSync, kWgmmaDkDv, kWgmma };
 absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBackwardParams& p,
                                           AttentionBackwardVariant v);
 }  // namespace cuda

@@ -523,11 +523,13 @@ absl::Status LaunchForward(const Context& ctx, const AttentionParams& p, Attenti
 
 namespace internal {
 // attention_wgmma_cuda.cu: whether ctx's device runs sm_90a code (Unimplemented naming `what` otherwise), and
-// the wgmma dk/dv kernel (after dsum is computed).
+// the wgmma dk/dv and dq kernels (after dsum is computed).
 absl::Status RequireSm90a(const Context& ctx, const char* what);
 absl::Status AttentionForwardWgmma(const Context& ctx, const AttentionParams& p);
 absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp,
                                         const float* dsum);
+absl::Status AttentionBackwardDqWgmma(const Context& ctx, const AttentionBackwardParams& bp,
+                                      const float* dsum);
 }  // namespace internal
 
 namespace {
@@ -540,6 +542,10 @@ absl::Status LaunchBackward(const Context& ctx, const AttentionBackwardParams& b
   const int64_t rows = p.B * p.NH * p.T;
   DotRowsKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(bp, dsum);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("DotRowsKernel");
+  if (variant == AttentionBackwardVariant::kWgmma) {
+    LMF_RETURN_IF_ERROR_STATUS(internal::AttentionBackwardDqWgmma(ctx, bp, dsum));
+    return internal::AttentionBackwardDkDvWgmma(ctx, bp, dsum);
+  }
   const dim3 qgrid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH),
                    static_cast<unsigned>(p.B));
   FlashBackwardDqKernel<D, kCausal><<<qgrid, kThreads, 0, stream>>>(bp, dsum, p.scale * kLog2e, p.scale);
@@ -580,11 +586,13 @@ absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBac
                                           AttentionBackwardVariant v) {
   const AttentionParams& p = bp.forward;
   LMF_RETURN_IF_ERROR_STATUS(Validate(p));
-  if (v == AttentionBackwardVariant::kWgmmaDkDv) {
+  if (v == AttentionBackwardVariant::kWgmmaDkDv || v == AttentionBackwardVariant::kWgmma) {
+    const char* what =
+        v == AttentionBackwardVariant::kWgmma ? "the wgmma backward" : "the wgmma dk/dv backward";
     if (p.dtype != DType::kBF16)
       return absl::UnimplementedError(
-          absl::StrCat("attention: the wgmma dk/dv backward runs bf16, not ", DTypeName(p.dtype)));
-    LMF_RETURN_IF_ERROR_STATUS(internal::RequireSm90a(ctx, "the wgmma dk/dv backward"));
+          absl::StrCat("attention: ", what, " runs bf16, not ", DTypeName(p.dtype)));
+    LMF_RETURN_IF_ERROR_STATUS(internal::RequireSm90a(ctx, what));
   }
   if (p.dtype == DType::kBF16 && (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv)))
     return absl::InvalidArgumentError("attention backward: dout, dq, dk and dv must be 16-byte aligned");

@@ -1,8 +1,8 @@
 // FlashAttention-2 CUDA kernels against the CPU attention (the fp32 reference): q/k/v read in place from a
 // fused (B, T, (NH + 2 NKV) HS) buffer, GQA, causal and not, HS 64 and 128, T not a multiple of the tiles,
 // more or fewer keys than queries (S != T), a mask with a fully masked row, bitwise determinism of the
-// backward; bf16 tensor-core kernels and the fp32 CUDA-core ones, and the Hopper (wgmma) forward variant on
-// an sm_90 device. Skips without a CUDA device.
+// backward; bf16 tensor-core kernels and the fp32 CUDA-core ones, and the Hopper (wgmma) forward and
+// backward variants on an sm_90 device. Skips without a CUDA device.
 //
 // bf16 tolerance (STYLE.md, as flash-attention's own tests): the kernel's max error against the fp32 CPU
 // result may be at most 2x (forward) / 3x (gradients) the error of a plain bf16 computation of the same
@@ -127,7 +127,8 @@ class AttentionTest : public testing::GpuTest, public ::testing::WithParamInterf
 // CPU result; both compute in fp32, in different orders, and the gradients pass through dP - D, a difference
 // of O(1) terms, so absolute errors of a few 1e-6 are expected.
 // `wgmma`: the forward is AttentionForwardVariant::kWgmma. `backward`: the backward variant; with
-// kWgmmaDkDv its dq must also be bitwise the FA2 backward's (the same dq kernel on the same inputs).
+// kWgmmaDkDv its dq must also be bitwise the FA2 backward's (the same dq kernel on the same inputs), with
+// kWgmma its dk and dv bitwise kWgmmaDkDv's (the same dk/dv kernel).
 void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uint8_t>* mask, uint64_t seed,
                    DType dt = DType::kBF16, bool wgmma = false,
                    AttentionBackwardVariant backward = AttentionBackwardVariant::kMmaSync) {
@@ -182,6 +183,19 @@ void RunAndCompare(const Context& gctx, const Geometry& g, const std::vector<uin
         dq_differs += !(x == y || (std::isnan(x) && std::isnan(y)));
       }
     EXPECT_EQ(dq_differs, 0) << "wgmma dk/dv backward: dq not bitwise the FA2 backward's";
+  }
+  if (backward == AttentionBackwardVariant::kWgmma) {
+    DeviceBuffer gdqkv3(n_qkv, dt);
+    set_grads(gdqkv3);
+    ASSERT_TRUE(cuda::AttentionBackwardWithVariant(gctx, gbp, AttentionBackwardVariant::kWgmmaDkDv).ok());
+    const std::vector<float> a = gdqkv.ToFloats(), b = gdqkv3.ToFloats();
+    int64_t dkdv_differs = 0;
+    for (int64_t r = 0; r < g.B * g.rows(); ++r)
+      for (int64_t i = g.NH * g.HS; i < g.width(); ++i) {
+        const float x = a[r * g.width() + i], y = b[r * g.width() + i];
+        dkdv_differs += !(x == y || (std::isnan(x) && std::isnan(y)));
+      }
+    EXPECT_EQ(dkdv_differs, 0) << "wgmma backward: dk, dv not bitwise the wgmma dk/dv backward's";
   }
 
   EXPECT_EQ(gdqkv.Bytes(), gdqkv2.Bytes()) << "attention backward differs between two identical runs";
@@ -313,6 +327,26 @@ TEST_P(AttentionTest, WgmmaBackwardMatchesCpu) {
                 DType::kBF16, false, kWgmmaBwd);
 }
 
+// The whole backward on wgmma (the wgmma dq kernel with the dk/dv one) on the same shapes: dq, dk, dv by
+// the same tolerance rule as the mma.sync backward, dk and dv bitwise kWgmmaDkDv's.
+TEST_P(AttentionTest, WgmmaWholeBackwardMatchesCpu) {
+  if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma backward needs an sm_90 (H100/H200) device";
+  const auto [hs, causal] = GetParam();
+  constexpr auto kWgmmaBwd = AttentionBackwardVariant::kWgmma;
+  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, false,
+                kWgmmaBwd);
+  const int64_t T = 77;
+  std::vector<uint8_t> mask(T * T, 1);
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
+  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
+  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 1600 + hs + causal, DType::kBF16, false,
+                kWgmmaBwd);
+  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1700 + hs + causal,
+                DType::kBF16, false, kWgmmaBwd);
+  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal,
+                DType::kBF16, false, kWgmmaBwd);
+}
+
 TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
   const auto [hs, causal] = GetParam();
   RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 500 + hs + causal, DType::kF32);
@@ -355,6 +389,7 @@ TEST_F(AttentionLimitsTest, WgmmaForwardIsRefusedInF32AndOffHopper) {
             absl::StatusCode::kUnimplemented);
 }
 
+// Both wgmma backwards (dk/dv only, and whole).
 TEST_F(AttentionLimitsTest, WgmmaBackwardIsRefusedInF32AndOffHopper) {
   Geometry g{1, 16, 2, 2, 64, false};
   DeviceBuffer qkv(g.B * g.T * g.width(), DType::kBF16), out(g.B * g.T * g.NH * g.HS, DType::kBF16),
@@ -362,12 +397,16 @@ TEST_F(AttentionLimitsTest, WgmmaBackwardIsRefusedInF32AndOffHopper) {
   AttentionParams p = g.Params(qkv.get(), out.get(), lse.as<float>(), 2);
   AttentionBackwardParams bp;
   bp.forward = p, bp.dout = out.get(), bp.dq = grads.get(), bp.dk = grads.get(), bp.dv = grads.get();
-  EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, AttentionBackwardVariant::kWgmmaDkDv).code(),
-            absl::StatusCode::kUnimplemented);  // f32
-  if (IsSm90(ctx())) GTEST_SKIP() << "sm_90 device: the bf16 wgmma backward runs (WgmmaBackwardMatchesCpu)";
+  for (const AttentionBackwardVariant v :
+       {AttentionBackwardVariant::kWgmmaDkDv, AttentionBackwardVariant::kWgmma})
+    EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, v).code(), absl::StatusCode::kUnimplemented)
+        << "f32, variant " << static_cast<int>(v);
+  if (IsSm90(ctx())) GTEST_SKIP() << "sm_90 device: the bf16 wgmma backwards run (Wgmma*BackwardMatchesCpu)";
   bp.forward.dtype = DType::kBF16;
-  EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, AttentionBackwardVariant::kWgmmaDkDv).code(),
-            absl::StatusCode::kUnimplemented);
+  for (const AttentionBackwardVariant v :
+       {AttentionBackwardVariant::kWgmmaDkDv, AttentionBackwardVariant::kWgmma})
+    EXPECT_EQ(cuda::AttentionBackwardWithVariant(ctx(), bp, v).code(), absl::StatusCode::kUnimplemented)
+        << "off sm_90, variant " << static_cast<int>(v);
 }
 
 TEST_F(AttentionLimitsTest, NoKeysAndGridsBeyondCudaLimitsAreInvalidArguments) {

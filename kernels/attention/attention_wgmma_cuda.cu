@@ -1,8 +1,9 @@
 // The Hopper (sm_90a) bf16 attention kernels on wgmma (wgmma.cuh) instead of mma.sync: the forward,
-// AttentionForwardVariant::kWgmma (attention.h), and below it the dk/dv kernel of the backward variant
-// AttentionBackwardVariant::kWgmmaDkDv (its dsum and dq kernels are attention_cuda.cu's). Same contract as
-// attention_cuda.cu's kernels: bf16 q, k, v, out with 16-byte aligned rows, fp32 lse, causal and/or a mask
-// tensor, GQA/MQA by kv-head indexing, HS 64 or 128, any T and S; out and lse, dk and dv are written (=).
+// AttentionForwardVariant::kWgmma (attention.h), and below it the backward's dk/dv kernel (of the variants
+// AttentionBackwardVariant::kWgmmaDkDv and kWgmma) and dq kernel (of kWgmma; kWgmmaDkDv uses
+// attention_cuda.cu's, whose dsum kernel both use). Same contract as attention_cuda.cu's kernels: bf16 q, k,
+// v, out with 16-byte aligned rows, fp32 lse, causal and/or a mask tensor, GQA/MQA by kv-head indexing, HS
+// 64 or 128, any T and S; out and lse, dq, dk and dv are written (=).
 //
 // The forward:
 //
@@ -407,6 +408,160 @@ absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& 
   return absl::OkStatus();
 }
 
+// The dq backward (AttentionBackwardVariant::kWgmma, after attention_cuda.cu's dsum kernel and beside the
+// dk/dv kernel above): one warpgroup per 64 queries of one query head (warp w owns queries 16w..16w+15, the
+// m64 rows of every product), looping over the 64-key blocks those queries see (up to the block's last
+// query when causal, as the forward). Per step:
+//   S = Q K^T, dP = dO V^T   (64 queries x 64 keys; A = Q or dO, B = K or V, all K-major in smem)
+//   P = exp2(S scale log2(e) - lse2)   (lse2 = lse log2(e): per ROW)
+//   dS = P o (dP - dsum)               (dsum per row)
+//   dQ += dS K   (A = dS rounded to bf16 from the accumulators; B = the same K tile MN-major)
+// dQ stays in fp32 registers across all steps and is written (=) once, times scale: the FA2 dq kernel's
+// contract and arithmetic per element (the same masking predicates, exp2 argument, fp32 P, bf16 rounding of
+// dS), in another summation order. S and dP are two commit groups (P is computed under dP). Q, dO, lse2 and
+// dsum load once; K and V of the next step load by cp.async into the other of two buffers during this step
+// (free: every thread retired this step's wgmma before the next barrier). Shared memory: Q, dO, 2 x K,
+// 2 x V tiles of 64 x HS bf16 (128B-swizzled like the forward's), 1 KiB of alignment: 49 / 97 KiB at HS
+// 64 / 128. Registers: dQ (32 / 64 f32 per thread at HS 64 / 128), S and dP (32 each).
+constexpr size_t WgmmaDqSharedBytes(int d) { return 6 * static_cast<size_t>(kRows) * d * 2 + 1024; }
+
+template <int D, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 2)
+    FlashBackwardDqWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
+  constexpr int kBlocks = D / 64;
+  constexpr int kTile = kRows * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_address = SharedAddress(smem_raw);
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
+  bf16* sO = sQ + kTile;      // dO
+  bf16* sK = sO + kTile;      // two buffers: step i's K in buffer i % 2
+  bf16* sV = sK + 2 * kTile;  // two buffers: step i's V in buffer i % 2
+  const uint32_t aQ = SharedAddress(sQ), aO = SharedAddress(sO), aK = SharedAddress(sK),
+                 aV = SharedAddress(sV);
+
+  const AttentionParams& p = bp.forward;
+  const int m0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
+  const int kvh = h / (p.NH / p.NKV);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+  const int T = static_cast<int>(p.T), S = static_cast<int>(p.S);
+  const int n_end = kCausal ? min(S, m0 + kRows) : S;
+  const int steps = (n_end + kRows - 1) / kRows;
+
+  // Q, dO and K, V of step 0 in one cp.async group.
+  LoadTileAsync<D>(sQ, static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h, p.q_stride_t, m0,
+                   T);
+  LoadTileAsync<D>(sO, static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h,
+                   p.out_stride_t, m0, T);
+  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, S);
+  LoadTileAsync<D>(sV, v, p.v_stride_t, 0, S);
+  CpAsyncCommit();
+  const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  float lse2[2], ds_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t idx = (static_cast<int64_t>(b) * p.NH + h) * p.T + rows[r];
+    lse2[r] = rows[r] < T ? p.lse[idx] * kLog2e : -INFINITY;
+    ds_row[r] = rows[r] < T ? dsum[idx] : 0.0f;
+  }
+  float dq[kBlocks][32];
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dq[nb][i] = 0.0f;
+
+  for (int step = 0; step < steps; ++step) {
+    const int n0 = step * kRows, buf = step & 1;
+    CpAsyncWait<0>();         // K, V of this step (and Q, dO at step 0)
+    FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
+    __syncthreads();          // ... and every thread retired the previous step's wgmma (its buffer is free)
+    if (step + 1 < steps) {
+      LoadTileAsync<D>(sK + (buf ^ 1) * kTile, k, p.k_stride_t, n0 + kRows, S);
+      LoadTileAsync<D>(sV + (buf ^ 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
+    }
+    CpAsyncCommit();
+    const uint32_t k_tile = aK + buf * kTile * 2, v_tile = aV + buf * kTile * 2;
+
+    float s[32], dp[32];  // S, dP: s[4j + 2r + e] is query rows[r], key n0 + 8j + 2c + e
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(s, KMajorDesc(aQ, ks), KMajorDesc(k_tile, ks), ks > 0);
+    WgmmaCommit();
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      WgmmaM64N64K16<false>(dp, KMajorDesc(aO, ks), KMajorDesc(v_tile, ks), ks > 0);
+    WgmmaCommit();
+    WgmmaWait<1>();  // S (dP runs on)
+    WgmmaFenceOperands(s);
+
+    const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const bool hidden = lse2[r] == -INFINITY ||
+                            (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + 8 * j + 2 * c + (e & 1)));
+        s[4 * j + e] = hidden ? 0.0f : exp2f(s[4 * j + e] * scale_log2 - lse2[r]);  // P
+      }
+    WgmmaWait<0>();  // dP
+    WgmmaFenceOperands(dp);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ds_row[e >> 1]);  // dS
+    // dS's A fragments: keys 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
+    uint32_t da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) da[kk][i] = Pack(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dq[nb]);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < kBlocks; ++nb)
+        WgmmaM64N64K16<true>(dq[nb], da[kk], MNMajorDesc(k_tile, kk, nb), true);
+    WgmmaCommit();
+    WgmmaWait<0>();  // dQ: this step's K buffer is reloaded after the next step's barrier
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dq[nb]);
+  }
+
+  bf16* dqp = static_cast<bf16*>(bp.dq) + b * p.q_stride_b + h * p.q_stride_h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= T) continue;
+    bf16* row = dqp + static_cast<int64_t>(rows[r]) * p.q_stride_t;
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(row + nb * 64 + 8 * j + 2 * c) =
+            __floats2bfloat162_rn(dq[nb][4 * j + 2 * r] * scale, dq[nb][4 * j + 2 * r + 1] * scale);
+  }
+}
+
+template <int D, bool kCausal>
+absl::Status LaunchWgmmaDq(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum) {
+  const AttentionParams& p = bp.forward;
+  const size_t smem = WgmmaDqSharedBytes(D);
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDqWgmmaKernel<D, kCausal>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
+                  static_cast<unsigned>(p.B));
+  FlashBackwardDqWgmmaKernel<D, kCausal>
+      <<<grid, kThreads, smem, StreamOf(ctx)>>>(bp, dsum, p.scale * kLog2e, p.scale);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqWgmmaKernel");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace internal {
@@ -431,6 +586,16 @@ absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackw
   if (p.HS == 64)
     return p.causal ? LaunchWgmmaDkDv<64, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<64, false>(ctx, bp, dsum);
   return p.causal ? LaunchWgmmaDkDv<128, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<128, false>(ctx, bp, dsum);
+}
+
+// Called by AttentionBackwardWithVariant (kWgmma) after its checks (bf16, sm_90a) and the dsum kernel, for
+// B * NH * T > 0.
+absl::Status AttentionBackwardDqWgmma(const Context& ctx, const AttentionBackwardParams& bp,
+                                      const float* dsum) {
+  const AttentionParams& p = bp.forward;
+  if (p.HS == 64)
+    return p.causal ? LaunchWgmmaDq<64, true>(ctx, bp, dsum) : LaunchWgmmaDq<64, false>(ctx, bp, dsum);
+  return p.causal ? LaunchWgmmaDq<128, true>(ctx, bp, dsum) : LaunchWgmmaDq<128, false>(ctx, bp, dsum);
 }
 
 // Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.

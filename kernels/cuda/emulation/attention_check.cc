@@ -1,7 +1,8 @@
 // Runs the CUDA attention kernels (attention_cuda.cu: bf16 FlashAttention-2 on mma.sync, emulated from the
-// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and dk/dv
-// backward kernel on wgmma, fake/kernels/attention/wgmma.cuh, after that fake's self-test in wgmma_check.cc
-// (the backward variant's dq is checked bitwise against the FA2 backward's); attention_f32_cuda.cu: f32
+// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and the dk/dv
+// and dq backward kernels on wgmma, fake/kernels/attention/wgmma.cuh, after that fake's self-test in
+// wgmma_check.cc (kWgmmaDkDv's dq is checked bitwise against the FA2 backward's, kWgmma's dk and dv bitwise
+// against kWgmmaDkDv's); attention_f32_cuda.cu: f32
 // on CUDA cores) forward and backward against the CPU attention kernel, and the column sums
 // (column_sum_cuda.cu, the bias gradient) against a plain sum, through the CPU emulation of cuemu.h (built
 // and run by run.sh with emulation_check.cc, whose main calls these).
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention.h"
@@ -116,7 +118,7 @@ void Expect(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
 }
 
-// ATTENTION_ONLY=wgmma (with EMULATION_ONLY=attention): only the bf16 cases (the wgmma forward, both
+// ATTENTION_ONLY=wgmma (with EMULATION_ONLY=attention): only the bf16 cases (the wgmma forward, the three
 // backwards) and the fake wgmma's self-test.
 bool WgmmaOnly() {
   const char* only = std::getenv("ATTENTION_ONLY");
@@ -283,6 +285,26 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
       }
       Expect(key_ok, name + " wgmma: key seen by no query: dk = dv = 0");
     }
+
+    // The whole backward on wgmma (kWgmma): its dq kernel against the reference with the same tolerance,
+    // dk and dv bitwise kWgmmaDkDv's (the same dk/dv kernel on the same inputs); no pad written.
+    Buf xdq(lq.size(), dt), xdk(lk.size(), dt), xdv(lk.size(), dt);
+    AttentionBackwardParams xbp = bp;
+    xbp.dq = xdq.get(), xbp.dk = xdk.get(), xbp.dv = xdv.get();
+    ExpectOk(name + " backward (wgmma)",
+             kc::AttentionBackwardWithVariant(gpu, xbp, kc::AttentionBackwardVariant::kWgmma));
+    int64_t xpads = 0;
+    const std::vector<float> xgot_dq = Gather(xdq, lq, dt, &xpads);
+    CheckScaled(name + " dq (wgmma)", xgot_dq, dq, grad_tol);
+    Expect(std::memcmp(xdk.get(), wdk.get(), lk.size() * 2) == 0 &&
+               std::memcmp(xdv.get(), wdv.get(), lk.size() * 2) == 0,
+           name + " wgmma backward: dk, dv bitwise the wgmma dk/dv backward's");
+    Expect(xpads == 0, name + " wgmma backward: nothing written in the row pads of dq");
+    if (c.mask != 0) {
+      bool row_ok = true;
+      for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && xgot_dq[1 * c.NH * c.HS + d] == 0.0f;
+      Expect(row_ok, name + " wgmma backward: fully masked query: dq 0");
+    }
   }
 
   if (c.mask != 0) {  // batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query
@@ -336,22 +358,25 @@ void CheckAttention(const Context& gpu) {
   ::cuemu::SetComputeCapability(9, 0);
   Expect(sm80.code() == absl::StatusCode::kUnimplemented,
          "attention wgmma on sm_80 refused: " + sm80.ToString());
-  // The wgmma dk/dv backward: the same two refusals, before any launch (dq, dk, dv stay untouched).
+  // The wgmma backwards (dk/dv only, and whole): the same two refusals, before any launch (dq, dk, dv stay
+  // untouched).
   std::vector<float> grads(8 * 2 * 64, 7.0f);
   AttentionBackwardParams wb;
   wb.forward = w, wb.dout = x.data(), wb.dq = grads.data(), wb.dk = grads.data(), wb.dv = grads.data();
-  wb.forward.dtype = DType::kF32;
-  const absl::Status bf32 =
-      kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
-  Expect(bf32.code() == absl::StatusCode::kUnimplemented,
-         "attention wgmma dk/dv backward f32 refused: " + bf32.ToString());
-  wb.forward.dtype = DType::kBF16;
-  ::cuemu::SetComputeCapability(8, 0);
-  const absl::Status b80 =
-      kc::AttentionBackwardWithVariant(gpu, wb, kc::AttentionBackwardVariant::kWgmmaDkDv);
-  ::cuemu::SetComputeCapability(9, 0);
-  Expect(b80.code() == absl::StatusCode::kUnimplemented && grads[0] == 7.0f,
-         "attention wgmma dk/dv backward on sm_80 refused: " + b80.ToString());
+  for (const auto& [variant, what] :
+       {std::pair{kc::AttentionBackwardVariant::kWgmmaDkDv, "wgmma dk/dv backward"},
+        std::pair{kc::AttentionBackwardVariant::kWgmma, "wgmma backward"}}) {
+    wb.forward.dtype = DType::kF32;
+    const absl::Status bf32 = kc::AttentionBackwardWithVariant(gpu, wb, variant);
+    Expect(bf32.code() == absl::StatusCode::kUnimplemented,
+           std::string("attention ") + what + " f32 refused: " + bf32.ToString());
+    wb.forward.dtype = DType::kBF16;
+    ::cuemu::SetComputeCapability(8, 0);
+    const absl::Status b80 = kc::AttentionBackwardWithVariant(gpu, wb, variant);
+    ::cuemu::SetComputeCapability(9, 0);
+    Expect(b80.code() == absl::StatusCode::kUnimplemented && grads[0] == 7.0f,
+           std::string("attention ") + what + " on sm_80 refused: " + b80.ToString());
+  }
 }
 
 void CheckColumnSum(const Context& gpu) {
