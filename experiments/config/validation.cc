@@ -205,10 +205,6 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   }
   RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
   RequireNonNegative(run.op_profile_steps(), "run.op_profile_steps", errors);
-  if (run.op_profile_steps() > 0 && run.device() == RunConfig::CPU) {
-    errors->Add(absl::StrCat("run.op_profile_steps=", run.op_profile_steps(),
-                             " needs run.device=CUDA (the per-op times are CUDA events)"));
-  }
   if (run.gemm_autotune() && run.device() == RunConfig::CPU) {
     errors->Add("run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");
   }

@@ -210,7 +210,7 @@ int Main() {
   const bool op_profile = absl::GetFlag(FLAGS_op_profile);
   if (op_profile) {
     absl::StatusOr<std::unique_ptr<kernels::cuda::OpProfiler>> profiler = kernels::cuda::OpProfiler::Start(ctx);
-    absl::StatusOr<kernels::cuda::OpProfile> profile = profiler.status();
+    absl::StatusOr<kernels::OpProfile> profile = profiler.status();
     if (profiler.ok()) {
       for (int i = 0; i < steps; ++i) step(nullptr);
       profile = (*profiler)->Finish();
@@ -219,9 +219,9 @@ int Main() {
       std::printf("op profile: %s\n", std::string(profile.status().message()).c_str());
     } else {
       std::printf("device time per op (%d profiled steps, a CUDA event after each op):\n%s", steps,
-                  kernels::cuda::FormatOpProfile(*profile, steps).c_str());
-      for (const kernels::cuda::OpTime& op : profile->ops) kind_ms[KindOfOp(op.op)] += op.total_ms / steps;
-      kind_ms["other"] += profile->after_last_op_ms / steps;
+                  kernels::FormatOpProfile(*profile, steps).c_str());
+      for (const kernels::OpTime& op : profile->ops) kind_ms[KindOfOp(op.op)] += op.total_ms / steps;
+      kind_ms["other"] += profile->outside_ops_ms / steps;
     }
     std::fflush(stdout);
   }

@@ -220,10 +220,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       if (!report.ok()) return report.status();
       const std::string path = out + "/op_profile.txt";
       const std::string text = absl::StrCat(
-          "# device time per op and step, steps ", profile_first + 1, "-", profile_end, " on ", (*device)->name(),
-          "\n# an op's time runs from the previous op's end to its own end (idle time before it included): "
-          "kernels/cuda/op_profiler.h\n",
-          report->table);
+          "# time per op and step, steps ", profile_first + 1, "-", profile_end, " on ", (*device)->name(), "\n# ",
+          report->method, "\n", report->table);
       if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
       console.Message(absl::StrCat("op profile of steps ", profile_first + 1, "-", profile_end, ": ", path,
                                    " (largest: ", report->largest, ")"));

@@ -12,12 +12,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/shared_data.h"
 #include "experiments/checkpoint/checkpoint.h"
@@ -296,6 +299,47 @@ TEST(Trainer, LogNamesTheDeviceAndTheMfuPeak) {
   const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("device_run"));
   ASSERT_EQ(metrics.size(), 2u);
   EXPECT_GT(metrics[1].mfu, 0);
+}
+
+// run.op_profile_steps on a CPU run: the table of the profiled steps names the model's ops with their calls
+// per step (attention once per layer and micro-batch each way) and the host time outside them, the log names
+// the file and the largest ops.
+TEST(Trainer, CpuOpProfileCountsEveryOpOfTheProfiledSteps) {
+  const std::string train = WriteTokens("op_profile.tok", RandomIds(2000, 5));
+  const std::string log = TempPath("op_profile.log"), out = TempPath("op_profile_run");
+  TrainOptions options;
+  options.console = std::fopen(log.c_str(), "w");
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=5",
+                            "run.op_profile_steps=3", "run.grad_accum_steps=2", "schedule.warmup=0"}),
+                      options);
+  std::fclose(options.console);
+  ASSERT_TRUE(result.ok()) << result.status();
+  absl::StatusOr<std::string> profile = ReadFile(out + "/op_profile.txt");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_TRUE(absl::StrContains(*profile, "steps 2-4 on CPU (")) << *profile;
+  EXPECT_TRUE(absl::StrContains(*profile, "kernels/profile/cpu_op_profiler.h")) << *profile;
+  // Calls per step: 2 layers x 2 micro-batches for each attention direction; the update is one call per
+  // weight-decay group (optimizer.cc).
+  const std::map<std::string, std::string> calls = {{"AttentionForward", "4.0"},
+                                                    {"AttentionBackward", "4.0"},
+                                                    {"MultiTensorAdamW", "2.0"},
+                                                    {"CrossEntropyForward", "2.0"},
+                                                    {"EmbeddingBackward", "2.0"}};
+  for (const auto& [op, per_step] : calls) {
+    const size_t row = profile->find("\n" + op + " ");
+    ASSERT_NE(row, std::string::npos) << op << " missing from\n" << *profile;
+    const std::string line = profile->substr(row + 1, profile->find('\n', row + 1) - row - 1);
+    const std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    ASSERT_GE(fields.size(), 2u) << line;
+    EXPECT_EQ(fields[1], per_step) << line;
+  }
+  for (const char* row : {"Matmul ", "MatmulBackward ", "(outside the ops) ", "window "}) {
+    EXPECT_TRUE(absl::StrContains(*profile, row)) << row << " missing from\n" << *profile;
+  }
+  absl::StatusOr<std::string> console = ReadFile(log);
+  ASSERT_TRUE(console.ok()) << console.status();
+  EXPECT_TRUE(absl::StrContains(*console, "op profile of steps 2-4: " + out + "/op_profile.txt (largest: "))
+      << *console;
 }
 
 // With gradient accumulation, a step processes batch_size x context_length x grad_accum_steps tokens: the

@@ -59,6 +59,7 @@ std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunCo
 }
 
 absl::Status TrainingDevice::StartOpProfile() {
+  if (cpu_profiler_ != nullptr) return absl::FailedPreconditionError("an op profile is already running");
 #if LMF_WITH_CUDA
   if (cuda_ != nullptr) {
     if (cuda_->profiler != nullptr) return absl::FailedPreconditionError("an op profile is already running");
@@ -68,21 +69,33 @@ absl::Status TrainingDevice::StartOpProfile() {
     return absl::OkStatus();
   }
 #endif
-  return absl::FailedPreconditionError("op profiles need run.device=CUDA");
+  absl::StatusOr<std::unique_ptr<kernels::CpuOpProfiler>> profiler = kernels::CpuOpProfiler::Start(ctx_);
+  if (!profiler.ok()) return profiler.status();
+  cpu_profiler_ = *std::move(profiler);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(int steps) {
+  absl::StatusOr<kernels::OpProfile> profile = absl::FailedPreconditionError("no op profile is running");
+  std::string method;
 #if LMF_WITH_CUDA
   if (cuda_ != nullptr && cuda_->profiler != nullptr) {
-    absl::StatusOr<kernels::cuda::OpProfile> profile = cuda_->profiler->Finish();
+    profile = cuda_->profiler->Finish();
     cuda_->profiler.reset();
-    if (!profile.ok()) return profile.status();
-    return OpProfileReport{kernels::cuda::FormatOpProfile(*profile, steps),
-                           kernels::cuda::FormatLargestOps(*profile, 4)};
+    method =
+        "an op's time is the stream's from the previous op's end to its own end (idle time before it included): "
+        "kernels/cuda/op_profiler.h";
   }
 #endif
-  (void)steps;
-  return absl::FailedPreconditionError("no op profile is running");
+  if (cpu_profiler_ != nullptr) {
+    profile = cpu_profiler_->Finish();
+    cpu_profiler_.reset();
+    method =
+        "an op's time is its own wall time on the training thread; outside the ops is the host's work between "
+        "them (data, the model's loops): kernels/profile/cpu_op_profiler.h";
+  }
+  if (!profile.ok()) return profile.status();
+  return OpProfileReport{kernels::FormatOpProfile(*profile, steps), method, kernels::FormatLargestOps(*profile, 4)};
 }
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run) {

@@ -19,6 +19,7 @@
 #include "experiments/proto/run.pb.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
+#include "kernels/profile/cpu_op_profiler.h"
 
 namespace lmf::experiments {
 
@@ -43,11 +44,13 @@ class TrainingDevice {
   // Where peak_flops comes from, for the log: e.g. "run.peak_flops", "NVIDIA H200 dense bf16 peak".
   const std::string& peak_flops_source() const { return peak_flops_source_; }
 
-  // The device time of every op from StartOpProfile to FinishOpProfile (kernels/cuda/op_profiler.h): the
-  // table of FormatOpProfile per step of `steps`, and its largest rows in one line ("Matmul 41.2%, ...").
-  // FailedPrecondition on the CPU (and in binaries without the CUDA backend).
+  // The time of every op from StartOpProfile to FinishOpProfile: on CUDA the device time by events on the
+  // stream (kernels/cuda/op_profiler.h), on the CPU the wall time of each op on the training thread
+  // (kernels/profile/cpu_op_profiler.h). The table of FormatOpProfile per step of `steps`, how its times were
+  // taken (one line) and its largest rows in one line ("Matmul 41.2%, ...").
   struct OpProfileReport {
     std::string table;
+    std::string method;
     std::string largest;
   };
   absl::Status StartOpProfile();
@@ -63,6 +66,7 @@ class TrainingDevice {
   std::optional<double> peak_flops_;
   std::string peak_flops_source_;
   std::unique_ptr<CudaHolder> cuda_;
+  std::unique_ptr<kernels::CpuOpProfiler> cpu_profiler_;  // while an op profile of a CPU run runs
 };
 
 // Peak FLOP/s for MFU on the CPU: run.peak_flops when set, else the AVX2 estimate above (96 GFLOP/s per

@@ -53,6 +53,7 @@ inline void ActivationForward(const Context& ctx, const ActivationForwardParams&
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::ActivationForward(ctx, p), "ActivationForward");
 #endif
+  CpuOpScope op_scope("ActivationForward");
   cpu::ActivationForward(ctx, p);
 }
 inline void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
@@ -60,6 +61,7 @@ inline void ActivationBackward(const Context& ctx, const ActivationBackwardParam
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::ActivationBackward(ctx, p), "ActivationBackward");
 #endif
+  CpuOpScope op_scope("ActivationBackward");
   cpu::ActivationBackward(ctx, p);
 }
 

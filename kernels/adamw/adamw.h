@@ -77,6 +77,7 @@ inline void AdamWStep(const Context& ctx, const AdamWParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::AdamWStep(ctx, p), "AdamWStep");
 #endif
+  CpuOpScope op_scope("AdamWStep");
   cpu::AdamWStep(ctx, p);
 }
 inline void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
@@ -84,6 +85,7 @@ inline void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::MultiTensorAdamW(ctx, p), "MultiTensorAdamW");
 #endif
+  CpuOpScope op_scope("MultiTensorAdamW");
   cpu::MultiTensorAdamW(ctx, p);
 }
 

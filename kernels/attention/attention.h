@@ -129,6 +129,7 @@ inline void AttentionForward(const Context& ctx, const AttentionParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::AttentionForward(ctx, p), "AttentionForward");
 #endif
+  CpuOpScope op_scope("AttentionForward");
   cpu::AttentionForward(ctx, p);
 }
 inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams& p) {
@@ -137,6 +138,7 @@ inline void AttentionBackward(const Context& ctx, const AttentionBackwardParams&
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::AttentionBackward(ctx, p), "AttentionBackward");
 #endif
+  CpuOpScope op_scope("AttentionBackward");
   cpu::AttentionBackward(ctx, p);
 }
 

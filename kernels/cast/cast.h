@@ -54,6 +54,7 @@ inline void Cast(const Context& ctx, const CastParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::Cast(ctx, p), "Cast");
 #endif
+  CpuOpScope op_scope("Cast");
   cpu::Cast(ctx, p);
 }
 

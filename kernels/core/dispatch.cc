@@ -5,7 +5,9 @@
 #include "kernels/core/dispatch.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "base/check.h"
 
@@ -64,6 +66,45 @@ void CheckCuda(const absl::Status& status, const char* what) {
   LMF_CHECK(status.ok()) << what << " on CUDA failed: " << status.message();
   if (const CudaOpHook hook = op_hook.load(std::memory_order_acquire))
     hook(op_hook_arg.load(std::memory_order_relaxed), what);
+}
+
+namespace internal {
+std::atomic<bool> cpu_op_observed{false};
+}  // namespace internal
+
+namespace {
+// The observer and its argument are read only on the thread that set them (observed_thread), after it did.
+CpuOpObserver cpu_op_observer = nullptr;
+void* cpu_op_observer_arg = nullptr;
+std::atomic<std::thread::id> observed_thread{};
+thread_local int cpu_op_depth = 0;
+}  // namespace
+
+int64_t CpuOpClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void SetCpuOpObserver(CpuOpObserver observer, void* arg) {
+  LMF_CHECK_EQ(cpu_op_depth, 0) << "SetCpuOpObserver inside a CPU op";
+  cpu_op_observer = observer;
+  cpu_op_observer_arg = arg;
+  observed_thread.store(observer != nullptr ? std::this_thread::get_id() : std::thread::id(),
+                        std::memory_order_relaxed);
+  internal::cpu_op_observed.store(observer != nullptr, std::memory_order_relaxed);
+}
+
+void CpuOpScope::Enter() {
+  if (observed_thread.load(std::memory_order_relaxed) != std::this_thread::get_id()) return;
+  entered_ = true;
+  if (cpu_op_depth++ == 0) start_ns_ = CpuOpClockNs();
+}
+
+void CpuOpScope::Leave() {
+  --cpu_op_depth;
+  if (start_ns_ >= 0 && cpu_op_observer != nullptr)
+    cpu_op_observer(cpu_op_observer_arg, op_, start_ns_, CpuOpClockNs());
 }
 
 }  // namespace lmf::kernels

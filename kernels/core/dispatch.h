@@ -7,6 +7,7 @@
 //   #if LMF_WITH_CUDA
 //     if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "RmsNormForward");
 //   #endif
+//     CpuOpScope op_scope("RmsNormForward");
 //     cpu::RmsNormForward(ctx, p);
 //   }
 //
@@ -18,6 +19,8 @@
 #ifndef LMFORGE_KERNELS_CORE_DISPATCH_H_
 #define LMFORGE_KERNELS_CORE_DISPATCH_H_
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -47,6 +50,41 @@ void CheckCuda(const absl::Status& status, const char* what);
 // while no op runs; null (the default) costs one relaxed atomic load per op.
 using CudaOpHook = void (*)(void* arg, const char* op);
 void SetCudaOpHook(CudaOpHook hook, void* arg);
+
+// Process-wide observer of the CPU ops the entry points run: kernels/profile/cpu_op_profiler.h times each op
+// through it. Every CPU entry point holds a CpuOpScope, named as its CUDA op, while its kernel runs; while an
+// observer is set, the outermost scope on the thread that set it reports the op's name (a string literal) and
+// its start and end on the steady clock (ns). An op nested in another (a CPU kernel that calls an entry
+// point) or run on another thread is part of the op around it. Set and cleared only while no op runs, on the
+// thread whose ops are observed; none set (the default) costs one relaxed atomic load per op.
+using CpuOpObserver = void (*)(void* arg, const char* op, int64_t start_ns, int64_t end_ns);
+void SetCpuOpObserver(CpuOpObserver observer, void* arg);
+// The clock of the observer's times: the steady clock, in ns.
+int64_t CpuOpClockNs();
+
+namespace internal {
+extern std::atomic<bool> cpu_op_observed;
+}  // namespace internal
+
+class CpuOpScope {
+ public:
+  explicit CpuOpScope(const char* op) : op_(op) {
+    if (internal::cpu_op_observed.load(std::memory_order_relaxed)) Enter();
+  }
+  ~CpuOpScope() {
+    if (entered_) Leave();
+  }
+  CpuOpScope(const CpuOpScope&) = delete;
+  CpuOpScope& operator=(const CpuOpScope&) = delete;
+
+ private:
+  void Enter();
+  void Leave();
+
+  const char* op_;
+  bool entered_ = false;     // counted in this thread's nesting depth
+  int64_t start_ns_ = -1;    // >= 0: the outermost observed scope, reported on leaving
+};
 
 // The value of `result`, or an abort as CheckCuda's: for entry points that return a value (the grad norm).
 template <typename T>

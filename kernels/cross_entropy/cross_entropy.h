@@ -54,6 +54,7 @@ inline void CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p)
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CrossEntropyForward(ctx, p), "CrossEntropyForward");
 #endif
+  CpuOpScope op_scope("CrossEntropyForward");
   cpu::CrossEntropyForward(ctx, p);
 }
 // Needs lse from the forward.
@@ -62,6 +63,7 @@ inline void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CrossEntropyBackward(ctx, p), "CrossEntropyBackward");
 #endif
+  CpuOpScope op_scope("CrossEntropyBackward");
   cpu::CrossEntropyBackward(ctx, p);
 }
 

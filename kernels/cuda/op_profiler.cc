@@ -72,7 +72,7 @@ absl::StatusOr<OpProfile> OpProfiler::Finish() {
   float tail = 0, window = 0;
   LMF_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&tail, events_[used_ - 2], events_[used_ - 1]));
   LMF_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&window, events_[0], events_[used_ - 1]));
-  profile.after_last_op_ms = tail;
+  profile.outside_ops_ms = tail;
   profile.window_ms = window;
   return profile;
 }

@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/core/context.h"
-#include "kernels/cuda/op_profile.h"
+#include "kernels/profile/op_profile.h"
 
 namespace lmf::kernels::cuda {
 

@@ -52,7 +52,7 @@ TEST_F(OpProfilerTest, CountsEveryOpAndTheTimesAddUpToTheWindow) {
   EXPECT_EQ(zero->calls, 1);
   EXPECT_GT(norm->total_ms, 0.0);
   // Consecutive events: the op times and the tail tile the window (event times have ~0.5 us resolution).
-  const double sum = norm->total_ms + zero->total_ms + profile->after_last_op_ms;
+  const double sum = norm->total_ms + zero->total_ms + profile->outside_ops_ms;
   EXPECT_NEAR(sum, profile->window_ms, 1e-2);
   EXPECT_EQ((*profiler)->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
   profiler->reset();

@@ -54,6 +54,7 @@ inline void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::EmbeddingForward(ctx, p), "EmbeddingForward");
 #endif
+  CpuOpScope op_scope("EmbeddingForward");
   cpu::EmbeddingForward(ctx, p);
 }
 inline void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p) {
@@ -61,6 +62,7 @@ inline void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams&
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::EmbeddingBackward(ctx, p), "EmbeddingBackward");
 #endif
+  CpuOpScope op_scope("EmbeddingBackward");
   cpu::EmbeddingBackward(ctx, p);
 }
 

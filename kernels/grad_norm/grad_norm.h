@@ -56,6 +56,7 @@ inline float GlobalGradNorm(const Context& ctx, const GradNormParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCudaValue(cuda::GlobalGradNorm(ctx, p), "GlobalGradNorm");
 #endif
+  CpuOpScope op_scope("GlobalGradNorm");
   return cpu::GlobalGradNorm(ctx, p);
 }
 inline float ClipGradNorm(const Context& ctx, const GradNormParams& p, float max_norm) {
@@ -63,6 +64,7 @@ inline float ClipGradNorm(const Context& ctx, const GradNormParams& p, float max
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCudaValue(cuda::ClipGradNorm(ctx, p, max_norm), "ClipGradNorm");
 #endif
+  CpuOpScope op_scope("ClipGradNorm");
   return cpu::ClipGradNorm(ctx, p, max_norm);
 }
 // Writes the norm to norm_device (one float in the device's memory); ordered on ctx.stream, no host sync.
@@ -72,6 +74,7 @@ inline void GlobalGradNormToDevice(const Context& ctx, const GradNormParams& p, 
   if (ctx.device.is_cuda())
     return CheckCuda(cuda::GlobalGradNormToDevice(ctx, p, norm_device), "GlobalGradNormToDevice");
 #endif
+  CpuOpScope op_scope("GlobalGradNormToDevice");
   cpu::GlobalGradNormToDevice(ctx, p, norm_device);
 }
 

@@ -78,6 +78,7 @@ inline void LayerNormForward(const Context& ctx, const LayerNormForwardParams& p
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::LayerNormForward(ctx, p), "LayerNormForward");
 #endif
+  CpuOpScope op_scope("LayerNormForward");
   cpu::LayerNormForward(ctx, p);
 }
 inline void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
@@ -85,6 +86,7 @@ inline void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams&
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::LayerNormBackward(ctx, p), "LayerNormBackward");
 #endif
+  CpuOpScope op_scope("LayerNormBackward");
   cpu::LayerNormBackward(ctx, p);
 }
 inline void ResidualLayerNormForward(const Context& ctx, const ResidualLayerNormForwardParams& p) {
@@ -93,6 +95,7 @@ inline void ResidualLayerNormForward(const Context& ctx, const ResidualLayerNorm
   if (ctx.device.is_cuda())
     return CheckCuda(cuda::ResidualLayerNormForward(ctx, p), "ResidualLayerNormForward");
 #endif
+  CpuOpScope op_scope("ResidualLayerNormForward");
   cpu::ResidualLayerNormForward(ctx, p);
 }
 

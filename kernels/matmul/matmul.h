@@ -95,6 +95,7 @@ inline void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilog
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::Matmul(ctx, p, e), "Matmul");
 #endif
+  CpuOpScope op_scope("Matmul");
   cpu::Matmul(ctx, p, e);
 }
 inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
@@ -102,6 +103,7 @@ inline void MatmulBackward(const Context& ctx, const MatmulBackwardParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::MatmulBackward(ctx, p), "MatmulBackward");
 #endif
+  CpuOpScope op_scope("MatmulBackward");
   cpu::MatmulBackward(ctx, p);
 }
 

@@ -46,18 +46,21 @@ inline void CopyToDevice([[maybe_unused]] const Context& ctx, void* dst, const v
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToDevice(ctx, dst, host_src, bytes), "copy to device");
 #endif
+  CpuOpScope op_scope("copy to device");
   cpu::Copy(dst, host_src, bytes);
 }
 inline void CopyToHost([[maybe_unused]] const Context& ctx, void* host_dst, const void* src, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyToHost(ctx, host_dst, src, bytes), "copy to host");
 #endif
+  CpuOpScope op_scope("copy to host");
   cpu::Copy(host_dst, src, bytes);
 }
 inline void CopyOnDevice([[maybe_unused]] const Context& ctx, void* dst, const void* src, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::CopyOnDevice(ctx, dst, src, bytes), "copy on device");
 #endif
+  CpuOpScope op_scope("copy on device");
   cpu::Copy(dst, src, bytes);
 }
 // `count` elements of `dtype` (kF32 or kBF16) at src on ctx's device -> host floats (bf16 widened exactly);
@@ -72,12 +75,14 @@ inline void CopyRowsOnDevice([[maybe_unused]] const Context& ctx, void* dst, siz
                      "copy rows on device");
   }
 #endif
+  CpuOpScope op_scope("copy rows on device");
   cpu::CopyRows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
 }
 inline void FillZero([[maybe_unused]] const Context& ctx, void* dst, size_t bytes) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::FillZero(ctx, dst, bytes), "fill with zeros");
 #endif
+  CpuOpScope op_scope("fill with zeros");
   cpu::FillZero(dst, bytes);
 }
 inline void Synchronize(const Context& ctx) {

@@ -47,6 +47,7 @@ inline void ResidualForward(const Context& ctx, const ResidualForwardParams& p) 
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualForward(ctx, p), "ResidualForward");
 #endif
+  CpuOpScope op_scope("ResidualForward");
   cpu::ResidualForward(ctx, p);
 }
 inline void ResidualBackward(const Context& ctx, const ResidualBackwardParams& p) {
@@ -54,6 +55,7 @@ inline void ResidualBackward(const Context& ctx, const ResidualBackwardParams& p
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualBackward(ctx, p), "ResidualBackward");
 #endif
+  CpuOpScope op_scope("ResidualBackward");
   cpu::ResidualBackward(ctx, p);
 }
 

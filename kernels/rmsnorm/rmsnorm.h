@@ -73,6 +73,7 @@ inline void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormForward(ctx, p), "RmsNormForward");
 #endif
+  CpuOpScope op_scope("RmsNormForward");
   cpu::RmsNormForward(ctx, p);
 }
 inline void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
@@ -80,6 +81,7 @@ inline void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) 
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::RmsNormBackward(ctx, p), "RmsNormBackward");
 #endif
+  CpuOpScope op_scope("RmsNormBackward");
   cpu::RmsNormBackward(ctx, p);
 }
 inline void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
@@ -87,6 +89,7 @@ inline void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForw
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::ResidualRmsNormForward(ctx, p), "ResidualRmsNormForward");
 #endif
+  CpuOpScope op_scope("ResidualRmsNormForward");
   cpu::ResidualRmsNormForward(ctx, p);
 }
 

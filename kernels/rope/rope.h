@@ -49,6 +49,7 @@ inline void RopeForward(const Context& ctx, const RopeParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::RopeForward(ctx, p), "RopeForward");
 #endif
+  CpuOpScope op_scope("RopeForward");
   cpu::RopeForward(ctx, p);
 }
 // in = dout, out = dx.
@@ -57,6 +58,7 @@ inline void RopeBackward(const Context& ctx, const RopeParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::RopeBackward(ctx, p), "RopeBackward");
 #endif
+  CpuOpScope op_scope("RopeBackward");
   cpu::RopeBackward(ctx, p);
 }
 

@@ -35,10 +35,12 @@ void SoftmaxBackward(const Context& ctx, const SoftmaxBackwardParams& p);
 
 inline void SoftmaxForward(const Context& ctx, const SoftmaxForwardParams& p) {
   if (!BackendSupports("softmax", ctx.device, p.dtype)) UnsupportedOp("softmax", ctx, p.dtype);
+  CpuOpScope op_scope("SoftmaxForward");
   cpu::SoftmaxForward(ctx, p);
 }
 inline void SoftmaxBackward(const Context& ctx, const SoftmaxBackwardParams& p) {
   if (!BackendSupports("softmax", ctx.device, p.dtype)) UnsupportedOp("softmax", ctx, p.dtype);
+  CpuOpScope op_scope("SoftmaxBackward");
   cpu::SoftmaxBackward(ctx, p);
 }
 

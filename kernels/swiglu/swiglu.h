@@ -55,6 +55,7 @@ inline void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::SwiGluForward(ctx, p), "SwiGluForward");
 #endif
+  CpuOpScope op_scope("SwiGluForward");
   cpu::SwiGluForward(ctx, p);
 }
 inline void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
@@ -62,6 +63,7 @@ inline void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
 #if LMF_WITH_CUDA
   if (ctx.device.is_cuda()) return CheckCuda(cuda::SwiGluBackward(ctx, p), "SwiGluBackward");
 #endif
+  CpuOpScope op_scope("SwiGluBackward");
   cpu::SwiGluBackward(ctx, p);
 }
 

@@ -1,5 +1,5 @@
 // Sums and prints per-op device times (see op_profile.h).
-#include "kernels/cuda/op_profile.h"
+#include "kernels/profile/op_profile.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/check.h"
 
-namespace lmf::kernels::cuda {
+namespace lmf::kernels {
 
 std::vector<OpTime> SumOpTimes(const std::vector<const char*>& names, const std::vector<double>& ms) {
   LMF_CHECK_EQ(names.size(), ms.size());
@@ -41,8 +41,8 @@ std::string FormatOpProfile(const OpProfile& profile, int steps) {
                                           op.total_ms * per, Share(profile, op.total_ms)));
   }
   absl::StrAppend(&out,
-                  absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "(after the last op)", "",
-                                  profile.after_last_op_ms * per, Share(profile, profile.after_last_op_ms)));
+                  absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "(outside the ops)", "",
+                                  profile.outside_ops_ms * per, Share(profile, profile.outside_ops_ms)));
   absl::StrAppend(&out, absl::StrFormat("%-28s %10s %10.3f %6.1f%%\n", "window", "", profile.window_ms * per,
                                         Share(profile, profile.window_ms)));
   return out;
@@ -57,4 +57,4 @@ std::string FormatLargestOps(const OpProfile& profile, int n) {
   return out;
 }
 
-}  // namespace lmf::kernels::cuda
+}  // namespace lmf::kernels

@@ -1,9 +1,9 @@
 // SumOpTimes and FormatOpProfile: per-op sums, order, per-step division and shares of the window.
-#include "kernels/cuda/op_profile.h"
+#include "kernels/profile/op_profile.h"
 
 #include "gtest/gtest.h"
 
-namespace lmf::kernels::cuda {
+namespace lmf::kernels {
 namespace {
 
 TEST(SumOpTimes, SumsCallsAndTimePerNameLargestFirstTiesByName) {
@@ -23,14 +23,14 @@ TEST(SumOpTimes, SumsCallsAndTimePerNameLargestFirstTiesByName) {
 TEST(FormatOpProfile, RowsPerStepWithSharesOfTheWindow) {
   OpProfile profile;
   profile.ops = SumOpTimes({"Matmul", "Matmul", "Cast"}, {6.0, 6.0, 4.0});
-  profile.after_last_op_ms = 4.0;
+  profile.outside_ops_ms = 4.0;
   profile.window_ms = 20.0;
   const std::string table = FormatOpProfile(profile, 2);
   EXPECT_NE(table.find("Matmul                              1.0      6.000   60.0%"), std::string::npos)
       << table;
   EXPECT_NE(table.find("Cast                                0.5      2.000   20.0%"), std::string::npos)
       << table;
-  EXPECT_NE(table.find("(after the last op)                          2.000   20.0%"), std::string::npos)
+  EXPECT_NE(table.find("(outside the ops)                            2.000   20.0%"), std::string::npos)
       << table;
   EXPECT_NE(table.find("window                                      10.000  100.0%"), std::string::npos)
       << table;
@@ -54,4 +54,4 @@ TEST(FormatOpProfile, EmptyWindowHasNoShares) {
 }
 
 }  // namespace
-}  // namespace lmf::kernels::cuda
+}  // namespace lmf::kernels
