@@ -5,7 +5,9 @@
 //
 //   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
 //   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256),
-//          --torch (1: also run PyTorch), --python (/usr/bin/python3), --torch_script (path)
+//          --torch (1: also run PyTorch), --python (/usr/bin/python3), --torch_script (path),
+//          --op_profile (0: also time every op of one more step of ours, kernels/profile/cpu_op_profiler.h,
+//          and print the table after the shape's row)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "kernels/core/context.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/profile/cpu_op_profiler.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 #include "model/optimizer/adamw.h"
@@ -31,6 +34,7 @@ ABSL_FLAG(int, steps, 3, "timed training steps per shape (after one warm-up step
 ABSL_FLAG(std::string, shapes, "gpt2_t64,gpt2_t256,small_t64,small_t256", "shapes to run");
 ABSL_FLAG(bool, torch, true, "also time PyTorch");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with torch");
+ABSL_FLAG(bool, op_profile, false, "also print the time per op of one more step of ours");
 ABSL_FLAG(std::string, torch_script, "", "tools/model/torch_train_step.py (default: found from the workspace)");
 
 namespace lmf::model {
@@ -77,8 +81,8 @@ double MeasureSgemmPeak(const kernels::Context& ctx) {
   return best;
 }
 
-// Mean seconds per step of ours.
-double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* last_loss) {
+// Mean seconds per step of ours; with --op_profile, `profile` gets the op table of one more step.
+double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* last_loss, std::string* profile) {
   auto model = LanguageModel::Create(s.config, ctx);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -100,6 +104,20 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
     }
     if (i > 0) total += Now() - start;
     *last_loss = result->loss;
+  }
+  if (absl::GetFlag(FLAGS_op_profile)) {
+    absl::StatusOr<std::unique_ptr<kernels::CpuOpProfiler>> profiler = kernels::CpuOpProfiler::Start(ctx);
+    if (!profiler.ok()) {
+      std::fprintf(stderr, "%s\n", profiler.status().ToString().c_str());
+      std::exit(1);
+    }
+    auto result = TrainStep(ctx, **model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
+    absl::StatusOr<kernels::OpProfile> ops = (*profiler)->Finish();
+    if (!result.ok() || !ops.ok()) {
+      std::fprintf(stderr, "%s\n", (result.ok() ? ops.status() : result.status()).ToString().c_str());
+      std::exit(1);
+    }
+    *profile = kernels::FormatOpProfile(*ops, 1);
   }
   return total / steps;
 }
@@ -151,7 +169,8 @@ int Main() {
     const double tokens = static_cast<double>(s.b * s.t);
     const double flops = CountFlopsPerToken(s.config, s.t).training() * tokens;
     double loss = 0;
-    const double ours = TimeOurs(ctx, s, steps, &loss);
+    std::string profile;
+    const double ours = TimeOurs(ctx, s, steps, &loss, &profile);
     const double torch = absl::GetFlag(FLAGS_torch) ? TimeTorch(s, steps, threads, FindTorchScript()) : -1;
     peak = std::max(peak, MeasureSgemmPeak(ctx));
     const double ours_pk = 100 * flops / ours / 1e9 / peak;
@@ -163,6 +182,8 @@ int Main() {
       std::printf("%-11s %10.3f %10.0f %10s %10s %8s %7.1f %8.1f%% %9s\n", s.name.c_str(), ours, tokens / ours, "-",
                   "-", "-", peak, ours_pk, "-");
     }
+    if (!profile.empty()) std::printf("%s: ours, one step, per op (wall time on the calling thread)\n%s\n",
+                                      s.name.c_str(), profile.c_str());
     std::fflush(stdout);
   }
   return 0;
