@@ -13,6 +13,7 @@ namespace lmf::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowsInFlight = 4;  // dout rows loaded ahead of their adds in the backward's segment sums
 
 // Records the smallest row whose id is out of range (bad starts at INT64_MAX-like sentinel N).
 __global__ void CheckIdsKernel(int64_t N, int64_t V, const int32_t* ids, unsigned long long* first_bad) {
@@ -69,7 +70,21 @@ __global__ void SegmentSumKernel(int64_t N, int64_t C, const int32_t* sorted_ids
       float s[W], x[W];
 #pragma unroll
       for (int k = 0; k < W; ++k) s[k] = 0.0f;
-      for (int64_t j = i; j < end; ++j) {
+      // Four rows' loads are issued before their adds (a frequent id's run is hundreds of rows long, and one
+      // load in flight per thread would leave the block waiting on memory latency row after row); the adds
+      // keep the rows' order, so the sum is bitwise the one-row loop's.
+      int64_t j = i;
+      for (; j + kRowsInFlight <= end; j += kRowsInFlight) {
+        float y[kRowsInFlight][W];
+#pragma unroll
+        for (int r = 0; r < kRowsInFlight; ++r)
+          LoadN<T, W>(dout + static_cast<int64_t>(sorted_rows[j + r]) * C + c, y[r]);
+#pragma unroll
+        for (int r = 0; r < kRowsInFlight; ++r)
+#pragma unroll
+          for (int k = 0; k < W; ++k) s[k] += y[r][k];
+      }
+      for (; j < end; ++j) {
         LoadN<T, W>(dout + static_cast<int64_t>(sorted_rows[j]) * C + c, x);
 #pragma unroll
         for (int k = 0; k < W; ++k) s[k] += x[k];
