@@ -2,7 +2,8 @@
 // PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and the dk/dv
 // and dq backward kernels on wgmma, fake/kernels/attention/wgmma.cuh, after that fake's self-test in
 // wgmma_check.cc (kWgmmaDkDv's dq is checked bitwise against the FA2 backward's, kWgmma's dk and dv bitwise
-// against kWgmmaDkDv's); attention_f32_cuda.cu: f32
+// against kWgmmaDkDv's and, in this emulation's summation order, its dq against the FA2 backward's);
+// attention_f32_cuda.cu: f32
 // on CUDA cores) forward and backward against the CPU attention kernel, and the column sums
 // (column_sum_cuda.cu, the bias gradient) against a plain sum, through the CPU emulation of cuemu.h (built
 // and run by run.sh with emulation_check.cc, whose main calls these).
@@ -296,6 +297,13 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     int64_t xpads = 0;
     const std::vector<float> xgot_dq = Gather(xdq, lq, dt, &xpads);
     CheckScaled(name + " dq (wgmma)", xgot_dq, dq, grad_tol);
+    // In the emulation only (not a device property): both fakes sum each k16 product's terms in k order in
+    // fp32 and then add it to the accumulator, and both dq kernels add the 16-key products in key order, so
+    // the same per-element arithmetic (exp2 argument, masking, fp32 P, dS rounded to nearest bf16, scale)
+    // gives the FA2 dq kernel's bits; a difference there (e.g. dS truncated to bf16, which the tolerance
+    // above misses) shows here.
+    Expect(std::memcmp(xdq.get(), gdq.get(), lq.size() * 2) == 0,
+           name + " wgmma backward: dq bitwise the FA2 backward's (emulation's summation order)");
     Expect(std::memcmp(xdk.get(), wdk.get(), lk.size() * 2) == 0 &&
                std::memcmp(xdv.get(), wdv.get(), lk.size() * 2) == 0,
            name + " wgmma backward: dk, dv bitwise the wgmma dk/dv backward's");
