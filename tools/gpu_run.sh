@@ -400,6 +400,7 @@ san_plan=(
   "kernels__attention__attention_cuda_test racecheck 90 *GqaFromFusedQkvMatchesCpu/hs64_causal"
   "kernels__rmsnorm__rmsnorm_cuda_test racecheck 40 *"
   "kernels__attention__attention_cuda_test memcheck 60 *WgmmaForwardMatchesCpu/hs64_causal"
+  "kernels__attention__attention_cuda_test memcheck 90 *WgmmaWholeBackwardMatchesCpu/hs64_causal"
 )
 if [[ "$mode" == all ]] && ((sanitizer)); then
   echo "=== compute-sanitizer (phase ends at ${san_end}s)"
