@@ -307,44 +307,34 @@ TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
                 DType::kBF16, true);
 }
 
-// The backward with the Hopper dk/dv kernel (wgmma) on the same shapes, after the FA2 forward: dk, dv by
-// the same tolerance rule as the mma.sync backward (not bitwise), dq bitwise the FA2 backward's.
+// The wgmma backward variants on the forward's shapes, after the FA2 forward: dq, dk, dv by the same tolerance
+// rule as the mma.sync backward (not bitwise); the checks per variant are in RunAndCompare.
+void RunWgmmaBackwardShapes(const Context& ctx, int64_t hs, bool causal, AttentionBackwardVariant variant) {
+  RunAndCompare(ctx, Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, false,
+                variant);
+  const int64_t T = 77;
+  std::vector<uint8_t> mask(T * T, 1);
+  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
+  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
+  RunAndCompare(ctx, Geometry{1, T, 4, 1, hs, causal}, &mask, 1600 + hs + causal, DType::kBF16, false, variant);
+  RunAndCompare(ctx, Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1700 + hs + causal, DType::kBF16,
+                false, variant);
+  RunAndCompare(ctx, Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal, DType::kBF16,
+                false, variant);
+}
+
+// The Hopper dk/dv kernel (wgmma) with FA2's dq kernel: dq bitwise the FA2 backward's.
 TEST_P(AttentionTest, WgmmaBackwardMatchesCpu) {
   if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma dk/dv backward needs an sm_90 (H100/H200) device";
   const auto [hs, causal] = GetParam();
-  constexpr auto kWgmmaBwd = AttentionBackwardVariant::kWgmmaDkDv;
-  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, false,
-                kWgmmaBwd);
-  const int64_t T = 77;
-  std::vector<uint8_t> mask(T * T, 1);
-  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
-  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
-  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 1600 + hs + causal, DType::kBF16, false,
-                kWgmmaBwd);
-  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1700 + hs + causal,
-                DType::kBF16, false, kWgmmaBwd);
-  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal,
-                DType::kBF16, false, kWgmmaBwd);
+  RunWgmmaBackwardShapes(ctx(), hs, causal, AttentionBackwardVariant::kWgmmaDkDv);
 }
 
-// The whole backward on wgmma (the wgmma dq kernel with the dk/dv one) on the same shapes: dq, dk, dv by
-// the same tolerance rule as the mma.sync backward, dk and dv bitwise kWgmmaDkDv's.
+// The whole backward on wgmma (the wgmma dq kernel with the dk/dv one): dk and dv bitwise kWgmmaDkDv's.
 TEST_P(AttentionTest, WgmmaWholeBackwardMatchesCpu) {
   if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma backward needs an sm_90 (H100/H200) device";
   const auto [hs, causal] = GetParam();
-  constexpr auto kWgmmaBwd = AttentionBackwardVariant::kWgmma;
-  RunAndCompare(ctx(), Geometry{2, 200, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, false,
-                kWgmmaBwd);
-  const int64_t T = 77;
-  std::vector<uint8_t> mask(T * T, 1);
-  for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
-  for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
-  RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 1600 + hs + causal, DType::kBF16, false,
-                kWgmmaBwd);
-  RunAndCompare(ctx(), Geometry{2, 70, 4, 2, hs, causal, /*S=*/150}, nullptr, 1700 + hs + causal,
-                DType::kBF16, false, kWgmmaBwd);
-  RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal,
-                DType::kBF16, false, kWgmmaBwd);
+  RunWgmmaBackwardShapes(ctx(), hs, causal, AttentionBackwardVariant::kWgmma);
 }
 
 TEST_P(AttentionTest, Fp32CudaCoreKernelsMatchCpu) {
