@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
@@ -139,6 +140,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       result.last_checkpoint = *latest;
       result.steps = start_step;
       console.Message(absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
+    } else if (latest.status().code() == absl::StatusCode::kNotFound && !skipped.empty()) {
+      // Starting over would overwrite the damaged folders and the metrics log: a run's progress lost
+      // without a word. Damage a kill cannot cause (saves are staged and renamed) needs the user.
+      return absl::DataLossError(absl::StrCat(
+          "--resume: every checkpoint in ", checkpoints, " is damaged (", absl::StrJoin(skipped, "; "),
+          "); repair or move them aside to start the run over"));
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {
       console.Message(absl::StrCat("--resume: no checkpoint in ", checkpoints, "; starting from scratch"));
     } else {

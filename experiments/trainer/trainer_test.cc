@@ -251,6 +251,52 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
   EXPECT_EQ(ReadMetrics(out).size(), 24u);
 }
 
+// Damage a kill cannot cause (saves are staged, then renamed): --resume falls back to the newest intact
+// checkpoint, and where none is intact it refuses instead of starting over, which would overwrite the damaged
+// folders and the metrics log.
+TEST(Trainer, ResumeSkipsADamagedCheckpointAndRefusesWhenAllAreDamaged) {
+  const std::string train = WriteTokens("damaged.tok", RandomIds(2000, 9));
+  const std::string out = TempPath("damaged_run");
+  auto run = [&](int64_t max_steps) {
+    TrainOptions resume = Quiet();
+    resume.resume = true;
+    return Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.checkpoint_interval=4",
+                       "run.max_steps=" + std::to_string(max_steps), "schedule.decay_end=100"}),
+                 resume);
+  };
+  ASSERT_TRUE(run(12).ok());
+  const std::string checkpoints = out + "/checkpoints";
+  ASSERT_EQ(ListCheckpointSteps(checkpoints), (std::vector<int64_t>{8, 12}));
+  auto flip_a_byte = [](const std::string& path) {
+    auto bytes = ReadFile(path);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    (*bytes)[bytes->size() / 2] ^= 1;
+    ASSERT_TRUE(WriteFileAtomically(path, *bytes).ok());
+  };
+  flip_a_byte(checkpoints + "/step_00000012/optimizer.safetensors");
+  auto fallback = run(12);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->steps, 12);  // resumed at 8, ran 9..12, saved a good step 12 over the damaged one
+  EXPECT_EQ(ReadMetrics(out).size(), 12u);
+
+  flip_a_byte(checkpoints + "/step_00000008/model.safetensors");
+  flip_a_byte(checkpoints + "/step_00000012/config.textproto");
+  auto metrics_before = ReadFile(out + "/metrics.jsonl");
+  ASSERT_TRUE(metrics_before.ok());
+  auto refused = run(16);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StartsWith(refused.status().message(), "--resume: every checkpoint in " + checkpoints +
+                                                               " is damaged (" + checkpoints + "/step_00000012/"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), checkpoints + "/step_00000008/model.safetensors"))
+      << refused.status();
+  EXPECT_EQ(ListCheckpointSteps(checkpoints), (std::vector<int64_t>{8, 12}));
+  auto metrics_after = ReadFile(out + "/metrics.jsonl");
+  ASSERT_TRUE(metrics_after.ok());
+  EXPECT_EQ(*metrics_after, *metrics_before);
+}
+
 TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
   const std::string train = WriteTokens("signal.tok", RandomIds(2000, 8));
   const std::string out = TempPath("signal_run");
