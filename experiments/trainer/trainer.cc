@@ -143,9 +143,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     } else if (latest.status().code() == absl::StatusCode::kNotFound && !skipped.empty()) {
       // Starting over would overwrite the damaged folders and the metrics log: a run's progress lost
       // without a word. Damage a kill cannot cause (saves are staged and renamed) needs the user.
-      return absl::DataLossError(absl::StrCat(
-          "--resume: every checkpoint in ", checkpoints, " is damaged (", absl::StrJoin(skipped, "; "),
-          "); repair or move them aside to start the run over"));
+      return absl::DataLossError(absl::StrCat("--resume: every checkpoint in ", checkpoints, " is damaged (",
+                                              absl::StrJoin(skipped, "; "),
+                                              "); repair or move them aside to start the run over"));
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {
       console.Message(absl::StrCat("--resume: no checkpoint in ", checkpoints, "; starting from scratch"));
     } else {

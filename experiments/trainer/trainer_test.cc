@@ -286,8 +286,9 @@ TEST(Trainer, ResumeSkipsADamagedCheckpointAndRefusesWhenAllAreDamaged) {
   auto refused = run(16);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(absl::StartsWith(refused.status().message(), "--resume: every checkpoint in " + checkpoints +
-                                                               " is damaged (" + checkpoints + "/step_00000012/"))
+  EXPECT_TRUE(absl::StartsWith(
+      refused.status().message(),
+      "--resume: every checkpoint in " + checkpoints + " is damaged (" + checkpoints + "/step_00000012/"))
       << refused.status();
   EXPECT_TRUE(absl::StrContains(refused.status().message(), checkpoints + "/step_00000008/model.safetensors"))
       << refused.status();
