@@ -107,11 +107,25 @@ absl::Status ModelConfig::Validate() const {
   if (init == InitScheme::kGpt2Scaled && (!(init_std > 0) || !std::isfinite(init_std))) {
     return Invalid(absl::StrCat("init_std=", init_std, " must be a positive finite number"));
   }
-  // Sizes beyond 2^31 elements per matrix are outside what the CPU GEMM takes (int dimensions).
-  const int64_t widest = std::max({vocab_rows(), d_ff, d_model, context_length});
-  if (widest * std::max(d_model, d_ff) >= (int64_t{1} << 31)) {
-    return Invalid(absl::StrCat("a weight matrix of ", widest, " x ", std::max(d_model, d_ff),
-                                " has 2^31 or more elements"));
+  // Matrices of 2^31 or more elements are beyond what the CPU GEMMs are known to take (int dimensions): the
+  // weights, and one sequence's widest activations at full context.
+  struct Matrix {
+    const char* what;
+    int64_t rows, cols;
+  };
+  const char* vocab = padded_vocab_size > 0 ? "padded_vocab_size" : "vocab_size";
+  const Matrix matrices[] = {
+      {"the embedding (vocab rows x d_model)", vocab_rows(), d_model},
+      {"an FFN weight (d_ff x d_model)", d_ff, d_model},
+      {"one sequence's FFN activations (context_length x d_ff)", context_length, d_ff},
+      {"one sequence's residual stream (context_length x d_model)", context_length, d_model},
+  };
+  for (const Matrix& m : matrices) {
+    if (m.rows * m.cols >= (int64_t{1} << 31)) {
+      return Invalid(absl::StrCat(m.what, " is ", m.rows, " x ", m.cols, ", 2^31 or more elements (", vocab,
+                                  "=", vocab_rows(), ", d_model=", d_model, ", d_ff=", d_ff,
+                                  ", context_length=", context_length, ")"));
+    }
   }
   return absl::OkStatus();
 }

@@ -97,6 +97,18 @@ TEST(ModelConfigTest, RejectsBadScalars) {
   ExpectRejected(c, "init_std");
 }
 
+TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
+  // (vocab, context, d_model, layers, heads, d_ff)
+  ExpectRejected(Cs336Config(1000, 1 << 24, 64, 2, 4, 172),
+                 "one sequence's FFN activations (context_length x d_ff) is 16777216 x 172, 2^31 or more");
+  ExpectRejected(Cs336Config(1 << 22, 128, 512, 2, 4, 1024),
+                 "the embedding (vocab rows x d_model) is 4194304 x 512");
+  ExpectRejected(Cs336Config(1000, 128, 64, 2, 4, 1 << 25),
+                 "an FFN weight (d_ff x d_model) is 33554432 x 64");
+  const ModelConfig fits = Cs336Config(1000, (1 << 24) - 1, 64, 2, 4, 128);  // (2^24 - 1) x 128 < 2^31
+  EXPECT_TRUE(fits.Validate().ok()) << fits.Validate();
+}
+
 TEST(ModelConfigTest, RejectsUnbuiltNormPlacementAsUnimplemented) {
   ModelConfig c = Gpt2Config(100, 128, 64, 2, 4);
   c.norm_placement = NormPlacement::kPost;
