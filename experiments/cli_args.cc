@@ -1,6 +1,8 @@
 // Command-line parsing for the experiment binaries (see cli_args.h).
 #include "experiments/cli_args.h"
 
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +33,14 @@ std::string CliArgs::Get(const std::string& name, const std::string& fallback) c
   return it == values_.end() ? fallback : it->second.back();
 }
 
+absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallback, int64_t min) const {
+  absl::StatusOr<int64_t> value = GetInt(name, fallback);
+  if (value.ok() && *value < min) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "=", *value, ": expected at least ", min));
+  }
+  return value;
+}
+
 std::vector<std::string> CliArgs::GetAll(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>() : it->second;
@@ -48,8 +58,9 @@ absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallbac
 absl::StatusOr<double> CliArgs::GetDouble(const std::string& name, double fallback) const {
   if (!Has(name)) return fallback;
   double value;
-  if (!absl::SimpleAtod(Get(name), &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " expects a number, got \"", Get(name), "\""));
+  if (!absl::SimpleAtod(Get(name), &value) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " expects a finite number, got \"", Get(name), "\""));
   }
   return value;
 }

@@ -27,6 +27,9 @@ class CliArgs {
   // Every value of a repeated flag, in order.
   std::vector<std::string> GetAll(const std::string& name) const;
   absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
+  // An integer of at least `min`.
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback, int64_t min) const;
+  // A finite number (nan and inf are refused).
   absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
 
  private:

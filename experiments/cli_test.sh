@@ -105,6 +105,16 @@ expect_error gen_cuda999.log "^generate: ${cuda_error#eval: }" \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --device=cuda --cuda_device=999
 expect_error gen_bf16.log "^generate: --precision=bf16 needs --device=cuda \(the CPU backend computes in fp32\)$" \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --precision=bf16
+# Numeric flags: out of range or not finite is a usage error naming the flag (was: an abort, or nothing
+# generated, or nan sampling without a word).
+expect_error eval_batch0.log "^eval: --batch_size=0: expected at least 1$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --batch_size=0
+expect_error gen_max0.log "^generate: --max_tokens=-3: expected at least 1$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --max_tokens=-3
+expect_error gen_nan.log '^generate: --temperature expects a finite number, got "nan"$' \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
+expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --top_p=inf
 "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cpu --precision=fp32 > eval_cpu.txt 2> eval_cpu.log ||
   fail "eval --device=cpu: $(cat eval_cpu.log)"
 [[ "$(cut -d'|' -f1-3 eval.txt)" == "$(cut -d'|' -f1-3 eval_cpu.txt)" ]] || fail "--device=cpu changed the loss"

@@ -50,7 +50,7 @@ absl::Status Run(const CliArgs& args) {
   }
   if (!loaded.ok()) return loaded.status();
   const config::Experiment& e = loaded->experiment;
-  absl::StatusOr<int64_t> batch = args.GetInt("batch_size", e.run().batch_size());
+  absl::StatusOr<int64_t> batch = args.GetInt("batch_size", e.run().batch_size(), 1);
   if (!batch.ok()) return batch.status();
   TokenFileExpectations expect;
   expect.model_vocab_size = e.model().vocab_size();
@@ -65,7 +65,7 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(tokens_path, expect);
   if (!file.ok()) return file.status();
   const int64_t available = static_cast<int64_t>(file->size()) - 1;
-  absl::StatusOr<int64_t> budget = args.GetInt("eval_tokens", available);
+  absl::StatusOr<int64_t> budget = args.GetInt("eval_tokens", available, 1);
   if (!budget.ok()) return budget.status();
   absl::StatusOr<ValidationBatches> batches =
       ValidationBatches::Open(tokens_path, expect, std::min(*budget, available));

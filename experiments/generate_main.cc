@@ -45,7 +45,7 @@ absl::Status Run(const CliArgs& args) {
                      " exceeds the model's vocab_size=", loaded->experiment.model().vocab_size()));
   }
   GenerateOptions options;
-  absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256);
+  absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256, 1);
   absl::StatusOr<double> temperature = args.GetDouble("temperature", 0.8);
   absl::StatusOr<double> top_p = args.GetDouble("top_p", 0.95);
   absl::StatusOr<int64_t> seed = args.GetInt("seed", 0);

@@ -45,7 +45,7 @@ int Main(int argc, char** argv) {
   TrainOptions options;
   options.resume = args->Get("resume") == "true";
   options.checkpoint_on_signal = true;
-  absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0);
+  absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0, 0);
   if (!stop_after.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(stop_after.status().message()).c_str());
     return 2;
