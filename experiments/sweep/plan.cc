@@ -118,6 +118,13 @@ absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
     e.mutable_run()->set_eval_interval(std::max<int64_t>(1, experiments::TotalSteps(e) / evals_per_run));
   }
   if (absl::Status s = experiments::ValidateExperiment(e, where); !s.ok()) return s;
+  if (e.run().eval_tokens() <= 0) {
+    // Refused here, not after the run has trained: the results table and the fits need validation losses.
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": run.eval_tokens=", e.run().eval_tokens(),
+        ": a sweep records each run's validation loss; set data.val_tokens and run.eval_tokens in the base "
+        "experiment or the sweep's `set`"));
+  }
   experiments::ResolveDefaults(&e);
   auto size = sizer(e);
   if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", size.status().message()));

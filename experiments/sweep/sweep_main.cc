@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
   const std::string path = lmf::experiments::UserPath(sweep_flag);
   auto sweep = lmf::sweep::LoadSweep(path);
   if (!sweep.ok()) return Fail(sweep.status());
+  if (absl::GetFlag(FLAGS_parallel_runs) < 0) {
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("--parallel_runs=", absl::GetFlag(FLAGS_parallel_runs),
+                                                ": expected 1 or more (0: the sweep file's)")));
+  }
   if (absl::GetFlag(FLAGS_parallel_runs) > 0) sweep->set_parallel_runs(absl::GetFlag(FLAGS_parallel_runs));
   auto plan = lmf::sweep::PlanSweep(*sweep, path, cwd, lmf::sweep::SizeOfModel);
   if (!plan.ok()) return Fail(plan.status());

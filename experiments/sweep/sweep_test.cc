@@ -172,6 +172,14 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
   auto no_design = Plan("");
   ASSERT_FALSE(no_design.ok());
   EXPECT_NE(no_design.status().message().find("needs a design"), std::string::npos);
+
+  // A run without validation would train and then fail for want of a loss: refused when planned.
+  auto no_eval = Plan(R"pb(set: "run.eval_tokens=0"
+                           grid { axis { field: "optimizer.lr" values: "1e-3" } })pb");
+  ASSERT_FALSE(no_eval.ok());
+  EXPECT_EQ(no_eval.status().message(),
+            "test.sweep (run lr=1e-3): run.eval_tokens=0: a sweep records each run's validation loss; set "
+            "data.val_tokens and run.eval_tokens in the base experiment or the sweep's `set`");
 }
 
 TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
