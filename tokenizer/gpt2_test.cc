@@ -1,13 +1,13 @@
 // Tests of the GPT-2 import/export: the bytes-to-unicode mapping, and, with GPT-2's published vocab.json +
 // merges.txt from the reference data, ids equal to tiktoken's `gpt2` (expected ids committed under
 // testdata/, made by tools/tokenizer/make_expected_ids.py) on the CS336 texts and Unicode edge cases.
-#include "tokenizer/gpt2_format.h"
-
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "base/file.h"
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
+#include "tokenizer/gpt2_format.h"
 #include "tokenizer/test_util.h"
 
 namespace lmf::tokenizer {
@@ -141,6 +141,30 @@ TEST_F(Gpt2ReferenceTest, ExportReproducesThePublishedFiles) {
   EXPECT_EQ(back->Hash(), t->Hash());
   // merges.txt is the published one plus our "#version" line.
   EXPECT_EQ(Gpt2MergesTxt(*t).substr(std::string("#version: 0.2\n").size()), *ReadFile(merges));
+}
+
+// A merges.txt cut short (an interrupted download) leaves most of vocab.json unreachable: an error, not a
+// tokenizer that silently encodes differently from GPT-2. Without the special, <|endoftext|> is one too.
+TEST_F(Gpt2ReferenceTest, TruncatedMergesOrAnUndeclaredAddedTokenIsAnError) {
+  LMF_SHARED_DATA_OR_SKIP(vocab, std::string(kFixtures) + "gpt2_vocab.json");
+  LMF_SHARED_DATA_OR_SKIP(merges, std::string(kFixtures) + "gpt2_merges.txt");
+  auto vocab_text = ReadFile(vocab);
+  auto merges_text = ReadFile(merges);
+  ASSERT_TRUE(vocab_text.ok() && merges_text.ok());
+  size_t cut = 0;
+  for (int line = 0; line < 1000; ++line) cut = merges_text->find('\n', cut) + 1;
+  auto truncated = ParseGpt2(*vocab_text, merges_text->substr(0, cut), {"<|endoftext|>"}, "v.json", "m.txt");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_TRUE(absl::StartsWith(truncated.status().message(),
+                               "v.json + m.txt: 49000 multi-byte token(s) are produced by no merge"))
+      << truncated.status();
+  auto undeclared = ParseGpt2(*vocab_text, *merges_text, {}, "v.json", "m.txt");
+  ASSERT_FALSE(undeclared.ok());
+  EXPECT_TRUE(
+      absl::StartsWith(undeclared.status().message(),
+                       "v.json + m.txt: 1 multi-byte token(s) are produced by no merge and are not special, "
+                       "first token 50256 "))
+      << undeclared.status();
 }
 
 }  // namespace

@@ -73,6 +73,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(std::vector<std::string> vocab,
     t.byte_ids_[b] = it->second;
   }
   t.merge_map_.reserve(merges.size());
+  std::vector<bool> produced(n, false);
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto [a, b] = merges[r];
     if (a >= n || b >= n) {
@@ -93,6 +94,20 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(std::vector<std::string> vocab,
     if (!t.merge_map_.emplace(PairKey(a, b), value).second) {
       return absl::InvalidArgumentError(absl::StrCat("merge ", r, " (", a, ", ", b, ") is listed twice"));
     }
+    produced[it->second] = true;
+  }
+  // A multi-byte token that no merge produces can never appear in an encoding: the files disagree (a
+  // truncated merges list, or an added token not declared special), and encoding would silently differ
+  // from the tokenizer they came from.
+  int64_t unreachable = 0, first = -1;
+  for (uint32_t id = 0; id < n; ++id) {
+    if (!is_special[id] && !produced[id] && vocab[id].size() > 1 && ++unreachable == 1) first = id;
+  }
+  if (unreachable > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        unreachable, " multi-byte token(s) are produced by no merge and are not special, first token ", first,
+        " (hex ", Hex(vocab[first]), ") of ", n, " with ", merges.size(),
+        " merges: a truncated merges list, or added tokens that must be declared special"));
   }
   std::vector<std::string> special_texts;
   for (uint32_t id : special_ids) special_texts.push_back(vocab[id]);

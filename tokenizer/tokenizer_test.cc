@@ -136,6 +136,17 @@ TEST(TokenizerTest, CreateRejectsBadVocabularies) {
   EXPECT_FALSE(Tokenizer::Create(with_ab, {{'a', 'b'}, {'a', 'b'}}, {}).ok());
   EXPECT_FALSE(Tokenizer::Create(with_ab, {{'a', 300}}, {}).ok());
   EXPECT_FALSE(Tokenizer::Create(with_ab, {}, {999}).ok());
+  // A multi-byte token no merge produces could never be encoded: refused unless it is special.
+  std::vector<std::string> extra = with_ab;
+  extra.push_back("abc");
+  auto unreachable = Tokenizer::Create(extra, {{'a', 'b'}}, {});
+  ASSERT_FALSE(unreachable.ok());
+  EXPECT_EQ(
+      unreachable.status().message(),
+      "1 multi-byte token(s) are produced by no merge and are not special, first token 257 (hex 616263) "
+      "of 258 with 1 merges: a truncated merges list, or added tokens that must be declared special");
+  EXPECT_TRUE(Tokenizer::Create(extra, {{'a', 'b'}}, {257}).ok());
+  EXPECT_TRUE(Tokenizer::Create(extra, {{'a', 'b'}, {256, 'c'}}, {}).ok());
 }
 
 TEST(TokenizerFileTest, SaveLoadRoundTripKeepsHash) {
