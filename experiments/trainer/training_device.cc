@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/peak_flops.h"
 
 #if LMF_WITH_CUDA
 #include "kernels/cuda/cuda_context.h"
@@ -23,9 +25,17 @@ struct TrainingDevice::CudaHolder {
 TrainingDevice::TrainingDevice() = default;
 TrainingDevice::~TrainingDevice() = default;
 
-double PeakFlops(const config::RunConfig& run, int num_threads) {
-  if (run.peak_flops() > 0) return run.peak_flops();
-  return static_cast<double>(num_threads) * 2 * 8 * 2 * 3.0e9;
+double PeakFlops(const config::RunConfig& run, int num_threads, std::string* source) {
+  if (run.peak_flops() > 0) {
+    if (source != nullptr) *source = "run.peak_flops";
+    return run.peak_flops();
+  }
+  const kernels::CpuPeak& peak = kernels::CpuFmaPeak(num_threads);
+  if (source != nullptr) {
+    *source = absl::StrFormat("measured %s FMA peak, %d x %.0f GFLOP/s", peak.isa, peak.measured_threads,
+                              peak.flops_per_second / peak.measured_threads / 1e9);
+  }
+  return peak.flops_per_second;
 }
 
 std::optional<double> GpuPeakFlops(const std::string& device_name, config::RunConfig::Precision precision) {
@@ -120,9 +130,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
       }
       device->ctx_ = kernels::Context::Cpu();
       device->name_ = absl::StrCat("CPU (", device->ctx_.num_threads(), " threads)");
-      device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads());
-      device->peak_flops_source_ =
-          run.peak_flops() > 0 ? "run.peak_flops" : "AVX2 estimate of 96 GFLOP/s per thread";
+      device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads(), &device->peak_flops_source_);
       return device;
     }
     case config::RunConfig::CUDA: {

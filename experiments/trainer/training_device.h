@@ -3,7 +3,9 @@
 // activations over fp32 master weights), the device's name for the run's log, and the peak FLOP/s that MFU
 // is measured against:
 //   - run.peak_flops when it is set;
-//   - on the CPU, an AVX2 estimate of threads x 2 FMA units x 8 fp32 lanes x 2 FLOPs x 3 GHz;
+//   - on the CPU, the fp32 FMA peak of the run's threads, measured once per process
+//   (kernels/cpu/peak_flops.h:
+//     AVX-512 or AVX2 FMA chains timed by thread CPU time, ~20 ms);
 //   - on a GPU, the dense rate of the run's precision for a device named in GpuPeakFlops's table (bf16
 //     tensor cores for BF16 runs, fp32 CUDA cores for FP32 runs); none for an unknown GPU (MFU is then 0).
 // This file holds no CUDA header: the CUDA context lives behind a forward-declared holder and exists only in
@@ -69,9 +71,9 @@ class TrainingDevice {
   std::unique_ptr<kernels::CpuOpProfiler> cpu_profiler_;  // while an op profile of a CPU run runs
 };
 
-// Peak FLOP/s for MFU on the CPU: run.peak_flops when set, else the AVX2 estimate above (96 GFLOP/s per
-// thread).
-double PeakFlops(const config::RunConfig& run, int num_threads);
+// Peak FLOP/s for MFU on the CPU: run.peak_flops when set, else the measured FMA peak of `num_threads`
+// threads. `source`, when given, gets what the figure is, for the run's log.
+double PeakFlops(const config::RunConfig& run, int num_threads, std::string* source = nullptr);
 
 // The dense peak FLOP/s of a GPU, by the name the CUDA driver reports (cudaDeviceProp::name), for bf16
 // (tensor cores) or fp32 (CUDA cores, no TF32): H200 and H100 SXM 989.4e12 / 66.9e12, H100 PCIe 756e12 /

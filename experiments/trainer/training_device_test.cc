@@ -3,7 +3,9 @@
 #include "experiments/trainer/training_device.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/peak_flops.h"
 
 namespace lmf::experiments {
 namespace {
@@ -15,7 +17,7 @@ config::RunConfig RunOn(config::RunConfig::Device device, config::RunConfig::Pre
   return run;
 }
 
-TEST(TrainingDevice, CpuFp32UsesTheThreadPoolAndTheAvx2Estimate) {
+TEST(TrainingDevice, CpuFp32UsesTheThreadPoolAndTheMeasuredFmaPeak) {
   auto device = TrainingDevice::Open(RunOn(config::RunConfig::CPU, config::RunConfig::FP32));
   ASSERT_TRUE(device.ok()) << device.status();
   const kernels::Context& ctx = (*device)->context();
@@ -23,7 +25,13 @@ TEST(TrainingDevice, CpuFp32UsesTheThreadPoolAndTheAvx2Estimate) {
   EXPECT_EQ((*device)->activations(), kernels::DType::kF32);
   EXPECT_EQ((*device)->name(), "CPU (" + std::to_string(ctx.num_threads()) + " threads)");
   ASSERT_TRUE((*device)->peak_flops().has_value());
-  EXPECT_DOUBLE_EQ(*(*device)->peak_flops(), ctx.num_threads() * 96e9);
+  const kernels::CpuPeak& measured = kernels::CpuFmaPeak(ctx.num_threads());
+  EXPECT_EQ(*(*device)->peak_flops(), measured.flops_per_second);
+  EXPECT_GT(measured.flops_per_second, 0);
+  EXPECT_TRUE(absl::StartsWith(
+      (*device)->peak_flops_source(),
+      absl::StrCat("measured ", measured.isa, " FMA peak, ", measured.measured_threads, " x ")))
+      << (*device)->peak_flops_source();
 }
 
 TEST(TrainingDevice, RunPeakFlopsOverridesTheEstimate) {
