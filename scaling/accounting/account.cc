@@ -122,6 +122,10 @@ std::string FormatAccount(const ExperimentAccount& a, double tokens_per_second, 
     absl::StrAppendFormat(&out, "\nat %s tokens/s: %s of model FLOPs, MFU %.1f%% of a %s peak\n",
                           Human(tokens_per_second, ""), Human(tokens_per_second * a.exact.training(), "FLOP/s"),
                           100 * Mfu(a, tokens_per_second, peak_flops), Human(peak_flops, "FLOP/s"));
+    if (Mfu(a, tokens_per_second, peak_flops) > 1) {
+      absl::StrAppend(&out,
+                      "(above 100%: more tokens/s than the peak allows; check the tokens/s and the peak)\n");
+    }
   }
   return out;
 }

@@ -38,7 +38,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "account: %s\n", std::string(account.status().message()).c_str());
     return 1;
   }
-  // Without --peak_flops: run.peak_flops, else the trainer's CPU estimate for this machine's threads.
+  // Without --peak_flops: run.peak_flops, else, for a CPU run, the trainer's measured FMA peak of this
+  // machine's threads. A GPU run's peak depends on the GPU, which this command does not open.
+  const bool gpu = experiment->run().device() == lmf::config::RunConfig::CUDA;
+  if (*tps > 0 && !(*peak > 0) && !(experiment->run().peak_flops() > 0) && gpu) {
+    std::fprintf(
+        stderr,
+        "account: --tokens_per_second of a run.device=CUDA config needs --peak_flops (or run.peak_flops): "
+        "the GPU's dense peak, e.g. 989.4e12 for an H100/H200 SXM in bf16\n");
+    return 2;
+  }
   const double peak_flops =
       *peak > 0 ? *peak
                 : lmf::experiments::PeakFlops(experiment->run(), static_cast<int>(std::thread::hardware_concurrency()));

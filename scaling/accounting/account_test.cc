@@ -102,6 +102,12 @@ TEST(Account, SixNAndTotalsAndMemory) {
   const std::string table = FormatAccount(*a, 1000, 1e12);
   EXPECT_NE(table.find("non-embedding N"), std::string::npos);
   EXPECT_NE(table.find("MFU"), std::string::npos);
+  EXPECT_EQ(table.find("above 100%"), std::string::npos) << table;
+  // More tokens/s than the peak allows is flagged, not printed as a plain MFU of 400%.
+  EXPECT_NE(FormatAccount(*a, 4000, a->exact.training() * 1000).find("MFU 400.0%"), std::string::npos);
+  EXPECT_NE(
+      FormatAccount(*a, 4000, a->exact.training() * 1000).find("(above 100%: more tokens/s than the peak"),
+      std::string::npos);
 }
 
 TEST(Account, ImpossibleModelGetsTheValidationMessage) {
