@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,20 +61,32 @@ int main(int argc, char** argv) {
   lmf::quickstart::QuickstartOptions o;
   o.out_dir = lmf::experiments::UserPath(absl::GetFlag(FLAGS_out));
   for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(lmf::experiments::UserPath(f));
-  if (!(absl::GetFlag(FLAGS_corpus_mb) > 0)) return Fail("--corpus_mb must be positive");
+  if (!(absl::GetFlag(FLAGS_corpus_mb) > 0) || !(absl::GetFlag(FLAGS_corpus_mb) < 1e6)) {
+    return Fail(
+        absl::StrCat("--corpus_mb=", absl::GetFlag(FLAGS_corpus_mb), ": expected a size in (0, 1e6) MB"));
+  }
   o.corpus_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_corpus_mb) * 1e6);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   o.budgets.clear();
   for (const std::string& b : absl::GetFlag(FLAGS_budgets)) {
     double v = 0;
-    if (!absl::SimpleAtod(b, &v) || !(v > 0))
+    if (!absl::SimpleAtod(b, &v) || !(v > 0) || !std::isfinite(v))
       return Fail(absl::StrCat("--budgets: '", b, "' is not a positive number"));
     o.budgets.push_back(v);
   }
   o.models_per_budget = absl::GetFlag(FLAGS_models_per_budget);
   o.parallel_runs = absl::GetFlag(FLAGS_parallel_runs);
   o.target_flops = absl::GetFlag(FLAGS_target_flops);
+  // Checked before the corpus, tokenizer and token files are made (the sweep checks them again).
+  if (o.models_per_budget < 3) {
+    return Fail(absl::StrCat("--models_per_budget=", o.models_per_budget, ": a parabola needs at least 3"));
+  }
+  if (o.parallel_runs < 1)
+    return Fail(absl::StrCat("--parallel_runs=", o.parallel_runs, ": expected 1 or more"));
+  if (!(o.target_flops > 0) || !std::isfinite(o.target_flops)) {
+    return Fail(absl::StrCat("--target_flops=", o.target_flops, ": expected a positive FLOP count"));
+  }
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return Fail("cannot find its own executable (/proc/self/exe)");

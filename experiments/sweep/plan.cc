@@ -342,6 +342,14 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   }
   plan.parallel_runs = sweep.parallel_runs();
   plan.estimate_flops_per_second = sweep.estimate_flops_per_second();
+  if (!(sweep.estimate_flops_per_second() > 0) || !std::isfinite(sweep.estimate_flops_per_second())) {
+    return Error(source, absl::StrCat("sweep.estimate_flops_per_second=", sweep.estimate_flops_per_second(),
+                                      " must be a positive FLOP/s"));
+  }
+  if (!(sweep.target_flops() >= 0) || !std::isfinite(sweep.target_flops())) {
+    return Error(source, absl::StrCat("sweep.target_flops=", sweep.target_flops(),
+                                      " must be a positive FLOP count (0: 100x the largest budget)"));
+  }
   if (sweep.evals_per_run() < 0) {
     return Error(source, absl::StrCat("sweep.evals_per_run=", sweep.evals_per_run(), " must be 0 or more"));
   }

@@ -173,6 +173,12 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
   ASSERT_FALSE(no_design.ok());
   EXPECT_NE(no_design.status().message().find("needs a design"), std::string::npos);
 
+  auto bad_target = Plan(R"pb(target_flops: -1
+                              grid { axis { field: "optimizer.lr" values: "1e-3" } })pb");
+  ASSERT_FALSE(bad_target.ok());
+  EXPECT_EQ(bad_target.status().message(),
+            "test.sweep: sweep.target_flops=-1 must be a positive FLOP count (0: 100x the largest budget)");
+
   // A run without validation would train and then fail for want of a loss: refused when planned.
   auto no_eval = Plan(R"pb(set: "run.eval_tokens=0"
                            grid { axis { field: "optimizer.lr" values: "1e-3" } })pb");
