@@ -93,7 +93,8 @@ absl::Status AttentionBackward(const Context& ctx, const AttentionBackwardParams
 // both): kPackedV (AttentionForward's) builds V's B fragments from 16-bit shared loads, kLdmatrixV with
 // ldmatrix.trans (every other operand is read with ldmatrix in both). The faster one, once both pass on a
 // GPU, becomes AttentionForward's and the other goes. kWgmma (attention_wgmma_cuda.cu) is the same forward on
-// Hopper's warpgroup MMA (wgmma m64n64k16, operands in 128B-swizzled shared memory, P from registers): sm_90a
+// Hopper's warpgroup MMA (wgmma m64n64k16, operands in 128B-swizzled shared memory, P from registers; two
+// warpgroups of 64 queries per block sharing the K/V tiles, FlashAttention-3's shape): sm_90a
 // (compute capability 9.0) only, elsewhere an Unimplemented status; bf16 only. Not bitwise the mma.sync
 // variants' (another accumulation order); checked against the CPU kernel with their tolerance. Verified only
 // in the CPU emulation until a GPU run.

@@ -291,7 +291,10 @@ bool IsSm90(const Context& ctx) {
 }
 
 // The Hopper forward (wgmma) on the shapes above: fused GQA, MQA with a mask and a fully masked row, more and
-// fewer keys than queries; the same tolerance rule as the mma.sync forward (it is not bitwise the same).
+// fewer keys than queries; the same tolerance rule as the mma.sync forward (it is not bitwise the same). Its
+// blocks are two warpgroups of 64 queries: T = 200 and 77 leave the last block's upper warpgroup partly
+// valid, T = 150 and 300 entirely past T (300: after 5 key steps of the lower one), T = 50 too in the only
+// block.
 TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
   if (!IsSm90(ctx())) GTEST_SKIP() << "the wgmma forward needs an sm_90 (H100/H200) device";
   const auto [hs, causal] = GetParam();
@@ -305,6 +308,8 @@ TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
                 DType::kBF16, true);
   RunAndCompare(ctx(), Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1400 + hs + causal,
                 DType::kBF16, true);
+  RunAndCompare(ctx(), Geometry{1, 300, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, true);
+  RunAndCompare(ctx(), Geometry{2, 50, 2, 1, hs, causal}, nullptr, 1600 + hs + causal, DType::kBF16, true);
 }
 
 // The wgmma backward variants on the forward's shapes, after the FA2 forward: dq, dk, dv by the same tolerance

@@ -7,22 +7,31 @@
 //
 // The forward:
 //
-// Shape: one warpgroup (128 threads) per block and 64 queries (the m64 of wgmma: warp w owns rows
-// 16w..16w+15), 64 keys per step. S = Q K^T is m64n64k16 with both operands in shared memory, K-major
-// (HS / 16 instructions); P, rounded to bf16 in registers, is the A operand of O += P V (m64n64k16 per 64
-// output columns, A from registers, V MN-major: the transpose bit). Tiles are stored in the 128B-swizzled
-// canonical layout (wgmma.cuh): 64-column blocks of 64 rows x 128 bytes, 16-byte chunk j of row r at chunk
-// j ^ (r % 8), each block 1024-byte aligned; cp.async writes them 16 bytes at a time, and the XOR spreads
-// the 8 rows a quarter-warp writes over all banks. Schedule (FlashAttention-3's intra-warpgroup overlap,
-// without its producer warp and TMA): Q K^T of step i + 1 is issued before the softmax of step i and runs
-// under it, then P V of step i; one wait retires both. K and V are double-buffered and load a whole step
-// ahead (K of step i + 2 and V of step i + 1 are issued at the top of step i), one barrier per step. The
-// online softmax (exp2 with log2(e) folded into the scale, per-thread partial row sums) is the mma.sync
-// kernel's, element for element. __launch_bounds__(128, 2): two accumulators of S in flight need ~145
-// (HS 64) / ~180 (HS 128) registers; capped at 128 the HS 64 kernel spills and ptxas serializes the wgmma.
+// Shape (FlashAttention-3's): two consumer warpgroups (256 threads) per block and 128 queries; warpgroup wg
+// owns queries 64wg..64wg+63 of the block (the m64 of wgmma: its warp w rows 16w..16w+15), with its own S
+// and O accumulators in registers and its own online softmax, and both read the SAME K and V tiles: half
+// the shared-memory fills per query of a one-warpgroup block. 64 keys per step. S = Q K^T is m64n64k16 with
+// both operands in shared memory, K-major (HS / 16 instructions); P, rounded to bf16 in registers, is the A
+// operand of O += P V (m64n64k16 per 64 output columns, A from registers, V MN-major: the transpose bit).
+// Tiles are stored in the 128B-swizzled canonical layout (wgmma.cuh): 64-column blocks of 64 rows x 128
+// bytes, 16-byte chunk j of row r at chunk j ^ (r % 8), each block 1024-byte aligned; cp.async (all 256
+// threads) writes them 16 bytes at a time, and the XOR spreads the 8 rows a quarter-warp writes over all
+// banks. Schedule (FlashAttention-3's intra-warpgroup overlap in each warpgroup, without its producer warp
+// and TMA): Q K^T of step i + 1 is issued before the softmax of step i and runs under it, then P V of step
+// i; one wait retires both. K and V are double-buffered and load a whole step ahead (K of step i + 2 and V of
+// step i + 1 are issued at the top of step i), one __syncthreads per step. The block loads the keys any of
+// its queries sees (causal: through the upper warpgroup's last query, 64 more than the lower one's); a
+// warpgroup computes only the steps its own queries see and passes the others' barriers (and issues its
+// share of their loads) without computing; a warpgroup whose queries are all past T (the tail block) computes
+// nothing and writes nothing. The online softmax (exp2 with log2(e) folded into the scale, per-thread partial
+// row sums) is the mma.sync kernel's, element for element. Registers per thread as in one warpgroup: O (32 /
+// 64 f32 at HS 64 / 128) and two S (32 each, one in flight); __launch_bounds__(256, 1) (two blocks of 256
+// threads would cap them at 128, where the one-warpgroup kernel spilled); the same 8 warps per SM as two
+// one-warpgroup blocks. ptxas (sm_90a) figures in kernels/README.md.
 //
-// Shared memory (dynamic): Q, two K and two V tiles of 64 x HS bf16, plus 1 KiB to align them to 1024
-// bytes: 41 / 81 KiB at HS 64 / 128 (opt-in above 48 KiB).
+// Shared memory (dynamic): two Q tiles (one per warpgroup), two K and two V tiles of 64 x HS bf16, plus 1 KiB
+// to align them to 1024 bytes: 49 / 97 KiB at HS 64 / 128 (opt-in above 48 KiB); 4 / 2 blocks per SM by
+// shared memory (228 KiB per SM, 1 KiB reserved per block), 1 by registers.
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -36,13 +45,16 @@
 namespace lmf::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;            // one warpgroup
-constexpr int kRows = 64;                // queries per block, keys per step: every tile is 64 rows
+constexpr int kThreads = 128;            // one warpgroup: the backward kernels' block
+constexpr int kRows = 64;                // queries per warpgroup, keys per step: every tile is 64 rows
 constexpr int kTileBytes = kRows * 128;  // one 64-column block of a tile: 64 rows of 128 bytes
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-constexpr size_t WgmmaSharedBytes(int d) { return 5 * static_cast<size_t>(kRows) * d * 2 + 1024; }
+constexpr int kForwardThreads = 2 * kThreads;  // the forward's block: two warpgroups
+constexpr int kForwardRows = 2 * kRows;        // ... and their queries
+
+constexpr size_t WgmmaSharedBytes(int d) { return 6 * static_cast<size_t>(kRows) * d * 2 + 1024; }
 
 __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -50,14 +62,14 @@ __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
 }
 
 // Issues the copies (cp.async, 16 bytes each) of rows [row0, row0 + 64) of a (., D) strided bf16 matrix
-// into a 128B-swizzled tile (rows past `valid` zero-filled): element (r, col) at byte
-// (col / 64) * kTileBytes + r * 128 + (((col % 64) / 8) ^ (r % 8)) * 16 + (col % 8) * 2.
-template <int D>
+// into a 128B-swizzled tile (rows past `valid` zero-filled), shared by the block's kLoaders threads: element
+// (r, col) at byte (col / 64) * kTileBytes + r * 128 + (((col % 64) / 8) ^ (r % 8)) * 16 + (col % 8) * 2.
+template <int D, int kLoaders = kThreads>
 __device__ __forceinline__ void LoadTileAsync(bf16* tile, const bf16* g, int64_t row_stride, int row0,
                                               int valid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
 #pragma unroll 1
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kLoaders) {
     const int r = i / kChunks, c = i - r * kChunks;
     const bool in = row0 + r < valid;
     bf16* dst = tile + (c >> 3) * (kTileBytes / 2) + r * 64 + (((c & 7) ^ (r & 7)) << 3);
@@ -77,25 +89,35 @@ __device__ __forceinline__ uint64_t MNMajorDesc(uint32_t tile, int kk, int nb) {
 }
 
 template <int D, bool kCausal>
-__global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(AttentionParams p, float scale_log2) {
+__global__ void __launch_bounds__(kForwardThreads, 1)
+    FlashForwardWgmmaKernel(AttentionParams p, float scale_log2) {
   constexpr int kBlocks = D / 64;   // 64-column blocks of a tile
   constexpr int kTile = kRows * D;  // elements of one tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw_address = SharedAddress(smem_raw);
+  // Q: one tile per warpgroup (warpgroup wg's queries in tile wg); K, V: two buffers each, step i's in i % 2.
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
-  bf16* sK = sQ + kTile;      // two buffers: step i's K in buffer i % 2
-  bf16* sV = sK + 2 * kTile;  // two buffers: step i's V in buffer i % 2
-  const uint32_t aQ = SharedAddress(sQ), aK = SharedAddress(sK), aV = SharedAddress(sV);
+  bf16* sK = sQ + 2 * kTile;
+  bf16* sV = sK + 2 * kTile;
+  const int wg = threadIdx.x >> 7;
+  const uint32_t aQ = SharedAddress(sQ + wg * kTile), aK = SharedAddress(sK), aV = SharedAddress(sV);
 
-  const int m0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
+  const int m0 = blockIdx.x * kForwardRows, h = blockIdx.y, b = blockIdx.z;
+  const int q0 = m0 + wg * kRows;  // this warpgroup's first query
   const int kvh = h / (p.NH / p.NKV);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h;
   const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
-  const int S = static_cast<int>(p.S);
-  const int n_end = kCausal ? min(S, m0 + kRows) : S;
-  const int steps = (n_end + kRows - 1) / kRows;
+  const int T = static_cast<int>(p.T), S = static_cast<int>(p.S);
+  // Key steps of the 64 queries from `first` on: none past T; causal, through their last query.
+  auto steps_from = [&](int first) -> int {
+    if (first >= T) return 0;
+    const int n_end = kCausal ? min(S, first + kRows) : S;
+    return (n_end + kRows - 1) / kRows;
+  };
+  const int my_steps = steps_from(q0);  // the steps this warpgroup computes
+  const int steps = steps_from(m0) > steps_from(m0 + kRows) ? steps_from(m0) : steps_from(m0 + kRows);
   // S = Q K^T of step i into acc (issued, not waited for).
   auto issue_scores = [&](float(&acc)[32], int i) {
     WgmmaFence();
@@ -105,20 +127,23 @@ __global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(Attention
     WgmmaCommit();
   };
 
-  // Q and K of step 0; then V of step 0 and K of step 1.
-  LoadTileAsync<D>(sQ, q, p.q_stride_t, m0, static_cast<int>(p.T));
-  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, S);
+  // Q (both warpgroups') and K of step 0; then V of step 0 and K of step 1: every thread issues its share.
+  LoadTileAsync<D, kForwardThreads>(sQ, q, p.q_stride_t, m0, T);
+  LoadTileAsync<D, kForwardThreads>(sQ + kTile, q, p.q_stride_t, m0 + kRows, T);
+  LoadTileAsync<D, kForwardThreads>(sK, k, p.k_stride_t, 0, S);
   CpAsyncCommit();
-  LoadTileAsync<D>(sV, v, p.v_stride_t, 0, S);
-  if (steps > 1) LoadTileAsync<D>(sK + kTile, k, p.k_stride_t, kRows, S);
+  LoadTileAsync<D, kForwardThreads>(sV, v, p.v_stride_t, 0, S);
+  if (steps > 1) LoadTileAsync<D, kForwardThreads>(sK + kTile, k, p.k_stride_t, kRows, S);
   CpAsyncCommit();
   CpAsyncWait<1>();  // Q, K of step 0
   FenceProxyAsyncShared();
   __syncthreads();
   float s[32];
-  issue_scores(s, 0);
-  WgmmaWait<0>();
-  WgmmaFenceOperands(s);
+  if (my_steps > 0) {  // warpgroup-uniform, as every branch around a wgmma below
+    issue_scores(s, 0);
+    WgmmaWait<0>();
+    WgmmaFenceOperands(s);
+  }
 
   float o[kBlocks][32];
 #pragma unroll
@@ -126,26 +151,29 @@ __global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(Attention
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[nb][i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
   // Step i (FlashAttention-3's intra-warpgroup overlap): Q K^T of step i + 1 runs on the tensor cores under
   // the softmax of step i, then P V of step i; the tiles of later steps load a whole step ahead (K of i + 2
-  // into K buffer i % 2, V of i + 1 into V buffer (i + 1) % 2, both free once every thread has passed the
-  // barrier after waiting for Q K^T of step i and P V of step i - 1).
+  // into K buffer i % 2, V of i + 1 into V buffer (i + 1) % 2, both free once every thread of both
+  // warpgroups has passed the barrier after waiting for its Q K^T of step i and P V of step i - 1).
   for (int step = 0; step < steps; ++step) {
     const int n0 = step * kRows;
-    const bool next = step + 1 < steps;
     CpAsyncWait<0>();         // V of this step, K of the next
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
     __syncthreads();
-    if (step + 2 < steps) LoadTileAsync<D>(sK + (step & 1) * kTile, k, p.k_stride_t, n0 + 2 * kRows, S);
-    if (next) LoadTileAsync<D>(sV + ((step + 1) & 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
+    if (step + 2 < steps)
+      LoadTileAsync<D, kForwardThreads>(sK + (step & 1) * kTile, k, p.k_stride_t, n0 + 2 * kRows, S);
+    if (step + 1 < steps)
+      LoadTileAsync<D, kForwardThreads>(sV + ((step + 1) & 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
     CpAsyncCommit();
+    if (step >= my_steps) continue;  // keys only the other warpgroup's queries see: only the loads above
+    const bool next = step + 1 < my_steps;
     float s_next[32];
     if (next) issue_scores(s_next, step + 1);
 
     // s[4j + 2r + e]: row rows[r], key n0 + 8j + 2c + e (the D layout of wgmma.cuh).
-    const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
+    const bool mask_tile = TileNeedsMask(p, kCausal, q0, kRows, n0, kRows);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float alpha =
@@ -192,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashForwardWgmmaKernel(Attention
     float l = row_sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (rows[r] >= p.T) continue;
+    if (rows[r] >= T) continue;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     bf16* orow = out + static_cast<int64_t>(rows[r]) * p.out_stride_t;
 #pragma unroll
@@ -213,9 +241,9 @@ absl::Status LaunchWgmmaForward(const Context& ctx, const AttentionParams& p) {
   LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashForwardWgmmaKernel<D, kCausal>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
+  const dim3 grid(static_cast<unsigned>((p.T + kForwardRows - 1) / kForwardRows), static_cast<unsigned>(p.NH),
                   static_cast<unsigned>(p.B));
-  FlashForwardWgmmaKernel<D, kCausal><<<grid, kThreads, smem, StreamOf(ctx)>>>(p, p.scale * kLog2e);
+  FlashForwardWgmmaKernel<D, kCausal><<<grid, kForwardThreads, smem, StreamOf(ctx)>>>(p, p.scale * kLog2e);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardWgmmaKernel");
   return absl::OkStatus();
 }

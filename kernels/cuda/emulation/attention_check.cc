@@ -11,7 +11,8 @@
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
 // causal and not, tiles that need no masking (inside T and S, below the causal diagonal) and tiles that do,
 // q/k/v/out/dq/dk/dv in padded rows (the pads poisoned with NaN and checked untouched, every
-// buffer exactly sized so that SANITIZE=1 catches accesses past its end; the inputs checked unchanged), a
+// buffer exactly sized so that SANITIZE=1 catches accesses past its end, except the wgmma forward's out and
+// lse: 127 poisoned rows after their end, checked untouched; the inputs checked unchanged), a
 // mask per batch and head, per head, or broadcast, with a query that sees no key (out 0, lse -inf, dq 0)
 // and a key no query sees (dk = dv = 0).
 //
@@ -206,8 +207,11 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   check_lse(name + " lse", glse);
   if (dt == DType::kBF16) {
     // The wgmma (Hopper) forward: not bitwise the mma.sync kernel's (another summation order), so the same
-    // tolerance against the reference; nothing in the pads, a fully masked query gives 0 and -inf.
-    Buf go3(lo.size(), dt), glse3(c.B * c.NH * c.T, DType::kF32);
+    // tolerance against the reference; nothing in the pads, a fully masked query gives 0 and -inf. Its blocks
+    // of 128 queries reach up to 127 rows past T: out and lse get that many poisoned rows after their end,
+    // which must stay untouched (the last batch's and head's rows past T land there).
+    const int64_t past_t = 127, out_guard = past_t * lo.row(), lse_n = c.B * c.NH * c.T;
+    Buf go3(lo.size() + out_guard, dt), glse3(lse_n + past_t, DType::kF32);
     AttentionParams p3 = p;
     p3.out = go3.get(), p3.lse = glse3.as<float>();
     ExpectOk(name + " forward (wgmma)",
@@ -217,6 +221,12 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     CheckScaled(name + " out (wgmma)", got3, out, out_tol);
     check_lse(name + " lse (wgmma)", glse3);
     Expect(pads3 == 0, name + " wgmma: nothing written in the row pads of out");
+    bool guards_ok = true;
+    for (int64_t i = 0; i < out_guard; ++i)
+      guards_ok = guards_ok && go3.as<uint16_t>()[lo.size() + i] == 0xffff;
+    for (int64_t i = 0; i < past_t; ++i)
+      guards_ok = guards_ok && std::memcmp(&glse3.as<float>()[lse_n + i], "\xff\xff\xff\xff", 4) == 0;
+    Expect(guards_ok, name + " wgmma: nothing written past the end of out and lse (rows past T)");
     if (c.mask != 0) {
       bool row_ok = glse3.floats()[1] == -INFINITY;
       for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && got3[1 * c.NH * c.HS + d] == 0.0f;
@@ -341,6 +351,8 @@ void CheckAttention(const Context& gpu) {
       {1, 130, 50, 2, 2, 128, true, 2, true},   // MHA, fewer keys than queries, causal + mask
       {1, 70, 150, 4, 1, 64, true, 0, true},    // MQA, causal with S > T (keys past T seen by none)
       {1, 160, 200, 2, 1, 128, true, 0, true},  // tiles inside T, S and below the diagonal: no mask work
+      {1, 200, 200, 4, 2, 64, true, 0, true},   // GQA causal T = S; wgmma: the tail block's upper warpgroup
+                                                // partly valid, 4 key steps, 3 for the lower warpgroup
       {1, 40, 300, 2, 1, 128, false, 0, true},  // HS 128 not causal, 5 key steps (the wgmma double buffers)
       {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
   };
