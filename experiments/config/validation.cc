@@ -209,7 +209,9 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
     errors->Add("run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");
   }
   if (!(run.peak_flops() >= 0)) {
-    errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(), " must not be negative (0 picks an estimate)"));
+    errors->Add(
+        absl::StrCat("run.peak_flops=", run.peak_flops(),
+                     " must not be negative (0: the measured CPU peak or the GPU's data-sheet rate)"));
   }
 }
 

@@ -206,7 +206,8 @@ TEST(ConfigValidation, RunRules) {
   EXPECT_EQ(ErrorWith("run.keep_checkpoints=0"), "tiny.textproto: run.keep_checkpoints=0 must be at least 1");
   EXPECT_EQ(Error(Without("output_dir")), "tiny.textproto: run.output_dir is required (the folder this run writes)");
   EXPECT_EQ(ErrorWith("run.peak_flops=-1"),
-            "tiny.textproto: run.peak_flops=-1 must not be negative (0 picks an estimate)");
+            "tiny.textproto: run.peak_flops=-1 must not be negative (0: the measured CPU peak or the GPU's "
+            "data-sheet rate)");
 }
 
 TEST(ConfigValidation, MaxTokensCoversOneStep) {
