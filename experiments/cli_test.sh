@@ -115,6 +115,16 @@ expect_error gen_nan.log '^generate: --temperature expects a finite number, got 
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
 expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --top_p=inf
+# The checkpoint records the tokenizer its training data was encoded with: a token file or a tokenizer of
+# another is refused (its loss or text would be meaningless), even where the run names no data.tokenizer.
+"$bin/tokenizer/bpe" train --input=corpus.txt --vocab_size=280 --output=other.lmftok 2>/dev/null
+"$bin/tokenizer/bpe" encode --tokenizer=other.lmftok --input=corpus.txt --output=other.tok 2>/dev/null
+other_hash=$("$bin/tokenizer/bpe" stats --tokenizer=other.lmftok | sed -n 's/.*hash \([0-9a-f]*\).*/\1/p')
+[[ -n "$other_hash" ]] || fail "no hash in bpe stats"
+expect_error gen_tok.log "^generate: .*other.lmftok: tokenizer hash $other_hash, but the model was trained on token ids of the tokenizer with hash [0-9a-f]{16} \(its checkpoint\)" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --tokenizer=other.lmftok
+expect_error eval_tok.log "^eval: .*other.tok: the token file was written by a different tokenizer \(header tokenizer_hash=$other_hash, the model's training data \(its checkpoint\) has hash [0-9a-f]{16}\)$" \
+  "$bin/experiments/eval" --checkpoint=run --tokens=other.tok
 "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --device=cpu --precision=fp32 > eval_cpu.txt 2> eval_cpu.log ||
   fail "eval --device=cpu: $(cat eval_cpu.log)"
 [[ "$(cut -d'|' -f1-3 eval.txt)" == "$(cut -d'|' -f1-3 eval_cpu.txt)" ]] || fail "--device=cpu changed the loss"

@@ -61,6 +61,10 @@ absl::Status Run(const CliArgs& args) {
     if (!tok.ok()) return tok.status();
     expect.tokenizer_hash = tok->Hash();
   }
+  if (loaded->tokenizer_hash.has_value()) {  // what the model learned wins over a data.tokenizer file since
+    expect.tokenizer_hash = *loaded->tokenizer_hash;
+    expect.tokenizer_hash_source = "the model's training data (its checkpoint)";
+  }
   const std::string tokens_path = UserPath(args.Get("tokens"));
   absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(tokens_path, expect);
   if (!file.ok()) return file.status();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "experiments/cli_args.h"
 #include "experiments/model_loading.h"
 #include "experiments/sampling/sampling.h"
@@ -43,6 +44,12 @@ absl::Status Run(const CliArgs& args) {
     return absl::InvalidArgumentError(
         absl::StrCat(tokenizer_path, ": vocab_size=", tok->vocab_size(),
                      " exceeds the model's vocab_size=", loaded->experiment.model().vocab_size()));
+  }
+  if (loaded->tokenizer_hash.has_value() && tok->Hash() != *loaded->tokenizer_hash) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: tokenizer hash %016x, but the model was trained on token ids of the tokenizer with hash %016x "
+        "(its checkpoint); its text would be nonsense: pass that tokenizer with --tokenizer",
+        tokenizer_path, tok->Hash(), *loaded->tokenizer_hash));
   }
   GenerateOptions options;
   absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256, 1);

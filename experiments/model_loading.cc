@@ -83,7 +83,7 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
   absl::StatusOr<SafetensorsReader> reader = SafetensorsReader::Open(weights);
   if (!reader.ok()) return reader.status();
   if (absl::Status s = LoadWeights(*reader, **model); !s.ok()) return s;
-  return LoadedModel{experiment, *std::move(device), *std::move(model), weights};
+  return LoadedModel{experiment, *std::move(device), *std::move(model), weights, std::nullopt};
 }
 
 absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
@@ -104,7 +104,11 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
   absl::StatusOr<config::Experiment> experiment =
       LoadExperimentText(loaded->config_text, checkpoint + "/config.textproto", {});
   if (!experiment.ok()) return experiment.status();
-  return LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors", placement);
+  absl::StatusOr<LoadedModel> model =
+      LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors", placement);
+  if (model.ok() && loaded->state.has_tokenizer_hash())
+    model->tokenizer_hash = loaded->state.tokenizer_hash();
+  return model;
 }
 
 }  // namespace lmf::experiments

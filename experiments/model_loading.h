@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,8 @@ struct LoadedModel {
   std::unique_ptr<TrainingDevice> device;
   std::unique_ptr<model::LanguageModel> model;
   std::string weights_path;  // the safetensors file the weights came from
+  // From a checkpoint: the hash of the tokenizer whose ids the model was trained on (trainer_state.proto).
+  std::optional<uint64_t> tokenizer_hash;
 };
 
 // `path` is a checkpoint folder (holding trainer_state.textproto) or a run folder (its checkpoints/).

@@ -45,10 +45,10 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
                                                    expect.model_vocab_size));
   }
   if (expect.tokenizer_hash.has_value() && header.tokenizer_hash != *expect.tokenizer_hash) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": the token file was written by a different tokenizer (header tokenizer_hash=",
-        absl::Hex(header.tokenizer_hash, absl::kZeroPad16), ", data.tokenizer has hash ",
-        absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the token file was written by a different tokenizer (header tokenizer_hash=",
+                     absl::Hex(header.tokenizer_hash, absl::kZeroPad16), ", ", expect.tokenizer_hash_source,
+                     " has hash ", absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
   }
   // One batch of B windows that share no target: B * T + 1 ids. Fewer would make every batch repeat
   // tokens within itself, which is almost certainly a wrong file or a wrong batch size.

@@ -26,6 +26,7 @@ namespace lmf::experiments {
 struct TokenFileExpectations {
   int64_t model_vocab_size = 0;                // ids must be < this: the file's vocab_size may not exceed it
   std::optional<uint64_t> tokenizer_hash;      // when set, the file's header must carry this hash
+  std::string tokenizer_hash_source = "data.tokenizer";  // where that hash came from, for the message
   int64_t batch_size = 0;                      // B
   int64_t context_length = 0;                  // T
 };

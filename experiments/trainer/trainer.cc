@@ -286,6 +286,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       contents.state.set_optimizer_step(optimizer.step());
       contents.state.set_last_loss(loss);
       contents.state.set_train_seconds(train_seconds);
+      contents.state.set_tokenizer_hash(sampler->file().header().tokenizer_hash);
       contents.config_text = config_text;
       absl::StatusOr<std::string> saved = SaveCheckpoint(checkpoints, contents, run.keep_checkpoints());
       if (!saved.ok()) return saved.status();
