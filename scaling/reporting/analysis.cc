@@ -55,12 +55,24 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   // Batch sizes are kept to powers of two.
   recipe.batch_size = std::max<int64_t>(1, int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(batch_law->At(flops))))));
   recipe.lr = lr_law->At(flops);
-  recipe.basis = absl::StrCat(
-      "extrapolated from the best run of each of the ", best.size(), " budgets: batch = ",
-      absl::StrFormat("%.3g", batch_law->coefficient), " C^", absl::StrFormat("%.3f", batch_law->exponent),
-      ", lr = ", absl::StrFormat("%.3g", lr_law->coefficient), " C^", absl::StrFormat("%.3f", lr_law->exponent),
-      "; shape: median d_model/n_layers = ", absl::StrFormat("%.1f", ratio), ", head size ", h,
-      ", sized by 12 n_layers d_model^2 = N (no model config given)");
+  // A value every budget's best run shares was not varied (or did not matter): say so rather than quote a
+  // power law of exponent 0 as an extrapolation.
+  auto describe = [](const char* name, const std::vector<double>& values, const PowerLaw& law) {
+    if (std::all_of(values.begin(), values.end(), [&](double v) { return v == values[0]; })) {
+      return absl::StrFormat("%s %.3g as in every budget's best run (constant, not extrapolated)", name,
+                             values[0]);
+    }
+    return absl::StrFormat("%s = %.3g C^%.3f", name, law.coefficient, law.exponent);
+  };
+  if (std::all_of(batch.begin(), batch.end(), [&](double v) { return v == batch[0]; })) {
+    recipe.batch_size = static_cast<int64_t>(batch[0]);
+  }
+  if (std::all_of(lr.begin(), lr.end(), [&](double v) { return v == lr[0]; })) recipe.lr = lr[0];
+  recipe.basis =
+      absl::StrCat("from the best run of each of the ", best.size(),
+                   " budgets: ", describe("batch", batch, *batch_law), ", ", describe("lr", lr, *lr_law),
+                   "; shape: median d_model/n_layers = ", absl::StrFormat("%.1f", ratio), ", head size ", h,
+                   ", sized by 12 n_layers d_model^2 = N (no model config given)");
   return recipe;
 }
 

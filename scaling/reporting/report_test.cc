@@ -105,6 +105,39 @@ TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
   }
 }
 
+// A sweep that did not vary batch size or learning rate (the quickstart's) gets them as they were, said to
+// be constant, not a power law of exponent 0 presented as an extrapolation; a varied one is extrapolated.
+TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
+  ResultsTable table;
+  for (int i = 0; i < 3; ++i) {
+    RunResult r;
+    r.run = "r" + std::to_string(i);
+    r.budget_flops = 1e12 * std::pow(10.0, i);
+    r.params = r.non_embedding_params = 1e6;
+    r.tokens = 1e6;
+    r.flops = r.budget_flops;
+    r.final_loss = r.best_val_loss = 3.0 - i;
+    r.d_model = 128, r.n_layers = 4, r.n_heads = 4;
+    r.batch_size = 16;
+    r.lr = 4e-3;
+    table.runs.push_back(r);
+  }
+  absl::StatusOr<Recipe> constant = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  ASSERT_TRUE(constant.ok()) << constant.status();
+  EXPECT_EQ(constant->batch_size, 16);
+  EXPECT_EQ(constant->lr, 4e-3);
+  EXPECT_NE(
+      constant->basis.find("batch 16 as in every budget's best run (constant, not extrapolated), lr 0.004 as "
+                           "in every budget's best run (constant, not extrapolated)"),
+      std::string::npos)
+      << constant->basis;
+  for (int i = 0; i < 3; ++i) table.runs[i].lr = 4e-3 * std::pow(10.0, -0.1 * i);  // lr = k C^-0.1
+  absl::StatusOr<Recipe> varied = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  ASSERT_TRUE(varied.ok()) << varied.status();
+  EXPECT_NEAR(varied->lr, 4e-3 * std::pow(1e4, -0.1), 1e-12);
+  EXPECT_NE(varied->basis.find("C^-0.100"), std::string::npos) << varied->basis;
+}
+
 TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   // Runs outside any IsoFLOP group and without curves: only Approach 3 and the Kaplan laws apply.
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ungrouped";
