@@ -64,6 +64,15 @@ expect_error "bad magic" "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$c
 expect_error "unknown flag --bogus" "$bpe" encode --tokenizer="$tmp/tok.lmftok" --bogus=1
 expect_error "unknown verb" "$bpe" frobnicate
 [[ -f "$tmp/y" ]] && fail "a failed encode left an output file"
+# An output that is one of the inputs is refused before anything is written (it replaced the input).
+cp "$corpus" "$tmp/own.txt"
+expect_error "--output=$tmp/own.txt is the --input file $tmp/own.txt: writing it would destroy the input" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus","$tmp/own.txt" --output="$tmp/own.txt"
+cmp -s "$corpus" "$tmp/own.txt" || fail "the refused encode changed its input"
+expect_error "is the --tokenizer file" "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$tmp/corpus.tok" \
+  --output="$tmp/../$(basename "$tmp")/tok.lmftok"
+expect_error "--gpt2_vocab_out and --gpt2_merges_out name the same file" \
+  "$bpe" train --input="$corpus" --vocab_size=300 --output="$tmp/z" --gpt2_vocab_out="$tmp/v" --gpt2_merges_out="$tmp/v"
 
 if ((failures > 0)); then
   echo "$failures check(s) failed" >&2

@@ -9,11 +9,12 @@
 // GPT-2's published tokenizer can stand in for --tokenizer: --gpt2_vocab=vocab.json --gpt2_merges=merges.txt.
 // Errors (bad flags, missing files, corrupt files, a token file from another tokenizer) are printed as
 // one line naming the file or flag, with exit status 1.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -374,6 +375,45 @@ absl::Status Stats(const Flags& flags) {
   return absl::OkStatus();
 }
 
+// An output flag naming a file that is also an input (or another output) would replace that input with the
+// atomic rename: `encode --input=corpus.txt --output=corpus.txt` destroyed the corpus. Compared by device and
+// inode, so other spellings of the same path count.
+absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
+  std::vector<std::pair<std::string, std::string>> inputs;  // (flag, path)
+  for (const char* name : {"input", "tokenizer", "gpt2_vocab", "gpt2_merges"}) {
+    if (!flags.Has(name)) continue;
+    for (const std::string& path : std::string(name) == "input" ? SplitCommas(flags.Get(name))
+                                                                : std::vector<std::string>{flags.Get(name)}) {
+      inputs.emplace_back(name, path);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> outputs;
+  for (const char* name : {"output", "gpt2_vocab_out", "gpt2_merges_out"}) {
+    if (flags.Has(name) && flags.Get(name) != "-") outputs.emplace_back(name, flags.Get(name));
+  }
+  auto same_file = [](const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const auto& [flag, path] : inputs) {
+      if (same_file(outputs[i].second, path)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", outputs[i].first, "=", outputs[i].second, " is the --", flag, " file ", path,
+                         ": writing it would destroy the input; choose another path"));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (outputs[i].second == outputs[j].second || same_file(outputs[i].second, outputs[j].second)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", outputs[j].first, " and --", outputs[i].first,
+                                                       " name the same file ", outputs[i].second));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   // Under `bazel run` the binary starts in its runfiles folder: relative paths are the caller's.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
@@ -408,7 +448,8 @@ int Main(int argc, char** argv) {
   }
   if (verb != "train") known.insert(known.end(), tokenizer_flags.begin(), tokenizer_flags.end());
   auto flags = Flags::Parse(argc, argv, known);
-  absl::Status status = flags.ok() ? run(*flags) : flags.status();
+  absl::Status status = !flags.ok() ? flags.status() : CheckOutputsAreNotInputs(*flags);
+  if (status.ok()) status = run(*flags);
   if (!status.ok()) {
     std::fprintf(stderr, "bpe %s: error: %s\n", verb.c_str(), std::string(status.message()).c_str());
     return 1;
