@@ -48,7 +48,7 @@ emulation_rewrite "$root/kernels/cuda/norm_kernels.cuh" "$work/inc/kernels/cuda/
 # cuBLASLt first, then the kernel emulation's bf16, cub and tensor-core fakes.
 emulated=(-DLMF_WITH_CUDA=1 -I"$work/inc" -I"$work/gen" -I"$emu/cublaslt/fake" -I"$emu/fake" -I"$root")
 host_sources=(base/check.cc base/file.cc base/json.cc base/thread_pool.cc kernels/core/core.cc
-  kernels/core/dispatch.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
+  kernels/core/dispatch.cc kernels/cpu/peak_flops.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
   kernels/profile/op_profile.cc kernels/profile/cpu_op_profiler.cc kernels/cuda/op_profiler.cc kernels/cuda/gpu_test_util.cc
   kernels/matmul/matmul_cuda.cc kernels/memory/memory_cuda.cc kernels/testing/compare.cc
   kernels/*/*_cpu.cc model/accounting/accounting.cc model/config/config.cc
