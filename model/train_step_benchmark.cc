@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "base/thread_pool.h"
 #include "kernels/core/context.h"
+#include "kernels/cpu/peak_flops.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/profile/cpu_op_profiler.h"
 #include "model/accounting/accounting.h"
@@ -157,12 +158,16 @@ int Main() {
   // The peak is re-measured before and after each shape and the best so far is used: on a shared machine a single
   // early measurement can catch a busy moment and flatter the percentages.
   double peak = MeasureSgemmPeak(ctx);
+  // MFU as the trainer logs it: against the FMA peak of the same threads (kernels/cpu/peak_flops.h).
+  const kernels::CpuPeak fma = kernels::MeasureCpuFmaPeak(threads, 0.1);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("threads=%d  sgemm peak: kernels/matmul 2048^3 with %d threads, best so far (GFLOP/s); PyTorch runs "
-              "with OPENBLAS_CORETYPE=%s\n",
-              threads, threads, coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
-  std::printf("%-11s %10s %10s %10s %10s %8s %7s %9s %9s\n", "shape", "ours s/st", "ours tok/s", "torch s/st",
-              "torch tok/s", "ratio", "peak", "ours %pk", "torch %pk");
+  std::printf(
+      "threads=%d  sgemm peak: kernels/matmul 2048^3 with %d threads, best so far (GFLOP/s); %s FMA peak "
+      "(the trainer's MFU basis): %.1f GFLOP/s; PyTorch runs with OPENBLAS_CORETYPE=%s\n",
+      threads, threads, fma.isa, fma.flops_per_second / 1e9,
+      coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
+  std::printf("%-11s %10s %10s %10s %10s %8s %7s %9s %9s %9s %9s\n", "shape", "ours s/st", "ours tok/s",
+              "torch s/st", "torch tok/s", "ratio", "peak", "ours %pk", "torch %pk", "ours MFU", "torch MFU");
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
     const Shape s = ShapeByName(std::string(name));
     peak = std::max(peak, MeasureSgemmPeak(ctx));
@@ -174,13 +179,14 @@ int Main() {
     const double torch = absl::GetFlag(FLAGS_torch) ? TimeTorch(s, steps, threads, FindTorchScript()) : -1;
     peak = std::max(peak, MeasureSgemmPeak(ctx));
     const double ours_pk = 100 * flops / ours / 1e9 / peak;
+    const double ours_mfu = 100 * flops / ours / fma.flops_per_second;
     if (torch > 0) {
-      std::printf("%-11s %10.3f %10.0f %10.3f %10.0f %7.2fx %7.1f %8.1f%% %8.1f%%\n", s.name.c_str(), ours,
-                  tokens / ours, torch, tokens / torch, torch / ours, peak, ours_pk,
-                  100 * flops / torch / 1e9 / peak);
+      std::printf("%-11s %10.3f %10.0f %10.3f %10.0f %7.2fx %7.1f %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
+                  s.name.c_str(), ours, tokens / ours, torch, tokens / torch, torch / ours, peak, ours_pk,
+                  100 * flops / torch / 1e9 / peak, ours_mfu, 100 * flops / torch / fma.flops_per_second);
     } else {
-      std::printf("%-11s %10.3f %10.0f %10s %10s %8s %7.1f %8.1f%% %9s\n", s.name.c_str(), ours, tokens / ours, "-",
-                  "-", "-", peak, ours_pk, "-");
+      std::printf("%-11s %10.3f %10.0f %10s %10s %8s %7.1f %8.1f%% %9s %8.1f%% %9s\n", s.name.c_str(), ours,
+                  tokens / ours, "-", "-", "-", peak, ours_pk, "-", ours_mfu, "-");
     }
     if (!profile.empty()) std::printf("%s: ours, one step, per op (wall time on the calling thread)\n%s\n",
                                       s.name.c_str(), profile.c_str());
