@@ -82,6 +82,19 @@ def lmf_proto_library(name, srcs, deps = [], visibility = None):
         visibility = visibility,
     )
 
+# nvcc, failing the build where ptxas reports wgmma instructions serialized ("wgmma.mma_async instructions
+# are serialized ...": C7512 for register pressure, C7515 for an accumulator defined by a non-wgmma
+# instruction while a wgmma is in flight): every wgmma of the kernel then waits for the previous one, the
+# Hopper kernels' whole point lost, silently. ptxas prints it as "info", so nvcc alone succeeds; this caught
+# the first overlapped wgmma dq kernel (commit c511ff0), whose claim of no serialization was wrong.
+_NVCC_STRICT = """out=$("%s" "$@" 2>&1); rc=$?
+if [ -n "$out" ]; then printf '%%s\\n' "$out" >&2; fi
+if [ $rc -eq 0 ] && printf '%%s' "$out" | grep -q 'wgmma.mma_async instructions are serialized'; then
+  echo 'nvcc: ptxas serialized wgmma instructions (above); fix the kernel, see bazel/lmf.bzl' >&2
+  exit 1
+fi
+exit $rc"""
+
 def _nvcc_compile_impl(ctx):
     merged = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps])
     cctx = merged.compilation_context
@@ -98,8 +111,8 @@ def _nvcc_compile_impl(ctx):
         args.add_all(cctx.system_includes, format_each = "-isystem=%s")
         args.add_all(cctx.defines, format_each = "-D%s")
         args.add_all(["-c", src.path, "-o", obj.path])
-        ctx.actions.run(
-            executable = NVCC,
+        ctx.actions.run_shell(
+            command = _NVCC_STRICT % NVCC,
             arguments = [args],
             inputs = inputs,
             outputs = [obj],

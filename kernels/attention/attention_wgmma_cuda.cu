@@ -446,16 +446,12 @@ absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& 
 //   dQ += dS K   (A = dS rounded to bf16 from the accumulators; B = the same K tile MN-major)
 // dQ stays in fp32 registers across all steps and is written (=) once, times scale: the FA2 dq kernel's
 // contract and arithmetic per element (the same masking predicates, exp2 argument, fp32 P, bf16 rounding of
-// dS), in another summation order. Schedule: S and dP are two commit groups (P is computed under dP), and
-// dQ += dS K of step i is left running into step i + 1, where it retires with that step's S: the tensor
-// cores go from dQ of one step to S and dP of the next without waiting for the barrier in between. Q, dO,
-// lse2 and dsum load once; K and V of the next step load by cp.async during this step into buffers whose
-// last reader has retired: K in three buffers (step i's is read by dQ until step i + 1's S retires), V in
-// two. Shared memory: Q, dO, 3 x K, 2 x V tiles of 64 x HS bf16 (128B-swizzled like the forward's), 1 KiB
-// of alignment: 57 / 113 KiB at HS 64 / 128 (two blocks of 113 KiB plus the 1 KiB each reserves are an
-// sm_90 SM's 228 KiB). Registers: dQ (32 / 64 f32 per thread at HS 64 / 128), S and dP (32 each), dS's
-// bf16 A fragments (16, live until dQ retires).
-constexpr size_t WgmmaDqSharedBytes(int d) { return 7 * static_cast<size_t>(kRows) * d * 2 + 1024; }
+// dS), in another summation order. S and dP are two commit groups (P is computed under dP). Q, dO, lse2 and
+// dsum load once; K and V of the next step load by cp.async into the other of two buffers during this step
+// (free: every thread retired this step's wgmma before the next barrier). Shared memory: Q, dO, 2 x K,
+// 2 x V tiles of 64 x HS bf16 (128B-swizzled like the forward's), 1 KiB of alignment: 49 / 97 KiB at HS
+// 64 / 128. Registers: dQ (32 / 64 f32 per thread at HS 64 / 128), S and dP (32 each).
+constexpr size_t WgmmaDqSharedBytes(int d) { return 6 * static_cast<size_t>(kRows) * d * 2 + 1024; }
 
 template <int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -466,8 +462,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint32_t raw_address = SharedAddress(smem_raw);
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw + ((1024 - raw_address % 1024) % 1024));
   bf16* sO = sQ + kTile;      // dO
-  bf16* sK = sO + kTile;      // three buffers: step i's K in buffer i % 3
-  bf16* sV = sK + 3 * kTile;  // two buffers: step i's V in buffer i % 2
+  bf16* sK = sO + kTile;      // two buffers: step i's K in buffer i % 2
+  bf16* sV = sK + 2 * kTile;  // two buffers: step i's V in buffer i % 2
   const uint32_t aQ = SharedAddress(sQ), aO = SharedAddress(sO), aK = SharedAddress(sK),
                  aV = SharedAddress(sV);
 
@@ -503,18 +499,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[nb][i] = 0.0f;
 
-  uint32_t da[4][4] = {};  // dS's A fragments: read by dQ += dS K until it retires in the next step
-  for (int step = 0, kbuf = 0; step < steps; ++step, kbuf = kbuf == 2 ? 0 : kbuf + 1) {
-    const int n0 = step * kRows, vbuf = step & 1;
+  for (int step = 0; step < steps; ++step) {
+    const int n0 = step * kRows, buf = step & 1;
     CpAsyncWait<0>();         // K, V of this step (and Q, dO at step 0)
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
-    __syncthreads();          // ... and every thread retired dQ of step - 2 and dP of step - 1
-    if (step + 1 < steps) {   // into the buffers of K of step - 2 and V of step - 1
-      LoadTileAsync<D>(sK + (kbuf == 2 ? 0 : kbuf + 1) * kTile, k, p.k_stride_t, n0 + kRows, S);
-      LoadTileAsync<D>(sV + (vbuf ^ 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
+    __syncthreads();          // ... and every thread retired the previous step's wgmma (its buffer is free)
+    if (step + 1 < steps) {
+      LoadTileAsync<D>(sK + (buf ^ 1) * kTile, k, p.k_stride_t, n0 + kRows, S);
+      LoadTileAsync<D>(sV + (buf ^ 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
     }
     CpAsyncCommit();
-    const uint32_t k_tile = aK + kbuf * kTile * 2, v_tile = aV + vbuf * kTile * 2;
+    const uint32_t k_tile = aK + buf * kTile * 2, v_tile = aV + buf * kTile * 2;
 
     float s[32], dp[32];  // S, dP: s[4j + 2r + e] is query rows[r], key n0 + 8j + 2c + e
     WgmmaFence();
@@ -527,10 +522,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int ks = 0; ks < D / 16; ++ks)
       WgmmaM64N64K16<false>(dp, KMajorDesc(aO, ks), KMajorDesc(v_tile, ks), ks > 0);
     WgmmaCommit();
-    WgmmaWait<1>();  // dQ of the previous step and S (dP runs on)
+    WgmmaWait<1>();  // S (dP runs on)
     WgmmaFenceOperands(s);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) WgmmaFenceOperands(da[kk]);
 
     const bool mask_tile = TileNeedsMask(p, kCausal, m0, kRows, n0, kRows);
 #pragma unroll
@@ -549,6 +542,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ds_row[e >> 1]);  // dS
     // dS's A fragments: keys 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
+    uint32_t da[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -561,11 +555,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int nb = 0; nb < kBlocks; ++nb)
         WgmmaM64N64K16<true>(dq[nb], da[kk], MNMajorDesc(k_tile, kk, nb), true);
-    WgmmaCommit();  // retired with the next step's S
-  }
-  WgmmaWait<0>();  // dQ of the last step
+    WgmmaCommit();
+    WgmmaWait<0>();  // dQ: this step's K buffer is reloaded after the next step's barrier
 #pragma unroll
-  for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dq[nb]);
+    for (int nb = 0; nb < kBlocks; ++nb) WgmmaFenceOperands(dq[nb]);
+  }
 
   bf16* dqp = static_cast<bf16*>(bp.dq) + b * p.q_stride_b + h * p.q_stride_h;
 #pragma unroll
