@@ -159,7 +159,7 @@ int Main() {
   // early measurement can catch a busy moment and flatter the percentages.
   double peak = MeasureSgemmPeak(ctx);
   // MFU as the trainer logs it: against the FMA peak of the same threads (kernels/cpu/peak_flops.h).
-  const kernels::CpuPeak fma = kernels::MeasureCpuFmaPeak(threads, 0.1);
+  const kernels::CpuPeak& fma = kernels::CpuFmaPeak(threads);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf(
       "threads=%d  sgemm peak: kernels/matmul 2048^3 with %d threads, best so far (GFLOP/s); %s FMA peak "

@@ -4,8 +4,7 @@
 // is measured against:
 //   - run.peak_flops when it is set;
 //   - on the CPU, the fp32 FMA peak of the run's threads, measured once per process
-//   (kernels/cpu/peak_flops.h:
-//     AVX-512 or AVX2 FMA chains timed by thread CPU time, ~20 ms);
+//     (kernels/cpu/peak_flops.h: AVX-512 or AVX2 FMA chains timed by thread CPU time, ~20 ms);
 //   - on a GPU, the dense rate of the run's precision for a device named in GpuPeakFlops's table (bf16
 //     tensor cores for BF16 runs, fp32 CUDA cores for FP32 runs); none for an unknown GPU (MFU is then 0).
 // This file holds no CUDA header: the CUDA context lives behind a forward-declared holder and exists only in

@@ -119,10 +119,11 @@ std::string FormatAccount(const ExperimentAccount& a, double tokens_per_second, 
                           m.flops() * m.count, m.Intensity(4), m.Intensity(2));
   }
   if (tokens_per_second > 0) {
+    const double mfu = Mfu(a, tokens_per_second, peak_flops);
     absl::StrAppendFormat(&out, "\nat %s tokens/s: %s of model FLOPs, MFU %.1f%% of a %s peak\n",
                           Human(tokens_per_second, ""), Human(tokens_per_second * a.exact.training(), "FLOP/s"),
-                          100 * Mfu(a, tokens_per_second, peak_flops), Human(peak_flops, "FLOP/s"));
-    if (Mfu(a, tokens_per_second, peak_flops) > 1) {
+                          100 * mfu, Human(peak_flops, "FLOP/s"));
+    if (mfu > 1) {
       absl::StrAppend(&out,
                       "(above 100%: more tokens/s than the peak allows; check the tokens/s and the peak)\n");
     }

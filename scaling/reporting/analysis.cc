@@ -57,17 +57,18 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   recipe.lr = lr_law->At(flops);
   // A value every budget's best run shares was not varied (or did not matter): say so rather than quote a
   // power law of exponent 0 as an extrapolation.
-  auto describe = [](const char* name, const std::vector<double>& values, const PowerLaw& law) {
-    if (std::all_of(values.begin(), values.end(), [&](double v) { return v == values[0]; })) {
+  auto constant = [](const std::vector<double>& values) {
+    return std::all_of(values.begin(), values.end(), [&](double v) { return v == values[0]; });
+  };
+  auto describe = [&](const char* name, const std::vector<double>& values, const PowerLaw& law) {
+    if (constant(values)) {
       return absl::StrFormat("%s %.3g as in every budget's best run (constant, not extrapolated)", name,
                              values[0]);
     }
     return absl::StrFormat("%s = %.3g C^%.3f", name, law.coefficient, law.exponent);
   };
-  if (std::all_of(batch.begin(), batch.end(), [&](double v) { return v == batch[0]; })) {
-    recipe.batch_size = static_cast<int64_t>(batch[0]);
-  }
-  if (std::all_of(lr.begin(), lr.end(), [&](double v) { return v == lr[0]; })) recipe.lr = lr[0];
+  if (constant(batch)) recipe.batch_size = static_cast<int64_t>(batch[0]);
+  if (constant(lr)) recipe.lr = lr[0];
   recipe.basis =
       absl::StrCat("from the best run of each of the ", best.size(),
                    " budgets: ", describe("batch", batch, *batch_law), ", ", describe("lr", lr, *lr_law),
