@@ -4,9 +4,12 @@
 # tensor-core instructions), the CUDA runtime and cuBLASLt replaced by the fakes of
 # kernels/cuda/emulation/cublaslt/fake (host memory; work happens at once), the protos generated with the
 # system protoc. So a GPU test's own logic and the host code it drives (model, optimizer, trainer,
-# checkpoints on the device path) run before any GPU time is spent. What it cannot see: the GPU's
-# arithmetic, stream ordering, intra-warp races, speed; and CUDA events measure only the fake cuBLASLt's
-# emulated algorithm times plus 1 us per event record (tests of timings pass, their figures mean nothing).
+# checkpoints on the device path) run before any GPU time is spent. Device memory is fenced off from the
+# host as on a GPU (the fake runtime's header says how): host code that dereferences a device pointer
+# faults. What it cannot see: the GPU's arithmetic, stream ordering, speed, and races (unless RACECHECK=1:
+# ThreadSanitizer on the emulated threads, kernels/README.md); and CUDA events measure only the fake
+# cuBLASLt's emulated algorithm times plus 1 us per event record (tests of timings pass, their figures mean
+# nothing).
 # CI runs the model's two GPU tests this way (//model/emulation:model_emulation_test); this script is for
 # any GPU test by hand, e.g. before a GPU session. Emulated kernels are slow: the trainer's GPU test takes
 # about 10 minutes per 60-step training run on 2 cores.

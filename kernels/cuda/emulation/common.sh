@@ -3,7 +3,8 @@
 # Each function uses the caller's `root` (the tree), `work`, `flags` and `jobs`.
 
 # emulation_start NAME WORK_PREFIX: exits 0 (skipped) without g++; sets `work` (EMULATION_WORK_DIR when
-# given, kept; else a fresh folder removed on exit) and `flags` (SANITIZE=1 adds ASan and UBSan).
+# given, kept; else a fresh folder removed on exit) and `flags` (SANITIZE=1 adds ASan and UBSan, RACECHECK=1
+# ThreadSanitizer, which stops at the first race it reports).
 emulation_start() {
   local name="$1" prefix="$2"
   if ! command -v g++ >/dev/null; then
@@ -19,6 +20,11 @@ emulation_start() {
   mkdir -p "$work/src" "$work/inc/kernels/cuda" "$work/obj"
   flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
   [[ "${SANITIZE:-0}" == 1 ]] && flags+=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
+  if [[ "${RACECHECK:-0}" == 1 ]]; then  # ThreadSanitizer on the emulated threads (cuemu.cc says what it sees)
+    if [[ "${SANITIZE:-0}" == 1 ]]; then echo "$name: RACECHECK=1 and SANITIZE=1 exclude each other" >&2; exit 2; fi
+    flags+=(-fsanitize=thread -DCUEMU_RACECHECK=1 -U__SANITIZE_THREAD__)  # the macro: see cuemu.cc
+    export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:history_size=4:second_deadlock_stack=1}"
+  fi
   jobs=()
 }
 

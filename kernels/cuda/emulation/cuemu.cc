@@ -5,11 +5,23 @@
 
 #include <ucontext.h>
 
+// CUEMU_RACECHECK: set by common.sh with -fsanitize=thread (which also undefines __SANITIZE_THREAD__, since
+// protobuf's and Abseil's headers change their layout under it and the system libraries were built without).
+#if defined(CUEMU_RACECHECK)
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#define CUEMU_NO_RACECHECK __attribute__((no_sanitize_thread))
+#else
+#define CUEMU_NO_RACECHECK
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <string>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -17,6 +29,54 @@ dim3 blockDim, gridDim;
 
 namespace cuemu {
 namespace {
+
+// Racecheck builds (RACECHECK=1 in common.sh: ThreadSanitizer) see every CUDA thread as a fiber of its own
+// and the happens-before edges a GPU gives: a launch after the host's work before it, the threads of a
+// block after one another only through __syncthreads and their warp's collectives, the host's work after a
+// grid after all of it, and -- because blocks reuse the same shared memory, stacks and exchange areas here
+// -- each block after the previous one (so races between blocks of one grid are not checked). So an access
+// of one thread that is unordered with a conflicting one of another thread of its block -- a missing
+// __syncthreads or collective, a shared buffer overwritten while another warp may still read it, two
+// threads writing one global element -- is reported with both stacks, whatever values the schedule here
+// happened to produce. The emulator's own bookkeeping (fiber states, cp.async queues, the scheduler's
+// writes of threadIdx and of the shared-memory poison) is hidden from it (Unwatched); the data effects
+// of the fake instructions (cp.async's poison at issue and its copy at the wait, exchange rows, operand
+// reads of mma/wgmma) are seen as accesses of the thread that runs them.
+#if defined(CUEMU_RACECHECK)
+struct Unwatched {
+  Unwatched() { __tsan_ignore_thread_begin(); }
+  ~Unwatched() { __tsan_ignore_thread_end(); }
+  Unwatched(const Unwatched&) = delete;
+  Unwatched& operator=(const Unwatched&) = delete;
+};
+void SwitchToFiber(void* fiber, bool synchronize) {
+  __tsan_switch_to_fiber(fiber, synchronize ? 0 : __tsan_switch_to_fiber_no_sync);
+}
+void* CurrentRaceFiber() { return __tsan_get_current_fiber(); }
+void* NewRaceFiber() { return __tsan_create_fiber(0); }
+// Race reports name the CUDA thread: "block (x, y, z) thread t".
+void NameRaceFiber(void* fiber, int t) {
+  const std::string name = "block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
+                           std::to_string(blockIdx.z) + ") thread " + std::to_string(t);
+  __tsan_set_fiber_name(fiber, name.c_str());  // copied
+}
+void Release(void* sync) { __tsan_release(sync); }
+void Acquire(void* sync) { __tsan_acquire(sync); }
+#else
+struct Unwatched {};
+void SwitchToFiber(void*, bool) {}
+void* CurrentRaceFiber() { return nullptr; }
+void* NewRaceFiber() { return nullptr; }
+void NameRaceFiber(void*, int) {}
+void Release(void*) {}
+void Acquire(void*) {}
+#endif
+
+// Synchronisation objects of the racecheck build (their addresses only): a barrier's arrivals release into
+// one and its waiters acquire it when they resume; barriers alternate between two per block (and per
+// warp), since a thread can arrive at the next barrier before all of this one's waiters have resumed, but
+// not at the one after it. block_done orders each block after the previous ones.
+char block_sync[2], warp_sync[32][2], block_done;
 
 enum class State { kRunnable, kWarpWait, kBlockWait, kDone };
 struct AsyncCopyOp {
@@ -33,10 +93,13 @@ struct Fiber {
   std::deque<std::vector<AsyncCopyOp>> committed;  // committed groups not yet waited for, oldest first
   std::vector<size_t> unfenced_chunks;             // 16-byte chunks of dynamic shared memory it landed
   std::shared_ptr<void> extension;                 // ThreadExtension()
+  unsigned block_barriers = 0, warp_barriers = 0;  // __syncthreads / warp barriers passed in this block
+  void* race_fiber = nullptr;                      // its ThreadSanitizer fiber (racecheck builds)
 };
 
 std::vector<Fiber> fibers;
 ucontext_t scheduler;
+void* scheduler_race_fiber = nullptr;
 int current = -1;
 const std::function<void()>* body = nullptr;
 std::vector<uint32_t> warp_exchange;
@@ -58,15 +121,25 @@ void SetThreadIdx(int t) {
   threadIdx.z = t / (blockDim.x * blockDim.y);
 }
 
-void Entry() {
+// Never returns, so it is not instrumented: ThreadSanitizer's shadow call stack of the fiber, reused by
+// every block, would grow by this frame per block.
+CUEMU_NO_RACECHECK void Entry() {
   (*body)();
-  fibers[current].state = State::kDone;
-  swapcontext(&fibers[current].context, &scheduler);
+  Fiber& f = fibers[current];
+  f.state = State::kDone;
+  Release(&block_done);
+  SwitchToFiber(scheduler_race_fiber, false);
+  swapcontext(&f.context, &scheduler);
 }
 
-void Wait(State s) {
-  fibers[current].state = s;
-  swapcontext(&fibers[current].context, &scheduler);
+void Wait(State s, void* sync) {
+  Unwatched unwatched;
+  Fiber& f = fibers[current];
+  f.state = s;
+  Release(sync);
+  SwitchToFiber(scheduler_race_fiber, false);
+  swapcontext(&f.context, &scheduler);
+  Acquire(sync);
 }
 
 // Releases the threads of [begin, end) waiting in state s when every live one of them waits.
@@ -109,6 +182,9 @@ void RunBlock(int n) {
     f.committed.clear();
     f.unfenced_chunks.clear();
     f.extension.reset();
+    f.block_barriers = f.warp_barriers = 0;
+    if (f.race_fiber == nullptr) f.race_fiber = NewRaceFiber();
+    NameRaceFiber(f.race_fiber, t);
   }
   // One warp at a time runs as far as it can (through its warp collectives) before the next one starts, so
   // between two __syncthreads the warps are as far apart as they can be; warps and lanes go in reverse order
@@ -127,6 +203,7 @@ void RunBlock(int n) {
           warp_ran = true;
           current = t;
           SetThreadIdx(t);
+          SwitchToFiber(fibers[t].race_fiber, true);  // the thread sees what the host did before
           swapcontext(&scheduler, &fibers[t].context);
         }
         if (!Release(begin, end, State::kWarpWait) && !warp_ran) break;
@@ -137,7 +214,10 @@ void RunBlock(int n) {
     released |= Release(0, n, State::kBlockWait);
     bool done = true;
     for (int t = 0; t < n; ++t) done = done && fibers[t].state == State::kDone;
-    if (done) return;
+    if (done) {
+      Acquire(&block_done);
+      return;
+    }
     if (!ran && !released) {
       std::fprintf(stderr, "cuemu: block (%u, %u, %u) deadlocks: live threads wait at different barriers\n",
                    blockIdx.x, blockIdx.y, blockIdx.z);
@@ -149,6 +229,9 @@ void RunBlock(int n) {
 }  // namespace
 
 void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& fn) {
+  Unwatched unwatched;  // the scheduler's own writes (threadIdx, the shared-memory poison)
+  DeviceWork device_work;
+  scheduler_race_fiber = CurrentRaceFiber();
   gridDim = grid, blockDim = block, body = &fn;
   ++launch_serial;
   const int n = static_cast<int>(block.x * block.y * block.z);
@@ -168,6 +251,7 @@ void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::func
 }
 
 void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
+  Unwatched unwatched;
   const int lane = current % 32;
   const unsigned live = warp_live_at_release[current / 32];
   const char* wrong = nullptr;
@@ -187,58 +271,89 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
   std::abort();
 }
 
-void SyncThreads() { Wait(State::kBlockWait); }
-void WarpBarrier() { Wait(State::kWarpWait); }
-void* DynamicShared() { return dynamic_shared.data() + dynamic_shared_offset; }
-size_t DynamicSharedBytes() { return dynamic_shared.size() - 128; }
+void SyncThreads() {
+  Unwatched unwatched;
+  Wait(State::kBlockWait, &block_sync[fibers[current].block_barriers++ & 1]);
+}
+void WarpBarrier() {
+  Unwatched unwatched;
+  Fiber& f = fibers[current];
+  Wait(State::kWarpWait, &warp_sync[current / 32][f.warp_barriers++ & 1]);
+}
+void* DynamicShared() {
+  Unwatched unwatched;
+  return dynamic_shared.data() + dynamic_shared_offset;
+}
+size_t DynamicSharedBytes() {
+  Unwatched unwatched;
+  return dynamic_shared.size() - 128;
+}
 uint32_t* WarpExchange() {
+  Unwatched unwatched;
   const unsigned area = fibers[current].collectives++ & 1;
   return warp_exchange.data() + static_cast<size_t>((current / 32) * 2 + area) * 32 * kExchangeWords;
 }
 
 void AsyncCopy(void* dst, const void* src, size_t bytes, size_t src_bytes) {
-  std::memset(dst, 0xff, bytes);  // undefined until the copy lands: poison
+  std::memset(dst, 0xff, bytes);  // undefined until the copy lands: poison (a write of this thread)
+  Unwatched unwatched;
   fibers[current].open_copies.push_back(AsyncCopyOp{dst, src, bytes, src_bytes});
 }
 void AsyncCommit() {
+  Unwatched unwatched;
   Fiber& f = fibers[current];
   f.committed.push_back(std::move(f.open_copies));
   f.open_copies.clear();
 }
 void AsyncWait(int pending) {
+  std::vector<AsyncCopyOp> landing;
+  {
+    Unwatched unwatched;
+    Fiber& f = fibers[current];
+    while (f.committed.size() > static_cast<size_t>(pending)) {
+      landing.insert(landing.end(), f.committed.front().begin(), f.committed.front().end());
+      f.committed.pop_front();
+    }
+  }
+  for (const AsyncCopyOp& op : landing) {  // the copies: a read of global and a write of shared memory
+    std::memcpy(op.dst, op.src, op.src_bytes);
+    std::memset(static_cast<char*>(op.dst) + op.src_bytes, 0, op.bytes - op.src_bytes);
+  }
+  Unwatched unwatched;
   Fiber& f = fibers[current];
-  while (f.committed.size() > static_cast<size_t>(pending)) {
-    for (const AsyncCopyOp& op : f.committed.front()) {
-      std::memcpy(op.dst, op.src, op.src_bytes);
-      std::memset(static_cast<char*>(op.dst) + op.src_bytes, 0, op.bytes - op.src_bytes);
-      const intptr_t offset = static_cast<char*>(op.dst) - static_cast<char*>(DynamicShared());
-      if (offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes()) {
-        for (size_t chunk = offset / 16; chunk <= (offset + op.bytes - 1) / 16; ++chunk) {
-          chunk_writer[chunk] = current + 1;
-          f.unfenced_chunks.push_back(chunk);
-        }
+  for (const AsyncCopyOp& op : landing) {
+    const intptr_t offset = static_cast<char*>(op.dst) - static_cast<char*>(DynamicShared());
+    if (offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes()) {
+      for (size_t chunk = offset / 16; chunk <= (offset + op.bytes - 1) / 16; ++chunk) {
+        chunk_writer[chunk] = current + 1;
+        f.unfenced_chunks.push_back(chunk);
       }
     }
-    f.committed.pop_front();
   }
 }
 
 void ProxyFenceAsync() {
+  Unwatched unwatched;
   Fiber& f = fibers[current];
   for (size_t chunk : f.unfenced_chunks)
     if (chunk_writer[chunk] == current + 1) chunk_writer[chunk] = 0;
   f.unfenced_chunks.clear();
 }
 bool AsyncProxyUnfenced(const void* p) {
+  Unwatched unwatched;
   const intptr_t offset = static_cast<const char*>(p) - static_cast<char*>(DynamicShared());
   return offset >= 0 && static_cast<size_t>(offset) < DynamicSharedBytes() && chunk_writer[offset / 16] != 0;
 }
-std::shared_ptr<void>& ThreadExtension() { return fibers[current].extension; }
+std::shared_ptr<void>& ThreadExtension() {
+  Unwatched unwatched;
+  return fibers[current].extension;
+}
 unsigned long LaunchSerial() { return launch_serial; }
 void SetComputeCapability(int major, int minor) { compute_capability = 10 * major + minor; }
 int ComputeCapability() { return compute_capability; }
 
 void PoisonShared(void* array, size_t bytes) {
+  Unwatched unwatched;  // as the scheduler's poison of dynamic shared memory
   unsigned long& block = shared_poisoned[array];
   if (block == block_serial) return;
   block = block_serial;
@@ -265,6 +380,30 @@ bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_sha
                grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
   launch_error = 1;
   return false;
+}
+
+namespace {
+void (*device_access_hook)(bool) = nullptr;
+bool (*device_pointer_test)(const void*) = nullptr;
+int device_work_depth = 0;
+}  // namespace
+
+void SetDeviceAccessHook(void (*hook)(bool open)) { device_access_hook = hook; }
+void SetDevicePointerTest(bool (*is_device)(const void* p)) { device_pointer_test = is_device; }
+DeviceWork::DeviceWork() {
+  if (device_work_depth++ == 0 && device_access_hook != nullptr) device_access_hook(true);
+}
+DeviceWork::~DeviceWork() {
+  if (--device_work_depth == 0 && device_access_hook != nullptr) device_access_hook(false);
+}
+
+void CheckLaunchPointer(const void* p, int parameter) {
+  if (p == nullptr || device_pointer_test == nullptr || device_pointer_test(p)) return;
+  std::fprintf(stderr,
+               "cuemu: a kernel launch passes a host pointer, %p, as its parameter %d (0-based): the kernel "
+               "would fault on a GPU\n",
+               p, parameter);
+  std::abort();
 }
 
 int TakeLaunchError() {

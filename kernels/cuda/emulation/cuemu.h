@@ -9,7 +9,9 @@
 // and `extern __shared__ T name[];` into a pointer to the launch's dynamic shared memory; static `__shared__`
 // arrays are poisoned per block. Warp-level instructions written as inline PTX have fakes of their own
 // (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results match the CPU kernels
-// closely but not the GPU's last bits. Not part of the build.
+// closely but not the GPU's last bits. Built with ThreadSanitizer (RACECHECK=1 in common.sh), it reports any
+// two conflicting accesses of a block's threads that no barrier or collective orders (cuemu.cc). Not part
+// of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -20,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 struct uint3 {
@@ -92,6 +95,33 @@ void SetMaxDynamicShared(const void* kernel, int bytes);
 bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes);
 int TakeLaunchError();  // the pending launch error (0: none), cleared
 
+// The device-memory fence of the GPU tests' fake runtime (cublaslt/fake/cuda_runtime.h): its device
+// allocations are closed to the host except while the emulated device works -- a grid, a fake copy or
+// memset, the fake cuBLASLt or CUB -- so host code that dereferences a device pointer faults here as it
+// would on a GPU. `hook(true)` opens them, `hook(false)` closes them; DeviceWork scopes nest (the outermost
+// opens and closes). Without a hook (the kernels' own emulation check, on host memory) nothing happens.
+void SetDeviceAccessHook(void (*hook)(bool open));
+struct DeviceWork {
+  DeviceWork();
+  ~DeviceWork();
+  DeviceWork(const DeviceWork&) = delete;
+  DeviceWork& operator=(const DeviceWork&) = delete;
+};
+// With a hook set: whether p lies in device memory (the hook's allocations), through `is_device`.
+void SetDevicePointerTest(bool (*is_device)(const void* p));
+// Aborts, naming the parameter, when a launch passes a non-null pointer that is not device memory while
+// a device pointer test is set (a host pointer a kernel would fault on).
+void CheckLaunchPointer(const void* p, int parameter);
+
+template <typename T>
+inline void CheckParameter(const T& value, int parameter) {
+  if constexpr (std::is_pointer<T>::value) CheckLaunchPointer(value, parameter);
+}
+template <typename Tuple, size_t... I>
+inline void CheckPointers(const Tuple& params, std::index_sequence<I...>) {
+  (CheckParameter(std::get<I>(params), static_cast<int>(I)), ...);
+}
+
 template <typename... P>
 struct Launcher {
   void (*kernel)(P...);
@@ -101,6 +131,7 @@ struct Launcher {
   void operator()(A&&... args) {
     if (!LaunchAllowed(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes)) return;
     std::tuple<P...> params(std::forward<A>(args)...);
+    CheckPointers(params, std::index_sequence_for<P...>());
     RunGrid(grid, block, dynamic_shared_bytes, [&] { std::apply(kernel, params); });
   }
 };
@@ -147,8 +178,9 @@ inline float __expf(float x) { return std::exp(x); }
 using std::isfinite;
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
-  const unsigned long long old = *p;
-  if (v < old) *p = v;
+  unsigned long long old = __atomic_load_n(p, __ATOMIC_RELAXED);  // an atomic for the racecheck build too
+  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
   return old;
 }
 

@@ -17,6 +17,9 @@
 //   broadcast A (matmul_cuda.cc accumulates it in bf16, batch after batch: 3 here). 2^-6 = 4 roundings
 //   (measured: 4.6e-3 of the scale).
 #include <cublasLt.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -45,8 +48,9 @@ void Report(bool ok, const std::string& what, const std::string& detail) {
 }
 
 // A batch of (rows, cols) matrices, row r of batch i at i * stride + r * ld (stride 0: one matrix shared by
-// the batch), in its own 256-byte-aligned block, `offset` elements in. Everything outside the matrices
-// (row padding, gaps between batches) holds NaN.
+// the batch), in its own device allocation (the fake runtime's cudaMalloc), `offset` elements in. Everything
+// outside the matrices (row padding, gaps between batches) holds NaN. The check reads and writes it on the
+// host inside cuemu::DeviceWork scopes (the runtime fences device memory off from the host otherwise).
 class Mat {
  public:
   Mat(DType dt, int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int offset = 0)
@@ -59,7 +63,8 @@ class Mat {
         offset_(offset) {
     n_ = rows == 0 || cols == 0 ? 0 : (batch_ - 1) * stride + (rows - 1) * ld + cols;
     const size_t bytes = (offset + std::max<int64_t>(n_, 1)) * DTypeSize(dt);
-    if (posix_memalign(&base_, 256, bytes) != 0) std::abort();
+    if (cudaMalloc(&base_, bytes) != cudaSuccess) std::abort();
+    ::cuemu::DeviceWork work;
     std::memset(base_, 0xff, bytes);
     valid_.assign(n_, 0);
     for (int64_t i = 0; i < batch_; ++i)
@@ -68,7 +73,7 @@ class Mat {
   }
   Mat(const Mat&) = delete;
   Mat& operator=(const Mat&) = delete;
-  ~Mat() { std::free(base_); }
+  ~Mat() { cudaFree(base_); }
 
   void* get() const { return static_cast<char*>(base_) + offset_ * DTypeSize(dt_); }
   int64_t ld() const { return ld_; }
@@ -77,12 +82,14 @@ class Mat {
   void FillRandom(uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f);
+    ::cuemu::DeviceWork work;
     for (int64_t j = 0; j < n_; ++j)
       if (valid_[j]) Set(j, dist(rng));
   }
   // Every element as float (padding NaN), bf16 widened: the CPU reference's input.
   std::vector<float> Floats() const {
     std::vector<float> out(n_);
+    ::cuemu::DeviceWork work;
     for (int64_t j = 0; j < n_; ++j) out[j] = Get(j);
     return out;
   }
@@ -90,6 +97,7 @@ class Mat {
   bool PaddingIntact() const {
     const unsigned char* bytes = static_cast<const unsigned char*>(get());
     const size_t es = DTypeSize(dt_);
+    ::cuemu::DeviceWork work;
     for (int64_t j = 0; j < n_; ++j)
       if (!valid_[j])
         for (size_t k = 0; k < es; ++k)
@@ -278,7 +286,79 @@ void RunBackward(const Context& gpu, const Context& cpu, const Case& k, DType dt
   if (k.dbias) Compare(what + " dbias (f32)", dt, dbias, dbiasf);
 }
 
+// Runs `body` in a child process with its stderr captured; returns how the child ended and what it printed.
+struct ChildEnd {
+  int signal = 0;  // the signal that ended it, 0 if it exited
+  std::string stderr_text;
+};
+template <typename F>
+ChildEnd InChild(F body) {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDERR_FILENO);
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  ChildEnd end;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;)
+    end.stderr_text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  end.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return end;
+}
+
+std::string Describe(const ChildEnd& end) {
+  return "ended by signal " + std::to_string(end.signal) + ", stderr: " + end.stderr_text.substr(0, 300);
+}
+
+__global__ void WriteOne(float* p) { p[threadIdx.x] = 1.0f; }
+
+// The fake runtime's fence of device memory (cuda_runtime.h in fake/): what would fault on a GPU faults here.
+void CheckDeviceFence() {
+  float* d = nullptr;
+  Report(cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)) == cudaSuccess, "fence: cudaMalloc",
+         "");
+  const ChildEnd read = InChild([d] { std::printf("%g", static_cast<double>(d[3])); });
+  Report(read.signal == SIGSEGV &&
+             read.stderr_text.find("the host touched device memory") != std::string::npos &&
+             read.stderr_text.find("byte 12 of the " + std::to_string(sysconf(_SC_PAGESIZE)) +
+                                   "-byte allocation") != std::string::npos,
+         "fence: a host read of device memory faults, naming the allocation", Describe(read));
+  {
+    ::cuemu::DeviceWork work;
+    d[3] = 2.0f;  // the emulated device's own access
+  }
+  float host[4] = {0.0f, 0.0f, 0.0f, 0.0f}, back = 0.0f;
+  Report(cudaMemcpy(&back, d + 3, sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess && back == 2.0f,
+         "fence: a device-to-host copy reads what the device wrote", "");
+  Report(cudaMemcpy(host, host + 1, sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue &&
+             cudaMemcpy(d, host, sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue &&
+             cudaMemsetAsync(host, 0, sizeof(host)) == cudaErrorInvalidValue,
+         "fence: copies whose direction does not match their pointers, and a memset of host memory, fail",
+         "");
+  const ChildEnd launch = InChild([&host] { ::cuemu::Launch(WriteOne, dim3(1), dim3(4))(host); });
+  Report(launch.signal == SIGABRT && launch.stderr_text.find("passes a host pointer") != std::string::npos,
+         "fence: a kernel launch with a host pointer is refused", Describe(launch));
+  ::cuemu::Launch(WriteOne, dim3(1), dim3(4))(d);
+  Report(cudaMemcpy(host, d, sizeof(host), cudaMemcpyDeviceToHost) == cudaSuccess && host[0] == 1.0f &&
+             host[3] == 1.0f,
+         "fence: a kernel writes device memory", "");
+  Report(cudaFree(d) == cudaSuccess, "fence: cudaFree", "");
+  const ChildEnd stale = InChild([d] { d[0] = 1.0f; });
+  Report(stale.signal == SIGSEGV && stale.stderr_text.find("freed device memory") != std::string::npos,
+         "fence: a host write through a freed device pointer faults", Describe(stale));
+}
+
 int Main() {
+  CheckDeviceFence();  // first: it forks, before the context's threads exist
   absl::StatusOr<std::unique_ptr<cuda::CudaContext>> cc = cuda::CudaContext::Create(0);
   if (!cc.ok()) {
     std::printf("FAIL CudaContext::Create: %s\n", cc.status().ToString().c_str());

@@ -432,6 +432,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     std::lock_guard<std::mutex> clock_lock(fake_cuda::mu);
     fake_cuda::clock_ms += algorithm_ms[index];
   }
+  ::cuemu::DeviceWork device_work;  // the device's reads and writes (the runtime's fence opens)
   if (ws_needed > 0) std::memset(workspace, 0xa5, ws_needed);  // the algorithm's scratch is clobbered
   if (A == nullptr || B == nullptr || D == nullptr || (beta != 0.0 && C == nullptr))
     return Fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: null matrix pointer");

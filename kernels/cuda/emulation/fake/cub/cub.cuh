@@ -29,6 +29,7 @@ struct DeviceRadixSort {
       return cudaSuccess;
     }
     if (temp_bytes < TempBytes(begin_bit, end_bit)) return cudaErrorMemoryAllocation;
+    ::cuemu::DeviceWork work;  // device memory (the GPU tests' fake runtime fences it off otherwise)
     using U = typename std::make_unsigned<K>::type;
     constexpr int kBits = sizeof(K) * 8;
     const U flip = std::is_signed<K>::value ? static_cast<U>(U(1) << (kBits - 1)) : U(0);

@@ -138,13 +138,13 @@ inline char* WindowPointer(uint32_t address) {
 inline float ReadOperand(uint32_t address) {
   const char* p = WindowPointer(address);
   if (::cuemu::AsyncProxyUnfenced(p)) {
-    static unsigned long reported_launch = 0;  // once per launch
-    if (reported_launch != ::cuemu::LaunchSerial())
+    static unsigned long reported_launch = 0;  // once per launch; atomic: the emulator's, not the kernel's
+    if (__atomic_exchange_n(&reported_launch, ::cuemu::LaunchSerial(), __ATOMIC_RELAXED) !=
+        ::cuemu::LaunchSerial())
       std::fprintf(stderr,
                    "wgmma emulation: operand at 0x%x landed by cp.async without fence.proxy.async (block %u, "
                    "thread %u): read as NaN\n",
                    address, blockIdx.x, threadIdx.x);
-    reported_launch = ::cuemu::LaunchSerial();
     return NAN;
   }
   uint16_t bits;
