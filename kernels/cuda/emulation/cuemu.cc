@@ -3,6 +3,7 @@
 // reached it. Threads that would wait forever (a barrier some live thread never reaches) abort.
 #include "kernels/cuda/emulation/cuemu.h"
 
+#include <execinfo.h>
 #include <ucontext.h>
 
 // CUEMU_RACECHECK: set by common.sh with -fsanitize=thread (which also undefines __SANITIZE_THREAD__, since
@@ -95,6 +96,7 @@ struct Fiber {
   std::shared_ptr<void> extension;                 // ThreadExtension()
   unsigned block_barriers = 0, warp_barriers = 0;  // __syncthreads / warp barriers passed in this block
   void* race_fiber = nullptr;                      // its ThreadSanitizer fiber (racecheck builds)
+  void* barrier_site = nullptr;                    // the __syncthreads it waits at (its return address)
 };
 
 std::vector<Fiber> fibers;
@@ -142,6 +144,29 @@ void Wait(State s, void* sync) {
   Acquire(sync);
 }
 
+// A block barrier's live threads must all wait at the same __syncthreads: "allowed in conditional code but
+// only if the conditional evaluates identically across the entire thread block, otherwise the code execution
+// is likely to hang or produce unintended side effects" (CUDA C++ Programming Guide; compute-sanitizer's
+// synccheck reports it). Here threads at different ones would be released together; this aborts instead,
+// naming two of the call sites (binary+offset, for addr2line).
+void CheckConvergedBarrier(int begin, int end) {
+  int first = -1;
+  for (int t = begin; t < end; ++t) {
+    if (fibers[t].state != State::kBlockWait) continue;
+    if (first < 0) {
+      first = t;
+    } else if (fibers[t].barrier_site != fibers[first].barrier_site) {
+      std::fprintf(stderr,
+                   "cuemu: block (%u, %u, %u): threads wait at different __syncthreads (divergent barrier, "
+                   "undefined on the device): the call sites of thread %d and of thread %d:\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, first, t);
+      void* sites[2] = {fibers[first].barrier_site, fibers[t].barrier_site};
+      backtrace_symbols_fd(sites, 2, 2);
+      std::abort();
+    }
+  }
+}
+
 // Releases the threads of [begin, end) waiting in state s when every live one of them waits.
 bool Release(int begin, int end, State s) {
   bool all = true, some = false;
@@ -154,6 +179,7 @@ bool Release(int begin, int end, State s) {
     }
   }
   if (!all || !some) return false;
+  if (s == State::kBlockWait) CheckConvergedBarrier(begin, end);
   if (s == State::kWarpWait) {
     unsigned live = 0;
     for (int t = begin; t < end; ++t)
@@ -273,6 +299,7 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
 
 void SyncThreads() {
   Unwatched unwatched;
+  fibers[current].barrier_site = __builtin_return_address(0);
   Wait(State::kBlockWait, &block_sync[fibers[current].block_barriers++ & 1]);
 }
 void WarpBarrier() {

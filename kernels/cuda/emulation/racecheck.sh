@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The racecheck build's self-test (//kernels/cuda/emulation:racecheck_test, ~1 minute): compiles the fiber
+# The racecheck build's self-test (//kernels/cuda/emulation:racecheck_test, ~15 s): compiles the fiber
 # emulator and racecheck_check.cc with ThreadSanitizer (RACECHECK=1, see cuemu.cc) and runs each of its
 # kernels in a process of its own: every race_* kernel must draw a ThreadSanitizer race report, every clean_*
-# kernel (the same kernel, synchronised) must run without one. The real kernels under the racecheck build:
-#   RACECHECK=1 kernels/cuda/emulation/run.sh     # every emulation check (~1 hour on 2 cores; kernels/README.md)
+# kernel (the same kernel, synchronised) must run without one; a divergent __syncthreads must abort (any
+# build, cuemu.cc). The real kernels under the racecheck build:
+#   RACECHECK=1 kernels/cuda/emulation/run.sh     # every emulation check (~16 minutes; kernels/README.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -42,6 +43,15 @@ if TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" clean_laun
 else
   echo "FAIL clean_launch_order"
   sed 's/^/     | /' "$work/out" | head -40
+  failures=$((failures + 1))
+fi
+status=0
+"$work/racecheck_check" divergent_barrier >"$work/out" 2>&1 || status=$?
+if [[ "$status" == 134 ]] && grep -q 'threads wait at different __syncthreads' "$work/out"; then
+  echo "ok   divergent_barrier (aborts)"
+else
+  echo "FAIL divergent_barrier: exit status $status (expected an abort naming the two __syncthreads)"
+  sed 's/^/     | /' "$work/out" | head -20
   failures=$((failures + 1))
 fi
 echo "$failures failures"

@@ -84,6 +84,19 @@ __global__ void AsyncCopyRead(const float* in, float* out, bool barrier) {
   out[t] = tile[4 * ((t + 32) % kThreads)];
 }
 
+// Two warps at two different __syncthreads (divergent barrier): undefined on the device; the emulator (any
+// build) aborts naming both call sites.
+__global__ void DivergentBarrier(float* out) {
+  const int t = threadIdx.x;
+  if (t < 32) {
+    out[t] = 1.0f;
+    __syncthreads();
+  } else {
+    __syncthreads();
+    out[t] = 2.0f;
+  }
+}
+
 // The host reads what the grid wrote, and a second launch reads what the first wrote: launches are ordered.
 __global__ void Fill(float* out) { out[threadIdx.x] = 4.0f; }
 __global__ void AddOne(float* out) { out[threadIdx.x] += 1.0f; }
@@ -102,6 +115,8 @@ int Run(const std::string& name) {
     ::cuemu::Launch(SharedAccumulator, dim3(1), dim3(kThreads))(out.data(), clean);
   } else if (kernel == "async_copy_read") {
     ::cuemu::Launch(AsyncCopyRead, dim3(2), dim3(kThreads), 16 * kThreads)(in.data(), out.data(), clean);
+  } else if (name == "divergent_barrier") {
+    ::cuemu::Launch(DivergentBarrier, dim3(1), dim3(64))(out.data());
   } else if (name == "clean_launch_order") {
     ::cuemu::Launch(Fill, dim3(1), dim3(kThreads))(out.data());
     ::cuemu::Launch(AddOne, dim3(1), dim3(kThreads))(out.data());
