@@ -33,23 +33,19 @@ namespace {
 
 // Racecheck builds (RACECHECK=1 in common.sh: ThreadSanitizer) see every CUDA thread as a fiber of its own
 // and the happens-before edges a GPU gives: a launch after the host's work before it, the threads of a
-// block after one another only through __syncthreads and their warp's collectives, the host's work after a
+// block after one another only through __syncthreads and __syncwarp (warp collectives exchange registers,
+// not memory: shfl.sync and mma.sync are no memory barriers on the device), the host's work after a
 // grid after all of it, and -- because blocks reuse the same shared memory, stacks and exchange areas here
 // -- each block after the previous one (so races between blocks of one grid are not checked). So an access
 // of one thread that is unordered with a conflicting one of another thread of its block -- a missing
-// __syncthreads or collective, a shared buffer overwritten while another warp may still read it, two
+// __syncthreads or __syncwarp, a shared buffer overwritten while another warp may still read it, two
 // threads writing one global element -- is reported with both stacks, whatever values the schedule here
 // happened to produce. The emulator's own bookkeeping (fiber states, cp.async queues, the scheduler's
 // writes of threadIdx and of the shared-memory poison) is hidden from it (Unwatched); the data effects
-// of the fake instructions (cp.async's poison at issue and its copy at the wait, exchange rows, operand
-// reads of mma/wgmma) are seen as accesses of the thread that runs them.
+// of the fake instructions (cp.async's poison at issue and its copy at the wait, ldmatrix's and wgmma's
+// operand reads) are seen as accesses of the thread that runs them; their exchange areas are registers on
+// the device and hidden too.
 #if defined(CUEMU_RACECHECK)
-struct Unwatched {
-  Unwatched() { __tsan_ignore_thread_begin(); }
-  ~Unwatched() { __tsan_ignore_thread_end(); }
-  Unwatched(const Unwatched&) = delete;
-  Unwatched& operator=(const Unwatched&) = delete;
-};
 void SwitchToFiber(void* fiber, bool synchronize) {
   __tsan_switch_to_fiber(fiber, synchronize ? 0 : __tsan_switch_to_fiber_no_sync);
 }
@@ -64,7 +60,6 @@ void NameRaceFiber(void* fiber, int t) {
 void Release(void* sync) { __tsan_release(sync); }
 void Acquire(void* sync) { __tsan_acquire(sync); }
 #else
-struct Unwatched {};
 void SwitchToFiber(void*, bool) {}
 void* CurrentRaceFiber() { return nullptr; }
 void* NewRaceFiber() { return nullptr; }
@@ -74,9 +69,9 @@ void Acquire(void*) {}
 #endif
 
 // Synchronisation objects of the racecheck build (their addresses only): a barrier's arrivals release into
-// one and its waiters acquire it when they resume; barriers alternate between two per block (and per
-// warp), since a thread can arrive at the next barrier before all of this one's waiters have resumed, but
-// not at the one after it. block_done orders each block after the previous ones.
+// one and its waiters acquire it when they resume; barriers alternate between two per block (and, for
+// __syncwarp, per warp), since a thread can arrive at the next barrier before all of this one's waiters have
+// resumed, but not at the one after it. block_done orders each block after the previous ones.
 char block_sync[2], warp_sync[32][2], block_done;
 
 enum class State { kRunnable, kWarpWait, kBlockWait, kDone };
@@ -94,7 +89,7 @@ struct Fiber {
   std::deque<std::vector<AsyncCopyOp>> committed;  // committed groups not yet waited for, oldest first
   std::vector<size_t> unfenced_chunks;             // 16-byte chunks of dynamic shared memory it landed
   std::shared_ptr<void> extension;                 // ThreadExtension()
-  unsigned block_barriers = 0, warp_barriers = 0;  // __syncthreads / warp barriers passed in this block
+  unsigned block_barriers = 0, warp_syncs = 0;     // __syncthreads / __syncwarp passed in this block
   void* race_fiber = nullptr;                      // its ThreadSanitizer fiber (racecheck builds)
   void* barrier_site = nullptr;                    // the __syncthreads it waits at (its return address)
 };
@@ -134,14 +129,15 @@ CUEMU_NO_RACECHECK void Entry() {
   swapcontext(&f.context, &scheduler);
 }
 
+// sync: the barrier's synchronisation object when it orders memory (racecheck builds), else null.
 void Wait(State s, void* sync) {
   Unwatched unwatched;
   Fiber& f = fibers[current];
   f.state = s;
-  Release(sync);
+  if (sync != nullptr) Release(sync);
   SwitchToFiber(scheduler_race_fiber, false);
   swapcontext(&f.context, &scheduler);
-  Acquire(sync);
+  if (sync != nullptr) Acquire(sync);
 }
 
 // A block barrier's live threads must all wait at the same __syncthreads: "allowed in conditional code but
@@ -208,7 +204,7 @@ void RunBlock(int n) {
     f.committed.clear();
     f.unfenced_chunks.clear();
     f.extension.reset();
-    f.block_barriers = f.warp_barriers = 0;
+    f.block_barriers = f.warp_syncs = 0;
     if (f.race_fiber == nullptr) f.race_fiber = NewRaceFiber();
     NameRaceFiber(f.race_fiber, t);
   }
@@ -304,8 +300,12 @@ void SyncThreads() {
 }
 void WarpBarrier() {
   Unwatched unwatched;
+  Wait(State::kWarpWait, nullptr);
+}
+void WarpSync() {
+  Unwatched unwatched;
   Fiber& f = fibers[current];
-  Wait(State::kWarpWait, &warp_sync[current / 32][f.warp_barriers++ & 1]);
+  Wait(State::kWarpWait, &warp_sync[current / 32][f.warp_syncs++ & 1]);
 }
 void* DynamicShared() {
   Unwatched unwatched;
@@ -414,6 +414,14 @@ void (*device_access_hook)(bool) = nullptr;
 bool (*device_pointer_test)(const void*) = nullptr;
 int device_work_depth = 0;
 }  // namespace
+
+#if defined(CUEMU_RACECHECK)
+Unwatched::Unwatched() { __tsan_ignore_thread_begin(); }
+Unwatched::~Unwatched() { __tsan_ignore_thread_end(); }
+#else
+Unwatched::Unwatched() {}
+Unwatched::~Unwatched() {}
+#endif
 
 void SetDeviceAccessHook(void (*hook)(bool open)) { device_access_hook = hook; }
 void SetDevicePointerTest(bool (*is_device)(const void* p)) { device_pointer_test = is_device; }

@@ -10,8 +10,8 @@
 // arrays are poisoned per block. Warp-level instructions written as inline PTX have fakes of their own
 // (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results match the CPU kernels
 // closely but not the GPU's last bits. Built with ThreadSanitizer (RACECHECK=1 in common.sh), it reports any
-// two conflicting accesses of a block's threads that no barrier or collective orders (cuemu.cc). Not part
-// of the build.
+// two conflicting accesses of a block's threads that no __syncthreads or __syncwarp orders (cuemu.cc). Not
+// part of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -45,8 +45,23 @@ namespace cuemu {
 // Runs body once per thread of every block of the grid (blocks in order, threads as fibers), with
 // `dynamic_shared_bytes` of dynamic shared memory per block (DynamicShared(), poisoned with 0xff per block).
 void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
-void SyncThreads();           // barrier of the block's live threads
-void WarpBarrier();           // barrier of the warp's live threads
+void SyncThreads();  // barrier of the block's live threads; orders their memory accesses (racecheck)
+// Barrier of the warp's live threads for a warp collective (shuffle, mma, ldmatrix): it orders the exchange,
+// not memory -- on the device shfl.sync and mma.sync are no memory barriers, so a lane's shared-memory write
+// is ordered before another lane's read only by __syncwarp or __syncthreads (the racecheck build holds
+// kernels to that).
+void WarpBarrier();
+void WarpSync();  // __syncwarp: a barrier of the warp's live threads that orders their memory accesses
+
+// Emulator work that the racecheck build must not count as the kernel's memory accesses (ThreadSanitizer
+// ignores the calling thread's accesses while one exists): its bookkeeping, and the exchange areas through
+// which the fakes of warp collectives pass what are registers on the device. No effect in other builds.
+struct Unwatched {
+  Unwatched();
+  ~Unwatched();
+  Unwatched(const Unwatched&) = delete;
+  Unwatched& operator=(const Unwatched&) = delete;
+};
 void* DynamicShared();        // the block's `extern __shared__` array (run.sh rewrites the declarations)
 size_t DynamicSharedBytes();  // its size in bytes (the launch's dynamic shared memory)
 // Fills a `__shared__` array (a static local here) with 0xff the first time a thread of the current block
@@ -151,13 +166,18 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what);
 template <typename T>
 inline const uint32_t* ExchangeWord(T v) {
   static_assert(sizeof(T) == 4, "4-byte shuffles");
-  uint32_t* x = WarpExchange();
-  std::memcpy(&x[(threadIdx.x & 31) * kExchangeWords], &v, 4);
+  uint32_t* x;
+  {
+    Unwatched unwatched;
+    x = WarpExchange();
+    std::memcpy(&x[(threadIdx.x & 31) * kExchangeWords], &v, 4);
+  }
   WarpBarrier();
   return x;
 }
 template <typename T>
 inline T Word(const uint32_t* x, int lane) {
+  Unwatched unwatched;
   T r;
   std::memcpy(&r, &x[(lane & 31) * kExchangeWords], 4);
   return r;
@@ -184,6 +204,10 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
   return old;
 }
 
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::cuemu::WarpSync();
+  ::cuemu::CheckWarpMask(mask, static_cast<int>(threadIdx.x & 31), "__syncwarp");
+}
 template <typename T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
   const uint32_t* x = ::cuemu::ExchangeWord(v);

@@ -38,6 +38,16 @@ for kernel in neighbour_read overwrite_while_read lane_exchange shared_accumulat
     fi
   done
 done
+status=0
+TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" race_shuffle_as_barrier >"$work/out" 2>&1 ||
+  status=$?
+if [[ "$status" == 66 ]] && grep -q 'ThreadSanitizer: data race' "$work/out"; then
+  echo "ok   race_shuffle_as_barrier"
+else
+  echo "FAIL race_shuffle_as_barrier: exit status $status (expected a race report: a shuffle orders no memory)"
+  sed 's/^/     | /' "$work/out" | head -40
+  failures=$((failures + 1))
+fi
 if TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" clean_launch_order >"$work/out" 2>&1; then
   echo "ok   clean_launch_order"
 else

@@ -43,14 +43,17 @@ __global__ void OverwriteWhileRead(float* out, bool barrier) {
   s[t] = 2.0f;
 }
 
-// Within one warp: lane l reads lane l ^ 1's slot; a warp collective (a shuffle) in between orders it.
-__global__ void LaneExchange(float* out, bool collective) {
+// Within one warp: lane l reads lane l ^ 1's slot. __syncwarp in between orders it; a shuffle does not (no
+// memory barrier on the device: shfl.sync orders the exchange of registers only).
+enum class LaneOrder { kNone, kShuffle, kSyncWarp };
+__global__ void LaneExchange(float* out, LaneOrder order) {
   __shared__ float s[32];
   ::cuemu::PoisonShared(s, sizeof(s));
   const int lane = threadIdx.x;
   s[lane] = 3.0f;
   float v = 0.0f;
-  if (collective) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  if (order == LaneOrder::kShuffle) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  if (order == LaneOrder::kSyncWarp) __syncwarp();
   out[lane] = s[lane ^ 1] + v;
 }
 
@@ -110,7 +113,10 @@ int Run(const std::string& name) {
   } else if (kernel == "overwrite_while_read") {
     ::cuemu::Launch(OverwriteWhileRead, dim3(2), dim3(kThreads))(out.data(), clean);
   } else if (kernel == "lane_exchange") {
-    ::cuemu::Launch(LaneExchange, dim3(2), dim3(32))(out.data(), clean);
+    ::cuemu::Launch(LaneExchange, dim3(2), dim3(32))(out.data(),
+                                                     clean ? LaneOrder::kSyncWarp : LaneOrder::kNone);
+  } else if (name == "race_shuffle_as_barrier") {
+    ::cuemu::Launch(LaneExchange, dim3(2), dim3(32))(out.data(), LaneOrder::kShuffle);
   } else if (kernel == "shared_accumulator") {
     ::cuemu::Launch(SharedAccumulator, dim3(1), dim3(kThreads))(out.data(), clean);
   } else if (kernel == "async_copy_read") {

@@ -324,8 +324,9 @@ __global__ void WriteOne(float* p) { p[threadIdx.x] = 1.0f; }
 // The fake runtime's fence of device memory (cuda_runtime.h in fake/): what would fault on a GPU faults here.
 void CheckDeviceFence() {
   float* d = nullptr;
-  Report(cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)) == cudaSuccess, "fence: cudaMalloc",
-         "");
+  const bool allocated = cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)) == cudaSuccess;
+  Report(allocated, "fence: cudaMalloc", "");
+  if (!allocated) return;
   const ChildEnd read = InChild([d] { std::printf("%g", static_cast<double>(d[3])); });
   Report(read.signal == SIGSEGV &&
              read.stderr_text.find("the host touched device memory") != std::string::npos &&

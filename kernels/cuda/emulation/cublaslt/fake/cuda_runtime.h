@@ -70,10 +70,11 @@ inline std::mutex mu;
 inline std::map<const char*, size_t> live_allocations;  // start -> bytes
 inline int current_device = 0;
 
-// Device memory: one reserved region (1 TiB of address space, nothing committed until used); allocations
-// are page-aligned (so above cudaMalloc's 256-byte alignment) and never reuse an address, so a stale device
-// pointer cannot reach a newer allocation; a freed allocation's pages are released to the system.
-constexpr size_t kRegionBytes = size_t{1} << 40;
+// Device memory: one reserved region (1 TiB of address space, nothing committed until used; less where the
+// process may not map that much, e.g. under ThreadSanitizer's memory layout); allocations are page-aligned
+// (so above cudaMalloc's 256-byte alignment) and never reuse an address, so a stale device pointer cannot
+// reach a newer allocation; a freed allocation's pages are released to the system.
+inline size_t region_bytes = 0;
 inline char* region = nullptr;
 inline size_t region_used = 0;  // bytes handed out from the start (page multiple)
 inline bool region_open = false;
@@ -122,9 +123,17 @@ inline void OnFault(int sig, siginfo_t* info, void*) {
 
 inline bool ReserveRegion() {
   if (region != nullptr) return true;
-  void* p = mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return false;
-  region = static_cast<char*>(p);
+  for (const int log2_bytes : {40, 37, 34}) {  // 1 TiB, 128 GiB, 16 GiB
+    void* p =
+        mmap(nullptr, size_t{1} << log2_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    region = static_cast<char*>(p);
+    region_bytes = size_t{1} << log2_bytes;
+    break;
+  }
+  if (region == nullptr) return false;
+  void* warm[1];
+  backtrace(warm, 1);  // loads the unwinder now: OnFault must not allocate (a signal handler)
   struct sigaction action {};
   action.sa_sigaction = OnFault;
   action.sa_flags = SA_SIGINFO;
@@ -189,7 +198,7 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   using namespace fake_cuda;
   std::lock_guard<std::mutex> lock(mu);
   const size_t page = PageBytes(), rounded = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
-  if (!ReserveRegion() || rounded > kRegionBytes - region_used) return cudaErrorMemoryAllocation;
+  if (!ReserveRegion() || rounded > region_bytes - region_used) return cudaErrorMemoryAllocation;
   char* start = region + region_used;
   region_used += rounded;
   if (region_open) SetRegionOpen(true);  // the new pages too (an allocation inside device work)

@@ -106,11 +106,16 @@ inline void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
   using namespace mma_emulation;
   const Tables& t = GetTables();
   const int lane = threadIdx.x & 31;
-  uint32_t* x = ::cuemu::WarpExchange();
-  uint32_t* mine = x + lane * ::cuemu::kExchangeWords;
-  for (int i = 0; i < 4; ++i) mine[i] = a[i];
-  mine[4] = b0, mine[5] = b1;
+  uint32_t* x;
+  {
+    ::cuemu::Unwatched unwatched;  // registers on the device
+    x = ::cuemu::WarpExchange();
+    uint32_t* mine = x + lane * ::cuemu::kExchangeWords;
+    for (int i = 0; i < 4; ++i) mine[i] = a[i];
+    mine[4] = b0, mine[5] = b1;
+  }
   ::cuemu::WarpBarrier();
+  ::cuemu::Unwatched unwatched;
   auto at = [&](const Slot& s) { return Bf16Half(x[s.lane * ::cuemu::kExchangeWords + s.reg], s.half); };
   for (int i = 0; i < 4; ++i) {
     int row, col;
@@ -135,8 +140,12 @@ inline void CheckAligned(const char* what, const void* p) {
 inline void LdMatrixX4(uint32_t (&r)[4], const bf16* p, bool trans) {
   const int lane = threadIdx.x & 31;
   CheckAligned("ldmatrix row", p);
-  uint32_t* x = ::cuemu::WarpExchange();
-  std::memcpy(x + lane * ::cuemu::kExchangeWords, &p, sizeof(p));
+  uint32_t* x;
+  {
+    ::cuemu::Unwatched unwatched;  // the row addresses are registers on the device
+    x = ::cuemu::WarpExchange();
+    std::memcpy(x + lane * ::cuemu::kExchangeWords, &p, sizeof(p));
+  }
   ::cuemu::WarpBarrier();
   for (int m = 0; m < 4; ++m) {
     uint16_t e[2];
@@ -146,8 +155,11 @@ inline void LdMatrixX4(uint32_t (&r)[4], const bf16* p, bool trans) {
       const int row_index = trans ? 2 * (lane & 3) + h : lane >> 2,
                 col = trans ? lane >> 2 : 2 * (lane & 3) + h;
       const bf16* row;
-      std::memcpy(&row, x + (8 * m + row_index) * ::cuemu::kExchangeWords, sizeof(row));
-      std::memcpy(&e[h], row + col, 2);
+      {
+        ::cuemu::Unwatched unwatched;
+        std::memcpy(&row, x + (8 * m + row_index) * ::cuemu::kExchangeWords, sizeof(row));
+      }
+      std::memcpy(&e[h], row + col, 2);  // shared memory: a read of this lane
     }
     r[m] = static_cast<uint32_t>(e[0]) | (static_cast<uint32_t>(e[1]) << 16);
   }

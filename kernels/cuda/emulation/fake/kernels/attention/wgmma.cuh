@@ -272,9 +272,14 @@ inline void WgmmaM64N64K16(float (&d)[32], uint64_t a_desc, uint64_t b_desc, boo
 template <bool kTransB>
 inline void WgmmaM64N64K16(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {
   const int lane = threadIdx.x & 31, g = lane >> 2;
-  uint32_t* x = ::cuemu::WarpExchange();
-  for (int i = 0; i < 4; ++i) x[lane * ::cuemu::kExchangeWords + i] = a[i];
+  uint32_t* x;
+  {
+    ::cuemu::Unwatched unwatched;  // registers on the device
+    x = ::cuemu::WarpExchange();
+    for (int i = 0; i < 4; ++i) x[lane * ::cuemu::kExchangeWords + i] = a[i];
+  }
   ::cuemu::WarpBarrier();
+  ::cuemu::Unwatched unwatched;
   wgmma_emulation::PendingMma op{};
   op.d = d, op.accumulate = accumulate, op.a_from_registers = true, op.b_desc = b_desc, op.trans_b = kTransB;
   // a_i of lane l: row g(l) + 8((i >> 1) & 1), col 2c(l) + (i & 1) + 8(i >> 2); invert for rows g, g + 8.
