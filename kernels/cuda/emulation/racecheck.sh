@@ -21,48 +21,28 @@ compiles_done
 g++ "${flags[@]}" "$work/obj/cuemu.o" "$work/obj/racecheck_check.o" -o "$work/racecheck_check"
 
 failures=0
+race='ThreadSanitizer: data race'
+# expect CASE STATUS MUST_PRINT MUST_NOT_PRINT: runs one case of racecheck_check in its own process; ok when
+# it ends with exit status STATUS (66: ThreadSanitizer reported, 134: abort) and its output holds MUST_PRINT
+# and not MUST_NOT_PRINT (each skipped when empty).
+expect() {
+  local name="$1" want="$2" must="$3" must_not="$4" status=0
+  TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" "$name" >"$work/out" 2>&1 || status=$?
+  if [[ "$status" == "$want" ]] && { [[ -z "$must" ]] || grep -q "$must" "$work/out"; } &&
+    { [[ -z "$must_not" ]] || ! grep -q "$must_not" "$work/out"; }; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: exit status $status (expected $want${must:+, printing '$must'}${must_not:+, not '$must_not'})"
+    sed 's/^/     | /' "$work/out" | head -40
+    failures=$((failures + 1))
+  fi
+}
 for kernel in neighbour_read overwrite_while_read lane_exchange shared_accumulator async_copy_read; do
-  for kind in race clean; do
-    status=0
-    TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" "${kind}_$kernel" >"$work/out" 2>&1 ||
-      status=$?
-    reported=0
-    grep -q 'ThreadSanitizer: data race' "$work/out" && reported=1
-    if [[ "$kind" == race && "$status" == 66 && "$reported" == 1 ]] ||
-      [[ "$kind" == clean && "$status" == 0 && "$reported" == 0 ]]; then
-      echo "ok   ${kind}_$kernel"
-    else
-      echo "FAIL ${kind}_$kernel: exit status $status, race report: $reported (expected: $([[ $kind == race ]] && echo one || echo none))"
-      sed 's/^/     | /' "$work/out" | head -40
-      failures=$((failures + 1))
-    fi
-  done
+  expect "race_$kernel" 66 "$race" ""
+  expect "clean_$kernel" 0 "" "$race"
 done
-status=0
-TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" race_shuffle_as_barrier >"$work/out" 2>&1 ||
-  status=$?
-if [[ "$status" == 66 ]] && grep -q 'ThreadSanitizer: data race' "$work/out"; then
-  echo "ok   race_shuffle_as_barrier"
-else
-  echo "FAIL race_shuffle_as_barrier: exit status $status (expected a race report: a shuffle orders no memory)"
-  sed 's/^/     | /' "$work/out" | head -40
-  failures=$((failures + 1))
-fi
-if TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$work/racecheck_check" clean_launch_order >"$work/out" 2>&1; then
-  echo "ok   clean_launch_order"
-else
-  echo "FAIL clean_launch_order"
-  sed 's/^/     | /' "$work/out" | head -40
-  failures=$((failures + 1))
-fi
-status=0
-"$work/racecheck_check" divergent_barrier >"$work/out" 2>&1 || status=$?
-if [[ "$status" == 134 ]] && grep -q 'threads wait at different __syncthreads' "$work/out"; then
-  echo "ok   divergent_barrier (aborts)"
-else
-  echo "FAIL divergent_barrier: exit status $status (expected an abort naming the two __syncthreads)"
-  sed 's/^/     | /' "$work/out" | head -20
-  failures=$((failures + 1))
-fi
+expect race_shuffle_as_barrier 66 "$race" ""  # a shuffle orders no memory
+expect clean_launch_order 0 "" "$race"
+expect divergent_barrier 134 'threads wait at different __syncthreads' ""
 echo "$failures failures"
 ((failures == 0))
