@@ -50,6 +50,12 @@ grep -Eq '^loss [0-9.]+ \| perplexity [0-9.]+ \| [0-9]+ tokens' eval.txt || fail
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --seed=1 > gen.txt 2> gen.log ||
   fail "generate: $(cat gen.log)"
 grep -q "^Once upon a time" gen.txt || fail "generate output: $(cat gen.txt)"
+# --num_samples: one batch of samples, sample i drawn with seed 1 + i, so sample 0 is the text above.
+"$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --seed=1 \
+    --num_samples=3 > gen3.txt 2> gen3.log || fail "generate --num_samples=3: $(cat gen3.log)"
+[[ "$(grep -c '^=== sample [0-2] (seed [1-3]) ===$' gen3.txt)" == 3 ]] || fail "generate --num_samples=3: $(cat gen3.txt)"
+awk '/^=== sample 1 /{exit} NR > 1' gen3.txt > gen3_first.txt
+cmp -s gen.txt gen3_first.txt || fail "sample 0 of --num_samples=3 differs from --seed=1 alone: $(cat gen3_first.txt)"
 
 # eval's placement flags (--device, --cuda_device, --precision). Each refusal exits 1 with its message.
 expect_error() {  # expect_error LOG PATTERN COMMAND...
@@ -111,6 +117,10 @@ expect_error eval_batch0.log "^eval: --batch_size=0: expected at least 1$" \
   "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --batch_size=0
 expect_error gen_max0.log "^generate: --max_tokens=-3: expected at least 1$" \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --max_tokens=-3
+expect_error gen_samples0.log "^generate: --num_samples=0: expected at least 1$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --num_samples=0
+expect_error gen_samples.log "^generate: --num_samples=257: expected at most 256 " \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --num_samples=257
 expect_error gen_nan.log '^generate: --temperature expects a finite number, got "nan"$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
 expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \

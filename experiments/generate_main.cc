@@ -2,11 +2,14 @@
 //
 //   ./bazelw run //experiments:generate -- --checkpoint=runs/cs336_tinystories --prompt="Once upon a time"
 //       [--tokenizer=FILE] [--max_tokens=256] [--temperature=0.8] [--top_p=0.95] [--seed=0]
-//       [--device=cpu|cuda] [--cuda_device=N] [--precision=fp32|bf16]
+//       [--num_samples=1] [--device=cpu|cuda] [--cuda_device=N] [--precision=fp32|bf16]
 //
 // The tokenizer defaults to the run's data.tokenizer. Generation stops at <|endoftext|> (when the
-// tokenizer has it) or after --max_tokens. The text streams to stdout as it is sampled. The model decodes
-// with its KV cache (LanguageModel::Prefill / DecodeStep) where the placement flags say, as eval's do:
+// tokenizer has it) or after --max_tokens. One sample's text streams to stdout as it is sampled;
+// --num_samples=N (at most 256) draws N continuations of the prompt as one batch (GenerateSamples: sample i
+// is what --seed=S+i alone gives) and prints each, after a "=== sample i (seed S+i) ===" line, once all are
+// done. The model decodes with its KV cache (LanguageModel::Prefill / DecodeStep) where the placement flags
+// say, as eval's do:
 // --device=cpu|cuda (default cpu), --cuda_device=N (default 0), --precision=fp32|bf16 (default fp32; bf16 on
 // cuda only), the device opened by the trainer's TrainingDevice (experiments/model_loading.h); its errors
 // come back prefixed by the flags.
@@ -26,7 +29,31 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: generate --checkpoint=DIR --prompt=TEXT [--tokenizer=FILE] [--max_tokens=N] [--temperature=T]\n"
-    "                [--top_p=P] [--seed=S] [--device=cpu|cuda] [--cuda_device=N] [--precision=fp32|bf16]\n";
+    "                [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda] [--cuda_device=N]\n"
+    "                [--precision=fp32|bf16]\n";
+
+constexpr int64_t kMaxSamples = 256;
+
+// --num_samples > 1: every sample, prompt first, after a line naming it and its seed.
+absl::Status PrintSamples(model::LanguageModel& model, const tokenizer::Tokenizer& tok,
+                          const std::string& prompt, const std::vector<int32_t>& ids,
+                          const GenerateOptions& options, int64_t num_samples) {
+  absl::StatusOr<std::vector<std::vector<int32_t>>> samples =
+      GenerateSamples(model, ids, options, num_samples, nullptr);
+  if (!samples.ok()) return samples.status();
+  for (size_t i = 0; i < samples->size(); ++i) {
+    const std::vector<uint32_t> sample((*samples)[i].begin(), (*samples)[i].end());
+    absl::StatusOr<std::string> text = tok.DecodeBytes(sample);
+    if (!text.ok()) return text.status();
+    std::printf("=== sample %zu (seed %llu) ===\n", i,
+                static_cast<unsigned long long>(options.sampling.seed + i));
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fwrite(text->data(), 1, text->size(), stdout);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
 
 absl::Status Run(const CliArgs& args) {
   absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
@@ -56,8 +83,15 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<double> temperature = args.GetDouble("temperature", 0.8);
   absl::StatusOr<double> top_p = args.GetDouble("top_p", 0.95);
   absl::StatusOr<int64_t> seed = args.GetInt("seed", 0);
-  for (const absl::Status& s : {max_tokens.status(), temperature.status(), top_p.status(), seed.status()}) {
+  absl::StatusOr<int64_t> num_samples = args.GetInt("num_samples", 1, 1);
+  for (const absl::Status& s :
+       {max_tokens.status(), temperature.status(), top_p.status(), seed.status(), num_samples.status()}) {
     if (!s.ok()) return s;
+  }
+  if (*num_samples > kMaxSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("--num_samples=", *num_samples, ": expected at most ",
+                                                   kMaxSamples,
+                                                   " (the samples are one batch of the KV cache)"));
   }
   if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("--top_p must be in (0, 1]");
   if (*temperature < 0) return absl::InvalidArgumentError("--temperature must not be negative (0 is greedy)");
@@ -73,6 +107,7 @@ absl::Status Run(const CliArgs& args) {
   std::vector<int32_t> ids;
   for (uint32_t id : tok->Encode(prompt)) ids.push_back(static_cast<int32_t>(id));
   if (ids.empty()) return absl::InvalidArgumentError("--prompt is empty");
+  if (*num_samples > 1) return PrintSamples(*loaded->model, *tok, prompt, ids, options, *num_samples);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   absl::Status print_status;
@@ -94,7 +129,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args =
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed",
-                      "device", "cuda_device", "precision", "help"});
+                      "num_samples", "device", "cuda_device", "precision", "help"});
   if (!args.ok() || !args->Has("checkpoint") || !args->Has("prompt")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
     std::fprintf(stderr, "%s", kUsage);

@@ -2,15 +2,18 @@
 // recomputing the forward over the whole sequence for each new token (what generation costs without a
 // cache), on the CS336 TinyStories model shape (vocab 10000, d_model 512, 4 layers, 16 heads, d_ff 1344),
 // greedy, 16-token prompt, 128 new tokens. Prints tokens/s of both and the ratio, measured in the same run;
-// fails when the two give different tokens:
+// fails when the two give different tokens. Then the batched samples of `generate --num_samples`
+// (GenerateSamples) at 1, 4 and 16 samples of 128 tokens: tokens/s over all samples, and the ratio to one:
 //   ./bazelw run //experiments/sampling:generate_benchmark
 // generate_cuda_benchmark is the same on a GPU.
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "experiments/sampling/generate_timing.h"
+#include "experiments/sampling/sampling.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/language_model/language_model.h"
@@ -38,5 +41,23 @@ int main() {
                        lmf::kernels::Context::Cpu().num_threads(), " threads"),
           *timing)
           .c_str());
-  return timing->same_tokens == timing->new_tokens ? 0 : 1;
+  if (timing->same_tokens != timing->new_tokens) return 1;
+
+  lmf::experiments::GenerateOptions options;  // temperature 1, top-p 1, no stop token: every sample 128 ids
+  options.max_new_tokens = 128;
+  double one_sample_rate = 0;
+  for (int64_t n : {1, 4, 16}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto samples = lmf::experiments::GenerateSamples(**model, prompt, options, n, nullptr);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!samples.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(samples.status().message()).c_str());
+      return 1;
+    }
+    const double rate = static_cast<double>(n * options.max_new_tokens) / seconds;
+    if (n == 1) one_sample_rate = rate;
+    std::printf("%2lld samples as one batch: %8.1f tokens/s (%.2fx one sample)\n", static_cast<long long>(n),
+                rate, rate / one_sample_rate);
+  }
+  return 0;
 }

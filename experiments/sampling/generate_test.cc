@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "experiments/sampling/sampling.h"
@@ -66,6 +67,55 @@ TEST(Generate, PastTheContextTheWindowRestartsFromItsNewestHalf) {
     window = window < config.context_length ? window + 1 : config.context_length / 2;
   }
   EXPECT_EQ(*cached, std::vector<int32_t>(ids.begin() + 10, ids.end()));
+}
+
+// Samples drawn as one batch are the single generations with consecutive seeds, through a refill of the
+// cache (a prompt of 6 ids and a context of 8) and with samples ending at different steps: the stop token is
+// the fourth id of seed 7's generation, so that sample ends there while the others go on (their ids equal
+// single generations with the same stop token). Checked on the CPU, where a batch of 3 and a batch of 1 give
+// the same logits here.
+TEST(Generate, BatchedSamplesAreTheSingleGenerationsOfConsecutiveSeeds) {
+  auto model = Make(model::Cs336Config(64, 8, 32, 2, 4, 64), 11);
+  ASSERT_NE(model, nullptr);
+  GenerateOptions options;
+  options.sampling.temperature = 1.0;
+  options.sampling.top_p = 0.9;
+  options.sampling.seed = 7;
+  options.max_new_tokens = 46;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+  auto first = Generate(*model, prompt, options, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_GT(first->size(), 4u);
+  options.stop_token = (*first)[3];
+
+  std::vector<std::vector<int32_t>> streamed(3);
+  auto samples = GenerateSamples(*model, prompt, options, 3, [&](int64_t s, int32_t id) {
+    streamed[static_cast<size_t>(s)].push_back(id);
+  });
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 3u);
+  EXPECT_EQ(*samples, streamed);
+  EXPECT_EQ((*samples)[0], std::vector<int32_t>(first->begin(), first->begin() + 3));
+  bool one_went_past_the_context = false;
+  std::set<size_t> lengths;
+  for (uint64_t s = 0; s < 3; ++s) {
+    GenerateOptions single = options;
+    single.sampling.seed = options.sampling.seed + s;
+    auto alone = Generate(*model, prompt, single, nullptr);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ((*samples)[s], *alone) << "sample " << s;
+    one_went_past_the_context |= prompt.size() + alone->size() > 8;
+    lengths.insert(alone->size());
+  }
+  EXPECT_TRUE(one_went_past_the_context);  // the batched refill ran
+  EXPECT_GT(lengths.size(), 1u);           // the samples ended at different steps
+}
+
+TEST(Generate, SamplesNeedAPositiveCount) {
+  auto model = Make(model::Cs336Config(64, 8, 32, 1, 4, 64), 1);
+  ASSERT_NE(model, nullptr);
+  auto samples = GenerateSamples(*model, {1, 2}, GenerateOptions(), 0, nullptr);
+  EXPECT_EQ(samples.status().message(), "generation needs at least one sample, got 0");
 }
 
 TEST(Generate, AnEmptyPromptIsRefused) {

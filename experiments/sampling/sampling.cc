@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
@@ -66,45 +67,83 @@ int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingOptio
   return order[kept - 1];
 }
 
-absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
-                                              const GenerateOptions& options,
-                                              const std::function<void(int32_t)>& on_token) {
+absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
+    model::LanguageModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+    int64_t num_samples, const std::function<void(int64_t sample, int32_t id)>& on_token) {
   if (prompt.empty()) return absl::InvalidArgumentError("generation needs a prompt of at least one token");
-  absl::StatusOr<model::KvCache> cache = model.NewKvCache(1);
+  if (num_samples < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation needs at least one sample, got ", num_samples));
+  }
+  absl::StatusOr<model::KvCache> cache = model.NewKvCache(num_samples);
   if (!cache.ok()) return cache.status();
   const int64_t vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, model.config().vocab_size)
                                                 : model.config().vocab_size;
-  const int64_t capacity = cache->capacity();
-  std::vector<int32_t> ids = prompt;
-  std::vector<float> logits;
-  // (Re)fills the cache with the last `keep` ids; the logits after the last of them come to `logits`.
+  const int64_t rows = model.config().vocab_rows(), capacity = cache->capacity();
+  const size_t n = static_cast<size_t>(num_samples);
+  // Every sample's ids, prompt included; all of one length (an ended sample keeps taking its stop token).
+  std::vector<std::vector<int32_t>> ids(n, prompt);
+  std::vector<int32_t> window;  // (num_samples, keep) for a refill
+  std::vector<float> logits;    // (num_samples, rows) after the last step
+  // (Re)fills the cache with every sample's last `keep` ids; the logits after the last of them come to
+  // `logits`.
   auto refill = [&](int64_t keep) -> absl::Status {
-    const int32_t* window = ids.data() + ids.size() - static_cast<size_t>(keep);
-    if (absl::Status status = model.Prefill(window, 1, keep, *cache); !status.ok()) return status;
+    window.clear();
+    for (const std::vector<int32_t>& sample : ids)
+      window.insert(window.end(), sample.end() - keep, sample.end());
+    if (absl::Status status = model.Prefill(window.data(), num_samples, keep, *cache); !status.ok()) {
+      return status;
+    }
     LogitsToHost(model, logits);
     return absl::OkStatus();
   };
-  if (absl::Status status = refill(std::min<int64_t>(capacity, static_cast<int64_t>(ids.size())));
+  if (absl::Status status = refill(std::min<int64_t>(capacity, static_cast<int64_t>(prompt.size())));
       !status.ok()) {
     return status;
   }
-  std::vector<int32_t> generated;
+  std::vector<std::vector<int32_t>> generated(n);
+  std::vector<char> ended(n, 0);
+  std::vector<int32_t> next(n);
+  size_t live = n;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t next = SampleToken(logits.data(), vocab, options.sampling, static_cast<uint64_t>(i));
-    if (options.stop_token.has_value() && next == *options.stop_token) break;
-    ids.push_back(next);
-    generated.push_back(next);
-    if (on_token) on_token(next);
-    if (i + 1 == options.max_new_tokens) break;
+    for (size_t s = 0; s < n; ++s) {
+      if (ended[s]) {
+        next[s] = ids[s].back();
+        continue;
+      }
+      SamplingOptions sampling = options.sampling;
+      sampling.seed += s;
+      next[s] = SampleToken(logits.data() + s * rows, vocab, sampling, static_cast<uint64_t>(i));
+      if (options.stop_token.has_value() && next[s] == *options.stop_token) {
+        ended[s] = 1;
+        --live;
+        continue;
+      }
+      generated[s].push_back(next[s]);
+      if (on_token) on_token(static_cast<int64_t>(s), next[s]);
+    }
+    if (live == 0 || i + 1 == options.max_new_tokens) break;
+    for (size_t s = 0; s < n; ++s) ids[s].push_back(next[s]);
     // A full cache restarts from the newest half of the window (positions begin again at 0).
     if (cache->length() < capacity) {
-      if (absl::Status status = model.DecodeStep(&next, *cache); !status.ok()) return status;
+      if (absl::Status status = model.DecodeStep(next.data(), *cache); !status.ok()) return status;
       LogitsToHost(model, logits);
     } else if (absl::Status status = refill(std::max<int64_t>(1, capacity / 2)); !status.ok()) {
       return status;
     }
   }
   return generated;
+}
+
+absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,
+                                              const GenerateOptions& options,
+                                              const std::function<void(int32_t)>& on_token) {
+  std::function<void(int64_t, int32_t)> each;
+  if (on_token) each = [&](int64_t, int32_t id) { on_token(id); };
+  absl::StatusOr<std::vector<std::vector<int32_t>>> samples =
+      GenerateSamples(model, prompt, options, 1, each);
+  if (!samples.ok()) return samples.status();
+  return std::move(samples->front());
 }
 
 }  // namespace lmf::experiments

@@ -43,6 +43,16 @@ absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const
                                               const GenerateOptions& options,
                                               const std::function<void(int32_t)>& on_token);
 
+// Continues `prompt` num_samples (>= 1) times at once: the samples are the sequences of one batch, so the
+// cache holds them all and each step is one batched forward (Generate is this with one sample). Sample s
+// draws with seed options.sampling.seed + s: it is the generation Generate gives with that seed alone (the
+// same draws on the same logits; only the GEMMs' rounding at another batch size could differ). Each sample
+// ends at its stop token or at max_new_tokens; one that has ended rides along in the batch (its ids are
+// dropped) until every sample has. `on_token` (may be empty) sees each new id with its sample's index.
+absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
+    model::LanguageModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+    int64_t num_samples, const std::function<void(int64_t sample, int32_t id)>& on_token);
+
 }  // namespace lmf::experiments
 
 #endif  // LMFORGE_EXPERIMENTS_SAMPLING_SAMPLING_H_
