@@ -30,13 +30,14 @@ emulation_start() {
 
 # emulation_rewrite SRC DST: launch syntax -> ::cuemu::Launch(kernel, config...)(args), a case label staying
 # in front; `extern __shared__ [__align__(n)] T name[];` -> T* name = the block's dynamic shared memory;
-# `__shared__ T a[n], b[m];` (a static local) gets `::cuemu::PoisonShared(a, sizeof(a));` per array after it,
-# so that each block starts with NaN shared memory, as it starts with garbage on the device.
+# `__shared__ T a[n], b[m];` (a static local) -> `__shared__ T a_cuemu_key[n], b_cuemu_key[m];` followed by
+# `auto& a = ::cuemu::BlockShared(a_cuemu_key);` per array: the block's own copy, NaN at its start as it holds
+# garbage on the device (cuemu.h).
 emulation_rewrite() {
   perl -0pe 's/(^[ \t]*)([^;{}\n][^;{}]*?)\s*<<<(.*?)>>>\s*\(/$1::cuemu::Launch($2, $3)(/gms;
              s/::cuemu::Launch\((case [^:]*::\w+:)(\s*)/$1$2::cuemu::Launch(/g;
              s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w[\w: ]*?)\s+(\w+)\[\];/$1* $2 = static_cast<$1*>(::cuemu::DynamicShared());/g;
-             s{(^[ \t]*__shared__\s[^;]*;)}{my $d = $1; my $p = ""; $p .= " ::cuemu::PoisonShared($1, sizeof($1));" while $d =~ /(\w+)\s*\[/g; $d . $p}gme' "$1" >"$2"
+             s{(^[ \t]*__shared__\s[^;]*;)}{my $d = $1; my $p = ""; $p .= " auto& $1 = ::cuemu::BlockShared($1_cuemu_key);" while $d =~ /(\w+)\s*\[/g; $d =~ s/(\w+)(\s*\[)/$1_cuemu_key$2/g; $d . $p}gme' "$1" >"$2"
   if grep -q '<<<' "$2"; then echo "emulation: a launch in $1 was not rewritten" >&2; exit 1; fi
   if grep -q 'extern __shared__' "$2"; then echo "emulation: dynamic shared memory in $1 was not rewritten" >&2; exit 1; fi
 }

@@ -4,6 +4,7 @@
 #include "kernels/cuda/emulation/cuemu.h"
 
 #include <execinfo.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 
 // CUEMU_RACECHECK: set by common.sh with -fsanitize=thread (which also undefines __SANITIZE_THREAD__, since
@@ -34,17 +35,25 @@ namespace {
 // Racecheck builds (RACECHECK=1 in common.sh: ThreadSanitizer) see every CUDA thread as a fiber of its own
 // and the happens-before edges a GPU gives: a launch after the host's work before it, the threads of a
 // block after one another only through __syncthreads and __syncwarp (warp collectives exchange registers,
-// not memory: shfl.sync and mma.sync are no memory barriers on the device), the host's work after a
-// grid after all of it, and -- because blocks reuse the same shared memory, stacks and exchange areas here
-// -- each block after the previous one (so races between blocks of one grid are not checked). So an access
-// of one thread that is unordered with a conflicting one of another thread of its block -- a missing
-// __syncthreads or __syncwarp, a shared buffer overwritten while another warp may still read it, two
-// threads writing one global element -- is reported with both stacks, whatever values the schedule here
-// happened to produce. The emulator's own bookkeeping (fiber states, cp.async queues, the scheduler's
-// writes of threadIdx and of the shared-memory poison) is hidden from it (Unwatched); the data effects
-// of the fake instructions (cp.async's poison at issue and its copy at the wait, ldmatrix's and wgmma's
-// operand reads) are seen as accesses of the thread that runs them; their exchange areas are registers on
-// the device and hidden too.
+// not memory: shfl.sync and mma.sync are no memory barriers on the device), blocks of one grid not at all
+// (within a window, below), and the host's work after a grid after all of it. So an access of one thread
+// that is unordered with a conflicting one of another thread -- a missing __syncthreads or __syncwarp, a
+// shared buffer overwritten while another warp may still read it, two threads or two blocks writing one
+// global element, a block reading what another writes -- is reported with both stacks, whatever values the
+// schedule here happened to produce. The emulator's own bookkeeping (fiber states, cp.async queues, the
+// scheduler's writes of threadIdx and of the shared-memory poison) is hidden from it (Unwatched); the data
+// effects of the fake instructions (cp.async's poison at issue and its copy at the wait, ldmatrix's and
+// wgmma's operand reads) are seen as accesses of the thread that runs them; their exchange areas are
+// registers on the device and hidden too.
+//
+// Blocks run one after another here, so a block can be left unordered with the ones before it only if it
+// does not reuse their storage: a block runs in one of `slots` slots (block b of the grid in slot b % slots),
+// each with its own fibers (stacks, ThreadSanitizer fibers), static and dynamic shared memory and barrier
+// synchronisation objects, and the scheduler orders block b only after block b - slots, the slot's previous
+// user. So every block is checked against the slots - 1 blocks before it in launch order (x fastest, then y,
+// z): a whole row of the grid and more where gridDim.x < slots. slots = 2048 fibers / threads per block, at
+// most 32 (16 for 128 threads, 8 for 256, 2 for 1024; 1 outside racecheck builds). ThreadSanitizer keeps ~2
+// MB of access history per fiber (history_size=4): some 5 GB for the 2048.
 #if defined(CUEMU_RACECHECK)
 void SwitchToFiber(void* fiber, bool synchronize) {
   __tsan_switch_to_fiber(fiber, synchronize ? 0 : __tsan_switch_to_fiber_no_sync);
@@ -68,11 +77,15 @@ void Release(void*) {}
 void Acquire(void*) {}
 #endif
 
-// Synchronisation objects of the racecheck build (their addresses only): a barrier's arrivals release into
-// one and its waiters acquire it when they resume; barriers alternate between two per block (and, for
-// __syncwarp, per warp), since a thread can arrive at the next barrier before all of this one's waiters have
-// resumed, but not at the one after it. block_done orders each block after the previous ones.
-char block_sync[2], warp_sync[32][2], block_done;
+// Block slots (above): at most kMaxSlots, and in racecheck builds at most kRaceFibers fibers over all slots.
+constexpr int kMaxSlots = 32, kRaceFibers = 2048;
+
+// Synchronisation objects of the racecheck build (their addresses only), per slot: a barrier's arrivals
+// release into one and its waiters acquire it when they resume; barriers alternate between two per block
+// (and, for __syncwarp, per warp), since a thread can arrive at the next barrier before all of this one's
+// waiters have resumed, but not at the one after it. A block's threads release slot_done as they finish; the
+// scheduler acquires it before the slot's next block and at the end of the grid.
+char block_sync[kMaxSlots][2], warp_sync[kMaxSlots][32][2], slot_done[kMaxSlots];
 
 enum class State { kRunnable, kWarpWait, kBlockWait, kDone };
 struct AsyncCopyOp {
@@ -80,10 +93,11 @@ struct AsyncCopyOp {
   const void* src;
   size_t bytes, src_bytes;
 };
+constexpr size_t kStackBytes = 256 * 1024;
 struct Fiber {
   ucontext_t context;
   State state = State::kDone;
-  std::vector<char> stack;
+  void* stack = nullptr;  // kStackBytes, mapped on first use (pages untouched until used), never unmapped
   unsigned collectives = 0;                        // warp collectives run so far (picks the exchange area)
   std::vector<AsyncCopyOp> open_copies;            // cp.async issued since the last commit
   std::deque<std::vector<AsyncCopyOp>> committed;  // committed groups not yet waited for, oldest first
@@ -94,21 +108,31 @@ struct Fiber {
   void* barrier_site = nullptr;                    // the __syncthreads it waits at (its return address)
 };
 
-std::vector<Fiber> fibers;
+// Fibers of every slot: slot s of a grid with n threads per block has fiber_pool[s * n, (s + 1) * n).
+std::vector<Fiber> fiber_pool;
+Fiber* fibers = nullptr;  // the running block's: fibers[t] is its thread t
+int slot = 0;             // the running block's slot
 ucontext_t scheduler;
 void* scheduler_race_fiber = nullptr;
 int current = -1;
 const std::function<void()>* body = nullptr;
 std::vector<uint32_t> warp_exchange;
-std::vector<unsigned char> dynamic_shared;  // 128-byte aligned start at dynamic_shared_offset
-size_t dynamic_shared_offset = 0;
+// Dynamic shared memory per slot: dynamic_shared_bytes + 128, the array 128-byte aligned within.
+std::vector<std::vector<unsigned char>> dynamic_shared;
+size_t dynamic_shared_bytes = 0;
 std::map<const void*, int> max_dynamic_shared;
 int launch_error = 0;
 int compute_capability = 90;
 std::vector<int> chunk_writer;    // per 16 bytes of dynamic shared memory: landing thread + 1 until its fence
 unsigned long block_serial = 0;   // blocks run so far
 unsigned long launch_serial = 0;  // grids run so far
-std::map<const void*, unsigned long> shared_poisoned;  // static shared array -> block that poisoned it
+// Per static `__shared__` array (BlockShared: the key is the array's own address): its storage in each slot,
+// 128-byte aligned, and the block that last poisoned each.
+struct StaticShared {
+  std::vector<std::vector<unsigned char>> storage;  // bytes + 128
+  std::vector<unsigned long> poisoned_by;
+};
+std::map<const void*, StaticShared> static_shared;
 std::vector<unsigned> warp_live_at_release;  // per warp: its live lanes when its last collective released
 int block_threads = 0;
 
@@ -124,7 +148,7 @@ CUEMU_NO_RACECHECK void Entry() {
   (*body)();
   Fiber& f = fibers[current];
   f.state = State::kDone;
-  Release(&block_done);
+  Release(&slot_done[slot]);
   SwitchToFiber(scheduler_race_fiber, false);
   swapcontext(&f.context, &scheduler);
 }
@@ -192,10 +216,17 @@ void RunBlock(int n) {
   warp_live_at_release.assign((n + 31) / 32, 0);
   for (int t = 0; t < n; ++t) {
     Fiber& f = fibers[t];
-    if (f.stack.empty()) f.stack.resize(256 * 1024);
+    if (f.stack == nullptr) {
+      f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (f.stack == MAP_FAILED) {
+        std::perror("cuemu: mmap of a fiber stack");
+        std::abort();
+      }
+    }
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.data();
-    f.context.uc_stack.ss_size = f.stack.size();
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
     f.context.uc_link = nullptr;
     makecontext(&f.context, Entry, 0);
     f.state = State::kRunnable;
@@ -236,10 +267,7 @@ void RunBlock(int n) {
     released |= Release(0, n, State::kBlockWait);
     bool done = true;
     for (int t = 0; t < n; ++t) done = done && fibers[t].state == State::kDone;
-    if (done) {
-      Acquire(&block_done);
-      return;
-    }
+    if (done) return;
     if (!ran && !released) {
       std::fprintf(stderr, "cuemu: block (%u, %u, %u) deadlocks: live threads wait at different barriers\n",
                    blockIdx.x, blockIdx.y, blockIdx.z);
@@ -250,26 +278,39 @@ void RunBlock(int n) {
 
 }  // namespace
 
-void RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& fn) {
+void RunGrid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& fn) {
   Unwatched unwatched;  // the scheduler's own writes (threadIdx, the shared-memory poison)
   DeviceWork device_work;
   scheduler_race_fiber = CurrentRaceFiber();
   gridDim = grid, blockDim = block, body = &fn;
   ++launch_serial;
   const int n = static_cast<int>(block.x * block.y * block.z);
-  if (fibers.size() < static_cast<size_t>(n)) fibers.resize(n);
+  const unsigned long blocks = static_cast<unsigned long>(grid.x) * grid.y * grid.z;
+#if defined(CUEMU_RACECHECK)
+  const int slots =
+      static_cast<int>(std::min<unsigned long>(blocks, std::min(kMaxSlots, std::max(1, kRaceFibers / n))));
+#else
+  const int slots = 1;
+#endif
+  if (fiber_pool.size() < static_cast<size_t>(slots) * n) fiber_pool.resize(static_cast<size_t>(slots) * n);
+  if (dynamic_shared.size() < static_cast<size_t>(slots)) dynamic_shared.resize(slots);
+  for (int s = 0; s < slots; ++s) dynamic_shared[s].resize(shared_bytes + 128);
+  dynamic_shared_bytes = shared_bytes;
   warp_exchange.assign(static_cast<size_t>((n + 31) / 32) * 2 * 32 * kExchangeWords, 0);
-  dynamic_shared.assign(dynamic_shared_bytes + 128, 0);
-  dynamic_shared_offset = (128 - reinterpret_cast<uintptr_t>(dynamic_shared.data()) % 128) % 128;
+  unsigned long b = 0;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+      for (unsigned x = 0; x < grid.x; ++x, ++b) {
         blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+        slot = static_cast<int>(b % slots);
+        if (b >= static_cast<unsigned long>(slots)) Acquire(&slot_done[slot]);  // after the slot's last block
         std::memset(DynamicShared(), 0xff, dynamic_shared_bytes);
         chunk_writer.assign((dynamic_shared_bytes + 15) / 16, 0);
         ++block_serial;
+        fibers = fiber_pool.data() + static_cast<size_t>(slot) * n;
         RunBlock(n);
       }
+  for (int s = 0; s < slots; ++s) Acquire(&slot_done[s]);  // the host after every block
 }
 
 void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
@@ -296,7 +337,7 @@ void CheckWarpMask(unsigned mask, int source_lane, const char* what) {
 void SyncThreads() {
   Unwatched unwatched;
   fibers[current].barrier_site = __builtin_return_address(0);
-  Wait(State::kBlockWait, &block_sync[fibers[current].block_barriers++ & 1]);
+  Wait(State::kBlockWait, &block_sync[slot][fibers[current].block_barriers++ & 1]);
 }
 void WarpBarrier() {
   Unwatched unwatched;
@@ -305,16 +346,14 @@ void WarpBarrier() {
 void WarpSync() {
   Unwatched unwatched;
   Fiber& f = fibers[current];
-  Wait(State::kWarpWait, &warp_sync[current / 32][f.warp_syncs++ & 1]);
+  Wait(State::kWarpWait, &warp_sync[slot][current / 32][f.warp_syncs++ & 1]);
 }
 void* DynamicShared() {
   Unwatched unwatched;
-  return dynamic_shared.data() + dynamic_shared_offset;
+  unsigned char* raw = dynamic_shared[slot].data();
+  return raw + (128 - reinterpret_cast<uintptr_t>(raw) % 128) % 128;
 }
-size_t DynamicSharedBytes() {
-  Unwatched unwatched;
-  return dynamic_shared.size() - 128;
-}
+size_t DynamicSharedBytes() { return dynamic_shared_bytes; }
 uint32_t* WarpExchange() {
   Unwatched unwatched;
   const unsigned area = fibers[current].collectives++ & 1;
@@ -379,12 +418,21 @@ unsigned long LaunchSerial() { return launch_serial; }
 void SetComputeCapability(int major, int minor) { compute_capability = 10 * major + minor; }
 int ComputeCapability() { return compute_capability; }
 
-void PoisonShared(void* array, size_t bytes) {
+void* BlockSharedStorage(const void* key, size_t bytes) {
   Unwatched unwatched;  // as the scheduler's poison of dynamic shared memory
-  unsigned long& block = shared_poisoned[array];
-  if (block == block_serial) return;
-  block = block_serial;
-  std::memset(array, 0xff, bytes);
+  StaticShared& array = static_shared[key];
+  if (array.storage.size() <= static_cast<size_t>(slot)) {
+    array.storage.resize(slot + 1);
+    array.poisoned_by.resize(slot + 1, 0);
+  }
+  std::vector<unsigned char>& storage = array.storage[slot];
+  if (storage.empty()) storage.resize(bytes + 128);
+  unsigned char* aligned = storage.data() + (128 - reinterpret_cast<uintptr_t>(storage.data()) % 128) % 128;
+  if (array.poisoned_by[slot] != block_serial) {
+    array.poisoned_by[slot] = block_serial;
+    std::memset(aligned, 0xff, bytes);
+  }
+  return aligned;
 }
 
 void SetMaxDynamicShared(const void* kernel, int bytes) { max_dynamic_shared[kernel] = bytes; }

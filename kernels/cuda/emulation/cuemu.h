@@ -6,12 +6,12 @@
 // order in every other block, so a read of another warp's shared-memory write (or an overwrite of what
 // another warp still reads) without a __syncthreads in between sees the wrong value in one of the two. Kernel
 // launches `k<<<g, b, smem, s>>>(...)` are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`,
-// and `extern __shared__ T name[];` into a pointer to the launch's dynamic shared memory; static `__shared__`
-// arrays are poisoned per block. Warp-level instructions written as inline PTX have fakes of their own
-// (fake/kernels/attention/mma.cuh). Math is the host's (__expf is std::exp), so results match the CPU kernels
-// closely but not the GPU's last bits. Built with ThreadSanitizer (RACECHECK=1 in common.sh), it reports any
-// two conflicting accesses of a block's threads that no __syncthreads or __syncwarp orders (cuemu.cc). Not
-// part of the build.
+// and `extern __shared__ T name[];` into a pointer to the block's dynamic shared memory; static `__shared__`
+// arrays into the block's own copy of them (BlockShared), poisoned per block. Warp-level instructions written
+// as inline PTX have fakes of their own (fake/kernels/attention/mma.cuh). Math is the host's (__expf is
+// std::exp), so results match the CPU kernels closely but not the GPU's last bits. Built with ThreadSanitizer
+// (RACECHECK=1 in common.sh), it reports any two conflicting accesses that no __syncthreads or __syncwarp
+// orders, within a block or between blocks of a grid (cuemu.cc). Not part of the build.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUEMU_H_
 
@@ -64,9 +64,17 @@ struct Unwatched {
 };
 void* DynamicShared();        // the block's `extern __shared__` array (run.sh rewrites the declarations)
 size_t DynamicSharedBytes();  // its size in bytes (the launch's dynamic shared memory)
-// Fills a `__shared__` array (a static local here) with 0xff the first time a thread of the current block
-// passes its declaration (run.sh adds the call after each one), so no block sees the previous one's data.
-void PoisonShared(void* array, size_t bytes);
+// A static `__shared__` array of the running block: storage of the array's size per block slot (cuemu.cc;
+// one slot outside racecheck builds), filled with 0xff the first time a thread of the block asks for it, so
+// no block sees another's data. `key` is a static array of the type wanted, used only for its address and
+// type: common.sh rewrites `__shared__ T a[n];` into `__shared__ T a_cuemu_key[n]; auto& a =
+// ::cuemu::BlockShared(a_cuemu_key);`.
+void* BlockSharedStorage(const void* key, size_t bytes);  // 128-byte aligned
+template <typename T, size_t N>
+T (&BlockShared(T (&key)[N]))
+[N] {
+  return *static_cast<T(*)[N]>(BlockSharedStorage(key, sizeof(key)));
+}
 
 // Exchange area of the calling thread's warp for one warp collective: 32 rows (one per lane) of
 // kExchangeWords words. A lane writes its own row, calls WarpBarrier(), then reads any row. Successive

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The racecheck build's self-test (//kernels/cuda/emulation:racecheck_test, ~15 s): compiles the fiber
 # emulator and racecheck_check.cc with ThreadSanitizer (RACECHECK=1, see cuemu.cc) and runs each of its
-# kernels in a process of its own: every race_* kernel must draw a ThreadSanitizer race report, every clean_*
-# kernel (the same kernel, synchronised) must run without one; a divergent __syncthreads must abort (any
-# build, cuemu.cc). The real kernels under the racecheck build:
+# kernels in a process of its own: every race_* kernel (within a block or between blocks) must draw a
+# ThreadSanitizer race report, every clean_* kernel (the same kernel, synchronised) must run without one; a
+# divergent __syncthreads must abort (any build, cuemu.cc). The real kernels under the racecheck build:
 #   RACECHECK=1 kernels/cuda/emulation/run.sh     # every emulation check (~16 minutes; kernels/README.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,7 +37,8 @@ expect() {
     failures=$((failures + 1))
   fi
 }
-for kernel in neighbour_read overwrite_while_read lane_exchange shared_accumulator async_copy_read; do
+for kernel in neighbour_read overwrite_while_read lane_exchange shared_accumulator async_copy_read block_rows \
+  shift_rows; do
   expect "race_$kernel" 66 "$race" ""
   expect "clean_$kernel" 0 "" "$race"
 done

@@ -14,7 +14,7 @@
 #
 #   kernels/cuda/emulation/run.sh                 # 1-2 minutes on 2 cores
 #   SANITIZE=1 kernels/cuda/emulation/run.sh      # with AddressSanitizer and UBSan (alignment): ~6 minutes
-#   RACECHECK=1 kernels/cuda/emulation/run.sh     # with ThreadSanitizer: any race within a block (cuemu.cc)
+#   RACECHECK=1 kernels/cuda/emulation/run.sh     # with ThreadSanitizer: races in and between blocks (cuemu.cc)
 #
 # Output: one "ok"/"FAIL" line per check, then "N failures"; the exit status is non-zero on any failure.
 set -euo pipefail
