@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread_pool.h"
 #include "kernels/core/dtype.h"
 #include "kernels/memory/memory.h"
 
@@ -20,11 +21,6 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform in [0, 1) with 53 random bits.
-double Uniform(uint64_t seed, uint64_t draw) {
-  return static_cast<double>(SplitMix64(SplitMix64(seed) ^ draw) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // The model's logits (B, 1, vocab_rows) on its device -> `out` as host floats (bf16 widened exactly), in one
 // copy.
 void LogitsToHost(const model::LanguageModel& model, std::vector<float>& out) {
@@ -35,36 +31,55 @@ void LogitsToHost(const model::LanguageModel& model, std::vector<float>& out) {
 
 }  // namespace
 
+double Uniform(uint64_t seed, uint64_t draw) {
+  return static_cast<double>(SplitMix64(SplitMix64(seed) ^ draw) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingOptions& options, uint64_t draw) {
   if (options.temperature <= 0) {
     return static_cast<int32_t>(std::max_element(logits, logits + vocab_size) - logits);
   }
   const double max_logit = *std::max_element(logits, logits + vocab_size);
-  std::vector<double> probs(vocab_size);
+  // (probability, id) of every token; the draw walks them most probable first, ties by id (a total order,
+  // so the draw is deterministic), summing in that order.
+  std::vector<std::pair<double, int32_t>> tokens(static_cast<size_t>(vocab_size));
   double total = 0;
   for (int64_t i = 0; i < vocab_size; ++i) {
-    probs[i] = std::exp((logits[i] - max_logit) / options.temperature);
-    total += probs[i];
+    const double p = std::exp((logits[i] - max_logit) / options.temperature);
+    tokens[i] = {p, static_cast<int32_t>(i)};
+    total += p;
   }
-  std::vector<int32_t> order(vocab_size);
-  std::iota(order.begin(), order.end(), 0);
-  // Most probable first; ties by id so the order (and the draw) is deterministic.
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
-  });
-  int64_t kept = 0;
+  auto before = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  // Only the head of that order is needed -- the nucleus, usually a small part of the vocabulary -- so it is
+  // sorted a chunk at a time (each chunk the next items of the order, picked by nth_element, then sorted),
+  // doubling, until the nucleus is complete: the same order and sums as sorting everything.
+  const size_t n = tokens.size();
+  size_t sorted = 0;
+  auto sort_next_chunk = [&] {
+    // Past a quarter of the vocabulary (and for top_p >= 1, which keeps nearly everything) the rest is sorted
+    // at once.
+    size_t end = sorted + std::max<size_t>(64, sorted);
+    if (options.top_p >= 1 || end > n / 4) end = n;
+    if (end < n) std::nth_element(tokens.begin() + sorted, tokens.begin() + end, tokens.end(), before);
+    std::sort(tokens.begin() + sorted, tokens.begin() + end, before);
+    sorted = end;
+  };
+  size_t kept = 0;
   double kept_mass = 0;
-  while (kept < vocab_size && (kept == 0 || kept_mass < options.top_p * total)) {
-    kept_mass += probs[order[kept]];
+  while (kept < n && (kept == 0 || kept_mass < options.top_p * total)) {
+    if (kept == sorted) sort_next_chunk();
+    kept_mass += tokens[kept].first;
     ++kept;
   }
   const double target = Uniform(options.seed, draw) * kept_mass;
   double cumulative = 0;
-  for (int64_t i = 0; i < kept; ++i) {
-    cumulative += probs[order[i]];
-    if (target < cumulative) return order[i];
+  for (size_t i = 0; i < kept; ++i) {
+    cumulative += tokens[i].first;
+    if (target < cumulative) return tokens[i].second;
   }
-  return order[kept - 1];
+  return tokens[kept - 1].second;
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
@@ -106,14 +121,19 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
   std::vector<int32_t> next(n);
   size_t live = n;
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    // The samples' draws are independent: spread over the CPU threads (a draw sorts the head of the
+    // vocabulary).
+    ThreadPool::Default().RunTasks(num_samples, [&](int64_t s) {
+      if (ended[s]) return;
+      SamplingOptions sampling = options.sampling;
+      sampling.seed += static_cast<uint64_t>(s);
+      next[s] = SampleToken(logits.data() + s * rows, vocab, sampling, static_cast<uint64_t>(i));
+    });
     for (size_t s = 0; s < n; ++s) {
       if (ended[s]) {
         next[s] = ids[s].back();
         continue;
       }
-      SamplingOptions sampling = options.sampling;
-      sampling.seed += s;
-      next[s] = SampleToken(logits.data() + s * rows, vocab, sampling, static_cast<uint64_t>(i));
       if (options.stop_token.has_value() && next[s] == *options.stop_token) {
         ended[s] = 1;
         --live;

@@ -21,7 +21,13 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
-// Draws a token id from logits (V) for draw number `draw` of the generator seeded with options.seed.
+// Draw number `draw` of the generator seeded with `seed`: uniform in [0, 1), 53 random bits (SplitMix64).
+double Uniform(uint64_t seed, uint64_t draw);
+
+// Draws a token id from logits (V) for draw number `draw` of the generator seeded with options.seed: the
+// probabilities softmax(logits / temperature) taken most probable first (ties by id), the nucleus the
+// shortest such prefix whose mass reaches top_p of the total, and the first token at which the running sum
+// passes Uniform(seed, draw) times the nucleus's mass.
 int32_t SampleToken(const float* logits, int64_t vocab_size, const SamplingOptions& options, uint64_t draw);
 
 struct GenerateOptions {

@@ -2,7 +2,10 @@
 // reproducibility from a seed; and generation stopping at the stop token or the limit.
 #include "experiments/sampling/sampling.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -17,6 +20,60 @@ TEST(SampleToken, TemperatureZeroIsArgmax) {
   SamplingOptions greedy;
   greedy.temperature = 0;
   for (uint64_t d = 0; d < 10; ++d) EXPECT_EQ(SampleToken(logits.data(), 4, greedy, d), 1);
+}
+
+// SampleToken as it reads: every token sorted, the nucleus summed and walked in that order.
+int32_t SampleBySortingEverything(const std::vector<float>& logits, const SamplingOptions& options,
+                                  uint64_t draw) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(v);
+  double total = 0;
+  for (int64_t i = 0; i < v; ++i) total += probs[i] = std::exp((logits[i] - max_logit) / options.temperature);
+  std::vector<int32_t> order(v);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return probs[a] != probs[b] ? probs[a] > probs[b] : a < b; });
+  int64_t kept = 0;
+  double kept_mass = 0;
+  while (kept < v && (kept == 0 || kept_mass < options.top_p * total)) kept_mass += probs[order[kept++]];
+  const double target = Uniform(options.seed, draw) * kept_mass;
+  double cumulative = 0;
+  for (int64_t i = 0; i < kept; ++i) {
+    cumulative += probs[order[i]];
+    if (target < cumulative) return order[i];
+  }
+  return order[kept - 1];
+}
+
+// SampleToken sorts only the head of the order, a chunk at a time; its draws must be those of sorting
+// everything, bit for bit: vocabularies around the chunk sizes (64, 128, ...) and GPT-2's, peaked and flat
+// distributions, ties (logits from a few values), every top_p from a sliver to all.
+TEST(SampleToken, DrawsAreThoseOfSortingTheWholeVocabulary) {
+  std::mt19937 rng(17);
+  int checked = 0;
+  for (int64_t v : {1, 2, 63, 64, 65, 127, 128, 129, 300, 1000, 50257}) {
+    for (double spread : {0.1, 2.0, 12.0}) {
+      for (bool ties : {false, true}) {
+        std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
+        std::vector<float> logits(v);
+        for (float& x : logits) x = ties ? std::round(normal(rng)) : normal(rng);
+        for (double top_p : {0.05, 0.5, 0.9, 0.95, 0.999, 1.0}) {
+          SamplingOptions options;
+          options.temperature = spread > 5 ? 2.0 : 0.8;
+          options.top_p = top_p;
+          options.seed = static_cast<uint64_t>(v) * 31 + checked;
+          for (uint64_t d = 0; d < (v > 1000 ? 3u : 20u); ++d, ++checked) {
+            ASSERT_EQ(SampleToken(logits.data(), v, options, d),
+                      SampleBySortingEverything(logits, options, d))
+                << "v " << v << " spread " << spread << " ties " << ties << " top_p " << top_p << " draw "
+                << d;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 2000);
 }
 
 TEST(SampleToken, TopPKeepsOnlyTheNucleus) {
