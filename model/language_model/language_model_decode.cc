@@ -1,10 +1,13 @@
 // LanguageModel's incremental forward: the KV cache, Prefill (the causal forward over a prompt, keeping
 // each layer's keys and values) and DecodeStep (one new token per sequence, attending over the cache),
 // through the same modules and kernels as training (see language_model.h).
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/memory/memory.h"
 #include "model/language_model/language_model.h"
 
@@ -19,6 +22,19 @@ int64_t KvCache::bytes() const {
 
 absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("KV cache batch size ", b, " must be positive"));
+  // On the CPU the allocation would succeed (overcommit) and the process be killed as the cache fills: refuse
+  // a cache above half of the machine's memory. (On CUDA the allocator reports what does not fit.)
+  const double bytes = static_cast<double>(b) * static_cast<double>(blocks_.size()) * 2 *
+                       config_.context_length * config_.n_kv_heads * config_.head_size() *
+                       kernels::DTypeSize(dtype_);
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ctx_.device.is_cpu() && memory > 0 && bytes > memory / 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("a KV cache of %d sequences of %d tokens would take %.1f GiB, more than half of this "
+                        "machine's %.1f GiB",
+                        b, config_.context_length, bytes / (1 << 30), memory / (1 << 30)));
+  }
   KvCache cache;
   cache.model_ = this;
   cache.b_ = b;

@@ -175,6 +175,13 @@ TEST(LanguageModelDecode, MisuseIsAStatus) {
   ASSERT_NE(model, nullptr);
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(model->NewKvCache(0).status().message(), "KV cache batch size 0 must be positive");
+  // A cache beyond the machine's memory is refused before anything is allocated (a terabyte and more here).
+  const absl::StatusOr<KvCache> huge = model->NewKvCache(int64_t{1} << 40);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  const std::string message(huge.status().message());
+  EXPECT_EQ(message.rfind("a KV cache of 1099511627776 sequences of 12 tokens would take ", 0), 0u)
+      << message;
+  EXPECT_NE(message.find(" GiB, more than half of this machine's "), std::string::npos) << message;
   absl::StatusOr<KvCache> cache = model->NewKvCache(kB);
   ASSERT_TRUE(cache.ok());
   EXPECT_EQ(cache->capacity(), 12);
