@@ -126,13 +126,18 @@ int compute_capability = 90;
 std::vector<int> chunk_writer;    // per 16 bytes of dynamic shared memory: landing thread + 1 until its fence
 unsigned long block_serial = 0;   // blocks run so far
 unsigned long launch_serial = 0;  // grids run so far
-// Per static `__shared__` array (BlockShared: the key is the array's own address): its storage in each slot,
-// 128-byte aligned, and the block that last poisoned each.
+// Per static `__shared__` array (BlockShared: the key is the array's own address), per slot: its storage
+// and the block that last poisoned it.
 struct StaticShared {
-  std::vector<std::vector<unsigned char>> storage;  // bytes + 128
-  std::vector<unsigned long> poisoned_by;
+  std::vector<unsigned char> storage;  // bytes + 128 (Aligned128)
+  unsigned long poisoned_by = 0;
 };
-std::map<const void*, StaticShared> static_shared;
+std::map<const void*, std::vector<StaticShared>> static_shared;
+
+// The 128-byte aligned start of `raw`, a buffer of 128 bytes more than it must hold.
+unsigned char* Aligned128(std::vector<unsigned char>& raw) {
+  return raw.data() + (128 - reinterpret_cast<uintptr_t>(raw.data()) % 128) % 128;
+}
 std::vector<unsigned> warp_live_at_release;  // per warp: its live lanes when its last collective released
 int block_threads = 0;
 
@@ -350,8 +355,7 @@ void WarpSync() {
 }
 void* DynamicShared() {
   Unwatched unwatched;
-  unsigned char* raw = dynamic_shared[slot].data();
-  return raw + (128 - reinterpret_cast<uintptr_t>(raw) % 128) % 128;
+  return Aligned128(dynamic_shared[slot]);
 }
 size_t DynamicSharedBytes() { return dynamic_shared_bytes; }
 uint32_t* WarpExchange() {
@@ -420,16 +424,13 @@ int ComputeCapability() { return compute_capability; }
 
 void* BlockSharedStorage(const void* key, size_t bytes) {
   Unwatched unwatched;  // as the scheduler's poison of dynamic shared memory
-  StaticShared& array = static_shared[key];
-  if (array.storage.size() <= static_cast<size_t>(slot)) {
-    array.storage.resize(slot + 1);
-    array.poisoned_by.resize(slot + 1, 0);
-  }
-  std::vector<unsigned char>& storage = array.storage[slot];
-  if (storage.empty()) storage.resize(bytes + 128);
-  unsigned char* aligned = storage.data() + (128 - reinterpret_cast<uintptr_t>(storage.data()) % 128) % 128;
-  if (array.poisoned_by[slot] != block_serial) {
-    array.poisoned_by[slot] = block_serial;
+  std::vector<StaticShared>& slots = static_shared[key];
+  if (slots.size() <= static_cast<size_t>(slot)) slots.resize(slot + 1);
+  StaticShared& array = slots[slot];
+  if (array.storage.empty()) array.storage.resize(bytes + 128);
+  unsigned char* aligned = Aligned128(array.storage);
+  if (array.poisoned_by != block_serial) {
+    array.poisoned_by = block_serial;
     std::memset(aligned, 0xff, bytes);
   }
   return aligned;
