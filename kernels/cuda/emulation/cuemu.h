@@ -71,9 +71,10 @@ size_t DynamicSharedBytes();  // its size in bytes (the launch's dynamic shared 
 // ::cuemu::BlockShared(a_cuemu_key);`.
 void* BlockSharedStorage(const void* key, size_t bytes);  // 128-byte aligned
 template <typename T, size_t N>
-T (&BlockShared(T (&key)[N]))
-[N] {
-  return *static_cast<T(*)[N]>(BlockSharedStorage(key, sizeof(key)));
+using Array = T[N];
+template <typename T, size_t N>
+Array<T, N>& BlockShared(Array<T, N>& key) {
+  return *static_cast<Array<T, N>*>(BlockSharedStorage(key, sizeof(key)));
 }
 
 // Exchange area of the calling thread's warp for one warp collective: 32 rows (one per lane) of
