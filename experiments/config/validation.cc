@@ -79,6 +79,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   RequireSpecified(norm.kind(), "model.norm.kind", errors);
   RequireSpecified(norm.placement(), "model.norm.placement", errors);
   if (!(norm.eps() > 0)) errors->Add(absl::StrCat("model.norm.eps=", norm.eps(), " must be positive"));
+  if (model.parallel_block() && norm.placement() != NormConfig::PRE) {
+    errors->Add(absl::StrCat("model.parallel_block=true needs model.norm.placement=PRE, not ",
+                             NormConfig::Placement_Name(norm.placement())));
+  }
 
   if (!model.has_ffn()) {
     errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");

@@ -112,6 +112,12 @@ TEST(ConfigValidation, NormEpsMustBePositive) {
   EXPECT_EQ(ErrorWith("model.norm.eps=-1e-05"), "tiny.textproto: model.norm.eps=-1e-05 must be positive");
 }
 
+TEST(ConfigValidation, ParallelBlockNeedsPreNorm) {
+  EXPECT_EQ(ErrorWith("model.parallel_block=true"), "OK");
+  EXPECT_EQ(Error(kBase, {"model.parallel_block=true", "model.norm.placement=POST"}),
+            "tiny.textproto: model.parallel_block=true needs model.norm.placement=PRE, not POST");
+}
+
 TEST(ConfigValidation, UnspecifiedEnumIsRejected) {
   std::string text = kBase;
   text.replace(text.find("kind: SWIGLU"), 12, "kind: KIND_UNSPECIFIED");

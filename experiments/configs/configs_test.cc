@@ -59,9 +59,24 @@ TEST(ModelSpec, RejectsWhatTheModelDoesNotBuild) {
   e = Load("tiny");
   e.mutable_model()->mutable_attention()->set_qk_norm(true);
   EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.qk_norm=true is not built by the model yet");
-  e = Load("tiny");
+}
+
+TEST(ModelSpec, BlockStructuresReachTheModel) {
+  config::Experiment e = Load("tiny");
   e.mutable_model()->mutable_norm()->set_placement(config::NormConfig::POST);
-  EXPECT_EQ(ToModelConfig(e.model()).status().code(), absl::StatusCode::kUnimplemented);
+  auto m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->norm_placement, model::NormPlacement::kPost);
+  EXPECT_FALSE(m->parallel_block);
+  e.mutable_model()->mutable_norm()->set_placement(config::NormConfig::DOUBLE);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->norm_placement, model::NormPlacement::kDouble);
+  e.mutable_model()->mutable_norm()->set_placement(config::NormConfig::PRE);
+  e.mutable_model()->set_parallel_block(true);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->parallel_block);
 }
 
 }  // namespace

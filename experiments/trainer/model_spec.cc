@@ -32,6 +32,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
     case config::NormConfig::DOUBLE: m.norm_placement = model::NormPlacement::kDouble; break;
     default: return unsupported("model.norm.placement=PLACEMENT_UNSPECIFIED");
   }
+  m.parallel_block = proto.parallel_block();
   switch (proto.ffn().kind()) {
     case config::FeedForwardConfig::SWIGLU: m.ffn = model::FfnKind::kSwiGLU; break;
     case config::FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;

@@ -20,13 +20,13 @@ ParameterCounts CountParameters(const ModelConfig& c) {
   ParameterCounts p;
   p.token_embedding = c.vocab_rows() * c.d_model;
   p.position_embedding = c.positions == PositionKind::kLearned ? c.context_length * c.d_model : 0;
-  int64_t block = 2 * NormParameters(c) + BlockMatmulWeights(c);
+  int64_t block = c.norms_per_block() * NormParameters(c) + BlockMatmulWeights(c);
   if (c.biases) {
     block += c.q_width() + 2 * c.kv_width() + c.d_model;      // q, k, v, output
     block += (FfnMatrices(c) - 1) * c.d_ff + c.d_model;        // w1 (and w3), w2
   }
   p.blocks = c.n_layers * block;
-  p.final_norm = NormParameters(c);
+  p.final_norm = c.has_final_norm() ? NormParameters(c) : 0;
   p.lm_head = c.tied_embeddings ? 0 : c.vocab_rows() * c.d_model;
   return p;
 }
@@ -46,14 +46,21 @@ ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c, kerne
   ActivationBytesPerToken a;
   a.n_layers = c.n_layers;
   int64_t values = 0, statistics = 0;
-  values += C + C, statistics += NormStatistics(c);             // block input, ln1 output; ln1 statistics
+  // What each block keeps (its input is the previous block's output, counted there): every norm's output
+  // and statistics; the residual sum at its end (post: ln2's input); the residual between the halves (not
+  // parallel; post: ln1's input); each branch's output before its norm (double).
+  values += c.norms_per_block() * C, statistics += c.norms_per_block() * NormStatistics(c);
+  values += C;
+  if (!c.parallel_block) values += C;
+  if (c.norm_placement == NormPlacement::kDouble) values += 2 * C;
   values += c.q_width() + 2 * c.kv_width();                     // q, k, v (after RoPE)
   values += c.q_width(), statistics += c.n_heads;               // attention output; log-sum-exp per head
-  values += C + C, statistics += NormStatistics(c);             // mid residual, ln2 output; ln2 statistics
   values += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;             // pre-activation(s), activation output
   a.per_block = act * values + f32 * statistics;
-  // final norm input, output and statistics; logits; the loss log-sum-exp; int32 ids and targets.
-  a.final_and_head = act * (C + C + c.vocab_rows()) + f32 * (NormStatistics(c) + 1) + 2 * 4;
+  // The embedding output (the first block's input); the final norm's output and statistics (post-norm has
+  // none: the head reads the last block's output); logits; the loss log-sum-exp; int32 ids and targets.
+  a.final_and_head = act * (C + c.vocab_rows()) + f32 * 1 + 2 * 4;
+  if (c.has_final_norm()) a.final_and_head += act * C + f32 * NormStatistics(c);
   return a;
 }
 

@@ -87,10 +87,10 @@ absl::Status ModelConfig::Validate() const {
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
     return Invalid(absl::StrCat("norm_eps=", norm_eps, " must be a positive finite number"));
   }
-  if (norm_placement != NormPlacement::kPre) {
-    return absl::UnimplementedError(absl::StrCat("model config: norm_placement=",
-                                                 NormPlacementName(norm_placement),
-                                                 " is not built yet; only 'pre' is"));
+  if (parallel_block && norm_placement != NormPlacement::kPre) {
+    return Invalid(absl::StrCat("parallel_block needs norm_placement=pre, not ",
+                                NormPlacementName(norm_placement),
+                                " (the two branches read one normed block input)"));
   }
   if (positions == PositionKind::kRoPE) {
     if (head_size() % 2 != 0) {
@@ -142,12 +142,14 @@ absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {
 
 std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
-      "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d d_ff=%d norm=%s "
-      "norm_eps=%g norm_placement=%s ffn=%s positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s "
+      "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
+      "d_ff=%d norm=%s "
+      "norm_eps=%g norm_placement=%s parallel_block=%d ffn=%s positions=%s rope_theta=%g biases=%d "
+      "tied_embeddings=%d init=%s "
       "init_std=%g",
-      vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff, NormKindName(norm), norm_eps,
-      NormPlacementName(norm_placement), FfnKindName(ffn), PositionKindName(positions), rope_theta, biases,
-      tied_embeddings, InitSchemeName(init), init_std);
+      vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
+      NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, FfnKindName(ffn),
+      PositionKindName(positions), rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

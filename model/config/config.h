@@ -18,8 +18,11 @@
 namespace lmf::model {
 
 enum class NormKind { kRMSNorm, kLayerNorm };
-// Where the norms sit in a block. Only kPre is built today; the others are named so configs and
-// checkpoints have room for them, and Validate() rejects them with a clear message.
+// Where the norms sit in a block (f: the attention or the feed-forward):
+//   kPre     x + f(norm(x)), then a final norm before the LM head (GPT-2, Llama)
+//   kPost    norm(x + f(x)), no final norm: the last block's output is normed already (BERT, OPT-350m)
+//   kDouble  x + norm'(f(norm(x))), then a final norm (Gemma 2's "sandwich"; norm' is a second norm per
+//   branch)
 enum class NormPlacement { kPre, kPost, kDouble };
 enum class FfnKind { kSwiGLU, kGELU, kReLU };
 enum class PositionKind { kRoPE, kLearned, kSinusoidal, kNone };
@@ -53,6 +56,9 @@ struct ModelConfig {
   NormKind norm = NormKind::kRMSNorm;
   double norm_eps = 1e-5;
   NormPlacement norm_placement = NormPlacement::kPre;
+  // x + attn(ln1(x)) + ffn(ln2(x)): attention and feed-forward read the same block input (GPT-J, GPT-NeoX;
+  // two norms as in GPT-NeoX). Pre-norm only.
+  bool parallel_block = false;
   FfnKind ffn = FfnKind::kSwiGLU;
   PositionKind positions = PositionKind::kRoPE;
   double rope_theta = 10000.0;  // RoPE base; used only with PositionKind::kRoPE
@@ -65,9 +71,10 @@ struct ModelConfig {
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
   int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
+  int64_t norms_per_block() const { return norm_placement == NormPlacement::kDouble ? 4 : 2; }
+  bool has_final_norm() const { return norm_placement != NormPlacement::kPost; }
 
-  // OK, or InvalidArgument naming the first field that cannot work and why (Unimplemented for named but
-  // unbuilt choices such as post-norm).
+  // OK, or InvalidArgument naming the first field that cannot work and why.
   absl::Status Validate() const;
   // Validate() plus: a batch of sequences of length `seq_len` fits this model.
   absl::Status ValidateSequenceLength(int64_t seq_len) const;

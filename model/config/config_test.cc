@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace lmf::model {
@@ -109,11 +110,18 @@ TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
   EXPECT_TRUE(fits.Validate().ok()) << fits.Validate();
 }
 
-TEST(ModelConfigTest, RejectsUnbuiltNormPlacementAsUnimplemented) {
+TEST(ModelConfigTest, ParallelBlocksArePreNormOnly) {
   ModelConfig c = Gpt2Config(100, 128, 64, 2, 4);
-  c.norm_placement = NormPlacement::kPost;
-  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kUnimplemented);
-  ExpectRejected(c, "norm_placement=post");
+  c.parallel_block = true;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  for (NormPlacement placement : {NormPlacement::kPost, NormPlacement::kDouble}) {
+    c.norm_placement = placement;
+    ExpectRejected(
+        c, absl::StrCat("parallel_block needs norm_placement=pre, not ", NormPlacementName(placement)));
+    c.parallel_block = false;
+    EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+    c.parallel_block = true;
+  }
 }
 
 TEST(ModelConfigTest, RejectsSequenceLongerThanPositionTable) {

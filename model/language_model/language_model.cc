@@ -64,7 +64,8 @@ class NormalSampler {
 };
 
 bool IsNormGain(const std::string& name) {
-  return absl::EndsWith(name, "ln1.weight") || absl::EndsWith(name, "ln2.weight") || name == "ln_final.weight";
+  return absl::EndsWith(name, "ln1.weight") || absl::EndsWith(name, "ln2.weight") ||
+         absl::EndsWith(name, "_norm.weight") || name == "ln_final.weight";
 }
 
 // Whether ctx's device can run `config` with activations of type `dtype`: every op the model calls, asked of
@@ -126,11 +127,8 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const Model
 }
 
 LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype)
-    : config_(config),
-      ctx_(ctx),
-      dtype_(dtype),
-      embedding_(config, ctx, dtype),
-      final_norm_(config.norm, config.d_model, config.norm_eps, ctx, dtype) {
+    : config_(config), ctx_(ctx), dtype_(dtype), embedding_(config, ctx, dtype) {
+  if (config.has_final_norm()) final_norm_.emplace(config.norm, config.d_model, config.norm_eps, ctx, dtype);
   for (int64_t i = 0; i < config.n_layers; ++i) {
     blocks_.push_back(std::make_unique<Block>(config, ctx, dtype, &counters_));
   }
@@ -200,9 +198,15 @@ absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
   EnsureLogits(b, t);
   b_ = b;
   t_ = t;
-  final_norm_.Forward(ctx_, n, RunBlocks(ids, b, t, nullptr));
-  lm_head_->Forward(ctx_, n, final_norm_.output(), c, logits_.data(), v, /*accumulate=*/false);
+  head_input_ = FinalNorm(n, RunBlocks(ids, b, t, nullptr));
+  lm_head_->Forward(ctx_, n, head_input_, c, logits_.data(), v, /*accumulate=*/false);
   return absl::OkStatus();
+}
+
+const void* LanguageModel::FinalNorm(int64_t n, const void* x) {
+  if (!final_norm_) return x;
+  final_norm_->Forward(ctx_, n, x);
+  return final_norm_->output();
 }
 
 const void* LanguageModel::RunBlocks(const int32_t* ids, int64_t b, int64_t t, KvCache* cache) {
@@ -278,9 +282,14 @@ void LanguageModel::Backward() {
   p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
   p.dlogits = dlogits;                      // in place over the logits
   kernels::CrossEntropyBackward(ctx_, p);
-  void* dnormed = workspace_.dnormed.data();
-  lm_head_->Backward(ctx_, n, final_norm_.output(), c, dlogits, v, dnormed);
-  final_norm_.Backward(ctx_, dnormed, workspace_.dresidual.data());
+  void* dresidual = workspace_.dresidual.data();
+  if (final_norm_) {
+    void* dnormed = workspace_.dnormed.data();
+    lm_head_->Backward(ctx_, n, head_input_, c, dlogits, v, dnormed);
+    final_norm_->Backward(ctx_, dnormed, dresidual);
+  } else {
+    lm_head_->Backward(ctx_, n, head_input_, c, dlogits, v, dresidual);
+  }
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (*it)->Backward(ctx_, workspace_);
   embedding_.Backward(ctx_, workspace_.dresidual.data());
 }
@@ -301,7 +310,7 @@ const float* LanguageModel::logits() const {
 void LanguageModel::VisitParameters(const ParameterVisitor& visit) const {
   embedding_.VisitParameters(visit);
   for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->VisitParameters(absl::StrCat("layers.", i), visit);
-  final_norm_.VisitParameters("ln_final", visit);
+  if (final_norm_) final_norm_->VisitParameters("ln_final", visit);
   if (!config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
 }
 
@@ -313,9 +322,9 @@ int64_t LanguageModel::parameter_count() const {
 
 int64_t LanguageModel::saved_activation_bytes() const {
   if (b_ == 0) return 0;
-  int64_t bytes = embedding_.saved_bytes() + final_norm_.saved_bytes() +
-                  static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() +
-                                       (targets_.defined() ? targets_.nbytes() : 0));
+  int64_t bytes =
+      embedding_.saved_bytes() + (final_norm_ ? final_norm_->saved_bytes() : 0) +
+      static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() + (targets_.defined() ? targets_.nbytes() : 0));
   for (const auto& block : blocks_) bytes += block->saved_bytes();
   return bytes;
 }

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,7 @@ class LanguageModel {
   const kernels::Tensor& logits_tensor() const { return logits_; }
 
   // Every parameter, by checkpoint name (see tools/model/reference.py), in a fixed order: embeddings,
-  // layers.0 .. layers.{L-1}, ln_final, lm_head (untied only).
+  // layers.0 .. layers.{L-1}, ln_final (not with post-norm), lm_head (untied only).
   void VisitParameters(const ParameterVisitor& visit) const;
   int64_t parameter_count() const;
 
@@ -147,6 +148,9 @@ class LanguageModel {
   // Embedding and blocks over ids (B, T) -> the last block's output (B*T, C); with `cache`, each layer's
   // keys and values are written into it.
   const void* RunBlocks(const int32_t* ids, int64_t b, int64_t t, KvCache* cache);
+  // The LM head's input for the last block's output x (n, C): the final norm's output, or x itself for a
+  // post-norm model (its blocks end in a norm).
+  const void* FinalNorm(int64_t n, const void* x);
   kernels::CrossEntropyParams LossParams();
 
   ModelConfig config_;
@@ -155,11 +159,12 @@ class LanguageModel {
   StepCounters counters_;
   Embedding embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
-  Norm final_norm_;
+  std::optional<Norm> final_norm_;  // absent for post-norm
   std::unique_ptr<Linear> lm_head_;
   // Step state.
   int64_t b_ = 0, t_ = 0;  // of the last training Forward; 0 after Prefill / DecodeStep
   bool have_loss_ = false;
+  const void* head_input_ = nullptr;  // the LM head's input of the last training Forward
   kernels::Tensor targets_;      // (B*T) int32 on the device
   kernels::Tensor logits_;       // (B, T, vocab_rows) activation dtype; their gradient after Backward
   kernels::Tensor lse_;          // (B*T) fp32

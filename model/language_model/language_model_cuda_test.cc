@@ -28,10 +28,11 @@ namespace {
 
 using kernels::DType;
 
+using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
+using testing::CudaTestConfigsWithBlockStructures;
+using testing::CudaTestIds;
 using testing::Gpt2Like;
 using testing::LlamaLike;
-using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
-using testing::CudaTestIds;
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kT = 48;  // T not a multiple of the attention kernels' 64-row tiles
@@ -172,7 +173,7 @@ class LanguageModelCudaTest : public kernels::cuda::testing::GpuTest {};
 // largest gradient, as in the CPU test (the key bias's gradient is zero up to rounding). A wrong index,
 // scale or mask anywhere gives errors of 1e-2 of the scale or more.
 TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
-  for (const auto& [name, config] : CudaTestConfigs()) {
+  for (const auto& [name, config] : CudaTestConfigsWithBlockStructures()) {
     SCOPED_TRACE(name);
     const Batch batch = MakeBatch(config);
     const StepResult want = CpuReference(config, batch);
@@ -214,7 +215,7 @@ TEST_F(LanguageModelCudaTest, F32MatchesTheCpuLossLogitsAndEveryGradient) {
 // are printed, for calibration on the device.
 TEST_F(LanguageModelCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
   constexpr double kMultiple = 10;
-  for (const auto& [name, config] : CudaTestConfigs()) {
+  for (const auto& [name, config] : CudaTestConfigsWithBlockStructures()) {
     SCOPED_TRACE(name);
     const Batch batch = MakeBatch(config);
     const StepResult want = CpuReference(config, batch);

@@ -64,12 +64,11 @@ absl::Status LanguageModel::Prefill(const int32_t* ids, int64_t b, int64_t t, Kv
   have_loss_ = false;
   b_ = t_ = 0;  // the step state no longer describes a training forward
   cache.length_ = 0;
-  final_norm_.Forward(ctx_, b * t, RunBlocks(ids, b, t, &cache));
+  const void* h = FinalNorm(b * t, RunBlocks(ids, b, t, &cache));
   cache.length_ = t;
   // The LM head on each sequence's last position only: rows T-1, T*C apart.
   EnsureLogits(b, 1);
-  lm_head_->Forward(ctx_, b, ElementOffset(final_norm_.output(), (t - 1) * c, dtype_), t * c, logits_.data(),
-                    v,
+  lm_head_->Forward(ctx_, b, ElementOffset(h, (t - 1) * c, dtype_), t * c, logits_.data(), v,
                     /*accumulate=*/false);
   return absl::OkStatus();
 }
@@ -103,9 +102,9 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
     blocks_[i]->Decode(ctx_, b, position, cache.position_.data<int32_t>(), x, cache.layers_[i]);
     x = blocks_[i]->output();
   }
-  final_norm_.Forward(ctx_, b, x);
+  const void* h = FinalNorm(b, x);
   EnsureLogits(b, 1);
-  lm_head_->Forward(ctx_, b, final_norm_.output(), c, logits_.data(), v, /*accumulate=*/false);
+  lm_head_->Forward(ctx_, b, h, c, logits_.data(), v, /*accumulate=*/false);
   cache.length_ = position + 1;
   return absl::OkStatus();
 }

@@ -28,10 +28,11 @@ namespace {
 
 using kernels::DType;
 
+using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
+using testing::CudaTestConfigsWithBlockStructures;
+using testing::CudaTestIds;
 using testing::Gpt2Like;
 using testing::LlamaLike;
-using testing::CudaTestConfigs;  // the GPT-2-like and Llama-like configs (model/testing/cuda_configs.h)
-using testing::CudaTestIds;
 
 constexpr uint64_t kSeed = 11;
 constexpr int64_t kB = 2, kPrompt = 7;
@@ -108,7 +109,7 @@ class LanguageModelDecodeCudaTest : public kernels::cuda::testing::GpuTest {};
 // oneDNN's panels, the GPU attention's online softmax over the cached keys vs the CPU's blocks). A wrong
 // cache row, position or head moves logits by 1e-2 of the scale or more.
 TEST_F(LanguageModelDecodeCudaTest, F32MatchesTheCpuAtEveryPosition) {
-  for (const auto& [name, config] : CudaTestConfigs()) {
+  for (const auto& [name, config] : CudaTestConfigsWithBlockStructures()) {
     SCOPED_TRACE(name);
     const std::vector<int32_t> ids = CudaTestIds(config, kB * config.context_length);
     std::unique_ptr<LanguageModel> cpu = MakeModel(config, kernels::Context::Cpu(), DType::kF32);

@@ -169,6 +169,28 @@ TEST(LanguageModelDecode, MatchesForwardRopeWithBiases) {
   ExpectIncrementalMatchesForward(config);
 }
 
+// The block structures: post-norm (no final norm) on GPT-2's architecture, double norm and parallel blocks
+// on Llama's.
+ModelConfig PostNorm() {
+  ModelConfig config = Gpt2Config(97, 12, 48, 2, 4);
+  config.norm_placement = NormPlacement::kPost;
+  return config;
+}
+ModelConfig DoubleNorm() {
+  ModelConfig config = LlamaStyle();
+  config.norm_placement = NormPlacement::kDouble;
+  return config;
+}
+ModelConfig Parallel() {
+  ModelConfig config = LlamaStyle();
+  config.parallel_block = true;
+  return config;
+}
+
+TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
+TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
+TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }
+
 TEST(LanguageModelDecode, MisuseIsAStatus) {
   std::unique_ptr<LanguageModel> model = Make(LlamaStyle(), 1);
   std::unique_ptr<LanguageModel> other = Make(LlamaStyle(), 1);
@@ -209,7 +231,8 @@ TEST(LanguageModelDecode, NothingIsReadBeforeItIsWritten) {
   testing::PoisoningAllocator poison;
   kernels::Context poisoned = kernels::Context::Cpu();
   poisoned.allocator = &poison;
-  for (const ModelConfig& config : {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4)}) {
+  for (const ModelConfig& config :
+       {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4), PostNorm(), DoubleNorm(), Parallel()}) {
     SCOPED_TRACE(config.DebugString());
     const std::vector<int32_t> ids = RandomIds(config, kB * config.context_length, 17);
     std::vector<float> logits[2];

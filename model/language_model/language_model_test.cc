@@ -1,6 +1,7 @@
 // Whole-model tests of LanguageModel:
 // - for a tiny config of each reference architecture (and one with the remaining options: ReLU,
-//   sinusoidal positions, multi-query attention, biases with RMSNorm), the logits, the loss and every
+//   sinusoidal positions, multi-query attention, biases with RMSNorm; and the post-norm, double-norm and
+//   parallel block structures), the logits, the loss and every
 //   parameter gradient match PyTorch (fixtures from tools/model/reference.py);
 // - the accounting formulas equal what a built model holds and runs;
 // - bad batches are rejected with a message; initialisation follows each scheme; gradients accumulate.
@@ -62,6 +63,11 @@ ModelConfig ConfigFromFixture(const std::string& json) {
                 : pos == "learned" ? PositionKind::kLearned
                 : pos == "sinusoidal" ? PositionKind::kSinusoidal
                                       : PositionKind::kNone;
+  const std::string placement = JsonField(json, "norm_placement");  // absent in the first fixtures: pre
+  c.norm_placement = placement == "post"     ? NormPlacement::kPost
+                     : placement == "double" ? NormPlacement::kDouble
+                                             : NormPlacement::kPre;
+  c.parallel_block = JsonField(json, "parallel_block") == "true";
   c.biases = JsonField(json, "biases") == "true";
   c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
   return c;
@@ -145,6 +151,11 @@ double LargestGradient(const Fixture& f) {
   return largest;
 }
 
+// Every whole-model fixture of tools/model/reference.py: the reference architectures, the remaining
+// options, and the block structures (post-norm, double norm, parallel).
+const std::vector<std::string> kFixtures = {"gpt2_tiny", "llama_tiny",  "variants_tiny",
+                                            "post_tiny", "double_tiny", "parallel_tiny"};
+
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
@@ -171,11 +182,10 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   EXPECT_GT(checked, 10);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyConfigs, PyTorchMatchTest,
-                         ::testing::Values("gpt2_tiny", "llama_tiny", "variants_tiny"));
+INSTANTIATE_TEST_SUITE_P(TinyConfigs, PyTorchMatchTest, ::testing::ValuesIn(kFixtures));
 
 TEST(LanguageModelTest, AccountingEqualsWhatTheModelHoldsAndRuns) {
-  for (const std::string name : {"gpt2_tiny", "llama_tiny", "variants_tiny"}) {
+  for (const std::string& name : kFixtures) {
     const Fixture f = LoadFixture(name);
     auto model = LanguageModel::Create(f.config, kernels::Context::Cpu());
     ASSERT_TRUE(model.ok());
@@ -399,7 +409,7 @@ TEST(LanguageModelTest, ThreadCountDoesNotChangeTheResult) {
 // on poisoned memory it computes bit for bit what it computes on fresh memory, through two batch shapes
 // (the second reallocates the step state) and two backwards (gradients accumulate onto ZeroGrad's zeros).
 TEST(LanguageModelTest, NothingIsReadBeforeItIsWritten) {
-  for (const std::string name : {"gpt2_tiny", "llama_tiny", "variants_tiny"}) {
+  for (const std::string& name : kFixtures) {
     SCOPED_TRACE(name);
     const Fixture f = LoadFixture(name);
     testing::PoisoningAllocator poison;

@@ -68,8 +68,8 @@ void Attention::EnsureStepState(const kernels::Context& ctx, int64_t b, int64_t 
   t_ = t;
 }
 
-void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual,
-                        LayerKvCache* cache) {
+void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
+                        bool accumulate, LayerKvCache* cache) {
   const int64_t n = b * t, width = qkv_.out(), q_width = nh_ * hs_;
   EnsureStepState(ctx, b, t);
   input_ = h;
@@ -80,7 +80,7 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   if (cache != nullptr) FillCache(ctx, *cache);
   kernels::AttentionForward(ctx, Params());
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * (t * (t + 1) / 2.0);
-  output_.Forward(ctx, n, attn_out_.data(), q_width, residual, c_, /*accumulate=*/true);
+  output_.Forward(ctx, n, attn_out_.data(), q_width, out, c_, accumulate);
 }
 
 void Attention::FillCache(const kernels::Context& ctx, LayerKvCache& cache) {
@@ -101,7 +101,8 @@ void Attention::FillCache(const kernels::Context& ctx, LayerKvCache& cache) {
 }
 
 void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
-                       const int32_t* device_position, const void* h, void* residual, LayerKvCache& cache) {
+                       const int32_t* device_position, const void* h, void* out, bool accumulate,
+                       LayerKvCache& cache) {
   const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, capacity = cache.k.dim(1);
   LMF_CHECK(cache.k.dim(0) == b && position < capacity)
       << "KV cache " << cache.k.shape() << " for B " << b << ", position " << position;
@@ -131,7 +132,7 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
   p.v = cache.v.data(), p.v_stride_b = capacity * kv_width, p.v_stride_t = kv_width, p.v_stride_h = hs_;
   kernels::AttentionForward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(position + 1);
-  output_.Forward(ctx, b, attn_out_.data(), q_width, residual, c_, /*accumulate=*/true);
+  output_.Forward(ctx, b, attn_out_.data(), q_width, out, c_, accumulate);
 }
 
 void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual,

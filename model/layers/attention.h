@@ -5,8 +5,8 @@
 // attn.q_proj / attn.k_proj / attn.v_proj (and their biases), so a single GEMM computes all three.
 // Step state: the projected q|k|v (N, (NH+2*NKV)*HS) after RoPE and the attention output (N, NH*HS) in the
 // activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output
-// projection into the residual stream; Backward takes the residual gradient and writes the gradient of the
-// normed input. Parameter gradients (fp32) accumulate.
+// projection into the residual stream (or writes it, for a block that norms the branch first); Backward takes
+// the residual gradient and writes the gradient of the normed input. Parameter gradients (fp32) accumulate.
 //
 // Incremental decoding (inference only): Forward with a LayerKvCache also writes each sequence's post-RoPE
 // keys and its values into the cache rows [0, T) (a prefill); Decode runs one new token per sequence at a
@@ -40,15 +40,15 @@ class Attention {
   // Parameters on ctx's device; activations of type `dtype`.
   Attention(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
-  // h (B*T, C) normed input; residual (B*T, C) += attention(h) W_o^T + b_o. With `cache` (B matching,
-  // S_max >= T), also writes the keys and values of positions [0, T) into it.
-  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* residual,
+  // h (B*T, C) normed input; out (B*T, C) += attention(h) W_o^T + b_o (= when !accumulate). With `cache`
+  // (B matching, S_max >= T), also writes the keys and values of positions [0, T) into it.
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
                LayerKvCache* cache = nullptr);
   // One token per sequence at `position` (< S_max; rows [0, position) of the cache filled): h (B, C)
-  // normed input; residual (B, C) += attention over the cache W_o^T + b_o. `device_position` points to one
-  // int32 equal to `position` on the model's device (RoPE reads the position there).
+  // normed input; out (B, C) += attention over the cache W_o^T + b_o (= when !accumulate). `device_position`
+  // points to one int32 equal to `position` on the model's device (RoPE reads the position there).
   void Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
-              const void* h, void* residual, LayerKvCache& cache);
+              const void* h, void* out, bool accumulate, LayerKvCache& cache);
   // dresidual (B*T, C) -> dh (B*T, C) written.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 

@@ -1,8 +1,14 @@
-// Block: the pre-norm transformer block, x + attn(norm1(x)) then + ffn(norm2(.)).
-// Step state: the residual stream after the attention half (N, C) and after the whole block (N, C), in the
-// activation dtype on the model's device, plus what its norms, attention and feed-forward keep. Backward
-// updates the residual gradient in place (the gradient of the block output on entry, of the block input on
-// return); parameter gradients accumulate.
+// Block: one transformer block in the structure the config names (ModelConfig::norm_placement and
+// parallel_block; f: attention, g: feed-forward):
+//   pre       h = x + f(ln1(x));                 out = h + g(ln2(h))
+//   post      h = ln1(x + f(x));                 out = ln2(h + g(h))
+//   double    h = x + post_attn_norm(f(ln1(x))); out = h + post_ffn_norm(g(ln2(h)))
+//   parallel  out = x + f(ln1(x)) + g(ln2(x))
+// Step state, in the activation dtype on the model's device: the residual stream between the halves (N, C;
+// not for parallel), the residual sum at the end (N, C; post: ln2's input, its output is the block's), the
+// two branch outputs before their norms (double), plus what the norms, attention and feed-forward keep.
+// Backward updates the residual gradient in place (the gradient of the block output on entry, of the block
+// input on return); parameter gradients accumulate.
 // Incremental decoding: Forward with a LayerKvCache fills it for positions [0, T) (see attention.h); Decode
 // runs one token per sequence through the same norms, attention (over the cache) and feed-forward with
 // N = B rows, replacing the step state (Backward needs a new Forward after it).
@@ -10,6 +16,7 @@
 #define LMFORGE_MODEL_LAYERS_BLOCK_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kernels/core/context.h"
@@ -33,27 +40,34 @@ class Block {
   // x (B, C): one token per sequence at `position` (see Attention::Decode) -> output() (B, C).
   void Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
               const void* x, LayerKvCache& cache);
-  const void* output() const { return out_.data(); }
+  const void* output() const;
   // ws.dresidual: d(output) on entry, d(x) on return.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws);
 
   int64_t saved_bytes() const;
-  // Visits "<prefix>.ln1.*", "<prefix>.attn.*", "<prefix>.ln2.*", "<prefix>.ffn.*".
+  // Visits "<prefix>.ln1.*", "<prefix>.attn.*", ("<prefix>.post_attn_norm.*"), "<prefix>.ln2.*",
+  // "<prefix>.ffn.*", ("<prefix>.post_ffn_norm.*": double only).
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
-  // The pre-norm residual structure over n rows, with `attend(h, residual)` adding the attention branch.
+  // The block's structure over n rows, with `attend(h, out, accumulate)` running the attention branch.
   template <typename Attend>
   void Run(const kernels::Context& ctx, int64_t n, const void* x, const Attend& attend);
+  void CopyRows(const kernels::Context& ctx, kernels::Tensor& dst, const void* src) const;
+  // dst += src over the step's (N, C).
+  void AddInto(const kernels::Context& ctx, void* dst, const void* src) const;
 
   int64_t c_;
   kernels::DType dtype_;
+  NormPlacement placement_;
+  bool parallel_;
   Norm ln1_, ln2_;
+  std::optional<Norm> post_attn_norm_, post_ffn_norm_;  // double only
   Attention attn_;
   FeedForward ffn_;
   // Step state.
   int64_t n_ = 0;
-  kernels::Tensor mid_, out_;
+  kernels::Tensor mid_, out_, attn_branch_, ffn_branch_;
 };
 
 }  // namespace lmf::model

@@ -16,7 +16,7 @@ FeedForward::FeedForward(const ModelConfig& config, const kernels::Context& ctx,
           counters),
       out_(config.d_ff, config.d_model, config.biases, ctx, dtype, counters) {}
 
-void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h, void* residual) {
+void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h, void* out, bool accumulate) {
   const int64_t width = in_.out();
   if (n != n_) {
     pre_ = kernels::Tensor::Empty({n, width}, dtype_, ctx.allocator);
@@ -48,7 +48,7 @@ void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h,
     p.kind = activation(), p.n = n * f_, p.x = pre, p.out = act;
     kernels::ActivationForward(ctx, p);
   }
-  out_.Forward(ctx, n, act, f_, residual, c_, /*accumulate=*/true);
+  out_.Forward(ctx, n, act, f_, out, c_, accumulate);
 }
 
 void FeedForward::Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual,

@@ -1,8 +1,8 @@
 // FeedForward: SwiGLU (w2(silu(w1 x) * w3 x)), GELU-tanh or ReLU (w2(act(w1 x))). For SwiGLU, w1 and w3 are
 // row blocks of one fused (2*d_ff, C) matrix (visited as ffn.w1 and ffn.w3), so one GEMM makes both.
 // Step state: the pre-activations (N, d_ff or 2*d_ff) and the activation output (N, d_ff), in the activation
-// dtype on the model's device. Forward adds
-// its output into the residual stream; Backward writes the gradient of the normed input; parameter
+// dtype on the model's device. Forward adds its output into the residual stream (or writes it, for a block
+// that norms the branch first); Backward writes the gradient of the normed input; parameter
 // gradients accumulate.
 #ifndef LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_
 #define LMFORGE_MODEL_LAYERS_FEED_FORWARD_H_
@@ -23,8 +23,8 @@ class FeedForward {
   // Parameters on ctx's device; activations of type `dtype`.
   FeedForward(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
-  // h (N, C) normed input; residual (N, C) += ffn(h).
-  void Forward(const kernels::Context& ctx, int64_t n, const void* h, void* residual);
+  // h (N, C) normed input; out (N, C) += ffn(h) (= when !accumulate).
+  void Forward(const kernels::Context& ctx, int64_t n, const void* h, void* out, bool accumulate);
   // dresidual (N, C) -> dh (N, C) written.
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 

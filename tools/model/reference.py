@@ -7,7 +7,12 @@ Run with Debian's python3-torch (1.13):   /usr/bin/python3 tools/model/reference
 One model class covers both reference architectures through a config dict:
   - GPT-2 style: LayerNorm, GELU (tanh) MLP, learned absolute positions, biases, tied embeddings.
   - CS336 / Llama style: RMSNorm, SwiGLU, RoPE (adjacent pairs (2i, 2i+1) rotated), no biases, untied.
-plus the other options the C++ ModelConfig offers (ReLU MLP, sinusoidal or no positions, n_kv_heads < n_heads).
+plus the other options the C++ ModelConfig offers (ReLU MLP, sinusoidal or no positions, n_kv_heads < n_heads)
+and the block structures (`norm_placement`, `parallel_block`; absent from a config: "pre", false):
+  pre       x = x + attn(ln1(x));                 x = x + ffn(ln2(x))                  then ln_final
+  post      x = ln1(x + attn(x));                 x = ln2(x + ffn(x))                  no ln_final (BERT, OPT-350m)
+  double    x = x + post_attn_norm(attn(ln1(x))); x = x + post_ffn_norm(ffn(ln2(x)))   then ln_final (Gemma 2)
+  parallel  x = x + attn(ln1(x)) + ffn(ln2(x))                                         then ln_final (GPT-NeoX)
 
 Parameter names (these are the checkpoint names the trainer writes; CS336's state_dict names where it has one):
   token_embeddings.weight           (V, C)
@@ -18,10 +23,11 @@ Parameter names (these are the checkpoint names the trainer writes; CS336's stat
   layers.{i}.attn.v_proj.weight     (NKV*HS, C)     .bias
   layers.{i}.attn.output_proj.weight (C, NH*HS)     .bias (C,)
   layers.{i}.ln2.weight / .bias     (C,)
+  layers.{i}.post_attn_norm.weight / .bias, layers.{i}.post_ffn_norm.weight / .bias   (C,)   double only
   layers.{i}.ffn.w1.weight          (d_ff, C)       .bias   SwiGLU gate / GELU,ReLU up projection
   layers.{i}.ffn.w3.weight          (d_ff, C)       .bias   SwiGLU only: the linear ("up") branch
   layers.{i}.ffn.w2.weight          (C, d_ff)       .bias   down projection
-  ln_final.weight / .bias           (C,)
+  ln_final.weight / .bias           (C,)                     not with post
   lm_head.weight                    (V, C)                   untied only (tied: token_embeddings.weight)
 Linear weights are stored (out, in) as in torch.nn.Linear: y = x W^T + b.
 
@@ -55,8 +61,30 @@ CONFIGS = {
         vocab_size=53, context_length=16, d_model=24, n_layers=2, n_heads=3, n_kv_heads=1, d_ff=40,
         norm="rmsnorm", norm_eps=1e-6, ffn="relu", positions="sinusoidal", rope_theta=0.0, biases=True,
         tied_embeddings=False),
+    # Block structures. Post-norm on the GPT-2 architecture (tied, learned positions, biases).
+    "post_tiny": dict(
+        vocab_size=59, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=96,
+        norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="learned", rope_theta=0.0, biases=True,
+        tied_embeddings=True, norm_placement="post"),
+    # Double (sandwich) norm on the Llama architecture with GQA.
+    "double_tiny": dict(
+        vocab_size=47, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=72,
+        norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, norm_placement="double"),
+    # Parallel attention and feed-forward (GPT-NeoX: two norms), LayerNorm, GELU, RoPE, biases.
+    "parallel_tiny": dict(
+        vocab_size=43, context_length=16, d_model=24, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64,
+        norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="rope", rope_theta=500.0, biases=True,
+        tied_embeddings=False, parallel_block=True),
 }
+# Fixture seeds (the first three as when they were the only fixtures: their files do not change).
+SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
+         "parallel_tiny": 1004, "post_tiny": 1005}
 BATCH, TIME = 2, 8
+
+
+def placement(cfg):
+    return cfg.get("norm_placement", "pre")
 
 
 def rms_norm(x, w, eps):
@@ -112,7 +140,8 @@ def parameter_shapes(cfg):
     linears.append(("ffn.w2", c, f))
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
-        for norm in ("ln1", "ln2"):
+        norms = ("ln1", "ln2", "post_attn_norm", "post_ffn_norm") if placement(cfg) == "double" else ("ln1", "ln2")
+        for norm in norms:
             shapes[p + norm + ".weight"] = (c,)
             if has_norm_bias:
                 shapes[p + norm + ".bias"] = (c,)
@@ -120,9 +149,10 @@ def parameter_shapes(cfg):
             shapes[p + name + ".weight"] = (out_f, in_f)
             if cfg["biases"]:
                 shapes[p + name + ".bias"] = (out_f,)
-    shapes["ln_final.weight"] = (c,)
-    if has_norm_bias:
-        shapes["ln_final.bias"] = (c,)
+    if placement(cfg) != "post":
+        shapes["ln_final.weight"] = (c,)
+        if has_norm_bias:
+            shapes["ln_final.bias"] = (c,)
     if not cfg["tied_embeddings"]:
         shapes["lm_head.weight"] = (v, c)
     return shapes
@@ -133,7 +163,7 @@ def init_parameters(cfg, seed):
     g = torch.Generator().manual_seed(seed)
     params = {}
     for name, shape in parameter_shapes(cfg).items():
-        if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "ln_final.weight":
+        if name.endswith(("ln1.weight", "ln2.weight", "norm.weight")) or name == "ln_final.weight":
             t = 1.0 + 0.1 * torch.randn(shape, generator=g)
         elif name.endswith(".bias"):
             t = 0.05 * torch.randn(shape, generator=g)
@@ -169,9 +199,8 @@ def forward(cfg, p, ids, targets):
     elif cfg["positions"] == "sinusoidal":
         x = x + sinusoidal_table(t, c).to(x.dtype)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    for i in range(cfg["n_layers"]):
-        pre = f"layers.{i}."
-        h = norm(x, pre + "ln1")
+
+    def attention(h, pre):
         q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)
         k = linear(h, pre + "attn.k_proj").view(b, t, nkv, hs).transpose(1, 2)  # (B, NKV, T, HS)
         v = linear(h, pre + "attn.v_proj").view(b, t, nkv, hs).transpose(1, 2)
@@ -183,16 +212,32 @@ def forward(cfg, p, ids, targets):
         scores = scores.masked_fill(~causal, float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # (B, NH, T, HS)
         attn = attn.transpose(1, 2).reshape(b, t, nh * hs)
-        x = x + linear(attn, pre + "attn.output_proj")
-        h = norm(x, pre + "ln2")
+        return linear(attn, pre + "attn.output_proj")
+
+    def ffn(h, pre):
         if cfg["ffn"] == "swiglu":
             u = torch.nn.functional.silu(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
         elif cfg["ffn"] == "gelu":
             u = gelu_tanh(linear(h, pre + "ffn.w1"))
         else:
             u = torch.relu(linear(h, pre + "ffn.w1"))
-        x = x + linear(u, pre + "ffn.w2")
-    x = norm(x, "ln_final")
+        return linear(u, pre + "ffn.w2")
+
+    for i in range(cfg["n_layers"]):
+        pre = f"layers.{i}."
+        if cfg.get("parallel_block", False):
+            x = x + attention(norm(x, pre + "ln1"), pre) + ffn(norm(x, pre + "ln2"), pre)
+        elif placement(cfg) == "post":
+            x = norm(x + attention(x, pre), pre + "ln1")
+            x = norm(x + ffn(x, pre), pre + "ln2")
+        elif placement(cfg) == "double":
+            x = x + norm(attention(norm(x, pre + "ln1"), pre), pre + "post_attn_norm")
+            x = x + norm(ffn(norm(x, pre + "ln2"), pre), pre + "post_ffn_norm")
+        else:
+            x = x + attention(norm(x, pre + "ln1"), pre)
+            x = x + ffn(norm(x, pre + "ln2"), pre)
+    if placement(cfg) != "post":
+        x = norm(x, "ln_final")
     head = p["token_embeddings.weight"] if cfg["tied_embeddings"] else p["lm_head.weight"]
     logits = x @ head.t()  # (B, T, V)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -275,14 +320,13 @@ def main():
     args = parser.parse_args()
     self_check()
     os.makedirs(args.out, exist_ok=True)
-    for seed, (name, cfg) in enumerate(sorted(CONFIGS.items())):
-        arrays = make_fixture(name, cfg, 1000 + seed)
+    for name, cfg in sorted(CONFIGS.items()):
+        arrays = make_fixture(name, cfg, SEEDS[name])
         path = os.path.join(args.out, name + ".npz")
         np.savez(path, **arrays)  # uncompressed zip of .npy
         n_params = sum(v.size for k, v in arrays.items() if k.startswith("param/"))
         print(f"{path}: {len(arrays)} arrays, {n_params} parameters, loss {float(arrays['loss']):.6f}")
-    seed = 1000 + sorted(CONFIGS).index("llama_tiny")
-    arrays = make_adamw_fixture(CONFIGS["llama_tiny"], seed)
+    arrays = make_adamw_fixture(CONFIGS["llama_tiny"], SEEDS["llama_tiny"])
     path = os.path.join(args.out, "adamw_llama_tiny.npz")
     np.savez(path, **arrays)
     print(f"{path}: losses {arrays['losses']}, grad norms {arrays['grad_norms']}")
