@@ -79,6 +79,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   RequireSpecified(norm.kind(), "model.norm.kind", errors);
   RequireSpecified(norm.placement(), "model.norm.placement", errors);
   if (!(norm.eps() > 0)) errors->Add(absl::StrCat("model.norm.eps=", norm.eps(), " must be positive"));
+  if (!(model.z_loss() >= 0) || !std::isfinite(model.z_loss())) {
+    errors->Add(
+        absl::StrCat("model.z_loss=", model.z_loss(), " must be a finite number >= 0 (0 turns it off)"));
+  }
   if (model.parallel_block() && norm.placement() != NormConfig::PRE) {
     errors->Add(absl::StrCat("model.parallel_block=true needs model.norm.placement=PRE, not ",
                              NormConfig::Placement_Name(norm.placement())));

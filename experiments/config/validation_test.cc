@@ -112,6 +112,17 @@ TEST(ConfigValidation, NormEpsMustBePositive) {
   EXPECT_EQ(ErrorWith("model.norm.eps=-1e-05"), "tiny.textproto: model.norm.eps=-1e-05 must be positive");
 }
 
+TEST(ConfigValidation, ZLossIsFiniteAndNotNegative) {
+  EXPECT_EQ(ErrorWith("model.z_loss=1e-4"), "OK");
+  EXPECT_EQ(ErrorWith("model.z_loss=-1e-4"),
+            "tiny.textproto: model.z_loss=-0.0001 must be a finite number >= 0 (0 turns it off)");
+  EXPECT_EQ(ErrorWith("model.z_loss=inf"),
+            "--set=model.z_loss=inf: model.z_loss expects a finite number, got \"inf\"");
+  std::string text = kBase;
+  text.replace(text.find("ffn {"), 5, "z_loss: inf\n  ffn {");
+  EXPECT_EQ(Error(text), "tiny.textproto: model.z_loss=inf must be a finite number >= 0 (0 turns it off)");
+}
+
 TEST(ConfigValidation, ParallelBlockNeedsPreNorm) {
   EXPECT_EQ(ErrorWith("model.parallel_block=true"), "OK");
   EXPECT_EQ(Error(kBase, {"model.parallel_block=true", "model.norm.placement=POST"}),

@@ -39,8 +39,9 @@ std::string MetricsJsonLine(const StepMetrics& m) {
   return absl::StrCat("{\"step\":", m.step, ",\"tokens\":", m.tokens, ",\"loss\":", JsonNumber(m.loss),
                       ",\"val_loss\":", m.val_loss.has_value() ? JsonNumber(*m.val_loss) : "null",
                       ",\"lr\":", JsonNumber(m.lr), ",\"grad_norm\":", JsonNumber(m.grad_norm),
-                      ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second), ",\"mfu\":", JsonNumber(m.mfu),
-                      ",\"wall_seconds\":", JsonNumber(m.wall_seconds), "}\n");
+                      ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second),
+                      ",\"mfu\":", JsonNumber(m.mfu), ",\"wall_seconds\":", JsonNumber(m.wall_seconds),
+                      m.z_loss.has_value() ? absl::StrCat(",\"z_loss\":", JsonNumber(*m.z_loss)) : "", "}\n");
 }
 
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
@@ -58,6 +59,7 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
   double val = 0;
   const JsonValue* val_loss = json->Find("val_loss");
   if (val_loss != nullptr && val_loss->kind == JsonValue::Kind::kNumber && val_loss->AsDouble(&val)) m.val_loss = val;
+  if (number("z_loss", &val)) m.z_loss = val;
   if (!integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
       !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
       !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||

@@ -29,6 +29,9 @@ struct StepMetrics {
   double tokens_per_second = 0;
   double mfu = 0;
   double wall_seconds = 0;  // training time since the run started (resumes included)
+  // Mean z-loss term (model.z_loss * lse^2) of this step's micro-batches, runs with model.z_loss > 0 only;
+  // `loss` is the cross-entropy alone either way. Written as "z_loss" only when set.
+  std::optional<double> z_loss;
 };
 
 // One metrics.jsonl line (with the trailing newline).

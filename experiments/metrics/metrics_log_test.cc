@@ -34,6 +34,18 @@ TEST(MetricsJson, LineHasEveryFieldInOrder) {
   EXPECT_EQ(back->step, 120);
   EXPECT_EQ(*back->val_loss, 3.5);
   EXPECT_EQ(back->lr, 3e-4);
+  EXPECT_FALSE(back->z_loss.has_value());
+}
+
+TEST(MetricsJson, ZLossIsWrittenLastOnlyWhenSet) {
+  StepMetrics m = Sample(7);
+  m.z_loss = 0.0025;
+  const std::string line = MetricsJsonLine(m);
+  EXPECT_NE(line.find(",\"wall_seconds\":83,\"z_loss\":0.0025}\n"), std::string::npos) << line;
+  auto back = ParseMetricsJsonLine(line);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->z_loss.has_value());
+  EXPECT_EQ(*back->z_loss, 0.0025);
 }
 
 TEST(MetricsLog, ResumeDropsStepsAfterTheCheckpoint) {

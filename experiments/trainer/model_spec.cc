@@ -33,6 +33,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
     default: return unsupported("model.norm.placement=PLACEMENT_UNSPECIFIED");
   }
   m.parallel_block = proto.parallel_block();
+  m.z_loss = proto.z_loss();
   switch (proto.ffn().kind()) {
     case config::FeedForwardConfig::SWIGLU: m.ffn = model::FfnKind::kSwiGLU; break;
     case config::FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;

@@ -197,13 +197,14 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     const Clock::time_point started = Clock::now();
     const double lr = schedule.At(step);
     model.ZeroGrad();
-    double loss_sum = 0;
+    double loss_sum = 0, z_loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       if (absl::Status s = sampler->Next(inputs.data(), targets.data()); !s.ok()) return s;
       absl::StatusOr<double> loss = model.ForwardWithLoss(inputs.data(), targets.data(), batch, context);
       if (!loss.ok()) return loss.status();
       model.Backward();
       loss_sum += *loss;
+      z_loss_sum += model.z_loss_term();
     }
     const double loss = loss_sum / static_cast<double>(accum);
     const double grad_norm = std::isfinite(loss) ? optimizer.Step(model, lr, accum) : NAN;
@@ -243,6 +244,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     m.tokens_per_second = static_cast<double>(tokens_per_step) / step_seconds;
     m.mfu = peak_flops.has_value() ? m.tokens_per_second * flops_per_token / *peak_flops : 0.0;
     m.wall_seconds = train_seconds;
+    if (model.config().z_loss > 0) m.z_loss = z_loss_sum / static_cast<double>(accum);
     const bool last = completed == total_steps;
     if (validation.has_value() &&
         (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0))) {
@@ -262,6 +264,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
           {"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
           {"perf/tokens_per_second", m.tokens_per_second}, {"perf/mfu", m.mfu}};
       if (m.val_loss.has_value()) scalars.push_back({"val/loss", *m.val_loss});
+      if (m.z_loss.has_value()) scalars.push_back({"train/z_loss", *m.z_loss});
       if (absl::Status s = events->WriteScalars(completed, scalars); !s.ok()) return s;
     }
     if (bar || last || completed % experiment.logging().log_interval() == 0 || step == start_step) console.Step(m);

@@ -87,6 +87,27 @@ TEST(Trainer, OverfitsASingleWindow) {
   EXPECT_NEAR(metrics.front().loss, std::log(512.0), 0.5);  // starts near uniform over the vocabulary
   // Memorised: a mean cross-entropy of 0.05 nats is a probability of about 0.95 on every target.
   EXPECT_LT(result->last_loss, 0.05);
+  EXPECT_FALSE(metrics.front().z_loss.has_value());  // only runs with model.z_loss log it
+}
+
+TEST(Trainer, ZLossIsLoggedAndPullsTheLogNormaliserTowardZero) {
+  const std::string train = WriteTokens("zloss.tok", RandomIds(33, 1));
+  const std::string out = TempPath("zloss_run");
+  auto result = Train(
+      Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=100", "run.batch_size=1",
+            "schedule.warmup=10", "optimizer.lr=0.01", "optimizer.adamw.weight_decay=0", "model.z_loss=0.1"}),
+      Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(out);
+  ASSERT_EQ(metrics.size(), 100u);
+  for (const StepMetrics& m : metrics) ASSERT_TRUE(m.z_loss.has_value()) << "step " << m.step;
+  // At initialisation the logits are small, so lse is about ln(512) = 6.24 and the term 0.1 * 6.24^2 = 3.9.
+  EXPECT_NEAR(*metrics.front().z_loss, 0.1 * std::pow(std::log(512.0), 2), 0.4);
+  // The logged loss is the cross-entropy alone (near ln 512 at the start, not 3.9 more), and it still drops
+  // while the z-loss pulls lse toward 0 (by a factor well beyond what the cross-entropy's fall needs).
+  EXPECT_NEAR(metrics.front().loss, std::log(512.0), 0.5);
+  EXPECT_LT(result->last_loss, 0.5 * metrics.front().loss);
+  EXPECT_LT(*metrics.back().z_loss, 0.25 * *metrics.front().z_loss);
 }
 
 TEST(Trainer, TinyStoriesSampleLossDrops) {

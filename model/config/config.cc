@@ -87,6 +87,9 @@ absl::Status ModelConfig::Validate() const {
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
     return Invalid(absl::StrCat("norm_eps=", norm_eps, " must be a positive finite number"));
   }
+  if (!(z_loss >= 0) || !std::isfinite(z_loss)) {
+    return Invalid(absl::StrCat("z_loss=", z_loss, " must be a finite number >= 0 (0 turns it off)"));
+  }
   if (parallel_block && norm_placement != NormPlacement::kPre) {
     return Invalid(absl::StrCat("parallel_block needs norm_placement=pre, not ",
                                 NormPlacementName(norm_placement),
@@ -145,11 +148,11 @@ std::string ModelConfig::DebugString() const {
       "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
       "d_ff=%d norm=%s "
       "norm_eps=%g norm_placement=%s parallel_block=%d ffn=%s positions=%s rope_theta=%g biases=%d "
-      "tied_embeddings=%d init=%s "
-      "init_std=%g",
+      "tied_embeddings=%d init=%s init_std=%g z_loss=%g",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
       NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, FfnKindName(ffn),
-      PositionKindName(positions), rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std);
+      PositionKindName(positions), rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std,
+      z_loss);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

@@ -59,6 +59,9 @@ struct ModelConfig {
   // x + attn(ln1(x)) + ffn(ln2(x)): attention and feed-forward read the same block input (GPT-J, GPT-NeoX;
   // two norms as in GPT-NeoX). Pre-norm only.
   bool parallel_block = false;
+  // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
+  // the log of the softmax's normaliser. ForwardWithLoss still returns the cross-entropy; 0: off.
+  double z_loss = 0.0;
   FfnKind ffn = FfnKind::kSwiGLU;
   PositionKind positions = PositionKind::kRoPE;
   double rope_theta = 10000.0;  // RoPE base; used only with PositionKind::kRoPE

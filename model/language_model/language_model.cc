@@ -235,6 +235,8 @@ absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const 
     losses_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
   }
   kernels::CopyToDevice(ctx_, targets_.data(), targets, targets_.nbytes());
+  // The forward without the z-loss (z_loss = 0): per-token cross-entropies and the lse, which the backward
+  // reads with the config's z_loss; the z-loss term is then z * lse^2 from the same lse.
   kernels::CrossEntropyParams p = LossParams();
   p.losses = losses_.data<float>();
   kernels::CrossEntropyForward(ctx_, p);
@@ -243,6 +245,13 @@ absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const 
   kernels::CopyToHost(ctx_, host_losses_.data(), losses_.data(), losses_.nbytes());
   double sum = 0;
   for (float loss : host_losses_) sum += loss;
+  z_loss_term_ = 0;
+  if (config_.z_loss > 0) {
+    kernels::CopyToHost(ctx_, host_losses_.data(), lse_.data(), static_cast<size_t>(n) * sizeof(float));
+    double squares = 0;
+    for (float lse : host_losses_) squares += static_cast<double>(lse) * lse;
+    z_loss_term_ = config_.z_loss * squares / static_cast<double>(n);
+  }
   return sum / static_cast<double>(n);
 }
 
@@ -280,6 +289,7 @@ void LanguageModel::Backward() {
   void* dlogits = logits_.data();
   kernels::CrossEntropyParams p = LossParams();
   p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
+  p.z_loss = static_cast<float>(config_.z_loss);
   p.dlogits = dlogits;                      // in place over the logits
   kernels::CrossEntropyBackward(ctx_, p);
   void* dresidual = workspace_.dresidual.data();

@@ -100,10 +100,14 @@ class LanguageModel {
   // outside [0, V).
   absl::Status Forward(const int32_t* ids, int64_t b, int64_t t);
   // Forward plus the mean cross-entropy against host targets (B, T) int32 in [0, V); keeps what Backward
-  // needs. The mean is taken in double over the fp32 per-token losses.
+  // needs. The mean is taken in double over the fp32 per-token losses. With config.z_loss > 0 the training
+  // objective also has the z-loss term (z_loss_term()); the returned value is the cross-entropy alone.
   absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
-  // Gradients of the last ForwardWithLoss's mean loss, accumulated into every parameter's grad. The logits
-  // buffer is reused for their gradient, so logits() is no longer valid after it.
+  // The last ForwardWithLoss's mean z_loss * lse^2 over the tokens (0 when config.z_loss is 0).
+  double z_loss_term() const { return z_loss_term_; }
+  // Gradients of the last ForwardWithLoss's mean loss (cross-entropy plus the z-loss term), accumulated into
+  // every parameter's grad. The logits buffer is reused for their gradient, so logits() is no longer valid
+  // after it.
   void Backward();
   // Sets every parameter gradient to zero (on the model's device).
   void ZeroGrad();
@@ -170,6 +174,7 @@ class LanguageModel {
   kernels::Tensor lse_;          // (B*T) fp32
   kernels::Tensor losses_;       // (B*T) fp32 per-token losses of the last ForwardWithLoss (not step state)
   std::vector<float> host_losses_;
+  double z_loss_term_ = 0;
   BackwardWorkspace workspace_;
   int64_t workspace_rows_ = 0;
 };

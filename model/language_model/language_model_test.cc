@@ -1,8 +1,8 @@
 // Whole-model tests of LanguageModel:
 // - for a tiny config of each reference architecture (and one with the remaining options: ReLU,
-//   sinusoidal positions, multi-query attention, biases with RMSNorm; and the post-norm, double-norm and
-//   parallel block structures), the logits, the loss and every
-//   parameter gradient match PyTorch (fixtures from tools/model/reference.py);
+//   sinusoidal positions, multi-query attention, biases with RMSNorm; the post-norm, double-norm and
+//   parallel block structures; the z-loss), the logits, the loss (and z-loss term) and every parameter
+//   gradient match PyTorch (fixtures from tools/model/reference.py);
 // - the accounting formulas equal what a built model holds and runs;
 // - bad batches are rejected with a message; initialisation follows each scheme; gradients accumulate.
 #include "model/language_model/language_model.h"
@@ -68,6 +68,7 @@ ModelConfig ConfigFromFixture(const std::string& json) {
                      : placement == "double" ? NormPlacement::kDouble
                                              : NormPlacement::kPre;
   c.parallel_block = JsonField(json, "parallel_block") == "true";
+  c.z_loss = num("z_loss");  // absent: 0
   c.biases = JsonField(json, "biases") == "true";
   c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
   return c;
@@ -153,8 +154,8 @@ double LargestGradient(const Fixture& f) {
 
 // Every whole-model fixture of tools/model/reference.py: the reference architectures, the remaining
 // options, and the block structures (post-norm, double norm, parallel).
-const std::vector<std::string> kFixtures = {"gpt2_tiny", "llama_tiny",  "variants_tiny",
-                                            "post_tiny", "double_tiny", "parallel_tiny"};
+const std::vector<std::string> kFixtures = {"gpt2_tiny",   "llama_tiny",    "variants_tiny", "post_tiny",
+                                            "double_tiny", "parallel_tiny", "zloss_tiny"};
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};
 
@@ -170,6 +171,10 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   const double want_loss = f.arrays.at("loss").ToDouble()[0];
   // The loss is a mean of B*T fp32 log-sum-exps of magnitude ~5: a few ulps of that.
   EXPECT_NEAR(*loss, want_loss, 1e-5 * std::fabs(want_loss)) << "loss";
+  // The z-loss term (zloss_tiny): mean z * lse^2 from fp32 lse values, a few ulps of each.
+  const auto z_term = f.arrays.find("z_term");
+  const double want_z = z_term == f.arrays.end() ? 0.0 : z_term->second.ToDouble()[0];
+  EXPECT_NEAR((*model)->z_loss_term(), want_z, 1e-5 * want_z) << "z-loss term";
   (*model)->ZeroGrad();
   (*model)->Backward();
   const double largest_gradient = LargestGradient(f);

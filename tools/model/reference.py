@@ -76,10 +76,17 @@ CONFIGS = {
         vocab_size=43, context_length=16, d_model=24, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=64,
         norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="rope", rope_theta=500.0, biases=True,
         tied_embeddings=False, parallel_block=True),
+    # The z-loss (PaLM): the trained objective is the mean of CE + z_loss * lse^2; "loss" stays the CE and
+    # "z_term" holds the mean z_loss * lse^2. z = 1e-2 (PaLM's 1e-4 would move the gradients by ~0.01%,
+    # below what the fp32 comparison resolves; here by ~10%).
+    "zloss_tiny": dict(
+        vocab_size=71, context_length=16, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=True, z_loss=1e-2),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
-         "parallel_tiny": 1004, "post_tiny": 1005}
+         "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006}
 BATCH, TIME = 2, 8
 
 
@@ -251,11 +258,14 @@ def make_fixture(name, cfg, seed):
     ids = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
     targets = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
     logits, loss = forward(cfg, params, ids, targets)
-    loss.backward()
+    z_term = cfg.get("z_loss", 0.0) * torch.logsumexp(logits, dim=-1).pow(2).mean()
+    (loss + z_term).backward()
     out = {"config_json": np.frombuffer(json.dumps(cfg, sort_keys=True).encode(), dtype=np.uint8),
            "ids": ids.numpy().astype(np.int64), "targets": targets.numpy().astype(np.int64),
            "logits": logits.detach().numpy().astype(np.float32),
            "loss": np.array(loss.item(), dtype=np.float64)}
+    if "z_loss" in cfg:
+        out["z_term"] = np.array(z_term.item(), dtype=np.float64)
     for k, v in params32.items():
         out["param/" + k] = v.numpy()
         out["grad/" + k] = params[k].grad.numpy().astype(np.float32)
