@@ -57,8 +57,9 @@ TEST(ModelSpec, RejectsWhatTheModelDoesNotBuild) {
   e.mutable_model()->mutable_attention()->mutable_sliding_window()->set_window(8);
   EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.sliding_window is not built by the model yet");
   e = Load("tiny");
-  e.mutable_model()->mutable_attention()->set_qk_norm(true);
-  EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.qk_norm=true is not built by the model yet");
+  e.mutable_model()->mutable_attention()->set_logit_softcap(30);
+  EXPECT_EQ(ToModelConfig(e.model()).status().message(),
+            "model.attention.logit_softcap is not built by the model yet");
 }
 
 TEST(ModelSpec, BlockStructuresReachTheModel) {
@@ -77,6 +78,11 @@ TEST(ModelSpec, BlockStructuresReachTheModel) {
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(m->parallel_block);
+  EXPECT_FALSE(m->qk_norm);
+  e.mutable_model()->mutable_attention()->set_qk_norm(true);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->qk_norm);
 }
 
 }  // namespace

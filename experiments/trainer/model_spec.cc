@@ -58,7 +58,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   const config::AttentionConfig& attention = proto.attention();
   if (attention.has_sliding_window()) return unsupported("model.attention.sliding_window");
   if (attention.has_mla()) return unsupported("model.attention.mla");
-  if (attention.qk_norm()) return unsupported("model.attention.qk_norm=true");
+  m.qk_norm = attention.qk_norm();
   if (attention.logit_softcap() != 0) return unsupported("model.attention.logit_softcap");
 
   if (absl::Status s = m.Validate(); !s.ok()) return s;

@@ -25,6 +25,7 @@ ParameterCounts CountParameters(const ModelConfig& c) {
     block += c.q_width() + 2 * c.kv_width() + c.d_model;      // q, k, v, output
     block += (FfnMatrices(c) - 1) * c.d_ff + c.d_model;        // w1 (and w3), w2
   }
+  if (c.qk_norm) block += 2 * (c.norm == NormKind::kLayerNorm ? 2 : 1) * c.head_size();  // q_norm, k_norm
   p.blocks = c.n_layers * block;
   p.final_norm = c.has_final_norm() ? NormParameters(c) : 0;
   p.lm_head = c.tied_embeddings ? 0 : c.vocab_rows() * c.d_model;
@@ -54,6 +55,9 @@ ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& c, kerne
   if (!c.parallel_block) values += C;
   if (c.norm_placement == NormPlacement::kDouble) values += 2 * C;
   values += c.q_width() + 2 * c.kv_width();                     // q, k, v (after RoPE)
+  if (c.qk_norm) {  // q and k heads before QK-norm and its outputs; its statistics per head
+    values += 2 * (c.q_width() + c.kv_width()), statistics += (c.n_heads + c.n_kv_heads) * NormStatistics(c);
+  }
   values += c.q_width(), statistics += c.n_heads;               // attention output; log-sum-exp per head
   values += (FfnMatrices(c) - 1) * c.d_ff + c.d_ff;             // pre-activation(s), activation output
   a.per_block = act * values + f32 * statistics;

@@ -147,12 +147,13 @@ std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
       "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
       "d_ff=%d norm=%s "
-      "norm_eps=%g norm_placement=%s parallel_block=%d ffn=%s positions=%s rope_theta=%g biases=%d "
+      "norm_eps=%g norm_placement=%s parallel_block=%d qk_norm=%d ffn=%s positions=%s rope_theta=%g "
+      "biases=%d "
       "tied_embeddings=%d init=%s init_std=%g z_loss=%g",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
-      NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, FfnKindName(ffn),
-      PositionKindName(positions), rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std,
-      z_loss);
+      NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, qk_norm,
+      FfnKindName(ffn), PositionKindName(positions), rope_theta, biases, tied_embeddings,
+      InitSchemeName(init), init_std, z_loss);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

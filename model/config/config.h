@@ -59,6 +59,9 @@ struct ModelConfig {
   // x + attn(ln1(x)) + ffn(ln2(x)): attention and feed-forward read the same block input (GPT-J, GPT-NeoX;
   // two norms as in GPT-NeoX). Pre-norm only.
   bool parallel_block = false;
+  // QK-norm (Qwen3, Gemma 3): the model's norm kind over each head's HS channels of q and of k, after the
+  // projection and before RoPE; one gain (and LayerNorm bias) of HS for q and one for k, shared by the heads.
+  bool qk_norm = false;
   // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
   // the log of the softmax's normaliser. ForwardWithLoss still returns the cross-entropy; 0: off.
   double z_loss = 0.0;

@@ -278,6 +278,7 @@ void LanguageModel::EnsureWorkspace(int64_t n) {
   workspace_.dqkv = make(config_.q_width() + 2 * config_.kv_width());
   workspace_.dact = make(config_.d_ff);
   workspace_.dpre = make((config_.ffn == FfnKind::kSwiGLU ? 2 : 1) * config_.d_ff);
+  workspace_.dqk_norm = config_.qk_norm ? make(config_.q_width()) : kernels::Tensor();
   workspace_rows_ = n;
 }
 

@@ -187,6 +187,19 @@ ModelConfig Parallel() {
   return config;
 }
 
+// QK-norm (Qwen3) on the Llama style with GQA, and with LayerNorm, learned positions and biases.
+ModelConfig QkNorm() {
+  ModelConfig config = LlamaStyle();
+  config.qk_norm = true;
+  return config;
+}
+TEST(LanguageModelDecode, MatchesForwardQkNorm) {
+  ExpectIncrementalMatchesForward(QkNorm());
+  ModelConfig layer_norm = Gpt2Config(97, 12, 48, 2, 4);
+  layer_norm.qk_norm = true;
+  ExpectIncrementalMatchesForward(layer_norm);
+}
+
 TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
 TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
 TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }
@@ -232,7 +245,7 @@ TEST(LanguageModelDecode, NothingIsReadBeforeItIsWritten) {
   kernels::Context poisoned = kernels::Context::Cpu();
   poisoned.allocator = &poison;
   for (const ModelConfig& config :
-       {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4), PostNorm(), DoubleNorm(), Parallel()}) {
+       {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4), PostNorm(), DoubleNorm(), Parallel(), QkNorm()}) {
     SCOPED_TRACE(config.DebugString());
     const std::vector<int32_t> ids = RandomIds(config, kB * config.context_length, 17);
     std::vector<float> logits[2];

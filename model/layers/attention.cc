@@ -23,7 +23,12 @@ Attention::Attention(const ModelConfig& config, const kernels::Context& ctx, ker
       dtype_(dtype),
       qkv_(config.d_model, config.q_width() + 2 * config.kv_width(), config.biases, ctx, dtype, counters),
       output_(config.q_width(), config.d_model, config.biases, ctx, dtype, counters),
-      counters_(counters) {}
+      counters_(counters) {
+  if (config.qk_norm) {
+    q_norm_.emplace(config.norm, config.head_size(), config.norm_eps, ctx, dtype);
+    k_norm_.emplace(config.norm, config.head_size(), config.norm_eps, ctx, dtype);
+  }
+}
 
 namespace {
 
@@ -62,10 +67,58 @@ void Attention::EnsureStepState(const kernels::Context& ctx, int64_t b, int64_t 
   if (b == b_ && t == t_) return;
   const int64_t n = b * t;
   qkv_out_ = kernels::Tensor::Empty({n, qkv_.out()}, dtype_, ctx.allocator);
+  if (q_norm_) {
+    q_in_ = kernels::Tensor::Empty({n * nh_, hs_}, dtype_, ctx.allocator);
+    k_in_ = kernels::Tensor::Empty({n * nkv_, hs_}, dtype_, ctx.allocator);
+  }
   attn_out_ = kernels::Tensor::Empty({n, nh_ * hs_}, dtype_, ctx.allocator);
   lse_ = kernels::Tensor::Empty({b, nh_, t}, kernels::DType::kF32, ctx.allocator);
   b_ = b;
   t_ = t;
+}
+
+namespace {
+
+// `heads` heads of HS at column `offset` of the n rows of `width` elements at qkv <-> contiguous (n*heads,
+// HS) rows at dense: one strided row copy each way.
+void GatherHeads(const kernels::Context& ctx, kernels::DType dtype, int64_t n, int64_t width, int64_t offset,
+                 int64_t heads_width, const void* qkv, void* dense) {
+  const size_t es = kernels::DTypeSize(dtype), row = static_cast<size_t>(heads_width) * es;
+  kernels::CopyRowsOnDevice(ctx, dense, row, ElementOffset(qkv, offset, dtype),
+                            static_cast<size_t>(width) * es, row, static_cast<size_t>(n));
+}
+void ScatterHeads(const kernels::Context& ctx, kernels::DType dtype, int64_t n, int64_t width, int64_t offset,
+                  int64_t heads_width, const void* dense, void* qkv) {
+  const size_t es = kernels::DTypeSize(dtype), row = static_cast<size_t>(heads_width) * es;
+  kernels::CopyRowsOnDevice(ctx, ElementOffset(qkv, offset, dtype), static_cast<size_t>(width) * es, dense,
+                            row, row, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+void Attention::NormQk(const kernels::Context& ctx, int64_t n) {
+  if (!q_norm_) return;
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
+  void* qkv = qkv_out_.data();
+  GatherHeads(ctx, dtype_, n, width, 0, q_width, qkv, q_in_.data());
+  q_norm_->Forward(ctx, n * nh_, q_in_.data());
+  ScatterHeads(ctx, dtype_, n, width, 0, q_width, q_norm_->output(), qkv);
+  GatherHeads(ctx, dtype_, n, width, q_width, kv_width, qkv, k_in_.data());
+  k_norm_->Forward(ctx, n * nkv_, k_in_.data());
+  ScatterHeads(ctx, dtype_, n, width, q_width, kv_width, k_norm_->output(), qkv);
+}
+
+void Attention::NormQkBackward(const kernels::Context& ctx, const BackwardWorkspace& ws, void* dqkv) {
+  if (!q_norm_) return;
+  const int64_t n = b_ * t_, width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
+  void* dy = ws.dattn.data();     // (N, NH*HS): free once the attention backward has read it
+  void* dx = ws.dqk_norm.data();  // (N, NH*HS)
+  GatherHeads(ctx, dtype_, n, width, 0, q_width, dqkv, dy);
+  q_norm_->Backward(ctx, dy, dx);
+  ScatterHeads(ctx, dtype_, n, width, 0, q_width, dx, dqkv);
+  GatherHeads(ctx, dtype_, n, width, q_width, kv_width, dqkv, dy);
+  k_norm_->Backward(ctx, dy, dx);
+  ScatterHeads(ctx, dtype_, n, width, q_width, kv_width, dx, dqkv);
 }
 
 void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
@@ -75,6 +128,7 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   input_ = h;
   void* qkv = qkv_out_.data();
   qkv_.Forward(ctx, n, h, c_, qkv, width, /*accumulate=*/false);
+  NormQk(ctx, n);
   // The q heads and the k heads after them, rotated by one call (one table of angles for both).
   if (rope_) kernels::RopeForward(ctx, InPlaceRope(b, t, nh_ + nkv_, hs_, rope_theta_, qkv, width, dtype_));
   if (cache != nullptr) FillCache(ctx, *cache);
@@ -110,6 +164,7 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
   input_ = h;
   void* qkv = qkv_out_.data();
   qkv_.Forward(ctx, b, h, c_, qkv, width, /*accumulate=*/false);
+  NormQk(ctx, b);
   if (rope_) {  // q and k heads in one call, as in Forward
     kernels::RopeParams p = InPlaceRope(b, 1, nh_ + nkv_, hs_, rope_theta_, qkv, width, dtype_);
     p.positions = device_position, p.positions_stride_b = 0;  // every sequence is at `position`
@@ -150,12 +205,18 @@ void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& w
   counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * (t_ * (t_ + 1) / 2.0);
   if (rope_)
     kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_ + nkv_, hs_, rope_theta_, dqkv, width, dtype_));
+  NormQkBackward(ctx, ws, dqkv);
   qkv_.Backward(ctx, n, input_, c_, dqkv, width, dh);
 }
 
 int64_t Attention::saved_bytes() const {
   if (b_ == 0) return 0;
-  return static_cast<int64_t>(qkv_out_.nbytes() + attn_out_.nbytes() + lse_.nbytes());
+  int64_t bytes = static_cast<int64_t>(qkv_out_.nbytes() + attn_out_.nbytes() + lse_.nbytes());
+  if (q_norm_) {
+    bytes += static_cast<int64_t>(q_in_.nbytes() + k_in_.nbytes()) + q_norm_->saved_bytes() +
+             k_norm_->saved_bytes();
+  }
+  return bytes;
 }
 
 void Attention::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
@@ -166,6 +227,10 @@ void Attention::VisitParameters(const std::string& prefix, const ParameterVisito
   for (int i = 0; i < 3; ++i) {
     visit(prefix + names[i] + ".weight", qkv_.weight().Rows(starts[i], rows[i]));
     if (qkv_.bias() != nullptr) visit(prefix + names[i] + ".bias", qkv_.bias()->Rows(starts[i], rows[i]));
+  }
+  if (q_norm_) {
+    q_norm_->VisitParameters(prefix + ".q_norm", visit);
+    k_norm_->VisitParameters(prefix + ".k_norm", visit);
   }
   output_.VisitParameters(prefix + ".output_proj", visit);
 }

@@ -1,10 +1,13 @@
 // Attention: causal self-attention with n_kv_heads key/value heads (MHA when n_kv_heads == n_heads, GQA
-// when it divides n_heads, MQA when 1) in one module, with optional RoPE on q and k.
+// when it divides n_heads, MQA when 1) in one module, with optional QK-norm and RoPE on q and k.
 //
 // q, k and v come from one fused (NH*HS + 2*NKV*HS, C) projection whose row blocks are visited as
 // attn.q_proj / attn.k_proj / attn.v_proj (and their biases), so a single GEMM computes all three.
 // Step state: the projected q|k|v (N, (NH+2*NKV)*HS) after RoPE and the attention output (N, NH*HS) in the
-// activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. Forward adds the output
+// activation dtype, and the fp32 log-sum-exp (B, NH, T), on the model's device. QK-norm (config.qk_norm)
+// norms each head's q and k before RoPE: the q (k) heads are gathered into a contiguous (N*NH, HS) input,
+// normed by a Norm of HS channels ("q_norm", "k_norm") and written back into q|k|v; the gathered inputs and
+// the norms' outputs and statistics are step state too. Forward adds the output
 // projection into the residual stream (or writes it, for a block that norms the branch first); Backward takes
 // the residual gradient and writes the gradient of the normed input. Parameter gradients (fp32) accumulate.
 //
@@ -18,12 +21,14 @@
 #define LMFORGE_MODEL_LAYERS_ATTENTION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kernels/attention/attention.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/layers/linear.h"
+#include "model/layers/norm.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
@@ -53,7 +58,7 @@ class Attention {
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 
   int64_t saved_bytes() const;
-  // Visits "<prefix>.q_proj.*", "k_proj", "v_proj", "output_proj".
+  // Visits "<prefix>.q_proj.*", "k_proj", "v_proj", ("q_norm", "k_norm": QK-norm only), "output_proj".
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
@@ -63,17 +68,23 @@ class Attention {
   void EnsureStepState(const kernels::Context& ctx, int64_t b, int64_t t);
   // Copies the keys and values of the (B, T) step state into cache rows [0, T) (a row gather per sequence).
   void FillCache(const kernels::Context& ctx, LayerKvCache& cache);
+  // QK-norm of the n rows of the q|k|v buffer qkv_out_ (a no-op without it), forward and backward over the
+  // gradient rows dqkv (ws.dattn and ws.dqk_norm as scratch).
+  void NormQk(const kernels::Context& ctx, int64_t n);
+  void NormQkBackward(const kernels::Context& ctx, const BackwardWorkspace& ws, void* dqkv);
 
   int64_t nh_, nkv_, hs_, c_;
   bool rope_;
   double rope_theta_;
   kernels::DType dtype_;
   Linear qkv_, output_;
+  std::optional<Norm> q_norm_, k_norm_;  // QK-norm only
   StepCounters* counters_;
   // Step state.
   int64_t b_ = 0, t_ = 0;
   const void* input_ = nullptr;
   kernels::Tensor qkv_out_, attn_out_, lse_;
+  kernels::Tensor q_in_, k_in_;  // QK-norm: the gathered q (N*NH, HS) and k (N*NKV, HS) heads before it
 };
 
 }  // namespace lmf::model

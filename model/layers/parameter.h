@@ -47,6 +47,7 @@ struct BackwardWorkspace {
   kernels::Tensor dqkv;       // (N, (NH+2*NKV)*HS)
   kernels::Tensor dact;       // (N, d_ff) gradient of the activation output
   kernels::Tensor dpre;       // (N, d_ff or 2*d_ff) gradient of the feed-forward pre-activations
+  kernels::Tensor dqk_norm;   // (N, NH*HS) gradient of the q or k heads before QK-norm (QK-norm only)
 };
 
 // Counters a model keeps about its last step, for the accounting tests and benchmarks.

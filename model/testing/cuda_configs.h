@@ -1,7 +1,7 @@
 // Test-only: the two small configs the model's CUDA tests run (head size 64, which every CUDA attention
 // kernel supports), so the training-path and the decoding-path GPU tests check the same architectures, and
-// the block structures (post-norm, double norm, parallel) on them, which the F32 and bf16 comparisons also
-// run.
+// the block structures (post-norm, double norm, parallel) and QK-norm on them, which the F32 and bf16
+// comparisons and the f32 decode comparison also run.
 //   GPT-2-like: LayerNorm, GELU, learned positions, biases, tied head, padded vocabulary. init_std 0.1
 //   (GPT-2's
 //     is 0.02) makes the blocks' contributions comparable to the embeddings and the attention non-uniform,
@@ -43,16 +43,17 @@ inline std::vector<NamedConfig> CudaTestConfigs() {
 }
 
 // CudaTestConfigs() and, one layer deep (the structure is per block), GPT-2-like post-norm (no final
-// norm), Llama-like double norm and Llama-like parallel blocks.
+// norm), Llama-like double norm with QK-norm (Gemma 3's pair) and Llama-like parallel blocks.
 inline std::vector<NamedConfig> CudaTestConfigsWithBlockStructures() {
   std::vector<NamedConfig> configs = CudaTestConfigs();
   ModelConfig post = Gpt2Like(), sandwich = LlamaLike(), parallel = LlamaLike();
   post.norm_placement = NormPlacement::kPost;
   sandwich.norm_placement = NormPlacement::kDouble;
+  sandwich.qk_norm = true;
   parallel.parallel_block = true;
   for (ModelConfig* c : {&post, &sandwich, &parallel}) c->n_layers = 1;
   configs.push_back({"gpt2_like_post_norm", post});
-  configs.push_back({"llama_like_double_norm", sandwich});
+  configs.push_back({"llama_like_double_norm_qk_norm", sandwich});
   configs.push_back({"llama_like_parallel", parallel});
   return configs;
 }

@@ -22,6 +22,7 @@ Parameter names (these are the checkpoint names the trainer writes; CS336's stat
   layers.{i}.attn.k_proj.weight     (NKV*HS, C)     .bias
   layers.{i}.attn.v_proj.weight     (NKV*HS, C)     .bias
   layers.{i}.attn.output_proj.weight (C, NH*HS)     .bias (C,)
+  layers.{i}.attn.q_norm.weight / .bias, layers.{i}.attn.k_norm.weight / .bias   (HS,)   qk_norm only
   layers.{i}.ln2.weight / .bias     (C,)
   layers.{i}.post_attn_norm.weight / .bias, layers.{i}.post_ffn_norm.weight / .bias   (C,)   double only
   layers.{i}.ffn.w1.weight          (d_ff, C)       .bias   SwiGLU gate / GELU,ReLU up projection
@@ -83,10 +84,21 @@ CONFIGS = {
         vocab_size=71, context_length=16, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=True, z_loss=1e-2),
+    # QK-norm (Qwen3, Gemma 3): the model's norm over each head's HS channels of q and of k, before RoPE, one
+    # gain (and bias) of HS for q and one for k. RMSNorm with GQA and RoPE; LayerNorm with biases.
+    "qknorm_tiny": dict(
+        vocab_size=53, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, qk_norm=True),
+    "qknorm_ln_tiny": dict(
+        vocab_size=41, context_length=16, d_model=24, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=48,
+        norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="learned", rope_theta=0.0, biases=True,
+        tied_embeddings=True, qk_norm=True),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
-         "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006}
+         "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
+         "qknorm_ln_tiny": 1008}
 BATCH, TIME = 2, 8
 
 
@@ -156,6 +168,11 @@ def parameter_shapes(cfg):
             shapes[p + name + ".weight"] = (out_f, in_f)
             if cfg["biases"]:
                 shapes[p + name + ".bias"] = (out_f,)
+        if cfg.get("qk_norm", False):
+            for norm in ("attn.q_norm", "attn.k_norm"):
+                shapes[p + norm + ".weight"] = (hs,)
+                if has_norm_bias:
+                    shapes[p + norm + ".bias"] = (hs,)
     if placement(cfg) != "post":
         shapes["ln_final.weight"] = (c,)
         if has_norm_bias:
@@ -211,6 +228,8 @@ def forward(cfg, p, ids, targets):
         q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)
         k = linear(h, pre + "attn.k_proj").view(b, t, nkv, hs).transpose(1, 2)  # (B, NKV, T, HS)
         v = linear(h, pre + "attn.v_proj").view(b, t, nkv, hs).transpose(1, 2)
+        if cfg.get("qk_norm", False):  # over the last dimension (HS) of every head
+            q, k = norm(q, pre + "attn.q_norm"), norm(k, pre + "attn.k_norm")
         if cfg["positions"] == "rope":
             q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
         k = k.repeat_interleave(nh // nkv, dim=1)  # query head h reads kv head h // (NH/NKV)
