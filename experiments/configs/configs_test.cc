@@ -54,8 +54,8 @@ TEST(Configs, Cs336TinyStoriesMatchesTheAssignment) {
 
 TEST(ModelSpec, RejectsWhatTheModelDoesNotBuild) {
   config::Experiment e = Load("tiny");
-  e.mutable_model()->mutable_attention()->mutable_sliding_window()->set_window(8);
-  EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.sliding_window is not built by the model yet");
+  e.mutable_model()->mutable_attention()->mutable_mla()->set_kv_lora_rank(8);
+  EXPECT_EQ(ToModelConfig(e.model()).status().message(), "model.attention.mla is not built by the model yet");
   e = Load("tiny");
   e.mutable_model()->mutable_attention()->set_logit_softcap(30);
   EXPECT_EQ(ToModelConfig(e.model()).status().message(),
@@ -83,6 +83,11 @@ TEST(ModelSpec, BlockStructuresReachTheModel) {
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(m->qk_norm);
+  EXPECT_EQ(m->sliding_window, 0);
+  e.mutable_model()->mutable_attention()->mutable_sliding_window()->set_window(8);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->sliding_window, 8);
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   m.init_std = proto.init().std();
 
   const config::AttentionConfig& attention = proto.attention();
-  if (attention.has_sliding_window()) return unsupported("model.attention.sliding_window");
+  if (attention.has_sliding_window()) m.sliding_window = attention.sliding_window().window();
   if (attention.has_mla()) return unsupported("model.attention.mla");
   m.qk_norm = attention.qk_norm();
   if (attention.logit_softcap() != 0) return unsupported("model.attention.logit_softcap");

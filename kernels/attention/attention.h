@@ -3,11 +3,12 @@
 //
 //   G = NH / NKV;  query head h reads key/value head h / G
 //   s[t, u] = scale * q[b, t, h, :] . k[b, u, h/G, :]        t in [0, T) queries, u in [0, S) keys
-//   masked out when (causal and u > t) or (mask and mask[b, h, t, u] == 0)
-//   out[b, t, h, :] = sum_u softmax_u(s[t, :]) v[b, u, h/G, :]
-//   lse[b, h, t] = log sum_u exp(s[t, u])  (saved for backward)
+//   masked out when (causal and u > t) or (window > 0 and u <= t - window) or (mask and mask[b, h, t, u] ==
+//   0) out[b, t, h, :] = sum_u softmax_u(s[t, :]) v[b, u, h/G, :] lse[b, h, t] = log sum_u exp(s[t, u])
+//   (saved for backward)
 // Causal is top-left aligned as in torch (key u is visible to query t iff u <= t), which for T == S is
-// the usual lower-triangular mask. A query row whose keys are all masked gets out = 0 and lse = -inf
+// the usual lower-triangular mask; a sliding window of W (Mistral, Gemma 2's local layers) leaves query t
+// the W keys (t - W, t] with causal. A query row whose keys are all masked gets out = 0 and lse = -inf
 // (PyTorch would give NaN) and zero gradients.
 //
 // q, k, v, out are (B, T|S, heads, HS) with element strides per dimension (HS contiguous), so q, k and v
@@ -40,6 +41,8 @@ struct AttentionParams {
   int64_t HS = 0;   // head size
   float scale = 0;  // usually 1 / sqrt(HS)
   bool causal = false;
+  // Sliding window: query t sees no key u <= t - window (0: no window). With causal, keys (t - window, t].
+  int64_t window = 0;
   const void* q = nullptr;  // (B, T, NH, HS)
   int64_t q_stride_b = 0, q_stride_t = 0, q_stride_h = 0;
   const void* k = nullptr;  // (B, S, NKV, HS)

@@ -66,7 +66,11 @@ struct View {
     return static_cast<float*>(p.out) + b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h;
   }
   float* lse(int64_t b, int64_t h, int64_t t) const { return p.lse + (b * p.NH + h) * p.T + t; }
-  // Keys [0, KeyLimit(t)) may be visible to query t (the causal cut); the mask may hide more.
+  // Keys [KeyStart(t), KeyLimit(t)) may be visible to query t (the window and causal cuts); the mask may hide
+  // more.
+  int64_t KeyStart(int64_t t) const {
+    return p.window > 0 ? std::min(p.S, std::max<int64_t>(0, t - p.window + 1)) : 0;
+  }
   int64_t KeyLimit(int64_t t) const { return p.causal ? std::min(p.S, t + 1) : p.S; }
   const uint8_t* MaskRow(int64_t b, int64_t h, int64_t t) const {
     return p.mask ? p.mask + b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t : nullptr;
@@ -76,9 +80,11 @@ struct View {
     const float* qt = q(b, t, h);
     const int64_t kvh = h / group();
     const uint8_t* mrow = MaskRow(b, h, t);
+    const int64_t start = KeyStart(t);
     for (int64_t j = 0; j < len; ++j) {
-      s[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY
-                                                    : p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS);
+      s[j] = (u0 + j < start || (mrow != nullptr && mrow[u0 + j] == 0))
+                 ? -INFINITY
+                 : p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS);
     }
   }
 };
@@ -89,15 +95,18 @@ void CheckParams(const AttentionParams& p) {
       << " HS=" << p.HS;
   LMF_CHECK(p.NH % p.NKV == 0) << "attention: NKV=" << p.NKV << " does not divide NH=" << p.NH;
   LMF_CHECK(p.lse != nullptr) << "attention: lse buffer (B, NH, T) is required";
+  LMF_CHECK(p.window >= 0) << "attention: window=" << p.window << " must be >= 0 (0: none)";
 }
 
-// Scales a row of raw scores q.k by `scale` and sets masked keys to -inf. Keys u0 + j for j >= visible
-// are beyond the causal limit of query t.
+// Scales a row of raw scores q.k by `scale` and sets masked keys to -inf. Keys u0 + j for j < first are
+// before query t's window, those for j >= visible beyond its causal limit.
 void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t len, float* row) {
   const int64_t visible = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
+  const int64_t first = std::min(visible, std::max<int64_t>(0, view.KeyStart(t) - u0));
   const uint8_t* mrow = view.MaskRow(b, h, t);
   const float scale = view.p.scale;
-  for (int64_t j = 0; j < visible; ++j)
+  for (int64_t j = 0; j < first; ++j) row[j] = -INFINITY;
+  for (int64_t j = first; j < visible; ++j)
     row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : row[j] * scale;
   for (int64_t j = visible; j < len; ++j) row[j] = -INFINITY;
 }
@@ -124,8 +133,9 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(run_max.begin(), run_max.end(), -INFINITY);
       std::fill(run_sum.begin(), run_sum.end(), 0.0f);
+      // Key blocks before the first query's window hide every score of the block: skipped.
       const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
-      for (int64_t u0 = 0; u0 < key_end; u0 += kKeyBlock) {
+      for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, p.HS, kt.data(), kKeyBlock);
         vec::SmallGemm(tlen, len, p.HS, view.q(b, t0, h), p.q_stride_t, kt.data(), kKeyBlock, s.data(),
@@ -289,6 +299,11 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
 int64_t FirstQueryBlockStart(const AttentionParams& p, int64_t u0) {
   return p.causal ? std::min(u0, p.T) / kQueryBlock * kQueryBlock : 0;
 }
+// One past the last query that sees any key of the block [u0, u0 + len) (a window: queries from
+// u0 + len - 1 + window on see none of it).
+int64_t QueryEnd(const AttentionParams& p, int64_t u0, int64_t len) {
+  return p.window > 0 ? std::min(p.T, u0 + len - 1 + p.window) : p.T;
+}
 
 void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   const AttentionParams& p = bp.forward;
@@ -327,7 +342,7 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
           std::fill(s.dk_acc.begin(), s.dk_acc.end(), 0.0f);
           std::fill(s.dv_acc.begin(), s.dv_acc.end(), 0.0f);
           for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
-            for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < p.T; t0 += Bq) {
+            for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < QueryEnd(p, u0, len); t0 += Bq) {
               BackwardTile(view, g, b, h, t0, std::min(Bq, p.T - t0), u0, len, Drow(b, h, t0), s, true, true);
             }
           }
@@ -347,7 +362,7 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
       std::fill(s.dk_acc.begin(), s.dk_acc.end(), 0.0f);
       std::fill(s.dv_acc.begin(), s.dv_acc.end(), 0.0f);
       for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
-        for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < p.T; t0 += Bq) {
+        for (int64_t t0 = FirstQueryBlockStart(p, u0); t0 < QueryEnd(p, u0, len); t0 += Bq) {
           BackwardTile(view, g, b, h, t0, std::min(Bq, p.T - t0), u0, len, Drow(b, h, t0), s, true, false);
         }
       }
@@ -360,7 +375,7 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
       const int64_t b = item / (p.NH * qblocks), h = (item / qblocks) % p.NH, t0 = (item % qblocks) * Bq;
       const int64_t tlen = std::min(Bq, p.T - t0), kvh = h / G;
       const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
-      for (int64_t u0 = 0; u0 < key_end; u0 += Bk) {
+      for (int64_t u0 = view.KeyStart(t0) / Bk * Bk; u0 < key_end; u0 += Bk) {
         const int64_t len = std::min(Bk, p.S - u0);
         PackKeyBlock(view, b, kvh, u0, len, s);
         BackwardTile(view, g, b, h, t0, tlen, u0, len, Drow(b, h, t0), s, false, true);

@@ -492,6 +492,7 @@ absl::Status Validate(const AttentionParams& p) {
         absl::StrCat("attention: negative size B=", p.B, " T=", p.T, " S=", p.S, " NH=", p.NH));
   // No keys: the backward's dk/dv grid would have 0 blocks (a launch error); the CPU kernel rejects it too.
   if (p.T > 0 && p.S == 0) return absl::InvalidArgumentError("attention: S = 0 keys for T > 0 queries");
+  if (p.window < 0) return absl::InvalidArgumentError(absl::StrCat("attention: window ", p.window, " < 0"));
   // Every grid is (row blocks, heads, batch): CUDA limits gridDim.y and gridDim.z to 65535.
   if (p.NH > 65535 || p.B > 65535)
     return absl::InvalidArgumentError(absl::StrCat(

@@ -33,12 +33,13 @@ struct Geometry {
   int64_t B, T, NH, NKV, HS;
   bool causal;
   int64_t S = 0;  // keys; 0: S = T
+  int64_t window = 0;  // sliding window (0: none)
   int64_t keys() const { return S > 0 ? S : T; }
   int64_t rows() const { return std::max(T, keys()); }   // fused rows per batch: q reads T of them, k/v S
   int64_t width() const { return (NH + 2 * NKV) * HS; }  // fused row
   AttentionParams Params(const void* qkv, void* out, float* lse, size_t elem) const {
     AttentionParams p;
-    p.B = B, p.T = T, p.S = keys(), p.NH = NH, p.NKV = NKV, p.HS = HS, p.causal = causal;
+    p.B = B, p.T = T, p.S = keys(), p.NH = NH, p.NKV = NKV, p.HS = HS, p.causal = causal, p.window = window;
     p.scale = 1.0f / std::sqrt(static_cast<float>(HS));
     const char* base = static_cast<const char*>(qkv);
     p.q = base, p.k = base + NH * HS * elem, p.v = base + (NH + NKV) * HS * elem;
@@ -66,7 +67,8 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
       auto k = [&](int64_t u, int64_t d) { return qkv[(b * rows + u) * W + (g.NH + kvh) * HS + d]; };
       auto v = [&](int64_t u, int64_t d) { return qkv[(b * rows + u) * W + (g.NH + g.NKV + kvh) * HS + d]; };
       auto hidden = [&](int64_t t, int64_t u) {
-        return (g.causal && u > t) || (mask != nullptr && (*mask)[t * S + u] == 0);
+        return (g.causal && u > t) || (g.window > 0 && u <= t - g.window) ||
+               (mask != nullptr && (*mask)[t * S + u] == 0);
       };
       for (int64_t t = 0; t < T; ++t) {
         float mx = -std::numeric_limits<float>::infinity();
@@ -253,6 +255,17 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   for (int64_t u = 0; u < T; ++u) mask[5 * T + u] = 0;  // query 5 sees nothing
   for (int64_t t = 0; t < T; ++t) mask[t * T + 3] = 0;  // key 3 hidden from everyone
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
+}
+
+// Sliding windows: 40 keys over 150 (tiles crossing the window's edge and tiles wholly before it), and 1.
+TEST_P(AttentionTest, SlidingWindowMatchesCpu) {
+  const auto [hs, causal] = GetParam();
+  Geometry g{1, 150, 4, 2, hs, causal};
+  for (int64_t window : {40, 1}) {
+    SCOPED_TRACE(window);
+    g.window = window;
+    RunAndCompare(ctx(), g, nullptr, 900 + hs + causal + window);
+  }
 }
 
 // S != T (cross-attention shapes; causal stays top-left aligned): keys the queries never reach get zero

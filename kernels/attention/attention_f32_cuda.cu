@@ -14,6 +14,7 @@ __device__ __forceinline__ bool Hidden(const AttentionParams& p, bool causal, in
                                        int64_t u) {
   if (t >= p.T || u >= p.S) return true;
   if (causal && u > t) return true;
+  if (p.window > 0 && u <= t - p.window) return true;
   return p.mask != nullptr &&
          p.mask[b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t + u] == 0;
 }

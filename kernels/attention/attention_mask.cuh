@@ -1,5 +1,6 @@
 // Which scores the bf16 attention forward kernels hide (attention_cuda.cu's FlashAttention-2 kernels and
-// attention_wgmma_cuda.cu's Hopper forward): the causal, T/S and mask-tensor rules of attention.h, per score
+// attention_wgmma_cuda.cu's Hopper forward): the causal, sliding-window, T/S and mask-tensor rules of
+// attention.h, per score
 // and per tile, and the online-softmax step that applies them, shared so that every variant masks and
 // normalises alike.
 #ifndef LMFORGE_KERNELS_ATTENTION_ATTENTION_MASK_CUH_
@@ -16,6 +17,7 @@ namespace lmf::kernels::cuda {
 __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, int b, int h, int t, int u) {
   if (t >= p.T || u >= p.S) return true;
   if (causal && u > t) return true;
+  if (p.window > 0 && u <= t - p.window) return true;
   if (p.mask != nullptr &&
       p.mask[b * p.mask_stride_b + h * p.mask_stride_h + static_cast<int64_t>(t) * p.mask_stride_t + u] == 0)
     return true;
@@ -23,11 +25,13 @@ __device__ __forceinline__ bool Masked(const AttentionParams& p, bool causal, in
 }
 
 // Whether any key of [u0, u0 + keys) can be hidden from any query of [t0, t0 + queries): the tile crosses T
-// or S, the causal diagonal, or a mask tensor is given. Only such tiles call Masked() per element (as
+// or S, the causal diagonal or the window's lower edge (its first key is at or before its last query minus
+// the window), or a mask tensor is given. Only such tiles call Masked() per element (as
 // FlashAttention-2 does); the others skip it, which changes no arithmetic.
 __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool causal, int t0, int queries,
                                               int u0, int keys) {
-  return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0);
+  return p.mask != nullptr || t0 + queries > p.T || u0 + keys > p.S || (causal && u0 + keys - 1 > t0) ||
+         (p.window > 0 && u0 <= t0 + queries - 1 - p.window);
 }
 
 // One online-softmax step (FlashAttention-2) for query `row` over a tile of keys u0.. held as mma.m16n8 /

@@ -105,6 +105,58 @@ TEST(Attention, BackwardMatchesCentralDifferences) {
   EXPECT_TRUE(testing::CheckGradient("dv", v, loss, dv, 1e-2, 1e-2, 1e-3));
 }
 
+// A sliding window is the mask that hides keys u <= t - window: the window gives what that mask tensor gives
+// (itself checked against PyTorch above), over several query and key blocks, causal or not, windows of 1,
+// within a block, across blocks and beyond T, for both forwards and both backward schedules. The window
+// skips blocks the mask computes as all -inf, which adds exact zeros, so the results are bitwise the same.
+TEST(Attention, SlidingWindowEqualsItsMask) {
+  const int64_t B = 2, NH = 4, NKV = 2, HS = 8;
+  Context ctx = Context::Cpu();
+  for (const bool causal : {true, false}) {
+    const int64_t T = causal ? 70 : 45, S = 70;
+    auto q = testing::RandomNormal(B * T * NH * HS, 11), k = testing::RandomNormal(B * S * NKV * HS, 12);
+    auto v = testing::RandomNormal(B * S * NKV * HS, 13), dout = testing::RandomNormal(B * T * NH * HS, 14);
+    // 2, 60 and 66 put the last query that sees a key block first in a query block (blocks of 64).
+    for (const int64_t window : {1, 2, 5, 33, 60, 66, 100}) {
+      std::vector<uint8_t> mask(T * S);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t u = 0; u < S; ++u) mask[t * S + u] = u > t - window;
+      }
+      for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
+        for (AttentionBackwardSchedule schedule :
+             {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "causal " << causal << " window " << window << " algorithm "
+                       << static_cast<int>(algorithm) << " schedule " << static_cast<int>(schedule));
+          std::vector<float> out[2], lse[2], dq[2], dk[2], dv[2];
+          for (int with_mask = 0; with_mask < 2; ++with_mask) {
+            out[with_mask].assign(q.size(), 0), lse[with_mask].assign(B * NH * T, 0);
+            dq[with_mask].assign(q.size(), 9), dk[with_mask].assign(k.size(), 9),
+                dv[with_mask].assign(v.size(), 9);
+            AttentionParams p =
+                ContiguousAttentionParams(B, T, S, NH, NKV, HS, causal, q.data(), k.data(), v.data(),
+                                          out[with_mask].data(), lse[with_mask].data());
+            p.algorithm = algorithm;
+            if (with_mask) {
+              p.mask = mask.data(), p.mask_stride_t = S;  // broadcast over batch and heads
+            } else {
+              p.window = window;
+            }
+            AttentionForward(ctx, p);
+            AttentionBackward(ctx, {p, dout.data(), dq[with_mask].data(), dk[with_mask].data(),
+                                    dv[with_mask].data(), schedule});
+          }
+          EXPECT_EQ(out[0], out[1]);
+          EXPECT_EQ(lse[0], lse[1]);
+          EXPECT_EQ(dq[0], dq[1]);
+          EXPECT_EQ(dk[0], dk[1]);
+          EXPECT_EQ(dv[0], dv[1]);
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, FusedQkvBufferEqualsSeparateTensors) {
   const int64_t B = 2, T = 40, NH = 4, NKV = 2, HS = 8;
   const int64_t W = (NH + 2 * NKV) * HS;  // one row of the fused projection: [q | k | v]

@@ -36,7 +36,10 @@ FlopsPerToken CountFlopsPerToken(const ModelConfig& c, int64_t seq_len) {
   FlopsPerToken f;
   f.matmul_forward = 2.0 * (static_cast<double>(c.n_layers) * BlockMatmulWeights(c) +
                             static_cast<double>(c.vocab_rows()) * c.d_model);
-  f.attention_forward = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_size() * (seq_len + 1) / 2.0;
+  if (seq_len > 0) {
+    f.attention_forward = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_size() * c.attended_pairs(seq_len) /
+                          static_cast<double>(seq_len);
+  }
   return f;
 }
 

@@ -33,7 +33,8 @@ ParameterCounts CountParameters(const ModelConfig& config);
 // Not counted: norms, activations, softmax, RoPE, the loss and the optimizer (O(C) per token, < 1%).
 struct FlopsPerToken {
   double matmul_forward = 0;     // 2 * (weights touched by matmuls), the LM head included even when tied
-  double attention_forward = 0;  // 2 * 2 * n_layers * NH * HS * (seq_len + 1) / 2
+  // 2 * 2 * n_layers * NH * HS * (keys a query attends on average: (seq_len + 1) / 2, fewer with a window)
+  double attention_forward = 0;
   double forward() const { return matmul_forward + attention_forward; }
   // Backward costs twice the forward for both kinds: one product for the input gradient, one for the
   // weight (or the other operand) gradient.

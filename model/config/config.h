@@ -41,6 +41,15 @@ const char* FfnKindName(FfnKind kind);
 const char* PositionKindName(PositionKind kind);
 const char* InitSchemeName(InitScheme scheme);
 
+// Query-key pairs of a causal sequence of t tokens: t (t + 1) / 2, or with a sliding window 0 < W < t,
+// W (W + 1) / 2 + (t - W) W.
+inline double CausalPairs(int64_t t, int64_t window) {
+  const double n = static_cast<double>(t);
+  if (window <= 0 || window >= t) return n * (n + 1) / 2;
+  const double w = static_cast<double>(window);
+  return w * (w + 1) / 2 + (n - w) * w;
+}
+
 struct ModelConfig {
   int64_t vocab_size = 0;      // V: token ids are in [0, V); the loss's softmax runs over these V logits
   // Rows of the token embedding and of the LM head (and columns of the logits), >= vocab_size; 0 means
@@ -62,6 +71,9 @@ struct ModelConfig {
   // QK-norm (Qwen3, Gemma 3): the model's norm kind over each head's HS channels of q and of k, after the
   // projection and before RoPE; one gain (and LayerNorm bias) of HS for q and one for k, shared by the heads.
   bool qk_norm = false;
+  // Sliding-window attention (Mistral; Gemma 2's local layers): token t attends to the sliding_window
+  // tokens (t - sliding_window, t]; 0: the whole causal prefix. Every layer.
+  int64_t sliding_window = 0;
   // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
   // the log of the softmax's normaliser. ForwardWithLoss still returns the cross-entropy; 0: off.
   double z_loss = 0.0;
@@ -79,6 +91,8 @@ struct ModelConfig {
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
   int64_t norms_per_block() const { return norm_placement == NormPlacement::kDouble ? 4 : 2; }
   bool has_final_norm() const { return norm_placement != NormPlacement::kPost; }
+  // Query-key pairs one head of a causal sequence of t tokens attends over (see CausalPairs).
+  double attended_pairs(int64_t t) const { return CausalPairs(t, sliding_window); }
 
   // OK, or InvalidArgument naming the first field that cannot work and why.
   absl::Status Validate() const;

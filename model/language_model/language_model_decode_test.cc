@@ -200,6 +200,14 @@ TEST(LanguageModelDecode, MatchesForwardQkNorm) {
   ExpectIncrementalMatchesForward(layer_norm);
 }
 
+// A sliding window of 4 over a context of 12: decoding past the window reads only its last 4 cache rows.
+ModelConfig Window() {
+  ModelConfig config = LlamaStyle();
+  config.sliding_window = 4;
+  return config;
+}
+TEST(LanguageModelDecode, MatchesForwardSlidingWindow) { ExpectIncrementalMatchesForward(Window()); }
+
 TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
 TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
 TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }
@@ -244,8 +252,8 @@ TEST(LanguageModelDecode, NothingIsReadBeforeItIsWritten) {
   testing::PoisoningAllocator poison;
   kernels::Context poisoned = kernels::Context::Cpu();
   poisoned.allocator = &poison;
-  for (const ModelConfig& config :
-       {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4), PostNorm(), DoubleNorm(), Parallel(), QkNorm()}) {
+  for (const ModelConfig& config : {LlamaStyle(), Gpt2Config(97, 12, 48, 2, 4), PostNorm(), DoubleNorm(),
+                                    Parallel(), QkNorm(), Window()}) {
     SCOPED_TRACE(config.DebugString());
     const std::vector<int32_t> ids = RandomIds(config, kB * config.context_length, 17);
     std::vector<float> logits[2];

@@ -2,6 +2,7 @@
 // the incremental (KV-cache) forward for decoding.
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -18,6 +19,7 @@ Attention::Attention(const ModelConfig& config, const kernels::Context& ctx, ker
       nkv_(config.n_kv_heads),
       hs_(config.head_size()),
       c_(config.d_model),
+      window_(config.sliding_window),
       rope_(config.positions == PositionKind::kRoPE),
       rope_theta_(config.rope_theta),
       dtype_(dtype),
@@ -53,6 +55,7 @@ kernels::AttentionParams Attention::Params() const {
   p.B = b_, p.T = t_, p.S = t_, p.NH = nh_, p.NKV = nkv_, p.HS = hs_;
   p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
   p.causal = true;
+  p.window = window_;
   p.q = qkv, p.q_stride_b = t_ * width, p.q_stride_t = width, p.q_stride_h = hs_;
   p.k = ElementOffset(qkv, q_width, dtype_), p.k_stride_b = t_ * width, p.k_stride_t = width,
   p.k_stride_h = hs_;
@@ -133,7 +136,7 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   if (rope_) kernels::RopeForward(ctx, InPlaceRope(b, t, nh_ + nkv_, hs_, rope_theta_, qkv, width, dtype_));
   if (cache != nullptr) FillCache(ctx, *cache);
   kernels::AttentionForward(ctx, Params());
-  counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * (t * (t + 1) / 2.0);
+  counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * CausalPairs(t, window_);
   output_.Forward(ctx, n, attn_out_.data(), q_width, out, c_, accumulate);
 }
 
@@ -180,13 +183,18 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
   }
   // The step state's view (q, out and lse of the one new token per sequence, T = 1) with the keys and values
   // read from the cache.
+  // A window keeps the keys (position - W, position]: the cache rows from `first` on.
+  const int64_t first = window_ > 0 ? std::max<int64_t>(0, position - window_ + 1) : 0;
   kernels::AttentionParams p = Params();
-  p.S = position + 1;
+  p.S = position + 1 - first;
   p.causal = false;  // the one query is at `position`: every cached key is at or before it
-  p.k = cache.k.data(), p.k_stride_b = capacity * kv_width, p.k_stride_t = kv_width, p.k_stride_h = hs_;
-  p.v = cache.v.data(), p.v_stride_b = capacity * kv_width, p.v_stride_t = kv_width, p.v_stride_h = hs_;
+  p.window = 0;      // and every key from `first` on is inside its window
+  p.k = ElementOffset(cache.k.data(), first * kv_width, dtype_), p.k_stride_b = capacity * kv_width,
+  p.k_stride_t = kv_width, p.k_stride_h = hs_;
+  p.v = ElementOffset(cache.v.data(), first * kv_width, dtype_), p.v_stride_b = capacity * kv_width,
+  p.v_stride_t = kv_width, p.v_stride_h = hs_;
   kernels::AttentionForward(ctx, p);
-  counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(position + 1);
+  counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(p.S);
   output_.Forward(ctx, b, attn_out_.data(), q_width, out, c_, accumulate);
 }
 
@@ -202,7 +210,7 @@ void Attention::Backward(const kernels::Context& ctx, const BackwardWorkspace& w
   p.dq = dqkv, p.dk = ElementOffset(dqkv, q_width, dtype_),
   p.dv = ElementOffset(dqkv, q_width + kv_width, dtype_);
   kernels::AttentionBackward(ctx, p);
-  counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * (t_ * (t_ + 1) / 2.0);
+  counters_->attention_flops += 2.0 * 2.0 * 2.0 * b_ * nh_ * hs_ * CausalPairs(t_, window_);
   if (rope_)
     kernels::RopeBackward(ctx, InPlaceRope(b_, t_, nh_ + nkv_, hs_, rope_theta_, dqkv, width, dtype_));
   NormQkBackward(ctx, ws, dqkv);

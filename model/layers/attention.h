@@ -15,8 +15,9 @@
 // keys and its values into the cache rows [0, T) (a prefill); Decode runs one new token per sequence at a
 // position shared by the batch: projects q|k|v, rotates q and k at that position, appends k and v at that
 // row of the cache and attends over rows [0, position] (T = 1 query, S = position + 1 keys, no mask: every
-// cached key is at or before the query). Decode uses the same step-state buffers as Forward, sized for
-// (B, 1), so it replaces the step state: Backward needs a new Forward after it.
+// cached key is at or before the query; with a sliding window W, over rows (position - W, position] only).
+// Decode uses the same step-state buffers as Forward, sized for (B, 1), so it replaces the step state:
+// Backward needs a new Forward after it.
 #ifndef LMFORGE_MODEL_LAYERS_ATTENTION_H_
 #define LMFORGE_MODEL_LAYERS_ATTENTION_H_
 
@@ -74,6 +75,7 @@ class Attention {
   void NormQkBackward(const kernels::Context& ctx, const BackwardWorkspace& ws, void* dqkv);
 
   int64_t nh_, nkv_, hs_, c_;
+  int64_t window_;  // sliding window (0: none)
   bool rope_;
   double rope_theta_;
   kernels::DType dtype_;

@@ -94,11 +94,16 @@ CONFIGS = {
         vocab_size=41, context_length=16, d_model=24, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=48,
         norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="learned", rope_theta=0.0, biases=True,
         tied_embeddings=True, qk_norm=True),
+    # Sliding-window attention: token t attends to the 3 tokens (t - 3, t] (the batch is 8 long).
+    "window_tiny": dict(
+        vocab_size=37, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, sliding_window=3),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
-         "qknorm_ln_tiny": 1008}
+         "qknorm_ln_tiny": 1008, "window_tiny": 1009}
 BATCH, TIME = 2, 8
 
 
@@ -223,6 +228,8 @@ def forward(cfg, p, ids, targets):
     elif cfg["positions"] == "sinusoidal":
         x = x + sinusoidal_table(t, c).to(x.dtype)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
+    if cfg.get("sliding_window", 0) > 0:  # key u visible to query t iff t - W < u <= t
+        causal = causal & ~torch.ones(t, t, dtype=torch.bool).tril(-cfg["sliding_window"])
 
     def attention(h, pre):
         q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)

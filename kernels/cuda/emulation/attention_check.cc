@@ -50,6 +50,7 @@ struct AttentionCase {
   int mask;         // 0: none; 1: per head (broadcast over batch); 2: broadcast; 3: per batch and head
   bool bf16;        // also run in bf16 (head sizes 64 and 128 only)
   bool f32 = true;  // also run in f32 (false: a shape for the bf16 kernels only; f32 is the slowest here)
+  int64_t window = 0;  // sliding window (0: none)
 };
 
 // A (rows, heads, HS) tensor stored in rows of heads * HS + pad elements, per batch rows * that.
@@ -136,8 +137,9 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   auto R = [&](std::vector<float> v) { return RoundTo(std::move(v), dt); };
   const auto q = R(RandomNormal(lq.logical(), 100 + c.T)), k = R(RandomNormal(lk.logical(), 200 + c.S)),
              v = R(RandomNormal(lk.logical(), 300 + c.S)), dout = R(RandomNormal(lo.logical(), 400 + c.T));
-  char tag[160];
-  std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s [%s]",
+  char tag[200];
+  const std::string window = c.window > 0 ? " window " + std::to_string(c.window) : "";
+  std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s%s [%s]",
                 static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S),
                 static_cast<long>(c.NH), static_cast<long>(c.NKV), static_cast<long>(c.HS),
                 c.causal ? " causal" : "",
@@ -145,7 +147,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
                 : c.mask == 2 ? " mask"
                 : c.mask == 3 ? " mask per batch, head"
                               : "",
-                DTypeName(dt));
+                window.c_str(), DTypeName(dt));
   const std::string name = tag;
 
   // Mask (row stride S + 3): ~20% hidden at random, query 1 of head 0 sees no key, key S - 1 is seen by no
@@ -173,6 +175,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     p.v = vp, p.v_stride_b = lk_.rows * lk_.row(), p.v_stride_t = lk_.row(), p.v_stride_h = c.HS;
     p.out = op, p.out_stride_b = lo_.rows * lo_.row(), p.out_stride_t = lo_.row(), p.out_stride_h = c.HS;
     p.lse = lse;
+    p.window = c.window;
     if (c.mask != 0)
       p.mask = mask.data(), p.mask_stride_b = mask_b, p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
     return p;
@@ -357,6 +360,11 @@ void CheckAttention(const Context& gpu) {
                                                       // lower one
       {1, 40, 300, 2, 1, 128, false, 0, true},  // HS 128 not causal, 5 key steps (the wgmma double buffers)
       {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
+      // Sliding windows: causal GQA with a window of 40 (tiles crossing its lower edge, tiles wholly before
+      // it, the diagonal); HS 128 with a window of 17 and a broadcast mask; not causal with a window of 25.
+      {1, 150, 150, 4, 2, 64, true, 0, true, true, 40},
+      {1, 100, 100, 2, 1, 128, true, 2, true, false, 17},
+      {1, 60, 90, 2, 2, 64, false, 0, true, false, 25},
   };
   failures += CheckWgmmaEmulation();
   for (const AttentionCase& c : cases) {
