@@ -56,6 +56,13 @@ std::string Error(const std::string& text, std::vector<std::string> overrides = 
 
 std::string ErrorWith(const std::string& assignment) { return Error(kBase, {assignment}); }
 
+// kBase with `fields` written into its model message (for values --set cannot express).
+std::string WithModelFields(const std::string& fields) {
+  std::string text = kBase;
+  text.replace(text.find("ffn {"), 5, fields + "\n  ffn {");
+  return text;
+}
+
 TEST(ConfigValidation, BaseConfigIsValid) { EXPECT_EQ(Error(kBase), "OK"); }
 
 TEST(ConfigValidation, MissingTopLevelMessages) {
@@ -118,9 +125,8 @@ TEST(ConfigValidation, ZLossIsFiniteAndNotNegative) {
             "tiny.textproto: model.z_loss=-0.0001 must be a finite number >= 0 (0 turns it off)");
   EXPECT_EQ(ErrorWith("model.z_loss=inf"),
             "--set=model.z_loss=inf: model.z_loss expects a finite number, got \"inf\"");
-  std::string text = kBase;
-  text.replace(text.find("ffn {"), 5, "z_loss: inf\n  ffn {");
-  EXPECT_EQ(Error(text), "tiny.textproto: model.z_loss=inf must be a finite number >= 0 (0 turns it off)");
+  EXPECT_EQ(Error(WithModelFields("z_loss: inf")),
+            "tiny.textproto: model.z_loss=inf must be a finite number >= 0 (0 turns it off)");
 }
 
 TEST(ConfigValidation, ParallelBlockNeedsPreNorm) {
@@ -142,9 +148,8 @@ TEST(ConfigValidation, InitStdMustBePositive) {
 TEST(ConfigValidation, SlidingWindowRules) {
   EXPECT_EQ(ErrorWith("model.attention.sliding_window.window=64"),
             "tiny.textproto: model.attention.sliding_window.window=64 exceeds model.context_length=32");
-  std::string text = kBase;
-  text.replace(text.find("ffn {"), 5, "attention { sliding_window {} }\n  ffn {");
-  EXPECT_EQ(Error(text), "tiny.textproto: model.attention.sliding_window.window is required (a positive integer)");
+  EXPECT_EQ(Error(WithModelFields("attention { sliding_window {} }")),
+            "tiny.textproto: model.attention.sliding_window.window is required (a positive integer)");
 }
 
 TEST(ConfigValidation, MultiLatentAttentionRules) {
