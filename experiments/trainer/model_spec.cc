@@ -59,7 +59,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   if (attention.has_sliding_window()) m.sliding_window = attention.sliding_window().window();
   if (attention.has_mla()) return unsupported("model.attention.mla");
   m.qk_norm = attention.qk_norm();
-  if (attention.logit_softcap() != 0) return unsupported("model.attention.logit_softcap");
+  m.attention_softcap = attention.logit_softcap();
 
   if (absl::Status s = m.Validate(); !s.ok()) return s;
   return m;

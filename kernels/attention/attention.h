@@ -3,6 +3,7 @@
 //
 //   G = NH / NKV;  query head h reads key/value head h / G
 //   s[t, u] = scale * q[b, t, h, :] . k[b, u, h/G, :]        t in [0, T) queries, u in [0, S) keys
+//   s[t, u] = softcap * tanh(s[t, u] / softcap)               with logit soft-capping (softcap > 0; Gemma 2)
 //   masked out when (causal and u > t) or (window > 0 and u <= t - window) or (mask and mask[b, h, t, u] ==
 //   0) out[b, t, h, :] = sum_u softmax_u(s[t, :]) v[b, u, h/G, :] lse[b, h, t] = log sum_u exp(s[t, u])
 //   (saved for backward)
@@ -43,6 +44,8 @@ struct AttentionParams {
   bool causal = false;
   // Sliding window: query t sees no key u <= t - window (0: no window). With causal, keys (t - window, t].
   int64_t window = 0;
+  // Logit soft-capping: scaled scores s become softcap * tanh(s / softcap) before the softmax (0: off).
+  float softcap = 0.0f;
   const void* q = nullptr;  // (B, T, NH, HS)
   int64_t q_stride_b = 0, q_stride_t = 0, q_stride_h = 0;
   const void* k = nullptr;  // (B, S, NKV, HS)
@@ -115,9 +118,10 @@ absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionPara
 // kWgmmaDkDv's) and a wgmma dq kernel for the other 3 products: per 64 queries of a query head, S = Q K^T and
 // dP = dO V^T from shared memory, dQ += dS K with dS from registers and K MN-major, dQ in fp32 registers over
 // the key blocks (each block owns its queries: deterministic, no atomics), written (=) as AttentionBackward
-// does. Both: sm_90a (compute capability 9.0) and bf16 only, elsewhere Unimplemented (checked before any
-// launch); not bitwise kMmaSync's wgmma-computed gradients (another summation order), checked against the
-// CPU kernel with its tolerance; verified only in the CPU emulation until a GPU run.
+// does. Both: sm_90a (compute capability 9.0) and bf16 only, without logit soft-capping, elsewhere
+// Unimplemented (checked before any launch); not bitwise kMmaSync's wgmma-computed gradients (another
+// summation order), checked against the CPU kernel with its tolerance; verified only in the CPU emulation
+// until a GPU run.
 enum class AttentionBackwardVariant : uint8_t { kMmaSync, kWgmmaDkDv, kWgmma };
 absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBackwardParams& p,
                                           AttentionBackwardVariant v);

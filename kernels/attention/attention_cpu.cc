@@ -72,10 +72,12 @@ struct View {
     return p.window > 0 ? std::min(p.S, std::max<int64_t>(0, t - p.window + 1)) : 0;
   }
   int64_t KeyLimit(int64_t t) const { return p.causal ? std::min(p.S, t + 1) : p.S; }
+  // A scaled score after the soft-cap (unchanged without one).
+  float Cap(float s) const { return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s; }
   const uint8_t* MaskRow(int64_t b, int64_t h, int64_t t) const {
     return p.mask ? p.mask + b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t : nullptr;
   }
-  // scores s[j] = scale q . k[u0 + j] for j < len, -inf where masked.
+  // scores s[j] = scale q . k[u0 + j] (soft-capped) for j < len, -inf where masked.
   void Scores(int64_t b, int64_t h, int64_t t, int64_t u0, int64_t len, float* s) const {
     const float* qt = q(b, t, h);
     const int64_t kvh = h / group();
@@ -84,7 +86,7 @@ struct View {
     for (int64_t j = 0; j < len; ++j) {
       s[j] = (u0 + j < start || (mrow != nullptr && mrow[u0 + j] == 0))
                  ? -INFINITY
-                 : p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS);
+                 : Cap(p.scale * vec::Dot(qt, k(b, u0 + j, kvh), p.HS));
     }
   }
 };
@@ -96,10 +98,12 @@ void CheckParams(const AttentionParams& p) {
   LMF_CHECK(p.NH % p.NKV == 0) << "attention: NKV=" << p.NKV << " does not divide NH=" << p.NH;
   LMF_CHECK(p.lse != nullptr) << "attention: lse buffer (B, NH, T) is required";
   LMF_CHECK(p.window >= 0) << "attention: window=" << p.window << " must be >= 0 (0: none)";
+  LMF_CHECK(p.softcap >= 0 && std::isfinite(p.softcap))
+      << "attention: softcap=" << p.softcap << " must be finite and >= 0 (0: none)";
 }
 
-// Scales a row of raw scores q.k by `scale` and sets masked keys to -inf. Keys u0 + j for j < first are
-// before query t's window, those for j >= visible beyond its causal limit.
+// Scales a row of raw scores q.k by `scale` (and soft-caps them) and sets masked keys to -inf. Keys u0 + j
+// for j < first are before query t's window, those for j >= visible beyond its causal limit.
 void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t len, float* row) {
   const int64_t visible = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
   const int64_t first = std::min(visible, std::max<int64_t>(0, view.KeyStart(t) - u0));
@@ -107,7 +111,7 @@ void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int6
   const float scale = view.p.scale;
   for (int64_t j = 0; j < first; ++j) row[j] = -INFINITY;
   for (int64_t j = first; j < visible; ++j)
-    row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : row[j] * scale;
+    row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : view.Cap(row[j] * scale);
   for (int64_t j = visible; j < len; ++j) row[j] = -INFINITY;
 }
 
@@ -242,8 +246,9 @@ struct BackwardScratch {
         dv_acc(kKeyBlock * HS),
         prob(kQueryBlock * kKeyBlock),
         dprob(kQueryBlock * kKeyBlock),
+        dcap(kQueryBlock * kKeyBlock),
         transposed(kKeyBlock * kQueryBlock) {}
-  std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, transposed;
+  std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, dcap, transposed;
 };
 
 // Packs key block [u0, u0 + len) of kv head kvh transposed into s.kt and s.vt.
@@ -270,6 +275,13 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
       continue;
     }
     MaskRow(view, b, h, t0 + i, u0, len, row);
+    if (p.softcap > 0) {  // d cap(x) / dx = 1 - (cap(x) / softcap)^2, from the capped scores before exp
+      float* dc = s.dcap.data() + i * Bk;
+      for (int64_t j = 0; j < len; ++j) {
+        const float r = row[j] == -INFINITY ? 0.0f : row[j] / p.softcap;
+        dc[j] = 1.0f - r * r;
+      }
+    }
     vec::ExpShiftSum(row, lse, row, len);
   }
   if (want_dkdv) {  // dV += P^T dO
@@ -277,12 +289,16 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
     vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, g.dout(b, t0, h), p.out_stride_t, s.dv_acc.data(),
                    HS, true);
   }
-  // dP = dO V^T;  dS = scale P (dP - D)
+  // dP = dO V^T;  dS = scale P (dP - D) (times the soft-cap's derivative)
   vec::SmallGemm(tlen, len, HS, g.dout(b, t0, h), p.out_stride_t, s.vt.data(), Bk, s.dprob.data(), Bk, false);
   for (int64_t i = 0; i < tlen; ++i) {
     const float* pr = s.prob.data() + i * Bk;
     float* ds = s.dprob.data() + i * Bk;
     for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - D[i]);
+    if (p.softcap > 0) {
+      const float* dc = s.dcap.data() + i * Bk;
+      for (int64_t j = 0; j < len; ++j) ds[j] *= dc[j];
+    }
   }
   if (want_dq) {  // dQ += dS K
     vec::SmallGemm(tlen, HS, len, s.dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, g.dq(b, t0, h),

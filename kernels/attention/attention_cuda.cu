@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, kDqMinBlocks)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const bool hidden = lse2[r] == -INFINITY || s[j][e] == -INFINITY;
-        const float pr = hidden ? 0.0f : exp2f(s[j][e] * scale_log2 - lse2[r]);
-        s[j][e] = pr * (dp[j][e] - ds_row[r]);  // dS
+        const float pr = hidden ? 0.0f : exp2f(ScoreLog2(p, s[j][e], scale_log2) - lse2[r]);
+        s[j][e] = hidden ? 0.0f : pr * (dp[j][e] - ds_row[r]) * SoftCapGrad(p, s[j][e]);  // dS
       }
     }
 #pragma unroll
@@ -425,9 +425,9 @@ __global__ void __launch_bounds__(kThreads, DkDvMinBlocks(D))
         for (int e = 0; e < 4; ++e) {
           const int qi = j * 8 + 2 * c + (e & 1);
           const bool hidden = sL[qi] == -INFINITY || st[j][e] == -INFINITY;
-          const float pr = hidden ? 0.0f : exp2f(st[j][e] * scale_log2 - sL[qi]);
-          st[j][e] = pr;                          // P^T
-          dpt[j][e] = pr * (dpt[j][e] - sD[qi]);  // dS^T
+          const float pr = hidden ? 0.0f : exp2f(ScoreLog2(p, st[j][e], scale_log2) - sL[qi]);
+          dpt[j][e] = hidden ? 0.0f : pr * (dpt[j][e] - sD[qi]) * SoftCapGrad(p, st[j][e]);  // dS^T
+          st[j][e] = pr;                                                                      // P^T
         }
       }
 #pragma unroll
@@ -493,6 +493,8 @@ absl::Status Validate(const AttentionParams& p) {
   // No keys: the backward's dk/dv grid would have 0 blocks (a launch error); the CPU kernel rejects it too.
   if (p.T > 0 && p.S == 0) return absl::InvalidArgumentError("attention: S = 0 keys for T > 0 queries");
   if (p.window < 0) return absl::InvalidArgumentError(absl::StrCat("attention: window ", p.window, " < 0"));
+  if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
+    return absl::InvalidArgumentError(absl::StrCat("attention: softcap ", p.softcap, " must be finite and >= 0"));
   // Every grid is (row blocks, heads, batch): CUDA limits gridDim.y and gridDim.z to 65535.
   if (p.NH > 65535 || p.B > 65535)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -593,6 +595,9 @@ absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBac
     if (p.dtype != DType::kBF16)
       return absl::UnimplementedError(
           absl::StrCat("attention: ", what, " runs bf16, not ", DTypeName(p.dtype)));
+    if (p.softcap > 0.0f)
+      return absl::UnimplementedError(absl::StrCat(
+          "attention: ", what, " does not soft-cap logits yet (softcap ", p.softcap, "); kMmaSync does"));
     LMF_RETURN_IF_ERROR_STATUS(internal::RequireSm90a(ctx, what));
   }
   if (p.dtype == DType::kBF16 && (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv)))

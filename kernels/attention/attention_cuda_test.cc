@@ -34,12 +34,14 @@ struct Geometry {
   bool causal;
   int64_t S = 0;  // keys; 0: S = T
   int64_t window = 0;  // sliding window (0: none)
+  float softcap = 0;   // logit soft-cap (0: none)
   int64_t keys() const { return S > 0 ? S : T; }
   int64_t rows() const { return std::max(T, keys()); }   // fused rows per batch: q reads T of them, k/v S
   int64_t width() const { return (NH + 2 * NKV) * HS; }  // fused row
   AttentionParams Params(const void* qkv, void* out, float* lse, size_t elem) const {
     AttentionParams p;
     p.B = B, p.T = T, p.S = keys(), p.NH = NH, p.NKV = NKV, p.HS = HS, p.causal = causal, p.window = window;
+    p.softcap = softcap;
     p.scale = 1.0f / std::sqrt(static_cast<float>(HS));
     const char* base = static_cast<const char*>(qkv);
     p.q = base, p.k = base + NH * HS * elem, p.v = base + (NH + NKV) * HS * elem;
@@ -75,7 +77,10 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
         for (int64_t u = 0; u < S; ++u) {
           float s = 0;
           for (int64_t d = 0; d < HS; ++d) s += q(t, d) * k(u, d);
-          P[t * S + u] = hidden(t, u) ? -std::numeric_limits<float>::infinity() : R(R(s) * scale);
+          const float x = R(R(s) * scale);
+          P[t * S + u] = hidden(t, u)    ? -std::numeric_limits<float>::infinity()
+                         : g.softcap > 0 ? R(g.softcap * std::tanh(x / g.softcap))
+                                         : x;
           mx = std::max(mx, P[t * S + u]);
         }
         double sum = 0;
@@ -100,7 +105,14 @@ void NaiveBf16Attention(const Geometry& g, const std::vector<uint8_t>* mask, con
         for (int64_t u = 0; u < S; ++u) {
           float dp = 0;
           for (int64_t d = 0; d < HS; ++d) dp += dO(t, d) * v(u, d);
-          dP[t * S + u] = R(P[t * S + u] * (R(dp) - D));  // dS
+          float ds = P[t * S + u] * (R(dp) - D);
+          if (g.softcap > 0) {  // the cap's derivative at the (recomputed) score
+            float s = 0;
+            for (int64_t d = 0; d < HS; ++d) s += q(t, d) * k(u, d);
+            const float th = std::tanh(R(R(s) * scale) / g.softcap);
+            ds *= 1.0f - th * th;
+          }
+          dP[t * S + u] = R(ds);  // dS
         }
         for (int64_t d = 0; d < HS; ++d) {
           float dq = 0;
@@ -266,6 +278,17 @@ TEST_P(AttentionTest, SlidingWindowMatchesCpu) {
     g.window = window;
     RunAndCompare(ctx(), g, nullptr, 900 + hs + causal + window);
   }
+}
+
+// Logit soft-capping at 1.5 (the scores of these inputs are a few units: the tanh bends all of them), with
+// and without a window.
+TEST_P(AttentionTest, SoftCapMatchesCpu) {
+  const auto [hs, causal] = GetParam();
+  Geometry g{1, 100, 4, 2, hs, causal};
+  g.softcap = 1.5f;
+  RunAndCompare(ctx(), g, nullptr, 950 + hs + causal);
+  g.window = 30;
+  RunAndCompare(ctx(), g, nullptr, 960 + hs + causal);
 }
 
 // S != T (cross-attention shapes; causal stays top-left aligned): keys the queries never reach get zero

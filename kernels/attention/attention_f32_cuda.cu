@@ -10,6 +10,16 @@ namespace {
 constexpr int kRows = 4;  // warps (rows) per block
 constexpr int kTile = 32;
 
+// A scaled score x after the logit soft-cap (unchanged without one), and the cap's derivative there.
+__device__ __forceinline__ float Cap(const AttentionParams& p, float x) {
+  return p.softcap > 0.0f ? p.softcap * tanhf(x / p.softcap) : x;
+}
+__device__ __forceinline__ float CapGrad(const AttentionParams& p, float x) {
+  if (p.softcap <= 0.0f) return 1.0f;
+  const float t = tanhf(x / p.softcap);
+  return 1.0f - t * t;
+}
+
 __device__ __forceinline__ bool Hidden(const AttentionParams& p, bool causal, int b, int h, int64_t t,
                                        int64_t u) {
   if (t >= p.T || u >= p.S) return true;
@@ -54,7 +64,7 @@ __global__ void F32ForwardKernel(AttentionParams p) {
     float s = 0.0f;
     for (int d = 0; d < HS; ++d) s += sQ[warp * HS + d] * sK[lane * (HS + 1) + d];
     const bool hidden = Hidden(p, kCausal, b, h, t, u0 + lane);
-    if (hidden) s = -INFINITY;
+    s = hidden ? -INFINITY : Cap(p, s);
     const float new_m = fmaxf(m, WarpMax(s));
     const float use = new_m == -INFINITY ? 0.0f : new_m;
     const float alpha = expf(m - use);
@@ -126,7 +136,7 @@ __global__ void F32BackwardDqKernel(AttentionBackwardParams bp, const float* dsu
       dp += sD[warp * HS + d] * sV[lane * (HS + 1) + d];
     }
     const bool hidden = lse == -INFINITY || Hidden(p, kCausal, b, h, t, u0 + lane);
-    const float ds = hidden ? 0.0f : expf(s - lse) * (dp - drow);
+    const float ds = hidden ? 0.0f : expf(Cap(p, s) - lse) * (dp - drow) * CapGrad(p, s);
     for (int j = 0; j < kTile; ++j) {
       const float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
@@ -178,8 +188,9 @@ __global__ void F32BackwardDkDvKernel(AttentionBackwardParams bp, const float* d
         dp += sD[lane * (HS + 1) + d] * sV[warp * HS + d];
       }
       const bool hidden = sL[lane] == -INFINITY || Hidden(p, kCausal, b, h, t0 + lane, u);
-      const float pr = hidden ? 0.0f : expf(s * p.scale - sL[lane]);
-      const float ds = pr * (dp - sR[lane]);
+      const float x = s * p.scale;
+      const float pr = hidden ? 0.0f : expf(Cap(p, x) - sL[lane]);
+      const float ds = pr * (dp - sR[lane]) * CapGrad(p, x);
       for (int j = 0; j < kTile; ++j) {
         const float pj = __shfl_sync(0xffffffffu, pr, j), dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll

@@ -34,10 +34,25 @@ __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool cau
          (p.window > 0 && u0 <= t0 + queries - 1 - p.window);
 }
 
+// A raw score q.k in log2 units for the softmax: scale * s * log2(e) (scale_log2 = scale * log2(e)), or
+// with logit soft-capping softcap * tanh(scale * s / softcap) * log2(e).
+__device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, float scale_log2) {
+  if (p.softcap > 0.0f) return p.softcap * tanhf(s * p.scale / p.softcap) * 1.4426950408889634f;
+  return s * scale_log2;
+}
+
+// The soft-cap's derivative at raw score s, 1 - tanh(scale * s / softcap)^2 (1 without a soft-cap): dS
+// carries it.
+__device__ __forceinline__ float SoftCapGrad(const AttentionParams& p, float s) {
+  if (p.softcap <= 0.0f) return 1.0f;
+  const float t = tanhf(s * p.scale / p.softcap);
+  return 1.0f - t * t;
+}
+
 // One online-softmax step (FlashAttention-2) for query `row` over a tile of keys u0.. held as mma.m16n8 /
 // wgmma accumulator fragments: score(j, e) is this thread's score of key u0 + 8j + 2c + e (j < kKeyBlocks,
 // e < 2, c = lane % 4). Scales each to log2 units, hides masked keys (-inf; checked only where mask_tile),
-// takes the row maximum over the row's 4 threads, replaces each score by exp2(score - max) and updates the
+// (soft-capping them where p.softcap > 0), takes the row maximum over the row's 4 threads, replaces each score by exp2(score - max) and updates the
 // running max and this thread's partial sum (the row's 4 threads are summed at the end). Returns alpha, the
 // factor the row's output accumulators are to be scaled by.
 template <int kKeyBlocks, typename Score>
@@ -49,7 +64,7 @@ __device__ __forceinline__ float OnlineSoftmaxRow(Score&& score, const Attention
   for (int j = 0; j < kKeyBlocks; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      float x = score(j, e) * scale_log2;
+      float x = ScoreLog2(p, score(j, e), scale_log2);
       if (mask_tile && Masked(p, causal, b, h, row, u0 + j * 8 + 2 * c + e)) x = -INFINITY;
       score(j, e) = x;
       mx = fmaxf(mx, x);

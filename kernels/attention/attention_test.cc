@@ -157,6 +157,70 @@ TEST(Attention, SlidingWindowEqualsItsMask) {
   }
 }
 
+// Logit soft-capping: both forwards against the definition computed in double (scores of a few units capped
+// at 2, so the tanh bends every score), over two query and key blocks, GQA, causal; the backward (both
+// schedules) against central differences.
+TEST(Attention, SoftCapMatchesItsDefinitionAndCentralDifferences) {
+  const int64_t B = 1, T = 70, NH = 2, NKV = 1, HS = 8;
+  const float cap = 2.0f;
+  auto q = testing::RandomNormal(B * T * NH * HS, 21), k = testing::RandomNormal(B * T * NKV * HS, 22);
+  auto v = testing::RandomNormal(B * T * NKV * HS, 23);
+  for (float& x : q) x *= 2.0f;  // scores of a few units: the cap matters
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> want_out(q.size()), want_lse(B * NH * T);
+  for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> s(t + 1);
+      double mx = -INFINITY;
+      for (int64_t u = 0; u <= t; ++u) {
+        double dot = 0;
+        for (int64_t d = 0; d < HS; ++d) dot += double{q[(t * NH + h) * HS + d]} * k[u * HS + d];
+        s[u] = cap * std::tanh(scale * dot / cap);
+        mx = std::max(mx, s[u]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      want_lse[h * T + t] = mx + std::log(sum);
+      for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t d = 0; d < HS; ++d) want_out[(t * NH + h) * HS + d] += s[u] / sum * v[u * HS + d];
+      }
+    }
+  }
+  Context ctx = Context::Cpu();
+  std::vector<float> out(q.size()), lse(B * NH * T);
+  auto params = [&](AttentionAlgorithm algorithm) {
+    AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(),
+                                                  out.data(), lse.data());
+    p.softcap = cap, p.algorithm = algorithm;
+    return p;
+  };
+  for (AttentionAlgorithm algorithm : {AttentionAlgorithm::kTiled, AttentionAlgorithm::kPlain}) {
+    AttentionForward(ctx, params(algorithm));
+    EXPECT_TRUE(
+        AllClose("softcap out", out, std::vector<float>(want_out.begin(), want_out.end()), kRtol, kAtol));
+    EXPECT_TRUE(
+        AllClose("softcap lse", lse, std::vector<float>(want_lse.begin(), want_lse.end()), kRtol, kAtol));
+  }
+  auto r = testing::RandomNormal(q.size(), 24);
+  auto loss = [&] {
+    AttentionForward(ctx, params(AttentionAlgorithm::kTiled));
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+    return s;
+  };
+  for (AttentionBackwardSchedule schedule :
+       {AttentionBackwardSchedule::kPerKvHead, AttentionBackwardSchedule::kKeysThenQueries}) {
+    loss();
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    AttentionBackward(
+        ctx, {params(AttentionAlgorithm::kTiled), r.data(), dq.data(), dk.data(), dv.data(), schedule});
+    // As BackwardMatchesCentralDifferences: h = 1e-2 on a loss of O(1).
+    EXPECT_TRUE(testing::CheckGradient("softcap dq", q, loss, dq, 1e-2, 1e-2, 1e-3));
+    EXPECT_TRUE(testing::CheckGradient("softcap dk", k, loss, dk, 1e-2, 1e-2, 1e-3));
+    EXPECT_TRUE(testing::CheckGradient("softcap dv", v, loss, dv, 1e-2, 1e-2, 1e-3));
+  }
+}
+
 TEST(Attention, FusedQkvBufferEqualsSeparateTensors) {
   const int64_t B = 2, T = 40, NH = 4, NKV = 2, HS = 8;
   const int64_t W = (NH + 2 * NKV) * HS;  // one row of the fused projection: [q | k | v]

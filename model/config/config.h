@@ -74,6 +74,8 @@ struct ModelConfig {
   // Sliding-window attention (Mistral; Gemma 2's local layers): token t attends to the sliding_window
   // tokens (t - sliding_window, t]; 0: the whole causal prefix. Every layer.
   int64_t sliding_window = 0;
+  // Attention logit soft-capping (Gemma 2: 50): scaled scores s become softcap * tanh(s / softcap); 0: off.
+  double attention_softcap = 0.0;
   // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
   // the log of the softmax's normaliser. ForwardWithLoss still returns the cross-entropy; 0: off.
   double z_loss = 0.0;

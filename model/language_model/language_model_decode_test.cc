@@ -208,6 +208,13 @@ ModelConfig Window() {
 }
 TEST(LanguageModelDecode, MatchesForwardSlidingWindow) { ExpectIncrementalMatchesForward(Window()); }
 
+// Attention logit soft-capping at 1 (the prefill's causal kernel and the decode step's one-query call).
+TEST(LanguageModelDecode, MatchesForwardSoftCap) {
+  ModelConfig config = LlamaStyle();
+  config.attention_softcap = 1.0;
+  ExpectIncrementalMatchesForward(config);
+}
+
 TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
 TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
 TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }

@@ -1,9 +1,9 @@
 // Whole-model tests of LanguageModel:
 // - for a tiny config of each reference architecture (and one with the remaining options: ReLU,
 //   sinusoidal positions, multi-query attention, biases with RMSNorm; the post-norm, double-norm and
-//   parallel block structures; the z-loss; QK-norm with RMSNorm and LayerNorm; a sliding window), the logits,
-//   the loss (and z-loss term) and every parameter gradient match PyTorch (fixtures from
-//   tools/model/reference.py);
+//   parallel block structures; the z-loss; QK-norm with RMSNorm and LayerNorm; a sliding window; attention
+//   logit soft-capping), the logits, the loss (and z-loss term) and every parameter gradient match PyTorch
+//   (fixtures from tools/model/reference.py);
 // - the accounting formulas equal what a built model holds and runs;
 // - bad batches are rejected with a message; initialisation follows each scheme; gradients accumulate.
 #include "model/language_model/language_model.h"
@@ -72,6 +72,7 @@ ModelConfig ConfigFromFixture(const std::string& json) {
   c.z_loss = num("z_loss");  // absent: 0
   c.qk_norm = JsonField(json, "qk_norm") == "true";
   c.sliding_window = static_cast<int64_t>(num("sliding_window"));  // absent: 0
+  c.attention_softcap = num("attention_softcap");                  // absent: 0
   c.biases = JsonField(json, "biases") == "true";
   c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
   return c;
@@ -158,8 +159,8 @@ double LargestGradient(const Fixture& f) {
 // Every whole-model fixture of tools/model/reference.py: the reference architectures, the remaining
 // options, and the block structures (post-norm, double norm, parallel).
 const std::vector<std::string> kFixtures = {
-    "gpt2_tiny",     "llama_tiny", "variants_tiny", "post_tiny",      "double_tiny",
-    "parallel_tiny", "zloss_tiny", "qknorm_tiny",   "qknorm_ln_tiny", "window_tiny",
+    "gpt2_tiny",  "llama_tiny",  "variants_tiny",  "post_tiny",   "double_tiny",  "parallel_tiny",
+    "zloss_tiny", "qknorm_tiny", "qknorm_ln_tiny", "window_tiny", "softcap_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

@@ -20,6 +20,7 @@ Attention::Attention(const ModelConfig& config, const kernels::Context& ctx, ker
       hs_(config.head_size()),
       c_(config.d_model),
       window_(config.sliding_window),
+      softcap_(static_cast<float>(config.attention_softcap)),
       rope_(config.positions == PositionKind::kRoPE),
       rope_theta_(config.rope_theta),
       dtype_(dtype),
@@ -56,6 +57,7 @@ kernels::AttentionParams Attention::Params() const {
   p.scale = 1.0f / std::sqrt(static_cast<float>(hs_));
   p.causal = true;
   p.window = window_;
+  p.softcap = softcap_;
   p.q = qkv, p.q_stride_b = t_ * width, p.q_stride_t = width, p.q_stride_h = hs_;
   p.k = ElementOffset(qkv, q_width, dtype_), p.k_stride_b = t_ * width, p.k_stride_t = width,
   p.k_stride_h = hs_;

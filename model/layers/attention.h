@@ -76,6 +76,7 @@ class Attention {
 
   int64_t nh_, nkv_, hs_, c_;
   int64_t window_;  // sliding window (0: none)
+  float softcap_;   // logit soft-cap (0: none)
   bool rope_;
   double rope_theta_;
   kernels::DType dtype_;

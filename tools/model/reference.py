@@ -99,11 +99,16 @@ CONFIGS = {
         vocab_size=37, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=False, sliding_window=3),
+    # Attention logit soft-capping (Gemma 2) at 1.5: the scaled scores (a few units with these weights) bend.
+    "softcap_tiny": dict(
+        vocab_size=39, context_length=16, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, attention_softcap=1.5),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
-         "qknorm_ln_tiny": 1008, "window_tiny": 1009}
+         "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010}
 BATCH, TIME = 2, 8
 
 
@@ -242,6 +247,8 @@ def forward(cfg, p, ids, targets):
         k = k.repeat_interleave(nh // nkv, dim=1)  # query head h reads kv head h // (NH/NKV)
         v = v.repeat_interleave(nh // nkv, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hs)  # (B, NH, T, T)
+        if cfg.get("attention_softcap", 0) > 0:
+            scores = cfg["attention_softcap"] * torch.tanh(scores / cfg["attention_softcap"])
         scores = scores.masked_fill(~causal, float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # (B, NH, T, HS)
         attn = attn.transpose(1, 2).reshape(b, t, nh * hs)

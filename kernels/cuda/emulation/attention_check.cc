@@ -51,6 +51,7 @@ struct AttentionCase {
   bool bf16;        // also run in bf16 (head sizes 64 and 128 only)
   bool f32 = true;  // also run in f32 (false: a shape for the bf16 kernels only; f32 is the slowest here)
   int64_t window = 0;  // sliding window (0: none)
+  float softcap = 0;   // logit soft-cap (0: none)
 };
 
 // A (rows, heads, HS) tensor stored in rows of heads * HS + pad elements, per batch rows * that.
@@ -138,7 +139,9 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   const auto q = R(RandomNormal(lq.logical(), 100 + c.T)), k = R(RandomNormal(lk.logical(), 200 + c.S)),
              v = R(RandomNormal(lk.logical(), 300 + c.S)), dout = R(RandomNormal(lo.logical(), 400 + c.T));
   char tag[200];
-  const std::string window = c.window > 0 ? " window " + std::to_string(c.window) : "";
+  char cap[32] = "";
+  if (c.softcap > 0) std::snprintf(cap, sizeof(cap), " softcap %g", c.softcap);
+  const std::string window = (c.window > 0 ? " window " + std::to_string(c.window) : "") + cap;
   std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s%s [%s]",
                 static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S),
                 static_cast<long>(c.NH), static_cast<long>(c.NKV), static_cast<long>(c.HS),
@@ -176,6 +179,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     p.out = op, p.out_stride_b = lo_.rows * lo_.row(), p.out_stride_t = lo_.row(), p.out_stride_h = c.HS;
     p.lse = lse;
     p.window = c.window;
+    p.softcap = c.softcap;
     if (c.mask != 0)
       p.mask = mask.data(), p.mask_stride_b = mask_b, p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
     return p;
@@ -277,7 +281,13 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   Expect(same(gq, q, lq) && same(gk, k, lk) && same(gv, v, lk) && same(gd, dout, lo),
          name + " q, k, v, dout (and their pads) untouched");
 
-  if (dt == DType::kBF16) {
+  if (dt == DType::kBF16 && c.softcap > 0) {  // the wgmma backwards do not soft-cap: refused, nothing run
+    for (auto variant : {kc::AttentionBackwardVariant::kWgmmaDkDv, kc::AttentionBackwardVariant::kWgmma}) {
+      const absl::Status st = kc::AttentionBackwardWithVariant(gpu, bp, variant);
+      Expect(st.code() == absl::StatusCode::kUnimplemented,
+             name + " wgmma backward with softcap refused: " + st.ToString());
+    }
+  } else if (dt == DType::kBF16) {
     // The backward with the wgmma dk/dv kernel (on the same forward out and lse): dq is the FA2 kernel's, so
     // bitwise the same; dk, dv against the reference with the FA2 backward's tolerance; no pad written.
     Buf wdq(lq.size(), dt), wdk(lk.size(), dt), wdv(lk.size(), dt);
@@ -365,6 +375,10 @@ void CheckAttention(const Context& gpu) {
       {1, 150, 150, 4, 2, 64, true, 0, true, true, 40},
       {1, 100, 100, 2, 1, 128, true, 2, true, false, 17},
       {1, 60, 90, 2, 2, 64, false, 0, true, false, 25},
+      // Logit soft-capping at 1.5 (scores of a few units: the tanh bends all of them): causal GQA; HS 128
+      // not causal with a per-head mask and a window.
+      {1, 100, 100, 4, 2, 64, true, 0, true, true, 0, 1.5f},
+      {1, 70, 90, 2, 1, 128, false, 1, true, false, 30, 1.5f},
   };
   failures += CheckWgmmaEmulation();
   for (const AttentionCase& c : cases) {
