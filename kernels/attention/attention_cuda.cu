@@ -81,9 +81,12 @@ __device__ __forceinline__ void LoadBTrans2(uint32_t (&b)[4], const bf16* s, int
 
 // kLdmatrix: V fragments for P V through ldmatrix.trans (one instruction per two d-tiles) instead of two
 // 16-bit shared loads per register; the same products in the same order (bitwise the same output).
-template <int D, bool kCausal, bool kLdmatrix>
+// kExtras: whether the sliding window and the logit soft-cap are read; without them (the common case) they
+// compile away, which keeps the HS 64 kernel within its 128 registers without spilling.
+template <int D, bool kCausal, bool kLdmatrix, bool kExtras>
 __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
     FlashForwardKernel(AttentionParams p, float scale_log2) {
+  if constexpr (!kExtras) p.window = 0, p.softcap = 0.0f;
   constexpr int kBM = 64, kBN = 64, kStride = D + 8;
   __shared__ __align__(16) bf16 sK[kBN * kStride];
   __shared__ __align__(16) bf16 sV[kBN * kStride];
@@ -97,7 +100,8 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
   // Q is staged through sV (free until V of the first tile loads), with K of the first tile behind it.
   LoadRowsAsync<D>(sV, q, p.q_stride_t, m0, kBM, static_cast<int>(p.T));
   CpAsyncCommit();
-  LoadRowsAsync<D>(sK, k, p.k_stride_t, 0, kBN, static_cast<int>(p.S));
+  const int n_begin = FirstKeyTile(p, m0, kBN);  // tiles before the window of every query here: skipped
+  LoadRowsAsync<D>(sK, k, p.k_stride_t, n_begin, kBN, static_cast<int>(p.S));
   CpAsyncCommit();
   CpAsyncWait<1>();  // Q
   __syncthreads();
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, ForwardMinBlocks(D))
 
   // FlashAttention-2's schedule: V of tile n loads under Q K^T of tile n, K of tile n + 1 under the softmax
   // and P V of tile n; two barriers per tile.
-  for (int n0 = 0; n0 < n_end; n0 += kBN) {
+  for (int n0 = n_begin; n0 < n_end; n0 += kBN) {
     CpAsyncWait<0>();  // K of this tile
     __syncthreads();   // ... visible to all; every thread is done with sV (Q, or V of the previous tile)
     LoadRowsAsync<D>(sV, v, p.v_stride_t, n0, kBN, static_cast<int>(p.S));
@@ -249,10 +253,11 @@ __global__ void __launch_bounds__(kThreads, kDqMinBlocks)
   const int n_end = kCausal ? min(static_cast<int>(p.S), m0 + kBM) : static_cast<int>(p.S);
   // The 32-key tiles of K and V alternate between the two halves of sK and sV: the next one loads under this
   // one's products.
-  LoadRowsAsync<D>(sK, k, p.k_stride_t, 0, kBN, static_cast<int>(p.S));
-  LoadRowsAsync<D>(sV, v, p.v_stride_t, 0, kBN, static_cast<int>(p.S));
+  const int n_begin = FirstKeyTile(p, m0, kBN);  // tiles before the window of every query here: skipped
+  LoadRowsAsync<D>(sK, k, p.k_stride_t, n_begin, kBN, static_cast<int>(p.S));
+  LoadRowsAsync<D>(sV, v, p.v_stride_t, n_begin, kBN, static_cast<int>(p.S));
   CpAsyncCommit();
-  for (int n0 = 0, half = 0; n0 < n_end; n0 += kBN, half ^= 1) {
+  for (int n0 = n_begin, half = 0; n0 < n_end; n0 += kBN, half ^= 1) {
     const bf16* tK = sK + half * kBN * kStride;
     const bf16* tV = sV + half * kBN * kStride;
     if (n0 + kBN < n_end) {
@@ -370,7 +375,8 @@ __global__ void __launch_bounds__(kThreads, DkDvMinBlocks(D))
   }
   const int keys[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};
   const int m_begin = kCausal ? (n0 / kBM) * kBM : 0;
-  if (m_begin < p.T) {  // K and V in the first step's group
+  const int m_end = QueryEnd(p, n0, kBN);  // queries from here on see none of these keys (a window)
+  if (m_begin < m_end) {  // K and V in the first step's group
     LoadRowsAsync<D>(sK, static_cast<const bf16*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h, p.k_stride_t,
                      n0, kBN, static_cast<int>(p.S));
     LoadRowsAsync<D>(sV, static_cast<const bf16*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h, p.v_stride_t,
@@ -379,8 +385,8 @@ __global__ void __launch_bounds__(kThreads, DkDvMinBlocks(D))
   }
   int buf = 0;
   for (int h = kvh * group; h < h_end; ++h) {
-    for (int m0 = m_begin; m0 < p.T; m0 += kBM, buf ^= 1) {
-      const bool head_done = m0 + kBM >= p.T;
+    for (int m0 = m_begin; m0 < m_end; m0 += kBM, buf ^= 1) {
+      const bool head_done = m0 + kBM >= m_end;
       if (!head_done || h + 1 < h_end) {
         load_step(head_done ? h + 1 : h, head_done ? m_begin : m0 + kBM, buf ^ 1);
         CpAsyncWait<1>();  // this step
@@ -515,8 +521,11 @@ template <int D, bool kCausal>
 absl::Status LaunchForward(const Context& ctx, const AttentionParams& p, AttentionForwardVariant variant) {
   const dim3 grid(static_cast<unsigned>((p.T + 63) / 64), static_cast<unsigned>(p.NH),
                   static_cast<unsigned>(p.B));
-  auto* kernel = variant == AttentionForwardVariant::kLdmatrixV ? FlashForwardKernel<D, kCausal, true>
-                                                                : FlashForwardKernel<D, kCausal, false>;
+  const bool ldmatrix = variant == AttentionForwardVariant::kLdmatrixV, extras = p.window > 0 || p.softcap > 0;
+  auto* kernel = ldmatrix ? (extras ? FlashForwardKernel<D, kCausal, true, true>
+                                    : FlashForwardKernel<D, kCausal, true, false>)
+                          : (extras ? FlashForwardKernel<D, kCausal, false, true>
+                                    : FlashForwardKernel<D, kCausal, false, false>);
   kernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(p, p.scale * kLog2e);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashForwardKernel");
   return absl::OkStatus();

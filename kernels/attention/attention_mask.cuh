@@ -34,6 +34,23 @@ __device__ __forceinline__ bool TileNeedsMask(const AttentionParams& p, bool cau
          (p.window > 0 && u0 <= t0 + queries - 1 - p.window);
 }
 
+// The first key of the tile (of `tile` keys) holding the first key query t0 may see: keys before it are
+// outside the window of every query from t0 on, so a loop over key tiles may start there (0 without a
+// window).
+__device__ __forceinline__ int FirstKeyTile(const AttentionParams& p, int t0, int tile) {
+  if (p.window <= 0) return 0;
+  const int64_t first = t0 - p.window + 1;
+  return first <= 0 ? 0 : static_cast<int>(first / tile * tile);
+}
+
+// One past the last query that may see a key of [u0, u0 + keys): later queries' windows have moved past it
+// (p.T without a window).
+__device__ __forceinline__ int QueryEnd(const AttentionParams& p, int u0, int keys) {
+  if (p.window <= 0) return static_cast<int>(p.T);
+  const int64_t end = static_cast<int64_t>(u0) + keys - 1 + p.window;
+  return static_cast<int>(end < p.T ? end : p.T);
+}
+
 // A raw score q.k in log2 units for the softmax: scale * s * log2(e) (scale_log2 = scale * log2(e)), or
 // with logit soft-capping softcap * tanh(scale * s / softcap) * log2(e).
 __device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, float scale_log2) {
