@@ -269,11 +269,12 @@ TEST_P(AttentionTest, MultiQueryWithMaskAndAFullyMaskedRow) {
   RunAndCompare(ctx(), Geometry{1, T, 4, 1, hs, causal}, &mask, 300 + hs + causal);
 }
 
-// Sliding windows: 40 keys over 150 (tiles crossing the window's edge and tiles wholly before it), and 1.
+// Sliding windows: 40 keys over 150 (tiles crossing the window's edge and tiles wholly before it), 2 (the
+// last query to see key block 0 starts query block 64) and 1.
 TEST_P(AttentionTest, SlidingWindowMatchesCpu) {
   const auto [hs, causal] = GetParam();
   Geometry g{1, 150, 4, 2, hs, causal};
-  for (int64_t window : {40, 1}) {
+  for (int64_t window : {40, 2, 1}) {
     SCOPED_TRACE(window);
     g.window = window;
     RunAndCompare(ctx(), g, nullptr, 900 + hs + causal + window);

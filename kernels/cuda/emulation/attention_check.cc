@@ -370,11 +370,12 @@ void CheckAttention(const Context& gpu) {
                                                       // lower one
       {1, 40, 300, 2, 1, 128, false, 0, true},  // HS 128 not causal, 5 key steps (the wgmma double buffers)
       {1, 45, 37, 2, 1, 32, false, 2, false},   // f32's HS 32
-      // Sliding windows: causal GQA with a window of 40 (tiles crossing its lower edge, tiles wholly before
-      // it, skipped by the FA2 kernels, the diagonal); HS 128 with a window of 17 and a broadcast mask; not
+      // Sliding windows: causal GQA with a window of 2 (tiles crossing its lower edge, tiles wholly before
+      // it, skipped by the FA2 kernels, the diagonal; the last query seeing key block 0, 64, opens query
+      // block 64 of the dk/dv kernel); HS 128 with a window of 17 and a broadcast mask; not
       // causal with a window of 25 over 200 queries and 130 keys (key tiles and query blocks skipped, and
       // queries from 155 on past every key: out 0, lse -inf).
-      {1, 150, 150, 4, 2, 64, true, 0, true, true, 40},
+      {1, 150, 150, 4, 2, 64, true, 0, true, true, 2},
       {1, 100, 100, 2, 1, 128, true, 2, true, false, 17},
       {1, 200, 130, 2, 2, 64, false, 0, true, false, 25},
       // Logit soft-capping at 1.5 (scores of a few units: the tanh bends all of them): causal GQA; HS 128
