@@ -120,6 +120,7 @@ void ValidateAttention(const AttentionConfig& attention, const ModelConfig& mode
     case AttentionConfig::kSlidingWindow: {
       const auto& sliding = attention.sliding_window();
       RequirePositive(sliding.has_window(), sliding.window(), "model.attention.sliding_window.window", errors);
+      RequireNonNegative(sliding.global_every(), "model.attention.sliding_window.global_every", errors);
       if (sliding.window() > model.context_length() && model.context_length() > 0) {
         errors->Add(absl::StrCat("model.attention.sliding_window.window=", sliding.window(),
                                  " exceeds model.context_length=", model.context_length()));

@@ -148,6 +148,9 @@ TEST(ConfigValidation, InitStdMustBePositive) {
 TEST(ConfigValidation, SlidingWindowRules) {
   EXPECT_EQ(ErrorWith("model.attention.sliding_window.window=64"),
             "tiny.textproto: model.attention.sliding_window.window=64 exceeds model.context_length=32");
+  EXPECT_EQ(Error(kBase, {"model.attention.sliding_window.window=8",
+                          "model.attention.sliding_window.global_every=-1"}),
+            "tiny.textproto: model.attention.sliding_window.global_every=-1 must not be negative");
   EXPECT_EQ(Error(WithModelFields("attention { sliding_window {} }")),
             "tiny.textproto: model.attention.sliding_window.window is required (a positive integer)");
 }

@@ -84,6 +84,13 @@ TEST(ModelSpec, BlockStructuresReachTheModel) {
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->sliding_window, 8);
+  EXPECT_EQ(m->global_every, 0);
+  e.mutable_model()->mutable_attention()->mutable_sliding_window()->set_global_every(6);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->global_every, 6);
+  EXPECT_EQ(m->layer_window(4), 8);
+  EXPECT_EQ(m->layer_window(5), 0);
   e.mutable_model()->mutable_attention()->set_logit_softcap(30);
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();

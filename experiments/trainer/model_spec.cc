@@ -56,7 +56,10 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   m.init_std = proto.init().std();
 
   const config::AttentionConfig& attention = proto.attention();
-  if (attention.has_sliding_window()) m.sliding_window = attention.sliding_window().window();
+  if (attention.has_sliding_window()) {
+    m.sliding_window = attention.sliding_window().window();
+    m.global_every = attention.sliding_window().global_every();
+  }
   if (attention.has_mla()) return unsupported("model.attention.mla");
   m.qk_norm = attention.qk_norm();
   m.attention_softcap = attention.logit_softcap();

@@ -37,8 +37,8 @@ FlopsPerToken CountFlopsPerToken(const ModelConfig& c, int64_t seq_len) {
   f.matmul_forward = 2.0 * (static_cast<double>(c.n_layers) * BlockMatmulWeights(c) +
                             static_cast<double>(c.vocab_rows()) * c.d_model);
   if (seq_len > 0) {
-    f.attention_forward = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_size() * c.attended_pairs(seq_len) /
-                          static_cast<double>(seq_len);
+    f.attention_forward =
+        2.0 * 2.0 * c.n_heads * c.head_size() * c.attended_pairs(seq_len) / static_cast<double>(seq_len);
   }
   return f;
 }

@@ -90,6 +90,9 @@ absl::Status ModelConfig::Validate() const {
   if (sliding_window < 0) {
     return Invalid(absl::StrCat("sliding_window=", sliding_window, " must be >= 0 (0: no window)"));
   }
+  if (global_every < 0) {
+    return Invalid(absl::StrCat("global_every=", global_every, " must be >= 0 (0: every layer local)"));
+  }
   if (!(attention_softcap >= 0) || !std::isfinite(attention_softcap)) {
     return Invalid(
         absl::StrCat("attention_softcap=", attention_softcap, " must be a finite number >= 0 (0: off)"));
@@ -154,12 +157,13 @@ std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
       "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
       "d_ff=%d norm=%s norm_eps=%g norm_placement=%s parallel_block=%d qk_norm=%d sliding_window=%d "
+      "global_every=%d "
       "attention_softcap=%g ffn=%s "
       "positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s init_std=%g z_loss=%g",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
       NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, qk_norm,
-      sliding_window, attention_softcap, FfnKindName(ffn), PositionKindName(positions), rope_theta, biases,
-      tied_embeddings, InitSchemeName(init), init_std, z_loss);
+      sliding_window, global_every, attention_softcap, FfnKindName(ffn), PositionKindName(positions),
+      rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

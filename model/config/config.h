@@ -74,6 +74,9 @@ struct ModelConfig {
   // Sliding-window attention (Mistral; Gemma 2's local layers): token t attends to the sliding_window
   // tokens (t - sliding_window, t]; 0: the whole causal prefix. Every layer.
   int64_t sliding_window = 0;
+  // With a window: layers global_every, 2 global_every, ... (counting from 1) attend to the whole prefix
+  // (Gemma 2: 2, Gemma 3: 6); 0: every layer has the window.
+  int64_t global_every = 0;
   // Attention logit soft-capping (Gemma 2: 50): scaled scores s become softcap * tanh(s / softcap); 0: off.
   double attention_softcap = 0.0;
   // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
@@ -93,8 +96,17 @@ struct ModelConfig {
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
   int64_t norms_per_block() const { return norm_placement == NormPlacement::kDouble ? 4 : 2; }
   bool has_final_norm() const { return norm_placement != NormPlacement::kPost; }
-  // Query-key pairs one head of a causal sequence of t tokens attends over (see CausalPairs).
-  double attended_pairs(int64_t t) const { return CausalPairs(t, sliding_window); }
+  // Layer i's (from 0) sliding window: 0 for the global layers.
+  int64_t layer_window(int64_t i) const {
+    return global_every > 0 && (i + 1) % global_every == 0 ? 0 : sliding_window;
+  }
+  // Query-key pairs one head of a causal sequence of t tokens attends over, summed over the layers (see
+  // CausalPairs).
+  double attended_pairs(int64_t t) const {
+    double pairs = 0;
+    for (int64_t i = 0; i < n_layers; ++i) pairs += CausalPairs(t, layer_window(i));
+    return pairs;
+  }
 
   // OK, or InvalidArgument naming the first field that cannot work and why.
   absl::Status Validate() const;

@@ -130,7 +130,9 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, ke
     : config_(config), ctx_(ctx), dtype_(dtype), embedding_(config, ctx, dtype) {
   if (config.has_final_norm()) final_norm_.emplace(config.norm, config.d_model, config.norm_eps, ctx, dtype);
   for (int64_t i = 0; i < config.n_layers; ++i) {
-    blocks_.push_back(std::make_unique<Block>(config, ctx, dtype, &counters_));
+    ModelConfig layer = config;  // its own window: 0 on the global layers of an interleaved pattern
+    layer.sliding_window = config.layer_window(i);
+    blocks_.push_back(std::make_unique<Block>(layer, ctx, dtype, &counters_));
   }
   if (config.tied_embeddings) {
     lm_head_ = std::make_unique<Linear>(embedding_.token_table(), dtype, &counters_);

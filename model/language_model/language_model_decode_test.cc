@@ -206,7 +206,12 @@ ModelConfig Window() {
   config.sliding_window = 4;
   return config;
 }
-TEST(LanguageModelDecode, MatchesForwardSlidingWindow) { ExpectIncrementalMatchesForward(Window()); }
+TEST(LanguageModelDecode, MatchesForwardSlidingWindow) {
+  ExpectIncrementalMatchesForward(Window());
+  ModelConfig interleaved = Window();  // layer 2 global
+  interleaved.global_every = 2;
+  ExpectIncrementalMatchesForward(interleaved);
+}
 
 // Attention logit soft-capping at 1 (the prefill's causal kernel and the decode step's one-query call).
 TEST(LanguageModelDecode, MatchesForwardSoftCap) {

@@ -73,6 +73,7 @@ ModelConfig ConfigFromFixture(const std::string& json) {
   c.qk_norm = JsonField(json, "qk_norm") == "true";
   c.sliding_window = static_cast<int64_t>(num("sliding_window"));  // absent: 0
   c.attention_softcap = num("attention_softcap");                  // absent: 0
+  c.global_every = static_cast<int64_t>(num("global_every"));      // absent: 0
   c.biases = JsonField(json, "biases") == "true";
   c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
   return c;
@@ -160,7 +161,7 @@ double LargestGradient(const Fixture& f) {
 // options, and the block structures (post-norm, double norm, parallel).
 const std::vector<std::string> kFixtures = {
     "gpt2_tiny",  "llama_tiny",  "variants_tiny",  "post_tiny",   "double_tiny",  "parallel_tiny",
-    "zloss_tiny", "qknorm_tiny", "qknorm_ln_tiny", "window_tiny", "softcap_tiny",
+    "zloss_tiny", "qknorm_tiny", "qknorm_ln_tiny", "window_tiny", "softcap_tiny", "window_global_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

@@ -104,11 +104,18 @@ CONFIGS = {
         vocab_size=39, context_length=16, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=False, attention_softcap=1.5),
+    # Local and global layers interleaved (Gemma 2): layer 1 has a window of 2, layer 2 (global_every = 2)
+    # attends to the whole prefix.
+    "window_global_tiny": dict(
+        vocab_size=41, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, sliding_window=2, global_every=2),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
-         "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010}
+         "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
+         "window_global_tiny": 1011}
 BATCH, TIME = 2, 8
 
 
@@ -233,10 +240,16 @@ def forward(cfg, p, ids, targets):
     elif cfg["positions"] == "sinusoidal":
         x = x + sinusoidal_table(t, c).to(x.dtype)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    if cfg.get("sliding_window", 0) > 0:  # key u visible to query t iff t - W < u <= t
-        causal = causal & ~torch.ones(t, t, dtype=torch.bool).tril(-cfg["sliding_window"])
 
-    def attention(h, pre):
+    def visible(layer):
+        """Layer `layer` (from 0): key u visible to query t iff u <= t, and t - W < u with a window, which
+        the global layers of an interleaved pattern (every global_every-th, counting from 1) do not have."""
+        w, every = cfg.get("sliding_window", 0), cfg.get("global_every", 0)
+        if w <= 0 or (every > 0 and (layer + 1) % every == 0):
+            return causal
+        return causal & ~torch.ones(t, t, dtype=torch.bool).tril(-w)
+
+    def attention(h, pre, layer):
         q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)
         k = linear(h, pre + "attn.k_proj").view(b, t, nkv, hs).transpose(1, 2)  # (B, NKV, T, HS)
         v = linear(h, pre + "attn.v_proj").view(b, t, nkv, hs).transpose(1, 2)
@@ -249,7 +262,7 @@ def forward(cfg, p, ids, targets):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hs)  # (B, NH, T, T)
         if cfg.get("attention_softcap", 0) > 0:
             scores = cfg["attention_softcap"] * torch.tanh(scores / cfg["attention_softcap"])
-        scores = scores.masked_fill(~causal, float("-inf"))
+        scores = scores.masked_fill(~visible(layer), float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # (B, NH, T, HS)
         attn = attn.transpose(1, 2).reshape(b, t, nh * hs)
         return linear(attn, pre + "attn.output_proj")
@@ -266,15 +279,15 @@ def forward(cfg, p, ids, targets):
     for i in range(cfg["n_layers"]):
         pre = f"layers.{i}."
         if cfg.get("parallel_block", False):
-            x = x + attention(norm(x, pre + "ln1"), pre) + ffn(norm(x, pre + "ln2"), pre)
+            x = x + attention(norm(x, pre + "ln1"), pre, i) + ffn(norm(x, pre + "ln2"), pre)
         elif placement(cfg) == "post":
-            x = norm(x + attention(x, pre), pre + "ln1")
+            x = norm(x + attention(x, pre, i), pre + "ln1")
             x = norm(x + ffn(x, pre), pre + "ln2")
         elif placement(cfg) == "double":
-            x = x + norm(attention(norm(x, pre + "ln1"), pre), pre + "post_attn_norm")
+            x = x + norm(attention(norm(x, pre + "ln1"), pre, i), pre + "post_attn_norm")
             x = x + norm(ffn(norm(x, pre + "ln2"), pre), pre + "post_ffn_norm")
         else:
-            x = x + attention(norm(x, pre + "ln1"), pre)
+            x = x + attention(norm(x, pre + "ln1"), pre, i)
             x = x + ffn(norm(x, pre + "ln2"), pre)
     if placement(cfg) != "post":
         x = norm(x, "ln_final")
