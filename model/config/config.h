@@ -72,7 +72,7 @@ struct ModelConfig {
   // projection and before RoPE; one gain (and LayerNorm bias) of HS for q and one for k, shared by the heads.
   bool qk_norm = false;
   // Sliding-window attention (Mistral; Gemma 2's local layers): token t attends to the sliding_window
-  // tokens (t - sliding_window, t]; 0: the whole causal prefix. Every layer.
+  // tokens (t - sliding_window, t]; 0: the whole causal prefix. Every layer but the global ones below.
   int64_t sliding_window = 0;
   // With a window: layers global_every, 2 global_every, ... (counting from 1) attend to the whole prefix
   // (Gemma 2: 2, Gemma 3: 6); 0: every layer has the window.
