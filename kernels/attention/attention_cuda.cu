@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, kDqMinBlocks)
         const int r = e >> 1;
         const bool hidden = lse2[r] == -INFINITY || s[j][e] == -INFINITY;
         const float pr = hidden ? 0.0f : exp2f(ScoreLog2(p, s[j][e], scale_log2) - lse2[r]);
-        s[j][e] = hidden ? 0.0f : pr * (dp[j][e] - ds_row[r]) * SoftCapGrad(p, s[j][e]);  // dS
+        s[j][e] = hidden ? 0.0f : pr * (dp[j][e] - ds_row[r]) * SoftCapGrad(p, s[j][e] * p.scale);  // dS
       }
     }
 #pragma unroll
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, DkDvMinBlocks(D))
           const int qi = j * 8 + 2 * c + (e & 1);
           const bool hidden = sL[qi] == -INFINITY || st[j][e] == -INFINITY;
           const float pr = hidden ? 0.0f : exp2f(ScoreLog2(p, st[j][e], scale_log2) - sL[qi]);
-          dpt[j][e] = hidden ? 0.0f : pr * (dpt[j][e] - sD[qi]) * SoftCapGrad(p, st[j][e]);  // dS^T
+          dpt[j][e] = hidden ? 0.0f : pr * (dpt[j][e] - sD[qi]) * SoftCapGrad(p, st[j][e] * p.scale);  // dS^T
           st[j][e] = pr;                                                                      // P^T
         }
       }

@@ -1,6 +1,7 @@
 // fp32 attention on CUDA cores; see attention_f32_cuda.h. Lane l of a warp owns head dimensions l, l + 32,
 // ... (kPer = HS / 32 of them) of its row's output, and key (or query) l of the current 32-wide tile.
 #include "kernels/attention/attention_f32_cuda.h"
+#include "kernels/attention/attention_mask.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 
@@ -10,24 +11,9 @@ namespace {
 constexpr int kRows = 4;  // warps (rows) per block
 constexpr int kTile = 32;
 
-// A scaled score x after the logit soft-cap (unchanged without one), and the cap's derivative there.
-__device__ __forceinline__ float Cap(const AttentionParams& p, float x) {
-  return p.softcap > 0.0f ? p.softcap * tanhf(x / p.softcap) : x;
-}
-__device__ __forceinline__ float CapGrad(const AttentionParams& p, float x) {
-  if (p.softcap <= 0.0f) return 1.0f;
-  const float t = tanhf(x / p.softcap);
-  return 1.0f - t * t;
-}
-
-__device__ __forceinline__ bool Hidden(const AttentionParams& p, bool causal, int b, int h, int64_t t,
-                                       int64_t u) {
-  if (t >= p.T || u >= p.S) return true;
-  if (causal && u > t) return true;
-  if (p.window > 0 && u <= t - p.window) return true;
-  return p.mask != nullptr &&
-         p.mask[b * p.mask_stride_b + h * p.mask_stride_h + t * p.mask_stride_t + u] == 0;
-}
+// Which scores are hidden and how they are soft-capped: attention_mask.cuh's Masked, SoftCap and
+// SoftCapGrad, as in the bf16 kernels (positions fit an int: Validate in attention_cuda.cu keeps T and S below
+// 2^31).
 
 // Rows [row0, row0 + 32) of a (., HS) strided matrix into s (row stride HS + 1), zero past `valid`.
 template <int kPer>
@@ -63,8 +49,8 @@ __global__ void F32ForwardKernel(AttentionParams p) {
     __syncthreads();
     float s = 0.0f;
     for (int d = 0; d < HS; ++d) s += sQ[warp * HS + d] * sK[lane * (HS + 1) + d];
-    const bool hidden = Hidden(p, kCausal, b, h, t, u0 + lane);
-    s = hidden ? -INFINITY : Cap(p, s);
+    const bool hidden = Masked(p, kCausal, b, h, static_cast<int>(t), static_cast<int>(u0 + lane));
+    s = hidden ? -INFINITY : SoftCap(p, s);
     const float new_m = fmaxf(m, WarpMax(s));
     const float use = new_m == -INFINITY ? 0.0f : new_m;
     const float alpha = expf(m - use);
@@ -135,8 +121,9 @@ __global__ void F32BackwardDqKernel(AttentionBackwardParams bp, const float* dsu
       s += sQ[warp * HS + d] * sK[lane * (HS + 1) + d];
       dp += sD[warp * HS + d] * sV[lane * (HS + 1) + d];
     }
-    const bool hidden = lse == -INFINITY || Hidden(p, kCausal, b, h, t, u0 + lane);
-    const float ds = hidden ? 0.0f : expf(Cap(p, s) - lse) * (dp - drow) * CapGrad(p, s);
+    const bool hidden =
+        lse == -INFINITY || Masked(p, kCausal, b, h, static_cast<int>(t), static_cast<int>(u0 + lane));
+    const float ds = hidden ? 0.0f : expf(SoftCap(p, s) - lse) * (dp - drow) * SoftCapGrad(p, s);
     for (int j = 0; j < kTile; ++j) {
       const float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
@@ -187,10 +174,11 @@ __global__ void F32BackwardDkDvKernel(AttentionBackwardParams bp, const float* d
         s += sQ[lane * (HS + 1) + d] * sK[warp * HS + d];
         dp += sD[lane * (HS + 1) + d] * sV[warp * HS + d];
       }
-      const bool hidden = sL[lane] == -INFINITY || Hidden(p, kCausal, b, h, t0 + lane, u);
+      const bool hidden =
+          sL[lane] == -INFINITY || Masked(p, kCausal, b, h, static_cast<int>(t0 + lane), static_cast<int>(u));
       const float x = s * p.scale;
-      const float pr = hidden ? 0.0f : expf(Cap(p, x) - sL[lane]);
-      const float ds = pr * (dp - sR[lane]) * CapGrad(p, x);
+      const float pr = hidden ? 0.0f : expf(SoftCap(p, x) - sL[lane]);
+      const float ds = pr * (dp - sR[lane]) * SoftCapGrad(p, x);
       for (int j = 0; j < kTile; ++j) {
         const float pj = __shfl_sync(0xffffffffu, pr, j), dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll

@@ -1,8 +1,8 @@
-// Which scores the bf16 attention forward kernels hide (attention_cuda.cu's FlashAttention-2 kernels and
-// attention_wgmma_cuda.cu's Hopper forward): the causal, sliding-window, T/S and mask-tensor rules of
-// attention.h, per score
-// and per tile, and the online-softmax step that applies them, shared so that every variant masks and
-// normalises alike.
+// Which scores the CUDA attention kernels hide and how they soft-cap them (attention_cuda.cu's
+// FlashAttention-2 kernels, attention_wgmma_cuda.cu's Hopper kernels, attention_f32_cuda.cu's fp32 kernels):
+// the causal, sliding-window, T/S and mask-tensor rules of attention.h per score and per tile, the logit
+// soft-cap and its derivative, and the online-softmax step that applies them, shared so that every variant
+// masks, caps and normalises alike.
 #ifndef LMFORGE_KERNELS_ATTENTION_ATTENTION_MASK_CUH_
 #define LMFORGE_KERNELS_ATTENTION_ATTENTION_MASK_CUH_
 
@@ -51,26 +51,29 @@ __device__ __forceinline__ int QueryEnd(const AttentionParams& p, int u0, int ke
   return static_cast<int>(end < p.T ? end : p.T);
 }
 
-// A raw score q.k in log2 units for the softmax: scale * s * log2(e) (scale_log2 = scale * log2(e)), or
-// with logit soft-capping softcap * tanh(scale * s / softcap) * log2(e).
-__device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, float scale_log2) {
-  if (p.softcap > 0.0f) return p.softcap * tanhf(s * p.scale / p.softcap) * 1.4426950408889634f;
-  return s * scale_log2;
+// A scaled score x (scale * q.k) after the logit soft-cap, softcap * tanh(x / softcap) (x without one), and
+// the cap's derivative at x, 1 - tanh(x / softcap)^2 (1 without one): dS carries it.
+__device__ __forceinline__ float SoftCap(const AttentionParams& p, float x) {
+  return p.softcap > 0.0f ? p.softcap * tanhf(x / p.softcap) : x;
+}
+__device__ __forceinline__ float SoftCapGrad(const AttentionParams& p, float x) {
+  if (p.softcap <= 0.0f) return 1.0f;
+  const float t = tanhf(x / p.softcap);
+  return 1.0f - t * t;
 }
 
-// The soft-cap's derivative at raw score s, 1 - tanh(scale * s / softcap)^2 (1 without a soft-cap): dS
-// carries it.
-__device__ __forceinline__ float SoftCapGrad(const AttentionParams& p, float s) {
-  if (p.softcap <= 0.0f) return 1.0f;
-  const float t = tanhf(s * p.scale / p.softcap);
-  return 1.0f - t * t;
+// A raw score s = q.k in log2 units for the softmax: scale * s * log2(e) (scale_log2 = scale * log2(e)), or
+// the soft-capped SoftCap(scale * s) * log2(e).
+__device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, float scale_log2) {
+  if (p.softcap > 0.0f) return SoftCap(p, s * p.scale) * 1.4426950408889634f;
+  return s * scale_log2;
 }
 
 // One online-softmax step (FlashAttention-2) for query `row` over a tile of keys u0.. held as mma.m16n8 /
 // wgmma accumulator fragments: score(j, e) is this thread's score of key u0 + 8j + 2c + e (j < kKeyBlocks,
-// e < 2, c = lane % 4). Scales each to log2 units, hides masked keys (-inf; checked only where mask_tile),
-// (soft-capping them where p.softcap > 0), takes the row maximum over the row's 4 threads, replaces each score by exp2(score - max) and updates the
-// running max and this thread's partial sum (the row's 4 threads are summed at the end). Returns alpha, the
+// e < 2, c = lane % 4). Scales each to log2 units (soft-capping it where p.softcap > 0), hides masked keys
+// (-inf; checked only where mask_tile), takes the row maximum over the row's 4 threads, replaces each score
+// by exp2(score - max) and updates the running max and this thread's partial sum (the row's 4 threads are summed at the end). Returns alpha, the
 // factor the row's output accumulators are to be scaled by.
 template <int kKeyBlocks, typename Score>
 __device__ __forceinline__ float OnlineSoftmaxRow(Score&& score, const AttentionParams& p, bool causal,

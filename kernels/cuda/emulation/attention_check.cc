@@ -141,7 +141,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   char tag[200];
   char cap[32] = "";
   if (c.softcap > 0) std::snprintf(cap, sizeof(cap), " softcap %g", c.softcap);
-  const std::string window = (c.window > 0 ? " window " + std::to_string(c.window) : "") + cap;
+  const std::string extras = (c.window > 0 ? " window " + std::to_string(c.window) : "") + cap;
   std::snprintf(tag, sizeof(tag), "attention B=%ld T=%ld S=%ld NH=%ld NKV=%ld HS=%ld%s%s%s [%s]",
                 static_cast<long>(c.B), static_cast<long>(c.T), static_cast<long>(c.S),
                 static_cast<long>(c.NH), static_cast<long>(c.NKV), static_cast<long>(c.HS),
@@ -150,7 +150,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
                 : c.mask == 2 ? " mask"
                 : c.mask == 3 ? " mask per batch, head"
                               : "",
-                window.c_str(), DTypeName(dt));
+                extras.c_str(), DTypeName(dt));
   const std::string name = tag;
 
   // Mask (row stride S + 3): ~20% hidden at random, query 1 of head 0 sees no key, key S - 1 is seen by no
