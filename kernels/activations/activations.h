@@ -1,5 +1,6 @@
 // Pointwise activations, forward and backward: SiLU, GELU (tanh approximation, as
-// torch.nn.functional.gelu(approximate="tanh")) and ReLU.
+// torch.nn.functional.gelu(approximate="tanh")), ReLU and the soft-cap c tanh(x / c) (Gemma 2's final-logit
+// capping; `cap` > 0 is c, read by kSoftCap only).
 //
 //   forward:  out[i] = f(x[i])
 //   backward: dx[i] = dout[i] * f'(x[i])   (written; needs the forward input x)
@@ -15,7 +16,7 @@
 
 namespace lmf::kernels {
 
-enum class Activation : uint8_t { kSilu, kGeluTanh, kRelu };
+enum class Activation : uint8_t { kSilu, kGeluTanh, kRelu, kSoftCap };
 
 const char* ActivationName(Activation a);
 
@@ -25,6 +26,7 @@ struct ActivationForwardParams {
   int64_t n = 0;            // elements
   const void* x = nullptr;  // (n)
   void* out = nullptr;      // (n)
+  float cap = 0.0f;         // kSoftCap's c (> 0)
 };
 
 struct ActivationBackwardParams {
@@ -34,6 +36,7 @@ struct ActivationBackwardParams {
   const void* x = nullptr;     // (n), the forward input
   const void* dout = nullptr;  // (n)
   void* dx = nullptr;          // (n), written
+  float cap = 0.0f;            // kSoftCap's c (> 0)
 };
 
 // The CUDA backend (activations_cuda.cu, built in where LMF_WITH_CUDA): the same params on device

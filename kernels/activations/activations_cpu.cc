@@ -1,8 +1,10 @@
 // CPU activations: 8-lane AVX2 loops built on vec::Exp, with scalar tails from <cmath>; elements split
 // over threads. GELU uses 0.5 (1 + tanh(u)) = s = sigmoid(2u) and 1 - tanh(u)^2 = 4 s (1 - s), which
-// avoid the cancellation of 1 + tanh(u) for negative inputs.
+// avoid the cancellation of 1 + tanh(u) for negative inputs; the soft-cap c tanh(x / c) likewise as
+// c (2 s - 1) with s = sigmoid(2 x / c) (absolute error a few ulp of c) and its derivative as 4 s (1 - s).
 #include <cmath>
 
+#include "base/check.h"
 #include "kernels/activations/activations.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
@@ -14,6 +16,8 @@ const char* ActivationName(Activation a) {
     case Activation::kSilu: return "silu";
     case Activation::kGeluTanh: return "gelu_tanh";
     case Activation::kRelu: return "relu";
+    case Activation::kSoftCap:
+      return "softcap";
   }
   return "?";
 }
@@ -53,6 +57,8 @@ void Map(int64_t begin, int64_t end, VF vf, SF sf) {
 }  // namespace
 
 void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
+  LMF_CHECK(p.kind != Activation::kSoftCap || (p.cap > 0 && std::isfinite(p.cap)))
+      << "activation softcap: cap=" << p.cap << " must be finite and > 0";
   const float* x = static_cast<const float*>(p.x);
   float* y = static_cast<float*>(p.out);
   ParallelForItems(ctx, p.n, 16, [&](int64_t begin, int64_t end) {
@@ -77,11 +83,25 @@ void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
           _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
         }, [&](int64_t i) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; });
         break;
+      case Activation::kSoftCap: {  // c tanh(x / c) = c (2 sigmoid(2 x / c) - 1)
+        const __m256 vc = _mm256_set1_ps(p.cap), inv = _mm256_set1_ps(1.0f / p.cap),
+                     one = _mm256_set1_ps(1.0f);
+        Map(
+            begin, end,
+            [&](int64_t i) {
+              const __m256 s = HalfOnePlusTanh(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+              _mm256_storeu_ps(y + i, _mm256_mul_ps(vc, _mm256_fmsub_ps(_mm256_set1_ps(2.0f), s, one)));
+            },
+            [&](int64_t i) { y[i] = p.cap * (2.0f * HalfOnePlusTanhScalar(x[i] / p.cap) - 1.0f); });
+        break;
+      }
     }
   });
 }
 
 void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
+  LMF_CHECK(p.kind != Activation::kSoftCap || (p.cap > 0 && std::isfinite(p.cap)))
+      << "activation softcap: cap=" << p.cap << " must be finite and > 0";
   const float* x = static_cast<const float*>(p.x);
   const float* dy = static_cast<const float*>(p.dout);
   float* dx = static_cast<float*>(p.dx);
@@ -125,6 +145,21 @@ void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
           _mm256_storeu_ps(dx + i, _mm256_and_ps(pos, _mm256_loadu_ps(dy + i)));
         }, [&](int64_t i) { dx[i] = x[i] > 0.0f ? dy[i] : 0.0f; });
         break;
+      case Activation::kSoftCap: {  // d/dx c tanh(x / c) = 1 - tanh^2 = 4 s (1 - s), s = sigmoid(2 x / c)
+        const __m256 inv = _mm256_set1_ps(1.0f / p.cap), four = _mm256_set1_ps(4.0f);
+        Map(
+            begin, end,
+            [&](int64_t i) {
+              const __m256 s = HalfOnePlusTanh(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+              const __m256 grad = _mm256_mul_ps(four, _mm256_mul_ps(s, _mm256_sub_ps(one, s)));
+              _mm256_storeu_ps(dx + i, _mm256_mul_ps(grad, _mm256_loadu_ps(dy + i)));
+            },
+            [&](int64_t i) {
+              const float s = HalfOnePlusTanhScalar(x[i] / p.cap);
+              dx[i] = dy[i] * 4.0f * s * (1.0f - s);
+            });
+        break;
+      }
     }
   });
 }

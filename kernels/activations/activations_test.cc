@@ -1,5 +1,5 @@
-// Activations: SiLU, GELU (tanh) and ReLU forward and backward match PyTorch over [-9, 9] and random
-// inputs (lengths not a multiple of 8, so the vector and scalar paths both run); the hand-written
+// Activations: SiLU, GELU (tanh), ReLU and the soft-cap forward and backward match PyTorch over [-9, 9] and
+// random inputs (lengths not a multiple of 8, so the vector and scalar paths both run); the hand-written
 // derivatives match central differences; threaded runs equal single-threaded ones.
 #include "kernels/activations/activations.h"
 
@@ -12,7 +12,9 @@ namespace {
 
 using testing::AllClose;
 
-constexpr Activation kAll[] = {Activation::kGeluTanh, Activation::kSilu, Activation::kRelu};
+constexpr Activation kAll[] = {Activation::kGeluTanh, Activation::kSilu, Activation::kRelu,
+                               Activation::kSoftCap};
+constexpr float kCap = 2.5f;  // the soft-cap's c (the fixture's softcap_cap); the other kinds ignore it
 
 TEST(Activations, ForwardAndBackwardMatchPyTorch) {
   testing::Fixture f("kernels/testdata/activations.npz");
@@ -23,11 +25,13 @@ TEST(Activations, ForwardAndBackwardMatchPyTorch) {
     const std::string name = ActivationName(kind);
     auto dout = f.F(name + "_dout", n);
     std::vector<float> out(n), dx(n);
-    ActivationForward(ctx, {DType::kF32, kind, n, x.data(), out.data()});
-    ActivationBackward(ctx, {DType::kF32, kind, n, x.data(), dout.data(), dx.data()});
+    ASSERT_EQ(f.Scalar("softcap_cap"), kCap);
+    ActivationForward(ctx, {DType::kF32, kind, n, x.data(), out.data(), kCap});
+    ActivationBackward(ctx, {DType::kF32, kind, n, x.data(), dout.data(), dx.data(), kCap});
     // The vector exp is within 2 ulp; tanh via 1 - 2/(e^2u + 1) loses relative accuracy only where
     // |tanh| is tiny, i.e. where 0.5 x (1 + tanh) is dominated by the exact 0.5 x term. 1e-5 relative
-    // plus 1e-6 absolute (near the zeros of the outputs) covers both.
+    // plus 1e-6 absolute (near the zeros of the outputs) covers both; the soft-cap c (2 s - 1) is within a
+    // few ulp of c = 2.5 (~6e-7) absolute near its zero.
     EXPECT_TRUE(AllClose(name + " out", out, f.F(name + "_out"), 1e-5, 1e-6));
     EXPECT_TRUE(AllClose(name + " dx", dx, f.F(name + "_dx"), 1e-5, 1e-6));
   }
@@ -44,12 +48,12 @@ TEST(Activations, DerivativesMatchCentralDifferences) {
     std::vector<float> out(x.size()), dx(x.size());
     const int64_t n = static_cast<int64_t>(x.size());
     auto loss = [&] {
-      ActivationForward(ctx, {DType::kF32, kind, n, x.data(), out.data()});
+      ActivationForward(ctx, {DType::kF32, kind, n, x.data(), out.data(), kCap});
       double s = 0;
       for (int64_t i = 0; i < n; ++i) s += static_cast<double>(out[i]) * r[i];
       return s;
     };
-    ActivationBackward(ctx, {DType::kF32, kind, n, x.data(), r.data(), dx.data()});
+    ActivationBackward(ctx, {DType::kF32, kind, n, x.data(), r.data(), dx.data(), kCap});
     // h = 1e-3 in fp32 on O(1) values: noise ~1e-4, truncation ~1e-6.
     EXPECT_TRUE(testing::CheckGradient(ActivationName(kind), x, loss, dx, 1e-3, 1e-2, 1e-3));
   }
@@ -62,8 +66,8 @@ TEST(Activations, ThreadedEqualsSingleThreaded) {
   for (Activation kind : kAll) {
     std::vector<float> a(n), b(n);
     Context c1 = Context::Cpu(&one), c2 = Context::Cpu(&two);
-    ActivationForward(c1, {DType::kF32, kind, n, x.data(), a.data()});
-    ActivationForward(c2, {DType::kF32, kind, n, x.data(), b.data()});
+    ActivationForward(c1, {DType::kF32, kind, n, x.data(), a.data(), kCap});
+    ActivationForward(c2, {DType::kF32, kind, n, x.data(), b.data(), kCap});
     EXPECT_EQ(a, b) << ActivationName(kind);
   }
 }

@@ -9,6 +9,9 @@
 // mean loss). The forward can also produce dlogits in the same pass (set dlogits; it may alias logits, in
 // which case the logits are overwritten by their gradient): one read of the (N, V) logits instead of two.
 // Backward and fused gradients are written (=).
+// Final-logit soft-capping (Gemma 2): with softcap = c > 0 the logits given are already capped, y = c tanh(z
+// / c) of the LM head's output z (kernels/activations' kSoftCap, e.g. in place); the losses are those of y,
+// and dlogits is the gradient w.r.t. z: the one above times dy/dz = 1 - (y / c)^2, from the y it reads.
 #ifndef LMFORGE_KERNELS_CROSS_ENTROPY_CROSS_ENTROPY_H_
 #define LMFORGE_KERNELS_CROSS_ENTROPY_CROSS_ENTROPY_H_
 
@@ -26,6 +29,7 @@ struct CrossEntropyParams {
   int64_t V = 0;           // vocabulary size (columns that count)
   int64_t row_stride = 0;  // elements between rows of logits / dlogits; 0 means V
   float z_loss = 0.0f;     // coefficient of lse^2 (0 = plain cross-entropy)
+  float softcap = 0.0f;    // the logits are c tanh(z / c) with this c; the gradient is w.r.t. z (0 = none)
   int32_t ignore_index = -100;
   const void* logits = nullptr;      // (N, row_stride)
   const int32_t* targets = nullptr;  // (N), in [0, V) or ignore_index

@@ -1,7 +1,9 @@
 // CPU fused cross-entropy: per row, one pass for the max, one for sum(exp(x - max)) (vec::Exp), then the
 // loss. The fused forward (dlogits set) stores exp(x - max) into the gradient row during the sum pass and
 // scales it afterwards (one exp per element; in place if dlogits aliases logits); the separate backward
-// recomputes exp(x - lse). Rows split over threads; padding columns [V, row_stride) of dlogits are zeroed.
+// recomputes exp(x - lse). With a soft-cap the gradient row (fused or not) is written by that backward pass,
+// which scales each entry by 1 - (x / c)^2 from the x it has just read (so in place works). Rows split over
+// threads; padding columns [V, row_stride) of dlogits are zeroed.
 #include <cmath>
 #include <cstring>
 
@@ -13,22 +15,39 @@
 namespace lmf::kernels::cpu {
 namespace {
 
-// dlogits row = dloss * (exp(x - lse) * (1 + 2 z lse) - onehot(target)); x may alias out.
-void GradientRow(const float* x, float lse, int32_t target, float dloss, float z_loss, int64_t V, int64_t stride,
-                 float* out) {
+// dlogits row = dloss * (exp(x - lse) * (1 + 2 z lse) - onehot(target)), times 1 - (x / c)^2 with a soft-cap
+// c (softcap > 0); x may alias out.
+void GradientRow(const float* x, float lse, int32_t target, float dloss, float z_loss, float softcap,
+                 int64_t V, int64_t stride, float* out) {
   const float k = dloss * (1.0f + 2.0f * z_loss * lse);
+  const float target_scale = softcap > 0 ? 1.0f - (x[target] / softcap) * (x[target] / softcap) : 1.0f;
   const __m256 vk = _mm256_set1_ps(k), vlse = _mm256_set1_ps(lse);
   int64_t v = 0;
-  for (; v + 8 <= V; v += 8)
-    _mm256_storeu_ps(out + v, _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + v), vlse))));
-  for (; v < V; ++v) out[v] = k * std::exp(x[v] - lse);
-  out[target] -= dloss;
+  if (softcap > 0) {
+    const __m256 inv = _mm256_set1_ps(1.0f / softcap), one = _mm256_set1_ps(1.0f);
+    for (; v + 8 <= V; v += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + v), r = _mm256_mul_ps(xv, inv);
+      const __m256 g = _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(xv, vlse)));
+      _mm256_storeu_ps(out + v, _mm256_mul_ps(g, _mm256_fnmadd_ps(r, r, one)));
+    }
+    for (; v < V; ++v) {
+      const float r = x[v] / softcap;
+      out[v] = k * std::exp(x[v] - lse) * (1.0f - r * r);
+    }
+  } else {
+    for (; v + 8 <= V; v += 8)
+      _mm256_storeu_ps(out + v, _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + v), vlse))));
+    for (; v < V; ++v) out[v] = k * std::exp(x[v] - lse);
+  }
+  out[target] -= dloss * target_scale;
   if (stride > V) std::memset(out + V, 0, sizeof(float) * (stride - V));
 }
 
 void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient) {
   const int64_t stride = p.row_stride ? p.row_stride : p.V;
   LMF_CHECK_GE(stride, p.V);
+  LMF_CHECK(p.softcap >= 0 && std::isfinite(p.softcap))
+      << "cross_entropy: softcap=" << p.softcap << " must be finite and >= 0 (0: none)";
   const float* logits = static_cast<const float*>(p.logits);
   float* dlogits = static_cast<float*>(p.dlogits);
   if (gradient) LMF_CHECK(dlogits != nullptr) << "cross_entropy: backward without dlogits";
@@ -42,7 +61,7 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
           << "cross_entropy: target " << target << " at row " << n << " outside [0, " << p.V << ")";
       float* g = gradient ? dlogits + n * stride : nullptr;
       const float dloss = p.dlosses ? p.dlosses[n] : p.dloss;
-      if (forward && gradient && !ignored) {
+      if (forward && gradient && !ignored && p.softcap == 0) {
         // Fused: exp(x - max) goes straight into the gradient row (one exp per element), then is scaled.
         const float picked = x[target];  // read before g (which may alias x) is written
         const float mx = vec::Max(x, p.V);
@@ -68,7 +87,7 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
       if (ignored || !std::isfinite(lse)) {
         std::memset(g, 0, sizeof(float) * stride);
       } else {
-        GradientRow(x, lse, target, dloss, p.z_loss, p.V, stride, g);
+        GradientRow(x, lse, target, dloss, p.z_loss, p.softcap, p.V, stride, g);
       }
     }
   });

@@ -1,4 +1,6 @@
 // CUDA fused cross-entropy; see cross_entropy.h.
+#include <cmath>
+
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
@@ -91,6 +93,10 @@ __global__ void CrossEntropyKernel(CrossEntropyParams p, int64_t stride) {
         if (!zero && col < p.V) {
           gv = k * __expf(d[i] - lse);
           if (col == target) gv -= dloss;
+          if (p.softcap > 0.0f) {  // w.r.t. the uncapped z: dy/dz = 1 - (y / c)^2
+            const float r = d[i] / p.softcap;
+            gv *= 1.0f - r * r;
+          }
         }
         d[i] = gv;
       }
@@ -126,6 +132,8 @@ absl::Status Run(const Context& ctx, const CrossEntropyParams& p, bool forward, 
   const int64_t stride = p.row_stride ? p.row_stride : p.V;
   if (stride < p.V)
     return absl::InvalidArgumentError(absl::StrCat("cross_entropy: row_stride ", stride, " < V ", p.V));
+  if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
+    return absl::InvalidArgumentError(absl::StrCat("cross_entropy: softcap ", p.softcap, " must be finite and >= 0"));
   if (gradient && p.dlogits == nullptr)
     return absl::InvalidArgumentError("cross_entropy: backward without dlogits");
   if (!forward && p.lse == nullptr)

@@ -1,5 +1,5 @@
-// CUDA fused cross-entropy (in place, padding columns, an ignored row, z-loss) and the separate backward
-// against the CPU kernel. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
+// CUDA fused cross-entropy (in place, padding columns, an ignored row, z-loss, soft-capped logits) and the
+// separate backward against the CPU kernel. Tagged gpu: skips without a CUDA device (runs in the GPU bundle).
 // Tolerances: fp32 |gpu - cpu| <= 1e-5 |cpu| + atol (atol per quantity, stated where it is not 1e-6);
 // bf16 the STYLE.md rule of kernels/cuda/gpu_test_util.h with multiple 2.
 #include <cmath>
@@ -27,18 +27,27 @@ TEST_P(CrossEntropyCudaTest, CrossEntropyFusedInPlaceMatchesCpu) {
   auto targets = RandomInts(N, static_cast<int32_t>(V), 82);
   targets[3] = -100;  // ignored row
   const auto dlosses = RandomNormal(N, 83);
-  // A padded row stride (16-byte vector path) without z-loss, and an odd unpadded one (scalar path) with it.
-  for (const std::pair<float, int64_t>& config :
-       {std::pair<float, int64_t>{0.0f, 5056}, std::pair<float, int64_t>{1e-4f, V}}) {
-    const float z = config.first;
-    const int64_t stride = config.second;
-    SCOPED_TRACE(::testing::Message() << "z_loss=" << z << " row_stride=" << stride);
-    const auto logits = RandomNormal(N * stride, 81, 3.0f);
+  // A padded row stride (16-byte vector path) without z-loss, an odd unpadded one (scalar path) with it, and
+  // soft-capped logits (y = 4 tanh(x / 4); the gradient w.r.t. x) on the padded stride with z-loss.
+  struct Config {
+    float z;
+    int64_t stride;
+    float softcap;
+  };
+  for (const Config& config : {Config{0.0f, 5056, 0.0f}, Config{1e-4f, V, 0.0f}, Config{1e-4f, 5056, 4.0f}}) {
+    const float z = config.z, softcap = config.softcap;
+    const int64_t stride = config.stride;
+    SCOPED_TRACE(::testing::Message()
+                 << "z_loss=" << z << " row_stride=" << stride << " softcap=" << softcap);
+    auto logits = RandomNormal(N * stride, 81, 3.0f);
+    if (softcap > 0)
+      for (float& y : logits) y = softcap * std::tanh(y / softcap);
     auto cpu = [&](std::vector<float> lg, std::vector<float>& loss, std::vector<float>& lse,
                    std::vector<float>& grad) {
       loss.resize(N), lse.resize(N);
       CrossEntropyParams p;
-      p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = lg.data(), p.targets = targets.data();
+      p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.softcap = softcap, p.logits = lg.data();
+      p.targets = targets.data();
       p.losses = loss.data(), p.lse = lse.data(), p.dlosses = dlosses.data(), p.dlogits = lg.data();
       kernels::CrossEntropyForward(cpu_, p);
       grad = lg;
@@ -49,7 +58,8 @@ TEST_P(CrossEntropyCudaTest, CrossEntropyFusedInPlaceMatchesCpu) {
     DeviceBuffer glog(logits, dt()), gdl(dlosses, DType::kF32), gloss(N, DType::kF32), glse(N, DType::kF32);
     DeviceBuffer gt = DeviceBuffer::Ints(targets);
     CrossEntropyParams p;
-    p.dtype = dt(), p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.logits = glog.get();
+    p.dtype = dt(), p.N = N, p.V = V, p.row_stride = stride, p.z_loss = z, p.softcap = softcap;
+    p.logits = glog.get();
     p.targets = gt.as<int32_t>(), p.losses = gloss.as<float>(), p.lse = glse.as<float>(),
     p.dlosses = gdl.as<float>();
     p.dlogits = glog.get();  // in place

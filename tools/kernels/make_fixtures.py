@@ -103,6 +103,14 @@ def activations_fixture(out_dir):
         arrays[name + "_out"] = f32(out)
         arrays[name + "_dout"] = f32(dout)
         arrays[name + "_dx"] = f32(x.grad)
+    # The soft-cap c tanh(x / c) at c = 2.5 (its own generator for dout, so the fixtures drawn after this one
+    # keep their values).
+    cap = 2.5
+    x = base.to(torch.float64).requires_grad_(True)
+    out = cap * torch.tanh(x / cap)
+    dout = torch.randn(n, generator=torch.Generator().manual_seed(77)).to(torch.float32).to(torch.float64)
+    out.backward(dout)
+    arrays.update(softcap_out=f32(out), softcap_dout=f32(dout), softcap_dx=f32(x.grad), softcap_cap=np.float32(cap))
     assert arrays["x"].shape == (n,)
     save(out_dir, "activations", **arrays)
 
@@ -211,9 +219,23 @@ def cross_entropy_fixture(out_dir):
     padded[:, :V] = f32(logits)
     dpadded = np.zeros((N, stride), np.float32)
     dpadded[:, :V] = f32(logits.grad)
+    # Final-logit soft-capping (Gemma 2): the loss of y = c tanh(z / c) of the same raw logits z, its gradient
+    # taken w.r.t. z.
+    cap = 2.0
+    raw = logits.detach().clone().requires_grad_(True)
+    capped = cap * torch.tanh(raw / cap)
+    lse_c = torch.logsumexp(capped, dim=-1)
+    picked_c = capped.gather(1, targets.clamp(min=0)[:, None])[:, 0]
+    losses_c = torch.where(valid, lse_c - picked_c + z_loss * lse_c * lse_c, torch.zeros_like(lse_c))
+    (losses_c.sum() / valid.sum()).backward()
+    capped_padded = np.zeros((N, stride), np.float32)
+    capped_padded[:, :V] = f32(capped)
+    draw_padded = np.zeros((N, stride), np.float32)
+    draw_padded[:, :V] = f32(raw.grad)
     save(out_dir, "cross_entropy", logits=padded, targets=targets.numpy().astype(np.int32), losses=f32(losses),
          lse=f32(lse), loss=f32(loss), dlogits=dpadded, dloss=np.float32(1.0 / float(valid.sum())),
-         z_loss=np.float32(z_loss), V=np.int64(V))
+         z_loss=np.float32(z_loss), V=np.int64(V), softcap=np.float32(cap), softcap_logits=capped_padded,
+         softcap_losses=f32(losses_c), softcap_dlogits=draw_padded)
 
 
 def adamw_fixture(out_dir):
