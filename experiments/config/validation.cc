@@ -83,6 +83,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
     errors->Add(
         absl::StrCat("model.z_loss=", model.z_loss(), " must be a finite number >= 0 (0 turns it off)"));
   }
+  if (!(model.final_logit_softcap() >= 0) || !std::isfinite(model.final_logit_softcap())) {
+    errors->Add(absl::StrCat("model.final_logit_softcap=", model.final_logit_softcap(),
+                             " must be a finite number >= 0 (0 turns it off)"));
+  }
   if (model.parallel_block() && norm.placement() != NormConfig::PRE) {
     errors->Add(absl::StrCat("model.parallel_block=true needs model.norm.placement=PRE, not ",
                              NormConfig::Placement_Name(norm.placement())));

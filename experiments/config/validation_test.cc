@@ -170,6 +170,11 @@ TEST(ConfigValidation, SoftcapMustNotBeNegative) {
             "tiny.textproto: model.attention.logit_softcap=-30 must not be negative (0 turns it off)");
 }
 
+TEST(ConfigValidation, FinalLogitSoftcapMustNotBeNegative) {
+  EXPECT_EQ(ErrorWith("model.final_logit_softcap=-30"),
+            "tiny.textproto: model.final_logit_softcap=-30 must be a finite number >= 0 (0 turns it off)");
+}
+
 TEST(ConfigValidation, LearningRateRules) {
   EXPECT_EQ(Error(Without("lr:")), "tiny.textproto: optimizer.lr is required (the peak learning rate)");
   EXPECT_EQ(ErrorWith("optimizer.lr=-0.001"), "tiny.textproto: optimizer.lr=-0.001 must be positive and finite");

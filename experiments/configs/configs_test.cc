@@ -95,6 +95,10 @@ TEST(ModelSpec, BlockStructuresReachTheModel) {
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->attention_softcap, 30);
+  e.mutable_model()->set_final_logit_softcap(30);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->final_logit_softcap, 30);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   }
   m.parallel_block = proto.parallel_block();
   m.z_loss = proto.z_loss();
+  m.final_logit_softcap = proto.final_logit_softcap();
   switch (proto.ffn().kind()) {
     case config::FeedForwardConfig::SWIGLU: m.ffn = model::FfnKind::kSwiGLU; break;
     case config::FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;

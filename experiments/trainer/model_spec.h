@@ -1,7 +1,7 @@
 // Conversion of the experiment's protobuf model config (experiments/proto/model.proto) into the model's
 // plain lmf::model::ModelConfig, and of the optimizer config into the trainer's AdamW settings. Choices
-// the schema has room for but the model does not build yet (attention variants, QK-norm, soft-capping,
-// post/double norm) are rejected here with the field path, not silently dropped.
+// the schema has room for but the model does not build yet (multi-head latent attention) are rejected here
+// with the field path, not silently dropped.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_MODEL_SPEC_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_MODEL_SPEC_H_
 

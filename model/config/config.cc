@@ -97,6 +97,10 @@ absl::Status ModelConfig::Validate() const {
     return Invalid(
         absl::StrCat("attention_softcap=", attention_softcap, " must be a finite number >= 0 (0: off)"));
   }
+  if (!(final_logit_softcap >= 0) || !std::isfinite(final_logit_softcap)) {
+    return Invalid(
+        absl::StrCat("final_logit_softcap=", final_logit_softcap, " must be a finite number >= 0 (0: off)"));
+  }
   if (!(z_loss >= 0) || !std::isfinite(z_loss)) {
     return Invalid(absl::StrCat("z_loss=", z_loss, " must be a finite number >= 0 (0 turns it off)"));
   }
@@ -159,11 +163,12 @@ std::string ModelConfig::DebugString() const {
       "d_ff=%d norm=%s norm_eps=%g norm_placement=%s parallel_block=%d qk_norm=%d sliding_window=%d "
       "global_every=%d "
       "attention_softcap=%g ffn=%s "
-      "positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s init_std=%g z_loss=%g",
+      "positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s init_std=%g z_loss=%g "
+      "final_logit_softcap=%g",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
       NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, qk_norm,
       sliding_window, global_every, attention_softcap, FfnKindName(ffn), PositionKindName(positions),
-      rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss);
+      rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss, final_logit_softcap);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/activations/activations.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cast/cast.h"
 #include "kernels/core/dispatch.h"
@@ -202,7 +203,17 @@ absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
   t_ = t;
   head_input_ = FinalNorm(n, RunBlocks(ids, b, t, nullptr));
   lm_head_->Forward(ctx_, n, head_input_, c, logits_.data(), v, /*accumulate=*/false);
+  CapLogits(n);
   return absl::OkStatus();
+}
+
+void LanguageModel::CapLogits(int64_t rows) {
+  if (config_.final_logit_softcap <= 0) return;
+  // In place over whole rows (the padding columns too: plain outputs either way, excluded from the loss).
+  void* logits = logits_.data();
+  kernels::ActivationForward(ctx_, kernels::ActivationForwardParams{
+                                       dtype_, kernels::Activation::kSoftCap, rows * config_.vocab_rows(),
+                                       logits, logits, static_cast<float>(config_.final_logit_softcap)});
 }
 
 const void* LanguageModel::FinalNorm(int64_t n, const void* x) {
@@ -263,6 +274,7 @@ kernels::CrossEntropyParams LanguageModel::LossParams() {
   p.N = b_ * t_;
   p.V = config_.vocab_size;
   p.row_stride = config_.vocab_rows();  // padding columns: excluded from the softmax, zero gradient
+  p.softcap = static_cast<float>(config_.final_logit_softcap);  // the gradient w.r.t. the uncapped logits
   p.logits = logits_.data();
   p.targets = targets_.data<int32_t>();
   p.lse = lse_.data<float>();

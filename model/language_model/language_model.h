@@ -1,6 +1,6 @@
 // LanguageModel: the dense decoder-only transformer built from a ModelConfig: embedding (+ positions),
-// n_layers pre-norm blocks, the final norm and the LM head (tied to the token embedding or its own
-// lm_head.weight), with the fused softmax cross-entropy loss.
+// n_layers blocks, the final norm and the LM head (tied to the token embedding or its own lm_head.weight),
+// the optional final-logit soft-cap, with the fused softmax cross-entropy loss.
 //
 //   auto model = LanguageModel::Create(Cs336Config(...), kernels::Context::Cpu());   // StatusOr
 //   (*model)->InitializeParameters(/*seed=*/1);
@@ -155,6 +155,8 @@ class LanguageModel {
   // The LM head's input for the last block's output x (n, C): the final norm's output, or x itself for a
   // post-norm model (its blocks end in a norm).
   const void* FinalNorm(int64_t n, const void* x);
+  // config.final_logit_softcap over the first `rows` rows of logits_, in place (nothing when it is 0).
+  void CapLogits(int64_t rows);
   kernels::CrossEntropyParams LossParams();
 
   ModelConfig config_;

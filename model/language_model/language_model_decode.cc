@@ -70,6 +70,7 @@ absl::Status LanguageModel::Prefill(const int32_t* ids, int64_t b, int64_t t, Kv
   EnsureLogits(b, 1);
   lm_head_->Forward(ctx_, b, ElementOffset(h, (t - 1) * c, dtype_), t * c, logits_.data(), v,
                     /*accumulate=*/false);
+  CapLogits(b);
   return absl::OkStatus();
 }
 
@@ -105,6 +106,7 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
   const void* h = FinalNorm(b, x);
   EnsureLogits(b, 1);
   lm_head_->Forward(ctx_, b, h, c, logits_.data(), v, /*accumulate=*/false);
+  CapLogits(b);
   cache.length_ = position + 1;
   return absl::OkStatus();
 }

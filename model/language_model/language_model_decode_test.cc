@@ -220,6 +220,13 @@ TEST(LanguageModelDecode, MatchesForwardSoftCap) {
   ExpectIncrementalMatchesForward(config);
 }
 
+// Final-logit soft-capping at 2 (the prefill's and each decode step's logits are capped as the forward's).
+TEST(LanguageModelDecode, MatchesForwardFinalLogitSoftCap) {
+  ModelConfig config = LlamaStyle();
+  config.final_logit_softcap = 2.0;
+  ExpectIncrementalMatchesForward(config);
+}
+
 TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
 TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
 TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }

@@ -74,6 +74,7 @@ ModelConfig ConfigFromFixture(const std::string& json) {
   c.sliding_window = static_cast<int64_t>(num("sliding_window"));  // absent: 0
   c.attention_softcap = num("attention_softcap");                  // absent: 0
   c.global_every = static_cast<int64_t>(num("global_every"));      // absent: 0
+  c.final_logit_softcap = num("final_logit_softcap");              // absent: 0
   c.biases = JsonField(json, "biases") == "true";
   c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
   return c;
@@ -160,8 +161,9 @@ double LargestGradient(const Fixture& f) {
 // Every whole-model fixture of tools/model/reference.py: the reference architectures, the remaining
 // options, and the block structures (post-norm, double norm, parallel).
 const std::vector<std::string> kFixtures = {
-    "gpt2_tiny",  "llama_tiny",  "variants_tiny",  "post_tiny",   "double_tiny",  "parallel_tiny",
-    "zloss_tiny", "qknorm_tiny", "qknorm_ln_tiny", "window_tiny", "softcap_tiny", "window_global_tiny",
+    "gpt2_tiny",     "llama_tiny",         "variants_tiny",      "post_tiny",      "double_tiny",
+    "parallel_tiny", "zloss_tiny",         "qknorm_tiny",        "qknorm_ln_tiny", "window_tiny",
+    "softcap_tiny",  "window_global_tiny", "final_softcap_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

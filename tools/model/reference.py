@@ -110,12 +110,18 @@ CONFIGS = {
         vocab_size=41, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=False, sliding_window=2, global_every=2),
+    # Final-logit soft-capping (Gemma 2: 30): the LM head's logits become c tanh(z / c) before the softmax, in
+    # training and sampling alike. The logits here have a standard deviation of ~1, so c = 1.5 bends them.
+    "final_softcap_tiny": dict(
+        vocab_size=43, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, final_logit_softcap=1.5),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
          "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
-         "window_global_tiny": 1011}
+         "window_global_tiny": 1011, "final_softcap_tiny": 1012}
 BATCH, TIME = 2, 8
 
 
@@ -293,6 +299,8 @@ def forward(cfg, p, ids, targets):
         x = norm(x, "ln_final")
     head = p["token_embeddings.weight"] if cfg["tied_embeddings"] else p["lm_head.weight"]
     logits = x @ head.t()  # (B, T, V)
+    if cfg.get("final_logit_softcap", 0) > 0:
+        logits = cfg["final_logit_softcap"] * torch.tanh(logits / cfg["final_logit_softcap"])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     return logits, loss
 
