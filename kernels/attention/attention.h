@@ -118,10 +118,10 @@ absl::Status AttentionForwardWithVariant(const Context& ctx, const AttentionPara
 // kWgmmaDkDv's) and a wgmma dq kernel for the other 3 products: per 64 queries of a query head, S = Q K^T and
 // dP = dO V^T from shared memory, dQ += dS K with dS from registers and K MN-major, dQ in fp32 registers over
 // the key blocks (each block owns its queries: deterministic, no atomics), written (=) as AttentionBackward
-// does. Both: sm_90a (compute capability 9.0) and bf16 only, without logit soft-capping, elsewhere
-// Unimplemented (checked before any launch); not bitwise kMmaSync's wgmma-computed gradients (another
-// summation order), checked against the CPU kernel with its tolerance; verified only in the CPU emulation
-// until a GPU run.
+// does. With logit soft-capping both take the cap's derivative from P and the lse (S is P by then). Both:
+// sm_90a (compute capability 9.0) and bf16 only, elsewhere Unimplemented (checked before any launch); not
+// bitwise kMmaSync's wgmma-computed gradients (another summation order), checked against the CPU kernel with
+// its tolerance; verified only in the CPU emulation until a GPU run.
 enum class AttentionBackwardVariant : uint8_t { kMmaSync, kWgmmaDkDv, kWgmma };
 absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBackwardParams& p,
                                           AttentionBackwardVariant v);

@@ -604,9 +604,6 @@ absl::Status AttentionBackwardWithVariant(const Context& ctx, const AttentionBac
     if (p.dtype != DType::kBF16)
       return absl::UnimplementedError(
           absl::StrCat("attention: ", what, " runs bf16, not ", DTypeName(p.dtype)));
-    if (p.softcap > 0.0f)
-      return absl::UnimplementedError(absl::StrCat(
-          "attention: ", what, " does not soft-cap logits yet (softcap ", p.softcap, "); kMmaSync does"));
     LMF_RETURN_IF_ERROR_STATUS(internal::RequireSm90a(ctx, what));
   }
   if (p.dtype == DType::kBF16 && (!Aligned(bp.dout) || !Aligned(bp.dq) || !Aligned(bp.dk) || !Aligned(bp.dv)))

@@ -363,6 +363,10 @@ void RunWgmmaBackwardShapes(const Context& ctx, int64_t hs, bool causal, Attenti
                 false, variant);
   RunAndCompare(ctx, Geometry{1, 150, 4, 1, hs, causal, /*S=*/70}, nullptr, 1800 + hs + causal, DType::kBF16,
                 false, variant);
+  // Logit soft-capping at 1.5: the cap's derivative recovered from P and the lse.
+  Geometry capped{1, 100, 4, 2, hs, causal};
+  capped.softcap = 1.5f;
+  RunAndCompare(ctx, capped, nullptr, 1900 + hs + causal, DType::kBF16, false, variant);
 }
 
 // The Hopper dk/dv kernel (wgmma) with FA2's dq kernel: dq bitwise the FA2 backward's.

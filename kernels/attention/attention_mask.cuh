@@ -62,6 +62,17 @@ __device__ __forceinline__ float SoftCapGrad(const AttentionParams& p, float x) 
   return 1.0f - t * t;
 }
 
+// The cap's derivative recovered from a probability P = exp2(x2 - lse2) of a capped score x2 (log2 units),
+// for kernels that keep P but not the score until dS: x2 = log2(P) + lse2, t = x2 ln 2 / softcap (the tanh),
+// 1 - t^2. 1 without a cap; 0 where P is 0 (hidden, or exp2 underflowed: dS is 0 there either way, and
+// log2(0) would make it NaN).
+__device__ __forceinline__ float SoftCapGradFromP(const AttentionParams& p, float prob, float lse2) {
+  if (p.softcap <= 0.0f) return 1.0f;
+  if (prob == 0.0f) return 0.0f;
+  const float t = (__log2f(prob) + lse2) * (0.6931471805599453f / p.softcap);
+  return 1.0f - t * t;
+}
+
 // A raw score s = q.k in log2 units for the softmax: scale * s * log2(e) (scale_log2 = scale * log2(e)), or
 // the soft-capped SoftCap(scale * s) * log2(e).
 __device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, float scale_log2) {

@@ -255,6 +255,9 @@ absl::Status LaunchWgmmaForward(const Context& ctx, const AttentionParams& p) {
 //   S^T = K Q^T, dP^T = V dO^T   (64 keys x 64 queries; A = K or V, B = Q or dO, all K-major in smem)
 //   P^T = exp2(S^T scale log2(e) - lse2)   (lse2 = lse log2(e) of the query: per COLUMN of S^T)
 //   dS^T = P^T o (dP^T - dsum)             (dsum per query: per column)
+// With a logit soft-cap (the kSoftCap instantiation) P^T is of the capped score and dS^T carries the cap's
+// derivative, recovered from P^T and lse2 (SoftCapGradFromP: S^T is P^T by then, and holding the score too
+// would take 32 more registers).
 //   dV += P^T dO, dK += dS^T Q   (A = P^T, dS^T rounded to bf16 from the accumulators; B = dO, Q MN-major)
 // dK, dV stay in fp32 registers across all steps and are written (=) once, dK times scale: the FA2 kernel's
 // contract and arithmetic per element (the same masking predicates, exp2 argument, bf16 rounding of P^T and
@@ -269,7 +272,7 @@ constexpr size_t WgmmaDkDvSharedBytes(int d) {
   return 6 * static_cast<size_t>(kRows) * d * 2 + 4 * kRows * sizeof(float) + 1024;
 }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSoftCap>
 __global__ void __launch_bounds__(kThreads, 2)
     FlashBackwardDkDvWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2,
                                  float scale) {
@@ -358,7 +361,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int qi = 8 * j + 2 * c + (e & 1);
         const bool hidden =
             lse2[qi] == -INFINITY || (mask_tile && Masked(p, kCausal, b, h, m0 + qi, keys[e >> 1]));
-        st[4 * j + e] = hidden ? 0.0f : exp2f(st[4 * j + e] * scale_log2 - lse2[qi]);  // P^T
+        const float x = kSoftCap ? ScoreLog2(p, st[4 * j + e], scale_log2) : st[4 * j + e] * scale_log2;
+        st[4 * j + e] = hidden ? 0.0f : exp2f(x - lse2[qi]);  // P^T
       }
     // P^T's A fragments: queries 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
     uint32_t pa[4][4];
@@ -380,8 +384,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ds[8 * j + 2 * c + (e & 1)]);
+      for (int e = 0; e < 4; ++e) {
+        const int qi = 8 * j + 2 * c + (e & 1);
+        const float d = st[4 * j + e] * (dpt[4 * j + e] - ds[qi]);  // dS^T
+        dpt[4 * j + e] = kSoftCap ? d * SoftCapGradFromP(p, st[4 * j + e], lse2[qi]) : d;
+      }
     uint32_t da[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -421,16 +428,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSoftCap>
 absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum) {
   const AttentionParams& p = bp.forward;
   const size_t smem = WgmmaDkDvSharedBytes(D);
-  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvWgmmaKernel<D, kCausal>,
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDkDvWgmmaKernel<D, kCausal, kSoftCap>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((p.S + kRows - 1) / kRows), static_cast<unsigned>(p.NKV),
                   static_cast<unsigned>(p.B));
-  FlashBackwardDkDvWgmmaKernel<D, kCausal>
+  FlashBackwardDkDvWgmmaKernel<D, kCausal, kSoftCap>
       <<<grid, kThreads, smem, StreamOf(ctx)>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDkDvWgmmaKernel");
   return absl::OkStatus();
@@ -443,6 +450,7 @@ absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& 
 //   S = Q K^T, dP = dO V^T   (64 queries x 64 keys; A = Q or dO, B = K or V, all K-major in smem)
 //   P = exp2(S scale log2(e) - lse2)   (lse2 = lse log2(e): per ROW)
 //   dS = P o (dP - dsum)               (dsum per row)
+// With a soft-cap (kSoftCap), as the dk/dv kernel: P of the capped score, the derivative from P and lse2.
 //   dQ += dS K   (A = dS rounded to bf16 from the accumulators; B = the same K tile MN-major)
 // dQ stays in fp32 registers across all steps and is written (=) once, times scale: the FA2 dq kernel's
 // contract and arithmetic per element (the same masking predicates, exp2 argument, fp32 P, bf16 rounding of
@@ -453,7 +461,7 @@ absl::Status LaunchWgmmaDkDv(const Context& ctx, const AttentionBackwardParams& 
 // 64 / 128. Registers: dQ (32 / 64 f32 per thread at HS 64 / 128), S and dP (32 each).
 constexpr size_t WgmmaDqSharedBytes(int d) { return 6 * static_cast<size_t>(kRows) * d * 2 + 1024; }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSoftCap>
 __global__ void __launch_bounds__(kThreads, 2)
     FlashBackwardDqWgmmaKernel(AttentionBackwardParams bp, const float* dsum, float scale_log2, float scale) {
   constexpr int kBlocks = D / 64;
@@ -533,14 +541,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int r = e >> 1;
         const bool hidden = lse2[r] == -INFINITY ||
                             (mask_tile && Masked(p, kCausal, b, h, rows[r], n0 + 8 * j + 2 * c + (e & 1)));
-        s[4 * j + e] = hidden ? 0.0f : exp2f(s[4 * j + e] * scale_log2 - lse2[r]);  // P
+        const float x = kSoftCap ? ScoreLog2(p, s[4 * j + e], scale_log2) : s[4 * j + e] * scale_log2;
+        s[4 * j + e] = hidden ? 0.0f : exp2f(x - lse2[r]);  // P
       }
     WgmmaWait<0>();  // dP
     WgmmaFenceOperands(dp);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - ds_row[e >> 1]);  // dS
+      for (int e = 0; e < 4; ++e) {
+        const float d = s[4 * j + e] * (dp[4 * j + e] - ds_row[e >> 1]);  // dS
+        dp[4 * j + e] = kSoftCap ? d * SoftCapGradFromP(p, s[4 * j + e], lse2[e >> 1]) : d;
+      }
     // dS's A fragments: keys 16kk..16kk+15 are D blocks 2kk and 2kk + 1.
     uint32_t da[4][4];
 #pragma unroll
@@ -575,16 +587,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int D, bool kCausal>
+template <int D, bool kCausal, bool kSoftCap>
 absl::Status LaunchWgmmaDq(const Context& ctx, const AttentionBackwardParams& bp, const float* dsum) {
   const AttentionParams& p = bp.forward;
   const size_t smem = WgmmaDqSharedBytes(D);
-  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDqWgmmaKernel<D, kCausal>,
+  LMF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashBackwardDqWgmmaKernel<D, kCausal, kSoftCap>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((p.T + kRows - 1) / kRows), static_cast<unsigned>(p.NH),
                   static_cast<unsigned>(p.B));
-  FlashBackwardDqWgmmaKernel<D, kCausal>
+  FlashBackwardDqWgmmaKernel<D, kCausal, kSoftCap>
       <<<grid, kThreads, smem, StreamOf(ctx)>>>(bp, dsum, p.scale * kLog2e, p.scale);
   LMF_CUDA_RETURN_IF_LAUNCH_ERROR("FlashBackwardDqWgmmaKernel");
   return absl::OkStatus();
@@ -611,9 +623,17 @@ absl::Status RequireSm90a(const Context& ctx, const char* what) {
 absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp,
                                         const float* dsum) {
   const AttentionParams& p = bp.forward;
-  if (p.HS == 64)
-    return p.causal ? LaunchWgmmaDkDv<64, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<64, false>(ctx, bp, dsum);
-  return p.causal ? LaunchWgmmaDkDv<128, true>(ctx, bp, dsum) : LaunchWgmmaDkDv<128, false>(ctx, bp, dsum);
+  const int key = (p.HS == 64 ? 0 : 4) + (p.causal ? 2 : 0) + (p.softcap > 0.0f ? 1 : 0);
+  switch (key) {
+    case 0: return LaunchWgmmaDkDv<64, false, false>(ctx, bp, dsum);
+    case 1: return LaunchWgmmaDkDv<64, false, true>(ctx, bp, dsum);
+    case 2: return LaunchWgmmaDkDv<64, true, false>(ctx, bp, dsum);
+    case 3: return LaunchWgmmaDkDv<64, true, true>(ctx, bp, dsum);
+    case 4: return LaunchWgmmaDkDv<128, false, false>(ctx, bp, dsum);
+    case 5: return LaunchWgmmaDkDv<128, false, true>(ctx, bp, dsum);
+    case 6: return LaunchWgmmaDkDv<128, true, false>(ctx, bp, dsum);
+    default: return LaunchWgmmaDkDv<128, true, true>(ctx, bp, dsum);
+  }
 }
 
 // Called by AttentionBackwardWithVariant (kWgmma) after its checks (bf16, sm_90a) and the dsum kernel, for
@@ -621,9 +641,17 @@ absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackw
 absl::Status AttentionBackwardDqWgmma(const Context& ctx, const AttentionBackwardParams& bp,
                                       const float* dsum) {
   const AttentionParams& p = bp.forward;
-  if (p.HS == 64)
-    return p.causal ? LaunchWgmmaDq<64, true>(ctx, bp, dsum) : LaunchWgmmaDq<64, false>(ctx, bp, dsum);
-  return p.causal ? LaunchWgmmaDq<128, true>(ctx, bp, dsum) : LaunchWgmmaDq<128, false>(ctx, bp, dsum);
+  const int key = (p.HS == 64 ? 0 : 4) + (p.causal ? 2 : 0) + (p.softcap > 0.0f ? 1 : 0);
+  switch (key) {
+    case 0: return LaunchWgmmaDq<64, false, false>(ctx, bp, dsum);
+    case 1: return LaunchWgmmaDq<64, false, true>(ctx, bp, dsum);
+    case 2: return LaunchWgmmaDq<64, true, false>(ctx, bp, dsum);
+    case 3: return LaunchWgmmaDq<64, true, true>(ctx, bp, dsum);
+    case 4: return LaunchWgmmaDq<128, false, false>(ctx, bp, dsum);
+    case 5: return LaunchWgmmaDq<128, false, true>(ctx, bp, dsum);
+    case 6: return LaunchWgmmaDq<128, true, false>(ctx, bp, dsum);
+    default: return LaunchWgmmaDq<128, true, true>(ctx, bp, dsum);
+  }
 }
 
 // Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.

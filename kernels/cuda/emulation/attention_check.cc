@@ -281,13 +281,7 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
   Expect(same(gq, q, lq) && same(gk, k, lk) && same(gv, v, lk) && same(gd, dout, lo),
          name + " q, k, v, dout (and their pads) untouched");
 
-  if (dt == DType::kBF16 && c.softcap > 0) {  // the wgmma backwards do not soft-cap: refused, nothing run
-    for (auto variant : {kc::AttentionBackwardVariant::kWgmmaDkDv, kc::AttentionBackwardVariant::kWgmma}) {
-      const absl::Status st = kc::AttentionBackwardWithVariant(gpu, bp, variant);
-      Expect(st.code() == absl::StatusCode::kUnimplemented,
-             name + " wgmma backward with softcap refused: " + st.ToString());
-    }
-  } else if (dt == DType::kBF16) {
+  if (dt == DType::kBF16) {
     // The backward with the wgmma dk/dv kernel (on the same forward out and lse): dq is the FA2 kernel's, so
     // bitwise the same; dk, dv against the reference with the FA2 backward's tolerance; no pad written.
     Buf wdq(lq.size(), dt), wdk(lk.size(), dt), wdv(lk.size(), dt);
@@ -325,8 +319,9 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
     // fp32 and then add it to the accumulator, and both dq kernels add the 16-key products in key order, so
     // the same per-element arithmetic (exp2 argument, masking, fp32 P, dS rounded to nearest bf16, scale)
     // gives the FA2 dq kernel's bits; a difference there (e.g. dS truncated to bf16, which the tolerance
-    // above misses) shows here.
-    Expect(std::memcmp(xdq.get(), gdq.get(), lq.size() * 2) == 0,
+    // above misses) shows here. Not with a soft-cap: the FA2 kernel takes the cap's derivative from the
+    // recomputed score, the wgmma one from P and the lse (other roundings).
+    Expect(c.softcap > 0 || std::memcmp(xdq.get(), gdq.get(), lq.size() * 2) == 0,
            name + " wgmma backward: dq bitwise the FA2 backward's (emulation's summation order)");
     Expect(std::memcmp(xdk.get(), wdk.get(), lk.size() * 2) == 0 &&
                std::memcmp(xdv.get(), wdv.get(), lk.size() * 2) == 0,

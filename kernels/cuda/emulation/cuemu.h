@@ -204,6 +204,7 @@ inline T Word(const uint32_t* x, int lane) {
 #define __syncthreads() ::cuemu::SyncThreads()
 
 inline float __expf(float x) { return std::exp(x); }
+inline float __log2f(float x) { return std::log2(x); }
 using std::isfinite;
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
