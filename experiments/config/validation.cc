@@ -87,6 +87,11 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
     errors->Add(absl::StrCat("model.final_logit_softcap=", model.final_logit_softcap(),
                              " must be a finite number >= 0 (0 turns it off)"));
   }
+  if (model.parallel_shared_norm() && !model.parallel_block()) {
+    errors->Add(
+        "model.parallel_shared_norm=true needs model.parallel_block=true (it shares the parallel "
+        "branches' norm)");
+  }
   if (model.parallel_block() && norm.placement() != NormConfig::PRE) {
     errors->Add(absl::StrCat("model.parallel_block=true needs model.norm.placement=PRE, not ",
                              NormConfig::Placement_Name(norm.placement())));

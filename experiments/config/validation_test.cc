@@ -170,6 +170,13 @@ TEST(ConfigValidation, SoftcapMustNotBeNegative) {
             "tiny.textproto: model.attention.logit_softcap=-30 must not be negative (0 turns it off)");
 }
 
+TEST(ConfigValidation, SharedParallelNormNeedsParallelBlocks) {
+  EXPECT_EQ(ErrorWith("model.parallel_shared_norm=true"),
+            "tiny.textproto: model.parallel_shared_norm=true needs model.parallel_block=true (it shares the "
+            "parallel branches' norm)");
+  EXPECT_EQ(Error(kBase, {"model.parallel_block=true", "model.parallel_shared_norm=true"}), "OK");
+}
+
 TEST(ConfigValidation, FinalLogitSoftcapMustNotBeNegative) {
   EXPECT_EQ(ErrorWith("model.final_logit_softcap=-30"),
             "tiny.textproto: model.final_logit_softcap=-30 must be a finite number >= 0 (0 turns it off)");

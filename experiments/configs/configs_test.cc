@@ -99,6 +99,12 @@ TEST(ModelSpec, BlockStructuresReachTheModel) {
   m = ToModelConfig(e.model());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->final_logit_softcap, 30);
+  e.mutable_model()->set_parallel_block(true);
+  e.mutable_model()->set_parallel_shared_norm(true);
+  m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->parallel_shared_norm);
+  EXPECT_EQ(m->norms_per_block(), 1);
 }
 
 }  // namespace

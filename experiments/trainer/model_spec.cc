@@ -33,6 +33,7 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
     default: return unsupported("model.norm.placement=PLACEMENT_UNSPECIFIED");
   }
   m.parallel_block = proto.parallel_block();
+  m.parallel_shared_norm = proto.parallel_shared_norm();
   m.z_loss = proto.z_loss();
   m.final_logit_softcap = proto.final_logit_softcap();
   switch (proto.ffn().kind()) {

@@ -104,6 +104,9 @@ absl::Status ModelConfig::Validate() const {
   if (!(z_loss >= 0) || !std::isfinite(z_loss)) {
     return Invalid(absl::StrCat("z_loss=", z_loss, " must be a finite number >= 0 (0 turns it off)"));
   }
+  if (parallel_shared_norm && !parallel_block) {
+    return Invalid("parallel_shared_norm needs parallel_block (it shares the parallel branches' norm)");
+  }
   if (parallel_block && norm_placement != NormPlacement::kPre) {
     return Invalid(absl::StrCat("parallel_block needs norm_placement=pre, not ",
                                 NormPlacementName(norm_placement),
@@ -160,14 +163,14 @@ absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {
 std::string ModelConfig::DebugString() const {
   return absl::StrFormat(
       "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
-      "d_ff=%d norm=%s norm_eps=%g norm_placement=%s parallel_block=%d qk_norm=%d sliding_window=%d "
-      "global_every=%d "
+      "d_ff=%d norm=%s norm_eps=%g norm_placement=%s parallel_block=%d parallel_shared_norm=%d "
+      "qk_norm=%d sliding_window=%d global_every=%d "
       "attention_softcap=%g ffn=%s "
       "positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s init_std=%g z_loss=%g "
       "final_logit_softcap=%g",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
-      NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, qk_norm,
-      sliding_window, global_every, attention_softcap, FfnKindName(ffn), PositionKindName(positions),
+      NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, parallel_shared_norm,
+      qk_norm, sliding_window, global_every, attention_softcap, FfnKindName(ffn), PositionKindName(positions),
       rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss, final_logit_softcap);
 }
 

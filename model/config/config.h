@@ -65,9 +65,11 @@ struct ModelConfig {
   NormKind norm = NormKind::kRMSNorm;
   double norm_eps = 1e-5;
   NormPlacement norm_placement = NormPlacement::kPre;
-  // x + attn(ln1(x)) + ffn(ln2(x)): attention and feed-forward read the same block input (GPT-J, GPT-NeoX;
-  // two norms as in GPT-NeoX). Pre-norm only.
+  // x + attn(ln1(x)) + ffn(ln2(x)): attention and feed-forward read the same block input (GPT-NeoX: two
+  // norms). Pre-norm only.
   bool parallel_block = false;
+  // With parallel_block: one norm feeds both branches, x + attn(ln1(x)) + ffn(ln1(x)) (GPT-J, PaLM; no ln2).
+  bool parallel_shared_norm = false;
   // QK-norm (Qwen3, Gemma 3): the model's norm kind over each head's HS channels of q and of k, after the
   // projection and before RoPE; one gain (and LayerNorm bias) of HS for q and one for k, shared by the heads.
   bool qk_norm = false;
@@ -97,7 +99,9 @@ struct ModelConfig {
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
   int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
-  int64_t norms_per_block() const { return norm_placement == NormPlacement::kDouble ? 4 : 2; }
+  int64_t norms_per_block() const {
+    return norm_placement == NormPlacement::kDouble ? 4 : parallel_block && parallel_shared_norm ? 1 : 2;
+  }
   bool has_final_norm() const { return norm_placement != NormPlacement::kPost; }
   // Layer i's (from 0) sliding window: 0 for the global layers.
   int64_t layer_window(int64_t i) const {

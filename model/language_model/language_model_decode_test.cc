@@ -229,7 +229,12 @@ TEST(LanguageModelDecode, MatchesForwardFinalLogitSoftCap) {
 
 TEST(LanguageModelDecode, MatchesForwardPostNorm) { ExpectIncrementalMatchesForward(PostNorm()); }
 TEST(LanguageModelDecode, MatchesForwardDoubleNorm) { ExpectIncrementalMatchesForward(DoubleNorm()); }
-TEST(LanguageModelDecode, MatchesForwardParallelBlocks) { ExpectIncrementalMatchesForward(Parallel()); }
+TEST(LanguageModelDecode, MatchesForwardParallelBlocks) {
+  ExpectIncrementalMatchesForward(Parallel());
+  ModelConfig shared = Parallel();  // one norm for both branches (GPT-J, PaLM)
+  shared.parallel_shared_norm = true;
+  ExpectIncrementalMatchesForward(shared);
+}
 
 TEST(LanguageModelDecode, MisuseIsAStatus) {
   std::unique_ptr<LanguageModel> model = Make(LlamaStyle(), 1);

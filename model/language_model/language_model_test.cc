@@ -69,6 +69,7 @@ ModelConfig ConfigFromFixture(const std::string& json) {
                      : placement == "double" ? NormPlacement::kDouble
                                              : NormPlacement::kPre;
   c.parallel_block = JsonField(json, "parallel_block") == "true";
+  c.parallel_shared_norm = JsonField(json, "parallel_shared_norm") == "true";
   c.z_loss = num("z_loss");  // absent: 0
   c.qk_norm = JsonField(json, "qk_norm") == "true";
   c.sliding_window = static_cast<int64_t>(num("sliding_window"));  // absent: 0
@@ -161,9 +162,10 @@ double LargestGradient(const Fixture& f) {
 // Every whole-model fixture of tools/model/reference.py: the reference architectures, the remaining
 // options, and the block structures (post-norm, double norm, parallel).
 const std::vector<std::string> kFixtures = {
-    "gpt2_tiny",     "llama_tiny",         "variants_tiny",      "post_tiny",      "double_tiny",
-    "parallel_tiny", "zloss_tiny",         "qknorm_tiny",        "qknorm_ln_tiny", "window_tiny",
-    "softcap_tiny",  "window_global_tiny", "final_softcap_tiny",
+    "gpt2_tiny",          "llama_tiny",           "variants_tiny", "post_tiny",
+    "double_tiny",        "parallel_tiny",        "zloss_tiny",    "qknorm_tiny",
+    "qknorm_ln_tiny",     "window_tiny",          "softcap_tiny",  "window_global_tiny",
+    "final_softcap_tiny", "parallel_shared_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

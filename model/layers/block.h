@@ -3,7 +3,7 @@
 //   pre       h = x + f(ln1(x));                 out = h + g(ln2(h))
 //   post      h = ln1(x + f(x));                 out = ln2(h + g(h))
 //   double    h = x + post_attn_norm(f(ln1(x))); out = h + post_ffn_norm(g(ln2(h)))
-//   parallel  out = x + f(ln1(x)) + g(ln2(x))
+//   parallel  out = x + f(ln1(x)) + g(ln2(x))    (parallel_shared_norm: out = x + f(ln1(x)) + g(ln1(x)))
 // Step state, in the activation dtype on the model's device: the residual stream between the halves (N, C;
 // not for parallel), the residual sum at the end (N, C; post: ln2's input, its output is the block's), the
 // two branch outputs before their norms (double), plus what the norms, attention and feed-forward keep.
@@ -45,8 +45,8 @@ class Block {
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws);
 
   int64_t saved_bytes() const;
-  // Visits "<prefix>.ln1.*", "<prefix>.attn.*", ("<prefix>.post_attn_norm.*"), "<prefix>.ln2.*",
-  // "<prefix>.ffn.*", ("<prefix>.post_ffn_norm.*": double only).
+  // Visits "<prefix>.ln1.*", "<prefix>.attn.*", ("<prefix>.post_attn_norm.*"), "<prefix>.ln2.*" (not with
+  // a shared parallel norm), "<prefix>.ffn.*", ("<prefix>.post_ffn_norm.*": double only).
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
@@ -61,7 +61,8 @@ class Block {
   kernels::DType dtype_;
   NormPlacement placement_;
   bool parallel_;
-  Norm ln1_, ln2_;
+  Norm ln1_;
+  std::optional<Norm> ln2_;                             // absent with a shared parallel norm
   std::optional<Norm> post_attn_norm_, post_ffn_norm_;  // double only
   Attention attn_;
   FeedForward ffn_;

@@ -13,6 +13,7 @@ and the block structures (`norm_placement`, `parallel_block`; absent from a conf
   post      x = ln1(x + attn(x));                 x = ln2(x + ffn(x))                  no ln_final (BERT, OPT-350m)
   double    x = x + post_attn_norm(attn(ln1(x))); x = x + post_ffn_norm(ffn(ln2(x)))   then ln_final (Gemma 2)
   parallel  x = x + attn(ln1(x)) + ffn(ln2(x))                                         then ln_final (GPT-NeoX)
+            x = x + attn(ln1(x)) + ffn(ln1(x))  with parallel_shared_norm (no ln2)       then ln_final (GPT-J, PaLM)
 
 Parameter names (these are the checkpoint names the trainer writes; CS336's state_dict names where it has one):
   token_embeddings.weight           (V, C)
@@ -23,7 +24,7 @@ Parameter names (these are the checkpoint names the trainer writes; CS336's stat
   layers.{i}.attn.v_proj.weight     (NKV*HS, C)     .bias
   layers.{i}.attn.output_proj.weight (C, NH*HS)     .bias (C,)
   layers.{i}.attn.q_norm.weight / .bias, layers.{i}.attn.k_norm.weight / .bias   (HS,)   qk_norm only
-  layers.{i}.ln2.weight / .bias     (C,)
+  layers.{i}.ln2.weight / .bias     (C,)   not with parallel_shared_norm
   layers.{i}.post_attn_norm.weight / .bias, layers.{i}.post_ffn_norm.weight / .bias   (C,)   double only
   layers.{i}.ffn.w1.weight          (d_ff, C)       .bias   SwiGLU gate / GELU,ReLU up projection
   layers.{i}.ffn.w3.weight          (d_ff, C)       .bias   SwiGLU only: the linear ("up") branch
@@ -110,6 +111,11 @@ CONFIGS = {
         vocab_size=41, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=False, sliding_window=2, global_every=2),
+    # Parallel blocks with one shared norm (GPT-J, PaLM): RMSNorm, SwiGLU, RoPE, multi-query attention, tied.
+    "parallel_shared_tiny": dict(
+        vocab_size=45, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=True, parallel_block=True, parallel_shared_norm=True),
     # Final-logit soft-capping (Gemma 2: 30): the LM head's logits become c tanh(z / c) before the softmax, in
     # training and sampling alike. The logits here have a standard deviation of ~1, so c = 1.5 bends them.
     "final_softcap_tiny": dict(
@@ -121,7 +127,7 @@ CONFIGS = {
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
          "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
-         "window_global_tiny": 1011, "final_softcap_tiny": 1012}
+         "window_global_tiny": 1011, "final_softcap_tiny": 1012, "parallel_shared_tiny": 1013}
 BATCH, TIME = 2, 8
 
 
@@ -183,6 +189,8 @@ def parameter_shapes(cfg):
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
         norms = ("ln1", "ln2", "post_attn_norm", "post_ffn_norm") if placement(cfg) == "double" else ("ln1", "ln2")
+        if cfg.get("parallel_shared_norm", False):
+            norms = ("ln1",)
         for norm in norms:
             shapes[p + norm + ".weight"] = (c,)
             if has_norm_bias:
@@ -285,7 +293,8 @@ def forward(cfg, p, ids, targets):
     for i in range(cfg["n_layers"]):
         pre = f"layers.{i}."
         if cfg.get("parallel_block", False):
-            x = x + attention(norm(x, pre + "ln1"), pre, i) + ffn(norm(x, pre + "ln2"), pre)
+            h = norm(x, pre + "ln1")
+            x = x + attention(h, pre, i) + ffn(h if cfg.get("parallel_shared_norm", False) else norm(x, pre + "ln2"), pre)
         elif placement(cfg) == "post":
             x = norm(x + attention(x, pre, i), pre + "ln1")
             x = norm(x + ffn(x, pre), pre + "ln2")
