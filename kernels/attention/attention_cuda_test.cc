@@ -347,6 +347,10 @@ TEST_P(AttentionTest, WgmmaForwardMatchesCpu) {
                 DType::kBF16, true);
   RunAndCompare(ctx(), Geometry{1, 300, 4, 2, hs, causal}, nullptr, 1500 + hs + causal, DType::kBF16, true);
   RunAndCompare(ctx(), Geometry{2, 50, 2, 1, hs, causal}, nullptr, 1600 + hs + causal, DType::kBF16, true);
+  // A window of 40 over 300: tiles before a block's window skipped, the upper warpgroup joining a step later.
+  Geometry windowed{1, 300, 4, 2, hs, causal};
+  windowed.window = 40;
+  RunAndCompare(ctx(), windowed, nullptr, 1700 + hs + causal, DType::kBF16, true);
 }
 
 // The wgmma backward variants on the forward's shapes, after the FA2 forward: dq, dk, dv by the same tolerance
@@ -367,6 +371,10 @@ void RunWgmmaBackwardShapes(const Context& ctx, int64_t hs, bool causal, Attenti
   Geometry capped{1, 100, 4, 2, hs, causal};
   capped.softcap = 1.5f;
   RunAndCompare(ctx, capped, nullptr, 1900 + hs + causal, DType::kBF16, false, variant);
+  // A window of 40 over 300: key tiles (dq) and query blocks (dk/dv) outside it skipped.
+  Geometry windowed{1, 300, 4, 2, hs, causal};
+  windowed.window = 40;
+  RunAndCompare(ctx, windowed, nullptr, 2000 + hs + causal, DType::kBF16, false, variant);
 }
 
 // The Hopper dk/dv kernel (wgmma) with FA2's dq kernel: dq bitwise the FA2 backward's.

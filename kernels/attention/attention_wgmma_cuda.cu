@@ -116,8 +116,12 @@ __global__ void __launch_bounds__(kForwardThreads, 1)
     const int n_end = kCausal ? min(S, first + kRows) : S;
     return (n_end + kRows - 1) / kRows;
   };
-  const int my_steps = steps_from(q0);  // the steps this warpgroup computes
+  const int my_steps = steps_from(q0);  // the steps this warpgroup computes: [my_first, my_steps)
   const int steps = steps_from(m0) > steps_from(m0 + kRows) ? steps_from(m0) : steps_from(m0 + kRows);
+  // With a window, key steps before the block's first query's window are skipped (loaded by no one), and
+  // the upper warpgroup's window starts up to one step later than the lower one's.
+  const int first = FirstKeyTile(p, m0, kRows) / kRows;
+  const int my_first = FirstKeyTile(p, q0, kRows) / kRows;
   // S = Q K^T of step i into acc (issued, not waited for).
   auto issue_scores = [&](float(&acc)[32], int i) {
     WgmmaFence();
@@ -127,20 +131,22 @@ __global__ void __launch_bounds__(kForwardThreads, 1)
     WgmmaCommit();
   };
 
-  // Q (both warpgroups') and K of step 0; then V of step 0 and K of step 1: every thread issues its share.
+  // Q (both warpgroups') and K of step `first`; then V of that step and K of the next: every thread issues
+  // its share. Step i's K and V go to buffer i % 2.
   LoadTileAsync<D, kForwardThreads>(sQ, q, p.q_stride_t, m0, T);
   LoadTileAsync<D, kForwardThreads>(sQ + kTile, q, p.q_stride_t, m0 + kRows, T);
-  LoadTileAsync<D, kForwardThreads>(sK, k, p.k_stride_t, 0, S);
+  LoadTileAsync<D, kForwardThreads>(sK + (first & 1) * kTile, k, p.k_stride_t, first * kRows, S);
   CpAsyncCommit();
-  LoadTileAsync<D, kForwardThreads>(sV, v, p.v_stride_t, 0, S);
-  if (steps > 1) LoadTileAsync<D, kForwardThreads>(sK + kTile, k, p.k_stride_t, kRows, S);
+  LoadTileAsync<D, kForwardThreads>(sV + (first & 1) * kTile, v, p.v_stride_t, first * kRows, S);
+  if (first + 1 < steps)
+    LoadTileAsync<D, kForwardThreads>(sK + ((first + 1) & 1) * kTile, k, p.k_stride_t, (first + 1) * kRows, S);
   CpAsyncCommit();
-  CpAsyncWait<1>();  // Q, K of step 0
+  CpAsyncWait<1>();  // Q, K of step `first`
   FenceProxyAsyncShared();
   __syncthreads();
   float s[32];
-  if (my_steps > 0) {  // warpgroup-uniform, as every branch around a wgmma below
-    issue_scores(s, 0);
+  if (my_first == first && my_first < my_steps) {  // warpgroup-uniform, as every branch around a wgmma below
+    issue_scores(s, first);
     WgmmaWait<0>();
     WgmmaFenceOperands(s);
   }
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kForwardThreads, 1)
   // the softmax of step i, then P V of step i; the tiles of later steps load a whole step ahead (K of i + 2
   // into K buffer i % 2, V of i + 1 into V buffer (i + 1) % 2, both free once every thread of both
   // warpgroups has passed the barrier after waiting for its Q K^T of step i and P V of step i - 1).
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first; step < steps; ++step) {
     const int n0 = step * kRows;
     CpAsyncWait<0>();         // V of this step, K of the next
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
@@ -167,7 +173,17 @@ __global__ void __launch_bounds__(kForwardThreads, 1)
     if (step + 1 < steps)
       LoadTileAsync<D, kForwardThreads>(sV + ((step + 1) & 1) * kTile, v, p.v_stride_t, n0 + kRows, S);
     CpAsyncCommit();
-    if (step >= my_steps) continue;  // keys only the other warpgroup's queries see: only the loads above
+    // Keys only the other warpgroup's queries see (past this one's causal end, or before its window): only
+    // the loads above. A warpgroup that joins late (the upper one under a window) computes its first S here,
+    // a step early as every later one is: its K buffer takes step my_first + 2's keys at step my_first.
+    if (step < my_first || step >= my_steps) {
+      if (step + 1 == my_first && my_first < my_steps) {
+        issue_scores(s, my_first);
+        WgmmaWait<0>();
+        WgmmaFenceOperands(s);
+      }
+      continue;
+    }
     const bool next = step + 1 < my_steps;
     float s_next[32];
     if (next) issue_scores(s_next, step + 1);
@@ -295,7 +311,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int T = static_cast<int>(p.T);
   const int m_begin = kCausal ? n0 : 0;  // query blocks before the key block see none of its keys
-  const int blocks_per_head = m_begin < T ? (T - m_begin + kRows - 1) / kRows : 0;
+  const int m_end = QueryEnd(p, n0, kRows);  // ... nor do the queries past the window's reach (T without one)
+  const int blocks_per_head = m_begin < m_end ? (m_end - m_begin + kRows - 1) / kRows : 0;
   const int steps = group * blocks_per_head;
   // Issues Q, dO of step i (head h_begin + i / blocks_per_head) into buffer i % 2 as one cp.async group and
   // stores its lse2 and dsum (zero-filled / -inf past T).
@@ -331,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int step = 0; step < steps; ++step) {
     const int h = h_begin + step / blocks_per_head, m0 = m_begin + (step % blocks_per_head) * kRows;
     const int buf = step & 1;
-    CpAsyncWait<0>();         // this step's Q, dO (and K, V at step 0)
+    CpAsyncWait<0>();         // this step's Q, dO (and K, V at the first step)
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
     __syncthreads();          // ... and lse2, dsum; every thread retired the previous step's wgmma
     if (step + 1 < steps) load_step(step + 1);
@@ -484,14 +501,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int T = static_cast<int>(p.T), S = static_cast<int>(p.S);
   const int n_end = kCausal ? min(S, m0 + kRows) : S;
   const int steps = (n_end + kRows - 1) / kRows;
+  const int first = FirstKeyTile(p, m0, kRows) / kRows;  // key steps before every query's window: skipped
 
-  // Q, dO and K, V of step 0 in one cp.async group.
+  // Q, dO and K, V of step `first` in one cp.async group (step i's K and V in buffer i % 2).
   LoadTileAsync<D>(sQ, static_cast<const bf16*>(p.q) + b * p.q_stride_b + h * p.q_stride_h, p.q_stride_t, m0,
                    T);
   LoadTileAsync<D>(sO, static_cast<const bf16*>(bp.dout) + b * p.out_stride_b + h * p.out_stride_h,
                    p.out_stride_t, m0, T);
-  LoadTileAsync<D>(sK, k, p.k_stride_t, 0, S);
-  LoadTileAsync<D>(sV, v, p.v_stride_t, 0, S);
+  LoadTileAsync<D>(sK + (first & 1) * kTile, k, p.k_stride_t, first * kRows, S);
+  LoadTileAsync<D>(sV + (first & 1) * kTile, v, p.v_stride_t, first * kRows, S);
   CpAsyncCommit();
   const int rows[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
   float lse2[2], ds_row[2];
@@ -507,9 +525,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[nb][i] = 0.0f;
 
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first; step < steps; ++step) {
     const int n0 = step * kRows, buf = step & 1;
-    CpAsyncWait<0>();         // K, V of this step (and Q, dO at step 0)
+    CpAsyncWait<0>();         // K, V of this step (and Q, dO at the first)
     FenceProxyAsyncShared();  // ... visible to wgmma's reads after the barrier
     __syncthreads();          // ... and every thread retired the previous step's wgmma (its buffer is free)
     if (step + 1 < steps) {

@@ -373,6 +373,13 @@ void CheckAttention(const Context& gpu) {
       {1, 150, 150, 4, 2, 64, true, 0, true, true, 2},
       {1, 100, 100, 2, 1, 128, true, 2, true, false, 17},
       {1, 200, 130, 2, 2, 64, false, 0, true, false, 25},
+      // Causal over 300 with a window of 40: the wgmma forward's second block starts at key tile 1 and its
+      // upper warpgroup joins at tile 2 (the lower one's first tile is before its window), the dq kernel
+      // starts late, the dk/dv kernel's first key block ends after query block 1.
+      {1, 300, 300, 2, 1, 64, true, 0, true, false, 40},
+      // ... and not causal over 320 keys: there the block's K buffers are refilled (step 4's keys at step 2)
+      // after the upper warpgroup's first S (step 2) has been read.
+      {1, 300, 320, 2, 1, 64, false, 0, true, false, 40},
       // Logit soft-capping at 1.5 (scores of a few units: the tanh bends all of them): causal GQA; HS 128
       // not causal with a per-head mask and a window.
       {1, 100, 100, 4, 2, 64, true, 0, true, true, 0, 1.5f},
