@@ -52,9 +52,11 @@ namespace lmf::model {
 class LanguageModel;
 
 // The keys and values of B sequences that share one length, for LanguageModel's incremental forward: per
-// layer K and V (B, context_length, NKV, HS) in the activation dtype on the model's device (from
-// ctx.allocator). Made by LanguageModel::NewKvCache, filled by Prefill, extended by DecodeStep; used with
-// the model that made it only, and destroyed before that model's allocator. Move-only.
+// layer K and V (B, R, NKV, HS) in the activation dtype on the model's device (from ctx.allocator), R =
+// context_length, or the layer's sliding window where it is shorter (a ring of the last W positions: a
+// windowed model's cache does not grow with the context). Made by LanguageModel::NewKvCache, filled by
+// Prefill, extended by DecodeStep; used with the model that made it only, and destroyed before that model's
+// allocator. Move-only.
 class KvCache {
  public:
   KvCache(KvCache&&) = default;

@@ -22,11 +22,18 @@ int64_t KvCache::bytes() const {
 
 absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("KV cache batch size ", b, " must be positive"));
+  // Rows per sequence of layer i: the context, or the layer's sliding window (a ring) where it is shorter.
+  const auto layer_rows = [&](int64_t i) {
+    const int64_t window = config_.layer_window(i);
+    return window > 0 && window < config_.context_length ? window : config_.context_length;
+  };
   // On the CPU the allocation would succeed (overcommit) and the process be killed as the cache fills: refuse
   // a cache above half of the machine's memory. (On CUDA the allocator reports what does not fit.)
-  const double bytes = static_cast<double>(b) * static_cast<double>(blocks_.size()) * 2 *
-                       config_.context_length * config_.n_kv_heads * config_.head_size() *
-                       kernels::DTypeSize(dtype_);
+  double bytes = 0;
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    bytes += static_cast<double>(b) * 2 * static_cast<double>(layer_rows(i)) * config_.n_kv_heads *
+             config_.head_size() * kernels::DTypeSize(dtype_);
+  }
   const double memory =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (ctx_.device.is_cpu() && memory > 0 && bytes > memory / 2) {
@@ -39,8 +46,9 @@ absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   cache.model_ = this;
   cache.b_ = b;
   cache.capacity_ = config_.context_length;
-  const kernels::Shape shape = {b, config_.context_length, config_.n_kv_heads, config_.head_size()};
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    const kernels::Shape shape = {b, layer_rows(static_cast<int64_t>(i)), config_.n_kv_heads,
+                                  config_.head_size()};
     cache.layers_.push_back(LayerKvCache{kernels::Tensor::Empty(shape, dtype_, ctx_.allocator),
                                          kernels::Tensor::Empty(shape, dtype_, ctx_.allocator)});
   }

@@ -72,7 +72,10 @@ double IncrementalError(LanguageModel& model, const std::vector<int32_t>& ids, i
   absl::StatusOr<KvCache> cache = model.NewKvCache(kB);
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return INFINITY;
-  EXPECT_EQ(cache->bytes(), 2 * config.n_layers * kB * t * config.kv_width() * 4);
+  int64_t rows = 0;  // per sequence over the layers: the context, or a shorter window's ring
+  for (int64_t i = 0; i < config.n_layers; ++i)
+    rows += config.layer_window(i) > 0 ? std::min(config.layer_window(i), t) : t;
+  EXPECT_EQ(cache->bytes(), 2 * kB * rows * config.kv_width() * 4);
   const std::vector<int32_t> prompt_ids = Prefix(ids, t, prompt);
   absl::Status status = model.Prefill(prompt_ids.data(), kB, prompt, *cache);
   EXPECT_TRUE(status.ok()) << status;
@@ -200,7 +203,8 @@ TEST(LanguageModelDecode, MatchesForwardQkNorm) {
   ExpectIncrementalMatchesForward(layer_norm);
 }
 
-// A sliding window of 4 over a context of 12: decoding past the window reads only its last 4 cache rows.
+// A sliding window of 4 over a context of 12: each layer's cache is a ring of 4 rows, which a prompt of 5
+// (positions 1-4 kept, wrapping once) and decoding to the end of the context (two more wraps) refill.
 ModelConfig Window() {
   ModelConfig config = LlamaStyle();
   config.sliding_window = 4;
@@ -208,9 +212,31 @@ ModelConfig Window() {
 }
 TEST(LanguageModelDecode, MatchesForwardSlidingWindow) {
   ExpectIncrementalMatchesForward(Window());
-  ModelConfig interleaved = Window();  // layer 2 global
+  ModelConfig interleaved = Window();  // layer 2 global: a full cache of 12 rows
   interleaved.global_every = 2;
   ExpectIncrementalMatchesForward(interleaved);
+  ModelConfig wide = Window();  // a window as long as the context: no ring
+  wide.sliding_window = 12;
+  ExpectIncrementalMatchesForward(wide);
+}
+
+// The ring's memory: 4 rows per sequence and layer instead of 12 (the global layer keeps 12).
+TEST(LanguageModelDecode, WindowedLayersCacheOnlyTheWindow) {
+  const ModelConfig config = Window();
+  std::unique_ptr<LanguageModel> model = Make(config, 1);
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<KvCache> cache = model->NewKvCache(kB);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const int64_t per_row = 2 * config.kv_width() * 4;  // k and v, fp32
+  EXPECT_EQ(cache->bytes(), kB * (4 + 4) * per_row);
+  EXPECT_EQ(cache->capacity(), 12);  // the positions it can hold stay the context's
+  ModelConfig interleaved = config;
+  interleaved.global_every = 2;
+  model = Make(interleaved, 1);
+  ASSERT_NE(model, nullptr);
+  cache = model->NewKvCache(kB);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->bytes(), kB * (4 + 12) * per_row);
 }
 
 // Attention logit soft-capping at 1 (the prefill's causal kernel and the decode step's one-query call).

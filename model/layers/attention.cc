@@ -143,28 +143,36 @@ void Attention::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
 }
 
 void Attention::FillCache(const kernels::Context& ctx, LayerKvCache& cache) {
-  LMF_CHECK(cache.k.dim(0) == b_ && cache.k.dim(1) >= t_)
-      << "KV cache " << cache.k.shape() << " for B " << b_ << ", T " << t_;
-  // Each sequence's key (value) columns of its q|k|v rows (T, width) -> cache rows [0, T) of (capacity,
-  // NKV*HS).
-  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, capacity = cache.k.dim(1);
+  const int64_t rows = cache.k.dim(1);
+  LMF_CHECK(cache.k.dim(0) == b_ && (rows >= t_ || (window_ > 0 && rows >= window_)))
+      << "KV cache " << cache.k.shape() << " for B " << b_ << ", T " << t_ << ", window " << window_;
+  // Each sequence's key (value) columns of its q|k|v rows (T, width) -> cache rows of (rows, NKV*HS):
+  // positions [first, T) (all of them, or a ring's last `rows`) into rows p % rows, in at most two runs.
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_;
   const size_t es = kernels::DTypeSize(dtype_), kv_bytes = static_cast<size_t>(kv_width) * es;
-  for (int64_t bi = 0; bi < b_; ++bi) {
-    for (int kv = 0; kv < 2; ++kv) {
-      kernels::CopyRowsOnDevice(
-          ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), bi * capacity * kv_width, dtype_),
-          kv_bytes, ElementOffset(qkv_out_.data(), bi * t_ * width + q_width + kv * kv_width, dtype_),
-          static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(t_));
+  const int64_t first = std::max<int64_t>(0, t_ - rows);
+  for (int64_t begin = first; begin < t_;) {
+    const int64_t row = begin % rows, count = std::min(t_ - begin, rows - row);
+    for (int64_t bi = 0; bi < b_; ++bi) {
+      for (int kv = 0; kv < 2; ++kv) {
+        kernels::CopyRowsOnDevice(
+            ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), (bi * rows + row) * kv_width, dtype_),
+            kv_bytes,
+            ElementOffset(qkv_out_.data(), (bi * t_ + begin) * width + q_width + kv * kv_width, dtype_),
+            static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(count));
+      }
     }
+    begin += count;
   }
 }
 
 void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
                        const int32_t* device_position, const void* h, void* out, bool accumulate,
                        LayerKvCache& cache) {
-  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, capacity = cache.k.dim(1);
-  LMF_CHECK(cache.k.dim(0) == b && position < capacity)
-      << "KV cache " << cache.k.shape() << " for B " << b << ", position " << position;
+  const int64_t width = qkv_.out(), q_width = nh_ * hs_, kv_width = nkv_ * hs_, rows = cache.k.dim(1);
+  LMF_CHECK(cache.k.dim(0) == b && (position < rows || (window_ > 0 && rows >= window_)))
+      << "KV cache " << cache.k.shape() << " for B " << b << ", position " << position << ", window "
+      << window_;
   EnsureStepState(ctx, b, 1);
   input_ = h;
   void* qkv = qkv_out_.data();
@@ -175,25 +183,25 @@ void Attention::Decode(const kernels::Context& ctx, int64_t b, int64_t position,
     p.positions = device_position, p.positions_stride_b = 0;  // every sequence is at `position`
     kernels::RopeForward(ctx, p);
   }
-  // Each sequence's new key (value) -> its cache row `position`: one strided copy over the batch each.
+  // Each sequence's new key (value) -> its cache row position % rows: one strided copy over the batch each.
   const size_t es = kernels::DTypeSize(dtype_), kv_bytes = static_cast<size_t>(kv_width) * es;
   for (int kv = 0; kv < 2; ++kv) {
     kernels::CopyRowsOnDevice(
-        ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), position * kv_width, dtype_),
-        static_cast<size_t>(capacity * kv_width) * es, ElementOffset(qkv, q_width + kv * kv_width, dtype_),
+        ctx, ElementOffset((kv == 0 ? cache.k : cache.v).data(), position % rows * kv_width, dtype_),
+        static_cast<size_t>(rows * kv_width) * es, ElementOffset(qkv, q_width + kv * kv_width, dtype_),
         static_cast<size_t>(width) * es, kv_bytes, static_cast<size_t>(b));
   }
   // The step state's view (q, out and lse of the one new token per sequence, T = 1) with the keys and values
-  // read from the cache.
-  // A window keeps the keys (position - W, position]: the cache rows from `first` on.
-  const int64_t first = window_ > 0 ? std::max<int64_t>(0, position - window_ + 1) : 0;
+  // read from the cache. A window keeps the keys (position - W, position]: the rows from `first` on, or once
+  // a ring (rows == W) has wrapped, all of its rows.
+  const int64_t first = position >= rows ? 0 : window_ > 0 ? std::max<int64_t>(0, position - window_ + 1) : 0;
   kernels::AttentionParams p = Params();
-  p.S = position + 1 - first;
+  p.S = std::min(position + 1, rows) - first;
   p.causal = false;  // the one query is at `position`: every cached key is at or before it
-  p.window = 0;      // and every key from `first` on is inside its window
-  p.k = ElementOffset(cache.k.data(), first * kv_width, dtype_), p.k_stride_b = capacity * kv_width,
+  p.window = 0;      // and every key it reads is inside its window
+  p.k = ElementOffset(cache.k.data(), first * kv_width, dtype_), p.k_stride_b = rows * kv_width,
   p.k_stride_t = kv_width, p.k_stride_h = hs_;
-  p.v = ElementOffset(cache.v.data(), first * kv_width, dtype_), p.v_stride_b = capacity * kv_width,
+  p.v = ElementOffset(cache.v.data(), first * kv_width, dtype_), p.v_stride_b = rows * kv_width,
   p.v_stride_t = kv_width, p.v_stride_h = hs_;
   kernels::AttentionForward(ctx, p);
   counters_->attention_flops += 2.0 * 2.0 * b * nh_ * hs_ * static_cast<double>(p.S);

@@ -12,10 +12,12 @@
 // the residual gradient and writes the gradient of the normed input. Parameter gradients (fp32) accumulate.
 //
 // Incremental decoding (inference only): Forward with a LayerKvCache also writes each sequence's post-RoPE
-// keys and its values into the cache rows [0, T) (a prefill); Decode runs one new token per sequence at a
-// position shared by the batch: projects q|k|v, rotates q and k at that position, appends k and v at that
-// row of the cache and attends over rows [0, position] (T = 1 query, S = position + 1 keys, no mask: every
-// cached key is at or before the query; with a sliding window W, over rows (position - W, position] only).
+// keys and its values of positions [0, T) into the cache (a prefill; a ring keeps the last W); Decode runs
+// one new token per sequence at a position shared by the batch: projects q|k|v, rotates q and k at that
+// position, writes k and v into that position's row of the cache and attends over positions [0, position]
+// (T = 1 query, S = position + 1 keys, no mask: every cached key is at or before the query; with a sliding
+// window W, over positions (position - W, position] only: once a ring has wrapped, all of its W rows, in
+// ring order, which a softmax over one query does not see).
 // Decode uses the same step-state buffers as Forward, sized for (B, 1), so it replaces the step state:
 // Backward needs a new Forward after it.
 #ifndef LMFORGE_MODEL_LAYERS_ATTENTION_H_
@@ -34,8 +36,10 @@
 
 namespace lmf::model {
 
-// One layer's key/value cache, in the activation dtype on the model's device. k, v: (B, S_max, NKV, HS)
-// contiguous; rows [0, length) of each sequence hold the post-RoPE keys and the values of the tokens seen.
+// One layer's key/value cache, in the activation dtype on the model's device. k, v: (B, R, NKV, HS)
+// contiguous, R rows per sequence holding the post-RoPE keys and the values of the tokens seen: position p in
+// row p % R. R = S_max (the context), or for a layer with a sliding window W < S_max a ring of W rows: the
+// only keys a query can still see are the last W.
 struct LayerKvCache {
   kernels::Tensor k;
   kernels::Tensor v;
