@@ -33,6 +33,7 @@
 // to align them to 1024 bytes: 49 / 97 KiB at HS 64 / 128 (opt-in above 48 KiB); 4 / 2 blocks per SM by
 // shared memory (228 KiB per SM, 1 KiB reserved per block), 1 by registers.
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention.h"
@@ -620,6 +621,17 @@ absl::Status LaunchWgmmaDq(const Context& ctx, const AttentionBackwardParams& bp
   return absl::OkStatus();
 }
 
+// Calls launch(D, kCausal, kSoftCap), each a std::integral_constant, for p's head size (64 or 128),
+// causality and soft-cap: the eight instantiations of each backward kernel.
+template <typename Launch>
+absl::Status WithBackwardInstantiation(const AttentionParams& p, const Launch& launch) {
+  const auto cap = [&](auto d, auto causal) {
+    return p.softcap > 0.0f ? launch(d, causal, std::true_type()) : launch(d, causal, std::false_type());
+  };
+  const auto causal = [&](auto d) { return p.causal ? cap(d, std::true_type()) : cap(d, std::false_type()); };
+  return p.HS == 64 ? causal(std::integral_constant<int, 64>()) : causal(std::integral_constant<int, 128>());
+}
+
 }  // namespace
 
 namespace internal {
@@ -640,36 +652,18 @@ absl::Status RequireSm90a(const Context& ctx, const char* what) {
 // for B * NH * T > 0.
 absl::Status AttentionBackwardDkDvWgmma(const Context& ctx, const AttentionBackwardParams& bp,
                                         const float* dsum) {
-  const AttentionParams& p = bp.forward;
-  const int key = (p.HS == 64 ? 0 : 4) + (p.causal ? 2 : 0) + (p.softcap > 0.0f ? 1 : 0);
-  switch (key) {
-    case 0: return LaunchWgmmaDkDv<64, false, false>(ctx, bp, dsum);
-    case 1: return LaunchWgmmaDkDv<64, false, true>(ctx, bp, dsum);
-    case 2: return LaunchWgmmaDkDv<64, true, false>(ctx, bp, dsum);
-    case 3: return LaunchWgmmaDkDv<64, true, true>(ctx, bp, dsum);
-    case 4: return LaunchWgmmaDkDv<128, false, false>(ctx, bp, dsum);
-    case 5: return LaunchWgmmaDkDv<128, false, true>(ctx, bp, dsum);
-    case 6: return LaunchWgmmaDkDv<128, true, false>(ctx, bp, dsum);
-    default: return LaunchWgmmaDkDv<128, true, true>(ctx, bp, dsum);
-  }
+  return WithBackwardInstantiation(bp.forward, [&](auto d, auto causal, auto cap) {
+    return LaunchWgmmaDkDv<decltype(d)::value, decltype(causal)::value, decltype(cap)::value>(ctx, bp, dsum);
+  });
 }
 
 // Called by AttentionBackwardWithVariant (kWgmma) after its checks (bf16, sm_90a) and the dsum kernel, for
 // B * NH * T > 0.
 absl::Status AttentionBackwardDqWgmma(const Context& ctx, const AttentionBackwardParams& bp,
                                       const float* dsum) {
-  const AttentionParams& p = bp.forward;
-  const int key = (p.HS == 64 ? 0 : 4) + (p.causal ? 2 : 0) + (p.softcap > 0.0f ? 1 : 0);
-  switch (key) {
-    case 0: return LaunchWgmmaDq<64, false, false>(ctx, bp, dsum);
-    case 1: return LaunchWgmmaDq<64, false, true>(ctx, bp, dsum);
-    case 2: return LaunchWgmmaDq<64, true, false>(ctx, bp, dsum);
-    case 3: return LaunchWgmmaDq<64, true, true>(ctx, bp, dsum);
-    case 4: return LaunchWgmmaDq<128, false, false>(ctx, bp, dsum);
-    case 5: return LaunchWgmmaDq<128, false, true>(ctx, bp, dsum);
-    case 6: return LaunchWgmmaDq<128, true, false>(ctx, bp, dsum);
-    default: return LaunchWgmmaDq<128, true, true>(ctx, bp, dsum);
-  }
+  return WithBackwardInstantiation(bp.forward, [&](auto d, auto causal, auto cap) {
+    return LaunchWgmmaDq<decltype(d)::value, decltype(causal)::value, decltype(cap)::value>(ctx, bp, dsum);
+  });
 }
 
 // Called by AttentionForwardWithVariant after its argument checks, for bf16 with B * NH * T > 0.
