@@ -1,7 +1,7 @@
 // CUDA activations (SiLU, GELU-tanh, ReLU, soft-cap), fp32 and bf16 (bf16 storage, fp32 math), forward and
 // backward, with the params and write rules of activations.h. Grid-stride loops, 16 bytes per access where the
-// alignment allows, then the tail one element at a time; GELU through s = sigmoid(2u) (the CPU kernel's
-// formula, which avoids the cancellation of 1 + tanh(u)); the soft-cap as c (2 s - 1), s = sigmoid(2 x / c),
+// alignment allows, then the tail one element at a time; GELU through device_util.cuh's GeluTanh (the CPU
+// kernel's formula, sigmoid(2u), which avoids the cancellation of 1 + tanh(u)); the soft-cap as c (2 s - 1), s = sigmoid(2 x / c),
 // and its derivative as 4 s (1 - s), as on the CPU.
 #include <cmath>
 
@@ -14,15 +14,13 @@ namespace lmf::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
 
 template <Activation kKind>
 __device__ __forceinline__ float ActForward(float v, float cap) {
   if constexpr (kKind == Activation::kSilu) {
     return v * Sigmoid(v);
   } else if constexpr (kKind == Activation::kGeluTanh) {
-    return v * Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+    return GeluTanh(v);
   } else if constexpr (kKind == Activation::kSoftCap) {
     return cap * (2.0f * Sigmoid(2.0f * v / cap) - 1.0f);
   } else {
@@ -36,9 +34,7 @@ __device__ __forceinline__ float ActBackward(float v, float d, float cap) {
     const float s = Sigmoid(v);
     return d * s * (1.0f + v * (1.0f - s));
   } else if constexpr (kKind == Activation::kGeluTanh) {
-    const float s = Sigmoid(2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    return d * (s + 2.0f * v * s * (1.0f - s) * du);
+    return d * GeluTanhGrad(v);
   } else if constexpr (kKind == Activation::kSoftCap) {
     const float s = Sigmoid(2.0f * v / cap);
     return d * 4.0f * s * (1.0f - s);

@@ -1,6 +1,6 @@
 // Vectorised fp32 building blocks for the CPU kernels (AVX2 + FMA, which the default build targets with
-// -march=x86-64-v3): dot products, axpy, sums, max, and a vector exp. Each has a scalar tail so any n
-// works. Header-only so the loops inline into the kernels.
+// -march=x86-64-v3): dot products, axpy, sums, max, a vector exp, and the sigmoid and GELU built on it.
+// Each has a scalar tail so any n works. Header-only so the loops inline into the kernels.
 #ifndef LMFORGE_KERNELS_CPU_VEC_H_
 #define LMFORGE_KERNELS_CPU_VEC_H_
 
@@ -172,6 +172,42 @@ inline float SumExpShift(const float* x, float shift, int64_t n) {
   float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += std::exp(x[i] - shift);
   return sum;
+}
+
+// The logistic sigmoid 1 / (1 + exp(-x)): 8 lanes through Exp, one through std::exp.
+inline __m256 Sigmoid(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// GELU, tanh approximation (torch.nn.functional.gelu(approximate="tanh")): x 0.5 (1 + tanh(u)) =
+// x sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3) (the sigmoid avoids the cancellation of 1 + tanh(u)
+// for negative x), and its derivative s + 2 x s (1 - s) u'(x) (1 - tanh^2 = 4 s (1 - s), s = sigmoid(2u),
+// u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+inline __m256 GeluSigmoid(__m256 x) {  // sigmoid(2u)
+  const __m256 u = _mm256_mul_ps(
+      _mm256_set1_ps(kSqrt2OverPi),
+      _mm256_mul_ps(x,
+                    _mm256_fmadd_ps(_mm256_set1_ps(kGeluCubic), _mm256_mul_ps(x, x), _mm256_set1_ps(1.0f))));
+  return Sigmoid(_mm256_add_ps(u, u));
+}
+inline float GeluSigmoid(float x) { return Sigmoid(2.0f * kSqrt2OverPi * (x + kGeluCubic * x * x * x)); }
+inline __m256 GeluTanh(__m256 x) { return _mm256_mul_ps(x, GeluSigmoid(x)); }
+inline float GeluTanh(float x) { return x * GeluSigmoid(x); }
+inline __m256 GeluTanhGrad(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f), s = GeluSigmoid(x);
+  const __m256 du =
+      _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
+                    _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kGeluCubic), _mm256_mul_ps(x, x), one));
+  const __m256 two_x_s_1ms = _mm256_mul_ps(_mm256_add_ps(x, x), _mm256_mul_ps(s, _mm256_sub_ps(one, s)));
+  return _mm256_fmadd_ps(two_x_s_1ms, du, s);
+}
+inline float GeluTanhGrad(float x) {
+  const float s = GeluSigmoid(x);
+  return s + 2.0f * x * s * (1.0f - s) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
 }
 
 }  // namespace lmf::kernels::vec

@@ -32,6 +32,17 @@ __device__ __forceinline__ bf16 FromFloat<bf16>(float x) {
 // Logistic sigmoid with the fast exponential (SiLU, SwiGLU, GELU-tanh through sigmoid(2u)).
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+// GELU, tanh approximation, as x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (no cancellation of
+// 1 + tanh(u) for negative x), and its derivative s + 2 x s (1 - s) u'(x): kernels/cpu/vec.h's formulas.
+__device__ __forceinline__ float GeluSigmoid(float x) {
+  return Sigmoid(2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x));
+}
+__device__ __forceinline__ float GeluTanh(float x) { return x * GeluSigmoid(x); }
+__device__ __forceinline__ float GeluTanhGrad(float x) {
+  const float s = GeluSigmoid(x);
+  return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

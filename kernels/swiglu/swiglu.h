@@ -1,15 +1,18 @@
-// SwiGLU gating, forward and backward: out = silu(gate) * up, the middle of a SwiGLU feed-forward
-// (W2 (silu(x W1^T) * (x W3^T))). gate and up are read with a row stride so that both can live side by
-// side in one (N, 2H) buffer produced by a single fused matmul.
+// Gated linear unit, forward and backward: out = act(gate) * up, the middle of a gated feed-forward
+// (W2 (act(x W1^T) * (x W3^T))): act SiLU for SwiGLU (the default; Llama) or GELU-tanh for GeGLU (Gemma,
+// T5 v1.1). gate and up are read with a row stride so that both can live side by side in one (N, 2H) buffer
+// produced by a single fused matmul.
 //
-//   forward:  out[n, h] = silu(gate[n, h]) * up[n, h]
-//   backward: dgate, dup written (=), with the same row strides as gate and up.
+//   forward:  out[n, h] = act(gate[n, h]) * up[n, h]
+//   backward: dgate = dout * up * act'(gate), dup = dout * act(gate), written (=), with the same row strides
+//             as gate and up.
 #ifndef LMFORGE_KERNELS_SWIGLU_SWIGLU_H_
 #define LMFORGE_KERNELS_SWIGLU_SWIGLU_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/activations/activations.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 
@@ -24,6 +27,7 @@ struct SwiGluForwardParams {
   const void* up = nullptr;    // (N, H), row stride up_stride
   int64_t up_stride = 0;       // 0 means H
   void* out = nullptr;         // (N, H), contiguous
+  Activation activation = Activation::kSilu;  // of the gate: kSilu (SwiGLU) or kGeluTanh (GeGLU)
 };
 
 struct SwiGluBackwardParams {
@@ -36,6 +40,7 @@ struct SwiGluBackwardParams {
   const void* dout = nullptr;  // (N, H), contiguous
   void* dgate = nullptr;       // (N, H), row stride gate_stride, written
   void* dup = nullptr;         // (N, H), row stride up_stride, written
+  Activation activation = Activation::kSilu;  // as in the forward
 };
 
 // The CUDA backend (swiglu_cuda.cu, built in where LMF_WITH_CUDA): the same params on device

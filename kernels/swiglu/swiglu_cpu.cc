@@ -1,7 +1,9 @@
-// CPU SwiGLU gating: rows split over threads, 8 lanes at a time with a vec::Exp sigmoid.
-//   out = silu(g) u;  dg = dout u s (1 + g (1 - s));  du = dout silu(g)   (s = sigmoid(g))
+// CPU gated linear units: rows split over threads, 8 lanes at a time on vec.h's Sigmoid / GeluTanh.
+//   SwiGLU: out = silu(g) u;  dg = dout u s (1 + g (1 - s));  du = dout silu(g)   (s = sigmoid(g))
+//   GeGLU:  out = gelu(g) u;  dg = dout u gelu'(g);           du = dout gelu(g)   (tanh approximation)
 #include <cmath>
 
+#include "base/check.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/swiglu/swiglu.h"
@@ -9,14 +11,45 @@
 namespace lmf::kernels::cpu {
 namespace {
 
-inline __m256 Sigmoid(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, vec::Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+// The gate activation's value and derivative at g, 8 lanes or one.
+template <Activation kAct>
+struct Gate;
+template <>
+struct Gate<Activation::kSilu> {
+  static __m256 Value(__m256 g) { return _mm256_mul_ps(g, vec::Sigmoid(g)); }
+  static float Value(float g) { return g * vec::Sigmoid(g); }
+  static void ValueAndGrad(__m256 g, __m256& value, __m256& grad) {
+    const __m256 one = _mm256_set1_ps(1.0f), s = vec::Sigmoid(g);
+    value = _mm256_mul_ps(g, s);
+    grad = _mm256_mul_ps(s, _mm256_fmadd_ps(g, _mm256_sub_ps(one, s), one));
+  }
+  static void ValueAndGrad(float g, float& value, float& grad) {
+    const float s = vec::Sigmoid(g);
+    value = g * s;
+    grad = s * (1.0f + g * (1.0f - s));
+  }
+};
+template <>
+struct Gate<Activation::kGeluTanh> {
+  static __m256 Value(__m256 g) { return vec::GeluTanh(g); }
+  static float Value(float g) { return vec::GeluTanh(g); }
+  static void ValueAndGrad(__m256 g, __m256& value, __m256& grad) {
+    value = vec::GeluTanh(g);
+    grad = vec::GeluTanhGrad(g);
+  }
+  static void ValueAndGrad(float g, float& value, float& grad) {
+    value = vec::GeluTanh(g);
+    grad = vec::GeluTanhGrad(g);
+  }
+};
+
+void CheckActivation(Activation a) {
+  LMF_CHECK(a == Activation::kSilu || a == Activation::kGeluTanh)
+      << "gated linear unit: the gate activation must be silu or gelu_tanh, not " << ActivationName(a);
 }
 
-}  // namespace
-
-void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
+template <Activation kAct>
+void Forward(const Context& ctx, const SwiGluForwardParams& p) {
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
   const float* gate = static_cast<const float*>(p.gate);
   const float* up = static_cast<const float*>(p.up);
@@ -27,23 +60,22 @@ void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
       const float* u = up + n * us;
       float* y = out + n * p.H;
       int64_t h = 0;
-      for (; h + 8 <= p.H; h += 8) {
-        const __m256 gv = _mm256_loadu_ps(g + h);
-        _mm256_storeu_ps(y + h, _mm256_mul_ps(_mm256_mul_ps(gv, Sigmoid(gv)), _mm256_loadu_ps(u + h)));
-      }
-      for (; h < p.H; ++h) y[h] = g[h] / (1.0f + std::exp(-g[h])) * u[h];
+      for (; h + 8 <= p.H; h += 8)
+        _mm256_storeu_ps(y + h,
+                         _mm256_mul_ps(Gate<kAct>::Value(_mm256_loadu_ps(g + h)), _mm256_loadu_ps(u + h)));
+      for (; h < p.H; ++h) y[h] = Gate<kAct>::Value(g[h]) * u[h];
     }
   });
 }
 
-void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
+template <Activation kAct>
+void Backward(const Context& ctx, const SwiGluBackwardParams& p) {
   const int64_t gs = p.gate_stride ? p.gate_stride : p.H, us = p.up_stride ? p.up_stride : p.H;
   const float* gate = static_cast<const float*>(p.gate);
   const float* up = static_cast<const float*>(p.up);
   const float* dout = static_cast<const float*>(p.dout);
   float* dgate = static_cast<float*>(p.dgate);
   float* dup = static_cast<float*>(p.dup);
-  const __m256 one = _mm256_set1_ps(1.0f);
   ParallelForItems(ctx, p.N, 24 * p.H, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       const float* g = gate + n * gs;
@@ -53,20 +85,35 @@ void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
       float* du = dup + n * us;
       int64_t h = 0;
       for (; h + 8 <= p.H; h += 8) {
-        const __m256 gv = _mm256_loadu_ps(g + h), uv = _mm256_loadu_ps(u + h), dv = _mm256_loadu_ps(dy + h);
-        const __m256 s = Sigmoid(gv);
-        const __m256 dsilu = _mm256_mul_ps(s, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, s), one));
-        _mm256_storeu_ps(dg + h, _mm256_mul_ps(_mm256_mul_ps(dv, uv), dsilu));
-        _mm256_storeu_ps(du + h, _mm256_mul_ps(dv, _mm256_mul_ps(gv, s)));
+        const __m256 uv = _mm256_loadu_ps(u + h), dv = _mm256_loadu_ps(dy + h);
+        __m256 value, grad;
+        Gate<kAct>::ValueAndGrad(_mm256_loadu_ps(g + h), value, grad);
+        _mm256_storeu_ps(dg + h, _mm256_mul_ps(_mm256_mul_ps(dv, uv), grad));
+        _mm256_storeu_ps(du + h, _mm256_mul_ps(dv, value));
       }
       for (; h < p.H; ++h) {
-        const float s = 1.0f / (1.0f + std::exp(-g[h]));
-        const float gv = g[h], uv = u[h];
-        dg[h] = dy[h] * uv * s * (1.0f + gv * (1.0f - s));
-        du[h] = dy[h] * gv * s;
+        float value, grad;
+        Gate<kAct>::ValueAndGrad(g[h], value, grad);
+        const float uv = u[h];
+        dg[h] = dy[h] * uv * grad;
+        du[h] = dy[h] * value;
       }
     }
   });
+}
+
+}  // namespace
+
+void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
+  CheckActivation(p.activation);
+  if (p.activation == Activation::kSilu) return Forward<Activation::kSilu>(ctx, p);
+  Forward<Activation::kGeluTanh>(ctx, p);
+}
+
+void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
+  CheckActivation(p.activation);
+  if (p.activation == Activation::kSilu) return Backward<Activation::kSilu>(ctx, p);
+  Backward<Activation::kGeluTanh>(ctx, p);
 }
 
 }  // namespace lmf::kernels::cpu

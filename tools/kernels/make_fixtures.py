@@ -120,8 +120,12 @@ def swiglu_fixture(out_dir):
     gate, up = rnd(N, H, scale=2.0), rnd(N, H)
     out = F.silu(gate) * up
     dout = backward(out)
+    # GeGLU (gelu_tanh(gate) * up) on the same inputs and upstream gradient.
+    g2, u2 = gate.detach().clone().requires_grad_(True), up.detach().clone().requires_grad_(True)
+    out2 = F.gelu(g2, approximate="tanh") * u2
+    out2.backward(dout)
     save(out_dir, "swiglu", gate=f32(gate), up=f32(up), out=f32(out), dout=f32(dout), dgate=f32(gate.grad),
-         dup=f32(up.grad))
+         dup=f32(up.grad), geglu_out=f32(out2), geglu_dgate=f32(g2.grad), geglu_dup=f32(u2.grad))
 
 
 def softmax_fixture(out_dir):
