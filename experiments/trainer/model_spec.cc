@@ -40,6 +40,9 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
     case config::FeedForwardConfig::SWIGLU: m.ffn = model::FfnKind::kSwiGLU; break;
     case config::FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;
     case config::FeedForwardConfig::RELU: m.ffn = model::FfnKind::kReLU; break;
+    case config::FeedForwardConfig::GEGLU:
+      m.ffn = model::FfnKind::kGeGLU;
+      break;
     default: return unsupported("model.ffn.kind=KIND_UNSPECIFIED");
   }
   switch (proto.positional().kind()) {

@@ -4,7 +4,7 @@
 namespace lmf::model {
 namespace {
 
-int64_t FfnMatrices(const ModelConfig& c) { return c.ffn == FfnKind::kSwiGLU ? 3 : 2; }
+int64_t FfnMatrices(const ModelConfig& c) { return c.gated_ffn() ? 3 : 2; }
 int64_t NormParameters(const ModelConfig& c) { return c.norm == NormKind::kLayerNorm ? 2 * c.d_model : c.d_model; }
 int64_t NormStatistics(const ModelConfig& c) { return c.norm == NormKind::kLayerNorm ? 2 : 1; }  // mean, rstd
 

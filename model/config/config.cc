@@ -32,6 +32,8 @@ const char* FfnKindName(FfnKind kind) {
     case FfnKind::kSwiGLU: return "swiglu";
     case FfnKind::kGELU: return "gelu";
     case FfnKind::kReLU: return "relu";
+    case FfnKind::kGeGLU:
+      return "geglu";
   }
   return "?";
 }

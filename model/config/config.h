@@ -24,7 +24,8 @@ enum class NormKind { kRMSNorm, kLayerNorm };
 //   kDouble  x + norm'(f(norm(x))), then a final norm (Gemma 2's "sandwich"; norm' is a second norm per
 //   branch)
 enum class NormPlacement { kPre, kPost, kDouble };
-enum class FfnKind { kSwiGLU, kGELU, kReLU };
+// The feed-forward: W2 act(W1 x), or gated W2 (act(W1 x) * W3 x) with SiLU (SwiGLU) or GELU-tanh (GeGLU).
+enum class FfnKind { kSwiGLU, kGELU, kReLU, kGeGLU };
 enum class PositionKind { kRoPE, kLearned, kSinusoidal, kNone };
 enum class InitScheme {
   // N(0, init_std) for every matrix and embedding; the projections that write into the residual stream
@@ -99,6 +100,7 @@ struct ModelConfig {
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
   int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
   int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
+  bool gated_ffn() const { return ffn == FfnKind::kSwiGLU || ffn == FfnKind::kGeGLU; }  // has W3
   int64_t norms_per_block() const {
     return norm_placement == NormPlacement::kDouble ? 4 : parallel_block && parallel_shared_norm ? 1 : 2;
   }

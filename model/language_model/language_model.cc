@@ -94,9 +94,13 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
                                                      " runs on CUDA only (the CPU backend computes in F32)"));
     }
   }
-  std::vector<const char*> ops = {"embedding", "matmul", "attention", "residual", "cross_entropy",
+  std::vector<const char*> ops = {"embedding",
+                                  "matmul",
+                                  "attention",
+                                  "residual",
+                                  "cross_entropy",
                                   config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm",
-                                  config.ffn == FfnKind::kSwiGLU ? "swiglu" : "activation"};
+                                  config.gated_ffn() ? "swiglu" : "activation"};
   if (config.positions == PositionKind::kRoPE) ops.push_back("rope");
   if (dtype != kernels::DType::kF32) ops.push_back("cast");  // RefreshComputeWeights rounds the weights
   for (const char* op : ops) {
@@ -291,7 +295,7 @@ void LanguageModel::EnsureWorkspace(int64_t n) {
   workspace_.dattn = make(config_.q_width());
   workspace_.dqkv = make(config_.q_width() + 2 * config_.kv_width());
   workspace_.dact = make(config_.d_ff);
-  workspace_.dpre = make((config_.ffn == FfnKind::kSwiGLU ? 2 : 1) * config_.d_ff);
+  workspace_.dpre = make((config_.gated_ffn() ? 2 : 1) * config_.d_ff);
   workspace_.dqk_norm = config_.qk_norm ? make(config_.q_width()) : kernels::Tensor();
   workspace_rows_ = n;
 }

@@ -58,7 +58,10 @@ ModelConfig ConfigFromFixture(const std::string& json) {
   c.rope_theta = num("rope_theta");
   c.norm = JsonField(json, "norm") == "layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm;
   const std::string ffn = JsonField(json, "ffn");
-  c.ffn = ffn == "swiglu" ? FfnKind::kSwiGLU : ffn == "gelu" ? FfnKind::kGELU : FfnKind::kReLU;
+  c.ffn = ffn == "swiglu"  ? FfnKind::kSwiGLU
+          : ffn == "geglu" ? FfnKind::kGeGLU
+          : ffn == "gelu"  ? FfnKind::kGELU
+                           : FfnKind::kReLU;
   const std::string pos = JsonField(json, "positions");
   c.positions = pos == "rope"      ? PositionKind::kRoPE
                 : pos == "learned" ? PositionKind::kLearned
@@ -165,7 +168,7 @@ const std::vector<std::string> kFixtures = {
     "gpt2_tiny",          "llama_tiny",           "variants_tiny", "post_tiny",
     "double_tiny",        "parallel_tiny",        "zloss_tiny",    "qknorm_tiny",
     "qknorm_ln_tiny",     "window_tiny",          "softcap_tiny",  "window_global_tiny",
-    "final_softcap_tiny", "parallel_shared_tiny",
+    "final_softcap_tiny", "parallel_shared_tiny", "geglu_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

@@ -1,4 +1,5 @@
-// Feed-forward module: SwiGLU / GELU / ReLU over kernels/swiglu, kernels/activations and kernels/matmul.
+// Feed-forward module: SwiGLU / GeGLU / GELU / ReLU over kernels/swiglu, kernels/activations and
+// kernels/matmul.
 #include "model/layers/feed_forward.h"
 
 #include "kernels/activations/activations.h"
@@ -12,8 +13,7 @@ FeedForward::FeedForward(const ModelConfig& config, const kernels::Context& ctx,
       c_(config.d_model),
       f_(config.d_ff),
       dtype_(dtype),
-      in_(config.d_model, (config.ffn == FfnKind::kSwiGLU ? 2 : 1) * config.d_ff, config.biases, ctx, dtype,
-          counters),
+      in_(config.d_model, (config.gated_ffn() ? 2 : 1) * config.d_ff, config.biases, ctx, dtype, counters),
       out_(config.d_ff, config.d_model, config.biases, ctx, dtype, counters) {}
 
 void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h, void* out, bool accumulate) {
@@ -34,12 +34,12 @@ void FeedForward::Forward(const kernels::Context& ctx, int64_t n, const void* h,
     gelu.epilogue = kernels::MatmulEpilogue::kGeluTanh;
     gelu.pre_activation = pre;
     in_.Forward(ctx, n, h, c_, act, f_, /*accumulate=*/false, gelu);
-  } else if (kind_ == FfnKind::kSwiGLU) {
+  } else if (gated()) {
     in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
     kernels::SwiGluForwardParams p;
     p.dtype = dtype_;
     p.N = n, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = ElementOffset(pre, f_, dtype_);
-    p.up_stride = width, p.out = act;
+    p.up_stride = width, p.out = act, p.activation = activation();
     kernels::SwiGluForward(ctx, p);
   } else {
     in_.Forward(ctx, n, h, c_, pre, width, /*accumulate=*/false);
@@ -58,12 +58,12 @@ void FeedForward::Backward(const kernels::Context& ctx, const BackwardWorkspace&
   void* dpre = ws.dpre.data();
   const void* pre = pre_.data();
   out_.Backward(ctx, n_, act_.data(), f_, dresidual, c_, dact);
-  if (kind_ == FfnKind::kSwiGLU) {
+  if (gated()) {
     kernels::SwiGluBackwardParams p;
     p.dtype = dtype_;
     p.N = n_, p.H = f_, p.gate = pre, p.gate_stride = width, p.up = ElementOffset(pre, f_, dtype_);
     p.up_stride = width, p.dout = dact;
-    p.dgate = dpre, p.dup = ElementOffset(dpre, f_, dtype_);
+    p.dgate = dpre, p.dup = ElementOffset(dpre, f_, dtype_), p.activation = activation();
     kernels::SwiGluBackward(ctx, p);
   } else {
     kernels::ActivationBackwardParams p;
@@ -82,7 +82,7 @@ int64_t FeedForward::saved_bytes() const {
 void FeedForward::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
   visit(prefix + ".w1.weight", in_.weight().Rows(0, f_));
   if (in_.bias() != nullptr) visit(prefix + ".w1.bias", in_.bias()->Rows(0, f_));
-  if (kind_ == FfnKind::kSwiGLU) {
+  if (gated()) {
     visit(prefix + ".w3.weight", in_.weight().Rows(f_, f_));
     if (in_.bias() != nullptr) visit(prefix + ".w3.bias", in_.bias()->Rows(f_, f_));
   }

@@ -29,13 +29,17 @@ class FeedForward {
   void Backward(const kernels::Context& ctx, const BackwardWorkspace& ws, const void* dresidual, void* dh);
 
   int64_t saved_bytes() const;
-  // Visits "<prefix>.w1.*", ("<prefix>.w3.*" for SwiGLU), "<prefix>.w2.*".
+  // Visits "<prefix>.w1.*", ("<prefix>.w3.*" for SwiGLU and GeGLU), "<prefix>.w2.*".
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
 
  private:
+  // The activation: of the gate for SwiGLU (SiLU) and GeGLU (GELU-tanh), else of W1 x.
   kernels::Activation activation() const {
-    return kind_ == FfnKind::kGELU ? kernels::Activation::kGeluTanh : kernels::Activation::kRelu;
+    return kind_ == FfnKind::kSwiGLU                             ? kernels::Activation::kSilu
+           : kind_ == FfnKind::kGELU || kind_ == FfnKind::kGeGLU ? kernels::Activation::kGeluTanh
+                                                                 : kernels::Activation::kRelu;
   }
+  bool gated() const { return kind_ == FfnKind::kSwiGLU || kind_ == FfnKind::kGeGLU; }
 
   FfnKind kind_;
   int64_t c_, f_;

@@ -43,8 +43,8 @@ inline std::vector<NamedConfig> CudaTestConfigs() {
 }
 
 // CudaTestConfigs() and, one layer deep (the structure is per block), GPT-2-like post-norm (no final
-// norm) with attention logits soft-capped at 1, Llama-like double norm with QK-norm (Gemma 3's pair) and
-// the final logits soft-capped at 2 (Gemma 2's cap), and Llama-like parallel blocks with one shared norm
+// norm) with attention logits soft-capped at 1, Llama-like with Gemma's pieces: GeGLU, double norm with
+// QK-norm (Gemma 3's pair) and the final logits soft-capped at 2 (Gemma 2's cap), and Llama-like parallel blocks with one shared norm
 // (PaLM's) and a sliding window of 24 (of the 64 positions).
 inline std::vector<NamedConfig> CudaTestConfigsWithBlockStructures() {
   std::vector<NamedConfig> configs = CudaTestConfigs();
@@ -54,12 +54,13 @@ inline std::vector<NamedConfig> CudaTestConfigsWithBlockStructures() {
   sandwich.norm_placement = NormPlacement::kDouble;
   sandwich.qk_norm = true;
   sandwich.final_logit_softcap = 2.0;
+  sandwich.ffn = FfnKind::kGeGLU;
   parallel.parallel_block = true;
   parallel.parallel_shared_norm = true;
   parallel.sliding_window = 24;
   for (ModelConfig* c : {&post, &sandwich, &parallel}) c->n_layers = 1;
   configs.push_back({"gpt2_like_post_norm_softcap_1", post});
-  configs.push_back({"llama_like_double_norm_qk_norm_final_softcap_2", sandwich});
+  configs.push_back({"llama_like_geglu_double_norm_qk_norm_final_softcap_2", sandwich});
   configs.push_back({"llama_like_parallel_shared_norm_window_24", parallel});
   return configs;
 }

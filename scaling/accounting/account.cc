@@ -19,7 +19,7 @@ std::vector<MatmulCost> ForwardMatmuls(const model::ModelConfig& m, int64_t batc
       {"attention.v", tokens, m.d_model, m.kv_width(), layers},
       {"attention.out", tokens, m.q_width(), m.d_model, layers},
   };
-  if (m.ffn == model::FfnKind::kSwiGLU) {
+  if (m.gated_ffn()) {
     out.push_back({"ffn.gate (w1)", tokens, m.d_model, m.d_ff, layers});
     out.push_back({"ffn.up (w3)", tokens, m.d_model, m.d_ff, layers});
   } else {

@@ -27,7 +27,7 @@ Parameter names (these are the checkpoint names the trainer writes; CS336's stat
   layers.{i}.ln2.weight / .bias     (C,)   not with parallel_shared_norm
   layers.{i}.post_attn_norm.weight / .bias, layers.{i}.post_ffn_norm.weight / .bias   (C,)   double only
   layers.{i}.ffn.w1.weight          (d_ff, C)       .bias   SwiGLU gate / GELU,ReLU up projection
-  layers.{i}.ffn.w3.weight          (d_ff, C)       .bias   SwiGLU only: the linear ("up") branch
+  layers.{i}.ffn.w3.weight          (d_ff, C)       .bias   SwiGLU and GeGLU only: the linear ("up") branch
   layers.{i}.ffn.w2.weight          (C, d_ff)       .bias   down projection
   ln_final.weight / .bias           (C,)                     not with post
   lm_head.weight                    (V, C)                   untied only (tied: token_embeddings.weight)
@@ -116,6 +116,11 @@ CONFIGS = {
         vocab_size=45, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=64,
         norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=True, parallel_block=True, parallel_shared_norm=True),
+    # GeGLU (Gemma, T5 v1.1): w2(gelu_tanh(w1 x) * w3 x), with Gemma's double norm, GQA and a tied head.
+    "geglu_tiny": dict(
+        vocab_size=49, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-6, ffn="geglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=True, norm_placement="double"),
     # Final-logit soft-capping (Gemma 2: 30): the LM head's logits become c tanh(z / c) before the softmax, in
     # training and sampling alike. The logits here have a standard deviation of ~1, so c = 1.5 bends them.
     "final_softcap_tiny": dict(
@@ -127,7 +132,8 @@ CONFIGS = {
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
          "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
-         "window_global_tiny": 1011, "final_softcap_tiny": 1012, "parallel_shared_tiny": 1013}
+         "window_global_tiny": 1011, "final_softcap_tiny": 1012, "parallel_shared_tiny": 1013,
+         "geglu_tiny": 1014}
 BATCH, TIME = 2, 8
 
 
@@ -183,7 +189,7 @@ def parameter_shapes(cfg):
         shapes["position_embeddings.weight"] = (cfg["context_length"], c)
     linears = [("attn.q_proj", q, c), ("attn.k_proj", kv, c), ("attn.v_proj", kv, c),
                ("attn.output_proj", c, q), ("ffn.w1", f, c)]
-    if cfg["ffn"] == "swiglu":
+    if cfg["ffn"] in ("swiglu", "geglu"):
         linears.append(("ffn.w3", f, c))
     linears.append(("ffn.w2", c, f))
     for i in range(cfg["n_layers"]):
@@ -284,6 +290,8 @@ def forward(cfg, p, ids, targets):
     def ffn(h, pre):
         if cfg["ffn"] == "swiglu":
             u = torch.nn.functional.silu(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
+        elif cfg["ffn"] == "geglu":
+            u = gelu_tanh(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
         elif cfg["ffn"] == "gelu":
             u = gelu_tanh(linear(h, pre + "ffn.w1"))
         else:
