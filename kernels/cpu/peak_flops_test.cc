@@ -43,9 +43,10 @@ TEST(CpuFmaPeak, ThreadsBeyondTheCpusAddNoPeak) {
 
 // The GEMM's FLOP per CPU-second of the whole process (every pool thread's time, spinning included, so a
 // lower bound on its per-thread rate while computing) against one thread's FMA peak per CPU-second: both
-// by CPU time, so other load on the machine changes neither. 2% for the two measurements' noise (a GEMM
-// reaches 80-95% of the FMA peak; a peak measured wrongly low, e.g. with chains spilled to memory, gave
-// 27% of the true figure and fails by far).
+// by CPU time, so time-slicing changes neither, and both the best of five runs taken in turn, so an SMT
+// sibling busy for part of the test (a CI run's other tests; on a virtual machine, another guest) slows
+// neither's best. 2% for the two measurements' noise (a GEMM reaches 80-95% of the FMA peak; a peak measured
+// wrongly low, e.g. with chains spilled to memory, gave 27% of the true figure and fails by far).
 TEST(CpuFmaPeak, ADenseGemmDoesNotExceedIt) {
 #ifdef LMF_SANITIZER_BUILD
   GTEST_SKIP() << "sanitizer build (--config=asan/tsan): the FMA chains are compiled at -O1 with "
@@ -53,7 +54,7 @@ TEST(CpuFmaPeak, ADenseGemmDoesNotExceedIt) {
                   "means nothing here";
 #endif
   const Context ctx = Context::Cpu();
-  const CpuPeak one = MeasureCpuFmaPeak(1, 0.05);
+  CpuPeak one = MeasureCpuFmaPeak(1, 0.02);
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
   MatmulParams p;
@@ -65,6 +66,8 @@ TEST(CpuFmaPeak, ADenseGemmDoesNotExceedIt) {
     const double start = ProcessCpuSeconds();
     Matmul(ctx, p);
     best = std::max(best, 2.0 * n * n * n / (ProcessCpuSeconds() - start));
+    const CpuPeak again = MeasureCpuFmaPeak(1, 0.02);
+    if (again.flops_per_second > one.flops_per_second) one = again;
   }
   EXPECT_LE(best, 1.02 * one.flops_per_second)
       << "a 1024^3 sgemm ran at " << best / 1e9 << " GFLOP per CPU-second, above the measured " << one.isa
