@@ -56,6 +56,14 @@ grep -q "^Once upon a time" gen.txt || fail "generate output: $(cat gen.txt)"
 [[ "$(grep -c '^=== sample [0-2] (seed [1-3]) ===$' gen3.txt)" == 3 ]] || fail "generate --num_samples=3: $(cat gen3.txt)"
 awk '/^=== sample 1 /{exit} NR > 1' gen3.txt > gen3_first.txt
 cmp -s gen.txt gen3_first.txt || fail "sample 0 of --num_samples=3 differs from --seed=1 alone: $(cat gen3_first.txt)"
+# --prompt_file: one prompt per line (blank lines and a CRLF ending skipped), each output after its header,
+# each exactly what --prompt gives with the same flags.
+printf 'The dog\n\nOnce upon a time\r\n' > prompts.txt
+"$bin/experiments/generate" --checkpoint=run --prompt_file=prompts.txt --max_tokens=20 --seed=1 > genf.txt \
+    2> genf.log || fail "generate --prompt_file: $(cat genf.log)"
+[[ "$(grep -c '^=== prompt [01] (line [13]) ===$' genf.txt)" == 2 ]] || fail "generate --prompt_file: $(cat genf.txt)"
+awk '/^=== prompt 1 /{found=1; next} found' genf.txt > genf_second.txt
+cmp -s gen.txt genf_second.txt || fail "--prompt_file's line 3 differs from --prompt: $(cat genf_second.txt)"
 
 # eval's placement flags (--device, --cuda_device, --precision). Each refusal exits 1 with its message.
 expect_error() {  # expect_error LOG PATTERN COMMAND...
@@ -115,6 +123,11 @@ expect_error gen_bf16.log "^generate: --precision=bf16 needs --device=cuda \(the
 # generated, or nan sampling without a word).
 expect_error eval_batch0.log "^eval: --batch_size=0: expected at least 1$" \
   "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --batch_size=0
+expect_error gen_pf.log "^generate: --prompt_file=.*missing.txt: cannot be read$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt_file=missing.txt
+printf '\n  \n' > blank_prompts.txt
+expect_error gen_pf_blank.log "^generate: --prompt_file=.*blank_prompts.txt: no prompt in it " \
+  "$bin/experiments/generate" --checkpoint=run --prompt_file=blank_prompts.txt
 expect_error gen_max0.log "^generate: --max_tokens=-3: expected at least 1$" \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --max_tokens=-3
 expect_error gen_samples0.log "^generate: --num_samples=0: expected at least 1$" \

@@ -3,6 +3,9 @@
 //   ./bazelw run //experiments:generate -- --checkpoint=runs/cs336_tinystories --prompt="Once upon a time"
 //       [--tokenizer=FILE] [--max_tokens=256] [--temperature=0.8] [--top_p=0.95] [--seed=0]
 //       [--num_samples=1] [--device=cpu|cuda] [--cuda_device=N] [--precision=fp32|bf16]
+//   ... --prompt_file=prompts.txt   (instead of --prompt: one prompt per line, blank lines skipped; each
+//       prompt's output after a "=== prompt i (line L) ===" line, exactly what --prompt=<that line> with the
+//       same flags prints)
 //
 // The tokenizer defaults to the run's data.tokenizer. Generation stops at <|endoftext|> (when the
 // tokenizer has it) or after --max_tokens. One sample's text streams to stdout as it is sampled;
@@ -14,6 +17,7 @@
 // cuda only), the device opened by the trainer's TrainingDevice (experiments/model_loading.h); its errors
 // come back prefixed by the flags.
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -28,9 +32,37 @@ namespace lmf::experiments {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: generate --checkpoint=DIR --prompt=TEXT [--tokenizer=FILE] [--max_tokens=N] [--temperature=T]\n"
-    "                [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda] [--cuda_device=N]\n"
-    "                [--precision=fp32|bf16]\n";
+    "usage: generate --checkpoint=DIR (--prompt=TEXT | --prompt_file=FILE) [--tokenizer=FILE] "
+    "[--max_tokens=N]\n"
+    "                [--temperature=T] [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda]\n"
+    "                [--cuda_device=N] [--precision=fp32|bf16]\n";
+
+// A prompt and the line of --prompt_file it came from (0 for --prompt).
+struct Prompt {
+  std::string text;
+  int64_t line = 0;
+};
+
+// --prompt, or --prompt_file's non-blank lines (a trailing \r dropped): InvalidArgument naming the file for
+// one that cannot be read or holds no prompt.
+absl::StatusOr<std::vector<Prompt>> ReadPrompts(const CliArgs& args) {
+  if (!args.Has("prompt_file")) return std::vector<Prompt>{{args.Get("prompt"), 0}};
+  const std::string path = UserPath(args.Get("prompt_file"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", path, ": cannot be read"));
+  std::vector<Prompt> prompts;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back({line, number});
+  }
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", path, ": read error"));
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt_file=", path, ": no prompt in it (one per line; blank lines are skipped)"));
+  }
+  return prompts;
+}
 
 constexpr int64_t kMaxSamples = 256;
 
@@ -55,7 +87,33 @@ absl::Status PrintSamples(model::LanguageModel& model, const tokenizer::Tokenize
   return absl::OkStatus();
 }
 
+// One prompt's output: its samples (PrintSamples) or, for one, the text streamed as it is sampled.
+absl::Status GenerateFor(model::LanguageModel& model, const tokenizer::Tokenizer& tok, const Prompt& prompt,
+                         const GenerateOptions& options, int64_t num_samples) {
+  std::vector<int32_t> ids;
+  for (uint32_t id : tok.Encode(prompt.text)) ids.push_back(static_cast<int32_t>(id));
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt is empty");
+  if (num_samples > 1) return PrintSamples(model, tok, prompt.text, ids, options, num_samples);
+  std::fwrite(prompt.text.data(), 1, prompt.text.size(), stdout);
+  std::fflush(stdout);
+  absl::Status print_status;
+  absl::StatusOr<std::vector<int32_t>> generated = Generate(model, ids, options, [&](int32_t id) {
+    absl::StatusOr<std::string> bytes = tok.DecodeBytes({static_cast<uint32_t>(id)});
+    if (!bytes.ok()) {
+      print_status = bytes.status();
+      return;
+    }
+    std::fwrite(bytes->data(), 1, bytes->size(), stdout);
+    std::fflush(stdout);
+  });
+  std::printf("\n");
+  if (!generated.ok()) return generated.status();
+  return print_status;
+}
+
 absl::Status Run(const CliArgs& args) {
+  absl::StatusOr<std::vector<Prompt>> prompts = ReadPrompts(args);  // before the model: a bad file fails fast
+  if (!prompts.ok()) return prompts.status();
   absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
   if (!placement.ok()) return placement.status();
   absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")), *placement);
@@ -103,35 +161,24 @@ absl::Status Run(const CliArgs& args) {
   const int64_t end_of_text = tok->SpecialId("<|endoftext|>");
   if (end_of_text >= 0) options.stop_token = static_cast<int32_t>(end_of_text);
 
-  const std::string prompt = args.Get("prompt");
-  std::vector<int32_t> ids;
-  for (uint32_t id : tok->Encode(prompt)) ids.push_back(static_cast<int32_t>(id));
-  if (ids.empty()) return absl::InvalidArgumentError("--prompt is empty");
-  if (*num_samples > 1) return PrintSamples(*loaded->model, *tok, prompt, ids, options, *num_samples);
-  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  std::fflush(stdout);
-  absl::Status print_status;
-  absl::StatusOr<std::vector<int32_t>> generated = Generate(*loaded->model, ids, options, [&](int32_t id) {
-    absl::StatusOr<std::string> bytes = tok->DecodeBytes({static_cast<uint32_t>(id)});
-    if (!bytes.ok()) {
-      print_status = bytes.status();
-      return;
-    }
-    std::fwrite(bytes->data(), 1, bytes->size(), stdout);
-    std::fflush(stdout);
-  });
-  std::printf("\n");
-  if (!generated.ok()) return generated.status();
-  return print_status;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    const Prompt& prompt = (*prompts)[i];
+    if (prompt.line > 0)
+      std::printf("=== prompt %zu (line %lld) ===\n", i, static_cast<long long>(prompt.line));
+    if (absl::Status s = GenerateFor(*loaded->model, *tok, prompt, options, *num_samples); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args =
       CliArgs::Parse(argc, argv,
-                     {"checkpoint", "prompt", "tokenizer", "max_tokens", "temperature", "top_p", "seed",
-                      "num_samples", "device", "cuda_device", "precision", "help"});
-  if (!args.ok() || !args->Has("checkpoint") || !args->Has("prompt")) {
+                     {"checkpoint", "prompt", "prompt_file", "tokenizer", "max_tokens", "temperature",
+                      "top_p", "seed", "num_samples", "device", "cuda_device", "precision", "help"});
+  if (!args.ok() || !args->Has("checkpoint") || args->Has("prompt") == args->Has("prompt_file")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
+    if (args.ok() && args->Has("prompt") && args->Has("prompt_file"))
+      std::fprintf(stderr, "generate: --prompt and --prompt_file: give one of them\n");
     std::fprintf(stderr, "%s", kUsage);
     return args.ok() && args->Has("help") ? 0 : 2;
   }
