@@ -82,8 +82,8 @@ struct ModelConfig {
   int64_t global_every = 0;
   // Attention logit soft-capping (Gemma 2: 50): scaled scores s become softcap * tanh(s / softcap); 0: off.
   double attention_softcap = 0.0;
-  // Final-logit soft-capping (Gemma 2: 30): the LM head's logits z become final_logit_softcap * tanh(z / it)
-  // before the softmax, in training and generation alike (logits_tensor() holds the capped values); 0: off.
+  // Final-logit soft-capping (Gemma 2: 30): the LM head's logits z become c tanh(z / c), c this value, before
+  // the softmax, in training and generation alike (logits_tensor() holds the capped values); 0: off.
   double final_logit_softcap = 0.0;
   // z-loss coefficient: each token's training loss is lse - logit[target] + z_loss * lse^2 (PaLM: 1e-4), lse
   // the log of the softmax's normaliser. ForwardWithLoss still returns the cross-entropy; 0: off.
