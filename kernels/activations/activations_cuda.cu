@@ -1,8 +1,8 @@
 // CUDA activations (SiLU, GELU-tanh, ReLU, soft-cap), fp32 and bf16 (bf16 storage, fp32 math), forward and
 // backward, with the params and write rules of activations.h. Grid-stride loops, 16 bytes per access where the
 // alignment allows, then the tail one element at a time; GELU through device_util.cuh's GeluTanh (the CPU
-// kernel's formula, sigmoid(2u), which avoids the cancellation of 1 + tanh(u)); the soft-cap as c (2 s - 1), s = sigmoid(2 x / c),
-// and its derivative as 4 s (1 - s), as on the CPU.
+// kernel's formula, sigmoid(2u), which avoids the cancellation of 1 + tanh(u)); the soft-cap as c (2 s - 1),
+// s = sigmoid(2 x / c), and its derivative as 4 s (1 - s), as on the CPU.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"

@@ -84,8 +84,8 @@ __device__ __forceinline__ float ScoreLog2(const AttentionParams& p, float s, fl
 // wgmma accumulator fragments: score(j, e) is this thread's score of key u0 + 8j + 2c + e (j < kKeyBlocks,
 // e < 2, c = lane % 4). Scales each to log2 units (soft-capping it where p.softcap > 0), hides masked keys
 // (-inf; checked only where mask_tile), takes the row maximum over the row's 4 threads, replaces each score
-// by exp2(score - max) and updates the running max and this thread's partial sum (the row's 4 threads are summed at the end). Returns alpha, the
-// factor the row's output accumulators are to be scaled by.
+// by exp2(score - max) and updates the running max and this thread's partial sum (the row's 4 threads are
+// summed at the end). Returns alpha, the factor the row's output accumulators are to be scaled by.
 template <int kKeyBlocks, typename Score>
 __device__ __forceinline__ float OnlineSoftmaxRow(Score&& score, const AttentionParams& p, bool causal,
                                                   bool mask_tile, int b, int h, int row, int u0, int c,

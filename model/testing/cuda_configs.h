@@ -44,8 +44,8 @@ inline std::vector<NamedConfig> CudaTestConfigs() {
 
 // CudaTestConfigs() and, one layer deep (the structure is per block), GPT-2-like post-norm (no final
 // norm) with attention logits soft-capped at 1, Llama-like with Gemma's pieces: GeGLU, double norm with
-// QK-norm (Gemma 3's pair) and the final logits soft-capped at 2 (Gemma 2's cap), and Llama-like parallel blocks with one shared norm
-// (PaLM's) and a sliding window of 24 (of the 64 positions).
+// QK-norm (Gemma 3's pair) and the final logits soft-capped at 2 (Gemma 2's cap), and Llama-like parallel
+// blocks with one shared norm (PaLM's) and a sliding window of 24 (of the 64 positions).
 inline std::vector<NamedConfig> CudaTestConfigsWithBlockStructures() {
   std::vector<NamedConfig> configs = CudaTestConfigs();
   ModelConfig post = Gpt2Like(), sandwich = LlamaLike(), parallel = LlamaLike();
