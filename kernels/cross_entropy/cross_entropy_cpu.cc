@@ -16,28 +16,28 @@ namespace lmf::kernels::cpu {
 namespace {
 
 // dlogits row = dloss * (exp(x - lse) * (1 + 2 z lse) - onehot(target)), times 1 - (x / c)^2 with a soft-cap
-// c (softcap > 0); x may alias out.
+// c (kCap: softcap > 0); x may alias out.
+template <bool kCap>
 void GradientRow(const float* x, float lse, int32_t target, float dloss, float z_loss, float softcap,
                  int64_t V, int64_t stride, float* out) {
   const float k = dloss * (1.0f + 2.0f * z_loss * lse);
-  const float target_scale = softcap > 0 ? 1.0f - (x[target] / softcap) * (x[target] / softcap) : 1.0f;
-  const __m256 vk = _mm256_set1_ps(k), vlse = _mm256_set1_ps(lse);
+  const float inv = kCap ? 1.0f / softcap : 0.0f;
+  const float target_scale = kCap ? 1.0f - (x[target] * inv) * (x[target] * inv) : 1.0f;
+  const __m256 vk = _mm256_set1_ps(k), vlse = _mm256_set1_ps(lse), vinv = _mm256_set1_ps(inv);
+  const __m256 one = _mm256_set1_ps(1.0f);
   int64_t v = 0;
-  if (softcap > 0) {
-    const __m256 inv = _mm256_set1_ps(1.0f / softcap), one = _mm256_set1_ps(1.0f);
-    for (; v + 8 <= V; v += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + v), r = _mm256_mul_ps(xv, inv);
-      const __m256 g = _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(xv, vlse)));
-      _mm256_storeu_ps(out + v, _mm256_mul_ps(g, _mm256_fnmadd_ps(r, r, one)));
+  for (; v + 8 <= V; v += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + v);
+    __m256 g = _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(xv, vlse)));
+    if constexpr (kCap) {
+      const __m256 r = _mm256_mul_ps(xv, vinv);
+      g = _mm256_mul_ps(g, _mm256_fnmadd_ps(r, r, one));
     }
-    for (; v < V; ++v) {
-      const float r = x[v] / softcap;
-      out[v] = k * std::exp(x[v] - lse) * (1.0f - r * r);
-    }
-  } else {
-    for (; v + 8 <= V; v += 8)
-      _mm256_storeu_ps(out + v, _mm256_mul_ps(vk, vec::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + v), vlse))));
-    for (; v < V; ++v) out[v] = k * std::exp(x[v] - lse);
+    _mm256_storeu_ps(out + v, g);
+  }
+  for (; v < V; ++v) {
+    const float r = x[v] * inv;
+    out[v] = kCap ? k * std::exp(x[v] - lse) * (1.0f - r * r) : k * std::exp(x[v] - lse);
   }
   out[target] -= dloss * target_scale;
   if (stride > V) std::memset(out + V, 0, sizeof(float) * (stride - V));
@@ -87,7 +87,8 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
       if (ignored || !std::isfinite(lse)) {
         std::memset(g, 0, sizeof(float) * stride);
       } else {
-        GradientRow(x, lse, target, dloss, p.z_loss, p.softcap, p.V, stride, g);
+        (p.softcap > 0 ? GradientRow<true> : GradientRow<false>)(x, lse, target, dloss, p.z_loss, p.softcap,
+                                                                 p.V, stride, g);
       }
     }
   });
