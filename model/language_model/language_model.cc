@@ -102,6 +102,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
                                   config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm",
                                   config.gated_ffn() ? "swiglu" : "activation"};
   if (config.positions == PositionKind::kRoPE) ops.push_back("rope");
+  if (config.final_logit_softcap > 0) ops.push_back("activation");  // CapLogits
   if (dtype != kernels::DType::kF32) ops.push_back("cast");  // RefreshComputeWeights rounds the weights
   for (const char* op : ops) {
     if (!kernels::BackendSupports(op, ctx.device, dtype)) {
