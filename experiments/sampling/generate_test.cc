@@ -1,6 +1,7 @@
 // Generate over the model's incremental forward against recomputing the full forward for every new token:
 // greedy generation gives the same ids within the context, and past it, where the cache restarts from the
-// newest half of the window, the same ids as the full forward over that same window. (That the incremental
+// newest half of the window, the same ids as the full forward over that same window; a model whose every
+// layer is windowed decodes on past the context instead. (That the incremental
 // logits equal LanguageModel::Forward at every position, for every architecture variant, is
 // model/language_model/language_model_decode_test.)
 #include <algorithm>
@@ -67,6 +68,44 @@ TEST(Generate, PastTheContextTheWindowRestartsFromItsNewestHalf) {
     window = window < config.context_length ? window + 1 : config.context_length / 2;
   }
   EXPECT_EQ(*cached, std::vector<int32_t>(ids.begin() + 10, ids.end()));
+}
+
+// The draw SampleToken makes from the full forward's last logits over `window`.
+int32_t DrawByRecomputation(model::LanguageModel& model, const std::vector<int32_t>& window,
+                            const SamplingOptions& sampling, uint64_t draw) {
+  const int64_t t = static_cast<int64_t>(window.size()), v = model.config().vocab_rows();
+  EXPECT_TRUE(model.Forward(window.data(), 1, t).ok());
+  return SampleToken(model.logits() + (t - 1) * v, model.config().vocab_size, sampling, draw);
+}
+
+// A model whose every layer is windowed (RoPE) decodes on past its context without a refill: each new id is
+// the draw from the full forward over the newest context_length ids (two layers of window 4 see the last 7
+// tokens, inside the context of 8, at the same offsets wherever they stand). Sampled at temperature 1 (a
+// random model's greedy ids soon repeat one token, which every rule reproduces); the refilling rule, whose
+// windows shrink to 4 tokens, draws other ids, so the test tells the two apart.
+TEST(Generate, AWindowedModelDecodesOnPastTheContext) {
+  model::ModelConfig config = model::Cs336Config(64, 8, 32, 2, 4, 64);
+  config.sliding_window = 4;
+  auto model = Make(config, 3);
+  ASSERT_NE(model, nullptr);
+  GenerateOptions options;
+  options.sampling.seed = 12;
+  options.max_new_tokens = 30;
+  const std::vector<int32_t> prompt = {5, 9, 1, 7, 3, 3, 8, 2, 6, 4};  // 10 ids > context 8
+  auto cached = Generate(*model, prompt, options, nullptr);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  const int64_t context = config.context_length;
+  std::vector<int32_t> ids = prompt, refilled = prompt;
+  int64_t window = context;  // ids in a refilling cache
+  for (uint64_t i = 0; i < 30; ++i) {
+    ids.push_back(DrawByRecomputation(*model, std::vector<int32_t>(ids.end() - context, ids.end()),
+                                      options.sampling, i));
+    refilled.push_back(DrawByRecomputation(
+        *model, std::vector<int32_t>(refilled.end() - window, refilled.end()), options.sampling, i));
+    window = window < context ? window + 1 : context / 2;
+  }
+  EXPECT_EQ(*cached, std::vector<int32_t>(ids.begin() + 10, ids.end()));
+  EXPECT_NE(refilled, ids);
 }
 
 // Samples drawn as one batch are the single generations with consecutive seeds, through a refill of the

@@ -93,7 +93,10 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
   if (!cache.ok()) return cache.status();
   const int64_t vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, model.config().vocab_size)
                                                 : model.config().vocab_size;
-  const int64_t rows = model.config().vocab_rows(), capacity = cache->capacity();
+  // The cache decodes up to `capacity` positions (past the context for an all-windowed rotary model); a
+  // prefill covers at most the context.
+  const int64_t rows = model.config().vocab_rows(), capacity = cache->capacity(),
+                context = model.config().context_length;
   const size_t n = static_cast<size_t>(num_samples);
   // Every sample's ids, prompt included; all of one length (an ended sample keeps taking its stop token).
   std::vector<std::vector<int32_t>> ids(n, prompt);
@@ -111,7 +114,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
     LogitsToHost(model, logits);
     return absl::OkStatus();
   };
-  if (absl::Status status = refill(std::min<int64_t>(capacity, static_cast<int64_t>(prompt.size())));
+  if (absl::Status status = refill(std::min<int64_t>(context, static_cast<int64_t>(prompt.size())));
       !status.ok()) {
     return status;
   }
@@ -143,11 +146,11 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> GenerateSamples(
     }
     if (live == 0 || i + 1 == options.max_new_tokens) break;
     for (size_t s = 0; s < n; ++s) ids[s].push_back(next[s]);
-    // A full cache restarts from the newest half of the window (positions begin again at 0).
+    // A full cache restarts from the newest half of the context (positions begin again at 0).
     if (cache->length() < capacity) {
       if (absl::Status status = model.DecodeStep(next.data(), *cache); !status.ok()) return status;
       LogitsToHost(model, logits);
-    } else if (absl::Status status = refill(std::max<int64_t>(1, capacity / 2)); !status.ok()) {
+    } else if (absl::Status status = refill(std::max<int64_t>(1, context / 2)); !status.ok()) {
       return status;
     }
   }

@@ -41,8 +41,11 @@ struct GenerateOptions {
 
 // Continues `prompt` (at least one id) with up to max_new_tokens ids, decoding with the model's KV cache
 // (LanguageModel::Prefill / DecodeStep, on the model's device and in its precision): the prompt's last
-// context_length ids fill the cache, then each new id costs one incremental step. When the cache is full it
-// is refilled with the newest context_length / 2 ids (positions begin again at 0). Each step's logits come
+// context_length ids fill the cache, then each new id costs one incremental step. When the cache is full
+// (context_length positions) it is refilled with the newest context_length / 2 ids (positions begin again at
+// 0); a model that decodes past its context (ModelConfig::decodes_past_context: every layer windowed, rotary
+// or no positions) keeps decoding from its rings instead, each token still seeing the last window of every
+// layer. Each step's logits come
 // to the host once (vocab_rows values, bf16 widened to f32) for sampling. `on_token` (may be empty) sees
 // each new id as it is drawn.
 absl::StatusOr<std::vector<int32_t>> Generate(model::LanguageModel& model, const std::vector<int32_t>& prompt,

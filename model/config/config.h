@@ -109,6 +109,18 @@ struct ModelConfig {
   int64_t layer_window(int64_t i) const {
     return global_every > 0 && (i + 1) % global_every == 0 ? 0 : sliding_window;
   }
+  // True when decoding may run past context_length: no position has an absolute embedding (RoPE or none)
+  // and every layer attends over a window no longer than the context. Each decoded token then sees the last
+  // W keys of every layer at the relative offsets training saw, so a stream of any length decodes with the
+  // cache's rings (Mistral's rolling buffer); a learned or sinusoidal table, or a global layer, ends at the
+  // context.
+  bool decodes_past_context() const {
+    if (positions != PositionKind::kRoPE && positions != PositionKind::kNone) return false;
+    for (int64_t i = 0; i < n_layers; ++i) {
+      if (layer_window(i) <= 0 || layer_window(i) > context_length) return false;
+    }
+    return n_layers > 0;
+  }
   // Query-key pairs one head of a causal sequence of t tokens attends over, summed over the layers (see
   // CausalPairs).
   double attended_pairs(int64_t t) const {

@@ -110,6 +110,29 @@ TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
   EXPECT_TRUE(fits.Validate().ok()) << fits.Validate();
 }
 
+// Decoding past the context needs every layer windowed within the context and no position table.
+TEST(ModelConfigTest, DecodesPastContextOnlyWithEveryLayerWindowedAndNoTable) {
+  ModelConfig c = Cs336Config(97, 16, 32, 3, 4, 64);  // RoPE
+  EXPECT_FALSE(c.decodes_past_context());             // no window
+  c.sliding_window = 4;
+  EXPECT_TRUE(c.decodes_past_context());
+  c.sliding_window = 16;  // as long as the context: a ring of 16 rows
+  EXPECT_TRUE(c.decodes_past_context());
+  c.sliding_window = 17;  // longer than the context: the cache keeps 16 rows, too few past it
+  EXPECT_FALSE(c.decodes_past_context());
+  c.sliding_window = 4;
+  c.global_every = 3;  // layer 3 global
+  EXPECT_FALSE(c.decodes_past_context());
+  c.global_every = 4;  // past the last layer: none global
+  EXPECT_TRUE(c.decodes_past_context());
+  c.positions = PositionKind::kNone;
+  EXPECT_TRUE(c.decodes_past_context());
+  for (PositionKind table : {PositionKind::kLearned, PositionKind::kSinusoidal}) {
+    c.positions = table;
+    EXPECT_FALSE(c.decodes_past_context());
+  }
+}
+
 TEST(ModelConfigTest, ParallelBlocksArePreNormOnly) {
   ModelConfig c = Gpt2Config(100, 128, 64, 2, 4);
   c.parallel_block = true;

@@ -64,7 +64,9 @@ class KvCache {
 
   int64_t batch() const { return b_; }
   int64_t length() const { return length_; }      // tokens held per sequence
-  int64_t capacity() const { return capacity_; }  // context_length
+  // Positions it can hold per sequence: context_length, or for a model that decodes past its context
+  // (ModelConfig::decodes_past_context: every layer windowed, no position table) the largest int32.
+  int64_t capacity() const { return capacity_; }
   int64_t bytes() const;                          // device memory of the keys and values
 
  private:
@@ -123,7 +125,7 @@ class LanguageModel {
   absl::Status Prefill(const int32_t* ids, int64_t b, int64_t t, KvCache& cache);
   // ids (B) int32 in host memory: one token per sequence at position cache.length(), attending over the
   // cache -> logits_tensor() (B, 1, vocab_rows) predicting the next position; the cache grows by one.
-  // FailedPrecondition for an empty cache (Prefill first) or a full one (it holds context_length tokens);
+  // FailedPrecondition for an empty cache (Prefill first) or a full one (length == capacity());
   // InvalidArgument for ids outside [0, V) or a cache of another model.
   absl::Status DecodeStep(const int32_t* ids, KvCache& cache);
 

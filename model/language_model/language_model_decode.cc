@@ -3,6 +3,7 @@
 // through the same modules and kernels as training (see language_model.h).
 #include <unistd.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   KvCache cache;
   cache.model_ = this;
   cache.b_ = b;
-  cache.capacity_ = config_.context_length;
+  // Positions are int32 on the device: a model that decodes past the context stops only there.
+  cache.capacity_ =
+      config_.decodes_past_context() ? std::numeric_limits<int32_t>::max() : config_.context_length;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const kernels::Shape shape = {b, layer_rows(static_cast<int64_t>(i)), config_.n_kv_heads,
                                   config_.head_size()};
@@ -89,8 +92,11 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
   }
   if (cache.length_ >= cache.capacity_) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the KV cache is full: it holds context_length=", cache.capacity_,
-                     " tokens per sequence; Prefill a shorter window to continue"));
+        config_.decodes_past_context()
+            ? absl::StrCat("the KV cache is full: position ", cache.capacity_,
+                           " is past the largest 32-bit position; Prefill a shorter window to continue")
+            : absl::StrCat("the KV cache is full: it holds context_length=", cache.capacity_,
+                           " tokens per sequence; Prefill a shorter window to continue"));
   }
   const int64_t b = cache.b_, c = config_.d_model, v = config_.vocab_rows();
   for (int64_t i = 0; i < b; ++i) {

@@ -1,8 +1,9 @@
 // The incremental forward (KvCache, Prefill, DecodeStep) on CUDA against the CPU's (tag gpu; every case
 // skips without a device). The same model, initialised from the same seed, prefills a 7-token prompt for
-// B = 2 sequences and decodes to the end of the context (57 steps), on the CPU in fp32 and on CUDA, for a
-// GPT-2-like config (LayerNorm, GELU, learned positions, biases, tied padded head) and a Llama-like one
-// (RMSNorm, SwiGLU, RoPE, GQA, untied head), both with head size 64:
+// B = 2 sequences and decodes to the end of the context (57 steps; 89 for the windowed config, which decodes
+// past its context), on the CPU in fp32 and on CUDA, for a GPT-2-like config (LayerNorm, GELU, learned
+// positions, biases, tied padded head) and a Llama-like one (RMSNorm, SwiGLU, RoPE, GQA, untied head), both
+// with head size 64, and their block-structure variants:
 // - CUDA f32 logits at every position equal the CPU's within 1e-4 of their scale;
 // - CUDA bf16 logits are within ten times the error of the CPU's fp32 model on bf16-rounded weights (both
 //   against the CPU's fp32 logits), the rule language_model_cuda_test applies to the full forward;
@@ -59,10 +60,17 @@ std::unique_ptr<LanguageModel> MakeModel(const ModelConfig& config, const kernel
   return std::move(*model);
 }
 
-// Prefill of the first kPrompt ids of each sequence, then one decode step per position to the end of the
-// context -> the logits of positions kPrompt-1 .. context-1, each (B, vocab_rows), concatenated.
+// Where Decode stops: the end of the context, or half a context past it for a model that decodes past its
+// context (every layer windowed: the rings keep wrapping).
+int64_t DecodeEnd(const ModelConfig& config) {
+  return config.decodes_past_context() ? config.context_length * 3 / 2 : config.context_length;
+}
+
+// Prefill of the first kPrompt ids of each sequence, then one decode step per position to DecodeEnd (the ids
+// (B, context) read again from the start past the context) -> the logits of positions kPrompt-1 .. end-1,
+// each (B, vocab_rows), concatenated.
 std::vector<float> Decode(LanguageModel& model, const std::vector<int32_t>& ids) {
-  const int64_t t = model.config().context_length;
+  const int64_t t = model.config().context_length, end = DecodeEnd(model.config());
   std::vector<float> all;
   absl::StatusOr<KvCache> cache = model.NewKvCache(kB);
   EXPECT_TRUE(cache.ok()) << cache.status();
@@ -72,17 +80,19 @@ std::vector<float> Decode(LanguageModel& model, const std::vector<int32_t>& ids)
     prompt.insert(prompt.end(), ids.begin() + b * t, ids.begin() + b * t + kPrompt);
   absl::Status status = model.Prefill(prompt.data(), kB, kPrompt, *cache);
   EXPECT_TRUE(status.ok()) << status;
-  for (int64_t pos = kPrompt - 1; pos < t && status.ok(); ++pos) {
+  for (int64_t pos = kPrompt - 1; pos < end && status.ok(); ++pos) {
     if (pos >= kPrompt) {
-      const int32_t next[kB] = {ids[pos], ids[t + pos]};
+      const int32_t next[kB] = {ids[pos % t], ids[t + pos % t]};
       status = model.DecodeStep(next, *cache);
       EXPECT_TRUE(status.ok()) << status;
     }
     const std::vector<float> logits = ToHostFloats(model.context(), model.logits_tensor());
     all.insert(all.end(), logits.begin(), logits.end());
   }
-  const int32_t more[kB] = {0, 0};
-  EXPECT_EQ(model.DecodeStep(more, *cache).code(), absl::StatusCode::kFailedPrecondition);
+  if (end == t) {  // full
+    const int32_t more[kB] = {0, 0};
+    EXPECT_EQ(model.DecodeStep(more, *cache).code(), absl::StatusCode::kFailedPrecondition);
+  }
   return all;
 }
 
@@ -119,8 +129,7 @@ TEST_F(LanguageModelDecodeCudaTest, F32MatchesTheCpuAtEveryPosition) {
     const std::vector<float> want = Decode(*cpu, ids);
     const std::vector<float> got = Decode(*gpu, ids);
     ASSERT_EQ(got.size(), want.size());
-    ASSERT_EQ(want.size(),
-              static_cast<size_t>((config.context_length - kPrompt + 1) * kB * config.vocab_rows()));
+    ASSERT_EQ(want.size(), static_cast<size_t>((DecodeEnd(config) - kPrompt + 1) * kB * config.vocab_rows()));
     const double scale = MaxAbs(want);
     double worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {

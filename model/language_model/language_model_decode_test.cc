@@ -2,7 +2,9 @@
 // Forward, on the CPU in fp32: for each architecture variant (MHA/GQA/MQA; RoPE, learned, sinusoidal and
 // no positions; RMSNorm/LayerNorm; SwiGLU/GELU/ReLU; biases; tied/untied head; padded vocabulary) and two
 // sequences with different tokens, the logits of a prefilled prompt and of every decode step after it equal
-// Forward's at the same positions. Also: the cache refuses to grow past context_length and other misuse
+// Forward's at the same positions; a model whose every layer is windowed decodes on past its context, each
+// step equal to Forward over the newest context. Also: the cache refuses to grow past context_length (the
+// models with a global layer or a position table) and other misuse
 // with a status; decoding after a training step is right, and a training step after decoding equals one on
 // a fresh model bit for bit, with the gradients untouched by the decoding; on NaN-filled memory the
 // incremental forward computes the same logits bit for bit (no cache row past the length is read).
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -94,6 +97,10 @@ double IncrementalError(LanguageModel& model, const std::vector<int32_t>& ids, i
         if (!(err <= worst)) worst = err;  // NaN too
       }
     }
+  }
+  if (config.decodes_past_context()) {  // every layer a ring: decoding goes on (StreamsPastTheContext)
+    EXPECT_EQ(cache->capacity(), std::numeric_limits<int32_t>::max());
+    return worst / scale;
   }
   // Full: one more token is refused and the cache keeps its length.
   const int32_t more[kB] = {1, 2};
@@ -229,7 +236,7 @@ TEST(LanguageModelDecode, WindowedLayersCacheOnlyTheWindow) {
   ASSERT_TRUE(cache.ok()) << cache.status();
   const int64_t per_row = 2 * config.kv_width() * 4;  // k and v, fp32
   EXPECT_EQ(cache->bytes(), kB * (4 + 4) * per_row);
-  EXPECT_EQ(cache->capacity(), 12);  // the positions it can hold stay the context's
+  EXPECT_EQ(cache->capacity(), std::numeric_limits<int32_t>::max());  // every layer a ring: no end
   ModelConfig interleaved = config;
   interleaved.global_every = 2;
   model = Make(interleaved, 1);
@@ -237,6 +244,57 @@ TEST(LanguageModelDecode, WindowedLayersCacheOnlyTheWindow) {
   cache = model->NewKvCache(kB);
   ASSERT_TRUE(cache.ok()) << cache.status();
   EXPECT_EQ(cache->bytes(), kB * (4 + 12) * per_row);
+  EXPECT_EQ(cache->capacity(), 12);  // the global layer's positions end at the context
+}
+
+// A model whose every layer is windowed, with rotary or no positions, decodes past its context: its rings
+// keep wrapping, and each token sees the last W keys of every layer at the offsets training saw. Two layers
+// of window 4 give the last position a receptive field of 1 + 2 * 3 = 7 tokens, inside the context of 12, so
+// at every position p (to four contexts) the decode step's logits equal Forward's last logits over the
+// newest min(p + 1, 12) ids placed at positions from 0 (rotary scores depend only on the offsets).
+TEST(LanguageModelDecode, StreamsPastTheContext) {
+  ModelConfig no_positions = Window();
+  no_positions.positions = PositionKind::kNone;
+  ModelConfig qk_capped = Window();  // the decode step's other per-token pieces past the context
+  qk_capped.qk_norm = true, qk_capped.attention_softcap = 1.0, qk_capped.final_logit_softcap = 2.0;
+  for (const ModelConfig& config : {Window(), no_positions, qk_capped}) {
+    SCOPED_TRACE(config.DebugString());
+    ASSERT_TRUE(config.decodes_past_context());
+    std::unique_ptr<LanguageModel> model = Make(config, 6);
+    ASSERT_NE(model, nullptr);
+    const int64_t t = config.context_length, len = 4 * t, v = config.vocab_rows(), prompt = 5;
+    const std::vector<int32_t> ids = RandomIds(config, kB * len, 21);
+    absl::StatusOr<KvCache> cache = model->NewKvCache(kB);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const int64_t bytes = cache->bytes();
+    const std::vector<int32_t> prompt_ids = Prefix(ids, len, prompt);
+    ASSERT_TRUE(model->Prefill(prompt_ids.data(), kB, prompt, *cache).ok());
+    double worst = 0, scale = 0;
+    for (int64_t pos = prompt - 1; pos < len; ++pos) {
+      if (pos >= prompt) {
+        const int32_t next[kB] = {ids[pos], ids[len + pos]};
+        const absl::Status status = model->DecodeStep(next, *cache);
+        ASSERT_TRUE(status.ok()) << "position " << pos << ": " << status;
+      }
+      ASSERT_EQ(cache->length(), pos + 1);
+      const std::vector<float> decoded(model->logits(), model->logits() + kB * v);
+      const int64_t w = std::min(pos + 1, t);  // the newest w ids, at positions [0, w)
+      std::vector<int32_t> window;
+      for (int64_t b = 0; b < kB; ++b)
+        window.insert(window.end(), ids.begin() + b * len + pos + 1 - w, ids.begin() + b * len + pos + 1);
+      ASSERT_TRUE(model->Forward(window.data(), kB, w).ok());
+      for (int64_t b = 0; b < kB; ++b) {
+        for (int64_t i = 0; i < v; ++i) {
+          const double want = model->logits()[(b * w + w - 1) * v + i];
+          const double err = std::fabs(decoded[b * v + i] - want);
+          scale = std::max(scale, std::fabs(want));
+          if (!(err <= worst)) worst = err;  // NaN too
+        }
+      }
+    }
+    EXPECT_LE(worst, kTolerance * scale) << "max abs error " << worst << ", scale " << scale;
+    EXPECT_EQ(cache->bytes(), bytes);  // four rows per layer and sequence throughout
+  }
 }
 
 // Attention logit soft-capping at 1 (the prefill's causal kernel and the decode step's one-query call).

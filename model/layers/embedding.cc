@@ -41,7 +41,9 @@ Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, ker
 
 void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids,
                         int64_t first_position) {
-  LMF_CHECK(first_position >= 0 && first_position + t <= context_length_)
+  // Only a table ends at the context: rotary or no positions add nothing here (decoding past the context).
+  const bool has_table = positions_ == PositionKind::kLearned || positions_ == PositionKind::kSinusoidal;
+  LMF_CHECK(first_position >= 0 && (!has_table || first_position + t <= context_length_))
       << "Embedding: positions [" << first_position << ", " << first_position + t << ") past context_length "
       << context_length_;
   const int64_t n = b * t;

@@ -22,7 +22,8 @@ class Embedding {
 
   // ids (B, T) int32 in HOST memory, each in [0, V) (the caller validates); copied to the device ->
   // output() (B*T, C). Token t of each sequence sits at position first_position + t (the incremental forward
-  // embeds one new token per sequence at the cache's length); first_position + T <= context_length.
+  // embeds one new token per sequence at the cache's length); first_position + T <= context_length where the
+  // positions are a table (learned, sinusoidal).
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids, int64_t first_position = 0);
   // (B*T, C) in the activation dtype on the model's device.
   const void* output() const { return out_.data(); }
