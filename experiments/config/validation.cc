@@ -187,6 +187,14 @@ void ValidateSchedule(const ScheduleConfig& schedule, ConfigErrors* errors) {
     errors->Add(absl::StrCat("schedule.decay_end=", schedule.decay_end(), " must be greater than schedule.warmup=",
                              schedule.warmup()));
   }
+  // WSD's own fields (the other kinds ignore them, as CONSTANT ignores the floor; a resolved config holds
+  // every default, so their presence says nothing).
+  if (schedule.kind() == ScheduleConfig::WSD) {
+    if (!(schedule.decay_fraction() > 0 && schedule.decay_fraction() <= 1)) {
+      errors->Add(absl::StrCat("schedule.decay_fraction=", schedule.decay_fraction(), " must be in (0, 1]"));
+    }
+    RequireSpecified(schedule.decay_shape(), "schedule.decay_shape", errors);
+  }
 }
 
 void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {

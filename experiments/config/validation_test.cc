@@ -206,6 +206,18 @@ TEST(ConfigValidation, ScheduleRules) {
   EXPECT_EQ(Error(kBase, {"schedule.warmup=50", "schedule.decay_end=50"}),
             "tiny.textproto: schedule.decay_end=50 must be greater than schedule.warmup=50");
   EXPECT_EQ(Error(kBase, {"schedule.warmup=50", "schedule.decay_end=50", "schedule.kind=CONSTANT"}), "OK");
+  // Warmup-stable-decay's own fields.
+  EXPECT_EQ(
+      Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=0.1", "schedule.decay_shape=DECAY_COSINE"}),
+      "OK");
+  EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=0"}),
+            "tiny.textproto: schedule.decay_fraction=0 must be in (0, 1]");
+  EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=1.5"}),
+            "tiny.textproto: schedule.decay_fraction=1.5 must be in (0, 1]");
+  EXPECT_EQ(Error(kBase, {"schedule.decay_fraction=0"}), "OK");  // ignored by COSINE
+  // (--set refuses an UNSPECIFIED enum name; a file can hold one.)
+  EXPECT_EQ(Error(std::string(kBase) + "schedule { kind: WSD decay_shape: DECAY_SHAPE_UNSPECIFIED }"),
+            "tiny.textproto: schedule.decay_shape must not be an UNSPECIFIED value");
 }
 
 TEST(ConfigValidation, WarmupLongerThanRun) {

@@ -2,6 +2,7 @@
 // term so that the doubles agree to the last bit.
 #include "experiments/schedule/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/check.h"
@@ -28,6 +29,25 @@ double LinearScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup
   return min_lr;
 }
 
+double WsdScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, int64_t decay_start,
+                     int64_t decay_end, config::ScheduleConfig::DecayShape shape) {
+  if (it < warmup) return max_lr * static_cast<double>(it) / static_cast<double>(warmup);
+  if (it < decay_start) return max_lr;
+  if (it >= decay_end) return min_lr;
+  const double x = static_cast<double>(it - decay_start) / static_cast<double>(decay_end - decay_start);
+  switch (shape) {
+    case config::ScheduleConfig::DECAY_ONE_MINUS_SQRT:
+      return min_lr + (max_lr - min_lr) * (1 - std::sqrt(x));
+    case config::ScheduleConfig::DECAY_LINEAR:
+      return min_lr + (max_lr - min_lr) * (1 - x);
+    case config::ScheduleConfig::DECAY_COSINE:
+      return min_lr + (max_lr - min_lr) * 0.5 * (1 + std::cos(M_PI * x));
+    default:
+      LMF_CHECK(false) << "WSD decay shape " << shape << " passed validation but is not handled";
+      return 0;
+  }
+}
+
 LrSchedule::LrSchedule(const config::ScheduleConfig& schedule, double peak_lr, int64_t run_steps,
                        int64_t tokens_per_step)
     : kind_(schedule.kind()),
@@ -39,6 +59,9 @@ LrSchedule::LrSchedule(const config::ScheduleConfig& schedule, double peak_lr, i
       in_tokens_(schedule.unit() == config::ScheduleConfig::TOKENS) {
   LMF_CHECK_GT(tokens_per_step, 0);
   if (decay_end_ == 0) decay_end_ = in_tokens_ ? run_steps * tokens_per_step : run_steps;
+  decay_start_ = std::max<int64_t>(
+      warmup_, decay_end_ - std::llround(schedule.decay_fraction() * static_cast<double>(decay_end_)));
+  decay_shape_ = schedule.decay_shape();
 }
 
 double LrSchedule::At(int64_t step) const {
@@ -48,6 +71,8 @@ double LrSchedule::At(int64_t step) const {
       return CosineScheduleLr(it, peak_lr_, min_lr_, warmup_, decay_end_);
     case config::ScheduleConfig::LINEAR:
       return LinearScheduleLr(it, peak_lr_, min_lr_, warmup_, decay_end_);
+    case config::ScheduleConfig::WSD:
+      return WsdScheduleLr(it, peak_lr_, min_lr_, warmup_, decay_start_, decay_end_, decay_shape_);
     case config::ScheduleConfig::CONSTANT:
       return it < warmup_ ? peak_lr_ * static_cast<double>(it) / static_cast<double>(warmup_) : peak_lr_;
     default:

@@ -1,5 +1,5 @@
-// LR schedules: the cosine against CS336's reference values, linear decay and constant shapes, steps vs
-// tokens, and decay_end defaulting to the run's end.
+// LR schedules: the cosine against CS336's reference values, linear decay, constant and warmup-stable-decay
+// shapes, steps vs tokens, and decay_end defaulting to the run's end.
 #include "experiments/schedule/lr_schedule.h"
 
 #include <cmath>
@@ -89,6 +89,57 @@ TEST(LrSchedule, ConstantAfterWarmup) {
   EXPECT_DOUBLE_EQ(schedule.At(1), 0.75);
   EXPECT_DOUBLE_EQ(schedule.At(4), 3.0);
   EXPECT_DOUBLE_EQ(schedule.At(19), 3.0);
+}
+
+config::ScheduleConfig Wsd(int64_t warmup, double fraction, config::ScheduleConfig::DecayShape shape) {
+  config::ScheduleConfig s =
+      Schedule(config::ScheduleConfig::WSD, config::ScheduleConfig::STEPS, warmup, 0, 0.1);
+  s.set_decay_fraction(fraction);
+  s.set_decay_shape(shape);
+  return s;
+}
+
+// Peak 1, floor 0.1, 100 steps, warmup 10, the last 20% decaying: steps 80 to 100. The expected values are
+// the shapes' formulas at x = 0.25, 0.5, 0.75, evaluated in Python (1 - sqrt(0.5) = 0.2928...).
+TEST(LrSchedule, WarmupStableDecayShapes) {
+  const LrSchedule sqrt_decay(Wsd(10, 0.2, config::ScheduleConfig::DECAY_ONE_MINUS_SQRT), 1.0, 100, 1);
+  EXPECT_DOUBLE_EQ(sqrt_decay.At(5), 0.5);
+  for (int64_t step : {10, 50, 79, 80}) EXPECT_EQ(sqrt_decay.At(step), 1.0) << step;
+  EXPECT_DOUBLE_EQ(sqrt_decay.At(90), 0.36360389693210715);
+  EXPECT_DOUBLE_EQ(sqrt_decay.At(95), 0.22057713659400527);
+  EXPECT_EQ(sqrt_decay.At(100), 0.1);
+  const LrSchedule linear(Wsd(10, 0.2, config::ScheduleConfig::DECAY_LINEAR), 1.0, 100, 1);
+  EXPECT_EQ(linear.At(79), 1.0);
+  EXPECT_DOUBLE_EQ(linear.At(85), 0.775);
+  EXPECT_DOUBLE_EQ(linear.At(90), 0.55);
+  const LrSchedule cosine(Wsd(10, 0.2, config::ScheduleConfig::DECAY_COSINE), 1.0, 100, 1);
+  EXPECT_DOUBLE_EQ(cosine.At(85), 0.8681980515339464);
+  EXPECT_DOUBLE_EQ(cosine.At(90), 0.55);
+  // In tokens (100 per step): the same steps.
+  config::ScheduleConfig in_tokens = Wsd(1000, 0.2, config::ScheduleConfig::DECAY_ONE_MINUS_SQRT);
+  in_tokens.set_unit(config::ScheduleConfig::TOKENS);
+  const LrSchedule tokens(in_tokens, 1.0, 100, 100);
+  for (int64_t step : {5, 79, 80, 90, 95, 100}) EXPECT_EQ(tokens.At(step), sqrt_decay.At(step)) << step;
+}
+
+// What makes branching work: runs of every length share their stable phase. A 100-step and a 400-step WSD
+// run (decays from 80 and 320) agree bit for bit up to step 80, where the shorter one's decay begins.
+TEST(LrSchedule, WsdRunsOfAnyLengthShareTheStablePhase) {
+  const LrSchedule short_run(Wsd(10, 0.2, config::ScheduleConfig::DECAY_ONE_MINUS_SQRT), 3e-3, 100, 1);
+  const LrSchedule long_run(Wsd(10, 0.2, config::ScheduleConfig::DECAY_ONE_MINUS_SQRT), 3e-3, 400, 1);
+  for (int64_t step = 0; step <= 80; ++step) EXPECT_EQ(short_run.At(step), long_run.At(step)) << step;
+  EXPECT_LT(short_run.At(81), long_run.At(81));
+}
+
+// A decay longer than what follows the warmup starts at the warmup's end.
+TEST(LrSchedule, WsdDecayStartsNoEarlierThanTheWarmupEnds) {
+  const LrSchedule schedule(Wsd(90, 0.2, config::ScheduleConfig::DECAY_LINEAR), 1.0, 100, 1);
+  EXPECT_DOUBLE_EQ(schedule.At(45), 0.5);
+  EXPECT_EQ(schedule.At(90), 1.0);
+  EXPECT_DOUBLE_EQ(schedule.At(95), 0.55);
+  const LrSchedule whole(Wsd(0, 1.0, config::ScheduleConfig::DECAY_LINEAR), 1.0, 100, 1);  // all decay
+  EXPECT_EQ(whole.At(0), 1.0);
+  EXPECT_DOUBLE_EQ(whole.At(50), 0.55);
 }
 
 }  // namespace
