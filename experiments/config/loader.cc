@@ -144,6 +144,7 @@ void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experime
   if (data->has_tokenizer()) data->set_tokenizer(JoinPath(base_dir, data->tokenizer()));
   config::RunConfig* run = experiment->mutable_run();
   if (run->has_output_dir()) run->set_output_dir(JoinPath(base_dir, run->output_dir()));
+  if (run->has_init_from()) run->set_init_from(JoinPath(base_dir, run->init_from()));
 }
 
 std::string UserWorkingDirectory() {

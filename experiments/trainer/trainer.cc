@@ -42,14 +42,15 @@ double Seconds(Clock::time_point since) {
 
 // What must not change between a checkpoint and the run that resumes from it, or the continuation would
 // be a different run: the model, the data stream (file, batch shape, seed).
+// `how` names the continuation in the error: "resume from " or "start from run.init_from=".
 absl::Status CheckResumable(const config::Experiment& now, const std::string& checkpoint_path,
-                            const std::string& checkpoint_config) {
+                            const std::string& checkpoint_config, const std::string& how) {
   absl::StatusOr<config::Experiment> then =
       ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
   if (!then.ok()) return then.status();
   auto differs = [&](const std::string& field) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot resume from ", checkpoint_path, ": ", field,
-                                                      " differs from the checkpoint's config"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot ", how, checkpoint_path, ": ", field, " differs from the checkpoint's config"));
   };
   if (then->model().SerializeAsString() != now.model().SerializeAsString()) return differs("model");
   if (then->data().train_tokens() != now.data().train_tokens()) return differs("data.train_tokens");
@@ -123,6 +124,21 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   int64_t tokens = 0;
   double train_seconds = 0;
   TrainResult result;
+  // Continues from a loaded checkpoint (this run's own for --resume, or run.init_from's): weights, optimizer
+  // state, data position, step and counters.
+  auto restore = [&](const LoadedCheckpoint& loaded) -> absl::Status {
+    if (absl::Status s = LoadWeights(loaded.model, model); !s.ok()) return s;
+    if (absl::Status s = optimizer.Restore(loaded.optimizer, loaded.state.optimizer_step()); !s.ok())
+      return s;
+    sampler->Restore({loaded.state.sampler_seed(), loaded.state.sampler_windows_drawn()});
+    start_step = loaded.state.step();
+    tokens = loaded.state.tokens();
+    train_seconds = loaded.state.train_seconds();
+    result.last_checkpoint = loaded.path;
+    result.steps = start_step;
+    return absl::OkStatus();
+  };
+  bool restored = false;
   if (options.resume) {
     std::vector<std::string> skipped;
     absl::StatusOr<std::string> latest = LatestCheckpoint(checkpoints, &skipped);
@@ -130,15 +146,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     if (latest.ok()) {
       absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*latest);
       if (!loaded.ok()) return loaded.status();
-      if (absl::Status s = CheckResumable(experiment, *latest, loaded->config_text); !s.ok()) return s;
-      if (absl::Status s = LoadWeights(loaded->model, model); !s.ok()) return s;
-      if (absl::Status s = optimizer.Restore(loaded->optimizer, loaded->state.optimizer_step()); !s.ok()) return s;
-      sampler->Restore({loaded->state.sampler_seed(), loaded->state.sampler_windows_drawn()});
-      start_step = loaded->state.step();
-      tokens = loaded->state.tokens();
-      train_seconds = loaded->state.train_seconds();
-      result.last_checkpoint = *latest;
-      result.steps = start_step;
+      if (absl::Status s = CheckResumable(experiment, *latest, loaded->config_text, "resume from ");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = restore(*loaded); !s.ok()) return s;
+      restored = true;
       console.Message(absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
     } else if (latest.status().code() == absl::StatusCode::kNotFound && !skipped.empty()) {
       // Starting over would overwrite the damaged folders and the metrics log: a run's progress lost
@@ -147,13 +160,36 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                               absl::StrJoin(skipped, "; "),
                                               "); repair or move them aside to start the run over"));
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {
-      console.Message(absl::StrCat("--resume: no checkpoint in ", checkpoints, "; starting from scratch"));
+      console.Message(absl::StrCat("--resume: no checkpoint in ", checkpoints, "; starting ",
+                                   run.init_from().empty() ? "from scratch" : "from run.init_from"));
     } else {
       return latest.status();
     }
   } else if (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "run.output_dir=", out, " already holds a run; pass --resume to continue it or choose another folder"));
+  }
+  if (!restored && !run.init_from().empty()) {
+    const std::string& from = run.init_from();
+    absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(from);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("run.init_from=", from, ": ", loaded.status().message(),
+                                       FileExists(from + "/checkpoints")
+                                           ? " (a run folder: name one of its checkpoints/step_* folders)"
+                                           : ""));
+    }
+    if (absl::Status s = CheckResumable(experiment, from, loaded->config_text, "start from run.init_from=");
+        !s.ok()) {
+      return s;
+    }
+    if (loaded->state.step() >= total_steps) {
+      return absl::InvalidArgumentError(absl::StrCat("run.init_from=", from, " is at step ",
+                                                     loaded->state.step(),
+                                                     ", not before this run's end at step ", total_steps));
+    }
+    if (absl::Status s = restore(*loaded); !s.ok()) return s;
+    console.Message(absl::StrCat("starting from ", from, " (step ", start_step, "; run.init_from)"));
   }
 
   if (absl::Status s = MakeDirs(out); !s.ok()) return s;

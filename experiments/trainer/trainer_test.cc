@@ -272,6 +272,66 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
   EXPECT_EQ(ReadMetrics(out).size(), 24u);
 }
 
+// A WSD run branched off a longer WSD run's checkpoint at its own decay start (run.init_from) is that run:
+// the stable phases have the same learning rates and data, so the 8-step run trained straight and the one
+// that starts from step 4 of a 16-step run (decays from 4 and from 8) log the same steps 5-8 and end with
+// the same weights and optimizer state, bit for bit.
+TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
+  const std::string train = WriteTokens("wsd.tok", RandomIds(4000, 3));
+  auto with = [&](std::vector<std::string> o) {
+    for (const char* c : {"schedule.kind=WSD", "schedule.warmup=2", "schedule.decay_fraction=0.5",
+                          "run.checkpoint_interval=4"}) {
+      o.push_back(c);
+    }
+    o.push_back("data.train_tokens=" + train);
+    return Tiny(o);
+  };
+  const std::string straight = TempPath("wsd_straight"), stable = TempPath("wsd_stable"),
+                    branch = TempPath("wsd_branch");
+  ASSERT_TRUE(Train(with({"run.max_steps=8", "run.output_dir=" + straight}), Quiet()).ok());
+  ASSERT_TRUE(
+      Train(with({"run.max_steps=16", "run.output_dir=" + stable, "run.keep_checkpoints=4"}), Quiet()).ok());
+  const std::string from = stable + "/checkpoints/step_00000004";
+  auto branched =
+      Train(with({"run.max_steps=8", "run.output_dir=" + branch, "run.init_from=" + from}), Quiet());
+  ASSERT_TRUE(branched.ok()) << branched.status();
+  EXPECT_EQ(branched->steps, 8);
+  const std::vector<StepMetrics> a = ReadMetrics(straight), b = ReadMetrics(branch), s = ReadMetrics(stable);
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 4u);      // steps 5-8: the branch's own
+  EXPECT_LT(a[7].lr, s[7].lr);  // the straight run decays where the stable one holds the peak
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i].step, a[4 + i].step);
+    EXPECT_EQ(b[i].tokens, a[4 + i].tokens);
+    EXPECT_EQ(b[i].lr, a[4 + i].lr);
+    EXPECT_EQ(b[i].loss, a[4 + i].loss) << "step " << b[i].step;
+  }
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    auto x = ReadFile(straight + "/checkpoints/step_00000008/" + file);
+    auto y = ReadFile(branch + "/checkpoints/step_00000008/" + file);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_TRUE(*x == *y) << file << " differs";
+  }
+
+  // What cannot start: a missing folder, a run folder, another model, a checkpoint at or past the end.
+  auto error = [&](std::vector<std::string> o) {
+    auto result = Train(with(o), Quiet());
+    return result.ok() ? std::string("OK") : std::string(result.status().message());
+  };
+  const std::string missing = error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e1"),
+                                     "run.init_from=" + stable + "/checkpoints/step_00000005"});
+  EXPECT_EQ(missing.rfind("run.init_from=" + stable + "/checkpoints/step_00000005: ", 0), 0u) << missing;
+  const std::string run_folder =
+      error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e2"), "run.init_from=" + stable});
+  EXPECT_NE(run_folder.find(" (a run folder: name one of its checkpoints/step_* folders)"), std::string::npos)
+      << run_folder;
+  EXPECT_EQ(error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e3"), "run.init_from=" + from,
+                   "model.n_layers=3"}),
+            "cannot start from run.init_from=" + from + ": model differs from the checkpoint's config");
+  EXPECT_EQ(error({"run.max_steps=4", "run.output_dir=" + TempPath("wsd_e4"), "run.init_from=" + from}),
+            "run.init_from=" + from + " is at step 4, not before this run's end at step 4");
+}
+
 // Damage a kill cannot cause (saves are staged, then renamed): --resume falls back to the newest intact
 // checkpoint, and where none is intact it refuses instead of starting over, which would overwrite the damaged
 // folders and the metrics log.
