@@ -15,6 +15,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace lmf::experiments {
 namespace {
@@ -125,6 +126,16 @@ void ResolveDefaults(config::Experiment* experiment) {
   if (experiment->optimizer().algorithm_case() == config::OptimizerConfig::ALGORITHM_NOT_SET) {
     ResolveMessageDefaults(experiment->mutable_optimizer()->mutable_adamw());
   }
+}
+
+std::string ConfigDifference(const google::protobuf::Message& before,
+                             const google::protobuf::Message& after) {
+  std::string report;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&report);
+  if (differencer.Compare(before, after)) return "";
+  const size_t end = report.find('\n');
+  return report.substr(0, end);
 }
 
 std::string ExperimentToText(const config::Experiment& experiment) {

@@ -35,6 +35,12 @@ absl::StatusOr<config::Experiment> LoadExperiment(const std::string& path,
 // model.n_kv_heads to model.n_heads when absent. Idempotent.
 void ResolveDefaults(config::Experiment* experiment);
 
+// The first difference between two configs of one message type, as "modified: n_layers: 2 -> 3" (field
+// paths from the messages given; "added:" / "deleted:" for a field set on one side only), or "" when they
+// are equal. Pass resolved configs (ResolveDefaults): a config written by an older build lacks the fields
+// added since, which resolving fills with their defaults, so it still compares equal.
+std::string ConfigDifference(const google::protobuf::Message& before, const google::protobuf::Message& after);
+
 // Text format of a config (what run folders and checkpoints store).
 std::string ExperimentToText(const config::Experiment& experiment);
 

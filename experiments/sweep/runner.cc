@@ -141,18 +141,40 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     const std::string config_path = dir + "/config.textproto";
     const std::string config_text = experiments::ExperimentToText(run.experiment);
     auto previous = ReadRunResult(dir);
-    auto previous_config = ReadFile(config_path);
-    if (previous.ok() && previous->status() == config::SweepRunResult::FINISHED && previous_config.ok() &&
-        *previous_config == config_text) {
+    const bool finished = previous.ok() && previous->status() == config::SweepRunResult::FINISHED;
+    // What changed in the run's config since its folder was written ("" for nothing), compared resolved:
+    // a config written by an older build lacks the fields added since, which it ran with at their defaults.
+    std::string change = "no config.textproto";
+    if (auto previous_config = ReadFile(config_path); previous_config.ok()) {
+      absl::StatusOr<config::Experiment> stored =
+          experiments::ParseExperimentText(*previous_config, config_path);
+      if (stored.ok()) {
+        experiments::ResolveDefaults(&*stored);
+        change = experiments::ConfigDifference(*stored, run.experiment);
+      } else {
+        change = std::string(stored.status().message());
+      }
+    }
+    if (finished && change.empty()) {
       results[i] = *previous;
       ++summary.skipped;
       say(absl::StrFormat("[skip] %s finished earlier (loss %.4f)", run.name, previous->final_loss()));
       continue;
     }
-    if (previous.ok() && previous->status() == config::SweepRunResult::FINISHED) {
-      say(absl::StrFormat("[rerun] %s: its config changed since it finished", run.name));
+    if (finished) {
+      // Kept beside the run, not deleted: the rerun may fail, and the result was real.
+      say(absl::StrFormat(
+          "[rerun] %s: its config changed since it finished (%s); the earlier result is kept as "
+          "result.superseded.textproto",
+          run.name, change));
+      if (::rename((dir + "/result.textproto").c_str(), (dir + "/result.superseded.textproto").c_str()) !=
+          0) {
+        return absl::InternalError(
+            absl::StrCat("sweep runner: cannot move ", dir, "/result.textproto aside"));
+      }
+    } else {
+      ::unlink((dir + "/result.textproto").c_str());  // a failed or diverged run's, replaced by the rerun's
     }
-    ::unlink((dir + "/result.textproto").c_str());
     if (absl::Status s = WriteFileAtomically(config_path, config_text); !s.ok()) return s;
     todo.push_back(i);
   }

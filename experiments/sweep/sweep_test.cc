@@ -10,7 +10,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "experiments/sweep/plan.h"
@@ -256,6 +260,55 @@ TEST(SweepRunner, RunsEverythingThenSkipsFinishedRuns) {
   EXPECT_EQ(again->skipped, 8);
   EXPECT_EQ(CountLines(log), 8);  // nothing ran a second time
   ::unsetenv("FAKE_TRAIN_LOG");
+}
+
+// A run folder written by an older build (its config.textproto lacks fields added since, at their defaults)
+// is still the planned run: skipped, its result kept. A run whose config really changed reruns, and its
+// earlier result is moved aside, not deleted (the rerun may fail).
+TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/older";
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
+  const std::string older = plan->output_dir + "/runs/" + plan->runs[0].name;
+  const std::string changed = plan->output_dir + "/runs/" + plan->runs[1].name;
+  auto text = ReadFile(older + "/config.textproto");
+  ASSERT_TRUE(text.ok());
+  std::string stripped;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::StrContains(line, "final_logit_softcap") || absl::StrContains(line, "parallel_shared_norm"))
+      continue;
+    absl::StrAppend(&stripped, line, "\n");
+  }
+  ASSERT_LT(stripped.size(), text->size());
+  ASSERT_TRUE(WriteFileAtomically(older + "/config.textproto", stripped).ok());
+  text = ReadFile(changed + "/config.textproto");
+  ASSERT_TRUE(text.ok());
+  const size_t lr = text->find("lr: ");
+  ASSERT_NE(lr, std::string::npos);
+  ASSERT_TRUE(WriteFileAtomically(changed + "/config.textproto",
+                                  text->substr(0, lr) + "lr: 0.5\n" + text->substr(text->find('\n', lr) + 1))
+                  .ok());
+  auto before = ReadFile(changed + "/result.textproto");
+  ASSERT_TRUE(before.ok());
+
+  std::vector<std::string> lines;
+  RunnerOptions runner = FakeRunner();
+  runner.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto again = RunSweep(*plan, runner);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->skipped, 7);
+  EXPECT_EQ(again->finished, 8);  // the 7 skipped and the rerun
+  const std::string rerun = absl::StrJoin(lines, "\n");
+  EXPECT_NE(rerun.find("[rerun] " + plan->runs[1].name +
+                       ": its config changed since it finished (modified: "
+                       "optimizer.lr: 0.5 -> "),
+            std::string::npos)
+      << rerun;
+  auto superseded = ReadFile(changed + "/result.superseded.textproto");
+  ASSERT_TRUE(superseded.ok()) << superseded.status();
+  EXPECT_EQ(*superseded, *before);
 }
 
 TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {

@@ -48,11 +48,16 @@ absl::Status CheckResumable(const config::Experiment& now, const std::string& ch
   absl::StatusOr<config::Experiment> then =
       ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
   if (!then.ok()) return then.status();
-  auto differs = [&](const std::string& field) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot ", how, checkpoint_path, ": ", field, " differs from the checkpoint's config"));
+  // Resolved as `now` is, so that a checkpoint of an older build (without the fields added since, whose
+  // defaults are then what it ran with) compares equal.
+  ResolveDefaults(&*then);
+  auto differs = [&](const std::string& field, const std::string& detail = "") {
+    return absl::FailedPreconditionError(absl::StrCat("cannot ", how, checkpoint_path, ": ", field,
+                                                      " differs from the checkpoint's config",
+                                                      detail.empty() ? "" : absl::StrCat(" (", detail, ")")));
   };
-  if (then->model().SerializeAsString() != now.model().SerializeAsString()) return differs("model");
+  if (const std::string d = ConfigDifference(then->model(), now.model()); !d.empty())
+    return differs("model", d);
   if (then->data().train_tokens() != now.data().train_tokens()) return differs("data.train_tokens");
   if (then->run().batch_size() != now.run().batch_size()) return differs("run.batch_size");
   if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) return differs("run.grad_accum_steps");

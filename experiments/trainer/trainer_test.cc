@@ -25,8 +25,10 @@
 #include "base/shared_data.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
+#include "experiments/crc32c/crc32c.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/trainer/model_spec.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
 #include "model/accounting/accounting.h"
@@ -261,8 +263,10 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
                             "model.n_layers=3"}),
                       resume);
   ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().message(), "cannot resume from " + out +
-                                           "/checkpoints/step_00000012: model differs from the checkpoint's config");
+  EXPECT_EQ(result.status().message(),
+            "cannot resume from " + out +
+                "/checkpoints/step_00000012: model differs from the checkpoint's config "
+                "(modified: n_layers: 2 -> 3)");
   // A longer run of the same model continues from the checkpoint.
   auto longer = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=24",
                             "schedule.decay_end=100"}),
@@ -327,9 +331,58 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
       << run_folder;
   EXPECT_EQ(error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e3"), "run.init_from=" + from,
                    "model.n_layers=3"}),
-            "cannot start from run.init_from=" + from + ": model differs from the checkpoint's config");
+            "cannot start from run.init_from=" + from +
+                ": model differs from the checkpoint's config (modified: n_layers: 2 -> 3)");
   EXPECT_EQ(error({"run.max_steps=4", "run.output_dir=" + TempPath("wsd_e4"), "run.init_from=" + from}),
             "run.init_from=" + from + " is at step 4, not before this run's end at step 4");
+}
+
+// A checkpoint written by an older build: its config lacks the fields added since (here the two newest model
+// fields, which it ran with at their defaults), and its digest matches that file. --resume continues it (the
+// configs are compared resolved); a real difference is still refused, naming the field.
+TEST(Trainer, ResumesACheckpointOfAnOlderBuild) {
+  const std::string train = WriteTokens("older.tok", RandomIds(2000, 8));
+  const std::string out = TempPath("older_run");
+  ASSERT_TRUE(
+      Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=12"}), Quiet()).ok());
+  const std::string step = out + "/checkpoints/step_00000012";
+  auto config = ReadFile(step + "/config.textproto");
+  ASSERT_TRUE(config.ok());
+  std::string older;
+  for (absl::string_view line : absl::StrSplit(*config, '\n')) {
+    if (absl::StrContains(line, "final_logit_softcap") || absl::StrContains(line, "parallel_shared_norm"))
+      continue;
+    absl::StrAppend(&older, line, "\n");
+  }
+  ASSERT_LT(older.size(), config->size());
+  ASSERT_TRUE(WriteFileAtomically(step + "/config.textproto", older).ok());
+  auto state_text = ReadFile(step + "/trainer_state.textproto");
+  ASSERT_TRUE(state_text.ok());
+  checkpoint::TrainerState state;
+  ASSERT_TRUE(ParseTextProto(*state_text, "trainer_state.textproto", &state).ok());
+  for (checkpoint::FileDigest& file : *state.mutable_files()) {
+    if (file.name() != "config.textproto") continue;
+    file.set_bytes(static_cast<int64_t>(older.size()));
+    file.set_crc32c(Crc32c(older));
+  }
+  std::string rewritten;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(state, &rewritten));
+  ASSERT_TRUE(WriteFileAtomically(step + "/trainer_state.textproto", rewritten).ok());
+
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  auto wider = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=16",
+                           "model.final_logit_softcap=30"}),
+                     resume);
+  ASSERT_FALSE(wider.ok());
+  EXPECT_EQ(std::string(wider.status().message()),
+            "cannot resume from " + step +
+                ": model differs from the checkpoint's config (modified: "
+                "final_logit_softcap: 0 -> 30)");
+  auto resumed =
+      Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=16"}), resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->steps, 16);
 }
 
 // Damage a kill cannot cause (saves are staged, then renamed): --resume falls back to the newest intact
