@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -243,6 +244,46 @@ absl::Status AtomicFileWriter::Write(std::string_view data) {
   absl::Status s = WriteAll(fd_, data.data(), data.size(), tmp_path_);
   if (s.ok()) bytes_written_ += data.size();
   return s;
+}
+
+absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open", path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      errno = err;
+      return ErrnoError("flock", path);
+    }
+    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
+    holder.erase(std::remove(holder.begin(), holder.end(), '\n'), holder.end());
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is locked by another process", holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")")));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    absl::Status s = ErrnoError("write", path);
+    ::close(fd);
+    return s;
+  }
+  return FileLock(fd);
+}
+
+FileLock& FileLock::operator=(FileLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
 }
 
 absl::Status AtomicFileWriter::WriteAt(uint64_t offset, std::string_view data) {

@@ -62,6 +62,25 @@ class MappedFile {
   std::string path_;
 };
 
+// An exclusive advisory lock (flock) on `path`, created if missing, held until the object is destroyed. The
+// kernel drops it when the holder dies (a killed run leaves no stale lock). The holder writes its pid into
+// the file, for the error another process gets. Locks conflict between processes and between two
+// FileLocks of one process alike. Move-only.
+class FileLock {
+ public:
+  // FailedPrecondition naming `path` and the holder's pid when it is held; other errors name `path`.
+  static absl::StatusOr<FileLock> Acquire(const std::string& path);
+  FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  FileLock& operator=(FileLock&& other) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 // Incremental atomic writer for large outputs (token files, checkpoints): writes go to a temp file beside
 // `path`; Commit() fsyncs and renames it into place. Destroying an uncommitted writer deletes the temp
 // file, so a failed or interrupted write never replaces a good file.

@@ -1,6 +1,9 @@
 // File helpers: atomic writes replace whole files or nothing, errors name the path, maps see the bytes.
 #include "base/file.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -91,6 +94,33 @@ TEST(File, ListRemoveAndSyncFolders) {
   EXPECT_FALSE(FileExists(dir));
   EXPECT_FALSE(ListFolder(dir).ok());
   EXPECT_NE(ListFolder(dir).status().message().find(dir), std::string::npos);
+}
+
+// One holder at a time, named in the refusal; released when the holder goes, and a holder that dies
+// (a forked child exiting) leaves no stale lock.
+TEST(File, FileLockIsExclusiveAndReleased) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/run.lock";
+  {
+    absl::StatusOr<FileLock> held = FileLock::Acquire(path);
+    ASSERT_TRUE(held.ok()) << held.status();
+    const absl::StatusOr<FileLock> second = FileLock::Acquire(path);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(second.status().message(),
+              path + " is locked by another process (pid " + std::to_string(getpid()) + ")");
+    FileLock moved = std::move(*held);  // still held after a move
+    EXPECT_FALSE(FileLock::Acquire(path).ok());
+  }
+  const pid_t child = fork();
+  if (child == 0) {
+    absl::StatusOr<FileLock> lock = FileLock::Acquire(path);
+    _exit(lock.ok() ? 0 : 1);  // exits holding it
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(FileLock::Acquire(path).ok());
+  EXPECT_EQ(FileLock::Acquire("/nonexistent_dir/x.lock").status().message(),
+            "/nonexistent_dir/x.lock: open failed: No such file or directory");
 }
 
 TEST(CheckDeathTest, FailedCheckAbortsWithMessage) {

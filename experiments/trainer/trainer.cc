@@ -143,6 +143,15 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     result.steps = start_step;
     return absl::OkStatus();
   };
+  // One trainer per run folder: a second one (a --resume while the first still runs) would interleave its
+  // checkpoints and metrics with the first's. Held until Train returns; the kernel drops it if we die.
+  if (absl::Status s = MakeDirs(out); !s.ok()) return s;
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(out + "/.lock");
+  if (!lock.ok()) {
+    return absl::Status(lock.status().code(),
+                        absl::StrCat("run.output_dir=", out,
+                                     " is in use by another train process: ", lock.status().message()));
+  }
   bool restored = false;
   if (options.resume) {
     std::vector<std::string> skipped;

@@ -337,6 +337,32 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
             "run.init_from=" + from + " is at step 4, not before this run's end at step 4");
 }
 
+// A run folder has one trainer at a time: while another holds its lock (here this process, as a second
+// train --resume would find the first), Train refuses before reading or writing anything; once released, it
+// runs.
+TEST(Trainer, ARunFolderInUseIsRefused) {
+  const std::string train = WriteTokens("locked.tok", RandomIds(1000, 9));
+  const std::string out = TempPath("locked_run");
+  ASSERT_TRUE(MakeDirs(out).ok());
+  const auto run = [&] {
+    TrainOptions resume = Quiet();
+    resume.resume = true;
+    return Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=12"}), resume);
+  };
+  {
+    absl::StatusOr<FileLock> other = FileLock::Acquire(out + "/.lock");
+    ASSERT_TRUE(other.ok()) << other.status();
+    auto refused = run();
+    EXPECT_EQ(std::string(refused.status().message()),
+              "run.output_dir=" + out + " is in use by another train process: " + out +
+                  "/.lock is locked by another process (pid " + std::to_string(getpid()) + ")");
+    EXPECT_FALSE(FileExists(out + "/metrics.jsonl"));
+  }
+  auto ran = run();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->steps, 12);
+}
+
 // A checkpoint written by an older build: its config lacks the fields added since (here the two newest model
 // fields, which it ran with at their defaults), and its digest matches that file. --resume continues it (the
 // configs are compared resolved); a real difference is still refused, naming the field.
