@@ -46,6 +46,14 @@ grep -Eq '^loss [0-9.]+ \| perplexity [0-9.]+ \| [0-9]+ tokens' eval.txt || fail
     --weights=run/checkpoints/step_00000030/model.safetensors --tokens=train.tok > eval2.txt 2> eval2.log ||
   fail "eval with --weights: $(cat eval2.log)"
 [[ "$(cut -d'|' -f1-3 eval.txt)" == "$(cut -d'|' -f1-3 eval2.txt)" ]] || fail "checkpoint and --weights disagree"
+# --checkpoint with --weights (which it would ignore) is a usage error (exit 2).
+set +e
+"$bin/experiments/eval" --checkpoint=run --weights=run/checkpoints/step_00000030/model.safetensors \
+    --tokens=train.tok > /dev/null 2> eval_mixed.log
+code=$?
+set -e
+[[ $code == 2 ]] && grep -q "^eval: --checkpoint takes the model's config and weights from the run; it cannot be combined" \
+  eval_mixed.log || fail "eval --checkpoint --weights: exit $code: $(cat eval_mixed.log)"
 
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --seed=1 > gen.txt 2> gen.log ||
   fail "generate: $(cat gen.log)"

@@ -76,6 +76,11 @@ absl::Status Run(const CliArgs& args) {
   if (!batches.ok()) return batches.status();
   absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, *batch, expect.context_length);
   if (!loss.ok()) return loss.status();
+  if (!std::isfinite(*loss)) {
+    return absl::DataLossError(absl::StrCat("the loss on ", tokens_path, " is ", *loss, " with the weights ",
+                                            loaded->weights_path, " (finite weights; an overflow in ",
+                                            loaded->device->name(), "'s arithmetic?)"));
+  }
   const int64_t scored = batches->num_batches() * *batch * expect.context_length;
   std::printf("%s\n", absl::StrFormat(
                           "loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
@@ -91,10 +96,17 @@ int Main(int argc, char** argv) {
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens",
                       "device", "cuda_device", "precision", "help"});
-  const bool usable = args.ok() && args->Has("tokens") &&
+  // The two ways to name a model, whole and not mixed (--weights beside --checkpoint would be ignored).
+  const bool mixed = args.ok() && args->Has("checkpoint") &&
+                     (args->Has("config") || args->Has("weights") || args->Has("set"));
+  const bool usable = args.ok() && args->Has("tokens") && !mixed &&
                       (args->Has("checkpoint") != (args->Has("config") && args->Has("weights")));
   if (!usable) {
     if (!args.ok()) std::fprintf(stderr, "eval: %s\n", std::string(args.status().message()).c_str());
+    if (mixed)
+      std::fprintf(stderr,
+                   "eval: --checkpoint takes the model's config and weights from the run; it "
+                   "cannot be combined with --config, --weights or --set\n");
     std::fprintf(stderr, "%s", kUsage);
     return args.ok() && args->Has("help") ? 0 : 2;
   }

@@ -1,6 +1,7 @@
 // Named parameter transfer and validation loss (see weights.h).
 #include "experiments/trainer/weights.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -40,6 +41,16 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
     if (!values.ok()) {
       status = values.status();
       return;
+    }
+    // A NaN or infinite weight computes nothing meaningful, yet some paths hide it (a softmax over a NaN
+    // key's scores can still sum to finite logits): refuse it here, where the file is named.
+    for (size_t i = 0; i < values->size(); ++i) {
+      if (!std::isfinite((*values)[i])) {
+        status =
+            absl::DataLossError(absl::StrCat(weights.source(), ": tensor ", name, " holds ", (*values)[i],
+                                             " at element ", i, "; weights must be finite"));
+        return;
+      }
     }
     kernels::CopyToDevice(model.context(), p.data(), values->data(), values->size() * sizeof(float));
     used.insert(name);

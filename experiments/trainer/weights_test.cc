@@ -3,9 +3,11 @@
 // shape or an unknown tensor is an error naming it.
 #include "experiments/trainer/weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "experiments/checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -87,6 +89,22 @@ TEST(Weights, MissingWrongShapeAndUnknownTensorsAreErrors) {
   reader = SafetensorsReader::FromBytes(Serialize(extra), "w.safetensors");
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ(LoadWeights(*reader, *model).message(), "w.safetensors: tensors the model does not have: rope.cache");
+
+  // Non-finite weights (a hand-edited or corrupted file with a valid CRC, a diverged model saved elsewhere).
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    int64_t numel = 1;
+    for (int64_t d : tensors[2].shape) numel *= d;
+    std::vector<float> values(tensors[2].data, tensors[2].data + numel);
+    values[3] = bad;
+    std::vector<NamedTensor> poisoned = tensors;
+    poisoned[2].data = values.data();
+    reader = SafetensorsReader::FromBytes(Serialize(poisoned), "w.safetensors");
+    ASSERT_TRUE(reader.ok());
+    const absl::Status status = LoadWeights(*reader, *model);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(status.message(), "w.safetensors: tensor " + tensors[2].name + " holds " + absl::StrCat(bad) +
+                                    " at element 3; weights must be finite");
+  }
 }
 
 }  // namespace
