@@ -5,13 +5,17 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "base/check.h"
 
 namespace lmf {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  LMF_CHECK_LE(num_threads, kMaxThreads) << "threads in one pool";
   workers_.reserve(num_threads - 1);
   // Workers start with the asynchronous signals blocked (a thread inherits its creator's mask), so a
   // process-directed signal is never handled on a worker in the middle of a kernel. This matters beyond
@@ -93,7 +97,14 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk, const std::function<v
 ThreadPool& ThreadPool::Default() {
   static ThreadPool* pool = [] {
     int n = 0;
-    if (const char* env = std::getenv("LMF_NUM_THREADS")) n = std::atoi(env);
+    if (const char* env = std::getenv("LMF_NUM_THREADS")) {
+      n = std::atoi(env);
+      if (n > kMaxThreads) {
+        std::fprintf(stderr, "LMF_NUM_THREADS=%s is above %d threads; using %d\n", env, kMaxThreads,
+                     kMaxThreads);
+        n = kMaxThreads;
+      }
+    }
     return new ThreadPool(n);
   }();
   return *pool;

@@ -19,6 +19,8 @@ namespace lmf {
 
 class ThreadPool {
  public:
+  // The most threads a pool takes (flags check against it; more is an invariant failure).
+  static constexpr int kMaxThreads = 1024;
   // num_threads <= 0 means one per hardware thread (std::thread::hardware_concurrency()).
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();

@@ -63,6 +63,8 @@ expect_error "does not match the tokenizer" "$bpe" decode --tokenizer="$tmp/othe
 expect_error "bad magic" "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$corpus"
 expect_error "unknown flag --bogus" "$bpe" encode --tokenizer="$tmp/tok.lmftok" --bogus=1
 expect_error "unknown verb" "$bpe" frobnicate
+expect_error "--threads=100000: expected at most 1024 threads" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --threads=100000
 [[ -f "$tmp/y" ]] && fail "a failed encode left an output file"
 # An output that is one of the inputs is refused before anything is written (it replaced the input).
 cp "$corpus" "$tmp/own.txt"

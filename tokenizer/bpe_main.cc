@@ -163,6 +163,10 @@ class PoolFromFlags {
   absl::Status Init(const Flags& flags) {
     auto threads = flags.Int("threads", 0);
     if (!threads.ok()) return threads.status();
+    if (*threads > ThreadPool::kMaxThreads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--threads=", *threads, ": expected at most ", ThreadPool::kMaxThreads, " threads"));
+    }
     if (*threads > 0) owned_ = std::make_unique<ThreadPool>(static_cast<int>(*threads));
     return absl::OkStatus();
   }
