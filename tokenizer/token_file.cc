@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/check.h"
 
 namespace lmf::tokenizer {
@@ -80,9 +81,11 @@ absl::StatusOr<TokenFileReader> TokenFileReader::Open(const std::string& path) {
   }
   const uint64_t payload = file_size - kTokenFileHeaderBytes;
   if (h.num_tokens > payload / h.bytes_per_token) {
-    return absl::DataLossError(absl::StrCat(path, ": token file truncated: header says ", h.num_tokens,
-                                            " tokens (", h.num_tokens * h.bytes_per_token, " bytes) but only ",
-                                            payload, " bytes follow the header"));
+    // (The byte count in long double: num_tokens * width can overflow 64 bits in a corrupt header.)
+    return absl::DataLossError(
+        absl::StrCat(path, ": token file truncated: header says ", h.num_tokens, " tokens (",
+                     absl::StrFormat("%.0Lf", static_cast<long double>(h.num_tokens) * h.bytes_per_token),
+                     " bytes) but only ", payload, " bytes follow the header"));
   }
   if (payload != h.num_tokens * h.bytes_per_token) {
     return absl::DataLossError(absl::StrCat(path, ": token file has ",

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <numeric>
 #include <set>
 #include <string>
@@ -112,6 +113,29 @@ TEST(TokenFileChecks, VocabLargerThanModelIsAnError) {
   ASSERT_FALSE(sampler.ok());
   EXPECT_EQ(sampler.status().message(),
             path + ": the token file's tokenizer has vocab_size=50257, more than model.vocab_size=10000");
+}
+
+// Ids at or above the header's vocab_size (a corrupt file: the writer refuses them) are found when the file
+// is opened, the first one by position, across the scan's chunks of 2^20 ids.
+TEST(TokenFileChecks, AnIdOutsideTheVocabularyIsAnErrorAtOpen) {
+  const std::string path = WriteTokens("bad_id.tok", 2200000);
+  {
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    const uint16_t bad[2] = {1000, 65535};
+    for (int i = 0; i < 2; ++i) {  // two bad ids: the later one at 2,100,000, the first at 1,100,000
+      ASSERT_EQ(std::fseek(f, 64 + 2 * (i == 0 ? 2100000 : 1100000), SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(&bad[i], 2, 1, f), 1u);
+    }
+    std::fclose(f);
+  }
+  auto sampler = TrainBatchSampler::Open(path, Expect(1, 8), 1);
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(), path +
+                                            ": token id 65535 at position 1100000 is not below the file's "
+                                            "vocab_size 1000 (a corrupt token file)");
+  auto val = ValidationBatches::Open(path, Expect(1, 8), 16);
+  EXPECT_EQ(val.status().message(), sampler.status().message());
 }
 
 TEST(TokenFileChecks, SmallerVocabThanModelIsAccepted) {
