@@ -49,6 +49,9 @@ absl::Status Run(const CliArgs& args) {
     loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")), *placement);
   }
   if (!loaded.ok()) return loaded.status();
+  for (const std::string& why : loaded->skipped_checkpoints) {
+    std::fprintf(stderr, "eval: skipping damaged checkpoint: %s\n", why.c_str());
+  }
   const config::Experiment& e = loaded->experiment;
   absl::StatusOr<int64_t> batch = args.GetInt("batch_size", e.run().batch_size(), 1);
   if (!batch.ok()) return batch.status();

@@ -118,6 +118,12 @@ absl::Status Run(const CliArgs& args) {
   if (!placement.ok()) return placement.status();
   absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")), *placement);
   if (!loaded.ok()) return loaded.status();
+  for (const std::string& why : loaded->skipped_checkpoints) {
+    std::fprintf(stderr, "generate: skipping damaged checkpoint: %s\n", why.c_str());
+  }
+  if (!loaded->skipped_checkpoints.empty()) {
+    std::fprintf(stderr, "generate: weights %s\n", loaded->weights_path.c_str());
+  }
   const std::string tokenizer_path =
       args.Has("tokenizer") ? UserPath(args.Get("tokenizer")) : loaded->experiment.data().tokenizer();
   if (tokenizer_path.empty()) {

@@ -83,14 +83,14 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
   absl::StatusOr<SafetensorsReader> reader = SafetensorsReader::Open(weights);
   if (!reader.ok()) return reader.status();
   if (absl::Status s = LoadWeights(*reader, **model); !s.ok()) return s;
-  return LoadedModel{experiment, *std::move(device), *std::move(model), weights, std::nullopt};
+  return LoadedModel{experiment, *std::move(device), *std::move(model), weights, std::nullopt, {}};
 }
 
 absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
                                                     const ModelPlacement& placement) {
   std::string checkpoint = path;
+  std::vector<std::string> skipped;
   if (!FileExists(path + "/trainer_state.textproto")) {
-    std::vector<std::string> skipped;
     absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped);
     if (!latest.ok()) {
       return absl::NotFoundError(
@@ -108,6 +108,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
       LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors", placement);
   if (model.ok() && loaded->state.has_tokenizer_hash())
     model->tokenizer_hash = loaded->state.tokenizer_hash();
+  if (model.ok()) model->skipped_checkpoints = std::move(skipped);
   return model;
 }
 

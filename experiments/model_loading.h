@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "experiments/cli_args.h"
@@ -44,6 +45,9 @@ struct LoadedModel {
   std::string weights_path;  // the safetensors file the weights came from
   // From a checkpoint: the hash of the tokenizer whose ids the model was trained on (trainer_state.proto).
   std::optional<uint64_t> tokenizer_hash;
+  // From a run folder: its newer checkpoints that failed verification and were passed over, each with why
+  // (the binaries print them, so a fallback to an older checkpoint is never silent).
+  std::vector<std::string> skipped_checkpoints;
 };
 
 // `path` is a checkpoint folder (holding trainer_state.textproto) or a run folder (its checkpoints/).

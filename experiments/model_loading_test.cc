@@ -41,6 +41,7 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
     auto loaded = LoadModelFromCheckpoint(path);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->weights_path, *saved + "/model.safetensors");
+    EXPECT_TRUE(loaded->skipped_checkpoints.empty());
     const HostTensors host_a = ModelTensors(**model), host_b = ModelTensors(*loaded->model);
     const std::vector<NamedTensor>&a = host_a.tensors, &b = host_b.tensors;
     ASSERT_EQ(a.size(), b.size());
@@ -50,6 +51,38 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
       EXPECT_EQ(std::memcmp(a[i].data, b[i].data, n * sizeof(float)), 0) << a[i].name;
     }
   }
+}
+
+// A run folder whose newest checkpoint is damaged gives the older one and says why the newer was passed
+// over; a trainer_state.textproto that does not parse is an error naming it, line and column.
+TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
+  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  ASSERT_TRUE(experiment.ok()) << experiment.status();
+  auto config = ToModelConfig(experiment->model());
+  ASSERT_TRUE(config.ok());
+  auto model = model::LanguageModel::Create(*config, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok());
+  (*model)->InitializeParameters(5);
+  const std::string run = std::string(getenv("TEST_TMPDIR")) + "/damaged_run";
+  const HostTensors weights = ModelTensors(**model);
+  std::string saved[2];
+  for (int step : {1, 2}) {
+    CheckpointContents contents;
+    contents.model = weights.tensors;
+    contents.state.set_step(step);
+    contents.config_text = ExperimentToText(*experiment);
+    auto path = SaveCheckpoint(run + "/checkpoints", contents, 2);
+    ASSERT_TRUE(path.ok()) << path.status();
+    saved[step - 1] = *path;
+  }
+  ASSERT_TRUE(WriteFileAtomically(saved[1] + "/trainer_state.textproto", "step: banana\n").ok());
+  auto loaded = LoadModelFromCheckpoint(run);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->weights_path, saved[0] + "/model.safetensors");
+  ASSERT_EQ(loaded->skipped_checkpoints.size(), 1u);
+  EXPECT_EQ(loaded->skipped_checkpoints[0],
+            saved[1] + "/trainer_state.textproto:1:7: Expected integer, got: banana (corrupt)");
+  EXPECT_EQ(LoadModelFromCheckpoint(saved[1]).status().message(), loaded->skipped_checkpoints[0]);
 }
 
 TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {

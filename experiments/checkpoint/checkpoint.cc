@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "experiments/crc32c/crc32c.h"
+#include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
 namespace lmf::experiments {
@@ -64,12 +65,27 @@ absl::Status WriteTensors(const std::vector<NamedTensor>& tensors, const std::st
   return writer.Write(path);
 }
 
+// Keeps the parser's first error (with its line and column) for the status, instead of protobuf's log line.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+};
+
 absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path + "/" + kStateFile);
   if (!text.ok()) return text.status();
   checkpoint::TrainerState state;
-  if (!google::protobuf::TextFormat::ParseFromString(*text, &state)) {
-    return absl::DataLossError(absl::StrCat(path, "/", kStateFile, ": cannot parse"));
+  FirstError errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(*text, &state)) {
+    return absl::DataLossError(absl::StrCat(path, "/", kStateFile, ":", errors.error(), " (corrupt)"));
   }
   return state;
 }
