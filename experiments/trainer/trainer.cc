@@ -141,6 +141,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     train_seconds = loaded.state.train_seconds();
     result.last_checkpoint = loaded.path;
     result.steps = start_step;
+    result.last_loss = loaded.state.last_loss();
     return absl::OkStatus();
   };
   // One trainer per run folder: a second one (a --resume while the first still runs) would interleave its
@@ -163,6 +164,11 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       if (absl::Status s = CheckResumable(experiment, *latest, loaded->config_text, "resume from ");
           !s.ok()) {
         return s;
+      }
+      if (loaded->state.step() > total_steps) {  // before this config replaces the run's
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--resume: ", *latest, " is at step ", loaded->state.step(), ", past this config's end at step ",
+            total_steps, " (run.max_steps / run.max_tokens); a resumed run can only go on"));
       }
       if (absl::Status s = restore(*loaded); !s.ok()) return s;
       restored = true;

@@ -274,6 +274,23 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
   ASSERT_TRUE(longer.ok()) << longer.status();
   EXPECT_EQ(longer->steps, 24);
   EXPECT_EQ(ReadMetrics(out).size(), 24u);
+  // A shorter run than the checkpoint's step is refused before the run's config is replaced; an equal one
+  // is finished already and reports the checkpoint's loss.
+  auto config_before = ReadFile(out + "/config.textproto");
+  auto shorter = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=20",
+                             "schedule.decay_end=100"}),
+                       resume);
+  EXPECT_EQ(std::string(shorter.status().message()),
+            "--resume: " + out +
+                "/checkpoints/step_00000024 is at step 24, past this config's end at step 20 "
+                "(run.max_steps / run.max_tokens); a resumed run can only go on");
+  EXPECT_EQ(*ReadFile(out + "/config.textproto"), *config_before);
+  auto same = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=24",
+                          "schedule.decay_end=100"}),
+                    resume);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->steps, 24);
+  EXPECT_EQ(same->last_loss, longer->last_loss);
 }
 
 // A WSD run branched off a longer WSD run's checkpoint at its own decay start (run.init_from) is that run:
