@@ -65,6 +65,15 @@ absl::StatusOr<double> CliArgs::GetDouble(const std::string& name, double fallba
   return value;
 }
 
+absl::StatusOr<bool> CliArgs::GetBool(const std::string& name, bool fallback) const {
+  if (!Has(name)) return fallback;
+  const std::string v = Get(name);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, " is a switch: --", name, " or --", name, "=true|false, got \"", v, "\""));
+}
+
 std::string UserPath(const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
   const std::string base = UserWorkingDirectory();

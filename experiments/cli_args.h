@@ -31,6 +31,8 @@ class CliArgs {
   absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback, int64_t min) const;
   // A finite number (nan and inf are refused).
   absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
+  // A switch: bare `--name` or `--name=true` is true, `--name=false` false; any other value is an error.
+  absl::StatusOr<bool> GetBool(const std::string& name, bool fallback) const;
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

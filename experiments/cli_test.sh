@@ -27,6 +27,13 @@ common=(--config="$config" --set=data.train_tokens=train.tok --set=data.val_toke
 grep -q "checkpoint $work/run/checkpoints/step_00000010" train1.log || fail "no checkpoint at step 10: $(cat train1.log)"
 [[ $(wc -l < run/metrics.jsonl) == 15 ]] || fail "expected 15 metrics lines after the kill"
 
+# --resume is a switch: another value is a usage error (exit 2) naming it.
+set +e
+"$bin/experiments/train" "${common[@]}" --resume=maybe 2> maybe.log
+code=$?
+set -e
+[[ $code == 2 ]] && grep -q '^train: --resume is a switch: --resume or --resume=true|false, got "maybe"$' maybe.log ||
+  fail "--resume=maybe: exit $code: $(cat maybe.log)"
 # Without --resume, an existing run is refused.
 if "$bin/experiments/train" "${common[@]}" 2> refused.log; then fail "overwrote an existing run"; fi
 grep -q "already holds a run; pass --resume" refused.log || fail "refusal message: $(cat refused.log)"
@@ -131,8 +138,12 @@ expect_error gen_bf16.log "^generate: --precision=bf16 needs --device=cuda \(the
 # generated, or nan sampling without a word).
 expect_error eval_batch0.log "^eval: --batch_size=0: expected at least 1$" \
   "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --batch_size=0
-expect_error gen_pf.log "^generate: --prompt_file=.*missing.txt: cannot be read$" \
+expect_error gen_pf.log "^generate: --prompt_file=.*missing.txt: open failed: No such file or directory$" \
   "$bin/experiments/generate" --checkpoint=run --prompt_file=missing.txt
+expect_error gen_pf_dir.log "^generate: --prompt_file=.*/run: is a folder, expected a file$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt_file=run
+expect_error gen_tok_empty.log "^generate: --tokenizer= is empty: give a tokenizer file" \
+  "$bin/experiments/generate" --checkpoint=run --prompt=Once --tokenizer=
 printf '\n  \n' > blank_prompts.txt
 expect_error gen_pf_blank.log "^generate: --prompt_file=.*blank_prompts.txt: no prompt in it " \
   "$bin/experiments/generate" --checkpoint=run --prompt_file=blank_prompts.txt

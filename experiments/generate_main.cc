@@ -17,12 +17,13 @@
 // cuda only), the device opened by the trainer's TrainingDevice (experiments/model_loading.h); its errors
 // come back prefixed by the flags.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
 #include "experiments/cli_args.h"
 #include "experiments/model_loading.h"
 #include "experiments/sampling/sampling.h"
@@ -48,15 +49,18 @@ struct Prompt {
 absl::StatusOr<std::vector<Prompt>> ReadPrompts(const CliArgs& args) {
   if (!args.Has("prompt_file")) return std::vector<Prompt>{{args.Get("prompt"), 0}};
   const std::string path = UserPath(args.Get("prompt_file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", path, ": cannot be read"));
+  absl::StatusOr<std::string> text = ReadFile(path);  // its errors name the path and why (missing, a folder)
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", text.status().message()));
+  }
   std::vector<Prompt> prompts;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  int64_t number = 0;
+  for (absl::string_view view : absl::StrSplit(*text, '\n')) {
+    ++number;
+    std::string line(view);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back({line, number});
   }
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", path, ": read error"));
   if (prompts.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prompt_file=", path, ": no prompt in it (one per line; blank lines are skipped)"));
@@ -127,7 +131,10 @@ absl::Status Run(const CliArgs& args) {
   const std::string tokenizer_path =
       args.Has("tokenizer") ? UserPath(args.Get("tokenizer")) : loaded->experiment.data().tokenizer();
   if (tokenizer_path.empty()) {
-    return absl::InvalidArgumentError("the run names no data.tokenizer; pass --tokenizer=FILE");
+    return absl::InvalidArgumentError(
+        args.Has("tokenizer") ? "--tokenizer= is empty: give a tokenizer file, or leave the flag out "
+                                "for the run's data.tokenizer"
+                              : "the run names no data.tokenizer; pass --tokenizer=FILE");
   }
   absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
   if (!tok.ok()) return tok.status();

@@ -91,6 +91,14 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
   std::string checkpoint = path;
   std::vector<std::string> skipped;
   if (!FileExists(path + "/trainer_state.textproto")) {
+    if (FileExists(path + "/model.safetensors")) {  // a checkpoint folder that lost its state file
+      return absl::DataLossError(
+          absl::StrCat(path,
+                       ": a checkpoint folder without its trainer_state.textproto "
+                       "(which records the files' checksums); for the weights alone use "
+                       "eval --config=... --weights=",
+                       path, "/model.safetensors"));
+    }
     absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped);
     if (!latest.ok()) {
       return absl::NotFoundError(

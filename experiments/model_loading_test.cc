@@ -4,6 +4,8 @@
 // that cannot be opened here is the device error prefixed by the flags.
 #include "experiments/model_loading.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -83,6 +85,12 @@ TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
   EXPECT_EQ(loaded->skipped_checkpoints[0],
             saved[1] + "/trainer_state.textproto:1:7: Expected integer, got: banana (corrupt)");
   EXPECT_EQ(LoadModelFromCheckpoint(saved[1]).status().message(), loaded->skipped_checkpoints[0]);
+  ASSERT_EQ(::unlink((saved[1] + "/trainer_state.textproto").c_str()), 0);
+  EXPECT_EQ(LoadModelFromCheckpoint(saved[1]).status().message(),
+            saved[1] +
+                ": a checkpoint folder without its trainer_state.textproto (which records the files' "
+                "checksums); for the weights alone use eval --config=... --weights=" +
+                saved[1] + "/model.safetensors");
 }
 
 TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {

@@ -43,7 +43,12 @@ int Main(int argc, char** argv) {
   }
   MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
   TrainOptions options;
-  options.resume = args->Get("resume") == "true";
+  absl::StatusOr<bool> resume = args->GetBool("resume", false);
+  if (!resume.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(resume.status().message()).c_str());
+    return 2;
+  }
+  options.resume = *resume;
   options.checkpoint_on_signal = true;
   absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0, 0);
   if (!stop_after.ok()) {

@@ -1,8 +1,10 @@
 // `bazel run //scaling:report -- --results=<csv> --target_flops=<C> --out=<folder>`: fits a sweep's results
 // table (scaling/results.h) with Chinchilla Approaches 1-3 and the Kaplan laws, bootstraps intervals, and
 // writes report.md with SVG figures into --out. Prints where the report is and the recommendation.
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,8 +28,29 @@ int main(int argc, char** argv) {
                                "  report --results=sweep/results.csv --target_flops=1e21 --out=sweep/report");
   absl::ParseCommandLine(argc, argv);
   const std::string results = absl::GetFlag(FLAGS_results);
-  if (results.empty() || !(absl::GetFlag(FLAGS_target_flops) > 0)) {
-    std::fprintf(stderr, "report: --results=<csv> and --target_flops=<positive FLOP> are required\n");
+  // Each flag's own message, naming the value given.
+  std::vector<std::string> errors;
+  if (results.empty()) errors.push_back("--results=<csv> is required");
+  const double target = absl::GetFlag(FLAGS_target_flops);
+  if (target == 0) {
+    errors.push_back("--target_flops=<positive FLOP> is required");
+  } else if (!(target > 0) || !std::isfinite(target)) {
+    errors.push_back(absl::StrCat("--target_flops=", target, ": expected a positive, finite FLOP count"));
+  }
+  const double confidence = absl::GetFlag(FLAGS_confidence);
+  if (!(confidence > 0 && confidence < 1)) {
+    errors.push_back(absl::StrCat("--confidence=", confidence, ": expected a level in (0, 1)"));
+  }
+  if (absl::GetFlag(FLAGS_bootstrap) < 0) {
+    errors.push_back(
+        absl::StrCat("--bootstrap=", absl::GetFlag(FLAGS_bootstrap), ": expected >= 0 resamples"));
+  }
+  const double delta = absl::GetFlag(FLAGS_huber_delta);
+  if (!(delta > 0) || !std::isfinite(delta)) {
+    errors.push_back(absl::StrCat("--huber_delta=", delta, ": expected a positive, finite number"));
+  }
+  if (!errors.empty()) {
+    for (const std::string& e : errors) std::fprintf(stderr, "report: %s\n", e.c_str());
     return 2;
   }
   lmf::scaling::ReportOptions options;
@@ -40,11 +63,6 @@ int main(int argc, char** argv) {
   const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
   if ((params != "non_embedding" && params != "total") || (loss != "final" && loss != "best")) {
     std::fprintf(stderr, "report: --params must be non_embedding or total and --loss final or best\n");
-    return 2;
-  }
-  if (!(options.bootstrap.confidence > 0 && options.bootstrap.confidence < 1) || options.bootstrap.resamples < 0 ||
-      !(options.parametric.huber_delta > 0)) {
-    std::fprintf(stderr, "report: --confidence must lie in (0, 1), --bootstrap be >= 0, --huber_delta be > 0\n");
     return 2;
   }
   options.choice.non_embedding = params == "non_embedding";

@@ -43,6 +43,16 @@ void RequireUnitInterval(double value, bool include_one, const std::string& path
   if (!ok) errors->Add(absl::StrCat(path, "=", value, " must be in [0, 1", include_one ? "]" : ")"));
 }
 
+// The kernels apply epsilons in fp32: a positive double that rounds to 0 (or inf) there is not positive.
+void RequirePositiveInFloat(double value, const std::string& path, ConfigErrors* errors) {
+  if (!(value > 0)) {
+    errors->Add(absl::StrCat(path, "=", value, " must be positive"));
+  } else if (!(static_cast<float>(value) > 0) || !std::isfinite(static_cast<float>(value))) {
+    errors->Add(
+        absl::StrCat(path, "=", value, " is not a positive fp32 number (the kernels apply it in fp32)"));
+  }
+}
+
 int64_t HeadSize(const ModelConfig& model) {
   return model.n_heads() > 0 ? model.d_model() / model.n_heads() : 0;
 }
@@ -78,7 +88,7 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   const NormConfig& norm = model.norm();
   RequireSpecified(norm.kind(), "model.norm.kind", errors);
   RequireSpecified(norm.placement(), "model.norm.placement", errors);
-  if (!(norm.eps() > 0)) errors->Add(absl::StrCat("model.norm.eps=", norm.eps(), " must be positive"));
+  RequirePositiveInFloat(norm.eps(), "model.norm.eps", errors);
   if (!(model.z_loss() >= 0) || !std::isfinite(model.z_loss())) {
     errors->Add(
         absl::StrCat("model.z_loss=", model.z_loss(), " must be a finite number >= 0 (0 turns it off)"));
@@ -166,13 +176,13 @@ void ValidateOptimizer(const config::OptimizerConfig& optimizer, ConfigErrors* e
   const config::AdamWConfig& adamw = optimizer.adamw();
   RequireUnitInterval(adamw.beta1(), false, "optimizer.adamw.beta1", errors);
   RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
-  if (!(adamw.eps() > 0)) errors->Add(absl::StrCat("optimizer.adamw.eps=", adamw.eps(), " must be positive"));
+  RequirePositiveInFloat(adamw.eps(), "optimizer.adamw.eps", errors);
   if (!(adamw.weight_decay() >= 0)) {
     errors->Add(absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(), " must not be negative"));
   }
-  if (!(optimizer.grad_clip() >= 0)) {
+  if (!(optimizer.grad_clip() >= 0) || !std::isfinite(optimizer.grad_clip())) {
     errors->Add(absl::StrCat("optimizer.grad_clip=", optimizer.grad_clip(),
-                             " must not be negative (0 turns clipping off)"));
+                             " must be a finite number >= 0 (0 turns clipping off)"));
   }
 }
 

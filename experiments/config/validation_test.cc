@@ -195,7 +195,15 @@ TEST(ConfigValidation, AdamWRules) {
   EXPECT_EQ(ErrorWith("optimizer.adamw.weight_decay=-0.1"),
             "tiny.textproto: optimizer.adamw.weight_decay=-0.1 must not be negative");
   EXPECT_EQ(ErrorWith("optimizer.grad_clip=-1"),
-            "tiny.textproto: optimizer.grad_clip=-1 must not be negative (0 turns clipping off)");
+            "tiny.textproto: optimizer.grad_clip=-1 must be a finite number >= 0 (0 turns clipping off)");
+  // A file can hold inf (--set refuses it); an epsilon below fp32's range rounds to 0 in the kernels.
+  std::string inf_clip = kBase;
+  inf_clip.replace(inf_clip.find("lr: 1e-3"), 8, "lr: 1e-3 grad_clip: inf");
+  EXPECT_EQ(Error(inf_clip),
+            "tiny.textproto: optimizer.grad_clip=inf must be a finite number >= 0 (0 turns clipping off)");
+  EXPECT_EQ(ErrorWith("optimizer.adamw.eps=1e-50"),
+            "tiny.textproto: optimizer.adamw.eps=1e-50 is not a positive fp32 number (the kernels apply it "
+            "in fp32)");
 }
 
 TEST(ConfigValidation, ScheduleRules) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
@@ -32,6 +33,13 @@ int main(int argc, char** argv) {
   if (!tps.ok() || !peak.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string((!tps.ok() ? tps : peak).status().message()).c_str());
     return 2;
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"tokens_per_second", *tps}, {"peak_flops", *peak}}) {
+    if (args->Has(name) && !(value > 0)) {  // 0 or negative would be ignored (0 means "not given")
+      std::fprintf(stderr, "account: --%s=%s: expected a positive number\n", name, args->Get(name).c_str());
+      return 2;
+    }
   }
   auto account = lmf::scaling::AccountExperiment(*experiment);
   if (!account.ok()) {
