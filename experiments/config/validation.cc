@@ -13,6 +13,7 @@ namespace {
 
 using config::AttentionConfig;
 using config::Experiment;
+using config::InitConfig;
 using config::ModelConfig;
 using config::NormConfig;
 using config::PositionalConfig;
@@ -130,6 +131,18 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
   if (!(model.init().std() > 0)) {
     errors->Add(absl::StrCat("model.init.std=", model.init().std(), " must be positive"));
+  }
+  if (model.init().scheme() == InitConfig::MUP) {
+    if (model.init().mup_base_d_model() <= 0) {
+      errors->Add(
+          absl::StrCat("model.init.mup_base_d_model=", model.init().mup_base_d_model(),
+                       " must be positive with model.init.scheme=MUP (the width its lr was tuned at)"));
+    }
+    if (model.tied_embeddings()) {
+      errors->Add(
+          "model.init.scheme=MUP needs model.tied_embeddings=false (the input embedding and the LM head "
+          "scale differently with width)");
+    }
   }
   ValidateAttention(model.attention(), model, errors);
 }

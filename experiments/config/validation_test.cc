@@ -143,6 +143,16 @@ TEST(ConfigValidation, UnspecifiedEnumIsRejected) {
 
 TEST(ConfigValidation, InitStdMustBePositive) {
   EXPECT_EQ(ErrorWith("model.init.std=0"), "tiny.textproto: model.init.std=0 must be positive");
+  EXPECT_EQ(
+      ErrorWith("model.init.scheme=MUP"),
+      "tiny.textproto: model.init.mup_base_d_model=0 must be positive with model.init.scheme=MUP (the width "
+      "its lr was tuned at)");
+  EXPECT_EQ(Error(kBase, {"model.init.scheme=MUP", "model.init.mup_base_d_model=32"}), "OK");
+  EXPECT_EQ(
+      Error(kBase, {"model.init.scheme=MUP", "model.init.mup_base_d_model=32", "model.tied_embeddings=true"}),
+      "tiny.textproto: model.init.scheme=MUP needs model.tied_embeddings=false (the input embedding and the "
+      "LM "
+      "head scale differently with width)");
 }
 
 TEST(ConfigValidation, SlidingWindowRules) {

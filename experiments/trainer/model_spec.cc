@@ -56,9 +56,13 @@ absl::StatusOr<model::ModelConfig> ToModelConfig(const config::ModelConfig& prot
   switch (proto.init().scheme()) {
     case config::InitConfig::GPT2: m.init = model::InitScheme::kGpt2Scaled; break;
     case config::InitConfig::TRUNCATED_NORMAL: m.init = model::InitScheme::kCs336TruncatedNormal; break;
+    case config::InitConfig::MUP:
+      m.init = model::InitScheme::kMup;
+      break;
     default: return unsupported("model.init.scheme=SCHEME_UNSPECIFIED");
   }
   m.init_std = proto.init().std();
+  m.mup_base_d_model = proto.init().mup_base_d_model();
 
   const config::AttentionConfig& attention = proto.attention();
   if (attention.has_sliding_window()) {

@@ -2,6 +2,9 @@
 #include "experiments/trainer/optimizer.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -17,6 +20,7 @@ ModelOptimizer::ModelOptimizer(const config::OptimizerConfig& config, const mode
     Moments& moments = moments_[name];
     for (int i = 0; i < p.value.rank(); ++i) moments.shape.push_back(p.value.dim(i));
     moments.decay = p.value.rank() >= 2 || config_.adamw().decay_vectors();
+    moments.lr_scale = model.LearningRateScale(name, p);
     for (kernels::Tensor* t : {&moments.m, &moments.v}) {
       *t = kernels::Tensor::Empty(p.value.shape(), kernels::DType::kF32, ctx_.allocator);
       kernels::FillZero(ctx_, t->data(), t->nbytes());
@@ -44,9 +48,10 @@ double ModelOptimizer::Step(model::LanguageModel& model, double lr, int64_t micr
                                                                   static_cast<float>(config_.grad_clip()))
                                              : 1.0f;
   const float grad_scale = clip / static_cast<float>(micro_batches);
-  // Two MultiTensorAdamW calls, one per weight-decay group (PyTorch's param groups); each also writes the
-  // bf16 compute copy of the tensors it updates when the model computes in bf16.
-  std::vector<kernels::AdamWTensor> groups[2];  // [0]: no decay, [1]: decay
+  // One MultiTensorAdamW call per group of (weight decay or not, learning-rate scale) (PyTorch's param
+  // groups: two, or four with muP's scaled matrices); each also writes the bf16 compute copy of the tensors
+  // it updates when the model computes in bf16.
+  std::map<std::pair<bool, double>, std::vector<kernels::AdamWTensor>> groups;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
     auto it = moments_.find(name);
     LMF_CHECK(it != moments_.end()) << "parameter " << name << " appeared after the optimizer was built";
@@ -58,20 +63,20 @@ double ModelOptimizer::Step(model::LanguageModel& model, double lr, int64_t micr
     t.m = moments.m.data<float>();
     t.v = moments.v.data<float>();
     t.param_copy = p.compute.dtype() == kernels::DType::kBF16 ? p.compute.data() : nullptr;
-    groups[moments.decay ? 1 : 0].push_back(t);
+    groups[{moments.decay, moments.lr_scale}].push_back(t);
   });
   const config::AdamWConfig& adamw = config_.adamw();
-  for (int decay = 0; decay < 2; ++decay) {
-    if (groups[decay].empty()) continue;
+  for (auto& [key, tensors] : groups) {
+    const auto [decay, lr_scale] = key;
     kernels::MultiTensorAdamWParams params;
     params.grad_dtype = kernels::DType::kF32;
-    params.tensors = groups[decay].data();
-    params.num_tensors = static_cast<int64_t>(groups[decay].size());
-    params.lr = static_cast<float>(lr);
+    params.tensors = tensors.data();
+    params.num_tensors = static_cast<int64_t>(tensors.size());
+    params.lr = static_cast<float>(lr * lr_scale);
     params.beta1 = static_cast<float>(adamw.beta1());
     params.beta2 = static_cast<float>(adamw.beta2());
     params.eps = static_cast<float>(adamw.eps());
-    params.weight_decay = decay == 1 ? static_cast<float>(adamw.weight_decay()) : 0.0f;
+    params.weight_decay = decay ? static_cast<float>(adamw.weight_decay()) : 0.0f;
     params.step = step_;
     params.grad_scale = grad_scale;
     kernels::MultiTensorAdamW(ctx_, params);

@@ -11,7 +11,9 @@
 // checkpoints through host copies (StateTensors, Restore), so a CPU run's state resumes on a GPU and back.
 //
 // Weight decay applies to matrices (rank >= 2: linear weights, embeddings) and, with
-// optimizer.adamw.decay_vectors, to biases and norm gains too.
+// optimizer.adamw.decay_vectors, to biases and norm gains too. Each parameter's learning rate is the step's
+// times LanguageModel::LearningRateScale (muP's 1 / m for the blocks' matrices and the LM head; else 1);
+// decoupled weight decay is multiplied by that learning rate, as in PyTorch's param groups.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_OPTIMIZER_H_
 
@@ -54,6 +56,7 @@ class ModelOptimizer {
   struct Moments {
     std::vector<int64_t> shape;
     bool decay = true;
+    double lr_scale = 1;   // LanguageModel::LearningRateScale (muP)
     kernels::Tensor m, v;  // fp32, on the model's device
   };
   config::OptimizerConfig config_;

@@ -125,6 +125,14 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                    : (*device)->peak_flops_source(),
                                run.gemm_autotune() ? "; GEMMs autotuned (run.gemm_autotune)" : ""));
 
+  if (model_config->init == model::InitScheme::kMup) {
+    console.Message(
+        absl::StrFormat("muP: width multiplier %g (d_model %d / base %d): the blocks' matrices and "
+                        "the LM head at lr / %g",
+                        model_config->mup_width_multiplier(), model_config->d_model,
+                        model_config->mup_base_d_model, model_config->mup_width_multiplier()));
+  }
+
   int64_t start_step = 0;
   int64_t tokens = 0;
   double train_seconds = 0;

@@ -51,6 +51,8 @@ const char* PositionKindName(PositionKind kind) {
 const char* InitSchemeName(InitScheme scheme) {
   switch (scheme) {
     case InitScheme::kGpt2Scaled: return "gpt2_scaled";
+    case InitScheme::kMup:
+      return "mup";
     case InitScheme::kCs336TruncatedNormal: return "cs336_truncated_normal";
   }
   return "?";
@@ -126,8 +128,18 @@ absl::Status ModelConfig::Validate() const {
   if (positions == PositionKind::kSinusoidal && d_model % 2 != 0) {
     return Invalid(absl::StrCat("sinusoidal positions need an even d_model, got ", d_model));
   }
-  if (init == InitScheme::kGpt2Scaled && (!(init_std > 0) || !std::isfinite(init_std))) {
+  if ((init == InitScheme::kGpt2Scaled || init == InitScheme::kMup) &&
+      (!(init_std > 0) || !std::isfinite(init_std))) {
     return Invalid(absl::StrCat("init_std=", init_std, " must be a positive finite number"));
+  }
+  if (init == InitScheme::kMup) {
+    if (mup_base_d_model <= 0) {
+      return Invalid(absl::StrCat("mup_base_d_model=", mup_base_d_model, " must be positive with init=mup"));
+    }
+    if (tied_embeddings) {
+      return Invalid(
+          "init=mup needs untied embeddings (the input embedding and the LM head scale differently)");
+    }
   }
   // Matrices of 2^31 or more elements are beyond what the CPU GEMMs are known to take (int dimensions): the
   // weights, and one sequence's widest activations at full context.
@@ -169,11 +181,12 @@ std::string ModelConfig::DebugString() const {
       "qk_norm=%d sliding_window=%d global_every=%d "
       "attention_softcap=%g ffn=%s "
       "positions=%s rope_theta=%g biases=%d tied_embeddings=%d init=%s init_std=%g z_loss=%g "
-      "final_logit_softcap=%g",
+      "final_logit_softcap=%g mup_base_d_model=%d",
       vocab_size, padded_vocab_size, context_length, d_model, n_layers, n_heads, n_kv_heads, d_ff,
       NormKindName(norm), norm_eps, NormPlacementName(norm_placement), parallel_block, parallel_shared_norm,
       qk_norm, sliding_window, global_every, attention_softcap, FfnKindName(ffn), PositionKindName(positions),
-      rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss, final_logit_softcap);
+      rope_theta, biases, tied_embeddings, InitSchemeName(init), init_std, z_loss, final_logit_softcap,
+      mup_base_d_model);
 }
 
 ModelConfig Gpt2Config(int64_t vocab_size, int64_t context_length, int64_t d_model, int64_t n_layers,

@@ -34,6 +34,13 @@ enum class InitScheme {
   // Linear (out, in): truncated normal, std sqrt(2 / (in + out)), cut at +-3 std. Embeddings and LM head:
   // truncated normal N(0, 1) cut at +-3. Biases 0; norm gains 1.
   kCs336TruncatedNormal,
+  // Maximal update parametrization for Adam (Tensor Programs V, Table 3) over kGpt2Scaled, with width
+  // multiplier m = d_model / mup_base_d_model: embeddings N(0, init_std); the blocks' matrices
+  // N(0, init_std / sqrt(m)) (residual projections also / sqrt(2 * n_layers)); the LM head N(0, init_std /
+  // m);
+  // biases 0, norm gains 1. The learning rates go with it (LanguageModel::LearningRateScale): 1 / m for the
+  // blocks' matrices and the LM head, 1 for the rest. m = 1 is kGpt2Scaled. Untied embeddings only.
+  kMup,
 };
 
 const char* NormKindName(NormKind kind);
@@ -94,7 +101,8 @@ struct ModelConfig {
   bool biases = false;          // biases on every linear layer (q, k, v, output, ffn)
   bool tied_embeddings = false; // LM head reads the token embedding matrix
   InitScheme init = InitScheme::kCs336TruncatedNormal;
-  double init_std = 0.02;       // kGpt2Scaled only
+  double init_std = 0.02;        // kGpt2Scaled and kMup
+  int64_t mup_base_d_model = 0;  // kMup only: the width where kMup is kGpt2Scaled
 
   int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
@@ -105,6 +113,12 @@ struct ModelConfig {
     return norm_placement == NormPlacement::kDouble ? 4 : parallel_block && parallel_shared_norm ? 1 : 2;
   }
   bool has_final_norm() const { return norm_placement != NormPlacement::kPost; }
+  // kMup's width multiplier m = d_model / mup_base_d_model; 1 for the other schemes.
+  double mup_width_multiplier() const {
+    return init == InitScheme::kMup && mup_base_d_model > 0
+               ? static_cast<double>(d_model) / static_cast<double>(mup_base_d_model)
+               : 1.0;
+  }
   // Layer i's (from 0) sliding window: 0 for the global layers.
   int64_t layer_window(int64_t i) const {
     return global_every > 0 && (i + 1) % global_every == 0 ? 0 : sliding_window;

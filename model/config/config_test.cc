@@ -110,6 +110,20 @@ TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
   EXPECT_TRUE(fits.Validate().ok()) << fits.Validate();
 }
 
+TEST(ModelConfigTest, MupNeedsABaseWidthAndUntiedEmbeddings) {
+  ModelConfig c = Cs336Config(97, 16, 256, 2, 16, 1024);
+  c.init = InitScheme::kMup;
+  ExpectRejected(c, "mup_base_d_model=0 must be positive with init=mup");
+  c.mup_base_d_model = 64;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  EXPECT_EQ(c.mup_width_multiplier(), 4.0);
+  c.tied_embeddings = true;
+  ExpectRejected(c, "init=mup needs untied embeddings");
+  c.init = InitScheme::kGpt2Scaled;  // the base width is ignored by the other schemes
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  EXPECT_EQ(c.mup_width_multiplier(), 1.0);
+}
+
 // Decoding past the context needs every layer windowed within the context and no position table.
 TEST(ModelConfigTest, DecodesPastContextOnlyWithEveryLayerWindowedAndNoTable) {
   ModelConfig c = Cs336Config(97, 16, 32, 3, 4, 64);  // RoPE

@@ -69,6 +69,15 @@ bool IsNormGain(const std::string& name) {
          absl::EndsWith(name, "_norm.weight") || name == "ln_final.weight";
 }
 
+// How a parameter scales with width under muP: the blocks' matrices (fan-in grows with width), the LM head
+// (the output layer), or the rest (embeddings, whose fan-in is the vocabulary; biases and norm gains).
+enum class WidthRole { kHidden, kOutput, kOther };
+WidthRole WidthRoleOf(const std::string& name, const Parameter& p) {
+  if (name == "lm_head.weight") return WidthRole::kOutput;
+  if (p.value.rank() == 2 && !absl::StrContains(name, "embeddings")) return WidthRole::kHidden;
+  return WidthRole::kOther;
+}
+
 // Whether ctx's device can run `config` with activations of type `dtype`: every op the model calls, asked of
 // the backends built into this binary, and the attention kernels' head sizes.
 absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype) {
@@ -161,11 +170,17 @@ void LanguageModel::InitializeParameters(uint64_t seed) {
     } else {
       NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
       const bool embedding = absl::StrContains(name, "embeddings");
-      if (config_.init == InitScheme::kGpt2Scaled) {
+      if (config_.init == InitScheme::kGpt2Scaled || config_.init == InitScheme::kMup) {
         double std = config_.init_std;
         if (absl::EndsWith(name, "output_proj.weight") || absl::EndsWith(name, "ffn.w2.weight")) {
           std *= residual_scale;
         }
+        // muP (1 at the base width): hidden fan-in m times the base's -> variance / m; the output layer's
+        // std / m.
+        const double m = config_.mup_width_multiplier();
+        const WidthRole role = WidthRoleOf(name, p);
+        if (role == WidthRole::kHidden) std /= std::sqrt(m);
+        if (role == WidthRole::kOutput) std /= m;
         for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.Next());
       } else {
         const double std =
@@ -176,6 +191,10 @@ void LanguageModel::InitializeParameters(uint64_t seed) {
     kernels::CopyToDevice(ctx_, p.value.data(), data, p.value.nbytes());
   });
   RefreshComputeWeights();
+}
+
+double LanguageModel::LearningRateScale(const std::string& name, const Parameter& p) const {
+  return WidthRoleOf(name, p) == WidthRole::kOther ? 1.0 : 1.0 / config_.mup_width_multiplier();
 }
 
 void LanguageModel::RefreshComputeWeights() {

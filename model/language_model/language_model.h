@@ -96,6 +96,10 @@ class LanguageModel {
   // its name), so the values do not depend on the visiting order. Schemes: see InitScheme in config.h. The
   // values are drawn on the host (the same on every device) and copied; the compute copies are refreshed.
   void InitializeParameters(uint64_t seed);
+  // The factor on the optimizer's learning rate for parameter `name` (as VisitParameters names it): muP's
+  // 1 / m for the blocks' matrices and the LM head (InitScheme::kMup), 1 for everything else and for every
+  // parameter of the other schemes.
+  double LearningRateScale(const std::string& name, const Parameter& p) const;
   // Rounds every parameter's fp32 master `value` into its `compute` copy: needed after writing `value`
   // only (loading weights, an update that skips the copy). A no-op for f32 activations (compute is value).
   void RefreshComputeWeights();
