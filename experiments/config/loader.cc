@@ -151,6 +151,9 @@ absl::Status WriteExperiment(const config::Experiment& experiment, const std::st
 void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experiment) {
   config::DataConfig* data = experiment->mutable_data();
   if (data->has_train_tokens()) data->set_train_tokens(JoinPath(base_dir, data->train_tokens()));
+  for (config::TokenSource& source : *data->mutable_train_mixture()) {
+    if (source.has_path()) source.set_path(JoinPath(base_dir, source.path()));
+  }
   if (data->has_val_tokens()) data->set_val_tokens(JoinPath(base_dir, data->val_tokens()));
   if (data->has_tokenizer()) data->set_tokenizer(JoinPath(base_dir, data->tokenizer()));
   config::RunConfig* run = experiment->mutable_run();

@@ -221,7 +221,20 @@ void ValidateSchedule(const ScheduleConfig& schedule, ConfigErrors* errors) {
 }
 
 void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {
-  if (data.train_tokens().empty()) errors->Add("data.train_tokens is required (a token file from `bpe encode`)");
+  if (data.train_mixture_size() == 0 && data.train_tokens().empty()) {
+    errors->Add("data.train_tokens is required (a token file from `bpe encode`), or data.train_mixture");
+  }
+  if (data.train_mixture_size() > 0 && !data.train_tokens().empty()) {
+    errors->Add("data.train_tokens and data.train_mixture are alternatives: give one of them");
+  }
+  for (int i = 0; i < data.train_mixture_size(); ++i) {
+    const config::TokenSource& source = data.train_mixture(i);
+    if (source.path().empty()) errors->Add(absl::StrCat("data.train_mixture[", i, "].path is required"));
+    if (!(source.weight() > 0) || !std::isfinite(source.weight())) {
+      errors->Add(absl::StrCat("data.train_mixture[", i, "].weight=", source.weight(),
+                               " must be a positive, finite number"));
+    }
+  }
 }
 
 void ValidateRun(const RunConfig& run, ConfigErrors* errors) {

@@ -248,7 +248,28 @@ TEST(ConfigValidation, WarmupLongerThanRun) {
 
 TEST(ConfigValidation, TrainTokensRequired) {
   EXPECT_EQ(Error(Without("train_tokens")),
-            "tiny.textproto: data.train_tokens is required (a token file from `bpe encode`)");
+            "tiny.textproto: data.train_tokens is required (a token file from `bpe encode`), or "
+            "data.train_mixture");
+}
+
+TEST(ConfigValidation, TrainMixtureRules) {
+  std::string mixture = Without("train_tokens");
+  mixture.replace(
+      mixture.find("data {"), 6,
+      "data {\n  train_mixture { path: \"web.tok\" weight: 3 }\n  train_mixture { path: \"code.tok\" }");
+  EXPECT_EQ(Error(mixture), "OK");
+  EXPECT_EQ(Error(mixture, {"data.train_tokens=x.tok"}),
+            "tiny.textproto: data.train_tokens and data.train_mixture are alternatives: give one of them");
+  std::string bad = mixture;
+  bad.replace(bad.find("weight: 3"), 9, "weight: 0");
+  bad.replace(bad.find("path: \"code.tok\""), 16, "weight: inf");
+  EXPECT_EQ(Error(bad),
+            "tiny.textproto: data.train_mixture[0].weight=0 must be a positive, finite number\n"
+            "tiny.textproto: data.train_mixture[1].path is required\n"
+            "tiny.textproto: data.train_mixture[1].weight=inf must be a positive, finite number");
+  auto loaded = LoadExperimentText(mixture, "/base/tiny.textproto", {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->data().train_mixture(1).weight(), 1.0);  // the default
 }
 
 TEST(ConfigValidation, EvaluationNeedsValidationData) {

@@ -2,6 +2,7 @@
 #include "experiments/data/token_batches.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -92,17 +93,56 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
   return file;
 }
 
-TrainBatchSampler::TrainBatchSampler(tokenizer::TokenFileReader file, const TokenFileExpectations& expect,
+TrainBatchSampler::TrainBatchSampler(std::vector<tokenizer::TokenFileReader> files,
+                                     std::vector<double> cumulative, const TokenFileExpectations& expect,
                                      uint64_t seed)
-    : file_(std::move(file)), batch_size_(expect.batch_size), context_length_(expect.context_length) {
+    : files_(std::move(files)),
+      cumulative_(std::move(cumulative)),
+      batch_size_(expect.batch_size),
+      context_length_(expect.context_length) {
   state_.seed = seed;
 }
 
 absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::string& path,
                                                           const TokenFileExpectations& expect, uint64_t seed) {
-  absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(path, expect);
-  if (!file.ok()) return file.status();
-  return TrainBatchSampler(std::move(*file), expect, seed);
+  return Open(std::vector<TrainSource>{{path, 1.0}}, expect, seed);
+}
+
+absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<TrainSource>& sources,
+                                                          const TokenFileExpectations& expect,
+                                                          uint64_t seed) {
+  LMF_CHECK(!sources.empty());
+  std::vector<tokenizer::TokenFileReader> files;
+  std::vector<double> cumulative;
+  double total = 0;
+  for (const TrainSource& source : sources) {
+    LMF_CHECK(source.weight > 0 && std::isfinite(source.weight))
+        << source.path << " weight " << source.weight;
+    absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(source.path, expect);
+    if (!file.ok()) return file.status();
+    if (!files.empty() && file->header().tokenizer_hash != files.front().header().tokenizer_hash) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source.path, ": tokenizer_hash ", absl::Hex(file->header().tokenizer_hash, absl::kZeroPad16),
+          " differs from the mixture's first file ", sources.front().path, " (",
+          absl::Hex(files.front().header().tokenizer_hash, absl::kZeroPad16),
+          "): the sources of one mixture must be encoded with one tokenizer"));
+    }
+    files.push_back(*std::move(file));
+    total += source.weight;
+    cumulative.push_back(total);
+  }
+  return TrainBatchSampler(std::move(files), std::move(cumulative), expect, seed);
+}
+
+size_t TrainBatchSampler::WindowSource(uint64_t seed, uint64_t index, const std::vector<double>& cumulative) {
+  if (cumulative.size() <= 1) return 0;
+  // 53 random bits (a stream apart from the starts') -> u uniform in [0, total); the first s with u below
+  // cumulative[s].
+  const uint64_t bits = SplitMix64(SplitMix64(seed ^ 0x5EED50A7CE5ull) ^ index);
+  const double u = static_cast<double>(bits >> 11) * 0x1.0p-53 * cumulative.back();
+  const size_t s =
+      static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
+  return std::min(s, cumulative.size() - 1);
 }
 
 uint64_t TrainBatchSampler::WindowStart(uint64_t seed, uint64_t index, uint64_t num_tokens,
@@ -117,8 +157,10 @@ uint64_t TrainBatchSampler::WindowStart(uint64_t seed, uint64_t index, uint64_t 
 absl::Status TrainBatchSampler::Next(int32_t* inputs, int32_t* targets) {
   std::vector<int32_t> scratch;
   for (int64_t b = 0; b < batch_size_; ++b) {
-    const uint64_t start = WindowStart(state_.seed, state_.windows_drawn, file_.size(), context_length_);
-    if (absl::Status s = ReadWindow(file_, start, context_length_, &scratch, inputs + b * context_length_,
+    const tokenizer::TokenFileReader& file =
+        files_[WindowSource(state_.seed, state_.windows_drawn, cumulative_)];
+    const uint64_t start = WindowStart(state_.seed, state_.windows_drawn, file.size(), context_length_);
+    if (absl::Status s = ReadWindow(file, start, context_length_, &scratch, inputs + b * context_length_,
                                     targets + b * context_length_);
         !s.ok()) {
       return s;

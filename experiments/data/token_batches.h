@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,10 +41,21 @@ struct SamplerState {
   uint64_t windows_drawn = 0;
 };
 
+// One file of a training mixture and its relative weight (> 0).
+struct TrainSource {
+  std::string path;
+  double weight = 1;
+};
+
 class TrainBatchSampler {
  public:
   static absl::StatusOr<TrainBatchSampler> Open(const std::string& path, const TokenFileExpectations& expect,
                                                 uint64_t seed);
+  // A mixture: window i comes from source s with probability weight_s / (sum of weights), picked from
+  // (seed, i), then starts at WindowStart(seed, i, that source's size, T). One source is Open(path). Every
+  // file is checked by OpenTokenFile; all must carry the first one's tokenizer hash.
+  static absl::StatusOr<TrainBatchSampler> Open(const std::vector<TrainSource>& sources,
+                                                const TokenFileExpectations& expect, uint64_t seed);
 
   // Fills inputs and targets, each (B, T) row-major, with the next B random windows.
   absl::Status Next(int32_t* inputs, int32_t* targets);
@@ -54,12 +66,18 @@ class TrainBatchSampler {
 
   // The start offset of window `index` for `seed` in a file of `num_tokens` ids (exposed for tests).
   static uint64_t WindowStart(uint64_t seed, uint64_t index, uint64_t num_tokens, int64_t context_length);
+  // The source window `index` comes from, for cumulative weights cumulative[s] = w_0 + ... + w_s (exposed
+  // for tests).
+  static size_t WindowSource(uint64_t seed, uint64_t index, const std::vector<double>& cumulative);
 
-  const tokenizer::TokenFileReader& file() const { return file_; }
+  // The tokenizer hash every source carries.
+  uint64_t tokenizer_hash() const { return files_.front().header().tokenizer_hash; }
 
  private:
-  TrainBatchSampler(tokenizer::TokenFileReader file, const TokenFileExpectations& expect, uint64_t seed);
-  tokenizer::TokenFileReader file_;
+  TrainBatchSampler(std::vector<tokenizer::TokenFileReader> files, std::vector<double> cumulative,
+                    const TokenFileExpectations& expect, uint64_t seed);
+  std::vector<tokenizer::TokenFileReader> files_;
+  std::vector<double> cumulative_;  // cumulative weights, one per file
   int64_t batch_size_;
   int64_t context_length_;
   SamplerState state_;

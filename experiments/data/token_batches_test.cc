@@ -94,6 +94,64 @@ TEST(TrainBatchSampler, StartsCoverTheWholeValidRange) {
   EXPECT_EQ(starts.size(), 3u);
 }
 
+// A token file of ids offset + (i mod 400), vocab 1000: the windows of two such files with offsets 0 and 500
+// tell their source by their first id.
+std::string WriteRange(const std::string& name, uint64_t n, uint32_t offset, uint64_t hash = kHash) {
+  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  auto writer = tokenizer::TokenFileWriter::Create(path, 1000, hash);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint32_t> ids(n);
+  for (uint64_t i = 0; i < n; ++i) ids[i] = offset + static_cast<uint32_t>(i % 400);
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+// A mixture of one file is that file; a 3:1 mixture draws 3/4 of its windows from the first source (4,000
+// windows: a binomial standard deviation of 0.0068, so 0.03 is 4.4 of them), resumes on the same stream, and
+// refuses a source of another tokenizer naming both files.
+TEST(TrainBatchSampler, MixturesDrawFromEachSourceByWeight) {
+  const std::string a = WriteRange("mix_a.tok", 5000, 0), b = WriteRange("mix_b.tok", 3000, 500);
+  auto single = TrainBatchSampler::Open(a, Expect(4, 16), 7);
+  auto one = TrainBatchSampler::Open(std::vector<TrainSource>{{a, 2.5}}, Expect(4, 16), 7);
+  ASSERT_TRUE(single.ok() && one.ok());
+  std::vector<int32_t> x1(64), y1(64), x2(64), y2(64);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(single->Next(x1.data(), y1.data()).ok());
+    ASSERT_TRUE(one->Next(x2.data(), y2.data()).ok());
+    EXPECT_EQ(x1, x2);
+  }
+
+  auto mix = TrainBatchSampler::Open(std::vector<TrainSource>{{a, 3}, {b, 1}}, Expect(4, 16), 11);
+  ASSERT_TRUE(mix.ok()) << mix.status();
+  int from_a = 0;
+  SamplerState saved;
+  std::vector<int32_t> x(64), y(64), after_x(64);
+  for (int i = 0; i < 1000; ++i) {
+    if (i == 500) saved = mix->state();
+    ASSERT_TRUE(mix->Next(x.data(), y.data()).ok());
+    if (i == 500) after_x = x;
+    for (int w = 0; w < 4; ++w) {
+      const int32_t first = x[w * 16];
+      ASSERT_TRUE(first < 400 || (first >= 500 && first < 900)) << first;
+      for (int t = 1; t < 16; ++t) ASSERT_EQ((x[w * 16 + t] < 400), (first < 400));  // one source per window
+      from_a += first < 400;
+    }
+  }
+  EXPECT_NEAR(from_a / 4000.0, 0.75, 0.03);
+  auto resumed = TrainBatchSampler::Open(std::vector<TrainSource>{{a, 3}, {b, 1}}, Expect(4, 16), 0);
+  ASSERT_TRUE(resumed.ok());
+  resumed->Restore(saved);
+  ASSERT_TRUE(resumed->Next(x.data(), y.data()).ok());
+  EXPECT_EQ(x, after_x);
+
+  const std::string other = WriteRange("mix_other.tok", 3000, 500, 0xbeefull);
+  auto mismatched = TrainBatchSampler::Open(std::vector<TrainSource>{{a, 1}, {other, 1}}, Expect(4, 16), 1);
+  EXPECT_EQ(mismatched.status().message(),
+            other + ": tokenizer_hash 000000000000beef differs from the mixture's first file " + a +
+                " (1234abcd5678ef00): the sources of one mixture must be encoded with one tokenizer");
+}
+
 TEST(ValidationBatches, ReadsWindowsInOrder) {
   const std::string path = WriteTokens("val.tok", 200);
   auto val = ValidationBatches::Open(path, Expect(2, 10), 45);  // 45 / 20 = 2 batches

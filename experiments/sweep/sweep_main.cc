@@ -13,11 +13,13 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
 #include "experiments/sweep/plan.h"
@@ -43,6 +45,15 @@ std::string SelfExecutable() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return "";
   return std::string(buf, static_cast<size_t>(n));
+}
+
+// The training data for the report's header: the file, or the mixture's files with their weights.
+std::string DataNote(const lmf::config::DataConfig& data) {
+  if (data.train_mixture_size() == 0) return data.train_tokens();
+  std::vector<std::string> parts;
+  for (const lmf::config::TokenSource& source : data.train_mixture())
+    parts.push_back(absl::StrCat(source.path(), " x", source.weight()));
+  return absl::StrCat("mixture of ", absl::StrJoin(parts, ", "));
 }
 
 }  // namespace
@@ -88,8 +99,7 @@ int main(int argc, char** argv) {
   if (summary->finished > 0) {
     auto analysis = lmf::sweep::WriteSweepReport(
         *plan, summary->results_path,
-        absl::StrCat("Sweep ", path, " (data: ", plan->base.data().train_tokens(), ")"),
-        lmf::sweep::SizeOfModel);
+        absl::StrCat("Sweep ", path, " (data: ", DataNote(plan->base.data()), ")"), lmf::sweep::SizeOfModel);
     if (!analysis.ok()) return Fail(analysis.status());
     std::printf("report: %s/report/report.md\n", plan->output_dir.c_str());
   }

@@ -59,6 +59,14 @@ absl::Status CheckResumable(const config::Experiment& now, const std::string& ch
   if (const std::string d = ConfigDifference(then->model(), now.model()); !d.empty())
     return differs("model", d);
   if (then->data().train_tokens() != now.data().train_tokens()) return differs("data.train_tokens");
+  {
+    config::DataConfig mixture_then, mixture_now;  // the mixtures alone (val_tokens and tokenizer may change)
+    *mixture_then.mutable_train_mixture() = then->data().train_mixture();
+    *mixture_now.mutable_train_mixture() = now.data().train_mixture();
+    if (const std::string d = ConfigDifference(mixture_then, mixture_now); !d.empty()) {
+      return differs("data.train_mixture", d);
+    }
+  }
   if (then->run().batch_size() != now.run().batch_size()) return differs("run.batch_size");
   if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) return differs("run.grad_accum_steps");
   if (then->run().seed() != now.run().seed()) return differs("run.seed");
@@ -99,8 +107,11 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     if (!tok.ok()) return tok.status();
     expect.tokenizer_hash = tok->Hash();
   }
-  absl::StatusOr<TrainBatchSampler> sampler = TrainBatchSampler::Open(experiment.data().train_tokens(), expect,
-                                                                      run.seed());
+  std::vector<TrainSource> sources;
+  for (const config::TokenSource& source : experiment.data().train_mixture())
+    sources.push_back({source.path(), source.weight()});
+  if (sources.empty()) sources.push_back({experiment.data().train_tokens(), 1.0});
+  absl::StatusOr<TrainBatchSampler> sampler = TrainBatchSampler::Open(sources, expect, run.seed());
   if (!sampler.ok()) return sampler.status();
   std::optional<ValidationBatches> validation;
   if (run.eval_tokens() > 0) {
@@ -353,7 +364,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       contents.state.set_optimizer_step(optimizer.step());
       contents.state.set_last_loss(loss);
       contents.state.set_train_seconds(train_seconds);
-      contents.state.set_tokenizer_hash(sampler->file().header().tokenizer_hash);
+      contents.state.set_tokenizer_hash(sampler->tokenizer_hash());
       contents.config_text = config_text;
       absl::StatusOr<std::string> saved = SaveCheckpoint(checkpoints, contents, run.keep_checkpoints());
       if (!saved.ok()) return saved.status();

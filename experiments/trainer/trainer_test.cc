@@ -354,6 +354,41 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
             "run.init_from=" + from + " is at step 4, not before this run's end at step 4");
 }
 
+// data.train_mixture: a mixture of one file trains exactly as that file as train_tokens; a two-file
+// mixture trains, and --resume with another mixture is refused naming the difference.
+TEST(Trainer, TrainMixture) {
+  const std::string a = WriteTokens("mix_a.tok", RandomIds(3000, 21)),
+                    b = WriteTokens("mix_b.tok", RandomIds(2000, 22));
+  auto mixture = [&](const std::vector<std::pair<std::string, double>>& sources, const std::string& out,
+                     int steps) {
+    config::Experiment e =
+        Tiny({"data.train_tokens=" + a, "run.output_dir=" + out, "run.max_steps=" + std::to_string(steps)});
+    e.mutable_data()->clear_train_tokens();
+    for (const auto& [path, weight] : sources) {
+      config::TokenSource* s = e.mutable_data()->add_train_mixture();
+      s->set_path(path);
+      s->set_weight(weight);
+    }
+    return e;
+  };
+  const std::string plain = TempPath("mix_plain"), one = TempPath("mix_one"), two = TempPath("mix_two");
+  ASSERT_TRUE(
+      Train(Tiny({"data.train_tokens=" + a, "run.output_dir=" + plain, "run.max_steps=12"}), Quiet()).ok());
+  ASSERT_TRUE(Train(mixture({{a, 2.0}}, one, 12), Quiet()).ok());
+  const std::vector<StepMetrics> p = ReadMetrics(plain), o = ReadMetrics(one);
+  ASSERT_EQ(p.size(), o.size());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(p[i].loss, o[i].loss) << i;
+  auto trained = Train(mixture({{a, 3.0}, {b, 1.0}}, two, 12), Quiet());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  auto changed = Train(mixture({{a, 1.0}, {b, 1.0}}, two, 16), resume);
+  EXPECT_EQ(std::string(changed.status().message()),
+            "cannot resume from " + two +
+                "/checkpoints/step_00000012: data.train_mixture differs from the "
+                "checkpoint's config (modified: train_mixture[0].weight: 3 -> 1)");
+}
+
 // A run folder has one trainer at a time: while another holds its lock (here this process, as a second
 // train --resume would find the first), Train refuses before reading or writing anything; once released, it
 // runs.
