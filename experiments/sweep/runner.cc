@@ -7,10 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
@@ -122,6 +126,27 @@ absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunRe
   return WriteFileAtomically(run_dir + "/result.textproto", text);
 }
 
+// Moves everything in a run folder but its config and earlier superseded-<n>/ folders into the first free
+// superseded-<n>/; returns that folder's path.
+absl::StatusOr<std::string> MoveRunAside(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(dir);
+  if (!names.ok()) return names.status();
+  std::string aside;
+  for (int n = 1;; ++n) {
+    aside = absl::StrCat(dir, "/superseded-", n);
+    if (!FileExists(aside)) break;
+  }
+  if (absl::Status s = MakeDirs(aside); !s.ok()) return s;
+  for (const std::string& name : *names) {
+    if (name == "config.textproto" || absl::StartsWith(name, "superseded-")) continue;
+    if (::rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
+                                              ": ", std::strerror(errno)));
+    }
+  }
+  return aside;
+}
+
 absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options) {
   if (options.command.empty()) return absl::InvalidArgumentError("sweep runner: no training command");
   auto say = [&](const std::string& line) {
@@ -162,16 +187,14 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       continue;
     }
     if (finished) {
-      // Kept beside the run, not deleted: the rerun may fail, and the result was real.
+      // The whole earlier run (result, checkpoints, metrics, logs) moves into superseded-<n>/: kept, since it
+      // was real, and out of the way, so that the rerun trains from scratch instead of resuming the old
+      // checkpoint under the new config.
+      absl::StatusOr<std::string> aside = MoveRunAside(dir);
+      if (!aside.ok()) return aside.status();
       say(absl::StrFormat(
-          "[rerun] %s: its config changed since it finished (%s); the earlier result is kept as "
-          "result.superseded.textproto",
-          run.name, change));
-      if (::rename((dir + "/result.textproto").c_str(), (dir + "/result.superseded.textproto").c_str()) !=
-          0) {
-        return absl::InternalError(
-            absl::StrCat("sweep runner: cannot move ", dir, "/result.textproto aside"));
-      }
+          "[rerun] %s: its config changed since it finished (%s); the earlier run is kept in %s", run.name,
+          change, *aside));
     } else {
       ::unlink((dir + "/result.textproto").c_str());  // a failed or diverged run's, replaced by the rerun's
     }

@@ -306,9 +306,22 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
                        "optimizer.lr: 0.5 -> "),
             std::string::npos)
       << rerun;
-  auto superseded = ReadFile(changed + "/result.superseded.textproto");
+  EXPECT_NE(rerun.find("the earlier run is kept in " + changed + "/superseded-1"), std::string::npos)
+      << rerun;
+  auto superseded = ReadFile(changed + "/superseded-1/result.textproto");
   ASSERT_TRUE(superseded.ok()) << superseded.status();
   EXPECT_EQ(*superseded, *before);
+  EXPECT_FALSE(FileExists(changed + "/superseded-1/config.textproto"));  // the config stays: the rerun's
+  // A second change keeps both earlier runs.
+  text = ReadFile(changed + "/config.textproto");
+  ASSERT_TRUE(text.ok());
+  const size_t lr2 = text->find("lr: ");
+  ASSERT_TRUE(WriteFileAtomically(changed + "/config.textproto", text->substr(0, lr2) + "lr: 0.25\n" +
+                                                                     text->substr(text->find('\n', lr2) + 1))
+                  .ok());
+  ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
+  EXPECT_TRUE(FileExists(changed + "/superseded-1/result.textproto"));
+  EXPECT_TRUE(FileExists(changed + "/superseded-2/result.textproto"));
 }
 
 TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {
