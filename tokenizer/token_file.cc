@@ -105,6 +105,21 @@ uint32_t TokenFileReader::at(uint64_t i) const {
   return GetU32(ids_ + 4 * i);
 }
 
+uint64_t TokenFileReader::FirstIdAtOrAbove(uint32_t limit, uint64_t begin, uint64_t end) const {
+  LMF_CHECK(begin <= end && end <= header_.num_tokens) << "[" << begin << ", " << end << ")";
+  if (header_.bytes_per_token == 2) {
+    for (uint64_t i = begin; i < end; ++i) {
+      const unsigned char* q = ids_ + 2 * i;
+      if ((static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 8)) >= limit) return i;
+    }
+    return end;
+  }
+  for (uint64_t i = begin; i < end; ++i) {
+    if (GetU32(ids_ + 4 * i) >= limit) return i;
+  }
+  return end;
+}
+
 absl::Status TokenFileReader::Read(uint64_t start, uint64_t count, int32_t* out) const {
   if (start > header_.num_tokens || count > header_.num_tokens - start) {
     return absl::OutOfRangeError(absl::StrCat(path(), ": read of tokens [", start, ", ", start + count,

@@ -52,6 +52,9 @@ class TokenFileReader {
   uint32_t at(uint64_t i) const;
   // Copies ids [start, start + count) into out, widened to int32. A range past the end is an error.
   absl::Status Read(uint64_t start, uint64_t count, int32_t* out) const;
+  // The position of the first id >= limit in [begin, end) (end <= size(), checked), or end when there is
+  // none. Reads the mapped bytes directly (no copy).
+  uint64_t FirstIdAtOrAbove(uint32_t limit, uint64_t begin, uint64_t end) const;
   const std::string& path() const { return map_.path(); }
 
  private:

@@ -33,6 +33,29 @@ absl::Status ReadWindow(const tokenizer::TokenFileReader& file, uint64_t start, 
   return absl::OkStatus();
 }
 
+// Every id of tokens [0, count) below the header's vocab_size (so below the model's): a corrupt or
+// mislabelled file is an error here, naming the first bad position, rather than a model error after hours of
+// training. One pass over the mapped ids, split over the CPU threads.
+absl::Status CheckIds(const tokenizer::TokenFileReader& file, uint64_t count) {
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  const uint32_t vocab = file.header().vocab_size;
+  const int64_t chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
+  std::vector<uint64_t> first_bad(static_cast<size_t>(chunks));
+  ThreadPool::Default().RunTasks(chunks, [&](int64_t c) {
+    const uint64_t begin = static_cast<uint64_t>(c) * kChunk, end = std::min(count, begin + kChunk);
+    first_bad[c] = file.FirstIdAtOrAbove(vocab, begin, end);
+    if (first_bad[c] == end) first_bad[c] = count;  // none in this chunk
+  });
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (first_bad[c] < count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.path(), ": token id ", file.at(first_bad[c]), " at position ", first_bad[c],
+                       " is not below the file's vocab_size ", vocab, " (a corrupt token file)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
@@ -52,35 +75,6 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
         absl::StrCat(path, ": the token file was written by a different tokenizer (header tokenizer_hash=",
                      absl::Hex(header.tokenizer_hash, absl::kZeroPad16), ", ", expect.tokenizer_hash_source,
                      " has hash ", absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
-  }
-  // Every id below the header's vocab_size (so below the model's): a corrupt or mislabelled file is an error
-  // here, naming the first bad position, rather than a model error after hours of training. One pass over
-  // the mapped ids, split over the CPU threads (a few GB/s: seconds for billions of tokens).
-  {
-    constexpr int64_t kChunk = int64_t{1} << 20;
-    const int64_t chunks = static_cast<int64_t>((header.num_tokens + kChunk - 1) / kChunk);
-    std::vector<int64_t> first_bad(static_cast<size_t>(chunks), -1);
-    std::vector<uint32_t> bad_id(static_cast<size_t>(chunks), 0);
-    ThreadPool::Default().RunTasks(chunks, [&](int64_t c) {
-      const uint64_t begin = static_cast<uint64_t>(c * kChunk);
-      const uint64_t count = std::min<uint64_t>(kChunk, header.num_tokens - begin);
-      std::vector<int32_t> ids(count);
-      if (!file->Read(begin, count, ids.data()).ok()) return;  // in range by construction
-      for (uint64_t i = 0; i < count; ++i) {
-        if (static_cast<uint32_t>(ids[i]) >= header.vocab_size) {
-          first_bad[c] = static_cast<int64_t>(begin + i);
-          bad_id[c] = static_cast<uint32_t>(ids[i]);
-          return;
-        }
-      }
-    });
-    for (int64_t c = 0; c < chunks; ++c) {
-      if (first_bad[c] >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": token id ", bad_id[c], " at position ",
-                                                       first_bad[c], " is not below the file's vocab_size ",
-                                                       header.vocab_size, " (a corrupt token file)"));
-      }
-    }
   }
   // One batch of B windows that share no target: B * T + 1 ids. Fewer would make every batch repeat
   // tokens within itself, which is almost certainly a wrong file or a wrong batch size.
@@ -120,6 +114,7 @@ absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<Trai
         << source.path << " weight " << source.weight;
     absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(source.path, expect);
     if (!file.ok()) return file.status();
+    if (absl::Status s = CheckIds(*file, file->size()); !s.ok()) return s;  // any window may be drawn
     if (!files.empty() && file->header().tokenizer_hash != files.front().header().tokenizer_hash) {
       return absl::InvalidArgumentError(absl::StrCat(
           source.path, ": tokenizer_hash ", absl::Hex(file->header().tokenizer_hash, absl::kZeroPad16),
@@ -195,6 +190,7 @@ absl::StatusOr<ValidationBatches> ValidationBatches::Open(const std::string& pat
         num_batches == 1 ? "" : "es", " of ", expect.batch_size, " x ", expect.context_length,
         " tokens need ", needed, " (lower run.eval_tokens or use a larger file)"));
   }
+  if (absl::Status s = CheckIds(*file, needed); !s.ok()) return s;  // the part validation reads
   return ValidationBatches(std::move(*file), expect, num_batches);
 }
 

@@ -7,8 +7,10 @@
 // Validation: windows read in order, T apart, from the start of the file, for a fixed token budget.
 //
 // Both check the file against what the run expects: its tokenizer's vocab fits the model, its tokenizer
-// hash matches (when known), every id is below its vocab (one pass over the file at open, over the CPU
-// threads), and it holds at least one batch of B windows that share no target (B * T + 1 ids).
+// hash matches (when known), and it holds at least one batch of B windows that share no target (B * T + 1
+// ids). Opening a sampler or validation batches also checks that every id they can read is below the file's
+// vocab (one pass over the mapped ids at open, over the CPU threads: the whole training file, the validation
+// budget's prefix).
 #ifndef LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
 #define LMFORGE_EXPERIMENTS_DATA_TOKEN_BATCHES_H_
 
