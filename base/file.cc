@@ -251,19 +251,25 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
   if (fd < 0) return ErrnoError("open", path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char pid[32] = {0};
-    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    char held_by[300] = {0};
+    const ssize_t n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
     ::close(fd);
+    if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL) {
+      return absl::UnimplementedError(
+          absl::StrCat(path, ": this filesystem does not support locks (flock: ", std::strerror(err), ")"));
+    }
     if (err != EWOULDBLOCK) {
       errno = err;
       return ErrnoError("flock", path);
     }
-    std::string holder = n > 0 ? std::string(pid, static_cast<size_t>(n)) : "";
+    std::string holder = n > 0 ? std::string(held_by, static_cast<size_t>(n)) : "";
     holder.erase(std::remove(holder.begin(), holder.end(), '\n'), holder.end());
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is locked by another process", holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")")));
+    return absl::FailedPreconditionError(absl::StrCat(path, " is locked by another process",
+                                                      holder.empty() ? "" : absl::StrCat(" (", holder, ")")));
   }
-  const std::string pid = absl::StrCat(::getpid(), "\n");
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const std::string pid = absl::StrCat("pid ", ::getpid(), host[0] ? absl::StrCat(" on ", host) : "", "\n");
   if (::ftruncate(fd, 0) != 0 ||
       ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     absl::Status s = ErrnoError("write", path);

@@ -63,12 +63,13 @@ class MappedFile {
 };
 
 // An exclusive advisory lock (flock) on `path`, created if missing, held until the object is destroyed. The
-// kernel drops it when the holder dies (a killed run leaves no stale lock). The holder writes its pid into
-// the file, for the error another process gets. Locks conflict between processes and between two
+// kernel drops it when the holder dies (a killed run leaves no stale lock). The holder writes "pid P on HOST"
+// into the file, for the error another process gets. Locks conflict between processes and between two
 // FileLocks of one process alike. Move-only.
 class FileLock {
  public:
-  // FailedPrecondition naming `path` and the holder's pid when it is held; other errors name `path`.
+  // FailedPrecondition naming `path` and the holder when it is held; Unimplemented where the filesystem has
+  // no locks (ENOLCK, ENOSYS, EOPNOTSUPP, EINVAL: some network and FUSE mounts); other errors name `path`.
   static absl::StatusOr<FileLock> Acquire(const std::string& path);
   FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   FileLock& operator=(FileLock&& other) noexcept;

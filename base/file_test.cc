@@ -100,13 +100,15 @@ TEST(File, ListRemoveAndSyncFolders) {
 // (a forked child exiting) leaves no stale lock.
 TEST(File, FileLockIsExclusiveAndReleased) {
   const std::string path = std::string(getenv("TEST_TMPDIR")) + "/run.lock";
+  char host[256] = {0};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const std::string holder = "pid " + std::to_string(getpid()) + " on " + host;
   {
     absl::StatusOr<FileLock> held = FileLock::Acquire(path);
     ASSERT_TRUE(held.ok()) << held.status();
     const absl::StatusOr<FileLock> second = FileLock::Acquire(path);
     EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(second.status().message(),
-              path + " is locked by another process (pid " + std::to_string(getpid()) + ")");
+    EXPECT_EQ(second.status().message(), path + " is locked by another process (" + holder + ")");
     FileLock moved = std::move(*held);  // still held after a move
     EXPECT_FALSE(FileLock::Acquire(path).ok());
   }

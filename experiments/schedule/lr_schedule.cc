@@ -32,7 +32,7 @@ double LinearScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup
 double WsdScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, int64_t decay_start,
                      int64_t decay_end, config::ScheduleConfig::DecayShape shape) {
   if (it < warmup) return max_lr * static_cast<double>(it) / static_cast<double>(warmup);
-  if (it < decay_start) return max_lr;
+  if (it <= decay_start) return max_lr;  // exactly: the branches of a WSD run share this value bit for bit
   if (it >= decay_end) return min_lr;
   const double x = static_cast<double>(it - decay_start) / static_cast<double>(decay_end - decay_start);
   switch (shape) {

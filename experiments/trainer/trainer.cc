@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,36 @@ absl::Status CheckResumable(const config::Experiment& now, const std::string& ch
   return absl::OkStatus();
 }
 
+// A run that starts from another run's checkpoint at step `branch_step` (run.init_from) takes over those
+// steps as its own: they must have been taken with this config's optimizer and learning rates (a WSD
+// branch at or before its decay start; not a cosine run's checkpoint, nor one of another peak or warmup).
+absl::Status CheckBranch(const config::Experiment& now, const std::string& checkpoint_path,
+                         const std::string& checkpoint_config, int64_t branch_step) {
+  absl::StatusOr<config::Experiment> then =
+      ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
+  if (!then.ok()) return then.status();
+  ResolveDefaults(&*then);
+  config::OptimizerConfig optimizer_then = then->optimizer(), optimizer_now = now.optimizer();
+  optimizer_then.clear_lr(), optimizer_now.clear_lr();  // the learning rates are compared step by step below
+  if (const std::string d = ConfigDifference(optimizer_then, optimizer_now); !d.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot start from run.init_from=", checkpoint_path,
+                                                      ": optimizer differs from the checkpoint's config (", d,
+                                                      ")"));
+  }
+  const LrSchedule before(then->schedule(), then->optimizer().lr(), TotalSteps(*then), TokensPerStep(*then));
+  const LrSchedule after(now.schedule(), now.optimizer().lr(), TotalSteps(now), TokensPerStep(now));
+  for (int64_t step = 0; step < branch_step; ++step) {
+    if (before.At(step) != after.At(step)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "cannot start from run.init_from=%s: its run took step %d at lr %.9g, this config's schedule gives "
+          "%.9g there; a branch must share the learning rates of the %d steps it takes over (schedule, "
+          "optimizer.lr; with WSD, branch at or before this run's decay start)",
+          checkpoint_path, step + 1, before.At(step), after.At(step), branch_step));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
   switch (logging.progress_bar()) {
     case config::LoggingConfig::ALWAYS: return true;
@@ -85,6 +116,26 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
 
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
   const config::RunConfig& run = experiment.run();
+  const std::string& out = run.output_dir();
+  // One trainer per run folder, taken first: a second one (a --resume while the first still runs) would
+  // interleave its checkpoints and metrics with the first's. Held until Train returns; the kernel drops it
+  // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
+  if (absl::Status s = MakeDirs(out); !s.ok()) return s;
+  std::optional<FileLock> lock;
+  std::string lock_warning;
+  if (absl::StatusOr<FileLock> acquired = FileLock::Acquire(out + "/.lock"); acquired.ok()) {
+    lock = *std::move(acquired);
+  } else if (acquired.status().code() == absl::StatusCode::kUnimplemented) {
+    lock_warning = absl::StrCat("run folder not locked: ", acquired.status().message(),
+                                "; do not start a second trainer on it");
+  } else if (acquired.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run.output_dir=", out, " is in use by another train process: ", acquired.status().message()));
+  } else {
+    return absl::Status(
+        acquired.status().code(),
+        absl::StrCat("run.output_dir=", out, ": cannot lock the run folder: ", acquired.status().message()));
+  }
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   absl::StatusOr<std::unique_ptr<TrainingDevice>> device = TrainingDevice::Open(run);
@@ -122,7 +173,6 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
   ModelOptimizer optimizer(experiment.optimizer(), model);
 
-  const std::string& out = run.output_dir();
   const std::string checkpoints = out + "/checkpoints";
   const std::string metrics_path = out + "/metrics.jsonl";
   const bool bar = UseProgressBar(experiment.logging(), options.console);
@@ -163,15 +213,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     result.last_loss = loaded.state.last_loss();
     return absl::OkStatus();
   };
-  // One trainer per run folder: a second one (a --resume while the first still runs) would interleave its
-  // checkpoints and metrics with the first's. Held until Train returns; the kernel drops it if we die.
-  if (absl::Status s = MakeDirs(out); !s.ok()) return s;
-  absl::StatusOr<FileLock> lock = FileLock::Acquire(out + "/.lock");
-  if (!lock.ok()) {
-    return absl::Status(lock.status().code(),
-                        absl::StrCat("run.output_dir=", out,
-                                     " is in use by another train process: ", lock.status().message()));
-  }
+  if (!lock_warning.empty()) console.Message(lock_warning);
   bool restored = false;
   if (options.resume) {
     std::vector<std::string> skipped;
@@ -191,7 +233,10 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       }
       if (absl::Status s = restore(*loaded); !s.ok()) return s;
       restored = true;
-      console.Message(absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
+      console.Message(start_step == total_steps
+                          ? absl::StrCat(*latest, " is the run's last step (", start_step,
+                                         "): already finished, nothing to train")
+                          : absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
     } else if (latest.status().code() == absl::StatusCode::kNotFound && !skipped.empty()) {
       // Starting over would overwrite the damaged folders and the metrics log: a run's progress lost
       // without a word. Damage a kill cannot cause (saves are staged and renamed) needs the user.
@@ -226,6 +271,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       return absl::InvalidArgumentError(absl::StrCat("run.init_from=", from, " is at step ",
                                                      loaded->state.step(),
                                                      ", not before this run's end at step ", total_steps));
+    }
+    if (absl::Status s = CheckBranch(experiment, from, loaded->config_text, loaded->state.step()); !s.ok()) {
+      return s;
     }
     if (absl::Status s = restore(*loaded); !s.ok()) return s;
     console.Message(absl::StrCat("starting from ", from, " (step ", start_step, "; run.init_from)"));

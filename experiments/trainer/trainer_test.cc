@@ -299,12 +299,10 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
 // the same weights and optimizer state, bit for bit.
 TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
   const std::string train = WriteTokens("wsd.tok", RandomIds(4000, 3));
-  auto with = [&](std::vector<std::string> o) {
-    for (const char* c : {"schedule.kind=WSD", "schedule.warmup=2", "schedule.decay_fraction=0.5",
-                          "run.checkpoint_interval=4"}) {
-      o.push_back(c);
-    }
-    o.push_back("data.train_tokens=" + train);
+  auto with = [&](const std::vector<std::string>& overrides) {  // the test's settings, then `overrides`
+    std::vector<std::string> o = {"schedule.kind=WSD", "schedule.warmup=2", "schedule.decay_fraction=0.5",
+                                  "run.checkpoint_interval=4", "data.train_tokens=" + train};
+    o.insert(o.end(), overrides.begin(), overrides.end());
     return Tiny(o);
   };
   const std::string straight = TempPath("wsd_straight"), stable = TempPath("wsd_stable"),
@@ -352,6 +350,30 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
                 ": model differs from the checkpoint's config (modified: n_layers: 2 -> 3)");
   EXPECT_EQ(error({"run.max_steps=4", "run.output_dir=" + TempPath("wsd_e4"), "run.init_from=" + from}),
             "run.init_from=" + from + " is at step 4, not before this run's end at step 4");
+  // A branch must have taken the steps it takes over at its own learning rates and optimizer: not past its
+  // decay start (a 12-step run decays from step 6; the stable run held the peak to step 8), not off a cosine
+  // run, not with other AdamW settings.
+  const std::string late = stable + "/checkpoints/step_00000008";
+  const std::string past =
+      error({"run.max_steps=12", "run.output_dir=" + TempPath("wsd_e5"), "run.init_from=" + late});
+  EXPECT_EQ(past.rfind("cannot start from run.init_from=" + late +
+                           ": its run took step 8 at lr 0.003, this config's "
+                           "schedule gives 0.00",
+                       0),
+            0u)
+      << past;
+  const std::string cosine_run = TempPath("wsd_cosine");
+  ASSERT_TRUE(Train(with({"run.max_steps=16", "run.output_dir=" + cosine_run, "schedule.kind=COSINE",
+                          "run.keep_checkpoints=4"}),
+                    Quiet())
+                  .ok());
+  const std::string cosine = error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e6"),
+                                    "run.init_from=" + cosine_run + "/checkpoints/step_00000004"});
+  EXPECT_NE(cosine.find(": its run took step 4 at lr "), std::string::npos) << cosine;
+  EXPECT_EQ(error({"run.max_steps=8", "run.output_dir=" + TempPath("wsd_e7"), "run.init_from=" + from,
+                   "optimizer.adamw.beta2=0.99"}),
+            "cannot start from run.init_from=" + from +
+                ": optimizer differs from the checkpoint's config (modified: adamw.beta2: 0.95 -> 0.99)");
 }
 
 // data.train_mixture: a mixture of one file trains exactly as that file as train_tokens; a two-file
@@ -389,9 +411,16 @@ TEST(Trainer, TrainMixture) {
                 "checkpoint's config (modified: train_mixture[0].weight: 3 -> 1)");
 }
 
+// What FileLock writes for this process: "pid P on HOST".
+std::string LockHolder() {
+  char host[256] = {0};
+  EXPECT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  return "pid " + std::to_string(getpid()) + " on " + host;
+}
+
 // A run folder has one trainer at a time: while another holds its lock (here this process, as a second
-// train --resume would find the first), Train refuses before reading or writing anything; once released, it
-// runs.
+// train --resume would find the first), Train refuses before it opens the device or the data or writes
+// anything; once released, it runs.
 TEST(Trainer, ARunFolderInUseIsRefused) {
   const std::string train = WriteTokens("locked.tok", RandomIds(1000, 9));
   const std::string out = TempPath("locked_run");
@@ -407,7 +436,7 @@ TEST(Trainer, ARunFolderInUseIsRefused) {
     auto refused = run();
     EXPECT_EQ(std::string(refused.status().message()),
               "run.output_dir=" + out + " is in use by another train process: " + out +
-                  "/.lock is locked by another process (pid " + std::to_string(getpid()) + ")");
+                  "/.lock is locked by another process (" + LockHolder() + ")");
     EXPECT_FALSE(FileExists(out + "/metrics.jsonl"));
   }
   auto ran = run();
