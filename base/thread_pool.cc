@@ -14,7 +14,10 @@
 namespace lmf {
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (num_threads <= 0) {
+    num_threads =
+        static_cast<int>(std::min<unsigned>(std::max(1u, std::thread::hardware_concurrency()), kMaxThreads));
+  }
   LMF_CHECK_LE(num_threads, kMaxThreads) << "threads in one pool";
   workers_.reserve(num_threads - 1);
   // Workers start with the asynchronous signals blocked (a thread inherits its creator's mask), so a
@@ -98,11 +101,17 @@ ThreadPool& ThreadPool::Default() {
   static ThreadPool* pool = [] {
     int n = 0;
     if (const char* env = std::getenv("LMF_NUM_THREADS")) {
-      n = std::atoi(env);
-      if (n > kMaxThreads) {
+      char* end = nullptr;
+      const long value = std::strtol(env, &end, 10);
+      if (end == env || *end != '\0' || value < 0) {
+        std::fprintf(stderr, "LMF_NUM_THREADS=%s is not a thread count; using one per hardware thread\n",
+                     env);
+      } else if (value > kMaxThreads) {
         std::fprintf(stderr, "LMF_NUM_THREADS=%s is above %d threads; using %d\n", env, kMaxThreads,
                      kMaxThreads);
         n = kMaxThreads;
+      } else {
+        n = static_cast<int>(value);
       }
     }
     return new ThreadPool(n);

@@ -91,7 +91,8 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
   std::string checkpoint = path;
   std::vector<std::string> skipped;
   if (!FileExists(path + "/trainer_state.textproto")) {
-    if (FileExists(path + "/model.safetensors")) {  // a checkpoint folder that lost its state file
+    // A checkpoint folder that lost its state file (a run folder may hold an exported model.safetensors too).
+    if (FileExists(path + "/model.safetensors") && !FileExists(path + "/checkpoints")) {
       return absl::DataLossError(
           absl::StrCat(path,
                        ": a checkpoint folder without its trainer_state.textproto "

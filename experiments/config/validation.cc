@@ -3,6 +3,7 @@
 #include "experiments/config/validation.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -48,7 +49,8 @@ void RequireUnitInterval(double value, bool include_one, const std::string& path
 void RequirePositiveInFloat(double value, const std::string& path, ConfigErrors* errors) {
   if (!(value > 0)) {
     errors->Add(absl::StrCat(path, "=", value, " must be positive"));
-  } else if (!(static_cast<float>(value) > 0) || !std::isfinite(static_cast<float>(value))) {
+  } else if (!(static_cast<float>(value) >= std::numeric_limits<float>::min()) ||
+             !std::isfinite(static_cast<float>(value))) {  // below FLT_MIN: subnormal, flushed to 0 on GPUs
     errors->Add(
         absl::StrCat(path, "=", value, " is not a positive fp32 number (the kernels apply it in fp32)"));
   }

@@ -65,7 +65,8 @@ class KvCache {
   int64_t batch() const { return b_; }
   int64_t length() const { return length_; }      // tokens held per sequence
   // Positions it can hold per sequence: context_length, or for a model that decodes past its context
-  // (ModelConfig::decodes_past_context: every layer windowed, no position table) the largest int32.
+  // (ModelConfig::decodes_past_context: every layer windowed, no position table) 2^31 - 1 (positions are
+  // int32 on the device).
   int64_t capacity() const { return capacity_; }
   int64_t bytes() const;                          // device memory of the keys and values
 

@@ -93,8 +93,9 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
   if (cache.length_ >= cache.capacity_) {
     return absl::FailedPreconditionError(
         config_.decodes_past_context()
-            ? absl::StrCat("the KV cache is full: position ", cache.capacity_,
-                           " is past the largest 32-bit position; Prefill a shorter window to continue")
+            ? absl::StrCat(
+                  "the KV cache is full: it holds ", cache.capacity_,
+                  " positions per sequence (positions are 32-bit); Prefill a shorter window to continue")
             : absl::StrCat("the KV cache is full: it holds context_length=", cache.capacity_,
                            " tokens per sequence; Prefill a shorter window to continue"));
   }
