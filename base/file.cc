@@ -247,7 +247,12 @@ absl::Status AtomicFileWriter::Write(std::string_view data) {
 }
 
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a symbolic link: the lock is truncated and written, which would clobber the link's target.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0 && errno == ELOOP) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a symbolic link; a lock file must be a plain file (remove the link)"));
+  }
   if (fd < 0) return ErrnoError("open", path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

@@ -123,6 +123,15 @@ TEST(File, FileLockIsExclusiveAndReleased) {
   EXPECT_TRUE(FileLock::Acquire(path).ok());
   EXPECT_EQ(FileLock::Acquire("/nonexistent_dir/x.lock").status().message(),
             "/nonexistent_dir/x.lock: open failed: No such file or directory");
+  // Never through a symbolic link (taking the lock truncates and writes the file).
+  const std::string target = std::string(getenv("TEST_TMPDIR")) + "/victim.txt", link = path + ".link";
+  ASSERT_TRUE(WriteFileAtomically(target, "hello").ok());
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  const absl::StatusOr<FileLock> through_link = FileLock::Acquire(link);
+  EXPECT_EQ(through_link.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(through_link.status().message(),
+            link + " is a symbolic link; a lock file must be a plain file (remove the link)");
+  EXPECT_EQ(*ReadFile(target), "hello");
 }
 
 TEST(CheckDeathTest, FailedCheckAbortsWithMessage) {

@@ -2,6 +2,7 @@
 // the value as written, then what is wrong, so a user can find the line in the textproto at a glance.
 #include "experiments/config/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -229,13 +230,22 @@ void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {
   if (data.train_mixture_size() > 0 && !data.train_tokens().empty()) {
     errors->Add("data.train_tokens and data.train_mixture are alternatives: give one of them");
   }
+  double total = 0;
+  bool weights_ok = true;
   for (int i = 0; i < data.train_mixture_size(); ++i) {
     const config::TokenSource& source = data.train_mixture(i);
     if (source.path().empty()) errors->Add(absl::StrCat("data.train_mixture[", i, "].path is required"));
     if (!(source.weight() > 0) || !std::isfinite(source.weight())) {
       errors->Add(absl::StrCat("data.train_mixture[", i, "].weight=", source.weight(),
                                " must be a positive, finite number"));
+      weights_ok = false;
     }
+    total += source.weight();
+  }
+  if (weights_ok && !std::isfinite(total)) {
+    errors->Add(
+        "data.train_mixture's weights sum to infinity: give them on a smaller scale (only their ratios "
+        "matter)");
   }
 }
 
@@ -337,6 +347,17 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
   if (schedule.warmup() > run_length) {
     errors.Add(absl::StrCat("schedule.warmup=", schedule.warmup(), " exceeds the run's length of ", run_length,
                             " ", unit));
+  } else if (schedule.kind() == ScheduleConfig::WSD && schedule.decay_fraction() > 0 &&
+             schedule.decay_fraction() <= 1) {
+    // The decay LrSchedule computes: the last decay_fraction of [0, decay_end], not before the warmup's end.
+    const int64_t end = schedule.decay_end() > 0 ? schedule.decay_end() : run_length;
+    const int64_t start = std::max<int64_t>(
+        schedule.warmup(), end - std::llround(schedule.decay_fraction() * static_cast<double>(end)));
+    if (start >= end) {
+      errors.Add(absl::StrCat("schedule.decay_fraction=", schedule.decay_fraction(),
+                              " leaves WSD no decay: over ", end, " ", unit, " it would start at ", start,
+                              " (after schedule.warmup=", schedule.warmup(), ") and end at ", end));
+    }
   }
   return errors.ToStatus(source);
 }

@@ -233,6 +233,16 @@ TEST(ConfigValidation, ScheduleRules) {
   EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=1.5"}),
             "tiny.textproto: schedule.decay_fraction=1.5 must be in (0, 1]");
   EXPECT_EQ(Error(kBase, {"schedule.decay_fraction=0"}), "OK");  // ignored by COSINE
+  // A decay that rounds to no step, or that the warmup leaves no room for (100 steps).
+  EXPECT_EQ(
+      Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=0.0001"}),
+      "tiny.textproto: schedule.decay_fraction=0.0001 leaves WSD no decay: over 100 steps it would start at "
+      "100 (after schedule.warmup=0) and end at 100");
+  EXPECT_EQ(
+      Error(kBase, {"schedule.kind=WSD", "schedule.warmup=100"}),
+      "tiny.textproto: schedule.decay_fraction=0.2 leaves WSD no decay: over 100 steps it would start at 100 "
+      "(after schedule.warmup=100) and end at 100");
+  EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.warmup=99"}), "OK");
   // (--set refuses an UNSPECIFIED enum name; a file can hold one.)
   EXPECT_EQ(Error(std::string(kBase) + "schedule { kind: WSD decay_shape: DECAY_SHAPE_UNSPECIFIED }"),
             "tiny.textproto: schedule.decay_shape must not be an UNSPECIFIED value");
@@ -267,6 +277,13 @@ TEST(ConfigValidation, TrainMixtureRules) {
             "tiny.textproto: data.train_mixture[0].weight=0 must be a positive, finite number\n"
             "tiny.textproto: data.train_mixture[1].path is required\n"
             "tiny.textproto: data.train_mixture[1].weight=inf must be a positive, finite number");
+  std::string huge = mixture;
+  huge.replace(huge.find("weight: 3"), 9, "weight: 1e308");
+  huge.replace(huge.find("path: \"code.tok\""), 16, "path: \"code.tok\" weight: 1e308");
+  EXPECT_EQ(Error(huge),
+            "tiny.textproto: data.train_mixture's weights sum to infinity: give them on a smaller scale "
+            "(only their "
+            "ratios matter)");
   auto loaded = LoadExperimentText(mixture, "/base/tiny.textproto", {});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->data().train_mixture(1).weight(), 1.0);  // the default

@@ -126,6 +126,9 @@ absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<Trai
     total += source.weight;
     cumulative.push_back(total);
   }
+  if (!std::isfinite(total)) {
+    return absl::InvalidArgumentError("the mixture's weights sum to infinity (only their ratios matter)");
+  }
   return TrainBatchSampler(std::move(files), std::move(cumulative), expect, seed);
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -153,6 +154,20 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     if (options.progress) options.progress(line);
   };
   if (absl::Status s = MakeDirs(plan.output_dir + "/runs"); !s.ok()) return s;
+  // One sweep per folder: a second one would rewrite the configs and results of runs the first is training.
+  std::optional<FileLock> lock;
+  if (absl::StatusOr<FileLock> acquired = FileLock::Acquire(plan.output_dir + "/.sweep.lock");
+      acquired.ok()) {
+    lock = *std::move(acquired);
+  } else if (acquired.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sweep output_dir=", plan.output_dir, " is in use by another sweep: ", acquired.status().message()));
+  } else if (acquired.status().code() == absl::StatusCode::kUnimplemented) {
+    say(absl::StrCat("sweep folder not locked: ", acquired.status().message(),
+                     "; do not start a second sweep on it"));
+  } else {
+    return acquired.status();
+  }
   if (absl::Status s = WriteFileAtomically(plan.output_dir + "/plan.txt", FormatPlan(plan)); !s.ok())
     return s;
 

@@ -324,6 +324,23 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
   EXPECT_TRUE(FileExists(changed + "/superseded-2/result.textproto"));
 }
 
+// One sweep per folder: while another holds its lock, RunSweep refuses before it touches any run.
+TEST(SweepRunner, ASweepFolderInUseIsRefused) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/locked_sweep";
+  ASSERT_TRUE(MakeDirs(plan->output_dir).ok());
+  absl::StatusOr<FileLock> other = FileLock::Acquire(plan->output_dir + "/.sweep.lock");
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto refused = RunSweep(*plan, FakeRunner());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.status().message())
+                .find("sweep output_dir=" + plan->output_dir + " is in use by another sweep: "),
+            std::string::npos)
+      << refused.status();
+  EXPECT_FALSE(FileExists(plan->output_dir + "/plan.txt"));
+}
+
 TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {
   auto plan = Plan(kIsoFlop);
   ASSERT_TRUE(plan.ok()) << plan.status();

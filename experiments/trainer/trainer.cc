@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -59,7 +60,10 @@ absl::Status CheckResumable(const config::Experiment& now, const std::string& ch
   };
   if (const std::string d = ConfigDifference(then->model(), now.model()); !d.empty())
     return differs("model", d);
-  if (then->data().train_tokens() != now.data().train_tokens()) return differs("data.train_tokens");
+  if (then->data().train_tokens() != now.data().train_tokens()) {
+    return differs("data.train_tokens",
+                   absl::StrCat(then->data().train_tokens(), " -> ", now.data().train_tokens()));
+  }
   {
     config::DataConfig mixture_then, mixture_now;  // the mixtures alone (val_tokens and tokenizer may change)
     *mixture_then.mutable_train_mixture() = then->data().train_mixture();
@@ -68,9 +72,16 @@ absl::Status CheckResumable(const config::Experiment& now, const std::string& ch
       return differs("data.train_mixture", d);
     }
   }
-  if (then->run().batch_size() != now.run().batch_size()) return differs("run.batch_size");
-  if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) return differs("run.grad_accum_steps");
-  if (then->run().seed() != now.run().seed()) return differs("run.seed");
+  const auto changed = [](auto a, auto b) { return absl::StrCat(a, " -> ", b); };
+  if (then->run().batch_size() != now.run().batch_size()) {
+    return differs("run.batch_size", changed(then->run().batch_size(), now.run().batch_size()));
+  }
+  if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) {
+    return differs("run.grad_accum_steps",
+                   changed(then->run().grad_accum_steps(), now.run().grad_accum_steps()));
+  }
+  if (then->run().seed() != now.run().seed())
+    return differs("run.seed", changed(then->run().seed(), now.run().seed()));
   return absl::OkStatus();
 }
 
@@ -92,13 +103,27 @@ absl::Status CheckBranch(const config::Experiment& now, const std::string& check
   }
   const LrSchedule before(then->schedule(), then->optimizer().lr(), TotalSteps(*then), TokensPerStep(*then));
   const LrSchedule after(now.schedule(), now.optimizer().lr(), TotalSteps(now), TokensPerStep(now));
+  const auto mismatch = [&](int64_t step, double took, const char* source) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot start from run.init_from=%s: its run took step %d at lr %.9g (%s), this config's schedule "
+        "gives "
+        "%.9g there; a branch must share the learning rates of the %d steps it takes over (schedule, "
+        "optimizer.lr; with WSD, branch at or before this run's decay start)",
+        checkpoint_path, step + 1, took, source, after.At(step), branch_step));
+  };
   for (int64_t step = 0; step < branch_step; ++step) {
-    if (before.At(step) != after.At(step)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "cannot start from run.init_from=%s: its run took step %d at lr %.9g, this config's schedule gives "
-          "%.9g there; a branch must share the learning rates of the %d steps it takes over (schedule, "
-          "optimizer.lr; with WSD, branch at or before this run's decay start)",
-          checkpoint_path, step + 1, before.At(step), after.At(step), branch_step));
+    if (before.At(step) != after.At(step)) return mismatch(step, before.At(step), "by its config");
+  }
+  // The rates its steps really took, where its run folder logged them: a run extended by --resume took its
+  // earlier steps under its earlier, shorter schedule, which its final config no longer says.
+  const std::string run_dir = std::filesystem::path(checkpoint_path).parent_path().parent_path().string();
+  if (FileExists(run_dir + "/metrics.jsonl")) {
+    absl::StatusOr<std::vector<StepMetrics>> logged = ReadMetricsLog(run_dir + "/metrics.jsonl");
+    if (!logged.ok()) return logged.status();
+    for (const StepMetrics& m : *logged) {
+      if (m.step >= 1 && m.step <= branch_step && m.lr != after.At(m.step - 1)) {
+        return mismatch(m.step - 1, m.lr, "by its metrics.jsonl");
+      }
     }
   }
   return absl::OkStatus();
@@ -159,15 +184,26 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     expect.tokenizer_hash = tok->Hash();
   }
   std::vector<TrainSource> sources;
-  for (const config::TokenSource& source : experiment.data().train_mixture())
+  for (int i = 0; i < experiment.data().train_mixture_size(); ++i) {
+    const config::TokenSource& source = experiment.data().train_mixture(i);
+    if (!FileExists(source.path())) {
+      return absl::NotFoundError(
+          absl::StrCat("data.train_mixture[", i, "].path=", source.path(), ": no such file"));
+    }
     sources.push_back({source.path(), source.weight()});
+  }
   if (sources.empty()) sources.push_back({experiment.data().train_tokens(), 1.0});
   absl::StatusOr<TrainBatchSampler> sampler = TrainBatchSampler::Open(sources, expect, run.seed());
   if (!sampler.ok()) return sampler.status();
   std::optional<ValidationBatches> validation;
   if (run.eval_tokens() > 0) {
+    TokenFileExpectations expect_val = expect;
+    if (!expect_val.tokenizer_hash.has_value()) {  // no data.tokenizer: the training data's tokenizer, then
+      expect_val.tokenizer_hash = sampler->tokenizer_hash();
+      expect_val.tokenizer_hash_source = "the training data";
+    }
     absl::StatusOr<ValidationBatches> val =
-        ValidationBatches::Open(experiment.data().val_tokens(), expect, run.eval_tokens());
+        ValidationBatches::Open(experiment.data().val_tokens(), expect_val, run.eval_tokens());
     if (!val.ok()) return val.status();
     validation = *std::move(val);
   }
@@ -261,6 +297,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                           absl::StrCat("run.init_from=", from, ": ", loaded.status().message(),
                                        FileExists(from + "/checkpoints")
                                            ? " (a run folder: name one of its checkpoints/step_* folders)"
+                                       : !ListCheckpointSteps(from).empty()
+                                           ? " (a checkpoints folder: name one of its step_* folders)"
                                            : ""));
     }
     if (absl::Status s = CheckResumable(experiment, from, loaded->config_text, "start from run.init_from=");

@@ -357,7 +357,7 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
   const std::string past =
       error({"run.max_steps=12", "run.output_dir=" + TempPath("wsd_e5"), "run.init_from=" + late});
   EXPECT_EQ(past.rfind("cannot start from run.init_from=" + late +
-                           ": its run took step 8 at lr 0.003, this config's "
+                           ": its run took step 8 at lr 0.003 (by its config), this config's "
                            "schedule gives 0.00",
                        0),
             0u)
@@ -374,6 +374,34 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
                    "optimizer.adamw.beta2=0.99"}),
             "cannot start from run.init_from=" + from +
                 ": optimizer differs from the checkpoint's config (modified: adamw.beta2: 0.95 -> 0.99)");
+  // A run extended by --resume took its earlier steps under its earlier schedule (8 steps: decaying from 4),
+  // which its final config (16 steps) no longer says; its metrics.jsonl does.
+  const std::string extended = TempPath("wsd_extended");
+  ASSERT_TRUE(
+      Train(with({"run.max_steps=8", "run.output_dir=" + extended, "run.keep_checkpoints=4"}), Quiet()).ok());
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  ASSERT_TRUE(
+      Train(with({"run.max_steps=16", "run.output_dir=" + extended, "run.keep_checkpoints=4"}), resume).ok());
+  const std::string ext = error({"run.max_steps=16", "run.output_dir=" + TempPath("wsd_e8"),
+                                 "run.init_from=" + extended + "/checkpoints/step_00000012"});
+  EXPECT_NE(ext.find(": its run took step 6 at lr "), std::string::npos) << ext;
+  EXPECT_NE(ext.find(" (by its metrics.jsonl), this config's schedule gives 0.003 there"), std::string::npos)
+      << ext;
+}
+
+// Without data.tokenizer, the validation file must still be of the training data's tokenizer.
+TEST(Trainer, ValidationDataOfAnotherTokenizerIsRefused) {
+  const std::string train = WriteTokens("val_hash_train.tok", RandomIds(2000, 31));
+  const std::string val = WriteTokens("val_hash_other.tok", RandomIds(2000, 32), 512, /*hash=*/99);
+  auto result = Train(Tiny({"data.train_tokens=" + train, "data.val_tokens=" + val, "run.eval_tokens=256",
+                            "run.output_dir=" + TempPath("val_hash_run"), "run.max_steps=12"}),
+                      Quiet());
+  EXPECT_EQ(
+      std::string(result.status().message()),
+      val +
+          ": the token file was written by a different tokenizer (header tokenizer_hash=0000000000000063, "
+          "the training data has hash 0000000000000001)");
 }
 
 // data.train_mixture: a mixture of one file trains exactly as that file as train_tokens; a two-file
