@@ -5,6 +5,7 @@
 //   events.out.tfevents.* TensorBoard scalars: train/loss, train/lr, train/grad_norm, val/loss,
 //                         perf/tokens_per_second, perf/mfu
 //   checkpoints/          step_XXXXXXXX folders (experiments/checkpoint/checkpoint.h), the newest N kept
+//   .lock                 held while a trainer runs (base/file.h FileLock): a second trainer is refused
 // The run trains on run.device in run.precision (training_device.h: the CPU in FP32, or a CUDA device in
 // FP32 or BF16 with fp32 master weights and optimizer state); the console log names the device and the peak
 // FLOP/s MFU is measured against. Checkpoints hold fp32 weights and moments under the same names on every
@@ -16,6 +17,9 @@
 // end. `resume` continues from the newest good checkpoint so that the rest of the run is bit-identical to
 // an uninterrupted one (same weights, moments, step and data-sampler state; same thread count). With
 // checkpoint_on_signal, SIGINT / SIGTERM end the run cleanly after the current step with a checkpoint.
+// run.init_from starts a fresh run folder from another run's checkpoint the same way, after checking that
+// the steps it takes over were taken with this config's model, data, batch, seed, optimizer and learning
+// rates (a WSD cooldown branch). The training data is data.train_tokens or a data.train_mixture.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 
