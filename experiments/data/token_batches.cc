@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "experiments/crc32c/crc32c.h"
 
 namespace lmf::experiments {
 namespace {
@@ -130,6 +131,25 @@ absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<Trai
     return absl::InvalidArgumentError("the mixture's weights sum to infinity (only their ratios matter)");
   }
   return TrainBatchSampler(std::move(files), std::move(cumulative), expect, seed);
+}
+
+std::vector<uint32_t> TrainBatchSampler::Fingerprints() const {
+  std::vector<uint32_t> out;
+  for (const tokenizer::TokenFileReader& file : files_) {
+    const tokenizer::TokenFileHeader& h = file.header();
+    uint32_t crc =
+        Crc32c(absl::StrCat(h.num_tokens, ":", h.vocab_size, ":", h.tokenizer_hash, ":", h.bytes_per_token));
+    constexpr uint64_t kSamples = 4096;
+    std::string ids;
+    for (uint64_t i = 0; i < kSamples; ++i) {
+      const uint64_t position =
+          static_cast<uint64_t>((static_cast<unsigned __int128>(i) * file.size()) / kSamples);
+      const uint32_t id = file.at(position);
+      ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+    out.push_back(Crc32c(ids, crc));
+  }
+  return out;
 }
 
 size_t TrainBatchSampler::WindowSource(uint64_t seed, uint64_t index, const std::vector<double>& cumulative) {

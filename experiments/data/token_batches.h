@@ -74,6 +74,10 @@ class TrainBatchSampler {
 
   // The tokenizer hash every source carries.
   uint64_t tokenizer_hash() const { return files_.front().header().tokenizer_hash; }
+  // A cheap content check of each source, in order: CRC-32C of its header and of 4096 ids at evenly spaced
+  // positions (a file replaced at the same path almost surely changes it; no full read).
+  std::vector<uint32_t> Fingerprints() const;
+  const std::vector<tokenizer::TokenFileReader>& files() const { return files_; }
 
  private:
   TrainBatchSampler(std::vector<tokenizer::TokenFileReader> files, std::vector<double> cumulative,

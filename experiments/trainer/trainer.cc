@@ -129,6 +129,32 @@ absl::Status CheckBranch(const config::Experiment& now, const std::string& check
   return absl::OkStatus();
 }
 
+// The training files are the ones the checkpoint's run read (its fingerprints, where it recorded them): the
+// same windows are drawn only from the same ids.
+absl::Status CheckSameData(const checkpoint::TrainerState& state, const std::vector<uint32_t>& fingerprints,
+                           const TrainBatchSampler& sampler, const std::string& what) {
+  if (state.train_data_size() == 0) return absl::OkStatus();  // a checkpoint from before fingerprints
+  if (static_cast<size_t>(state.train_data_size()) != fingerprints.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot ", what, ": its run read ",
+                                                      state.train_data_size(),
+                                                      " training files, this config ", fingerprints.size()));
+  }
+  for (size_t i = 0; i < fingerprints.size(); ++i) {
+    const checkpoint::DataFingerprint& then = state.train_data(static_cast<int>(i));
+    const uint64_t num_tokens = sampler.files()[i].size();
+    if (then.num_tokens() != num_tokens || then.crc32c() != fingerprints[i]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot ", what, ": the training file ", sampler.files()[i].path(),
+          " changed since the checkpoint (",
+          then.num_tokens() != num_tokens
+              ? absl::StrCat(then.num_tokens(), " tokens then, ", num_tokens, " now")
+              : "the same length, other ids",
+          "; the checkpoint's run read ", then.path(), "): the run would not continue on the same data"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
   switch (logging.progress_bar()) {
     case config::LoggingConfig::ALWAYS: return true;
@@ -195,6 +221,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   if (sources.empty()) sources.push_back({experiment.data().train_tokens(), 1.0});
   absl::StatusOr<TrainBatchSampler> sampler = TrainBatchSampler::Open(sources, expect, run.seed());
   if (!sampler.ok()) return sampler.status();
+  const std::vector<uint32_t> fingerprints = sampler->Fingerprints();
   std::optional<ValidationBatches> validation;
   if (run.eval_tokens() > 0) {
     TokenFileExpectations expect_val = expect;
@@ -262,6 +289,10 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
           !s.ok()) {
         return s;
       }
+      if (absl::Status s = CheckSameData(loaded->state, fingerprints, *sampler, "resume from " + *latest);
+          !s.ok()) {
+        return s;
+      }
       if (loaded->state.step() > total_steps) {  // before this config replaces the run's
         return absl::InvalidArgumentError(absl::StrCat(
             "--resume: ", *latest, " is at step ", loaded->state.step(), ", past this config's end at step ",
@@ -311,6 +342,11 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                                      ", not before this run's end at step ", total_steps));
     }
     if (absl::Status s = CheckBranch(experiment, from, loaded->config_text, loaded->state.step()); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CheckSameData(loaded->state, fingerprints, *sampler, "start from run.init_from=" + from);
+        !s.ok()) {
       return s;
     }
     if (absl::Status s = restore(*loaded); !s.ok()) return s;
@@ -451,6 +487,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       contents.state.set_last_loss(loss);
       contents.state.set_train_seconds(train_seconds);
       contents.state.set_tokenizer_hash(sampler->tokenizer_hash());
+      for (size_t i = 0; i < fingerprints.size(); ++i) {
+        checkpoint::DataFingerprint* f = contents.state.add_train_data();
+        f->set_path(sources[i].path);
+        f->set_num_tokens(sampler->files()[i].size());
+        f->set_crc32c(fingerprints[i]);
+      }
       contents.config_text = config_text;
       absl::StatusOr<std::string> saved = SaveCheckpoint(checkpoints, contents, run.keep_checkpoints());
       if (!saved.ok()) return saved.status();

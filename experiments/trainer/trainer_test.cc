@@ -390,6 +390,31 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
       << ext;
 }
 
+// A training file replaced at the same path since the checkpoint (other ids, or another length) is refused by
+// --resume: the rest of the run would not draw the windows it would have.
+TEST(Trainer, ResumeRefusesChangedTrainingData) {
+  const std::string out = TempPath("changed_data_run");
+  const std::string train = WriteTokens("changed_data.tok", RandomIds(3000, 41));
+  ASSERT_TRUE(
+      Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=12"}), Quiet()).ok());
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  const auto again = [&] {
+    auto r = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=16"}), resume);
+    return r.ok() ? std::string("OK") : std::string(r.status().message());
+  };
+  const std::string prefix = "cannot resume from " + out + "/checkpoints/step_00000012: the training file " +
+                             train + " changed since the checkpoint (";
+  WriteTokens("changed_data.tok", RandomIds(3000, 42));  // same length, other ids
+  EXPECT_EQ(again(), prefix + "the same length, other ids; the checkpoint's run read " + train +
+                         "): the run would not continue on the same data");
+  WriteTokens("changed_data.tok", RandomIds(2500, 41));
+  EXPECT_EQ(again(), prefix + "3000 tokens then, 2500 now; the checkpoint's run read " + train +
+                         "): the run would not continue on the same data");
+  WriteTokens("changed_data.tok", RandomIds(3000, 41));  // the original again
+  EXPECT_EQ(again(), "OK");
+}
+
 // Without data.tokenizer, the validation file must still be of the training data's tokenizer.
 TEST(Trainer, ValidationDataOfAnotherTokenizerIsRefused) {
   const std::string train = WriteTokens("val_hash_train.tok", RandomIds(2000, 31));
