@@ -135,6 +135,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   if (!(model.init().std() > 0)) {
     errors->Add(absl::StrCat("model.init.std=", model.init().std(), " must be positive"));
   }
+  if (model.init().scheme() != InitConfig::MUP && model.init().has_mup_base_d_model()) {
+    errors->Add(absl::StrCat("model.init.mup_base_d_model applies to model.init.scheme=MUP only, not ",
+                             InitConfig::Scheme_Name(model.init().scheme())));
+  }
   if (model.init().scheme() == InitConfig::MUP) {
     if (model.init().mup_base_d_model() <= 0) {
       errors->Add(

@@ -148,6 +148,9 @@ TEST(ConfigValidation, InitStdMustBePositive) {
       "tiny.textproto: model.init.mup_base_d_model=0 must be positive with model.init.scheme=MUP (the width "
       "its lr was tuned at)");
   EXPECT_EQ(Error(kBase, {"model.init.scheme=MUP", "model.init.mup_base_d_model=32"}), "OK");
+  EXPECT_EQ(ErrorWith("model.init.mup_base_d_model=32"),
+            "tiny.textproto: model.init.mup_base_d_model applies to model.init.scheme=MUP only, not "
+            "TRUNCATED_NORMAL");
   EXPECT_EQ(
       Error(kBase, {"model.init.scheme=MUP", "model.init.mup_base_d_model=32", "model.tied_embeddings=true"}),
       "tiny.textproto: model.init.scheme=MUP needs model.tied_embeddings=false (the input embedding and the "
