@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,14 +23,21 @@
 namespace lmf::experiments {
 namespace {
 
+// The model of `experiment` on the CPU, initialised from `seed`.
+absl::StatusOr<std::unique_ptr<model::LanguageModel>> TinyModel(const config::Experiment& experiment,
+                                                                uint64_t seed) {
+  absl::StatusOr<model::ModelConfig> config = ToModelConfig(experiment.model());
+  if (!config.ok()) return config.status();
+  auto model = model::LanguageModel::Create(*config, kernels::Context::Cpu());
+  if (model.ok()) (*model)->InitializeParameters(seed);
+  return model;
+}
+
 TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
   auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
-  auto config = ToModelConfig(experiment->model());
-  ASSERT_TRUE(config.ok());
-  auto model = model::LanguageModel::Create(*config, kernels::Context::Cpu());
-  ASSERT_TRUE(model.ok());
-  (*model)->InitializeParameters(42);
+  auto model = TinyModel(*experiment, 42);
+  ASSERT_TRUE(model.ok()) << model.status();
   const std::string run = std::string(getenv("TEST_TMPDIR")) + "/run";
   CheckpointContents contents;
   const HostTensors weights = ModelTensors(**model);
@@ -60,11 +68,8 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
 TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
   auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
-  auto config = ToModelConfig(experiment->model());
-  ASSERT_TRUE(config.ok());
-  auto model = model::LanguageModel::Create(*config, kernels::Context::Cpu());
-  ASSERT_TRUE(model.ok());
-  (*model)->InitializeParameters(5);
+  auto model = TinyModel(*experiment, 5);
+  ASSERT_TRUE(model.ok()) << model.status();
   const std::string run = std::string(getenv("TEST_TMPDIR")) + "/damaged_run";
   const HostTensors weights = ModelTensors(**model);
   std::string saved[2];
