@@ -95,6 +95,12 @@ absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, co
   return experiment;
 }
 
+absl::StatusOr<config::Experiment> ParseStoredExperiment(std::string_view text, const std::string& source) {
+  absl::StatusOr<config::Experiment> experiment = ParseExperimentText(text, source);
+  if (experiment.ok()) ResolveDefaults(&*experiment);
+  return experiment;
+}
+
 absl::StatusOr<config::Experiment> LoadExperimentText(std::string_view text, const std::string& source,
                                                       const std::vector<std::string>& overrides) {
   absl::StatusOr<config::Experiment> experiment = ParseExperimentText(text, source);

@@ -22,6 +22,11 @@ absl::Status ParseTextProto(std::string_view text, const std::string& source, go
 // "<source>:<line>:<column>: <parser message>" (1-based line and column).
 absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, const std::string& source);
 
+// A config a run wrote (a run folder's or checkpoint's config.textproto): parsed and resolved, not validated
+// again, so that it compares (ConfigDifference) with a resolved config of this build even where an older
+// build wrote it without the fields added since.
+absl::StatusOr<config::Experiment> ParseStoredExperiment(std::string_view text, const std::string& source);
+
 // Parse, apply `overrides` ("path=value", in order), validate, resolve defaults. Errors name `source`.
 absl::StatusOr<config::Experiment> LoadExperimentText(std::string_view text, const std::string& source,
                                                       const std::vector<std::string>& overrides);

@@ -187,9 +187,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     std::string change = "no config.textproto";
     if (auto previous_config = ReadFile(config_path); previous_config.ok()) {
       absl::StatusOr<config::Experiment> stored =
-          experiments::ParseExperimentText(*previous_config, config_path);
+          experiments::ParseStoredExperiment(*previous_config, config_path);
       if (stored.ok()) {
-        experiments::ResolveDefaults(&*stored);
         change = experiments::ConfigDifference(*stored, run.experiment);
       } else {
         change = std::string(stored.status().message());

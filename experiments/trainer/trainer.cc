@@ -44,64 +44,56 @@ double Seconds(Clock::time_point since) {
 
 // What must not change between a checkpoint and the run that resumes from it, or the continuation would
 // be a different run: the model, the data stream (file, batch shape, seed).
-// `how` names the continuation in the error: "resume from " or "start from run.init_from=".
-absl::Status CheckResumable(const config::Experiment& now, const std::string& checkpoint_path,
-                            const std::string& checkpoint_config, const std::string& how) {
-  absl::StatusOr<config::Experiment> then =
-      ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
-  if (!then.ok()) return then.status();
-  // Resolved as `now` is, so that a checkpoint of an older build (without the fields added since, whose
-  // defaults are then what it ran with) compares equal.
-  ResolveDefaults(&*then);
+// `then` is the checkpoint's config (ParseStoredExperiment: resolved as `now` is, so that a checkpoint of an
+// older build compares equal); `how` names the continuation in the error: "resume from " or "start from
+// run.init_from=".
+absl::Status CheckResumable(const config::Experiment& now, const config::Experiment& then,
+                            const std::string& checkpoint_path, const std::string& how) {
   auto differs = [&](const std::string& field, const std::string& detail = "") {
     return absl::FailedPreconditionError(absl::StrCat("cannot ", how, checkpoint_path, ": ", field,
                                                       " differs from the checkpoint's config",
                                                       detail.empty() ? "" : absl::StrCat(" (", detail, ")")));
   };
-  if (const std::string d = ConfigDifference(then->model(), now.model()); !d.empty())
+  if (const std::string d = ConfigDifference(then.model(), now.model()); !d.empty())
     return differs("model", d);
-  if (then->data().train_tokens() != now.data().train_tokens()) {
+  if (then.data().train_tokens() != now.data().train_tokens()) {
     return differs("data.train_tokens",
-                   absl::StrCat(then->data().train_tokens(), " -> ", now.data().train_tokens()));
+                   absl::StrCat(then.data().train_tokens(), " -> ", now.data().train_tokens()));
   }
   {
     config::DataConfig mixture_then, mixture_now;  // the mixtures alone (val_tokens and tokenizer may change)
-    *mixture_then.mutable_train_mixture() = then->data().train_mixture();
+    *mixture_then.mutable_train_mixture() = then.data().train_mixture();
     *mixture_now.mutable_train_mixture() = now.data().train_mixture();
     if (const std::string d = ConfigDifference(mixture_then, mixture_now); !d.empty()) {
       return differs("data.train_mixture", d);
     }
   }
   const auto changed = [](auto a, auto b) { return absl::StrCat(a, " -> ", b); };
-  if (then->run().batch_size() != now.run().batch_size()) {
-    return differs("run.batch_size", changed(then->run().batch_size(), now.run().batch_size()));
+  if (then.run().batch_size() != now.run().batch_size()) {
+    return differs("run.batch_size", changed(then.run().batch_size(), now.run().batch_size()));
   }
-  if (then->run().grad_accum_steps() != now.run().grad_accum_steps()) {
+  if (then.run().grad_accum_steps() != now.run().grad_accum_steps()) {
     return differs("run.grad_accum_steps",
-                   changed(then->run().grad_accum_steps(), now.run().grad_accum_steps()));
+                   changed(then.run().grad_accum_steps(), now.run().grad_accum_steps()));
   }
-  if (then->run().seed() != now.run().seed())
-    return differs("run.seed", changed(then->run().seed(), now.run().seed()));
+  if (then.run().seed() != now.run().seed())
+    return differs("run.seed", changed(then.run().seed(), now.run().seed()));
   return absl::OkStatus();
 }
 
 // A run that starts from another run's checkpoint at step `branch_step` (run.init_from) takes over those
 // steps as its own: they must have been taken with this config's optimizer and learning rates (a WSD
 // branch at or before its decay start; not a cosine run's checkpoint, nor one of another peak or warmup).
-absl::Status CheckBranch(const config::Experiment& now, const std::string& checkpoint_path,
-                         const std::string& checkpoint_config, int64_t branch_step) {
-  absl::StatusOr<config::Experiment> then =
-      ParseExperimentText(checkpoint_config, checkpoint_path + "/config.textproto");
-  if (!then.ok()) return then.status();
-  ResolveDefaults(&*then);
-  config::OptimizerConfig optimizer_then = then->optimizer(), optimizer_now = now.optimizer();
+absl::Status CheckBranch(const config::Experiment& now, const config::Experiment& then,
+                         const std::string& checkpoint_path, int64_t branch_step) {
+  config::OptimizerConfig optimizer_then = then.optimizer(), optimizer_now = now.optimizer();
   optimizer_then.clear_lr(), optimizer_now.clear_lr();  // the learning rates are compared step by step below
   if (const std::string d = ConfigDifference(optimizer_then, optimizer_now); !d.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("cannot start from run.init_from=", checkpoint_path,
                                                       ": optimizer differs from the checkpoint's config (", d,
                                                       ")"));
   }
-  const LrSchedule before(then->schedule(), then->optimizer().lr(), TotalSteps(*then), TokensPerStep(*then));
+  const LrSchedule before(then.schedule(), then.optimizer().lr(), TotalSteps(then), TokensPerStep(then));
   const LrSchedule after(now.schedule(), now.optimizer().lr(), TotalSteps(now), TokensPerStep(now));
   const auto mismatch = [&](int64_t step, double took, const char* source) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -285,10 +277,10 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     if (latest.ok()) {
       absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*latest);
       if (!loaded.ok()) return loaded.status();
-      if (absl::Status s = CheckResumable(experiment, *latest, loaded->config_text, "resume from ");
-          !s.ok()) {
-        return s;
-      }
+      absl::StatusOr<config::Experiment> then =
+          ParseStoredExperiment(loaded->config_text, *latest + "/config.textproto");
+      if (!then.ok()) return then.status();
+      if (absl::Status s = CheckResumable(experiment, *then, *latest, "resume from "); !s.ok()) return s;
       if (absl::Status s = CheckSameData(loaded->state, fingerprints, *sampler, "resume from " + *latest);
           !s.ok()) {
         return s;
@@ -332,16 +324,17 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                            ? " (a checkpoints folder: name one of its step_* folders)"
                                            : ""));
     }
-    if (absl::Status s = CheckResumable(experiment, from, loaded->config_text, "start from run.init_from=");
-        !s.ok()) {
+    absl::StatusOr<config::Experiment> then =
+        ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
+    if (!then.ok()) return then.status();
+    if (absl::Status s = CheckResumable(experiment, *then, from, "start from run.init_from="); !s.ok())
       return s;
-    }
     if (loaded->state.step() >= total_steps) {
       return absl::InvalidArgumentError(absl::StrCat("run.init_from=", from, " is at step ",
                                                      loaded->state.step(),
                                                      ", not before this run's end at step ", total_steps));
     }
-    if (absl::Status s = CheckBranch(experiment, from, loaded->config_text, loaded->state.step()); !s.ok()) {
+    if (absl::Status s = CheckBranch(experiment, *then, from, loaded->state.step()); !s.ok()) {
       return s;
     }
     if (absl::Status s =
@@ -353,7 +346,6 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     console.Message(absl::StrCat("starting from ", from, " (step ", start_step, "; run.init_from)"));
   }
 
-  if (absl::Status s = MakeDirs(out); !s.ok()) return s;
   const std::string config_text = ExperimentToText(experiment);
   if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
   std::optional<MetricsLog> metrics;
