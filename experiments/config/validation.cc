@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "experiments/schedule/lr_schedule.h"
 
 namespace lmf::experiments {
 namespace {
@@ -353,10 +354,8 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
                             " ", unit));
   } else if (schedule.kind() == ScheduleConfig::WSD && schedule.decay_fraction() > 0 &&
              schedule.decay_fraction() <= 1) {
-    // The decay LrSchedule computes: the last decay_fraction of [0, decay_end], not before the warmup's end.
     const int64_t end = schedule.decay_end() > 0 ? schedule.decay_end() : run_length;
-    const int64_t start = std::max<int64_t>(
-        schedule.warmup(), end - std::llround(schedule.decay_fraction() * static_cast<double>(end)));
+    const int64_t start = WsdDecayStart(schedule.warmup(), end, schedule.decay_fraction());
     if (start >= end) {
       errors.Add(absl::StrCat("schedule.decay_fraction=", schedule.decay_fraction(),
                               " leaves WSD no decay: over ", end, " ", unit, " it would start at ", start,

@@ -23,6 +23,10 @@ double LinearScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup
 double WsdScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, int64_t decay_start,
                      int64_t decay_end, config::ScheduleConfig::DecayShape shape);
 
+// Where WSD's decay starts: the last `decay_fraction` of [0, decay_end] (rounded to a step or token), not
+// before the warmup's end. Validation refuses a schedule where this is not before decay_end.
+int64_t WsdDecayStart(int64_t warmup, int64_t decay_end, double decay_fraction);
+
 class LrSchedule {
  public:
   // `run_steps` and `tokens_per_step` give the run's length, used where schedule.decay_end is 0.
