@@ -131,7 +131,8 @@ std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir) {
 }
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
-                                           const CheckpointContents& contents, int keep) {
+                                           const CheckpointContents& contents, int keep,
+                                           const std::vector<int64_t>& pinned) {
   if (absl::Status s = MakeDirs(checkpoints_dir); !s.ok()) return s;
   // Folders a killed save left behind.
   for (const std::string& name : ListDir(checkpoints_dir)) {
@@ -167,7 +168,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
   if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
 
-  std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
+  std::vector<int64_t> steps;
+  for (const int64_t step : ListCheckpointSteps(checkpoints_dir)) {
+    if (std::find(pinned.begin(), pinned.end(), step) == pinned.end()) steps.push_back(step);
+  }
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < steps.size(); ++i) {
     if (absl::Status s = RemoveFlatFolder(CheckpointPath(checkpoints_dir, steps[i])); !s.ok()) return s;
   }

@@ -6,7 +6,8 @@
 // A checkpoint is written into step_XXXXXXXX.partial/ (every file fsynced) and renamed into place only when
 // complete, so a crash or kill mid-write never hides or replaces the previous good checkpoint; leftover
 // .partial folders are removed by the next save. Loading verifies sizes and CRCs, and LatestCheckpoint
-// skips (and reports) a checkpoint that fails them. Only the newest `keep` checkpoints are kept.
+// skips (and reports) a checkpoint that fails them. Only the newest `keep` checkpoints are kept, and any
+// pinned steps (run.checkpoint_steps: branch points for run.init_from).
 #ifndef LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 #define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 
@@ -38,9 +39,11 @@ struct CheckpointContents {
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step);
 
 // Writes step `contents.state.step()` as described above, then deletes all but the newest `keep`
-// checkpoints. Returns the checkpoint's folder.
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, const CheckpointContents& contents,
-                                           int keep);
+// checkpoints, never one of the `pinned` steps (those are kept and not counted). Returns the checkpoint's
+// folder.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
+                                           const CheckpointContents& contents, int keep,
+                                           const std::vector<int64_t>& pinned = {});
 
 struct LoadedCheckpoint {
   std::string path;

@@ -71,6 +71,14 @@ TEST(Checkpoint, KeepsOnlyTheNewestN) {
   EXPECT_EQ(*latest, dir + "/step_00000050");
 }
 
+TEST(Checkpoint, PinnedStepsAreKeptAndNotCounted) {
+  const std::string dir = FreshDir("pinned");
+  Fixture f;
+  for (int64_t step : {10, 20, 30, 40, 50})
+    ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 2, {20, 30}).ok());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{20, 30, 40, 50}));
+}
+
 TEST(Checkpoint, KilledSaveNeverHidesThePreviousCheckpoint) {
   const std::string dir = FreshDir("killed");
   Fixture f;

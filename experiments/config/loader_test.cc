@@ -2,7 +2,9 @@
 // errors), default resolution, and the resolved config round-tripping through its text form.
 #include "experiments/config/loader.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/file.h"
 #include "experiments/config/overrides.h"
@@ -72,6 +74,30 @@ TEST(ConfigOverrides, LaterOverridesWin) {
   auto loaded = LoadExperimentText(kValid, "tiny.textproto", {"optimizer.lr=1", "optimizer.lr=2"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_DOUBLE_EQ(loaded->optimizer().lr(), 2);
+}
+
+TEST(ConfigOverrides, AListReplacesARepeatedFieldOfNumbers) {
+  auto loaded =
+      LoadExperimentText(kValid, "tiny.textproto", {"run.checkpoint_steps=9", "run.checkpoint_steps=2,5"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(
+      std::vector<int64_t>(loaded->run().checkpoint_steps().begin(), loaded->run().checkpoint_steps().end()),
+      (std::vector<int64_t>{2, 5}));
+  loaded =
+      LoadExperimentText(kValid, "tiny.textproto", {"run.checkpoint_steps=2,5", "run.checkpoint_steps="});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->run().checkpoint_steps_size(), 0);
+  EXPECT_EQ(Error(kValid, {"run.checkpoint_steps=2,x"}),
+            "--set=run.checkpoint_steps=2,x: run.checkpoint_steps expects an integer, got \"x\"");
+  EXPECT_EQ(Error(kValid, {"run.checkpoint_steps=2,11"}),
+            "tiny.textproto: run.checkpoint_steps[1]=11 must be a step of the run, 1 to 10");
+  EXPECT_EQ(Error(kValid, {"run.checkpoint_steps=0"}),
+            "tiny.textproto: run.checkpoint_steps[0]=0 must be a step of the run, 1 to 10");
+  EXPECT_EQ(
+      Error(kValid, {"data.train_mixture.path=a.tok"}),
+      "--set=data.train_mixture.path=a.tok: data.train_mixture is a repeated field of messages or strings; "
+      "--set takes single fields and lists of numbers, booleans or enums (edit the config file for this "
+      "one)");
 }
 
 TEST(ConfigOverrides, ErrorsNameTheAssignment) {

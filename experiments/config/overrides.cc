@@ -28,7 +28,8 @@ std::string EnumNames(const EnumDescriptor* type) {
   return absl::StrJoin(names, ", ");
 }
 
-// Sets `field` of `message` from `text`; on failure returns what the field expects.
+// Sets `field` of `message` from `text` (appends, for a repeated field); on failure returns what the field
+// expects.
 absl::Status SetScalar(const FieldDescriptor* field, const std::string& text, const std::string& path,
                        Message* message) {
   const Reflection* reflection = message->GetReflection();
@@ -39,25 +40,29 @@ absl::Status SetScalar(const FieldDescriptor* field, const std::string& text, co
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t v;
       if (!absl::SimpleAtoi(text, &v)) return expected("a 32-bit integer");
-      reflection->SetInt32(message, field, v);
+      field->is_repeated() ? reflection->AddInt32(message, field, v)
+                           : reflection->SetInt32(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_INT64: {
       int64_t v;
       if (!absl::SimpleAtoi(text, &v)) return expected("an integer");
-      reflection->SetInt64(message, field, v);
+      field->is_repeated() ? reflection->AddInt64(message, field, v)
+                           : reflection->SetInt64(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t v;
       if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative 32-bit integer");
-      reflection->SetUInt32(message, field, v);
+      field->is_repeated() ? reflection->AddUInt32(message, field, v)
+                           : reflection->SetUInt32(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t v;
       if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative integer");
-      reflection->SetUInt64(message, field, v);
+      field->is_repeated() ? reflection->AddUInt64(message, field, v)
+                           : reflection->SetUInt64(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_DOUBLE:
@@ -65,27 +70,30 @@ absl::Status SetScalar(const FieldDescriptor* field, const std::string& text, co
       double v;
       if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return expected("a finite number");
       if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        reflection->SetDouble(message, field, v);
+        field->is_repeated() ? reflection->AddDouble(message, field, v)
+                             : reflection->SetDouble(message, field, v);
       } else {
-        reflection->SetFloat(message, field, static_cast<float>(v));
+        field->is_repeated() ? reflection->AddFloat(message, field, static_cast<float>(v))
+                             : reflection->SetFloat(message, field, static_cast<float>(v));
       }
       break;
     }
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
       if (!absl::SimpleAtob(text, &v)) return expected("true or false");
-      reflection->SetBool(message, field, v);
+      field->is_repeated() ? reflection->AddBool(message, field, v) : reflection->SetBool(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING:
-      reflection->SetString(message, field, text);
+      reflection->SetString(message, field, text);  // repeated strings are refused by the caller
       break;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value = field->enum_type()->FindValueByName(text);
       if (value == nullptr || value->number() == 0) {
         return expected(absl::StrCat("one of ", EnumNames(field->enum_type())));
       }
-      reflection->SetEnum(message, field, value);
+      field->is_repeated() ? reflection->AddEnum(message, field, value)
+                           : reflection->SetEnum(message, field, value);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -114,8 +122,24 @@ absl::Status ApplyOverride(const std::string& assignment, Message* message) {
     const FieldDescriptor* field = current->GetDescriptor()->FindFieldByName(names[i]);
     walked = walked.empty() ? names[i] : absl::StrCat(walked, ".", names[i]);
     if (field == nullptr) return fail(absl::StrCat(parent, " has no field \"", names[i], "\""));
-    if (field->is_repeated()) return fail(absl::StrCat(walked, " is a repeated field; --set takes single fields"));
-    if (i + 1 == names.size()) {
+    const bool last = i + 1 == names.size();
+    if (field->is_repeated() && (!last || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ||
+                                 field->cpp_type() == FieldDescriptor::CPPTYPE_STRING)) {
+      return fail(absl::StrCat(walked,
+                               " is a repeated field of messages or strings; --set takes single fields and "
+                               "lists of numbers, booleans or enums (edit the config file for this one)"));
+    }
+    if (last && field->is_repeated()) {
+      // A list replaces the field's values: "run.checkpoint_steps=100,200"; an empty one clears it.
+      current->GetReflection()->ClearField(current, field);
+      if (value.empty()) return absl::OkStatus();
+      for (const absl::string_view item : absl::StrSplit(value, ',')) {
+        absl::Status status = SetScalar(field, std::string(item), walked, current);
+        if (!status.ok()) return fail(std::string(status.message()));
+      }
+      return absl::OkStatus();
+    }
+    if (last) {
       absl::Status status = SetScalar(field, value, walked, current);
       if (!status.ok()) return fail(std::string(status.message()));
       return absl::OkStatus();

@@ -12,7 +12,8 @@
 namespace lmf::experiments {
 
 // `assignment` is "path.to.field=value". Integers, floating point (3e-4, inf is rejected), booleans
-// (true/false/1/0), strings (taken verbatim) and enums (by value name) are accepted.
+// (true/false/1/0), strings (taken verbatim) and enums (by value name) are accepted. A repeated field of
+// numbers, booleans or enums takes a comma-separated list that replaces its values ("" clears it).
 absl::Status ApplyOverride(const std::string& assignment, google::protobuf::Message* message);
 
 }  // namespace lmf::experiments

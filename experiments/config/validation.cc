@@ -337,6 +337,13 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
     errors.Add(absl::StrCat("run.max_tokens=", run.max_tokens(), " is less than one step of ", per_step,
                             " tokens (run.batch_size * run.grad_accum_steps * model.context_length)"));
   }
+  for (int i = 0; i < run.checkpoint_steps_size(); ++i) {
+    const int64_t step = run.checkpoint_steps(i);
+    if (step < 1 || step > TotalSteps(experiment)) {
+      errors.Add(absl::StrCat("run.checkpoint_steps[", i, "]=", step, " must be a step of the run, 1 to ",
+                              TotalSteps(experiment)));
+    }
+  }
   const int64_t batch_tokens = static_cast<int64_t>(run.batch_size()) * experiment.model().context_length();
   if (run.eval_tokens() > 0 && experiment.data().val_tokens().empty()) {
     errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " needs data.val_tokens"));

@@ -160,6 +160,7 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
   const config::RunConfig& run = experiment.run();
   const std::string& out = run.output_dir();
+  const std::vector<int64_t> pinned(run.checkpoint_steps().begin(), run.checkpoint_steps().end());
   // One trainer per run folder, taken first: a second one (a --resume while the first still runs) would
   // interleave its checkpoints and metrics with the first's. Held until Train returns; the kernel drops it
   // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
@@ -465,7 +466,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
 
     const int stop_signal = signals.received();
     if (last || stop_signal != 0 ||
-        (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0)) {
+        (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0) ||
+        std::find(pinned.begin(), pinned.end(), completed) != pinned.end()) {
       const HostTensors weights = ModelTensors(model);
       const HostTensors optimizer_state = optimizer.StateTensors();
       CheckpointContents contents;
@@ -486,7 +488,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
         f->set_crc32c(fingerprints[i]);
       }
       contents.config_text = config_text;
-      absl::StatusOr<std::string> saved = SaveCheckpoint(checkpoints, contents, run.keep_checkpoints());
+      absl::StatusOr<std::string> saved =
+          SaveCheckpoint(checkpoints, contents, run.keep_checkpoints(), pinned);
       if (!saved.ok()) return saved.status();
       result.last_checkpoint = *saved;
       console.Message(absl::StrCat("checkpoint ", *saved));

@@ -308,8 +308,12 @@ TEST(Trainer, WsdBranchOffALongerRunIsTheShorterRun) {
   const std::string straight = TempPath("wsd_straight"), stable = TempPath("wsd_stable"),
                     branch = TempPath("wsd_branch");
   ASSERT_TRUE(Train(with({"run.max_steps=8", "run.output_dir=" + straight}), Quiet()).ok());
-  ASSERT_TRUE(
-      Train(with({"run.max_steps=16", "run.output_dir=" + stable, "run.keep_checkpoints=4"}), Quiet()).ok());
+  // The branch points are pinned (run.checkpoint_steps): kept however many newer checkpoints follow.
+  ASSERT_TRUE(Train(with({"run.max_steps=16", "run.output_dir=" + stable, "run.keep_checkpoints=1",
+                          "run.checkpoint_steps=4,8"}),
+                    Quiet())
+                  .ok());
+  EXPECT_EQ(ListCheckpointSteps(stable + "/checkpoints"), (std::vector<int64_t>{4, 8, 16}));
   const std::string from = stable + "/checkpoints/step_00000004";
   auto branched =
       Train(with({"run.max_steps=8", "run.output_dir=" + branch, "run.init_from=" + from}), Quiet());
