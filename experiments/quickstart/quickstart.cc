@@ -157,6 +157,12 @@ config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& tra
   config::Sweep sweep;
   google::protobuf::TextFormat::ParseFromString(text, &sweep);  // a fixed template: always parses
   for (double b : o.budgets) sweep.mutable_isoflop()->add_budgets(b);
+  if (o.wsd) {
+    // Warmup-stable-decay, each model size's stable phase trained once for all its budgets.
+    sweep.mutable_experiment()->mutable_schedule()->set_kind(config::ScheduleConfig::WSD);
+    sweep.set_wsd_branches(true);
+    sweep.mutable_isoflop()->set_shared_sizes(true);
+  }
   return sweep;
 }
 

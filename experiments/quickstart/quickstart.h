@@ -25,6 +25,9 @@ struct QuickstartOptions {
   int models_per_budget = 5;
   int parallel_runs = 2;
   double target_flops = 1e15;       // the report's extrapolation target
+  // The runs' schedule: cosine to 10% (false), or WSD with a 20% 1-sqrt cooldown, each model size's
+  // stable phase shared by its budgets (sweep.wsd_branches and isoflop.shared_sizes).
+  bool wsd = false;
   std::vector<std::string> train_command;  // how the sweep starts a run (the quickstart binary itself)
   std::function<void(const std::string&)> progress;
 };

@@ -7,6 +7,8 @@
 //   --data=a.txt,b.txt   real text instead of the synthetic corpus
 //   --budgets=1e11,2.5e11,6e11,1.5e12  --models_per_budget=5  --vocab_size=512  --corpus_mb=12
 //   --parallel_runs=2    --target_flops=1e15
+//   --schedule=wsd       warmup-stable-decay runs, each model size's stable phase trained once for all its
+//                        budgets (default: cosine; use another --out to keep both sweeps)
 #include <unistd.h>
 
 #include <climits>
@@ -36,6 +38,8 @@ ABSL_FLAG(int, models_per_budget, 5, "model sizes per budget (at least 3)");
 ABSL_FLAG(int, parallel_runs, 2,
           "training processes at once (small models train faster side by side than on several threads each)");
 ABSL_FLAG(double, target_flops, 1e15, "the budget the report extrapolates to");
+ABSL_FLAG(std::string, schedule, "cosine",
+          "the runs' learning-rate schedule: cosine, or wsd (warmup-stable-decay with shared stable phases)");
 ABSL_FLAG(bool, train_one, false, "internal: train the single sweep run given by --config");
 ABSL_FLAG(std::string, config, "", "internal: the run config for --train_one");
 
@@ -78,6 +82,11 @@ int main(int argc, char** argv) {
   o.models_per_budget = absl::GetFlag(FLAGS_models_per_budget);
   o.parallel_runs = absl::GetFlag(FLAGS_parallel_runs);
   o.target_flops = absl::GetFlag(FLAGS_target_flops);
+  if (const std::string schedule = absl::GetFlag(FLAGS_schedule); schedule == "wsd") {
+    o.wsd = true;
+  } else if (schedule != "cosine") {
+    return Fail(absl::StrCat("--schedule=", schedule, ": expected cosine or wsd"));
+  }
   // Checked before the corpus, tokenizer and token files are made (the sweep checks them again).
   if (o.models_per_budget < 3) {
     return Fail(absl::StrCat("--models_per_budget=", o.models_per_budget, ": a parabola needs at least 3"));

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "base/file.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/train_run.h"
 #include "gtest/gtest.h"
 #include "scaling/results.h"
 #include "tokenizer/token_file.h"
@@ -58,6 +60,34 @@ TEST(Quickstart, TextToReportAndASecondStartRedoesNothing) {
   EXPECT_EQ(second->finished_runs, 9);
   EXPECT_EQ(lines.find("[start]"), std::string::npos) << lines;  // every run was skipped
   EXPECT_NE(lines.find("[skip]"), std::string::npos) << lines;
+}
+
+// --schedule=wsd: the default design's model sizes recur across its budgets, and each trains its stable
+// phase once (the sweep's own tests train such branches and compare them with runs trained alone).
+TEST(Quickstart, WsdScheduleSharesStablePhases) {
+  QuickstartOptions o;
+  o.out_dir = std::string(std::getenv("TEST_TMPDIR")) + "/qs_wsd";
+  for (const bool wsd : {false, true}) {
+    o.wsd = wsd;
+    auto plan = sweep::PlanSweep(QuickstartSweep(o, "/d/train.tok", "/d/val.tok", "/d/tok.lmftok"),
+                                 "qs.sweep", o.out_dir, sweep::SizeOfModel);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    double flops = 0, own = 0;
+    int branches = 0;
+    for (const sweep::PlannedRun& r : plan->runs) {
+      EXPECT_EQ(r.experiment.schedule().kind(),
+                wsd ? config::ScheduleConfig::WSD : config::ScheduleConfig::COSINE);
+      flops += r.flops;
+      own += r.OwnFlops();
+      branches += !r.trunk.empty();
+    }
+    if (!wsd) {
+      EXPECT_EQ(branches, 0);
+      continue;
+    }
+    EXPECT_GE(branches, 10) << sweep::FormatPlan(*plan);
+    EXPECT_LT(own, 0.85 * flops) << sweep::FormatPlan(*plan);
+  }
 }
 
 TEST(Quickstart, MissingDataFileIsAClearError) {

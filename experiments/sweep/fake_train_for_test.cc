@@ -1,7 +1,8 @@
 // A stand-in for the training binary in the sweep runner's tests: reads the run's config, "trains" by
 // evaluating a known scaling law L(N, D) = 1.8 + 300/N^0.33 + 500/D^0.29 (N from the model's shape, D
 // from the run length), and writes result.textproto. Environment knobs make it fail, sleep, or record
-// each invocation, so the tests can check failures, resumption and parallelism.
+// each invocation, so the tests can check failures, resumption and parallelism. A WSD branch (run.init_from)
+// fails without its trunk's checkpoint; a trunk writes its run.checkpoint_steps folders when it ends.
 #include <unistd.h>
 
 #include <chrono>
@@ -39,6 +40,21 @@ int main(int argc, char** argv) {
   if (const char* fail = std::getenv("FAKE_TRAIN_FAIL"); fail && name.find(fail) != std::string::npos) {
     std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());
     return 1;
+  }
+  // WSD branches: a branch needs its trunk's checkpoint; a trunk leaves its pinned checkpoints when it ends.
+  if (const std::string& from = e->run().init_from(); !from.empty()) {
+    if (!lmf::FileExists(from + "/trainer_state.textproto")) {
+      std::fprintf(stderr, "fake trainer: run.init_from=%s: no checkpoint there\n", from.c_str());
+      return 7;
+    }
+  }
+  for (const int64_t step : e->run().checkpoint_steps()) {
+    char folder[64];
+    std::snprintf(folder, sizeof(folder), "checkpoints/step_%08lld", static_cast<long long>(step));
+    if (!lmf::MakeDirs(folder).ok() ||
+        !lmf::WriteFileAtomically(std::string(folder) + "/trainer_state.textproto", "step: 1\n").ok()) {
+      return 8;
+    }
   }
   const auto& m = e->model();
   const double n = 12.0 * m.n_layers() * m.d_model() * m.d_model();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "experiments/config/loader.h"
 #include "experiments/config/overrides.h"
 #include "experiments/config/validation.h"
+#include "experiments/schedule/lr_schedule.h"
 
 namespace lmf::sweep {
 namespace {
@@ -225,6 +227,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.n < b.n; });
 
+  std::vector<std::vector<const Candidate*>> feasible_at(design.budgets_size());
   for (int b = 0; b < design.budgets_size(); ++b) {
     const double budget = design.budgets(b);
     if (!(budget > 0) || !std::isfinite(budget)) {
@@ -276,16 +279,37 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       }
       return Error(source, absl::StrFormat("sweep.isoflop.budgets[%d]=%g %s", b, budget, why));
     }
+    feasible_at[b] = std::move(feasible);
+  }
+
+  // shared_sizes: each budget's targets snap to one lattice in log N (anchored at the smallest feasible
+  // size, spaced by the budgets' median spacing), so that budgets whose windows overlap pick the same sizes.
+  const int k = design.models_per_budget();
+  double lattice_origin = INFINITY, lattice_step = 0;
+  if (design.shared_sizes()) {
+    std::vector<double> steps;
+    for (const auto& feasible : feasible_at) {
+      lattice_origin = std::min(lattice_origin, std::log(feasible.front()->n));
+      steps.push_back((std::log(feasible.back()->n) - std::log(feasible.front()->n)) / (k - 1));
+    }
+    std::sort(steps.begin(), steps.end());
+    lattice_step = steps[steps.size() / 2];
+  }
+  for (int b = 0; b < design.budgets_size(); ++b) {
+    const double budget = design.budgets(b);
+    const std::vector<const Candidate*>& feasible = feasible_at[b];
     // Pick models_per_budget shapes evenly spread in log N (all of them if there are no more).
     std::vector<const Candidate*> chosen;
-    const int k = design.models_per_budget();
     if (static_cast<int>(feasible.size()) <= k) {
       chosen = feasible;
     } else {
       const double lo = std::log(feasible.front()->n), hi = std::log(feasible.back()->n);
       std::set<size_t> used;
       for (int j = 0; j < k; ++j) {
-        const double target = lo + (hi - lo) * j / (k - 1);
+        double target = lo + (hi - lo) * j / (k - 1);
+        if (lattice_step > 0) {
+          target = lattice_origin + lattice_step * std::round((target - lattice_origin) / lattice_step);
+        }
         size_t best = 0;
         double best_gap = INFINITY;
         for (size_t i = 0; i < feasible.size(); ++i) {
@@ -312,6 +336,66 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       }
       runs->push_back(std::move(run));
     }
+  }
+  return absl::OkStatus();
+}
+
+// wsd_branches (sweep.proto): groups the runs whose configs differ only in their length; in each group the
+// longest run is the trunk, and every shorter one starts from the trunk's checkpoint after the last step at
+// which both schedules give the same learning rate (its decay start, or the step after it where the decay's
+// first rate is still the peak). Runs must be finished (FinishRun): resolved, with their folders.
+absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>* runs) {
+  std::map<std::string, std::vector<size_t>> groups;  // by the config without its length
+  for (size_t i = 0; i < runs->size(); ++i) {
+    const config::Experiment& e = (*runs)[i].experiment;
+    const std::string where = absl::StrCat(source, " (run ", (*runs)[i].name, "): sweep.wsd_branches");
+    if (e.schedule().kind() != config::ScheduleConfig::WSD) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " needs schedule.kind: WSD (the runs share a stable phase); this run's is ",
+                       config::ScheduleConfig::Kind_Name(e.schedule().kind())));
+    }
+    if (e.schedule().decay_end() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " needs schedule.decay_end: 0 (each run decays at its own end); this run's is ",
+                       e.schedule().decay_end()));
+    }
+    if (!e.run().init_from().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " sets each run's run.init_from itself; this run already starts from ",
+                       e.run().init_from()));
+    }
+    config::Experiment key = e;
+    key.clear_name();
+    key.mutable_run()->clear_length();
+    key.mutable_run()->clear_output_dir();
+    key.mutable_run()->clear_eval_interval();  // evals_per_run sets it by the run's length
+    key.mutable_run()->clear_checkpoint_steps();
+    groups[experiments::ExperimentToText(key)].push_back(i);
+  }
+  for (const auto& [key, members] : groups) {
+    size_t trunk = members.front();
+    for (const size_t i : members) {
+      if ((*runs)[i].steps > (*runs)[trunk].steps) trunk = i;
+    }
+    PlannedRun& t = (*runs)[trunk];
+    const experiments::LrSchedule trunk_lr(t.experiment.schedule(), t.experiment.optimizer().lr(), t.steps,
+                                           experiments::TokensPerStep(t.experiment));
+    std::set<int64_t> branch_steps;
+    for (const size_t i : members) {
+      PlannedRun& r = (*runs)[i];
+      if (i == trunk) continue;
+      const experiments::LrSchedule lr(r.experiment.schedule(), r.experiment.optimizer().lr(), r.steps,
+                                       experiments::TokensPerStep(r.experiment));
+      int64_t shared = 0;
+      while (shared < r.steps && lr.At(shared) == trunk_lr.At(shared)) ++shared;
+      if (shared == 0 || shared >= r.steps) continue;  // nothing to share, or a run of the trunk's length
+      r.trunk = t.name;
+      r.branch_step = shared;
+      r.experiment.mutable_run()->set_init_from(
+          absl::StrFormat("%s/checkpoints/step_%08d", t.experiment.run().output_dir(), shared));
+      branch_steps.insert(shared);
+    }
+    for (const int64_t step : branch_steps) t.experiment.mutable_run()->add_checkpoint_steps(step);
   }
   return absl::OkStatus();
 }
@@ -400,6 +484,9 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
       return s;
     max_flops = std::max({max_flops, run.flops, run.budget_flops});
   }
+  if (sweep.wsd_branches()) {
+    if (absl::Status s = PlanWsdBranches(source, &plan.runs); !s.ok()) return s;
+  }
   plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;
   plan.base = base;
   if (sweep.has_isoflop()) plan.family = sweep.isoflop().family();
@@ -409,21 +496,31 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
 std::string FormatPlan(const SweepPlan& plan) {
   std::string out = absl::StrFormat("sweep %s: %d runs into %s (%d at a time)\n", plan.name, plan.runs.size(),
                                     plan.output_dir, plan.parallel_runs);
-  out += absl::StrFormat("%-28s %10s %10s %10s %7s %7s %10s %9s\n", "run", "budget", "N", "D", "D/N", "steps",
-                         "FLOP", "est. time");
-  double total_flops = 0;
+  const bool branches =
+      std::any_of(plan.runs.begin(), plan.runs.end(), [](const PlannedRun& r) { return !r.trunk.empty(); });
+  out += absl::StrFormat("%-28s %10s %10s %10s %7s %7s %10s %9s%s\n", "run", "budget", "N", "D", "D/N",
+                         "steps", "FLOP", "est. time", branches ? "  starts from" : "");
+  double total_flops = 0, own_flops = 0;
   for (const PlannedRun& r : plan.runs) {
     const double n = plan.non_embedding_params ? r.size.non_embedding_params : r.size.params;
-    const double seconds = r.flops / plan.estimate_flops_per_second;
-    out += absl::StrFormat("%-28s %10s %10.3g %10.3g %7.1f %7d %10.3g %8.0fs\n", r.name,
+    const double seconds = r.OwnFlops() / plan.estimate_flops_per_second;
+    out += absl::StrFormat("%-28s %10s %10.3g %10.3g %7.1f %7d %10.3g %8.0fs%s\n", r.name,
                            r.budget_flops > 0 ? absl::StrFormat("%.3g", r.budget_flops) : "-", n, r.tokens,
-                           r.tokens / n, r.steps, r.flops, seconds);
+                           r.tokens / n, r.steps, r.flops, seconds,
+                           r.trunk.empty() ? "" : absl::StrFormat("  %s step %d", r.trunk, r.branch_step));
     total_flops += r.flops;
+    own_flops += r.OwnFlops();
   }
-  const double total_seconds = total_flops / plan.estimate_flops_per_second;
+  const double total_seconds = own_flops / plan.estimate_flops_per_second;
+  if (branches) {
+    out += absl::StrFormat(
+        "WSD branches: the runs' %.3g FLOP take %.3g of training (%.0f%%): each branch trains from its "
+        "trunk's checkpoint on\n",
+        total_flops, own_flops, 100 * own_flops / total_flops);
+  }
   out += absl::StrFormat(
       "total: %.3g FLOP, about %.0f s of training at %.3g FLOP/s (%.0f s wall with %d at a time)\n",
-      total_flops, total_seconds, plan.estimate_flops_per_second, total_seconds / plan.parallel_runs,
+      own_flops, total_seconds, plan.estimate_flops_per_second, total_seconds / plan.parallel_runs,
       plan.parallel_runs);
   return out;
 }

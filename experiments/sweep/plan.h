@@ -6,6 +6,7 @@
 // IsoFLOP: for each budget C, the family's shapes that can spend C with a sane tokens-per-parameter
 // ratio and enough optimizer steps; `models_per_budget` of them, evenly spread in log N, are planned.
 // A budget with fewer than 3 such shapes is an error that says whether C is too small or too large.
+// wsd_branches: runs that differ only in length share their WSD stable phase (trunk and branches).
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
 #define LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
 
@@ -37,6 +38,13 @@ struct PlannedRun {
   int64_t steps = 0;
   double tokens = 0;  // steps * tokens per step
   double flops = 0;   // tokens * training FLOPs per token
+  // wsd_branches: the run whose checkpoint at `branch_step` this one starts from (run.init_from); "" and 0
+  // for a run that trains from scratch. The run trains steps branch_step..steps itself.
+  std::string trunk;
+  int64_t branch_step = 0;
+
+  // The training FLOPs this run spends itself (its share after the trunk's checkpoint).
+  double OwnFlops() const { return steps > 0 ? flops * static_cast<double>(steps - branch_step) / steps : 0; }
 };
 
 struct SweepPlan {

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -106,6 +108,15 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
       row.curve_file = absl::StrCat("runs/", run.name, "/", result.curve_file());
   }
   return row;
+}
+
+// Whether a run folder holds a checkpoint of its own (a run started before resumes from it).
+bool HasCheckpoint(const std::string& run_dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir + "/checkpoints");
+  if (!names.ok()) return false;
+  return std::any_of(names->begin(), names->end(), [](const std::string& name) {
+    return absl::StartsWith(name, "step_") && !absl::EndsWith(name, ".partial");
+  });
 }
 
 }  // namespace
@@ -216,16 +227,57 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     todo.push_back(i);
   }
 
-  // Run the missing ones, at most parallel_runs at a time.
+  const std::set<size_t> todo_set(todo.begin(), todo.end());
+  // Run the missing ones, at most parallel_runs at a time, each WSD branch after its trunk has ended.
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
+  std::set<size_t> unended(todo.begin(), todo.end());  // to run or running
+  // Longest first (what each run trains itself), which shortens the sweep's wall time when runs train at
+  // once: the long runs do not end up alone at the end. A branch waits for its trunk whatever its place.
+  std::vector<size_t> waiting = todo;
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [&](size_t a, size_t b) { return plan.runs[a].OwnFlops() > plan.runs[b].OwnFlops(); });
   std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
-  size_t next = 0, done = 0;
-  while (next < todo.size() || !running.empty()) {
-    while (next < todo.size() && static_cast<int>(running.size()) < plan.parallel_runs) {
-      const size_t i = todo[next++];
-      auto pid = Launch(options.command, RunDir(plan, plan.runs[i]), options.threads_per_run);
+  size_t started = 0, done = 0;
+  while (!waiting.empty() || !running.empty()) {
+    for (auto it = waiting.begin();
+         it != waiting.end() && static_cast<int>(running.size()) < plan.parallel_runs;) {
+      const size_t i = *it;
+      const PlannedRun& run = plan.runs[i];
+      const size_t trunk = run.trunk.empty() ? i : index_of.at(run.trunk);
+      if (trunk != i && unended.count(trunk)) {
+        ++it;
+        continue;
+      }
+      it = waiting.erase(it);
+      const std::string& from = run.experiment.run().init_from();
+      if (trunk != i && todo_set.count(trunk) &&
+          results[trunk].status() != config::SweepRunResult::FINISHED &&
+          !FileExists(from + "/trainer_state.textproto") && !HasCheckpoint(RunDir(plan, run))) {
+        // Its trunk failed before the branch point, in this sweep: nothing to start from.
+        config::SweepRunResult failed;
+        failed.set_status(config::SweepRunResult::FAILED);
+        failed.set_message(absl::StrCat("not started: its trunk ", run.trunk, " ended ",
+                                        config::SweepRunResult::Status_Name(results[trunk].status()),
+                                        " without the checkpoint it starts from (", from, ")"));
+        if (absl::Status s = WriteRunResult(RunDir(plan, run), failed); !s.ok()) return s;
+        results[i] = failed;
+        unended.erase(i);
+        ++done;
+        say(absl::StrFormat("[%d/%d] %s FAILED: %s", done, todo.size(), run.name, failed.message()));
+        continue;
+      }
+      auto pid = Launch(options.command, RunDir(plan, run), options.threads_per_run);
       if (!pid.ok()) return pid.status();
       running[*pid] = {i, std::chrono::steady_clock::now()};
-      say(absl::StrFormat("[start] %s (%d of %d to run)", plan.runs[i].name, next, todo.size()));
+      say(absl::StrFormat("[start] %s (%d of %d to run)%s", run.name, ++started, todo.size(),
+                          trunk != i ? absl::StrFormat(" from %s step %d", run.trunk, run.branch_step) : ""));
+    }
+    if (running.empty()) {
+      if (waiting.empty()) break;  // the last ones were recorded as not started
+      // Cannot happen: a trunk is never a branch, so the first waiting branch's trunk is waiting and ready.
+      return absl::InternalError(absl::StrCat("sweep runner: ", plan.runs[waiting.front()].name,
+                                              " waits for a trunk that is not running"));
     }
     int wstatus = 0;
     const pid_t pid = ::waitpid(-1, &wstatus, 0);
@@ -239,6 +291,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.second).count();
     running.erase(it);
+    unended.erase(i);
     ++done;
     const PlannedRun& run = plan.runs[i];
     const std::string dir = RunDir(plan, run);

@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -14,7 +16,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "experiments/sweep/plan.h"
@@ -146,6 +150,117 @@ TEST(SweepPlan, AspectSpreadGivesFinerSizesWithinTheAspectBand) {
     sizes.insert(r.size.params);
   }
   EXPECT_EQ(sizes.size(), 6u);  // six distinct model sizes
+}
+
+// Two model sizes at three lengths on WSD: per size, the 60-step run is the trunk and the others start from
+// its checkpoint after the last step where their learning rates agree. A 20-step run with decay_fraction 0.2
+// decays from step 16, whose rate is still the peak (the decay's x = 0): it shares steps 0-16 and branches at
+// 17; a 40-step run at 33.
+const char* kWsdGrid = R"pb(
+  set: [ "schedule.kind=WSD", "schedule.decay_fraction=0.2" ]
+  wsd_branches: true
+  grid {
+    axis {
+      field: "model.n_layers"
+      values: [ "1", "2" ]
+    }
+    axis {
+      field: "run.max_steps"
+      values: [ "20", "60", "40" ]
+    }
+  }
+)pb";
+
+TEST(SweepPlan, WsdBranchesStartFromTheLongestRunOfTheirShape) {
+  auto plan = Plan(kWsdGrid);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 6u);
+  for (const PlannedRun& r : plan->runs) {
+    const std::string trunk = absl::StrCat("n_layers=", r.experiment.model().n_layers(), ",max_steps=60");
+    const std::string trunk_dir = TmpDir() + "/out/runs/" + trunk;
+    if (r.steps == 60) {
+      EXPECT_EQ(r.trunk, "") << r.name;
+      EXPECT_EQ(r.experiment.run().init_from(), "") << r.name;
+      EXPECT_EQ(std::vector<int64_t>(r.experiment.run().checkpoint_steps().begin(),
+                                     r.experiment.run().checkpoint_steps().end()),
+                (std::vector<int64_t>{17, 33}))
+          << r.name;
+      EXPECT_DOUBLE_EQ(r.OwnFlops(), r.flops);
+      continue;
+    }
+    const int64_t branch = r.steps == 20 ? 17 : 33;
+    EXPECT_EQ(r.trunk, trunk) << r.name;
+    EXPECT_EQ(r.branch_step, branch) << r.name;
+    EXPECT_EQ(r.experiment.run().init_from(), absl::StrFormat("%s/checkpoints/step_%08d", trunk_dir, branch));
+    EXPECT_EQ(r.experiment.run().checkpoint_steps_size(), 0) << r.name;
+    EXPECT_DOUBLE_EQ(r.OwnFlops(), r.flops * (r.steps - branch) / r.steps) << r.name;
+  }
+  const std::string text = FormatPlan(*plan);
+  EXPECT_NE(text.find("  n_layers=1,max_steps=60 step 17\n"), std::string::npos) << text;
+  // Per size 20 + 40 + 60 = 120 steps' FLOPs; trained: 60 + (20 - 17) + (40 - 33) = 70 of them.
+  EXPECT_NE(text.find("WSD branches: "), std::string::npos) << text;
+  EXPECT_NE(text.find(" (58%)"), std::string::npos) << text;
+
+  // Without wsd_branches, nothing starts from anything.
+  auto plain = Plan(absl::StrReplaceAll(kWsdGrid, {{"wsd_branches: true", ""}}));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const PlannedRun& r : plain->runs) {
+    EXPECT_EQ(r.trunk, "");
+    EXPECT_EQ(r.experiment.run().checkpoint_steps_size(), 0);
+  }
+  EXPECT_EQ(FormatPlan(*plain).find("starts from"), std::string::npos);
+}
+
+// The number of model shapes planned at more than one budget.
+int RecurringShapes(const SweepPlan& plan) {
+  std::map<std::pair<int, int>, int> budgets_of;
+  for (const PlannedRun& r : plan.runs)
+    ++budgets_of[{r.experiment.model().d_model(), r.experiment.model().n_layers()}];
+  return static_cast<int>(std::count_if(budgets_of.begin(), budgets_of.end(),
+                                        [](const auto& entry) { return entry.second > 1; }));
+}
+
+TEST(SweepPlan, SharedSizesRecurAcrossBudgets) {
+  const std::string design =
+      absl::StrReplaceAll(kIsoFlop, {{"budgets: [ 2e12, 6e12 ]", "budgets: [ 2e12, 4e12, 8e12 ]"},
+                                     {"models_per_budget: 4", "models_per_budget: 5"},
+                                     {"max_layers: 12", "max_layers: 12 aspect_spread: 2"}});
+  auto spread = Plan(design);
+  auto shared = Plan(
+      absl::StrReplaceAll(design, {{"models_per_budget: 5", "models_per_budget: 5 shared_sizes: true"}}));
+  ASSERT_TRUE(spread.ok()) << spread.status();
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  // As many sizes at each budget (5, or all when fewer are feasible), each within the bounds.
+  ASSERT_EQ(shared->runs.size(), spread->runs.size());
+  for (const PlannedRun& r : shared->runs) {
+    const double tpp = r.tokens / r.size.params;
+    EXPECT_GE(tpp, 1.0) << r.name;
+    EXPECT_LE(tpp, 500.0) << r.name;
+  }
+  EXPECT_GT(RecurringShapes(*shared), RecurringShapes(*spread)) << FormatPlan(*spread) << FormatPlan(*shared);
+}
+
+TEST(SweepPlan, WsdBranchesNeedWsdRunsThatDecayAtTheirEnd) {
+  auto cosine = Plan(absl::StrReplaceAll(kWsdGrid, {{"schedule.kind=WSD", "schedule.kind=COSINE"}}));
+  ASSERT_FALSE(cosine.ok());
+  EXPECT_EQ(cosine.status().message(),
+            "test.sweep (run n_layers=1,max_steps=20): sweep.wsd_branches needs schedule.kind: WSD (the runs "
+            "share a stable phase); this run's is COSINE");
+  auto fixed_end = Plan(absl::StrReplaceAll(
+      kWsdGrid, {{"\"schedule.kind=WSD\"", "\"schedule.kind=WSD\", \"schedule.decay_end=18\""}}));
+  ASSERT_FALSE(fixed_end.ok());
+  EXPECT_EQ(
+      fixed_end.status().message(),
+      "test.sweep (run n_layers=1,max_steps=20): sweep.wsd_branches needs schedule.decay_end: 0 (each run "
+      "decays at its own end); this run's is 18");
+  auto own_init = Plan(absl::StrReplaceAll(
+      kWsdGrid, {{"\"schedule.kind=WSD\"", "\"schedule.kind=WSD\", \"run.init_from=x\""}}));
+  ASSERT_FALSE(own_init.ok());
+  EXPECT_NE(
+      own_init.status().message().find("sweep.wsd_branches sets each run's run.init_from itself; this run "
+                                       "already starts from "),
+      std::string::npos)
+      << own_init.status();
 }
 
 TEST(SweepPlan, BadSweepsGetClearErrors) {
@@ -339,6 +454,55 @@ TEST(SweepRunner, ASweepFolderInUseIsRefused) {
             std::string::npos)
       << refused.status();
   EXPECT_FALSE(FileExists(plan->output_dir + "/plan.txt"));
+}
+
+// The planned sweep with its folder at `dir` (its runs' folders and their trunks' checkpoints moved along).
+void MoveSweep(const std::string& dir, SweepPlan* plan) {
+  plan->output_dir = dir;
+  for (PlannedRun& r : plan->runs) {
+    r.experiment.mutable_run()->set_output_dir(dir + "/runs/" + r.name);
+    if (!r.trunk.empty()) {
+      r.experiment.mutable_run()->set_init_from(
+          absl::StrFormat("%s/runs/%s/checkpoints/step_%08d", dir, r.trunk, r.branch_step));
+    }
+  }
+}
+
+// Every branch starts after its trunk has ended (the fake trainer fails a branch whose trunk checkpoint is
+// missing, and writes a trunk's only when it ends), with more runs at once than trunks.
+TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
+  auto plan = Plan(kWsdGrid);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  MoveSweep(TmpDir() + "/wsd", &*plan);
+  plan->parallel_runs = 4;
+  ::setenv("FAKE_TRAIN_SLEEP_MS", "200", 1);
+  std::vector<std::string> lines;
+  RunnerOptions runner = FakeRunner();
+  runner.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto summary = RunSweep(*plan, runner);
+  ::unsetenv("FAKE_TRAIN_SLEEP_MS");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->finished, 6) << absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return absl::StartsWith(line, "[start] n_layers=2,max_steps=40 (") &&
+           absl::EndsWith(line, " of 6 to run) from n_layers=2,max_steps=60 step 33");
+  })) << absl::StrJoin(lines, "\n");
+
+  // A trunk that fails before its checkpoints: its branches are recorded as not started.
+  MoveSweep(TmpDir() + "/wsd_failing", &*plan);
+  ::setenv("FAKE_TRAIN_FAIL", "n_layers=1,max_steps=60", 1);
+  auto failing = RunSweep(*plan, FakeRunner());
+  ::unsetenv("FAKE_TRAIN_FAIL");
+  ASSERT_TRUE(failing.ok()) << failing.status();
+  EXPECT_EQ(failing->finished, 3);
+  EXPECT_EQ(failing->failed, 3);
+  auto branch = ReadRunResult(plan->output_dir + "/runs/n_layers=1,max_steps=20");
+  ASSERT_TRUE(branch.ok()) << branch.status();
+  EXPECT_EQ(
+      branch->message(),
+      absl::StrCat("not started: its trunk n_layers=1,max_steps=60 ended FAILED without the checkpoint it "
+                   "starts from (",
+                   plan->output_dir, "/runs/n_layers=1,max_steps=60/checkpoints/step_00000017)"));
 }
 
 TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {

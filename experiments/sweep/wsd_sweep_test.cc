@@ -1,0 +1,103 @@
+// A WSD sweep trained for real (the sweep binary's --train_one process, the CPU trainer): each branch, which
+// trains only its decay from its trunk's checkpoint, ends where the same run trained alone from scratch ends,
+// bit for bit, and trains fewer steps itself.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "experiments/sweep/plan.h"
+#include "experiments/sweep/runner.h"
+#include "experiments/sweep/train_run.h"
+#include "gtest/gtest.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::sweep {
+namespace {
+
+std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
+
+std::string WriteTokens(const std::string& name, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids(n);
+  for (uint32_t& id : ids) id = rng() % 512;
+  const std::string path = TmpDir() + "/" + name;
+  auto writer = tokenizer::TokenFileWriter::Create(path, 512, /*tokenizer_hash=*/1);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+struct Swept {
+  SweepPlan plan;
+  SweepSummary summary;
+};
+
+// Plans and runs the tiny model on a WSD schedule at 8, 16 and 12 steps, into `name`.
+Swept RunWsdSweep(const std::string& name, bool wsd_branches) {
+  static const std::string train = WriteTokens("train.tok", 8000, 1), val = WriteTokens("val.tok", 2000, 2);
+  char cwd[PATH_MAX];
+  EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string text = absl::StrCat(
+      "name: \"", name, "\"\noutput_dir: \"", TmpDir(), "/", name, "\"\nbase_experiment: \"", cwd,
+      "/experiments/configs/tiny.textproto\"\nparallel_runs: 2\nwsd_branches: ", wsd_branches ? "true" : "false",
+      "\nset: [\"data.train_tokens=", train, "\", \"data.val_tokens=", val,
+      "\", \"run.eval_tokens=512\", \"schedule.kind=WSD\", \"schedule.warmup=2\", "
+      "\"schedule.decay_fraction=0.25\", \"run.checkpoint_interval=0\"]\n",
+      "grid { axis { field: \"run.max_steps\" values: [\"8\", \"16\", \"12\"] } }\n");
+  Swept swept;
+  auto sweep = ParseSweepText(text, name + ".sweep");
+  EXPECT_TRUE(sweep.ok()) << sweep.status();
+  auto plan = PlanSweep(*sweep, name + ".sweep", TmpDir(), SizeOfModel);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return swept;
+  swept.plan = *plan;
+  RunnerOptions options;
+  options.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep", "--train_one"};
+  options.threads_per_run = 1;
+  auto summary = RunSweep(swept.plan, options);
+  EXPECT_TRUE(summary.ok()) << summary.status();
+  if (summary.ok()) swept.summary = *summary;
+  return swept;
+}
+
+TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
+  const Swept branched = RunWsdSweep("branched", true), alone = RunWsdSweep("alone", false);
+  ASSERT_EQ(branched.summary.finished, 3);
+  ASSERT_EQ(alone.summary.finished, 3);
+  int branches = 0;
+  for (size_t i = 0; i < branched.plan.runs.size(); ++i) {
+    const PlannedRun& run = branched.plan.runs[i];
+    SCOPED_TRACE(run.name);
+    auto a = ReadRunResult(branched.plan.output_dir + "/runs/" + run.name);
+    auto b = ReadRunResult(alone.plan.output_dir + "/runs/" + run.name);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->final_loss(), b->final_loss());
+    EXPECT_EQ(a->tokens(), b->tokens());
+    EXPECT_EQ(a->flops(), b->flops());
+    // What the run trained itself: one metrics line per step from its branch point on.
+    auto metrics = ReadFile(branched.plan.output_dir + "/runs/" + run.name + "/metrics.jsonl");
+    ASSERT_TRUE(metrics.ok());
+    const size_t lines = std::vector<std::string>(absl::StrSplit(*metrics, '\n', absl::SkipEmpty())).size();
+    EXPECT_EQ(lines, static_cast<size_t>(run.steps - run.branch_step));
+    if (run.steps == 16) {
+      EXPECT_EQ(run.trunk, "");
+    } else {
+      ++branches;
+      EXPECT_EQ(run.trunk, "max_steps=16");
+      EXPECT_GT(run.branch_step, 0);
+      EXPECT_LT(run.branch_step, run.steps);
+    }
+  }
+  EXPECT_EQ(branches, 2);
+}
+
+}  // namespace
+}  // namespace lmf::sweep
