@@ -36,8 +36,9 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     auto device = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(options.rendezvous_dir);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-    context->setTimeout(options.timeout);
+    context->setTimeout(options.connect_timeout);
     context->connectFullMesh(store, device);
+    context->setTimeout(options.timeout);
     return std::unique_ptr<GlooGroup>(new GlooGroup(options.rank, options.world_size, std::move(context)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("gloo group: rank ", options.rank, " of ", options.world_size,

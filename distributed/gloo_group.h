@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "distributed/collectives.h"
 
 namespace gloo {
 class Context;
@@ -24,24 +25,23 @@ struct GlooGroupOptions {
   int world_size = 1;
   std::string rendezvous_dir;        // a folder shared by all ranks (created if missing)
   std::string hostname = "127.0.0.1";  // the address this rank listens on
-  std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds timeout{30000};          // for each collective
+  std::chrono::milliseconds connect_timeout{30000};  // for every rank to join
 };
 
-class GlooGroup {
+class GlooGroup : public Collectives {
  public:
   // Connects all ranks (blocks until every rank has joined or the timeout passes).
   static absl::StatusOr<std::unique_ptr<GlooGroup>> Connect(const GlooGroupOptions& options);
-  ~GlooGroup();
+  ~GlooGroup() override;
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
 
-  // In-place sum over all ranks of data[0..n).
-  absl::Status AllReduceSum(float* data, size_t n);
-  absl::Status AllReduceSum(double* data, size_t n);
-  // Copies root's data[0..n) to every rank.
-  absl::Status Broadcast(float* data, size_t n, int root);
-  absl::Status Barrier();
+  absl::Status AllReduceSum(float* data, size_t n) override;
+  absl::Status AllReduceSum(double* data, size_t n) override;
+  absl::Status Broadcast(float* data, size_t n, int root) override;
+  absl::Status Barrier() override;
 
  private:
   GlooGroup(int rank, int world_size, std::shared_ptr<gloo::Context> context);

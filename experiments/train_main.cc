@@ -15,6 +15,7 @@
 #include "base/file.h"
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
+#include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
 
 namespace lmf::experiments {
@@ -72,4 +73,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace lmf::experiments
 
-int main(int argc, char** argv) { return lmf::experiments::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // A data-parallel run's other ranks are this binary again (experiments/trainer/data_parallel.h).
+  if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
+  return lmf::experiments::Main(argc, argv);
+}

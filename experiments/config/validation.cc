@@ -283,6 +283,25 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
     errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
   }
   RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
+  if (run.parallel().data() < 1 || run.parallel().data() > 256) {
+    errors->Add(absl::StrCat("run.parallel.data=", run.parallel().data(), " must be 1 to 256 processes"));
+  } else if (run.parallel().data() > 1) {
+    if (run.device() == RunConfig::CUDA) {
+      errors->Add(
+          absl::StrCat("run.parallel.data=", run.parallel().data(),
+                       " needs run.device=CPU (data parallelism runs over Gloo on CPUs; NCCL for GPUs "
+                       "is not built yet)"));
+    }
+    if (run.grad_accum_steps() % run.parallel().data() != 0) {
+      errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(),
+                               " must be a multiple of run.parallel.data=", run.parallel().data(),
+                               " (each process takes an equal share of a step's micro-batches)"));
+    }
+  }
+  if (run.parallel().timeout_seconds() < 1) {
+    errors->Add(absl::StrCat("run.parallel.timeout_seconds=", run.parallel().timeout_seconds(),
+                             " must be at least 1"));
+  }
   RequireNonNegative(run.op_profile_steps(), "run.op_profile_steps", errors);
   if (run.gemm_autotune() && run.device() == RunConfig::CPU) {
     errors->Add("run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");

@@ -61,6 +61,8 @@ class TrainBatchSampler {
 
   // Fills inputs and targets, each (B, T) row-major, with the next B random windows.
   absl::Status Next(int32_t* inputs, int32_t* targets);
+  // Passes over the next B windows (another data-parallel process's micro-batch) without reading them.
+  void Skip() { state_.windows_drawn += static_cast<uint64_t>(batch_size_); }
 
   const SamplerState& state() const { return state_; }
   // Continues from a saved state (a checkpoint of a run with the same data and seed).

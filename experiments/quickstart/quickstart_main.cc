@@ -26,6 +26,7 @@
 #include "experiments/cli_args.h"
 #include "experiments/quickstart/quickstart.h"
 #include "experiments/sweep/train_run.h"
+#include "experiments/trainer/data_parallel.h"
 
 ABSL_FLAG(std::string, out, "lmforge_quickstart", "output folder (relative to where you ran the command)");
 ABSL_FLAG(std::vector<std::string>, data, {}, "text files to use instead of the synthetic corpus");
@@ -54,6 +55,8 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A data-parallel run's other ranks are this binary again (experiments/trainer/data_parallel.h).
+  if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
   absl::SetProgramUsageMessage(
       "Text -> tokenizer -> IsoFLOP sweep -> fitted scaling law -> report, on the built-in synthetic corpus "
       "or --data.");

@@ -26,6 +26,7 @@
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
 #include "experiments/sweep/train_run.h"
+#include "experiments/trainer/data_parallel.h"
 
 ABSL_FLAG(std::string, sweep, "", "the sweep textproto (experiments/sweep/sweep.proto)");
 ABSL_FLAG(bool, dry_run, false, "print the plan and stop");
@@ -59,6 +60,8 @@ std::string DataNote(const lmf::config::DataConfig& data) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A data-parallel run's other ranks are this binary again (experiments/trainer/data_parallel.h).
+  if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
   absl::SetProgramUsageMessage("Plans and runs a sweep of training runs, then writes its results table.");
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_train_one)) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -18,10 +19,12 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
+#include "experiments/crc32c/crc32c.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/metrics/tensorboard_writer.h"
 #include "experiments/schedule/lr_schedule.h"
+#include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/stop_signals.h"
@@ -161,13 +164,24 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const config::RunConfig& run = experiment.run();
   const std::string& out = run.output_dir();
   const std::vector<int64_t> pinned(run.checkpoint_steps().begin(), run.checkpoint_steps().end());
+  // Data parallelism (data_parallel.h): this process's rank; rank 0 alone writes the run folder.
+  distributed::Collectives* group = options.collectives;
+  const int world = run.parallel().data();
+  if (group != nullptr && group->world_size() != world) {
+    return absl::InvalidArgumentError(absl::StrCat("run.parallel.data=", world, " but the process group has ",
+                                                   group->world_size(), " processes"));
+  }
+  const int rank = group != nullptr ? group->rank() : 0;
+  const bool lead = rank == 0;
   // One trainer per run folder, taken first: a second one (a --resume while the first still runs) would
   // interleave its checkpoints and metrics with the first's. Held until Train returns; the kernel drops it
   // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
   if (absl::Status s = MakeDirs(out); !s.ok()) return s;
   std::optional<FileLock> lock;
   std::string lock_warning;
-  if (absl::StatusOr<FileLock> acquired = FileLock::Acquire(out + "/.lock"); acquired.ok()) {
+  if (!lead) {
+    // The lead rank holds the lock for the whole group.
+  } else if (absl::StatusOr<FileLock> acquired = FileLock::Acquire(out + "/.lock"); acquired.ok()) {
     lock = *std::move(acquired);
   } else if (acquired.status().code() == absl::StatusCode::kUnimplemented) {
     lock_warning = absl::StrCat("run folder not locked: ", acquired.status().message(),
@@ -182,6 +196,20 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
+  std::unique_ptr<DataParallelLaunch> launch;  // the other ranks, when this process started them
+  if (world > 1 && group == nullptr) {
+    absl::StatusOr<std::unique_ptr<DataParallelLaunch>> started =
+        DataParallelLaunch::Start(experiment, options);
+    if (!started.ok()) return started.status();
+    launch = *std::move(started);
+    group = &launch->group();
+  }
+  // A failed collective: a rank died or stalled; name it where this process started it.
+  auto collective_error = [&](const absl::Status& status) {
+    const std::string dead = launch != nullptr ? launch->DeadWorkers(/*grace_ms=*/2000) : "";
+    return absl::Status(status.code(), absl::StrCat("run.parallel.data=", world, ": ", status.message(),
+                                                    dead.empty() ? "" : absl::StrCat("; ", dead)));
+  };
   absl::StatusOr<std::unique_ptr<TrainingDevice>> device = TrainingDevice::Open(run);
   if (!device.ok()) return device.status();
   const kernels::Context& ctx = (*device)->context();
@@ -309,7 +337,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     } else {
       return latest.status();
     }
-  } else if (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty()) {
+  } else if (lead && (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "run.output_dir=", out, " already holds a run; pass --resume to continue it or choose another folder"));
   }
@@ -347,10 +375,26 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     console.Message(absl::StrCat("starting from ", from, " (step ", start_step, "; run.init_from)"));
   }
 
+  if (group != nullptr) {
+    // Every rank built the same weights from the same seed or checkpoint; rank 0's are made everyone's
+    // anyway, so that nothing but the data split can tell the ranks apart.
+    absl::Status broadcast = absl::OkStatus();
+    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+      if (broadcast.ok())
+        broadcast = group->Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
+    });
+    if (!broadcast.ok()) return collective_error(broadcast);
+    console.Message(absl::StrCat(
+        "data parallel: rank ", rank, " of ", world, ", micro-batches ",
+        rank * (run.grad_accum_steps() / world) + 1, "-", (rank + 1) * (run.grad_accum_steps() / world),
+        " of each step's ", run.grad_accum_steps(), lead ? "; the other ranks log to rank_<r>.log" : ""));
+  }
   const std::string config_text = ExperimentToText(experiment);
-  if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
+  if (lead) {
+    if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
+  }
   std::optional<MetricsLog> metrics;
-  if (experiment.logging().metrics_jsonl()) {
+  if (lead && experiment.logging().metrics_jsonl()) {
     absl::StatusOr<MetricsLog> log =
         MetricsLog::Open(metrics_path, start_step > 0 || options.resume ? std::optional<int64_t>(start_step)
                                                                         : std::nullopt);
@@ -358,7 +402,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     metrics = *std::move(log);
   }
   std::optional<TensorBoardWriter> events;
-  if (experiment.logging().tensorboard()) {
+  if (lead && experiment.logging().tensorboard()) {
     absl::StatusOr<TensorBoardWriter> writer = TensorBoardWriter::Create(out);
     if (!writer.ok()) return writer.status();
     events = *std::move(writer);
@@ -371,8 +415,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const int64_t tokens_per_step = TokensPerStep(experiment);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
-  const std::optional<double> peak_flops = (*device)->peak_flops();
+  // Each rank's peak is that of its share of the cores (or run.peak_flops per rank): the run's is world times
+  // it.
+  std::optional<double> peak_flops = (*device)->peak_flops();
+  if (peak_flops.has_value()) *peak_flops *= world;
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
+  std::vector<float> grad_buffer;  // data parallel: every gradient, for one all-reduce
   const StopSignals signals(options.checkpoint_on_signal);
   // run.op_profile_steps: steps [profile_first, profile_end) are profiled (from the second step this
   // process trains, skipping the first one's allocations and GEMM plans; the first when it trains only one).
@@ -389,12 +437,36 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     model.ZeroGrad();
     double loss_sum = 0, z_loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
+      if (micro / (accum / world) != rank) {  // another rank's micro-batch
+        sampler->Skip();
+        continue;
+      }
       if (absl::Status s = sampler->Next(inputs.data(), targets.data()); !s.ok()) return s;
       absl::StatusOr<double> loss = model.ForwardWithLoss(inputs.data(), targets.data(), batch, context);
       if (!loss.ok()) return loss.status();
       model.Backward();
       loss_sum += *loss;
       z_loss_sum += model.z_loss_term();
+    }
+    int stop_signal = 0;
+    if (group != nullptr) {
+      // The step's gradients, losses and stop requests, summed over the ranks (one all-reduce each).
+      grad_buffer.clear();
+      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+        grad_buffer.insert(grad_buffer.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+      });
+      if (absl::Status s = group->AllReduceSum(grad_buffer.data(), grad_buffer.size()); !s.ok())
+        return collective_error(s);
+      size_t offset = 0;
+      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+        std::copy_n(grad_buffer.data() + offset, p.grad.numel(), p.grad.data<float>());
+        offset += static_cast<size_t>(p.grad.numel());
+      });
+      double sums[3] = {loss_sum, z_loss_sum, static_cast<double>(signals.received())};
+      if (absl::Status s = group->AllReduceSum(sums, 3); !s.ok()) return collective_error(s);
+      loss_sum = sums[0];
+      z_loss_sum = sums[1];
+      stop_signal = sums[2] > 0 ? (signals.received() != 0 ? signals.received() : SIGTERM) : 0;
     }
     const double loss = loss_sum / static_cast<double>(accum);
     const double grad_norm = std::isfinite(loss) ? optimizer.Step(model, lr, accum) : NAN;
@@ -420,7 +492,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       const std::string text = absl::StrCat(
           "# time per op and step, steps ", profile_first + 1, "-", profile_end, " on ", (*device)->name(), "\n# ",
           report->method, "\n", report->table);
-      if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+      if (lead) {
+        if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+      }
       console.Message(absl::StrCat("op profile of steps ", profile_first + 1, "-", profile_end, ": ", path,
                                    " (largest: ", report->largest, ")"));
     }
@@ -436,7 +510,29 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     m.wall_seconds = train_seconds;
     if (model.config().z_loss > 0) m.z_loss = z_loss_sum / static_cast<double>(accum);
     const bool last = completed == total_steps;
-    if (validation.has_value() &&
+    const bool checkpoint_step =
+        last || (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0) ||
+        std::find(pinned.begin(), pinned.end(), completed) != pinned.end();
+    if (group != nullptr && checkpoint_step) {
+      // The ranks' copies of the weights must be one: each rank's checksum, compared on every rank.
+      std::vector<double> checksums(world, 0.0);
+      uint32_t crc = 0;
+      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+        crc = Crc32c(std::string_view(static_cast<const char*>(p.value.data()), p.value.nbytes()), crc);
+      });
+      checksums[rank] = crc;
+      if (absl::Status s = group->AllReduceSum(checksums.data(), checksums.size()); !s.ok())
+        return collective_error(s);
+      for (int r = 1; r < world; ++r) {
+        if (checksums[r] != checksums[0]) {
+          return absl::InternalError(absl::StrCat(
+              "run.parallel.data=", world, ": after step ", completed, " rank ", r,
+              "'s weights differ from rank 0's (CRC-32C ", static_cast<uint32_t>(checksums[r]), " vs ",
+              static_cast<uint32_t>(checksums[0]), "); the ranks must run equal thread counts"));
+        }
+      }
+    }
+    if (lead && validation.has_value() &&
         (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0))) {
       absl::StatusOr<double> val_loss = ValidationLoss(model, *validation, batch, context);
       if (!val_loss.ok()) return val_loss.status();
@@ -464,10 +560,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (options.stop_after_step == completed) return result;
 
-    const int stop_signal = signals.received();
-    if (last || stop_signal != 0 ||
-        (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0) ||
-        std::find(pinned.begin(), pinned.end(), completed) != pinned.end()) {
+    if (group == nullptr) stop_signal = signals.received();  // else agreed on at the all-reduce
+    if (lead && (checkpoint_step || stop_signal != 0)) {
       const HostTensors weights = ModelTensors(model);
       const HostTensors optimizer_state = optimizer.StateTensors();
       CheckpointContents contents;
@@ -496,12 +590,16 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (stop_signal != 0 && !last) {
       console.Finish();
-      return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal, " after step ", completed,
-                                               "; checkpoint ", result.last_checkpoint,
-                                               "; continue with --resume"));
+      return absl::CancelledError(absl::StrCat(
+          "stopped by signal ", stop_signal, " after step ", completed,
+          lead ? absl::StrCat("; checkpoint ", result.last_checkpoint) : "; rank 0 writes the checkpoint",
+          "; continue with --resume"));
     }
   }
   console.Finish();
+  if (launch != nullptr) {
+    if (absl::Status s = launch->Wait(); !s.ok()) return s;
+  }
   return result;
 }
 

@@ -20,6 +20,8 @@
 // run.init_from starts a fresh run folder from another run's checkpoint the same way, after checking that
 // the steps it takes over were taken with this config's model, data, batch, seed, optimizer and learning
 // rates (a WSD cooldown branch). The training data is data.train_tokens or a data.train_mixture.
+// run.parallel.data > 1 trains on that many CPU processes, splitting each step's micro-batches
+// (data_parallel.h).
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 
@@ -27,8 +29,10 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "distributed/collectives.h"
 #include "experiments/proto/experiment.pb.h"
 #include "experiments/proto/run.pb.h"
 #include "experiments/trainer/training_device.h"
@@ -46,6 +50,11 @@ struct TrainOptions {
   // finishes, a checkpoint is written, and Train returns Cancelled naming it, for --resume to continue.
   bool checkpoint_on_signal = false;
   FILE* console = stderr;
+  // Data parallelism (run.parallel.data > 1; data_parallel.h): the group this process trains in as one
+  // rank. Null: this process is rank 0 and starts the others itself, as `data_parallel_command` (default:
+  // this executable, which must call DataParallelWorkerMain when IsDataParallelWorker()).
+  distributed::Collectives* collectives = nullptr;
+  std::vector<std::string> data_parallel_command;
 };
 
 struct TrainResult {

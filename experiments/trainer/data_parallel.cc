@@ -1,0 +1,248 @@
+// Starting and joining the processes of a data-parallel run (see data_parallel.h).
+#include "experiments/trainer/data_parallel.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "base/thread_pool.h"
+#include "distributed/gloo_group.h"
+#include "experiments/config/loader.h"
+#include "experiments/trainer/trainer.h"
+
+namespace lmf::experiments {
+namespace {
+
+// "<rank> <world> <resume> <stop_after> <timeout_seconds> <rendezvous folder>" (the folder last: it may hold
+// spaces). Set by Start for each worker; a worker reads it and clears it.
+constexpr char kWorkerEnv[] = "LMF_DATA_PARALLEL_WORKER";
+constexpr char kRendezvousPrefix[] = ".data_parallel-";
+constexpr std::chrono::seconds kConnectTimeout{60};
+
+std::string LogPath(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank_", rank, ".log");
+}
+
+// The last `lines` lines of a file, for failure messages.
+std::string Tail(const std::string& path, int lines) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return "";
+  std::vector<std::string> all = absl::StrSplit(*text, '\n', absl::SkipWhitespace());
+  if (static_cast<int>(all.size()) > lines) all.erase(all.begin(), all.end() - lines);
+  return absl::StrJoin(all, " | ");
+}
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
+    const config::Experiment& experiment, const TrainOptions& options) {
+  const config::RunConfig& run = experiment.run();
+  const int world = run.parallel().data();
+  std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
+  launch->run_dir_ = run.output_dir();
+  // Rendezvous folders of earlier launches that were killed: this process holds the run folder's lock, so
+  // no other launch is using them.
+  if (absl::StatusOr<std::vector<std::string>> names = ListFolder(run.output_dir()); names.ok()) {
+    for (const std::string& name : *names) {
+      if (!absl::StartsWith(name, kRendezvousPrefix)) continue;
+      if (absl::Status s = RemoveFlatFolder(run.output_dir() + "/" + name); !s.ok()) return s;
+    }
+  }
+  launch->rendezvous_dir_ = absl::StrCat(run.output_dir(), "/", kRendezvousPrefix, ::getpid());
+  if (absl::Status s = MakeDirs(launch->rendezvous_dir_); !s.ok()) return s;
+  const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
+  if (absl::Status s = WriteFileAtomically(config_path, ExperimentToText(experiment)); !s.ok()) return s;
+
+  // The ranks share the cores, unless the user chose a thread count (then each rank gets it). Every rank
+  // runs as many threads as this one's pool has (made now, if not before): the optimizer's kernels split
+  // their work by the thread count, and the ranks' copies of the weights stay identical only if each rank
+  // updates them in the same pieces.
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
+    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
+  }
+  const std::string threads = std::to_string(ThreadPool::Default().num_threads());
+  std::vector<std::string> command = options.data_parallel_command;
+  if (command.empty()) command = {SelfExecutable()};
+  if (command.front().empty()) return absl::InternalError("data parallel: cannot find this executable");
+  for (int rank = 1; rank < world; ++rank) {
+    const std::string env =
+        absl::StrCat(rank, " ", world, " ", options.resume ? 1 : 0, " ", options.stop_after_step, " ",
+                     run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_);
+    const std::string log = LogPath(run.output_dir(), rank);
+    std::vector<std::string> args = command;
+    const pid_t pid = ::fork();
+    if (pid < 0)
+      return absl::InternalError(absl::StrCat("data parallel: fork failed: ", std::strerror(errno)));
+    if (pid == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::setenv(kWorkerEnv, env.c_str(), 1);
+      ::setenv("LMF_NUM_THREADS", threads.c_str(), 1);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::fprintf(stderr, "data parallel: cannot execute %s: %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    launch->workers_.push_back(pid);
+    launch->exit_status_.push_back(0);
+  }
+
+  distributed::GlooGroupOptions group_options;
+  group_options.rank = 0;
+  group_options.world_size = world;
+  group_options.rendezvous_dir = launch->rendezvous_dir_;
+  group_options.timeout = std::chrono::seconds(run.parallel().timeout_seconds());
+  group_options.connect_timeout = kConnectTimeout;
+  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
+      distributed::GlooGroup::Connect(group_options);
+  if (!group.ok()) {
+    const std::string dead = launch->DeadWorkers(/*grace_ms=*/1000);
+    return absl::Status(group.status().code(),
+                        absl::StrCat("run.parallel.data=", world, ": ", group.status().message(),
+                                     dead.empty() ? "" : absl::StrCat("; ", dead)));
+  }
+  launch->group_ = *std::move(group);
+  return launch;
+}
+
+DataParallelLaunch::~DataParallelLaunch() {
+  group_.reset();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] < 0) continue;
+    ::kill(workers_[i], SIGTERM);
+    int status = 0;
+    // A worker stopped mid-collective exits at once; one in a long step gets a few seconds, then SIGKILL.
+    for (int waited_ms = 0; ::waitpid(workers_[i], &status, WNOHANG) == 0; waited_ms += 50) {
+      if (waited_ms == 5000) ::kill(workers_[i], SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  if (!rendezvous_dir_.empty()) (void)RemoveFlatFolder(rendezvous_dir_);
+}
+
+std::string DataParallelLaunch::Describe(int rank, int wait_status) const {
+  const std::string how = WIFEXITED(wait_status)
+                              ? absl::StrCat("exited with status ", WEXITSTATUS(wait_status))
+                              : absl::StrCat("was killed by signal ", WTERMSIG(wait_status));
+  const std::string log = LogPath(run_dir_, rank);
+  return absl::StrCat("rank ", rank, " ", how, " (", log, ": ", Tail(log, 3), ")");
+}
+
+absl::Status DataParallelLaunch::Wait() {
+  std::vector<std::string> failed;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] >= 0) {
+      int status = 0;
+      while (::waitpid(workers_[i], &status, 0) < 0 && errno == EINTR) {
+      }
+      workers_[i] = -1;
+      exit_status_[i] = status;
+    }
+    const int status = exit_status_[i];
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failed.push_back(Describe(static_cast<int>(i) + 1, status));
+  }
+  if (failed.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("data parallel: ", absl::StrJoin(failed, "; ")));
+}
+
+std::string DataParallelLaunch::DeadWorkers(int grace_ms) {
+  std::vector<std::string> dead;
+  for (int waited_ms = 0;; waited_ms += 50) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (workers_[i] < 0) continue;
+      int status = 0;
+      if (::waitpid(workers_[i], &status, WNOHANG) == workers_[i]) {
+        workers_[i] = -1;
+        exit_status_[i] = status;
+        dead.push_back(Describe(static_cast<int>(i) + 1, status));
+      }
+    }
+    if (!dead.empty() || waited_ms >= grace_ms) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::StrJoin(dead, "; ");
+}
+
+bool IsDataParallelWorker() { return std::getenv(kWorkerEnv) != nullptr; }
+
+int DataParallelWorkerMain() {
+  const char* env = std::getenv(kWorkerEnv);
+  if (env == nullptr) return 2;
+  const std::string spec = env;
+  ::unsetenv(kWorkerEnv);
+  const std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(' ', 5));
+  int rank = 0, world = 0, resume = 0, timeout = 0;
+  int64_t stop_after = 0;
+  if (parts.size() != 6 || !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtoi(parts[1], &world) ||
+      !absl::SimpleAtoi(parts[2], &resume) || !absl::SimpleAtoi(parts[3], &stop_after) ||
+      !absl::SimpleAtoi(parts[4], &timeout)) {
+    std::fprintf(stderr, "data parallel worker: %s=\"%s\" is not what the launching process writes\n",
+                 kWorkerEnv, spec.c_str());
+    return 2;
+  }
+  const std::string& rendezvous = parts[5];
+  absl::StatusOr<config::Experiment> experiment = LoadExperiment(rendezvous + "/config.textproto", {});
+  if (!experiment.ok()) {
+    std::fprintf(stderr, "data parallel rank %d: %s\n", rank,
+                 std::string(experiment.status().message()).c_str());
+    return 1;
+  }
+  distributed::GlooGroupOptions group_options;
+  group_options.rank = rank;
+  group_options.world_size = world;
+  group_options.rendezvous_dir = rendezvous;
+  group_options.timeout = std::chrono::seconds(timeout);
+  group_options.connect_timeout = kConnectTimeout;
+  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
+      distributed::GlooGroup::Connect(group_options);
+  if (!group.ok()) {
+    std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(group.status().message()).c_str());
+    return 1;
+  }
+  TrainOptions options;
+  options.resume = resume != 0;
+  options.stop_after_step = stop_after;
+  options.checkpoint_on_signal = true;
+  options.collectives = group->get();
+  std::fprintf(stderr, "data parallel rank %d of %d, run folder %s\n", rank, world,
+               experiment->run().output_dir().c_str());
+  absl::StatusOr<TrainResult> result = Train(*experiment, options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(result.status().message()).c_str());
+    if (result.status().code() == absl::StatusCode::kAborted) return 3;
+    return result.status().code() == absl::StatusCode::kCancelled ? 4 : 1;
+  }
+  std::fprintf(stderr, "data parallel rank %d: %lld steps\n", rank, static_cast<long long>(result->steps));
+  return 0;
+}
+
+}  // namespace lmf::experiments

@@ -1,0 +1,72 @@
+// Data parallelism on one machine (run.parallel.data = P > 1; run.proto ParallelConfig). The process the
+// user started is rank 0: Train starts ranks 1..P-1 as child processes (this executable again, or
+// TrainOptions::data_parallel_command), each with the run's resolved config, and all P join a Gloo group
+// over loopback TCP through a rendezvous folder in the run folder. Every rank builds the same model from
+// the same seed (rank 0's weights are broadcast anyway) and draws the same data stream; rank r computes
+// micro-batches [r A/P, (r+1) A/P) of each step's A = run.grad_accum_steps, the gradients and losses are
+// summed over the ranks, and every rank applies the same update. Rank 0 alone evaluates, logs and writes
+// checkpoints; rank r > 0 logs to <run>/rank_<r>.log. The ranks share the cores (LMF_NUM_THREADS, unless set,
+// is the hardware thread count / P). A rank that dies fails the others' next collective; rank 0 then names
+// it and its log's last lines. Stopping: SIGINT/SIGTERM (Ctrl-C reaches every rank) are agreed on at the
+// step's all-reduce, so all ranks stop after the same step and rank 0 checkpoints.
+//
+// Any binary that calls Train must start with
+//     if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
+// (train, sweep and quickstart do) so that it can serve as a worker.
+#ifndef LMFORGE_EXPERIMENTS_TRAINER_DATA_PARALLEL_H_
+#define LMFORGE_EXPERIMENTS_TRAINER_DATA_PARALLEL_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distributed/collectives.h"
+#include "experiments/proto/experiment.pb.h"
+
+namespace lmf::experiments {
+
+struct TrainOptions;
+
+// The workers of a data-parallel run and the group, seen from rank 0.
+class DataParallelLaunch {
+ public:
+  // Starts ranks 1..P-1 (`command`, or this executable when empty) and joins the group as rank 0.
+  // `experiment` is resolved, with absolute paths; its run folder exists and is locked by this process.
+  static absl::StatusOr<std::unique_ptr<DataParallelLaunch>> Start(const config::Experiment& experiment,
+                                                                   const TrainOptions& options);
+  DataParallelLaunch(const DataParallelLaunch&) = delete;
+  DataParallelLaunch& operator=(const DataParallelLaunch&) = delete;
+  // Stops (SIGTERM) and reaps workers still running, and removes the rendezvous folder.
+  ~DataParallelLaunch();
+
+  distributed::Collectives& group() { return *group_; }
+
+  // Waits for every worker to exit; an error names each that failed, with its log's last lines.
+  absl::Status Wait();
+  // After a failed collective: which workers have died (waiting up to `grace_ms` for one to be seen), ""
+  // when none has.
+  std::string DeadWorkers(int grace_ms);
+
+ private:
+  DataParallelLaunch() = default;
+  std::string Describe(int rank, int wait_status) const;
+
+  std::string run_dir_;
+  std::string rendezvous_dir_;
+  std::vector<pid_t> workers_;  // rank r at [r - 1]; -1 once reaped
+  std::vector<int> exit_status_;
+  std::unique_ptr<distributed::Collectives> group_;
+};
+
+// Whether this process was started as a data-parallel worker (its environment says so).
+bool IsDataParallelWorker();
+
+// A worker's whole life: join the group, train as its rank, return the exit status (0: trained).
+int DataParallelWorkerMain();
+
+}  // namespace lmf::experiments
+
+#endif  // LMFORGE_EXPERIMENTS_TRAINER_DATA_PARALLEL_H_
