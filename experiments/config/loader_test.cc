@@ -94,6 +94,10 @@ TEST(ConfigOverrides, AListReplacesARepeatedFieldOfNumbers) {
   EXPECT_EQ(Error(kValid, {"run.checkpoint_steps=0"}),
             "tiny.textproto: run.checkpoint_steps[0]=0 must be a step of the run, 1 to 10");
   EXPECT_EQ(
+      Error(kValid, {"run.checkpoint_steps.x=4"}),
+      "--set=run.checkpoint_steps.x=4: run.checkpoint_steps is a list, not a message, so it has no field "
+      "\"x\"");
+  EXPECT_EQ(
       Error(kValid, {"data.train_mixture.path=a.tok"}),
       "--set=data.train_mixture.path=a.tok: data.train_mixture is a repeated field of messages or strings; "
       "--set takes single fields and lists of numbers, booleans or enums (edit the config file for this "

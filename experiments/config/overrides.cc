@@ -123,6 +123,10 @@ absl::Status ApplyOverride(const std::string& assignment, Message* message) {
     walked = walked.empty() ? names[i] : absl::StrCat(walked, ".", names[i]);
     if (field == nullptr) return fail(absl::StrCat(parent, " has no field \"", names[i], "\""));
     const bool last = i + 1 == names.size();
+    if (field->is_repeated() && !last && field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+      return fail(
+          absl::StrCat(walked, " is a list, not a message, so it has no field \"", names[i + 1], "\""));
+    }
     if (field->is_repeated() && (!last || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ||
                                  field->cpp_type() == FieldDescriptor::CPPTYPE_STRING)) {
       return fail(absl::StrCat(walked,

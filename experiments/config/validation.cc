@@ -382,10 +382,14 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
              schedule.decay_fraction() <= 1) {
     const int64_t end = schedule.decay_end() > 0 ? schedule.decay_end() : run_length;
     const int64_t start = WsdDecayStart(schedule.warmup(), end, schedule.decay_fraction());
-    if (start >= end) {
+    // The decay's first step is at the peak (its progress is 0 there): a decay that takes under two steps
+    // never lowers the learning rate.
+    const int64_t two_steps = in_tokens ? 2 * per_step : 2;
+    if (end - start < two_steps) {
       errors.Add(absl::StrCat("schedule.decay_fraction=", schedule.decay_fraction(),
                               " leaves WSD no decay: over ", end, " ", unit, " it would start at ", start,
-                              " (after schedule.warmup=", schedule.warmup(), ") and end at ", end));
+                              " (after schedule.warmup=", schedule.warmup(), ") and end at ", end,
+                              ", under the two steps it takes to leave the peak"));
     }
   }
   return errors.ToStatus(source);

@@ -240,12 +240,17 @@ TEST(ConfigValidation, ScheduleRules) {
   EXPECT_EQ(
       Error(kBase, {"schedule.kind=WSD", "schedule.decay_fraction=0.0001"}),
       "tiny.textproto: schedule.decay_fraction=0.0001 leaves WSD no decay: over 100 steps it would start at "
-      "100 (after schedule.warmup=0) and end at 100");
+      "100 (after schedule.warmup=0) and end at 100, under the two steps it takes to leave the peak");
   EXPECT_EQ(
       Error(kBase, {"schedule.kind=WSD", "schedule.warmup=100"}),
       "tiny.textproto: schedule.decay_fraction=0.2 leaves WSD no decay: over 100 steps it would start at 100 "
-      "(after schedule.warmup=100) and end at 100");
-  EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.warmup=99"}), "OK");
+      "(after schedule.warmup=100) and end at 100, under the two steps it takes to leave the peak");
+  // A decay of one step is at the peak throughout.
+  EXPECT_EQ(
+      Error(kBase, {"schedule.kind=WSD", "schedule.warmup=99"}),
+      "tiny.textproto: schedule.decay_fraction=0.2 leaves WSD no decay: over 100 steps it would start at 99 "
+      "(after schedule.warmup=99) and end at 100, under the two steps it takes to leave the peak");
+  EXPECT_EQ(Error(kBase, {"schedule.kind=WSD", "schedule.warmup=98"}), "OK");
   // (--set refuses an UNSPECIFIED enum name; a file can hold one.)
   EXPECT_EQ(Error(std::string(kBase) + "schedule { kind: WSD decay_shape: DECAY_SHAPE_UNSPECIFIED }"),
             "tiny.textproto: schedule.decay_shape must not be an UNSPECIFIED value");

@@ -1,7 +1,8 @@
 // A stand-in for the training binary in the sweep runner's tests: reads the run's config, "trains" by
 // evaluating a known scaling law L(N, D) = 1.8 + 300/N^0.33 + 500/D^0.29 (N from the model's shape, D
 // from the run length), and writes result.textproto. Environment knobs make it fail, sleep, or record
-// each invocation, so the tests can check failures, resumption and parallelism. A WSD branch (run.init_from)
+// each invocation, so the tests can check failures (FAKE_TRAIN_FAIL, FAKE_TRAIN_DIVERGE), resumption and
+// parallelism. A WSD branch (run.init_from)
 // fails without its trunk's checkpoint; a trunk writes its run.checkpoint_steps folders when it ends.
 #include <unistd.h>
 
@@ -36,6 +37,15 @@ int main(int argc, char** argv) {
   }
   if (const char* ms = std::getenv("FAKE_TRAIN_SLEEP_MS")) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+  if (const char* diverge = std::getenv("FAKE_TRAIN_DIVERGE");
+      diverge && name.find(diverge) != std::string::npos) {
+    lmf::config::SweepRunResult result;
+    result.set_status(lmf::config::SweepRunResult::DIVERGED);
+    result.set_message("step 7: loss is nan");
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return 5;
+    return lmf::sweep::WriteRunResult(cwd, result).ok() ? 3 : 6;
   }
   if (const char* fail = std::getenv("FAKE_TRAIN_FAIL"); fail && name.find(fail) != std::string::npos) {
     std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());

@@ -486,6 +486,12 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   }
   if (sweep.wsd_branches()) {
     if (absl::Status s = PlanWsdBranches(source, &plan.runs); !s.ok()) return s;
+    if (std::none_of(plan.runs.begin(), plan.runs.end(),
+                     [](const PlannedRun& r) { return !r.trunk.empty(); })) {
+      plan.notes.push_back(
+          "note: wsd_branches shares nothing here: no two runs differ only in their length (or the shorter "
+          "ones never reach their decay before the longer one's)");
+    }
   }
   plan.target_flops = sweep.target_flops() > 0 ? sweep.target_flops() : 100 * max_flops;
   plan.base = base;
@@ -512,6 +518,17 @@ std::string FormatPlan(const SweepPlan& plan) {
     own_flops += r.OwnFlops();
   }
   const double total_seconds = own_flops / plan.estimate_flops_per_second;
+  // With branches, a trunk and then its longest branch run one after the other, whatever the parallelism.
+  double chain_seconds = 0;
+  for (const PlannedRun& trunk : plan.runs) {
+    double longest_branch = 0;
+    for (const PlannedRun& r : plan.runs) {
+      if (r.trunk == trunk.name) longest_branch = std::max(longest_branch, r.OwnFlops());
+    }
+    chain_seconds =
+        std::max(chain_seconds, (trunk.OwnFlops() + longest_branch) / plan.estimate_flops_per_second);
+  }
+  const double wall_seconds = std::max(total_seconds / plan.parallel_runs, chain_seconds);
   if (branches) {
     out += absl::StrFormat(
         "WSD branches: the runs' %.3g FLOP take %.3g of training (%.0f%%): each branch trains from its "
@@ -520,8 +537,8 @@ std::string FormatPlan(const SweepPlan& plan) {
   }
   out += absl::StrFormat(
       "total: %.3g FLOP, about %.0f s of training at %.3g FLOP/s (%.0f s wall with %d at a time)\n",
-      own_flops, total_seconds, plan.estimate_flops_per_second, total_seconds / plan.parallel_runs,
-      plan.parallel_runs);
+      own_flops, total_seconds, plan.estimate_flops_per_second, wall_seconds, plan.parallel_runs);
+  for (const std::string& note : plan.notes) out += note + "\n";
   return out;
 }
 

@@ -58,6 +58,7 @@ struct SweepPlan {
   std::optional<config::ShapeFamily> family;  // the IsoFLOP design's model family, if any
   config::Experiment base;                    // the base experiment after the sweep-wide overrides
   std::vector<PlannedRun> runs;
+  std::vector<std::string> notes;  // what the plan prints under its table (e.g. wsd_branches sharing nothing)
 };
 
 // One model shape of a ShapeFamily (see sweep.proto).

@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -55,13 +57,22 @@ absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std:
   std::vector<std::string> args = command;
   args.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
   const std::string log = run_dir + "/log.txt";
+  char when[64] = "";
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  const std::string header = absl::StrCat("==== ", when, ": the sweep starts this run\n");
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork failed for ", run_dir));
   if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Its own process group: a Ctrl-C meant for the sweep reaches the run once, forwarded by the sweep
+    // (RunSweep), not twice (a second stop signal would end it without its checkpoint).
+    ::setpgid(0, 0);
+    // Appended to: an earlier attempt's log (killed, failed, resumed) stays readable above this one's.
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
+      (void)!::write(fd, header.data(), header.size());
     }
     if (::chdir(run_dir.c_str()) != 0) ::_exit(126);
     if (threads_per_run > 0)
@@ -108,6 +119,41 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
       row.curve_file = absl::StrCat("runs/", run.name, "/", result.curve_file());
   }
   return row;
+}
+
+// SIGINT / SIGTERM while RunSweep waits: forwarded to the runs it is training (see RunSweep).
+volatile sig_atomic_t g_stop_signal = 0;
+void OnStopSignal(int signal) { g_stop_signal = g_stop_signal == 0 ? signal : -1; }  // -1: a second one
+
+// Installs OnStopSignal for SIGINT and SIGTERM (without SA_RESTART, so that waitpid returns EINTR) while
+// alive; the previous dispositions come back after.
+class ForwardStopSignals {
+ public:
+  ForwardStopSignals() {
+    g_stop_signal = 0;
+    struct sigaction action = {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &previous_int_);
+    ::sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~ForwardStopSignals() {
+    ::sigaction(SIGINT, &previous_int_, nullptr);
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+
+ private:
+  struct sigaction previous_int_ = {}, previous_term_ = {};
+};
+
+// What a run's result depends on: its config without the WSD branch wiring (run.init_from,
+// run.checkpoint_steps). A branch ends where the same run trained alone ends, so a finished run stays
+// finished when a longer run joins the sweep and it becomes a branch, or its trunk changes.
+config::Experiment RunIdentity(const config::Experiment& experiment) {
+  config::Experiment identity = experiment;
+  identity.mutable_run()->clear_init_from();
+  identity.mutable_run()->clear_checkpoint_steps();
+  return identity;
 }
 
 // Whether a run folder holds a checkpoint of its own (a run started before resumes from it).
@@ -200,7 +246,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       absl::StatusOr<config::Experiment> stored =
           experiments::ParseStoredExperiment(*previous_config, config_path);
       if (stored.ok()) {
-        change = experiments::ConfigDifference(*stored, run.experiment);
+        change = experiments::ConfigDifference(RunIdentity(*stored), RunIdentity(run.experiment));
       } else {
         change = std::string(stored.status().message());
       }
@@ -226,6 +272,39 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     if (absl::Status s = WriteFileAtomically(config_path, config_text); !s.ok()) return s;
     todo.push_back(i);
   }
+  // A WSD branch still to train needs its trunk's checkpoint. A trunk that finished earlier without it
+  // (the checkpoint was deleted, or the branch is new to the sweep) trains again, from scratch.
+  {
+    std::map<std::string, size_t> index_of;
+    for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
+    const std::set<size_t> to_run(todo.begin(), todo.end());
+    std::set<size_t> rerun;
+    for (const size_t i : to_run) {
+      const PlannedRun& run = plan.runs[i];
+      if (run.trunk.empty()) continue;
+      const size_t trunk = index_of.at(run.trunk);
+      if (to_run.count(trunk) || rerun.count(trunk) || HasCheckpoint(RunDir(plan, run)) ||
+          FileExists(run.experiment.run().init_from() + "/trainer_state.textproto")) {
+        continue;
+      }
+      const std::string dir = RunDir(plan, plan.runs[trunk]);
+      absl::StatusOr<std::string> aside = MoveRunAside(dir);
+      if (!aside.ok()) return aside.status();
+      if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
+                                               experiments::ExperimentToText(plan.runs[trunk].experiment));
+          !s.ok()) {
+        return s;
+      }
+      say(
+          absl::StrFormat("[rerun] %s: %s starts from its checkpoint at step %d, which it does not have; the "
+                          "earlier run is kept in %s",
+                          run.trunk, run.name, run.branch_step, *aside));
+      rerun.insert(trunk);
+      results[trunk] = config::SweepRunResult();
+      --summary.skipped;
+    }
+    todo.insert(todo.end(), rerun.begin(), rerun.end());
+  }
 
   const std::set<size_t> todo_set(todo.begin(), todo.end());
   // Run the missing ones, at most parallel_runs at a time, each WSD branch after its trunk has ended.
@@ -239,7 +318,20 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
                    [&](size_t a, size_t b) { return plan.runs[a].OwnFlops() > plan.runs[b].OwnFlops(); });
   std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>> running;
   size_t started = 0, done = 0;
+  // SIGINT / SIGTERM: the runs in training get SIGTERM (each finishes its step, checkpoints and exits), no
+  // new run starts, and RunSweep returns Cancelled once they have; a second signal kills them at once.
+  const ForwardStopSignals forward;
+  int forwarded = 0;
   while (!waiting.empty() || !running.empty()) {
+    if (g_stop_signal != 0 && forwarded != g_stop_signal) {
+      forwarded = g_stop_signal;
+      for (const auto& [child, run] : running) ::kill(child, forwarded == -1 ? SIGKILL : SIGTERM);
+      waiting.clear();
+      say(forwarded == -1
+              ? "[stop] a second signal: the runs in training are killed"
+              : "[stop] stopping: each run in training finishes its step and writes a checkpoint");
+      if (running.empty()) break;
+    }
     for (auto it = waiting.begin();
          it != waiting.end() && static_cast<int>(running.size()) < plan.parallel_runs;) {
       const size_t i = *it;
@@ -254,9 +346,12 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       if (trunk != i && todo_set.count(trunk) &&
           results[trunk].status() != config::SweepRunResult::FINISHED &&
           !FileExists(from + "/trainer_state.textproto") && !HasCheckpoint(RunDir(plan, run))) {
-        // Its trunk failed before the branch point, in this sweep: nothing to start from.
+        // Its trunk failed before the branch point, in this sweep: nothing to start from. Where the trunk
+        // diverged, so did this run: the steps it would take over are the same.
         config::SweepRunResult failed;
-        failed.set_status(config::SweepRunResult::FAILED);
+        failed.set_status(results[trunk].status() == config::SweepRunResult::DIVERGED
+                              ? config::SweepRunResult::DIVERGED
+                              : config::SweepRunResult::FAILED);
         failed.set_message(absl::StrCat("not started: its trunk ", run.trunk, " ended ",
                                         config::SweepRunResult::Status_Name(results[trunk].status()),
                                         " without the checkpoint it starts from (", from, ")"));
@@ -264,7 +359,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         results[i] = failed;
         unended.erase(i);
         ++done;
-        say(absl::StrFormat("[%d/%d] %s FAILED: %s", done, todo.size(), run.name, failed.message()));
+        say(absl::StrFormat("[%d/%d] %s %s: %s", done, todo.size(), run.name,
+                            config::SweepRunResult::Status_Name(failed.status()), failed.message()));
         continue;
       }
       auto pid = Launch(options.command, RunDir(plan, run), options.threads_per_run);
@@ -280,7 +376,11 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
                                               " waits for a trunk that is not running"));
     }
     int wstatus = 0;
-    const pid_t pid = ::waitpid(-1, &wstatus, 0);
+    const pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);  // polled, so that a stop signal is seen at once
+    if (pid == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     if (pid < 0) {
       if (errno == EINTR) continue;
       return absl::InternalError("sweep runner: waitpid failed");
@@ -320,6 +420,11 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     }
   }
 
+  if (g_stop_signal != 0) {
+    return absl::CancelledError(absl::StrCat(
+        "stopped by a signal; the runs that were training wrote checkpoints (see their logs). Start the "
+        "sweep again to continue: finished runs are skipped and the others resume."));
+  }
   summary.table.path = plan.output_dir + "/results.csv";
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     scaling::RunResult row = ToRow(plan.runs[i], results[i]);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -503,6 +504,82 @@ TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
       absl::StrCat("not started: its trunk n_layers=1,max_steps=60 ended FAILED without the checkpoint it "
                    "starts from (",
                    plan->output_dir, "/runs/n_layers=1,max_steps=60/checkpoints/step_00000017)"));
+
+  // A trunk that diverges: so would its branches (they take over its steps).
+  MoveSweep(TmpDir() + "/wsd_diverging", &*plan);
+  ::setenv("FAKE_TRAIN_DIVERGE", "n_layers=1,max_steps=60", 1);
+  auto diverging = RunSweep(*plan, FakeRunner());
+  ::unsetenv("FAKE_TRAIN_DIVERGE");
+  ASSERT_TRUE(diverging.ok()) << diverging.status();
+  EXPECT_EQ(diverging->finished, 3);
+  EXPECT_EQ(diverging->diverged, 3);
+  EXPECT_EQ(diverging->failed, 0);
+}
+
+// A finished sweep changed or damaged: a longer run joining makes the longest runs branches without
+// training them again; a branch whose trunk checkpoint is gone gets its trunk trained again.
+TEST(SweepRunner, WsdSweepsChangeWithoutRedoingFinishedRuns) {
+  auto plan = Plan(kWsdGrid);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  MoveSweep(TmpDir() + "/wsd_grow", &*plan);
+  ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
+
+  auto longer = Plan(absl::StrReplaceAll(
+      kWsdGrid, {{"values: [ \"20\", \"60\", \"40\" ]", "values: [ \"20\", \"60\", \"40\", \"80\" ]"}}));
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  MoveSweep(TmpDir() + "/wsd_grow", &*longer);
+  const std::string log = TmpDir() + "/invocations_grow.txt";
+  ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);
+  auto grown = RunSweep(*longer, FakeRunner());
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->skipped,
+            6);  // the 60-step runs are branches of the 80-step ones now, finished all the same
+  EXPECT_EQ(grown->finished, 8);
+  EXPECT_EQ(CountLines(log), 2);  // the two 80-step runs
+
+  // The 40-step run of 1 layer lost its result, and its trunk the checkpoint it starts from.
+  const std::string runs = TmpDir() + "/wsd_grow/runs/";
+  ASSERT_EQ(::unlink((runs + "n_layers=1,max_steps=40/result.textproto").c_str()), 0);
+  const std::string& from = longer->runs[2].experiment.run().init_from();
+  ASSERT_EQ(longer->runs[2].name, "n_layers=1,max_steps=40");
+  ASSERT_TRUE(RemoveFlatFolder(from).ok()) << from;
+  std::vector<std::string> lines;
+  RunnerOptions runner = FakeRunner();
+  runner.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto repaired = RunSweep(*longer, runner);
+  ::unsetenv("FAKE_TRAIN_LOG");
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_EQ(repaired->finished, 8);
+  EXPECT_EQ(CountLines(log), 4) << absl::StrJoin(lines, "\n");  // the trunk again, then the branch
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return absl::StartsWith(line,
+                            "[rerun] n_layers=1,max_steps=80: n_layers=1,max_steps=40 starts from its "
+                            "checkpoint at step ");
+  })) << absl::StrJoin(lines, "\n");
+  // Each start appends to the run's log.
+  auto trunk_log = ReadFile(runs + "n_layers=1,max_steps=80/log.txt");
+  ASSERT_TRUE(trunk_log.ok());
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(*trunk_log, "==== ")).size(), 2u) << *trunk_log;
+}
+
+// SIGTERM to the sweep: the runs in training get it too and the sweep returns Cancelled once they end.
+TEST(SweepRunner, AStopSignalReachesTheRunsInTraining) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/stopped";
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  plan->parallel_runs = 2;
+  ::setenv("FAKE_TRAIN_SLEEP_MS", "20000", 1);
+  absl::StatusOr<SweepSummary> summary;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread sweep([&] { summary = RunSweep(*plan, FakeRunner()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(::getpid(), SIGTERM);
+  sweep.join();
+  ::unsetenv("FAKE_TRAIN_SLEEP_MS");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kCancelled) << summary.status();
 }
 
 TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {

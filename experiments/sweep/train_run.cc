@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,11 +49,24 @@ absl::Status TrainSweepRun(const std::string& config_path) {
     return trained.status();
   }
 
-  // The validation curve from metrics.jsonl (every line with a val_loss).
+  // The validation curve from metrics.jsonl (every line with a val_loss). A run that started from another
+  // run's checkpoint (a WSD branch) took that run's steps up to it as its own: their evaluations, in the
+  // other run's metrics.jsonl, are the first points of its curve.
   auto size = SizeOfModel(*experiment);
   if (!size.ok()) return size.status();
   auto metrics = experiments::ReadMetricsLog(run_dir + "/metrics.jsonl");
   if (!metrics.ok()) return metrics.status();
+  if (const std::string& from = experiment->run().init_from(); !from.empty() && !metrics->empty()) {
+    const std::string trunk_dir = std::filesystem::path(from).parent_path().parent_path().string();
+    auto trunk = experiments::ReadMetricsLog(trunk_dir + "/metrics.jsonl");
+    if (!trunk.ok()) return trunk.status();
+    std::vector<experiments::StepMetrics> merged;
+    for (const experiments::StepMetrics& m : *trunk) {
+      if (m.step < metrics->front().step) merged.push_back(m);
+    }
+    merged.insert(merged.end(), metrics->begin(), metrics->end());
+    *metrics = std::move(merged);
+  }
   std::string curve = "step,tokens,flops,loss\n";
   double best = std::numeric_limits<double>::infinity(), last = NAN;
   int64_t tokens = 0;

@@ -3,6 +3,7 @@
 // bit for bit, and trains fewer steps itself.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <random>
@@ -47,8 +48,8 @@ Swept RunWsdSweep(const std::string& name, bool wsd_branches) {
   EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
   const std::string text = absl::StrCat(
       "name: \"", name, "\"\noutput_dir: \"", TmpDir(), "/", name, "\"\nbase_experiment: \"", cwd,
-      "/experiments/configs/tiny.textproto\"\nparallel_runs: 2\nwsd_branches: ", wsd_branches ? "true" : "false",
-      "\nset: [\"data.train_tokens=", train, "\", \"data.val_tokens=", val,
+      "/experiments/configs/tiny.textproto\"\nparallel_runs: 2\nevals_per_run: 4\nwsd_branches: ",
+      wsd_branches ? "true" : "false", "\nset: [\"data.train_tokens=", train, "\", \"data.val_tokens=", val,
       "\", \"run.eval_tokens=512\", \"schedule.kind=WSD\", \"schedule.warmup=2\", "
       "\"schedule.decay_fraction=0.25\", \"run.checkpoint_interval=0\"]\n",
       "grid { axis { field: \"run.max_steps\" values: [\"8\", \"16\", \"12\"] } }\n");
@@ -89,12 +90,30 @@ TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
     EXPECT_EQ(lines, static_cast<size_t>(run.steps - run.branch_step));
     if (run.steps == 16) {
       EXPECT_EQ(run.trunk, "");
-    } else {
-      ++branches;
-      EXPECT_EQ(run.trunk, "max_steps=16");
-      EXPECT_GT(run.branch_step, 0);
-      EXPECT_LT(run.branch_step, run.steps);
+      continue;
     }
+    ++branches;
+    EXPECT_EQ(run.trunk, "max_steps=16");
+    EXPECT_GT(run.branch_step, 0);
+    EXPECT_LT(run.branch_step, run.steps);
+    // Its curve (for Approach 1) starts with the trunk's evaluations up to the branch point, then its own.
+    auto curve = ReadFile(branched.plan.output_dir + "/runs/" + run.name + "/curve.csv");
+    auto trunk_curve = ReadFile(branched.plan.output_dir + "/runs/max_steps=16/curve.csv");
+    ASSERT_TRUE(curve.ok() && trunk_curve.ok());
+    std::vector<std::string> rows = absl::StrSplit(*curve, '\n', absl::SkipEmpty());
+    std::vector<std::string> trunk_rows = absl::StrSplit(*trunk_curve, '\n', absl::SkipEmpty());
+    int from_trunk = 0, own = 0;
+    for (size_t r = 1; r < rows.size(); ++r) {
+      const int64_t step = std::stoll(rows[r].substr(0, rows[r].find(',')));
+      if (step <= run.branch_step) {
+        ++from_trunk;
+        EXPECT_NE(std::find(trunk_rows.begin(), trunk_rows.end(), rows[r]), trunk_rows.end()) << rows[r];
+      } else {
+        ++own;
+      }
+    }
+    EXPECT_GE(from_trunk, 1) << *curve;
+    EXPECT_GE(own, 1) << *curve;
   }
   EXPECT_EQ(branches, 2);
 }

@@ -375,6 +375,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     console.Message(absl::StrCat("starting from ", from, " (step ", start_step, "; run.init_from)"));
   }
 
+  for (const int64_t step : pinned) {
+    if (lead && step <= start_step && !FileExists(CheckpointPath(checkpoints, step))) {
+      console.Message(absl::StrCat("run.checkpoint_steps: step ", step,
+                                   " is not written: this run starts after step ", start_step));
+    }
+  }
   if (group != nullptr) {
     // Every rank built the same weights from the same seed or checkpoint; rank 0's are made everyone's
     // anyway, so that nothing but the data split can tell the ranks apart.
