@@ -93,6 +93,11 @@ TEST(ConfigOverrides, AListReplacesARepeatedFieldOfNumbers) {
             "tiny.textproto: run.checkpoint_steps[1]=11 must be a step of the run, 1 to 10");
   EXPECT_EQ(Error(kValid, {"run.checkpoint_steps=0"}),
             "tiny.textproto: run.checkpoint_steps[0]=0 must be a step of the run, 1 to 10");
+  EXPECT_EQ(Error(kValid, {"run.eval_steps=3"}),
+            "tiny.textproto: run.eval_steps needs run.eval_tokens (how many validation tokens an evaluation "
+            "reads)");
+  EXPECT_EQ(Error(kValid, {"run.eval_steps=3,12", "data.val_tokens=v.tok", "run.eval_tokens=128"}),
+            "tiny.textproto: run.eval_steps[1]=12 must be a step of the run, 1 to 10");
   EXPECT_EQ(
       Error(kValid, {"run.checkpoint_steps.x=4"}),
       "--set=run.checkpoint_steps.x=4: run.checkpoint_steps is a list, not a message, so it has no field "

@@ -363,6 +363,16 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
                               TotalSteps(experiment)));
     }
   }
+  for (int i = 0; i < run.eval_steps_size(); ++i) {
+    const int64_t step = run.eval_steps(i);
+    if (step < 1 || step > TotalSteps(experiment)) {
+      errors.Add(absl::StrCat("run.eval_steps[", i, "]=", step, " must be a step of the run, 1 to ",
+                              TotalSteps(experiment)));
+    }
+  }
+  if (run.eval_steps_size() > 0 && run.eval_tokens() <= 0) {
+    errors.Add("run.eval_steps needs run.eval_tokens (how many validation tokens an evaluation reads)");
+  }
   const int64_t batch_tokens = static_cast<int64_t>(run.batch_size()) * experiment.model().context_length();
   if (run.eval_tokens() > 0 && experiment.data().val_tokens().empty()) {
     errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " needs data.val_tokens"));

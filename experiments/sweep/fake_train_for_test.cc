@@ -2,16 +2,18 @@
 // evaluating a known scaling law L(N, D) = 1.8 + 300/N^0.33 + 500/D^0.29 (N from the model's shape, D
 // from the run length), and writes result.textproto. Environment knobs make it fail, sleep, or record
 // each invocation, so the tests can check failures (FAKE_TRAIN_FAIL, FAKE_TRAIN_DIVERGE), resumption and
-// parallelism. A WSD branch (run.init_from)
-// fails without its trunk's checkpoint; a trunk writes its run.checkpoint_steps folders when it ends.
+// parallelism. A WSD branch (run.init_from) fails without its trunk's checkpoint; a run writes its
+// run.checkpoint_steps folders after its newest existing checkpoint, and its last step's, when it ends.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/file.h"
 #include "experiments/config/loader.h"
@@ -51,14 +53,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());
     return 1;
   }
-  // WSD branches: a branch needs its trunk's checkpoint; a trunk leaves its pinned checkpoints when it ends.
-  if (const std::string& from = e->run().init_from(); !from.empty()) {
+  // Like the trainer: resume after the newest checkpoint; write the pinned steps after it and the last one.
+  int64_t resumed = 0;
+  if (auto names = lmf::ListFolder("checkpoints"); names.ok()) {
+    for (const std::string& name : *names) {
+      if (name.rfind("step_", 0) == 0) resumed = std::max<int64_t>(resumed, std::atoll(name.c_str() + 5));
+    }
+  }
+  // A branch with no checkpoint of its own starts from its trunk's (run.init_from), which must be there.
+  if (const std::string& from = e->run().init_from(); !from.empty() && resumed == 0) {
     if (!lmf::FileExists(from + "/trainer_state.textproto")) {
       std::fprintf(stderr, "fake trainer: run.init_from=%s: no checkpoint there\n", from.c_str());
       return 7;
     }
   }
-  for (const int64_t step : e->run().checkpoint_steps()) {
+  std::vector<int64_t> writes(e->run().checkpoint_steps().begin(), e->run().checkpoint_steps().end());
+  writes.push_back(lmf::experiments::TotalSteps(*e));
+  for (const int64_t step : writes) {
+    if (step <= resumed) continue;
     char folder[64];
     std::snprintf(folder, sizeof(folder), "checkpoints/step_%08lld", static_cast<long long>(step));
     if (!lmf::MakeDirs(folder).ok() ||

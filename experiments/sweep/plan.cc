@@ -370,6 +370,7 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
     key.mutable_run()->clear_output_dir();
     key.mutable_run()->clear_eval_interval();  // evals_per_run sets it by the run's length
     key.mutable_run()->clear_checkpoint_steps();
+    key.mutable_run()->clear_eval_steps();
     groups[experiments::ExperimentToText(key)].push_back(i);
   }
   for (const auto& [key, members] : groups) {
@@ -380,7 +381,7 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
     PlannedRun& t = (*runs)[trunk];
     const experiments::LrSchedule trunk_lr(t.experiment.schedule(), t.experiment.optimizer().lr(), t.steps,
                                            experiments::TokensPerStep(t.experiment));
-    std::set<int64_t> branch_steps;
+    std::set<int64_t> branch_steps, eval_steps;
     for (const size_t i : members) {
       PlannedRun& r = (*runs)[i];
       if (i == trunk) continue;
@@ -388,14 +389,22 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
                                        experiments::TokensPerStep(r.experiment));
       int64_t shared = 0;
       while (shared < r.steps && lr.At(shared) == trunk_lr.At(shared)) ++shared;
-      if (shared == 0 || shared >= r.steps) continue;  // nothing to share, or a run of the trunk's length
+      // Branch only where the shared steps are at least half the run: a branch waits for its trunk to end.
+      if (2 * shared < r.steps || shared >= r.steps) continue;
       r.trunk = t.name;
       r.branch_step = shared;
       r.experiment.mutable_run()->set_init_from(
           absl::StrFormat("%s/checkpoints/step_%08d", t.experiment.run().output_dir(), shared));
       branch_steps.insert(shared);
+      // The trunk evaluates where this run would have up to the branch point (its curve's first points).
+      const int64_t interval = r.experiment.run().eval_interval();
+      for (int64_t step = interval; interval > 0 && step <= shared; step += interval) {
+        const int64_t trunk_interval = t.experiment.run().eval_interval();
+        if (trunk_interval <= 0 || step % trunk_interval != 0) eval_steps.insert(step);
+      }
     }
     for (const int64_t step : branch_steps) t.experiment.mutable_run()->add_checkpoint_steps(step);
+    for (const int64_t step : eval_steps) t.experiment.mutable_run()->add_eval_steps(step);
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
@@ -147,13 +148,27 @@ class ForwardStopSignals {
 };
 
 // What a run's result depends on: its config without the WSD branch wiring (run.init_from,
-// run.checkpoint_steps). A branch ends where the same run trained alone ends, so a finished run stays
-// finished when a longer run joins the sweep and it becomes a branch, or its trunk changes.
+// run.checkpoint_steps, run.eval_steps). A branch ends where the same run trained alone ends, so a finished
+// run stays finished when a longer run joins the sweep and it becomes a branch, or its trunk changes.
 config::Experiment RunIdentity(const config::Experiment& experiment) {
   config::Experiment identity = experiment;
   identity.mutable_run()->clear_init_from();
   identity.mutable_run()->clear_checkpoint_steps();
+  identity.mutable_run()->clear_eval_steps();  // a trunk's evaluations for its branches' curves
   return identity;
+}
+
+// The steps of a run folder's complete checkpoints, ascending.
+std::vector<int64_t> CheckpointSteps(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir + "/checkpoints");
+  if (!names.ok()) return steps;
+  for (const std::string& name : *names) {
+    int64_t step = 0;
+    if (absl::StartsWith(name, "step_") && absl::SimpleAtoi(name.substr(5), &step)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 // Whether a run folder holds a checkpoint of its own (a run started before resumes from it).
@@ -201,6 +216,44 @@ absl::StatusOr<std::string> MoveRunAside(const std::string& dir) {
       return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
                                               ": ", std::strerror(errno)));
     }
+  }
+  return aside;
+}
+
+// Moves a run's result and curve and its checkpoints after `step` into the first free superseded-<n>/, so
+// that it resumes from its newest checkpoint at or before `step` (from scratch without one: then its metrics
+// and events move too); returns that folder.
+absl::StatusOr<std::string> RewindRun(const std::string& dir, int64_t step) {
+  std::string aside;
+  for (int n = 1;; ++n) {
+    aside = absl::StrCat(dir, "/superseded-", n);
+    if (!FileExists(aside)) break;
+  }
+  if (absl::Status s = MakeDirs(aside + "/checkpoints"); !s.ok()) return s;
+  auto move = [&](const std::string& name) -> absl::Status {
+    if (!FileExists(dir + "/" + name)) return absl::OkStatus();
+    if (::rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
+                                              ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  };
+  for (const int64_t s : CheckpointSteps(dir)) {
+    if (s <= step) continue;
+    if (absl::Status status = move(absl::StrFormat("checkpoints/step_%08d", s)); !status.ok()) return status;
+  }
+  std::vector<std::string> names = {"result.textproto", "curve.csv"};
+  if (CheckpointSteps(dir).empty()) {  // from scratch: its metrics and events are the old run's, kept too
+    absl::StatusOr<std::vector<std::string>> all = ListFolder(dir);
+    if (!all.ok()) return all.status();
+    for (const std::string& name : *all) {
+      if (absl::StartsWith(name, "metrics.jsonl") || absl::StartsWith(name, "events.out.tfevents")) {
+        names.push_back(name);
+      }
+    }
+  }
+  for (const std::string& name : names) {
+    if (absl::Status s = move(name); !s.ok()) return s;
   }
   return aside;
 }
@@ -272,38 +325,49 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     if (absl::Status s = WriteFileAtomically(config_path, config_text); !s.ok()) return s;
     todo.push_back(i);
   }
-  // A WSD branch still to train needs its trunk's checkpoint. A trunk that finished earlier without it
-  // (the checkpoint was deleted, or the branch is new to the sweep) trains again, from scratch.
+  // A WSD branch still to train needs its trunk's checkpoint at its branch step. A trunk that will not write
+  // it (it finished without it, the checkpoint was deleted, or the branch is new to the sweep; or it is
+  // unfinished but has checkpointed past that step) is rewound: its result and its checkpoints after the
+  // step move aside, and it trains on from its newest checkpoint before it (bit-identically, as --resume).
   {
     std::map<std::string, size_t> index_of;
     for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
+    std::map<size_t, int64_t> needed;  // trunk -> the earliest missing branch step
     const std::set<size_t> to_run(todo.begin(), todo.end());
-    std::set<size_t> rerun;
     for (const size_t i : to_run) {
       const PlannedRun& run = plan.runs[i];
-      if (run.trunk.empty()) continue;
-      const size_t trunk = index_of.at(run.trunk);
-      if (to_run.count(trunk) || rerun.count(trunk) || HasCheckpoint(RunDir(plan, run)) ||
+      if (run.trunk.empty() || HasCheckpoint(RunDir(plan, run)) ||
           FileExists(run.experiment.run().init_from() + "/trainer_state.textproto")) {
         continue;
       }
-      const std::string dir = RunDir(plan, plan.runs[trunk]);
-      absl::StatusOr<std::string> aside = MoveRunAside(dir);
-      if (!aside.ok()) return aside.status();
-      if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
-                                               experiments::ExperimentToText(plan.runs[trunk].experiment));
-          !s.ok()) {
-        return s;
-      }
-      say(
-          absl::StrFormat("[rerun] %s: %s starts from its checkpoint at step %d, which it does not have; the "
-                          "earlier run is kept in %s",
-                          run.trunk, run.name, run.branch_step, *aside));
-      rerun.insert(trunk);
-      results[trunk] = config::SweepRunResult();
-      --summary.skipped;
+      const size_t trunk = index_of.at(run.trunk);
+      const auto [it, fresh] = needed.insert({trunk, run.branch_step});
+      if (!fresh) it->second = std::min(it->second, run.branch_step);
     }
-    todo.insert(todo.end(), rerun.begin(), rerun.end());
+    for (const auto& [trunk, step] : needed) {
+      const std::string dir = RunDir(plan, plan.runs[trunk]);
+      const std::vector<int64_t> steps = CheckpointSteps(dir);
+      const bool unfinished = to_run.count(trunk) > 0;
+      if (unfinished && (steps.empty() || steps.back() < step)) continue;  // it will pass the step
+      absl::StatusOr<std::string> aside = RewindRun(dir, step);
+      if (!aside.ok()) return aside.status();
+      const std::vector<int64_t> kept = CheckpointSteps(dir);
+      say(absl::StrFormat(
+          "[rewind] %s: a branch starts from its checkpoint at step %d, which it does not have; "
+          "it trains again from %s (what it had after it is kept in %s)",
+          plan.runs[trunk].name, step,
+          kept.empty() ? "scratch" : absl::StrCat("its checkpoint at step ", kept.back()), *aside));
+      if (!unfinished) {
+        if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
+                                                 experiments::ExperimentToText(plan.runs[trunk].experiment));
+            !s.ok()) {
+          return s;
+        }
+        results[trunk] = config::SweepRunResult();
+        --summary.skipped;
+        todo.push_back(trunk);
+      }
+    }
   }
 
   const std::set<size_t> todo_set(todo.begin(), todo.end());

@@ -537,29 +537,54 @@ TEST(SweepRunner, WsdSweepsChangeWithoutRedoingFinishedRuns) {
   EXPECT_EQ(grown->finished, 8);
   EXPECT_EQ(CountLines(log), 2);  // the two 80-step runs
 
-  // The 40-step run of 1 layer lost its result, and its trunk the checkpoint it starts from.
+  // The 40-step run of 1 layer lost its result and checkpoints, and its trunk the checkpoint it starts from
+  // (step 33): the trunk trains again from its checkpoint before it (step 17), then the branch.
   const std::string runs = TmpDir() + "/wsd_grow/runs/";
   ASSERT_EQ(::unlink((runs + "n_layers=1,max_steps=40/result.textproto").c_str()), 0);
-  const std::string& from = longer->runs[2].experiment.run().init_from();
+  ASSERT_TRUE(RemoveFlatFolder(runs + "n_layers=1,max_steps=40/checkpoints/step_00000040").ok());
   ASSERT_EQ(longer->runs[2].name, "n_layers=1,max_steps=40");
-  ASSERT_TRUE(RemoveFlatFolder(from).ok()) << from;
+  ASSERT_TRUE(RemoveFlatFolder(longer->runs[2].experiment.run().init_from()).ok());
   std::vector<std::string> lines;
   RunnerOptions runner = FakeRunner();
   runner.progress = [&](const std::string& line) { lines.push_back(line); };
   auto repaired = RunSweep(*longer, runner);
-  ::unsetenv("FAKE_TRAIN_LOG");
   ASSERT_TRUE(repaired.ok()) << repaired.status();
   EXPECT_EQ(repaired->finished, 8);
-  EXPECT_EQ(CountLines(log), 4) << absl::StrJoin(lines, "\n");  // the trunk again, then the branch
+  EXPECT_EQ(CountLines(log), 4) << absl::StrJoin(lines, "\n");
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
     return absl::StartsWith(line,
-                            "[rerun] n_layers=1,max_steps=80: n_layers=1,max_steps=40 starts from its "
-                            "checkpoint at step ");
+                            "[rewind] n_layers=1,max_steps=80: a branch starts from its checkpoint at step "
+                            "33, which it does not have; it trains again from its checkpoint at step 17 (");
   })) << absl::StrJoin(lines, "\n");
   // Each start appends to the run's log.
   auto trunk_log = ReadFile(runs + "n_layers=1,max_steps=80/log.txt");
   ASSERT_TRUE(trunk_log.ok());
-  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(*trunk_log, "==== ")).size(), 2u) << *trunk_log;
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(*trunk_log, "==== ")).size(), 3u) << *trunk_log;
+
+  // A 70-step length joins (branch step 57) while the 2-layer trunk is unfinished (killed after its last
+  // checkpoint): each trunk rewinds to its checkpoint before step 57, whether finished or not.
+  config::SweepRunResult killed;
+  killed.set_status(config::SweepRunResult::FAILED);
+  ASSERT_TRUE(WriteRunResult(runs + "n_layers=2,max_steps=80", killed).ok());
+  auto longest = Plan(absl::StrReplaceAll(
+      kWsdGrid,
+      {{"values: [ \"20\", \"60\", \"40\" ]", "values: [ \"20\", \"60\", \"40\", \"80\", \"70\" ]"}}));
+  ASSERT_TRUE(longest.ok()) << longest.status();
+  MoveSweep(TmpDir() + "/wsd_grow", &*longest);
+  lines.clear();
+  auto joined = RunSweep(*longest, runner);
+  ::unsetenv("FAKE_TRAIN_LOG");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->finished, 10) << absl::StrJoin(lines, "\n");
+  EXPECT_EQ(CountLines(log), 8) << absl::StrJoin(lines, "\n");  // both trunks and both 70-step runs
+  for (const char* trunk : {"n_layers=1,max_steps=80", "n_layers=2,max_steps=80"}) {
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
+      return absl::StartsWith(line, absl::StrCat("[rewind] ", trunk,
+                                                 ": a branch starts from its checkpoint at "
+                                                 "step 57, which it does not have; it trains "
+                                                 "again from its checkpoint at step 49 ("));
+    })) << absl::StrJoin(lines, "\n");
+  }
 }
 
 // SIGTERM to the sweep: the runs in training get it too and the sweep returns Cancelled once they end.

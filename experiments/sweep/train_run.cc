@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/trainer/model_spec.h"
@@ -67,12 +68,19 @@ absl::Status TrainSweepRun(const std::string& config_path) {
     merged.insert(merged.end(), metrics->begin(), metrics->end());
     *metrics = std::move(merged);
   }
+  // The curve holds the evaluations of this run's own schedule (every eval_interval and the end), not the
+  // extra ones a trunk makes for its branches (run.eval_steps): the points the run would have alone.
+  const int64_t interval = experiment->run().eval_interval();
+  const int64_t total_steps = experiments::TotalSteps(*experiment);
+  auto on_schedule = [&](int64_t step) {
+    return step == total_steps || (interval > 0 && step % interval == 0);
+  };
   std::string curve = "step,tokens,flops,loss\n";
   double best = std::numeric_limits<double>::infinity(), last = NAN;
   int64_t tokens = 0;
   for (const experiments::StepMetrics& m : *metrics) {
     tokens = m.tokens;
-    if (!m.val_loss.has_value()) continue;
+    if (!m.val_loss.has_value() || !on_schedule(m.step)) continue;
     last = *m.val_loss;
     best = std::min(best, last);
     absl::StrAppendFormat(&curve, "%d,%d,%.6g,%.6f\n", m.step, m.tokens,

@@ -1,6 +1,6 @@
 // A WSD sweep trained for real (the sweep binary's --train_one process, the CPU trainer): each branch, which
 // trains only its decay from its trunk's checkpoint, ends where the same run trained alone from scratch ends,
-// bit for bit, and trains fewer steps itself.
+// bit for bit (final and best loss, and its evaluation curve), and trains fewer steps itself.
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +81,7 @@ TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
     auto b = ReadRunResult(alone.plan.output_dir + "/runs/" + run.name);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->final_loss(), b->final_loss());
+    EXPECT_EQ(a->best_val_loss(), b->best_val_loss());
     EXPECT_EQ(a->tokens(), b->tokens());
     EXPECT_EQ(a->flops(), b->flops());
     // What the run trained itself: one metrics line per step from its branch point on.
@@ -96,21 +97,16 @@ TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
     EXPECT_EQ(run.trunk, "max_steps=16");
     EXPECT_GT(run.branch_step, 0);
     EXPECT_LT(run.branch_step, run.steps);
-    // Its curve (for Approach 1) starts with the trunk's evaluations up to the branch point, then its own.
+    // Its curve (for Approach 1): the trunk's evaluations up to the branch point, at this run's steps (the
+    // trunk evaluated there too), then its own; the same points as the run trained alone.
     auto curve = ReadFile(branched.plan.output_dir + "/runs/" + run.name + "/curve.csv");
-    auto trunk_curve = ReadFile(branched.plan.output_dir + "/runs/max_steps=16/curve.csv");
-    ASSERT_TRUE(curve.ok() && trunk_curve.ok());
+    auto alone_curve = ReadFile(alone.plan.output_dir + "/runs/" + run.name + "/curve.csv");
+    ASSERT_TRUE(curve.ok() && alone_curve.ok());
+    EXPECT_EQ(*curve, *alone_curve);
     std::vector<std::string> rows = absl::StrSplit(*curve, '\n', absl::SkipEmpty());
-    std::vector<std::string> trunk_rows = absl::StrSplit(*trunk_curve, '\n', absl::SkipEmpty());
     int from_trunk = 0, own = 0;
     for (size_t r = 1; r < rows.size(); ++r) {
-      const int64_t step = std::stoll(rows[r].substr(0, rows[r].find(',')));
-      if (step <= run.branch_step) {
-        ++from_trunk;
-        EXPECT_NE(std::find(trunk_rows.begin(), trunk_rows.end(), rows[r]), trunk_rows.end()) << rows[r];
-      } else {
-        ++own;
-      }
+      (std::stoll(rows[r].substr(0, rows[r].find(','))) <= run.branch_step ? from_trunk : own) += 1;
     }
     EXPECT_GE(from_trunk, 1) << *curve;
     EXPECT_GE(own, 1) << *curve;

@@ -539,7 +539,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       }
     }
     if (lead && validation.has_value() &&
-        (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0))) {
+        (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0) ||
+         std::find(run.eval_steps().begin(), run.eval_steps().end(), completed) != run.eval_steps().end())) {
       absl::StatusOr<double> val_loss = ValidationLoss(model, *validation, batch, context);
       if (!val_loss.ok()) return val_loss.status();
       m.val_loss = *val_loss;

@@ -13,15 +13,15 @@
 // Each step: run.grad_accum_steps micro-batches of run.batch_size random windows (forward, backward,
 // gradients averaged), the LR from the schedule, the global gradient norm, clipping and AdamW. A NaN or
 // infinite loss or gradient norm stops the run before the update, with an error naming the step and the
-// last good checkpoint. Validation loss on run.eval_tokens tokens every run.eval_interval steps and at the
-// end. `resume` continues from the newest good checkpoint so that the rest of the run is bit-identical to
-// an uninterrupted one (same weights, moments, step and data-sampler state; same thread count). With
-// checkpoint_on_signal, SIGINT / SIGTERM end the run cleanly after the current step with a checkpoint.
-// run.init_from starts a fresh run folder from another run's checkpoint the same way, after checking that
-// the steps it takes over were taken with this config's model, data, batch, seed, optimizer and learning
-// rates (a WSD cooldown branch). The training data is data.train_tokens or a data.train_mixture.
-// run.parallel.data > 1 trains on that many CPU processes, splitting each step's micro-batches
-// (data_parallel.h).
+// last good checkpoint. Validation loss on run.eval_tokens tokens every run.eval_interval steps, after
+// each of run.eval_steps and at the end. `resume` continues from the newest good checkpoint so that the rest
+// of the run is bit-identical to an uninterrupted one (same weights, moments, step and data-sampler state;
+// same thread count). With checkpoint_on_signal, SIGINT / SIGTERM end the run cleanly after the current step
+// with a checkpoint. run.init_from starts a fresh run folder from another run's checkpoint the same way,
+// after checking that the steps it takes over were taken with this config's model, data, batch, seed,
+// optimizer and learning rates (a WSD cooldown branch). The training data is data.train_tokens or a
+// data.train_mixture. run.parallel.data > 1 trains on that many CPU processes, splitting each step's
+// micro-batches (data_parallel.h).
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 
