@@ -2,7 +2,6 @@
 // each in its own folder with its log; results collected from the runs' result.textproto files.
 #include "experiments/sweep/runner.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
+#include "base/subprocess.h"
 #include "experiments/config/loader.h"
 #include "google/protobuf/text_format.h"
 
@@ -52,39 +52,27 @@ std::string Tail(const std::string& path, int lines) {
   return tail;
 }
 
-// Starts the command for one run; returns the child's pid.
+// Starts the command for one run; returns the child's pid. Its own process group: a Ctrl-C meant for the
+// sweep reaches the run once, forwarded by the sweep (RunSweep), not twice (a second stop signal would end
+// it without its checkpoint). Its log is appended to: an earlier attempt's stays readable above.
 absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std::string& run_dir,
                              int threads_per_run) {
-  std::vector<std::string> args = command;
-  args.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
-  const std::string log = run_dir + "/log.txt";
+  ChildSpec child;
+  child.argv = command;
+  child.argv.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
+  child.log_path = run_dir + "/log.txt";
   char when[64] = "";
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  const std::string header = absl::StrCat("==== ", when, ": the sweep starts this run\n");
-  const pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed for ", run_dir));
-  if (pid == 0) {
-    // Its own process group: a Ctrl-C meant for the sweep reaches the run once, forwarded by the sweep
-    // (RunSweep), not twice (a second stop signal would end it without its checkpoint).
-    ::setpgid(0, 0);
-    // Appended to: an earlier attempt's log (killed, failed, resumed) stays readable above this one's.
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      (void)!::write(fd, header.data(), header.size());
-    }
-    if (::chdir(run_dir.c_str()) != 0) ::_exit(126);
-    if (threads_per_run > 0)
-      ::setenv("LMF_NUM_THREADS", std::to_string(threads_per_run).c_str(), /*overwrite=*/0);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "sweep: cannot execute %s\n", argv[0]);
-    ::_exit(127);
+  child.log_header = absl::StrCat("==== ", when, ": the sweep starts this run\n");
+  child.working_dir = run_dir;
+  child.own_process_group = true;
+  if (threads_per_run > 0 && std::getenv("LMF_NUM_THREADS") == nullptr) {  // the user's choice wins
+    child.env.push_back({"LMF_NUM_THREADS", std::to_string(threads_per_run)});
   }
+  absl::StatusOr<pid_t> pid = StartChild(child);
+  if (!pid.ok())
+    return absl::Status(pid.status().code(), absl::StrCat(run_dir, ": ", pid.status().message()));
   return pid;
 }
 

@@ -1,7 +1,6 @@
 // Starting and joining the processes of a data-parallel run (see data_parallel.h).
 #include "experiments/trainer/data_parallel.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "base/subprocess.h"
 #include "base/thread_pool.h"
 #include "distributed/gloo_group.h"
 #include "experiments/config/loader.h"
@@ -88,30 +88,17 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   if (command.empty()) command = {SelfExecutable()};
   if (command.front().empty()) return absl::InternalError("data parallel: cannot find this executable");
   for (int rank = 1; rank < world; ++rank) {
-    const std::string env =
-        absl::StrCat(rank, " ", world, " ", options.resume ? 1 : 0, " ", options.stop_after_step, " ",
-                     run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_);
-    const std::string log = LogPath(run.output_dir(), rank);
-    std::vector<std::string> args = command;
-    const pid_t pid = ::fork();
-    if (pid < 0)
-      return absl::InternalError(absl::StrCat("data parallel: fork failed: ", std::strerror(errno)));
-    if (pid == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, STDOUT_FILENO);
-        ::dup2(fd, STDERR_FILENO);
-      }
-      ::setenv(kWorkerEnv, env.c_str(), 1);
-      ::setenv("LMF_NUM_THREADS", threads.c_str(), 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::fprintf(stderr, "data parallel: cannot execute %s: %s\n", argv[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    launch->workers_.push_back(pid);
+    ChildSpec child;
+    child.argv = command;
+    child.env = {
+        {kWorkerEnv, absl::StrCat(rank, " ", world, " ", options.resume ? 1 : 0, " ", options.stop_after_step,
+                                  " ", run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_)},
+        {"LMF_NUM_THREADS", threads}};
+    child.log_path = LogPath(run.output_dir(), rank);
+    child.log_header = absl::StrCat("==== data parallel rank ", rank, " of ", world, "\n");
+    absl::StatusOr<pid_t> pid = StartChild(child);
+    if (!pid.ok()) return pid.status();
+    launch->workers_.push_back(*pid);
     launch->exit_status_.push_back(0);
   }
 

@@ -1,0 +1,33 @@
+// Starting a child process from a parent that may run threads (the kernels' pool, Gloo's): everything the
+// child needs (arguments, environment, log file, folder) is prepared before fork, and between fork and exec
+// the child calls only async-signal-safe functions, so no lock another thread held at the fork can hang it.
+#ifndef LMFORGE_BASE_SUBPROCESS_H_
+#define LMFORGE_BASE_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lmf {
+
+struct ChildSpec {
+  std::vector<std::string> argv;  // argv[0] is the executable's path
+  // Environment variables to set in the child (replacing the parent's value); the rest is inherited.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string log_path;            // stdout and stderr, appended to ("": inherited)
+  std::string log_header;          // written to the log first
+  std::string working_dir;         // "": the parent's
+  bool own_process_group = false;  // a terminal's Ctrl-C then reaches only the parent, which forwards it
+};
+
+// Starts the child; returns its pid. If exec fails, the child writes why to its log and exits with 127
+// (126: cannot enter working_dir).
+absl::StatusOr<pid_t> StartChild(const ChildSpec& spec);
+
+}  // namespace lmf
+
+#endif  // LMFORGE_BASE_SUBPROCESS_H_
