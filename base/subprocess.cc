@@ -2,6 +2,8 @@
 #include "base/subprocess.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,12 +33,22 @@ absl::StatusOr<pid_t> StartChild(const ChildSpec& spec) {
   for (std::string& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   const std::string exec_failed = absl::StrCat("cannot execute ", spec.argv[0], "\n");
+  const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
   if (pid > 0) return pid;
   // The child: async-signal-safe calls only.
+  if (spec.die_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the parent died before the prctl
+  }
   if (spec.own_process_group) ::setpgid(0, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
   if (!spec.log_path.empty()) {
     const int fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {

@@ -22,10 +22,13 @@ struct ChildSpec {
   std::string log_header;          // written to the log first
   std::string working_dir;         // "": the parent's
   bool own_process_group = false;  // a terminal's Ctrl-C then reaches only the parent, which forwards it
+  bool die_with_parent = false;    // SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG)
 };
 
-// Starts the child; returns its pid. If exec fails, the child writes why to its log and exits with 127
-// (126: cannot enter working_dir).
+// Starts the child; returns its pid. The child starts with no signal blocked and SIGINT / SIGTERM at their
+// default action, whatever the parent had. If exec fails, the child writes why to its log and exits with 127
+// (126: cannot enter working_dir). argv[0] may be "/proc/self/exe": the parent's own executable, even if the
+// file has been replaced or deleted since it started.
 absl::StatusOr<pid_t> StartChild(const ChildSpec& spec);
 
 }  // namespace lmf

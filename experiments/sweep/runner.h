@@ -24,7 +24,8 @@ struct RunnerOptions {
   // write <run dir>/result.textproto (a SweepRunResult) before it exits.
   std::vector<std::string> command;
   // > 0: each training process gets LMF_NUM_THREADS=threads_per_run (unless the user's environment sets
-  // it), so runs that train at once share the cores instead of oversubscribing them.
+  // it), so runs that train at once share the cores instead of oversubscribing them; the ranks of a
+  // data-parallel run (run.parallel.data = P) get threads_per_run / P each.
   int threads_per_run = 0;
   // Progress lines ("[3/12] C1e15_d64_L2 finished: loss 3.41 (52 s)"); nullptr for none.
   std::function<void(const std::string&)> progress;

@@ -40,6 +40,8 @@ absl::Status TrainSweepRun(const std::string& config_path) {
 
   experiments::TrainOptions options;
   options.resume = true;  // an earlier attempt's checkpoints are continued, not discarded
+  // The sweep forwards its SIGINT / SIGTERM (runner.h): finish the step and checkpoint, to resume next time.
+  options.checkpoint_on_signal = true;
   auto trained = experiments::Train(*experiment, options);
   result.set_wall_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!trained.ok()) {

@@ -48,12 +48,6 @@ std::string Tail(const std::string& path, int lines) {
   return absl::StrJoin(all, " | ");
 }
 
-std::string SelfExecutable() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
@@ -62,14 +56,6 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   const int world = run.parallel().data();
   std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
   launch->run_dir_ = run.output_dir();
-  // Rendezvous folders of earlier launches that were killed: this process holds the run folder's lock, so
-  // no other launch is using them.
-  if (absl::StatusOr<std::vector<std::string>> names = ListFolder(run.output_dir()); names.ok()) {
-    for (const std::string& name : *names) {
-      if (!absl::StartsWith(name, kRendezvousPrefix)) continue;
-      if (absl::Status s = RemoveFlatFolder(run.output_dir() + "/" + name); !s.ok()) return s;
-    }
-  }
   launch->rendezvous_dir_ = absl::StrCat(run.output_dir(), "/", kRendezvousPrefix, ::getpid());
   if (absl::Status s = MakeDirs(launch->rendezvous_dir_); !s.ok()) return s;
   const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
@@ -79,14 +65,15 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   // runs as many threads as this one's pool has (made now, if not before): the optimizer's kernels split
   // their work by the thread count, and the ranks' copies of the weights stay identical only if each rank
   // updates them in the same pieces.
-  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
-    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
-    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) {  // for this process's pool, made now if not before
+    const int share = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+    ::setenv("LMF_NUM_THREADS", std::to_string(share).c_str(), /*overwrite=*/1);
+    ThreadPool::Default();
+    ::unsetenv("LMF_NUM_THREADS");
   }
   const std::string threads = std::to_string(ThreadPool::Default().num_threads());
   std::vector<std::string> command = options.data_parallel_command;
-  if (command.empty()) command = {SelfExecutable()};
-  if (command.front().empty()) return absl::InternalError("data parallel: cannot find this executable");
+  if (command.empty()) command = {"/proc/self/exe"};  // this very binary, even if rebuilt since
   for (int rank = 1; rank < world; ++rank) {
     ChildSpec child;
     child.argv = command;
@@ -96,6 +83,7 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
         {"LMF_NUM_THREADS", threads}};
     child.log_path = LogPath(run.output_dir(), rank);
     child.log_header = absl::StrCat("==== data parallel rank ", rank, " of ", world, "\n");
+    child.die_with_parent = true;  // a rank 0 killed before it could stop them leaves no worker waiting
     absl::StatusOr<pid_t> pid = StartChild(child);
     if (!pid.ok()) return pid.status();
     launch->workers_.push_back(*pid);
@@ -177,6 +165,16 @@ std::string DataParallelLaunch::DeadWorkers(int grace_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return absl::StrJoin(dead, "; ");
+}
+
+absl::Status RemoveStaleRendezvous(const std::string& run_dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir);
+  if (!names.ok()) return absl::OkStatus();
+  for (const std::string& name : *names) {
+    if (!absl::StartsWith(name, kRendezvousPrefix)) continue;
+    if (absl::Status s = RemoveFlatFolder(run_dir + "/" + name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 bool IsDataParallelWorker() { return std::getenv(kWorkerEnv) != nullptr; }

@@ -61,6 +61,10 @@ class DataParallelLaunch {
   std::unique_ptr<distributed::Collectives> group_;
 };
 
+// Removes the rendezvous folders killed data-parallel launches left in a run folder. Only for the process
+// that holds the run folder's lock (no live launch can be using them then).
+absl::Status RemoveStaleRendezvous(const std::string& run_dir);
+
 // Whether this process was started as a data-parallel worker (its environment says so).
 bool IsDataParallelWorker();
 

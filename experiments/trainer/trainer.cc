@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -194,6 +195,16 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
         acquired.status().code(),
         absl::StrCat("run.output_dir=", out, ": cannot lock the run folder: ", acquired.status().message()));
   }
+  const std::string checkpoints = out + "/checkpoints";
+  const std::string metrics_path = out + "/metrics.jsonl";
+  if (lead && !options.resume && (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run.output_dir=", out,
+                     " already holds a run; pass --resume to continue it or choose another folder"));
+  }
+  if (lock.has_value()) {
+    if (absl::Status s = RemoveStaleRendezvous(out); !s.ok()) return s;
+  }
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   std::unique_ptr<DataParallelLaunch> launch;  // the other ranks, when this process started them
@@ -257,18 +268,25 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
   ModelOptimizer optimizer(experiment.optimizer(), model);
 
-  const std::string checkpoints = out + "/checkpoints";
-  const std::string metrics_path = out + "/metrics.jsonl";
   const bool bar = UseProgressBar(experiment.logging(), options.console);
   const int64_t total_steps = TotalSteps(experiment);
   ConsoleReporter console(options.console, bar, total_steps);
-  console.Message(absl::StrCat("device: ", (*device)->name(), ", ", config::RunConfig::Precision_Name(run.precision()),
-                               "; MFU against ",
-                               (*device)->peak_flops().has_value()
-                                   ? absl::StrFormat("%.4g FLOP/s (%s)", *(*device)->peak_flops(),
-                                                     (*device)->peak_flops_source())
-                                   : (*device)->peak_flops_source(),
-                               run.gemm_autotune() ? "; GEMMs autotuned (run.gemm_autotune)" : ""));
+  // The run's peak for MFU. Data parallel: run.peak_flops is the machine's; a measured peak is one rank's
+  // share of the cores, times the ranks, but no more than all the cores' (ranks * threads > cores).
+  std::optional<double> peak_flops = (*device)->peak_flops();
+  std::string peak_source = (*device)->peak_flops_source();
+  if (peak_flops.has_value() && world > 1 && !run.peak_flops()) {
+    const int threads = ctx.num_threads();
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const double scale = std::min<double>(world, static_cast<double>(cores) / threads);
+    *peak_flops *= scale;
+    peak_source = absl::StrFormat("%g ranks' share of the cores: %s", scale, peak_source);
+  }
+  console.Message(absl::StrCat(
+      "device: ", (*device)->name(), ", ", config::RunConfig::Precision_Name(run.precision()),
+      "; MFU against ",
+      peak_flops.has_value() ? absl::StrFormat("%.4g FLOP/s (%s)", *peak_flops, peak_source) : peak_source,
+      run.gemm_autotune() ? "; GEMMs autotuned (run.gemm_autotune)" : ""));
 
   if (model_config->init == model::InitScheme::kMup) {
     console.Message(
@@ -337,9 +355,6 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     } else {
       return latest.status();
     }
-  } else if (lead && (FileExists(metrics_path) || !ListCheckpointSteps(checkpoints).empty())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run.output_dir=", out, " already holds a run; pass --resume to continue it or choose another folder"));
   }
   if (!restored && !run.init_from().empty()) {
     const std::string& from = run.init_from();
@@ -421,10 +436,6 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const int64_t tokens_per_step = TokensPerStep(experiment);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
-  // Each rank's peak is that of its share of the cores (or run.peak_flops per rank): the run's is world times
-  // it.
-  std::optional<double> peak_flops = (*device)->peak_flops();
-  if (peak_flops.has_value()) *peak_flops *= world;
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
   std::vector<float> grad_buffer;  // data parallel: every gradient, for one all-reduce
   const StopSignals signals(options.checkpoint_on_signal);
@@ -538,13 +549,19 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
         }
       }
     }
-    if (lead && validation.has_value() &&
+    if (validation.has_value() &&
         (last || (run.eval_interval() > 0 && completed % run.eval_interval() == 0) ||
          std::find(run.eval_steps().begin(), run.eval_steps().end(), completed) != run.eval_steps().end())) {
-      absl::StatusOr<double> val_loss = ValidationLoss(model, *validation, batch, context);
-      if (!val_loss.ok()) return val_loss.status();
-      m.val_loss = *val_loss;
-      result.last_val_loss = *val_loss;
+      // Data parallel: each rank evaluates every world-th batch; the losses are summed in batch order.
+      absl::StatusOr<std::vector<double>> losses =
+          ValidationBatchLosses(model, *validation, batch, context, /*first=*/rank, /*stride=*/world);
+      if (!losses.ok()) return losses.status();
+      if (group != nullptr) {
+        if (absl::Status s = group->AllReduceSum(losses->data(), losses->size()); !s.ok())
+          return collective_error(s);
+      }
+      m.val_loss = MeanInOrder(*losses);
+      result.last_val_loss = m.val_loss;
     }
     result.steps = completed;
     result.last_loss = loss;

@@ -68,17 +68,33 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const ValidationBatches& batches,
-                                      int64_t batch_size, int64_t context_length) {
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& model,
+                                                          const ValidationBatches& batches,
+                                                          int64_t batch_size, int64_t context_length,
+                                                          int64_t first, int64_t stride) {
   std::vector<int32_t> x(batch_size * context_length), y(batch_size * context_length);
-  double sum = 0;
-  for (int64_t i = 0; i < batches.num_batches(); ++i) {
+  std::vector<double> losses(static_cast<size_t>(batches.num_batches()), 0.0);
+  for (int64_t i = first; i < batches.num_batches(); i += stride) {
     if (absl::Status s = batches.Get(i, x.data(), y.data()); !s.ok()) return s;
     absl::StatusOr<double> loss = model.ForwardWithLoss(x.data(), y.data(), batch_size, context_length);
     if (!loss.ok()) return loss.status();
-    sum += *loss;
+    losses[static_cast<size_t>(i)] = *loss;
   }
-  return sum / static_cast<double>(batches.num_batches());
+  return losses;
+}
+
+double MeanInOrder(const std::vector<double>& losses) {
+  double sum = 0;
+  for (const double loss : losses) sum += loss;
+  return sum / static_cast<double>(losses.size());
+}
+
+absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const ValidationBatches& batches,
+                                      int64_t batch_size, int64_t context_length) {
+  absl::StatusOr<std::vector<double>> losses =
+      ValidationBatchLosses(model, batches, batch_size, context_length, /*first=*/0, /*stride=*/1);
+  if (!losses.ok()) return losses.status();
+  return MeanInOrder(*losses);
 }
 
 }  // namespace lmf::experiments

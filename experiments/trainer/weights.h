@@ -42,6 +42,17 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
 absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const ValidationBatches& batches,
                                       int64_t batch_size, int64_t context_length);
 
+// The mean cross-entropy of batches first, first + stride, ... of `batches`, in a vector of one entry per
+// batch (0 for the others): a data-parallel rank's share, summed over the ranks and then in batch order so
+// that the mean is the one ValidationLoss computes.
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& model,
+                                                          const ValidationBatches& batches,
+                                                          int64_t batch_size, int64_t context_length,
+                                                          int64_t first, int64_t stride);
+
+// The mean of per-batch losses, summed in batch order.
+double MeanInOrder(const std::vector<double>& losses);
+
 }  // namespace lmf::experiments
 
 #endif  // LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
