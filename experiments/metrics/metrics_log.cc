@@ -73,7 +73,9 @@ absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path)
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   std::vector<StepMetrics> out;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+  absl::string_view complete = *text;
+  complete = complete.substr(0, complete.rfind('\n') + 1);  // "" when no line is complete
+  for (absl::string_view line : absl::StrSplit(complete, '\n', absl::SkipEmpty())) {
     absl::StatusOr<StepMetrics> m = ParseMetricsJsonLine(std::string(line));
     if (!m.ok()) return absl::DataLossError(absl::StrCat(path, ": ", m.status().message()));
     out.push_back(*m);

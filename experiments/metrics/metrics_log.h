@@ -40,7 +40,9 @@ std::string MetricsJsonLine(const StepMetrics& m);
 // Parses a line written by MetricsJsonLine (tests and tools).
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line);
 
-// Every line of a metrics.jsonl file, in order. A line that does not parse is DataLoss naming the file.
+// Every line of a metrics.jsonl file, in order. A line that does not parse is DataLoss naming the file; an
+// unterminated last line is left out (a run writing it now, or killed while writing it: every line a run
+// writes ends in a newline), so a live run's log can be read.
 absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path);
 
 class MetricsLog {

@@ -84,6 +84,12 @@ TEST(MetricsLog, ReadMetricsLogReturnsEveryStepAndNamesTheFileOfABadLine) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(std::string(read.status().message()).rfind(path + ": ", 0), 0u) << read.status();
 
+  // An unterminated last line is one being written (or torn by a kill): left out, the rest read.
+  ASSERT_TRUE(WriteFileAtomically(path, MetricsJsonLine(Sample(1)) + "{\"step\":2,\"tok").ok());
+  read = ReadMetricsLog(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), 1u);
+
   EXPECT_FALSE(ReadMetricsLog(path + ".missing").ok());
 }
 

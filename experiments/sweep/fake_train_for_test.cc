@@ -37,9 +37,15 @@ int main(int argc, char** argv) {
     std::fprintf(f, "%s threads=%s\n", name.c_str(), threads ? threads : "unset");
     std::fclose(f);
   }
-  if (const char* ms = std::getenv("FAKE_TRAIN_SLEEP_MS")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
-  }
+  const auto sleep = [] {
+    if (const char* ms = std::getenv("FAKE_TRAIN_SLEEP_MS")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+    }
+  };
+  // FAKE_TRAIN_PINNED_FIRST: the run writes its pinned checkpoints, then sleeps (a trunk passing its branch
+  // points early); else it sleeps first.
+  const bool pinned_first = std::getenv("FAKE_TRAIN_PINNED_FIRST") != nullptr;
+  if (!pinned_first) sleep();
   if (const char* diverge = std::getenv("FAKE_TRAIN_DIVERGE");
       diverge && name.find(diverge) != std::string::npos) {
     lmf::config::SweepRunResult result;
@@ -78,6 +84,7 @@ int main(int argc, char** argv) {
       return 8;
     }
   }
+  if (pinned_first) sleep();
   const auto& m = e->model();
   const double n = 12.0 * m.n_layers() * m.d_model() * m.d_model();
   const double d =

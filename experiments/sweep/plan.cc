@@ -527,16 +527,18 @@ std::string FormatPlan(const SweepPlan& plan) {
     own_flops += r.OwnFlops();
   }
   const double total_seconds = own_flops / plan.estimate_flops_per_second;
-  // With branches, a trunk and then its longest branch run one after the other, whatever the parallelism.
-  double chain_seconds = 0;
+  // With branches, a trunk up to a branch point and then the branch run one after the other, whatever the
+  // parallelism.
+  double chain_flops = 0;
   for (const PlannedRun& trunk : plan.runs) {
-    double longest_branch = 0;
+    chain_flops = std::max(chain_flops, trunk.OwnFlops());
     for (const PlannedRun& r : plan.runs) {
-      if (r.trunk == trunk.name) longest_branch = std::max(longest_branch, r.OwnFlops());
+      if (r.trunk != trunk.name) continue;
+      const double to_branch = trunk.OwnFlops() * static_cast<double>(r.branch_step) / trunk.steps;
+      chain_flops = std::max(chain_flops, to_branch + r.OwnFlops());
     }
-    chain_seconds =
-        std::max(chain_seconds, (trunk.OwnFlops() + longest_branch) / plan.estimate_flops_per_second);
   }
+  const double chain_seconds = chain_flops / plan.estimate_flops_per_second;
   const double wall_seconds = std::max(total_seconds / plan.parallel_runs, chain_seconds);
   if (branches) {
     out += absl::StrFormat(

@@ -359,7 +359,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   }
 
   const std::set<size_t> todo_set(todo.begin(), todo.end());
-  // Run the missing ones, at most parallel_runs at a time, each WSD branch after its trunk has ended.
+  // Run the missing ones, at most parallel_runs at a time, each WSD branch once its trunk's checkpoint is
+  // there.
   std::map<std::string, size_t> index_of;
   for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
   std::set<size_t> unended(todo.begin(), todo.end());  // to run or running
@@ -389,12 +390,14 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       const size_t i = *it;
       const PlannedRun& run = plan.runs[i];
       const size_t trunk = run.trunk.empty() ? i : index_of.at(run.trunk);
-      if (trunk != i && unended.count(trunk)) {
+      const std::string& from = run.experiment.run().init_from();
+      // A branch starts once its trunk's checkpoint is there (renamed into place when complete, after the
+      // trunk logged the steps before it), or once the trunk has ended without it.
+      if (trunk != i && unended.count(trunk) && !FileExists(from + "/trainer_state.textproto")) {
         ++it;
         continue;
       }
       it = waiting.erase(it);
-      const std::string& from = run.experiment.run().init_from();
       if (trunk != i && todo_set.count(trunk) &&
           results[trunk].status() != config::SweepRunResult::FINISHED &&
           !FileExists(from + "/trainer_state.textproto") && !HasCheckpoint(RunDir(plan, run))) {

@@ -1,9 +1,9 @@
 // Running a planned sweep: each run is a separate process (the training command, given the run's config
 // file), at most `parallel_runs` at once, the longest first; a WSD branch (PlannedRun::trunk) starts
-// after its trunk has ended. A run whose folder already holds a finished result is skipped,
-// so a killed sweep started again finishes only what is missing. A run that fails is recorded (status
-// and the tail of its log) and the sweep goes on. At the end every run's numbers go into the results table
-// (scaling/results.h), written atomically to <output_dir>/results.csv.
+// once its trunk has written the checkpoint it starts from. A run whose folder already holds a finished
+// result is skipped, so a killed sweep started again finishes only what is missing. A run that fails is
+// recorded (status and the tail of its log) and the sweep goes on. At the end every run's numbers go into the
+// results table (scaling/results.h), written atomically to <output_dir>/results.csv.
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_
 #define LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_
 

@@ -469,8 +469,8 @@ void MoveSweep(const std::string& dir, SweepPlan* plan) {
   }
 }
 
-// Every branch starts after its trunk has ended (the fake trainer fails a branch whose trunk checkpoint is
-// missing, and writes a trunk's only when it ends), with more runs at once than trunks.
+// Every branch starts after its trunk has written its checkpoint (the fake trainer fails a branch whose
+// trunk checkpoint is missing), with more runs at once than trunks; as soon as it is there.
 TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
   auto plan = Plan(kWsdGrid);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -488,6 +488,25 @@ TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
     return absl::StartsWith(line, "[start] n_layers=2,max_steps=40 (") &&
            absl::EndsWith(line, " of 6 to run) from n_layers=2,max_steps=60 step 33");
   })) << absl::StrJoin(lines, "\n");
+
+  // A trunk that writes its branch points early: its branches start while it still trains.
+  MoveSweep(TmpDir() + "/wsd_early", &*plan);
+  ::setenv("FAKE_TRAIN_PINNED_FIRST", "1", 1);
+  ::setenv("FAKE_TRAIN_SLEEP_MS", "1500", 1);
+  lines.clear();
+  auto early = RunSweep(*plan, runner);
+  ::unsetenv("FAKE_TRAIN_PINNED_FIRST");
+  ::unsetenv("FAKE_TRAIN_SLEEP_MS");
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->finished, 6);
+  // The line saying the 40-step branch started comes before the one saying its trunk finished.
+  const auto line_with = [&](const std::string& text) {
+    return std::find_if(lines.begin(), lines.end(),
+                        [&](const std::string& line) { return absl::StrContains(line, text); }) -
+           lines.begin();
+  };
+  EXPECT_LT(line_with("[start] n_layers=1,max_steps=40 "), line_with("n_layers=1,max_steps=60 finished"))
+      << absl::StrJoin(lines, "\n");
 
   // A trunk that fails before its checkpoints: its branches are recorded as not started.
   MoveSweep(TmpDir() + "/wsd_failing", &*plan);
