@@ -96,6 +96,24 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   group_options.rendezvous_dir = launch->rendezvous_dir_;
   group_options.timeout = std::chrono::seconds(run.parallel().timeout_seconds());
   group_options.connect_timeout = kConnectTimeout;
+  // Every worker says it is up (its config loaded) before the group connects: one that cannot start is
+  // named at once instead of after the connect timeout.
+  for (int waited_ms = 0;; waited_ms += 20) {
+    bool all_ready = true;
+    for (int rank = 1; rank < world; ++rank) {
+      all_ready = all_ready && FileExists(absl::StrCat(launch->rendezvous_dir_, "/ready.", rank));
+    }
+    if (all_ready) break;
+    if (const std::string dead = launch->DeadWorkers(/*grace_ms=*/0); !dead.empty()) {
+      return absl::UnavailableError(absl::StrCat("run.parallel.data=", world, ": ", dead));
+    }
+    if (waited_ms >= static_cast<int>(std::chrono::milliseconds(kConnectTimeout).count())) {
+      return absl::DeadlineExceededError(absl::StrCat("run.parallel.data=", world,
+                                                      ": the workers did not start within ",
+                                                      kConnectTimeout.count(), " s (see rank_<r>.log)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
       distributed::GlooGroup::Connect(group_options);
   if (!group.ok()) {
@@ -207,6 +225,10 @@ int DataParallelWorkerMain() {
   group_options.rendezvous_dir = rendezvous;
   group_options.timeout = std::chrono::seconds(timeout);
   group_options.connect_timeout = kConnectTimeout;
+  if (absl::Status s = WriteFileAtomically(absl::StrCat(rendezvous, "/ready.", rank), ""); !s.ok()) {
+    std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(s.message()).c_str());
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
       distributed::GlooGroup::Connect(group_options);
   if (!group.ok()) {

@@ -1,6 +1,7 @@
 // Data parallelism on the CPU (data_parallel.h): the test process is rank 0 and starts the other ranks as
 // the train binary. A run on 2 or 4 processes is the single-process run up to the order of its gradient
 // sums; a killed data-parallel run resumed on the same processes is bit-identical to an uninterrupted one.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -124,6 +125,19 @@ TEST(DataParallel, AResumedRunIsBitIdentical) {
     ASSERT_TRUE(x.ok() && y.ok());
     EXPECT_TRUE(*x == *y) << file << " differs";
   }
+}
+
+// A worker that cannot start is named at once (not after the group's connect timeout), with its log.
+TEST(DataParallel, AWorkerThatCannotStartIsNamed) {
+  TrainOptions options = Options();
+  options.data_parallel_command = {"/bin/false"};
+  const auto start = std::chrono::steady_clock::now();
+  auto trained = Train(Tiny("dp_false", 2, 2), options);
+  ASSERT_FALSE(trained.ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  EXPECT_NE(trained.status().message().find("run.parallel.data=2: rank 1 exited with status 1 ("),
+            std::string::npos)
+      << trained.status();
 }
 
 TEST(DataParallel, ConfigErrorsNameTheField) {
