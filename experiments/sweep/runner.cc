@@ -298,15 +298,17 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       say(absl::StrFormat("[skip] %s finished earlier (loss %.4f)", run.name, previous->final_loss()));
       continue;
     }
-    if (finished) {
+    // A run trained (in part) under another config: resuming its checkpoints would mix the two.
+    const bool trained_otherwise = !change.empty() && FileExists(config_path) &&
+                                   (HasCheckpoint(dir) || FileExists(dir + "/metrics.jsonl"));
+    if (finished || trained_otherwise) {
       // The whole earlier run (result, checkpoints, metrics, logs) moves into superseded-<n>/: kept, since it
       // was real, and out of the way, so that the rerun trains from scratch instead of resuming the old
       // checkpoint under the new config.
       absl::StatusOr<std::string> aside = MoveRunAside(dir);
       if (!aside.ok()) return aside.status();
-      say(absl::StrFormat(
-          "[rerun] %s: its config changed since it finished (%s); the earlier run is kept in %s", run.name,
-          change, *aside));
+      say(absl::StrFormat("[rerun] %s: its config changed since it %s (%s); the earlier run is kept in %s",
+                          run.name, finished ? "finished" : "last trained", change, *aside));
     } else {
       ::unlink((dir + "/result.textproto").c_str());  // a failed or diverged run's, replaced by the rerun's
     }

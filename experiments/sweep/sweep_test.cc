@@ -438,6 +438,27 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
   ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
   EXPECT_TRUE(FileExists(changed + "/superseded-1/result.textproto"));
   EXPECT_TRUE(FileExists(changed + "/superseded-2/result.textproto"));
+
+  // A run killed part way (no finished result, checkpoints there) under another config does not resume its
+  // checkpoints under this one: they move aside too.
+  const std::string killed = plan->output_dir + "/runs/" + plan->runs[2].name;
+  config::SweepRunResult failed;
+  failed.set_status(config::SweepRunResult::FAILED);
+  ASSERT_TRUE(WriteRunResult(killed, failed).ok());
+  text = ReadFile(killed + "/config.textproto");
+  ASSERT_TRUE(text.ok());
+  const size_t lr3 = text->find("lr: ");
+  ASSERT_TRUE(WriteFileAtomically(killed + "/config.textproto", text->substr(0, lr3) + "lr: 0.125\n" +
+                                                                    text->substr(text->find('\n', lr3) + 1))
+                  .ok());
+  lines.clear();
+  ASSERT_TRUE(RunSweep(*plan, runner).ok());
+  EXPECT_NE(
+      absl::StrJoin(lines, "\n")
+          .find("[rerun] " + plan->runs[2].name + ": its config changed since it last trained (modified: "),
+      std::string::npos)
+      << absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(FileExists(killed + "/superseded-1/checkpoints"));
 }
 
 // One sweep per folder: while another holds its lock, RunSweep refuses before it touches any run.
