@@ -39,8 +39,8 @@ absl::StatusOr<pid_t> StartChild(const ChildSpec& spec) {
   if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
   if (pid > 0) return pid;
   // The child: async-signal-safe calls only.
-  if (spec.die_with_parent) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (spec.parent_death_signal > 0) {
+    ::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal);
     if (::getppid() != parent) ::_exit(1);  // the parent died before the prctl
   }
   if (spec.own_process_group) ::setpgid(0, 0);

@@ -22,7 +22,9 @@ struct ChildSpec {
   std::string log_header;          // written to the log first
   std::string working_dir;         // "": the parent's
   bool own_process_group = false;  // a terminal's Ctrl-C then reaches only the parent, which forwards it
-  bool die_with_parent = false;    // SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG)
+  // > 0: the signal the child gets when the parent dies (Linux PR_SET_PDEATHSIG), e.g. SIGKILL, or SIGTERM
+  // for a child that stops cleanly on it.
+  int parent_death_signal = 0;
 };
 
 // Starts the child; returns its pid. The child starts with no signal blocked and SIGINT / SIGTERM at their

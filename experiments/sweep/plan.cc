@@ -389,7 +389,8 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
                                        experiments::TokensPerStep(r.experiment));
       int64_t shared = 0;
       while (shared < r.steps && lr.At(shared) == trunk_lr.At(shared)) ++shared;
-      // Branch only where the shared steps are at least half the run: a branch waits for its trunk to end.
+      // Branch only where the shared steps are at least half the run: a branch waits for its trunk to reach
+      // the branch point, on a slot it could have trained in from the start.
       if (2 * shared < r.steps || shared >= r.steps) continue;
       r.trunk = t.name;
       r.branch_step = shared;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -67,6 +68,7 @@ absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std:
   child.log_header = absl::StrCat("==== ", when, ": the sweep starts this run\n");
   child.working_dir = run_dir;
   child.own_process_group = true;
+  child.parent_death_signal = SIGTERM;  // a sweep that dies any other way still stops its runs cleanly
   if (threads_per_run > 0 && std::getenv("LMF_NUM_THREADS") == nullptr) {  // the user's choice wins
     child.env.push_back({"LMF_NUM_THREADS", std::to_string(threads_per_run)});
   }
@@ -114,8 +116,8 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
 volatile sig_atomic_t g_stop_signal = 0;
 void OnStopSignal(int signal) { g_stop_signal = g_stop_signal == 0 ? signal : -1; }  // -1: a second one
 
-// Installs OnStopSignal for SIGINT and SIGTERM (without SA_RESTART, so that waitpid returns EINTR) while
-// alive; the previous dispositions come back after.
+// Installs OnStopSignal for SIGINT, SIGTERM, SIGHUP (a closed terminal or SSH session) and SIGQUIT
+// (without SA_RESTART, so that waitpid returns EINTR) while alive; the previous dispositions come back after.
 class ForwardStopSignals {
  public:
   ForwardStopSignals() {
@@ -123,16 +125,34 @@ class ForwardStopSignals {
     struct sigaction action = {};
     action.sa_handler = OnStopSignal;
     sigemptyset(&action.sa_mask);
-    ::sigaction(SIGINT, &action, &previous_int_);
-    ::sigaction(SIGTERM, &action, &previous_term_);
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
   }
   ~ForwardStopSignals() {
-    ::sigaction(SIGINT, &previous_int_, nullptr);
-    ::sigaction(SIGTERM, &previous_term_, nullptr);
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
   }
 
  private:
-  struct sigaction previous_int_ = {}, previous_term_ = {};
+  static constexpr std::array<int, 4> kSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  std::array<struct sigaction, 4> previous_ = {};
+};
+
+// Stops (SIGTERM) and reaps the runs still in training when RunSweep returns early (an error).
+class StopRunsOnReturn {
+ public:
+  explicit StopRunsOnReturn(
+      const std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>>& running)
+      : running_(running) {}
+  ~StopRunsOnReturn() {
+    for (const auto& [child, run] : running_) ::kill(child, SIGTERM);
+    for (const auto& [child, run] : running_) {
+      int status = 0;
+      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+ private:
+  const std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>>& running_;
 };
 
 // What a run's result depends on: its config without the WSD branch wiring (run.init_from,
@@ -276,6 +296,16 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     const PlannedRun& run = plan.runs[i];
     const std::string dir = RunDir(plan, run);
     if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+    // A run still training (started by an earlier sweep that died, or by hand) must not have its folder
+    // moved, rewound or its result replaced under it.
+    if (FileExists(dir + "/.lock")) {
+      absl::StatusOr<FileLock> probe = FileLock::Acquire(dir + "/.lock");
+      if (!probe.ok() && probe.status().code() == absl::StatusCode::kFailedPrecondition) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("run ", run.name, " is being trained by another process (", probe.status().message(),
+                         "); let it finish or stop it, then start the sweep again"));
+      }
+    }
     const std::string config_path = dir + "/config.textproto";
     const std::string config_text = experiments::ExperimentToText(run.experiment);
     auto previous = ReadRunResult(dir);
@@ -376,6 +406,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   // SIGINT / SIGTERM: the runs in training get SIGTERM (each finishes its step, checkpoints and exits), no
   // new run starts, and RunSweep returns Cancelled once they have; a second signal kills them at once.
   const ForwardStopSignals forward;
+  const StopRunsOnReturn stop_on_return(running);
   int forwarded = 0;
   while (!waiting.empty() || !running.empty()) {
     if (g_stop_signal != 0 && forwarded != g_stop_signal) {
@@ -395,7 +426,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       const std::string& from = run.experiment.run().init_from();
       // A branch starts once its trunk's checkpoint is there (renamed into place when complete, after the
       // trunk logged the steps before it), or once the trunk has ended without it.
-      if (trunk != i && unended.count(trunk) && !FileExists(from + "/trainer_state.textproto")) {
+      if (trunk != i && unended.count(trunk) && !FileExists(from + "/trainer_state.textproto") &&
+          !HasCheckpoint(RunDir(plan, run))) {  // (one with a checkpoint of its own resumes from that)
         ++it;
         continue;
       }
@@ -473,8 +505,9 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     }
     const auto& r = results[i];
     if (r.status() == config::SweepRunResult::FINISHED) {
-      say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)", done, todo.size(), run.name,
-                          r.final_loss(), seconds));
+      say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)%s", done, todo.size(), run.name,
+                          r.final_loss(), seconds,
+                          r.message().empty() ? "" : absl::StrCat("; ", r.message())));
     } else {
       say(absl::StrFormat("[%d/%d] %s %s: %s (log: %s/log.txt)", done, todo.size(), run.name,
                           config::SweepRunResult::Status_Name(r.status()), r.message(), dir));

@@ -476,6 +476,20 @@ TEST(SweepRunner, ASweepFolderInUseIsRefused) {
             std::string::npos)
       << refused.status();
   EXPECT_FALSE(FileExists(plan->output_dir + "/plan.txt"));
+
+  // A run still in training (its run folder locked: a trainer an earlier sweep left, or one started by hand).
+  other = absl::InternalError("released");
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  const std::string busy = plan->output_dir + "/runs/" + plan->runs[2].name;
+  ASSERT_TRUE(MakeDirs(busy).ok());
+  absl::StatusOr<FileLock> trainer = FileLock::Acquire(busy + "/.lock");
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  refused = RunSweep(*plan, FakeRunner());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.status().message())
+                .find("run " + plan->runs[2].name + " is being trained by another process ("),
+            std::string::npos)
+      << refused.status();
 }
 
 // The planned sweep with its folder at `dir` (its runs' folders and their trunks' checkpoints moved along).

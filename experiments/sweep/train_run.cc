@@ -1,6 +1,7 @@
 // One sweep run in its own process (see train_run.h).
 #include "experiments/sweep/train_run.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
@@ -95,6 +97,20 @@ absl::Status TrainSweepRun(const std::string& config_path) {
     return absl::FailedPreconditionError(absl::StrCat(config_path, ": ", result.message()));
   }
   if (absl::Status s = WriteFileAtomically(run_dir + "/curve.csv", curve); !s.ok()) return s;
+  // Evaluations its schedule asks for that nobody made: steps trained before the sweep asked for them (a
+  // trunk that had passed a new branch's evaluation steps, a former branch now trained alone). The curve
+  // goes without them; the result says so.
+  std::vector<int64_t> missing;
+  for (int64_t step = interval; interval > 0 && step <= total_steps; step += interval) {
+    const bool present = std::any_of(
+        metrics->begin(), metrics->end(),
+        [&](const experiments::StepMetrics& m) { return m.step == step && m.val_loss.has_value(); });
+    if (!present) missing.push_back(step);
+  }
+  if (!missing.empty()) {
+    result.set_message(absl::StrCat("curve.csv lacks the evaluations at steps ", absl::StrJoin(missing, ", "),
+                                    " (trained before the sweep asked for them)"));
+  }
   result.set_status(config::SweepRunResult::FINISHED);
   result.set_final_loss(last);
   result.set_best_val_loss(best);

@@ -56,7 +56,15 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   const int world = run.parallel().data();
   std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
   launch->run_dir_ = run.output_dir();
-  launch->rendezvous_dir_ = absl::StrCat(run.output_dir(), "/", kRendezvousPrefix, ::getpid());
+  // Unique to this launch (a pid alone can recur, and a folder a killed launch left is not always removed).
+  launch->rendezvous_dir_ = absl::StrCat(run.output_dir(), "/", kRendezvousPrefix, ::getpid(), "-",
+                                         std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
+  if (FileExists(launch->rendezvous_dir_)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("data parallel: ", launch->rendezvous_dir_, " exists already"));
+  }
   if (absl::Status s = MakeDirs(launch->rendezvous_dir_); !s.ok()) return s;
   const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
   if (absl::Status s = WriteFileAtomically(config_path, ExperimentToText(experiment)); !s.ok()) return s;
@@ -83,7 +91,8 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
         {"LMF_NUM_THREADS", threads}};
     child.log_path = LogPath(run.output_dir(), rank);
     child.log_header = absl::StrCat("==== data parallel rank ", rank, " of ", world, "\n");
-    child.die_with_parent = true;  // a rank 0 killed before it could stop them leaves no worker waiting
+    child.parent_death_signal =
+        SIGKILL;  // a rank 0 killed before it could stop them leaves no worker waiting
     absl::StatusOr<pid_t> pid = StartChild(child);
     if (!pid.ok()) return pid.status();
     launch->workers_.push_back(*pid);
