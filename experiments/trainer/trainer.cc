@@ -307,6 +307,13 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     if (absl::Status s = optimizer.Restore(loaded.optimizer, loaded.state.optimizer_step()); !s.ok())
       return s;
     sampler->Restore({loaded.state.sampler_seed(), loaded.state.sampler_windows_drawn()});
+    if (run.device() == config::RunConfig::CPU && loaded.state.has_threads() &&
+        loaded.state.threads() != ctx.num_threads()) {
+      console.Message(absl::StrCat(
+          loaded.path, " was written by a run on ", loaded.state.threads(), " CPU threads and this one has ",
+          ctx.num_threads(), ": it goes on as the same run up to rounding, not bit for bit (LMF_NUM_THREADS=",
+          loaded.state.threads(), " for that)"));
+    }
     start_step = loaded.state.step();
     tokens = loaded.state.tokens();
     train_seconds = loaded.state.train_seconds();
@@ -599,6 +606,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       contents.state.set_last_loss(loss);
       contents.state.set_train_seconds(train_seconds);
       contents.state.set_tokenizer_hash(sampler->tokenizer_hash());
+      if (run.device() == config::RunConfig::CPU) contents.state.set_threads(ctx.num_threads());
       for (size_t i = 0; i < fingerprints.size(); ++i) {
         checkpoint::DataFingerprint* f = contents.state.add_train_data();
         f->set_path(sources[i].path);

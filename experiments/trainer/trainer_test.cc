@@ -182,6 +182,28 @@ TEST(Trainer, ResumeAfterAKillIsBitIdentical) {
   auto moments_a = ReadFile(straight + "/checkpoints/step_00000012/optimizer.safetensors");
   auto moments_b = ReadFile(killed + "/checkpoints/step_00000012/optimizer.safetensors");
   EXPECT_TRUE(*moments_a == *moments_b) << "final optimizer state differs";
+
+  // A checkpoint records its thread count; resuming on another says the continuation is not bit-identical.
+  const std::string other = TempPath("other_threads_run");
+  ASSERT_TRUE(Train(with(other), kill_at_6).ok());
+  const std::string state_path = other + "/checkpoints/step_00000004/trainer_state.textproto";
+  auto state = ReadFile(state_path);
+  ASSERT_TRUE(state.ok());
+  const size_t at = state->find("threads: ");
+  ASSERT_NE(at, std::string::npos) << *state;
+  ASSERT_TRUE(WriteFileAtomically(
+                  state_path, state->substr(0, at) + "threads: 999" + state->substr(state->find('\n', at)))
+                  .ok());
+  const std::string console_path = TempPath("other_threads_console.txt");
+  TrainOptions resume_other = resume;
+  resume_other.console = std::fopen(console_path.c_str(), "w");
+  ASSERT_TRUE(Train(with(other), resume_other).ok());
+  std::fclose(resume_other.console);
+  auto console = ReadFile(console_path);
+  ASSERT_TRUE(console.ok());
+  EXPECT_NE(console->find("step_00000004 was written by a run on 999 CPU threads and this one has "),
+            std::string::npos)
+      << *console;
 }
 
 TEST(Trainer, NanStopsAndKeepsTheLastGoodCheckpoint) {
