@@ -6,7 +6,6 @@
 // run.checkpoint_steps folders after its newest existing checkpoint, and its last step's, when it ends.
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "base/file.h"
+#include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
 #include "experiments/sweep/runner.h"
@@ -60,12 +60,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Like the trainer: resume after the newest checkpoint; write the pinned steps after it and the last one.
-  int64_t resumed = 0;
-  if (auto names = lmf::ListFolder("checkpoints"); names.ok()) {
-    for (const std::string& name : *names) {
-      if (name.rfind("step_", 0) == 0) resumed = std::max<int64_t>(resumed, std::atoll(name.c_str() + 5));
-    }
-  }
+  const std::vector<int64_t> saved = lmf::experiments::ListCheckpointSteps("checkpoints");
+  const int64_t resumed = saved.empty() ? 0 : saved.back();
   // A branch with no checkpoint of its own starts from its trunk's (run.init_from), which must be there.
   if (const std::string& from = e->run().init_from(); !from.empty() && resumed == 0) {
     if (!lmf::FileExists(from + "/trainer_state.textproto")) {

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/subprocess.h"
+#include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "google/protobuf/text_format.h"
 
@@ -168,24 +168,30 @@ config::Experiment RunIdentity(const config::Experiment& experiment) {
 
 // The steps of a run folder's complete checkpoints, ascending.
 std::vector<int64_t> CheckpointSteps(const std::string& run_dir) {
-  std::vector<int64_t> steps;
-  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir + "/checkpoints");
-  if (!names.ok()) return steps;
-  for (const std::string& name : *names) {
-    int64_t step = 0;
-    if (absl::StartsWith(name, "step_") && absl::SimpleAtoi(name.substr(5), &step)) steps.push_back(step);
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
+  return experiments::ListCheckpointSteps(run_dir + "/checkpoints");
 }
 
 // Whether a run folder holds a checkpoint of its own (a run started before resumes from it).
-bool HasCheckpoint(const std::string& run_dir) {
-  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir + "/checkpoints");
-  if (!names.ok()) return false;
-  return std::any_of(names->begin(), names->end(), [](const std::string& name) {
-    return absl::StartsWith(name, "step_") && !absl::EndsWith(name, ".partial");
-  });
+bool HasCheckpoint(const std::string& run_dir) { return !CheckpointSteps(run_dir).empty(); }
+
+// The first superseded-<n>/ of a run folder not taken yet, made (with `subfolder` inside it, if any).
+absl::StatusOr<std::string> MakeSupersededFolder(const std::string& dir, const std::string& subfolder = "") {
+  std::string aside;
+  for (int n = 1;; ++n) {
+    aside = absl::StrCat(dir, "/superseded-", n);
+    if (!FileExists(aside)) break;
+  }
+  if (absl::Status s = MakeDirs(subfolder.empty() ? aside : aside + "/" + subfolder); !s.ok()) return s;
+  return aside;
+}
+
+// Renames dir/name to aside/name.
+absl::Status MoveInto(const std::string& dir, const std::string& name, const std::string& aside) {
+  if (::rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
+                                            ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -212,18 +218,11 @@ absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunRe
 absl::StatusOr<std::string> MoveRunAside(const std::string& dir) {
   absl::StatusOr<std::vector<std::string>> names = ListFolder(dir);
   if (!names.ok()) return names.status();
-  std::string aside;
-  for (int n = 1;; ++n) {
-    aside = absl::StrCat(dir, "/superseded-", n);
-    if (!FileExists(aside)) break;
-  }
-  if (absl::Status s = MakeDirs(aside); !s.ok()) return s;
+  absl::StatusOr<std::string> aside = MakeSupersededFolder(dir);
+  if (!aside.ok()) return aside.status();
   for (const std::string& name : *names) {
     if (name == "config.textproto" || absl::StartsWith(name, "superseded-")) continue;
-    if (::rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
-                                              ": ", std::strerror(errno)));
-    }
+    if (absl::Status s = MoveInto(dir, name, *aside); !s.ok()) return s;
   }
   return aside;
 }
@@ -232,19 +231,10 @@ absl::StatusOr<std::string> MoveRunAside(const std::string& dir) {
 // that it resumes from its newest checkpoint at or before `step` (from scratch without one: then its metrics
 // and events move too); returns that folder.
 absl::StatusOr<std::string> RewindRun(const std::string& dir, int64_t step) {
-  std::string aside;
-  for (int n = 1;; ++n) {
-    aside = absl::StrCat(dir, "/superseded-", n);
-    if (!FileExists(aside)) break;
-  }
-  if (absl::Status s = MakeDirs(aside + "/checkpoints"); !s.ok()) return s;
+  absl::StatusOr<std::string> aside = MakeSupersededFolder(dir, "checkpoints");
+  if (!aside.ok()) return aside.status();
   auto move = [&](const std::string& name) -> absl::Status {
-    if (!FileExists(dir + "/" + name)) return absl::OkStatus();
-    if (::rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("sweep runner: cannot move ", dir, "/", name, " into ", aside,
-                                              ": ", std::strerror(errno)));
-    }
-    return absl::OkStatus();
+    return FileExists(dir + "/" + name) ? MoveInto(dir, name, *aside) : absl::OkStatus();
   };
   for (const int64_t s : CheckpointSteps(dir)) {
     if (s <= step) continue;
@@ -290,6 +280,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     return s;
 
   SweepSummary summary;
+  std::map<std::string, size_t> index_of;  // run name -> its place in plan.runs
+  for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
   std::vector<size_t> todo;
   std::vector<config::SweepRunResult> results(plan.runs.size());
   for (size_t i = 0; i < plan.runs.size(); ++i) {
@@ -350,8 +342,6 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   // unfinished but has checkpointed past that step) is rewound: its result and its checkpoints after the
   // step move aside, and it trains on from its newest checkpoint before it (bit-identically, as --resume).
   {
-    std::map<std::string, size_t> index_of;
-    for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
     std::map<size_t, int64_t> needed;  // trunk -> the earliest missing branch step
     const std::set<size_t> to_run(todo.begin(), todo.end());
     for (const size_t i : to_run) {
@@ -393,8 +383,6 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   const std::set<size_t> todo_set(todo.begin(), todo.end());
   // Run the missing ones, at most parallel_runs at a time, each WSD branch once its trunk's checkpoint is
   // there.
-  std::map<std::string, size_t> index_of;
-  for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
   std::set<size_t> unended(todo.begin(), todo.end());  // to run or running
   // Longest first (what each run trains itself), which shortens the sweep's wall time when runs train at
   // once: the long runs do not end up alone at the end. A branch waits for its trunk whatever its place.
