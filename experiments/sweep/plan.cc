@@ -90,6 +90,14 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
   return shapes;
 }
 
+config::Experiment WithoutBranchWiring(const config::Experiment& experiment) {
+  config::Experiment identity = experiment;
+  identity.mutable_run()->clear_init_from();
+  identity.mutable_run()->clear_checkpoint_steps();
+  identity.mutable_run()->clear_eval_steps();  // a trunk's evaluations for its branches' curves
+  return identity;
+}
+
 std::vector<std::string> ShapeOverrides(const ModelShape& s) {
   return {absl::StrCat("model.d_model=", s.d_model), absl::StrCat("model.n_layers=", s.n_layers),
           absl::StrCat("model.n_heads=", s.n_heads), absl::StrCat("model.n_kv_heads=", s.n_kv_heads),
@@ -364,13 +372,11 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
           absl::StrCat(where, " sets each run's run.init_from itself; this run already starts from ",
                        e.run().init_from()));
     }
-    config::Experiment key = e;
+    config::Experiment key = WithoutBranchWiring(e);
     key.clear_name();
     key.mutable_run()->clear_length();
     key.mutable_run()->clear_output_dir();
     key.mutable_run()->clear_eval_interval();  // evals_per_run sets it by the run's length
-    key.mutable_run()->clear_checkpoint_steps();
-    key.mutable_run()->clear_eval_steps();
     groups[experiments::ExperimentToText(key)].push_back(i);
   }
   for (const auto& [key, members] : groups) {

@@ -61,6 +61,10 @@ struct SweepPlan {
   std::vector<std::string> notes;  // what the plan prints under its table (e.g. wsd_branches sharing nothing)
 };
 
+// The config without the WSD branch wiring wsd_branches adds (run.init_from, run.checkpoint_steps,
+// run.eval_steps): what a run's result depends on, since a branch ends where the same run trained alone ends.
+config::Experiment WithoutBranchWiring(const config::Experiment& experiment);
+
 // One model shape of a ShapeFamily (see sweep.proto).
 struct ModelShape {
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_ff = 0;

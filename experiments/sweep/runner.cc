@@ -155,17 +155,6 @@ class StopRunsOnReturn {
   const std::map<pid_t, std::pair<size_t, std::chrono::steady_clock::time_point>>& running_;
 };
 
-// What a run's result depends on: its config without the WSD branch wiring (run.init_from,
-// run.checkpoint_steps, run.eval_steps). A branch ends where the same run trained alone ends, so a finished
-// run stays finished when a longer run joins the sweep and it becomes a branch, or its trunk changes.
-config::Experiment RunIdentity(const config::Experiment& experiment) {
-  config::Experiment identity = experiment;
-  identity.mutable_run()->clear_init_from();
-  identity.mutable_run()->clear_checkpoint_steps();
-  identity.mutable_run()->clear_eval_steps();  // a trunk's evaluations for its branches' curves
-  return identity;
-}
-
 // The steps of a run folder's complete checkpoints, ascending.
 std::vector<int64_t> CheckpointSteps(const std::string& run_dir) {
   return experiments::ListCheckpointSteps(run_dir + "/checkpoints");
@@ -309,7 +298,10 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       absl::StatusOr<config::Experiment> stored =
           experiments::ParseStoredExperiment(*previous_config, config_path);
       if (stored.ok()) {
-        change = experiments::ConfigDifference(RunIdentity(*stored), RunIdentity(run.experiment));
+        // Compared without the branch wiring: a finished run stays finished when a longer run joins the
+        // sweep and it becomes a branch, or its trunk changes.
+        change =
+            experiments::ConfigDifference(WithoutBranchWiring(*stored), WithoutBranchWiring(run.experiment));
       } else {
         change = std::string(stored.status().message());
       }
