@@ -356,20 +356,18 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
     errors.Add(absl::StrCat("run.max_tokens=", run.max_tokens(), " is less than one step of ", per_step,
                             " tokens (run.batch_size * run.grad_accum_steps * model.context_length)"));
   }
-  for (int i = 0; i < run.checkpoint_steps_size(); ++i) {
-    const int64_t step = run.checkpoint_steps(i);
-    if (step < 1 || step > TotalSteps(experiment)) {
-      errors.Add(absl::StrCat("run.checkpoint_steps[", i, "]=", step, " must be a step of the run, 1 to ",
-                              TotalSteps(experiment)));
+  // Lists of steps (run.checkpoint_steps, run.eval_steps): each a step of the run.
+  const int64_t total_steps = TotalSteps(experiment);
+  const auto require_steps = [&](const google::protobuf::RepeatedField<int64_t>& steps, const char* field) {
+    for (int i = 0; i < steps.size(); ++i) {
+      if (steps[i] < 1 || steps[i] > total_steps) {
+        errors.Add(
+            absl::StrCat(field, "[", i, "]=", steps[i], " must be a step of the run, 1 to ", total_steps));
+      }
     }
-  }
-  for (int i = 0; i < run.eval_steps_size(); ++i) {
-    const int64_t step = run.eval_steps(i);
-    if (step < 1 || step > TotalSteps(experiment)) {
-      errors.Add(absl::StrCat("run.eval_steps[", i, "]=", step, " must be a step of the run, 1 to ",
-                              TotalSteps(experiment)));
-    }
-  }
+  };
+  require_steps(run.checkpoint_steps(), "run.checkpoint_steps");
+  require_steps(run.eval_steps(), "run.eval_steps");
   if (run.eval_steps_size() > 0 && run.eval_tokens() <= 0) {
     errors.Add("run.eval_steps needs run.eval_tokens (how many validation tokens an evaluation reads)");
   }
@@ -383,7 +381,7 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
   }
   const ScheduleConfig& schedule = experiment.schedule();
   const bool in_tokens = schedule.unit() == ScheduleConfig::TOKENS;
-  const int64_t run_length = in_tokens ? TotalSteps(experiment) * per_step : TotalSteps(experiment);
+  const int64_t run_length = in_tokens ? total_steps * per_step : total_steps;
   const char* unit = in_tokens ? "tokens" : "steps";
   if (schedule.warmup() > run_length) {
     errors.Add(absl::StrCat("schedule.warmup=", schedule.warmup(), " exceeds the run's length of ", run_length,
