@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -82,9 +83,11 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   std::string curve = "step,tokens,flops,loss\n";
   double best = std::numeric_limits<double>::infinity(), last = NAN;
   int64_t tokens = 0;
+  std::set<int64_t> evaluated;
   for (const experiments::StepMetrics& m : *metrics) {
     tokens = m.tokens;
     if (!m.val_loss.has_value() || !on_schedule(m.step)) continue;
+    evaluated.insert(m.step);
     last = *m.val_loss;
     best = std::min(best, last);
     absl::StrAppendFormat(&curve, "%d,%d,%.6g,%.6f\n", m.step, m.tokens,
@@ -102,10 +105,7 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   // goes without them; the result says so.
   std::vector<int64_t> missing;
   for (int64_t step = interval; interval > 0 && step <= total_steps; step += interval) {
-    const bool present = std::any_of(
-        metrics->begin(), metrics->end(),
-        [&](const experiments::StepMetrics& m) { return m.step == step && m.val_loss.has_value(); });
-    if (!present) missing.push_back(step);
+    if (!evaluated.count(step)) missing.push_back(step);
   }
   if (!missing.empty()) {
     result.set_message(absl::StrCat("curve.csv lacks the evaluations at steps ", absl::StrJoin(missing, ", "),
