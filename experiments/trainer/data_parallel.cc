@@ -39,6 +39,18 @@ std::string LogPath(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank_", rank, ".log");
 }
 
+// How rank `rank` of `world` joins the group through `rendezvous` (rank 0 and the workers alike).
+distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::string& rendezvous,
+                                           int timeout_seconds) {
+  distributed::GlooGroupOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.rendezvous_dir = rendezvous;
+  options.timeout = std::chrono::seconds(timeout_seconds);
+  options.connect_timeout = kConnectTimeout;
+  return options;
+}
+
 // The last `lines` lines of a file, for failure messages.
 std::string Tail(const std::string& path, int lines) {
   absl::StatusOr<std::string> text = ReadFile(path);
@@ -91,20 +103,14 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
         {"LMF_NUM_THREADS", threads}};
     child.log_path = LogPath(run.output_dir(), rank);
     child.log_header = absl::StrCat("==== data parallel rank ", rank, " of ", world, "\n");
-    child.parent_death_signal =
-        SIGKILL;  // a rank 0 killed before it could stop them leaves no worker waiting
+    // A rank 0 killed before it could stop them leaves no worker waiting.
+    child.parent_death_signal = SIGKILL;
     absl::StatusOr<pid_t> pid = StartChild(child);
     if (!pid.ok()) return pid.status();
     launch->workers_.push_back(*pid);
     launch->exit_status_.push_back(0);
   }
 
-  distributed::GlooGroupOptions group_options;
-  group_options.rank = 0;
-  group_options.world_size = world;
-  group_options.rendezvous_dir = launch->rendezvous_dir_;
-  group_options.timeout = std::chrono::seconds(run.parallel().timeout_seconds());
-  group_options.connect_timeout = kConnectTimeout;
   // Every worker says it is up (its config loaded) before the group connects: one that cannot start is
   // named at once instead of after the connect timeout.
   for (int waited_ms = 0;; waited_ms += 20) {
@@ -123,8 +129,8 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
-      distributed::GlooGroup::Connect(group_options);
+  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group = distributed::GlooGroup::Connect(
+      GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds()));
   if (!group.ok()) {
     const std::string dead = launch->DeadWorkers(/*grace_ms=*/1000);
     return absl::Status(group.status().code(),
@@ -228,18 +234,12 @@ int DataParallelWorkerMain() {
                  std::string(experiment.status().message()).c_str());
     return 1;
   }
-  distributed::GlooGroupOptions group_options;
-  group_options.rank = rank;
-  group_options.world_size = world;
-  group_options.rendezvous_dir = rendezvous;
-  group_options.timeout = std::chrono::seconds(timeout);
-  group_options.connect_timeout = kConnectTimeout;
   if (absl::Status s = WriteFileAtomically(absl::StrCat(rendezvous, "/ready.", rank), ""); !s.ok()) {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(s.message()).c_str());
     return 1;
   }
   absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
-      distributed::GlooGroup::Connect(group_options);
+      distributed::GlooGroup::Connect(GroupOptions(rank, world, rendezvous, timeout));
   if (!group.ok()) {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(group.status().message()).c_str());
     return 1;
