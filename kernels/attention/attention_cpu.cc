@@ -1,14 +1,19 @@
 // CPU attention.
 // Forward, kTiled: work items are (batch, query head, block of kQueryBlock queries); each walks the keys in
-// blocks of kKeyBlock (skipping blocks entirely above the causal diagonal): S = Q K^T and acc += P V are
-// register-blocked small GEMMs, and per query a running max and sum rescale acc (online softmax), so memory
-// per thread is one (kQueryBlock, kKeyBlock) block of scores.
+// blocks of kKeyBlock (skipping blocks entirely above the causal diagonal or before the window): S = Q K^T
+// and acc += P V are register-blocked small GEMMs over groups of 4 queries, each group only up to its last
+// query's causal limit (on the diagonal block half the work), and per query a running max and sum rescale
+// acc (online softmax), so memory per thread is one (kQueryBlock, kKeyBlock) block of scores. Exponentials
+// are taken only of the keys a query may see.
 // Forward, kPlain: per (batch, head) the full (T, S) score matrix, softmax, then P V; the reference.
 // Backward (both algorithms): on (kQueryBlock, kKeyBlock) tiles, P is recomputed from lse and
 //   D = rowsum(dO * O), dV += P^T dO, dS = scale P (dO V^T - D), dQ += dS K, dK += dS^T Q
-// as small GEMMs; no T x S buffer. Work split (AttentionBackwardSchedule): per (batch, kv head), so the
+// as small GEMMs with the same causal trimming; dK and dV are accumulated transposed (HS x keys, so the
+// GEMMs' wide side is the keys, not a head size that may be 8) from P and dS as stored, without transposed
+// copies. No T x S buffer. Work split (AttentionBackwardSchedule): per (batch, kv head), so the
 // dk/dv of a kv head belong to one thread and dq is added tile by tile; or, when there are few such pairs,
 // per (batch, kv head, key block) for dk/dv and then per (batch, head, query block) for dq.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -102,25 +107,43 @@ void CheckParams(const AttentionParams& p) {
       << "attention: softcap=" << p.softcap << " must be finite and >= 0 (0: none)";
 }
 
-// Scales a row of raw scores q.k by `scale` (and soft-caps them) and sets masked keys to -inf. Keys u0 + j
-// for j < first are before query t's window, those for j >= visible beyond its causal limit.
-void MaskRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t len, float* row) {
-  const int64_t visible = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
+// Queries are scored in groups of kRowGroup (SmallGemm's register tile height): a group needs the keys of a
+// block only up to its last query's causal limit, so on a block the causal diagonal crosses, about half of
+// the scores and products are never computed.
+constexpr int64_t kRowGroup = 4;
+// The backward's dK and dV products go in groups of kKeyGroup keys (SmallGemm's register tile width).
+constexpr int64_t kKeyGroup = 16;
+
+// The number of keys u0 + j (j < len) of a block to score for a group of queries ending with t: those t may
+// see (the earlier queries see no more), rounded up to a multiple of 8 (SmallGemm's vector width; the
+// scores past t's limit are ignored and P is 0 there).
+int64_t KeysSeen(const View& view, int64_t t, int64_t u0, int64_t len) {
+  const int64_t seen = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
+  return std::min(len, (seen + 7) / 8 * 8);
+}
+
+// Scales query t's raw scores q.k for keys [u0, u0 + visible) by `scale` (and soft-caps them) and sets those
+// before its window or hidden by the mask to -inf, where visible (returned) counts the keys of the row's
+// first n up to t's causal limit. The rest of the row is left as it is: callers skip it. (Keys before the
+// window are -inf like masked ones, not skipped, so that a window and the mask of it sum the same
+// exponentials in the same order: bitwise the same results.)
+int64_t PrepareRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t n, float* row) {
+  const int64_t visible = std::max<int64_t>(0, std::min(n, view.KeyLimit(t) - u0));
   const int64_t first = std::min(visible, std::max<int64_t>(0, view.KeyStart(t) - u0));
   const uint8_t* mrow = view.MaskRow(b, h, t);
-  const float scale = view.p.scale;
-  for (int64_t j = 0; j < first; ++j) row[j] = -INFINITY;
+  std::fill(row, row + first, -INFINITY);
+  if (mrow == nullptr && view.p.softcap == 0) {
+    vec::Scale(view.p.scale, row + first, visible - first);
+    return visible;
+  }
   for (int64_t j = first; j < visible; ++j)
-    row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : view.Cap(row[j] * scale);
-  for (int64_t j = visible; j < len; ++j) row[j] = -INFINITY;
+    row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : view.Cap(row[j] * view.p.scale);
+  return visible;
 }
 
 // Packs rows [u0, u0 + len) of a (S, HS) strided key or value matrix transposed into dst (HS, ld).
 void PackTransposed(const float* src, int64_t stride_t, int64_t len, int64_t HS, float* dst, int64_t ld) {
-  for (int64_t j = 0; j < len; ++j) {
-    const float* row = src + j * stride_t;
-    for (int64_t d = 0; d < HS; ++d) dst[d * ld + j] = row[d];
-  }
+  vec::Transpose(len, HS, src, stride_t, dst, ld);
 }
 
 void ForwardTiled(const Context& ctx, const AttentionParams& p) {
@@ -142,27 +165,34 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, p.HS, kt.data(), kKeyBlock);
-        vec::SmallGemm(tlen, len, p.HS, view.q(b, t0, h), p.q_stride_t, kt.data(), kKeyBlock, s.data(),
-                       kKeyBlock, false);
-        for (int64_t i = 0; i < tlen; ++i) {
-          float* row = s.data() + i * kKeyBlock;
-          MaskRow(view, b, h, t0 + i, u0, len, row);
-          const float block_max = vec::Max(row, len);
-          if (block_max == -INFINITY) {
-            std::fill(row, row + len, 0.0f);
-            continue;
+        for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
+          const int64_t rows = std::min(kRowGroup, tlen - r0);
+          const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
+          if (n == 0) continue;
+          float* block = s.data() + r0 * kKeyBlock;
+          vec::SmallGemm(rows, n, p.HS, view.q(b, t0 + r0, h), p.q_stride_t, kt.data(), kKeyBlock, block,
+                         kKeyBlock, false);
+          for (int64_t i = r0; i < r0 + rows; ++i) {
+            float* row = s.data() + i * kKeyBlock;
+            const int64_t visible = PrepareRow(view, b, h, t0 + i, u0, n, row);
+            const float block_max = vec::Max(row, visible);
+            if (block_max == -INFINITY) {  // nothing visible: P's row is 0
+              std::fill(row, row + n, 0.0f);
+              continue;
+            }
+            const float new_max = std::max(run_max[i], block_max);
+            if (run_max[i] != -INFINITY && new_max != run_max[i]) {
+              const float correction = std::exp(run_max[i] - new_max);
+              run_sum[i] *= correction;
+              vec::Scale(correction, acc.data() + i * p.HS, p.HS);
+            }
+            run_max[i] = new_max;
+            run_sum[i] += vec::ExpShiftSum(row, new_max, row, visible);
+            std::fill(row + visible, row + n, 0.0f);
           }
-          const float new_max = std::max(run_max[i], block_max);
-          if (run_max[i] != -INFINITY && new_max != run_max[i]) {
-            const float correction = std::exp(run_max[i] - new_max);
-            run_sum[i] *= correction;
-            vec::Scale(correction, acc.data() + i * p.HS, p.HS);
-          }
-          run_max[i] = new_max;
-          run_sum[i] += vec::ExpShiftSum(row, new_max, row, len);
+          vec::SmallGemm(rows, p.HS, n, block, kKeyBlock, view.v(b, u0, kvh), p.v_stride_t,
+                         acc.data() + r0 * p.HS, p.HS, true);
         }
-        vec::SmallGemm(tlen, p.HS, len, s.data(), kKeyBlock, view.v(b, u0, kvh), p.v_stride_t, acc.data(),
-                       p.HS, true);
       }
       for (int64_t i = 0; i < tlen; ++i) {
         float* o = view.out(b, t0 + i, h);
@@ -242,13 +272,14 @@ struct BackwardScratch {
   explicit BackwardScratch(int64_t HS)
       : kt(HS * kKeyBlock),
         vt(HS * kKeyBlock),
-        dk_acc(kKeyBlock * HS),
-        dv_acc(kKeyBlock * HS),
+        dk_acc(HS * kKeyBlock),
+        dv_acc(HS * kKeyBlock),
         prob(kQueryBlock * kKeyBlock),
         dprob(kQueryBlock * kKeyBlock),
-        dcap(kQueryBlock * kKeyBlock),
-        transposed(kKeyBlock * kQueryBlock) {}
-  std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, dcap, transposed;
+        dcap(kQueryBlock * kKeyBlock) {}
+  // kt, vt: the key block's K^T and V^T; dk_acc, dv_acc: its dK^T and dV^T (all HS x kKeyBlock); prob, dprob,
+  // dcap: a tile's P, dP then dS, and the soft-cap's derivative (kQueryBlock x kKeyBlock).
+  std::vector<float> kt, vt, dk_acc, dv_acc, prob, dprob, dcap;
 };
 
 // Packs key block [u0, u0 + len) of kv head kvh transposed into s.kt and s.vt.
@@ -258,56 +289,69 @@ void PackKeyBlock(const View& view, int64_t b, int64_t kvh, int64_t u0, int64_t 
 }
 
 // One tile: queries [t0, t0 + tlen) of head h, keys [u0, u0 + len) (packed in s.kt/s.vt). D holds
-// rowsum(dO * O) for the tile's queries. Adds the tile's dV and dK into s.dv_acc/s.dk_acc when
-// want_dkdv, and its dQ into dq when want_dq.
+// rowsum(dO * O) for the tile's queries. Adds the tile's dV^T and dK^T into s.dv_acc/s.dk_acc when
+// want_dkdv, and its dQ into dq when want_dq. Per group of queries only the keys up to the group's causal
+// limit are scored, and per group of keys only the queries from the first that sees them are summed.
 void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h, int64_t t0, int64_t tlen,
                   int64_t u0, int64_t len, const float* D, BackwardScratch& s, bool want_dkdv, bool want_dq) {
   const AttentionParams& p = view.p;
   const int64_t HS = p.HS, kvh = h / view.group();
-  constexpr int64_t Bq = kQueryBlock, Bk = kKeyBlock;
-  // P = exp(scale q.k - lse), 0 where masked or where the whole row is masked (lse = -inf).
-  vec::SmallGemm(tlen, len, HS, view.q(b, t0, h), p.q_stride_t, s.kt.data(), Bk, s.prob.data(), Bk, false);
-  for (int64_t i = 0; i < tlen; ++i) {
-    float* row = s.prob.data() + i * Bk;
-    const float lse = *view.lse(b, h, t0 + i);
-    if (lse == -INFINITY) {
-      std::fill(row, row + len, 0.0f);
-      continue;
+  constexpr int64_t Bk = kKeyBlock;
+  // P = exp(scale q.k - lse) and dS = scale P (dO V^T - D) (times the soft-cap's derivative), 0 where masked,
+  // past the causal limit, or where the whole row is masked (lse = -inf).
+  for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
+    const int64_t rows = std::min(kRowGroup, tlen - r0);
+    const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
+    float* prob = s.prob.data() + r0 * Bk;
+    float* dprob = s.dprob.data() + r0 * Bk;
+    if (n > 0) {
+      vec::SmallGemm(rows, n, HS, view.q(b, t0 + r0, h), p.q_stride_t, s.kt.data(), Bk, prob, Bk, false);
+      vec::SmallGemm(rows, n, HS, g.dout(b, t0 + r0, h), p.out_stride_t, s.vt.data(), Bk, dprob, Bk, false);
     }
-    MaskRow(view, b, h, t0 + i, u0, len, row);
-    if (p.softcap > 0) {  // d cap(x) / dx = 1 - (cap(x) / softcap)^2, from the capped scores before exp
-      float* dc = s.dcap.data() + i * Bk;
-      for (int64_t j = 0; j < len; ++j) {
-        const float r = row[j] == -INFINITY ? 0.0f : row[j] / p.softcap;
-        dc[j] = 1.0f - r * r;
+    for (int64_t i = 0; i < rows; ++i) {
+      float* pr = prob + i * Bk;
+      float* ds = dprob + i * Bk;
+      const float lse = *view.lse(b, h, t0 + r0 + i);
+      const int64_t visible = lse == -INFINITY ? 0 : PrepareRow(view, b, h, t0 + r0 + i, u0, n, pr);
+      if (p.softcap > 0) {  // d cap(x) / dx = 1 - (cap(x) / softcap)^2, from the capped scores before exp
+        float* dc = s.dcap.data() + (r0 + i) * Bk;
+        for (int64_t j = 0; j < visible; ++j) {
+          const float c = pr[j] == -INFINITY ? 0.0f : pr[j] / p.softcap;
+          dc[j] = 1.0f - c * c;
+        }
       }
+      vec::ExpShiftSum(pr, lse, pr, visible);
+      const float d = D[r0 + i];
+      for (int64_t j = 0; j < visible; ++j) ds[j] = p.scale * pr[j] * (ds[j] - d);
+      if (p.softcap > 0) {
+        const float* dc = s.dcap.data() + (r0 + i) * Bk;
+        for (int64_t j = 0; j < visible; ++j) ds[j] *= dc[j];
+      }
+      std::fill(pr + visible, pr + len, 0.0f);
+      std::fill(ds + visible, ds + len, 0.0f);
     }
-    vec::ExpShiftSum(row, lse, row, len);
   }
-  if (want_dkdv) {  // dV += P^T dO
-    vec::Transpose(tlen, len, s.prob.data(), Bk, s.transposed.data(), Bq);
-    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, g.dout(b, t0, h), p.out_stride_t, s.dv_acc.data(),
-                   HS, true);
-  }
-  // dP = dO V^T;  dS = scale P (dP - D) (times the soft-cap's derivative)
-  vec::SmallGemm(tlen, len, HS, g.dout(b, t0, h), p.out_stride_t, s.vt.data(), Bk, s.dprob.data(), Bk, false);
-  for (int64_t i = 0; i < tlen; ++i) {
-    const float* pr = s.prob.data() + i * Bk;
-    float* ds = s.dprob.data() + i * Bk;
-    for (int64_t j = 0; j < len; ++j) ds[j] = p.scale * pr[j] * (ds[j] - D[i]);
-    if (p.softcap > 0) {
-      const float* dc = s.dcap.data() + i * Bk;
-      for (int64_t j = 0; j < len; ++j) ds[j] *= dc[j];
+  if (want_dkdv) {
+    // dV^T += dO^T P and dK^T += Q^T dS (HS x keys: the wide dimension is the keys, not a small HS), per
+    // group of kKeyGroup keys from the first query that sees any of them.
+    for (int64_t j0 = 0; j0 < len; j0 += kKeyGroup) {
+      const int64_t keys = std::min(kKeyGroup, len - j0);
+      const int64_t i0 = p.causal ? std::min(tlen, std::max<int64_t>(0, u0 + j0 - t0)) : 0;
+      if (i0 == tlen) break;
+      vec::SmallGemmTransA(HS, keys, tlen - i0, g.dout(b, t0 + i0, h), p.out_stride_t,
+                           s.prob.data() + i0 * Bk + j0, Bk, s.dv_acc.data() + j0, Bk, true);
+      vec::SmallGemmTransA(HS, keys, tlen - i0, view.q(b, t0 + i0, h), p.q_stride_t,
+                           s.dprob.data() + i0 * Bk + j0, Bk, s.dk_acc.data() + j0, Bk, true);
     }
   }
   if (want_dq) {  // dQ += dS K
-    vec::SmallGemm(tlen, HS, len, s.dprob.data(), Bk, view.k(b, u0, kvh), p.k_stride_t, g.dq(b, t0, h),
-                   p.q_stride_t, true);
-  }
-  if (want_dkdv) {  // dK += dS^T Q
-    vec::Transpose(tlen, len, s.dprob.data(), Bk, s.transposed.data(), Bq);
-    vec::SmallGemm(len, HS, tlen, s.transposed.data(), Bq, view.q(b, t0, h), p.q_stride_t, s.dk_acc.data(),
-                   HS, true);
+    for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
+      const int64_t rows = std::min(kRowGroup, tlen - r0);
+      const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
+      if (n == 0) continue;
+      vec::SmallGemm(rows, HS, n, s.dprob.data() + r0 * Bk, Bk, view.k(b, u0, kvh), p.k_stride_t,
+                     g.dq(b, t0 + r0, h), p.q_stride_t, true);
+    }
   }
 }
 
@@ -341,10 +385,9 @@ void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
   });
   auto Drow = [&](int64_t b, int64_t h, int64_t t) { return D.data() + (b * p.NH + h) * p.T + t; };
   auto store_dkdv = [&](int64_t b, int64_t kvh, int64_t u0, int64_t len, const BackwardScratch& s) {
-    for (int64_t j = 0; j < len; ++j) {
-      std::memcpy(g.dk(b, u0 + j, kvh), s.dk_acc.data() + j * HS, sizeof(float) * HS);
-      std::memcpy(g.dv(b, u0 + j, kvh), s.dv_acc.data() + j * HS, sizeof(float) * HS);
-    }
+    // The accumulators are transposed: (HS, kKeyBlock).
+    vec::Transpose(HS, len, s.dk_acc.data(), Bk, g.dk(b, u0, kvh), p.k_stride_t);
+    vec::Transpose(HS, len, s.dv_acc.data(), Bk, g.dv(b, u0, kvh), p.v_stride_t);
   };
 
   if (bp.schedule != AttentionBackwardSchedule::kKeysThenQueries) {

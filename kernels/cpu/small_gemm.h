@@ -4,9 +4,11 @@
 //   C (m, n) = A (m, k) @ B (k, n)        (accumulate = false)
 //   C (m, n) += A (m, k) @ B (k, n)       (accumulate = true)
 //
-// All row-major with explicit leading dimensions; no alignment needed. Tiles of 4 rows x 16 columns are
-// kept in 8 AVX2 registers over the whole k loop (the unroll pragmas make sure of that at -O2) (2 loads, 4 broadcasts, 8 FMAs per k), with 8-column and
-// scalar tails. Single-threaded: callers parallelise over their own blocks.
+// and SmallGemmTransA, the same with A^T for A stored (k, m) (attention's P^T dO and dS^T Q without a
+// transposed copy). All row-major with explicit leading dimensions; no alignment needed. Tiles of 4 rows x 16
+// columns are kept in 8 AVX2 registers over the whole k loop (the unroll pragmas make sure of that at -O2) (2
+// loads, 4 broadcasts, 8 FMAs per k), with 8-column and scalar tails. Single-threaded: callers parallelise
+// over their own blocks.
 #ifndef LMFORGE_KERNELS_CPU_SMALL_GEMM_H_
 #define LMFORGE_KERNELS_CPU_SMALL_GEMM_H_
 
@@ -18,10 +20,16 @@ namespace lmf::kernels::vec {
 
 namespace internal {
 
+// A's element (row r, depth p): a[r * lda + p], or a[p * lda + r] when A is stored transposed.
+template <bool kTransA>
+inline const float* AElement(const float* a, int64_t lda, int r, int64_t p) {
+  return kTransA ? a + p * lda + r : a + r * lda + p;
+}
+
 // Rows [0, R) x columns [j, j + 8 * NV) of C.
-template <int R, int NV>
-inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                     bool accumulate) {
+template <int R, int NV, bool kTransA>
+inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                     int64_t ldc, bool accumulate) {
   __m256 acc[R][NV];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -33,7 +41,7 @@ inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
+      const __m256 av = _mm256_broadcast_ss(AElement<kTransA>(a, lda, r, p));
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
@@ -44,18 +52,40 @@ inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
 }
 
-template <int R>
+template <int R, bool kTransA>
 inline void GemmRows(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                      int64_t ldc, bool accumulate) {
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) GemmTile<R, 2>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  for (; j + 8 <= n; j += 8) GemmTile<R, 1>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + 16 <= n; j += 16) GemmTile<R, 2, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + 8 <= n; j += 8) GemmTile<R, 1, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
   for (; j < n; ++j) {
     for (int r = 0; r < R; ++r) {
       float s = accumulate ? c[r * ldc + j] : 0.0f;
-      for (int64_t p = 0; p < k; ++p) s += a[r * lda + p] * b[p * ldb + j];
+      for (int64_t p = 0; p < k; ++p) s += *AElement<kTransA>(a, lda, r, p) * b[p * ldb + j];
       c[r * ldc + j] = s;
     }
+  }
+}
+
+template <bool kTransA>
+inline void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float* c, int64_t ldc, bool accumulate) {
+  // Rows i of C use A from row i (or, transposed, from column i).
+  auto a_rows = [&](int64_t i) { return kTransA ? a + i : a + i * lda; };
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) GemmRows<4, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+  switch (m - i) {
+    case 3:
+      GemmRows<3, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      break;
+    case 2:
+      GemmRows<2, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      break;
+    case 1:
+      GemmRows<1, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      break;
+    default:
+      break;
   }
 }
 
@@ -63,20 +93,53 @@ inline void GemmRows(int64_t n, int64_t k, const float* a, int64_t lda, const fl
 
 inline void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                       float* c, int64_t ldc, bool accumulate) {
-  int64_t i = 0;
-  for (; i + 4 <= m; i += 4) internal::GemmRows<4>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  switch (m - i) {
-    case 3: internal::GemmRows<3>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate); break;
-    case 2: internal::GemmRows<2>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate); break;
-    case 1: internal::GemmRows<1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate); break;
-    default: break;
+  internal::Gemm<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+// C (m, n) (+)= A^T B with A stored (k, m) row-major at leading dimension lda: a[p * lda + i] is A^T's (i,
+// p).
+inline void SmallGemmTransA(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                            int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  internal::Gemm<true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+namespace internal {
+
+// dst (8, 8) = src (8, 8)^T, in registers.
+inline void Transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
   }
 }
 
+}  // namespace internal
+
 // dst (cols, rows) = src (rows, cols)^T; src has leading dimension lds, dst has leading dimension ldd.
+// 8 x 8 blocks in registers, the edges element by element.
 inline void Transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t r = 0; r < rows8; r += 8)
+    for (int64_t c = 0; c < cols8; c += 8)
+      internal::Transpose8x8(src + r * lds + c, lds, dst + c * ldd + r, ldd);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+    for (int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 }  // namespace lmf::kernels::vec

@@ -111,13 +111,12 @@ inline float Max(const float* x, int64_t n) {
 
 // exp(x) for 8 lanes: range reduction x = k ln2 + r (|r| <= ln2/2, ln2 split in two parts), a degree-6
 // polynomial for exp(r) (Cephes expf coefficients, about 1 ulp), and 2^k built in the exponent bits.
-// Inputs below -87.3 give 0 (including -inf); above 88.7 give +inf.
+// Inputs below -87.3 give 0 (including -inf); above 88.376 (127.5 ln 2, where k reaches 128 and 2^k is
+// built as +inf) give +inf, the last third of a unit before FLT_MAX's logarithm 88.72 included.
 inline __m256 Exp(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.7228394f);
   const __m256 lo = _mm256_set1_ps(-87.3365479f);
   const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.7228394f));
   const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
@@ -129,19 +128,20 @@ inline __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  // 2^k: k in [-126, 128]; split k = k1 + k2 so each factor stays a normal float.
-  const __m256i ki = _mm256_cvtps_epi32(k);
-  const __m256i k1 = _mm256_srai_epi32(ki, 1);
-  const __m256i k2 = _mm256_sub_epi32(ki, k1);
-  const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
-  const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
-  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), too_small);
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), too_big);
-  return y;
+  // 2^k for k in [-126, 128]: k + 127 in the exponent field; k = 128 gives the all-ones exponent, +inf.
+  const __m256 two_k = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
+  return _mm256_blendv_ps(_mm256_mul_ps(p, two_k), _mm256_setzero_ps(), too_small);
 }
 
-// out[i] = exp(x[i] - shift); returns sum_i out[i]. out may alias x.
+// Lanes [0, r) set (all ones), for the masked loads and stores of an r-element tail (0 <= r <= 8).
+inline __m256i TailMask(int64_t r) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// out[i] = exp(x[i] - shift); returns sum_i out[i]. out may alias x. A tail of n % 8 elements goes through
+// the same vector Exp (masked loads and stores), so every element is computed alike wherever it lies.
 inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
@@ -151,12 +151,14 @@ inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
     _mm256_storeu_ps(out + i, e);
     acc = _mm256_add_ps(acc, e);
   }
-  float sum = HorizontalSum(acc);
-  for (; i < n; ++i) {
-    out[i] = std::exp(x[i] - shift);
-    sum += out[i];
+  if (i < n) {
+    const __m256i mask = TailMask(n - i);
+    const __m256 e =
+        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), s)), _mm256_castsi256_ps(mask));
+    _mm256_maskstore_ps(out + i, mask, e);
+    acc = _mm256_add_ps(acc, e);
   }
-  return sum;
+  return HorizontalSum(acc);
 }
 
 // sum_i exp(x[i] - shift), without storing the exponentials.

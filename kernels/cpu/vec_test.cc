@@ -2,6 +2,7 @@
 // std::exp over the whole range where the result is a normal float, and handles the ends.
 #include "kernels/cpu/vec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -44,6 +45,24 @@ TEST(Vec, ExpIsWithinTwoUlpOfStdExp) {
   }
 }
 
+// Every tail length (masked lanes) gives the values and sum of the full vectors, and writes nothing past n.
+TEST(Vec, ExpShiftSumTailsMatchFullVectors) {
+  float x[16], full[16];
+  for (int i = 0; i < 16; ++i) x[i] = -0.37f * static_cast<float>(i) + 1.5f;
+  ExpShiftSum(x, 0.5f, full, 16);
+  for (int64_t n = 0; n <= 16; ++n) {
+    float y[17];
+    std::fill(y, y + 17, -7.0f);
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) want_sum += full[i];
+    const float sum = ExpShiftSum(x, 0.5f, y, n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], full[i]) << "n=" << n << " i=" << i;
+    for (int64_t i = n; i < 17; ++i) EXPECT_EQ(y[i], -7.0f) << "n=" << n << " wrote past the end at " << i;
+    // n <= 16 positive terms in fp32, summed in two orders: a few ulps of the sum.
+    EXPECT_NEAR(sum, want_sum, 4e-7 * want_sum + 1e-30) << "n=" << n;
+  }
+}
+
 TEST(Vec, ExpOfExtremesIsZeroOrInfinity) {
   float x[8] = {-INFINITY, -1000.0f, -88.0f, 0.0f, 89.0f, INFINITY, 1.0f, -1.0f};
   float y[8];
@@ -54,6 +73,17 @@ TEST(Vec, ExpOfExtremesIsZeroOrInfinity) {
   EXPECT_TRUE(std::isinf(y[4]));
   EXPECT_TRUE(std::isinf(y[5]));
   EXPECT_NEAR(y[6], std::exp(1.0f), 3e-7f * 2.72f);
+  // The overflow edge: finite up to 127.5 ln 2 = 88.376, +inf from there (exp(88.7) is within 1.4x of
+  // FLT_MAX).
+  float edge[8] = {88.3f, 88.37f, 88.38f, 88.7f, -87.3f, -87.4f, 0.5f, -0.5f}, e[8];
+  ExpShiftSum(edge, 0.0f, e, 8);
+  for (int i : {0, 1, 4}) {
+    const double want = std::exp(static_cast<double>(edge[i]));
+    EXPECT_NEAR(e[i], want, 3e-7 * want) << "x=" << edge[i];
+  }
+  EXPECT_TRUE(std::isinf(e[2]));
+  EXPECT_TRUE(std::isinf(e[3]));
+  EXPECT_EQ(e[5], 0.0f);
 }
 
 }  // namespace
