@@ -112,11 +112,12 @@ inline float Max(const float* x, int64_t n) {
 // exp(x) for 8 lanes: range reduction x = k ln2 + r (|r| <= ln2/2, ln2 split in two parts), a degree-6
 // polynomial for exp(r) (Cephes expf coefficients, about 1 ulp), and 2^k built in the exponent bits.
 // Inputs below -87.3 give 0 (including -inf); above 88.376 (127.5 ln 2, where k reaches 128 and 2^k is
-// built as +inf) give +inf, the last third of a unit before FLT_MAX's logarithm 88.72 included.
+// built as +inf) give +inf, the last third of a unit before FLT_MAX's logarithm 88.72 included; NaN gives NaN.
 inline __m256 Exp(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.3365479f);
   const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.7228394f));
+  // max/min return their second operand when either is NaN: x last keeps a NaN (NaN in, NaN out).
+  x = _mm256_min_ps(_mm256_set1_ps(88.7228394f), _mm256_max_ps(lo, x));
   const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);

@@ -83,6 +83,13 @@ TEST(Vec, ExpOfExtremesIsZeroOrInfinity) {
   }
   EXPECT_TRUE(std::isinf(e[2]));
   EXPECT_TRUE(std::isinf(e[3]));
+  // NaN stays NaN, in a full vector and in a tail, and makes the sum NaN (a NaN loss is caught, not hidden).
+  float nan_in[11] = {0.0f, NAN, -1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, -2.0f, NAN, 0.0f}, nan_out[11];
+  EXPECT_TRUE(std::isnan(ExpShiftSum(nan_in, 0.0f, nan_out, 8)));
+  EXPECT_TRUE(std::isnan(nan_out[1]));
+  EXPECT_NEAR(nan_out[2], std::exp(-1.0f), 3e-7f);
+  EXPECT_TRUE(std::isnan(ExpShiftSum(nan_in + 8, 0.0f, nan_out + 8, 3)));
+  EXPECT_TRUE(std::isnan(nan_out[9]));
   EXPECT_EQ(e[5], 0.0f);
 }
 
