@@ -2,8 +2,15 @@
 // absl::Status that say which rank and which collective failed.
 #include "distributed/gloo_group.h"
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
@@ -15,6 +22,41 @@
 #include "gloo/transport/tcp/device.h"
 
 namespace lmf::distributed {
+namespace {
+
+constexpr std::chrono::milliseconds kAbortPollInterval{100};
+
+// Gloo's file store, whose waits for keys (Gloo's connectFullMesh waits for each other rank's before it
+// connects the pairs) look every 10 ms and ask `abort` every kAbortPollInterval whether to give up, throwing
+// its answer. (FileStore's own wait looks once a second.)
+class AbortableFileStore : public gloo::rendezvous::FileStore {
+ public:
+  AbortableFileStore(const std::string& path, std::function<std::string()> abort)
+      : FileStore(path), abort_(std::move(abort)) {}
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    const auto start = std::chrono::steady_clock::now();
+    auto next_ask = start + kAbortPollInterval;
+    while (!check(keys)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - start >= timeout) {
+        FileStore::wait(keys, std::chrono::milliseconds(1));  // Gloo's own timeout error (or the keys, late)
+        return;
+      }
+      if (now >= next_ask) {
+        if (std::string why = abort_(); !why.empty()) throw std::runtime_error(why);
+        next_ask = now + kAbortPollInterval;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+ private:
+  std::function<std::string()> abort_;
+};
+
+}  // namespace
 
 GlooGroup::GlooGroup(int rank, int world_size, std::shared_ptr<gloo::Context> context)
     : rank_(rank), world_size_(world_size), context_(std::move(context)) {}
@@ -34,7 +76,8 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore store(options.rendezvous_dir);
+    AbortableFileStore store(
+        options.rendezvous_dir, options.abort_connect ? options.abort_connect : [] { return std::string(); });
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     context->setTimeout(options.connect_timeout);
     context->connectFullMesh(store, device);

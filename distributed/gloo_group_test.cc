@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +78,53 @@ TEST(GlooGroup, RejectsBadRankWithClearMessage) {
   auto group = GlooGroup::Connect(opts);
   ASSERT_FALSE(group.ok());
   EXPECT_NE(group.status().message().find("rank 3 is not in [0, world_size=2)"), std::string::npos);
+}
+
+// Rank 0 of two waits for a rank 1 that never comes: abort_connect ends the wait as soon as it answers (here
+// after 300 ms), with its answer in the error; without it, or while it stays silent, the wait lasts
+// connect_timeout and ends with Gloo's own timeout error.
+TEST(GlooGroup, AbortConnectEndsTheWaitForAMissingRank) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(tmp ? tmp : "/tmp") + "/gloo_abort_" + std::to_string(::getpid());
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  GlooGroupOptions opts;
+  opts.rank = 0;
+  opts.world_size = 2;
+  opts.connect_timeout = std::chrono::seconds(30);
+  opts.rendezvous_dir = base + "_a";
+  const auto start = std::chrono::steady_clock::now();
+  int asked = 0;
+  opts.abort_connect = [&]() -> std::string {
+    ++asked;
+    return seconds_since(start) > 0.3 ? "rank 1 exited with status 3" : "";
+  };
+  auto group = GlooGroup::Connect(opts);
+  const double took = seconds_since(start);
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.status().message().find("could not connect via " + opts.rendezvous_dir +
+                                          ": rank 1 exited with status 3"),
+            std::string::npos)
+      << group.status();
+  EXPECT_GE(took, 0.3);
+  EXPECT_LT(took, 10.0) << "waited out (part of) the 30 s connect timeout";
+  EXPECT_GE(asked, 2) << "took " << took;
+  EXPECT_LT(took, 1.0) << "asked every 100 ms, it answers after 300 ms";
+
+  for (const bool silent_abort : {false, true}) {
+    GlooGroupOptions wait_all = opts;
+    wait_all.rendezvous_dir = base + (silent_abort ? "_c" : "_b");
+    wait_all.connect_timeout = std::chrono::milliseconds(700);
+    wait_all.abort_connect = nullptr;
+    if (silent_abort) wait_all.abort_connect = [] { return std::string(); };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto timed_out = GlooGroup::Connect(wait_all);
+    ASSERT_FALSE(timed_out.ok());
+    EXPECT_GE(seconds_since(t0), 0.6) << "silent_abort " << silent_abort;
+    EXPECT_NE(timed_out.status().message().find("could not connect"), std::string::npos)
+        << timed_out.status();
+  }
 }
 
 }  // namespace

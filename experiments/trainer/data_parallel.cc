@@ -129,8 +129,13 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group = distributed::GlooGroup::Connect(
-      GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds()));
+  // A worker that dies after saying it is up (its Gloo device fails, say) is named as soon as it exits, not
+  // after the connect timeout.
+  distributed::GlooGroupOptions group_options =
+      GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds());
+  group_options.abort_connect = [&launch] { return launch->DeadWorkers(/*grace_ms=*/0); };
+  absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
+      distributed::GlooGroup::Connect(group_options);
   if (!group.ok()) {
     const std::string dead = launch->DeadWorkers(/*grace_ms=*/1000);
     return absl::Status(group.status().code(),

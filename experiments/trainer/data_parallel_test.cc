@@ -140,6 +140,22 @@ TEST(DataParallel, AWorkerThatCannotStartIsNamed) {
       << trained.status();
 }
 
+// A worker that says it is up and then dies before joining the group (a Gloo device that fails, say) is
+// named as soon as it exits, not after the group's 60 s connect timeout.
+TEST(DataParallel, AWorkerThatDiesAfterStartingIsNamed) {
+  TrainOptions options = Options();
+  options.data_parallel_command = {
+      "/bin/sh", "-c",
+      "set -- $LMF_DATA_PARALLEL_WORKER; : > \"$6/ready.$1\"; echo gloo device failed >&2; exit 3"};
+  const auto start = std::chrono::steady_clock::now();
+  auto trained = Train(Tiny("dp_dies", 2, 2), options);
+  ASSERT_FALSE(trained.ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  EXPECT_NE(trained.status().message().find("rank 1 exited with status 3 ("), std::string::npos)
+      << trained.status();
+  EXPECT_NE(trained.status().message().find("gloo device failed"), std::string::npos) << trained.status();
+}
+
 TEST(DataParallel, ConfigErrorsNameTheField) {
   auto loaded = LoadExperiment("experiments/configs/tiny.textproto",
                                {"data.train_tokens=x.tok", "run.parallel.data=2", "run.grad_accum_steps=3"});
