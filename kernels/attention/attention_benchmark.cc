@@ -2,85 +2,137 @@
 // backward, at GPT-2-small head shapes (NH=12, HS=64, causal) for B=4, T=64/256/1024, same run, same
 // threads. Prints ms per call, achieved GFLOP/s (causal FLOPs: 2 * B*NH*T*T*HS per forward) and the ratio.
 // Then small heads, the shapes of the quickstart's models (HS=8) and of small CPU sweeps (HS=16, 32): forward
-// and backward ms and GFLOP/s. Then the two backward schedules (AttentionBackwardSchedule) for batch 1 with
-// one kv head.
+// and backward ms and GFLOP/s. Both tables also time PyTorch's attention on the same shapes, threads and run
+// (tools/kernels/attention_cpu_peer.py under /usr/bin/python3: fp32, forward and autograd backward) and print
+// its time over ours. Then the two backward schedules (AttentionBackwardSchedule) for batch 1 with one kv
+// head.
 //
 //   ./bazelw run //kernels/attention:attention_benchmark -- [threads] [gpt2|small|schedules (default: all)]
+//       [--no_torch]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/attention/attention.h"
 #include "kernels/testing/compare.h"
+#include "kernels/testing/cpu_peer.h"
 #include "kernels/testing/timing.h"
 
 namespace lmf::kernels {
 namespace {
 
+struct Shape {
+  std::string label;
+  int64_t B, T, NH, HS;
+  // The peer script's argument: causal self-attention of this shape.
+  std::string PeerArg() const { return absl::StrCat(label, ":", B, ",", T, ",", NH, ",", HS, ",1"); }
+};
+
+// Random causal self-attention inputs of one shape, with its outputs and gradients.
+struct Problem {
+  explicit Problem(const Shape& s)
+      : q(testing::RandomNormal(s.B * s.T * s.NH * s.HS, 1)),
+        k(testing::RandomNormal(q.size(), 2)),
+        v(testing::RandomNormal(q.size(), 3)),
+        dout(testing::RandomNormal(q.size(), 4)),
+        out(q.size()),
+        lse(s.B * s.NH * s.T),
+        dq(q.size()),
+        dk(q.size()),
+        dv(q.size()),
+        p(ContiguousAttentionParams(s.B, s.T, s.T, s.NH, s.NH, s.HS, true, q.data(), k.data(), v.data(),
+                                    out.data(), lse.data())) {}
+  void Backward(const Context& ctx) const {
+    AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
+  }
+  std::vector<float> q, k, v, dout;
+  mutable std::vector<float> out, lse, dq, dk, dv;
+  AttentionParams p;
+};
+
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();
-  ThreadPool pool(threads);
-  Context ctx = Context::Cpu(&pool);
-  const std::string only = argc > 2 ? argv[2] : "";
-  auto want = [&](const char* section) { return only.empty() || only == section; };
-  const int64_t NH = 12, HS = 64;
-  if (want("gpt2")) {
-    std::printf("threads %d; causal, NH=12, NKV=12, HS=64\n", threads);
-    std::printf("%5s %5s  %12s %12s %8s  %12s %10s\n", "B", "T", "tiled fwd ms", "plain fwd ms",
-                "plain/tiled", "backward ms", "fwd GF/s");
-    for (int64_t T : {64, 256, 1024}) {
-      const int64_t B = 4;
-      auto q = testing::RandomNormal(B * T * NH * HS, 1), k = testing::RandomNormal(B * T * NH * HS, 2);
-      auto v = testing::RandomNormal(B * T * NH * HS, 3), dout = testing::RandomNormal(B * T * NH * HS, 4);
-      std::vector<float> out(q.size()), lse(B * NH * T), dq(q.size()), dk(q.size()), dv(q.size());
-      AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NH, HS, true, q.data(), k.data(), v.data(),
-                                                    out.data(), lse.data());
-      const double flops = 2.0 * B * NH * T * T * HS;  // QK^T and PV, half of each under the causal mask
-      const int reps = std::max(3, static_cast<int>(2e9 / flops));
-      p.algorithm = AttentionAlgorithm::kTiled;
-      const double tiled = Time([&] { AttentionForward(ctx, p); }, reps);
-      const double backward = Time(
-          [&] {
-            AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
-          },
-          reps);
-      p.algorithm = AttentionAlgorithm::kPlain;
-      const double plain = Time([&] { AttentionForward(ctx, p); }, reps);
-      std::printf("%5ld %5ld  %12.2f %12.2f %8.2fx  %12.2f %10.1f\n", static_cast<long>(B),
-                  static_cast<long>(T), tiled * 1e3, plain * 1e3, plain / tiled, backward * 1e3,
-                  flops / tiled * 1e-9);
+  std::vector<std::string> positional;
+  bool torch = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--no_torch") {
+      torch = false;
+    } else {
+      positional.push_back(argv[i]);
     }
   }
-  // Small heads: the quickstart's models (d_model 16..72 in heads of 8, 64 tokens, 16 sequences) and small
-  // CPU models.
+  const int threads =
+      !positional.empty() ? std::atoi(positional[0].c_str()) : ThreadPool::Default().num_threads();
+  ThreadPool pool(threads);
+  Context ctx = Context::Cpu(&pool);
+  const std::string only = positional.size() > 1 ? positional[1] : "";
+  auto want = [&](const char* section) { return only.empty() || only == section; };
+  const int64_t NH = 12, HS = 64;
+  const std::vector<Shape> gpt2 = {
+      {"gpt2_t64", 4, 64, NH, HS}, {"gpt2_t256", 4, 256, NH, HS}, {"gpt2_t1024", 4, 1024, NH, HS}};
+  // The quickstart's models (d_model 16..72 in heads of 8, 64 tokens, 16 sequences) and small CPU models.
+  const std::vector<Shape> small = {{"s16_64_9_8", 16, 64, 9, 8},
+                                    {"s16_64_4_16", 16, 64, 4, 16},
+                                    {"s16_128_8_16", 16, 128, 8, 16},
+                                    {"s16_128_8_32", 16, 128, 8, 32},
+                                    {"s8_256_6_32", 8, 256, 6, 32}};
+
+  // The peer runs first, on its own, over every shape of the tables asked for.
+  std::vector<std::string> peer_args = {std::to_string(threads)};
+  for (const auto* shapes : {want("gpt2") ? &gpt2 : nullptr, want("small") ? &small : nullptr}) {
+    if (shapes == nullptr) continue;
+    for (const Shape& s : *shapes) peer_args.push_back(s.PeerArg());
+  }
+  absl::StatusOr<testing::CpuPeer> peer = absl::UnavailableError("--no_torch");
+  if (torch && peer_args.size() > 1)
+    peer = testing::RunCpuPeer("attention_cpu_peer.py", absl::StrJoin(peer_args, " "));
+  const testing::CpuPeer* pm = peer.ok() ? &*peer : nullptr;
+  std::printf("threads %d; %s\n", threads,
+              peer.ok() ? peer->description.c_str()
+                        : absl::StrCat("peer (PyTorch): unavailable: ", peer.status().message()).c_str());
+
+  if (want("gpt2")) {
+    std::printf("\ncausal, NH=12, NKV=12, HS=64\n%5s %5s  %12s %12s %8s  %12s %10s  %13s %13s %9s %9s\n", "B",
+                "T", "tiled fwd ms", "plain fwd ms", "plain/tiled", "backward ms", "fwd GF/s", "torch fwd ms",
+                "torch bwd ms", "fwd vs", "bwd vs");
+    for (const Shape& s : gpt2) {
+      Problem pr(s);
+      const double flops = 2.0 * s.B * s.NH * s.T * s.T * s.HS;  // QK^T and PV, half of each under the mask
+      const int reps = std::max(3, static_cast<int>(2e9 / flops));
+      pr.p.algorithm = AttentionAlgorithm::kTiled;
+      const double tiled = Time([&] { AttentionForward(ctx, pr.p); }, reps);
+      const double backward = Time([&] { pr.Backward(ctx); }, reps);
+      pr.p.algorithm = AttentionAlgorithm::kPlain;
+      const double plain = Time([&] { AttentionForward(ctx, pr.p); }, reps);
+      std::printf("%5ld %5ld  %12.2f %12.2f %8.2fx  %12.2f %10.1f  %13s %13s %9s %9s\n",
+                  static_cast<long>(s.B), static_cast<long>(s.T), tiled * 1e3, plain * 1e3, plain / tiled,
+                  backward * 1e3, flops / tiled * 1e-9, testing::PeerMs(pm, s.label + "_fwd").c_str(),
+                  testing::PeerMs(pm, s.label + "_bwd").c_str(),
+                  testing::PeerRatio(pm, s.label + "_fwd", tiled * 1e3).c_str(),
+                  testing::PeerRatio(pm, s.label + "_bwd", backward * 1e3).c_str());
+    }
+  }
   if (want("small")) {
-    std::printf("\nsmall heads, causal\n%5s %5s %4s %4s  %10s %10s  %12s %10s\n", "B", "T", "NH", "HS",
-                "fwd ms", "fwd GF/s", "backward ms", "bwd GF/s");
-    struct SmallShape {
-      int64_t B, T, NH, HS;
-    };
-    for (const SmallShape& sh :
-         {SmallShape{16, 64, 9, 8}, SmallShape{16, 64, 4, 16}, SmallShape{16, 128, 8, 16},
-          SmallShape{16, 128, 8, 32}, SmallShape{8, 256, 6, 32}}) {
-      const int64_t n = sh.B * sh.T * sh.NH * sh.HS;
-      auto q = testing::RandomNormal(n, 1), k = testing::RandomNormal(n, 2), v = testing::RandomNormal(n, 3);
-      auto dout = testing::RandomNormal(n, 4);
-      std::vector<float> out(n), lse(sh.B * sh.NH * sh.T), dq(n), dk(n), dv(n);
-      AttentionParams p = ContiguousAttentionParams(sh.B, sh.T, sh.T, sh.NH, sh.NH, sh.HS, true, q.data(),
-                                                    k.data(), v.data(), out.data(), lse.data());
-      const double flops = 2.0 * sh.B * sh.NH * sh.T * sh.T * sh.HS;  // causal: half of QK^T and PV
+    std::printf("\nsmall heads, causal\n%5s %5s %4s %4s  %10s %10s  %12s %10s  %13s %13s %9s %9s\n", "B", "T",
+                "NH", "HS", "fwd ms", "fwd GF/s", "backward ms", "bwd GF/s", "torch fwd ms", "torch bwd ms",
+                "fwd vs", "bwd vs");
+    for (const Shape& s : small) {
+      Problem pr(s);
+      const double flops = 2.0 * s.B * s.NH * s.T * s.T * s.HS;  // causal: half of QK^T and PV
       const int reps = std::max(5, static_cast<int>(5e8 / flops));
-      const double fwd = Time([&] { AttentionForward(ctx, p); }, reps);
-      const double bwd = Time(
-          [&] {
-            AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
-          },
-          reps);
-      std::printf("%5ld %5ld %4ld %4ld  %10.3f %10.1f  %12.3f %10.1f\n", static_cast<long>(sh.B),
-                  static_cast<long>(sh.T), static_cast<long>(sh.NH), static_cast<long>(sh.HS), fwd * 1e3,
-                  flops / fwd * 1e-9, bwd * 1e3, 2.5 * flops / bwd * 1e-9);
+      const double fwd = Time([&] { AttentionForward(ctx, pr.p); }, reps);
+      const double bwd = Time([&] { pr.Backward(ctx); }, reps);
+      std::printf("%5ld %5ld %4ld %4ld  %10.3f %10.1f  %12.3f %10.1f  %13s %13s %9s %9s\n",
+                  static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.NH),
+                  static_cast<long>(s.HS), fwd * 1e3, flops / fwd * 1e-9, bwd * 1e3, 2.5 * flops / bwd * 1e-9,
+                  testing::PeerMs(pm, s.label + "_fwd").c_str(),
+                  testing::PeerMs(pm, s.label + "_bwd").c_str(),
+                  testing::PeerRatio(pm, s.label + "_fwd", fwd * 1e3).c_str(),
+                  testing::PeerRatio(pm, s.label + "_bwd", bwd * 1e3).c_str());
     }
   }
   // Few (batch, kv head) pairs: batch 1, MQA. The two backward schedules, same run.

@@ -27,8 +27,11 @@ TEST(CpuFmaPeak, IsPlausibleForTheVectorIsa) {
   const CpuPeak peak = MeasureCpuFmaPeak(1);
   EXPECT_EQ(std::string(peak.isa), __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2");
   EXPECT_EQ(peak.measured_threads, 1);
-  // One core: at least one 8-lane FMA per cycle at 1 GHz, at most two 16-lane FMAs per cycle at 6 GHz.
+  // One core: at least one 8-lane FMA per cycle at 1 GHz, at most two 16-lane FMAs per cycle at 6 GHz. (A
+  // sanitizer build compiles the FMA chains at -O1 with instrumentation: no lower bound there.)
+#ifndef LMF_SANITIZER_BUILD
   EXPECT_GE(peak.flops_per_second, 16e9);
+#endif
   EXPECT_LE(peak.flops_per_second, 384e9);
 }
 

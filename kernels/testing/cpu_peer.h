@@ -1,0 +1,33 @@
+// The PyTorch peer of a CPU kernel benchmark, measured in the same run on the same threads: runs
+// `/usr/bin/python3 tools/kernels/<script> <args>` (Debian's python3-torch) and parses its "<label> <ms>"
+// lines. OpenBLAS is pinned to its AVX2 (Haswell) kernel unless OPENBLAS_CORETYPE is set: Debian's
+// OpenBLAS does not know newer CPUs and falls back to a generic path several times slower.
+#ifndef LMFORGE_KERNELS_TESTING_CPU_PEER_H_
+#define LMFORGE_KERNELS_TESTING_CPU_PEER_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace lmf::kernels::testing {
+
+struct CpuPeer {
+  std::map<std::string, double> ms;  // label -> milliseconds
+  std::string description;           // the script's other lines (e.g. "peer PyTorch 1.13 ...")
+};
+
+// The script is found in the benchmark's runfiles (a data dependency on //tools/kernels:<script>), the
+// current folder or, under `bazel run`, the workspace. Fails, saying why, when it, python or PyTorch is
+// missing.
+absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args,
+                                   const std::string& python = "/usr/bin/python3");
+
+// peer ms / ours ms as "1.23x", or "n/a" when the peer did not run or has no such label.
+std::string PeerRatio(const CpuPeer* peer, const std::string& label, double ours_ms);
+// The peer's milliseconds for `label` as "%.3f", or "n/a".
+std::string PeerMs(const CpuPeer* peer, const std::string& label);
+
+}  // namespace lmf::kernels::testing
+
+#endif  // LMFORGE_KERNELS_TESTING_CPU_PEER_H_
