@@ -4,7 +4,8 @@
 // model/accounting) as a fraction of this CPU's sgemm peak, measured here with the same GEMM and threads.
 //
 //   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
-//   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256),
+//   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256; also
+//          tiny_t64, the quickstart's sizes),
 //          --torch (1: also run PyTorch), --python (/usr/bin/python3), --torch_script (path),
 //          --op_profile (0: also time every op of one more step of ours, kernels/profile/cpu_op_profiler.h,
 //          and print the table after the shape's row)
@@ -58,6 +59,9 @@ Shape ShapeByName(const std::string& name) {
   if (name == "gpt2_t256") return {name, gpt2, 4, 256};
   if (name == "small_t64") return {name, small, 4, 64};
   if (name == "small_t256") return {name, small, 4, 256};
+  // The quickstart's largest model's sizes (d_model 72, 4 layers, 9 heads of 8, 64-token context, 16
+  // sequences, a 512-token vocabulary) in the GPT-2 style both sides build.
+  if (name == "tiny_t64") return {name, Gpt2Config(512, 64, 72, 4, 9), 16, 64};
   std::fprintf(stderr, "unknown shape %s\n", name.c_str());
   std::exit(2);
 }
@@ -93,8 +97,9 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
   AdamW optimizer(AdamWConfig{});
   std::mt19937 rng(1);
   std::vector<int32_t> ids(s.b * s.t), targets(s.b * s.t);
-  for (auto& x : ids) x = static_cast<int32_t>(rng() % 50257);
-  for (auto& x : targets) x = static_cast<int32_t>(rng() % 50257);
+  const auto vocab = static_cast<uint64_t>(s.config.vocab_size);  // the real vocabulary, not the padded rows
+  for (auto& x : ids) x = static_cast<int32_t>(rng() % vocab);
+  for (auto& x : targets) x = static_cast<int32_t>(rng() % vocab);
   double total = 0;
   for (int i = 0; i <= steps; ++i) {
     const double start = Now();
@@ -129,10 +134,10 @@ double TimeTorch(const Shape& s, int steps, int threads, const std::string& scri
   // picks a slow generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). Give it the AVX2 (Haswell)
   // kernel the environment is meant to pin, unless the caller chose one.
   const std::string command = absl::StrFormat(
-      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} %s %s --d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --batch=%d --seq=%d --steps=%d "
+      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} %s %s --d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --token_ids=%d --context=%d --batch=%d --seq=%d --steps=%d "
       "--threads=%d",
       absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers, s.config.n_heads,
-      s.config.vocab_rows(), s.b, s.t, steps, threads);
+      s.config.vocab_rows(), s.config.vocab_size, s.config.context_length, s.b, s.t, steps, threads);
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   char line[512];

@@ -68,6 +68,7 @@ def main():
     p.add_argument("--n_layers", type=int, default=12)
     p.add_argument("--n_heads", type=int, default=12)
     p.add_argument("--vocab_size", type=int, default=50304)
+    p.add_argument("--token_ids", type=int, default=50257, help="ids drawn from [0, token_ids): the real vocabulary")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=64)
@@ -81,8 +82,8 @@ def main():
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
-    ids = torch.randint(0, 50257, (a.batch, a.seq))
-    targets = torch.randint(0, 50257, (a.batch, a.seq))
+    ids = torch.randint(0, a.token_ids, (a.batch, a.seq))
+    targets = torch.randint(0, a.token_ids, (a.batch, a.seq))
     total = 0.0
     for step in range(a.steps + 1):
         start = time.perf_counter()
