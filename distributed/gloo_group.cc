@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
+#include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
@@ -27,8 +29,9 @@ namespace {
 constexpr std::chrono::milliseconds kAbortPollInterval{100};
 
 // Gloo's file store, whose waits for keys (Gloo's connectFullMesh waits for each other rank's before it
-// connects the pairs) look every 10 ms and ask `abort` every kAbortPollInterval whether to give up, throwing
-// its answer. (FileStore's own wait looks once a second.)
+// connects the pairs) ask `abort` every kAbortPollInterval whether to give up, throwing its answer. (Like
+// FileStore's own wait it looks for the keys every 10 ms; unlike it, it times out to the millisecond, not
+// in whole seconds.)
 class AbortableFileStore : public gloo::rendezvous::FileStore {
  public:
   AbortableFileStore(const std::string& path, std::function<std::string()> abort)
@@ -40,9 +43,9 @@ class AbortableFileStore : public gloo::rendezvous::FileStore {
     auto next_ask = start + kAbortPollInterval;
     while (!check(keys)) {
       const auto now = std::chrono::steady_clock::now();
-      if (now - start >= timeout) {
-        FileStore::wait(keys, std::chrono::milliseconds(1));  // Gloo's own timeout error (or the keys, late)
-        return;
+      if (timeout != gloo::kNoTimeout && now - start >= timeout) {
+        throw gloo::IoException(absl::StrCat("Wait timeout for key(s): ", absl::StrJoin(keys, ", "),
+                                             " after ", timeout.count(), " ms"));
       }
       if (now >= next_ask) {
         if (std::string why = abort_(); !why.empty()) throw std::runtime_error(why);

@@ -134,10 +134,13 @@ double TimeTorch(const Shape& s, int steps, int threads, const std::string& scri
   // picks a slow generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). Give it the AVX2 (Haswell)
   // kernel the environment is meant to pin, unless the caller chose one.
   const std::string command = absl::StrFormat(
-      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} %s %s --d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --token_ids=%d --context=%d --batch=%d --seq=%d --steps=%d "
+      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s %s "
+      "--d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --token_ids=%d --context=%d --batch=%d "
+      "--seq=%d --steps=%d "
       "--threads=%d",
-      absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers, s.config.n_heads,
-      s.config.vocab_rows(), s.config.vocab_size, s.config.context_length, s.b, s.t, steps, threads);
+      threads, threads, absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers,
+      s.config.n_heads, s.config.vocab_rows(), s.config.vocab_size, s.config.context_length, s.b, s.t, steps,
+      threads);
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   char line[512];

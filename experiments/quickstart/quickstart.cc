@@ -107,7 +107,7 @@ config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& tra
                               const std::string& val_tokens, const std::string& tokenizer) {
   // Small Llama-style models (RMSNorm, SwiGLU, RoPE), 64-token context, 16 sequences a step. The time
   // estimate's 3.5e10 FLOP/s per run is a little under what the default design's runs averaged on a 2-core
-  // machine, two at a time (1.2e13 FLOP in 318 run-seconds: 3.9e10, 2026-12-01).
+  // machine, two at a time (1.225e13 FLOP in 318 run-seconds: 3.85e10, 2026-12-01).
   const std::string text = absl::StrFormat(
       R"pb(
         name: "quickstart"

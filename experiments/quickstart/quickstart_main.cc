@@ -1,6 +1,6 @@
 // `./bazelw run //experiments:quickstart`: lmforge's main job on its built-in default. Generates a
 // synthetic story corpus (or reads --data), trains a BPE tokenizer, tokenizes, runs a small IsoFLOP sweep
-// on the CPU (about 10 minutes on 2 cores), fits scaling laws and writes a Markdown report, printing
+// on the CPU (about 3 minutes on 2 cores), fits scaling laws and writes a Markdown report, printing
 // where each piece is. Started again, it skips what is already done.
 //
 //   --out=DIR            where everything goes (default: ./lmforge_quickstart in the folder you ran from)

@@ -129,15 +129,21 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // A worker that dies after saying it is up (its Gloo device fails, say) is named as soon as it exits, not
-  // after the connect timeout.
+  // A worker that dies after saying it is up but before it has published its address (its Gloo device
+  // fails, say) is named as soon as it exits, not after the connect timeout.
   distributed::GlooGroupOptions group_options =
       GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds());
-  group_options.abort_connect = [&launch] { return launch->DeadWorkers(/*grace_ms=*/0); };
+  bool aborted = false;
+  group_options.abort_connect = [&launch, &aborted] {
+    std::string dead = launch->DeadWorkers(/*grace_ms=*/0);
+    aborted = !dead.empty();
+    return dead;
+  };
   absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
       distributed::GlooGroup::Connect(group_options);
   if (!group.ok()) {
-    const std::string dead = launch->DeadWorkers(/*grace_ms=*/1000);
+    // Any other worker that died with the group (not already named by abort_connect) gets a second to exit.
+    const std::string dead = launch->DeadWorkers(/*grace_ms=*/aborted ? 0 : 1000);
     return absl::Status(group.status().code(),
                         absl::StrCat("run.parallel.data=", world, ": ", group.status().message(),
                                      dead.empty() ? "" : absl::StrCat("; ", dead)));

@@ -144,9 +144,9 @@ TEST(DataParallel, AWorkerThatCannotStartIsNamed) {
 // named as soon as it exits, not after the group's 60 s connect timeout.
 TEST(DataParallel, AWorkerThatDiesAfterStartingIsNamed) {
   TrainOptions options = Options();
-  options.data_parallel_command = {
-      "/bin/sh", "-c",
-      "set -- $LMF_DATA_PARALLEL_WORKER; : > \"$6/ready.$1\"; echo gloo device failed >&2; exit 3"};
+  options.data_parallel_command = {"/bin/sh", "-c",
+                                   "set -- $LMF_DATA_PARALLEL_WORKER; : > \"$6/ready.$1\"; echo gloo device "
+                                   "failed >&2; sleep 0.3; exit 3"};
   const auto start = std::chrono::steady_clock::now();
   auto trained = Train(Tiny("dp_dies", 2, 2), options);
   ASSERT_FALSE(trained.ok());
@@ -154,6 +154,8 @@ TEST(DataParallel, AWorkerThatDiesAfterStartingIsNamed) {
   EXPECT_NE(trained.status().message().find("rank 1 exited with status 3 ("), std::string::npos)
       << trained.status();
   EXPECT_NE(trained.status().message().find("gloo device failed"), std::string::npos) << trained.status();
+  // Named by the connect's abort (the worker is up and waited on at the rendezvous when it dies).
+  EXPECT_NE(trained.status().message().find("could not connect via "), std::string::npos) << trained.status();
 }
 
 TEST(DataParallel, ConfigErrorsNameTheField) {

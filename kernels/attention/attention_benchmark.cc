@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/attention/attention.h"
@@ -65,11 +66,20 @@ int Main(int argc, char** argv) {
       positional.push_back(argv[i]);
     }
   }
-  const int threads =
-      !positional.empty() ? std::atoi(positional[0].c_str()) : ThreadPool::Default().num_threads();
+  int threads = ThreadPool::Default().num_threads();
+  if (!positional.empty() && (!absl::SimpleAtoi(positional[0], &threads) || threads < 1 || threads > 1024)) {
+    std::fprintf(stderr, "attention_benchmark: threads \"%s\" is not a number from 1 to 1024\n",
+                 positional[0].c_str());
+    return 2;
+  }
   ThreadPool pool(threads);
   Context ctx = Context::Cpu(&pool);
   const std::string only = positional.size() > 1 ? positional[1] : "";
+  if (!only.empty() && only != "gpt2" && only != "small" && only != "schedules") {
+    std::fprintf(stderr, "attention_benchmark: section \"%s\" is not gpt2, small or schedules\n",
+                 only.c_str());
+    return 2;
+  }
   auto want = [&](const char* section) { return only.empty() || only == section; };
   const int64_t NH = 12, HS = 64;
   const std::vector<Shape> gpt2 = {
@@ -87,13 +97,16 @@ int Main(int argc, char** argv) {
     if (shapes == nullptr) continue;
     for (const Shape& s : *shapes) peer_args.push_back(s.PeerArg());
   }
-  absl::StatusOr<testing::CpuPeer> peer = absl::UnavailableError("--no_torch");
-  if (torch && peer_args.size() > 1)
-    peer = testing::RunCpuPeer("attention_cpu_peer.py", absl::StrJoin(peer_args, " "));
+  absl::StatusOr<testing::CpuPeer> peer = absl::UnavailableError("not asked for (--no_torch)");
+  if (torch && peer_args.size() > 1) {
+    peer = testing::RunCpuPeer("attention_cpu_peer.py", absl::StrJoin(peer_args, " "), threads);
+  }
   const testing::CpuPeer* pm = peer.ok() ? &*peer : nullptr;
-  std::printf("threads %d; %s\n", threads,
-              peer.ok() ? peer->description.c_str()
-                        : absl::StrCat("peer (PyTorch): unavailable: ", peer.status().message()).c_str());
+  const std::string peer_line =
+      peer_args.size() == 1 ? ""  // the schedules alone: no peer
+      : peer.ok()           ? absl::StrCat("; ", peer->description)
+                            : absl::StrCat("; peer (PyTorch): unavailable: ", peer.status().message());
+  std::printf("threads %d%s\n", threads, peer_line.c_str());
 
   if (want("gpt2")) {
     std::printf("\ncausal, NH=12, NKV=12, HS=64\n%5s %5s  %12s %12s %8s  %12s %10s  %13s %13s %9s %9s\n", "B",

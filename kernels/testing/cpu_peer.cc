@@ -34,15 +34,23 @@ std::string FindScript(const std::string& script) {
   return "";
 }
 
+// 'text' for sh, quotes inside escaped.
+std::string ShellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 }  // namespace
 
-absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args,
+absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args, int threads,
                                    const std::string& python) {
   const std::string path = FindScript(script);
   if (path.empty())
     return absl::NotFoundError(absl::StrCat("peer script tools/kernels/", script, " not found"));
-  const std::string command =
-      absl::StrCat("OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} ", python, " ", path, " ", args, " 2>&1");
+  const std::string command = absl::StrCat(
+      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=", threads,
+      " OMP_NUM_THREADS=", threads, " ", ShellQuote(python), " ", ShellQuote(path), " ", args, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run ", python));
   CpuPeer peer;

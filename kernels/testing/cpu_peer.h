@@ -1,7 +1,8 @@
 // The PyTorch peer of a CPU kernel benchmark, measured in the same run on the same threads: runs
 // `/usr/bin/python3 tools/kernels/<script> <args>` (Debian's python3-torch) and parses its "<label> <ms>"
-// lines. OpenBLAS is pinned to its AVX2 (Haswell) kernel unless OPENBLAS_CORETYPE is set: Debian's
-// OpenBLAS does not know newer CPUs and falls back to a generic path several times slower.
+// lines. OpenBLAS is pinned to its AVX2 (Haswell) kernel unless OPENBLAS_CORETYPE is set (Debian's OpenBLAS
+// does not know newer CPUs and falls back to a generic path several times slower), and OpenBLAS and OpenMP
+// get `threads` threads (the script sets PyTorch's own).
 #ifndef LMFORGE_KERNELS_TESTING_CPU_PEER_H_
 #define LMFORGE_KERNELS_TESTING_CPU_PEER_H_
 
@@ -20,7 +21,7 @@ struct CpuPeer {
 // The script is found in the benchmark's runfiles (a data dependency on //tools/kernels:<script>), the
 // current folder or, under `bazel run`, the workspace. Fails, saying why, when it, python or PyTorch is
 // missing.
-absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args,
+absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args, int threads,
                                    const std::string& python = "/usr/bin/python3");
 
 // peer ms / ours ms as "1.23x", or "n/a" when the peer did not run or has no such label.

@@ -1,7 +1,7 @@
 """PyTorch peer for //kernels/attention:attention_benchmark (CPU, fp32, same thread count, same run).
 
 Attention as a PyTorch model computes it: torch.nn.functional.scaled_dot_product_attention where the
-installed PyTorch has it (2.0 on; its CPU kernel is a flash-style fused one), else (Debian 12's python3-torch
+installed PyTorch has it (2.0 on; fused, flash-style, on the CPU from 2.1), else (Debian 12's python3-torch
 1.13) the expression models wrote before it: softmax(q k^T * scale with the causal mask filled by -inf) @ v.
 The backward is autograd's, timed alone (retain_graph) with dout given.
 
