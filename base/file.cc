@@ -257,7 +257,12 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path) {
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char held_by[300] = {0};
-    const ssize_t n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
+    ssize_t n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
+    // A holder that has just taken the lock writes its pid a moment later: wait up to 100 ms for it.
+    for (int tries = 0; n <= 0 && err == EWOULDBLOCK && tries < 10; ++tries) {
+      ::usleep(10000);
+      n = ::pread(fd, held_by, sizeof(held_by) - 1, 0);
+    }
     ::close(fd);
     if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL) {
       return absl::UnimplementedError(

@@ -1,11 +1,15 @@
 // File helpers: atomic writes replace whole files or nothing, errors name the path, maps see the bytes.
 #include "base/file.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "base/check.h"
 #include "gtest/gtest.h"
@@ -111,6 +115,23 @@ TEST(File, FileLockIsExclusiveAndReleased) {
     EXPECT_EQ(second.status().message(), path + " is locked by another process (" + holder + ")");
     FileLock moved = std::move(*held);  // still held after a move
     EXPECT_FALSE(FileLock::Acquire(path).ok());
+  }
+  {
+    // A holder between taking the lock and writing its pid (the file still empty) is still named.
+    const std::string raw_path = path + ".raw";
+    const int fd = open(raw_path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(flock(fd, LOCK_EX), 0);
+    std::thread writer([fd] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      const std::string text = "pid 4242 on elsewhere\n";
+      EXPECT_EQ(pwrite(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+    });
+    const absl::StatusOr<FileLock> contended = FileLock::Acquire(raw_path);
+    writer.join();
+    close(fd);
+    EXPECT_EQ(contended.status().message(),
+              raw_path + " is locked by another process (pid 4242 on elsewhere)");
   }
   const pid_t child = fork();
   if (child == 0) {
