@@ -47,6 +47,32 @@ TEST(Rope, StridedInPlaceEqualsContiguous) {
     for (int64_t i = 0; i < NH * HS; ++i) ASSERT_EQ(qkv[bt * W + i], want[bt * NH * HS + i]) << bt << " " << i;
 }
 
+// The definition in double, for head sizes that use the 8-wide path, the pair-by-pair tail and both: every
+// element within fp32 rounding of two products and a sum (|x| < 5: 1e-5 absolute).
+TEST(Rope, MatchesTheDefinitionForEveryHeadSizeShape) {
+  Context ctx = Context::Cpu();
+  for (const int64_t HS : {2, 6, 8, 10, 16, 22}) {
+    const int64_t B = 2, T = 9, NH = 3;
+    auto x = testing::RandomNormal(B * T * NH * HS, 31);
+    std::vector<float> out(x.size());
+    RopeForward(ctx, ContiguousRopeParams(B, T, NH, HS, 500.0f, x.data(), out.data()));
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      const double pos = static_cast<double>(bt % T);
+      for (int64_t h = 0; h < NH; ++h) {
+        for (int64_t i = 0; i < HS / 2; ++i) {
+          const double angle = pos * std::pow(500.0, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+          const int64_t at = (bt * NH + h) * HS + 2 * i;
+          const double x0 = x[at], x1 = x[at + 1];
+          ASSERT_NEAR(out[at], x0 * std::cos(angle) - x1 * std::sin(angle), 1e-5)
+              << "HS " << HS << " at " << at;
+          ASSERT_NEAR(out[at + 1], x0 * std::sin(angle) + x1 * std::cos(angle), 1e-5)
+              << "HS " << HS << " at " << at;
+        }
+      }
+    }
+  }
+}
+
 TEST(Rope, MatchesCs336Snapshot) {
   LMF_SHARED_DATA_OR_SKIP(inputs_path, "cs336/derived/a1_test_inputs.npz");
   LMF_SHARED_DATA_OR_SKIP(snapshot_path, "cs336/assignment1-basics/tests/_snapshots/test_rope.npz");
@@ -82,7 +108,7 @@ namespace lmf::kernels {
 namespace {
 
 TEST(Rope, BackwardMatchesCentralDifferences) {
-  const int64_t B = 2, T = 5, NH = 2, HS = 6;
+  const int64_t B = 2, T = 5, NH = 2, HS = 10;  // one 8-wide step and a pair of tail
   auto x = testing::RandomNormal(B * T * NH * HS, 21), r = testing::RandomNormal(B * T * NH * HS, 22);
   std::vector<float> out(x.size()), dx(x.size());
   Context ctx = Context::Cpu();
