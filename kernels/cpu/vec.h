@@ -1,6 +1,7 @@
 // Vectorised fp32 building blocks for the CPU kernels (AVX2 + FMA, which the default build targets with
 // -march=x86-64-v3): dot products, axpy, sums, max, a vector exp, and the sigmoid and GELU built on it.
-// Each has a scalar tail so any n works. Header-only so the loops inline into the kernels.
+// Each has a tail for any n (scalar, or for ExpShiftSum masked vector lanes). Header-only so the loops
+// inline into the kernels.
 #ifndef LMFORGE_KERNELS_CPU_VEC_H_
 #define LMFORGE_KERNELS_CPU_VEC_H_
 
