@@ -27,6 +27,7 @@
 #include "kernels/cpu/peak_flops.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/profile/cpu_op_profiler.h"
+#include "kernels/testing/cpu_peer.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 #include "model/optimizer/adamw.h"
@@ -131,16 +132,16 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
 // Mean seconds per step of PyTorch, parsed from the script's "seconds_per_step=<x>" line; <0 on failure.
 double TimeTorch(const Shape& s, int steps, int threads, const std::string& script) {
   // PyTorch's BLAS here is Debian's OpenBLAS, which does not know this CPU: without OPENBLAS_CORETYPE it
-  // picks a slow generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). Give it the AVX2 (Haswell)
-  // kernel the environment is meant to pin, unless the caller chose one.
+  // picks a slow generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). PeerEnvironment gives it
+  // the AVX2 (Haswell) kernel the environment is meant to pin, unless the caller chose one.
   const std::string command = absl::StrFormat(
-      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d %s %s "
+      "%s %s %s "
       "--d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --token_ids=%d --context=%d --batch=%d "
       "--seq=%d --steps=%d "
       "--threads=%d",
-      threads, threads, absl::GetFlag(FLAGS_python), script, s.config.d_model, s.config.n_layers,
-      s.config.n_heads, s.config.vocab_rows(), s.config.vocab_size, s.config.context_length, s.b, s.t, steps,
-      threads);
+      kernels::testing::PeerEnvironment(threads), absl::GetFlag(FLAGS_python), script, s.config.d_model,
+      s.config.n_layers, s.config.n_heads, s.config.vocab_rows(), s.config.vocab_size,
+      s.config.context_length, s.b, s.t, steps, threads);
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   char line[512];

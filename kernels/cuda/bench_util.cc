@@ -5,14 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
-#include <sstream>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/check.h"
+#include "kernels/testing/cpu_peer.h"
 
 namespace lmf::kernels::cuda::bench {
 
@@ -60,25 +60,9 @@ std::string FindScript(const std::string& script) {
 absl::StatusOr<std::map<std::string, double>> RunPeer(const std::string& script, const std::string& args) {
   const std::string path = FindScript(script);
   if (path.empty()) return absl::NotFoundError(absl::StrCat("peer script ", script, " not found"));
-  const std::string cmd = absl::StrCat("python3 ", path, " ", args, " 2>&1");
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return absl::UnavailableError("cannot run python3");
-  std::map<std::string, double> out;
-  std::string log;
-  char line[1024];
-  while (fgets(line, sizeof(line), f) != nullptr) {
-    std::istringstream is(line);
-    std::string label;
-    double ms = 0;
-    if (is >> label >> ms) {
-      out[label] = ms;
-    } else {
-      log += line;
-    }
-  }
-  const int rc = pclose(f);
-  if (rc != 0 || out.empty()) return absl::UnavailableError(absl::StrCat("peer ", cmd, " failed: ", log));
-  return out;
+  absl::StatusOr<testing::CpuPeer> peer = testing::RunPeerCommand(absl::StrCat("python3 ", path, " ", args));
+  if (!peer.ok()) return peer.status();
+  return std::move(peer->ms);
 }
 
 std::string Ratio(const std::map<std::string, double>* peer, const std::string& label, double ours_ms) {

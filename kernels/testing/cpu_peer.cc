@@ -43,16 +43,15 @@ std::string ShellQuote(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args, int threads,
-                                   const std::string& python) {
-  const std::string path = FindScript(script);
-  if (path.empty())
-    return absl::NotFoundError(absl::StrCat("peer script tools/kernels/", script, " not found"));
-  const std::string command = absl::StrCat(
-      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=", threads,
-      " OMP_NUM_THREADS=", threads, " ", ShellQuote(python), " ", ShellQuote(path), " ", args, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run ", python));
+std::string PeerEnvironment(int threads) {
+  return absl::StrCat("OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=", threads,
+                      " OMP_NUM_THREADS=", threads);
+}
+
+absl::StatusOr<CpuPeer> RunPeerCommand(const std::string& command) {
+  const std::string with_stderr = command + " 2>&1";
+  FILE* pipe = popen(with_stderr.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run `", command, "`"));
   CpuPeer peer;
   char line[1024];
   while (std::fgets(line, sizeof(line), pipe) != nullptr) {
@@ -71,6 +70,15 @@ absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string&
   }
   while (!peer.description.empty() && peer.description.back() == '\n') peer.description.pop_back();
   return peer;
+}
+
+absl::StatusOr<CpuPeer> RunCpuPeer(const std::string& script, const std::string& args, int threads,
+                                   const std::string& python) {
+  const std::string path = FindScript(script);
+  if (path.empty())
+    return absl::NotFoundError(absl::StrCat("peer script tools/kernels/", script, " not found"));
+  return RunPeerCommand(
+      absl::StrCat(PeerEnvironment(threads), " ", ShellQuote(python), " ", ShellQuote(path), " ", args));
 }
 
 std::string PeerRatio(const CpuPeer* peer, const std::string& label, double ours_ms) {

@@ -18,6 +18,15 @@ struct CpuPeer {
   std::string description;           // the script's other lines (e.g. "peer PyTorch 1.13 ...")
 };
 
+// "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OPENBLAS_NUM_THREADS=<threads> OMP_NUM_THREADS=<threads>":
+// the environment every PyTorch CPU peer runs in (a shell prefix).
+std::string PeerEnvironment(int threads);
+
+// Runs a shell command (its stderr is read too) and parses its "<label> <number>" lines; the other lines are
+// the description. Fails when the command fails or prints no such line. The CPU peers and the CUDA
+// benchmarks' peers (kernels/cuda/bench_util.h) run through it.
+absl::StatusOr<CpuPeer> RunPeerCommand(const std::string& command);
+
 // The script is found in the benchmark's runfiles (a data dependency on //tools/kernels:<script>), the
 // current folder or, under `bazel run`, the workspace. Fails, saying why, when it, python or PyTorch is
 // missing.
