@@ -77,6 +77,10 @@ struct View {
     return p.window > 0 ? std::min(p.S, std::max<int64_t>(0, t - p.window + 1)) : 0;
   }
   int64_t KeyLimit(int64_t t) const { return p.causal ? std::min(p.S, t + 1) : p.S; }
+  // How many of the keys u0 + j, j < len, come before query t's causal limit.
+  int64_t KeysBeforeLimit(int64_t t, int64_t u0, int64_t len) const {
+    return std::max<int64_t>(0, std::min(len, KeyLimit(t) - u0));
+  }
   // A scaled score after the soft-cap (unchanged without one).
   float Cap(float s) const { return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s; }
   const uint8_t* MaskRow(int64_t b, int64_t h, int64_t t) const {
@@ -118,8 +122,7 @@ constexpr int64_t kKeyGroup = 16;
 // see (the earlier queries see no more), rounded up to a multiple of 8 (SmallGemm's vector width; the
 // scores past t's limit are ignored and P is 0 there).
 int64_t KeysSeen(const View& view, int64_t t, int64_t u0, int64_t len) {
-  const int64_t seen = std::max<int64_t>(0, std::min(len, view.KeyLimit(t) - u0));
-  return std::min(len, (seen + 7) / 8 * 8);
+  return std::min(len, (view.KeysBeforeLimit(t, u0, len) + 7) / 8 * 8);
 }
 
 // Scales query t's raw scores q.k for keys [u0, u0 + visible) by `scale` (and soft-caps them) and sets those
@@ -128,7 +131,7 @@ int64_t KeysSeen(const View& view, int64_t t, int64_t u0, int64_t len) {
 // window are -inf like masked ones, not skipped, so that a window and the mask of it sum the same
 // exponentials in the same order: bitwise the same results.)
 int64_t PrepareRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0, int64_t n, float* row) {
-  const int64_t visible = std::max<int64_t>(0, std::min(n, view.KeyLimit(t) - u0));
+  const int64_t visible = view.KeysBeforeLimit(t, u0, n);
   const int64_t first = std::min(visible, std::max<int64_t>(0, view.KeyStart(t) - u0));
   const uint8_t* mrow = view.MaskRow(b, h, t);
   std::fill(row, row + first, -INFINITY);
@@ -139,11 +142,6 @@ int64_t PrepareRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0
   for (int64_t j = first; j < visible; ++j)
     row[j] = (mrow != nullptr && mrow[u0 + j] == 0) ? -INFINITY : view.Cap(row[j] * view.p.scale);
   return visible;
-}
-
-// Packs rows [u0, u0 + len) of a (S, HS) strided key or value matrix transposed into dst (HS, ld).
-void PackTransposed(const float* src, int64_t stride_t, int64_t len, int64_t HS, float* dst, int64_t ld) {
-  vec::Transpose(len, HS, src, stride_t, dst, ld);
 }
 
 void ForwardTiled(const Context& ctx, const AttentionParams& p) {
@@ -164,7 +162,7 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
-        PackTransposed(view.k(b, u0, kvh), p.k_stride_t, len, p.HS, kt.data(), kKeyBlock);
+        vec::Transpose(len, p.HS, view.k(b, u0, kvh), p.k_stride_t, kt.data(), kKeyBlock);  // K^T (HS, len)
         for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
           const int64_t rows = std::min(kRowGroup, tlen - r0);
           const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
@@ -284,8 +282,8 @@ struct BackwardScratch {
 
 // Packs key block [u0, u0 + len) of kv head kvh transposed into s.kt and s.vt.
 void PackKeyBlock(const View& view, int64_t b, int64_t kvh, int64_t u0, int64_t len, BackwardScratch& s) {
-  PackTransposed(view.k(b, u0, kvh), view.p.k_stride_t, len, view.p.HS, s.kt.data(), kKeyBlock);
-  PackTransposed(view.v(b, u0, kvh), view.p.v_stride_t, len, view.p.HS, s.vt.data(), kKeyBlock);
+  vec::Transpose(len, view.p.HS, view.k(b, u0, kvh), view.p.k_stride_t, s.kt.data(), kKeyBlock);
+  vec::Transpose(len, view.p.HS, view.v(b, u0, kvh), view.p.v_stride_t, s.vt.data(), kKeyBlock);
 }
 
 // One tile: queries [t0, t0 + tlen) of head h, keys [u0, u0 + len) (packed in s.kt/s.vt). D holds
