@@ -29,8 +29,8 @@ namespace {
 
 struct Shape {
   std::string label;
-  int64_t B, T, NH, HS;
-  // The peer script's argument: causal self-attention of this shape.
+  int64_t B, T, NH, NKV, HS;
+  // The peer script's argument: causal self-attention of this shape (the script runs NKV = NH only).
   std::string PeerArg() const { return absl::StrCat(label, ":", B, ",", T, ",", NH, ",", HS, ",1"); }
 };
 
@@ -38,18 +38,20 @@ struct Shape {
 struct Problem {
   explicit Problem(const Shape& s)
       : q(testing::RandomNormal(s.B * s.T * s.NH * s.HS, 1)),
-        k(testing::RandomNormal(q.size(), 2)),
-        v(testing::RandomNormal(q.size(), 3)),
+        k(testing::RandomNormal(s.B * s.T * s.NKV * s.HS, 2)),
+        v(testing::RandomNormal(k.size(), 3)),
         dout(testing::RandomNormal(q.size(), 4)),
         out(q.size()),
         lse(s.B * s.NH * s.T),
         dq(q.size()),
-        dk(q.size()),
-        dv(q.size()),
-        p(ContiguousAttentionParams(s.B, s.T, s.T, s.NH, s.NH, s.HS, true, q.data(), k.data(), v.data(),
+        dk(k.size()),
+        dv(k.size()),
+        p(ContiguousAttentionParams(s.B, s.T, s.T, s.NH, s.NKV, s.HS, true, q.data(), k.data(), v.data(),
                                     out.data(), lse.data())) {}
-  void Backward(const Context& ctx) const {
-    AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
+  // Needs out and lse: a forward first.
+  void Backward(const Context& ctx,
+                AttentionBackwardSchedule schedule = AttentionBackwardSchedule::kAuto) const {
+    AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data(), schedule});
   }
   std::vector<float> q, k, v, dout;
   mutable std::vector<float> out, lse, dq, dk, dv;
@@ -82,14 +84,15 @@ int Main(int argc, char** argv) {
   }
   auto want = [&](const char* section) { return only.empty() || only == section; };
   const int64_t NH = 12, HS = 64;
-  const std::vector<Shape> gpt2 = {
-      {"gpt2_t64", 4, 64, NH, HS}, {"gpt2_t256", 4, 256, NH, HS}, {"gpt2_t1024", 4, 1024, NH, HS}};
+  const std::vector<Shape> gpt2 = {{"gpt2_t64", 4, 64, NH, NH, HS},
+                                   {"gpt2_t256", 4, 256, NH, NH, HS},
+                                   {"gpt2_t1024", 4, 1024, NH, NH, HS}};
   // The quickstart's models (d_model 16..72 in heads of 8, 64 tokens, 16 sequences) and small CPU models.
-  const std::vector<Shape> small = {{"s16_64_9_8", 16, 64, 9, 8},
-                                    {"s16_64_4_16", 16, 64, 4, 16},
-                                    {"s16_128_8_16", 16, 128, 8, 16},
-                                    {"s16_128_8_32", 16, 128, 8, 32},
-                                    {"s8_256_6_32", 8, 256, 6, 32}};
+  const std::vector<Shape> small = {{"s16_64_9_8", 16, 64, 9, 9, 8},
+                                    {"s16_64_4_16", 16, 64, 4, 4, 16},
+                                    {"s16_128_8_16", 16, 128, 8, 8, 16},
+                                    {"s16_128_8_32", 16, 128, 8, 8, 32},
+                                    {"s8_256_6_32", 8, 256, 6, 6, 32}};
 
   // The peer runs first, on its own, over every shape of the tables asked for.
   std::vector<std::string> peer_args = {std::to_string(threads)};
@@ -153,19 +156,10 @@ int Main(int argc, char** argv) {
     std::printf("\nbackward schedules, B=1, NH=12, NKV=1 (MQA), HS=64, causal\n%5s  %14s %18s  %s\n", "T",
                 "per-kv-head ms", "keys-then-queries", "ratio");
     for (int64_t T : {256, 1024}) {
-      const int64_t B = 1, NKV = 1;
-      auto q = testing::RandomNormal(B * T * NH * HS, 1), k = testing::RandomNormal(B * T * NKV * HS, 2);
-      auto v = testing::RandomNormal(B * T * NKV * HS, 3), dout = testing::RandomNormal(B * T * NH * HS, 4);
-      std::vector<float> out(q.size()), lse(B * NH * T), dq(q.size()), dk(k.size()), dv(v.size());
-      AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, true, q.data(), k.data(), v.data(),
-                                                    out.data(), lse.data());
-      AttentionForward(ctx, p);
+      Problem pr(Shape{"mqa", 1, T, NH, 1, HS});
+      AttentionForward(ctx, pr.p);
       auto run = [&](AttentionBackwardSchedule schedule) {
-        return Time(
-            [&] {
-              AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data(), schedule});
-            },
-            3);
+        return Time([&] { pr.Backward(ctx, schedule); }, 3);
       };
       const double per_kv = run(AttentionBackwardSchedule::kPerKvHead);
       const double split = run(AttentionBackwardSchedule::kKeysThenQueries);
