@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/attention/attention.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/cpu_peer.h"
 #include "kernels/testing/timing.h"
@@ -109,7 +110,8 @@ int Main(int argc, char** argv) {
       peer_args.size() == 1 ? ""  // the schedules alone: no peer
       : peer.ok()           ? absl::StrCat("; ", peer->description)
                             : absl::StrCat("; peer (PyTorch): unavailable: ", peer.status().message());
-  std::printf("threads %d%s\n", threads, peer_line.c_str());
+  std::printf("threads %d; small GEMM tiles: %s (LMF_CPU_ISA, kernels/cpu/isa.h)%s\n", threads, vec::IsaName(),
+              peer_line.c_str());
 
   if (want("gpt2")) {
     std::printf("\ncausal, NH=12, NKV=12, HS=64\n%5s %5s  %12s %12s %8s  %12s %10s  %13s %13s %9s %9s\n", "B",

@@ -8,6 +8,7 @@
 
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/fixture.h"
 
@@ -343,6 +344,41 @@ TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
   const size_t per_run = 5, runs_per_pool = 2;
   for (size_t i = 0; i < per_run * runs_per_pool; ++i)
     EXPECT_EQ(results[i], results[i + per_run * runs_per_pool]) << i;
+}
+
+// The AVX-512 tiles of the small GEMMs (kernels/cpu/isa.h) do each element's FMA chain as the AVX2 tiles
+// do: forward and backward are bitwise the same under both, at head sizes that take every tile width (8:
+// the AVX2 8-column tile only; 24: 16 + 8; 64 and 80: 64, 64 + 16), with tails (T = 100: a partial
+// block), GQA, a mask, a window and a soft-cap.
+TEST(Attention, Avx512AndAvx2GiveBitwiseTheSameResults) {
+  if (!vec::CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 forms can run";
+  const int64_t B = 2, T = 100, NH = 4, NKV = 2;
+  std::vector<uint8_t> mask(T * T);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7919) % 11 != 0;
+  for (const int64_t HS : {8, 24, 64, 80}) {
+    for (int variant = 0; variant < 3; ++variant) {  // plain causal; mask + window; not causal + soft-cap
+      SCOPED_TRACE(::testing::Message() << "HS " << HS << " variant " << variant);
+      auto q = testing::RandomNormal(B * T * NH * HS, 41), k = testing::RandomNormal(B * T * NKV * HS, 42);
+      auto v = testing::RandomNormal(B * T * NKV * HS, 43), dout = testing::RandomNormal(B * T * NH * HS, 44);
+      std::vector<float> results[2][5];
+      for (const bool avx512 : {false, true}) {
+        const bool before = vec::SetUseAvx512ForTesting(avx512);
+        ASSERT_EQ(vec::UseAvx512(), avx512);
+        std::vector<float> out(q.size()), lse(B * NH * T), dq(q.size()), dk(k.size()), dv(v.size());
+        AttentionParams p = ContiguousAttentionParams(B, T, T, NH, NKV, HS, variant != 2, q.data(), k.data(),
+                                                      v.data(), out.data(), lse.data());
+        if (variant == 1) p.mask = mask.data(), p.mask_stride_t = T, p.window = 40;
+        if (variant == 2) p.softcap = 1.5f;
+        Context ctx = Context::Cpu();
+        AttentionForward(ctx, p);
+        AttentionBackward(ctx, {p, dout.data(), dq.data(), dk.data(), dv.data()});
+        vec::SetUseAvx512ForTesting(before);
+        int i = 0;
+        for (auto* r : {&out, &lse, &dq, &dk, &dv}) results[avx512][i++] = *r;
+      }
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(results[0][i], results[1][i]) << "result " << i;
+    }
+  }
 }
 
 TEST(Attention, SupportedAnswersPerBackendDTypeAndHeadSize) {

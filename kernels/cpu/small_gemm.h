@@ -7,14 +7,19 @@
 // and SmallGemmTransA, the same with A^T for A stored (k, m) (attention's P^T dO and dS^T Q without a
 // transposed copy). All row-major with explicit leading dimensions; no alignment needed. Tiles of 4 rows x 16
 // columns are kept in 8 AVX2 registers over the whole k loop (the unroll pragmas make sure of that at -O2) (2
-// loads, 4 broadcasts, 8 FMAs per k), with 8-column and scalar tails. Single-threaded: callers parallelise
-// over their own blocks.
+// loads, 4 broadcasts, 8 FMAs per k), with 8-column and scalar tails. Where the CPU has AVX-512 (isa.h),
+// tiles of 4 rows x 64, 32 and 16 columns in 512-bit registers come first (at 64: 4 loads, 4 broadcasts, 16
+// FMAs per k); every element of C is the same FMA chain over k either way, so C is bitwise the same.
+// Single-threaded: callers parallelise over their own blocks.
 #ifndef LMFORGE_KERNELS_CPU_SMALL_GEMM_H_
 #define LMFORGE_KERNELS_CPU_SMALL_GEMM_H_
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/isa.h"
 
 namespace lmf::kernels::vec {
 
@@ -52,12 +57,10 @@ inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
 }
 
+// Columns [j, n) (fewer than 8), element by element: the same code in both ISAs' forms.
 template <int R, bool kTransA>
-inline void GemmRows(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                     int64_t ldc, bool accumulate) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) GemmTile<R, 2, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  for (; j + 8 <= n; j += 8) GemmTile<R, 1, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+inline void GemmScalarColumns(int64_t j, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   for (; j < n; ++j) {
     for (int r = 0; r < R; ++r) {
       float s = accumulate ? c[r * ldc + j] : 0.0f;
@@ -67,22 +70,88 @@ inline void GemmRows(int64_t n, int64_t k, const float* a, int64_t lda, const fl
   }
 }
 
-template <bool kTransA>
+template <int R, bool kTransA>
+inline void GemmRows(int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                     int64_t ldc, bool accumulate) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) GemmTile<R, 2, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + 8 <= n; j += 8) GemmTile<R, 1, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  GemmScalarColumns<R, kTransA>(j, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+// The AVX-512 form of GemmTile: rows [0, R) x columns [j, j + 16 * NV), the same FMA chain per element.
+template <int R, int NV, bool kTransA>
+LMF_TARGET_AVX512 LMF_ALWAYS_INLINE void GemmTile512(int64_t k, const float* a, int64_t lda, const float* b,
+                                                     int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  __m512 acc[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + p * ldb + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(*AElement<kTransA>(a, lda, r, p));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+}
+
+// GemmRows with 64-, 32- and 16-column AVX-512 tiles (at 64, 16 accumulators of the 32 registers), then the
+// same 8-column and scalar tails.
+template <int R, bool kTransA>
+LMF_TARGET_AVX512 inline void GemmRows512(int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                          int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  int64_t j = 0;
+  for (; j + 64 <= n; j += 64) GemmTile512<R, 4, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  if (j + 32 <= n) {
+    GemmTile512<R, 2, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+    j += 32;
+  }
+  if (j + 16 <= n) {
+    GemmTile512<R, 1, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+    j += 16;
+  }
+  if (j + 8 <= n) {
+    GemmTile<R, 1, kTransA>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+    j += 8;
+  }
+  GemmScalarColumns<R, kTransA>(j, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+template <bool kTransA, bool kAvx512>
 inline void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                  float* c, int64_t ldc, bool accumulate) {
   // Rows i of C use A from row i (or, transposed, from column i).
   auto a_rows = [&](int64_t i) { return kTransA ? a + i : a + i * lda; };
+  auto rows = [&](auto r, int64_t i) {
+    constexpr int R = decltype(r)::value;
+    if constexpr (kAvx512) {
+      GemmRows512<R, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+    } else {
+      GemmRows<R, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+    }
+  };
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) GemmRows<4, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+  for (; i + 4 <= m; i += 4) rows(std::integral_constant<int, 4>(), i);
   switch (m - i) {
     case 3:
-      GemmRows<3, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      rows(std::integral_constant<int, 3>(), i);
       break;
     case 2:
-      GemmRows<2, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      rows(std::integral_constant<int, 2>(), i);
       break;
     case 1:
-      GemmRows<1, kTransA>(n, k, a_rows(i), lda, b, ldb, c + i * ldc, ldc, accumulate);
+      rows(std::integral_constant<int, 1>(), i);
       break;
     default:
       break;
@@ -91,16 +160,19 @@ inline void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, c
 
 }  // namespace internal
 
+// Runs the AVX-512 tiles where UseAvx512() (kernels/cpu/isa.h); bitwise the same C either way.
 inline void SmallGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                       float* c, int64_t ldc, bool accumulate) {
-  internal::Gemm<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  UseAvx512() ? internal::Gemm<false, true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+              : internal::Gemm<false, false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 // C (m, n) (+)= A^T B with A stored (k, m) row-major at leading dimension lda: a[p * lda + i] is A^T's (i,
 // p).
 inline void SmallGemmTransA(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  internal::Gemm<true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  UseAvx512() ? internal::Gemm<true, true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+              : internal::Gemm<true, false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 namespace internal {
