@@ -8,6 +8,7 @@
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/tensor.h"
+#include "kernels/cpu/isa.h"
 
 namespace lmf::kernels {
 
@@ -59,6 +60,7 @@ CpuAllocator& CpuAllocator::Default() {
 Context Context::Cpu() { return Cpu(&ThreadPool::Default()); }
 
 Context Context::Cpu(ThreadPool* pool) {
+  vec::UseAvx512();  // reads LMF_CPU_ISA now, so that a bad value stops a program before its first kernel
   Context ctx;
   ctx.device = Device::Cpu();
   ctx.pool = pool;

@@ -8,6 +8,7 @@
 #include "kernels/core/context.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/tensor.h"
+#include "kernels/cpu/isa.h"
 
 namespace lmf::kernels {
 namespace {
@@ -100,6 +101,18 @@ TEST(Context, CpuContextHasPoolAndAllocator) {
   Context ctx = Context::Cpu(&pool);
   EXPECT_EQ(ctx.num_threads(), 2);
   EXPECT_NE(ctx.allocator, nullptr);
+}
+
+// Making a CPU context reads LMF_CPU_ISA (kernels/cpu/isa.h), so a bad value stops a program before its
+// first kernel rather than in the middle of its work.
+TEST(ContextDeathTest, ACpuContextChecksLmfCpuIsa) {
+  EXPECT_EXIT(
+      {
+        setenv("LMF_CPU_ISA", "avx1024", 1);
+        vec::internal::g_use_avx512.store(-1);
+        Context::Cpu();
+      },
+      ::testing::ExitedWithCode(2), "LMF_CPU_ISA=\"avx1024\" is not one of auto, avx2, avx512");
 }
 
 TEST(Dispatch, CpuBackendRunsEveryOpInF32Only) {
