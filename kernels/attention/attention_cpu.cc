@@ -115,7 +115,8 @@ void CheckParams(const AttentionParams& p) {
 // block only up to its last query's causal limit, so on a block the causal diagonal crosses, about half of
 // the scores and products are never computed.
 constexpr int64_t kRowGroup = 4;
-// The backward's dK and dV products go in groups of kKeyGroup keys (SmallGemm's register tile width).
+// The backward's dK and dV products go in groups of kKeyGroup keys (SmallGemm's AVX2 tile width; one
+// 16-column tile on AVX-512), each group from the first query that sees any of its keys.
 constexpr int64_t kKeyGroup = 16;
 
 // The number of keys u0 + j (j < len) of a block to score for a group of queries ending with t: those t may

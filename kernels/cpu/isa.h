@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #define LMF_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw")))
@@ -27,7 +28,8 @@ namespace lmf::kernels::vec {
 // Whether this CPU (and OS) can run the AVX-512 forms. libgcc's feature bits include the OS check (XCR0
 // enables the ZMM state) for the AVX-512 features.
 inline bool CpuHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+  static const bool has = (__builtin_cpu_init(), true) &&  // in case this runs before libgcc's constructor
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
   return has;
 }
@@ -52,17 +54,20 @@ inline bool ParseCpuIsa(const char* value, bool cpu_has_avx512, std::string* err
 namespace internal {
 // -1 until the first UseAvx512(), then 0 or 1.
 inline std::atomic<int> g_use_avx512{-1};
-// Reads LMF_CPU_ISA and the CPU once; a bad value exits with the message (status 2).
+// Reads LMF_CPU_ISA and the CPU once; a bad value exits with the message (status 2). Serialised, so that
+// threads arriving at once read the variable once and at most one of them exits.
 inline int InitUseAvx512() {
+  static std::mutex* const mu = new std::mutex;  // never destroyed: exit() may run while others wait on it
+  std::lock_guard<std::mutex> lock(*mu);
+  if (const int v = g_use_avx512.load(std::memory_order_relaxed); v >= 0) return v;
   std::string error;
   const bool on = ParseCpuIsa(std::getenv("LMF_CPU_ISA"), CpuHasAvx512(), &error);
   if (!error.empty()) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     std::exit(2);
   }
-  int expected = -1;
-  g_use_avx512.compare_exchange_strong(expected, on ? 1 : 0, std::memory_order_relaxed);
-  return g_use_avx512.load(std::memory_order_relaxed);
+  g_use_avx512.store(on ? 1 : 0, std::memory_order_relaxed);
+  return on ? 1 : 0;
 }
 }  // namespace internal
 
