@@ -332,9 +332,13 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
   }
   if (want_dkdv) {
     // dV^T += dO^T P and dK^T += Q^T dS (HS x keys: the wide dimension is the keys, not a small HS), per
-    // group of kKeyGroup keys from the first query that sees any of them.
-    for (int64_t j0 = 0; j0 < len; j0 += kKeyGroup) {
-      const int64_t keys = std::min(kKeyGroup, len - j0);
+    // group of kKeyGroup keys from the first query that sees any of them. Where every query of the tile sees
+    // every key (not causal, or the tile below the diagonal) all groups start at the first query, so the
+    // block goes as one group: the same sums, in wider register tiles (AVX-512's 64-column ones).
+    const bool all_seen = !p.causal || u0 + len - 1 <= t0;
+    const int64_t group = all_seen ? len : kKeyGroup;
+    for (int64_t j0 = 0; j0 < len; j0 += group) {
+      const int64_t keys = std::min(group, len - j0);
       const int64_t i0 = p.causal ? std::min(tlen, std::max<int64_t>(0, u0 + j0 - t0)) : 0;
       if (i0 == tlen) break;
       vec::SmallGemmTransA(HS, keys, tlen - i0, g.dout(b, t0 + i0, h), p.out_stride_t,
