@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "base/thread_pool.h"
 #include "kernels/core/context.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/peak_flops.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/profile/cpu_op_profiler.h"
@@ -172,8 +173,9 @@ int Main() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf(
       "threads=%d  sgemm peak: kernels/matmul 2048^3 with %d threads, best so far (GFLOP/s); %s FMA peak "
-      "(the trainer's MFU basis): %.1f GFLOP/s; PyTorch runs with OPENBLAS_CORETYPE=%s\n",
-      threads, threads, fma.isa, fma.flops_per_second / 1e9,
+      "(the trainer's MFU basis): %.1f GFLOP/s; attention's GEMM tiles: %s (LMF_CPU_ISA); PyTorch runs with "
+      "OPENBLAS_CORETYPE=%s\n",
+      threads, threads, fma.isa, fma.flops_per_second / 1e9, kernels::vec::IsaName(),
       coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
   std::printf("%-11s %10s %10s %10s %10s %8s %7s %9s %9s %9s %9s\n", "shape", "ours s/st", "ours tok/s",
               "torch s/st", "torch tok/s", "ratio", "peak", "ours %pk", "torch %pk", "ours MFU", "torch MFU");
