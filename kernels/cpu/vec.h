@@ -163,6 +163,28 @@ inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
   return HorizontalSum(acc);
 }
 
+// ExpShiftSum for rows with room past n: x may be read and out written up to n rounded up to 8, and out
+// gets 0 in [n, that). The tail is read and written whole instead of through masked loads and stores, which
+// cannot take their data from a store still in flight (the rows of attention's scores, written just before):
+// the same values and sum as ExpShiftSum, bit for bit, without the stall.
+inline float ExpShiftSumPadded(const float* x, float shift, float* out, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(out + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __m256 e =
+        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)), _mm256_castsi256_ps(TailMask(n - i)));
+    _mm256_storeu_ps(out + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  return HorizontalSum(acc);
+}
+
 // sum_i exp(x[i] - shift), without storing the exponentials.
 inline float SumExpShift(const float* x, float shift, int64_t n) {
   const __m256 s = _mm256_set1_ps(shift);

@@ -63,6 +63,25 @@ TEST(Vec, ExpShiftSumTailsMatchFullVectors) {
   }
 }
 
+// The padded form gives ExpShiftSum's values and sum bit for bit for every n, whatever lies past n in x
+// (garbage, NaN, +inf), writes zeros from n up to n rounded up to 8, and nothing after.
+TEST(Vec, ExpShiftSumPaddedEqualsExpShiftSumAndZeroesThePadding) {
+  for (int64_t n = 0; n <= 24; ++n) {
+    float x[32], want[32], y[32];
+    for (int i = 0; i < 32; ++i) x[i] = -0.29f * static_cast<float>(i) + 2.5f;
+    for (int i = static_cast<int>(n); i < 32; ++i) x[i] = i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : 1e30f);
+    const float want_sum = ExpShiftSum(x, 0.75f, want, n);
+    std::fill(y, y + 32, -7.0f);
+    const float sum = ExpShiftSumPadded(x, 0.75f, y, n);
+    EXPECT_EQ(sum, want_sum) << "n=" << n;
+    const int64_t padded = (n + 7) / 8 * 8;
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], want[i]) << "n=" << n << " i=" << i;
+    for (int64_t i = n; i < padded; ++i) EXPECT_EQ(y[i], 0.0f) << "n=" << n << " padding at " << i;
+    for (int64_t i = padded; i < 32; ++i)
+      EXPECT_EQ(y[i], -7.0f) << "n=" << n << " wrote past the padding at " << i;
+  }
+}
+
 TEST(Vec, ExpOfExtremesIsZeroOrInfinity) {
   float x[8] = {-INFINITY, -1000.0f, -88.0f, 0.0f, 89.0f, INFINITY, 1.0f, -1.0f};
   float y[8];
