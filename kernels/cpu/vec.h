@@ -142,8 +142,9 @@ inline __m256i TailMask(int64_t r) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// out[i] = exp(x[i] - shift); returns sum_i out[i]. out may alias x. A tail of n % 8 elements goes through
-// the same vector Exp (masked loads and stores), so every element is computed alike wherever it lies.
+namespace internal {
+// ExpShiftSum and its padded form: the same loop, the tail read and written through masks or whole.
+template <bool kPadded>
 inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
@@ -155,12 +156,23 @@ inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
   }
   if (i < n) {
     const __m256i mask = TailMask(n - i);
-    const __m256 e =
-        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), s)), _mm256_castsi256_ps(mask));
-    _mm256_maskstore_ps(out + i, mask, e);
+    const __m256 in = kPadded ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, mask);
+    const __m256 e = _mm256_and_ps(Exp(_mm256_sub_ps(in, s)), _mm256_castsi256_ps(mask));
+    if (kPadded) {
+      _mm256_storeu_ps(out + i, e);
+    } else {
+      _mm256_maskstore_ps(out + i, mask, e);
+    }
     acc = _mm256_add_ps(acc, e);
   }
   return HorizontalSum(acc);
+}
+}  // namespace internal
+
+// out[i] = exp(x[i] - shift); returns sum_i out[i]. out may alias x. A tail of n % 8 elements goes through
+// the same vector Exp (masked loads and stores), so every element is computed alike wherever it lies.
+inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
+  return internal::ExpShiftSum<false>(x, shift, out, n);
 }
 
 // ExpShiftSum for rows with room past n: x may be read and out written up to n rounded up to 8, and out
@@ -168,21 +180,7 @@ inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
 // cannot take their data from a store still in flight (the rows of attention's scores, written just before):
 // the same values and sum as ExpShiftSum, bit for bit, without the stall.
 inline float ExpShiftSumPadded(const float* x, float shift, float* out, int64_t n) {
-  const __m256 s = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    _mm256_storeu_ps(out + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  if (i < n) {
-    const __m256 e =
-        _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)), _mm256_castsi256_ps(TailMask(n - i)));
-    _mm256_storeu_ps(out + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  return HorizontalSum(acc);
+  return internal::ExpShiftSum<true>(x, shift, out, n);
 }
 
 // sum_i exp(x[i] - shift), without storing the exponentials.
