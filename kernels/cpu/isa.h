@@ -4,11 +4,12 @@
 // AVX-512 F/VL/DQ/BW.
 //
 // Both forms give bitwise the same results: they do the same IEEE operations per element in the same order
-// (each GEMM element is one FMA chain over k from the same start), so a run resumes or compares bit for bit
-// across machines with and without AVX-512 (small_gemm_test and attention_test check it).
+// (each GEMM element is one FMA chain over k from the same start), so the attention kernels give the same
+// bits on machines with and without AVX-512 (small_gemm_test and attention_test check it). A whole training
+// run does not: the model's large GEMMs are oneDNN's, which picks its code by CPU.
 //
-// LMF_CPU_ISA in the environment: unset or "auto" (the widest the CPU has), "avx2" (never AVX-512), or
-// "avx512" (an error where the CPU lacks it).
+// LMF_CPU_ISA in the environment: unset, empty or "auto" (the widest the CPU has), "avx2" (never AVX-512),
+// or "avx512" (an error where the CPU lacks it).
 #ifndef LMFORGE_KERNELS_CPU_ISA_H_
 #define LMFORGE_KERNELS_CPU_ISA_H_
 
