@@ -126,9 +126,6 @@ int64_t KeysSeen(const View& view, int64_t t, int64_t u0, int64_t len) {
   return std::min(len, (view.KeysBeforeLimit(t, u0, len) + 7) / 8 * 8);
 }
 
-// Where vec::ExpShiftSumPadded stops writing a row of `visible` exponentials (the zeros it writes included).
-int64_t PaddedEnd(int64_t visible) { return (visible + 7) / 8 * 8; }
-
 // Scales query t's raw scores q.k for keys [u0, u0 + visible) by `scale` (and soft-caps them) and sets those
 // before its window or hidden by the mask to -inf, where visible (returned) counts the keys of the row's
 // first n up to t's causal limit. The rest of the row is left as it is: callers skip it. (Keys before the
@@ -191,7 +188,7 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
             run_max[i] = new_max;
             // Rows are kKeyBlock wide: room for the padded tail, which zeroes up to visible rounded up to 8.
             run_sum[i] += vec::ExpShiftSumPadded(row, new_max, row, visible);
-            std::fill(row + std::min(n, PaddedEnd(visible)), row + n, 0.0f);
+            std::fill(row + std::min(n, vec::PaddedEnd(visible)), row + n, 0.0f);
           }
           vec::SmallGemm(rows, p.HS, n, block, kKeyBlock, view.v(b, u0, kvh), p.v_stride_t,
                          acc.data() + r0 * p.HS, p.HS, true);
@@ -330,7 +327,7 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
         const float* dc = s.dcap.data() + (r0 + i) * Bk;
         for (int64_t j = 0; j < visible; ++j) ds[j] *= dc[j];
       }
-      std::fill(pr + std::min(len, PaddedEnd(visible)), pr + len, 0.0f);
+      std::fill(pr + std::min(len, vec::PaddedEnd(visible)), pr + len, 0.0f);
       std::fill(ds + visible, ds + len, 0.0f);
     }
   }

@@ -175,8 +175,11 @@ inline float ExpShiftSum(const float* x, float shift, float* out, int64_t n) {
   return internal::ExpShiftSum<false>(x, shift, out, n);
 }
 
-// ExpShiftSum for rows with room past n: x may be read and out written up to n rounded up to 8, and out
-// gets 0 in [n, that). The tail is read and written whole instead of through masked loads and stores, which
+// Where ExpShiftSumPadded stops reading and writing a row of n: n rounded up to 8.
+inline int64_t PaddedEnd(int64_t n) { return (n + 7) / 8 * 8; }
+
+// ExpShiftSum for rows with room past n: x may be read and out written up to PaddedEnd(n), and out gets 0
+// in [n, PaddedEnd(n)). The tail is read and written whole instead of through masked loads and stores, which
 // cannot take their data from a store still in flight (the rows of attention's scores, written just before):
 // the same values and sum as ExpShiftSum, bit for bit, without the stall.
 inline float ExpShiftSumPadded(const float* x, float shift, float* out, int64_t n) {
