@@ -49,24 +49,45 @@ std::string DirName(const std::string& path) {
 
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
 
-// Opens `path` for reading and stats it: the descriptor and its size, or an error naming the path (a folder is
-// InvalidArgument). The error is taken from errno before anything else can change it.
+// What a path that is not a regular file is, for errors: "a folder", "a pipe", "a device", ...
+const char* KindOfNonRegular(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens `path` for reading and stats it: the descriptor and its size, or an error naming the path. Anything
+// but a regular file is InvalidArgument, except a pipe where `allow_pipe` (read to its end, its size unknown:
+// 0): a pipe's st_size is 0, so a mapped or sized read would see it as empty and go on silently. The error is
+// taken from errno before anything else can change it.
 struct OpenedFile {
   int fd = -1;
   size_t size = 0;
 };
-absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path) {
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path, bool allow_pipe) {
+  // The kind is checked before the open too: opening a pipe nobody writes to would wait forever.
+  const auto refuse = [&](mode_t mode) -> absl::Status {
+    if (S_ISREG(mode) || (allow_pipe && S_ISFIFO(mode))) return absl::OkStatus();
+    if (S_ISDIR(mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", KindOfNonRegular(mode),
+                                                   ", expected a regular file (save the data to a file first)"));
+  };
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (absl::Status s = refuse(st.st_mode); !s.ok()) return s;
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", path);
-  struct stat st;
   if (::fstat(fd, &st) != 0) {
     absl::Status s = ErrnoError("stat", path);
     ::close(fd);
     return s;
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (absl::Status s = refuse(st.st_mode); !s.ok()) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
+    return s;
   }
   return OpenedFile{fd, static_cast<size_t>(st.st_size)};
 }
@@ -74,7 +95,7 @@ absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path);
+  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path, /*allow_pipe=*/true);
   if (!opened.ok()) return opened.status();
   const int fd = opened->fd;
   std::string out;
@@ -166,7 +187,7 @@ absl::StatusOr<uint64_t> FileSize(const std::string& path) {
 // ---- MappedFile ----
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path);
+  absl::StatusOr<OpenedFile> opened = OpenRegularFile(path, /*allow_pipe=*/false);
   if (!opened.ok()) return opened.status();
   const int fd = opened->fd;
   MappedFile m;
@@ -207,12 +228,37 @@ void MappedFile::Reset() {
 
 // ---- AtomicFileWriter ----
 
+absl::Status CheckFileCanBeWritten(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("an empty path where a file to write was expected");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is ", KindOfNonRegular(st.st_mode),
+        "; an output is written to a temporary file and renamed over its path, which would replace it: "
+        "give the path of a regular file"));
+  }
+  const std::string dir = DirName(path);
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": its folder ", dir, " does not exist"));
+    return ErrnoError("stat folder", dir);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", dir, " is not a folder"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create files in its folder ", dir, ": ",
+                                                    std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
+  if (absl::Status s = CheckFileCanBeWritten(path); !s.ok()) return s;
   AtomicFileWriter w;
   w.path_ = path;
   w.tmp_path_ = TempPathFor(path);
   w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd_ < 0) return ErrnoError("create", w.tmp_path_);
+  if (w.fd_ < 0) return ErrnoError(absl::StrCat("create (as the temporary file ", w.tmp_path_, ")"), path);
   return w;
 }
 

@@ -15,11 +15,19 @@
 
 namespace lmf {
 
+// The whole file (a regular file, or a pipe read to its end: `--config=<(...)`). A folder, device or socket
+// is InvalidArgument naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes `data` to `path` atomically: `path.tmp.<pid>` is written and fsynced, then renamed over `path`,
 // then the folder is fsynced. The folder must exist.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+
+// Whether an atomic write to `path` can succeed, checked before expensive work: its folder exists and is
+// writable, and `path` is missing or a regular file. A device, pipe or folder at `path` is refused: the
+// rename would replace it (as root, `--output=/dev/null` would replace the system's /dev/null).
+// AtomicFileWriter::Create and WriteFileAtomically check this too.
+absl::Status CheckFileCanBeWritten(const std::string& path);
 
 // Makes a folder and its parents (like mkdir -p).
 absl::Status MakeDirs(const std::string& path);
@@ -38,8 +46,8 @@ absl::Status SyncFolder(const std::string& dir);
 // Size in bytes, or an error naming the file.
 absl::StatusOr<uint64_t> FileSize(const std::string& path);
 
-// A read-only memory map of a whole file. Move-only; unmaps on destruction. An empty file maps to an
-// empty view.
+// A read-only memory map of a whole regular file (a pipe, device or folder is InvalidArgument naming the
+// path: its size is unknown). Move-only; unmaps on destruction. An empty file maps to an empty view.
 class MappedFile {
  public:
   static absl::StatusOr<MappedFile> Open(const std::string& path);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +76,55 @@ TEST(File, MappedFileSeesContentsAndEmptyFiles) {
   auto e = MappedFile::Open(path);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->size(), 0u);
+}
+
+// A pipe's st_size is 0: mapped, it would read as an empty file and the command would go on silently.
+// ReadFile reads one to its end (a config given as `<(...)`); MappedFile refuses it, naming the path.
+TEST(File, PipesAreReadToTheirEndButNeverMapped) {
+  const std::string fifo = TestDir() + "/in.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "piped text", 10), 10);
+    ::close(fd);
+  });
+  auto got = ReadFile(fifo);
+  writer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "piped text");
+
+  // Refused before the open, which would wait for a writer that never comes (the test would hang).
+  auto m = MappedFile::Open(fifo);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_NE(m.status().message().find(fifo + ": is a pipe"), std::string::npos) << m.status();
+}
+
+TEST(File, OutputsRefuseWhatTheRenameWouldDestroy) {
+  // A fifo stands in for a device here (as root, a failing test on /dev/null would replace it).
+  const std::string fifo = TestDir() + "/out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, TestDir()}) {
+    auto w = AtomicFileWriter::Create(path);
+    ASSERT_FALSE(w.ok()) << path;
+    EXPECT_TRUE(absl::IsInvalidArgument(w.status())) << w.status();
+    EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status();
+    EXPECT_FALSE(WriteFileAtomically(path, "x").ok());
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the fifo was replaced";
+
+  // A missing folder is named with the path the user gave, not the temporary file's.
+  const std::string nested = TestDir() + "/no_such_folder/out.tok";
+  auto w = AtomicFileWriter::Create(nested);
+  ASSERT_FALSE(w.ok());
+  EXPECT_TRUE(absl::IsNotFound(w.status())) << w.status();
+  EXPECT_NE(w.status().message().find(nested + ": its folder"), std::string::npos) << w.status();
+  EXPECT_EQ(w.status().message().find(".tmp."), std::string::npos) << w.status();
+  EXPECT_TRUE(CheckFileCanBeWritten(TestDir() + "/fresh.txt").ok());
+  EXPECT_FALSE(CheckFileCanBeWritten("").ok());
 }
 
 TEST(File, MakeDirsCreatesParents) {

@@ -18,15 +18,24 @@ namespace lmf::tokenizer {
 absl::StatusOr<CorpusFile> CorpusFile::Open(const std::string& path) {
   CorpusFile f;
   f.path_ = path;
+  // A pipe or device has no size (st_size 0) and cannot be read by offset: it would count as an empty corpus.
+  // Checked before the open as well, which would wait forever on a pipe nobody writes to.
+  const auto not_regular = [&]() {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is not a regular file (a pipe or device); corpora are split by offset and read in parallel, so "
+              "save the text to a file first"));
+  };
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return not_regular();
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd_ < 0) {
     const int err = errno;
     std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
     return err == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
   }
-  struct stat st;
   if (::fstat(f.fd_, &st) != 0) return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(errno)));
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a text file"));
+  if (!S_ISREG(st.st_mode)) return not_regular();
   f.size_ = static_cast<uint64_t>(st.st_size);
   return f;
 }
