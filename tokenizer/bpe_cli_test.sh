@@ -63,7 +63,7 @@ expect_error "does not match the tokenizer" "$bpe" decode --tokenizer="$tmp/othe
 expect_error "bad magic" "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$corpus"
 expect_error "unknown flag --bogus" "$bpe" encode --tokenizer="$tmp/tok.lmftok" --bogus=1
 expect_error "unknown verb" "$bpe" frobnicate
-expect_error "--threads=100000: expected at most 1024 threads" \
+expect_error "--threads=100000: expected an integer from 0 to 1024" \
   "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --threads=100000
 [[ -f "$tmp/y" ]] && fail "a failed encode left an output file"
 # An output that is one of the inputs is refused before anything is written (it replaced the input).
@@ -75,6 +75,69 @@ expect_error "is the --tokenizer file" "$bpe" decode --tokenizer="$tmp/tok.lmfto
   --output="$tmp/../$(basename "$tmp")/tok.lmftok"
 expect_error "--gpt2_vocab_out and --gpt2_merges_out name the same file" \
   "$bpe" train --input="$corpus" --vocab_size=300 --output="$tmp/z" --gpt2_vocab_out="$tmp/v" --gpt2_merges_out="$tmp/v"
+
+# Two outputs that do not exist yet, spelled differently, are still one file (the vocab replaced the tokenizer).
+(cd "$tmp" && expect_error "--output and --gpt2_vocab_out name the same file" \
+  "$bpe" train --input="$corpus" --vocab_size=300 --output=fresh.lmftok --gpt2_vocab_out=./fresh.lmftok \
+  --gpt2_merges_out=fresh_merges.txt)
+[[ -e "$tmp/fresh.lmftok" ]] && fail "the refused train wrote fresh.lmftok"
+
+# Pipes: their size is unknown, so a corpus or token file read through one was taken as empty (exit 0).
+# The error names the path. A pipe as an output would be replaced by a regular file (as root, so would
+# /dev/null): refused before any work, and the pipe is left as it was.
+mkfifo "$tmp/pipe"
+expect_error "$tmp/pipe: is not a regular file" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$tmp/pipe" --output="$tmp/p.tok"
+expect_error "$tmp/pipe: is not a regular file" "$bpe" train --input="$tmp/pipe" --vocab_size=300 --output="$tmp/p"
+expect_error "--output=$tmp/pipe: $tmp/pipe: is a pipe" \
+  "$bpe" train --input="$corpus" --vocab_size=300 --output="$tmp/pipe"
+expect_error "$tmp/pipe: is a pipe" \
+  "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$tmp/corpus.tok" --output="$tmp/pipe"
+[[ -p "$tmp/pipe" ]] || fail "an output that is a pipe was replaced"
+expect_error "$tmp/pipe: is a pipe" "$bpe" stats --tokenizer="$tmp/tok.lmftok" --input="$tmp/pipe"
+# An output whose folder is missing fails before training, naming the path given (not a temporary file).
+expect_error "--output=$tmp/no_dir/t.lmftok: $tmp/no_dir/t.lmftok: its folder $tmp/no_dir does not exist" \
+  "$bpe" train --input="$corpus" --vocab_size=300 --output="$tmp/no_dir/t.lmftok"
+
+# Standard output that cannot take the text fails the command instead of losing it quietly.
+if [[ -w /dev/full ]]; then
+  "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$tmp/corpus.tok" >/dev/full 2>"$tmp/full.err"
+  rc=$?
+  [[ $rc -eq 1 ]] || fail "decode to a full stdout exited $rc"
+  grep -q "writing to standard output failed" "$tmp/full.err" || fail "decode to /dev/full: $(cat "$tmp/full.err")"
+fi
+
+# A damaged id is reported at its position in the file (decode reported it within its 2^20-token block).
+plant_bad_id() {  # the token file with the id at index 1,100,000 set to 0xFFFF (uint16 ids, 64-byte header)
+  local src="$1" dst="$2"
+  cp "$src" "$dst"
+  printf '\xff\xff' | dd of="$dst" bs=1 seek=$((64 + 2 * 1100000)) conv=notrunc status=none
+}
+for i in $(seq 1 240); do cat "$corpus"; done >"$tmp/big.txt"  # ~1.3M tokens: past one 2^20-token block
+"$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$tmp/big.txt" --output="$tmp/big.tok" >/dev/null 2>&1 ||
+  fail "encode of big.txt failed"
+plant_bad_id "$tmp/big.tok" "$tmp/bad.tok"
+expect_error "$tmp/bad.tok: token 1100000 has id 65535, past the vocab size 400" \
+  "$bpe" decode --tokenizer="$tmp/tok.lmftok" --input="$tmp/bad.tok" --output="$tmp/bad.txt"
+expect_error "$tmp/bad.tok: token 1100000 has id 65535, past the vocab size 400" \
+  "$bpe" stats --tokenizer="$tmp/tok.lmftok" --input="$tmp/bad.tok"
+
+# Flags: a value given twice, an empty value, numbers out of range or with junk.
+expect_error "--input is given twice" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --input="$tmp/own.txt" --output="$tmp/y"
+expect_error "--tokenizer= has no value" "$bpe" stats --tokenizer=
+expect_error "--chunk_mb=0: expected an integer from 1 to 4096" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --chunk_mb=0
+expect_error "--threads=99999999999999999999999: expected an integer from 0 to 1024" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --threads=99999999999999999999999
+expect_error "--threads= 2: expected an integer" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" "--threads= 2"
+expect_error "--gpt2_specials applies to --gpt2_vocab" \
+  "$bpe" stats --tokenizer="$tmp/tok.lmftok" --gpt2_specials=x
+# A huge --vocab_size trains what the corpus allows (it aborted allocating for 10^9 tokens up front).
+"$bpe" train --input="$corpus" --vocab_size=1000000000 --output="$tmp/huge.lmftok" >"$tmp/huge.out" 2>&1 ||
+  fail "train with --vocab_size=1e9 failed: $(cat "$tmp/huge.out")"
+grep -q "ran out of pairs" "$tmp/huge.out" || fail "no ran-out-of-pairs note: $(cat "$tmp/huge.out")"
 
 if ((failures > 0)); then
   echo "$failures check(s) failed" >&2

@@ -12,9 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -38,6 +42,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// --chunk_mb's bound: a chunk is read whole into memory by each thread.
+constexpr int64_t kMaxChunkMb = 4096;
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -53,7 +60,8 @@ constexpr char kUsage[] =
     "--specials is a comma-separated list (default <|endoftext|>; --specials= for none). With GPT-2 files,\n"
     "--gpt2_specials (default <|endoftext|>) names the vocab entries that are special tokens.\n";
 
-// --name=value flags of one verb; unknown flags are errors.
+// --name=value flags of one verb. Unknown flags, a flag given twice (which one was meant?) and an empty
+// value (except the lists where empty means none) are errors.
 class Flags {
  public:
   static absl::StatusOr<Flags> Parse(int argc, char** argv, const std::vector<std::string>& known) {
@@ -64,10 +72,18 @@ class Flags {
         return absl::InvalidArgumentError(absl::StrCat("expected --flag=value, found \"", arg, "\""));
       }
       const std::string name = arg.substr(2, arg.find('=') - 2);
+      const std::string value = arg.substr(arg.find('=') + 1);
       bool ok = false;
       for (const std::string& k : known) ok |= (k == name);
       if (!ok) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", argv[1], "\""));
-      f.values_[name] = arg.substr(arg.find('=') + 1);
+      if (f.Has(name)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice (", f.Get(name), " and ", value,
+                                                       "); give it once (a list is comma-separated)"));
+      }
+      if (value.empty() && name != "specials" && name != "gpt2_specials") {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, "= has no value"));
+      }
+      f.values_[name] = value;
     }
     return f;
   }
@@ -80,13 +96,19 @@ class Flags {
     if (!Has(name) || Get(name).empty()) return absl::InvalidArgumentError(absl::StrCat("missing --", name));
     return Get(name);
   }
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const {
+  // A decimal integer in [lo, hi] (no sign, no spaces), or `fallback` when the flag is absent.
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t lo = 0,
+                              int64_t hi = INT64_MAX) const {
     if (!Has(name)) return fallback;
     const std::string v = Get(name);
     char* end = nullptr;
+    errno = 0;
     const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", v, ": expected a non-negative integer"));
+    if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE || x < lo ||
+        x > hi) {
+      return absl::InvalidArgumentError(
+          hi == INT64_MAX ? absl::StrCat("--", name, "=", v, ": expected an integer of at least ", lo)
+                          : absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
     }
     return static_cast<int64_t>(x);
   }
@@ -145,6 +167,10 @@ absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
     if (flags.Has("gpt2_vocab") || flags.Has("gpt2_merges")) {
       return absl::InvalidArgumentError("give either --tokenizer or --gpt2_vocab/--gpt2_merges, not both");
     }
+    if (flags.Has("gpt2_specials")) {
+      return absl::InvalidArgumentError(
+          "--gpt2_specials applies to --gpt2_vocab/--gpt2_merges; a --tokenizer file carries its own specials");
+    }
     return LoadTokenizer(flags.Get("tokenizer"));
   }
   if (flags.Has("gpt2_vocab") || flags.Has("gpt2_merges")) {
@@ -161,12 +187,8 @@ absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
 class PoolFromFlags {
  public:
   absl::Status Init(const Flags& flags) {
-    auto threads = flags.Int("threads", 0);
+    auto threads = flags.Int("threads", 0, 0, ThreadPool::kMaxThreads);  // 0: the default pool
     if (!threads.ok()) return threads.status();
-    if (*threads > ThreadPool::kMaxThreads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--threads=", *threads, ": expected at most ", ThreadPool::kMaxThreads, " threads"));
-    }
     if (*threads > 0) owned_ = std::make_unique<ThreadPool>(static_cast<int>(*threads));
     return absl::OkStatus();
   }
@@ -181,11 +203,10 @@ absl::Status Train(const Flags& flags) {
   if (!inputs.ok()) return inputs.status();
   auto output = flags.Required("output");
   if (!output.ok()) return output.status();
-  auto vocab_size = flags.Int("vocab_size", -1);
+  if (!flags.Has("vocab_size")) return absl::InvalidArgumentError("missing --vocab_size");
+  auto vocab_size = flags.Int("vocab_size", 0, 0, INT32_MAX);
   if (!vocab_size.ok()) return vocab_size.status();
-  if (*vocab_size < 0) return absl::InvalidArgumentError("missing --vocab_size");
-  if (*vocab_size > INT32_MAX) return absl::InvalidArgumentError("--vocab_size is larger than 2^31-1");
-  auto chunk_mb = flags.Int("chunk_mb", 1);
+  auto chunk_mb = flags.Int("chunk_mb", 1, 1, kMaxChunkMb);
   if (!chunk_mb.ok()) return chunk_mb.status();
   PoolFromFlags pool;
   if (absl::Status s = pool.Init(flags); !s.ok()) return s;
@@ -197,7 +218,7 @@ absl::Status Train(const Flags& flags) {
   options.vocab_size = static_cast<uint32_t>(*vocab_size);
   options.special_tokens = SplitCommas(flags.Get("specials", "<|endoftext|>"));
   options.pool = pool.get();
-  options.chunk_bytes = std::max<int64_t>(1, *chunk_mb) << 20;
+  options.chunk_bytes = *chunk_mb << 20;
   const auto start = Clock::now();
   ProgressLine counting("pre-tokenizing"), merging("merging");
   Clock::time_point merge_start;
@@ -212,6 +233,13 @@ absl::Status Train(const Flags& flags) {
     }
   };
   if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
+  // The outputs are written after training: a path that cannot be written must fail now, not after it.
+  for (const char* name : {"output", "gpt2_vocab_out", "gpt2_merges_out"}) {
+    if (!flags.Has(name)) continue;
+    if (absl::Status s = CheckFileCanBeWritten(flags.Get(name)); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--", name, "=", flags.Get(name), ": ", s.message()));
+    }
+  }
   const std::vector<std::string> paths = SplitCommas(*inputs);
   auto counts = CountPretokensInFiles(paths, options);
   if (!counts.ok()) return counts.status();
@@ -246,13 +274,13 @@ absl::Status Encode(const Flags& flags) {
   if (!inputs.ok()) return inputs.status();
   auto output = flags.Required("output");
   if (!output.ok()) return output.status();
-  auto chunk_mb = flags.Int("chunk_mb", 1);
+  auto chunk_mb = flags.Int("chunk_mb", 1, 1, kMaxChunkMb);
   if (!chunk_mb.ok()) return chunk_mb.status();
   PoolFromFlags pool;
   if (absl::Status s = pool.Init(flags); !s.ok()) return s;
   EncodeFileOptions options;
   options.pool = pool.get();
-  options.chunk_bytes = std::max<int64_t>(1, *chunk_mb) << 20;
+  options.chunk_bytes = *chunk_mb << 20;
   const auto start = Clock::now();
   ProgressLine progress("encoding");
   options.progress = [&](uint64_t done, uint64_t total, uint64_t tokens) {
@@ -269,6 +297,18 @@ absl::Status Encode(const Flags& flags) {
               stats->tokens ? static_cast<double>(stats->bytes) / stats->tokens : 0.0);
   std::printf("wrote %s (%s ids)\n", output->c_str(), tokenizer->vocab_size() <= 65536 ? "uint16" : "uint32");
   return absl::OkStatus();
+}
+
+// A token file's id past the vocabulary: the file is damaged (its header matched the tokenizer).
+absl::Status IdOutOfVocab(const std::string& path, uint64_t position, uint32_t id, const Tokenizer& tokenizer) {
+  return absl::DataLossError(absl::StrCat(path, ": token ", position, " has id ", id, ", past the vocab size ",
+                                          tokenizer.vocab_size(), " (a damaged token file)"));
+}
+
+// Standard output could not take what was written (a full disk, a closed pipe): the output is incomplete.
+absl::Status StdoutError() {
+  return absl::DataLossError(absl::StrCat("writing to standard output failed: ", std::strerror(errno),
+                                          "; the output is incomplete"));
 }
 
 // Opens a token file and checks that `tokenizer` wrote it.
@@ -315,6 +355,9 @@ absl::Status Decode(const Flags& flags) {
     block.resize(n);
     if (absl::Status s = reader->Read(start, n, block.data()); !s.ok()) return s;
     ids.assign(block.begin(), block.end());
+    for (uint64_t i = 0; i < n; ++i) {
+      if (ids[i] >= tokenizer->vocab_size()) return IdOutOfVocab(*input, start + i, ids[i], *tokenizer);
+    }
     auto bytes = tokenizer->DecodeBytes(ids);
     if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(*input, ": ", std::string(bytes.status().message())));
     std::string text = carry + *bytes;
@@ -335,13 +378,12 @@ absl::Status Decode(const Flags& flags) {
     const std::string out = ReplaceInvalidUtf8(text);
     if (file) {
       if (absl::Status s = file->Write(out); !s.ok()) return s;
-    } else {
-      std::fwrite(out.data(), 1, out.size(), stdout);
+    } else if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) {
+      return StdoutError();
     }
   }
   if (file) return file->Commit();
-  std::fflush(stdout);
-  return absl::OkStatus();
+  return absl::OkStatus();  // Main flushes and checks stdout
 }
 
 absl::Status Stats(const Flags& flags) {
@@ -361,9 +403,7 @@ absl::Status Stats(const Flags& flags) {
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < reader->size(); ++i) {
     const uint32_t id = reader->at(i);
-    if (id >= t.vocab_size()) {
-      return absl::DataLossError(absl::StrCat(flags.Get("input"), ": token ", i, " has id ", id, " >= vocab size"));
-    }
+    if (id >= t.vocab_size()) return IdOutOfVocab(flags.Get("input"), i, id, t);
     ++freq[id];
     bytes += t.vocab()[id].size();
   }
@@ -379,9 +419,21 @@ absl::Status Stats(const Flags& flags) {
   return absl::OkStatus();
 }
 
+// `path` spelled canonically when its folder exists: the folder through realpath, then the file name, so
+// `out.txt` and `./out.txt` compare equal even before either exists. Otherwise `path` itself.
+std::string CanonicalPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  char resolved[PATH_MAX];
+  if (name.empty() || name == "." || name == ".." || ::realpath(dir.c_str(), resolved) == nullptr) return path;
+  return absl::StrCat(resolved, std::string(resolved) == "/" ? "" : "/", name);
+}
+
 // An output flag naming a file that is also an input (or another output) would replace that input with the
 // atomic rename: `encode --input=corpus.txt --output=corpus.txt` destroyed the corpus. Compared by device and
-// inode, so other spellings of the same path count.
+// inode where both exist, so other spellings and links count, else by canonical path (two outputs that do not
+// exist yet: `--output=y --gpt2_vocab_out=./y` wrote the vocab over the tokenizer).
 absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
   std::vector<std::pair<std::string, std::string>> inputs;  // (flag, path)
   for (const char* name : {"input", "tokenizer", "gpt2_vocab", "gpt2_merges"}) {
@@ -397,8 +449,10 @@ absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
   }
   auto same_file = [](const std::string& a, const std::string& b) {
     struct stat sa, sb;
-    if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
+      return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    }
+    return CanonicalPath(a) == CanonicalPath(b);
   };
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (const auto& [flag, path] : inputs) {
@@ -409,7 +463,7 @@ absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
       }
     }
     for (size_t j = 0; j < i; ++j) {
-      if (outputs[i].second == outputs[j].second || same_file(outputs[i].second, outputs[j].second)) {
+      if (same_file(outputs[i].second, outputs[j].second)) {
         return absl::InvalidArgumentError(absl::StrCat("--", outputs[j].first, " and --", outputs[i].first,
                                                        " name the same file ", outputs[i].second));
       }
@@ -454,6 +508,10 @@ int Main(int argc, char** argv) {
   auto flags = Flags::Parse(argc, argv, known);
   absl::Status status = !flags.ok() ? flags.status() : CheckOutputsAreNotInputs(*flags);
   if (status.ok()) status = run(*flags);
+  // Whatever a verb printed must have reached its destination: a full disk or closed stdout loses output.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    if (status.ok()) status = StdoutError();
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "bpe %s: error: %s\n", verb.c_str(), std::string(status.message()).c_str());
     return 1;

@@ -165,8 +165,12 @@ absl::StatusOr<PretokenCounts> CountPretokensInFiles(const std::vector<std::stri
 
 absl::StatusOr<Tokenizer> TrainBpeFromCounts(const PretokenCounts& counts, const TrainOptions& options) {
   if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
+  // Each merge shortens some word by a token, so the vocab cannot grow past 256 + specials + the bytes of
+  // the words: reserve no more than that (a --vocab_size of 10^9 must not allocate 10^9 strings up front).
+  uint64_t reachable = 256 + options.special_tokens.size();
+  for (const auto& [piece, count] : counts) reachable += piece.size();
   std::vector<std::string> vocab;
-  vocab.reserve(options.vocab_size);
+  vocab.reserve(std::min<uint64_t>(options.vocab_size, reachable));
   for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
   std::vector<uint32_t> special_ids;
   for (const std::string& s : options.special_tokens) {
