@@ -2,10 +2,12 @@
 // base/json, which decodes string escapes including surrogate pairs), the merges parser, and the writers.
 #include "tokenizer/gpt2_format.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -84,6 +86,15 @@ absl::Status ReadVocabJson(std::string_view text, const std::string& name,
     entries->emplace_back(std::move(key), id);
   }
   return absl::OkStatus();
+}
+
+// A line of merges.txt for an error message: its first 80 bytes with control and non-ASCII bytes escaped
+// (a file with CR-only line endings is one 450 KB "line"; a stray BOM byte printed raw).
+std::string Excerpt(std::string_view line) {
+  constexpr size_t kMax = 80;
+  const absl::string_view head(line.data(), std::min(line.size(), kMax));  // Debian's Abseil: not std's
+  if (line.size() <= kMax) return absl::CHexEscape(head);
+  return absl::StrCat(absl::CHexEscape(head), "... (", line.size(), " bytes)");
 }
 
 }  // namespace
@@ -171,12 +182,12 @@ absl::StatusOr<Tokenizer> ParseGpt2(std::string_view vocab_json, std::string_vie
     const size_t space = line.find(' ');
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat(merges_name, ":", line_number, ": expected \"<left> <right>\", found \"", std::string(line), "\""));
+          absl::StrCat(merges_name, ":", line_number, ": expected \"<left> <right>\", found \"", Excerpt(line), "\""));
     }
     const std::string left(line.substr(0, space)), right(line.substr(space + 1));
     auto a = gpt2_to_id.find(left), b = gpt2_to_id.find(right);
     if (a == gpt2_to_id.end() || b == gpt2_to_id.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number, ": merge \"", std::string(line),
+      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number, ": merge \"", Excerpt(line),
                                                      "\" names a token that is not in ", vocab_name));
     }
     merges.emplace_back(a->second, b->second);

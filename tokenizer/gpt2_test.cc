@@ -53,6 +53,22 @@ TEST(Gpt2FormatTest, BadFilesGiveClearErrors) {
   EXPECT_NE(no_bytes.status().message().find("256 single bytes"), std::string::npos) << no_bytes.status();
 }
 
+// A bad merges line is quoted escaped and cut short: a file with CR-only line endings is one line of the
+// whole file, which the error printed in full; raw bytes (a BOM) reached the terminal as they were.
+TEST(Gpt2FormatTest, BadMergesLinesAreQuotedShortAndEscaped) {
+  const std::string vocab = Gpt2VocabJson(testing::MakeTokenizer({}, {}));
+  std::string cr_only;
+  for (int i = 0; i < 1000; ++i) cr_only += "a b\r";
+  auto long_line = ParseGpt2(vocab, cr_only, {}, "v.json", "m.txt");
+  ASSERT_FALSE(long_line.ok());
+  EXPECT_LT(long_line.status().message().size(), 200u) << long_line.status();
+  EXPECT_NE(long_line.status().message().find("m.txt:1: expected"), std::string::npos) << long_line.status();
+  EXPECT_NE(long_line.status().message().find("(3999 bytes)"), std::string::npos) << long_line.status();
+  auto bom = ParseGpt2(vocab, "\xEF\xBB\xBFx y\n", {}, "v.json", "m.txt");
+  ASSERT_FALSE(bom.ok());
+  EXPECT_NE(bom.status().message().find("\\xef\\xbb\\xbfx y"), std::string::npos) << bom.status();
+}
+
 TEST(Gpt2FormatTest, VocabErrorsNameTheFileAndWhatWasExpected) {
   auto message = [](std::string_view vocab_json) {
     auto t = ParseGpt2(vocab_json, "", {}, "v.json", "m.txt");
