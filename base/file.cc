@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstring>
 #include <utility>
 
@@ -48,6 +51,41 @@ std::string DirName(const std::string& path) {
 }
 
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
+
+// The temp files of live AtomicFileWriters, for RemoveTempFilesOnSignals' handler, which may only make
+// async-signal-safe calls: fixed slots, each a path copied in and a state published with release order.
+constexpr int kTempSlots = 64;
+enum TempSlotState : int { kFree = 0, kFilling = 1, kLive = 2 };
+std::atomic<int> temp_slot_state[kTempSlots];
+char temp_slot_path[kTempSlots][PATH_MAX];
+
+// A slot holding `path`, or -1 where all are taken or the path is too long (the file is then only not
+// removed on a signal).
+int RegisterTempFile(const std::string& path) {
+  if (path.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = kFree;
+    if (!temp_slot_state[i].compare_exchange_strong(expected, kFilling, std::memory_order_acquire)) continue;
+    std::memcpy(temp_slot_path[i], path.c_str(), path.size() + 1);
+    temp_slot_state[i].store(kLive, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void UnregisterTempFile(int slot) {
+  if (slot >= 0) temp_slot_state[slot].store(kFree, std::memory_order_release);
+}
+
+extern "C" void RemoveTempFilesAndDie(int sig) {
+  const int saved_errno = errno;
+  for (int i = 0; i < kTempSlots; ++i) {
+    if (temp_slot_state[i].load(std::memory_order_acquire) == kLive) ::unlink(temp_slot_path[i]);
+  }
+  errno = saved_errno;
+  ::signal(sig, SIG_DFL);  // installed with SA_RESETHAND too; again in case another thread got here first
+  ::raise(sig);
+}
 
 // What a path that is not a regular file is, for errors: "a folder", "a pipe", "a device", ...
 const char* KindOfNonRegular(mode_t mode) {
@@ -257,8 +295,14 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
   AtomicFileWriter w;
   w.path_ = path;
   w.tmp_path_ = TempPathFor(path);
+  // Registered before it exists, so that no moment leaves a created file unregistered.
+  w.temp_slot_ = RegisterTempFile(w.tmp_path_);
   w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd_ < 0) return ErrnoError(absl::StrCat("create (as the temporary file ", w.tmp_path_, ")"), path);
+  if (w.fd_ < 0) {
+    absl::Status s = ErrnoError(absl::StrCat("create (as the temporary file ", w.tmp_path_, ")"), path);
+    UnregisterTempFile(std::exchange(w.temp_slot_, -1));
+    return s;
+  }
   return w;
 }
 
@@ -268,6 +312,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
   if (this != &other) {
     Abandon();
     fd_ = std::exchange(other.fd_, -1);
+    temp_slot_ = std::exchange(other.temp_slot_, -1);
     bytes_written_ = std::exchange(other.bytes_written_, 0);
     path_ = std::move(other.path_);
     tmp_path_ = std::move(other.tmp_path_);
@@ -283,6 +328,7 @@ void AtomicFileWriter::Abandon() {
     ::unlink(tmp_path_.c_str());
     fd_ = -1;
   }
+  UnregisterTempFile(std::exchange(temp_slot_, -1));
 }
 
 absl::Status AtomicFileWriter::Write(std::string_view data) {
@@ -368,9 +414,19 @@ absl::Status AtomicFileWriter::Commit() {
   if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     absl::Status s = ErrnoError("rename into place", path_);
     ::unlink(tmp_path_.c_str());
+    UnregisterTempFile(std::exchange(temp_slot_, -1));
     return s;
   }
+  UnregisterTempFile(std::exchange(temp_slot_, -1));
   return SyncFolder(DirName(path_));
+}
+
+void RemoveTempFilesOnSignals() {
+  struct sigaction sa = {};
+  sa.sa_handler = RemoveTempFilesAndDie;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace lmf

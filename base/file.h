@@ -92,7 +92,9 @@ class FileLock {
 
 // Incremental atomic writer for large outputs (token files, checkpoints): writes go to a temp file beside
 // `path`; Commit() fsyncs and renames it into place. Destroying an uncommitted writer deletes the temp
-// file, so a failed or interrupted write never replaces a good file.
+// file, so a failed or interrupted write never replaces a good file. A signal that ends the process leaves
+// the temp file behind (a 10 GB encode stopped by Ctrl-C left 10 GB), unless the program called
+// RemoveTempFilesOnSignals().
 class AtomicFileWriter {
  public:
   static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
@@ -112,10 +114,17 @@ class AtomicFileWriter {
  private:
   void Abandon();
   int fd_ = -1;
+  int temp_slot_ = -1;  // where RemoveTempFilesOnSignals finds tmp_path_; -1: not registered
   uint64_t bytes_written_ = 0;
   std::string path_;
   std::string tmp_path_;
 };
+
+// For command-line programs without signal handlers of their own: SIGINT, SIGTERM, SIGHUP and SIGQUIT
+// delete the temp files of every uncommitted AtomicFileWriter, then end the process by the same signal (its
+// exit status says so). The final files are untouched, as before. Not for programs that handle these
+// signals themselves (the trainer checkpoints on SIGTERM).
+void RemoveTempFilesOnSignals();
 
 }  // namespace lmf
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -125,6 +126,36 @@ TEST(File, OutputsRefuseWhatTheRenameWouldDestroy) {
   EXPECT_EQ(w.status().message().find(".tmp."), std::string::npos) << w.status();
   EXPECT_TRUE(CheckFileCanBeWritten(TestDir() + "/fresh.txt").ok());
   EXPECT_FALSE(CheckFileCanBeWritten("").ok());
+}
+
+// A child that starts a write, then gets SIGTERM: its temp file is removed where the program asked for it,
+// the process still ends by the signal, and the committed file is untouched either way.
+void WriteThenTerminate(const std::string& path, bool remove_on_signals, pid_t* child) {
+  *child = ::fork();
+  ASSERT_GE(*child, 0);
+  if (*child == 0) {
+    if (remove_on_signals) RemoveTempFilesOnSignals();
+    auto w = AtomicFileWriter::Create(path);
+    if (!w.ok() || !w->Write("half of a new version").ok()) ::_exit(2);
+    ::raise(SIGTERM);
+    ::_exit(3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(*child, &status, 0), *child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+}
+
+TEST(File, TempFilesGoWithTheProcessOnASignalWhereAsked) {
+  const std::string path = TestDir() + "/signalled.tok";
+  ASSERT_TRUE(WriteFileAtomically(path, "good").ok());
+  pid_t child = 0;
+  WriteThenTerminate(path, /*remove_on_signals=*/true, &child);
+  EXPECT_FALSE(FileExists(path + ".tmp." + std::to_string(child)));
+  EXPECT_EQ(*ReadFile(path), "good");
+  WriteThenTerminate(path, /*remove_on_signals=*/false, &child);
+  EXPECT_TRUE(FileExists(path + ".tmp." + std::to_string(child))) << "the default: the signal leaves it";
+  EXPECT_EQ(*ReadFile(path), "good");
 }
 
 TEST(File, MakeDirsCreatesParents) {

@@ -473,6 +473,8 @@ absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
 }
 
 int Main(int argc, char** argv) {
+  // Ctrl-C during an encode of a large corpus would leave a token file's worth of temp file behind.
+  RemoveTempFilesOnSignals();
   // Under `bazel run` the binary starts in its runfiles folder: relative paths are the caller's.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
     if (::chdir(dir) != 0) {
