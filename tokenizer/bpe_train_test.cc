@@ -112,6 +112,21 @@ TEST(BpeTrainTest, VocabSmallerThanBytesPlusSpecialsIsAnError) {
   EXPECT_FALSE(TrainBpeOnFiles({"/nonexistent/corpus.txt"}, Options(300)).ok());
 }
 
+TEST(BpeTrainTest, BadSpecialTokensAreErrorsNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "must not be empty"},
+      {"x", "\"x\" is a single byte"},
+      {"<|a|>", "\"<|a|>\" is given twice"},
+      {"<|\xff|>", "is not valid UTF-8"},  // vocab.json (GPT-2 export) could not hold it
+  };
+  for (const auto& [special, expected] : cases) {
+    const absl::Status s = ValidateTrainOptions(Options(400, {"<|a|>", special}));
+    ASSERT_FALSE(s.ok()) << special;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s;
+  }
+  EXPECT_TRUE(ValidateTrainOptions(Options(400, {"<|a|>", "<|日本|>"})).ok());
+}
+
 TEST(BpeTrainTest, IncrementalUpdatesMatchAFullRecountEveryMerge) {
   std::mt19937 rng(17);
   const char* atoms[] = {"a", "b", "c", "ab", "ba", "aa", " ", " the", "\n", "é", "x"};
