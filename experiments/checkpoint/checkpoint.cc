@@ -28,6 +28,7 @@ constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kConfigFile[] = "config.textproto";
 constexpr char kStateFile[] = "trainer_state.textproto";
 constexpr char kPartialSuffix[] = ".partial";
+constexpr char kDamagedFolder[] = "damaged";
 
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
@@ -114,6 +115,12 @@ absl::Status Verify(const std::string& path, const checkpoint::TrainerState& sta
   return absl::OkStatus();
 }
 
+// Reads the state file and verifies the folder's files against it.
+absl::Status VerifyFolder(const std::string& path) {
+  absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
+  return state.ok() ? Verify(path, *state) : state.status();
+}
+
 }  // namespace
 
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step) {
@@ -168,14 +175,44 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
   if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
 
-  std::vector<int64_t> steps;
+  // Pruning. The checkpoint just written is kept and is the first of the `keep`. The older unpinned ones
+  // are verified newest first until keep - 1 intact ones are found: a damaged one does not count (it could
+  // not be resumed), and everything older than the oldest one kept is removed. Folders after the step just
+  // written are neither counted nor removed (--resume moves damaged ones aside, MoveAsideDamagedCheckpoints).
+  std::vector<int64_t> older;
   for (const int64_t step : ListCheckpointSteps(checkpoints_dir)) {
-    if (std::find(pinned.begin(), pinned.end(), step) == pinned.end()) steps.push_back(step);
+    if (step < contents.state.step() && std::find(pinned.begin(), pinned.end(), step) == pinned.end())
+      older.push_back(step);
   }
-  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < steps.size(); ++i) {
-    if (absl::Status s = RemoveFlatFolder(CheckpointPath(checkpoints_dir, steps[i])); !s.ok()) return s;
+  int intact = 1;
+  auto it = older.rbegin();
+  for (; it != older.rend() && intact < std::max(keep, 1); ++it) {
+    if (VerifyFolder(CheckpointPath(checkpoints_dir, *it)).ok()) ++intact;
+  }
+  for (; it != older.rend(); ++it) {
+    if (absl::Status s = RemoveFlatFolder(CheckpointPath(checkpoints_dir, *it)); !s.ok()) return s;
   }
   return final_path;
+}
+
+absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::string& checkpoints_dir,
+                                                                     int64_t after_step) {
+  std::vector<std::string> moved;
+  const std::string aside_dir = absl::StrCat(checkpoints_dir, "/", kDamagedFolder);
+  for (const int64_t step : ListCheckpointSteps(checkpoints_dir)) {
+    const std::string path = CheckpointPath(checkpoints_dir, step);
+    if (step <= after_step || VerifyFolder(path).ok()) continue;
+    if (absl::Status s = MakeDirs(aside_dir); !s.ok()) return s;
+    const std::string name = path.substr(checkpoints_dir.size() + 1);
+    std::string target = absl::StrCat(aside_dir, "/", name);
+    for (int n = 2; FileExists(target); ++n) target = absl::StrCat(aside_dir, "/", name, ".", n);
+    if (::rename(path.c_str(), target.c_str()) != 0) return ErrnoError("cannot move " + path + " to", target);
+    moved.push_back(target);
+  }
+  if (!moved.empty()) {
+    if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
+  }
+  return moved;
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
@@ -197,8 +234,7 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
-    absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
-    absl::Status status = state.ok() ? Verify(path, *state) : state.status();
+    const absl::Status status = VerifyFolder(path);
     if (status.ok()) return path;
     if (skipped != nullptr) skipped->push_back(std::string(status.message()));
   }

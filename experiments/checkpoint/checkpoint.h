@@ -6,8 +6,8 @@
 // A checkpoint is written into step_XXXXXXXX.partial/ (every file fsynced) and renamed into place only when
 // complete, so a crash or kill mid-write never hides or replaces the previous good checkpoint; leftover
 // .partial folders are removed by the next save. Loading verifies sizes and CRCs, and LatestCheckpoint
-// skips (and reports) a checkpoint that fails them. Only the newest `keep` checkpoints are kept, and any
-// pinned steps (run.checkpoint_steps: branch points for run.init_from).
+// skips (and reports) a checkpoint that fails them. Only the newest `keep` intact checkpoints are kept, and any
+// pinned steps (run.checkpoint_steps: branch points for run.init_from); a damaged one never counts as kept.
 #ifndef LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 #define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 
@@ -38,9 +38,10 @@ struct CheckpointContents {
 // "<checkpoints_dir>/step_00000100".
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step);
 
-// Writes step `contents.state.step()` as described above, then deletes all but the newest `keep`
-// checkpoints, never one of the `pinned` steps (those are kept and not counted). Returns the checkpoint's
-// folder.
+// Writes step `contents.state.step()` as described above, then prunes: the checkpoint just written and the
+// newest `keep` - 1 older ones that verify are kept, with any damaged folder between them (damaged ones do not
+// count), and the older ones are removed. The `pinned` steps are kept and not counted, and folders of steps
+// after the one written are neither counted nor removed. Returns the checkpoint's folder.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
                                            const CheckpointContents& contents, int keep,
                                            const std::vector<int64_t>& pinned = {});
@@ -60,6 +61,13 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
 // verification is skipped and its error appended to `skipped` (when not null).
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
                                              std::vector<std::string>* skipped = nullptr);
+
+// Moves every checkpoint folder of a step after `after_step` that fails verification into
+// <checkpoints_dir>/damaged/ (as step_00000020, or step_00000020.2, ... where that name is taken) and returns
+// their new paths. --resume calls it with the step it resumes from: the newer folders it skipped as damaged
+// would otherwise stay the run's "newest" checkpoints while it trains on, misleading whatever lists them.
+absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::string& checkpoints_dir,
+                                                                     int64_t after_step);
 
 // The steps of the complete checkpoint folders in `checkpoints_dir`, ascending (no verification).
 std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir);

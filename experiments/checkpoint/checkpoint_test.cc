@@ -79,6 +79,61 @@ TEST(Checkpoint, PinnedStepsAreKeptAndNotCounted) {
   EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{20, 30, 40, 50}));
 }
 
+void Truncate(const std::string& path, off_t bytes) { ASSERT_EQ(::truncate(path.c_str(), bytes), 0) << path; }
+
+// A resumed run (keep 1) saves step 15 while the damaged step 20 it skipped is still there: step 15 is the
+// only one it can resume from again, so it stays; the damaged folder after it is not pruned either.
+TEST(Checkpoint, TheCheckpointJustWrittenIsNeverPruned) {
+  const std::string dir = FreshDir("just_written");
+  Fixture f;
+  for (int64_t step : {10, 15, 20}) ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 1, {10}).ok());
+  ASSERT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20}));
+  Truncate(dir + "/step_00000020/optimizer.safetensors", 100);
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(15), 1, {10}).ok());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 15, 20}));
+  auto latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, dir + "/step_00000015");
+}
+
+// keep 2: the damaged step 20 does not count, so the intact step 10 is kept beside the new step 30; once an
+// intact step 40 follows, both older folders go.
+TEST(Checkpoint, ADamagedCheckpointDoesNotCountTowardKeep) {
+  const std::string dir = FreshDir("damaged_keep");
+  Fixture f;
+  for (int64_t step : {10, 20}) ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 2).ok());
+  Truncate(dir + "/step_00000020/model.safetensors", 10);
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(30), 2).ok());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20, 30}));
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(40), 2).ok());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{30, 40}));
+}
+
+TEST(Checkpoint, DamagedFoldersAfterAStepAreMovedAside) {
+  const std::string dir = FreshDir("move_aside");
+  Fixture f;
+  for (int64_t step : {10, 20, 30}) ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 3).ok());
+  Truncate(dir + "/step_00000030/optimizer.safetensors", 100);
+  auto moved = MoveAsideDamagedCheckpoints(dir, 10);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, (std::vector<std::string>{dir + "/damaged/step_00000030"}));  // step 20 is intact
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20}));
+  EXPECT_TRUE(FileExists(dir + "/damaged/step_00000030/model.safetensors"));
+  // A second damaged step 30 does not replace the first one set aside.
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(30), 3).ok());
+  Truncate(dir + "/step_00000030/config.textproto", 1);
+  moved = MoveAsideDamagedCheckpoints(dir, 20);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, (std::vector<std::string>{dir + "/damaged/step_00000030.2"}));
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20}));
+  // Nothing damaged: nothing moved, and no damaged folder at or before the step is touched.
+  Truncate(dir + "/step_00000010/config.textproto", 1);
+  moved = MoveAsideDamagedCheckpoints(dir, 20);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_TRUE(moved->empty());
+  EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20}));
+}
+
 TEST(Checkpoint, KilledSaveNeverHidesThePreviousCheckpoint) {
   const std::string dir = FreshDir("killed");
   Fixture f;

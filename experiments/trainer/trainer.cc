@@ -350,6 +350,14 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                           ? absl::StrCat(*latest, " is the run's last step (", start_step,
                                          "): already finished, nothing to train")
                           : absl::StrCat("resuming from ", *latest, " (step ", start_step, ")"));
+      if (lead) {
+        // The damaged folders after the resumed step are not this run's future: set aside, with a word.
+        absl::StatusOr<std::vector<std::string>> moved = MoveAsideDamagedCheckpoints(checkpoints, start_step);
+        if (!moved.ok()) return moved.status();
+        for (const std::string& to : *moved) {
+          console.Message(absl::StrCat("moved the damaged checkpoint after step ", start_step, " to ", to));
+        }
+      }
     } else if (latest.status().code() == absl::StatusCode::kNotFound && !skipped.empty()) {
       // Starting over would overwrite the damaged folders and the metrics log: a run's progress lost
       // without a word. Damage a kill cannot cause (saves are staged and renamed) needs the user.

@@ -618,6 +618,46 @@ TEST(Trainer, ResumeSkipsADamagedCheckpointAndRefusesWhenAllAreDamaged) {
   EXPECT_EQ(*metrics_after, *metrics_before);
 }
 
+// keep_checkpoints 1, a pinned step 4 and a damaged step 12: --resume goes back to step 4, sets step 12 aside
+// with a log line, and the step 8 it writes is kept (pruning it would leave only the damaged folder, and the
+// next --resume would have nothing to resume but step 4); resumed again, the run ends as an undamaged one does.
+TEST(Trainer, ResumeSetsADamagedNewerCheckpointAsideAndKeepsItsOwn) {
+  const std::string train = WriteTokens("aside.tok", RandomIds(2000, 9));
+  const std::string out = TempPath("aside_run"), reference = TempPath("aside_reference");
+  const std::string checkpoints = out + "/checkpoints", log = TempPath("aside.log");
+  auto run = [&](const std::string& dir, int64_t stop_after, std::FILE* console) {
+    TrainOptions options;
+    options.console = console;
+    options.resume = true;
+    options.stop_after_step = stop_after;
+    return Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + dir, "run.checkpoint_interval=4",
+                       "run.keep_checkpoints=1", "run.checkpoint_steps=4", "run.max_steps=12"}),
+                 options);
+  };
+  ASSERT_TRUE(run(out, 0, Quiet().console).ok());
+  ASSERT_EQ(ListCheckpointSteps(checkpoints), (std::vector<int64_t>{4, 12}));
+  ASSERT_EQ(::truncate((checkpoints + "/step_00000012/optimizer.safetensors").c_str(), 100), 0);
+  std::FILE* console = std::fopen(log.c_str(), "w");
+  auto stopped = run(out, 10, console);
+  std::fclose(console);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(ListCheckpointSteps(checkpoints), (std::vector<int64_t>{4, 8}));
+  EXPECT_TRUE(FileExists(checkpoints + "/damaged/step_00000012/model.safetensors"));
+  auto text = ReadFile(log);
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(absl::StrContains(*text, "moved the damaged checkpoint after step 4 to " + checkpoints +
+                                           "/damaged/step_00000012\n"))
+      << *text;
+  auto resumed = run(out, 0, Quiet().console);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->steps, 12);
+  ASSERT_TRUE(run(reference, 0, Quiet().console).ok());
+  const std::vector<StepMetrics> got = ReadMetrics(out), want = ReadMetrics(reference);
+  ASSERT_EQ(got.size(), 12u);
+  ASSERT_EQ(want.size(), 12u);
+  EXPECT_EQ(got.back().loss, want.back().loss);
+}
+
 TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
   const std::string train = WriteTokens("signal.tok", RandomIds(2000, 8));
   const std::string out = TempPath("signal_run");
