@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -78,15 +79,45 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
+// The state file's first line: a textproto comment (older readers skip it) holding the CRC-32C of the rest
+// of the file. First, not last, so that a file cut short anywhere fails the check instead of looking like
+// one written before the line existed.
+constexpr char kStateCrcPrefix[] = "# CRC-32C of the lines below: ";
+
 absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path + "/" + kStateFile);
+  const std::string file = absl::StrCat(path, "/", kStateFile);
+  absl::StatusOr<std::string> text = ReadFile(file);
   if (!text.ok()) return text.status();
+  if (absl::StartsWith(*text, "# CRC-32C")) {
+    // prefix, 8 hex digits, newline; no such line: a file written before the line existed.
+    const size_t prefix = sizeof(kStateCrcPrefix) - 1;
+    uint32_t recorded = 0;
+    if (text->size() < prefix + 9 || !absl::StartsWith(*text, kStateCrcPrefix) || (*text)[prefix + 8] != '\n' ||
+        !absl::SimpleHexAtoi(absl::string_view(text->data() + prefix, 8), &recorded)) {
+      return absl::DataLossError(
+          absl::StrCat(file, ": the first line is not \"", kStateCrcPrefix, "<8 hex digits>\" (corrupt)"));
+    }
+    const uint32_t actual = Crc32c(std::string_view(*text).substr(prefix + 9));
+    if (actual != recorded) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: CRC-32C %08x of the lines below the first does not match the %08x it records (edited or corrupt)",
+          file, actual, recorded));
+    }
+  }
   checkpoint::TrainerState state;
   FirstError errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(*text, &state)) {
-    return absl::DataLossError(absl::StrCat(path, "/", kStateFile, ":", errors.error(), " (corrupt)"));
+    return absl::DataLossError(absl::StrCat(file, ":", errors.error(), " (corrupt)"));
+  }
+  // The folder's name says which step it holds (a folder of another name, e.g. one set aside, is not checked).
+  std::string folder = path;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  int64_t named_step;
+  if (ParseStepFolder(folder.substr(folder.rfind('/') + 1), &named_step) && named_step != state.step()) {
+    return absl::DataLossError(absl::StrCat(file, ": step ", state.step(), " is not the step of its folder, ",
+                                            named_step, " (edited or misplaced)"));
   }
   return state;
 }
@@ -122,6 +153,12 @@ absl::Status VerifyFolder(const std::string& path) {
 }
 
 }  // namespace
+
+std::string StateFileText(const checkpoint::TrainerState& state) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(state, &text);
+  return absl::StrFormat("%s%08x\n%s", kStateCrcPrefix, Crc32c(text), text);
+}
 
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step) {
   return absl::StrFormat("%s/step_%08d", checkpoints_dir, step);
@@ -162,9 +199,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
     if (!digest.ok()) return digest.status();
     *state.add_files() = *digest;
   }
-  std::string state_text;
-  google::protobuf::TextFormat::PrintToString(state, &state_text);
-  if (absl::Status s = WriteFileAtomically(staging + "/" + kStateFile, state_text); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(staging + "/" + kStateFile, StateFileText(state)); !s.ok()) return s;
 
   // A folder of the same step can only be one that failed verification (resume starts after the newest
   // good one); it is replaced.

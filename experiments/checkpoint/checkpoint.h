@@ -2,11 +2,13 @@
 //   model.safetensors        the weights by parameter name (loadable with safetensors.torch.load_file)
 //   optimizer.safetensors    AdamW moments "<parameter>.exp_avg" / "<parameter>.exp_avg_sq"
 //   config.textproto         the resolved experiment config
-//   trainer_state.textproto  step, tokens, sampler (RNG) state, and size + CRC-32C of the three files above
+//   trainer_state.textproto  step, tokens, sampler (RNG) state, and size + CRC-32C of the three files above;
+//                            its first line, a comment, holds the CRC-32C of the rest (StateFileText)
 // A checkpoint is written into step_XXXXXXXX.partial/ (every file fsynced) and renamed into place only when
 // complete, so a crash or kill mid-write never hides or replaces the previous good checkpoint; leftover
-// .partial folders are removed by the next save. Loading verifies sizes and CRCs, and LatestCheckpoint
-// skips (and reports) a checkpoint that fails them. Only the newest `keep` intact checkpoints are kept, and any
+// .partial folders are removed by the next save. Loading checks the state file's own CRC (files written
+// before it existed have none and are read as before) and its step against the folder's name, then the
+// files' sizes and CRCs, and LatestCheckpoint skips (and reports) a checkpoint that fails them. Only the newest `keep` intact checkpoints are kept, and any
 // pinned steps (run.checkpoint_steps: branch points for run.init_from); a damaged one never counts as kept.
 #ifndef LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 #define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
@@ -34,6 +36,10 @@ struct CheckpointContents {
   checkpoint::TrainerState state;  // `files` is filled by SaveCheckpoint
   std::string config_text;
 };
+
+// The text of a trainer_state.textproto: "# CRC-32C of the lines below: 1234abcd", then the state as a
+// textproto.
+std::string StateFileText(const checkpoint::TrainerState& state);
 
 // "<checkpoints_dir>/step_00000100".
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step);

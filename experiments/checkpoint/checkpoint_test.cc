@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
 
@@ -190,6 +192,83 @@ TEST(Checkpoint, CorruptedByteFailsTheCrc) {
   EXPECT_NE(std::string(load.status().message()).find("optimizer.safetensors: CRC-32C"), std::string::npos)
       << load.status();
   EXPECT_EQ(LatestCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+}
+
+// trainer_state.textproto carries the CRC-32C of its own text on its first line: an edited step or sampler
+// position, or a file cut short after its digests, is refused naming the file, as LatestCheckpoint skips it.
+TEST(Checkpoint, AnEditedOrTruncatedStateFileIsRefused) {
+  const std::string dir = FreshDir("state_crc");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  const std::string state_file = *path + "/trainer_state.textproto";
+  auto original = ReadFile(state_file);
+  ASSERT_TRUE(original.ok());
+  ASSERT_TRUE(absl::StartsWith(*original, "# CRC-32C of the lines below: ")) << *original;
+  const std::string crc_error = state_file + ": CRC-32C ";
+  auto expect_refused = [&](const std::string& text, const std::string& message_start) {
+    ASSERT_TRUE(WriteFileAtomically(state_file, text).ok());
+    auto load = LoadCheckpoint(*path);
+    ASSERT_FALSE(load.ok()) << text;
+    EXPECT_EQ(load.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_TRUE(absl::StartsWith(load.status().message(), message_start)) << load.status();
+    EXPECT_EQ(LatestCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = *original;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  expect_refused(replaced("step: 10\n", "step: 18\n"), crc_error);
+  expect_refused(replaced("sampler_windows_drawn: 40\n", "sampler_windows_drawn: 41\n"), crc_error);
+  expect_refused(original->substr(0, original->rfind("files {")), crc_error);  // cut after a digest
+  expect_refused(replaced("# CRC-32C of the lines below: ", "# CRC-32C of the lines below: zz"),
+                 state_file + ": the first line is not \"# CRC-32C of the lines below: <8 hex digits>\"");
+  ASSERT_TRUE(WriteFileAtomically(state_file, *original).ok());
+  EXPECT_TRUE(LoadCheckpoint(*path).ok());
+}
+
+// A state file whose checksum is right but whose step is not its folder's (copied into the wrong folder, or
+// written to match an edit) is refused too.
+TEST(Checkpoint, TheStateStepMustBeTheFolders) {
+  const std::string dir = FreshDir("state_step");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  auto loaded = LoadCheckpoint(*path);
+  ASSERT_TRUE(loaded.ok());
+  checkpoint::TrainerState state = loaded->state;
+  state.set_step(18);
+  const std::string state_file = *path + "/trainer_state.textproto";
+  ASSERT_TRUE(WriteFileAtomically(state_file, StateFileText(state)).ok());
+  auto load = LoadCheckpoint(*path);
+  ASSERT_FALSE(load.ok());
+  EXPECT_EQ(load.status().message(),
+            state_file + ": step 18 is not the step of its folder, 10 (edited or misplaced)");
+  // Given by a path with a trailing slash, the folder is still the one checked.
+  EXPECT_FALSE(LoadCheckpoint(*path + "/").ok());
+}
+
+// Checkpoints written before the checksum line existed (the state file starts with its first field) are read
+// as before, so older run folders stay resumable.
+TEST(Checkpoint, AStateFileWithoutTheChecksumLineIsReadAsBefore) {
+  const std::string dir = FreshDir("state_old");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  const std::string state_file = *path + "/trainer_state.textproto";
+  auto text = ReadFile(state_file);
+  ASSERT_TRUE(text.ok());
+  const std::string older = text->substr(text->find('\n') + 1);
+  ASSERT_TRUE(absl::StartsWith(older, "step: 10\n")) << older;
+  ASSERT_TRUE(WriteFileAtomically(state_file, older).ok());
+  auto load = LoadCheckpoint(*path);
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->state.sampler_windows_drawn(), 40u);
+  auto latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, *path);
 }
 
 TEST(Checkpoint, MissingStateFileMeansIncomplete) {

@@ -187,13 +187,12 @@ TEST(Trainer, ResumeAfterAKillIsBitIdentical) {
   const std::string other = TempPath("other_threads_run");
   ASSERT_TRUE(Train(with(other), kill_at_6).ok());
   const std::string state_path = other + "/checkpoints/step_00000004/trainer_state.textproto";
-  auto state = ReadFile(state_path);
-  ASSERT_TRUE(state.ok());
-  const size_t at = state->find("threads: ");
-  ASSERT_NE(at, std::string::npos) << *state;
-  ASSERT_TRUE(WriteFileAtomically(
-                  state_path, state->substr(0, at) + "threads: 999" + state->substr(state->find('\n', at)))
-                  .ok());
+  auto state = LoadCheckpoint(other + "/checkpoints/step_00000004");
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE(state->state.has_threads());
+  checkpoint::TrainerState edited = state->state;
+  edited.set_threads(999);
+  ASSERT_TRUE(WriteFileAtomically(state_path, StateFileText(edited)).ok());
   const std::string console_path = TempPath("other_threads_console.txt");
   TrainOptions resume_other = resume;
   resume_other.console = std::fopen(console_path.c_str(), "w");
