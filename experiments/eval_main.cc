@@ -58,6 +58,7 @@ absl::Status Run(const CliArgs& args) {
   TokenFileExpectations expect;
   expect.model_vocab_size = e.model().vocab_size();
   expect.batch_size = *batch;
+  expect.batch_size_source = args.Has("batch_size") ? "--batch_size" : "run.batch_size";
   expect.context_length = e.model().context_length();
   if (!e.data().tokenizer().empty() && FileExists(e.data().tokenizer())) {
     absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(e.data().tokenizer());

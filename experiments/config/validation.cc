@@ -351,6 +351,16 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
 
   // Rules across messages, on values each message has already accepted.
   const RunConfig& run = experiment.run();
+  // B * A * T of three int32 fields can pass int64, which every count of tokens below is in.
+  const unsigned __int128 step_tokens = static_cast<unsigned __int128>(run.batch_size()) *
+                                        static_cast<unsigned>(run.grad_accum_steps()) *
+                                        static_cast<unsigned>(experiment.model().context_length());
+  if (step_tokens > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
+    errors.Add(absl::StrCat("run.batch_size=", run.batch_size(), " * run.grad_accum_steps=",
+                            run.grad_accum_steps(), " * model.context_length=",
+                            experiment.model().context_length(), " tokens per step do not fit in 64 bits"));
+    return errors.ToStatus(source);
+  }
   const int64_t per_step = TokensPerStep(experiment);
   if (run.has_max_tokens() && run.max_tokens() < per_step) {
     errors.Add(absl::StrCat("run.max_tokens=", run.max_tokens(), " is less than one step of ", per_step,

@@ -330,6 +330,17 @@ TEST(ConfigValidation, MaxTokensCoversOneStep) {
   EXPECT_EQ(Error(Without("max_steps"), {"run.max_tokens=-4"}), "tiny.textproto: run.max_tokens=-4 must be positive");
 }
 
+// Three int32 fields whose product passes int64: refused before any count of tokens is formed from them.
+TEST(ConfigValidation, TokensPerStepFitInSixtyFourBits) {
+  EXPECT_EQ(Error(kBase, {"run.batch_size=2147483647", "run.grad_accum_steps=2147483647",
+                          "model.context_length=4"}),
+            "tiny.textproto: run.batch_size=2147483647 * run.grad_accum_steps=2147483647 * "
+            "model.context_length=4 tokens per step do not fit in 64 bits");
+  EXPECT_EQ(Error(kBase, {"run.batch_size=2147483647", "run.grad_accum_steps=2147483647",
+                          "model.context_length=1", "run.eval_tokens=4611686014132420609"}),
+            "OK");  // (2^31 - 1)^2 fits
+}
+
 TEST(ConfigValidation, Bf16NeedsCuda) {
   EXPECT_EQ(ErrorWith("run.precision=BF16"),
             "tiny.textproto: run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");

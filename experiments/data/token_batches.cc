@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,15 @@ absl::Status CheckIds(const tokenizer::TokenFileReader& file, uint64_t count) {
   return absl::OkStatus();
 }
 
+std::string DecimalString(unsigned __int128 value) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
+    value /= 10;
+  } while (value != 0);
+  return digits;
+}
+
 }  // namespace
 
 absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
@@ -78,12 +88,16 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
                      " has hash ", absl::Hex(*expect.tokenizer_hash, absl::kZeroPad16), ")"));
   }
   // One batch of B windows that share no target: B * T + 1 ids. Fewer would make every batch repeat
-  // tokens within itself, which is almost certainly a wrong file or a wrong batch size.
-  const uint64_t batch_needs = static_cast<uint64_t>(expect.batch_size * expect.context_length) + 1;
-  if (header.num_tokens < batch_needs) {
+  // tokens within itself, which is almost certainly a wrong file or a wrong batch size. Compared as
+  // B <= (N - 1) / T, since B * T may not fit in 64 bits.
+  const uint64_t windows = header.num_tokens == 0 ? 0 : (header.num_tokens - 1) / expect.context_length;
+  if (static_cast<uint64_t>(expect.batch_size) > windows) {
+    const unsigned __int128 needs =
+        static_cast<unsigned __int128>(expect.batch_size) * static_cast<uint64_t>(expect.context_length) + 1;
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", header.num_tokens, " tokens are too few for one batch: run.batch_size * model.context_length + 1 = ",
-        expect.batch_size, " * ", expect.context_length, " + 1 = ", batch_needs, " tokens"));
+        path, ": ", header.num_tokens, " tokens are too few for one batch: ", expect.batch_size_source,
+        " * model.context_length + 1 = ", expect.batch_size, " * ", expect.context_length, " + 1 = ",
+        DecimalString(needs), " tokens"));
   }
   return file;
 }

@@ -31,10 +31,12 @@ struct TokenFileExpectations {
   std::optional<uint64_t> tokenizer_hash;      // when set, the file's header must carry this hash
   std::string tokenizer_hash_source = "data.tokenizer";  // where that hash came from, for the message
   int64_t batch_size = 0;                      // B
+  std::string batch_size_source = "run.batch_size";  // where B came from, for the messages (eval: --batch_size)
   int64_t context_length = 0;                  // T
 };
 
-// Opens and checks a token file against `expect` (vocab, hash, at least one batch: B * T + 1 ids).
+// Opens and checks a token file against `expect` (vocab, hash, at least one batch: B * T + 1 ids). Past
+// this check B * T is below the file's size, so batch arithmetic in int64 cannot overflow however large B is.
 absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,
                                                          const TokenFileExpectations& expect);
 

@@ -4,12 +4,15 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tokenizer/token_file.h"
 
@@ -235,6 +238,27 @@ TEST(TokenFileChecks, FileSmallerThanOneBatchIsAnError) {
             path + ": 32 tokens are too few for one batch: run.batch_size * model.context_length + 1 = 4 * 8 + 1 = "
                    "33 tokens");
   EXPECT_TRUE(TrainBatchSampler::Open(WriteTokens("enough.tok", 33), Expect(4, 8), 1).ok());
+}
+
+// A batch size so large that B * T passes 64 bits (eval --batch_size=4611686018427387904 divided by zero, and
+// 576460752303423489 read past its buffers) is the same error as any batch too large for the file, with the
+// exact count, under the name the batch size was given by.
+TEST(TokenFileChecks, ABatchWhoseTokensPassSixtyFourBitsIsTooLargeForTheFile) {
+  const std::string path = WriteTokens("overflow.tok", 100);
+  for (const auto& [batch, needs] : {std::pair<int64_t, std::string>{int64_t{1} << 62, "18446744073709551617"},
+                                     {576460752303423489, "2305843009213693957"},
+                                     {INT64_MAX, "36893488147419103229"}}) {
+    TokenFileExpectations expect = Expect(batch, 4);
+    expect.batch_size_source = "--batch_size";
+    auto val = ValidationBatches::Open(path, expect, 1000);
+    ASSERT_FALSE(val.ok()) << batch;
+    EXPECT_EQ(val.status().message(),
+              absl::StrCat(path, ": 100 tokens are too few for one batch: --batch_size * model.context_length + "
+                                 "1 = ",
+                           batch, " * 4 + 1 = ", needs, " tokens"));
+    EXPECT_FALSE(TrainBatchSampler::Open(path, expect, 1).ok()) << batch;
+  }
+  EXPECT_TRUE(ValidationBatches::Open(path, Expect(24, 4), 96).ok());  // 24 * 4 + 1 = 97 ids fit
 }
 
 TEST(TokenFileChecks, ValidationFileSmallerThanTheBudgetIsAnError) {
