@@ -151,11 +151,12 @@ absl::Status ModelConfig::Validate() const {
   const Matrix matrices[] = {
       {"the embedding (vocab rows x d_model)", vocab_rows(), d_model},
       {"an FFN weight (d_ff x d_model)", d_ff, d_model},
+      {"an attention projection (n_heads * head size x d_model)", q_width(), d_model},
       {"one sequence's FFN activations (context_length x d_ff)", context_length, d_ff},
       {"one sequence's residual stream (context_length x d_model)", context_length, d_model},
   };
   for (const Matrix& m : matrices) {
-    if (m.rows * m.cols >= (int64_t{1} << 31)) {
+    if (m.rows >= ((int64_t{1} << 31) + m.cols - 1) / m.cols) {  // rows * cols >= 2^31, without overflow
       return Invalid(absl::StrCat(m.what, " is ", m.rows, " x ", m.cols, ", 2^31 or more elements (", vocab,
                                   "=", vocab_rows(), ", d_model=", d_model, ", d_ff=", d_ff,
                                   ", context_length=", context_length, ")"));
