@@ -22,6 +22,7 @@
 #include "experiments/config/loader.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/model_loading.h"
+#include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/weights.h"
 #include "tokenizer/tokenizer_file.h"
 
@@ -78,6 +79,18 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<ValidationBatches> batches =
       ValidationBatches::Open(tokens_path, expect, std::min(*budget, available));
   if (!batches.ok()) return batches.status();
+  if (placement->device == config::RunConfig::CPU) {  // the forward's activations, with the model
+    const model::ModelConfig& m = loaded->model->config();
+    const ModelMemory need =
+        CountModelMemory(m, loaded->model->activation_dtype(), *batch * expect.context_length, /*training=*/false);
+    if (absl::Status s = CheckFitsInMemory(need, 1, PhysicalMemoryBytes(),
+                                           absl::StrCat(expect.batch_size_source, "=", *batch, " x model.context_length=",
+                                                        expect.context_length, " tokens per forward with ",
+                                                        loaded->weights_path));
+        !s.ok()) {
+      return s;
+    }
+  }
   absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, *batch, expect.context_length);
   if (!loss.ok()) return loss.status();
   if (!std::isfinite(*loss)) {

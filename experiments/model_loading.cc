@@ -11,6 +11,7 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/checkpoint/safetensors.h"
 #include "experiments/config/loader.h"
+#include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/weights.h"
 
@@ -73,6 +74,17 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
     absl::string_view message = device.status().message();
     absl::ConsumePrefix(&message, "run.device=CUDA: ");
     return absl::Status(device.status().code(), absl::StrCat(PlacementFlags(placement), ": ", message));
+  }
+  if (placement.device == config::RunConfig::CPU) {
+    const config::ModelConfig& m = experiment.model();
+    const ModelMemory need = CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
+    if (absl::Status s = CheckFitsInMemory(
+            need, 1, PhysicalMemoryBytes(),
+            absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(), ", model.d_model=",
+                         m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(), ", model.vocab_size=", m.vocab_size(), ")"));
+        !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> model =
       model::LanguageModel::Create(*model_config, (*device)->context(), (*device)->activations());

@@ -26,6 +26,7 @@
 #include "experiments/metrics/tensorboard_writer.h"
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/data_parallel.h"
+#include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/stop_signals.h"
@@ -207,6 +208,20 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
   absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
+  if (run.device() == config::RunConfig::CPU) {  // before any rank allocates (a GPU's memory is not checked)
+    const config::ModelConfig& m = experiment.model();
+    const ModelMemory need = CountModelMemory(*model_config, kernels::DType::kF32,
+                                              int64_t{run.batch_size()} * m.context_length(), /*training=*/true);
+    if (absl::Status s = CheckFitsInMemory(
+            need, world, PhysicalMemoryBytes(),
+            absl::StrCat("experiment \"", experiment.name(), "\" (model.n_layers=", m.n_layers(),
+                         ", model.d_model=", m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(),
+                         ", model.vocab_size=", m.vocab_size(), "; run.batch_size=", run.batch_size(),
+                         " x model.context_length=", m.context_length(), " tokens per micro-batch)"));
+        !s.ok()) {
+      return s;
+    }
+  }
   std::unique_ptr<DataParallelLaunch> launch;  // the other ranks, when this process started them
   if (world > 1 && group == nullptr) {
     absl::StatusOr<std::unique_ptr<DataParallelLaunch>> started =

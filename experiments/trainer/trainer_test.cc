@@ -657,6 +657,24 @@ TEST(Trainer, ResumeSetsADamagedNewerCheckpointAsideAndKeepsItsOwn) {
   EXPECT_EQ(got.back().loss, want.back().loss);
 }
 
+// 2 * 10^9 layers of the tiny model (about 1.6 PB with AdamW): refused before anything is allocated, naming
+// the config, instead of the allocator's abort.
+TEST(Trainer, AModelLargerThanTheMachineIsRefusedUpFront) {
+  const std::string train = WriteTokens("huge.tok", RandomIds(2000, 3));
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + TempPath("huge_run"),
+                            "model.n_layers=2000000000"}),
+                      Quiet());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+  EXPECT_TRUE(absl::StartsWith(result.status().message(),
+                               "experiment \"tiny\" (model.n_layers=2000000000, model.d_model=64, model.ffn.d_ff=172, "
+                               "model.vocab_size=512; run.batch_size=8 x model.context_length=32 tokens per "
+                               "micro-batch) needs at least "))
+      << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "more than this machine's ")) << result.status();
+  EXPECT_FALSE(FileExists(TempPath("huge_run") + "/checkpoints"));
+}
+
 TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
   const std::string train = WriteTokens("signal.tok", RandomIds(2000, 8));
   const std::string out = TempPath("signal_run");

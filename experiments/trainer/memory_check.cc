@@ -1,0 +1,60 @@
+// Memory counts and the up-front fit check (see memory_check.h).
+#include "experiments/trainer/memory_check.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/accounting/accounting.h"
+
+namespace lmf::experiments {
+namespace {
+
+// "79.1 GB" (decimal units, as free -h and cloud instance sizes).
+std::string Human(double bytes) {
+  const char* units[] = {"bytes", "kB", "MB", "GB", "TB", "PB", "EB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 6) bytes /= 1000, ++u;
+  return u == 0 ? absl::StrFormat("%.0f bytes", bytes) : absl::StrFormat("%.3g %s", bytes, units[u]);
+}
+
+}  // namespace
+
+ModelMemory CountModelMemory(const model::ModelConfig& config, kernels::DType activations, int64_t tokens,
+                             bool training) {
+  // One layer's counts scaled by n_layers in double: the int64 counts of a whole model can overflow.
+  model::ModelConfig one_layer = config;
+  one_layer.n_layers = 1;
+  const model::ParameterCounts counts = model::CountParameters(one_layer);
+  const double layers = static_cast<double>(config.n_layers);
+  ModelMemory m;
+  m.parameters = static_cast<double>(counts.total() - counts.blocks) + static_cast<double>(counts.blocks) * layers;
+  const double compute_copy = activations == kernels::DType::kF32 ? 0 : kernels::DTypeSize(activations);
+  m.weights = (4 + compute_copy) * m.parameters;
+  m.gradients = 4 * m.parameters;
+  m.optimizer = training ? 8 * m.parameters : 0;
+  const model::ActivationBytesPerToken per_token = model::CountActivationBytesPerToken(one_layer, activations);
+  m.activations = (static_cast<double>(per_token.per_block) * layers + static_cast<double>(per_token.final_and_head)) *
+                  static_cast<double>(tokens);
+  return m;
+}
+
+double PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+}
+
+absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available, const std::string& what) {
+  const double total = need.total() * processes;
+  if (available <= 0 || total <= available) return absl::OkStatus();
+  std::string parts = absl::StrCat(need.weights > 4 * need.parameters ? "weights and their bf16 copies " : "weights ",
+                                   Human(need.weights), ", gradients ", Human(need.gradients));
+  if (need.optimizer > 0) absl::StrAppend(&parts, ", AdamW moments ", Human(need.optimizer));
+  if (need.activations > 0) absl::StrAppend(&parts, ", activations ", Human(need.activations));
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s needs at least %s (%.0f bytes) of memory, more than this machine's %s: %s%.4g parameters (%s)", what,
+      Human(total), total, Human(available), processes > 1 ? absl::StrCat(processes, " processes of ") : "",
+      need.parameters, parts));
+}
+
+}  // namespace lmf::experiments
