@@ -127,8 +127,9 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
       errors->Add(absl::StrCat("model.positional.kind=ROPE needs an even head size, but model.d_model / ",
                                "model.n_heads = ", head_size));
     }
-    if (!(positional.rope_theta() > 0)) {
-      errors->Add(absl::StrCat("model.positional.rope_theta=", positional.rope_theta(), " must be positive"));
+    if (!(positional.rope_theta() > 1) || !std::isfinite(positional.rope_theta())) {  // the model's rule
+      errors->Add(absl::StrCat("model.positional.rope_theta=", positional.rope_theta(),
+                               " must be a finite number above 1 (the base of RoPE's wavelengths)"));
     }
   }
 

@@ -110,9 +110,17 @@ TEST(ConfigValidation, RopeNeedsEvenHeadSize) {
   EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.positional.kind=LEARNED"}), "OK");
 }
 
-TEST(ConfigValidation, RopeThetaMustBePositive) {
-  EXPECT_EQ(ErrorWith("model.positional.rope_theta=0"),
-            "tiny.textproto: model.positional.rope_theta=0 must be positive");
+// The model's own rule (model/config: above 1), so that a config validation accepts is one the model builds.
+TEST(ConfigValidation, RopeThetaMustBeAboveOne) {
+  for (const char* theta : {"0", "0.5", "1"}) {
+    EXPECT_EQ(ErrorWith(std::string("model.positional.rope_theta=") + theta),
+              std::string("tiny.textproto: model.positional.rope_theta=") + theta +
+                  " must be a finite number above 1 (the base of RoPE's wavelengths)");
+  }
+  EXPECT_EQ(Error(WithModelFields("positional { kind: ROPE rope_theta: inf }")),
+            "tiny.textproto: model.positional.rope_theta=inf must be a finite number above 1 (the base of RoPE's "
+            "wavelengths)");
+  EXPECT_EQ(ErrorWith("model.positional.rope_theta=1.0001"), "OK");
 }
 
 TEST(ConfigValidation, NormEpsMustBePositive) {
