@@ -10,7 +10,8 @@
 
 namespace lmf::experiments {
 
-absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv, const std::set<std::string>& allowed) {
+absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv, const std::set<std::string>& allowed,
+                                       const std::set<std::string>& switches) {
   CliArgs args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -22,6 +23,9 @@ absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv, const std::set<std
     if (allowed.count(name) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, "; known: --", absl::StrJoin(allowed, ", --")));
+    }
+    if (eq == std::string::npos && switches.count(name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value: --", name, "=VALUE"));
     }
     args.values_[name].push_back(eq == std::string::npos ? "true" : arg.substr(eq + 1));
   }

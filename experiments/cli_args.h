@@ -1,5 +1,5 @@
 // Command-line arguments of the experiment binaries (train, eval, generate): `--name=value` and bare
-// `--name` switches, where a flag may repeat (every --set=... is kept, in order, which absl's vector
+// `--name` switches (only the flags named as switches may be bare), where a flag may repeat (every --set=... is kept, in order, which absl's vector
 // flags cannot do: they split on commas and keep only the last occurrence).
 #ifndef LMFORGE_EXPERIMENTS_CLI_ARGS_H_
 #define LMFORGE_EXPERIMENTS_CLI_ARGS_H_
@@ -18,8 +18,10 @@ namespace lmf::experiments {
 class CliArgs {
  public:
   // Parses argv[1..]. `allowed` names every flag; anything else (or a positional argument) is an error
-  // naming it.
-  static absl::StatusOr<CliArgs> Parse(int argc, char** argv, const std::set<std::string>& allowed);
+  // naming it. Only the `switches` among them may be given bare (`--resume`, read with GetBool); any other
+  // flag needs a value (`--prompt` alone is an error, not the prompt "true").
+  static absl::StatusOr<CliArgs> Parse(int argc, char** argv, const std::set<std::string>& allowed,
+                                       const std::set<std::string>& switches = {"help"});
 
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   // The last value of a flag, or `fallback`.

@@ -157,6 +157,13 @@ expect_error gen_nan.log '^generate: --temperature expects a finite number, got 
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
 expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --top_p=inf
+# A flag that takes a value, given bare, is a usage error (exit 2), not the value "true".
+set +e
+"$bin/experiments/generate" --checkpoint=run --prompt > /dev/null 2> gen_bare.log
+code=$?
+set -e
+[[ $code == 2 ]] && grep -q '^generate: --prompt needs a value: --prompt=VALUE$' gen_bare.log ||
+  fail "generate --prompt: exit $code: $(cat gen_bare.log)"
 # The checkpoint records the tokenizer its training data was encoded with: a token file or a tokenizer of
 # another is refused (its loss or text would be meaningless), even where the run names no data.tokenizer.
 "$bin/tokenizer/bpe" train --input=corpus.txt --vocab_size=280 --output=other.lmftok 2>/dev/null

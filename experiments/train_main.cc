@@ -25,7 +25,8 @@ constexpr char kUsage[] =
     "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n";
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"});
+  absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"},
+                                                 /*switches=*/{"resume", "help"});
   if (!args.ok() || args->Has("help") || !args->Has("config")) {
     if (!args.ok()) std::fprintf(stderr, "train: %s\n", std::string(args.status().message()).c_str());
     std::fprintf(stderr, "%s", kUsage);
