@@ -199,8 +199,9 @@ void ValidateOptimizer(const config::OptimizerConfig& optimizer, ConfigErrors* e
   RequireUnitInterval(adamw.beta1(), false, "optimizer.adamw.beta1", errors);
   RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
   RequirePositiveInFloat(adamw.eps(), "optimizer.adamw.eps", errors);
-  if (!(adamw.weight_decay() >= 0)) {
-    errors->Add(absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(), " must not be negative"));
+  if (!(adamw.weight_decay() >= 0) || !std::isfinite(adamw.weight_decay())) {
+    errors->Add(absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(),
+                             " must be a finite number >= 0"));
   }
   if (!(optimizer.grad_clip() >= 0) || !std::isfinite(optimizer.grad_clip())) {
     errors->Add(absl::StrCat("optimizer.grad_clip=", optimizer.grad_clip(),
@@ -307,10 +308,11 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   if (run.gemm_autotune() && run.device() == RunConfig::CPU) {
     errors->Add("run.gemm_autotune=true needs run.device=CUDA (it chooses among cuBLASLt's algorithms)");
   }
-  if (!(run.peak_flops() >= 0)) {
-    errors->Add(
-        absl::StrCat("run.peak_flops=", run.peak_flops(),
-                     " must not be negative (0: the measured CPU peak or the GPU's data-sheet rate)"));
+  // A peak under a megaFLOP/s is a unit slip (989.4 for 989.4e12) and one of 1e-300 made MFU infinite.
+  if (run.peak_flops() != 0 && !(run.peak_flops() >= 1e6 && std::isfinite(run.peak_flops()))) {
+    errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(),
+                             " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate "
+                             "of at least 1e6 FLOP/s"));
   }
 }
 

@@ -214,7 +214,10 @@ TEST(ConfigValidation, AdamWRules) {
             "tiny.textproto: optimizer.adamw.beta2=-0.5 must be in [0, 1)");
   EXPECT_EQ(ErrorWith("optimizer.adamw.eps=0"), "tiny.textproto: optimizer.adamw.eps=0 must be positive");
   EXPECT_EQ(ErrorWith("optimizer.adamw.weight_decay=-0.1"),
-            "tiny.textproto: optimizer.adamw.weight_decay=-0.1 must not be negative");
+            "tiny.textproto: optimizer.adamw.weight_decay=-0.1 must be a finite number >= 0");
+  std::string inf_decay = kBase;
+  inf_decay.replace(inf_decay.find("lr: 1e-3"), 8, "lr: 1e-3 adamw { weight_decay: inf }");
+  EXPECT_EQ(Error(inf_decay), "tiny.textproto: optimizer.adamw.weight_decay=inf must be a finite number >= 0");
   EXPECT_EQ(ErrorWith("optimizer.grad_clip=-1"),
             "tiny.textproto: optimizer.grad_clip=-1 must be a finite number >= 0 (0 turns clipping off)");
   // A file can hold inf (--set refuses it); an epsilon below fp32's range rounds to 0 in the kernels.
@@ -326,9 +329,20 @@ TEST(ConfigValidation, RunRules) {
             "tiny.textproto: run.checkpoint_interval=-2 must not be negative");
   EXPECT_EQ(ErrorWith("run.keep_checkpoints=0"), "tiny.textproto: run.keep_checkpoints=0 must be at least 1");
   EXPECT_EQ(Error(Without("output_dir")), "tiny.textproto: run.output_dir is required (the folder this run writes)");
-  EXPECT_EQ(ErrorWith("run.peak_flops=-1"),
-            "tiny.textproto: run.peak_flops=-1 must not be negative (0: the measured CPU peak or the GPU's "
-            "data-sheet rate)");
+  // Negative, a unit slip, 1e-300 (MFU was infinite) and inf (MFU was 0) are refused; 0 means "measure".
+  for (const char* peak : {"-1", "989.4", "1e-300"}) {
+    EXPECT_EQ(ErrorWith(std::string("run.peak_flops=") + peak),
+              std::string("tiny.textproto: run.peak_flops=") + peak +
+                  " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate of at least "
+                  "1e6 FLOP/s");
+  }
+  std::string inf_peak = kBase;
+  inf_peak.replace(inf_peak.find("  batch_size: 4"), 15, "  batch_size: 4 peak_flops: inf");
+  EXPECT_EQ(Error(inf_peak),
+            "tiny.textproto: run.peak_flops=inf must be 0 (the measured CPU peak or the GPU's data-sheet rate) or "
+            "a finite rate of at least 1e6 FLOP/s");
+  EXPECT_EQ(ErrorWith("run.peak_flops=0"), "OK");
+  EXPECT_EQ(ErrorWith("run.peak_flops=989.4e12"), "OK");
 }
 
 TEST(ConfigValidation, MaxTokensCoversOneStep) {
