@@ -144,6 +144,11 @@ expect_error gen_pf_dir.log "^generate: --prompt_file=.*/run: is a folder, expec
   "$bin/experiments/generate" --checkpoint=run --prompt_file=run
 expect_error gen_tok_empty.log "^generate: --tokenizer= is empty: give a tokenizer file" \
   "$bin/experiments/generate" --checkpoint=run --prompt=Once --tokenizer=
+# The run's own tokenizer gone: the error says it is data.tokenizer and what to pass instead.
+mv tok.lmftok tok.moved
+expect_error gen_tok_missing.log "^generate: the run's data.tokenizer=$work/tok.lmftok: .*; pass the tokenizer the model was trained with as --tokenizer=FILE$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt=Once
+mv tok.moved tok.lmftok
 printf '\n  \n' > blank_prompts.txt
 expect_error gen_pf_blank.log "^generate: --prompt_file=.*blank_prompts.txt: no prompt in it " \
   "$bin/experiments/generate" --checkpoint=run --prompt_file=blank_prompts.txt
