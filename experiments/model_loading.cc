@@ -112,7 +112,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
                        "eval --config=... --weights=",
                        path, "/model.safetensors"));
     }
-    absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped);
+    absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped, CheckpointUse::kWeights);
     if (!latest.ok()) {
       return absl::NotFoundError(
           absl::StrCat(path, " is neither a checkpoint folder nor a run folder with a good ", "checkpoint",
@@ -120,7 +120,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
     }
     checkpoint = *latest;
   }
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint);
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, CheckpointUse::kWeights);
   if (!loaded.ok()) return loaded.status();
   absl::StatusOr<config::Experiment> experiment =
       LoadExperimentText(loaded->config_text, checkpoint + "/config.textproto", {});

@@ -98,6 +98,39 @@ TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
                 saved[1] + "/model.safetensors");
 }
 
+// eval and generate read the weights and config only: a checkpoint that lost its optimizer.safetensors (which
+// --resume would skip) still loads, by its folder or as its run folder's newest; a damaged model file does not.
+TEST(ModelLoading, ACheckpointWithoutItsOptimizerStateStillGivesItsWeights) {
+  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  ASSERT_TRUE(experiment.ok()) << experiment.status();
+  auto model = TinyModel(*experiment, 3);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string run = std::string(getenv("TEST_TMPDIR")) + "/no_moments_run";
+  const HostTensors weights = ModelTensors(**model);
+  std::string saved[2];
+  for (int step : {1, 2}) {
+    CheckpointContents contents;
+    contents.model = weights.tensors;
+    contents.state.set_step(step);
+    contents.config_text = ExperimentToText(*experiment);
+    auto path = SaveCheckpoint(run + "/checkpoints", contents, 2);
+    ASSERT_TRUE(path.ok()) << path.status();
+    saved[step - 1] = *path;
+  }
+  ASSERT_EQ(::unlink((saved[1] + "/optimizer.safetensors").c_str()), 0);
+  for (const std::string& path : {saved[1], run}) {
+    auto loaded = LoadModelFromCheckpoint(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->weights_path, saved[1] + "/model.safetensors");
+    EXPECT_TRUE(loaded->skipped_checkpoints.empty());
+  }
+  ASSERT_EQ(::truncate((saved[1] + "/model.safetensors").c_str(), 64), 0);
+  auto loaded = LoadModelFromCheckpoint(run);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->weights_path, saved[0] + "/model.safetensors");
+  EXPECT_FALSE(LoadModelFromCheckpoint(saved[1]).ok());
+}
+
 TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {
   const std::string empty = std::string(getenv("TEST_TMPDIR")) + "/empty";
   ASSERT_TRUE(MakeDirs(empty).ok());

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -122,14 +123,21 @@ absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
   return state;
 }
 
-absl::Status Verify(const std::string& path, const checkpoint::TrainerState& state) {
+// The files `use` reads: all three, or the weights and config alone.
+bool Needed(const std::string& name, CheckpointUse use) {
+  return use == CheckpointUse::kResume || name != kOptimizerFile;
+}
+
+absl::Status Verify(const std::string& path, const checkpoint::TrainerState& state, CheckpointUse use) {
   for (const char* required : {kModelFile, kOptimizerFile, kConfigFile}) {
+    if (!Needed(required, use)) continue;
     bool listed = false;
     for (const auto& f : state.files()) listed |= f.name() == required;
     if (!listed)
       return absl::DataLossError(absl::StrCat(path, ": ", kStateFile, " has no digest for ", required));
   }
   for (const checkpoint::FileDigest& expected : state.files()) {
+    if (!Needed(expected.name(), use)) continue;
     absl::StatusOr<checkpoint::FileDigest> actual = Digest(path, expected.name());
     if (!actual.ok()) return actual.status();
     if (actual->bytes() != expected.bytes()) {
@@ -147,9 +155,9 @@ absl::Status Verify(const std::string& path, const checkpoint::TrainerState& sta
 }
 
 // Reads the state file and verifies the folder's files against it.
-absl::Status VerifyFolder(const std::string& path) {
+absl::Status VerifyFolder(const std::string& path, CheckpointUse use = CheckpointUse::kResume) {
   absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
-  return state.ok() ? Verify(path, *state) : state.status();
+  return state.ok() ? Verify(path, *state, use) : state.status();
 }
 
 }  // namespace
@@ -250,26 +258,30 @@ absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::
   return moved;
 }
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, CheckpointUse use) {
   absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
   if (!state.ok()) return state.status();
-  if (absl::Status s = Verify(path, *state); !s.ok()) return s;
+  if (absl::Status s = Verify(path, *state, use); !s.ok()) return s;
   absl::StatusOr<SafetensorsReader> model = SafetensorsReader::Open(path + "/" + kModelFile);
   if (!model.ok()) return model.status();
-  absl::StatusOr<SafetensorsReader> optimizer = SafetensorsReader::Open(path + "/" + kOptimizerFile);
-  if (!optimizer.ok()) return optimizer.status();
+  std::optional<SafetensorsReader> optimizer;
+  if (use == CheckpointUse::kResume) {
+    absl::StatusOr<SafetensorsReader> opened = SafetensorsReader::Open(path + "/" + kOptimizerFile);
+    if (!opened.ok()) return opened.status();
+    optimizer = *std::move(opened);
+  }
   absl::StatusOr<std::string> config = ReadFile(path + "/" + kConfigFile);
   if (!config.ok()) return config.status();
-  return LoadedCheckpoint{path, *std::move(state), *std::move(model), *std::move(optimizer),
+  return LoadedCheckpoint{path, *std::move(state), *std::move(model), std::move(optimizer),
                           *std::move(config)};
 }
 
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
-                                             std::vector<std::string>* skipped) {
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped,
+                                             CheckpointUse use) {
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
-    const absl::Status status = VerifyFolder(path);
+    const absl::Status status = VerifyFolder(path, use);
     if (status.ok()) return path;
     if (skipped != nullptr) skipped->push_back(std::string(status.message()));
   }

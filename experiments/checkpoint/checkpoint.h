@@ -14,6 +14,7 @@
 #define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,21 +53,27 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
                                            const CheckpointContents& contents, int keep,
                                            const std::vector<int64_t>& pinned = {});
 
+// What a checkpoint is loaded for: continuing its run (--resume, run.init_from: every file), or its weights
+// alone (eval, generate: model.safetensors and config.textproto; optimizer.safetensors is neither verified
+// nor read, so a folder that lost only the moments still serves).
+enum class CheckpointUse { kResume, kWeights };
+
 struct LoadedCheckpoint {
   std::string path;
   checkpoint::TrainerState state;
   SafetensorsReader model;
-  SafetensorsReader optimizer;
+  std::optional<SafetensorsReader> optimizer;  // kResume only
   std::string config_text;
 };
 
-// Verifies every file's size and CRC-32C against trainer_state.textproto, then opens it.
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
+// Verifies the size and CRC-32C of every file `use` reads against trainer_state.textproto, then opens them.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, CheckpointUse use = CheckpointUse::kResume);
 
-// The newest checkpoint folder that verifies, NotFound when there is none. Each newer one that fails
-// verification is skipped and its error appended to `skipped` (when not null).
+// The newest checkpoint folder that verifies for `use`, NotFound when there is none. Each newer one that
+// fails verification is skipped and its error appended to `skipped` (when not null).
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
-                                             std::vector<std::string>* skipped = nullptr);
+                                             std::vector<std::string>* skipped = nullptr,
+                                             CheckpointUse use = CheckpointUse::kResume);
 
 // Moves every checkpoint folder of a step after `after_step` that fails verification into
 // <checkpoints_dir>/damaged/ (as step_00000020, or step_00000020.2, ... where that name is taken) and returns

@@ -58,7 +58,7 @@ TEST(Checkpoint, SavesAndLoadsEverything) {
   auto w = loaded->model.ReadFloat("layers.0.ffn.w1.weight", {2, 3});
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(std::memcmp(w->data(), f.w.data(), 24), 0);
-  auto v = loaded->optimizer.ReadFloat("layers.0.ffn.w1.weight.exp_avg_sq", {2, 3});
+  auto v = loaded->optimizer->ReadFloat("layers.0.ffn.w1.weight.exp_avg_sq", {2, 3});
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(std::memcmp(v->data(), f.v.data(), 24), 0);
 }
@@ -269,6 +269,25 @@ TEST(Checkpoint, AStateFileWithoutTheChecksumLineIsReadAsBefore) {
   auto latest = LatestCheckpoint(dir);
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, *path);
+}
+
+// Loaded for its weights (eval, generate), a checkpoint needs no optimizer.safetensors; for --resume it does.
+TEST(Checkpoint, TheWeightsAloneNeedNoOptimizerFile) {
+  const std::string dir = FreshDir("weights_only");
+  Fixture f;
+  ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(10), 3).ok());
+  auto newer = SaveCheckpoint(dir, f.Contents(20), 3);
+  ASSERT_TRUE(newer.ok());
+  ASSERT_EQ(::unlink((*newer + "/optimizer.safetensors").c_str()), 0);
+  EXPECT_FALSE(LoadCheckpoint(*newer).ok());
+  auto weights = LoadCheckpoint(*newer, CheckpointUse::kWeights);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_FALSE(weights->optimizer.has_value());
+  EXPECT_TRUE(weights->model.ReadFloat("layers.0.ffn.w1.weight", {2, 3}).ok());
+  EXPECT_EQ(*LatestCheckpoint(dir), dir + "/step_00000010");
+  EXPECT_EQ(*LatestCheckpoint(dir, nullptr, CheckpointUse::kWeights), *newer);
+  Truncate(*newer + "/model.safetensors", 8);
+  EXPECT_FALSE(LoadCheckpoint(*newer, CheckpointUse::kWeights).ok());
 }
 
 TEST(Checkpoint, MissingStateFileMeansIncomplete) {

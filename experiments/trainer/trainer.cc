@@ -319,7 +319,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   // state, data position, step and counters.
   auto restore = [&](const LoadedCheckpoint& loaded) -> absl::Status {
     if (absl::Status s = LoadWeights(loaded.model, model); !s.ok()) return s;
-    if (absl::Status s = optimizer.Restore(loaded.optimizer, loaded.state.optimizer_step()); !s.ok())
+    if (absl::Status s = optimizer.Restore(*loaded.optimizer, loaded.state.optimizer_step()); !s.ok())
       return s;
     sampler->Restore({loaded.state.sampler_seed(), loaded.state.sampler_windows_drawn()});
     if (run.device() == config::RunConfig::CPU && loaded.state.has_threads() &&
