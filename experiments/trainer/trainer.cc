@@ -163,6 +163,9 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
+  // First, so that a SIGINT or SIGTERM while the run starts (opening data, building or loading the model)
+  // stops it after its first step with a checkpoint, as one during training does, instead of killing it.
+  const StopSignals signals(options.checkpoint_on_signal);
   const config::RunConfig& run = experiment.run();
   const std::string& out = run.output_dir();
   const std::vector<int64_t> pinned(run.checkpoint_steps().begin(), run.checkpoint_steps().end());
@@ -468,7 +471,6 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
   std::vector<int32_t> inputs(batch * context), targets(batch * context);
   std::vector<float> grad_buffer;  // data parallel: every gradient, for one all-reduce
-  const StopSignals signals(options.checkpoint_on_signal);
   // run.op_profile_steps: steps [profile_first, profile_end) are profiled (from the second step this
   // process trains, skipping the first one's allocations and GEMM plans; the first when it trains only one).
   const int64_t profile_first = std::min(start_step + 1, total_steps - 1);

@@ -704,6 +704,34 @@ TEST(Trainer, SigtermFinishesTheStepAndCheckpoints) {
   EXPECT_EQ(*latest, checkpoint);
 }
 
+// A SIGTERM while the run starts (here on its first console line, "device: ...", written before the model is
+// built) is taken like one during training: the run trains its step, checkpoints and returns Cancelled. It
+// used to end the process at once (the test binary with it).
+TEST(Trainer, SigtermDuringStartupStopsAfterTheFirstStep) {
+  const std::string train = WriteTokens("startup_signal.tok", RandomIds(2000, 6));
+  const std::string out = TempPath("startup_signal_run");
+  cookie_io_functions_t io = {};
+  io.write = [](void*, const char*, size_t size) -> ssize_t {
+    static bool sent = false;
+    if (!sent) sent = (::kill(::getpid(), SIGTERM) == 0);
+    return static_cast<ssize_t>(size);
+  };
+  TrainOptions options;
+  options.console = ::fopencookie(nullptr, "w", io);
+  ASSERT_NE(options.console, nullptr);
+  std::setvbuf(options.console, nullptr, _IONBF, 0);  // each message reaches `write` when it is printed
+  options.checkpoint_on_signal = true;
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=100000",
+                            "schedule.warmup=0"}),
+                      options);
+  std::fclose(options.console);
+  ASSERT_FALSE(result.ok());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  EXPECT_TRUE(absl::StartsWith(result.status().message(), absl::StrCat("stopped by signal ", SIGTERM, " after step ")))
+      << result.status();
+  EXPECT_TRUE(LatestCheckpoint(out + "/checkpoints").ok());
+}
+
 TEST(Trainer, LogNamesTheDeviceAndTheMfuPeak) {
   const std::string train = WriteTokens("device.tok", RandomIds(1000, 9));
   const std::string log = TempPath("device.log");
