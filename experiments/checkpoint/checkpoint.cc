@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -160,6 +162,46 @@ absl::Status VerifyFolder(const std::string& path, CheckpointUse use = Checkpoin
   return state.ok() ? Verify(path, *state, use) : state.status();
 }
 
+// Folders this process wrote or verified, each by the name, size, inode and modification time of its files:
+// pruning then reads each older checkpoint's bytes once per process instead of at every save (with GPT-2
+// small and keep 3, 3 GB per save). Any rewrite, truncation or replacement of a file changes its identity,
+// so the folder is verified again; only damage that keeps size and times (bit rot) goes unseen here, and
+// LatestCheckpoint, which --resume, eval and generate use, always verifies in full.
+std::optional<std::string> FolderIdentity(const std::string& path) {
+  std::string identity = path;
+  for (const std::string& name : ListDir(path)) {
+    struct stat st;
+    if (::stat((path + "/" + name).c_str(), &st) != 0) return std::nullopt;
+    absl::StrAppend(&identity, "|", name, ":", st.st_size, ":", st.st_ino, ":", st.st_mtim.tv_sec, ".",
+                    st.st_mtim.tv_nsec);
+  }
+  return identity;
+}
+
+std::mutex known_intact_mu;
+std::set<std::string>& KnownIntact() {
+  static auto* known = new std::set<std::string>();
+  return *known;
+}
+
+void RememberIntact(const std::string& path) {
+  if (std::optional<std::string> id = FolderIdentity(path)) {
+    std::lock_guard<std::mutex> lock(known_intact_mu);
+    KnownIntact().insert(*id);
+  }
+}
+
+// VerifyFolder for pruning, skipping folders known intact and unchanged.
+bool IntactForPruning(const std::string& path) {
+  if (std::optional<std::string> id = FolderIdentity(path)) {
+    std::lock_guard<std::mutex> lock(known_intact_mu);
+    if (KnownIntact().count(*id) > 0) return true;
+  }
+  if (!VerifyFolder(path).ok()) return false;
+  RememberIntact(path);
+  return true;
+}
+
 }  // namespace
 
 std::string StateFileText(const checkpoint::TrainerState& state) {
@@ -217,6 +259,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   }
   if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
   if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
+  RememberIntact(final_path);
 
   // Pruning. The checkpoint just written is kept and is the first of the `keep`. The older unpinned ones
   // are verified newest first until keep - 1 intact ones are found: a damaged one does not count (it could
@@ -230,7 +273,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   int intact = 1;
   auto it = older.rbegin();
   for (; it != older.rend() && intact < std::max(keep, 1); ++it) {
-    if (VerifyFolder(CheckpointPath(checkpoints_dir, *it)).ok()) ++intact;
+    if (IntactForPruning(CheckpointPath(checkpoints_dir, *it))) ++intact;
   }
   for (; it != older.rend(); ++it) {
     if (absl::Status s = RemoveFlatFolder(CheckpointPath(checkpoints_dir, *it)); !s.ok()) return s;
