@@ -86,8 +86,12 @@ int main(int argc, char** argv) {
     std::printf("report: Approach 3 could not be fitted: %s\n", a->parametric_error.c_str());
   }
   if (a->isoflop) {
-    std::printf("report: Approach 2 gives N = %.4g, D = %.4g\n", a->isoflop->params_law.At(options.target_flops),
-                a->isoflop->tokens_law.At(options.target_flops));
+    std::printf("report: Approach 2 gives N = %.4g, D = %.4g%s\n", a->isoflop->params_law.At(options.target_flops),
+                a->isoflop->tokens_law.At(options.target_flops),
+                a->recommended_by == "Approach 2" ? " (the recommendation: Approach 3 could not be used)" : "");
+  } else if (!a->parametric) {
+    std::printf("report: no recommendation: neither Approach 3 nor Approach 2 could be fitted (%s)\n",
+                a->isoflop_error.c_str());
   }
   return 0;
 }

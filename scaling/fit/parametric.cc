@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ceres/gradient_problem.h"
 #include "ceres/gradient_problem_solver.h"
 
@@ -76,6 +77,60 @@ absl::StatusOr<ParametricData> ParametricData::Create(const Observations& observ
   }
   data.ones_.assign(observations.size(), 1.0);
   return data;
+}
+
+namespace {
+
+// Values within `relative` of the previous distinct one count as the same.
+int DistinctValues(std::vector<double> v, double relative) {
+  std::sort(v.begin(), v.end());
+  int distinct = 0;
+  for (size_t i = 0; i < v.size(); ++i) distinct += i == 0 || v[i] > v[i - 1] * (1 + relative);
+  return distinct;
+}
+
+}  // namespace
+
+absl::Status CheckParametricIdentifiable(const Observations& observations) {
+  std::vector<double> n, d, loss;
+  for (const Observation& o : observations) {
+    n.push_back(o.params);
+    d.push_back(o.tokens);
+    loss.push_back(o.loss);
+  }
+  const int distinct_n = DistinctValues(n, 1e-6), distinct_d = DistinctValues(d, 1e-6);
+  if (distinct_n < kMinDistinctParametricValues || distinct_d < kMinDistinctParametricValues) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the runs have ", distinct_n, " distinct model size(s) N and ", distinct_d,
+        " distinct token count(s) D; L(N, D) = E + A/N^alpha + B/D^beta needs at least ",
+        kMinDistinctParametricValues, " of each (with two, any exponent fits the one difference of loss they give)"));
+  }
+  if (DistinctValues(loss, 1e-6) == 1) {
+    return absl::FailedPreconditionError(absl::StrCat("every run has the same loss (", loss[0],
+                                                      "): it shows no dependence on N or D to fit"));
+  }
+  // The smaller principal standard deviation of the points (ln N, ln D): their RMS distance from the line
+  // that fits them best.
+  const double count = static_cast<double>(observations.size());
+  double mean_n = 0, mean_d = 0;
+  for (size_t i = 0; i < n.size(); ++i) mean_n += std::log(n[i]) / count, mean_d += std::log(d[i]) / count;
+  double snn = 0, sdd = 0, snd = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const double u = std::log(n[i]) - mean_n, v = std::log(d[i]) - mean_d;
+    snn += u * u / count, sdd += v * v / count, snd += u * v / count;
+  }
+  const double half_trace = 0.5 * (snn + sdd);
+  const double root = std::sqrt(std::max(0.0, half_trace * half_trace - (snn * sdd - snd * snd)));
+  const double spread = std::sqrt(std::max(0.0, half_trace - root));
+  if (!(spread >= kMinParametricSpread)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the runs lie along one line in (ln N, ln D) (RMS distance %.3g from it; at least %g needed): N and D "
+        "did not vary independently (one IsoFLOP budget, or a fixed tokens per parameter), so a change of loss "
+        "cannot be credited to N or to D and the compute-optimal allocation is not determined; add runs at "
+        "another budget",
+        spread, kMinParametricSpread));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -288,6 +343,7 @@ absl::StatusOr<ParametricFit> FitParametric(const Observations& observations, co
                                             ThreadPool* pool) {
   absl::StatusOr<ParametricData> data = ParametricData::Create(observations);
   if (!data.ok()) return data.status();
+  if (absl::Status s = CheckParametricIdentifiable(observations); !s.ok()) return s;
   const std::vector<ParametricStart> starts = GridStarts(options);
   if (starts.empty()) return absl::InvalidArgumentError("the grid of starts for the parametric fit is empty");
   if (pool == nullptr) pool = &ThreadPool::Default();

@@ -92,11 +92,27 @@ class ParametricData {
   std::vector<double> ones_;  // weights when none are given
 };
 
+// Whether the runs can identify the law at all, before any fitting: OK, or FailedPrecondition saying why not.
+// The N term A/N^alpha has two unknowns that only differences of loss between sizes can tell apart: two
+// sizes give one difference, which any alpha matches with a suitable A, so N needs at least 3 distinct
+// values (sizes within 1e-6 relative of each other count as one), and likewise D. Even then N and D must
+// vary independently: runs that lie along one line in (ln N, ln D) (a single IsoFLOP budget, where D falls as
+// N grows; a fixed tokens-per-parameter ratio; one N or one D) credit any change of loss equally well to
+// either term, so the compute-optimal split is not determined. The runs' spread across their best-fitting
+// line in (ln N, ln D) (RMS distance, in ln units) must be at least kMinParametricSpread. A loss that is the
+// same for every run says nothing about N or D either.
+inline constexpr int kMinDistinctParametricValues = 3;
+// 0.05 in ln units, ~5%: a single IsoFLOP budget spreads 0.004-0.02 across its line (rounding of steps,
+// attention and embedding FLOPs), two budgets a factor 2.5 apart about 0.3 (the quickstart's design).
+inline constexpr double kMinParametricSpread = 0.05;
+absl::Status CheckParametricIdentifiable(const Observations& observations);
+
 // Runs L-BFGS from each start (serially) and returns the best; `weights` may be null.
 ParametricFit FitParametricFromStarts(const ParametricData& data, const double* weights,
                                       const std::vector<ParametricStart>& starts, const ParametricFitOptions& options);
 
-// The full fit: every grid start, spread over `pool` (ThreadPool::Default() when null).
+// The full fit: every grid start, spread over `pool` (ThreadPool::Default() when null). Fails (before
+// fitting) when CheckParametricIdentifiable does.
 absl::StatusOr<ParametricFit> FitParametric(const Observations& observations, const ParametricFitOptions& options,
                                             ThreadPool* pool = nullptr);
 

@@ -102,6 +102,54 @@ TEST(ParametricDataTest, RejectsBadRunsByIndex) {
   EXPECT_FALSE(ParametricData::Create(Observations(4)).ok());
 }
 
+// Designs that cannot tell the N term from the D term are refused before fitting, with the reason; each
+// of these got a confident N_opt before (an LR-only sweep: N = 2.3e6 at 1e15 FLOP; lr x n_layers: N = 3.9e8
+// at D/N = 0.001).
+TEST(FitParametricTest, RefusesRunsThatCannotIdentifyTheLaw) {
+  const ParametricLaw truth{1.69, 406.4, 410.7, 0.34, 0.28};
+  auto run = [&](double n, double d) {
+    return Observation{n, d, 6 * n * d, 0, truth.Loss(n, d)};
+  };
+  auto refusal = [](const Observations& obs) {
+    absl::StatusOr<ParametricFit> fit = FitParametric(obs, ParametricFitOptions());
+    EXPECT_FALSE(fit.ok());
+    EXPECT_EQ(fit.status().code(), absl::StatusCode::kFailedPrecondition) << fit.status();
+    return std::string(fit.status().message());
+  };
+  Observations lr_only;  // one size, one length, five learning rates
+  for (double noise : {1.0, 1.01, 0.99, 1.02, 0.98}) {
+    lr_only.push_back(run(1e7, 1e9));
+    lr_only.back().loss *= noise;
+  }
+  EXPECT_NE(refusal(lr_only).find("1 distinct model size(s) N and 1 distinct token count(s) D"), std::string::npos);
+  Observations lr_by_layers;  // two sizes (n_layers 1, 2), one length, three learning rates
+  for (double n : {1e7, 2e7})
+    for (double noise : {1.0, 1.01, 0.99}) {
+      lr_by_layers.push_back(run(n, 1e9));
+      lr_by_layers.back().loss *= noise;
+    }
+  EXPECT_NE(refusal(lr_by_layers).find("2 distinct model size(s) N and 1 distinct"), std::string::npos);
+  Observations one_budget, fixed_ratio;
+  for (int i = 0; i < 7; ++i) {
+    const double n = 1e7 * std::pow(10.0, 0.25 * i);
+    one_budget.push_back(run(n, 1e18 / (6 * n)));
+    fixed_ratio.push_back(run(n, 20 * n));
+  }
+  EXPECT_NE(refusal(one_budget).find("lie along one line in (ln N, ln D)"), std::string::npos);
+  EXPECT_NE(refusal(fixed_ratio).find("lie along one line in (ln N, ln D)"), std::string::npos);
+  Observations constant = SyntheticRuns(truth, 0, 1);
+  for (Observation& o : constant) o.loss = 2.0;
+  EXPECT_NE(refusal(constant).find("every run has the same loss (2)"), std::string::npos);
+  // Two budgets a factor 2.5 apart are enough, as is the 8 x 8 grid of sizes and lengths.
+  Observations two_budgets = one_budget;
+  for (int i = 0; i < 7; ++i) {
+    const double n = 1e7 * std::pow(10.0, 0.25 * i);
+    two_budgets.push_back(run(n, 2.5e18 / (6 * n)));
+  }
+  EXPECT_TRUE(CheckParametricIdentifiable(two_budgets).ok()) << CheckParametricIdentifiable(two_budgets);
+  EXPECT_TRUE(CheckParametricIdentifiable(SyntheticRuns(truth, 0.01, 2)).ok());
+}
+
 TEST(OptimalAllocationTest, MatchesABruteForceSearchAlongTheBudget) {
   const double c = 5.76e23;  // Chinchilla's budget
   const Allocation closed = OptimalAllocation(kEpochLaw, c);

@@ -155,15 +155,18 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.kaplan_error = std::string(kaplan.status().message());
   }
 
-  // The recommendation: Approach 3 where it fitted, else Approach 2.
+  // The recommendation: Approach 3 where it fitted, else Approach 2 (Approach 1 only shows its laws: its
+  // envelope rests on training curves under one schedule each, not on finished runs).
   double n = 0, d = 0;
   if (a.parametric) {
     const Allocation at = OptimalAllocation(a.parametric->law, options.target_flops);
     n = at.params;
     d = at.tokens;
+    a.recommended_by = "Approach 3";
   } else if (a.isoflop) {
     n = a.isoflop->params_law.At(options.target_flops);
     d = a.isoflop->tokens_law.At(options.target_flops);
+    a.recommended_by = "Approach 2";
   }
   if (n > 0) {
     absl::StatusOr<Recipe> recipe = options.recipe ? options.recipe(n, d, options.target_flops, table)

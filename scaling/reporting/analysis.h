@@ -75,6 +75,9 @@ struct ScalingAnalysis {
   std::optional<KaplanLaws> kaplan;
   std::string kaplan_error;
 
+  // Which approach the recommended N and D (and so the recipe) come from: "Approach 3" where it was fitted,
+  // else "Approach 2" where that was, else "" (no recommendation).
+  std::string recommended_by;
   std::optional<Recipe> recipe;
   std::string recipe_error;
 };

@@ -105,6 +105,9 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
   absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
   absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
+  if (a.recommended_by == "Approach 2") {
+    absl::StrAppend(&md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");
+  }
   if (a.recipe) {
     const Recipe& r = *a.recipe;
     absl::StrAppend(&md, "**Recipe:** d_model ", r.d_model, ", n_layers ", r.n_layers, ", n_heads ", r.n_heads,

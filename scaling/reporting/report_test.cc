@@ -173,6 +173,53 @@ TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   EXPECT_FALSE(FileExists(dir + "/report/isoflop.svg"));
 }
 
+// IsoFLOP runs from kTruth (no noise, no curves) at the given budgets, 7 sizes each around the optimum.
+ResultsTable IsoFlopTable(const std::vector<double>& budgets) {
+  ResultsTable table;
+  for (size_t b = 0; b < budgets.size(); ++b) {
+    const double n_opt = OptimalAllocation(kTruth, budgets[b]).params;
+    for (int k = -3; k <= 3; ++k) {
+      RunResult r;
+      r.run = "c" + std::to_string(b) + "_" + std::to_string(k + 3);
+      r.budget_flops = budgets[b];
+      r.non_embedding_params = r.params = std::round(n_opt * std::pow(10.0, 0.25 * k));
+      r.tokens = budgets[b] / (6 * r.params);
+      r.flops = budgets[b];
+      r.final_loss = r.best_val_loss = kTruth.Loss(r.params, r.tokens);
+      r.d_model = 64, r.n_layers = 2, r.n_heads = 1, r.batch_size = 32;
+      r.lr = 1e-3;
+      table.runs.push_back(r);
+    }
+  }
+  return table;
+}
+
+// One budget cannot tell the N term from the D term: Approach 3 is refused, with the reason in report.md,
+// and nothing is recommended from it. Budgets only 2% apart still give Approach 2 its power laws: the
+// recommendation then comes from Approach 2, and the report says so.
+TEST(ReportTest, UnidentifiableApproach3IsNotRecommendedFrom) {
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 0;
+  absl::StatusOr<ScalingAnalysis> one = Analyze(IsoFlopTable({1e18}), options);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_FALSE(one->parametric.has_value());
+  EXPECT_NE(one->parametric_error.find("lie along one line"), std::string::npos) << one->parametric_error;
+  EXPECT_EQ(one->recommended_by, "");
+  EXPECT_FALSE(one->recipe.has_value());
+  const std::string md = RenderReport(*one).files[0].second;
+  EXPECT_NE(md.find("Not fitted: the runs lie along one line"), std::string::npos) << md;
+  EXPECT_NE(md.find("| parameters N_opt | n/a | n/a | n/a |"), std::string::npos) << md;
+
+  absl::StatusOr<ScalingAnalysis> close = Analyze(IsoFlopTable({1e18, 1.02e18, 1.04e18}), options);
+  ASSERT_TRUE(close.ok()) << close.status();
+  EXPECT_FALSE(close->parametric.has_value());
+  ASSERT_TRUE(close->isoflop.has_value()) << close->isoflop_error;
+  EXPECT_EQ(close->recommended_by, "Approach 2");
+  EXPECT_NE(RenderReport(*close).files[0].second.find("The recipe is for Approach 2's N_opt and D_opt"),
+            std::string::npos);
+}
+
 TEST(ReportTest, BadInputsAreErrorsNotReports) {
   ReportOptions options;
   options.target_flops = 1e21;
