@@ -133,6 +133,15 @@ absl::Status CheckParametricIdentifiable(const Observations& observations) {
   return absl::OkStatus();
 }
 
+absl::Status CheckParametricLaw(const ParametricLaw& law) {
+  if (law.alpha > 0 && law.beta > 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the best fit has alpha = %.3g and beta = %.3g: the loss does not fall with %s, and such a law has no "
+      "compute-optimal allocation (at fixed compute its loss has no minimum), so it is not used",
+      law.alpha, law.beta,
+      !(law.alpha > 0) && !(law.beta > 0) ? "N or with D" : !(law.alpha > 0) ? "N (alpha <= 0)" : "D (beta <= 0)"));
+}
+
 namespace {
 
 // Points [begin, end) one at a time with libm; writes the gradient of these points when not null.
@@ -366,6 +375,7 @@ absl::StatusOr<ParametricFit> FitParametric(const Observations& observations, co
   if (!std::isfinite(best.objective)) {
     return absl::InternalError("no start of the parametric fit reached a finite objective");
   }
+  if (absl::Status s = CheckParametricLaw(best.law); !s.ok()) return s;
   return best;
 }
 

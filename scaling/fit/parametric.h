@@ -107,12 +107,17 @@ inline constexpr int kMinDistinctParametricValues = 3;
 inline constexpr double kMinParametricSpread = 0.05;
 absl::Status CheckParametricIdentifiable(const Observations& observations);
 
+// OK when the law's loss falls with both N and D (alpha > 0 and beta > 0), else FailedPrecondition with the
+// exponents: with alpha <= 0 or beta <= 0 the loss at fixed compute has no minimum, and OptimalAllocation
+// means nothing (NaN, or a maximum).
+absl::Status CheckParametricLaw(const ParametricLaw& law);
+
 // Runs L-BFGS from each start (serially) and returns the best; `weights` may be null.
 ParametricFit FitParametricFromStarts(const ParametricData& data, const double* weights,
                                       const std::vector<ParametricStart>& starts, const ParametricFitOptions& options);
 
 // The full fit: every grid start, spread over `pool` (ThreadPool::Default() when null). Fails (before
-// fitting) when CheckParametricIdentifiable does.
+// fitting) when CheckParametricIdentifiable does, and after it when CheckParametricLaw does.
 absl::StatusOr<ParametricFit> FitParametric(const Observations& observations, const ParametricFitOptions& options,
                                             ThreadPool* pool = nullptr);
 

@@ -150,6 +150,25 @@ TEST(FitParametricTest, RefusesRunsThatCannotIdentifyTheLaw) {
   EXPECT_TRUE(CheckParametricIdentifiable(SyntheticRuns(truth, 0.01, 2)).ok());
 }
 
+// Loss that rises with N (alpha < 0) has no compute-optimal allocation: the fit is refused with its
+// exponents instead of giving N_opt = NaN.
+TEST(FitParametricTest, RefusesALawWhoseLossDoesNotFallWithNAndD) {
+  Observations rising;
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j < 6; ++j) {
+      const double n = std::pow(10.0, 6 + 0.5 * i), d = std::pow(10.0, 8 + 0.5 * j);
+      rising.push_back({n, d, 6 * n * d, 0, 1.5 + 0.05 * std::pow(n, 0.1) + 300 / std::pow(d, 0.3)});
+    }
+  }
+  absl::StatusOr<ParametricFit> fit = FitParametric(rising, ParametricFitOptions());
+  ASSERT_FALSE(fit.ok()) << "alpha " << fit->law.alpha << " beta " << fit->law.beta;
+  EXPECT_EQ(fit.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(fit.status().message().find("the loss does not fall with N (alpha <= 0)"), std::string::npos)
+      << fit.status();
+  EXPECT_FALSE(CheckParametricLaw({1.7, 400, 400, 0.3, -0.1}).ok());
+  EXPECT_TRUE(CheckParametricLaw({1.7, 400, 400, 0.3, 0.1}).ok());
+}
+
 TEST(OptimalAllocationTest, MatchesABruteForceSearchAlongTheBudget) {
   const double c = 5.76e23;  // Chinchilla's budget
   const Allocation closed = OptimalAllocation(kEpochLaw, c);

@@ -35,7 +35,8 @@ absl::StatusOr<ParametricUncertainty> BootstrapParametric(const Observations& ob
           for (int s = 0; s < extra_starts; ++s) starts.push_back(grid[pick(rng)]);
         }
         const ParametricFit refit = FitParametricFromStarts(*data, weights.data(), starts, fit_options);
-        if (!std::isfinite(refit.objective)) return false;
+        // A resample whose law has no compute-optimal allocation counts as failed, as the full fit would.
+        if (!std::isfinite(refit.objective) || !CheckParametricLaw(refit.law).ok()) return false;
         const ParametricLaw& law = refit.law;
         const Allocation at = OptimalAllocation(law, target_flops);
         const double values[kNumParametric] = {law.E,  law.A,        law.B,        law.alpha, law.beta,

@@ -100,6 +100,16 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
 
   absl::StatusOr<ParametricFit> p = FitParametric(a.observations, options.parametric);
   if (p.ok()) {
+    // Exponents near 0 can push the closed form past double range at the target.
+    const Allocation at = OptimalAllocation(p->law, options.target_flops);
+    if (!(at.params > 0 && std::isfinite(at.params) && at.tokens > 0 && std::isfinite(at.tokens) &&
+          std::isfinite(at.loss))) {
+      p = absl::FailedPreconditionError(absl::StrFormat(
+          "the best fit (alpha = %.3g, beta = %.3g) gives N_opt = %g, D_opt = %g at %g FLOP: not a usable allocation",
+          p->law.alpha, p->law.beta, at.params, at.tokens, options.target_flops));
+    }
+  }
+  if (p.ok()) {
     a.parametric = *p;
     if (options.bootstrap.resamples > 0) {
       absl::StatusOr<ParametricUncertainty> ci =

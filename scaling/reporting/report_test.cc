@@ -220,6 +220,24 @@ TEST(ReportTest, UnidentifiableApproach3IsNotRecommendedFrom) {
             std::string::npos);
 }
 
+// Loss rising with N at every budget (the hunt's loss_increasing.csv): Approach 3's fit has alpha < 0, no
+// allocation; it is reported as not used, and no NaN reaches the report.
+TEST(ReportTest, ALawWithoutAnOptimumIsNotRecommendedFrom) {
+  ResultsTable table = IsoFlopTable({1e18, 3e18, 1e19});
+  for (RunResult& r : table.runs) r.final_loss = r.best_val_loss = 1.5 + 0.05 * std::pow(r.params, 0.1);
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 20;
+  absl::StatusOr<ScalingAnalysis> a = Analyze(table, options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->parametric.has_value());
+  EXPECT_NE(a->parametric_error.find("no compute-optimal allocation"), std::string::npos) << a->parametric_error;
+  EXPECT_NE(a->recommended_by, "Approach 3");
+  const std::string md = RenderReport(*a).files[0].second;
+  EXPECT_EQ(md.find("nan"), std::string::npos) << md;
+  EXPECT_NE(md.find("Not fitted: the best fit has alpha = "), std::string::npos) << md;
+}
+
 TEST(ReportTest, BadInputsAreErrorsNotReports) {
   ReportOptions options;
   options.target_flops = 1e21;
