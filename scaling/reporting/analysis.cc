@@ -43,18 +43,6 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   absl::StatusOr<PowerLaw> lr_law = FitPowerLaw(c, lr);
   if (!batch_law.ok()) return batch_law.status();
   if (!lr_law.ok()) return lr_law.status();
-  Recipe recipe;
-  const double ratio = Median(aspect), head_size = Median(head);
-  // 12 L d^2 = N with d = ratio L  =>  L = (N / (12 ratio^2))^(1/3).
-  const double layers = std::cbrt(params / (12 * ratio * ratio));
-  recipe.n_layers = std::max<int64_t>(1, std::llround(layers));
-  const double d = std::sqrt(params / (12.0 * recipe.n_layers));
-  const int64_t h = std::max<int64_t>(1, std::llround(head_size));
-  recipe.n_heads = std::max<int64_t>(1, std::llround(d / h));
-  recipe.d_model = recipe.n_heads * h;
-  // Batch sizes are kept to powers of two.
-  recipe.batch_size = std::max<int64_t>(1, int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(batch_law->At(flops))))));
-  recipe.lr = lr_law->At(flops);
   // A value every budget's best run shares was not varied (or did not matter): say so rather than quote a
   // power law of exponent 0 as an extrapolation.
   auto constant = [](const std::vector<double>& values) {
@@ -67,8 +55,44 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
     }
     return absl::StrFormat("%s = %.3g C^%.3f", name, law.coefficient, law.exponent);
   };
-  if (constant(batch)) recipe.batch_size = static_cast<int64_t>(batch[0]);
-  if (constant(lr)) recipe.lr = lr[0];
+  // Every whole number of the recipe must be one a double holds exactly (up to 2^53): a power law taken far
+  // past the swept budgets leaves that range, and a recipe that wrapped or clamped it would be wrong.
+  constexpr double kMaxWhole = 9007199254740992.0;  // 2^53
+  auto beyond = [&](const std::string& what, double value) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s at %g FLOP is %g, beyond 2^53 (the whole numbers a recipe can state exactly): the swept budgets "
+        "(%g to %g FLOP) do not extrapolate that far",
+        what, flops, value, c.front(), c.back()));
+  };
+  Recipe recipe;
+  if (constant(batch)) {
+    recipe.batch_size = static_cast<int64_t>(batch[0]);
+  } else {
+    const double sequences = batch_law->At(flops);
+    if (!(sequences <= kMaxWhole)) {
+      return beyond(absl::StrCat("the batch size ", describe("batch", batch, *batch_law)), sequences);
+    }
+    // Batch sizes are kept to powers of two (at least 1).
+    recipe.batch_size = int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(sequences))));
+  }
+  recipe.lr = constant(lr) ? lr[0] : lr_law->At(flops);
+  if (!(recipe.lr > 0) || !std::isfinite(recipe.lr)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the learning rate %s gives %g at %g FLOP: not a usable learning rate (the swept budgets span %g to %g "
+        "FLOP)",
+        describe("lr", lr, *lr_law), recipe.lr, flops, c.front(), c.back()));
+  }
+  const double ratio = Median(aspect), head_size = Median(head);
+  // 12 L d^2 = N with d = ratio L  =>  L = (N / (12 ratio^2))^(1/3).
+  const double layers = std::max(1.0, std::round(std::cbrt(params / (12 * ratio * ratio))));
+  if (!(layers <= kMaxWhole)) return beyond("n_layers for N_opt", layers);
+  recipe.n_layers = static_cast<int64_t>(layers);
+  const double d = std::sqrt(params / (12.0 * layers));
+  const int64_t h = std::max<int64_t>(1, std::llround(head_size));
+  const double heads = std::max(1.0, std::round(d / h));
+  if (!(heads * h <= kMaxWhole)) return beyond("d_model for N_opt", heads * h);
+  recipe.n_heads = static_cast<int64_t>(heads);
+  recipe.d_model = recipe.n_heads * h;
   recipe.basis =
       absl::StrCat("from the best run of each of the ", best.size(),
                    " budgets: ", describe("batch", batch, *batch_law), ", ", describe("lr", lr, *lr_law),

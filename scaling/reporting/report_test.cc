@@ -138,6 +138,39 @@ TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
   EXPECT_NE(varied->basis.find("C^-0.100"), std::string::npos) << varied->basis;
 }
 
+// A batch size extrapolated past what a whole number can state (a batch growing as C^1.5 taken to 1e25 FLOP
+// wrapped to 4096 before; at 1e300 the shape came out as d_model 8) is refused with the value and the swept
+// range, not wrapped.
+TEST(ReportTest, RecipeRefusesExtrapolationsBeyondWholeNumbers) {
+  ResultsTable table;
+  for (int i = 0; i < 3; ++i) {
+    RunResult r;
+    r.run = "r" + std::to_string(i);
+    r.budget_flops = 1e12 * std::pow(10.0, i);
+    r.params = r.non_embedding_params = 1e6;
+    r.tokens = 1e6;
+    r.flops = r.budget_flops;
+    r.final_loss = r.best_val_loss = 3.0 - i;
+    r.d_model = 128, r.n_layers = 4, r.n_heads = 4;
+    r.batch_size = 16 * static_cast<int64_t>(std::pow(10.0, 1.5 * i) + 0.5);  // 16, 506, 16000
+    r.lr = 4e-3;
+    table.runs.push_back(r);
+  }
+  absl::StatusOr<Recipe> near = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_EQ(near->batch_size, int64_t{1} << 24);  // 16 (1e4)^1.5 = 1.6e7 ~ 2^23.9
+  for (double flops : {1e25, 1e300}) {
+    absl::StatusOr<Recipe> far = RecipeFromBestRuns(1e7, 1e8, flops, table);
+    ASSERT_FALSE(far.ok()) << flops << ": batch " << far->batch_size;
+    EXPECT_NE(far.status().message().find("beyond 2^53"), std::string::npos) << far.status();
+    EXPECT_NE(far.status().message().find("the batch size batch = "), std::string::npos) << far.status();
+  }
+  for (RunResult& r : table.runs) r.batch_size = 16;  // a constant batch: only the shape overflows
+  absl::StatusOr<Recipe> huge = RecipeFromBestRuns(1e300, 1e300, 1e300, table);
+  ASSERT_FALSE(huge.ok()) << "d_model " << huge->d_model << ", n_layers " << huge->n_layers;
+  EXPECT_NE(huge.status().message().find("n_layers for N_opt at 1e+300 FLOP is"), std::string::npos) << huge.status();
+}
+
 TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   // Runs outside any IsoFLOP group and without curves: only Approach 3 and the Kaplan laws apply.
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ungrouped";
