@@ -66,18 +66,19 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
                                ? m.n_heads() / m.n_kv_heads()
                                : 1;
   std::vector<ModelShape> shapes;
-  std::set<std::pair<int64_t, int64_t>> seen;
   for (int64_t layers = family.min_layers(); layers <= family.max_layers(); ++layers) {
     const double center = family.aspect_ratio() * layers;
-    std::vector<int64_t> widths = {std::max<int64_t>(head, std::llround(center / head) * head)};
+    const int64_t center_width = std::max<int64_t>(head, std::llround(center / head) * head);
+    std::vector<int64_t> widths = {center_width};
     if (family.aspect_spread() > 1) {
       const int64_t lo =
           std::max<int64_t>(1, static_cast<int64_t>(std::ceil(center / family.aspect_spread() / head)));
       const int64_t hi = static_cast<int64_t>(std::floor(center * family.aspect_spread() / head));
-      for (int64_t k = lo; k <= hi; ++k) widths.push_back(k * head);
+      for (int64_t k = lo; k <= hi; ++k) {
+        if (k * head != center_width) widths.push_back(k * head);
+      }
     }
     for (const int64_t d : widths) {
-      if (!seen.insert({d, layers}).second) continue;
       ModelShape s;
       s.d_model = d;
       s.n_layers = layers;
@@ -88,6 +89,73 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
     }
   }
   return shapes;
+}
+
+double FamilyShapeCount(const config::ShapeFamily& family, double stop_above) {
+  const double head = family.head_size();
+  double shapes = 0;
+  // Each depth has at least one shape, so this stops within stop_above + 1 depths.
+  for (int64_t layers = family.min_layers(); layers <= family.max_layers() && shapes <= stop_above; ++layers) {
+    // As FamilyShapes, in double: the center width, and the multiples of head_size in the aspect band.
+    const double c = family.aspect_ratio() * static_cast<double>(layers);
+    const double center_k = std::max(1.0, std::round(c / head));
+    double widths = 1;
+    if (family.aspect_spread() > 1) {
+      const double lo = std::max(1.0, std::ceil(c / family.aspect_spread() / head));
+      const double hi = std::floor(c * family.aspect_spread() / head);
+      widths = std::max(0.0, hi - lo + 1) + (center_k >= lo && center_k <= hi ? 0 : 1);
+    }
+    shapes += widths;
+  }
+  return shapes;
+}
+
+absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::Experiment& base,
+                               const std::string& where) {
+  const double head = family.head_size();
+  if (!(family.head_size() > 0 && family.aspect_ratio() > 0 && std::isfinite(family.aspect_ratio()) &&
+        family.min_layers() >= 1 && family.max_layers() >= family.min_layers() && family.aspect_spread() >= 1 &&
+        std::isfinite(family.aspect_spread()) && family.ffn_ratio() >= 0 && std::isfinite(family.ffn_ratio()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " needs head_size > 0, a finite aspect_ratio > 0, a finite aspect_spread >= 1, a finite ffn_ratio >= 0 "
+               "(0: the base's) and 1 <= min_layers <= max_layers; got head_size ",
+        family.head_size(), ", aspect_ratio ", family.aspect_ratio(), ", aspect_spread ", family.aspect_spread(),
+        ", ffn_ratio ", family.ffn_ratio(), ", min_layers ", family.min_layers(), ", max_layers ",
+        family.max_layers()));
+  }
+  // The widest shape is at max_layers, the top of its aspect band; its d_model, n_heads and d_ff go into
+  // 32-bit config fields.
+  constexpr double kMaxField = 2147483647.0;
+  const double center = family.aspect_ratio() * family.max_layers();
+  const double widest = std::max({head, std::round(center / head) * head,
+                                  family.aspect_spread() > 1 ? std::floor(center * family.aspect_spread() / head) * head : 0.0});
+  if (!(widest <= kMaxField)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its widest shape (aspect_ratio %g x max_layers %d x aspect_spread %g) has d_model %.4g; "
+        "model.d_model is a 32-bit field (at most %.0f)",
+        where, family.aspect_ratio(), family.max_layers(), family.aspect_spread(), widest, kMaxField));
+  }
+  const auto& m = base.model();
+  const double ffn_ratio = family.ffn_ratio() > 0 ? family.ffn_ratio()
+                           : m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0
+                               ? static_cast<double>(m.ffn().d_ff()) / m.d_model()
+                               : 4.0;
+  if (!(std::ceil(ffn_ratio * widest) + 15 <= kMaxField)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: its widest shape (d_model %.0f) has d_ff = %g x d_model = %.4g; model.ffn.d_ff is a 32-bit field "
+        "(at most %.0f)",
+        where, widest, ffn_ratio, ffn_ratio * widest, kMaxField));
+  }
+  // Every shape is built and sized before planning: count them first.
+  if (FamilyShapeCount(family, kMaxFamilyShapes) > kMaxFamilyShapes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has more than %d shapes (layers %d..%d; each depth has the widths within a factor aspect_spread %g "
+        "of aspect_ratio %g x layers, in steps of head_size %d), and each is sized before planning: lower "
+        "max_layers or aspect_spread, or raise head_size",
+        where, static_cast<int>(kMaxFamilyShapes), family.min_layers(), family.max_layers(), family.aspect_spread(),
+        family.aspect_ratio(), family.head_size()));
+  }
+  return absl::OkStatus();
 }
 
 config::Experiment WithoutBranchWiring(const config::Experiment& experiment) {
@@ -195,11 +263,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   if (design.budgets_size() == 0)
     return Error(source, "sweep.isoflop.budgets is empty; give at least one FLOP budget");
   const auto& family = design.family();
-  if (family.head_size() <= 0 || family.aspect_ratio() <= 0 || family.min_layers() < 1 ||
-      family.max_layers() < family.min_layers() || family.aspect_spread() < 1) {
-    return Error(source,
-                 "sweep.isoflop.family needs head_size > 0, aspect_ratio > 0, aspect_spread >= 1 and "
-                 "1 <= min_layers <= max_layers");
+  if (absl::Status s = CheckFamilyBounds(family, base, absl::StrCat(source, ": sweep.isoflop.family")); !s.ok()) {
+    return s;
   }
   if (design.models_per_budget() < 3) {
     return Error(source, absl::StrCat("sweep.isoflop.models_per_budget=", design.models_per_budget(),

@@ -25,6 +25,7 @@
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace lmf::sweep {
@@ -306,6 +307,41 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
   EXPECT_EQ(no_eval.status().message(),
             "test.sweep (run lr=1e-3): run.eval_tokens=0: a sweep records each run's validation loss; set "
             "data.val_tokens and run.eval_tokens in the base experiment or the sweep's `set`");
+}
+
+// A family is checked before any of its shapes is built: aspect_ratio 1e9 or max_layers 100000 made the
+// planner allocate until std::bad_alloc.
+TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
+  auto isoflop = [](const std::string& family) {
+    return Plan("isoflop { budgets: [ 2e12, 6e12 ] family { " + family + " } }");
+  };
+  auto wide = isoflop("aspect_ratio: 1e9 head_size: 8 max_layers: 8 aspect_spread: 1.5");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_EQ(wide.status().message(),
+            "test.sweep: sweep.isoflop.family: its widest shape (aspect_ratio 1e+09 x max_layers 8 x aspect_spread "
+            "1.5) has d_model 1.2e+10; model.d_model is a 32-bit field (at most 2147483647)");
+  auto deep = isoflop("aspect_ratio: 16 head_size: 8 max_layers: 100000 aspect_spread: 1.5");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("test.sweep: sweep.isoflop.family has more than 100000 shapes"),
+            std::string::npos)
+      << deep.status();
+  auto ffn = isoflop("head_size: 16 ffn_ratio: 1e9");
+  ASSERT_FALSE(ffn.ok());
+  EXPECT_NE(ffn.status().message().find("model.ffn.d_ff is a 32-bit field"), std::string::npos) << ffn.status();
+  auto negative = isoflop("head_size: 16 ffn_ratio: -2");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("ffn_ratio -2"), std::string::npos) << negative.status();
+
+  // The count is exact, so a family just under the bound is planned.
+  config::Experiment base;
+  for (const char* text : {"aspect_ratio: 16 head_size: 16 max_layers: 12",
+                           "aspect_ratio: 16 head_size: 8 max_layers: 30 aspect_spread: 1.5",
+                           "aspect_ratio: 3 head_size: 8 min_layers: 2 max_layers: 9 aspect_spread: 4",
+                           "aspect_ratio: 100 head_size: 64 max_layers: 40 aspect_spread: 2.5"}) {
+    config::ShapeFamily family;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &family)) << text;
+    EXPECT_EQ(FamilyShapeCount(family, 1e9), static_cast<double>(FamilyShapes(family, base).size())) << text;
+  }
 }
 
 TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
