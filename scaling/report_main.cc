@@ -15,7 +15,7 @@
 ABSL_FLAG(std::string, results, "", "results table (CSV, columns in scaling/results.h)");
 ABSL_FLAG(double, target_flops, 0, "compute budget to recommend a model for (FLOP), e.g. 1e21");
 ABSL_FLAG(std::string, out, "", "output folder for report.md and the SVG figures (default: <results folder>/report)");
-ABSL_FLAG(int, bootstrap, 1000, "bootstrap resamples for the confidence intervals (0: none)");
+ABSL_FLAG(int, bootstrap, 1000, "bootstrap resamples for the confidence intervals (0: none; at most 100000)");
 ABSL_FLAG(double, confidence, 0.95, "two-sided level of the intervals");
 ABSL_FLAG(uint64_t, seed, 42, "seed of the bootstrap resampling");
 ABSL_FLAG(std::string, params, "non_embedding", "which parameter count the fits use: non_embedding or total");
@@ -41,9 +41,9 @@ int main(int argc, char** argv) {
   if (!(confidence > 0 && confidence < 1)) {
     errors.push_back(absl::StrCat("--confidence=", confidence, ": expected a level in (0, 1)"));
   }
-  if (absl::GetFlag(FLAGS_bootstrap) < 0) {
-    errors.push_back(
-        absl::StrCat("--bootstrap=", absl::GetFlag(FLAGS_bootstrap), ": expected >= 0 resamples"));
+  if (absl::GetFlag(FLAGS_bootstrap) < 0 || absl::GetFlag(FLAGS_bootstrap) > lmf::scaling::kMaxBootstrapResamples) {
+    errors.push_back(absl::StrCat("--bootstrap=", absl::GetFlag(FLAGS_bootstrap), ": expected 0 to ",
+                                  lmf::scaling::kMaxBootstrapResamples, " resamples"));
   }
   const double delta = absl::GetFlag(FLAGS_huber_delta);
   if (!(delta > 0) || !std::isfinite(delta)) {

@@ -106,7 +106,10 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     return absl::InvalidArgumentError(absl::StrCat("--target_flops must be a positive number of FLOP, got ",
                                                    options.target_flops));
   }
-  if (options.bootstrap.resamples < 0) return absl::InvalidArgumentError("bootstrap resamples must be >= 0");
+  if (options.bootstrap.resamples < 0 || options.bootstrap.resamples > kMaxBootstrapResamples) {
+    return absl::InvalidArgumentError(absl::StrCat("bootstrap resamples must be 0 to ", kMaxBootstrapResamples,
+                                                   ", got ", options.bootstrap.resamples));
+  }
   ScalingAnalysis a;
   a.options = options;
   a.results_path = table.path;

@@ -281,5 +281,16 @@ TEST(ReportTest, BadInputsAreErrorsNotReports) {
   EXPECT_FALSE(Analyze(ResultsTable(), options).ok());
 }
 
+// --bootstrap=2000000000 aborted with std::bad_alloc (2e9 resamples x 10 quantities held at once).
+TEST(ReportTest, BootstrapResamplesAreBounded) {
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 2000000000;
+  absl::StatusOr<ScalingAnalysis> a = Analyze(IsoFlopTable({1e18, 3e18, 1e19}), options);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.status().message(), "bootstrap resamples must be 0 to 100000, got 2000000000");
+}
+
 }  // namespace
 }  // namespace lmf::scaling
