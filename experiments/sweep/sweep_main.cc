@@ -20,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
 #include "experiments/sweep/plan.h"
@@ -27,6 +28,7 @@
 #include "experiments/sweep/sweep_report.h"
 #include "experiments/sweep/train_run.h"
 #include "experiments/trainer/data_parallel.h"
+#include "scaling/reporting/report.h"
 
 ABSL_FLAG(std::string, sweep, "", "the sweep textproto (experiments/sweep/sweep.proto)");
 ABSL_FLAG(bool, dry_run, false, "print the plan and stop");
@@ -99,12 +101,19 @@ int main(int argc, char** argv) {
   std::printf("sweep %s: %d finished (%d earlier), %d failed, %d diverged; results: %s\n", plan->name.c_str(),
               summary->finished, summary->skipped, summary->failed, summary->diverged,
               summary->results_path.c_str());
+  const std::string report_dir = plan->output_dir + "/report";
   if (summary->finished > 0) {
     auto analysis = lmf::sweep::WriteSweepReport(
         *plan, summary->results_path,
         absl::StrCat("Sweep ", path, " (data: ", DataNote(plan->base.data()), ")"), lmf::sweep::SizeOfModel);
     if (!analysis.ok()) return Fail(analysis.status());
-    std::printf("report: %s/report/report.md\n", plan->output_dir.c_str());
+    std::printf("report: %s/report.md\n", report_dir.c_str());
+  } else {
+    // An earlier report describes runs this sweep no longer has as finished.
+    const bool had_report = lmf::FileExists(report_dir + "/report.md");
+    if (absl::Status s = lmf::scaling::RemoveReport(report_dir); !s.ok()) return Fail(s);
+    std::printf("report: none, no run has finished%s\n",
+                had_report ? absl::StrCat(" (removed the earlier one in ", report_dir, ")").c_str() : "");
   }
   return summary->failed + summary->diverged > 0 ? 3 : 0;
 }

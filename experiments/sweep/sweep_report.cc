@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "experiments/config/overrides.h"
 #include "scaling/reporting/report.h"
 
@@ -60,7 +61,19 @@ absl::StatusOr<scaling::ScalingAnalysis> WriteSweepReport(const SweepPlan& plan,
   options.choice.non_embedding = plan.non_embedding_params;
   options.data_note = data_note;
   options.recipe = FamilyRecipe(plan, sizer);
-  return scaling::MakeReport(results_csv, options, plan.output_dir + "/report");
+  const std::string report_dir = plan.output_dir + "/report";
+  absl::StatusOr<scaling::ScalingAnalysis> analysis = scaling::MakeReport(results_csv, options, report_dir);
+  if (!analysis.ok()) {
+    // The folder's report, if any, is of an earlier state of the sweep: it must not stand for this one.
+    const bool had_report = FileExists(report_dir + "/report.md");
+    if (absl::Status s = scaling::RemoveReport(report_dir); !s.ok()) return s;
+    return absl::Status(analysis.status().code(),
+                        absl::StrCat(analysis.status().message(),
+                                     had_report ? absl::StrCat(" (removed the earlier report in ", report_dir,
+                                                               ": it described other results)")
+                                                : ""));
+  }
+  return analysis;
 }
 
 }  // namespace lmf::sweep

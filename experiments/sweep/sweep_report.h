@@ -18,6 +18,8 @@ namespace lmf::sweep {
 scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer);
 
 // Writes the report of a finished sweep into <output_dir>/report; `data_note` is one line about the data.
+// When no report can be made (e.g. no run finished), the folder's earlier report is removed and the error
+// says so: a report never describes other results than the sweep's current ones.
 absl::StatusOr<scaling::ScalingAnalysis> WriteSweepReport(const SweepPlan& plan,
                                                           const std::string& results_csv,
                                                           const std::string& data_note,

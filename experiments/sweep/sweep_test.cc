@@ -376,6 +376,37 @@ TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
   EXPECT_EQ(recipe->basis.find("no model config"), std::string::npos) << recipe->basis;  // replaced, not appended
 }
 
+// A sweep whose runs no longer finish (a rerun after a config change where every run failed) has no report;
+// the earlier report, of other runs, is removed instead of standing for it.
+TEST(SweepReport, NoFinishedRunRemovesTheEarlierReport) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string report_dir = plan->output_dir + "/report";
+  ASSERT_TRUE(MakeDirs(report_dir).ok());
+  ASSERT_TRUE(WriteFileAtomically(report_dir + "/report.md", "# an earlier sweep's report\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(report_dir + "/isoflop.svg", "<svg/>").ok());
+  scaling::ResultsTable table;
+  for (const PlannedRun& r : plan->runs) {
+    scaling::RunResult row;
+    row.run = r.name;
+    row.budget_flops = r.budget_flops;
+    row.params = row.non_embedding_params = r.size.params;
+    row.d_model = row.n_layers = row.n_heads = row.batch_size = 1;
+    row.lr = 1e-3;
+    row.status = scaling::RunStatus::kFailed;
+    table.runs.push_back(row);
+  }
+  const std::string csv = plan->output_dir + "/results.csv";
+  ASSERT_TRUE(scaling::WriteResults(csv, table).ok());
+  auto analysis = WriteSweepReport(*plan, csv, "note", SimpleSizer);
+  ASSERT_FALSE(analysis.ok());
+  EXPECT_NE(analysis.status().message().find("no finished run"), std::string::npos) << analysis.status();
+  EXPECT_NE(analysis.status().message().find("removed the earlier report in " + report_dir), std::string::npos)
+      << analysis.status();
+  EXPECT_FALSE(FileExists(report_dir + "/report.md"));
+  EXPECT_FALSE(FileExists(report_dir + "/isoflop.svg"));
+}
+
 RunnerOptions FakeRunner() {
   RunnerOptions o;
   o.command = {FakeTrainer()};

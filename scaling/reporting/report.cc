@@ -1,8 +1,13 @@
 // Markdown rendering and writing of the scaling report (see report.h).
 #include "scaling/reporting/report.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +31,15 @@ std::string Fmt(double v) {
 std::string WithInterval(const Interval& i, bool have) {
   if (!have) return Fmt(i.estimate);
   return absl::StrCat(Fmt(i.estimate), " [", Fmt(i.lower), ", ", Fmt(i.upper), "]");
+}
+
+// Every file a report may write, report.md first, then the figures in the order the report shows them.
+const char* const kReportFiles[] = {"report.md",          "isoflop.svg",         "optimal_params.svg",
+                                    "optimal_tokens.svg", "loss_vs_compute.svg", "residuals.svg"};
+
+absl::Status RemoveFileIfPresent(const std::string& path) {
+  if (::unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", std::strerror(errno)));
 }
 
 std::string Flops(double c) {
@@ -200,16 +214,16 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     absl::StrAppend(&md, "Not fitted: ", a.kaplan_error, ".\n\n");
   }
 
-  // Figures.
+  // Figures, in the order of ReportFileNames().
   ReportFiles report;
   report.files.push_back({"report.md", ""});
   absl::StrAppend(&md, "## Figures\n\n");
   const std::pair<std::string, std::string> figures[] = {
-      {"isoflop.svg", IsoFlopFigure(a)},
-      {"optimal_params.svg", OptimalAllocationFigure(a, 0)},
-      {"optimal_tokens.svg", OptimalAllocationFigure(a, 1)},
-      {"loss_vs_compute.svg", LossVsComputeFigure(a)},
-      {"residuals.svg", ResidualFigure(a)},
+      {kReportFiles[1], IsoFlopFigure(a)},
+      {kReportFiles[2], OptimalAllocationFigure(a, 0)},
+      {kReportFiles[3], OptimalAllocationFigure(a, 1)},
+      {kReportFiles[4], LossVsComputeFigure(a)},
+      {kReportFiles[5], ResidualFigure(a)},
   };
   for (const auto& [name, svg] : figures) {
     if (svg.empty()) continue;
@@ -220,13 +234,33 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   return report;
 }
 
+std::vector<std::string> ReportFileNames() { return {std::begin(kReportFiles), std::end(kReportFiles)}; }
+
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir) {
   absl::Status s = MakeDirs(out_dir);
   if (!s.ok()) return s;
-  for (const auto& [name, content] : report.files) {
-    s = WriteFileAtomically(out_dir + "/" + name, content);
+  // The files an earlier report left that this one does not write go first, then the figures, then
+  // report.md: the folder never holds figures of another analysis beside this report.md.
+  std::set<std::string> writing;
+  for (const auto& [name, content] : report.files) writing.insert(name);
+  for (const std::string& name : ReportFileNames()) {
+    if (writing.count(name)) continue;
+    s = RemoveFileIfPresent(out_dir + "/" + name);
     if (!s.ok()) return s;
   }
+  for (size_t i = report.files.size(); i-- > 0;) {  // report.md, the first, last
+    s = WriteFileAtomically(out_dir + "/" + report.files[i].first, report.files[i].second);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveReport(const std::string& out_dir) {
+  // report.md first: a reader never finds it without its figures.
+  for (const std::string& name : ReportFileNames()) {
+    if (absl::Status s = RemoveFileIfPresent(out_dir + "/" + name); !s.ok()) return s;
+  }
+  ::rmdir(out_dir.c_str());  // when nothing else is in it; a folder with other files stays
   return absl::OkStatus();
 }
 

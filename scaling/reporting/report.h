@@ -22,10 +22,21 @@ struct ReportFiles {
 // The Markdown and figures for an analysis.
 ReportFiles RenderReport(const ScalingAnalysis& analysis);
 
-// Makes `out_dir` (and parents) and writes every file atomically.
+// Every file name a report may have: report.md and its figures.
+std::vector<std::string> ReportFileNames();
+
+// Makes `out_dir` (and parents) and writes every file atomically: first the figures, then report.md. The
+// figures of an earlier report that this one does not draw (an approach that no longer fits) are deleted
+// before, so the folder never mixes two analyses' files. Other files in `out_dir` are left alone.
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir);
 
-// Reads, analyses, renders and writes: what `//scaling:report` runs.
+// Deletes the report files (ReportFileNames) in `out_dir` that are there, and the folder if that leaves it
+// empty: for a results table that no longer has a report (no finished run), so an earlier one does not
+// stand for it.
+absl::Status RemoveReport(const std::string& out_dir);
+
+// Reads, analyses, renders and writes (WriteReport): what `//scaling:report` runs. On an error nothing in
+// `out_dir` changes.
 absl::StatusOr<ScalingAnalysis> MakeReport(const std::string& results_path, const ReportOptions& options,
                                            const std::string& out_dir);
 

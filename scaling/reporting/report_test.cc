@@ -271,6 +271,40 @@ TEST(ReportTest, ALawWithoutAnOptimumIsNotRecommendedFrom) {
   EXPECT_NE(md.find("Not fitted: the best fit has alpha = "), std::string::npos) << md;
 }
 
+// A report written over an earlier one leaves none of the earlier figures beside it (an IsoFLOP figure of
+// other runs stayed when the new table had no IsoFLOP groups); other files in the folder are left alone.
+TEST(ReportTest, ARewrittenReportKeepsNoFileOfTheEarlierOne) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/rewritten";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 0;
+  ASSERT_TRUE(WriteResults(dir + "/iso.csv", IsoFlopTable({1e18, 3e18, 1e19})).ok());
+  ASSERT_TRUE(MakeReport(dir + "/iso.csv", options, dir + "/report").ok());
+  ASSERT_TRUE(FileExists(dir + "/report/isoflop.svg"));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/report/notes.txt", "mine").ok());
+
+  ResultsTable ungrouped = IsoFlopTable({1e18, 3e18, 1e19});
+  for (RunResult& r : ungrouped.runs) r.budget_flops = 0;
+  ASSERT_TRUE(WriteResults(dir + "/ungrouped.csv", ungrouped).ok());
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/ungrouped.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->isoflop.has_value());
+  EXPECT_FALSE(FileExists(dir + "/report/isoflop.svg"));
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("ungrouped.csv"), std::string::npos);
+  for (const std::string& name : ReportFileNames()) {
+    // Every report file there is one this report.md shows (or report.md itself).
+    EXPECT_EQ(FileExists(dir + "/report/" + name), name == "report.md" || md->find("(" + name + ")") != std::string::npos)
+        << name;
+  }
+
+  ASSERT_TRUE(RemoveReport(dir + "/report").ok());
+  for (const std::string& name : ReportFileNames()) EXPECT_FALSE(FileExists(dir + "/report/" + name)) << name;
+  EXPECT_TRUE(FileExists(dir + "/report/notes.txt"));
+}
+
 TEST(ReportTest, BadInputsAreErrorsNotReports) {
   ReportOptions options;
   options.target_flops = 1e21;
