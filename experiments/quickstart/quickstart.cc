@@ -2,8 +2,12 @@
 // matches (a stamp for the corpus, the tokenizer's hash in the token files), so reruns are cheap.
 #include "experiments/quickstart/quickstart.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -27,21 +31,26 @@ namespace {
 
 constexpr char kEndOfText[] = "<|endoftext|>";
 
-// Writes train.txt and val.txt: the synthetic corpus (two seeds), or the user's files with the last ~2%
-// of each (cut at a line break) held out for validation.
-absl::Status MakeCorpus(const QuickstartOptions& o, const std::string& train, const std::string& val) {
-  const std::string stamp_path = absl::StrCat(o.out_dir, "/data/corpus.stamp");
+// What the corpus is made from: the synthetic corpus's seed and size, or each text file's path, size and
+// modification time (to the nanosecond, so an edit that keeps the size is seen too).
+absl::StatusOr<std::string> CorpusStamp(const QuickstartOptions& o) {
   std::string stamp = o.data.empty()
                           ? absl::StrFormat("synthetic stories: seed %d, %d bytes\n", o.seed, o.corpus_bytes)
                           : absl::StrCat("text files: ", absl::StrJoin(o.data, ", "), "\n");
   for (const std::string& f : o.data) {
-    auto size = FileSize(f);
-    if (!size.ok()) return absl::NotFoundError(absl::StrCat("--data: ", size.status().message()));
-    absl::StrAppend(&stamp, f, " ", *size, " bytes\n");
+    struct stat st;
+    if (::stat(f.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat("--data: ", f, ": cannot read it: ", std::strerror(errno)));
+    }
+    absl::StrAppendFormat(&stamp, "%s %d bytes, modified %d.%09d\n", f, static_cast<int64_t>(st.st_size),
+                          static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec));
   }
-  auto old = ReadFile(stamp_path);
-  if (old.ok() && *old == stamp && FileExists(train) && FileExists(val)) return absl::OkStatus();
+  return stamp;
+}
 
+// Writes train.txt and val.txt: the synthetic corpus (two seeds), or the user's files with the last ~2%
+// of each (cut at a line break) held out for validation.
+absl::Status WriteCorpus(const QuickstartOptions& o, const std::string& train, const std::string& val) {
   if (o.data.empty()) {
     corpus::StoryCorpusOptions opts;
     opts.seed = o.seed;
@@ -50,31 +59,30 @@ absl::Status MakeCorpus(const QuickstartOptions& o, const std::string& train, co
     opts.seed = o.seed + 1000003;  // a different stream of stories for validation
     opts.target_bytes = std::max<uint64_t>(o.corpus_bytes / 32, 256 << 10);
     if (auto s = corpus::WriteStoryCorpus(val, opts); !s.ok()) return s.status();
-  } else {
-    auto train_out = AtomicFileWriter::Create(train);
-    if (!train_out.ok()) return train_out.status();
-    auto val_out = AtomicFileWriter::Create(val);
-    if (!val_out.ok()) return val_out.status();
-    for (const std::string& f : o.data) {
-      auto text = MappedFile::Open(f);
-      if (!text.ok()) return absl::NotFoundError(absl::StrCat("--data: ", text.status().message()));
-      std::string_view all = text->view();
-      if (all.size() < 1024) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--data: ", f, " has ", all.size(), " bytes; need at least 1 KiB of text per file"));
-      }
-      size_t cut = all.size() - all.size() / 50;
-      const size_t newline = all.find('\n', cut);
-      if (newline != std::string_view::npos && newline + 1 < all.size()) cut = newline + 1;
-      if (absl::Status s = train_out->Write(all.substr(0, cut)); !s.ok()) return s;
-      if (absl::Status s = train_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
-      if (absl::Status s = val_out->Write(all.substr(cut)); !s.ok()) return s;
-      if (absl::Status s = val_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
-    }
-    if (absl::Status s = train_out->Commit(); !s.ok()) return s;
-    if (absl::Status s = val_out->Commit(); !s.ok()) return s;
+    return absl::OkStatus();
   }
-  return WriteFileAtomically(stamp_path, stamp);
+  auto train_out = AtomicFileWriter::Create(train);
+  if (!train_out.ok()) return train_out.status();
+  auto val_out = AtomicFileWriter::Create(val);
+  if (!val_out.ok()) return val_out.status();
+  for (const std::string& f : o.data) {
+    auto text = MappedFile::Open(f);
+    if (!text.ok()) return absl::NotFoundError(absl::StrCat("--data: ", text.status().message()));
+    std::string_view all = text->view();
+    if (all.size() < 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data: ", f, " has ", all.size(), " bytes; need at least 1 KiB of text per file"));
+    }
+    size_t cut = all.size() - all.size() / 50;
+    const size_t newline = all.find('\n', cut);
+    if (newline != std::string_view::npos && newline + 1 < all.size()) cut = newline + 1;
+    if (absl::Status s = train_out->Write(all.substr(0, cut)); !s.ok()) return s;
+    if (absl::Status s = train_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
+    if (absl::Status s = val_out->Write(all.substr(cut)); !s.ok()) return s;
+    if (absl::Status s = val_out->Write(absl::StrCat("\n", kEndOfText, "\n")); !s.ok()) return s;
+  }
+  if (absl::Status s = train_out->Commit(); !s.ok()) return s;
+  return val_out->Commit();
 }
 
 absl::StatusOr<tokenizer::Tokenizer> MakeTokenizer(const QuickstartOptions& o, const std::string& train,
@@ -102,6 +110,39 @@ absl::StatusOr<uint64_t> MakeTokens(const tokenizer::Tokenizer& tok, const std::
 }
 
 }  // namespace
+
+absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o, const std::function<void(const std::string&)>& say) {
+  const std::string data_dir = o.out_dir + "/data";
+  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
+  const std::string train = data_dir + "/train.txt", val = data_dir + "/val.txt";
+  const std::string stamp_path = data_dir + "/corpus.stamp";
+  absl::StatusOr<std::string> stamp = CorpusStamp(o);
+  if (!stamp.ok()) return stamp.status();
+  const absl::StatusOr<std::string> old = ReadFile(stamp_path);
+  if (old.ok() && *old == *stamp && FileExists(train) && FileExists(val)) return false;
+
+  // Everything made from an earlier corpus goes before the new one is written, so that a start killed at
+  // any point finds either the old corpus's stamp (and redoes this) or the new one with nothing stale after
+  // it: the sweep's runs move aside (kept: they were real), the tokenizer and token files are deleted.
+  const std::string sweep_dir = o.out_dir + "/sweep";
+  if (FileExists(sweep_dir)) {
+    std::string aside;
+    for (int n = 1; aside.empty() || FileExists(aside); ++n) aside = absl::StrCat(sweep_dir, ".superseded-", n);
+    if (::rename(sweep_dir.c_str(), aside.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot move ", sweep_dir, " to ", aside, ": ", std::strerror(errno)));
+    }
+    say(absl::StrCat("      the corpus changed since the sweep in ", sweep_dir, " trained on it: that sweep moved to ",
+                     aside, "; every run trains again"));
+  }
+  for (const std::string& path : {o.out_dir + "/tokenizer.lmftok", data_dir + "/train.tok", data_dir + "/val.tok"}) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", std::strerror(errno)));
+    }
+  }
+  if (absl::Status s = WriteCorpus(o, train, val); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(stamp_path, *stamp); !s.ok()) return s;
+  return true;
+}
 
 config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& train_tokens,
                               const std::string& val_tokens, const std::string& tokenizer) {
@@ -178,19 +219,17 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   }
   if (o.budgets.empty()) return absl::InvalidArgumentError("--budgets is empty");
   const std::string data_dir = o.out_dir + "/data";
-  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   const std::string train_txt = data_dir + "/train.txt", val_txt = data_dir + "/val.txt";
-  const std::string stamp_before = ReadFile(data_dir + "/corpus.stamp").value_or("");
 
   say(o.data.empty() ? absl::StrFormat("[1/5] corpus: synthetic stories (%.1f MB, seed %d) -> %s",
                                        o.corpus_bytes / 1e6, o.seed, data_dir)
                      : absl::StrCat("[1/5] corpus: ", absl::StrJoin(o.data, ", "), " -> ", data_dir));
-  if (absl::Status s = MakeCorpus(o, train_txt, val_txt); !s.ok()) return s;
-  const bool corpus_changed = ReadFile(data_dir + "/corpus.stamp").value_or("") != stamp_before;
+  absl::StatusOr<bool> corpus_changed = PrepareCorpus(o, say);
+  if (!corpus_changed.ok()) return corpus_changed.status();
 
   const std::string tok_path = o.out_dir + "/tokenizer.lmftok";
   say(absl::StrFormat("[2/5] tokenizer: byte-level BPE, vocab %d -> %s", o.vocab_size, tok_path));
-  auto tok = MakeTokenizer(o, train_txt, tok_path, corpus_changed);
+  auto tok = MakeTokenizer(o, train_txt, tok_path, *corpus_changed);
   if (!tok.ok()) return tok.status();
 
   const std::string train_tok = data_dir + "/train.tok", val_tok = data_dir + "/val.tok";

@@ -2,7 +2,8 @@
 // IsoFLOP sweep of small models -> fitted scaling laws -> report. With no data it uses the built-in
 // SYNTHETIC story corpus (experiments/synthetic_corpus), and the report says so; with `data` it runs the
 // same on real text files. Every stage writes into `out_dir` and is skipped when its output is already
-// there, so a killed quickstart started again continues where it stopped.
+// there, so a killed quickstart started again continues where it stopped; a changed corpus redoes everything
+// after it (PrepareCorpus).
 #ifndef LMFORGE_EXPERIMENTS_QUICKSTART_QUICKSTART_H_
 #define LMFORGE_EXPERIMENTS_QUICKSTART_QUICKSTART_H_
 
@@ -44,6 +45,14 @@ config::Sweep QuickstartSweep(const QuickstartOptions& options, const std::strin
                               const std::string& val_tokens, const std::string& tokenizer);
 
 absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& options);
+
+// The first stage: writes out_dir/data/train.txt and val.txt unless the stamp beside them says they were made
+// from the same source (the synthetic corpus's seed and size, or each --data file's path, size and
+// modification time in nanoseconds). When it (re)writes them, everything made from an earlier corpus goes
+// first: out_dir/sweep moves to out_dir/sweep.superseded-<n> (its runs train again) and the tokenizer and
+// token files are deleted (made again). Returns whether it wrote the corpus.
+absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& options,
+                                   const std::function<void(const std::string&)>& say);
 
 }  // namespace lmf::quickstart
 

@@ -2,6 +2,9 @@
 // leaves its output, the report says the data is synthetic, and a second start redoes nothing.
 #include "experiments/quickstart/quickstart.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -88,6 +91,53 @@ TEST(Quickstart, WsdScheduleSharesStablePhases) {
     EXPECT_GE(branches, 10) << sweep::FormatPlan(*plan);
     EXPECT_LT(own, 0.85 * flops) << sweep::FormatPlan(*plan);
   }
+}
+
+// An edit of a --data file that keeps its size is seen (the stamp has the modification time to the
+// nanosecond), and what was made from the old corpus is not reused: the sweep moves aside (its runs trained
+// on the old text) and the tokenizer and token files are deleted, to be made again.
+TEST(Quickstart, AnEditedCorpusRedoesEverythingAfterIt) {
+  const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/qs_edit";
+  const std::string text = out + "/text.txt";
+  ASSERT_TRUE(MakeDirs(out).ok());
+  std::string story;
+  for (int i = 0; i < 200; ++i) story += "Once upon a time there was a cat. ";
+  ASSERT_TRUE(WriteFileAtomically(text, story).ok());
+  QuickstartOptions o = TinyOptions(out);
+  o.data = {text};
+  std::string said;
+  auto say = [&](const std::string& line) { said += line + "\n"; };
+  auto first = PrepareCorpus(o, say);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(*first);
+  auto again = PrepareCorpus(o, say);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);  // unchanged: nothing redone
+  // What the later stages made from it.
+  ASSERT_TRUE(MakeDirs(out + "/sweep/runs/r1").ok());
+  ASSERT_TRUE(WriteFileAtomically(out + "/sweep/results.csv", "old").ok());
+  for (const char* made : {"/tokenizer.lmftok", "/data/train.tok", "/data/val.tok"}) {
+    ASSERT_TRUE(WriteFileAtomically(out + made, "old").ok());
+  }
+
+  std::string edited = story;
+  edited[0] = 'X';  // same size
+  ASSERT_TRUE(WriteFileAtomically(text, edited).ok());
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1700000000, 123456789}};  // an edit in another clock tick
+  ASSERT_EQ(::utimensat(AT_FDCWD, text.c_str(), times, 0), 0);
+  auto edit = PrepareCorpus(o, say);
+  ASSERT_TRUE(edit.ok()) << edit.status();
+  EXPECT_TRUE(*edit);
+  auto train = ReadFile(out + "/data/train.txt");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ((*train)[0], 'X');
+  EXPECT_FALSE(FileExists(out + "/sweep"));
+  EXPECT_TRUE(FileExists(out + "/sweep.superseded-1/results.csv"));
+  for (const char* made : {"/tokenizer.lmftok", "/data/train.tok", "/data/val.tok"}) {
+    EXPECT_FALSE(FileExists(out + made)) << made;
+  }
+  EXPECT_NE(said.find("the corpus changed since the sweep in " + out + "/sweep trained on it"), std::string::npos)
+      << said;
 }
 
 TEST(Quickstart, MissingDataFileIsAClearError) {
