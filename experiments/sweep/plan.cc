@@ -313,8 +313,10 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       const double per_token =
           design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c.n : c.size.training_flops_per_token;
       const double tokens = budget / per_token;
-      const int64_t steps = static_cast<int64_t>(tokens / static_cast<double>(tokens_per_step));
-      if (tokens / c.n < design.min_tokens_per_param() || steps < design.min_steps()) {
+      // In double: a large budget's step count can pass the int64 range (1e28 FLOP wrapped to a negative count
+      // and was reported as too few tokens).
+      const double steps = std::floor(tokens / static_cast<double>(tokens_per_step));
+      if (tokens / c.n < design.min_tokens_per_param() || steps < static_cast<double>(design.min_steps())) {
         ++too_few_tokens;
       } else if (tokens / c.n > design.max_tokens_per_param()) {
         ++too_many_tokens;
@@ -396,7 +398,14 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
     for (const Candidate* c : chosen) {
       const double per_token =
           design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c->n : c->size.training_flops_per_token;
-      const int64_t steps = static_cast<int64_t>(budget / per_token / static_cast<double>(tokens_per_step));
+      const double whole_steps = std::floor(budget / per_token / static_cast<double>(tokens_per_step));
+      // 2^53: the step counts a double holds exactly (and far below int64's range).
+      if (!(whole_steps <= 9007199254740992.0)) {
+        return Error(source, absl::StrFormat("sweep.isoflop.budgets[%d]=%g would train %s (N=%.3g) for %.3g steps, "
+                                             "more than 2^53: lower the budget or max_tokens_per_param",
+                                             b, budget, BudgetTag(budget), c->n, whole_steps));
+      }
+      const int64_t steps = static_cast<int64_t>(whole_steps);
       PlannedRun run;
       run.budget_flops = budget;
       run.name = absl::StrCat(BudgetTag(budget), "_d", c->shape.d_model, "_L", c->shape.n_layers);

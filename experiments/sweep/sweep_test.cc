@@ -309,6 +309,31 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
             "data.val_tokens and run.eval_tokens in the base experiment or the sweep's `set`");
 }
 
+// A budget so large that a model's step count passes int64 is "too large for the model family", not "too
+// small" (the count wrapped negative); one that plans more than 2^53 steps is refused by name.
+TEST(SweepPlan, HugeBudgetsAreTooLargeNotTooSmall) {
+  auto huge = Plan(R"pb(isoflop {
+                          budgets: [ 2e12, 1e28 ]
+                          family { aspect_ratio: 16 head_size: 16 min_layers: 1 max_layers: 12 }
+                          models_per_budget: 4
+                          min_tokens_per_param: 1
+                          max_tokens_per_param: 500
+                        })pb");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("sweep.isoflop.budgets[1]=1e+28 is too large for the model family"),
+            std::string::npos)
+      << huge.status();
+  auto endless = Plan(R"pb(isoflop {
+                             budgets: [ 1e28 ]
+                             family { aspect_ratio: 16 head_size: 16 min_layers: 1 max_layers: 12 }
+                             models_per_budget: 3
+                             min_tokens_per_param: 1
+                             max_tokens_per_param: 1e30
+                           })pb");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_NE(endless.status().message().find("steps, more than 2^53"), std::string::npos) << endless.status();
+}
+
 // A family is checked before any of its shapes is built: aspect_ratio 1e9 or max_layers 100000 made the
 // planner allocate until std::bad_alloc.
 TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
