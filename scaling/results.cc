@@ -1,7 +1,9 @@
 // Reading and writing the results table and training-curve files (see results.h).
 #include "scaling/results.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +29,24 @@ std::string FolderOf(const std::string& path) {
 std::string Number(double v) {
   if (std::isnan(v)) return "";
   return absl::StrFormat("%.17g", v);
+}
+
+// Half a unit in the last digit `text` shows ("3.25" -> 0.005, "2.1e-3" -> 5e-5, "3" -> 0.5): how far the
+// value it was printed from may lie from the value it reads as.
+double HalfUnitOfLastDigit(std::string_view text) {
+  int exponent = 0;
+  const size_t e = text.find_first_of("eE");
+  if (e != std::string_view::npos) {
+    const std::string tail(text.substr(e + 1));
+    exponent = std::atoi(tail.c_str());
+    text = text.substr(0, e);
+  }
+  const size_t dot = text.find('.');
+  int decimals = 0;
+  if (dot != std::string_view::npos) {
+    for (size_t i = dot + 1; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) ++decimals;
+  }
+  return 0.5 * std::pow(10.0, exponent - decimals);
 }
 
 }  // namespace
@@ -100,6 +120,28 @@ absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::stri
             absl::StrCat(csv->Where(row, c), ": expected a budget >= 0 (0: no IsoFLOP group), got '", row.fields[c], "'"));
       }
       *doubles[k] = *v;
+    }
+    // What every row must satisfy whatever produced it. flops is not checked against 6 N D or budget_flops:
+    // attention and embeddings, mixture-of-experts models (N counts experts a token does not use), SIX_N
+    // designs and runs that stopped early put legitimate rows far from both. Only flops < tokens is certain
+    // to be wrong (every trained token costs at least one FLOP): a swapped column or another unit.
+    if (r.non_embedding_params > r.params) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          csv->Where(row, col[3]), ": non_embedding_params ", row.fields[col[3]], " is more than params ",
+          row.fields[col[2]], " (params counts every parameter, embeddings included)"));
+    }
+    if (r.tokens > 0 && r.flops < r.tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          csv->Where(row, col[5]), ": flops ", row.fields[col[5]], " is less than tokens ", row.fields[col[4]],
+          ": every trained token costs at least one FLOP (a column in another unit, or swapped?)"));
+    }
+    // The best validation loss is the lowest of the evaluations, the final one included; the cells may be
+    // rounded, each to its own last digit.
+    if (finished && r.best_val_loss > r.final_loss + HalfUnitOfLastDigit(row.fields[col[6]]) +
+                                          HalfUnitOfLastDigit(row.fields[col[7]])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          csv->Where(row, col[7]), ": best_val_loss ", row.fields[col[7]], " is more than final_loss ",
+          row.fields[col[6]], " (the best is the lowest of the evaluations, the final one included)"));
     }
     int64_t* ints[] = {&r.d_model, &r.n_layers, &r.n_heads, &r.batch_size};
     for (int k = 0; k < 4; ++k) {
