@@ -218,10 +218,33 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
   const auto& grid = sweep.grid();
   if (grid.axis_size() == 0)
     return Error(source, "sweep.grid has no axis; add `axis { field: ... values: ... }`");
+  // Fields the sweep sets in every run itself: an axis over one would be overwritten without a word.
+  std::map<std::string, std::string> set_by_sweep = {
+      {"name", "each run is named <sweep name>/<run name>"},
+      {"run.output_dir", "each run's folder is <sweep output_dir>/runs/<run name>"}};
+  if (sweep.evals_per_run() > 0) {
+    set_by_sweep["run.eval_interval"] = "sweep.evals_per_run sets it from each run's length";
+  }
+  if (sweep.wsd_branches()) {
+    for (const char* f : {"run.init_from", "run.checkpoint_steps", "run.eval_steps"}) {
+      set_by_sweep[f] = "sweep.wsd_branches sets it to wire branches to their trunks";
+    }
+  }
+  std::map<std::string, int> axis_of;  // field -> the first axis over it
   size_t total = 1;
   for (int i = 0; i < grid.axis_size(); ++i) {
     const auto& axis = grid.axis(i);
     if (axis.field().empty()) return Error(source, absl::StrCat("sweep.grid.axis[", i, "].field is empty"));
+    if (const auto it = set_by_sweep.find(axis.field()); it != set_by_sweep.end()) {
+      return Error(source, absl::StrCat("sweep.grid.axis[", i, "].field is ", axis.field(),
+                                        ", which the sweep sets itself (", it->second,
+                                        "): an axis over it would change nothing"));
+    }
+    if (const auto [it, fresh] = axis_of.insert({axis.field(), i}); !fresh) {
+      return Error(source, absl::StrCat("sweep.grid.axis[", i, "] and axis[", it->second, "] are both over ",
+                                        axis.field(), ": each run would take only the last axis's value; put "
+                                        "all the values in one axis"));
+    }
     if (axis.values_size() == 0) {
       return Error(source, absl::StrCat("sweep.grid.axis[", i, "] (", axis.field(), ") has no values"));
     }

@@ -309,6 +309,31 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
             "data.val_tokens and run.eval_tokens in the base experiment or the sweep's `set`");
 }
 
+// Two axes over one field made runs named "n_layers=1,n_layers=2" that trained only the last value; an axis
+// over a field the sweep sets itself (run.output_dir) was silently overwritten. Both are refused.
+TEST(SweepPlan, GridAxesMustBeOverDistinctFieldsTheSweepDoesNotSet) {
+  auto twice = Plan(R"pb(grid {
+                           axis { field: "model.n_layers" values: [ "1", "2" ] }
+                           axis { field: "optimizer.lr" values: [ "1e-3" ] }
+                           axis { field: "model.n_layers" values: [ "3" ] }
+                         })pb");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(),
+            "test.sweep: sweep.grid.axis[2] and axis[0] are both over model.n_layers: each run would take only "
+            "the last axis's value; put all the values in one axis");
+  auto folder = Plan(R"pb(grid { axis { field: "run.output_dir" values: [ "a", "b" ] } })pb");
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().message(),
+            "test.sweep: sweep.grid.axis[0].field is run.output_dir, which the sweep sets itself (each run's folder "
+            "is <sweep output_dir>/runs/<run name>): an axis over it would change nothing");
+  auto interval = Plan(R"pb(evals_per_run: 4
+                            grid { axis { field: "run.eval_interval" values: [ "1", "2" ] } })pb");
+  ASSERT_FALSE(interval.ok());
+  EXPECT_NE(interval.status().message().find("sweep.evals_per_run sets it"), std::string::npos) << interval.status();
+  // Without evals_per_run the evaluation interval is the user's to sweep.
+  EXPECT_TRUE(Plan(R"pb(grid { axis { field: "run.eval_interval" values: [ "1", "2" ] } })pb").ok());
+}
+
 // A budget so large that a model's step count passes int64 is "too large for the model family", not "too
 // small" (the count wrapped negative); one that plans more than 2^53 steps is refused by name.
 TEST(SweepPlan, HugeBudgetsAreTooLargeNotTooSmall) {
