@@ -55,6 +55,29 @@ std::string SafeName(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// How the base experiment shares key/value heads, which every member of the family keeps.
+struct KvSharing {
+  enum Kind { kMultiHead, kMultiQuery, kGrouped } kind = kMultiHead;
+  int64_t group = 1;  // query heads per key/value head (kGrouped); widths step by head_size * group
+};
+
+KvSharing BaseKvSharing(const config::Experiment& base) {
+  const auto& m = base.model();
+  KvSharing k;
+  if (m.n_kv_heads() <= 0 || m.n_heads() <= 1 || m.n_kv_heads() >= m.n_heads()) return k;
+  if (m.n_kv_heads() == 1) {
+    k.kind = KvSharing::kMultiQuery;
+  } else {
+    k.kind = KvSharing::kGrouped;
+    k.group = m.n_heads() / m.n_kv_heads();  // CheckFamilyBounds refuses a base whose n_kv_heads does not divide
+  }
+  return k;
+}
+
+}  // namespace
+
 std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base) {
   const auto& m = base.model();
   const double base_ffn_ratio = m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0
@@ -62,20 +85,19 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
                                     : 4.0;
   const double ffn_ratio = family.ffn_ratio() > 0 ? family.ffn_ratio() : base_ffn_ratio;
   const int64_t head = family.head_size();
-  const int64_t kv_group = m.n_heads() > 0 && m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() == 0
-                               ? m.n_heads() / m.n_kv_heads()
-                               : 1;
+  const KvSharing kv = BaseKvSharing(base);
+  const int64_t unit = head * kv.group;  // widths are multiples of this: whole groups of heads
   std::vector<ModelShape> shapes;
   for (int64_t layers = family.min_layers(); layers <= family.max_layers(); ++layers) {
     const double center = family.aspect_ratio() * layers;
-    const int64_t center_width = std::max<int64_t>(head, std::llround(center / head) * head);
+    const int64_t center_width = std::max<int64_t>(unit, std::llround(center / unit) * unit);
     std::vector<int64_t> widths = {center_width};
     if (family.aspect_spread() > 1) {
       const int64_t lo =
-          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(center / family.aspect_spread() / head)));
-      const int64_t hi = static_cast<int64_t>(std::floor(center * family.aspect_spread() / head));
+          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(center / family.aspect_spread() / unit)));
+      const int64_t hi = static_cast<int64_t>(std::floor(center * family.aspect_spread() / unit));
       for (int64_t k = lo; k <= hi; ++k) {
-        if (k * head != center_width) widths.push_back(k * head);
+        if (k * unit != center_width) widths.push_back(k * unit);
       }
     }
     for (const int64_t d : widths) {
@@ -83,7 +105,7 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
       s.d_model = d;
       s.n_layers = layers;
       s.n_heads = d / head;
-      s.n_kv_heads = s.n_heads % kv_group == 0 ? s.n_heads / kv_group : s.n_heads;
+      s.n_kv_heads = kv.kind == KvSharing::kMultiQuery ? 1 : s.n_heads / kv.group;
       s.d_ff = (static_cast<int64_t>(std::ceil(ffn_ratio * d)) + 15) / 16 * 16;
       shapes.push_back(s);
     }
@@ -91,18 +113,18 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
   return shapes;
 }
 
-double FamilyShapeCount(const config::ShapeFamily& family, double stop_above) {
-  const double head = family.head_size();
+double FamilyShapeCount(const config::ShapeFamily& family, const config::Experiment& base, double stop_above) {
+  const double unit = static_cast<double>(family.head_size()) * static_cast<double>(BaseKvSharing(base).group);
   double shapes = 0;
   // Each depth has at least one shape, so this stops within stop_above + 1 depths.
   for (int64_t layers = family.min_layers(); layers <= family.max_layers() && shapes <= stop_above; ++layers) {
-    // As FamilyShapes, in double: the center width, and the multiples of head_size in the aspect band.
+    // As FamilyShapes, in double: the center width, and the multiples of the width unit in the aspect band.
     const double c = family.aspect_ratio() * static_cast<double>(layers);
-    const double center_k = std::max(1.0, std::round(c / head));
+    const double center_k = std::max(1.0, std::round(c / unit));
     double widths = 1;
     if (family.aspect_spread() > 1) {
-      const double lo = std::max(1.0, std::ceil(c / family.aspect_spread() / head));
-      const double hi = std::floor(c * family.aspect_spread() / head);
+      const double lo = std::max(1.0, std::ceil(c / family.aspect_spread() / unit));
+      const double hi = std::floor(c * family.aspect_spread() / unit);
       widths = std::max(0.0, hi - lo + 1) + (center_k >= lo && center_k <= hi ? 0 : 1);
     }
     shapes += widths;
@@ -123,19 +145,26 @@ absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::
         ", ffn_ratio ", family.ffn_ratio(), ", min_layers ", family.min_layers(), ", max_layers ",
         family.max_layers()));
   }
+  const auto& m = base.model();
+  if (m.n_kv_heads() > 1 && m.n_kv_heads() < m.n_heads() && m.n_heads() % m.n_kv_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the base's model.n_kv_heads=", m.n_kv_heads(), " does not divide its model.n_heads=", m.n_heads(),
+        "; the family keeps the base's query heads per key/value head, which must be a whole number"));
+  }
   // The widest shape is at max_layers, the top of its aspect band; its d_model, n_heads and d_ff go into
   // 32-bit config fields.
   constexpr double kMaxField = 2147483647.0;
+  const double unit = head * static_cast<double>(BaseKvSharing(base).group);
   const double center = family.aspect_ratio() * family.max_layers();
-  const double widest = std::max({head, std::round(center / head) * head,
-                                  family.aspect_spread() > 1 ? std::floor(center * family.aspect_spread() / head) * head : 0.0});
+  const double widest =
+      std::max({unit, std::round(center / unit) * unit,
+                family.aspect_spread() > 1 ? std::floor(center * family.aspect_spread() / unit) * unit : 0.0});
   if (!(widest <= kMaxField)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: its widest shape (aspect_ratio %g x max_layers %d x aspect_spread %g) has d_model %.4g; "
         "model.d_model is a 32-bit field (at most %.0f)",
         where, family.aspect_ratio(), family.max_layers(), family.aspect_spread(), widest, kMaxField));
   }
-  const auto& m = base.model();
   const double ffn_ratio = family.ffn_ratio() > 0 ? family.ffn_ratio()
                            : m.d_model() > 0 && m.has_ffn() && m.ffn().d_ff() > 0
                                ? static_cast<double>(m.ffn().d_ff()) / m.d_model()
@@ -147,7 +176,7 @@ absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::
         where, widest, ffn_ratio, ffn_ratio * widest, kMaxField));
   }
   // Every shape is built and sized before planning: count them first.
-  if (FamilyShapeCount(family, kMaxFamilyShapes) > kMaxFamilyShapes) {
+  if (FamilyShapeCount(family, base, kMaxFamilyShapes) > kMaxFamilyShapes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s has more than %d shapes (layers %d..%d; each depth has the widths within a factor aspect_spread %g "
         "of aspect_ratio %g x layers, in steps of head_size %d), and each is sized before planning: lower "

@@ -70,8 +70,10 @@ struct ModelShape {
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_ff = 0;
 };
 
-// Every shape of `family`, with n_kv_heads and d_ff derived from `base` as sweep.proto describes. Check the
-// family with CheckFamilyBounds first: a family can stand for billions of shapes.
+// Every shape of `family`, with n_kv_heads and d_ff derived from `base` as sweep.proto describes (each
+// member shares key/value heads as the base does: multi-head, multi-query, or grouped with the base's query
+// heads per key/value head, widths then in steps of head_size x that group). Check the family with
+// CheckFamilyBounds first: a family can stand for billions of shapes.
 std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const config::Experiment& base);
 
 // The most shapes a family may have (each is built and sized when the sweep is planned; 100,000 take about a
@@ -79,9 +81,9 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
 inline constexpr double kMaxFamilyShapes = 100000;
 
 // How many shapes FamilyShapes gives, counted without building them; counting stops once past `stop_above`.
-double FamilyShapeCount(const config::ShapeFamily& family, double stop_above);
+double FamilyShapeCount(const config::ShapeFamily& family, const config::Experiment& base, double stop_above);
 
-// OK when `family`'s fields are in range, its widest d_model and d_ff fit their 32-bit config fields and it
+// OK when `family`'s fields are in range, the base's n_kv_heads divides its n_heads, its widest d_model and d_ff fit their 32-bit config fields and it
 // has at most kMaxFamilyShapes shapes; else InvalidArgument starting with `where`, naming the fields.
 absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::Experiment& base,
                                const std::string& where);

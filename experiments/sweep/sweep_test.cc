@@ -334,6 +334,47 @@ TEST(SweepPlan, GridAxesMustBeOverDistinctFieldsTheSweepDoesNotSet) {
   EXPECT_TRUE(Plan(R"pb(grid { axis { field: "run.eval_interval" values: [ "1", "2" ] } })pb").ok());
 }
 
+// Every member of a family shares key/value heads as the base does (sweep.proto): a grouped-query base
+// keeps its group size in every member (widths in whole groups); shapes whose heads did not split into the
+// base's groups silently became multi-head before. Multi-query stays multi-query, multi-head multi-head.
+TEST(SweepPlan, FamilyMembersShareKeyValueHeadsAsTheBaseDoes) {
+  config::ShapeFamily family;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "aspect_ratio: 16 head_size: 8 min_layers: 1 max_layers: 6 aspect_spread: 1.5", &family));
+  auto shapes_with = [&](int n_heads, int n_kv_heads) {
+    config::Experiment base;
+    base.mutable_model()->set_n_heads(n_heads);
+    if (n_kv_heads > 0) base.mutable_model()->set_n_kv_heads(n_kv_heads);
+    std::vector<ModelShape> shapes = FamilyShapes(family, base);
+    EXPECT_EQ(FamilyShapeCount(family, base, 1e9), static_cast<double>(shapes.size()));
+    return shapes;
+  };
+  const std::vector<ModelShape> grouped = shapes_with(8, 2);  // 4 query heads per key/value head
+  ASSERT_FALSE(grouped.empty());
+  std::set<int64_t> depths;
+  for (const ModelShape& s : grouped) {
+    EXPECT_EQ(s.n_heads % 4, 0) << "d_model " << s.d_model << ", L " << s.n_layers;
+    EXPECT_EQ(s.n_kv_heads * 4, s.n_heads) << "d_model " << s.d_model << ", L " << s.n_layers;
+    depths.insert(s.n_layers);
+  }
+  EXPECT_EQ(depths.size(), 6u);  // every depth keeps a member
+  for (const ModelShape& s : shapes_with(8, 1)) EXPECT_EQ(s.n_kv_heads, 1) << s.d_model;
+  for (const ModelShape& s : shapes_with(8, 0)) EXPECT_EQ(s.n_kv_heads, s.n_heads) << s.d_model;
+  for (const ModelShape& s : shapes_with(8, 8)) EXPECT_EQ(s.n_kv_heads, s.n_heads) << s.d_model;
+
+  auto uneven = Plan(R"pb(set: "model.n_heads=8"
+                          set: "model.n_kv_heads=3"
+                          isoflop {
+                            budgets: [ 2e12, 6e12 ]
+                            family { aspect_ratio: 16 head_size: 16 min_layers: 1 max_layers: 12 }
+                          })pb");
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find(
+                "sweep.isoflop.family: the base's model.n_kv_heads=3 does not divide its model.n_heads=8"),
+            std::string::npos)
+      << uneven.status();
+}
+
 // A budget so large that a model's step count passes int64 is "too large for the model family", not "too
 // small" (the count wrapped negative); one that plans more than 2^53 steps is refused by name.
 TEST(SweepPlan, HugeBudgetsAreTooLargeNotTooSmall) {
@@ -390,7 +431,7 @@ TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
                            "aspect_ratio: 100 head_size: 64 max_layers: 40 aspect_spread: 2.5"}) {
     config::ShapeFamily family;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &family)) << text;
-    EXPECT_EQ(FamilyShapeCount(family, 1e9), static_cast<double>(FamilyShapes(family, base).size())) << text;
+    EXPECT_EQ(FamilyShapeCount(family, base, 1e9), static_cast<double>(FamilyShapes(family, base).size())) << text;
   }
 }
 
