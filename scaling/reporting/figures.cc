@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "scaling/plot/svg_plot.h"
 
@@ -50,13 +52,18 @@ std::string ConfidenceLabel(const ScalingAnalysis& a) {
 
 std::string PowerOfTenLabel(double value) {
   if (!(value > 0)) return "0";
-  const int exponent = static_cast<int>(std::floor(std::log10(value) + 1e-9));
-  const double mantissa = value / std::pow(10.0, exponent);
+  int exponent = static_cast<int>(std::floor(std::log10(value) + 1e-9));
+  char mantissa[32];
+  std::snprintf(mantissa, sizeof(mantissa), "%.3g", value / std::pow(10.0, exponent));
+  if (std::strtod(mantissa, nullptr) >= 10) {  // 9.996e18 rounds to the next power of ten, not "10·10^18"
+    ++exponent;
+    std::snprintf(mantissa, sizeof(mantissa), "%.3g", value / std::pow(10.0, exponent));
+  }
   char buf[64];
-  if (std::fabs(mantissa - 1) < 1e-6) {
+  if (std::strcmp(mantissa, "1") == 0) {
     std::snprintf(buf, sizeof(buf), "10^%d", exponent);
   } else {
-    std::snprintf(buf, sizeof(buf), "%.3g·10^%d", mantissa, exponent);
+    std::snprintf(buf, sizeof(buf), "%s·10^%d", mantissa, exponent);
   }
   return buf;
 }

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <set>
@@ -18,15 +19,7 @@
 namespace lmf::scaling {
 namespace {
 
-// 4 significant digits (whole numbers from 1,000 to 99,999); powers of ten as 1.234e9 outside [1e-3, 1e5).
-std::string Fmt(double v) {
-  if (!std::isfinite(v)) return "n/a";
-  const double m = std::fabs(v);
-  if (m >= 1e3 && m < 1e5) return absl::StrFormat("%.0f", v);  // %.4g would switch to 8.994e+04
-  if (m == 0 || (m >= 1e-3 && m < 1e3)) return absl::StrFormat("%.4g", v);
-  const int e = static_cast<int>(std::floor(std::log10(m)));
-  return absl::StrFormat("%.4ge%d", v / std::pow(10.0, e), e);
-}
+std::string Fmt(double v) { return FormatNumber(v); }
 
 std::string WithInterval(const Interval& i, bool have) {
   if (!have) return Fmt(i.estimate);
@@ -50,6 +43,20 @@ std::string Flops(double c) {
 }
 
 }  // namespace
+
+std::string FormatNumber(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  const double m = std::fabs(v);
+  if (m >= 1e3 && std::round(m) < 1e5) return absl::StrFormat("%.0f", v);  // %.4g would switch to 8.994e+04
+  if (m == 0 || (m >= 1e-3 && m < 1e3)) return absl::StrFormat("%.4g", v);
+  int e = static_cast<int>(std::floor(std::log10(m)));
+  std::string mantissa = absl::StrFormat("%.4g", v / std::pow(10.0, e));
+  if (std::fabs(std::strtod(mantissa.c_str(), nullptr)) >= 10) {  // 9.99996e8 rounds up to the next power
+    ++e;
+    mantissa = absl::StrFormat("%.4g", v / std::pow(10.0, e));
+  }
+  return absl::StrCat(mantissa, "e", e);
+}
 
 ReportFiles RenderReport(const ScalingAnalysis& a) {
   const ReportOptions& o = a.options;

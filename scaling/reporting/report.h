@@ -19,6 +19,10 @@ struct ReportFiles {
   std::vector<std::pair<std::string, std::string>> files;
 };
 
+// How the report prints a number: 4 significant digits, whole numbers from 1,000 to 99,999, and outside
+// [1e-3, 1e5) a mantissa and a power of ten ("1.234e9"; 9.99996e8 is "1e9", not "10e8"); "n/a" when not finite.
+std::string FormatNumber(double v);
+
 // The Markdown and figures for an analysis.
 ReportFiles RenderReport(const ScalingAnalysis& analysis);
 

@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "scaling/reporting/figures.h"
 #include "scaling/results.h"
 
 namespace lmf::scaling {
@@ -303,6 +304,26 @@ TEST(ReportTest, ARewrittenReportKeepsNoFileOfTheEarlierOne) {
   ASSERT_TRUE(RemoveReport(dir + "/report").ok());
   for (const std::string& name : ReportFileNames()) EXPECT_FALSE(FileExists(dir + "/report/" + name)) << name;
   EXPECT_TRUE(FileExists(dir + "/report/notes.txt"));
+}
+
+// Values just below a power of ten printed as "10e8" (the mantissa rounded up to 10 after the exponent was
+// chosen); so did the figures' "10·10^18".
+TEST(ReportTest, NumbersJustBelowAPowerOfTenRoundUpToIt) {
+  EXPECT_EQ(FormatNumber(9.99996e8), "1e9");
+  EXPECT_EQ(FormatNumber(-9.99996e8), "-1e9");
+  EXPECT_EQ(FormatNumber(0.00099999), "1e-3");
+  EXPECT_EQ(FormatNumber(99999.7), "1e5");
+  EXPECT_EQ(FormatNumber(9.9994e8), "9.999e8");
+  EXPECT_EQ(FormatNumber(1.2345e9), "1.234e9");  // round-half-even of the binary value, as printf does
+  EXPECT_EQ(FormatNumber(89940), "89940");
+  EXPECT_EQ(FormatNumber(0.3456), "0.3456");
+  EXPECT_EQ(FormatNumber(0), "0");
+  EXPECT_EQ(FormatNumber(NAN), "n/a");
+  EXPECT_EQ(PowerOfTenLabel(9.999e18), "10^19");
+  EXPECT_EQ(PowerOfTenLabel(9.996e18), "10^19");
+  EXPECT_EQ(PowerOfTenLabel(9.994e18), "9.99·10^18");
+  EXPECT_EQ(PowerOfTenLabel(3e19), "3·10^19");
+  EXPECT_EQ(PowerOfTenLabel(1e22), "10^22");
 }
 
 TEST(ReportTest, BadInputsAreErrorsNotReports) {
