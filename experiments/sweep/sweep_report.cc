@@ -18,9 +18,9 @@ scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer)
   const config::Experiment base = plan.base;
   const bool non_embedding = plan.non_embedding_params;
   return [family, base, non_embedding, sizer](
-             double params, double tokens, double flops,
-             const scaling::ResultsTable& table) -> absl::StatusOr<scaling::Recipe> {
-    auto recipe = scaling::RecipeFromBestRuns(params, tokens, flops, table);
+             double params, double tokens, double flops, const scaling::ResultsTable& table,
+             const scaling::ObservationChoice& choice) -> absl::StatusOr<scaling::Recipe> {
+    auto recipe = scaling::RecipeFromBestRuns(params, tokens, flops, table, choice);
     if (!recipe.ok()) return recipe.status();
     const ModelShape* best = nullptr;
     double best_gap = INFINITY, best_n = 0;

@@ -456,7 +456,7 @@ TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
   }
   const scaling::RecipeHook hook = FamilyRecipe(*plan, SimpleSizer);
   ASSERT_TRUE(hook);
-  auto recipe = hook(2e6, 2e7, 2.4e14, table);
+  auto recipe = hook(2e6, 2e7, 2.4e14, table, scaling::ObservationChoice());
   ASSERT_TRUE(recipe.ok()) << recipe.status();
   // Family: d_model = 16 L (head size 16); SimpleSizer's N = 12 L d^2 + 2 * 256 d. Closest to 2e6 is
   // L=9, d=144 (2.31e6, ln-distance 0.145), not L=8, d=128 (1.64e6, 0.199).

@@ -19,12 +19,14 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops, const ResultsTable& table) {
+absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops, const ResultsTable& table,
+                                          const ObservationChoice& choice) {
+  auto loss = [&](const RunResult& r) { return choice.best_loss ? r.best_val_loss : r.final_loss; };
   std::map<double, const RunResult*> best;
   for (const RunResult& r : table.runs) {
     if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
     const RunResult*& b = best[r.budget_flops];
-    if (b == nullptr || r.final_loss < b->final_loss) b = &r;
+    if (b == nullptr || loss(r) < loss(*b)) b = &r;
   }
   if (best.size() < 2) {
     return absl::FailedPreconditionError(
@@ -206,8 +208,9 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.recommended_by = "Approach 2";
   }
   if (n > 0) {
-    absl::StatusOr<Recipe> recipe = options.recipe ? options.recipe(n, d, options.target_flops, table)
-                                                   : RecipeFromBestRuns(n, d, options.target_flops, table);
+    absl::StatusOr<Recipe> recipe = options.recipe
+                                        ? options.recipe(n, d, options.target_flops, table, options.choice)
+                                        : RecipeFromBestRuns(n, d, options.target_flops, table, options.choice);
     if (recipe.ok()) {
       a.recipe = *recipe;
     } else {

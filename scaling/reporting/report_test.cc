@@ -123,7 +123,7 @@ TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
     r.lr = 4e-3;
     table.runs.push_back(r);
   }
-  absl::StatusOr<Recipe> constant = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  absl::StatusOr<Recipe> constant = RecipeFromBestRuns(1e7, 1e8, 1e16, table, ObservationChoice());
   ASSERT_TRUE(constant.ok()) << constant.status();
   EXPECT_EQ(constant->batch_size, 16);
   EXPECT_EQ(constant->lr, 4e-3);
@@ -133,10 +133,40 @@ TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
       std::string::npos)
       << constant->basis;
   for (int i = 0; i < 3; ++i) table.runs[i].lr = 4e-3 * std::pow(10.0, -0.1 * i);  // lr = k C^-0.1
-  absl::StatusOr<Recipe> varied = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  absl::StatusOr<Recipe> varied = RecipeFromBestRuns(1e7, 1e8, 1e16, table, ObservationChoice());
   ASSERT_TRUE(varied.ok()) << varied.status();
   EXPECT_NEAR(varied->lr, 4e-3 * std::pow(1e4, -0.1), 1e-12);
   EXPECT_NE(varied->basis.find("C^-0.100"), std::string::npos) << varied->basis;
+}
+
+// With the best validation loss chosen, each budget's best run is the one with the lowest best loss (it was
+// picked by final loss whatever the report used).
+TEST(ReportTest, RecipeRanksRunsByTheLossTheReportUses) {
+  ResultsTable table;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      RunResult r;
+      r.run = "b" + std::to_string(i) + "_" + std::to_string(j);
+      r.budget_flops = 1e12 * std::pow(10.0, i);
+      r.params = r.non_embedding_params = 1e6;
+      r.tokens = 1e6;
+      r.flops = r.budget_flops;
+      // Run j = 0 ends lowest, run j = 1 dipped lowest before its end.
+      r.final_loss = j == 0 ? 3.0 - i : 3.2 - i;
+      r.best_val_loss = j == 0 ? 2.9 - i : 2.8 - i;
+      r.d_model = 128, r.n_layers = 4, r.n_heads = 4;
+      r.batch_size = 16;
+      r.lr = j == 0 ? 1e-3 : 4e-3;
+      table.runs.push_back(r);
+    }
+  }
+  ObservationChoice final_loss, best_loss;
+  best_loss.best_loss = true;
+  absl::StatusOr<Recipe> by_final = RecipeFromBestRuns(1e7, 1e8, 1e14, table, final_loss);
+  absl::StatusOr<Recipe> by_best = RecipeFromBestRuns(1e7, 1e8, 1e14, table, best_loss);
+  ASSERT_TRUE(by_final.ok() && by_best.ok()) << by_final.status() << by_best.status();
+  EXPECT_EQ(by_final->lr, 1e-3);
+  EXPECT_EQ(by_best->lr, 4e-3);
 }
 
 // A batch size extrapolated past what a whole number can state (a batch growing as C^1.5 taken to 1e25 FLOP
@@ -157,17 +187,17 @@ TEST(ReportTest, RecipeRefusesExtrapolationsBeyondWholeNumbers) {
     r.lr = 4e-3;
     table.runs.push_back(r);
   }
-  absl::StatusOr<Recipe> near = RecipeFromBestRuns(1e7, 1e8, 1e16, table);
+  absl::StatusOr<Recipe> near = RecipeFromBestRuns(1e7, 1e8, 1e16, table, ObservationChoice());
   ASSERT_TRUE(near.ok()) << near.status();
   EXPECT_EQ(near->batch_size, int64_t{1} << 24);  // 16 (1e4)^1.5 = 1.6e7 ~ 2^23.9
   for (double flops : {1e25, 1e300}) {
-    absl::StatusOr<Recipe> far = RecipeFromBestRuns(1e7, 1e8, flops, table);
+    absl::StatusOr<Recipe> far = RecipeFromBestRuns(1e7, 1e8, flops, table, ObservationChoice());
     ASSERT_FALSE(far.ok()) << flops << ": batch " << far->batch_size;
     EXPECT_NE(far.status().message().find("beyond 2^53"), std::string::npos) << far.status();
     EXPECT_NE(far.status().message().find("the batch size batch = "), std::string::npos) << far.status();
   }
   for (RunResult& r : table.runs) r.batch_size = 16;  // a constant batch: only the shape overflows
-  absl::StatusOr<Recipe> huge = RecipeFromBestRuns(1e300, 1e300, 1e300, table);
+  absl::StatusOr<Recipe> huge = RecipeFromBestRuns(1e300, 1e300, 1e300, table, ObservationChoice());
   ASSERT_FALSE(huge.ok()) << "d_model " << huge->d_model << ", n_layers " << huge->n_layers;
   EXPECT_NE(huge.status().message().find("n_layers for N_opt at 1e+300 FLOP is"), std::string::npos) << huge.status();
 }
