@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "scaling/reporting/report.h"
 
 ABSL_FLAG(std::string, results, "", "results table (CSV, columns in scaling/results.h)");
@@ -77,7 +78,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "report: %s\n", std::string(a.status().message()).c_str());
     return 1;
   }
-  std::printf("report: %d finished runs fitted; wrote %s/report.md and its figures\n", a->finished, out.c_str());
+  const std::vector<std::string> fitted = lmf::scaling::FittedApproaches(*a);
+  std::printf("report: wrote %s/report.md and its figures from %d run%s (%d finished, %d failed, %d diverged)\n",
+              out.c_str(), a->runs, a->runs == 1 ? "" : "s", a->finished, a->failed, a->diverged);
+  std::printf("report: fitted: %s\n",
+              fitted.empty() ? "nothing (report.md says why for each approach)" : absl::StrJoin(fitted, ", ").c_str());
   if (a->parametric) {
     const lmf::scaling::Allocation at = lmf::scaling::OptimalAllocation(a->parametric->law, options.target_flops);
     std::printf("report: at %.3g FLOP, Approach 3 recommends N = %.4g parameters, D = %.4g tokens (loss %.4g)\n",

@@ -103,6 +103,15 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   return recipe;
 }
 
+std::vector<std::string> FittedApproaches(const ScalingAnalysis& a) {
+  std::vector<std::string> fitted;
+  if (a.parametric) fitted.push_back("Approach 3");
+  if (a.isoflop) fitted.push_back("Approach 2");
+  if (a.envelope) fitted.push_back("Approach 1");
+  if (a.kaplan) fitted.push_back("Kaplan laws");
+  return fitted;
+}
+
 absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options) {
   if (!(options.target_flops > 0) || !std::isfinite(options.target_flops)) {
     return absl::InvalidArgumentError(absl::StrCat("--target_flops must be a positive number of FLOP, got ",

@@ -85,6 +85,9 @@ struct ScalingAnalysis {
   std::string recipe_error;
 };
 
+// The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws".
+std::vector<std::string> FittedApproaches(const ScalingAnalysis& analysis);
+
 // Fails only on bad options or when the table has no finished run.
 absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options);
 

@@ -229,6 +229,7 @@ TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   EXPECT_TRUE(a->parametric.has_value());
   EXPECT_FALSE(a->isoflop.has_value());
   EXPECT_FALSE(a->envelope.has_value());
+  EXPECT_EQ(FittedApproaches(*a), (std::vector<std::string>{"Approach 3", "Kaplan laws"}));
   EXPECT_FALSE(a->recipe.has_value());
   absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
   ASSERT_TRUE(md.ok());
@@ -273,6 +274,7 @@ TEST(ReportTest, UnidentifiableApproach3IsNotRecommendedFrom) {
   EXPECT_FALSE(one->recipe.has_value());
   const std::string md = RenderReport(*one).files[0].second;
   EXPECT_NE(md.find("Not fitted: the runs lie along one line"), std::string::npos) << md;
+  for (const std::string& fitted : FittedApproaches(*one)) EXPECT_NE(fitted, "Approach 3");
   EXPECT_NE(md.find("| parameters N_opt | n/a | n/a | n/a |"), std::string::npos) << md;
 
   absl::StatusOr<ScalingAnalysis> close = Analyze(IsoFlopTable({1e18, 1.02e18, 1.04e18}), options);
@@ -354,6 +356,18 @@ TEST(ReportTest, NumbersJustBelowAPowerOfTenRoundUpToIt) {
   EXPECT_EQ(PowerOfTenLabel(9.994e18), "9.99·10^18");
   EXPECT_EQ(PowerOfTenLabel(3e19), "3·10^19");
   EXPECT_EQ(PowerOfTenLabel(1e22), "10^22");
+}
+
+// One finished run fits nothing; the report_main summary said "1 finished runs fitted".
+TEST(ReportTest, ASingleRunFitsNothing) {
+  ResultsTable table = IsoFlopTable({1e18});
+  table.runs.resize(1);
+  ReportOptions options;
+  options.target_flops = 1e21;
+  absl::StatusOr<ScalingAnalysis> a = Analyze(table, options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->finished, 1);
+  EXPECT_TRUE(FittedApproaches(*a).empty());
 }
 
 TEST(ReportTest, BadInputsAreErrorsNotReports) {
