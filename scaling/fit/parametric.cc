@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "ceres/gradient_problem.h"
 #include "ceres/gradient_problem_solver.h"
+#include "glog/logging.h"
 
 namespace lmf::scaling {
 
@@ -313,9 +314,20 @@ class HuberObjective final : public ceres::FirstOrderFunction {
 
 }  // namespace
 
+void QuietSolverLogging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (google::IsGoogleLoggingInitialized()) return;  // the program set glog up itself: its choice stands
+    FLAGS_logtostderr = true;                          // no log files
+    FLAGS_minloglevel = google::GLOG_ERROR;
+    google::InitGoogleLogging("lmforge");
+  });
+}
+
 ParametricFit FitParametricFromStarts(const ParametricData& data, const double* weights,
                                       const std::vector<ParametricStart>& starts,
                                       const ParametricFitOptions& options) {
+  QuietSolverLogging();
   ceres::GradientProblemSolver::Options solver_options;
   solver_options.line_search_direction_type = ceres::LBFGS;
   solver_options.max_num_iterations = options.max_iterations;

@@ -112,6 +112,12 @@ absl::Status CheckParametricIdentifiable(const Observations& observations);
 // means nothing (NaN, or a maximum).
 absl::Status CheckParametricLaw(const ParametricLaw& law);
 
+// Ceres logs through glog, and its WARNINGs here are L-BFGS starts that stop on a numerical failure:
+// expected among thousands of starts and counted in ParametricFit::starts_converged. Unless the program has
+// initialised glog itself, the first fit does it: errors to stderr, nothing below ERROR, no log files (no
+// "Logging before InitGoogleLogging" lines either).
+void QuietSolverLogging();
+
 // Runs L-BFGS from each start (serially) and returns the best; `weights` may be null.
 ParametricFit FitParametricFromStarts(const ParametricData& data, const double* weights,
                                       const std::vector<ParametricStart>& starts, const ParametricFitOptions& options);

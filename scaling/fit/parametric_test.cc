@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/shared_data.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "scaling/published.h"
 
@@ -167,6 +168,17 @@ TEST(FitParametricTest, RefusesALawWhoseLossDoesNotFallWithNAndD) {
       << fit.status();
   EXPECT_FALSE(CheckParametricLaw({1.7, 400, 400, 0.3, -0.1}).ok());
   EXPECT_TRUE(CheckParametricLaw({1.7, 400, 400, 0.3, 0.1}).ok());
+}
+
+// Ceres's warnings (an L-BFGS start stopped by a numerical failure) leaked to stderr with "Logging before
+// InitGoogleLogging()"; after a fit, glog prints nothing below ERROR.
+TEST(FitParametricTest, SolverWarningsStayOffStderr) {
+  testing::internal::CaptureStderr();
+  absl::StatusOr<ParametricFit> fit = FitParametric(SyntheticRuns(kEpochLaw, 0.01, 7), ParametricFitOptions());
+  LOG(WARNING) << "Numerical failure in L-BFGS update (as Ceres logs it)";
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(err, "");
 }
 
 TEST(OptimalAllocationTest, MatchesABruteForceSearchAlongTheBudget) {
