@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   if (!(confidence > 0 && confidence < 1)) {
     errors.push_back(absl::StrCat("--confidence=", confidence, ": expected a level in (0, 1)"));
   }
-  if (absl::GetFlag(FLAGS_bootstrap) < 0 || absl::GetFlag(FLAGS_bootstrap) > lmf::scaling::kMaxBootstrapResamples) {
+  if (absl::GetFlag(FLAGS_bootstrap) < 0 ||
+      absl::GetFlag(FLAGS_bootstrap) > lmf::scaling::kMaxBootstrapResamples) {
     errors.push_back(absl::StrCat("--bootstrap=", absl::GetFlag(FLAGS_bootstrap), ": expected 0 to ",
                                   lmf::scaling::kMaxBootstrapResamples, " resamples"));
   }
@@ -79,10 +80,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::string> fitted = lmf::scaling::FittedApproaches(*a);
-  std::printf("report: wrote %s/report.md and its figures from %d run%s (%d finished, %d failed, %d diverged)\n",
-              out.c_str(), a->runs, a->runs == 1 ? "" : "s", a->finished, a->failed, a->diverged);
-  std::printf("report: fitted: %s\n",
-              fitted.empty() ? "nothing (report.md says why for each approach)" : absl::StrJoin(fitted, ", ").c_str());
+  std::printf(
+      "report: wrote %s/report.md and its figures from %d run%s (%d finished, %d failed, %d diverged)\n",
+      out.c_str(), a->runs, a->runs == 1 ? "" : "s", a->finished, a->failed, a->diverged);
+  std::printf("report: fitted: %s\n", fitted.empty() ? "nothing (report.md says why for each approach)"
+                                                     : absl::StrJoin(fitted, ", ").c_str());
   if (a->parametric) {
     const lmf::scaling::Allocation at = lmf::scaling::OptimalAllocation(a->parametric->law, options.target_flops);
     std::printf("report: at %.3g FLOP, Approach 3 recommends N = %.4g parameters, D = %.4g tokens (loss %.4g)\n",
@@ -91,9 +93,10 @@ int main(int argc, char** argv) {
     std::printf("report: Approach 3 could not be fitted: %s\n", a->parametric_error.c_str());
   }
   if (a->isoflop) {
-    std::printf("report: Approach 2 gives N = %.4g, D = %.4g%s\n", a->isoflop->params_law.At(options.target_flops),
-                a->isoflop->tokens_law.At(options.target_flops),
-                a->recommended_by == "Approach 2" ? " (the recommendation: Approach 3 could not be used)" : "");
+    std::printf(
+        "report: Approach 2 gives N = %.4g, D = %.4g%s\n", a->isoflop->params_law.At(options.target_flops),
+        a->isoflop->tokens_law.At(options.target_flops),
+        a->recommended_by == "Approach 2" ? " (the recommendation: Approach 3 could not be used)" : "");
   } else if (!a->parametric) {
     std::printf("report: no recommendation: neither Approach 3 nor Approach 2 could be fitted (%s)\n",
                 a->isoflop_error.c_str());

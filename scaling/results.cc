@@ -44,7 +44,8 @@ double HalfUnitOfLastDigit(std::string_view text) {
   const size_t dot = text.find('.');
   int decimals = 0;
   if (dot != std::string_view::npos) {
-    for (size_t i = dot + 1; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) ++decimals;
+    for (size_t i = dot + 1; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i)
+      ++decimals;
   }
   return 0.5 * std::pow(10.0, exponent - decimals);
 }
@@ -132,7 +133,8 @@ absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::stri
     }
     if (r.tokens > 0 && r.flops < r.tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
-          csv->Where(row, col[5]), ": flops ", row.fields[col[5]], " is less than tokens ", row.fields[col[4]],
+          csv->Where(row, col[5]), ": flops ", row.fields[col[5]], " is less than tokens ",
+          row.fields[col[4]],
           ": every trained token costs at least one FLOP (a column in another unit, or swapped?)"));
     }
     // The best validation loss is the lowest of the evaluations, the final one included; the cells may be

@@ -61,20 +61,25 @@ TEST(ResultsTest, RoundTripsThroughCsv) {
 // non-embedding parameters than parameters, a best loss above the final one beyond the rounding of the
 // printed digits, fewer FLOP than tokens.
 TEST(ResultsTest, InconsistentRowsAreRefused) {
-  auto parse = [](const std::string& row) { return ParseResults(std::string(kHeader) + row + "\n", "r.csv"); };
+  auto parse = [](const std::string& row) {
+    return ParseResults(std::string(kHeader) + row + "\n", "r.csv");
+  };
   absl::StatusOr<ResultsTable> t = parse("a,1e17,3e6,1e9,7e9,1e17,3.2,3.1,256,4,4,32,0.003,finished");
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().message(),
-            "r.csv:2:4 (non_embedding_params): non_embedding_params 1e9 is more than params 3e6 (params counts "
-            "every parameter, embeddings included)");
+  EXPECT_EQ(
+      t.status().message(),
+      "r.csv:2:4 (non_embedding_params): non_embedding_params 1e9 is more than params 3e6 (params counts "
+      "every parameter, embeddings included)");
   t = parse("a,1e17,3e6,2e6,7e9,1e17,3.2,9,256,4,4,32,0.003,finished");
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().message(),
-            "r.csv:2:8 (best_val_loss): best_val_loss 9 is more than final_loss 3.2 (the best is the lowest of "
-            "the evaluations, the final one included)");
+  EXPECT_EQ(
+      t.status().message(),
+      "r.csv:2:8 (best_val_loss): best_val_loss 9 is more than final_loss 3.2 (the best is the lowest of "
+      "the evaluations, the final one included)");
   t = parse("a,1e17,3e6,2e6,7e9,1,3.2,3.1,256,4,4,32,0.003,finished");
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("r.csv:2:6 (flops): flops 1 is less than tokens 7e9"), std::string::npos)
+  EXPECT_NE(t.status().message().find("r.csv:2:6 (flops): flops 1 is less than tokens 7e9"),
+            std::string::npos)
       << t.status();
   // Within the rounding of the printed digits: 3.2 (3.15..3.25) may stand for a best of 3.2456 when the
   // final loss 3.2449 was printed with more digits; and equal losses, 6ND far from flops, a budget far from

@@ -111,7 +111,8 @@ absl::StatusOr<uint64_t> MakeTokens(const tokenizer::Tokenizer& tok, const std::
 
 }  // namespace
 
-absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o, const std::function<void(const std::string&)>& say) {
+absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o,
+                                   const std::function<void(const std::string&)>& say) {
   const std::string data_dir = o.out_dir + "/data";
   if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   const std::string train = data_dir + "/train.txt", val = data_dir + "/val.txt";
@@ -127,14 +128,17 @@ absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o, const std::functi
   const std::string sweep_dir = o.out_dir + "/sweep";
   if (FileExists(sweep_dir)) {
     std::string aside;
-    for (int n = 1; aside.empty() || FileExists(aside); ++n) aside = absl::StrCat(sweep_dir, ".superseded-", n);
+    for (int n = 1; aside.empty() || FileExists(aside); ++n)
+      aside = absl::StrCat(sweep_dir, ".superseded-", n);
     if (::rename(sweep_dir.c_str(), aside.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("cannot move ", sweep_dir, " to ", aside, ": ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("cannot move ", sweep_dir, " to ", aside, ": ", std::strerror(errno)));
     }
-    say(absl::StrCat("      the corpus changed since the sweep in ", sweep_dir, " trained on it: that sweep moved to ",
-                     aside, "; every run trains again"));
+    say(absl::StrCat("      the corpus changed since the sweep in ", sweep_dir,
+                     " trained on it: that sweep moved to ", aside, "; every run trains again"));
   }
-  for (const std::string& path : {o.out_dir + "/tokenizer.lmftok", data_dir + "/train.tok", data_dir + "/val.tok"}) {
+  for (const std::string& path :
+       {o.out_dir + "/tokenizer.lmftok", data_dir + "/train.tok", data_dir + "/val.tok"}) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", std::strerror(errno)));
     }

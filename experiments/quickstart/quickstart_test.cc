@@ -136,7 +136,8 @@ TEST(Quickstart, AnEditedCorpusRedoesEverythingAfterIt) {
   for (const char* made : {"/tokenizer.lmftok", "/data/train.tok", "/data/val.tok"}) {
     EXPECT_FALSE(FileExists(out + made)) << made;
   }
-  EXPECT_NE(said.find("the corpus changed since the sweep in " + out + "/sweep trained on it"), std::string::npos)
+  EXPECT_NE(said.find("the corpus changed since the sweep in " + out + "/sweep trained on it"),
+            std::string::npos)
       << said;
 }
 

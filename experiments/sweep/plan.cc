@@ -71,7 +71,8 @@ KvSharing BaseKvSharing(const config::Experiment& base) {
     k.kind = KvSharing::kMultiQuery;
   } else {
     k.kind = KvSharing::kGrouped;
-    k.group = m.n_heads() / m.n_kv_heads();  // CheckFamilyBounds refuses a base whose n_kv_heads does not divide
+    // CheckFamilyBounds refuses a base whose n_kv_heads does not divide its n_heads.
+    k.group = m.n_heads() / m.n_kv_heads();
   }
   return k;
 }
@@ -113,11 +114,14 @@ std::vector<ModelShape> FamilyShapes(const config::ShapeFamily& family, const co
   return shapes;
 }
 
-double FamilyShapeCount(const config::ShapeFamily& family, const config::Experiment& base, double stop_above) {
-  const double unit = static_cast<double>(family.head_size()) * static_cast<double>(BaseKvSharing(base).group);
+double FamilyShapeCount(const config::ShapeFamily& family, const config::Experiment& base,
+                        double stop_above) {
+  const double unit =
+      static_cast<double>(family.head_size()) * static_cast<double>(BaseKvSharing(base).group);
   double shapes = 0;
   // Each depth has at least one shape, so this stops within stop_above + 1 depths.
-  for (int64_t layers = family.min_layers(); layers <= family.max_layers() && shapes <= stop_above; ++layers) {
+  for (int64_t layers = family.min_layers(); layers <= family.max_layers() && shapes <= stop_above;
+       ++layers) {
     // As FamilyShapes, in double: the center width, and the multiples of the width unit in the aspect band.
     const double c = family.aspect_ratio() * static_cast<double>(layers);
     const double center_k = std::max(1.0, std::round(c / unit));
@@ -136,19 +140,22 @@ absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::
                                const std::string& where) {
   const double head = family.head_size();
   if (!(family.head_size() > 0 && family.aspect_ratio() > 0 && std::isfinite(family.aspect_ratio()) &&
-        family.min_layers() >= 1 && family.max_layers() >= family.min_layers() && family.aspect_spread() >= 1 &&
-        std::isfinite(family.aspect_spread()) && family.ffn_ratio() >= 0 && std::isfinite(family.ffn_ratio()))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " needs head_size > 0, a finite aspect_ratio > 0, a finite aspect_spread >= 1, a finite ffn_ratio >= 0 "
-               "(0: the base's) and 1 <= min_layers <= max_layers; got head_size ",
-        family.head_size(), ", aspect_ratio ", family.aspect_ratio(), ", aspect_spread ", family.aspect_spread(),
-        ", ffn_ratio ", family.ffn_ratio(), ", min_layers ", family.min_layers(), ", max_layers ",
-        family.max_layers()));
+        family.min_layers() >= 1 && family.max_layers() >= family.min_layers() &&
+        family.aspect_spread() >= 1 && std::isfinite(family.aspect_spread()) && family.ffn_ratio() >= 0 &&
+        std::isfinite(family.ffn_ratio()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     " needs head_size > 0, a finite aspect_ratio > 0, a finite aspect_spread >= 1, a finite "
+                     "ffn_ratio >= 0 (0: the base's) and 1 <= min_layers <= max_layers; got head_size ",
+                     family.head_size(), ", aspect_ratio ", family.aspect_ratio(), ", aspect_spread ",
+                     family.aspect_spread(), ", ffn_ratio ", family.ffn_ratio(), ", min_layers ",
+                     family.min_layers(), ", max_layers ", family.max_layers()));
   }
   const auto& m = base.model();
   if (m.n_kv_heads() > 1 && m.n_kv_heads() < m.n_heads() && m.n_heads() % m.n_kv_heads() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": the base's model.n_kv_heads=", m.n_kv_heads(), " does not divide its model.n_heads=", m.n_heads(),
+        where, ": the base's model.n_kv_heads=", m.n_kv_heads(),
+        " does not divide its model.n_heads=", m.n_heads(),
         "; the family keeps the base's query heads per key/value head, which must be a whole number"));
   }
   // The widest shape is at max_layers, the top of its aspect band; its d_model, n_heads and d_ff go into
@@ -156,9 +163,9 @@ absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::
   constexpr double kMaxField = 2147483647.0;
   const double unit = head * static_cast<double>(BaseKvSharing(base).group);
   const double center = family.aspect_ratio() * family.max_layers();
-  const double widest =
-      std::max({unit, std::round(center / unit) * unit,
-                family.aspect_spread() > 1 ? std::floor(center * family.aspect_spread() / unit) * unit : 0.0});
+  const double widest = std::max(
+      {unit, std::round(center / unit) * unit,
+       family.aspect_spread() > 1 ? std::floor(center * family.aspect_spread() / unit) * unit : 0.0});
   if (!(widest <= kMaxField)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: its widest shape (aspect_ratio %g x max_layers %d x aspect_spread %g) has d_model %.4g; "
@@ -170,19 +177,19 @@ absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::
                                ? static_cast<double>(m.ffn().d_ff()) / m.d_model()
                                : 4.0;
   if (!(std::ceil(ffn_ratio * widest) + 15 <= kMaxField)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: its widest shape (d_model %.0f) has d_ff = %g x d_model = %.4g; model.ffn.d_ff is a 32-bit field "
-        "(at most %.0f)",
-        where, widest, ffn_ratio, ffn_ratio * widest, kMaxField));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: its widest shape (d_model %.0f) has d_ff = %g x d_model = %.4g; model.ffn.d_ff "
+                        "is a 32-bit field (at most %.0f)",
+                        where, widest, ffn_ratio, ffn_ratio * widest, kMaxField));
   }
   // Every shape is built and sized before planning: count them first.
   if (FamilyShapeCount(family, base, kMaxFamilyShapes) > kMaxFamilyShapes) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s has more than %d shapes (layers %d..%d; each depth has the widths within a factor aspect_spread %g "
-        "of aspect_ratio %g x layers, in steps of head_size %d), and each is sized before planning: lower "
+        "%s has more than %d shapes (layers %d..%d; each depth has the widths within a factor aspect_spread "
+        "%g of aspect_ratio %g x layers, in steps of head_size %d), and each is sized before planning: lower "
         "max_layers or aspect_spread, or raise head_size",
-        where, static_cast<int>(kMaxFamilyShapes), family.min_layers(), family.max_layers(), family.aspect_spread(),
-        family.aspect_ratio(), family.head_size()));
+        where, static_cast<int>(kMaxFamilyShapes), family.min_layers(), family.max_layers(),
+        family.aspect_spread(), family.aspect_ratio(), family.head_size()));
   }
   return absl::OkStatus();
 }
@@ -271,7 +278,8 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
     }
     if (const auto [it, fresh] = axis_of.insert({axis.field(), i}); !fresh) {
       return Error(source, absl::StrCat("sweep.grid.axis[", i, "] and axis[", it->second, "] are both over ",
-                                        axis.field(), ": each run would take only the last axis's value; put "
+                                        axis.field(),
+                                        ": each run would take only the last axis's value; put "
                                         "all the values in one axis"));
     }
     if (axis.values_size() == 0) {
@@ -315,7 +323,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   if (design.budgets_size() == 0)
     return Error(source, "sweep.isoflop.budgets is empty; give at least one FLOP budget");
   const auto& family = design.family();
-  if (absl::Status s = CheckFamilyBounds(family, base, absl::StrCat(source, ": sweep.isoflop.family")); !s.ok()) {
+  if (absl::Status s = CheckFamilyBounds(family, base, absl::StrCat(source, ": sweep.isoflop.family"));
+      !s.ok()) {
     return s;
   }
   if (design.models_per_budget() < 3) {
@@ -365,8 +374,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       const double per_token =
           design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c.n : c.size.training_flops_per_token;
       const double tokens = budget / per_token;
-      // In double: a large budget's step count can pass the int64 range (1e28 FLOP wrapped to a negative count
-      // and was reported as too few tokens).
+      // In double: a large budget's step count can pass the int64 range (1e28 FLOP wrapped to a negative
+      // count and was reported as too few tokens).
       const double steps = std::floor(tokens / static_cast<double>(tokens_per_step));
       if (tokens / c.n < design.min_tokens_per_param() || steps < static_cast<double>(design.min_steps())) {
         ++too_few_tokens;
@@ -388,8 +397,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       if (too_few_tokens == total) {
         why = absl::StrFormat(
             "is too small for the model family: even the smallest model (N=%.3g) needs at least %.3g FLOP "
-            "for %g "
-            "tokens per parameter and %d steps",
+            "for %g tokens per parameter and %d steps",
             smallest.n, smallest_needs, design.min_tokens_per_param(), design.min_steps());
       } else if (too_many_tokens == total) {
         why = absl::StrFormat("is too large for the model family: raise family.max_layers (largest N=%.3g)",
@@ -397,10 +405,8 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       } else {
         why = absl::StrFormat(
             "leaves %d model size(s) of the family within %g..%g tokens per parameter and at least %d steps; "
-            "a "
-            "parabola needs 3 (%d sizes get too few tokens, %d too many): raise the budget, widen the "
-            "bounds, or "
-            "set family.aspect_spread for finer sizes",
+            "a parabola needs 3 (%d sizes get too few tokens, %d too many): raise the budget, widen the "
+            "bounds, or set family.aspect_spread for finer sizes",
             static_cast<int>(feasible.size()), design.min_tokens_per_param(), design.max_tokens_per_param(),
             design.min_steps(), too_few_tokens, too_many_tokens);
       }
@@ -453,9 +459,10 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       const double whole_steps = std::floor(budget / per_token / static_cast<double>(tokens_per_step));
       // 2^53: the step counts a double holds exactly (and far below int64's range).
       if (!(whole_steps <= 9007199254740992.0)) {
-        return Error(source, absl::StrFormat("sweep.isoflop.budgets[%d]=%g would train %s (N=%.3g) for %.3g steps, "
-                                             "more than 2^53: lower the budget or max_tokens_per_param",
-                                             b, budget, BudgetTag(budget), c->n, whole_steps));
+        return Error(source,
+                     absl::StrFormat("sweep.isoflop.budgets[%d]=%g would train %s (N=%.3g) for %.3g steps, "
+                                     "more than 2^53: lower the budget or max_tokens_per_param",
+                                     b, budget, BudgetTag(budget), c->n, whole_steps));
       }
       const int64_t steps = static_cast<int64_t>(whole_steps);
       PlannedRun run;

@@ -83,8 +83,9 @@ inline constexpr double kMaxFamilyShapes = 100000;
 // How many shapes FamilyShapes gives, counted without building them; counting stops once past `stop_above`.
 double FamilyShapeCount(const config::ShapeFamily& family, const config::Experiment& base, double stop_above);
 
-// OK when `family`'s fields are in range, the base's n_kv_heads divides its n_heads, its widest d_model and d_ff fit their 32-bit config fields and it
-// has at most kMaxFamilyShapes shapes; else InvalidArgument starting with `where`, naming the fields.
+// OK when `family`'s fields are in range, the base's n_kv_heads divides its n_heads, its widest d_model and
+// d_ff fit their 32-bit config fields and it has at most kMaxFamilyShapes shapes; else InvalidArgument
+// starting with `where`, naming the fields.
 absl::Status CheckFamilyBounds(const config::ShapeFamily& family, const config::Experiment& base,
                                const std::string& where);
 

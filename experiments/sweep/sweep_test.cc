@@ -313,25 +313,51 @@ TEST(SweepPlan, BadSweepsGetClearErrors) {
 // over a field the sweep sets itself (run.output_dir) was silently overwritten. Both are refused.
 TEST(SweepPlan, GridAxesMustBeOverDistinctFieldsTheSweepDoesNotSet) {
   auto twice = Plan(R"pb(grid {
-                           axis { field: "model.n_layers" values: [ "1", "2" ] }
-                           axis { field: "optimizer.lr" values: [ "1e-3" ] }
-                           axis { field: "model.n_layers" values: [ "3" ] }
+                           axis {
+                             field: "model.n_layers"
+                             values: [ "1", "2" ]
+                           }
+                           axis {
+                             field: "optimizer.lr"
+                             values: [ "1e-3" ]
+                           }
+                           axis {
+                             field: "model.n_layers"
+                             values: [ "3" ]
+                           }
                          })pb");
   ASSERT_FALSE(twice.ok());
-  EXPECT_EQ(twice.status().message(),
-            "test.sweep: sweep.grid.axis[2] and axis[0] are both over model.n_layers: each run would take only "
-            "the last axis's value; put all the values in one axis");
-  auto folder = Plan(R"pb(grid { axis { field: "run.output_dir" values: [ "a", "b" ] } })pb");
+  EXPECT_EQ(
+      twice.status().message(),
+      "test.sweep: sweep.grid.axis[2] and axis[0] are both over model.n_layers: each run would take only "
+      "the last axis's value; put all the values in one axis");
+  auto folder = Plan(R"pb(grid {
+                            axis {
+                              field: "run.output_dir"
+                              values: [ "a", "b" ]
+                            }
+                          })pb");
   ASSERT_FALSE(folder.ok());
   EXPECT_EQ(folder.status().message(),
-            "test.sweep: sweep.grid.axis[0].field is run.output_dir, which the sweep sets itself (each run's folder "
-            "is <sweep output_dir>/runs/<run name>): an axis over it would change nothing");
+            "test.sweep: sweep.grid.axis[0].field is run.output_dir, which the sweep sets itself (each run's "
+            "folder is <sweep output_dir>/runs/<run name>): an axis over it would change nothing");
   auto interval = Plan(R"pb(evals_per_run: 4
-                            grid { axis { field: "run.eval_interval" values: [ "1", "2" ] } })pb");
+                            grid {
+                              axis {
+                                field: "run.eval_interval"
+                                values: [ "1", "2" ]
+                              }
+                            })pb");
   ASSERT_FALSE(interval.ok());
-  EXPECT_NE(interval.status().message().find("sweep.evals_per_run sets it"), std::string::npos) << interval.status();
+  EXPECT_NE(interval.status().message().find("sweep.evals_per_run sets it"), std::string::npos)
+      << interval.status();
   // Without evals_per_run the evaluation interval is the user's to sweep.
-  EXPECT_TRUE(Plan(R"pb(grid { axis { field: "run.eval_interval" values: [ "1", "2" ] } })pb").ok());
+  EXPECT_TRUE(Plan(R"pb(grid {
+                          axis {
+                            field: "run.eval_interval"
+                            values: [ "1", "2" ]
+                          }
+                        })pb").ok());
 }
 
 // Every member of a family shares key/value heads as the base does (sweep.proto): a grouped-query base
@@ -408,9 +434,10 @@ TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
   };
   auto wide = isoflop("aspect_ratio: 1e9 head_size: 8 max_layers: 8 aspect_spread: 1.5");
   ASSERT_FALSE(wide.ok());
-  EXPECT_EQ(wide.status().message(),
-            "test.sweep: sweep.isoflop.family: its widest shape (aspect_ratio 1e+09 x max_layers 8 x aspect_spread "
-            "1.5) has d_model 1.2e+10; model.d_model is a 32-bit field (at most 2147483647)");
+  EXPECT_EQ(
+      wide.status().message(),
+      "test.sweep: sweep.isoflop.family: its widest shape (aspect_ratio 1e+09 x max_layers 8 x aspect_spread "
+      "1.5) has d_model 1.2e+10; model.d_model is a 32-bit field (at most 2147483647)");
   auto deep = isoflop("aspect_ratio: 16 head_size: 8 max_layers: 100000 aspect_spread: 1.5");
   ASSERT_FALSE(deep.ok());
   EXPECT_NE(deep.status().message().find("test.sweep: sweep.isoflop.family has more than 100000 shapes"),
@@ -418,7 +445,8 @@ TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
       << deep.status();
   auto ffn = isoflop("head_size: 16 ffn_ratio: 1e9");
   ASSERT_FALSE(ffn.ok());
-  EXPECT_NE(ffn.status().message().find("model.ffn.d_ff is a 32-bit field"), std::string::npos) << ffn.status();
+  EXPECT_NE(ffn.status().message().find("model.ffn.d_ff is a 32-bit field"), std::string::npos)
+      << ffn.status();
   auto negative = isoflop("head_size: 16 ffn_ratio: -2");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("ffn_ratio -2"), std::string::npos) << negative.status();
@@ -431,7 +459,8 @@ TEST(SweepPlan, FamilyBoundsAreCheckedBeforeItsShapesAreBuilt) {
                            "aspect_ratio: 100 head_size: 64 max_layers: 40 aspect_spread: 2.5"}) {
     config::ShapeFamily family;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &family)) << text;
-    EXPECT_EQ(FamilyShapeCount(family, base, 1e9), static_cast<double>(FamilyShapes(family, base).size())) << text;
+    EXPECT_EQ(FamilyShapeCount(family, base, 1e9), static_cast<double>(FamilyShapes(family, base).size()))
+        << text;
   }
 }
 
@@ -492,7 +521,8 @@ TEST(SweepReport, NoFinishedRunRemovesTheEarlierReport) {
   auto analysis = WriteSweepReport(*plan, csv, "note", SimpleSizer);
   ASSERT_FALSE(analysis.ok());
   EXPECT_NE(analysis.status().message().find("no finished run"), std::string::npos) << analysis.status();
-  EXPECT_NE(analysis.status().message().find("removed the earlier report in " + report_dir), std::string::npos)
+  EXPECT_NE(analysis.status().message().find("removed the earlier report in " + report_dir),
+            std::string::npos)
       << analysis.status();
   EXPECT_FALSE(FileExists(report_dir + "/report.md"));
   EXPECT_FALSE(FileExists(report_dir + "/isoflop.svg"));
@@ -576,8 +606,7 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
   EXPECT_EQ(again->finished, 8);  // the 7 skipped and the rerun
   const std::string rerun = absl::StrJoin(lines, "\n");
   EXPECT_NE(rerun.find("[rerun] " + plan->runs[1].name +
-                       ": its config changed since it finished (modified: "
-                       "optimizer.lr: 0.5 -> "),
+                       ": its config changed since it finished (modified: optimizer.lr: 0.5 -> "),
             std::string::npos)
       << rerun;
   EXPECT_NE(rerun.find("the earlier run is kept in " + changed + "/superseded-1"), std::string::npos)

@@ -101,14 +101,15 @@ absl::Status CheckParametricIdentifiable(const Observations& observations) {
   }
   const int distinct_n = DistinctValues(n, 1e-6), distinct_d = DistinctValues(d, 1e-6);
   if (distinct_n < kMinDistinctParametricValues || distinct_d < kMinDistinctParametricValues) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the runs have ", distinct_n, " distinct model size(s) N and ", distinct_d,
-        " distinct token count(s) D; L(N, D) = E + A/N^alpha + B/D^beta needs at least ",
-        kMinDistinctParametricValues, " of each (with two, any exponent fits the one difference of loss they give)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the runs have ", distinct_n, " distinct model size(s) N and ", distinct_d,
+                     " distinct token count(s) D; L(N, D) = E + A/N^alpha + B/D^beta needs at least ",
+                     kMinDistinctParametricValues,
+                     " of each (with two, any exponent fits the one difference of loss they give)"));
   }
   if (DistinctValues(loss, 1e-6) == 1) {
-    return absl::FailedPreconditionError(absl::StrCat("every run has the same loss (", loss[0],
-                                                      "): it shows no dependence on N or D to fit"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("every run has the same loss (", loss[0], "): it shows no dependence on N or D to fit"));
   }
   // The smaller principal standard deviation of the points (ln N, ln D): their RMS distance from the line
   // that fits them best.
@@ -125,10 +126,10 @@ absl::Status CheckParametricIdentifiable(const Observations& observations) {
   const double spread = std::sqrt(std::max(0.0, half_trace - root));
   if (!(spread >= kMinParametricSpread)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "the runs lie along one line in (ln N, ln D) (RMS distance %.3g from it; at least %g needed): N and D "
-        "did not vary independently (one IsoFLOP budget, or a fixed tokens per parameter), so a change of loss "
-        "cannot be credited to N or to D and the compute-optimal allocation is not determined; add runs at "
-        "another budget",
+        "the runs lie along one line in (ln N, ln D) (RMS distance %.3g from it; at least %g needed): N and "
+        "D did not vary independently (one IsoFLOP budget, or a fixed tokens per parameter), so a change of "
+        "loss cannot be credited to N or to D and the compute-optimal allocation is not determined; add runs "
+        "at another budget",
         spread, kMinParametricSpread));
   }
   return absl::OkStatus();
@@ -140,7 +141,9 @@ absl::Status CheckParametricLaw(const ParametricLaw& law) {
       "the best fit has alpha = %.3g and beta = %.3g: the loss does not fall with %s, and such a law has no "
       "compute-optimal allocation (at fixed compute its loss has no minimum), so it is not used",
       law.alpha, law.beta,
-      !(law.alpha > 0) && !(law.beta > 0) ? "N or with D" : !(law.alpha > 0) ? "N (alpha <= 0)" : "D (beta <= 0)"));
+      !(law.alpha > 0) && !(law.beta > 0) ? "N or with D"
+      : !(law.alpha > 0)                  ? "N (alpha <= 0)"
+                                          : "D (beta <= 0)"));
 }
 
 namespace {

@@ -108,9 +108,7 @@ TEST(ParametricDataTest, RejectsBadRunsByIndex) {
 // at D/N = 0.001).
 TEST(FitParametricTest, RefusesRunsThatCannotIdentifyTheLaw) {
   const ParametricLaw truth{1.69, 406.4, 410.7, 0.34, 0.28};
-  auto run = [&](double n, double d) {
-    return Observation{n, d, 6 * n * d, 0, truth.Loss(n, d)};
-  };
+  auto run = [&](double n, double d) { return Observation{n, d, 6 * n * d, 0, truth.Loss(n, d)}; };
   auto refusal = [](const Observations& obs) {
     absl::StatusOr<ParametricFit> fit = FitParametric(obs, ParametricFitOptions());
     EXPECT_FALSE(fit.ok());
@@ -122,7 +120,8 @@ TEST(FitParametricTest, RefusesRunsThatCannotIdentifyTheLaw) {
     lr_only.push_back(run(1e7, 1e9));
     lr_only.back().loss *= noise;
   }
-  EXPECT_NE(refusal(lr_only).find("1 distinct model size(s) N and 1 distinct token count(s) D"), std::string::npos);
+  EXPECT_NE(refusal(lr_only).find("1 distinct model size(s) N and 1 distinct token count(s) D"),
+            std::string::npos);
   Observations lr_by_layers;  // two sizes (n_layers 1, 2), one length, three learning rates
   for (double n : {1e7, 2e7})
     for (double noise : {1.0, 1.01, 0.99}) {
@@ -174,7 +173,8 @@ TEST(FitParametricTest, RefusesALawWhoseLossDoesNotFallWithNAndD) {
 // InitGoogleLogging()"; after a fit, glog prints nothing below ERROR.
 TEST(FitParametricTest, SolverWarningsStayOffStderr) {
   testing::internal::CaptureStderr();
-  absl::StatusOr<ParametricFit> fit = FitParametric(SyntheticRuns(kEpochLaw, 0.01, 7), ParametricFitOptions());
+  absl::StatusOr<ParametricFit> fit =
+      FitParametric(SyntheticRuns(kEpochLaw, 0.01, 7), ParametricFitOptions());
   LOG(WARNING) << "Numerical failure in L-BFGS update (as Ceres logs it)";
   const std::string err = testing::internal::GetCapturedStderr();
   ASSERT_TRUE(fit.ok()) << fit.status();

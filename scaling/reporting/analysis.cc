@@ -19,8 +19,8 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops, const ResultsTable& table,
-                                          const ObservationChoice& choice) {
+absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops,
+                                          const ResultsTable& table, const ObservationChoice& choice) {
   auto loss = [&](const RunResult& r) { return choice.best_loss ? r.best_val_loss : r.final_loss; };
   std::map<double, const RunResult*> best;
   for (const RunResult& r : table.runs) {
@@ -79,10 +79,10 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   }
   recipe.lr = constant(lr) ? lr[0] : lr_law->At(flops);
   if (!(recipe.lr > 0) || !std::isfinite(recipe.lr)) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the learning rate %s gives %g at %g FLOP: not a usable learning rate (the swept budgets span %g to %g "
-        "FLOP)",
-        describe("lr", lr, *lr_law), recipe.lr, flops, c.front(), c.back()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the learning rate %s gives %g at %g FLOP: not a usable learning rate (the swept "
+                        "budgets span %g to %g FLOP)",
+                        describe("lr", lr, *lr_law), recipe.lr, flops, c.front(), c.back()));
   }
   const double ratio = Median(aspect), head_size = Median(head);
   // 12 L d^2 = N with d = ratio L  =>  L = (N / (12 ratio^2))^(1/3).
@@ -118,8 +118,8 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
                                                    options.target_flops));
   }
   if (options.bootstrap.resamples < 0 || options.bootstrap.resamples > kMaxBootstrapResamples) {
-    return absl::InvalidArgumentError(absl::StrCat("bootstrap resamples must be 0 to ", kMaxBootstrapResamples,
-                                                   ", got ", options.bootstrap.resamples));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bootstrap resamples must be 0 to ", kMaxBootstrapResamples, ", got ", options.bootstrap.resamples));
   }
   ScalingAnalysis a;
   a.options = options;
@@ -142,9 +142,10 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     const Allocation at = OptimalAllocation(p->law, options.target_flops);
     if (!(at.params > 0 && std::isfinite(at.params) && at.tokens > 0 && std::isfinite(at.tokens) &&
           std::isfinite(at.loss))) {
-      p = absl::FailedPreconditionError(absl::StrFormat(
-          "the best fit (alpha = %.3g, beta = %.3g) gives N_opt = %g, D_opt = %g at %g FLOP: not a usable allocation",
-          p->law.alpha, p->law.beta, at.params, at.tokens, options.target_flops));
+      p = absl::FailedPreconditionError(
+          absl::StrFormat("the best fit (alpha = %.3g, beta = %.3g) gives N_opt = %g, D_opt = %g at %g FLOP: "
+                          "not a usable allocation",
+                          p->law.alpha, p->law.beta, at.params, at.tokens, options.target_flops));
     }
   }
   if (p.ok()) {
@@ -217,9 +218,9 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.recommended_by = "Approach 2";
   }
   if (n > 0) {
-    absl::StatusOr<Recipe> recipe = options.recipe
-                                        ? options.recipe(n, d, options.target_flops, table, options.choice)
-                                        : RecipeFromBestRuns(n, d, options.target_flops, table, options.choice);
+    absl::StatusOr<Recipe> recipe =
+        options.recipe ? options.recipe(n, d, options.target_flops, table, options.choice)
+                       : RecipeFromBestRuns(n, d, options.target_flops, table, options.choice);
     if (recipe.ok()) {
       a.recipe = *recipe;
     } else {

@@ -35,8 +35,8 @@ struct Recipe {
 // Turns the recommended (N, D) at `flops` into a recipe. The trainer, which knows the model config and
 // counts parameters exactly, can supply one; without it the report uses RecipeFromBestRuns.
 // `choice` is the report's: which loss ranks the runs.
-using RecipeHook = std::function<absl::StatusOr<Recipe>(double params, double tokens, double flops,
-                                                        const ResultsTable& table, const ObservationChoice& choice)>;
+using RecipeHook = std::function<absl::StatusOr<Recipe>(
+    double params, double tokens, double flops, const ResultsTable& table, const ObservationChoice& choice)>;
 
 // A recipe extrapolated from the sweep itself: the best finished run of each budget (lowest loss of the
 // kind `choice` names, final or best validation loss, as the fits use) gives a
@@ -44,8 +44,8 @@ using RecipeHook = std::function<absl::StatusOr<Recipe>(double params, double to
 // power laws in compute fitted to those points (DeepSeek LLM's practice), the shape keeps the median
 // aspect ratio and head size of those runs and is sized so 12 n_layers d_model^2 = params (the
 // non-embedding count of a standard block). Needs 2 budgets.
-absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double tokens, double flops, const ResultsTable& table,
-                                          const ObservationChoice& choice);
+absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double tokens, double flops,
+                                          const ResultsTable& table, const ObservationChoice& choice);
 
 struct ReportOptions {
   double target_flops = 0;

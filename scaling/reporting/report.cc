@@ -127,7 +127,8 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
   absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
   if (a.recommended_by == "Approach 2") {
-    absl::StrAppend(&md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");
+    absl::StrAppend(
+        &md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");
   }
   if (a.recipe) {
     const Recipe& r = *a.recipe;

@@ -20,7 +20,8 @@ struct ReportFiles {
 };
 
 // How the report prints a number: 4 significant digits, whole numbers from 1,000 to 99,999, and outside
-// [1e-3, 1e5) a mantissa and a power of ten ("1.234e9"; 9.99996e8 is "1e9", not "10e8"); "n/a" when not finite.
+// [1e-3, 1e5) a mantissa and a power of ten ("1.234e9"; 9.99996e8 is "1e9", not "10e8"); "n/a" when not
+// finite.
 std::string FormatNumber(double v);
 
 // The Markdown and figures for an analysis.
@@ -39,8 +40,8 @@ absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir);
 // stand for it.
 absl::Status RemoveReport(const std::string& out_dir);
 
-// Reads, analyses, renders and writes (WriteReport): what `//scaling:report` runs. On an error nothing in
-// `out_dir` changes.
+// Reads, analyses, renders and writes (WriteReport): what `//scaling:report` runs. When reading or
+// analysing fails, nothing in `out_dir` changes.
 absl::StatusOr<ScalingAnalysis> MakeReport(const std::string& results_path, const ReportOptions& options,
                                            const std::string& out_dir);
 

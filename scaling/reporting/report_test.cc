@@ -199,7 +199,8 @@ TEST(ReportTest, RecipeRefusesExtrapolationsBeyondWholeNumbers) {
   for (RunResult& r : table.runs) r.batch_size = 16;  // a constant batch: only the shape overflows
   absl::StatusOr<Recipe> huge = RecipeFromBestRuns(1e300, 1e300, 1e300, table, ObservationChoice());
   ASSERT_FALSE(huge.ok()) << "d_model " << huge->d_model << ", n_layers " << huge->n_layers;
-  EXPECT_NE(huge.status().message().find("n_layers for N_opt at 1e+300 FLOP is"), std::string::npos) << huge.status();
+  EXPECT_NE(huge.status().message().find("n_layers for N_opt at 1e+300 FLOP is"), std::string::npos)
+      << huge.status();
 }
 
 TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
@@ -297,7 +298,8 @@ TEST(ReportTest, ALawWithoutAnOptimumIsNotRecommendedFrom) {
   absl::StatusOr<ScalingAnalysis> a = Analyze(table, options);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_FALSE(a->parametric.has_value());
-  EXPECT_NE(a->parametric_error.find("no compute-optimal allocation"), std::string::npos) << a->parametric_error;
+  EXPECT_NE(a->parametric_error.find("no compute-optimal allocation"), std::string::npos)
+      << a->parametric_error;
   EXPECT_NE(a->recommended_by, "Approach 3");
   const std::string md = RenderReport(*a).files[0].second;
   EXPECT_EQ(md.find("nan"), std::string::npos) << md;
@@ -329,7 +331,8 @@ TEST(ReportTest, ARewrittenReportKeepsNoFileOfTheEarlierOne) {
   EXPECT_NE(md->find("ungrouped.csv"), std::string::npos);
   for (const std::string& name : ReportFileNames()) {
     // Every report file there is one this report.md shows (or report.md itself).
-    EXPECT_EQ(FileExists(dir + "/report/" + name), name == "report.md" || md->find("(" + name + ")") != std::string::npos)
+    EXPECT_EQ(FileExists(dir + "/report/" + name),
+              name == "report.md" || md->find("(" + name + ")") != std::string::npos)
         << name;
   }
 
