@@ -290,6 +290,7 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
   if (total > 10000)
     return Error(source, absl::StrCat("sweep.grid expands to ", total, " runs; at most 10000"));
   std::vector<int> index(grid.axis_size(), 0);
+  std::map<std::string, std::string> run_of_config;  // the config as text -> the run that has it
   for (size_t r = 0; r < total; ++r) {
     PlannedRun run;
     run.experiment = base;
@@ -306,6 +307,12 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
     if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.grid"));
         !s.ok()) {
       return s;
+    }
+    // Values written two ways ("1e-3", "0.001") would train one config twice and weigh it twice in the fits.
+    const auto [same, fresh] = run_of_config.insert({experiments::ExperimentToText(run.experiment), run.name});
+    if (!fresh) {
+      return Error(source, absl::StrCat("sweep.grid: runs ", same->second, " and ", run.name,
+                                        " have the same config (axis values that set the same thing); drop one"));
     }
     runs->push_back(std::move(run));
     for (int i = grid.axis_size() - 1; i >= 0; --i) {  // last axis fastest

@@ -401,6 +401,16 @@ TEST(SweepPlan, FamilyMembersShareKeyValueHeadsAsTheBaseDoes) {
       << uneven.status();
 }
 
+// One value written two ways ("1e-3", "0.001") trained the same config twice under two names, and the fits
+// counted it twice.
+TEST(SweepPlan, GridRunsWithTheSameConfigAreRefused) {
+  auto same = Plan(R"pb(grid { axis { field: "optimizer.lr" values: [ "1e-3", "2e-3", "0.001" ] } })pb");
+  ASSERT_FALSE(same.ok());
+  EXPECT_EQ(same.status().message(),
+            "test.sweep: sweep.grid: runs lr=1e-3 and lr=0.001 have the same config (axis values that set the "
+            "same thing); drop one");
+}
+
 // A budget so large that a model's step count passes int64 is "too large for the model family", not "too
 // small" (the count wrapped negative); one that plans more than 2^53 steps is refused by name.
 TEST(SweepPlan, HugeBudgetsAreTooLargeNotTooSmall) {
