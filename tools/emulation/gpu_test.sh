@@ -50,8 +50,8 @@ emulation_rewrite "$root/kernels/cuda/norm_kernels.cuh" "$work/inc/kernels/cuda/
 # Everything sees the CUDA backend (LMF_WITH_CUDA) through the fakes: the cuBLASLt emulation's runtime and
 # cuBLASLt first, then the kernel emulation's bf16, cub and tensor-core fakes.
 emulated=(-DLMF_WITH_CUDA=1 -I"$work/inc" -I"$work/gen" -I"$emu/cublaslt/fake" -I"$emu/fake" -I"$root")
-host_sources=(base/check.cc base/file.cc base/json.cc base/thread_pool.cc kernels/core/core.cc
-  kernels/core/dispatch.cc kernels/cpu/peak_flops.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
+host_sources=(base/check.cc base/file.cc base/json.cc base/subprocess.cc base/thread_pool.cc
+  distributed/gloo_group.cc kernels/core/core.cc kernels/core/dispatch.cc kernels/cpu/peak_flops.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
   kernels/profile/op_profile.cc kernels/profile/cpu_op_profiler.cc kernels/cuda/op_profiler.cc kernels/cuda/gpu_test_util.cc
   kernels/matmul/matmul_cuda.cc kernels/memory/memory_cuda.cc kernels/testing/compare.cc
   kernels/*/*_cpu.cc model/accounting/accounting.cc model/config/config.cc
@@ -61,8 +61,9 @@ host_sources=(base/check.cc base/file.cc base/json.cc base/thread_pool.cc kernel
   experiments/config/loader.cc experiments/config/overrides.cc experiments/config/validation.cc
   experiments/crc32c/crc32c.cc experiments/data/token_batches.cc experiments/metrics/metrics_log.cc
   experiments/metrics/tensorboard_writer.cc experiments/model_loading.cc experiments/schedule/lr_schedule.cc
-  experiments/trainer/model_spec.cc experiments/trainer/optimizer.cc experiments/trainer/stop_signals.cc
-  experiments/trainer/trainer.cc experiments/trainer/training_device.cc experiments/trainer/weights.cc)
+  experiments/trainer/data_parallel.cc experiments/trainer/memory_check.cc experiments/trainer/model_spec.cc
+  experiments/trainer/optimizer.cc experiments/trainer/stop_signals.cc experiments/trainer/trainer.cc
+  experiments/trainer/training_device.cc experiments/trainer/weights.cc)
 for f in "${cuda_sources[@]}"; do
   compile "$work/obj/$(basename "$f" .cu).o" "${emulated[@]}" "$work/src/$(basename "$f" .cu).cc"
 done
@@ -76,7 +77,7 @@ compile "$work/obj/fake_cublaslt.o" "${emulated[@]}" "$emu/cublaslt/fake_cublasl
 compile "$work/obj/cuemu.o" -I"$root" "$emu/cuemu.cc"
 for t in "${tests[@]}"; do compile "$work/tests/$(basename "$t" .cc).o" "${emulated[@]}" "$root/$t"; done
 compiles_done
-libs=(-fopenmp -ldnnl -lgtest_main -lgtest)
+libs=(-fopenmp -ldnnl -lgloo -pthread -lgtest_main -lgtest)
 [[ -f "${protos[0]}" ]] && libs+=(-lprotobuf -lpcre2-8)
 mkdir -p "$work/test_tmp"
 status=0
