@@ -132,6 +132,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
                                " must be a finite number above 1 (the base of RoPE's wavelengths)"));
     }
   }
+  if (positional.kind() == PositionalConfig::SINUSOIDAL && model.d_model() % 2 != 0) {  // the model's rule
+    errors->Add(absl::StrCat("model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine ",
+                             "per frequency), got ", model.d_model()));
+  }
 
   RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
   if (!(model.init().std() > 0)) {

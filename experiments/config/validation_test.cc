@@ -110,6 +110,15 @@ TEST(ConfigValidation, RopeNeedsEvenHeadSize) {
   EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.positional.kind=LEARNED"}), "OK");
 }
 
+// The model's own rule (model/config), so that the error names the file and field; it was the model's,
+// without either, once training started.
+TEST(ConfigValidation, SinusoidalPositionsNeedAnEvenWidth) {
+  EXPECT_EQ(Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=63", "model.n_heads=7"}),
+            "tiny.textproto: model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine "
+            "per frequency), got 63");
+  EXPECT_EQ(Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=62", "model.n_heads=2"}), "OK");
+}
+
 // The model's own rule (model/config: above 1), so that a config validation accepts is one the model builds.
 TEST(ConfigValidation, RopeThetaMustBeAboveOne) {
   for (const char* theta : {"0", "0.5", "1"}) {
