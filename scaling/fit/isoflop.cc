@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace lmf::scaling {
 
@@ -113,6 +114,16 @@ absl::StatusOr<IsoFlopFit> FitIsoFlop(const Observations& observations, const st
       curve.loss_vs_log_params = *pn;
       curve.loss_vs_log_tokens = *pd;
       curve.reason = "the parabola opens downwards: no minimum";
+    } else if (!(pn->At(pn->Vertex()) > 0)) {
+      // A loss is positive: a minimum at or below 0 is the parabola extrapolated far beyond the sampled sizes
+      // (losses that barely bend), not a compute-optimal point. It would also break the power law of the
+      // minimum loss in C, and with it the whole fit.
+      curve.loss_vs_log_params = *pn;
+      curve.loss_vs_log_tokens = *pd;
+      curve.reason = absl::StrFormat(
+          "the parabola's minimum, at N = %.3g (sampled %.3g to %.3g), predicts a loss of %.3g: it lies far "
+          "outside the sampled sizes",
+          std::exp(pn->Vertex()), std::exp(lo), std::exp(hi), pn->At(pn->Vertex()));
     } else {
       curve.loss_vs_log_params = *pn;
       curve.loss_vs_log_tokens = *pd;

@@ -86,6 +86,28 @@ TEST(FitIsoFlopTest, LeavesOutABudgetWithoutMinimumAndSaysWhy) {
   EXPECT_NE(fit->curves.back().reason.find("no minimum"), std::string::npos);
 }
 
+// A budget whose losses barely bend has its parabola's minimum far away, at a negative loss: that budget is
+// left out with the reason (its minimum took the power law of the minimum loss, and with it the whole fit,
+// down with "point 0 is (1e+22, -...)").
+TEST(FitIsoFlopTest, LeavesOutABudgetWhoseMinimumPredictsANonPositiveLoss) {
+  const ParametricLaw law{1.82, 482.01, 2085.43, 0.3478, 0.3658};
+  Observations obs = ChinchillaIsoFlops(law, 0, 0.5, 1);
+  for (int k = 0; k < 3; ++k) {  // falling almost linearly in ln N, with a slight upward bend
+    Observation o;
+    o.budget = o.flops = 1e22;
+    o.params = 1e9 * std::exp(0.5 * k);
+    o.tokens = 1e22 / (6 * o.params);
+    o.loss = 2.0 - 0.5 * k + 0.001 * k * k;
+    obs.push_back(o);
+  }
+  absl::StatusOr<IsoFlopFit> fit = FitIsoFlop(obs);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->budgets_used, 7);
+  EXPECT_FALSE(fit->curves.back().used);
+  EXPECT_NE(fit->curves.back().reason.find("far outside the sampled sizes"), std::string::npos)
+      << fit->curves.back().reason;
+}
+
 TEST(FitIsoFlopTest, RejectsRunsWithoutABudget) {
   Observations obs(5);
   for (Observation& o : obs) o = {1e8, 1e9, 6e17, 0, 3};
