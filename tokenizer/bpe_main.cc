@@ -97,8 +97,7 @@ class Flags {
     return Get(name);
   }
   // A decimal integer in [lo, hi] (no sign, no spaces), or `fallback` when the flag is absent.
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t lo = 0,
-                              int64_t hi = INT64_MAX) const {
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {
     if (!Has(name)) return fallback;
     const std::string v = Get(name);
     char* end = nullptr;
@@ -106,9 +105,7 @@ class Flags {
     const long long x = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE || x < lo ||
         x > hi) {
-      return absl::InvalidArgumentError(
-          hi == INT64_MAX ? absl::StrCat("--", name, "=", v, ": expected an integer of at least ", lo)
-                          : absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
     }
     return static_cast<int64_t>(x);
   }
