@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
+#include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
@@ -256,6 +257,10 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   }
   auto plan = sweep::PlanSweep(sweep, sweep_path, o.out_dir, sweep::SizeOfModel);
   if (!plan.ok()) return plan.status();
+  if (absl::Status s = sweep::CheckRunsCanReadTheirData(*plan); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(o.data.empty() ? "" : "--data: too little text for the sweep's runs: ",
+                                               s.message()));
+  }
   say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
   sweep::RunnerOptions runner;
   runner.command = o.train_command;

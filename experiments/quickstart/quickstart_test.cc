@@ -141,6 +141,25 @@ TEST(Quickstart, AnEditedCorpusRedoesEverythingAfterIt) {
       << said;
 }
 
+// Text too small for one training batch is refused once, before any run starts, with the trainer's own
+// message (every run failed with it, one after another, before the "no finished run" end).
+TEST(Quickstart, TooLittleTextIsRefusedBeforeAnyRun) {
+  const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/qs_small";
+  const std::string text_path = std::string(std::getenv("TEST_TMPDIR")) + "/small.txt";
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "A short story about a cat and a dog.\n";  // ~1.5 KB
+  ASSERT_TRUE(WriteFileAtomically(text_path, text).ok());
+  QuickstartOptions o = TinyOptions(out);
+  o.data = {text_path};
+  auto result = RunQuickstart(o);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("--data: too little text for the sweep's runs: "), std::string::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find("tokens are too few for one batch"), std::string::npos)
+      << result.status();
+  EXPECT_FALSE(FileExists(out + "/sweep/runs")) << "a run was started";
+}
+
 TEST(Quickstart, MissingDataFileIsAClearError) {
   QuickstartOptions o = TinyOptions(std::string(std::getenv("TEST_TMPDIR")) + "/qs_bad");
   o.data = {"/nonexistent/corpus.txt"};

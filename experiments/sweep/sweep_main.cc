@@ -23,6 +23,7 @@
 #include "base/file.h"
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
+#include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   if (!plan.ok()) return Fail(plan.status());
   std::fputs(lmf::sweep::FormatPlan(*plan).c_str(), stdout);
   if (absl::GetFlag(FLAGS_dry_run)) return 0;
+  if (absl::Status s = lmf::sweep::CheckRunsCanReadTheirData(*plan); !s.ok()) return Fail(s);
 
   lmf::sweep::RunnerOptions options;
   // Share the cores between the runs that train at once (LMF_NUM_THREADS, if set, wins).
