@@ -46,6 +46,16 @@ TEST(PretokenizeTest, LettersAndNumbersAreUnicodeCategories) {
   EXPECT_EQ(Pieces(" 😀🚀"), (V{" 😀🚀"}));
 }
 
+// The character classes are Unicode 16.0's, as tiktoken's gpt2 and HF tokenizers have them: characters new
+// in Unicode 17 (here U+323B0, CJK Extension J; U+088F, U+1E6C0) are unassigned there, so punctuation-like,
+// and "<U+323B0>'s" splits as "<U+323B0>'" + "s" (as a letter it gave "<U+323B0>" + "'s": other ids).
+TEST(PretokenizeTest, CharactersNewInUnicode17AreUnassignedAsInTiktoken) {
+  EXPECT_EQ(Pieces("\xF0\xB2\x8E\xB0's"), (V{"\xF0\xB2\x8E\xB0'", "s"}));
+  EXPECT_EQ(Pieces("a\xE0\xA2\x8F" "b"), (V{"a", "\xE0\xA2\x8F", "b"}));        // U+088F
+  EXPECT_EQ(Pieces("1\xF0\x9E\x9B\x80 x"), (V{"1", "\xF0\x9E\x9B\x80", " x"}));  // U+1E6C0
+  EXPECT_EQ(Pieces("\xF0\xB0\x80\x80's"), (V{"\xF0\xB0\x80\x80", "'s"}));  // U+30000 (Unicode 13): a letter
+}
+
 TEST(PretokenizeTest, WhitespaceRunsLeaveTheirLastCharacterToTheNextPiece) {
   EXPECT_EQ(Pieces("a   b"), (V{"a", "  ", " b"}));
   EXPECT_EQ(Pieces("a\n\nb"), (V{"a", "\n", "\n", "b"}));   // \n then \n: '\s+(?!\S)' then '\s+'

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Generates tokenizer/testdata/pretokenize_cases.txt: random Unicode strings (fixed seed) and their splits
 by Python's `regex` module with the GPT-2 pattern, the reference for the pre-tokenizer differential test.
-Each line is `<UTF-8 of the string in hex> <byte length of each piece, comma-separated>`. Run from the
-repository root with the pyenv python3 (which has `regex`):
+Each line is `<UTF-8 of the string in hex> <byte length of each piece, comma-separated>`. Made with regex
+2024.11.6 (Unicode 16.0, the version tiktoken and HF tokenizers class characters by; see
+make_unicode_tables.py), from the repository root:
 
-    python3 tools/tokenizer/make_pretokenize_cases.py
+    /tmp/rgx/bin/python tools/tokenizer/make_pretokenize_cases.py
 """
+import importlib.metadata
 import random
+import sys
 
 import regex
+
+REGEX_VERSION = "2024.11.6"
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 NUM_CASES = 3000
@@ -46,6 +51,9 @@ def random_string(rng):
 
 
 def main():
+    version = importlib.metadata.version("regex")
+    if version != REGEX_VERSION:
+        sys.exit(f"regex {version} is installed; the cases must be made with regex {REGEX_VERSION}")
     rng = random.Random(20260407)
     pattern = regex.compile(GPT2_PATTERN)
     with open("tokenizer/testdata/pretokenize_cases.txt", "w", encoding="ascii") as out:
