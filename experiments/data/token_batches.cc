@@ -147,22 +147,23 @@ absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<Trai
   return TrainBatchSampler(std::move(files), std::move(cumulative), expect, seed);
 }
 
+uint32_t TokenFileFingerprint(const tokenizer::TokenFileReader& file) {
+  const tokenizer::TokenFileHeader& h = file.header();
+  const uint32_t crc =
+      Crc32c(absl::StrCat(h.num_tokens, ":", h.vocab_size, ":", h.tokenizer_hash, ":", h.bytes_per_token));
+  constexpr uint64_t kSamples = 4096;
+  std::string ids;
+  for (uint64_t i = 0; i < kSamples && file.size() > 0; ++i) {
+    const uint64_t position = static_cast<uint64_t>((static_cast<unsigned __int128>(i) * file.size()) / kSamples);
+    const uint32_t id = file.at(position);
+    ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
+  }
+  return Crc32c(ids, crc);
+}
+
 std::vector<uint32_t> TrainBatchSampler::Fingerprints() const {
   std::vector<uint32_t> out;
-  for (const tokenizer::TokenFileReader& file : files_) {
-    const tokenizer::TokenFileHeader& h = file.header();
-    uint32_t crc =
-        Crc32c(absl::StrCat(h.num_tokens, ":", h.vocab_size, ":", h.tokenizer_hash, ":", h.bytes_per_token));
-    constexpr uint64_t kSamples = 4096;
-    std::string ids;
-    for (uint64_t i = 0; i < kSamples; ++i) {
-      const uint64_t position =
-          static_cast<uint64_t>((static_cast<unsigned __int128>(i) * file.size()) / kSamples);
-      const uint32_t id = file.at(position);
-      ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
-    }
-    out.push_back(Crc32c(ids, crc));
-  }
+  for (const tokenizer::TokenFileReader& file : files_) out.push_back(TokenFileFingerprint(file));
   return out;
 }
 

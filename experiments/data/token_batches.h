@@ -35,6 +35,11 @@ struct TokenFileExpectations {
   int64_t context_length = 0;                  // T
 };
 
+// The fingerprint of a token file's contents that --resume compares with a checkpoint's (and a sweep with a
+// finished run's): CRC-32C of the header's fields and of 4096 ids at evenly spaced positions. Cheap (4096
+// reads) and changed by any re-encoding with other text or another tokenizer.
+uint32_t TokenFileFingerprint(const tokenizer::TokenFileReader& file);
+
 // Opens and checks a token file against `expect` (vocab, hash, at least one batch: B * T + 1 ids). Past
 // this check B * T is below the file's size, so batch arithmetic in int64 cannot overflow however large B is.
 absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path,

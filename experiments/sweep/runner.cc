@@ -22,17 +22,61 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/subprocess.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
+#include "experiments/data/token_batches.h"
 #include "google/protobuf/text_format.h"
+#include "tokenizer/token_file.h"
 
 namespace lmf::sweep {
 namespace {
 
 std::string RunDir(const SweepPlan& plan, const PlannedRun& run) {
   return absl::StrCat(plan.output_dir, "/runs/", run.name);
+}
+
+// What a run's result depends on besides its config: the contents of its token files (training sources in
+// order, then validation), one line each, with the fingerprint --resume compares (TokenFileFingerprint).
+// Written beside config.textproto as data.stamp: a finished run whose files have changed since (a corpus
+// re-encoded at the same path) trains again, as one whose config changed does; before, the sweep reused it
+// and fitted runs of two corpora together. Each file is read once per sweep start (4096 ids).
+class DataStamps {
+ public:
+  std::string Of(const config::Experiment& e) {
+    std::string stamp;
+    if (e.data().train_mixture_size() == 0) absl::StrAppend(&stamp, Line(e.data().train_tokens()), "\n");
+    for (const config::TokenSource& source : e.data().train_mixture()) {
+      absl::StrAppend(&stamp, Line(source.path()), "\n");
+    }
+    if (!e.data().val_tokens().empty()) absl::StrAppend(&stamp, Line(e.data().val_tokens()), "\n");
+    return stamp;
+  }
+
+ private:
+  const std::string& Line(const std::string& path) {
+    auto it = lines_.find(path);
+    if (it != lines_.end()) return it->second;
+    absl::StatusOr<tokenizer::TokenFileReader> file = tokenizer::TokenFileReader::Open(path);
+    std::string line =
+        file.ok() ? absl::StrFormat("%s: %d tokens, fingerprint %08x", path, file->size(),
+                                    experiments::TokenFileFingerprint(*file))
+                  : absl::StrCat(path, ": not readable");
+    return lines_.emplace(path, std::move(line)).first->second;
+  }
+  std::map<std::string, std::string> lines_;
+};
+
+// The first line of two data stamps that differs, for the rerun message.
+std::string DataChange(const std::string& before, const std::string& now) {
+  const std::vector<std::string> a = absl::StrSplit(before, '\n'), b = absl::StrSplit(now, '\n');
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
+    if (x != y) return absl::StrCat("data: ", x.empty() ? "(none)" : x, " is now ", y.empty() ? "(none)" : y);
+  }
+  return "";
 }
 
 // The last `lines` lines of a file, for failure messages.
@@ -269,6 +313,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     return s;
 
   SweepSummary summary;
+  DataStamps data_stamps;
   std::map<std::string, size_t> index_of;  // run name -> its place in plan.runs
   for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
   std::vector<size_t> todo;
@@ -287,8 +332,9 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
                          "); let it finish or stop it, then start the sweep again"));
       }
     }
-    const std::string config_path = dir + "/config.textproto";
+    const std::string config_path = dir + "/config.textproto", stamp_path = dir + "/data.stamp";
     const std::string config_text = experiments::ExperimentToText(run.experiment);
+    const std::string data_stamp = data_stamps.Of(run.experiment);
     auto previous = ReadRunResult(dir);
     const bool finished = previous.ok() && previous->status() == config::SweepRunResult::FINISHED;
     // What changed in the run's config since its folder was written ("" for nothing), compared resolved:
@@ -306,7 +352,12 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         change = std::string(stored.status().message());
       }
     }
+    // A folder without data.stamp (written before it existed) is taken to have trained on today's files.
+    if (auto stored = ReadFile(stamp_path); change.empty() && stored.ok()) change = DataChange(*stored, data_stamp);
     if (finished && change.empty()) {
+      if (!FileExists(stamp_path)) {
+        if (absl::Status s = WriteFileAtomically(stamp_path, data_stamp); !s.ok()) return s;
+      }
       results[i] = *previous;
       ++summary.skipped;
       say(absl::StrFormat("[skip] %s finished earlier (loss %.4f)", run.name, previous->final_loss()));
@@ -321,12 +372,13 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       // checkpoint under the new config.
       absl::StatusOr<std::string> aside = MoveRunAside(dir);
       if (!aside.ok()) return aside.status();
-      say(absl::StrFormat("[rerun] %s: its config changed since it %s (%s); the earlier run is kept in %s",
+      say(absl::StrFormat("[rerun] %s: its config or data changed since it %s (%s); the earlier run is kept in %s",
                           run.name, finished ? "finished" : "last trained", change, *aside));
     } else {
       ::unlink((dir + "/result.textproto").c_str());  // a failed or diverged run's, replaced by the rerun's
     }
     if (absl::Status s = WriteFileAtomically(config_path, config_text); !s.ok()) return s;
+    if (absl::Status s = WriteFileAtomically(stamp_path, data_stamp); !s.ok()) return s;
     todo.push_back(i);
   }
   // A WSD branch still to train needs its trunk's checkpoint at its branch step. A trunk that will not write

@@ -27,6 +27,7 @@
 #include "experiments/sweep/sweep_report.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "tokenizer/token_file.h"
 
 namespace lmf::sweep {
 namespace {
@@ -616,7 +617,7 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
   EXPECT_EQ(again->finished, 8);  // the 7 skipped and the rerun
   const std::string rerun = absl::StrJoin(lines, "\n");
   EXPECT_NE(rerun.find("[rerun] " + plan->runs[1].name +
-                       ": its config changed since it finished (modified: optimizer.lr: 0.5 -> "),
+                       ": its config or data changed since it finished (modified: optimizer.lr: 0.5 -> "),
             std::string::npos)
       << rerun;
   EXPECT_NE(rerun.find("the earlier run is kept in " + changed + "/superseded-1"), std::string::npos)
@@ -652,13 +653,58 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
   ASSERT_TRUE(RunSweep(*plan, runner).ok());
   EXPECT_NE(
       absl::StrJoin(lines, "\n")
-          .find("[rerun] " + plan->runs[2].name + ": its config changed since it last trained (modified: "),
+          .find("[rerun] " + plan->runs[2].name + ": its config or data changed since it last trained (modified: "),
       std::string::npos)
       << absl::StrJoin(lines, "\n");
   EXPECT_TRUE(FileExists(killed + "/superseded-1/checkpoints"));
 }
 
 // One sweep per folder: while another holds its lock, RunSweep refuses before it touches any run.
+void WriteTokens(const std::string& path, uint32_t first_id) {
+  auto writer = tokenizer::TokenFileWriter::Create(path, 256, 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint32_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((first_id + i) % 256);
+  ASSERT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  ASSERT_TRUE(writer->Commit().ok());
+}
+
+// A token file replaced at the same path (a corpus encoded again) makes the finished runs that read it
+// train again, as a config change does: before, the sweep reused them and its table and fits mixed runs of
+// two corpora. Unchanged files are read as the same data, so a restart redoes nothing.
+TEST(SweepRunner, FinishedRunsWhoseDataChangedTrainAgain) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/data_changed";
+  const std::string train = TmpDir() + "/dc_train.tok", val = TmpDir() + "/dc_val.tok";
+  WriteTokens(train, 0);
+  WriteTokens(val, 7);
+  for (auto& r : plan->runs) {
+    r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+    r.experiment.mutable_data()->set_train_tokens(train);
+    r.experiment.mutable_data()->set_val_tokens(val);
+  }
+  ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
+  auto same = RunSweep(*plan, FakeRunner());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->skipped, 8);
+
+  WriteTokens(train, 1);  // the same size, other ids
+  std::vector<std::string> lines;
+  RunnerOptions runner = FakeRunner();
+  runner.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto again = RunSweep(*plan, runner);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->skipped, 0);
+  EXPECT_EQ(again->finished, 8);
+  const std::string said = absl::StrJoin(lines, "\n");
+  EXPECT_NE(said.find("[rerun] " + plan->runs[0].name + ": its config or data changed since it finished (data: " +
+                      train + ": 1000 tokens, fingerprint "),
+            std::string::npos)
+      << said;
+  EXPECT_TRUE(FileExists(plan->output_dir + "/runs/" + plan->runs[0].name + "/superseded-1/result.textproto"));
+}
+
 TEST(SweepRunner, ASweepFolderInUseIsRefused) {
   auto plan = Plan(kIsoFlop);
   ASSERT_TRUE(plan.ok()) << plan.status();
