@@ -41,6 +41,20 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   const std::string run_dir = experiment->run().output_dir();
   config::SweepRunResult result;
 
+  // A branch's first points are its trunk's evaluations before the branch step, in the trunk's metrics.jsonl.
+  // They are copied when the branch first starts, while that log holds them: the trunk may be trained again
+  // later (its config changed, or it is rewound for another branch) and its log cut back, while this branch
+  // resumes from a checkpoint of its own and ends before the trunk gets there again (its curve then lost
+  // those points for good).
+  const std::string& from = experiment->run().init_from();
+  const std::string trunk_log = run_dir + "/trunk_metrics.jsonl";
+  if (!from.empty() && !FileExists(trunk_log)) {
+    const std::string trunk_dir = std::filesystem::path(from).parent_path().parent_path().string();
+    if (auto text = ReadFile(trunk_dir + "/metrics.jsonl"); text.ok()) {
+      if (absl::Status s = WriteFileAtomically(trunk_log, *text); !s.ok()) return s;
+    }
+  }
+
   experiments::TrainOptions options;
   options.resume = true;  // an earlier attempt's checkpoints are continued, not discarded
   // The sweep forwards its SIGINT / SIGTERM (runner.h): finish the step and checkpoint, to resume next time.
@@ -62,9 +76,9 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   if (!size.ok()) return size.status();
   auto metrics = experiments::ReadMetricsLog(run_dir + "/metrics.jsonl");
   if (!metrics.ok()) return metrics.status();
-  if (const std::string& from = experiment->run().init_from(); !from.empty() && !metrics->empty()) {
+  if (!from.empty() && !metrics->empty()) {
     const std::string trunk_dir = std::filesystem::path(from).parent_path().parent_path().string();
-    auto trunk = experiments::ReadMetricsLog(trunk_dir + "/metrics.jsonl");
+    auto trunk = experiments::ReadMetricsLog(FileExists(trunk_log) ? trunk_log : trunk_dir + "/metrics.jsonl");
     if (!trunk.ok()) return trunk.status();
     std::vector<experiments::StepMetrics> merged;
     for (const experiments::StepMetrics& m : *trunk) {

@@ -114,5 +114,30 @@ TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
   EXPECT_EQ(branches, 2);
 }
 
+// A branch keeps its trunk's evaluations from when it started: the trunk trained again later (here: its log
+// cut back to one line, as when a changed trunk restarts) does not take them from a branch that runs again
+// from its own state; its curve is still the run's trained alone.
+TEST(WsdSweep, ABranchKeepsItsTrunksEvaluationsWhenTheTrunkTrainsAgain) {
+  const Swept branched = RunWsdSweep("kept", true), alone = RunWsdSweep("kept_alone", false);
+  ASSERT_EQ(branched.summary.finished, 3);
+  const std::string runs = branched.plan.output_dir + "/runs/";
+  auto trunk_log = ReadFile(runs + "max_steps=16/metrics.jsonl");
+  ASSERT_TRUE(trunk_log.ok());
+  ASSERT_TRUE(WriteFileAtomically(runs + "max_steps=16/metrics.jsonl",
+                                  trunk_log->substr(0, trunk_log->find('\n') + 1))
+                  .ok());
+  ASSERT_EQ(::unlink((runs + "max_steps=8/result.textproto").c_str()), 0);
+  RunnerOptions options;
+  options.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep", "--train_one"};
+  options.threads_per_run = 1;
+  auto again = RunSweep(branched.plan, options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->skipped, 2);
+  auto curve = ReadFile(runs + "max_steps=8/curve.csv");
+  auto alone_curve = ReadFile(alone.plan.output_dir + "/runs/max_steps=8/curve.csv");
+  ASSERT_TRUE(curve.ok() && alone_curve.ok());
+  EXPECT_EQ(*curve, *alone_curve);
+}
+
 }  // namespace
 }  // namespace lmf::sweep
