@@ -63,25 +63,31 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
   }
 }
 
-// A run folder whose newest checkpoint is damaged gives the older one and says why the newer was passed
-// over; a trainer_state.textproto that does not parse is an error naming it, line and column.
-TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
+// A run folder `name` with checkpoints at steps 1 and 2 of the tiny model (weights from `seed`); their
+// folders go into `saved`.
+void SaveTwoCheckpoints(const std::string& name, int seed, std::string* run, std::string saved[2]) {
   auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
-  auto model = TinyModel(*experiment, 5);
+  auto model = TinyModel(*experiment, seed);
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::string run = std::string(getenv("TEST_TMPDIR")) + "/damaged_run";
+  *run = std::string(getenv("TEST_TMPDIR")) + "/" + name;
   const HostTensors weights = ModelTensors(**model);
-  std::string saved[2];
   for (int step : {1, 2}) {
     CheckpointContents contents;
     contents.model = weights.tensors;
     contents.state.set_step(step);
     contents.config_text = ExperimentToText(*experiment);
-    auto path = SaveCheckpoint(run + "/checkpoints", contents, 2);
+    auto path = SaveCheckpoint(*run + "/checkpoints", contents, 2);
     ASSERT_TRUE(path.ok()) << path.status();
     saved[step - 1] = *path;
   }
+}
+
+// A run folder whose newest checkpoint is damaged gives the older one and says why the newer was passed
+// over; a trainer_state.textproto that does not parse is an error naming it, line and column.
+TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
+  std::string run, saved[2];
+  ASSERT_NO_FATAL_FAILURE(SaveTwoCheckpoints("damaged_run", 5, &run, saved));
   ASSERT_TRUE(WriteFileAtomically(saved[1] + "/trainer_state.textproto", "step: banana\n").ok());
   auto loaded = LoadModelFromCheckpoint(run);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -101,22 +107,8 @@ TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
 // eval and generate read the weights and config only: a checkpoint that lost its optimizer.safetensors (which
 // --resume would skip) still loads, by its folder or as its run folder's newest; a damaged model file does not.
 TEST(ModelLoading, ACheckpointWithoutItsOptimizerStateStillGivesItsWeights) {
-  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
-  ASSERT_TRUE(experiment.ok()) << experiment.status();
-  auto model = TinyModel(*experiment, 3);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const std::string run = std::string(getenv("TEST_TMPDIR")) + "/no_moments_run";
-  const HostTensors weights = ModelTensors(**model);
-  std::string saved[2];
-  for (int step : {1, 2}) {
-    CheckpointContents contents;
-    contents.model = weights.tensors;
-    contents.state.set_step(step);
-    contents.config_text = ExperimentToText(*experiment);
-    auto path = SaveCheckpoint(run + "/checkpoints", contents, 2);
-    ASSERT_TRUE(path.ok()) << path.status();
-    saved[step - 1] = *path;
-  }
+  std::string run, saved[2];
+  ASSERT_NO_FATAL_FAILURE(SaveTwoCheckpoints("no_moments_run", 3, &run, saved));
   ASSERT_EQ(::unlink((saved[1] + "/optimizer.safetensors").c_str()), 0);
   for (const std::string& path : {saved[1], run}) {
     auto loaded = LoadModelFromCheckpoint(path);

@@ -4,6 +4,7 @@
 #include "scaling/reporting/report.h"
 
 #include <cmath>
+#include <functional>
 #include <cstdlib>
 #include <random>
 
@@ -106,9 +107,9 @@ TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
   }
 }
 
-// A sweep that did not vary batch size or learning rate (the quickstart's) gets them as they were, said to
-// be constant, not a power law of exponent 0 presented as an extrapolation; a varied one is extrapolated.
-TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
+// One run at each of the budgets 1e12, 1e13, 1e14 (the same N and D, the loss falling by 1 per budget), with
+// lr 4e-3 and batch size `batch_size(i)` at the i-th.
+ResultsTable ThreeBudgets(const std::function<int64_t(int)>& batch_size) {
   ResultsTable table;
   for (int i = 0; i < 3; ++i) {
     RunResult r;
@@ -119,10 +120,17 @@ TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
     r.flops = r.budget_flops;
     r.final_loss = r.best_val_loss = 3.0 - i;
     r.d_model = 128, r.n_layers = 4, r.n_heads = 4;
-    r.batch_size = 16;
+    r.batch_size = batch_size(i);
     r.lr = 4e-3;
     table.runs.push_back(r);
   }
+  return table;
+}
+
+// A sweep that did not vary batch size or learning rate (the quickstart's) gets them as they were, said to
+// be constant, not a power law of exponent 0 presented as an extrapolation; a varied one is extrapolated.
+TEST(ReportTest, RecipeSaysWhatWasConstantAndExtrapolatesWhatVaried) {
+  ResultsTable table = ThreeBudgets([](int) { return int64_t{16}; });
   absl::StatusOr<Recipe> constant = RecipeFromBestRuns(1e7, 1e8, 1e16, table, ObservationChoice());
   ASSERT_TRUE(constant.ok()) << constant.status();
   EXPECT_EQ(constant->batch_size, 16);
@@ -173,20 +181,9 @@ TEST(ReportTest, RecipeRanksRunsByTheLossTheReportUses) {
 // wrapped to 4096 before; at 1e300 the shape came out as d_model 8) is refused with the value and the swept
 // range, not wrapped.
 TEST(ReportTest, RecipeRefusesExtrapolationsBeyondWholeNumbers) {
-  ResultsTable table;
-  for (int i = 0; i < 3; ++i) {
-    RunResult r;
-    r.run = "r" + std::to_string(i);
-    r.budget_flops = 1e12 * std::pow(10.0, i);
-    r.params = r.non_embedding_params = 1e6;
-    r.tokens = 1e6;
-    r.flops = r.budget_flops;
-    r.final_loss = r.best_val_loss = 3.0 - i;
-    r.d_model = 128, r.n_layers = 4, r.n_heads = 4;
-    r.batch_size = 16 * static_cast<int64_t>(std::pow(10.0, 1.5 * i) + 0.5);  // 16, 506, 16000
-    r.lr = 4e-3;
-    table.runs.push_back(r);
-  }
+  ResultsTable table = ThreeBudgets([](int i) {  // 16, 512, 16000
+    return 16 * static_cast<int64_t>(std::pow(10.0, 1.5 * i) + 0.5);
+  });
   absl::StatusOr<Recipe> near = RecipeFromBestRuns(1e7, 1e8, 1e16, table, ObservationChoice());
   ASSERT_TRUE(near.ok()) << near.status();
   EXPECT_EQ(near->batch_size, int64_t{1} << 24);  // 16 (1e4)^1.5 = 1.6e7 ~ 2^23.9
