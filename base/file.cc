@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -53,10 +54,13 @@ std::string DirName(const std::string& path) {
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
 
 // The temp files of live AtomicFileWriters, for RemoveTempFilesOnSignals' handler, which may only make
-// async-signal-safe calls: fixed slots, each a path copied in and a state published with release order.
+// async-signal-safe calls: fixed slots, each a path copied in and a state word published with release order.
+// The word's low two bits are the state, the rest a count of the slot's uses, so the handler, which copies a
+// live path and then reads the word again, can tell that the slot was freed and refilled under it (another
+// thread) and skip the torn copy.
 constexpr int kTempSlots = 64;
-enum TempSlotState : int { kFree = 0, kFilling = 1, kLive = 2 };
-std::atomic<int> temp_slot_state[kTempSlots];
+enum TempSlotState : uint64_t { kFree = 0, kFilling = 1, kLive = 2 };
+std::atomic<uint64_t> temp_slot_word[kTempSlots];
 char temp_slot_path[kTempSlots][PATH_MAX];
 
 // A slot holding `path`, or -1 where all are taken or the path is too long (the file is then only not
@@ -64,23 +68,33 @@ char temp_slot_path[kTempSlots][PATH_MAX];
 int RegisterTempFile(const std::string& path) {
   if (path.size() >= PATH_MAX) return -1;
   for (int i = 0; i < kTempSlots; ++i) {
-    int expected = kFree;
-    if (!temp_slot_state[i].compare_exchange_strong(expected, kFilling, std::memory_order_acquire)) continue;
+    uint64_t word = temp_slot_word[i].load(std::memory_order_relaxed);
+    if ((word & 3) != kFree) continue;
+    const uint64_t uses = (word >> 2) + 1;
+    if (!temp_slot_word[i].compare_exchange_strong(word, uses << 2 | kFilling, std::memory_order_acquire)) continue;
     std::memcpy(temp_slot_path[i], path.c_str(), path.size() + 1);
-    temp_slot_state[i].store(kLive, std::memory_order_release);
+    temp_slot_word[i].store(uses << 2 | kLive, std::memory_order_release);
     return i;
   }
   return -1;
 }
 
 void UnregisterTempFile(int slot) {
-  if (slot >= 0) temp_slot_state[slot].store(kFree, std::memory_order_release);
+  if (slot < 0) return;
+  const uint64_t word = temp_slot_word[slot].load(std::memory_order_relaxed);
+  temp_slot_word[slot].store((word >> 2) << 2 | kFree, std::memory_order_release);
 }
 
 extern "C" void RemoveTempFilesAndDie(int sig) {
   const int saved_errno = errno;
+  static char path[PATH_MAX];  // one handler runs at a time: SA_RESETHAND, then the signal ends the process
   for (int i = 0; i < kTempSlots; ++i) {
-    if (temp_slot_state[i].load(std::memory_order_acquire) == kLive) ::unlink(temp_slot_path[i]);
+    const uint64_t before = temp_slot_word[i].load(std::memory_order_acquire);
+    if ((before & 3) != kLive) continue;
+    std::memcpy(path, temp_slot_path[i], PATH_MAX);
+    path[PATH_MAX - 1] = '\0';
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (temp_slot_word[i].load(std::memory_order_relaxed) == before) ::unlink(path);
   }
   errno = saved_errno;
   ::signal(sig, SIG_DFL);  // installed with SA_RESETHAND too; again in case another thread got here first
@@ -426,7 +440,13 @@ void RemoveTempFilesOnSignals() {
   sa.sa_handler = RemoveTempFilesAndDie;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESETHAND;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    // A signal the process was started ignoring stays ignored: `nohup bpe encode ...` must outlive the
+    // terminal, and a shell's background job must not die of the Ctrl-C meant for the foreground.
+    struct sigaction old = {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 }  // namespace lmf

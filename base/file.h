@@ -123,7 +123,8 @@ class AtomicFileWriter {
 // For command-line programs without signal handlers of their own: SIGINT, SIGTERM, SIGHUP and SIGQUIT
 // delete the temp files of every uncommitted AtomicFileWriter, then end the process by the same signal (its
 // exit status says so). The final files are untouched, as before. Not for programs that handle these
-// signals themselves (the trainer checkpoints on SIGTERM).
+// signals themselves (the trainer checkpoints on SIGTERM). A signal the process started ignoring (nohup's
+// SIGHUP, a background job's SIGINT) stays ignored.
 void RemoveTempFilesOnSignals();
 
 }  // namespace lmf

@@ -158,6 +158,22 @@ TEST(File, TempFilesGoWithTheProcessOnASignalWhereAsked) {
   EXPECT_EQ(*ReadFile(path), "good");
 }
 
+// A signal the process started ignoring (nohup's SIGHUP) stays ignored: the program goes on.
+TEST(File, SignalsIgnoredAtStartStayIgnored) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGHUP, SIG_IGN);
+    RemoveTempFilesOnSignals();
+    ::raise(SIGHUP);
+    ::_exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+}
+
 TEST(File, MakeDirsCreatesParents) {
   const std::string dir = TestDir() + "/x/y/z";
   ASSERT_TRUE(MakeDirs(dir).ok());
