@@ -2,8 +2,6 @@
 // matches (a stamp for the corpus, the tokenizer's hash in the token files), so reruns are cheap.
 #include "experiments/quickstart/quickstart.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "experiments/config/loader.h"
+#include "experiments/crc32c/crc32c.h"
 #include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
@@ -33,18 +32,20 @@ namespace {
 constexpr char kEndOfText[] = "<|endoftext|>";
 
 // What the corpus is made from: the synthetic corpus's seed and size, or each text file's path, size and
-// modification time (to the nanosecond, so an edit that keeps the size is seen too).
-absl::StatusOr<std::string> CorpusStamp(const QuickstartOptions& o) {
+// CRC-32C (its contents: an edit that keeps the size is seen, while a touch, copy or checkout of the same
+// text is not a change; a few seconds per GB of --data at each start). `legacy` gets the stamp the quickstart
+// wrote before it hashed the text (paths and sizes), which an existing folder may hold.
+absl::StatusOr<std::string> CorpusStamp(const QuickstartOptions& o, std::string* legacy) {
   std::string stamp = o.data.empty()
                           ? absl::StrFormat("synthetic stories: seed %d, %d bytes\n", o.seed, o.corpus_bytes)
                           : absl::StrCat("text files: ", absl::StrJoin(o.data, ", "), "\n");
+  *legacy = stamp;
   for (const std::string& f : o.data) {
-    struct stat st;
-    if (::stat(f.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrCat("--data: ", f, ": cannot read it: ", std::strerror(errno)));
-    }
-    absl::StrAppendFormat(&stamp, "%s %d bytes, modified %d.%09d\n", f, static_cast<int64_t>(st.st_size),
-                          static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec));
+    absl::StatusOr<MappedFile> text = MappedFile::Open(f);
+    if (!text.ok()) return absl::NotFoundError(absl::StrCat("--data: ", text.status().message()));
+    absl::StrAppendFormat(&stamp, "%s %d bytes, CRC-32C %08x\n", f, text->size(),
+                          experiments::Crc32c(text->view()));
+    absl::StrAppendFormat(legacy, "%s %d bytes\n", f, text->size());
   }
   return stamp;
 }
@@ -118,10 +119,21 @@ absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o,
   if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   const std::string train = data_dir + "/train.txt", val = data_dir + "/val.txt";
   const std::string stamp_path = data_dir + "/corpus.stamp";
-  absl::StatusOr<std::string> stamp = CorpusStamp(o);
+  std::string legacy;
+  absl::StatusOr<std::string> stamp = CorpusStamp(o, &legacy);
   if (!stamp.ok()) return stamp.status();
   const absl::StatusOr<std::string> old = ReadFile(stamp_path);
-  if (old.ok() && *old == *stamp && FileExists(train) && FileExists(val)) return false;
+  // The same corpus (a folder stamped before the text was hashed is taken to be: what it was checked by
+  // then): only the text files are made again if they were deleted, the same bytes as before.
+  if (old.ok() && (*old == *stamp || *old == legacy)) {
+    if (!FileExists(train) || !FileExists(val)) {
+      if (absl::Status s = WriteCorpus(o, train, val); !s.ok()) return s;
+    }
+    if (*old != *stamp) {
+      if (absl::Status s = WriteFileAtomically(stamp_path, *stamp); !s.ok()) return s;
+    }
+    return false;
+  }
 
   // Everything made from an earlier corpus goes before the new one is written, so that a start killed at
   // any point finds either the old corpus's stamp (and redoes this) or the new one with nothing stale after
