@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "experiments/data/token_batches.h"
+#include "experiments/sweep/runner.h"
 #include "tokenizer/tokenizer_file.h"
 
 namespace lmf::sweep {
@@ -53,6 +54,10 @@ absl::Status CheckRunsCanReadTheirData(const SweepPlan& plan) {
   std::map<std::string, uint64_t> tokenizer_hashes;
   std::set<std::string> checked;  // the data fields and the sizes they are checked against, per distinct set
   for (const PlannedRun& run : plan.runs) {
+    // A run that finished is not trained again (unless its config changed: then the trainer's own check
+    // speaks): its token files may be gone, and the sweep still reports it.
+    absl::StatusOr<config::SweepRunResult> result = ReadRunResult(absl::StrCat(plan.output_dir, "/runs/", run.name));
+    if (result.ok() && result->status() == config::SweepRunResult::FINISHED) continue;
     const config::Experiment& e = run.experiment;
     const std::string key = absl::StrCat(e.data().SerializeAsString(), "|", e.model().vocab_size(), "|",
                                          e.run().batch_size(), "|", e.model().context_length(), "|",

@@ -2,7 +2,7 @@
 // (experiments/data/token_batches.h): a corpus too small for one batch, or a validation file too small for
 // run.eval_tokens, made every run of a sweep fail with the same error one after another (the quickstart on a
 // 3 KB --data: 20 identical failures, then "no finished run to fit"). Each distinct (files, batch, context,
-// evaluation budget) is checked once.
+// evaluation budget) is checked once; runs that finished earlier are not (they will not train again).
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_DATA_CHECK_H_
 #define LMFORGE_EXPERIMENTS_SWEEP_DATA_CHECK_H_
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/file.h"
+#include "experiments/sweep/runner.h"
 #include "gtest/gtest.h"
 #include "tokenizer/token_file.h"
 
@@ -46,6 +48,17 @@ SweepPlan Plan(int val_tokens, int eval_tokens, int batch_of_second_run) {
 
 TEST(SweepDataCheck, AcceptsDataEveryRunCanRead) {
   EXPECT_TRUE(CheckRunsCanReadTheirData(Plan(65, 64, 3)).ok());
+}
+
+// A run that finished earlier will not train again: its data is not checked (its files may be gone).
+TEST(SweepDataCheck, RunsThatFinishedAreNotChecked) {
+  SweepPlan plan = Plan(65, 64, 16);
+  plan.output_dir = std::string(std::getenv("TEST_TMPDIR")) + "/finished_sweep";
+  config::SweepRunResult finished;
+  finished.set_status(config::SweepRunResult::FINISHED);
+  ASSERT_TRUE(MakeDirs(plan.output_dir + "/runs/run_b16").ok());
+  ASSERT_TRUE(WriteRunResult(plan.output_dir + "/runs/run_b16", finished).ok());
+  EXPECT_TRUE(CheckRunsCanReadTheirData(plan).ok());
 }
 
 TEST(SweepDataCheck, NamesTheRunWhoseBatchTheTrainingFileCannotFill) {

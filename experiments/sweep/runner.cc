@@ -43,6 +43,8 @@ std::string RunDir(const SweepPlan& plan, const PlannedRun& run) {
 // Written beside config.textproto as data.stamp: a finished run whose files have changed since (a corpus
 // re-encoded at the same path) trains again, as one whose config changed does; before, the sweep reused it
 // and fitted runs of two corpora together. Each file is read once per sweep start (4096 ids).
+constexpr char kNotReadable[] = ": not readable";
+
 class DataStamps {
  public:
   std::string Of(const config::Experiment& e) {
@@ -63,18 +65,20 @@ class DataStamps {
     std::string line =
         file.ok() ? absl::StrFormat("%s: %d tokens, fingerprint %08x", path, file->size(),
                                     experiments::TokenFileFingerprint(*file))
-                  : absl::StrCat(path, ": not readable");
+                  : absl::StrCat(path, kNotReadable);
     return lines_.emplace(path, std::move(line)).first->second;
   }
   std::map<std::string, std::string> lines_;
 };
 
-// The first line of two data stamps that differs, for the rerun message.
+// The first line of two data stamps that differs, for the rerun message ("" for none). A file that cannot be
+// read now or could not then (moved, or a disk not mounted) is no evidence that its data changed: that line is
+// passed over (a run resumed on other data is still refused by the trainer's own fingerprint check).
 std::string DataChange(const std::string& before, const std::string& now) {
   const std::vector<std::string> a = absl::StrSplit(before, '\n'), b = absl::StrSplit(now, '\n');
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
-    if (x != y) return absl::StrCat("data: ", x.empty() ? "(none)" : x, " is now ", y.empty() ? "(none)" : y);
+    if (x != y && !absl::EndsWith(x, kNotReadable) && !absl::EndsWith(y, kNotReadable)) return absl::StrCat("data: ", x.empty() ? "(none)" : x, " is now ", y.empty() ? "(none)" : y);
   }
   return "";
 }

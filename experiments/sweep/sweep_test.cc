@@ -689,6 +689,13 @@ TEST(SweepRunner, FinishedRunsWhoseDataChangedTrainAgain) {
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(same->skipped, 8);
 
+  // A file that cannot be read now is no evidence of a change: the finished runs stay finished.
+  ASSERT_EQ(::rename(train.c_str(), (train + ".away").c_str()), 0);
+  auto unreadable = RunSweep(*plan, FakeRunner());
+  ASSERT_TRUE(unreadable.ok()) << unreadable.status();
+  EXPECT_EQ(unreadable->skipped, 8);
+  ASSERT_EQ(::rename((train + ".away").c_str(), train.c_str()), 0);
+
   WriteTokens(train, 1);  // the same size, other ids
   std::vector<std::string> lines;
   RunnerOptions runner = FakeRunner();
