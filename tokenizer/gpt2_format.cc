@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/json.h"
 
@@ -88,13 +88,29 @@ absl::Status ReadVocabJson(std::string_view text, const std::string& name,
   return absl::OkStatus();
 }
 
-// A line of merges.txt for an error message: its first 80 bytes with control and non-ASCII bytes escaped
-// (a file with CR-only line endings is one 450 KB "line"; a stray BOM byte printed raw).
+// A line of merges.txt for an error message: its first 80 bytes, with control characters, bytes that are not
+// UTF-8 and the invisible U+FEFF (a BOM) escaped, and GPT-2's own characters (Ġ, Ċ, ...) as they are (a file
+// with CR-only line endings is one 450 KB "line"; a BOM's raw bytes reached the terminal).
 std::string Excerpt(std::string_view line) {
   constexpr size_t kMax = 80;
-  const absl::string_view head(line.data(), std::min(line.size(), kMax));  // Debian's Abseil: not std's
-  if (line.size() <= kMax) return absl::CHexEscape(head);
-  return absl::StrCat(absl::CHexEscape(head), "... (", line.size(), " bytes)");
+  const std::string_view head = line.substr(0, kMax);
+  std::string out;
+  for (size_t i = 0; i < head.size();) {
+    const size_t start = i;
+    uint32_t cp = 0;
+    if (!NextCodePoint(head, &i, &cp)) {
+      absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned char>(head[start]));
+      i = start + 1;
+    } else if (cp < 0x20 || cp == 0x7F) {
+      absl::StrAppendFormat(&out, "\\x%02x", cp);
+    } else if (cp == 0xFEFF) {
+      out += "\\ufeff";
+    } else {
+      out.append(head.substr(start, i - start));
+    }
+  }
+  if (line.size() > kMax) absl::StrAppend(&out, "... (", line.size(), " bytes)");
+  return out;
 }
 
 }  // namespace
