@@ -247,12 +247,13 @@ std::vector<std::string> ReportFileNames() { return {std::begin(kReportFiles), s
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir) {
   absl::Status s = MakeDirs(out_dir);
   if (!s.ok()) return s;
-  // The files an earlier report left that this one does not write go first, then the figures, then
-  // report.md: the folder never holds figures of another analysis beside this report.md.
+  // The earlier report.md and the files an earlier report left that this one does not write go first, then
+  // the figures, then report.md: the folder never holds figures of another analysis beside a report.md (the
+  // old report.md stood beside the new figures while they were written).
   std::set<std::string> writing;
   for (const auto& [name, content] : report.files) writing.insert(name);
   for (const std::string& name : ReportFileNames()) {
-    if (writing.count(name)) continue;
+    if (writing.count(name) && name != "report.md") continue;
     s = RemoveFileIfPresent(out_dir + "/" + name);
     if (!s.ok()) return s;
   }
