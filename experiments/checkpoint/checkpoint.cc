@@ -10,9 +10,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -178,28 +178,30 @@ std::optional<std::string> FolderIdentity(const std::string& path) {
   return identity;
 }
 
-std::mutex known_intact_mu;
-std::set<std::string>& KnownIntact() {
-  static auto* known = new std::set<std::string>();
-  return *known;
+// Each folder identity seen whole: true where it verified, false where it did not (a damaged folder kept
+// between the kept ones is not read again at every save either).
+std::mutex verified_mu;
+std::map<std::string, bool>& Verified() {
+  static auto* verified = new std::map<std::string, bool>();
+  return *verified;
 }
 
-void RememberIntact(const std::string& path) {
+void Remember(const std::string& path, bool intact) {
   if (std::optional<std::string> id = FolderIdentity(path)) {
-    std::lock_guard<std::mutex> lock(known_intact_mu);
-    KnownIntact().insert(*id);
+    std::lock_guard<std::mutex> lock(verified_mu);
+    Verified()[*id] = intact;
   }
 }
 
-// VerifyFolder for pruning, skipping folders known intact and unchanged.
+// VerifyFolder for pruning, once per folder identity.
 bool IntactForPruning(const std::string& path) {
   if (std::optional<std::string> id = FolderIdentity(path)) {
-    std::lock_guard<std::mutex> lock(known_intact_mu);
-    if (KnownIntact().count(*id) > 0) return true;
+    std::lock_guard<std::mutex> lock(verified_mu);
+    if (auto it = Verified().find(*id); it != Verified().end()) return it->second;
   }
-  if (!VerifyFolder(path).ok()) return false;
-  RememberIntact(path);
-  return true;
+  const bool intact = VerifyFolder(path).ok();
+  Remember(path, intact);
+  return intact;
 }
 
 }  // namespace
@@ -259,7 +261,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   }
   if (::rename(staging.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename to", final_path);
   if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
-  RememberIntact(final_path);
+  Remember(final_path, /*intact=*/true);
 
   // Pruning. The checkpoint just written is kept and is the first of the `keep`. The older unpinned ones
   // are verified newest first until keep - 1 intact ones are found: a damaged one does not count (it could
@@ -325,6 +327,7 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
     const absl::Status status = VerifyFolder(path, use);
+    if (use == CheckpointUse::kResume) Remember(path, status.ok());  // verified whole: the first save's pruning needs no second read
     if (status.ok()) return path;
     if (skipped != nullptr) skipped->push_back(std::string(status.message()));
   }
