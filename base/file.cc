@@ -71,7 +71,8 @@ int RegisterTempFile(const std::string& path) {
     uint64_t word = temp_slot_word[i].load(std::memory_order_relaxed);
     if ((word & 3) != kFree) continue;
     const uint64_t uses = (word >> 2) + 1;
-    if (!temp_slot_word[i].compare_exchange_strong(word, uses << 2 | kFilling, std::memory_order_acquire)) continue;
+    if (!temp_slot_word[i].compare_exchange_strong(word, uses << 2 | kFilling, std::memory_order_acquire))
+      continue;
     std::memcpy(temp_slot_path[i], path.c_str(), path.size() + 1);
     temp_slot_word[i].store(uses << 2 | kLive, std::memory_order_release);
     return i;
@@ -122,9 +123,10 @@ absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path, bool allow_p
   // The kind is checked before the open too: opening a pipe nobody writes to would wait forever.
   const auto refuse = [&](mode_t mode) -> absl::Status {
     if (S_ISREG(mode) || (allow_pipe && S_ISFIFO(mode))) return absl::OkStatus();
-    if (S_ISDIR(mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", KindOfNonRegular(mode),
-                                                   ", expected a regular file (save the data to a file first)"));
+    if (S_ISDIR(mode))
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a folder, expected a file"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is ", KindOfNonRegular(mode), ", expected a regular file (save the data to a file first)"));
   };
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
@@ -291,15 +293,16 @@ absl::Status CheckFileCanBeWritten(const std::string& path) {
   }
   const std::string dir = DirName(path);
   if (::stat(dir.c_str(), &st) != 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": its folder ", dir, " does not exist"));
+    if (errno == ENOENT)
+      return absl::NotFoundError(absl::StrCat(path, ": its folder ", dir, " does not exist"));
     return ErrnoError("stat folder", dir);
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", dir, " is not a folder"));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create files in its folder ", dir, ": ",
-                                                    std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create files in its folder ", dir, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 // Command-line arguments of the experiment binaries (train, eval, generate): `--name=value` and bare
-// `--name` switches (only the flags named as switches may be bare), where a flag may repeat (every --set=... is kept, in order, which absl's vector
-// flags cannot do: they split on commas and keep only the last occurrence).
+// `--name` switches (only the flags named as switches may be bare), where a flag may repeat (every --set=...
+// is kept, in order, which absl's vector flags cannot do: they split on commas and keep only the last
+// occurrence).
 #ifndef LMFORGE_EXPERIMENTS_CLI_ARGS_H_
 #define LMFORGE_EXPERIMENTS_CLI_ARGS_H_
 

@@ -10,7 +10,8 @@
 namespace lmf::experiments {
 namespace {
 
-absl::StatusOr<CliArgs> Parse(std::vector<std::string> flags, const std::set<std::string>& switches = {"help"}) {
+absl::StatusOr<CliArgs> Parse(std::vector<std::string> flags,
+                              const std::set<std::string>& switches = {"help"}) {
   std::vector<char*> argv = {const_cast<char*>("generate")};
   for (std::string& flag : flags) argv.push_back(flag.data());
   return CliArgs::Parse(static_cast<int>(argv.size()), argv.data(), {"prompt", "set", "resume", "help"},
@@ -18,7 +19,8 @@ absl::StatusOr<CliArgs> Parse(std::vector<std::string> flags, const std::set<std
 }
 
 TEST(CliArgs, ValuesRepeatsAndSwitches) {
-  auto args = Parse({"--prompt=Once upon", "--set=a=1", "--set=b=2", "--resume", "--help"}, {"resume", "help"});
+  auto args =
+      Parse({"--prompt=Once upon", "--set=a=1", "--set=b=2", "--resume", "--help"}, {"resume", "help"});
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(args->Get("prompt"), "Once upon");
   EXPECT_EQ(args->GetAll("set"), (std::vector<std::string>{"a=1", "b=2"}));
@@ -32,13 +34,16 @@ TEST(CliArgs, ValuesRepeatsAndSwitches) {
 // `--prompt` alone used to be the prompt "true" (and eval's bare --tokens the file ./true).
 TEST(CliArgs, AFlagThatTakesAValueNeedsOne) {
   EXPECT_EQ(Parse({"--prompt"}).status().message(), "--prompt needs a value: --prompt=VALUE");
-  EXPECT_EQ(Parse({"--resume"}).status().message(), "--resume needs a value: --resume=VALUE");  // not a switch here
-  EXPECT_TRUE(Parse({"--help"}).ok());  // the default switch
+  EXPECT_EQ(Parse({"--resume"}).status().message(),
+            "--resume needs a value: --resume=VALUE");  // not a switch here
+  EXPECT_TRUE(Parse({"--help"}).ok());                  // the default switch
 }
 
 TEST(CliArgs, UnknownFlagsAndPositionalArgumentsAreRefused) {
-  EXPECT_EQ(Parse({"--promt=x"}).status().message(), "unknown flag --promt; known: --help, --prompt, --resume, --set");
-  EXPECT_EQ(Parse({"story.txt"}).status().message(), "unexpected argument \"story.txt\" (flags are --name=value)");
+  EXPECT_EQ(Parse({"--promt=x"}).status().message(),
+            "unknown flag --promt; known: --help, --prompt, --resume, --set");
+  EXPECT_EQ(Parse({"story.txt"}).status().message(),
+            "unexpected argument \"story.txt\" (flags are --name=value)");
 }
 
 }  // namespace

@@ -81,12 +81,12 @@ absl::Status Run(const CliArgs& args) {
   if (!batches.ok()) return batches.status();
   if (placement->device == config::RunConfig::CPU) {  // the forward's activations, with the model
     const model::ModelConfig& m = loaded->model->config();
-    const ModelMemory need =
-        CountModelMemory(m, loaded->model->activation_dtype(), *batch * expect.context_length, /*training=*/false);
+    const ModelMemory need = CountModelMemory(m, loaded->model->activation_dtype(),
+                                              *batch * expect.context_length, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(need, 1, PhysicalMemoryBytes(),
-                                           absl::StrCat(expect.batch_size_source, "=", *batch, " x model.context_length=",
-                                                        expect.context_length, " tokens per forward with ",
-                                                        loaded->weights_path));
+                                           absl::StrCat(expect.batch_size_source, "=", *batch,
+                                                        " x model.context_length=", expect.context_length,
+                                                        " tokens per forward with ", loaded->weights_path));
         !s.ok()) {
       return s;
     }

@@ -138,9 +138,10 @@ absl::Status Run(const CliArgs& args) {
   }
   absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
   if (!tok.ok() && !args.Has("tokenizer")) {  // say where the path came from and what to do
-    return absl::Status(tok.status().code(),
-                        absl::StrCat("the run's data.tokenizer=", tokenizer_path, ": ", tok.status().message(),
-                                     "; pass the tokenizer the model was trained with as --tokenizer=FILE"));
+    return absl::Status(
+        tok.status().code(),
+        absl::StrCat("the run's data.tokenizer=", tokenizer_path, ": ", tok.status().message(),
+                     "; pass the tokenizer the model was trained with as --tokenizer=FILE"));
   }
   if (!tok.ok()) return tok.status();
   if (static_cast<int64_t>(tok->vocab_size()) > loaded->experiment.model().vocab_size()) {

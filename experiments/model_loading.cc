@@ -80,8 +80,9 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
     const ModelMemory need = CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(
             need, 1, PhysicalMemoryBytes(),
-            absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(), ", model.d_model=",
-                         m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(), ", model.vocab_size=", m.vocab_size(), ")"));
+            absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(),
+                         ", model.d_model=", m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(),
+                         ", model.vocab_size=", m.vocab_size(), ")"));
         !s.ok()) {
       return s;
     }
@@ -112,7 +113,8 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
                        "eval --config=... --weights=",
                        path, "/model.safetensors"));
     }
-    absl::StatusOr<std::string> latest = LatestCheckpoint(path + "/checkpoints", &skipped, CheckpointUse::kWeights);
+    absl::StatusOr<std::string> latest =
+        LatestCheckpoint(path + "/checkpoints", &skipped, CheckpointUse::kWeights);
     if (!latest.ok()) {
       return absl::NotFoundError(
           absl::StrCat(path, " is neither a checkpoint folder nor a run folder with a good ", "checkpoint",

@@ -51,10 +51,10 @@ struct LoadedModel {
 };
 
 // `path` is a checkpoint folder (holding trainer_state.textproto) or a run folder (its newest checkpoint
-// whose weights and config verify: optimizer.safetensors is neither needed nor read, CheckpointUse::kWeights).
-// Besides the checkpoint's errors: the device errors of TrainingDevice::Open (a CUDA device in a binary
-// without the CUDA backend, a device that cannot be opened, with the CUDA error), prefixed by the
-// placement's flags; and the model's (e.g. a head size the CUDA attention does not run).
+// whose weights and config verify: optimizer.safetensors is neither needed nor read,
+// CheckpointUse::kWeights). Besides the checkpoint's errors: the device errors of TrainingDevice::Open (a
+// CUDA device in a binary without the CUDA backend, a device that cannot be opened, with the CUDA error),
+// prefixed by the placement's flags; and the model's (e.g. a head size the CUDA attention does not run).
 absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
                                                     const ModelPlacement& placement = {});
 

@@ -105,7 +105,8 @@ TEST(ModelLoading, ADamagedNewestCheckpointIsSkippedAndReported) {
 }
 
 // eval and generate read the weights and config only: a checkpoint that lost its optimizer.safetensors (which
-// --resume would skip) still loads, by its folder or as its run folder's newest; a damaged model file does not.
+// --resume would skip) still loads, by its folder or as its run folder's newest; a damaged model file does
+// not.
 TEST(ModelLoading, ACheckpointWithoutItsOptimizerStateStillGivesItsWeights) {
   std::string run, saved[2];
   ASSERT_NO_FATAL_FAILURE(SaveTwoCheckpoints("no_moments_run", 3, &run, saved));

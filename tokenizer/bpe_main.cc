@@ -77,8 +77,8 @@ class Flags {
       for (const std::string& k : known) ok |= (k == name);
       if (!ok) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", argv[1], "\""));
       if (f.Has(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice (", f.Get(name), " and ", value,
-                                                       "); give it once (a list is comma-separated)"));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice (", f.Get(name), " and ",
+                                                       value, "); give it once (a list is comma-separated)"));
       }
       if (value.empty() && name != "specials" && name != "gpt2_specials") {
         return absl::InvalidArgumentError(absl::StrCat("--", name, "= has no value"));
@@ -103,9 +103,10 @@ class Flags {
     char* end = nullptr;
     errno = 0;
     const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE || x < lo ||
-        x > hi) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
+    if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE ||
+        x < lo || x > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
     }
     return static_cast<int64_t>(x);
   }
@@ -166,7 +167,8 @@ absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
     }
     if (flags.Has("gpt2_specials")) {
       return absl::InvalidArgumentError(
-          "--gpt2_specials applies to --gpt2_vocab/--gpt2_merges; a --tokenizer file carries its own specials");
+          "--gpt2_specials applies to --gpt2_vocab/--gpt2_merges; a --tokenizer file carries its own "
+          "specials");
     }
     return LoadTokenizer(flags.Get("tokenizer"));
   }
@@ -297,9 +299,11 @@ absl::Status Encode(const Flags& flags) {
 }
 
 // A token file's id past the vocabulary: the file is damaged (its header matched the tokenizer).
-absl::Status IdOutOfVocab(const std::string& path, uint64_t position, uint32_t id, const Tokenizer& tokenizer) {
-  return absl::DataLossError(absl::StrCat(path, ": token ", position, " has id ", id, ", past the vocab size ",
-                                          tokenizer.vocab_size(), " (a damaged token file)"));
+absl::Status IdOutOfVocab(const std::string& path, uint64_t position, uint32_t id,
+                          const Tokenizer& tokenizer) {
+  return absl::DataLossError(absl::StrCat(path, ": token ", position, " has id ", id,
+                                          ", past the vocab size ", tokenizer.vocab_size(),
+                                          " (a damaged token file)"));
 }
 
 // Standard output could not take what was written (a full disk, a closed pipe): the output is incomplete.
@@ -423,7 +427,8 @@ std::string CanonicalPath(const std::string& path) {
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   char resolved[PATH_MAX];
-  if (name.empty() || name == "." || name == ".." || ::realpath(dir.c_str(), resolved) == nullptr) return path;
+  if (name.empty() || name == "." || name == ".." || ::realpath(dir.c_str(), resolved) == nullptr)
+    return path;
   return absl::StrCat(resolved, std::string(resolved) == "/" ? "" : "/", name);
 }
 

@@ -31,8 +31,10 @@ absl::Status ValidateTrainOptions(const TrainOptions& options) {
       return absl::InvalidArgumentError(
           absl::StrCat("special token \"", s, "\" is a single byte, which is already one of the 256 byte tokens"));
     }
-    if (ReplaceInvalidUtf8(s) != s) {  // typed text; as raw bytes it would make the exported vocab.json invalid JSON
-      return absl::InvalidArgumentError(absl::StrCat("special token \"", ReplaceInvalidUtf8(s), "\" is not valid UTF-8"));
+    if (ReplaceInvalidUtf8(s) !=
+        s) {  // typed text; as raw bytes it would make the exported vocab.json invalid JSON
+      return absl::InvalidArgumentError(
+          absl::StrCat("special token \"", ReplaceInvalidUtf8(s), "\" is not valid UTF-8"));
     }
     if (std::find(seen.begin(), seen.end(), s) != seen.end()) {
       return absl::InvalidArgumentError(absl::StrCat("special token \"", s, "\" is given twice"));

@@ -22,8 +22,9 @@ absl::StatusOr<CorpusFile> CorpusFile::Open(const std::string& path) {
   // Checked before the open as well, which would wait forever on a pipe nobody writes to.
   const auto not_regular = [&]() {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": is not a regular file (a pipe or device); corpora are split by offset and read in parallel, so "
-              "save the text to a file first"));
+        path,
+        ": is not a regular file (a pipe or device); corpora are split by offset and read in parallel, so "
+        "save the text to a file first"));
   };
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return not_regular();

@@ -197,14 +197,15 @@ absl::StatusOr<Tokenizer> ParseGpt2(std::string_view vocab_json, std::string_vie
     if (line.empty() || (line_number == 1 && line.substr(0, 8) == "#version")) continue;
     const size_t space = line.find(' ');
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(merges_name, ":", line_number, ": expected \"<left> <right>\", found \"", Excerpt(line), "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          merges_name, ":", line_number, ": expected \"<left> <right>\", found \"", Excerpt(line), "\""));
     }
     const std::string left(line.substr(0, space)), right(line.substr(space + 1));
     auto a = gpt2_to_id.find(left), b = gpt2_to_id.find(right);
     if (a == gpt2_to_id.end() || b == gpt2_to_id.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number, ": merge \"", Excerpt(line),
-                                                     "\" names a token that is not in ", vocab_name));
+      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number, ": merge \"",
+                                                     Excerpt(line), "\" names a token that is not in ",
+                                                     vocab_name));
     }
     merges.emplace_back(a->second, b->second);
   }

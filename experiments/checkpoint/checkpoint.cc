@@ -95,16 +95,18 @@ absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
     // prefix, 8 hex digits, newline; no such line: a file written before the line existed.
     const size_t prefix = sizeof(kStateCrcPrefix) - 1;
     uint32_t recorded = 0;
-    if (text->size() < prefix + 9 || !absl::StartsWith(*text, kStateCrcPrefix) || (*text)[prefix + 8] != '\n' ||
+    if (text->size() < prefix + 9 || !absl::StartsWith(*text, kStateCrcPrefix) ||
+        (*text)[prefix + 8] != '\n' ||
         !absl::SimpleHexAtoi(absl::string_view(text->data() + prefix, 8), &recorded)) {
       return absl::DataLossError(
           absl::StrCat(file, ": the first line is not \"", kStateCrcPrefix, "<8 hex digits>\" (corrupt)"));
     }
     const uint32_t actual = Crc32c(std::string_view(*text).substr(prefix + 9));
     if (actual != recorded) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: CRC-32C %08x of the lines below the first does not match the %08x it records (edited or corrupt)",
-          file, actual, recorded));
+      return absl::DataLossError(
+          absl::StrFormat("%s: CRC-32C %08x of the lines below the first does not match the %08x it records "
+                          "(edited or corrupt)",
+                          file, actual, recorded));
     }
   }
   checkpoint::TrainerState state;
@@ -114,7 +116,8 @@ absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
   if (!parser.ParseFromString(*text, &state)) {
     return absl::DataLossError(absl::StrCat(file, ":", errors.error(), " (corrupt)"));
   }
-  // The folder's name says which step it holds (a folder of another name, e.g. one set aside, is not checked).
+  // The folder's name says which step it holds (a folder of another name, e.g. one set aside, is not
+  // checked).
   std::string folder = path;
   while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
   int64_t named_step;
@@ -251,7 +254,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
     if (!digest.ok()) return digest.status();
     *state.add_files() = *digest;
   }
-  if (absl::Status s = WriteFileAtomically(staging + "/" + kStateFile, StateFileText(state)); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(staging + "/" + kStateFile, StateFileText(state)); !s.ok())
+    return s;
 
   // A folder of the same step can only be one that failed verification (resume starts after the newest
   // good one); it is replaced.
@@ -321,13 +325,14 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Checkpo
                           *std::move(config)};
 }
 
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir, std::vector<std::string>* skipped,
-                                             CheckpointUse use) {
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
+                                             std::vector<std::string>* skipped, CheckpointUse use) {
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
     const absl::Status status = VerifyFolder(path, use);
-    if (use == CheckpointUse::kResume) Remember(path, status.ok());  // verified whole: the first save's pruning needs no second read
+    if (use == CheckpointUse::kResume)
+      Remember(path, status.ok());  // verified whole: the first save's pruning needs no second read
     if (status.ok()) return path;
     if (skipped != nullptr) skipped->push_back(std::string(status.message()));
   }

@@ -8,8 +8,9 @@
 // complete, so a crash or kill mid-write never hides or replaces the previous good checkpoint; leftover
 // .partial folders are removed by the next save. Loading checks the state file's own CRC (files written
 // before it existed have none and are read as before) and its step against the folder's name, then the
-// files' sizes and CRCs, and LatestCheckpoint skips (and reports) a checkpoint that fails them. Only the newest `keep` intact checkpoints are kept, and any
-// pinned steps (run.checkpoint_steps: branch points for run.init_from); a damaged one never counts as kept.
+// files' sizes and CRCs, and LatestCheckpoint skips (and reports) a checkpoint that fails them. Only the
+// newest `keep` intact checkpoints are kept, and any pinned steps (run.checkpoint_steps: branch points for
+// run.init_from); a damaged one never counts as kept.
 #ifndef LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 #define LMFORGE_EXPERIMENTS_CHECKPOINT_CHECKPOINT_H_
 
@@ -46,9 +47,9 @@ std::string StateFileText(const checkpoint::TrainerState& state);
 std::string CheckpointPath(const std::string& checkpoints_dir, int64_t step);
 
 // Writes step `contents.state.step()` as described above, then prunes: the checkpoint just written and the
-// newest `keep` - 1 older ones that verify are kept, with any damaged folder between them (damaged ones do not
-// count), and the older ones are removed. The `pinned` steps are kept and not counted, and folders of steps
-// after the one written are neither counted nor removed. Returns the checkpoint's folder.
+// newest `keep` - 1 older ones that verify are kept, with any damaged folder between them (damaged ones do
+// not count), and the older ones are removed. The `pinned` steps are kept and not counted, and folders of
+// steps after the one written are neither counted nor removed. Returns the checkpoint's folder.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
                                            const CheckpointContents& contents, int keep,
                                            const std::vector<int64_t>& pinned = {});
@@ -67,7 +68,8 @@ struct LoadedCheckpoint {
 };
 
 // Verifies the size and CRC-32C of every file `use` reads against trainer_state.textproto, then opens them.
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, CheckpointUse use = CheckpointUse::kResume);
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
+                                                CheckpointUse use = CheckpointUse::kResume);
 
 // The newest checkpoint folder that verifies for `use`, NotFound when there is none. Each newer one that
 // fails verification is skipped and its error appended to `skipped` (when not null).

@@ -133,8 +133,9 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
     }
   }
   if (positional.kind() == PositionalConfig::SINUSOIDAL && model.d_model() % 2 != 0) {  // the model's rule
-    errors->Add(absl::StrCat("model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine ",
-                             "per frequency), got ", model.d_model()));
+    errors->Add(
+        absl::StrCat("model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine ",
+                     "per frequency), got ", model.d_model()));
   }
 
   RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
@@ -204,8 +205,8 @@ void ValidateOptimizer(const config::OptimizerConfig& optimizer, ConfigErrors* e
   RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
   RequirePositiveInFloat(adamw.eps(), "optimizer.adamw.eps", errors);
   if (!(adamw.weight_decay() >= 0) || !std::isfinite(adamw.weight_decay())) {
-    errors->Add(absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(),
-                             " must be a finite number >= 0"));
+    errors->Add(
+        absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(), " must be a finite number >= 0"));
   }
   if (!(optimizer.grad_clip() >= 0) || !std::isfinite(optimizer.grad_clip())) {
     errors->Add(absl::StrCat("optimizer.grad_clip=", optimizer.grad_clip(),
@@ -314,9 +315,10 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   }
   // A peak under a megaFLOP/s is a unit slip (989.4 for 989.4e12) and one of 1e-300 made MFU infinite.
   if (run.peak_flops() != 0 && !(run.peak_flops() >= 1e6 && std::isfinite(run.peak_flops()))) {
-    errors->Add(absl::StrCat("run.peak_flops=", run.peak_flops(),
-                             " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate "
-                             "of at least 1e6 FLOP/s"));
+    errors->Add(
+        absl::StrCat("run.peak_flops=", run.peak_flops(),
+                     " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate "
+                     "of at least 1e6 FLOP/s"));
   }
 }
 
@@ -363,8 +365,8 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
                                         static_cast<unsigned>(run.grad_accum_steps()) *
                                         static_cast<unsigned>(experiment.model().context_length());
   if (step_tokens > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
-    errors.Add(absl::StrCat("run.batch_size=", run.batch_size(), " * run.grad_accum_steps=",
-                            run.grad_accum_steps(), " * model.context_length=",
+    errors.Add(absl::StrCat("run.batch_size=", run.batch_size(),
+                            " * run.grad_accum_steps=", run.grad_accum_steps(), " * model.context_length=",
                             experiment.model().context_length(), " tokens per step do not fit in 64 bits"));
     return errors.ToStatus(source);
   }

@@ -113,9 +113,10 @@ TEST(ConfigValidation, RopeNeedsEvenHeadSize) {
 // The model's own rule (model/config), so that the error names the file and field; it was the model's,
 // without either, once training started.
 TEST(ConfigValidation, SinusoidalPositionsNeedAnEvenWidth) {
-  EXPECT_EQ(Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=63", "model.n_heads=7"}),
-            "tiny.textproto: model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine "
-            "per frequency), got 63");
+  EXPECT_EQ(
+      Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=63", "model.n_heads=7"}),
+      "tiny.textproto: model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine "
+      "per frequency), got 63");
   EXPECT_EQ(Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=62", "model.n_heads=2"}), "OK");
 }
 
@@ -126,9 +127,10 @@ TEST(ConfigValidation, RopeThetaMustBeAboveOne) {
               std::string("tiny.textproto: model.positional.rope_theta=") + theta +
                   " must be a finite number above 1 (the base of RoPE's wavelengths)");
   }
-  EXPECT_EQ(Error(WithModelFields("positional { kind: ROPE rope_theta: inf }")),
-            "tiny.textproto: model.positional.rope_theta=inf must be a finite number above 1 (the base of RoPE's "
-            "wavelengths)");
+  EXPECT_EQ(
+      Error(WithModelFields("positional { kind: ROPE rope_theta: inf }")),
+      "tiny.textproto: model.positional.rope_theta=inf must be a finite number above 1 (the base of RoPE's "
+      "wavelengths)");
   EXPECT_EQ(ErrorWith("model.positional.rope_theta=1.0001"), "OK");
 }
 
@@ -226,7 +228,8 @@ TEST(ConfigValidation, AdamWRules) {
             "tiny.textproto: optimizer.adamw.weight_decay=-0.1 must be a finite number >= 0");
   std::string inf_decay = kBase;
   inf_decay.replace(inf_decay.find("lr: 1e-3"), 8, "lr: 1e-3 adamw { weight_decay: inf }");
-  EXPECT_EQ(Error(inf_decay), "tiny.textproto: optimizer.adamw.weight_decay=inf must be a finite number >= 0");
+  EXPECT_EQ(Error(inf_decay),
+            "tiny.textproto: optimizer.adamw.weight_decay=inf must be a finite number >= 0");
   EXPECT_EQ(ErrorWith("optimizer.grad_clip=-1"),
             "tiny.textproto: optimizer.grad_clip=-1 must be a finite number >= 0 (0 turns clipping off)");
   // A file can hold inf (--set refuses it); an epsilon below fp32's range rounds to 0 in the kernels.
@@ -340,16 +343,18 @@ TEST(ConfigValidation, RunRules) {
   EXPECT_EQ(Error(Without("output_dir")), "tiny.textproto: run.output_dir is required (the folder this run writes)");
   // Negative, a unit slip, 1e-300 (MFU was infinite) and inf (MFU was 0) are refused; 0 means "measure".
   for (const char* peak : {"-1", "989.4", "1e-300"}) {
-    EXPECT_EQ(ErrorWith(std::string("run.peak_flops=") + peak),
-              std::string("tiny.textproto: run.peak_flops=") + peak +
-                  " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate of at least "
-                  "1e6 FLOP/s");
+    EXPECT_EQ(
+        ErrorWith(std::string("run.peak_flops=") + peak),
+        std::string("tiny.textproto: run.peak_flops=") + peak +
+            " must be 0 (the measured CPU peak or the GPU's data-sheet rate) or a finite rate of at least "
+            "1e6 FLOP/s");
   }
   std::string inf_peak = kBase;
   inf_peak.replace(inf_peak.find("  batch_size: 4"), 15, "  batch_size: 4 peak_flops: inf");
-  EXPECT_EQ(Error(inf_peak),
-            "tiny.textproto: run.peak_flops=inf must be 0 (the measured CPU peak or the GPU's data-sheet rate) or "
-            "a finite rate of at least 1e6 FLOP/s");
+  EXPECT_EQ(
+      Error(inf_peak),
+      "tiny.textproto: run.peak_flops=inf must be 0 (the measured CPU peak or the GPU's data-sheet rate) or "
+      "a finite rate of at least 1e6 FLOP/s");
   EXPECT_EQ(ErrorWith("run.peak_flops=0"), "OK");
   EXPECT_EQ(ErrorWith("run.peak_flops=989.4e12"), "OK");
 }
@@ -363,8 +368,8 @@ TEST(ConfigValidation, MaxTokensCoversOneStep) {
 
 // Three int32 fields whose product passes int64: refused before any count of tokens is formed from them.
 TEST(ConfigValidation, TokensPerStepFitInSixtyFourBits) {
-  EXPECT_EQ(Error(kBase, {"run.batch_size=2147483647", "run.grad_accum_steps=2147483647",
-                          "model.context_length=4"}),
+  EXPECT_EQ(Error(kBase,
+                  {"run.batch_size=2147483647", "run.grad_accum_steps=2147483647", "model.context_length=4"}),
             "tiny.textproto: run.batch_size=2147483647 * run.grad_accum_steps=2147483647 * "
             "model.context_length=4 tokens per step do not fit in 64 bits");
   EXPECT_EQ(Error(kBase, {"run.batch_size=2147483647", "run.grad_accum_steps=2147483647",

@@ -96,8 +96,8 @@ absl::StatusOr<tokenizer::TokenFileReader> OpenTokenFile(const std::string& path
         static_cast<unsigned __int128>(expect.batch_size) * static_cast<uint64_t>(expect.context_length) + 1;
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": ", header.num_tokens, " tokens are too few for one batch: ", expect.batch_size_source,
-        " * model.context_length + 1 = ", expect.batch_size, " * ", expect.context_length, " + 1 = ",
-        DecimalString(needs), " tokens"));
+        " * model.context_length + 1 = ", expect.batch_size, " * ", expect.context_length,
+        " + 1 = ", DecimalString(needs), " tokens"));
   }
   return file;
 }
@@ -154,7 +154,8 @@ uint32_t TokenFileFingerprint(const tokenizer::TokenFileReader& file) {
   constexpr uint64_t kSamples = 4096;
   std::string ids;
   for (uint64_t i = 0; i < kSamples && file.size() > 0; ++i) {
-    const uint64_t position = static_cast<uint64_t>((static_cast<unsigned __int128>(i) * file.size()) / kSamples);
+    const uint64_t position =
+        static_cast<uint64_t>((static_cast<unsigned __int128>(i) * file.size()) / kSamples);
     const uint32_t id = file.at(position);
     ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
   }

@@ -31,7 +31,8 @@ struct TokenFileExpectations {
   std::optional<uint64_t> tokenizer_hash;      // when set, the file's header must carry this hash
   std::string tokenizer_hash_source = "data.tokenizer";  // where that hash came from, for the message
   int64_t batch_size = 0;                      // B
-  std::string batch_size_source = "run.batch_size";  // where B came from, for the messages (eval: --batch_size)
+  std::string batch_size_source =
+      "run.batch_size";                        // where B came from, for the messages (eval: --batch_size)
   int64_t context_length = 0;                  // T
 };
 

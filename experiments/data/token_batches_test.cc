@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <numeric>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -245,16 +245,18 @@ TEST(TokenFileChecks, FileSmallerThanOneBatchIsAnError) {
 // exact count, under the name the batch size was given by.
 TEST(TokenFileChecks, ABatchWhoseTokensPassSixtyFourBitsIsTooLargeForTheFile) {
   const std::string path = WriteTokens("overflow.tok", 100);
-  for (const auto& [batch, needs] : {std::pair<int64_t, std::string>{int64_t{1} << 62, "18446744073709551617"},
-                                     {576460752303423489, "2305843009213693957"},
-                                     {INT64_MAX, "36893488147419103229"}}) {
+  for (const auto& [batch, needs] :
+       {std::pair<int64_t, std::string>{int64_t{1} << 62, "18446744073709551617"},
+        {576460752303423489, "2305843009213693957"},
+        {INT64_MAX, "36893488147419103229"}}) {
     TokenFileExpectations expect = Expect(batch, 4);
     expect.batch_size_source = "--batch_size";
     auto val = ValidationBatches::Open(path, expect, 1000);
     ASSERT_FALSE(val.ok()) << batch;
     EXPECT_EQ(val.status().message(),
-              absl::StrCat(path, ": 100 tokens are too few for one batch: --batch_size * model.context_length + "
-                                 "1 = ",
+              absl::StrCat(path,
+                           ": 100 tokens are too few for one batch: --batch_size * model.context_length + "
+                           "1 = ",
                            batch, " * 4 + 1 = ", needs, " tokens"));
     EXPECT_FALSE(TrainBatchSampler::Open(path, expect, 1).ok()) << batch;
   }

@@ -270,8 +270,9 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   auto plan = sweep::PlanSweep(sweep, sweep_path, o.out_dir, sweep::SizeOfModel);
   if (!plan.ok()) return plan.status();
   if (absl::Status s = sweep::CheckRunsCanReadTheirData(*plan); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(o.data.empty() ? "" : "--data: too little text for the sweep's runs: ",
-                                               s.message()));
+    return absl::Status(
+        s.code(),
+        absl::StrCat(o.data.empty() ? "" : "--data: too little text for the sweep's runs: ", s.message()));
   }
   say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
   sweep::RunnerOptions runner;

@@ -128,9 +128,8 @@ TEST(Quickstart, AnEditedCorpusRedoesEverythingAfterIt) {
   auto first_train = ReadFile(out + "/data/train.txt");
   ASSERT_TRUE(first_train.ok());
   ASSERT_EQ(::unlink((out + "/data/train.txt").c_str()), 0);
-  ASSERT_TRUE(WriteFileAtomically(out + "/data/corpus.stamp",
-                                  "text files: " + text + "\n" + text + " " + std::to_string(story.size()) +
-                                      " bytes\n")
+  ASSERT_TRUE(WriteFileAtomically(out + "/data/corpus.stamp", "text files: " + text + "\n" + text + " " +
+                                                                  std::to_string(story.size()) + " bytes\n")
                   .ok());
   auto touched = PrepareCorpus(o, say);
   ASSERT_TRUE(touched.ok()) << touched.status();
@@ -171,7 +170,8 @@ TEST(Quickstart, TooLittleTextIsRefusedBeforeAnyRun) {
   o.data = {text_path};
   auto result = RunQuickstart(o);
   ASSERT_FALSE(result.ok());
-  EXPECT_NE(result.status().message().find("--data: too little text for the sweep's runs: "), std::string::npos)
+  EXPECT_NE(result.status().message().find("--data: too little text for the sweep's runs: "),
+            std::string::npos)
       << result.status();
   EXPECT_NE(result.status().message().find("tokens are too few for one batch"), std::string::npos)
       << result.status();

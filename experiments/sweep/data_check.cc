@@ -56,12 +56,13 @@ absl::Status CheckRunsCanReadTheirData(const SweepPlan& plan) {
   for (const PlannedRun& run : plan.runs) {
     // A run that finished is not trained again (unless its config changed: then the trainer's own check
     // speaks): its token files may be gone, and the sweep still reports it.
-    absl::StatusOr<config::SweepRunResult> result = ReadRunResult(absl::StrCat(plan.output_dir, "/runs/", run.name));
+    absl::StatusOr<config::SweepRunResult> result =
+        ReadRunResult(absl::StrCat(plan.output_dir, "/runs/", run.name));
     if (result.ok() && result->status() == config::SweepRunResult::FINISHED) continue;
     const config::Experiment& e = run.experiment;
-    const std::string key = absl::StrCat(e.data().SerializeAsString(), "|", e.model().vocab_size(), "|",
-                                         e.run().batch_size(), "|", e.model().context_length(), "|",
-                                         e.run().eval_tokens());
+    const std::string key =
+        absl::StrCat(e.data().SerializeAsString(), "|", e.model().vocab_size(), "|", e.run().batch_size(),
+                     "|", e.model().context_length(), "|", e.run().eval_tokens());
     if (!checked.insert(key).second) continue;
     if (absl::Status s = CheckData(e, &tokenizer_hashes); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(plan.source, " (run ", run.name, "): ", s.message()));

@@ -72,7 +72,8 @@ TEST(SweepDataCheck, NamesAValidationFileTooSmallForTheEvaluationBudget) {
   const absl::Status s = CheckRunsCanReadTheirData(Plan(65, 128, 4));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("test.sweep (run run_b4): "), std::string::npos) << s;
-  EXPECT_NE(s.message().find("val.tok: 65 tokens are too few for the validation budget"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("val.tok: 65 tokens are too few for the validation budget"), std::string::npos)
+      << s;
 }
 
 }  // namespace

@@ -309,10 +309,12 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
       return s;
     }
     // Values written two ways ("1e-3", "0.001") would train one config twice and weigh it twice in the fits.
-    const auto [same, fresh] = run_of_config.insert({experiments::ExperimentToText(run.experiment), run.name});
+    const auto [same, fresh] =
+        run_of_config.insert({experiments::ExperimentToText(run.experiment), run.name});
     if (!fresh) {
-      return Error(source, absl::StrCat("sweep.grid: runs ", same->second, " and ", run.name,
-                                        " have the same config (axis values that set the same thing); drop one"));
+      return Error(source,
+                   absl::StrCat("sweep.grid: runs ", same->second, " and ", run.name,
+                                " have the same config (axis values that set the same thing); drop one"));
     }
     runs->push_back(std::move(run));
     for (int i = grid.axis_size() - 1; i >= 0; --i) {  // last axis fastest

@@ -62,23 +62,23 @@ class DataStamps {
     auto it = lines_.find(path);
     if (it != lines_.end()) return it->second;
     absl::StatusOr<tokenizer::TokenFileReader> file = tokenizer::TokenFileReader::Open(path);
-    std::string line =
-        file.ok() ? absl::StrFormat("%s: %d tokens, fingerprint %08x", path, file->size(),
-                                    experiments::TokenFileFingerprint(*file))
-                  : absl::StrCat(path, kNotReadable);
+    std::string line = file.ok() ? absl::StrFormat("%s: %d tokens, fingerprint %08x", path, file->size(),
+                                                   experiments::TokenFileFingerprint(*file))
+                                 : absl::StrCat(path, kNotReadable);
     return lines_.emplace(path, std::move(line)).first->second;
   }
   std::map<std::string, std::string> lines_;
 };
 
 // The first line of two data stamps that differs, for the rerun message ("" for none). A file that cannot be
-// read now or could not then (moved, or a disk not mounted) is no evidence that its data changed: that line is
-// passed over (a run resumed on other data is still refused by the trainer's own fingerprint check).
+// read now or could not then (moved, or a disk not mounted) is no evidence that its data changed: that line
+// is passed over (a run resumed on other data is still refused by the trainer's own fingerprint check).
 std::string DataChange(const std::string& before, const std::string& now) {
   const std::vector<std::string> a = absl::StrSplit(before, '\n'), b = absl::StrSplit(now, '\n');
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
-    if (x != y && !absl::EndsWith(x, kNotReadable) && !absl::EndsWith(y, kNotReadable)) return absl::StrCat("data: ", x.empty() ? "(none)" : x, " is now ", y.empty() ? "(none)" : y);
+    if (x != y && !absl::EndsWith(x, kNotReadable) && !absl::EndsWith(y, kNotReadable))
+      return absl::StrCat("data: ", x.empty() ? "(none)" : x, " is now ", y.empty() ? "(none)" : y);
   }
   return "";
 }
@@ -357,7 +357,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       }
     }
     // A folder without data.stamp (written before it existed) is taken to have trained on today's files.
-    if (auto stored = ReadFile(stamp_path); change.empty() && stored.ok()) change = DataChange(*stored, data_stamp);
+    if (auto stored = ReadFile(stamp_path); change.empty() && stored.ok())
+      change = DataChange(*stored, data_stamp);
     if (finished && change.empty()) {
       if (!FileExists(stamp_path)) {
         if (absl::Status s = WriteFileAtomically(stamp_path, data_stamp); !s.ok()) return s;
@@ -376,8 +377,9 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       // checkpoint under the new config.
       absl::StatusOr<std::string> aside = MoveRunAside(dir);
       if (!aside.ok()) return aside.status();
-      say(absl::StrFormat("[rerun] %s: its config or data changed since it %s (%s); the earlier run is kept in %s",
-                          run.name, finished ? "finished" : "last trained", change, *aside));
+      say(absl::StrFormat(
+          "[rerun] %s: its config or data changed since it %s (%s); the earlier run is kept in %s", run.name,
+          finished ? "finished" : "last trained", change, *aside));
     } else {
       ::unlink((dir + "/result.textproto").c_str());  // a failed or diverged run's, replaced by the rerun's
     }

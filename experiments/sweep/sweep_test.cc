@@ -358,7 +358,8 @@ TEST(SweepPlan, GridAxesMustBeOverDistinctFieldsTheSweepDoesNotSet) {
                             field: "run.eval_interval"
                             values: [ "1", "2" ]
                           }
-                        })pb").ok());
+                        })pb")
+                  .ok());
 }
 
 // Every member of a family shares key/value heads as the base does (sweep.proto): a grouped-query base
@@ -405,11 +406,17 @@ TEST(SweepPlan, FamilyMembersShareKeyValueHeadsAsTheBaseDoes) {
 // One value written two ways ("1e-3", "0.001") trained the same config twice under two names, and the fits
 // counted it twice.
 TEST(SweepPlan, GridRunsWithTheSameConfigAreRefused) {
-  auto same = Plan(R"pb(grid { axis { field: "optimizer.lr" values: [ "1e-3", "2e-3", "0.001" ] } })pb");
+  auto same = Plan(R"pb(grid {
+                          axis {
+                            field: "optimizer.lr"
+                            values: [ "1e-3", "2e-3", "0.001" ]
+                          }
+                        })pb");
   ASSERT_FALSE(same.ok());
-  EXPECT_EQ(same.status().message(),
-            "test.sweep: sweep.grid: runs lr=1e-3 and lr=0.001 have the same config (axis values that set the "
-            "same thing); drop one");
+  EXPECT_EQ(
+      same.status().message(),
+      "test.sweep: sweep.grid: runs lr=1e-3 and lr=0.001 have the same config (axis values that set the "
+      "same thing); drop one");
 }
 
 // A budget so large that a model's step count passes int64 is "too large for the model family", not "too
@@ -651,10 +658,10 @@ TEST(SweepRunner, OlderBuildsRunsAreSkippedAndChangedRunsKeepTheirResult) {
                   .ok());
   lines.clear();
   ASSERT_TRUE(RunSweep(*plan, runner).ok());
-  EXPECT_NE(
-      absl::StrJoin(lines, "\n")
-          .find("[rerun] " + plan->runs[2].name + ": its config or data changed since it last trained (modified: "),
-      std::string::npos)
+  EXPECT_NE(absl::StrJoin(lines, "\n")
+                .find("[rerun] " + plan->runs[2].name +
+                      ": its config or data changed since it last trained (modified: "),
+            std::string::npos)
       << absl::StrJoin(lines, "\n");
   EXPECT_TRUE(FileExists(killed + "/superseded-1/checkpoints"));
 }
@@ -705,11 +712,13 @@ TEST(SweepRunner, FinishedRunsWhoseDataChangedTrainAgain) {
   EXPECT_EQ(again->skipped, 0);
   EXPECT_EQ(again->finished, 8);
   const std::string said = absl::StrJoin(lines, "\n");
-  EXPECT_NE(said.find("[rerun] " + plan->runs[0].name + ": its config or data changed since it finished (data: " +
-                      train + ": 1000 tokens, fingerprint "),
+  EXPECT_NE(said.find("[rerun] " + plan->runs[0].name +
+                      ": its config or data changed since it finished (data: " + train +
+                      ": 1000 tokens, fingerprint "),
             std::string::npos)
       << said;
-  EXPECT_TRUE(FileExists(plan->output_dir + "/runs/" + plan->runs[0].name + "/superseded-1/result.textproto"));
+  EXPECT_TRUE(
+      FileExists(plan->output_dir + "/runs/" + plan->runs[0].name + "/superseded-1/result.textproto"));
 }
 
 TEST(SweepRunner, ASweepFolderInUseIsRefused) {

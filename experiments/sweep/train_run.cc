@@ -78,7 +78,8 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   if (!metrics.ok()) return metrics.status();
   if (!from.empty() && !metrics->empty()) {
     const std::string trunk_dir = std::filesystem::path(from).parent_path().parent_path().string();
-    auto trunk = experiments::ReadMetricsLog(FileExists(trunk_log) ? trunk_log : trunk_dir + "/metrics.jsonl");
+    auto trunk =
+        experiments::ReadMetricsLog(FileExists(trunk_log) ? trunk_log : trunk_dir + "/metrics.jsonl");
     if (!trunk.ok()) return trunk.status();
     std::vector<experiments::StepMetrics> merged;
     for (const experiments::StepMetrics& m : *trunk) {

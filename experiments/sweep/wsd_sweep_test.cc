@@ -128,7 +128,8 @@ TEST(WsdSweep, ABranchKeepsItsTrunksEvaluationsWhenTheTrunkTrainsAgain) {
                   .ok());
   ASSERT_EQ(::unlink((runs + "max_steps=8/result.textproto").c_str()), 0);
   RunnerOptions options;
-  options.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep", "--train_one"};
+  options.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep",
+                     "--train_one"};
   options.threads_per_run = 1;
   auto again = RunSweep(branched.plan, options);
   ASSERT_TRUE(again.ok()) << again.status();

@@ -28,14 +28,17 @@ ModelMemory CountModelMemory(const model::ModelConfig& config, kernels::DType ac
   const model::ParameterCounts counts = model::CountParameters(one_layer);
   const double layers = static_cast<double>(config.n_layers);
   ModelMemory m;
-  m.parameters = static_cast<double>(counts.total() - counts.blocks) + static_cast<double>(counts.blocks) * layers;
+  m.parameters =
+      static_cast<double>(counts.total() - counts.blocks) + static_cast<double>(counts.blocks) * layers;
   const double compute_copy = activations == kernels::DType::kF32 ? 0 : kernels::DTypeSize(activations);
   m.weights = (4 + compute_copy) * m.parameters;
   m.gradients = 4 * m.parameters;
   m.optimizer = training ? 8 * m.parameters : 0;
-  const model::ActivationBytesPerToken per_token = model::CountActivationBytesPerToken(one_layer, activations);
-  m.activations = (static_cast<double>(per_token.per_block) * layers + static_cast<double>(per_token.final_and_head)) *
-                  static_cast<double>(tokens);
+  const model::ActivationBytesPerToken per_token =
+      model::CountActivationBytesPerToken(one_layer, activations);
+  m.activations =
+      (static_cast<double>(per_token.per_block) * layers + static_cast<double>(per_token.final_and_head)) *
+      static_cast<double>(tokens);
   return m;
 }
 
@@ -44,17 +47,19 @@ double PhysicalMemoryBytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
 }
 
-absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available, const std::string& what) {
+absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available,
+                               const std::string& what) {
   const double total = need.total() * processes;
   if (available <= 0 || total <= available) return absl::OkStatus();
-  std::string parts = absl::StrCat(need.weights > 4 * need.parameters ? "weights and their bf16 copies " : "weights ",
-                                   Human(need.weights), ", gradients ", Human(need.gradients));
+  std::string parts =
+      absl::StrCat(need.weights > 4 * need.parameters ? "weights and their bf16 copies " : "weights ",
+                   Human(need.weights), ", gradients ", Human(need.gradients));
   if (need.optimizer > 0) absl::StrAppend(&parts, ", AdamW moments ", Human(need.optimizer));
   if (need.activations > 0) absl::StrAppend(&parts, ", activations ", Human(need.activations));
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s needs at least %s (%.0f bytes) of memory, more than this machine's %s: %s%.4g parameters (%s)", what,
-      Human(total), total, Human(available), processes > 1 ? absl::StrCat(processes, " processes of ") : "",
-      need.parameters, parts));
+      "%s needs at least %s (%.0f bytes) of memory, more than this machine's %s: %s%.4g parameters (%s)",
+      what, Human(total), total, Human(available),
+      processes > 1 ? absl::StrCat(processes, " processes of ") : "", need.parameters, parts));
 }
 
 }  // namespace lmf::experiments

@@ -38,7 +38,8 @@ double PhysicalMemoryBytes();
 
 // ResourceExhausted when `processes` copies of `need` take more than `available` bytes (0: unknown, no
 // check), naming `what` (the config's fields and the batch), the bytes needed and each part.
-absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available, const std::string& what);
+absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available,
+                               const std::string& what);
 
 }  // namespace lmf::experiments
 

@@ -22,7 +22,8 @@ TEST(MemoryCheck, CountsWhatTheModelAndAdamWAllocate) {
   EXPECT_EQ(training.weights, 4 * params);
   EXPECT_EQ(training.gradients, 4 * params);
   EXPECT_EQ(training.optimizer, 8 * params);
-  EXPECT_EQ(training.activations, static_cast<double>(model::CountActivationBytesPerToken(c).total() * 16 * 32));
+  EXPECT_EQ(training.activations,
+            static_cast<double>(model::CountActivationBytesPerToken(c).total() * 16 * 32));
   EXPECT_EQ(training.total(), 16 * params + training.activations);
   const ModelMemory inference = CountModelMemory(c, kernels::DType::kBF16, 0, /*training=*/false);
   EXPECT_EQ(inference.weights, 6 * params);  // fp32 values and bf16 compute copies
@@ -34,7 +35,8 @@ TEST(MemoryCheck, CountsWhatTheModelAndAdamWAllocate) {
 TEST(MemoryCheck, CountsPastSixtyFourBits) {
   const model::ParameterCounts one = model::CountParameters(Tiny(1));
   const ModelMemory m = CountModelMemory(Tiny(int64_t{1} << 48), kernels::DType::kF32, 512, true);
-  EXPECT_EQ(m.parameters, static_cast<double>(one.total() - one.blocks) + 0x1p48 * static_cast<double>(one.blocks));
+  EXPECT_EQ(m.parameters,
+            static_cast<double>(one.total() - one.blocks) + 0x1p48 * static_cast<double>(one.blocks));
   EXPECT_GT(m.total(), 0x1p63);
 }
 
@@ -47,11 +49,13 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingEachPart) {
   const absl::Status refused = CheckFitsInMemory(need, 1, 16e9, "experiment \"big\"");
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.message(),
-            "experiment \"big\" needs at least 16 GB (16002500000 bytes) of memory, more than this machine's 16 GB: "
+            "experiment \"big\" needs at least 16 GB (16002500000 bytes) of memory, more than this machine's "
+            "16 GB: "
             "1e+09 parameters (weights 4 GB, gradients 4 GB, AdamW moments 8 GB, activations 2.5 MB)");
-  EXPECT_EQ(CheckFitsInMemory(need, 2, 25e9, "x").message(),
-            "x needs at least 32 GB (32005000000 bytes) of memory, more than this machine's 25 GB: 2 processes of "
-            "1e+09 parameters (weights 4 GB, gradients 4 GB, AdamW moments 8 GB, activations 2.5 MB)");
+  EXPECT_EQ(
+      CheckFitsInMemory(need, 2, 25e9, "x").message(),
+      "x needs at least 32 GB (32005000000 bytes) of memory, more than this machine's 25 GB: 2 processes of "
+      "1e+09 parameters (weights 4 GB, gradients 4 GB, AdamW moments 8 GB, activations 2.5 MB)");
 }
 
 TEST(MemoryCheck, PhysicalMemoryIsKnownHere) { EXPECT_GT(PhysicalMemoryBytes(), 1e8); }

@@ -213,8 +213,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   if (!model_config.ok()) return model_config.status();
   if (run.device() == config::RunConfig::CPU) {  // before any rank allocates (a GPU's memory is not checked)
     const config::ModelConfig& m = experiment.model();
-    const ModelMemory need = CountModelMemory(*model_config, kernels::DType::kF32,
-                                              int64_t{run.batch_size()} * m.context_length(), /*training=*/true);
+    const ModelMemory need =
+        CountModelMemory(*model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(),
+                         /*training=*/true);
     if (absl::Status s = CheckFitsInMemory(
             need, world, PhysicalMemoryBytes(),
             absl::StrCat("experiment \"", experiment.name(), "\" (model.n_layers=", m.n_layers(),

@@ -619,7 +619,8 @@ TEST(Trainer, ResumeSkipsADamagedCheckpointAndRefusesWhenAllAreDamaged) {
 
 // keep_checkpoints 1, a pinned step 4 and a damaged step 12: --resume goes back to step 4, sets step 12 aside
 // with a log line, and the step 8 it writes is kept (pruning it would leave only the damaged folder, and the
-// next --resume would have nothing to resume but step 4); resumed again, the run ends as an undamaged one does.
+// next --resume would have nothing to resume but step 4); resumed again, the run ends as an undamaged one
+// does.
 TEST(Trainer, ResumeSetsADamagedNewerCheckpointAsideAndKeepsItsOwn) {
   const std::string train = WriteTokens("aside.tok", RandomIds(2000, 9));
   const std::string out = TempPath("aside_run"), reference = TempPath("aside_reference");
@@ -644,8 +645,8 @@ TEST(Trainer, ResumeSetsADamagedNewerCheckpointAsideAndKeepsItsOwn) {
   EXPECT_TRUE(FileExists(checkpoints + "/damaged/step_00000012/model.safetensors"));
   auto text = ReadFile(log);
   ASSERT_TRUE(text.ok());
-  EXPECT_TRUE(absl::StrContains(*text, "moved the damaged checkpoint after step 4 to " + checkpoints +
-                                           "/damaged/step_00000012\n"))
+  EXPECT_TRUE(absl::StrContains(
+      *text, "moved the damaged checkpoint after step 4 to " + checkpoints + "/damaged/step_00000012\n"))
       << *text;
   auto resumed = run(out, 0, Quiet().console);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -666,10 +667,11 @@ TEST(Trainer, AModelLargerThanTheMachineIsRefusedUpFront) {
                       Quiet());
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
-  EXPECT_TRUE(absl::StartsWith(result.status().message(),
-                               "experiment \"tiny\" (model.n_layers=2000000000, model.d_model=64, model.ffn.d_ff=172, "
-                               "model.vocab_size=512; run.batch_size=8 x model.context_length=32 tokens per "
-                               "micro-batch) needs at least "))
+  EXPECT_TRUE(absl::StartsWith(
+      result.status().message(),
+      "experiment \"tiny\" (model.n_layers=2000000000, model.d_model=64, model.ffn.d_ff=172, "
+      "model.vocab_size=512; run.batch_size=8 x model.context_length=32 tokens per "
+      "micro-batch) needs at least "))
       << result.status();
   EXPECT_TRUE(absl::StrContains(result.status().message(), "more than this machine's ")) << result.status();
   EXPECT_FALSE(FileExists(TempPath("huge_run") + "/checkpoints"));
@@ -727,7 +729,8 @@ TEST(Trainer, SigtermDuringStartupStopsAfterTheFirstStep) {
   std::fclose(options.console);
   ASSERT_FALSE(result.ok());
   ASSERT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
-  EXPECT_TRUE(absl::StartsWith(result.status().message(), absl::StrCat("stopped by signal ", SIGTERM, " after step ")))
+  EXPECT_TRUE(absl::StartsWith(result.status().message(),
+                               absl::StrCat("stopped by signal ", SIGTERM, " after step ")))
       << result.status();
   EXPECT_TRUE(LatestCheckpoint(out + "/checkpoints").ok());
 }

@@ -108,10 +108,11 @@ TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
                  "an FFN weight (d_ff x d_model) is 33554432 x 64");
   // q and the output projection are d_model x d_model: 1048576^2 = 2^40 (and 13 TB with its moments), where
   // every other matrix of this config is small enough.
-  ExpectRejected(Cs336Config(512, 32, 1 << 20, 2, 4, 172),
-                 "an attention projection (n_heads * head size x d_model) is 1048576 x 1048576, 2^31 or more");
+  ExpectRejected(
+      Cs336Config(512, 32, 1 << 20, 2, 4, 172),
+      "an attention projection (n_heads * head size x d_model) is 1048576 x 1048576, 2^31 or more");
   ExpectRejected(Cs336Config(512, 32, 46342, 1, 1, 172), "an attention projection");  // 46342^2 > 2^31
-  EXPECT_TRUE(Cs336Config(512, 32, 46340, 1, 1, 172).Validate().ok());               // 46340^2 < 2^31
+  EXPECT_TRUE(Cs336Config(512, 32, 46340, 1, 1, 172).Validate().ok());                // 46340^2 < 2^31
   // Products past int64 are still caught.
   ModelConfig huge = Cs336Config(1000, 128, 64, 2, 4, 128);
   huge.d_ff = int64_t{1} << 40;

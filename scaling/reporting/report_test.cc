@@ -4,8 +4,8 @@
 #include "scaling/reporting/report.h"
 
 #include <cmath>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <random>
 
 #include "base/file.h"
