@@ -83,7 +83,7 @@ absl::Status Run(const CliArgs& args) {
     const model::ModelConfig& m = loaded->model->config();
     const ModelMemory need = CountModelMemory(m, loaded->model->activation_dtype(),
                                               *batch * expect.context_length, /*training=*/false);
-    if (absl::Status s = CheckFitsInMemory(need, 1, PhysicalMemoryBytes(),
+    if (absl::Status s = CheckFitsInMemory(need, 1, MemoryBytes(),
                                            absl::StrCat(expect.batch_size_source, "=", *batch,
                                                         " x model.context_length=", expect.context_length,
                                                         " tokens per forward with ", loaded->weights_path));

@@ -79,7 +79,7 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
     const config::ModelConfig& m = experiment.model();
     const ModelMemory need = CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(
-            need, 1, PhysicalMemoryBytes(),
+            need, 1, MemoryBytes(),
             absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(),
                          ", model.d_model=", m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(),
                          ", model.vocab_size=", m.vocab_size(), ")"));

@@ -1,7 +1,7 @@
 // Memory counts and the up-front fit check (see memory_check.h).
 #include "experiments/trainer/memory_check.h"
 
-#include <unistd.h>
+#include <sys/sysinfo.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,9 +42,11 @@ ModelMemory CountModelMemory(const model::ModelConfig& config, kernels::DType ac
   return m;
 }
 
-double PhysicalMemoryBytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+double MemoryBytes() {
+  // Swap counts: a model that fits only with it runs, slowly, and the check refuses only what cannot run.
+  struct sysinfo info;
+  if (::sysinfo(&info) != 0) return 0;
+  return (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit;
 }
 
 absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available,
@@ -57,7 +59,7 @@ absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double av
   if (need.optimizer > 0) absl::StrAppend(&parts, ", AdamW moments ", Human(need.optimizer));
   if (need.activations > 0) absl::StrAppend(&parts, ", activations ", Human(need.activations));
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s needs at least %s (%.0f bytes) of memory, more than this machine's %s: %s%.4g parameters (%s)",
+      "%s needs at least %s (%.0f bytes) of memory, more than this machine's %s (memory and swap): %s%.4g parameters (%s)",
       what, Human(total), total, Human(available),
       processes > 1 ? absl::StrCat(processes, " processes of ") : "", need.parameters, parts));
 }

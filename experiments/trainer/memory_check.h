@@ -33,8 +33,8 @@ struct ModelMemory {
 ModelMemory CountModelMemory(const model::ModelConfig& config, kernels::DType activations, int64_t tokens,
                              bool training);
 
-// The machine's physical memory in bytes (sysconf); 0 where it cannot be read.
-double PhysicalMemoryBytes();
+// The machine's memory in bytes, physical and swap (sysinfo); 0 where it cannot be read.
+double MemoryBytes();
 
 // ResourceExhausted when `processes` copies of `need` take more than `available` bytes (0: unknown, no
 // check), naming `what` (the config's fields and the batch), the bytes needed and each part.

@@ -50,15 +50,16 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingEachPart) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.message(),
             "experiment \"big\" needs at least 16 GB (16002500000 bytes) of memory, more than this machine's "
-            "16 GB: "
+            "16 GB (memory and swap): "
             "1e+09 parameters (weights 4 GB, gradients 4 GB, AdamW moments 8 GB, activations 2.5 MB)");
   EXPECT_EQ(
       CheckFitsInMemory(need, 2, 25e9, "x").message(),
-      "x needs at least 32 GB (32005000000 bytes) of memory, more than this machine's 25 GB: 2 processes of "
+      "x needs at least 32 GB (32005000000 bytes) of memory, more than this machine's 25 GB (memory and "
+      "swap): 2 processes of "
       "1e+09 parameters (weights 4 GB, gradients 4 GB, AdamW moments 8 GB, activations 2.5 MB)");
 }
 
-TEST(MemoryCheck, PhysicalMemoryIsKnownHere) { EXPECT_GT(PhysicalMemoryBytes(), 1e8); }
+TEST(MemoryCheck, TheMachinesMemoryIsKnownHere) { EXPECT_GT(MemoryBytes(), 1e8); }
 
 }  // namespace
 }  // namespace lmf::experiments

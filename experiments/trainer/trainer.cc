@@ -217,7 +217,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
         CountModelMemory(*model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(),
                          /*training=*/true);
     if (absl::Status s = CheckFitsInMemory(
-            need, world, PhysicalMemoryBytes(),
+            need, world, MemoryBytes(),
             absl::StrCat("experiment \"", experiment.name(), "\" (model.n_layers=", m.n_layers(),
                          ", model.d_model=", m.d_model(), ", model.ffn.d_ff=", m.ffn().d_ff(),
                          ", model.vocab_size=", m.vocab_size(), "; run.batch_size=", run.batch_size(),
