@@ -44,13 +44,6 @@ absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& 
   return absl::OkStatus();
 }
 
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
 
 // The temp files of live AtomicFileWriters, for RemoveTempFilesOnSignals' handler, which may only make
@@ -147,6 +140,13 @@ absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path, bool allow_p
 }
 
 }  // namespace
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   absl::StatusOr<OpenedFile> opened = OpenRegularFile(path, /*allow_pipe=*/true);

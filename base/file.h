@@ -29,6 +29,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view data)
 // AtomicFileWriter::Create and WriteFileAtomically check this too.
 absl::Status CheckFileCanBeWritten(const std::string& path);
 
+// The folder part of a path: "." for a bare file name, "/" for a file in the root folder.
+std::string DirName(const std::string& path);
+
 // Makes a folder and its parents (like mkdir -p).
 absl::Status MakeDirs(const std::string& path);
 

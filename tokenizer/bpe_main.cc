@@ -423,9 +423,8 @@ absl::Status Stats(const Flags& flags) {
 // `path` spelled canonically when its folder exists: the folder through realpath, then the file name, so
 // `out.txt` and `./out.txt` compare equal even before either exists. Otherwise `path` itself.
 std::string CanonicalPath(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string dir = DirName(path);
+  const std::string name = path.substr(path.rfind('/') + 1);  // npos + 1 == 0: a bare name is all name
   char resolved[PATH_MAX];
   if (name.empty() || name == "." || name == ".." || ::realpath(dir.c_str(), resolved) == nullptr)
     return path;
