@@ -31,12 +31,7 @@ absl::Status CheckData(const config::Experiment& e, std::map<std::string, uint64
     }
     expect.tokenizer_hash = it->second;
   }
-  std::vector<std::string> train = {e.data().train_tokens()};
-  if (e.data().train_mixture_size() > 0) {
-    train.clear();
-    for (const config::TokenSource& source : e.data().train_mixture()) train.push_back(source.path());
-  }
-  for (const std::string& path : train) {
+  for (const std::string& path : TrainingTokenFiles(e.data())) {
     absl::StatusOr<tokenizer::TokenFileReader> file = experiments::OpenTokenFile(path, expect);
     if (!file.ok()) return file.status();
   }

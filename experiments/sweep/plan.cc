@@ -657,6 +657,13 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   return plan;
 }
 
+std::vector<std::string> TrainingTokenFiles(const config::DataConfig& data) {
+  if (data.train_mixture_size() == 0) return {data.train_tokens()};
+  std::vector<std::string> paths;
+  for (const config::TokenSource& source : data.train_mixture()) paths.push_back(source.path());
+  return paths;
+}
+
 std::string FormatPlan(const SweepPlan& plan) {
   std::string out = absl::StrFormat("sweep %s: %d runs into %s (%d at a time)\n", plan.name, plan.runs.size(),
                                     plan.output_dir, plan.parallel_runs);

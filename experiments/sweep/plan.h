@@ -105,6 +105,9 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
 // the totals.
 std::string FormatPlan(const SweepPlan& plan);
 
+// The token files a run trains on: data.train_tokens, or each data.train_mixture source's path in order.
+std::vector<std::string> TrainingTokenFiles(const config::DataConfig& data);
+
 }  // namespace lmf::sweep
 
 #endif  // LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_

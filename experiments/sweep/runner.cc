@@ -49,10 +49,7 @@ class DataStamps {
  public:
   std::string Of(const config::Experiment& e) {
     std::string stamp;
-    if (e.data().train_mixture_size() == 0) absl::StrAppend(&stamp, Line(e.data().train_tokens()), "\n");
-    for (const config::TokenSource& source : e.data().train_mixture()) {
-      absl::StrAppend(&stamp, Line(source.path()), "\n");
-    }
+    for (const std::string& path : TrainingTokenFiles(e.data())) absl::StrAppend(&stamp, Line(path), "\n");
     if (!e.data().val_tokens().empty()) absl::StrAppend(&stamp, Line(e.data().val_tokens()), "\n");
     return stamp;
   }
