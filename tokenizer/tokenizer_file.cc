@@ -79,6 +79,14 @@ absl::StatusOr<Tokenizer> ParseTokenizer(std::string_view data, const std::strin
   if (!reader.Next(&line) || line.substr(0, 18) != "lmforge-tokenizer ") {
     return reader.Error("does not start with \"lmforge-tokenizer <version>\" (not a tokenizer file?)");
   }
+  if (!line.empty() && line.back() == '\r') {
+    // An editor or a Windows checkout turned the line ends into CRLF. The file's exact bytes are what token
+    // files record the hash of, so it is refused rather than read as if it were the LF original.
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": tokenizer file has Windows (CRLF) line ends; lmforge tokenizer files end their lines with LF "
+              "alone (token files record the hash of these exact bytes). Convert it back, e.g. with "
+              "`sed -i 's/\\r$//' ", name, "` or dos2unix"));
+  }
   uint64_t version;
   if (!LineReader::ParseUint(line.substr(18), &version)) return reader.Error("bad format version");
   if (version != kTokenizerFormatVersion) {

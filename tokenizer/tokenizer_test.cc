@@ -186,6 +186,9 @@ TEST(TokenizerFileTest, CorruptFilesGiveErrorsNamingFileAndLine) {
   bad_merge.replace(bad_merge.find("116 104"), 7, "116 999");
   expect_error(bad_merge, "outside the vocab");
   expect_error(good + "junk\n", "unexpected content");
+  std::string crlf;
+  for (char c : good) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  expect_error(crlf, "x.tok: tokenizer file has Windows (CRLF) line ends");
   EXPECT_TRUE(ParseTokenizer(good, "x.tok").ok());
 }
 
