@@ -44,7 +44,28 @@ absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& 
   return absl::OkStatus();
 }
 
-std::string TempPathFor(const std::string& path) { return absl::StrCat(path, ".tmp.", ::getpid()); }
+// The temp file of an atomic write to `path`: "<name>.tmp.<pid>" beside it. Where that name would pass the
+// filesystem's limit on a name (NAME_MAX, 255 bytes on most; pathconf says) or the path PATH_MAX, the name is
+// cut short and a hash of the whole name put in its place, "<start of name>.<16 hex digits>.tmp.<pid>":
+// still in the same folder (the rename must not cross filesystems), still unique per path and process, and
+// still ending in ".tmp.<pid>". The cut backs off to the start of a UTF-8 character.
+std::string TempPathFor(const std::string& path) {
+  const std::string suffix = absl::StrCat(".tmp.", ::getpid());
+  const size_t slash = path.rfind('/');
+  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  const std::string name = path.substr(name_start);
+  const long name_max_conf = ::pathconf(DirName(path).c_str(), _PC_NAME_MAX);
+  size_t name_max = name_max_conf > 0 ? static_cast<size_t>(name_max_conf) : NAME_MAX;
+  const size_t path_max = PATH_MAX - 1;  // bytes, without the terminating NUL
+  name_max = std::min(name_max, path_max > name_start ? path_max - name_start : size_t{0});
+  if (name.size() + suffix.size() <= name_max) return absl::StrCat(path, suffix);
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  const std::string tail = absl::StrCat(".", absl::Hex(hash, absl::kZeroPad16), suffix);
+  size_t keep = name_max > tail.size() ? std::min(name.size(), name_max - tail.size()) : 0;
+  while (keep > 0 && keep < name.size() && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;
+  return absl::StrCat(path.substr(0, name_start), name.substr(0, keep), tail);
+}
 
 // The temp files of live AtomicFileWriters, for RemoveTempFilesOnSignals' handler, which may only make
 // async-signal-safe calls: fixed slots, each a path copied in and a state word published with release order.

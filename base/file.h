@@ -20,7 +20,9 @@ namespace lmf {
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes `data` to `path` atomically: `path.tmp.<pid>` is written and fsynced, then renamed over `path`,
-// then the folder is fsynced. The folder must exist.
+// then the folder is fsynced. The folder must exist. Any name the filesystem takes works: where
+// "<name>.tmp.<pid>" would be too long a name (NAME_MAX) the temp file is "<start of name>.<hash of
+// name>.tmp.<pid>" instead, in the same folder.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
 
 // Whether an atomic write to `path` can succeed, checked before expensive work: its folder exists and is

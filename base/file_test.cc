@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/check.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,67 @@ TEST(File, AtomicWriteThenReadBack) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(*got, "world!");
   EXPECT_FALSE(FileExists(path + ".tmp." + std::to_string(::getpid())));
+}
+
+// The longest file name the test folder's filesystem takes (NAME_MAX, 255 bytes on most).
+size_t NameMax(const std::string& dir) {
+  const long n = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : 255;
+}
+
+// The names in `dir` that are temp files of atomic writes (".tmp." in them).
+std::vector<std::string> TempFilesIn(const std::string& dir) {
+  std::vector<std::string> temps;
+  const absl::StatusOr<std::vector<std::string>> names = ListFolder(dir);
+  for (const std::string& name : *names) {
+    if (name.find(".tmp.") != std::string::npos) temps.push_back(name);
+  }
+  return temps;
+}
+
+// Any name the filesystem accepts can be written atomically, the longest included: the temp file's name,
+// which adds ".tmp.<pid>", is cut to fit, and two long names that differ only at their end still get
+// different temp files.
+TEST(File, AtomicWritesTakeNamesUpToTheFilesystemsLimit) {
+  const std::string dir = TestDir() + "/long_names";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const size_t name_max = NameMax(dir);
+  const std::string a = std::string(name_max - 1, 'n') + "a", b = std::string(name_max - 1, 'n') + "b";
+  auto wa = AtomicFileWriter::Create(dir + "/" + a);
+  ASSERT_TRUE(wa.ok()) << wa.status();
+  auto wb = AtomicFileWriter::Create(dir + "/" + b);
+  ASSERT_TRUE(wb.ok()) << wb.status();
+  ASSERT_TRUE(wa->Write("first").ok());
+  ASSERT_TRUE(wb->Write("second").ok());
+  const std::vector<std::string> temps = TempFilesIn(dir);
+  ASSERT_EQ(temps.size(), 2u);
+  const std::string suffix = ".tmp." + std::to_string(::getpid());
+  for (const std::string& temp : temps) {
+    EXPECT_LE(temp.size(), name_max) << temp;
+    EXPECT_EQ(temp.substr(0, 100), a.substr(0, 100)) << "starts like the file's name";
+    EXPECT_EQ(temp.substr(temp.size() - suffix.size()), suffix) << temp;
+  }
+  ASSERT_TRUE(wa->Commit().ok());
+  ASSERT_TRUE(wb->Commit().ok());
+  EXPECT_EQ(*ReadFile(dir + "/" + a), "first");
+  EXPECT_EQ(*ReadFile(dir + "/" + b), "second");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/" + a, "again").ok());
+  EXPECT_EQ(*ReadFile(dir + "/" + a), "again");
+  EXPECT_EQ(*ListFolder(dir), (std::vector<std::string>{a, b}));
+
+  // A name of two-byte UTF-8 characters is cut between characters, not inside one.
+  std::string accents;
+  while (accents.size() + 2 <= name_max) accents += "\xc3\xa9";  // U+00E9
+  auto wu = AtomicFileWriter::Create(dir + "/" + accents);
+  ASSERT_TRUE(wu.ok()) << wu.status();
+  const std::vector<std::string> temp = TempFilesIn(dir);
+  ASSERT_EQ(temp.size(), 1u);
+  const size_t kept = temp[0].find('.');
+  ASSERT_NE(kept, std::string::npos);
+  EXPECT_EQ(kept % 2, 0u) << temp[0];
+  EXPECT_EQ(temp[0].substr(0, kept), accents.substr(0, kept));
+  ASSERT_TRUE(wu->Commit().ok());
+  EXPECT_TRUE(TempFilesIn(dir).empty());
 }
 
 TEST(File, AbandonedWriterLeavesOldFileIntact) {
@@ -156,6 +218,15 @@ TEST(File, TempFilesGoWithTheProcessOnASignalWhereAsked) {
   WriteThenTerminate(path, /*remove_on_signals=*/false, &child);
   EXPECT_TRUE(FileExists(path + ".tmp." + std::to_string(child))) << "the default: the signal leaves it";
   EXPECT_EQ(*ReadFile(path), "good");
+
+  // A name at the filesystem's limit, whose temp file has a shortened name: removed all the same.
+  const std::string dir = TestDir() + "/signalled_long";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string long_path = dir + "/" + std::string(NameMax(dir), 'x');
+  ASSERT_TRUE(WriteFileAtomically(long_path, "good").ok());
+  WriteThenTerminate(long_path, /*remove_on_signals=*/true, &child);
+  EXPECT_TRUE(TempFilesIn(dir).empty());
+  EXPECT_EQ(*ReadFile(long_path), "good");
 }
 
 // A signal the process started ignoring (nohup's SIGHUP) stays ignored: the program goes on.
