@@ -76,8 +76,17 @@ absl::StatusOr<TokenFileReader> TokenFileReader::Open(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": token file header: vocab_size ", h.vocab_size,
                                                    " does not match bytes_per_token ", h.bytes_per_token));
   }
-  if (GetU32(p + 20) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": token file header: reserved field is not zero"));
+  // Bytes 20-23 and 40-63 are reserved: version 1 writers (every one so far) write zeros there. A non-zero
+  // byte is a field this reader does not know (a newer format that kept the version number) or damage;
+  // either way the ids would be read wrong, so the file is refused, naming the first such byte.
+  for (const auto& [begin, end] : {std::pair<size_t, size_t>{20, 24}, std::pair<size_t, size_t>{40, 64}}) {
+    for (size_t i = begin; i < end; ++i) {
+      if (p[i] == 0) continue;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: token file header: byte %d is 0x%02x, expected 0 (bytes %d-%d are reserved and zero in "
+          "version %d token files): written by a newer format version, or damaged",
+          path, i, p[i], begin, end - 1, kTokenFileVersion));
+    }
   }
   const uint64_t payload = file_size - kTokenFileHeaderBytes;
   if (h.num_tokens > payload / h.bytes_per_token) {

@@ -6,11 +6,13 @@
 // Layout (all little-endian):
 //   0  8  magic "LMFTOKS1"          24 8  uint64 num_tokens
 //   8  4  uint32 version = 1        32 8  uint64 tokenizer_hash (Tokenizer::Hash())
-//   12 4  uint32 bytes_per_token    40 24 zero
+//   12 4  uint32 bytes_per_token    40 24 reserved, zero
 //   16 4  uint32 vocab_size
 //   20 4  uint32 reserved = 0
 // bytes_per_token is 2 (uint16) when vocab_size <= 65536, else 4 (uint32). The file size must equal
-// 64 + num_tokens * bytes_per_token.
+// 64 + num_tokens * bytes_per_token. The reserved bytes (20-23, 40-63) are written as zeros, and the reader
+// refuses a file with any of them non-zero (a newer format's field it cannot read, or damage), naming the
+// byte; a new field there must come with a new version.
 #ifndef LMFORGE_TOKENIZER_TOKEN_FILE_H_
 #define LMFORGE_TOKENIZER_TOKEN_FILE_H_
 

@@ -147,6 +147,28 @@ TEST(TokenFileTest, WrongVersionIsRejected) {
   EXPECT_NE(r.status().message().find("version 2 is not supported"), std::string::npos) << r.status();
 }
 
+// The reserved header bytes are zeros from every writer (the layout test above checks ours); a non-zero one
+// is a field of a newer format or damage, refused with the file, the byte and what was expected.
+TEST(TokenFileTest, NonZeroReservedHeaderBytesAreRejected) {
+  TokenFileHeader h;
+  h.vocab_size = 1000;
+  h.num_tokens = 1;
+  for (const size_t offset : {20, 23, 40, 51, 63}) {
+    const std::string path = TempPath("reserved" + std::to_string(offset) + ".tok");
+    std::string bytes = EncodeTokenFileHeader(h) + std::string(2, '\0');
+    bytes[offset] = '\x7f';
+    ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+    auto r = TokenFileReader::Open(path);
+    ASSERT_FALSE(r.ok()) << offset;
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+    const std::string range = offset < 24 ? "20-23" : "40-63";
+    EXPECT_EQ(r.status().message(),
+              path + ": token file header: byte " + std::to_string(offset) + " is 0x7f, expected 0 (bytes " +
+                  range + " are reserved and zero in version 1 token files): written by a newer format "
+                          "version, or damaged");
+  }
+}
+
 TEST(TokenFileTest, WidthThatDoesNotMatchVocabIsRejected) {
   const std::string path = TempPath("width.tok");
   TokenFileHeader h;
