@@ -83,17 +83,23 @@ absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path)
   return out;
 }
 
+absl::Status DropMetricsAfterStep(const std::string& path, int64_t step) {
+  if (!FileExists(path)) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::string kept;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    absl::StatusOr<StepMetrics> m = ParseMetricsJsonLine(std::string(line));
+    // A torn last line (killed mid-write) does not parse and is dropped with the later steps.
+    if (m.ok() && m->step <= step) absl::StrAppend(&kept, line, "\n");
+  }
+  if (kept == *text) return absl::OkStatus();
+  return WriteFileAtomically(path, kept);
+}
+
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, std::optional<int64_t> resume_step) {
-  if (resume_step.has_value() && FileExists(path)) {
-    absl::StatusOr<std::string> text = ReadFile(path);
-    if (!text.ok()) return text.status();
-    std::string kept;
-    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-      absl::StatusOr<StepMetrics> m = ParseMetricsJsonLine(std::string(line));
-      // A torn last line (killed mid-write) does not parse and is dropped with the later steps.
-      if (m.ok() && m->step <= *resume_step) absl::StrAppend(&kept, line, "\n");
-    }
-    if (absl::Status s = WriteFileAtomically(path, kept); !s.ok()) return s;
+  if (resume_step.has_value()) {
+    if (absl::Status s = DropMetricsAfterStep(path, *resume_step); !s.ok()) return s;
   }
   MetricsLog log;
   log.path_ = path;

@@ -45,10 +45,15 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line);
 // writes ends in a newline), so a live run's log can be read.
 absl::StatusOr<std::vector<StepMetrics>> ReadMetricsLog(const std::string& path);
 
+// Drops the lines of steps after `step` from the metrics.jsonl at `path` (what a killed run logged past the
+// checkpoint it resumes from), rewriting the file atomically; a torn last line goes too. Nothing to do where
+// the file is missing. A resumed run calls it whether or not it logs to the file itself.
+absl::Status DropMetricsAfterStep(const std::string& path, int64_t step);
+
 class MetricsLog {
  public:
-  // Opens `path` for appending. With `resume_step` set, first drops the lines of steps after it (what a
-  // killed run logged past its last checkpoint), rewriting the file atomically.
+  // Opens `path` for appending. With `resume_step` set, first drops the lines of steps after it
+  // (DropMetricsAfterStep).
   static absl::StatusOr<MetricsLog> Open(const std::string& path, std::optional<int64_t> resume_step);
   MetricsLog(MetricsLog&& other) noexcept;
   MetricsLog& operator=(MetricsLog&& other) noexcept;

@@ -448,13 +448,18 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   if (lead) {
     if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
   }
+  // A continuation (a resume, a branch) takes the run's log up to its first step: the lines a killed run
+  // wrote past that checkpoint are not this run's, even where this continuation does not log
+  // (logging.metrics_jsonl: false), which would otherwise leave them for the sweep's curve to read.
+  const std::optional<int64_t> continues_after =
+      start_step > 0 || options.resume ? std::optional<int64_t>(start_step) : std::nullopt;
   std::optional<MetricsLog> metrics;
   if (lead && experiment.logging().metrics_jsonl()) {
-    absl::StatusOr<MetricsLog> log =
-        MetricsLog::Open(metrics_path, start_step > 0 || options.resume ? std::optional<int64_t>(start_step)
-                                                                        : std::nullopt);
+    absl::StatusOr<MetricsLog> log = MetricsLog::Open(metrics_path, continues_after);
     if (!log.ok()) return log.status();
     metrics = *std::move(log);
+  } else if (lead && continues_after.has_value()) {
+    if (absl::Status s = DropMetricsAfterStep(metrics_path, *continues_after); !s.ok()) return s;
   }
   std::optional<TensorBoardWriter> events;
   if (lead && experiment.logging().tensorboard()) {

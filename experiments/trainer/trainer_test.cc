@@ -205,6 +205,29 @@ TEST(Trainer, ResumeAfterAKillIsBitIdentical) {
       << *console;
 }
 
+// A resume that does not log (logging.metrics_jsonl: false) still takes back what the killed run logged
+// past its checkpoint: no line newer than the resumed step stays in metrics.jsonl.
+TEST(Trainer, ResumeWithoutMetricsLoggingDropsTheKilledRunsLaterLines) {
+  const std::string train = WriteTokens("resume_quiet.tok", RandomIds(2000, 5));
+  const std::string out = TempPath("resume_quiet_run");
+  const std::vector<std::string> common = {"data.train_tokens=" + train, "run.output_dir=" + out,
+                                           "run.max_steps=8", "run.checkpoint_interval=4", "schedule.warmup=2"};
+  TrainOptions kill_at_6 = Quiet();
+  kill_at_6.stop_after_step = 6;  // checkpoint at 4; steps 5 and 6 logged, then "killed"
+  ASSERT_TRUE(Train(Tiny(common), kill_at_6).ok());
+  ASSERT_EQ(ReadMetrics(out).size(), 6u);
+  std::vector<std::string> quiet = common;
+  quiet.push_back("logging.metrics_jsonl=false");
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  resume.stop_after_step = 5;  // the continuation is killed too, before its next checkpoint
+  auto resumed = Train(Tiny(quiet), resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  const std::vector<StepMetrics> kept = ReadMetrics(out);
+  ASSERT_EQ(kept.size(), 4u);
+  EXPECT_EQ(kept.back().step, 4);
+}
+
 TEST(Trainer, NanStopsAndKeepsTheLastGoodCheckpoint) {
   const std::string train = WriteTokens("nan.tok", RandomIds(1000, 3));
   const std::string out = TempPath("nan_run");
