@@ -33,11 +33,19 @@ std::string Numbers(const StepMetrics& m, int64_t total_steps) {
                          eta);
 }
 
+// A validation loss as JSON: a number, or, where it is not finite (JSON has no NaN or infinities), the
+// string "nan", "inf" or "-inf", so that a diverged evaluation stays apart from null (not evaluated).
+std::string ValLossJson(double value) {
+  if (std::isnan(value)) return "\"nan\"";
+  if (std::isinf(value)) return value > 0 ? "\"inf\"" : "\"-inf\"";
+  return JsonNumber(value);
+}
+
 }  // namespace
 
 std::string MetricsJsonLine(const StepMetrics& m) {
   return absl::StrCat("{\"step\":", m.step, ",\"tokens\":", m.tokens, ",\"loss\":", JsonNumber(m.loss),
-                      ",\"val_loss\":", m.val_loss.has_value() ? JsonNumber(*m.val_loss) : "null",
+                      ",\"val_loss\":", m.val_loss.has_value() ? ValLossJson(*m.val_loss) : "null",
                       ",\"lr\":", JsonNumber(m.lr), ",\"grad_norm\":", JsonNumber(m.grad_norm),
                       ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second),
                       ",\"mfu\":", JsonNumber(m.mfu), ",\"wall_seconds\":", JsonNumber(m.wall_seconds),
@@ -57,10 +65,20 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
     return v != nullptr && v->AsInt64(out);
   };
   double val = 0;
+  // val_loss: null (or missing) when not evaluated, a number, or "nan" / "inf" / "-inf" (ValLossJson).
   const JsonValue* val_loss = json->Find("val_loss");
-  if (val_loss != nullptr && val_loss->kind == JsonValue::Kind::kNumber && val_loss->AsDouble(&val)) m.val_loss = val;
+  const JsonValue::Kind val_kind = val_loss != nullptr ? val_loss->kind : JsonValue::Kind::kNull;
+  bool val_loss_ok = val_kind == JsonValue::Kind::kNull;
+  if (val_kind == JsonValue::Kind::kNumber && val_loss->AsDouble(&val)) {
+    m.val_loss = val;
+    val_loss_ok = true;
+  } else if (val_kind == JsonValue::Kind::kString) {
+    const std::string& text = val_loss->text;
+    val_loss_ok = text == "nan" || text == "inf" || text == "-inf";
+    if (val_loss_ok) m.val_loss = text == "nan" ? NAN : text == "inf" ? INFINITY : -INFINITY;
+  }
   if (number("z_loss", &val)) m.z_loss = val;
-  if (!integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
+  if (!val_loss_ok || !integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
       !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
       !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||
       !number("wall_seconds", &m.wall_seconds)) {

@@ -2,8 +2,9 @@
 // flushed per step, so a killed run keeps every completed step) and the console (a progress bar on a
 // terminal, plain lines otherwise).
 //
-// metrics.jsonl keys, in this order: step, tokens, loss, val_loss (null when not evaluated at this step),
-// lr, grad_norm, tokens_per_second, mfu (fraction of peak, 0..1), wall_seconds.
+// metrics.jsonl keys, in this order: step, tokens, loss, val_loss (null when not evaluated at this step; the
+// string "nan", "inf" or "-inf" when evaluated and not finite, which JSON numbers cannot say), lr, grad_norm,
+// tokens_per_second, mfu (fraction of peak, 0..1), wall_seconds.
 #ifndef LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
 #define LMFORGE_EXPERIMENTS_METRICS_METRICS_LOG_H_
 
@@ -23,7 +24,7 @@ struct StepMetrics {
   int64_t step = 0;     // optimizer steps completed
   int64_t tokens = 0;   // training tokens consumed so far
   double loss = 0;      // mean training loss of this step's micro-batches
-  std::optional<double> val_loss;
+  std::optional<double> val_loss;  // none: not evaluated at this step; NaN or infinite: evaluated, diverged
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double tokens_per_second = 0;

@@ -2,9 +2,13 @@
 // checkpoint, and the console line and progress bar formats.
 #include "experiments/metrics/metrics_log.h"
 
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/file.h"
+#include "base/json.h"
 #include "gtest/gtest.h"
 
 namespace lmf::experiments {
@@ -35,6 +39,35 @@ TEST(MetricsJson, LineHasEveryFieldInOrder) {
   EXPECT_EQ(*back->val_loss, 3.5);
   EXPECT_EQ(back->lr, 3e-4);
   EXPECT_FALSE(back->z_loss.has_value());
+}
+
+// A validation loss that is not finite stays apart from "not evaluated" (null), and the line stays strict
+// JSON: the string "nan", "inf" or "-inf", read back as the same value.
+TEST(MetricsJson, NonFiniteValLossIsAStringNotNull) {
+  StepMetrics m = Sample(9);
+  for (const auto& [value, json] : std::vector<std::pair<double, std::string>>{
+           {NAN, "\"nan\""}, {INFINITY, "\"inf\""}, {-INFINITY, "\"-inf\""}}) {
+    m.val_loss = value;
+    const std::string line = MetricsJsonLine(m);
+    EXPECT_NE(line.find(",\"val_loss\":" + json + ","), std::string::npos) << line;
+    EXPECT_TRUE(ParseJson(line).ok()) << line;
+    auto back = ParseMetricsJsonLine(line);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_TRUE(back->val_loss.has_value()) << line;
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(*back->val_loss));
+    } else {
+      EXPECT_EQ(*back->val_loss, value);
+    }
+  }
+  m.val_loss.reset();
+  auto not_evaluated = ParseMetricsJsonLine(MetricsJsonLine(m));
+  ASSERT_TRUE(not_evaluated.ok());
+  EXPECT_FALSE(not_evaluated->val_loss.has_value());
+  // Any other string or kind is not a metrics line.
+  std::string other = MetricsJsonLine(Sample(9));
+  other.replace(other.find("null"), 4, "\"bad\"");
+  EXPECT_FALSE(ParseMetricsJsonLine(other).ok()) << other;
 }
 
 TEST(MetricsJson, ZLossIsWrittenLastOnlyWhenSet) {

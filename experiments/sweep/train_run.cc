@@ -101,7 +101,16 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   std::set<int64_t> evaluated;
   for (const experiments::StepMetrics& m : *metrics) {
     tokens = m.tokens;
-    if (!m.val_loss.has_value() || !on_schedule(m.step)) continue;
+    if (!m.val_loss.has_value()) continue;
+    if (!std::isfinite(*m.val_loss)) {
+      // An evaluation that diverged (the training loss stayed finite, or the trainer would have stopped):
+      // the run diverged, whatever its later evaluations say.
+      result.set_status(config::SweepRunResult::DIVERGED);
+      result.set_message(absl::StrCat("validation loss is ", *m.val_loss, " at step ", m.step));
+      if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
+      return absl::AbortedError(absl::StrCat(config_path, ": ", result.message()));
+    }
+    if (!on_schedule(m.step)) continue;
     evaluated.insert(m.step);
     last = *m.val_loss;
     best = std::min(best, last);

@@ -13,7 +13,8 @@
 namespace lmf::sweep {
 
 // Trains the run whose config is `config_path` and writes its result file; returns the training error,
-// if any, after recording it (FAILED, or DIVERGED for a NaN/Inf stop) in the result file.
+// if any, after recording it (FAILED, or DIVERGED for a NaN/Inf stop or a validation loss that was not
+// finite) in the result file.
 absl::Status TrainSweepRun(const std::string& config_path);
 
 // Parameters and training FLOPs per token of an experiment's model, from model/accounting.
