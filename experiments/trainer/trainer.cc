@@ -461,8 +461,10 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   } else if (lead && continues_after.has_value()) {
     if (absl::Status s = DropMetricsAfterStep(metrics_path, *continues_after); !s.ok()) return s;
   }
+  // A new event file only where this process will log to it: resuming a finished run trains nothing, and
+  // each empty file would be one more run in TensorBoard's list.
   std::optional<TensorBoardWriter> events;
-  if (lead && experiment.logging().tensorboard()) {
+  if (lead && experiment.logging().tensorboard() && start_step < total_steps) {
     absl::StatusOr<TensorBoardWriter> writer = TensorBoardWriter::Create(out);
     if (!writer.ok()) return writer.status();
     events = *std::move(writer);

@@ -297,6 +297,41 @@ TEST(Trainer, WritesTheRunFolderAndRefusesToOverwriteIt) {
                                           " already holds a run; pass --resume to continue it or choose another folder");
 }
 
+std::vector<std::string> EventFiles(const std::string& run_dir) {
+  std::vector<std::string> files;
+  auto names = ListFolder(run_dir);
+  EXPECT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
+    if (absl::StartsWith(name, "events.out.tfevents.")) files.push_back(name);
+  }
+  return files;
+}
+
+// Resuming a run that has finished trains nothing and logs nothing: no new TensorBoard event file (each
+// would show in TensorBoard as one more, empty run), and metrics.jsonl as it was.
+TEST(Trainer, ResumingAFinishedRunWritesNoNewEventFile) {
+  const std::string train = WriteTokens("finished.tok", RandomIds(2000, 6));
+  const std::string out = TempPath("finished_run");
+  const config::Experiment e =
+      Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=4", "schedule.warmup=1"});
+  ASSERT_TRUE(Train(e, Quiet()).ok());
+  const std::vector<std::string> events = EventFiles(out);
+  ASSERT_EQ(events.size(), 1u);
+  const absl::StatusOr<std::string> event_bytes = ReadFile(out + "/" + events[0]);
+  const absl::StatusOr<std::string> metrics = ReadFile(out + "/metrics.jsonl");
+  ASSERT_TRUE(event_bytes.ok() && metrics.ok());
+  // An event file is named by the second and the pid: a second later, a new one would get a name of its own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  TrainOptions resume = Quiet();
+  resume.resume = true;
+  auto again = Train(e, resume);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->steps, 4);
+  EXPECT_EQ(EventFiles(out), events);
+  EXPECT_TRUE(*ReadFile(out + "/" + events[0]) == *event_bytes) << "the event file was written to";
+  EXPECT_EQ(*ReadFile(out + "/metrics.jsonl"), *metrics);
+}
+
 TEST(Trainer, ResumeRefusesACheckpointOfAnotherModel) {
   const std::string train = WriteTokens("other.tok", RandomIds(1000, 7));
   const std::string out = TempPath("other_run");
