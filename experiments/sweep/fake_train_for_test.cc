@@ -1,9 +1,10 @@
 // A stand-in for the training binary in the sweep runner's tests: reads the run's config, "trains" by
 // evaluating a known scaling law L(N, D) = 1.8 + 300/N^0.33 + 500/D^0.29 (N from the model's shape, D
 // from the run length), and writes result.textproto. Environment knobs make it fail, sleep, or record
-// each invocation, so the tests can check failures (FAKE_TRAIN_FAIL, FAKE_TRAIN_DIVERGE), resumption and
-// parallelism. A WSD branch (run.init_from) fails without its trunk's checkpoint; a run writes its
-// run.checkpoint_steps folders after its newest existing checkpoint, and its last step's, when it ends.
+// each invocation, so the tests can check failures (FAKE_TRAIN_FAIL: a crash after 6 steps logged in
+// metrics.jsonl; FAKE_TRAIN_DIVERGE), resumption and parallelism. A WSD branch (run.init_from) fails
+// without its trunk's checkpoint; a run writes its run.checkpoint_steps folders after its newest existing
+// checkpoint, and its last step's, when it ends.
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
+#include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 
 int main(int argc, char** argv) {
@@ -56,6 +58,16 @@ int main(int argc, char** argv) {
     return lmf::sweep::WriteRunResult(cwd, result).ok() ? 3 : 6;
   }
   if (const char* fail = std::getenv("FAKE_TRAIN_FAIL"); fail && name.find(fail) != std::string::npos) {
+    // Like a trainer that crashes after its sixth step: metrics.jsonl holds the steps it completed.
+    std::string metrics;
+    for (int64_t step = 1; step <= 6; ++step) {
+      lmf::experiments::StepMetrics m;
+      m.step = step;
+      m.tokens = step * lmf::experiments::TokensPerStep(*e);
+      m.loss = 5;
+      metrics += lmf::experiments::MetricsJsonLine(m);
+    }
+    if (!lmf::WriteFileAtomically("metrics.jsonl", metrics).ok()) return 8;
     std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());
     return 1;
   }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -27,7 +29,9 @@
 #include "base/subprocess.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
 #include "experiments/data/token_batches.h"
+#include "experiments/metrics/metrics_log.h"
 #include "google/protobuf/text_format.h"
 #include "tokenizer/token_file.h"
 
@@ -129,8 +133,13 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
   row.budget_flops = run.budget_flops;
   row.params = run.size.params;
   row.non_embedding_params = run.size.non_embedding_params;
-  row.tokens = result.has_tokens() ? result.tokens() : run.tokens;
-  row.flops = result.has_flops() ? result.flops() : run.flops;
+  // A run that did not finish spent what its result records (RecordTrainedSoFar), or nothing where it
+  // records nothing (a branch not started): never its planned length, which it did not train.
+  const bool finished = result.status() == config::SweepRunResult::FINISHED;
+  row.tokens = result.has_tokens() ? result.tokens() : finished ? run.tokens : 0;
+  row.flops = result.has_flops() ? result.flops()
+              : finished         ? run.flops
+                                 : row.tokens * run.size.training_flops_per_token;
   row.d_model = run.experiment.model().d_model();
   row.n_layers = run.experiment.model().n_layers();
   row.n_heads = run.experiment.model().n_heads();
@@ -239,6 +248,25 @@ absl::StatusOr<config::SweepRunResult> ReadRunResult(const std::string& run_dir)
     return absl::DataLossError(absl::StrCat(path, ": not a SweepRunResult textproto"));
   }
   return result;
+}
+
+void RecordTrainedSoFar(const std::string& run_dir, const config::Experiment& experiment,
+                        double flops_per_token, config::SweepRunResult* result) {
+  double tokens = 0;
+  absl::StatusOr<std::vector<experiments::StepMetrics>> metrics =
+      experiments::ReadMetricsLog(run_dir + "/metrics.jsonl");
+  if (metrics.ok() && !metrics->empty()) {
+    tokens = static_cast<double>(metrics->back().tokens);
+  } else if (const std::string& from = experiment.run().init_from(); !from.empty()) {
+    // A branch that completed no step of its own stands where its trunk's checkpoint (step_<N>) is.
+    const std::string name = std::filesystem::path(from).filename().string();
+    int64_t step = 0;
+    if (absl::StartsWith(name, "step_") && absl::SimpleAtoi(name.substr(5), &step)) {
+      tokens = static_cast<double>(step) * static_cast<double>(experiments::TokensPerStep(experiment));
+    }
+  }
+  result->set_tokens(tokens);
+  result->set_flops(tokens * flops_per_token);
 }
 
 absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunResult& result) {
@@ -535,6 +563,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       failed.set_message(
           absl::StrCat(how, result.ok() ? "" : ", no result file; log tail: ", Tail(dir + "/log.txt", 5)));
       failed.set_wall_seconds(seconds);
+      RecordTrainedSoFar(dir, run.experiment, run.size.training_flops_per_token, &failed);
       if (absl::Status s = WriteRunResult(dir, failed); !s.ok()) return s;
       results[i] = failed;
     }

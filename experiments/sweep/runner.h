@@ -47,6 +47,13 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
 absl::StatusOr<config::SweepRunResult> ReadRunResult(const std::string& run_dir);
 absl::Status WriteRunResult(const std::string& run_dir, const config::SweepRunResult& result);
 
+// Records in `result` (tokens, flops) what a run that ended early (diverged, failed, stopped) had trained:
+// the tokens of the last step it completed, from the last line of its metrics.jsonl, or for a WSD branch
+// with no step of its own yet the step of its trunk's checkpoint it starts from; 0 for a run that completed
+// no step. FLOPs are those tokens times `flops_per_token`. The results table shows these, not the plan's.
+void RecordTrainedSoFar(const std::string& run_dir, const config::Experiment& experiment,
+                        double flops_per_token, config::SweepRunResult* result);
+
 }  // namespace lmf::sweep
 
 #endif  // LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_

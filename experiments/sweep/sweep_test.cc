@@ -22,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "experiments/config/validation.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
@@ -936,6 +937,18 @@ TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->status(), config::SweepRunResult::FAILED);
   EXPECT_NE(result->message().find("failing"), std::string::npos) << result->message();  // the log tail
+  // Its row shows what it trained before it failed (6 steps, in its metrics.jsonl), not its planned length.
+  const PlannedRun& failed_run = plan->runs[3];
+  const double trained = 6.0 * experiments::TokensPerStep(failed_run.experiment);
+  ASSERT_LT(trained, failed_run.tokens);
+  auto table = scaling::ReadResults(summary->results_path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  for (const scaling::RunResult& row : table->runs) {
+    if (row.run != victim) continue;
+    EXPECT_EQ(row.status, scaling::RunStatus::kFailed);
+    EXPECT_EQ(row.tokens, trained);
+    EXPECT_DOUBLE_EQ(row.flops, trained * failed_run.size.training_flops_per_token);
+  }
   // A second start retries only the failed run.
   const std::string log = TmpDir() + "/invocations_b.txt";
   ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);

@@ -65,6 +65,9 @@ absl::Status TrainSweepRun(const std::string& config_path) {
     result.set_status(absl::IsAborted(trained.status()) ? config::SweepRunResult::DIVERGED
                                                         : config::SweepRunResult::FAILED);
     result.set_message(std::string(trained.status().message()));
+    // The tokens and FLOPs it trained before it stopped, not its plan's (results.csv shows them).
+    auto size = SizeOfModel(*experiment);
+    RecordTrainedSoFar(run_dir, *experiment, size.ok() ? size->training_flops_per_token : 0, &result);
     if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
     return trained.status();
   }

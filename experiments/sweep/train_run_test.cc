@@ -1,6 +1,7 @@
-// One sweep run trained in this process (TrainSweepRun, the sweep binary's --train_one) on the tiny config:
-// its result and curve come from its metrics.jsonl, and an evaluation that was not finite makes the run
-// DIVERGED, never FINISHED with the last finite evaluation as its loss.
+// One sweep run trained for real in this process (TrainSweepRun, the sweep binary's --train_one: the CPU
+// trainer on the tiny model): its result and curve come from its metrics.jsonl; what its result file records
+// when the run does not finish; an evaluation that was not finite makes the run DIVERGED, never FINISHED with
+// the last finite evaluation as its loss.
 #include "experiments/sweep/train_run.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "base/file.h"
 #include "experiments/config/loader.h"
+#include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 #include "gtest/gtest.h"
@@ -20,6 +22,53 @@ namespace lmf::sweep {
 namespace {
 
 std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
+
+std::string WriteTokens(const std::string& name, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids(n);
+  for (uint32_t& id : ids) id = rng() % 512;
+  const std::string path = TmpDir() + "/" + name;
+  auto writer = tokenizer::TokenFileWriter::Create(path, 512, /*tokenizer_hash=*/1);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  return path;
+}
+
+// The tiny model as a sweep run in TmpDir()/<name>, its config written there; returns the config's path.
+std::string WriteRunConfig(const std::string& name, std::vector<std::string> overrides,
+                           config::Experiment* experiment) {
+  static const std::string train = WriteTokens("train.tok", 8000, 1), val = WriteTokens("val.tok", 2000, 2);
+  const std::string dir = TmpDir() + "/" + name;
+  overrides.insert(overrides.end(), {"data.train_tokens=" + train, "data.val_tokens=" + val,
+                                     "run.eval_tokens=256", "run.output_dir=" + dir});
+  auto loaded = experiments::LoadExperiment("experiments/configs/tiny.textproto", overrides);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  *experiment = *loaded;
+  EXPECT_TRUE(MakeDirs(dir).ok());
+  EXPECT_TRUE(WriteFileAtomically(dir + "/config.textproto", experiments::ExperimentToText(*loaded)).ok());
+  return dir + "/config.textproto";
+}
+
+TEST(TrainSweepRun, ADivergedRunRecordsTheTokensItTrainedNotItsPlan) {
+  config::Experiment e;
+  const std::string config = WriteRunConfig("diverged", {"optimizer.lr=1e30", "run.max_steps=40"}, &e);
+  const absl::Status trained = TrainSweepRun(config);
+  ASSERT_TRUE(absl::IsAborted(trained)) << trained;  // a NaN or infinite loss
+  auto result = ReadRunResult(e.run().output_dir());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->status(), config::SweepRunResult::DIVERGED);
+  auto metrics = experiments::ReadMetricsLog(e.run().output_dir() + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const double tokens = metrics->empty() ? 0.0 : static_cast<double>(metrics->back().tokens);
+  ASSERT_GT(tokens, 0);                                      // a step or more before the NaN
+  ASSERT_LT(tokens, 40.0 * experiments::TokensPerStep(e));  // and stopped early
+  ASSERT_TRUE(result->has_tokens());
+  EXPECT_EQ(result->tokens(), tokens);
+  auto size = SizeOfModel(e);
+  ASSERT_TRUE(size.ok());
+  EXPECT_DOUBLE_EQ(result->flops(), tokens * size->training_flops_per_token);
+}
 
 // A trained tiny run folder (4 steps, evaluated at 2 and 4) and the path of its config.
 std::string TrainTinyRun(const std::string& name) {
