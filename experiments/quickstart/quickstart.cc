@@ -280,6 +280,7 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   runner.threads_per_run =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.parallel_runs);
   runner.progress = say;
+  runner.restarted_by = "the quickstart";
   auto summary = sweep::RunSweep(*plan, runner);
   if (!summary.ok()) return summary.status();
 

@@ -572,6 +572,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)%s", done, todo.size(), run.name,
                           r.final_loss(), seconds,
                           r.message().empty() ? "" : absl::StrCat("; ", r.message())));
+    } else if (g_stop_signal != 0) {  // stopped by the sweep's signal, not failed: it resumes next time
+      say(absl::StrFormat("[stop] %s stopped: %s (log: %s/log.txt)", run.name, r.message(), dir));
     } else {
       say(absl::StrFormat("[%d/%d] %s %s: %s (log: %s/log.txt)", done, todo.size(), run.name,
                           config::SweepRunResult::Status_Name(r.status()), r.message(), dir));
@@ -580,8 +582,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
 
   if (g_stop_signal != 0) {
     return absl::CancelledError(absl::StrCat(
-        "stopped by a signal; the runs that were training wrote checkpoints (see their logs). Start the "
-        "sweep again to continue: finished runs are skipped and the others resume."));
+        "stopped by a signal; the runs that were training wrote checkpoints (see their logs). Start ",
+        options.restarted_by, " again to continue: finished runs are skipped and the others resume."));
   }
   summary.table.path = plan.output_dir + "/results.csv";
   for (size_t i = 0; i < plan.runs.size(); ++i) {

@@ -29,6 +29,9 @@ struct RunnerOptions {
   int threads_per_run = 0;
   // Progress lines ("[3/12] C1e15_d64_L2 finished: loss 3.41 (52 s)"); nullptr for none.
   std::function<void(const std::string&)> progress;
+  // What the user starts again to continue after a stop signal, in RunSweep's Cancelled message: "the
+  // sweep", or the program that runs it ("the quickstart").
+  std::string restarted_by = "the sweep";
 };
 
 struct SweepSummary {

@@ -59,6 +59,8 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   options.resume = true;  // an earlier attempt's checkpoints are continued, not discarded
   // The sweep forwards its SIGINT / SIGTERM (runner.h): finish the step and checkpoint, to resume next time.
   options.checkpoint_on_signal = true;
+  // Not --resume by hand: the sweep resumes the run when it is started again (and skips it once finished).
+  options.how_to_continue = "its sweep resumes it from that checkpoint when started again";
   auto trained = experiments::Train(*experiment, options);
   result.set_wall_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!trained.ok()) {

@@ -4,13 +4,19 @@
 // the last finite evaluation as its loss.
 #include "experiments/sweep/train_run.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/file.h"
+#include "base/subprocess.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
@@ -121,6 +127,35 @@ TEST(TrainSweepRun, NonFiniteEvaluationIsDiverged) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->status(), config::SweepRunResult::DIVERGED);
   EXPECT_EQ(result->message(), "validation loss is nan at step 4");
+}
+
+// Stopped by a signal (the sweep forwards its own to the runs in training), a run checkpoints and says how to
+// continue it: by starting its sweep again, which resumes it, not by --resume, which is the trainer's own.
+TEST(TrainSweepRun, AStoppedRunSaysItsSweepResumesIt) {
+  config::Experiment e;
+  const std::string config = WriteRunConfig("stopped", {"run.max_steps=100000"}, &e);
+  ChildSpec child;
+  child.argv = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep", "--train_one",
+                "--config=" + config};
+  child.log_path = e.run().output_dir() + "/log.txt";
+  absl::StatusOr<pid_t> pid = StartChild(child);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  // Signalled once it trains (its stop handling is in place by its first logged step).
+  const std::string metrics = e.run().output_dir() + "/metrics.jsonl";
+  for (int i = 0; i < 3000; ++i) {
+    auto lines = experiments::ReadMetricsLog(metrics);
+    if (lines.ok() && !lines->empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(::kill(*pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(*pid, &status, 0), *pid);
+  auto result = ReadRunResult(e.run().output_dir());
+  ASSERT_TRUE(result.ok()) << result.status() << "\n" << ReadFile(child.log_path).value_or("");
+  EXPECT_EQ(result->status(), config::SweepRunResult::FAILED);
+  EXPECT_NE(result->message().find("stopped by signal"), std::string::npos) << result->message();
+  EXPECT_NE(result->message().find("its sweep resumes it"), std::string::npos) << result->message();
+  EXPECT_EQ(result->message().find("--resume"), std::string::npos) << result->message();
 }
 
 }  // namespace

@@ -658,7 +658,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       return absl::CancelledError(absl::StrCat(
           "stopped by signal ", stop_signal, " after step ", completed,
           lead ? absl::StrCat("; checkpoint ", result.last_checkpoint) : "; rank 0 writes the checkpoint",
-          "; continue with --resume"));
+          "; ", options.how_to_continue));
     }
   }
   console.Finish();

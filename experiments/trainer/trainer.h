@@ -49,6 +49,9 @@ struct TrainOptions {
   // Catch SIGINT and SIGTERM (Ctrl-C, a scheduler's preemption) during the run: the step in progress
   // finishes, a checkpoint is written, and Train returns Cancelled naming it, for --resume to continue.
   bool checkpoint_on_signal = false;
+  // How the stop message (checkpoint_on_signal) tells the user to continue the run: by hand with --resume,
+  // or, for a run that a sweep started, by starting the sweep again (it resumes its runs itself).
+  std::string how_to_continue = "continue with --resume";
   FILE* console = stderr;
   // Data parallelism (run.parallel.data > 1; data_parallel.h): the group this process trains in as one
   // rank. Null: this process is rank 0 and starts the others itself, as `data_parallel_command` (default:
