@@ -1,4 +1,4 @@
-// StartChild (see subprocess.h).
+// StartChild and LogStartLine (see subprocess.h).
 #include "base/subprocess.h"
 
 #include <fcntl.h>
@@ -8,12 +8,22 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
 
 namespace lmf {
+
+std::string LogStartLine(const std::string& what) {
+  char when[64] = "";
+  const std::time_t now = std::time(nullptr);
+  std::tm local = {};
+  ::localtime_r(&now, &local);
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
+  return absl::StrCat("==== ", when, ": ", what, "\n");
+}
 
 absl::StatusOr<pid_t> StartChild(const ChildSpec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty())

@@ -19,7 +19,7 @@ struct ChildSpec {
   // Environment variables to set in the child (replacing the parent's value); the rest is inherited.
   std::vector<std::pair<std::string, std::string>> env;
   std::string log_path;            // stdout and stderr, appended to ("": inherited)
-  std::string log_header;          // written to the log first
+  std::string log_header;          // written to the log first (LogStartLine: when and what starts)
   std::string working_dir;         // "": the parent's
   bool own_process_group = false;  // a terminal's Ctrl-C then reaches only the parent, which forwards it
   // > 0: the signal the child gets when the parent dies (Linux PR_SET_PDEATHSIG), e.g. SIGKILL, or SIGTERM
@@ -32,6 +32,10 @@ struct ChildSpec {
 // (126: cannot enter working_dir). argv[0] may be "/proc/self/exe": the parent's own executable, even if the
 // file has been replaced or deleted since it started.
 absl::StatusOr<pid_t> StartChild(const ChildSpec& spec);
+
+// A separator for a log that every start of a process appends to: "==== 2026-12-04 21:44:47: <what>\n"
+// (local time), so that a restart's lines are told from the earlier attempt's above them.
+std::string LogStartLine(const std::string& what);
 
 }  // namespace lmf
 

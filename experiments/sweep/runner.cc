@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -111,10 +110,7 @@ absl::StatusOr<pid_t> Launch(const std::vector<std::string>& command, const std:
   child.argv = command;
   child.argv.push_back(absl::StrCat("--config=", run_dir, "/config.textproto"));
   child.log_path = run_dir + "/log.txt";
-  char when[64] = "";
-  const std::time_t now = std::time(nullptr);
-  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  child.log_header = absl::StrCat("==== ", when, ": the sweep starts this run\n");
+  child.log_header = LogStartLine("the sweep starts this run");
   child.working_dir = run_dir;
   child.own_process_group = true;
   child.parent_death_signal = SIGTERM;  // a sweep that dies any other way still stops its runs cleanly

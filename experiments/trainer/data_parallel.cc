@@ -102,7 +102,9 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
                                   " ", run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_)},
         {"LMF_NUM_THREADS", threads}};
     child.log_path = LogPath(run.output_dir(), rank);
-    child.log_header = absl::StrCat("==== data parallel rank ", rank, " of ", world, "\n");
+    // Appended to: a resumed run's ranks add their lines below the earlier attempt's, after this line.
+    child.log_header = LogStartLine(absl::StrCat("data parallel rank ", rank, " of ", world, " starts",
+                                                 options.resume ? " (--resume)" : ""));
     // A rank 0 killed before it could stop them leaves no worker waiting.
     child.parent_death_signal = SIGKILL;
     absl::StatusOr<pid_t> pid = StartChild(child);

@@ -5,10 +5,11 @@
 // the same seed (rank 0's weights are broadcast anyway) and draws the same data stream; rank r computes
 // micro-batches [r A/P, (r+1) A/P) of each step's A = run.grad_accum_steps, the gradients and losses are
 // summed over the ranks, and every rank applies the same update. Rank 0 alone evaluates, logs and writes
-// checkpoints; rank r > 0 logs to <run>/rank_<r>.log. The ranks share the cores (LMF_NUM_THREADS, unless set,
-// is the hardware thread count / P). A rank that dies fails the others' next collective; rank 0 then names
-// it and its log's last lines. Stopping: SIGINT/SIGTERM (Ctrl-C reaches every rank) are agreed on at the
-// step's all-reduce, so all ranks stop after the same step and rank 0 checkpoints.
+// checkpoints; rank r > 0 appends to <run>/rank_<r>.log (each start after a dated line: LogStartLine). The
+// ranks share the cores (LMF_NUM_THREADS, unless set, is the hardware thread count / P). A rank that dies
+// fails the others' next collective; rank 0 then names it and its log's last lines. Stopping: SIGINT/SIGTERM
+// (Ctrl-C reaches every rank) are agreed on at the step's all-reduce, so all ranks stop after the same step
+// and rank 0 checkpoints.
 //
 // Any binary that calls Train must start with
 //     if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -125,6 +127,14 @@ TEST(DataParallel, AResumedRunIsBitIdentical) {
     ASSERT_TRUE(x.ok() && y.ok());
     EXPECT_TRUE(*x == *y) << file << " differs";
   }
+  // rank_1.log is appended to: the killed attempt's lines stay, and each start begins with a dated line.
+  auto log = ReadFile(TempPath("dp_resumed/rank_1.log"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  const std::regex start_line(R"(==== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d: data parallel rank 1 of 2 starts)");
+  const auto starts = std::distance(std::sregex_iterator(log->begin(), log->end(), start_line),
+                                    std::sregex_iterator());
+  EXPECT_EQ(starts, 2) << *log;
+  EXPECT_NE(log->find("(--resume)"), std::string::npos) << *log;
 }
 
 // A worker that cannot start is named at once (not after the group's connect timeout), with its log.
