@@ -287,22 +287,28 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
   return final_path;
 }
 
+absl::Status VerifyCheckpoint(const std::string& path, CheckpointUse use) { return VerifyFolder(path, use); }
+
+absl::StatusOr<std::string> MoveCheckpointToDamaged(const std::string& checkpoints_dir, int64_t step) {
+  const std::string aside_dir = absl::StrCat(checkpoints_dir, "/", kDamagedFolder);
+  if (absl::Status s = MakeDirs(aside_dir); !s.ok()) return s;
+  const std::string path = CheckpointPath(checkpoints_dir, step);
+  const std::string name = path.substr(checkpoints_dir.size() + 1);
+  std::string target = absl::StrCat(aside_dir, "/", name);
+  for (int n = 2; FileExists(target); ++n) target = absl::StrCat(aside_dir, "/", name, ".", n);
+  if (::rename(path.c_str(), target.c_str()) != 0) return ErrnoError("cannot move " + path + " to", target);
+  if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
+  return target;
+}
+
 absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::string& checkpoints_dir,
                                                                      int64_t after_step) {
   std::vector<std::string> moved;
-  const std::string aside_dir = absl::StrCat(checkpoints_dir, "/", kDamagedFolder);
   for (const int64_t step : ListCheckpointSteps(checkpoints_dir)) {
-    const std::string path = CheckpointPath(checkpoints_dir, step);
-    if (step <= after_step || VerifyFolder(path).ok()) continue;
-    if (absl::Status s = MakeDirs(aside_dir); !s.ok()) return s;
-    const std::string name = path.substr(checkpoints_dir.size() + 1);
-    std::string target = absl::StrCat(aside_dir, "/", name);
-    for (int n = 2; FileExists(target); ++n) target = absl::StrCat(aside_dir, "/", name, ".", n);
-    if (::rename(path.c_str(), target.c_str()) != 0) return ErrnoError("cannot move " + path + " to", target);
-    moved.push_back(target);
-  }
-  if (!moved.empty()) {
-    if (absl::Status s = SyncFolder(checkpoints_dir); !s.ok()) return s;
+    if (step <= after_step || VerifyFolder(CheckpointPath(checkpoints_dir, step)).ok()) continue;
+    absl::StatusOr<std::string> target = MoveCheckpointToDamaged(checkpoints_dir, step);
+    if (!target.ok()) return target.status();
+    moved.push_back(*target);
   }
   return moved;
 }

@@ -71,6 +71,10 @@ struct LoadedCheckpoint {
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
                                                 CheckpointUse use = CheckpointUse::kResume);
 
+// Verifies a checkpoint folder as LoadCheckpoint does (its state file, then the size and CRC-32C of every
+// file `use` reads) without opening it: OK, or the damage (DataLoss, or the error reading a file).
+absl::Status VerifyCheckpoint(const std::string& path, CheckpointUse use = CheckpointUse::kResume);
+
 // The newest checkpoint folder that verifies for `use`, NotFound when there is none. Each newer one that
 // fails verification is skipped and its error appended to `skipped` (when not null).
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
@@ -83,6 +87,10 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
 // would otherwise stay the run's "newest" checkpoints while it trains on, misleading whatever lists them.
 absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::string& checkpoints_dir,
                                                                      int64_t after_step);
+
+// Moves the folder of checkpoint `step` into <checkpoints_dir>/damaged/ as MoveAsideDamagedCheckpoints
+// does (without verifying it: for a caller that found it damaged) and returns its new path.
+absl::StatusOr<std::string> MoveCheckpointToDamaged(const std::string& checkpoints_dir, int64_t step);
 
 // The steps of the complete checkpoint folders in `checkpoints_dir`, ascending (no verification).
 std::vector<int64_t> ListCheckpointSteps(const std::string& checkpoints_dir);

@@ -85,12 +85,11 @@ int main(int argc, char** argv) {
   writes.push_back(lmf::experiments::TotalSteps(*e));
   for (const int64_t step : writes) {
     if (step <= resumed) continue;
-    char folder[64];
-    std::snprintf(folder, sizeof(folder), "checkpoints/step_%08lld", static_cast<long long>(step));
-    if (!lmf::MakeDirs(folder).ok() ||
-        !lmf::WriteFileAtomically(std::string(folder) + "/trainer_state.textproto", "step: 1\n").ok()) {
-      return 8;
-    }
+    // A real checkpoint folder (state file with its digests) holding no tensors: it verifies as the
+    // trainer's do, and a test can damage it.
+    lmf::experiments::CheckpointContents contents;
+    contents.state.set_step(step);
+    if (!lmf::experiments::SaveCheckpoint("checkpoints", contents, /*keep=*/1000).ok()) return 8;
   }
   if (pinned_first) sleep();
   const auto& m = e->model();

@@ -409,19 +409,31 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     todo.push_back(i);
   }
   // A WSD branch still to train needs its trunk's checkpoint at its branch step. A trunk that will not write
-  // it (it finished without it, the checkpoint was deleted, or the branch is new to the sweep; or it is
-  // unfinished but has checkpointed past that step) is rewound: its result and its checkpoints after the
-  // step move aside, and it trains on from its newest checkpoint before it (bit-identically, as --resume).
+  // it (it finished without it, the checkpoint was deleted or is damaged, or the branch is new to the sweep;
+  // or it is unfinished but has checkpointed past that step) is rewound: its result and its checkpoints
+  // after the step move aside, and it trains on from its newest checkpoint before it (bit-identically, as
+  // --resume).
   {
     std::map<size_t, int64_t> needed;  // trunk -> the earliest missing branch step
     const std::set<size_t> to_run(todo.begin(), todo.end());
     for (const size_t i : to_run) {
       const PlannedRun& run = plan.runs[i];
-      if (run.trunk.empty() || HasCheckpoint(RunDir(plan, run)) ||
-          FileExists(run.experiment.run().init_from() + "/trainer_state.textproto")) {
-        continue;
-      }
+      if (run.trunk.empty() || HasCheckpoint(RunDir(plan, run))) continue;
       const size_t trunk = index_of.at(run.trunk);
+      const std::string& from = run.experiment.run().init_from();
+      if (FileExists(from + "/trainer_state.textproto")) {
+        // A checkpoint that fails verification (truncated, corrupt) would fail the branch at its start; it
+        // counts as missing: moved into the trunk's checkpoints/damaged/ (where --resume puts the damaged
+        // ones it passes over), and the trunk writes it again.
+        const absl::Status intact = experiments::VerifyCheckpoint(from);
+        if (intact.ok()) continue;
+        absl::StatusOr<std::string> moved =
+            experiments::MoveCheckpointToDamaged(std::filesystem::path(from).parent_path().string(),
+                                                 run.branch_step);
+        if (!moved.ok()) return moved.status();
+        say(absl::StrFormat("[damaged] %s: the checkpoint %s starts from is damaged (%s); moved to %s",
+                            plan.runs[trunk].name, run.name, intact.message(), *moved));
+      }
       const auto [it, fresh] = needed.insert({trunk, run.branch_step});
       if (!fresh) it->second = std::min(it->second, run.branch_step);
     }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/validation.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
@@ -784,8 +785,10 @@ TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
            absl::EndsWith(line, " of 6 to run) from n_layers=2,max_steps=60 step 33");
   })) << absl::StrJoin(lines, "\n");
 
-  // A trunk that writes its branch points early: its branches start while it still trains.
+  // A trunk that writes its branch points early: its branches start while it still trains (a slot for each
+  // run: which of its branch points a trunk has written when a slot frees is timing, not what is tested).
   MoveSweep(TmpDir() + "/wsd_early", &*plan);
+  plan->parallel_runs = 6;
   ::setenv("FAKE_TRAIN_PINNED_FIRST", "1", 1);
   ::setenv("FAKE_TRAIN_SLEEP_MS", "1500", 1);
   lines.clear();
@@ -902,6 +905,45 @@ TEST(SweepRunner, WsdSweepsChangeWithoutRedoingFinishedRuns) {
 }
 
 // SIGTERM to the sweep: the runs in training get it too and the sweep returns Cancelled once they end.
+// A branch to train whose trunk checkpoint is there but damaged: the checkpoint moves into the trunk's
+// checkpoints/damaged/ and the trunk trains again to write it, as if it were missing (before, the branch
+// started from it and failed on its CRC at every start of the sweep).
+TEST(SweepRunner, ADamagedTrunkCheckpointIsWrittenAgain) {
+  auto plan = Plan(kWsdGrid);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  MoveSweep(TmpDir() + "/wsd_damaged", &*plan);
+  ASSERT_TRUE(RunSweep(*plan, FakeRunner()).ok());
+  const std::string runs = TmpDir() + "/wsd_damaged/runs/";
+  ASSERT_EQ(plan->runs[0].name, "n_layers=1,max_steps=20");
+  const std::string from = plan->runs[0].experiment.run().init_from();
+  ASSERT_EQ(from, runs + "n_layers=1,max_steps=60/checkpoints/step_00000017");
+  // The branch is to train again (its result and checkpoint gone), and one byte of its start is changed.
+  ASSERT_EQ(::unlink((runs + "n_layers=1,max_steps=20/result.textproto").c_str()), 0);
+  ASSERT_TRUE(RemoveFlatFolder(runs + "n_layers=1,max_steps=20/checkpoints/step_00000020").ok());
+  auto weights = ReadFile(from + "/model.safetensors");
+  ASSERT_TRUE(weights.ok() && !weights->empty());
+  (*weights)[weights->size() - 1] ^= 1;
+  ASSERT_TRUE(WriteFileAtomically(from + "/model.safetensors", *weights).ok());
+
+  const std::string log = TmpDir() + "/invocations_damaged.txt";
+  ::setenv("FAKE_TRAIN_LOG", log.c_str(), 1);
+  std::vector<std::string> lines;
+  RunnerOptions runner = FakeRunner();
+  runner.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto repaired = RunSweep(*plan, runner);
+  ::unsetenv("FAKE_TRAIN_LOG");
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_EQ(repaired->finished, 6) << absl::StrJoin(lines, "\n");
+  EXPECT_EQ(CountLines(log), 2) << absl::StrJoin(lines, "\n");  // the trunk again, then the branch
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return absl::StartsWith(line, "[damaged] n_layers=1,max_steps=60: the checkpoint n_layers=1,max_steps=20 "
+                                  "starts from is damaged (");
+  })) << absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(
+      FileExists(runs + "n_layers=1,max_steps=60/checkpoints/damaged/step_00000017/model.safetensors"));
+  EXPECT_TRUE(experiments::VerifyCheckpoint(from).ok());  // written again by the trunk
+}
+
 TEST(SweepRunner, AStopSignalReachesTheRunsInTraining) {
   auto plan = Plan(kIsoFlop);
   ASSERT_TRUE(plan.ok()) << plan.status();
