@@ -30,9 +30,13 @@ ReportFiles RenderReport(const ScalingAnalysis& analysis);
 // Every file name a report may have: report.md and its figures.
 std::vector<std::string> ReportFileNames();
 
-// Makes `out_dir` (and parents) and writes every file atomically: first the figures, then report.md. The
-// figures of an earlier report that this one does not draw (an approach that no longer fits) are deleted
-// before, so the folder never mixes two analyses' files. Other files in `out_dir` are left alone.
+// Replaces the folder `out_dir` (made with its parents if missing) by one holding this report, as a whole:
+// the report is written into the sibling folder .<name>.report-new, which then takes the old folder's place
+// (the old one is renamed to .<name>.report-old, the new one renamed in, the old one deleted). A run that
+// fails or is killed leaves the previous complete report as it was (a kill between the two renames leaves
+// it in .report-old, and the next WriteReport puts it back first), and the folder never mixes two analyses'
+// files. Plain files in `out_dir` that are not the report's (ReportFileNames) are kept: hard-linked into
+// the new folder. Anything else there (a folder, a symbolic link) makes it refuse, changing nothing.
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir);
 
 // Deletes the report files (ReportFileNames) in `out_dir` that are there, and the folder if that leaves it

@@ -3,7 +3,10 @@
 // inputs are reported instead of producing a report.
 #include "scaling/reporting/report.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -336,6 +339,47 @@ TEST(ReportTest, ARewrittenReportKeepsNoFileOfTheEarlierOne) {
   ASSERT_TRUE(RemoveReport(dir + "/report").ok());
   for (const std::string& name : ReportFileNames()) EXPECT_FALSE(FileExists(dir + "/report/" + name)) << name;
   EXPECT_TRUE(FileExists(dir + "/report/notes.txt"));
+}
+
+// The report folder is replaced as a whole: a report that fails while being written leaves the previous
+// one as it was (before, report.md was deleted first and the folder held a half-written report), and a
+// folder holding something the swap cannot carry over (a subfolder) is refused before anything changes.
+TEST(ReportTest, AFailedReportLeavesThePreviousOneUntouched) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/atomic";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 0;
+  ASSERT_TRUE(WriteResults(dir + "/iso.csv", IsoFlopTable({1e18, 3e18, 1e19})).ok());
+  const absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/iso.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/report/notes.txt", "mine").ok());
+  auto before = ListFolder(dir + "/report");
+  ASSERT_TRUE(before.ok());
+  const absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+
+  ReportFiles failing;
+  failing.files = {{"report.md", "# another report\n"}, {"no_such_folder/figure.svg", "<svg/>"}};
+  EXPECT_FALSE(WriteReport(failing, dir + "/report").ok());
+  EXPECT_EQ(ListFolder(dir + "/report").value(), *before);
+  EXPECT_EQ(ReadFile(dir + "/report/report.md").value(), *md);
+  EXPECT_EQ(ListFolder(dir).value(), (std::vector<std::string>{"iso.csv", "report"}));  // nothing left over
+
+  ASSERT_TRUE(MakeDirs(dir + "/report/plots").ok());
+  const absl::Status refused = WriteReport(RenderReport(*a), dir + "/report");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("plots"), std::string::npos) << refused;
+  EXPECT_EQ(ReadFile(dir + "/report/report.md").value(), *md);
+
+  // A run killed between its two renames left the previous folder in .report.report-old and a new one in
+  // .report.report-new: the next run puts the previous one back first, so the user's notes.txt stays.
+  ASSERT_EQ(::rmdir((dir + "/report/plots").c_str()), 0);
+  ASSERT_EQ(std::rename((dir + "/report").c_str(), (dir + "/.report.report-old").c_str()), 0);
+  ASSERT_TRUE(MakeDirs(dir + "/.report.report-new").ok());
+  ASSERT_TRUE(WriteReport(RenderReport(*a), dir + "/report").ok());
+  EXPECT_EQ(ReadFile(dir + "/report/notes.txt").value(), "mine");
+  EXPECT_EQ(ListFolder(dir).value(), (std::vector<std::string>{"iso.csv", "report"}));
 }
 
 // Values just below a power of ten printed as "10e8" (the mantissa rounded up to 10 after the exponent was
