@@ -1,6 +1,7 @@
 // Bootstrap intervals for Approaches 2 and 3 (see uncertainty.h).
 #include "scaling/fit/uncertainty.h"
 
+#include <atomic>
 #include <cmath>
 #include <random>
 
@@ -26,8 +27,19 @@ absl::StatusOr<ParametricUncertainty> BootstrapParametric(const Observations& ob
   const std::vector<ParametricStart> grid = GridStarts(fit_options);
   const int num_points = data->size();
 
+  std::atomic<int> unidentifiable{0};
   BootstrapSamples samples = RunBootstrap(
       num_points, {}, kNumParametric, options, pool, [&](int resample, const std::vector<double>& weights, double* q) {
+        // The runs drawn must identify the law, as the full fit's must (a draw of only two distinct sizes
+        // fits any exponent to their one loss difference).
+        Observations drawn;
+        for (size_t i = 0; i < observations.size(); ++i) {
+          if (weights[i] > 0) drawn.push_back(observations[i]);
+        }
+        if (!CheckParametricIdentifiable(drawn).ok()) {
+          unidentifiable.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
         std::vector<ParametricStart> starts = {fit.solution};
         if (extra_starts > 0 && !grid.empty()) {
           std::mt19937_64 rng(options.seed * 1000003 + resample);
@@ -48,6 +60,7 @@ absl::StatusOr<ParametricUncertainty> BootstrapParametric(const Observations& ob
   ParametricUncertainty out;
   out.resamples = samples.resamples;
   out.failed = samples.failed;
+  out.unidentifiable = unidentifiable.load();
   const ParametricLaw& law = fit.law;
   const Allocation at = OptimalAllocation(law, target_flops);
   const double c = options.confidence;

@@ -31,12 +31,24 @@ struct ParametricUncertainty {
   AllocationIntervals target;
   std::vector<ParametricLaw> resampled;  // one law per successful resample
   int resamples = 0;
+  // Resamples dropped, for the same reasons the full fit would be refused: their runs cannot identify the
+  // law (`unidentifiable`, CheckParametricIdentifiable: a draw with fewer than 3 distinct N or D, or along
+  // one line), or their fit has alpha <= 0, beta <= 0 or no finite objective. `failed` counts both.
   int failed = 0;
+  int unidentifiable = 0;
+  // Percentile intervals over the resamples kept are conditional on the fit succeeding: when more resamples
+  // are dropped than the interval leaves out in its tails (1 - confidence), the dropped ones, which are the
+  // extreme draws, could lie on either side of it and the interval understates the uncertainty. It is then
+  // reported as unreliable.
+  bool Reliable(double confidence) const {
+    return resamples == 0 || failed <= (1 - confidence) * resamples;
+  }
 };
 
 // Resamples the runs (all together) and refits each resample with L-BFGS from the full-data solution
 // `fit.solution` (as Besiroglu et al. do: the full grid per resample would cost 4,500 times more and the
-// resampled optimum lies next to the full-data one), plus `extra_starts` starts drawn from the grid.
+// resampled optimum lies next to the full-data one), plus `extra_starts` starts drawn from the grid. A
+// resample that cannot identify the law is dropped before it is fitted (ParametricUncertainty).
 absl::StatusOr<ParametricUncertainty> BootstrapParametric(const Observations& observations, const ParametricFit& fit,
                                                           double target_flops, const BootstrapOptions& options,
                                                           const ParametricFitOptions& fit_options,

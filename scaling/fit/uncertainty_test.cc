@@ -143,6 +143,57 @@ TEST(BootstrapCoverageTest, ParametricIntervalsCoverTheTruth) {
               covered_alpha, covered_beta, covered_e, covered_n, covered_loss);
 }
 
+// A resample that cannot identify L(N, D) is dropped and counted, as the full fit would be refused: here
+// the third size and the third token count come from one run, which about a third of the draws lack (two
+// sizes fit any alpha to their one loss difference). With that many dropped, the
+// intervals are unreliable.
+TEST(BootstrapParametricTest, UnidentifiableResamplesAreDroppedAndCounted) {
+  const ParametricLaw truth{1.69, 406.4, 410.7, 0.34, 0.28};
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> eps(0, 0.01);
+  Observations obs;
+  auto add = [&](double n, double d) {
+    Observation o;
+    o.params = n;
+    o.tokens = d;
+    o.loss = truth.Loss(n, d) * std::exp(eps(rng));
+    obs.push_back(o);
+  };
+  for (int copy = 0; copy < 3; ++copy) {
+    for (const double n : {1e7, 1e8}) {
+      for (const double d : {1e9, 1e10}) add(n, d);
+    }
+  }
+  add(1e9, 1e11);
+  ParametricFitOptions options;
+  options.grid_alpha = {0.3, 0.6};
+  options.grid_beta = {0.3};
+  options.grid_e = {0.5};
+  options.grid_a = {6};
+  options.grid_b = {6};
+  absl::StatusOr<ParametricFit> fit = FitParametric(obs, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  BootstrapOptions boot;
+  boot.resamples = 200;
+  absl::StatusOr<ParametricUncertainty> u = BootstrapParametric(obs, *fit, 1e22, boot, options);
+  ASSERT_TRUE(u.ok()) << u.status();
+  // The same draws, checked here.
+  int unidentifiable = 0;
+  for (int r = 0; r < boot.resamples; ++r) {
+    const std::vector<double> weights = ResampleWeights({}, static_cast<int>(obs.size()), boot.seed, r);
+    Observations drawn;
+    for (size_t i = 0; i < obs.size(); ++i) {
+      if (weights[i] > 0) drawn.push_back(obs[i]);
+    }
+    unidentifiable += !CheckParametricIdentifiable(drawn).ok();
+  }
+  ASSERT_GT(unidentifiable, boot.resamples / 5);
+  EXPECT_EQ(u->unidentifiable, unidentifiable);
+  EXPECT_GE(u->failed, unidentifiable);
+  EXPECT_EQ(static_cast<int>(u->resampled.size()), u->resamples - u->failed);
+  EXPECT_FALSE(u->Reliable(boot.confidence));
+}
+
 TEST(BootstrapCoverageTest, IsoFlopIntervalsCoverTheTruth) {
   // IsoFLOP curves that are exact parabolas in ln N around N_opt = 0.1 C^0.5, so Approach 2 is unbiased
   // and only the noise moves it.

@@ -98,9 +98,11 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
       d = a.parametric_ci->target.tokens;
       l = a.parametric_ci->target.loss;
     }
-    n3 = WithInterval(n, ci3);
-    d3 = WithInterval(d, ci3);
-    l3 = WithInterval(l, ci3);
+    // Intervals over too few surviving resamples are marked where they are read (see Approach 3 below).
+    const std::string mark = ci3 && !a.parametric_ci->Reliable(o.bootstrap.confidence) ? " (unreliable)" : "";
+    n3 = WithInterval(n, ci3) + mark;
+    d3 = WithInterval(d, ci3) + mark;
+    l3 = WithInterval(l, ci3) + mark;
     r3 = Fmt(at.tokens / at.params);
   }
   if (a.isoflop) {
@@ -164,8 +166,17 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
                     ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
                     a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
     if (ci3) {
-      absl::StrAppend(&md, " Bootstrap: ", a.parametric_ci->resamples, " resamples of the runs, each refitted from the "
-                      "full-data optimum; ", a.parametric_ci->failed, " failed.");
+      const ParametricUncertainty& ci = *a.parametric_ci;
+      absl::StrAppend(&md, " Bootstrap: ", ci.resamples, " resamples of the runs, each refitted from the "
+                      "full-data optimum; ", ci.failed, " dropped (", ci.unidentifiable,
+                      " whose runs could not identify the law: fewer than 3 distinct N or D, or along one line; ",
+                      ci.failed - ci.unidentifiable, " whose fit had α <= 0, β <= 0 or failed).");
+      if (!ci.Reliable(o.bootstrap.confidence)) {
+        absl::StrAppend(&md, " **The intervals are unreliable:** ", ci.failed, " of ", ci.resamples,
+                        " resamples were dropped, more than the ", Fmt(100 * (1 - o.bootstrap.confidence)),
+                        "% the intervals leave in their tails, so percentile intervals over the rest understate "
+                        "the uncertainty (the runs barely identify the law: add sizes or token counts).");
+      }
     }
     absl::StrAppend(&md, " N_opt(C) = G (C/6)<sup>a</sup> with G = (αA / βB)<sup>1/(α+β)</sup>, D_opt = C / (6 N_opt).\n\n");
   } else {

@@ -105,9 +105,26 @@ TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
   ASSERT_TRUE(md.ok());
   for (const char* section : {"## Recommendation at C = 10<sup>22</sup> FLOP", "## Approach 3", "## Approach 2",
                               "## Approach 1", "## Kaplan", "![isoflop.svg](isoflop.svg)", "**Recipe:** d_model",
-                              "36 runs (35 finished, 1 failed, 0 diverged)", "synthetic runs"}) {
+                              "36 runs (35 finished, 1 failed, 0 diverged)", "synthetic runs",
+                              " whose runs could not identify the law"}) {
     EXPECT_NE(md->find(section), std::string::npos) << section;
   }
+  EXPECT_EQ(md->find("unreliable"), std::string::npos);  // 35 well-spread runs: nearly every resample fits
+
+  // Were a quarter of the resamples dropped (more than the 5% the 95% intervals leave in their tails), the
+  // report would say how many and why, and mark Approach 3's intervals unreliable where they are read.
+  ScalingAnalysis dropping = *a;
+  dropping.parametric_ci->failed = 50;
+  dropping.parametric_ci->unidentifiable = 40;
+  const std::string text = RenderReport(dropping).files[0].second;
+  for (const char* said : {"50 dropped (40 whose runs could not identify the law",
+                           "10 whose fit had α <= 0, β <= 0 or failed",
+                           "**The intervals are unreliable:** 50 of 200 resamples were dropped"}) {
+    EXPECT_NE(text.find(said), std::string::npos) << said << "\n" << text;
+  }
+  const size_t row = text.find("| parameters N_opt | ");
+  ASSERT_NE(row, std::string::npos);
+  EXPECT_NE(text.substr(row, text.find('\n', row) - row).find("(unreliable)"), std::string::npos) << text;
 }
 
 // One run at each of the budgets 1e12, 1e13, 1e14 (the same N and D, the loss falling by 1 per budget), with
