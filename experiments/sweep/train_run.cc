@@ -112,6 +112,7 @@ absl::Status TrainSweepRun(const std::string& config_path) {
       // the run diverged, whatever its later evaluations say.
       result.set_status(config::SweepRunResult::DIVERGED);
       result.set_message(absl::StrCat("validation loss is ", *m.val_loss, " at step ", m.step));
+      RecordTrainedSoFar(run_dir, *experiment, size->training_flops_per_token, &result);
       if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
       return absl::AbortedError(absl::StrCat(config_path, ": ", result.message()));
     }
@@ -125,6 +126,7 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   if (!std::isfinite(last)) {
     result.set_status(config::SweepRunResult::FAILED);
     result.set_message("the run logged no validation loss: set data.val_tokens and run.eval_tokens");
+    RecordTrainedSoFar(run_dir, *experiment, size->training_flops_per_token, &result);
     if (absl::Status s = WriteRunResult(run_dir, result); !s.ok()) return s;
     return absl::FailedPreconditionError(absl::StrCat(config_path, ": ", result.message()));
   }

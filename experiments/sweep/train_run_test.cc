@@ -127,6 +127,9 @@ TEST(TrainSweepRun, NonFiniteEvaluationIsDiverged) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->status(), config::SweepRunResult::DIVERGED);
   EXPECT_EQ(result->message(), "validation loss is nan at step 4");
+  // It trained all its steps: results.csv shows those tokens, not 0 as for a run that never started.
+  ASSERT_TRUE(result->has_tokens());
+  EXPECT_EQ(result->tokens(), static_cast<double>(metrics->back().tokens));
 }
 
 // Stopped by a signal (the sweep forwards its own to the runs in training), a run checkpoints and says how to
