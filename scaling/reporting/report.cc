@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -280,6 +281,19 @@ absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir_f
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError(
         absl::StrCat("report folder '", out_dir_flag, "': name the folder itself (its name, not . or ..)"));
+  }
+  // A folder reached through a symbolic link is replaced where it is: the swap renames the folder, and
+  // renaming the link instead would leave the report beside the folder the link names and then empty that.
+  struct stat link_st;
+  if (::lstat(out_dir.c_str(), &link_st) == 0 && S_ISLNK(link_st.st_mode)) {
+    char resolved[PATH_MAX];
+    if (::realpath(out_dir.c_str(), resolved) == nullptr) return Errno("cannot resolve the link " + out_dir);
+    out_dir = resolved;
+    struct stat target_st;
+    if (::stat(out_dir.c_str(), &target_st) != 0 || !S_ISDIR(target_st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("report folder '", out_dir_flag, "' is a link to ", out_dir, ", which is not a folder"));
+    }
   }
   const std::string fresh = Sibling(out_dir, ".report-new"), old = Sibling(out_dir, ".report-old");
   // A report run killed between its two renames left the previous report in `old` and none in `out_dir`:

@@ -399,6 +399,29 @@ TEST(ReportTest, AFailedReportLeavesThePreviousOneUntouched) {
   EXPECT_EQ(ListFolder(dir).value(), (std::vector<std::string>{"iso.csv", "report"}));
 }
 
+// A report folder reached through a symbolic link is replaced where the link points: the link stays a
+// link to the same path, which holds the new report and the user's files.
+TEST(ReportTest, AReportFolderBehindALinkIsReplacedWhereItIs) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/linked";
+  ASSERT_TRUE(MakeDirs(dir + "/real").ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 0;
+  ASSERT_TRUE(WriteResults(dir + "/iso.csv", IsoFlopTable({1e18, 3e18, 1e19})).ok());
+  ASSERT_EQ(::symlink((dir + "/real").c_str(), (dir + "/report").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/real/notes.txt", "mine").ok());
+  const absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/iso.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WriteReport(RenderReport(*a), dir + "/report").ok());  // a second time, over the first
+  char target[4096];
+  const ssize_t n = ::readlink((dir + "/report").c_str(), target, sizeof(target));
+  ASSERT_GT(n, 0) << "report is no longer a link";
+  EXPECT_EQ(std::string(target, n), dir + "/real");
+  EXPECT_TRUE(FileExists(dir + "/real/report.md"));
+  EXPECT_EQ(ReadFile(dir + "/real/notes.txt").value(), "mine");
+  EXPECT_EQ(ListFolder(dir).value(), (std::vector<std::string>{"iso.csv", "real", "report"}));
+}
+
 // Values just below a power of ten printed as "10e8" (the mantissa rounded up to 10 after the exponent was
 // chosen); so did the figures' "10·10^18".
 TEST(ReportTest, NumbersJustBelowAPowerOfTenRoundUpToIt) {
