@@ -1,11 +1,14 @@
-// GlooGroup: Gloo's TCP device, file-store rendezvous and collectives, with Gloo's exceptions turned into
-// absl::Status that say which rank and which collective failed.
+// GlooGroup: Gloo's TCP device, file-store rendezvous (a full-mesh connect that can be aborted) and
+// collectives, with Gloo's exceptions turned into absl::Status that say which rank and which collective
+// failed.
 #include "distributed/gloo_group.h"
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <future>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,6 +24,8 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace lmf::distributed {
@@ -28,10 +33,9 @@ namespace {
 
 constexpr std::chrono::milliseconds kAbortPollInterval{100};
 
-// Gloo's file store, whose waits for keys (Gloo's connectFullMesh waits for each other rank's before it
-// connects the pairs) ask `abort` every kAbortPollInterval whether to give up, throwing its answer. (Like
-// FileStore's own wait it looks for the keys every 10 ms; unlike it, it times out to the millisecond, not
-// in whole seconds.)
+// Gloo's file store, whose waits for keys ask `abort` every kAbortPollInterval whether to give up, throwing
+// its answer. (Like FileStore's own wait it looks for the keys every 10 ms; unlike it, it times out to the
+// millisecond, not in whole seconds.)
 class AbortableFileStore : public gloo::rendezvous::FileStore {
  public:
   AbortableFileStore(const std::string& path, std::function<std::string()> abort)
@@ -59,6 +63,70 @@ class AbortableFileStore : public gloo::rendezvous::FileStore {
   std::function<std::string()> abort_;
 };
 
+// Connects one pair to its peer's `address`. Gloo's Pair::connect blocks: the side with the lower address
+// listens until the peer connects, for up to five times the timeout, and a peer that died after publishing
+// its address never does. So the connect runs on a thread of its own while this one asks `abort` every
+// kAbortPollInterval and watches `timeout`; either closes the pair (Gloo's connect then returns) and throws.
+void ConnectPair(gloo::transport::Pair& pair, const std::vector<char>& address, int peer,
+                 std::chrono::milliseconds timeout, const std::function<std::string()>& abort) {
+  std::promise<void> done;
+  std::future<void> connected = done.get_future();
+  std::thread connector([&pair, &address, &done] {
+    try {
+      pair.connect(address);
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::string why;
+  while (connected.wait_for(kAbortPollInterval) != std::future_status::ready) {
+    if (timeout != gloo::kNoTimeout && std::chrono::steady_clock::now() - start >= timeout) {
+      why = absl::StrCat("Connect timeout: rank ", peer, " did not connect within ", timeout.count(), " ms");
+    } else {
+      why = abort();
+    }
+    if (!why.empty()) {
+      pair.close();
+      break;
+    }
+  }
+  connector.join();
+  if (!why.empty()) throw std::runtime_error(why);
+  connected.get();  // the connect's own error, if it failed
+}
+
+// Gloo's rendezvous context with its full-mesh connect done here, step by step as Gloo does it (create a
+// pair per peer, publish their addresses under this rank's key, then for each peer in rank order wait for
+// its key and connect), so that `abort` is asked while connecting the pairs too, not only while waiting for
+// keys. Every rank of a GlooGroup connects this way.
+class AbortableContext : public gloo::rendezvous::Context {
+ public:
+  AbortableContext(int rank, int size) : gloo::rendezvous::Context(rank, size) {}
+
+  void ConnectFullMesh(gloo::rendezvous::Store& store, const std::shared_ptr<gloo::transport::Device>& device,
+                       const std::function<std::string()>& abort) {
+    std::shared_ptr<gloo::transport::Context> pairs = device->createContext(rank, size);
+    pairs->setTimeout(getTimeout());
+    std::vector<char> addresses;  // this rank's pair with each other rank, in rank order
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const std::vector<char> bytes = pairs->createPair(peer)->address().bytes();
+      addresses.insert(addresses.end(), bytes.begin(), bytes.end());
+    }
+    store.set(std::to_string(rank), addresses);
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      store.wait({std::to_string(peer)}, getTimeout());
+      std::vector<char> peer_addresses = store.get(std::to_string(peer));
+      ConnectPair(*pairs->getPair(peer), extractAddress(peer_addresses, peer), peer, getTimeout(), abort);
+    }
+    device_ = device;
+    transportContext_ = std::move(pairs);
+  }
+};
+
 }  // namespace
 
 GlooGroup::GlooGroup(int rank, int world_size, std::shared_ptr<gloo::Context> context)
@@ -79,11 +147,12 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    AbortableFileStore store(
-        options.rendezvous_dir, options.abort_connect ? options.abort_connect : [] { return std::string(); });
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    const std::function<std::string()> abort =
+        options.abort_connect ? options.abort_connect : [] { return std::string(); };
+    AbortableFileStore store(options.rendezvous_dir, abort);
+    auto context = std::make_shared<AbortableContext>(options.rank, options.world_size);
     context->setTimeout(options.connect_timeout);
-    context->connectFullMesh(store, device);
+    context->ConnectFullMesh(store, device, abort);
     context->setTimeout(options.timeout);
     return std::unique_ptr<GlooGroup>(new GlooGroup(options.rank, options.world_size, std::move(context)));
   } catch (const std::exception& e) {

@@ -27,10 +27,11 @@ struct GlooGroupOptions {
   std::string rendezvous_dir;        // a folder shared by all ranks (created if missing)
   std::string hostname = "127.0.0.1";  // the address this rank listens on
   std::chrono::milliseconds timeout{30000};          // for each collective
-  std::chrono::milliseconds connect_timeout{30000};  // for every rank to join
-  // Asked about every 100 ms while this rank waits for the others to publish their addresses; a non-empty
-  // answer ends Connect at once with that text in its error (a launcher that sees a rank's process exit
-  // says so instead of waiting out connect_timeout). Unset: wait the whole timeout.
+  std::chrono::milliseconds connect_timeout{30000};  // for each other rank's address, and for each connection
+  // Asked about every 100 ms while this rank waits for the others, both to publish their addresses and to
+  // connect to it (a rank that dies in between never connects); a non-empty answer ends Connect at once with
+  // that text in its error (a launcher that sees a rank's process exit says so instead of waiting out
+  // connect_timeout). Unset: wait the whole timeout.
   std::function<std::string()> abort_connect;
 };
 

@@ -10,9 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/pair.h"
+#include "gloo/transport/tcp/device.h"
 #include "gtest/gtest.h"
 
 // ThreadSanitizer (--config=tsan) sees only instrumented code: Gloo is the system library, built without it,
@@ -130,6 +135,51 @@ TEST(GlooGroup, AbortConnectEndsTheWaitForAMissingRank) {
         << timed_out.status();
   }
   for (const char* suffix : {"_a", "_b", "_c"}) std::filesystem::remove_all(base + suffix);
+}
+
+// Rank 1 publishes its address, as every rank does before it connects (its pair's address under its rank in
+// Gloo's file store), and dies before connecting: its connection never comes. It listens on 127.0.0.2, above
+// rank 0's 127.0.0.1, so rank 0 is the side of the pair that waits for the connection, which Gloo's own
+// connect does for five times connect_timeout. abort_connect ends that wait too, at its first ask, with its
+// answer in the error.
+TEST(GlooGroup, AbortConnectEndsTheWaitForARankThatDiedBeforeConnecting) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/gloo_dies_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.2";
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    std::shared_ptr<gloo::transport::Context> pairs = device->createContext(/*rank=*/1, /*size=*/2);
+    gloo::rendezvous::FileStore(dir).set("1", pairs->createPair(0)->address().bytes());
+    ::_exit(3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "rank 1 did not publish its address";
+
+  GlooGroupOptions opts;
+  opts.rank = 0;
+  opts.world_size = 2;
+  opts.rendezvous_dir = dir;
+  opts.connect_timeout = std::chrono::seconds(30);
+  int asked = 0;
+  opts.abort_connect = [&]() -> std::string {
+    ++asked;
+    return "rank 1 exited with status 3";
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto group = GlooGroup::Connect(opts);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.status().message().find("could not connect via " + dir + ": rank 1 exited with status 3"),
+            std::string::npos)
+      << group.status();
+  EXPECT_EQ(asked, 1);
+  EXPECT_LT(took, 20.0) << "the connect timeout is 30 s (Gloo's own wait: 150 s)";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -131,8 +131,9 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // A worker that dies after saying it is up but before it has published its address (its Gloo device
-  // fails, say) is named as soon as it exits, not after the connect timeout.
+  // A worker that dies after saying it is up but before it has joined the group (its Gloo device fails, say,
+  // or it dies between publishing its address and connecting) is named as soon as it exits, not after the
+  // connect timeout.
   distributed::GlooGroupOptions group_options =
       GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds());
   bool aborted = false;
