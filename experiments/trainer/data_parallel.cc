@@ -252,8 +252,13 @@ int DataParallelWorkerMain() {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(s.message()).c_str());
     return 1;
   }
+  // Rank 0 publishes its address only once every worker is up, up to kConnectTimeout after this one was (a
+  // slow last worker): this rank's wait for it spans that window and the connect's own. Rank 0 bounds the
+  // whole start (it stops the workers when it gives up, and they die with it).
+  distributed::GlooGroupOptions group_options = GroupOptions(rank, world, rendezvous, timeout);
+  group_options.connect_timeout = 2 * kConnectTimeout;
   absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> group =
-      distributed::GlooGroup::Connect(GroupOptions(rank, world, rendezvous, timeout));
+      distributed::GlooGroup::Connect(group_options);
   if (!group.ok()) {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(group.status().message()).c_str());
     return 1;
