@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -51,6 +52,17 @@ distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::strin
   return options;
 }
 
+// The threads each rank of a run on `world` processes runs: LMF_NUM_THREADS when it is a thread count (at
+// most ThreadPool::kMaxThreads, as ThreadPool::Default reads it), else an even share of the hardware threads.
+int RankThreads(int world) {
+  int threads = 0;
+  if (const char* env = std::getenv("LMF_NUM_THREADS");
+      env != nullptr && absl::SimpleAtoi(env, &threads) && threads > 0) {
+    return std::min(threads, ThreadPool::kMaxThreads);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+}
+
 // The last `lines` lines of a file, for failure messages.
 std::string Tail(const std::string& path, int lines) {
   absl::StatusOr<std::string> text = ReadFile(path);
@@ -81,17 +93,21 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
   if (absl::Status s = WriteFileAtomically(config_path, ExperimentToText(experiment)); !s.ok()) return s;
 
-  // The ranks share the cores, unless the user chose a thread count (then each rank gets it). Every rank
-  // runs as many threads as this one's pool has (made now, if not before): the optimizer's kernels split
-  // their work by the thread count, and the ranks' copies of the weights stay identical only if each rank
-  // updates them in the same pieces.
-  if (std::getenv("LMF_NUM_THREADS") == nullptr) {  // for this process's pool, made now if not before
-    const int share = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
-    ::setenv("LMF_NUM_THREADS", std::to_string(share).c_str(), /*overwrite=*/1);
+  // The ranks share the cores, unless the user chose a thread count (then each rank gets it). Every rank runs
+  // exactly that many threads, rank 0 too, whatever pool this process made before (a caller's, a test's): the
+  // optimizer's kernels split their work by the thread count, and the ranks' copies of the weights stay
+  // identical only if each rank updates them in the same pieces.
+  const int threads = RankThreads(world);
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) {  // this process's pool, if made now, is the run's size
+    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
     ThreadPool::Default();
     ::unsetenv("LMF_NUM_THREADS");
   }
-  const std::string threads = std::to_string(ThreadPool::Default().num_threads());
+  launch->pool_ = &ThreadPool::Default();
+  if (launch->pool_->num_threads() != threads) {
+    launch->own_pool_ = std::make_unique<ThreadPool>(threads);
+    launch->pool_ = launch->own_pool_.get();
+  }
   std::vector<std::string> command = options.data_parallel_command;
   if (command.empty()) command = {"/proc/self/exe"};  // this very binary, even if rebuilt since
   for (int rank = 1; rank < world; ++rank) {
@@ -100,7 +116,7 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     child.env = {
         {kWorkerEnv, absl::StrCat(rank, " ", world, " ", options.resume ? 1 : 0, " ", options.stop_after_step,
                                   " ", run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_)},
-        {"LMF_NUM_THREADS", threads}};
+        {"LMF_NUM_THREADS", std::to_string(threads)}};
     child.log_path = LogPath(run.output_dir(), rank);
     // Appended to: a resumed run's ranks add their lines below the earlier attempt's, after this line.
     child.log_header = LogStartLine(absl::StrCat("data parallel rank ", rank, " of ", world, " starts",

@@ -6,10 +6,10 @@
 // micro-batches [r A/P, (r+1) A/P) of each step's A = run.grad_accum_steps, the gradients and losses are
 // summed over the ranks, and every rank applies the same update. Rank 0 alone evaluates, logs and writes
 // checkpoints; rank r > 0 appends to <run>/rank_<r>.log (each start after a dated line: LogStartLine). The
-// ranks share the cores (LMF_NUM_THREADS, unless set, is the hardware thread count / P). A rank that dies
-// fails the others' next collective; rank 0 then names it and its log's last lines. Stopping: SIGINT/SIGTERM
-// (Ctrl-C reaches every rank) are agreed on at the step's all-reduce, so all ranks stop after the same step
-// and rank 0 checkpoints.
+// ranks share the cores: each, rank 0 included, runs LMF_NUM_THREADS threads if that is set, else the
+// hardware thread count / P. A rank that dies fails the others' next collective; rank 0 then names it and
+// its log's last lines. Stopping: SIGINT/SIGTERM (Ctrl-C reaches every rank) are agreed on at the step's
+// all-reduce, so all ranks stop after the same step and rank 0 checkpoints.
 //
 // Any binary that calls Train must start with
 //     if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "distributed/collectives.h"
 #include "experiments/proto/experiment.pb.h"
 
@@ -44,6 +45,9 @@ class DataParallelLaunch {
   ~DataParallelLaunch();
 
   distributed::Collectives& group() { return *group_; }
+  // The pool rank 0 trains on: the run's thread count, the same as every worker's (ThreadPool::Default() when
+  // it has that many threads, else a pool of this launch's own).
+  ThreadPool& pool() { return *pool_; }
 
   // Waits for every worker to exit; an error names each that failed, with its log's last lines.
   absl::Status Wait();
@@ -60,6 +64,8 @@ class DataParallelLaunch {
   std::vector<pid_t> workers_;  // rank r at [r - 1]; -1 once reaped
   std::vector<int> exit_status_;
   std::unique_ptr<distributed::Collectives> group_;
+  ThreadPool* pool_ = nullptr;
+  std::unique_ptr<ThreadPool> own_pool_;  // when ThreadPool::Default() has another thread count
 };
 
 // Removes the rendezvous folders killed data-parallel launches left in a run folder. Only for the process

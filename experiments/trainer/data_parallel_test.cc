@@ -3,6 +3,7 @@
 // sums; a killed data-parallel run resumed on the same processes is bit-identical to an uninterrupted one.
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/thread_pool.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/metrics/metrics_log.h"
@@ -135,6 +137,29 @@ TEST(DataParallel, AResumedRunIsBitIdentical) {
                                     std::sregex_iterator());
   EXPECT_EQ(starts, 2) << *log;
   EXPECT_NE(log->find("(--resume)"), std::string::npos) << *log;
+}
+
+// Every rank runs the thread count the run asks for (here LMF_NUM_THREADS), rank 0 included, although this
+// process made its default pool earlier with another count: rank 0 does not train on that pool, nor hand its
+// count to the workers.
+TEST(DataParallel, EveryRankRunsTheRunsThreadCount) {
+  const int made = ThreadPool::Default().num_threads();
+  const int asked = made == 1 ? 2 : 1;
+  ASSERT_EQ(::setenv("LMF_NUM_THREADS", std::to_string(asked).c_str(), /*overwrite=*/1), 0);
+  TrainOptions options = Options();
+  const std::string console = TempPath("dp_threads_console.log");
+  options.console = std::fopen(console.c_str(), "w");
+  auto trained = Train(Tiny("dp_threads", 2, 2), options);
+  std::fclose(options.console);
+  ::unsetenv("LMF_NUM_THREADS");
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(ThreadPool::Default().num_threads(), made);
+  const std::string device = absl::StrCat("device: CPU (", asked, " threads)");
+  for (const std::string& log : {console, TempPath("dp_threads/rank_1.log")}) {
+    auto text = ReadFile(log);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_NE(text->find(device), std::string::npos) << log << ":\n" << *text;
+  }
 }
 
 // A worker that cannot start is named at once (not after the group's connect timeout), with its log.

@@ -240,7 +240,9 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     return absl::Status(status.code(), absl::StrCat("run.parallel.data=", world, ": ", status.message(),
                                                     dead.empty() ? "" : absl::StrCat("; ", dead)));
   };
-  absl::StatusOr<std::unique_ptr<TrainingDevice>> device = TrainingDevice::Open(run);
+  // Rank 0 of a data-parallel run trains on the run's thread count, as its workers do (data_parallel.h).
+  absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
+      TrainingDevice::Open(run, launch != nullptr ? &launch->pool() : nullptr);
   if (!device.ok()) return device.status();
   const kernels::Context& ctx = (*device)->context();
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =

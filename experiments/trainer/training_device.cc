@@ -108,7 +108,8 @@ absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(
   return OpProfileReport{kernels::FormatOpProfile(*profile, steps), method, kernels::FormatLargestOps(*profile, 4)};
 }
 
-absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run) {
+absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run,
+                                                                     ThreadPool* cpu_pool) {
   std::unique_ptr<TrainingDevice> device(new TrainingDevice());
   switch (run.precision()) {
     case config::RunConfig::FP32:
@@ -128,7 +129,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
       if (run.precision() != config::RunConfig::FP32) {
         return absl::InvalidArgumentError("run.precision BF16 needs run.device CUDA (CPU training is FP32)");
       }
-      device->ctx_ = kernels::Context::Cpu();
+      device->ctx_ = cpu_pool != nullptr ? kernels::Context::Cpu(cpu_pool) : kernels::Context::Cpu();
       device->name_ = absl::StrCat("CPU (", device->ctx_.num_threads(), " threads)");
       device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads(), &device->peak_flops_source_);
       return device;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/thread_pool.h"
 #include "experiments/proto/run.pb.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
@@ -29,8 +30,10 @@ class TrainingDevice {
   // The device run.device names (run.cuda_device for CUDA) and the dtype run.precision names. Errors:
   // CUDA in a binary built without the CUDA backend (the message says how to build with it), a CUDA device
   // that cannot be opened (no driver, no such ordinal: the CUDA error), BF16 on the CPU, and an
-  // unspecified device or precision.
-  static absl::StatusOr<std::unique_ptr<TrainingDevice>> Open(const config::RunConfig& run);
+  // unspecified device or precision. A CPU run's kernels split their work over `cpu_pool`
+  // (ThreadPool::Default() when null).
+  static absl::StatusOr<std::unique_ptr<TrainingDevice>> Open(const config::RunConfig& run,
+                                                              ThreadPool* cpu_pool = nullptr);
   ~TrainingDevice();
   TrainingDevice(const TrainingDevice&) = delete;
   TrainingDevice& operator=(const TrainingDevice&) = delete;
