@@ -13,6 +13,8 @@
 #include <cstring>
 #include <iterator>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +63,44 @@ std::string FormatNumber(double v) {
   }
   return absl::StrCat(mantissa, "e", e);
 }
+
+namespace {
+
+// How far the recommendation reaches beyond the runs, and how much the approaches that gave one differ:
+// the bootstrap intervals measure only the noise of the runs under each fit's functional form, so a reader
+// deciding on a budget needs these two as well.
+std::string ExtrapolationNote(const ScalingAnalysis& a, double largest_swept) {
+  const double target = a.options.target_flops;
+  std::string note;
+  if (largest_swept > 0 && std::isfinite(largest_swept)) {
+    const double ratio = target / largest_swept;
+    if (ratio > 1.0001) {
+      note = absl::StrCat("**Extrapolation:** the target is ", Fmt(ratio), "x the largest budget swept (",
+                          absl::StrFormat("%.1f", std::log10(ratio)), " decades beyond it). The intervals are "
+                          "the spread over resampled runs under each fit's form, not the error of that form "
+                          "so far out.");
+    } else {
+      note = "**Extrapolation:** none: the target lies within the budgets swept.";
+    }
+  }
+  std::vector<std::pair<std::string, double>> n_opts;
+  if (a.parametric) n_opts.push_back({"Approach 3", OptimalAllocation(a.parametric->law, target).params});
+  if (a.isoflop) n_opts.push_back({"Approach 2", a.isoflop->params_law.At(target)});
+  if (a.envelope) n_opts.push_back({"Approach 1", a.envelope->params_law.At(target)});
+  double lo = INFINITY, hi = 0;
+  for (const auto& [name, n] : n_opts) {
+    if (!(n > 0) || !std::isfinite(n)) continue;
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  if (n_opts.size() >= 2 && hi > 0 && std::isfinite(lo)) {
+    absl::StrAppend(&note, note.empty() ? "" : " ", "The approaches' N_opt differ by a factor of ",
+                    absl::StrFormat("%.2g", hi / lo), " (", Fmt(lo), " to ", Fmt(hi), ").");
+  }
+  return note.empty() ? note : note + "\n\n";
+}
+
+}  // namespace
 
 ReportFiles RenderReport(const ScalingAnalysis& a) {
   const ReportOptions& o = a.options;
@@ -132,6 +172,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
   absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
   absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
+  absl::StrAppend(&md, ExtrapolationNote(a, budgets.empty() ? c_hi : *budgets.rbegin()));
   if (a.recommended_by == "Approach 2") {
     absl::StrAppend(
         &md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");

@@ -5,12 +5,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <random>
 
+#include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
 #include "scaling/reporting/figures.h"
@@ -110,6 +112,20 @@ TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
     EXPECT_NE(md->find(section), std::string::npos) << section;
   }
   EXPECT_EQ(md->find("unreliable"), std::string::npos);  // 35 well-spread runs: nearly every resample fits
+  // How far the target lies beyond the budgets swept (1e22 against 1e20), and how far apart the approaches are.
+  EXPECT_NE(md->find("**Extrapolation:** the target is 100x the largest budget swept (2.0 decades beyond it)"),
+            std::string::npos)
+      << *md;
+  const size_t factor = md->find("The approaches' N_opt differ by a factor of ");
+  ASSERT_NE(factor, std::string::npos) << *md;
+  const double n3 = fit.params, n2 = a->isoflop->params_law.At(1e22), n1 = a->envelope->params_law.At(1e22);
+  const double spread = std::max({n1, n2, n3}) / std::min({n1, n2, n3});
+  EXPECT_EQ(md->substr(factor + 44, md->find(' ', factor + 44) - factor - 44), absl::StrFormat("%.2g", spread));
+  ScalingAnalysis inside = *a;
+  inside.options.target_flops = 3e19;
+  EXPECT_NE(RenderReport(inside).files[0].second.find("**Extrapolation:** none: the target lies within the "
+                                                       "budgets swept."),
+            std::string::npos);
 
   // Were a quarter of the resamples dropped (more than the 5% the 95% intervals leave in their tails), the
   // report would say how many and why, and mark Approach 3's intervals unreliable where they are read.
