@@ -15,9 +15,7 @@
 
 ABSL_FLAG(std::string, results, "", "results table (CSV, columns in scaling/results.h)");
 ABSL_FLAG(double, target_flops, 0, "compute budget to recommend a model for (FLOP), e.g. 1e21");
-ABSL_FLAG(std::string, out, "",
-          "the report's folder, replaced as a whole by report.md and the SVG figures (plain files of yours in it "
-          "are kept; default: <results folder>/report)");
+ABSL_FLAG(std::string, out, "", "output folder for report.md and the SVG figures (default: <results folder>/report)");
 ABSL_FLAG(int, bootstrap, 1000, "bootstrap resamples for the confidence intervals (0: none; at most 100000)");
 ABSL_FLAG(double, confidence, 0.95, "two-sided level of the intervals");
 ABSL_FLAG(uint64_t, seed, 42, "seed of the bootstrap resampling");

@@ -1,12 +1,10 @@
 // Markdown rendering and writing of the scaling report (see report.h).
 #include "scaling/reporting/report.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -300,100 +298,32 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
 
 std::vector<std::string> ReportFileNames() { return {std::begin(kReportFiles), std::end(kReportFiles)}; }
 
-namespace {
-
-// The siblings of a report folder `<parent>/<name>` that WriteReport uses: the new report is written into
-// `.<name>.report-new` and the one it replaces waits in `.<name>.report-old` until the new one is in place.
-std::string Sibling(const std::string& out_dir, const char* suffix) {
-  const std::string parent = DirName(out_dir);
-  return absl::StrCat(parent, "/.", out_dir.substr(out_dir.rfind('/') + 1), suffix);
-}
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-}  // namespace
-
-absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir_flag) {
-  std::string out_dir = out_dir_flag;
-  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
-  const std::string base = out_dir.substr(out_dir.rfind('/') + 1);
-  if (base.empty() || base == "." || base == "..") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("report folder '", out_dir_flag, "': name the folder itself (its name, not . or ..)"));
-  }
-  // A folder reached through a symbolic link is replaced where it is: the swap renames the folder, and
-  // renaming the link instead would leave the report beside the folder the link names and then empty that.
-  struct stat link_st;
-  if (::lstat(out_dir.c_str(), &link_st) == 0 && S_ISLNK(link_st.st_mode)) {
-    char resolved[PATH_MAX];
-    if (::realpath(out_dir.c_str(), resolved) == nullptr) return Errno("cannot resolve the link " + out_dir);
-    out_dir = resolved;
-    struct stat target_st;
-    if (::stat(out_dir.c_str(), &target_st) != 0 || !S_ISDIR(target_st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("report folder '", out_dir_flag, "' is a link to ", out_dir, ", which is not a folder"));
-    }
-  }
-  const std::string fresh = Sibling(out_dir, ".report-new"), old = Sibling(out_dir, ".report-old");
-  // A report run killed between its two renames left the previous report in `old` and none in `out_dir`:
-  // it goes back first. Then what a killed run left in the siblings goes (the report's own files, and links
-  // to files that stay in `out_dir`).
-  if (!FileExists(out_dir) && FileExists(old) && ::rename(old.c_str(), out_dir.c_str()) != 0)
-    return Errno(absl::StrCat("cannot move ", old, " back to ", out_dir));
-  for (const std::string& leftover : {fresh, old}) {
-    if (FileExists(leftover)) {
-      if (absl::Status s = RemoveFlatFolder(leftover); !s.ok()) return s;
-    }
-  }
-  // The files in the folder that are not the report's (notes the user put there) move with it: each is
-  // linked into the new folder, so that it stays reachable throughout. A folder, link or anything else
-  // there cannot be carried over that way, and the report is refused before anything changes.
-  std::vector<std::string> kept;
-  if (FileExists(out_dir)) {
-    absl::StatusOr<std::vector<std::string>> names = ListFolder(out_dir);
-    if (!names.ok()) return names.status();
-    const std::vector<std::string> own = ReportFileNames();
-    for (const std::string& name : *names) {
-      if (std::find(own.begin(), own.end(), name) != own.end()) continue;
-      struct stat st;
-      if (::lstat((out_dir + "/" + name).c_str(), &st) != 0) return Errno("cannot stat " + out_dir + "/" + name);
-      if (!S_ISREG(st.st_mode)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "report folder ", out_dir, " holds ", name, ", which is not a plain file: the report replaces its "
-            "folder as a whole (keeping plain files put beside it), so give it a folder of its own (--out)"));
-      }
-      kept.push_back(name);
-    }
-  }
-  if (absl::Status s = MakeDirs(DirName(out_dir)); !s.ok()) return s;
-  if (::mkdir(fresh.c_str(), 0755) != 0) return Errno("cannot create folder " + fresh);
-  absl::Status s;
+absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir) {
+  if (absl::Status s = MakeDirs(out_dir); !s.ok()) return s;
+  // Every file is written in full under its temp name first; a failure there (a full disk, say) leaves the
+  // previous report as it was, and the temp files go with their writers.
+  std::vector<AtomicFileWriter> staged;
+  std::set<std::string> writing;
   for (const auto& [name, content] : report.files) {
-    s = WriteFileAtomically(fresh + "/" + name, content);
-    if (!s.ok()) break;
+    absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(out_dir + "/" + name);
+    if (!writer.ok()) return writer.status();
+    if (absl::Status s = writer->Write(content); !s.ok()) return s;
+    staged.push_back(*std::move(writer));
+    writing.insert(name);
   }
-  for (size_t i = 0; s.ok() && i < kept.size(); ++i) {
-    if (::link((out_dir + "/" + kept[i]).c_str(), (fresh + "/" + kept[i]).c_str()) != 0)
-      s = Errno(absl::StrCat("cannot link ", out_dir, "/", kept[i], " into ", fresh));
+  // Then the earlier report.md goes, and the figures of the earlier report that this one does not draw (an
+  // approach that no longer fits); then the new figures take their names, and report.md comes last. So the
+  // folder never holds a report.md beside figures of another analysis: a run killed among these renames
+  // leaves a folder without report.md, which the next run completes. Other files in the folder (the user's)
+  // are never touched, and the folder itself (its permissions, a mount, a link to it) stays as it is.
+  for (const std::string& name : ReportFileNames()) {
+    if (writing.count(name) && name != "report.md") continue;
+    if (absl::Status s = RemoveFileIfPresent(out_dir + "/" + name); !s.ok()) return s;
   }
-  if (s.ok()) s = SyncFolder(fresh);
-  if (!s.ok()) {
-    RemoveFlatFolder(fresh).IgnoreError();  // the previous report stays as it was
-    return s;
+  for (size_t i = staged.size(); i-- > 0;) {  // report.files[0], report.md, last
+    if (absl::Status s = staged[i].Commit(); !s.ok()) return s;
   }
-  // The swap: the old folder aside, the new one in its place, the old one deleted.
-  const bool replacing = FileExists(out_dir);
-  if (replacing && ::rename(out_dir.c_str(), old.c_str()) != 0)
-    return Errno(absl::StrCat("cannot move ", out_dir, " to ", old));
-  if (::rename(fresh.c_str(), out_dir.c_str()) != 0) {
-    const absl::Status error = Errno(absl::StrCat("cannot move ", fresh, " to ", out_dir));
-    if (replacing) ::rename(old.c_str(), out_dir.c_str());
-    return error;
-  }
-  if (absl::Status synced = SyncFolder(DirName(out_dir)); !synced.ok()) return synced;
-  return replacing ? RemoveFlatFolder(old) : absl::OkStatus();
+  return absl::OkStatus();
 }
 
 absl::Status RemoveReport(const std::string& out_dir) {

@@ -30,13 +30,11 @@ ReportFiles RenderReport(const ScalingAnalysis& analysis);
 // Every file name a report may have: report.md and its figures.
 std::vector<std::string> ReportFileNames();
 
-// Replaces the folder `out_dir` (made with its parents if missing) by one holding this report, as a whole:
-// the report is written into the sibling folder .<name>.report-new, which then takes the old folder's place
-// (the old one is renamed to .<name>.report-old, the new one renamed in, the old one deleted). A run that
-// fails or is killed leaves the previous complete report as it was (a kill between the two renames leaves
-// it in .report-old, and the next WriteReport puts it back first), and the folder never mixes two analyses'
-// files. Plain files in `out_dir` that are not the report's (ReportFileNames) are kept: hard-linked into
-// the new folder. Anything else there (a folder, a symbolic link) makes it refuse, changing nothing.
+// Writes the report into `out_dir` (made with its parents if missing). Every file is first written in full
+// under a temp name, so a run that fails while writing (a full disk) leaves the previous report as it was.
+// Then the earlier report.md and the earlier figures this report does not draw are deleted, the figures
+// renamed into place and report.md last: the folder never holds a report.md beside figures of another
+// analysis (a run killed among the renames leaves no report.md). Other files in `out_dir` are left alone.
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir);
 
 // Deletes the report files (ReportFileNames) in `out_dir` that are there, and the folder if that leaves it
