@@ -289,6 +289,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir,
 
 absl::Status VerifyCheckpoint(const std::string& path, CheckpointUse use) { return VerifyFolder(path, use); }
 
+bool IsCheckpointDamage(const absl::Status& verify_error) {
+  return absl::IsDataLoss(verify_error) || absl::IsNotFound(verify_error);
+}
+
 absl::StatusOr<std::string> MoveCheckpointToDamaged(const std::string& checkpoints_dir, int64_t step) {
   const std::string aside_dir = absl::StrCat(checkpoints_dir, "/", kDamagedFolder);
   if (absl::Status s = MakeDirs(aside_dir); !s.ok()) return s;
@@ -305,7 +309,10 @@ absl::StatusOr<std::vector<std::string>> MoveAsideDamagedCheckpoints(const std::
                                                                      int64_t after_step) {
   std::vector<std::string> moved;
   for (const int64_t step : ListCheckpointSteps(checkpoints_dir)) {
-    if (step <= after_step || VerifyFolder(CheckpointPath(checkpoints_dir, step)).ok()) continue;
+    if (step <= after_step) continue;
+    const absl::Status verified = VerifyFolder(CheckpointPath(checkpoints_dir, step));
+    if (verified.ok()) continue;
+    if (!IsCheckpointDamage(verified)) return verified;  // e.g. a read error: nothing is known of the folder
     absl::StatusOr<std::string> target = MoveCheckpointToDamaged(checkpoints_dir, step);
     if (!target.ok()) return target.status();
     moved.push_back(*target);

@@ -75,13 +75,19 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
 // file `use` reads) without opening it: OK, or the damage (DataLoss, or the error reading a file).
 absl::Status VerifyCheckpoint(const std::string& path, CheckpointUse use = CheckpointUse::kResume);
 
+// Whether an error of VerifyCheckpoint means the checkpoint is damaged (a CRC or size that does not match,
+// a corrupt state file, a file missing), as opposed to one that says nothing about it (a read error, a
+// permission, too many open files), after which the checkpoint must not be set aside as damaged.
+bool IsCheckpointDamage(const absl::Status& verify_error);
+
 // The newest checkpoint folder that verifies for `use`, NotFound when there is none. Each newer one that
 // fails verification is skipped and its error appended to `skipped` (when not null).
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
                                              std::vector<std::string>* skipped = nullptr,
                                              CheckpointUse use = CheckpointUse::kResume);
 
-// Moves every checkpoint folder of a step after `after_step` that fails verification into
+// Moves every checkpoint folder of a step after `after_step` that verification finds damaged
+// (IsCheckpointDamage; another error, a read error say, is returned and nothing more is moved) into
 // <checkpoints_dir>/damaged/ (as step_00000020, or step_00000020.2, ... where that name is taken) and returns
 // their new paths. --resume calls it with the step it resumes from: the newer folders it skipped as damaged
 // would otherwise stay the run's "newest" checkpoints while it trains on, misleading whatever lists them.

@@ -136,6 +136,23 @@ TEST(Checkpoint, DamagedFoldersAfterAStepAreMovedAside) {
   EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<int64_t>{10, 20}));
 }
 
+// Damage is what verification finds wrong with the folder itself (a CRC or size mismatch, a file missing);
+// an error that says nothing of it (a read error, a permission: ErrnoError's codes for EIO, EACCES) is not,
+// and a caller must not set the checkpoint aside or retrain it for one.
+TEST(Checkpoint, OnlyDamageCountsAsDamage) {
+  const std::string dir = FreshDir("damage_kinds");
+  Fixture f;
+  auto path = SaveCheckpoint(dir, f.Contents(10), 3);
+  ASSERT_TRUE(path.ok());
+  Truncate(*path + "/optimizer.safetensors", 100);
+  EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(*path)));  // DataLoss
+  ASSERT_EQ(::unlink((*path + "/optimizer.safetensors").c_str()), 0);
+  EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(*path)));  // NotFound
+  EXPECT_FALSE(IsCheckpointDamage(absl::InternalError("model.safetensors: read failed: Input/output error")));
+  EXPECT_FALSE(IsCheckpointDamage(absl::PermissionDeniedError("model.safetensors: open failed: Permission denied")));
+  EXPECT_FALSE(IsCheckpointDamage(absl::OkStatus()));
+}
+
 TEST(Checkpoint, KilledSaveNeverHidesThePreviousCheckpoint) {
   const std::string dir = FreshDir("killed");
   Fixture f;

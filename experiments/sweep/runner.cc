@@ -425,8 +425,10 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         // A checkpoint that fails verification (truncated, corrupt) would fail the branch at its start; it
         // counts as missing: moved into the trunk's checkpoints/damaged/ (where --resume puts the damaged
         // ones it passes over), and the trunk writes it again.
+        // An error that says nothing of the checkpoint (a read error) leaves it where it is: the branch
+        // then fails on it with that error, and the trunk is not retrained for it.
         const absl::Status intact = experiments::VerifyCheckpoint(from);
-        if (intact.ok()) continue;
+        if (intact.ok() || !experiments::IsCheckpointDamage(intact)) continue;
         absl::StatusOr<std::string> moved =
             experiments::MoveCheckpointToDamaged(std::filesystem::path(from).parent_path().string(),
                                                  run.branch_step);
