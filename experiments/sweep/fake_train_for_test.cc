@@ -48,8 +48,22 @@ int main(int argc, char** argv) {
   // points early); else it sleeps first.
   const bool pinned_first = std::getenv("FAKE_TRAIN_PINNED_FIRST") != nullptr;
   if (!pinned_first) sleep();
+  // metrics.jsonl of a trainer that completed its first six steps.
+  auto write_six_steps = [&] {
+    std::string metrics;
+    for (int64_t step = 1; step <= 6; ++step) {
+      lmf::experiments::StepMetrics m;
+      m.step = step;
+      m.tokens = step * lmf::experiments::TokensPerStep(*e);
+      m.loss = 5;
+      metrics += lmf::experiments::MetricsJsonLine(m);
+    }
+    return lmf::WriteFileAtomically("metrics.jsonl", metrics).ok();
+  };
   if (const char* diverge = std::getenv("FAKE_TRAIN_DIVERGE");
       diverge && name.find(diverge) != std::string::npos) {
+    // Diverged at step 7, its result written as an older build did: without the tokens it trained.
+    if (!write_six_steps()) return 8;
     lmf::config::SweepRunResult result;
     result.set_status(lmf::config::SweepRunResult::DIVERGED);
     result.set_message("step 7: loss is nan");
@@ -59,15 +73,7 @@ int main(int argc, char** argv) {
   }
   if (const char* fail = std::getenv("FAKE_TRAIN_FAIL"); fail && name.find(fail) != std::string::npos) {
     // Like a trainer that crashes after its sixth step: metrics.jsonl holds the steps it completed.
-    std::string metrics;
-    for (int64_t step = 1; step <= 6; ++step) {
-      lmf::experiments::StepMetrics m;
-      m.step = step;
-      m.tokens = step * lmf::experiments::TokensPerStep(*e);
-      m.loss = 5;
-      metrics += lmf::experiments::MetricsJsonLine(m);
-    }
-    if (!lmf::WriteFileAtomically("metrics.jsonl", metrics).ok()) return 8;
+    if (!write_six_steps()) return 8;
     std::fprintf(stderr, "fake trainer: failing %s on purpose\n", name.c_str());
     return 1;
   }

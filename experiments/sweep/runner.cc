@@ -261,6 +261,9 @@ void RecordTrainedSoFar(const std::string& run_dir, const config::Experiment& ex
       tokens = static_cast<double>(step) * static_cast<double>(experiments::TokensPerStep(experiment));
     }
   }
+  // Without a size per token (the model could not be sized) neither is recorded: FLOPs of 0 beside tokens
+  // would make the results table unreadable (results.h: flops >= tokens).
+  if (!(flops_per_token > 0)) return;
   result->set_tokens(tokens);
   result->set_flops(tokens * flops_per_token);
 }
@@ -517,6 +520,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         failed.set_message(absl::StrCat("not started: its trunk ", run.trunk, " ended ",
                                         config::SweepRunResult::Status_Name(results[trunk].status()),
                                         " without the checkpoint it starts from (", from, ")"));
+        failed.set_tokens(0);  // it trained nothing
+        failed.set_flops(0);
         if (absl::Status s = WriteRunResult(RunDir(plan, run), failed); !s.ok()) return s;
         results[i] = failed;
         unended.erase(i);
@@ -597,6 +602,13 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   }
   summary.table.path = plan.output_dir + "/results.csv";
   for (size_t i = 0; i < plan.runs.size(); ++i) {
+    // A run that did not finish, whose result an older build wrote without the tokens it trained: they are
+    // read from its folder now, as it would record them (not 0, which is for a run that never started).
+    if (results[i].status() != config::SweepRunResult::FINISHED && !results[i].has_tokens() &&
+        results[i].status() != config::SweepRunResult::STATUS_UNSPECIFIED) {
+      RecordTrainedSoFar(RunDir(plan, plan.runs[i]), plan.runs[i].experiment,
+                         plan.runs[i].size.training_flops_per_token, &results[i]);
+    }
     scaling::RunResult row = ToRow(plan.runs[i], results[i]);
     switch (row.status) {
       case scaling::RunStatus::kFinished:

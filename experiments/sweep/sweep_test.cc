@@ -831,6 +831,22 @@ TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
   EXPECT_EQ(diverging->finished, 3);
   EXPECT_EQ(diverging->diverged, 3);
   EXPECT_EQ(diverging->failed, 0);
+  // The trunk's row shows the six steps it trained, though its result (written as by an older build) does
+  // not record them; its branches', which never started, show none.
+  auto table = scaling::ReadResults(diverging->results_path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  int diverged_rows = 0;
+  for (const scaling::RunResult& row : table->runs) {
+    if (row.status != scaling::RunStatus::kDiverged) continue;
+    ++diverged_rows;
+    const PlannedRun& run = *std::find_if(plan->runs.begin(), plan->runs.end(),
+                                          [&](const PlannedRun& r) { return r.name == row.run; });
+    EXPECT_EQ(row.tokens, row.run == "n_layers=1,max_steps=60"
+                              ? 6.0 * experiments::TokensPerStep(run.experiment)
+                              : 0.0)
+        << row.run;
+  }
+  EXPECT_EQ(diverged_rows, 3);
 }
 
 // A finished sweep changed or damaged: a longer run joining makes the longest runs branches without
@@ -904,7 +920,6 @@ TEST(SweepRunner, WsdSweepsChangeWithoutRedoingFinishedRuns) {
   }
 }
 
-// SIGTERM to the sweep: the runs in training get it too and the sweep returns Cancelled once they end.
 // A branch to train whose trunk checkpoint is there but damaged: the checkpoint moves into the trunk's
 // checkpoints/damaged/ and the trunk trains again to write it, as if it were missing (before, the branch
 // started from it and failed on its CRC at every start of the sweep).
@@ -944,6 +959,7 @@ TEST(SweepRunner, ADamagedTrunkCheckpointIsWrittenAgain) {
   EXPECT_TRUE(experiments::VerifyCheckpoint(from).ok());  // written again by the trunk
 }
 
+// SIGTERM to the sweep: the runs in training get it too and the sweep returns Cancelled once they end.
 TEST(SweepRunner, AStopSignalReachesTheRunsInTraining) {
   auto plan = Plan(kIsoFlop);
   ASSERT_TRUE(plan.ok()) << plan.status();
