@@ -205,6 +205,14 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
                     ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
                     a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    if (a.parametric_ci.has_value() && a.parametric_ci->resamples > 0 && !ci3) {
+      // Not one resample could be fitted: there are no intervals, and the reader must know why.
+      const ParametricUncertainty& ci = *a.parametric_ci;
+      absl::StrAppend(&md, " Bootstrap: all ", ci.resamples, " resamples of the runs were dropped (",
+                      ci.unidentifiable, " whose runs could not identify the law, ", ci.failed - ci.unidentifiable,
+                      " whose fit had α <= 0, β <= 0 or failed), so there are no intervals: the runs barely "
+                      "identify the law (add sizes or token counts).");
+    }
     if (ci3) {
       const ParametricUncertainty& ci = *a.parametric_ci;
       absl::StrAppend(&md, " Bootstrap: ", ci.resamples, " resamples of the runs, each refitted from the "

@@ -137,6 +137,16 @@ TEST(ReportTest, RecommendsTheTrueOptimumAndWritesEveryFigure) {
                            "**The intervals are unreliable:** 50 of 200 resamples were dropped"}) {
     EXPECT_NE(text.find(said), std::string::npos) << said << "\n" << text;
   }
+  // Were every resample dropped, there would be no intervals, and the report would say why.
+  ScalingAnalysis all_dropped = *a;
+  all_dropped.parametric_ci->resampled.clear();
+  all_dropped.parametric_ci->failed = 200;
+  all_dropped.parametric_ci->unidentifiable = 150;
+  const std::string none = RenderReport(all_dropped).files[0].second;
+  EXPECT_NE(none.find("Bootstrap: all 200 resamples of the runs were dropped (150 whose runs could not identify "
+                      "the law, 50 whose fit had"),
+            std::string::npos)
+      << none;
   const size_t row = text.find("| parameters N_opt | ");
   ASSERT_NE(row, std::string::npos);
   EXPECT_NE(text.substr(row, text.find('\n', row) - row).find("(unreliable)"), std::string::npos) << text;
