@@ -78,21 +78,9 @@ TEST(TrainSweepRun, ADivergedRunRecordsTheTokensItTrainedNotItsPlan) {
 
 // A trained tiny run folder (4 steps, evaluated at 2 and 4) and the path of its config.
 std::string TrainTinyRun(const std::string& name) {
-  const std::string tokens = TmpDir() + "/" + name + ".tok";
-  auto writer = tokenizer::TokenFileWriter::Create(tokens, 512, 1);
-  EXPECT_TRUE(writer.ok()) << writer.status();
-  std::mt19937 rng(7);
-  std::vector<uint32_t> ids(2000);
-  for (uint32_t& id : ids) id = rng() % 512;
-  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
-  EXPECT_TRUE(writer->Commit().ok());
-  auto experiment = experiments::LoadExperiment(
-      "experiments/configs/tiny.textproto",
-      {"data.train_tokens=" + tokens, "data.val_tokens=" + tokens, "run.eval_tokens=256",
-       "run.eval_interval=2", "run.max_steps=4", "schedule.warmup=1", "run.output_dir=" + TmpDir() + "/" + name});
-  EXPECT_TRUE(experiment.ok()) << experiment.status();
-  const std::string config = TmpDir() + "/" + name + ".textproto";
-  EXPECT_TRUE(experiments::WriteExperiment(*experiment, config).ok());
+  config::Experiment e;
+  const std::string config =
+      WriteRunConfig(name, {"run.eval_interval=2", "run.max_steps=4", "schedule.warmup=1"}, &e);
   EXPECT_TRUE(TrainSweepRun(config).ok());
   return config;
 }
