@@ -46,6 +46,22 @@ TEST(ThreadPool, RunTasksUsesSeveralThreadsAndIsReusable) {
   }
 }
 
+// Jobs spaced wider than the spin (workers asleep on the condition variable) and tasks longer than it (the
+// caller asleep until the last one ends) take the sleeping paths; back-to-back jobs the spinning ones.
+TEST(ThreadPool, JobsFinishWhetherTheThreadsSpinOrSleep) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 20; ++round) {
+    const bool slow = round % 2 == 1;
+    std::atomic<int64_t> sum{0};
+    pool.RunTasks(6, [&](int64_t i) {
+      if (slow && i == 5) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      sum.fetch_add(i);
+    });
+    ASSERT_EQ(sum.load(), 15) << "round " << round;
+    if (round % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+}
+
 TEST(ThreadPool, SingleThreadPoolRunsInline) {
   ThreadPool pool(1);
   int64_t sum = 0;  // no atomics needed: everything runs on the caller
