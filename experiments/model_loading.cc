@@ -115,6 +115,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
     }
     absl::StatusOr<std::string> latest =
         LatestCheckpoint(path + "/checkpoints", &skipped, CheckpointUse::kWeights);
+    if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();  // unreadable, not absent
     if (!latest.ok()) {
       return absl::NotFoundError(
           absl::StrCat(path, " is neither a checkpoint folder nor a run folder with a good ", "checkpoint",

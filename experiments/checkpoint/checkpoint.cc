@@ -159,10 +159,19 @@ absl::Status Verify(const std::string& path, const checkpoint::TrainerState& sta
   return absl::OkStatus();
 }
 
-// Reads the state file and verifies the folder's files against it.
+// Reads the state file and verifies the folder's files against it. Whatever is wrong with the folder itself
+// comes back as DataLoss or NotFound (IsCheckpointDamage): a step folder that is a file, or a checkpoint
+// file that is a folder, device or socket (OpenRegularFile's InvalidArgument), is damage as much as a bad
+// CRC is; a read or permission error is returned as it is.
 absl::Status VerifyFolder(const std::string& path, CheckpointUse use = CheckpointUse::kResume) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a folder (a checkpoint is a folder of files)"));
+  }
   absl::StatusOr<checkpoint::TrainerState> state = ReadState(path);
-  return state.ok() ? Verify(path, *state, use) : state.status();
+  absl::Status status = state.ok() ? Verify(path, *state, use) : state.status();
+  if (absl::IsInvalidArgument(status)) return absl::DataLossError(status.message());
+  return status;
 }
 
 // Folders this process wrote or verified, each by the name, size, inode and modification time of its files:
@@ -340,6 +349,13 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path, Checkpo
 
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
                                              std::vector<std::string>* skipped, CheckpointUse use) {
+  // A folder that cannot be listed (as against one that is not there) is an error, not "no checkpoint":
+  // --resume would otherwise start the run over.
+  if (absl::StatusOr<std::vector<std::string>> names = ListFolder(checkpoints_dir);
+      !names.ok() && !absl::IsNotFound(names.status())) {
+    return absl::Status(names.status().code(),
+                        absl::StrCat("cannot list the checkpoints in ", checkpoints_dir, ": ", names.status().message()));
+  }
   std::vector<int64_t> steps = ListCheckpointSteps(checkpoints_dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string path = CheckpointPath(checkpoints_dir, *it);
@@ -347,6 +363,11 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
     if (use == CheckpointUse::kResume)
       Remember(path, status.ok());  // verified whole: the first save's pruning needs no second read
     if (status.ok()) return path;
+    // A folder that could not be read (an I/O or permission error) is not known to be damaged: resuming
+    // from an older checkpoint past it would silently drop its steps.
+    if (!IsCheckpointDamage(status)) {
+      return absl::Status(status.code(), absl::StrCat("cannot verify the checkpoint ", path, ": ", status.message()));
+    }
     if (skipped != nullptr) skipped->push_back(std::string(status.message()));
   }
   return absl::NotFoundError(absl::StrCat("no complete checkpoint in ", checkpoints_dir));

@@ -76,12 +76,13 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
 absl::Status VerifyCheckpoint(const std::string& path, CheckpointUse use = CheckpointUse::kResume);
 
 // Whether an error of VerifyCheckpoint means the checkpoint is damaged (a CRC or size that does not match,
-// a corrupt state file, a file missing), as opposed to one that says nothing about it (a read error, a
+// a corrupt state file, a file missing, a file that is not a plain file), as opposed to one that says nothing about it (a read error, a
 // permission, too many open files), after which the checkpoint must not be set aside as damaged.
 bool IsCheckpointDamage(const absl::Status& verify_error);
 
 // The newest checkpoint folder that verifies for `use`, NotFound when there is none. Each newer one that
-// fails verification is skipped and its error appended to `skipped` (when not null).
+// verification finds damaged (IsCheckpointDamage) is skipped and its error appended to `skipped` (when not
+// null); one that cannot be read (an I/O or permission error) is an error, not a reason to go back further.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir,
                                              std::vector<std::string>* skipped = nullptr,
                                              CheckpointUse use = CheckpointUse::kResume);

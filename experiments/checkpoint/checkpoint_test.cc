@@ -2,6 +2,7 @@
 // replaces the previous good one (a killed save's .partial folder; a truncated or corrupted file).
 #include "experiments/checkpoint/checkpoint.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,9 +149,44 @@ TEST(Checkpoint, OnlyDamageCountsAsDamage) {
   EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(*path)));  // DataLoss
   ASSERT_EQ(::unlink((*path + "/optimizer.safetensors").c_str()), 0);
   EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(*path)));  // NotFound
+  // A checkpoint file that is a folder, and a step folder that is a file, are damage too.
+  ASSERT_EQ(::mkdir((*path + "/optimizer.safetensors").c_str(), 0755), 0);
+  EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(*path))) << VerifyCheckpoint(*path);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/step_00000020", "not a folder").ok());
+  EXPECT_TRUE(IsCheckpointDamage(VerifyCheckpoint(dir + "/step_00000020"))) << VerifyCheckpoint(dir + "/step_00000020");
   EXPECT_FALSE(IsCheckpointDamage(absl::InternalError("model.safetensors: read failed: Input/output error")));
   EXPECT_FALSE(IsCheckpointDamage(absl::PermissionDeniedError("model.safetensors: open failed: Permission denied")));
   EXPECT_FALSE(IsCheckpointDamage(absl::OkStatus()));
+}
+
+// Checkpoints that cannot be read (here: no file descriptor left, EMFILE; an I/O or permission error is
+// alike) are an error of LatestCheckpoint, neither "no checkpoint" (--resume would start the run over) nor
+// damage to skip (resuming from an older one would drop the steps after it).
+TEST(Checkpoint, UnreadableCheckpointsAreAnErrorNotSkippedOrMissing) {
+  const std::string dir = FreshDir("unreadable");
+  Fixture f;
+  for (int64_t step : {10, 20}) ASSERT_TRUE(SaveCheckpoint(dir, f.Contents(step), 3).ok());
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  std::vector<int> taken;
+  absl::StatusOr<std::string> latest;
+  {
+    struct rlimit low = old_limit;
+    low.rlim_cur = 64;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    for (int fd; (fd = ::dup(1)) >= 0;) taken.push_back(fd);  // every descriptor below the limit in use
+    latest = LatestCheckpoint(dir);
+    for (int fd : taken) ::close(fd);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  }
+  ASSERT_FALSE(latest.ok()) << *latest;
+  EXPECT_FALSE(IsCheckpointDamage(latest.status())) << latest.status();
+  EXPECT_FALSE(absl::IsNotFound(latest.status())) << latest.status();
+  EXPECT_TRUE(absl::StartsWith(latest.status().message(), "cannot list the checkpoints in " + dir))
+      << latest.status();
+  latest = LatestCheckpoint(dir);  // readable again
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, dir + "/step_00000020");
 }
 
 TEST(Checkpoint, KilledSaveNeverHidesThePreviousCheckpoint) {
