@@ -440,6 +440,12 @@ absl::Status AtomicFileWriter::WriteAt(uint64_t offset, std::string_view data) {
   return WriteAll(fd_, data.data(), data.size(), tmp_path_, static_cast<int64_t>(offset));
 }
 
+absl::Status AtomicFileWriter::Sync() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": sync after commit"));
+  if (::fsync(fd_) != 0) return ErrnoError("fsync", tmp_path_);
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Commit() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": commit twice"));
   if (::fsync(fd_) != 0) {

@@ -114,6 +114,9 @@ class AtomicFileWriter {
   // Overwrites bytes already written (e.g. a header whose counts are known only at the end).
   absl::Status WriteAt(uint64_t offset, std::string_view data);
   uint64_t bytes_written() const { return bytes_written_; }
+  // Flushes what was written to the disk without committing (fsync of the temp file): a caller that commits
+  // several files together learns of a full disk or quota before it changes anything.
+  absl::Status Sync();
   absl::Status Commit();
 
  private:

@@ -1,6 +1,8 @@
 // Markdown rendering and writing of the scaling report (see report.h).
 #include "scaling/reporting/report.h"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,8 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/check.h"
 #include "base/file.h"
 #include "scaling/reporting/figures.h"
 
@@ -307,26 +312,57 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
 std::vector<std::string> ReportFileNames() { return {std::begin(kReportFiles), std::end(kReportFiles)}; }
 
 absl::Status WriteReport(const ReportFiles& report, const std::string& out_dir) {
+  LMF_CHECK(!report.files.empty() && report.files[0].first == "report.md");  // committed last, below
   if (absl::Status s = MakeDirs(out_dir); !s.ok()) return s;
-  // Every file is written in full under its temp name first; a failure there (a full disk, say) leaves the
-  // previous report as it was, and the temp files go with their writers.
+  const std::vector<std::string> own = ReportFileNames();
+  // What an earlier report run killed while writing left: its temp files (<report file>.tmp.<pid>, the
+  // pid no longer running), which no later run would otherwise remove.
+  if (absl::StatusOr<std::vector<std::string>> names = ListFolder(out_dir); names.ok()) {
+    for (const std::string& name : *names) {
+      for (const std::string& file : own) {
+        const std::string prefix = file + ".tmp.";
+        int pid = 0;
+        if (absl::StartsWith(name, prefix) && absl::SimpleAtoi(name.substr(prefix.size()), &pid) && pid > 0 &&
+            ::kill(pid, 0) != 0 && errno == ESRCH) {
+          if (absl::Status s = RemoveFileIfPresent(out_dir + "/" + name); !s.ok()) return s;
+        }
+      }
+    }
+  }
+  // Stage 1, which changes nothing the reader sees: every file written in full and flushed to the disk
+  // under its temp name, so a full disk or quota fails here and leaves the previous report as it was (the
+  // temp files go with their writers); and every earlier report file this one will delete checked to be a
+  // plain file, so that stage 2 cannot fail half-way on one.
   std::vector<AtomicFileWriter> staged;
   std::set<std::string> writing;
   for (const auto& [name, content] : report.files) {
     absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(out_dir + "/" + name);
     if (!writer.ok()) return writer.status();
     if (absl::Status s = writer->Write(content); !s.ok()) return s;
+    if (absl::Status s = writer->Sync(); !s.ok()) return s;
     staged.push_back(*std::move(writer));
     writing.insert(name);
   }
-  // Then the earlier report.md goes, and the figures of the earlier report that this one does not draw (an
-  // approach that no longer fits); then the new figures take their names, and report.md comes last. So the
-  // folder never holds a report.md beside figures of another analysis: a run killed among these renames
-  // leaves a folder without report.md, which the next run completes. Other files in the folder (the user's)
-  // are never touched, and the folder itself (its permissions, a mount, a link to it) stays as it is.
-  for (const std::string& name : ReportFileNames()) {
+  std::vector<std::string> stale;
+  for (const std::string& name : own) {
     if (writing.count(name) && name != "report.md") continue;
-    if (absl::Status s = RemoveFileIfPresent(out_dir + "/" + name); !s.ok()) return s;
+    struct stat st;
+    const std::string path = out_dir + "/" + name;
+    if (::lstat(path.c_str(), &st) != 0) continue;  // not there
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is not a file: the report writes a file of that name; move it away"));
+    }
+    stale.push_back(path);
+  }
+  // Stage 2, unlinks and renames only: the earlier report.md goes, and the figures of the earlier report
+  // that this one does not draw (an approach that no longer fits); then the new figures take their names,
+  // and report.md comes last. So the folder never holds a report.md beside figures of another analysis: a
+  // run killed among these steps leaves a folder without report.md, which the next run completes. Other
+  // files in the folder (the user's) are never touched, and the folder itself (its permissions, a mount, a
+  // link to it) stays as it is.
+  for (const std::string& path : stale) {
+    if (absl::Status s = RemoveFileIfPresent(path); !s.ok()) return s;
   }
   for (size_t i = staged.size(); i-- > 0;) {  // report.files[0], report.md, last
     if (absl::Status s = staged[i].Commit(); !s.ok()) return s;

@@ -31,7 +31,8 @@ ReportFiles RenderReport(const ScalingAnalysis& analysis);
 std::vector<std::string> ReportFileNames();
 
 // Writes the report into `out_dir` (made with its parents if missing). Every file is first written in full
-// under a temp name, so a run that fails while writing (a full disk) leaves the previous report as it was.
+// under a temp name and flushed, so a run that fails while writing (a full disk) leaves the previous report
+// as it was; the temp files a killed run left are removed.
 // Then the earlier report.md and the earlier figures this report does not draw are deleted, the figures
 // renamed into place and report.md last: the folder never holds a report.md beside figures of another
 // analysis (a run killed among the renames leaves no report.md). Other files in `out_dir` are left alone.

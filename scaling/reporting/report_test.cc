@@ -409,7 +409,24 @@ TEST(ReportTest, AFailedReportLeavesThePreviousOneUntouched) {
   EXPECT_EQ(ListFolder(dir + "/report").value(), *before);  // no temp file either
   EXPECT_EQ(ReadFile(dir + "/report/report.md").value(), *md);
 
+  // A folder where an earlier report's figure was (a name the report deletes) fails the run before any
+  // file changes, as does a full disk: stage 2 then only unlinks and renames.
+  ReportFiles without_residuals = RenderReport(*a);
+  without_residuals.files.erase(std::remove_if(without_residuals.files.begin(), without_residuals.files.end(),
+                                               [](const auto& f) { return f.first == "residuals.svg"; }),
+                                without_residuals.files.end());
+  ASSERT_EQ(::unlink((dir + "/report/residuals.svg").c_str()), 0);
+  ASSERT_TRUE(MakeDirs(dir + "/report/residuals.svg").ok());
+  const absl::Status blocked = WriteReport(without_residuals, dir + "/report");
+  EXPECT_EQ(blocked.code(), absl::StatusCode::kFailedPrecondition) << blocked;
+  EXPECT_EQ(ReadFile(dir + "/report/report.md").value(), *md);
+  ASSERT_EQ(::rmdir((dir + "/report/residuals.svg").c_str()), 0);
+
+  // The temp files of a report run that was killed while writing (its pid gone) are removed by the next.
+  const std::string leftover = dir + "/report/isoflop.svg.tmp.999999999";
+  ASSERT_TRUE(WriteFileAtomically(leftover, "<svg").ok());
   ASSERT_TRUE(WriteReport(RenderReport(*a), dir + "/report").ok());
+  EXPECT_FALSE(FileExists(leftover));
   EXPECT_EQ(ListFolder(dir + "/report").value(), *before);
   EXPECT_EQ(ReadFile(dir + "/report/notes.txt").value(), "mine");
 }
