@@ -37,7 +37,8 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous chunks of at least min_chunk items (the last may be smaller) and runs
   // fn(begin, end) on each, the chunks spread over the pool; returns when all are done. Runs inline when
-  // one chunk covers everything. Not reentrant: fn must not call ParallelFor on the same pool.
+  // one chunk covers everything. Not reentrant: fn must not call ParallelFor on the same pool; and one
+  // caller at a time: two threads must not run jobs on one pool at once.
   void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
   // Runs fn(i) for i in [0, tasks) with one task at a time per thread (dynamic scheduling), for work of

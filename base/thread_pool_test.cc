@@ -46,15 +46,25 @@ TEST(ThreadPool, RunTasksUsesSeveralThreadsAndIsReusable) {
   }
 }
 
-// Jobs spaced wider than the spin (workers asleep on the condition variable) and tasks longer than it (the
-// caller asleep until the last one ends) take the sleeping paths; back-to-back jobs the spinning ones.
+// Jobs spaced wider than the spin (workers asleep on the condition variable) and a worker's task longer
+// than it (the caller asleep until that task ends) take the sleeping paths; back-to-back jobs the spinning
+// ones. In the slow rounds the caller's own tasks wait until a worker has started one (at most 1 s), and a
+// worker's tasks last 3 ms, so the caller is sure to wait for a worker past the spin.
 TEST(ThreadPool, JobsFinishWhetherTheThreadsSpinOrSleep) {
   ThreadPool pool(3);
+  const std::thread::id caller = std::this_thread::get_id();
   for (int round = 0; round < 20; ++round) {
     const bool slow = round % 2 == 1;
     std::atomic<int64_t> sum{0};
+    std::atomic<bool> worker_started{false};
     pool.RunTasks(6, [&](int64_t i) {
-      if (slow && i == 5) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      if (slow && std::this_thread::get_id() == caller) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (!worker_started.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      } else if (slow) {
+        worker_started.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      }
       sum.fetch_add(i);
     });
     ASSERT_EQ(sum.load(), 15) << "round " << round;

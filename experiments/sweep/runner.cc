@@ -605,7 +605,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     // A run that did not finish, whose result an older build wrote without the tokens it trained: they are
     // read from its folder now, as it would record them (not 0, which is for a run that never started).
     if (results[i].status() != config::SweepRunResult::FINISHED && !results[i].has_tokens() &&
-        results[i].status() != config::SweepRunResult::STATUS_UNSPECIFIED) {
+        results[i].status() != config::SweepRunResult::STATUS_UNSPECIFIED &&
+        !absl::StartsWith(results[i].message(), "not started:")) {  // (a branch whose trunk failed: 0)
       RecordTrainedSoFar(RunDir(plan, plan.runs[i]), plan.runs[i].experiment,
                          plan.runs[i].size.training_flops_per_token, &results[i]);
     }
