@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -231,6 +232,22 @@ absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string UserWorkingDirectory() {
+  for (const char* name : {"LMF_WORKING_DIRECTORY", "BUILD_WORKING_DIRECTORY"}) {
+    const char* dir = std::getenv(name);
+    if (dir != nullptr && *dir == '/') return dir;
+  }
+  char buffer[PATH_MAX];
+  if (::getcwd(buffer, sizeof(buffer)) != nullptr) return buffer;
+  return "";
+}
+
+std::string UserPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const std::string base = UserWorkingDirectory();
+  return base.empty() ? path : absl::StrCat(base, "/", path);
 }
 
 absl::Status RemoveFlatFolder(const std::string& dir) {

@@ -42,6 +42,13 @@ bool FileExists(const std::string& path);
 // The names in a folder (without "." and ".."), sorted.
 absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir);
 
+// The folder relative paths given by the user are taken from: the folder ./bazelw was started in
+// (LMF_WORKING_DIRECTORY, which bazelw sets, also when it was started outside the checkout), else Bazel's
+// BUILD_WORKING_DIRECTORY (`bazel run` starts a binary in its runfiles folder), else the current folder.
+std::string UserWorkingDirectory();
+// `path` made absolute against UserWorkingDirectory() (an absolute or empty path is returned as it is).
+std::string UserPath(const std::string& path);
+
 // Deletes a folder that holds only plain files, with its files (checkpoint folders, staging folders).
 absl::Status RemoveFlatFolder(const std::string& dir);
 

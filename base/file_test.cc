@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -325,6 +326,25 @@ TEST(File, FileLockIsExclusiveAndReleased) {
 
 TEST(CheckDeathTest, FailedCheckAbortsWithMessage) {
   EXPECT_DEATH(LMF_CHECK_EQ(1 + 1, 3) << "arithmetic", "check failed.*arithmetic");
+}
+
+// Relative paths are the user's: the folder ./bazelw was run in (LMF_WORKING_DIRECTORY, also outside the
+// checkout), else the folder `bazel run` was started in, else the current folder.
+TEST(UserPath, TakesRelativePathsFromTheFolderTheUserWasIn) {
+  ::setenv("LMF_WORKING_DIRECTORY", "/home/me/data", 1);
+  ::setenv("BUILD_WORKING_DIRECTORY", "/work/checkout", 1);
+  EXPECT_EQ(UserPath("corpus.txt"), "/home/me/data/corpus.txt");
+  EXPECT_EQ(UserPath("/abs/x.tok"), "/abs/x.tok");
+  EXPECT_EQ(UserPath(""), "");
+  ::unsetenv("LMF_WORKING_DIRECTORY");
+  EXPECT_EQ(UserPath("corpus.txt"), "/work/checkout/corpus.txt");
+  ::setenv("LMF_WORKING_DIRECTORY", "relative/not/a/folder", 1);  // ignored: not absolute
+  EXPECT_EQ(UserWorkingDirectory(), "/work/checkout");
+  ::unsetenv("LMF_WORKING_DIRECTORY");
+  ::unsetenv("BUILD_WORKING_DIRECTORY");
+  char cwd[PATH_MAX];
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(UserPath("a"), std::string(cwd) + "/a");
 }
 
 }  // namespace

@@ -78,10 +78,5 @@ absl::StatusOr<bool> CliArgs::GetBool(const std::string& name, bool fallback) co
       absl::StrCat("--", name, " is a switch: --", name, " or --", name, "=true|false, got \"", v, "\""));
 }
 
-std::string UserPath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  const std::string base = UserWorkingDirectory();
-  return base.empty() ? path : absl::StrCat(base, "/", path);
-}
 
 }  // namespace lmf::experiments

@@ -41,9 +41,6 @@ class CliArgs {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
-// A path given by the user, made absolute against the folder the command was started in
-// (BUILD_WORKING_DIRECTORY under `bazel run`).
-std::string UserPath(const std::string& path);
 
 }  // namespace lmf::experiments
 

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
                                "  report --results=sweep/results.csv --target_flops=1e21 --out=sweep/report");
   absl::ParseCommandLine(argc, argv);
   lmf::RemoveTempFilesOnSignals();  // a Ctrl-C while the report is written leaves no temp file behind
-  const std::string results = absl::GetFlag(FLAGS_results);
+  const std::string results = lmf::UserPath(absl::GetFlag(FLAGS_results));
   // Each flag's own message, naming the value given.
   std::vector<std::string> errors;
   if (results.empty()) errors.push_back("--results=<csv> is required");
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   }
   options.choice.non_embedding = params == "non_embedding";
   options.choice.best_loss = loss == "best";
-  std::string out = absl::GetFlag(FLAGS_out);
+  std::string out = lmf::UserPath(absl::GetFlag(FLAGS_out));
   if (out.empty()) {
     const size_t slash = results.rfind('/');
     out = (slash == std::string::npos ? std::string(".") : results.substr(0, slash)) + "/report";

@@ -477,11 +477,9 @@ int Main(int argc, char** argv) {
   // Ctrl-C during an encode of a large corpus would leave a token file's worth of temp file behind.
   RemoveTempFilesOnSignals();
   // Under `bazel run` the binary starts in its runfiles folder: relative paths are the caller's.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
-    if (::chdir(dir) != 0) {
-      std::fprintf(stderr, "bpe: cannot change to the working directory %s\n", dir);
-      return 1;
-    }
+  if (const std::string dir = UserWorkingDirectory(); !dir.empty() && ::chdir(dir.c_str()) != 0) {
+    std::fprintf(stderr, "bpe: cannot change to the working directory %s\n", dir.c_str());
+    return 1;
   }
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

@@ -2,10 +2,6 @@
 // overrides, validation and default resolution by reflection.
 #include "experiments/config/loader.h"
 
-#include <unistd.h>
-
-#include <climits>
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -165,14 +161,6 @@ void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experime
   config::RunConfig* run = experiment->mutable_run();
   if (run->has_output_dir()) run->set_output_dir(JoinPath(base_dir, run->output_dir()));
   if (run->has_init_from()) run->set_init_from(JoinPath(base_dir, run->init_from()));
-}
-
-std::string UserWorkingDirectory() {
-  const char* bazel_dir = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (bazel_dir != nullptr && *bazel_dir != '\0') return bazel_dir;
-  char buffer[PATH_MAX];
-  if (::getcwd(buffer, sizeof(buffer)) != nullptr) return buffer;
-  return "";
 }
 
 }  // namespace lmf::experiments

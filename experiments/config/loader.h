@@ -56,10 +56,6 @@ absl::Status WriteExperiment(const config::Experiment& experiment, const std::st
 // command in); absolute paths are kept.
 void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experiment);
 
-// The folder relative paths on the command line and in configs are taken from: BUILD_WORKING_DIRECTORY
-// under `bazel run`, else the current directory.
-std::string UserWorkingDirectory();
-
 }  // namespace lmf::experiments
 
 #endif  // LMFORGE_EXPERIMENTS_CONFIG_LOADER_H_

@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "experiments/cli_args.h"
+#include "base/file.h"
 #include "experiments/quickstart/quickstart.h"
 #include "experiments/sweep/train_run.h"
 #include "experiments/trainer/data_parallel.h"
@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(std::string(s.message()));
   }
   lmf::quickstart::QuickstartOptions o;
-  o.out_dir = lmf::experiments::UserPath(absl::GetFlag(FLAGS_out));
-  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(lmf::experiments::UserPath(f));
+  o.out_dir = lmf::UserPath(absl::GetFlag(FLAGS_out));
+  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(lmf::UserPath(f));
   if (!(absl::GetFlag(FLAGS_corpus_mb) > 0) || !(absl::GetFlag(FLAGS_corpus_mb) < 1e6)) {
     return Fail(
         absl::StrCat("--corpus_mb=", absl::GetFlag(FLAGS_corpus_mb), ": expected a size in (0, 1e6) MB"));

@@ -21,7 +21,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
-#include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
 #include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
@@ -73,8 +72,8 @@ int main(int argc, char** argv) {
   }
   const std::string sweep_flag = absl::GetFlag(FLAGS_sweep);
   if (sweep_flag.empty()) return Fail(absl::InvalidArgumentError("--sweep is required (a sweep textproto)"));
-  const std::string cwd = lmf::experiments::UserWorkingDirectory();
-  const std::string path = lmf::experiments::UserPath(sweep_flag);
+  const std::string cwd = lmf::UserWorkingDirectory();
+  const std::string path = lmf::UserPath(sweep_flag);
   auto sweep = lmf::sweep::LoadSweep(path);
   if (!sweep.ok()) return Fail(sweep.status());
   if (absl::GetFlag(FLAGS_parallel_runs) < 0) {

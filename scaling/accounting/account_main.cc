@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/file.h"
 #include "experiments/cli_args.h"
 #include "experiments/config/loader.h"
 #include "experiments/trainer/trainer.h"
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
     return args->Has("help") ? 0 : 2;
   }
   auto experiment =
-      lmf::experiments::LoadExperiment(lmf::experiments::UserPath(args->Get("config")), args->GetAll("set"));
+      lmf::experiments::LoadExperiment(lmf::UserPath(args->Get("config")), args->GetAll("set"));
   if (!experiment.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string(experiment.status().message()).c_str());
     return 1;
