@@ -53,6 +53,13 @@ int main(int argc, char** argv) {
   if (!(delta > 0) || !std::isfinite(delta)) {
     errors.push_back(absl::StrCat("--huber_delta=", delta, ": expected a positive, finite number"));
   }
+  const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
+  if (params != "non_embedding" && params != "total") {
+    errors.push_back(absl::StrCat("--params=", params, ": expected non_embedding or total"));
+  }
+  if (loss != "final" && loss != "best") {
+    errors.push_back(absl::StrCat("--loss=", loss, ": expected final or best"));
+  }
   if (!errors.empty()) {
     for (const std::string& e : errors) std::fprintf(stderr, "report: %s\n", e.c_str());
     return 2;
@@ -64,11 +71,6 @@ int main(int argc, char** argv) {
   options.bootstrap.seed = absl::GetFlag(FLAGS_seed);
   options.parametric.huber_delta = absl::GetFlag(FLAGS_huber_delta);
   options.data_note = absl::GetFlag(FLAGS_data_note);
-  const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
-  if ((params != "non_embedding" && params != "total") || (loss != "final" && loss != "best")) {
-    std::fprintf(stderr, "report: --params must be non_embedding or total and --loss final or best\n");
-    return 2;
-  }
   options.choice.non_embedding = params == "non_embedding";
   options.choice.best_loss = loss == "best";
   std::string out = lmf::UserPath(absl::GetFlag(FLAGS_out));

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# `//scaling:report` as a user runs it: a results table given by a path relative to the folder the user is
+# in (BUILD_WORKING_DIRECTORY, as `bazel run` sets it; the binary itself starts elsewhere), the report
+# written beside it, and each bad flag named with the value given and what was expected.
+set -euo pipefail
+
+report="$PWD/scaling/report"
+user="$TEST_TMPDIR/user"
+mkdir -p "$user/sweep"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Three IsoFLOP budgets of five sizes, losses from L = 1.7 + 400/N^0.34 + 400/D^0.28 (no curves).
+awk 'BEGIN {
+  print "run,budget_flops,params,non_embedding_params,tokens,flops,final_loss,best_val_loss,d_model,n_layers,n_heads,batch_size,lr,status";
+  split("1e17 1e18 1e19", budgets, " ");
+  for (b = 1; b <= 3; ++b) {
+    c = budgets[b] + 0;
+    for (k = -2; k <= 2; ++k) {
+      n = 0.1 * sqrt(c) * 10 ^ (0.3 * k); d = c / (6 * n);
+      l = 1.7 + 400 / n ^ 0.34 + 400 / d ^ 0.28;
+      printf "r%d_%d,%g,%.0f,%.0f,%.0f,%g,%.6f,%.6f,64,2,1,32,0.001,finished\n", b, k + 2, c, n, n, d, c, l, l;
+    }
+  }
+}' > "$user/sweep/results.csv"
+
+mkdir -p "$TEST_TMPDIR/elsewhere"
+cd "$TEST_TMPDIR/elsewhere"  # where the binary runs; relative paths must still be the user's
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --bootstrap=0 \
+  --out=mine > out.log 2> err.log || fail "report: $(cat err.log)"
+[[ -f "$user/mine/report.md" ]] || fail "no $user/mine/report.md: $(cat out.log err.log)"
+grep -q "Approach 3" "$user/mine/report.md" || fail "report.md without Approach 3"
+
+# Bad flags: exit 2, one line per flag, naming it and its value.
+set +e
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --params=all \
+  --loss=min 2> bad.log
+code=$?
+set -e
+[[ $code == 2 ]] || fail "bad flags: exit $code: $(cat bad.log)"
+grep -qx "report: --params=all: expected non_embedding or total" bad.log || fail "params message: $(cat bad.log)"
+grep -qx "report: --loss=min: expected final or best" bad.log || fail "loss message: $(cat bad.log)"
+echo PASS
