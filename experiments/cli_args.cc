@@ -25,7 +25,13 @@ absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv, const std::set<std
           absl::StrCat("unknown flag --", name, "; known: --", absl::StrJoin(allowed, ", --")));
     }
     if (eq == std::string::npos && switches.count(name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value: --", name, "=VALUE"));
+      // "--set run.seed=3": the value went into the next argument.
+      const bool next_is_value = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " needs a value: --", name, "=VALUE",
+          next_is_value ? absl::StrCat(" in one argument (--", name, "=", argv[i + 1], "), not --", name, " ",
+                                       argv[i + 1])
+                        : ""));
     }
     args.values_[name].push_back(eq == std::string::npos ? "true" : arg.substr(eq + 1));
   }

@@ -37,6 +37,9 @@ TEST(CliArgs, AFlagThatTakesAValueNeedsOne) {
   EXPECT_EQ(Parse({"--resume"}).status().message(),
             "--resume needs a value: --resume=VALUE");  // not a switch here
   EXPECT_TRUE(Parse({"--help"}).ok());                  // the default switch
+  // The value put in the next argument, as some CLIs take it: the message shows the spelling meant.
+  EXPECT_EQ(Parse({"--set", "run.seed=3"}).status().message(),
+            "--set needs a value: --set=VALUE in one argument (--set=run.seed=3), not --set run.seed=3");
 }
 
 TEST(CliArgs, UnknownFlagsAndPositionalArgumentsAreRefused) {

@@ -61,6 +61,13 @@ code=$?
 set -e
 [[ $code == 2 ]] && grep -q "^eval: --checkpoint takes the model's config and weights from the run; it cannot be combined" \
   eval_mixed.log || fail "eval --checkpoint --weights: exit $code: $(cat eval_mixed.log)"
+# A missing --tokens is named, not only the usage printed.
+set +e
+"$bin/experiments/eval" --checkpoint=run 2> eval_no_tokens.log
+code=$?
+set -e
+[[ $code == 2 ]] && grep -q '^eval: --tokens=FILE (the token file to evaluate on) is required$' eval_no_tokens.log ||
+  fail "eval without --tokens: exit $code: $(cat eval_no_tokens.log)"
 
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon a time" --max_tokens=20 --seed=1 > gen.txt 2> gen.log ||
   fail "generate: $(cat gen.log)"

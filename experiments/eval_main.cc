@@ -124,6 +124,13 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "eval: --checkpoint takes the model's config and weights from the run; it "
                    "cannot be combined with --config, --weights or --set\n");
+    // What is missing, by name (not for --help alone, which asks for the usage).
+    if (args.ok() && !args->Has("help")) {
+      if (!args->Has("tokens")) std::fprintf(stderr, "eval: --tokens=FILE (the token file to evaluate on) is required\n");
+      if (!mixed && !args->Has("checkpoint") && !(args->Has("config") && args->Has("weights"))) {
+        std::fprintf(stderr, "eval: name the model: --checkpoint=DIR, or --config=FILE with --weights=FILE\n");
+      }
+    }
     std::fprintf(stderr, "%s", kUsage);
     return args.ok() && args->Has("help") ? 0 : 2;
   }
