@@ -224,4 +224,11 @@ code=$?
 set -e
 [[ $code == 2 ]] || fail "unknown flag exit code $code"
 grep -q "unknown flag --sett" flag.log || fail "unknown flag message: $(cat flag.log)"
+
+# A validation file set while evaluation is off (run.eval_tokens 0) is said, not silently never read.
+"$bin/experiments/train" --config="$config" --set=data.train_tokens=train.tok --set=data.val_tokens=train.tok \
+  --set=run.eval_tokens=0 --set=run.max_steps=2 --set=schedule.warmup=1 --set=run.output_dir=run_noeval --set=logging.progress_bar=NEVER \
+  2> noeval.log || fail "train without evaluation: $(cat noeval.log)"
+grep -q "data.val_tokens=$work/train.tok is set but run.eval_tokens is 0: no validation loss is computed" noeval.log ||
+  fail "no word about the unread validation file: $(cat noeval.log)"
 echo PASS

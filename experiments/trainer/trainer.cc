@@ -309,6 +309,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       peak_flops.has_value() ? absl::StrFormat("%.4g FLOP/s (%s)", *peak_flops, peak_source) : peak_source,
       run.gemm_autotune() ? "; GEMMs autotuned (run.gemm_autotune)" : ""));
 
+  if (run.eval_tokens() == 0 && !experiment.data().val_tokens().empty()) {
+    // A validation file that is never read: the user meant evaluations and would otherwise find none.
+    console.Message(absl::StrCat("data.val_tokens=", experiment.data().val_tokens(),
+                                 " is set but run.eval_tokens is 0: no validation loss is computed (set "
+                                 "run.eval_tokens to the validation tokens each evaluation reads)"));
+  }
   if (model_config->init == model::InitScheme::kMup) {
     console.Message(
         absl::StrFormat("muP: width multiplier %g (d_model %d / base %d): the blocks' matrices and "
