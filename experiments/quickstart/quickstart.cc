@@ -161,6 +161,9 @@ absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o,
   return true;
 }
 
+// The validation tokens each evaluation of a quickstart run reads.
+constexpr int kQuickstartEvalTokens = 16384;
+
 config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& train_tokens,
                               const std::string& val_tokens, const std::string& tokenizer) {
   // Small Llama-style models (RMSNorm, SwiGLU, RoPE), 64-token context, 16 sequences a step. The time
@@ -194,7 +197,7 @@ config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& tra
           }
           schedule { kind: COSINE warmup: 10 min_lr_ratio: 0.1 }
           data { train_tokens: "%s" val_tokens: "%s" tokenizer: "%s" }
-          run { batch_size: 16 max_steps: 100 eval_tokens: 16384 seed: %d output_dir: "unused" }
+          run { batch_size: 16 max_steps: 100 eval_tokens: %d seed: %d output_dir: "unused" }
           logging { log_interval: 50 }
         }
         isoflop {
@@ -212,8 +215,8 @@ config::Sweep QuickstartSweep(const QuickstartOptions& o, const std::string& tra
           min_steps: 40
         }
       )pb",
-      o.out_dir, o.parallel_runs, o.target_flops, o.vocab_size, train_tokens, val_tokens, tokenizer, o.seed,
-      o.models_per_budget);
+      o.out_dir, o.parallel_runs, o.target_flops, o.vocab_size, train_tokens, val_tokens, tokenizer,
+      kQuickstartEvalTokens, o.seed, o.models_per_budget);
   config::Sweep sweep;
   google::protobuf::TextFormat::ParseFromString(text, &sweep);  // a fixed template: always parses
   for (double b : o.budgets) sweep.mutable_isoflop()->add_budgets(b);
@@ -270,9 +273,20 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
   auto plan = sweep::PlanSweep(sweep, sweep_path, o.out_dir, sweep::SizeOfModel);
   if (!plan.ok()) return plan.status();
   if (absl::Status s = sweep::CheckRunsCanReadTheirData(*plan); !s.ok()) {
-    return absl::Status(
-        s.code(),
-        absl::StrCat(o.data.empty() ? "" : "--data: too little text for the sweep's runs: ", s.message()));
+    if (o.data.empty()) return s;
+    // The trainer's message names config fields the quickstart sets itself: say what to change here. The
+    // validation text is the last ~2% of each file, and an evaluation reads kQuickstartEvalTokens of it.
+    std::string more;
+    const absl::StatusOr<uint64_t> val_bytes = FileSize(val_txt);
+    if (val_bytes.ok() && *val_count > 0) {
+      const double bytes_per_token = static_cast<double>(*val_bytes) / static_cast<double>(*val_count);
+      more = absl::StrFormat(
+          " The quickstart holds out the last ~2%% of each --data file for validation and evaluates on %d "
+          "tokens of it: at %.2g bytes per token that needs about %.2g MB of text in all (give more text, or "
+          "run //experiments:sweep on the quickstart's sweep.textproto with a smaller run.eval_tokens).",
+          kQuickstartEvalTokens, bytes_per_token, (kQuickstartEvalTokens + 1) * bytes_per_token / 0.02 / 1e6);
+    }
+    return absl::Status(s.code(), absl::StrCat("--data: too little text for the sweep's runs: ", s.message(), more));
   }
   say(absl::StrCat("[4/5] IsoFLOP sweep (", sweep_path, "):\n", sweep::FormatPlan(*plan)));
   sweep::RunnerOptions runner;
