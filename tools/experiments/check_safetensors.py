@@ -10,7 +10,8 @@
   write-fixture OUT        write the fixture experiments/checkpoint/testdata/python_written.safetensors that
                            the C++ reader test compares against (values are simple formulas, see below).
 
-Runs with the pyenv python3, which has safetensors and numpy: `python3 tools/experiments/check_safetensors.py ...`.
+Needs safetensors and numpy from PyPI (`python3 -m pip install safetensors numpy`), then
+`python3 tools/experiments/check_safetensors.py ...`.
 """
 import json
 import sys
