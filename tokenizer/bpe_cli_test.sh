@@ -125,6 +125,14 @@ expect_error "$tmp/bad.tok: token 1100000 has id 65535, past the vocab size 400"
 # Flags: a value given twice, an empty value, numbers out of range or with junk.
 expect_error "--input is given twice" \
   "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --input="$tmp/own.txt" --output="$tmp/y"
+expect_error "--input is given twice ($corpus and $tmp/own.txt); give it once (a list is comma-separated)" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --input="$tmp/own.txt" --output="$tmp/y"
+expect_error "--output is given twice ($tmp/y and $tmp/z); give it once" \
+  "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --output="$tmp/z"
+twice="$("$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --output="$tmp/z" 2>&1)" || true
+[[ "$twice" != *"comma-separated"* ]] || fail "--output is no list: $twice"
+expect_error "--vocab_size=-5: expected an integer from 256 to" \
+  "$bpe" train --input="$corpus" --vocab_size=-5 --output="$tmp/y"
 expect_error "--tokenizer= has no value" "$bpe" stats --tokenizer=
 expect_error "--chunk_mb=0: expected an integer from 1 to 4096" \
   "$bpe" encode --tokenizer="$tmp/tok.lmftok" --input="$corpus" --output="$tmp/y" --chunk_mb=0

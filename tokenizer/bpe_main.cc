@@ -77,8 +77,10 @@ class Flags {
       for (const std::string& k : known) ok |= (k == name);
       if (!ok) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", argv[1], "\""));
       if (f.Has(name)) {
+        const bool list = name == "input" || name == "specials" || name == "gpt2_specials";
         return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice (", f.Get(name), " and ",
-                                                       value, "); give it once (a list is comma-separated)"));
+                                                       value, "); give it once",
+                                                       list ? " (a list is comma-separated)" : ""));
       }
       if (value.empty() && name != "specials" && name != "gpt2_specials") {
         return absl::InvalidArgumentError(absl::StrCat("--", name, "= has no value"));
@@ -203,7 +205,7 @@ absl::Status Train(const Flags& flags) {
   auto output = flags.Required("output");
   if (!output.ok()) return output.status();
   if (!flags.Has("vocab_size")) return absl::InvalidArgumentError("missing --vocab_size");
-  auto vocab_size = flags.Int("vocab_size", 0, 0, INT32_MAX);
+  auto vocab_size = flags.Int("vocab_size", 0, 256, INT32_MAX);  // the 256 bytes at least (+ specials, below)
   if (!vocab_size.ok()) return vocab_size.status();
   auto chunk_mb = flags.Int("chunk_mb", 1, 1, kMaxChunkMb);
   if (!chunk_mb.ok()) return chunk_mb.status();
