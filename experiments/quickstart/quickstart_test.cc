@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -63,6 +64,17 @@ TEST(Quickstart, TextToReportAndASecondStartRedoesNothing) {
   EXPECT_EQ(second->finished_runs, 9);
   EXPECT_EQ(lines.find("[start]"), std::string::npos) << lines;  // every run was skipped
   EXPECT_NE(lines.find("[skip]"), std::string::npos) << lines;
+
+  // The sweep binary's --dry_run on the finished sweep says that its runs are done: the time it prints is
+  // the whole design's, not what a start would train.
+  const std::string sweep_bin = std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/sweep";
+  FILE* pipe = ::popen((sweep_bin + " --dry_run --sweep=" + out + "/sweep.textproto 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string dry;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) dry.append(buffer, n);
+  EXPECT_EQ(::pclose(pipe), 0) << dry;
+  EXPECT_NE(dry.find("already finished: 9 of 9 runs"), std::string::npos) << dry;
 }
 
 // --schedule=wsd: the default design's model sizes recur across its budgets, and each trains its stable

@@ -85,7 +85,20 @@ int main(int argc, char** argv) {
   auto plan = lmf::sweep::PlanSweep(*sweep, path, cwd, lmf::sweep::SizeOfModel);
   if (!plan.ok()) return Fail(plan.status());
   std::fputs(lmf::sweep::FormatPlan(*plan).c_str(), stdout);
-  if (absl::GetFlag(FLAGS_dry_run)) return 0;
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    // The plan's time is the whole design's; a sweep started before has runs that a start skips.
+    int finished = 0;
+    for (const lmf::sweep::PlannedRun& run : plan->runs) {
+      auto result = lmf::sweep::ReadRunResult(plan->output_dir + "/runs/" + run.name);
+      finished += result.ok() && result->status() == lmf::config::SweepRunResult::FINISHED;
+    }
+    if (finished > 0) {
+      std::printf("already finished: %d of %zu runs (a start skips those whose config and data have not "
+                  "changed since; the time above is the whole design's)\n",
+                  finished, plan->runs.size());
+    }
+    return 0;
+  }
   if (absl::Status s = lmf::sweep::CheckRunsCanReadTheirData(*plan); !s.ok()) return Fail(s);
 
   lmf::sweep::RunnerOptions options;
