@@ -116,12 +116,12 @@ absl::StatusOr<uint64_t> MakeTokens(const tokenizer::Tokenizer& tok, const std::
 absl::StatusOr<bool> PrepareCorpus(const QuickstartOptions& o,
                                    const std::function<void(const std::string&)>& say) {
   const std::string data_dir = o.out_dir + "/data";
-  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   const std::string train = data_dir + "/train.txt", val = data_dir + "/val.txt";
   const std::string stamp_path = data_dir + "/corpus.stamp";
   std::string legacy;
-  absl::StatusOr<std::string> stamp = CorpusStamp(o, &legacy);
+  absl::StatusOr<std::string> stamp = CorpusStamp(o, &legacy);  // reads --data: a missing file fails here
   if (!stamp.ok()) return stamp.status();
+  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   const absl::StatusOr<std::string> old = ReadFile(stamp_path);
   // The same corpus (a folder stamped before the text was hashed is taken to be: what it was checked by
   // then): only the text files are made again if they were deleted, the same bytes as before.

@@ -202,6 +202,7 @@ TEST(Quickstart, MissingDataFileIsAClearError) {
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find("--data: /nonexistent/corpus.txt"), std::string::npos)
       << result.status();
+  EXPECT_FALSE(FileExists(o.out_dir + "/data")) << "an empty data folder left behind";
 }
 
 }  // namespace
