@@ -79,6 +79,9 @@ for t in "${tests[@]}"; do compile "$work/tests/$(basename "$t" .cc).o" "${emula
 compiles_done
 libs=(-fopenmp -ldnnl -lgloo -pthread -lgtest_main -lgtest)
 [[ -f "${protos[0]}" ]] && libs+=(-lprotobuf -lpcre2-8)
+# A fresh TEST_TMPDIR per run, as Bazel gives: a kept EMULATION_WORK_DIR's last run folders would make the
+# trainer's tests find "already holds a run".
+rm -rf "$work/test_tmp"
 mkdir -p "$work/test_tmp"
 status=0
 for t in "${tests[@]}"; do
