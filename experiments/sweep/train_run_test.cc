@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,30 +20,19 @@
 #include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_testing.h"
 #include "gtest/gtest.h"
-#include "tokenizer/token_file.h"
 
 namespace lmf::sweep {
 namespace {
 
-std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
-
-std::string WriteTokens(const std::string& name, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> ids(n);
-  for (uint32_t& id : ids) id = rng() % 512;
-  const std::string path = TmpDir() + "/" + name;
-  auto writer = tokenizer::TokenFileWriter::Create(path, 512, /*tokenizer_hash=*/1);
-  EXPECT_TRUE(writer.ok()) << writer.status();
-  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
-  EXPECT_TRUE(writer->Commit().ok());
-  return path;
-}
+using testing::TmpDir;
 
 // The tiny model as a sweep run in TmpDir()/<name>, its config written there; returns the config's path.
 std::string WriteRunConfig(const std::string& name, std::vector<std::string> overrides,
                            config::Experiment* experiment) {
-  static const std::string train = WriteTokens("train.tok", 8000, 1), val = WriteTokens("val.tok", 2000, 2);
+  const std::string& train = testing::TinyTokens().train;
+  const std::string& val = testing::TinyTokens().val;
   const std::string dir = TmpDir() + "/" + name;
   overrides.insert(overrides.end(), {"data.train_tokens=" + train, "data.val_tokens=" + val,
                                      "run.eval_tokens=256", "run.output_dir=" + dir});

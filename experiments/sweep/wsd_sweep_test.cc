@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,26 +14,14 @@
 #include "base/file.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_testing.h"
 #include "experiments/sweep/train_run.h"
 #include "gtest/gtest.h"
-#include "tokenizer/token_file.h"
 
 namespace lmf::sweep {
 namespace {
 
-std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
-
-std::string WriteTokens(const std::string& name, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> ids(n);
-  for (uint32_t& id : ids) id = rng() % 512;
-  const std::string path = TmpDir() + "/" + name;
-  auto writer = tokenizer::TokenFileWriter::Create(path, 512, /*tokenizer_hash=*/1);
-  EXPECT_TRUE(writer.ok()) << writer.status();
-  EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
-  EXPECT_TRUE(writer->Commit().ok());
-  return path;
-}
+using testing::TmpDir;
 
 struct Swept {
   SweepPlan plan;
@@ -43,7 +30,8 @@ struct Swept {
 
 // Plans and runs the tiny model on a WSD schedule at 8, 16 and 12 steps, into `name`.
 Swept RunWsdSweep(const std::string& name, bool wsd_branches) {
-  static const std::string train = WriteTokens("train.tok", 8000, 1), val = WriteTokens("val.tok", 2000, 2);
+  const std::string& train = testing::TinyTokens().train;
+  const std::string& val = testing::TinyTokens().val;
   char cwd[PATH_MAX];
   EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
   const std::string text = absl::StrCat(
