@@ -231,4 +231,16 @@ grep -q "unknown flag --sett" flag.log || fail "unknown flag message: $(cat flag
   2> noeval.log || fail "train without evaluation: $(cat noeval.log)"
 grep -q "data.val_tokens=$work/train.tok is set but run.eval_tokens is 0: no validation loss is computed" noeval.log ||
   fail "no word about the unread validation file: $(cat noeval.log)"
+# --help says each flag's default (exit 0).
+"$bin/experiments/generate" --help > /dev/null 2> generate_help.log || fail "generate --help: exit $?"
+for want in "--max_tokens    new tokens per prompt; default 256" "--temperature   default 0.8" \
+    "--top_p         nucleus sampling, in (0, 1]; default 0.95" "--seed          default 0" \
+    "--tokenizer     default: the run's data.tokenizer" "--device        default cpu"; do
+  grep -qF -- "$want" generate_help.log || fail "generate --help lacks '$want': $(cat generate_help.log)"
+done
+"$bin/experiments/eval" --help > /dev/null 2> eval_help.log || fail "eval --help: exit $?"
+for want in "--batch_size    sequences per forward; default: the run's run.batch_size" \
+    "--eval_tokens   default: the whole file" "--device        default cpu"; do
+  grep -qF -- "$want" eval_help.log || fail "eval --help lacks '$want': $(cat eval_help.log)"
+done
 echo PASS

@@ -32,7 +32,13 @@ namespace {
 constexpr char kUsage[] =
     "usage: eval (--checkpoint=DIR | --config=FILE [--set=...] --weights=FILE.safetensors) --tokens=FILE\n"
     "            [--batch_size=B] [--eval_tokens=N] [--device=cpu|cuda] [--cuda_device=N]\n"
-    "            [--precision=fp32|bf16]\n";
+    "            [--precision=fp32|bf16]\n"
+    "  --checkpoint    a run folder (its newest intact checkpoint) or one checkpoint's folder\n"
+    "  --config, --weights  instead: a model config (with --set overrides) and its model.safetensors\n"
+    "  --tokens        a token file of the model's tokenizer\n"
+    "  --batch_size    sequences per forward; default: the run's run.batch_size\n"
+    "  --eval_tokens   default: the whole file, in whole batches of batch_size x context_length\n"
+    "  --device        default cpu; --cuda_device default 0; --precision default fp32 (bf16 needs cuda)\n";
 
 absl::Status Run(const CliArgs& args) {
   absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);

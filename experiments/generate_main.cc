@@ -36,7 +36,16 @@ constexpr char kUsage[] =
     "usage: generate --checkpoint=DIR (--prompt=TEXT | --prompt_file=FILE) [--tokenizer=FILE] "
     "[--max_tokens=N]\n"
     "                [--temperature=T] [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda]\n"
-    "                [--cuda_device=N] [--precision=fp32|bf16]\n";
+    "                [--cuda_device=N] [--precision=fp32|bf16]\n"
+    "  --checkpoint    a run folder (its newest intact checkpoint) or one checkpoint's folder\n"
+    "  --prompt_file   one prompt per line (blank lines skipped)\n"
+    "  --tokenizer     default: the run's data.tokenizer\n"
+    "  --max_tokens    new tokens per prompt; default 256 (fewer where <|endoftext|> comes, if the tokenizer has it)\n"
+    "  --temperature   default 0.8; 0 is greedy\n"
+    "  --top_p         nucleus sampling, in (0, 1]; default 0.95\n"
+    "  --seed          default 0\n"
+    "  --num_samples   continuations per prompt, drawn as one batch; default 1, at most 256\n"
+    "  --device        default cpu; --cuda_device default 0; --precision default fp32 (bf16 needs cuda)\n";
 
 // A prompt and the line of --prompt_file it came from (0 for --prompt).
 struct Prompt {
