@@ -243,4 +243,9 @@ for want in "--batch_size    sequences per forward; default: the run's run.batch
     "--eval_tokens   default: the whole file" "--device        default cpu"; do
   grep -qF -- "$want" eval_help.log || fail "eval --help lacks '$want': $(cat eval_help.log)"
 done
+"$bin/experiments/train" --help > /dev/null 2> train_help.log || fail "train --help: exit $?"
+for want in "--resume      continue run.output_dir from its newest good checkpoint" \
+    "--set         overrides a field" "4 stopped by a signal"; do
+  grep -qF -- "$want" train_help.log || fail "train --help lacks '$want': $(cat train_help.log)"
+done
 echo PASS

@@ -22,7 +22,14 @@ namespace lmf::experiments {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n";
+    "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n"
+    "  --config      an experiment textproto (experiments/configs/; fields in experiments/proto/)\n"
+    "  --set         overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable\n"
+    "  --resume      continue run.output_dir from its newest good checkpoint (bit-identical); without it a\n"
+    "                folder that holds a run is refused\n"
+    "  --stop_after  end right after this step, as a kill would (to try --resume)\n"
+    "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
+    "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).\n";
 
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"},
