@@ -147,6 +147,11 @@ expect_error "--gpt2_specials applies to --gpt2_vocab" \
   fail "train with --vocab_size=1e9 failed: $(cat "$tmp/huge.out")"
 grep -q "ran out of pairs" "$tmp/huge.out" || fail "no ran-out-of-pairs note: $(cat "$tmp/huge.out")"
 
+# --help (on stdout, exit 0) says the defaults of --threads and --chunk_mb.
+"$bpe" --help > "$tmp/help.log" || fail "bpe --help: exit $?"
+grep -qF -- "--threads defaults to LMF_NUM_THREADS, else one per hardware thread" "$tmp/help.log" ||
+  fail "bpe --help lacks --threads' default: $(cat "$tmp/help.log")"
+
 if ((failures > 0)); then
   echo "$failures check(s) failed" >&2
   exit 1

@@ -58,7 +58,9 @@ constexpr char kUsage[] =
     "  decode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=TOKENS [--output=FILE (default stdout)]\n"
     "  stats   (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) [--input=TOKENS]\n"
     "--specials is a comma-separated list (default <|endoftext|>; --specials= for none). With GPT-2 files,\n"
-    "--gpt2_specials (default <|endoftext|>) names the vocab entries that are special tokens.\n";
+    "--gpt2_specials (default <|endoftext|>) names the vocab entries that are special tokens.\n"
+    "--threads defaults to LMF_NUM_THREADS, else one per hardware thread; --chunk_mb is the text each\n"
+    "thread reads at a time (default 1).\n";
 
 // --name=value flags of one verb. Unknown flags, a flag given twice (which one was meant?) and an empty
 // value (except the lists where empty means none) are errors.
