@@ -231,21 +231,24 @@ grep -q "unknown flag --sett" flag.log || fail "unknown flag message: $(cat flag
   2> noeval.log || fail "train without evaluation: $(cat noeval.log)"
 grep -q "data.val_tokens=$work/train.tok is set but run.eval_tokens is 0: no validation loss is computed" noeval.log ||
   fail "no word about the unread validation file: $(cat noeval.log)"
-# --help says each flag's default (exit 0).
-"$bin/experiments/generate" --help > /dev/null 2> generate_help.log || fail "generate --help: exit $?"
+# --help (on stdout, exit 0) says each flag's default, and runs nothing even beside a full command.
+"$bin/experiments/generate" --checkpoint=run --prompt="Once upon" --help > generate_help.log || fail "generate --help: exit $?"
 for want in "--max_tokens    new tokens per prompt; default 256" "--temperature   default 0.8" \
     "--top_p         nucleus sampling, in (0, 1]; default 0.95" "--seed          default 0" \
     "--tokenizer     default: the run's data.tokenizer" "--device        default cpu"; do
   grep -qF -- "$want" generate_help.log || fail "generate --help lacks '$want': $(cat generate_help.log)"
 done
-"$bin/experiments/eval" --help > /dev/null 2> eval_help.log || fail "eval --help: exit $?"
+"$bin/experiments/eval" --checkpoint=run --tokens=train.tok --help > eval_help.log || fail "eval --help: exit $?"
 for want in "--batch_size    sequences per forward; default: the run's run.batch_size" \
     "--eval_tokens   default: the whole file" "--device        default cpu"; do
   grep -qF -- "$want" eval_help.log || fail "eval --help lacks '$want': $(cat eval_help.log)"
 done
-"$bin/experiments/train" --help > /dev/null 2> train_help.log || fail "train --help: exit $?"
+"$bin/experiments/train" "${common[@]}" --set=run.output_dir=run_help --help > train_help.log || fail "train --help: exit $?"
 for want in "--resume      continue run.output_dir from its newest good checkpoint" \
     "--set         overrides a field" "4 stopped by a signal"; do
   grep -qF -- "$want" train_help.log || fail "train --help lacks '$want': $(cat train_help.log)"
 done
+[[ ! -e run_help ]] || fail "train --help trained a run"
+! grep -q "Once upon" generate_help.log || fail "generate --help generated: $(cat generate_help.log)"
+! grep -q "^loss" eval_help.log || fail "eval --help evaluated: $(cat eval_help.log)"
 echo PASS

@@ -119,6 +119,10 @@ int Main(int argc, char** argv) {
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens",
                       "device", "cuda_device", "precision", "help"});
+  if (args.ok() && args->Has("help")) {  // asked for: the usage on stdout, and nothing else runs
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   // The two ways to name a model, whole and not mixed (--weights beside --checkpoint would be ignored).
   const bool mixed = args.ok() && args->Has("checkpoint") &&
                      (args->Has("config") || args->Has("weights") || args->Has("set"));
@@ -130,15 +134,15 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "eval: --checkpoint takes the model's config and weights from the run; it "
                    "cannot be combined with --config, --weights or --set\n");
-    // What is missing, by name (not for --help alone, which asks for the usage).
-    if (args.ok() && !args->Has("help")) {
+    // What is missing, by name.
+    if (args.ok()) {
       if (!args->Has("tokens")) std::fprintf(stderr, "eval: --tokens=FILE (the token file to evaluate on) is required\n");
       if (!mixed && !args->Has("checkpoint") && !(args->Has("config") && args->Has("weights"))) {
         std::fprintf(stderr, "eval: name the model: --checkpoint=DIR, or --config=FILE with --weights=FILE\n");
       }
     }
     std::fprintf(stderr, "%s", kUsage);
-    return args.ok() && args->Has("help") ? 0 : 2;
+    return 2;
   }
   if (absl::Status s = Run(*args); !s.ok()) {
     std::fprintf(stderr, "eval: %s\n", std::string(s.message()).c_str());

@@ -203,12 +203,16 @@ int Main(int argc, char** argv) {
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "prompt", "prompt_file", "tokenizer", "max_tokens", "temperature",
                       "top_p", "seed", "num_samples", "device", "cuda_device", "precision", "help"});
+  if (args.ok() && args->Has("help")) {  // asked for: the usage on stdout, and nothing else runs
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (!args.ok() || !args->Has("checkpoint") || args->Has("prompt") == args->Has("prompt_file")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
     if (args.ok() && args->Has("prompt") && args->Has("prompt_file"))
       std::fprintf(stderr, "generate: --prompt and --prompt_file: give one of them\n");
     std::fprintf(stderr, "%s", kUsage);
-    return args.ok() && args->Has("help") ? 0 : 2;
+    return 2;
   }
   if (absl::Status s = Run(*args); !s.ok()) {
     std::fprintf(stderr, "generate: %s\n", std::string(s.message()).c_str());
