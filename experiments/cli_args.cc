@@ -2,6 +2,7 @@
 #include "experiments/cli_args.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -84,5 +85,10 @@ absl::StatusOr<bool> CliArgs::GetBool(const std::string& name, bool fallback) co
       absl::StrCat("--", name, " is a switch: --", name, " or --", name, "=true|false, got \"", v, "\""));
 }
 
+bool PrintHelpIfAsked(const absl::StatusOr<CliArgs>& args, const char* usage) {
+  if (!args.ok() || !args->Has("help")) return false;
+  std::fputs(usage, stdout);
+  return true;
+}
 
 }  // namespace lmf::experiments

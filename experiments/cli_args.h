@@ -41,6 +41,9 @@ class CliArgs {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
+// --help given (and the rest parsed): prints `usage` on stdout and returns true; the binary then exits 0
+// having run nothing else, whatever other flags came with it.
+bool PrintHelpIfAsked(const absl::StatusOr<CliArgs>& args, const char* usage);
 
 }  // namespace lmf::experiments
 

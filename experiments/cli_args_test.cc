@@ -49,5 +49,17 @@ TEST(CliArgs, UnknownFlagsAndPositionalArgumentsAreRefused) {
             "unexpected argument \"story.txt\" (flags are --name=value)");
 }
 
+// --help beside a full command prints the usage (on stdout) and asks the binary to run nothing; a command
+// that did not parse is a usage error even with --help.
+TEST(CliArgs, PrintHelpIfAsked) {
+  ::testing::internal::CaptureStdout();
+  EXPECT_TRUE(PrintHelpIfAsked(Parse({"--prompt=Once upon", "--help"}), "usage: generate\n"));
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "usage: generate\n");
+  ::testing::internal::CaptureStdout();
+  EXPECT_FALSE(PrintHelpIfAsked(Parse({"--prompt=Once upon"}), "usage: generate\n"));
+  EXPECT_FALSE(PrintHelpIfAsked(Parse({"--prompt", "--help"}), "usage: generate\n"));
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+}
+
 }  // namespace
 }  // namespace lmf::experiments

@@ -119,10 +119,7 @@ int Main(int argc, char** argv) {
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens",
                       "device", "cuda_device", "precision", "help"});
-  if (args.ok() && args->Has("help")) {  // asked for: the usage on stdout, and nothing else runs
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  if (PrintHelpIfAsked(args, kUsage)) return 0;
   // The two ways to name a model, whole and not mixed (--weights beside --checkpoint would be ignored).
   const bool mixed = args.ok() && args->Has("checkpoint") &&
                      (args->Has("config") || args->Has("weights") || args->Has("set"));

@@ -203,10 +203,7 @@ int Main(int argc, char** argv) {
       CliArgs::Parse(argc, argv,
                      {"checkpoint", "prompt", "prompt_file", "tokenizer", "max_tokens", "temperature",
                       "top_p", "seed", "num_samples", "device", "cuda_device", "precision", "help"});
-  if (args.ok() && args->Has("help")) {  // asked for: the usage on stdout, and nothing else runs
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  if (PrintHelpIfAsked(args, kUsage)) return 0;
   if (!args.ok() || !args->Has("checkpoint") || args->Has("prompt") == args->Has("prompt_file")) {
     if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
     if (args.ok() && args->Has("prompt") && args->Has("prompt_file"))

@@ -34,10 +34,7 @@ constexpr char kUsage[] =
 int Main(int argc, char** argv) {
   absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"},
                                                 /*switches=*/{"resume", "help"});
-  if (args.ok() && args->Has("help")) {  // asked for: the usage on stdout, and nothing else runs
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  if (PrintHelpIfAsked(args, kUsage)) return 0;
   if (!args.ok() || !args->Has("config")) {
     if (!args.ok()) std::fprintf(stderr, "train: %s\n", std::string(args.status().message()).c_str());
     std::fprintf(stderr, "%s", kUsage);
