@@ -11,17 +11,20 @@
 #include "experiments/trainer/trainer.h"
 #include "scaling/accounting/account.h"
 
+constexpr char kUsage[] =
+    "usage: account --config=EXPERIMENT.textproto [--set=path=value ...] [--tokens_per_second=X]"
+    " [--peak_flops=Y]\n";
+
 int main(int argc, char** argv) {
   auto args = lmf::experiments::CliArgs::Parse(argc, argv, {"config", "set", "tokens_per_second", "peak_flops", "help"});
+  if (lmf::experiments::PrintHelpIfAsked(args, kUsage)) return 0;
   if (!args.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string(args.status().message()).c_str());
     return 2;
   }
-  if (args->Has("help") || !args->Has("config")) {
-    std::fprintf(stderr,
-                 "usage: account --config=EXPERIMENT.textproto [--set=path=value ...] [--tokens_per_second=X]"
-                 " [--peak_flops=Y]\n");
-    return args->Has("help") ? 0 : 2;
+  if (!args->Has("config")) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
   }
   auto experiment =
       lmf::experiments::LoadExperiment(lmf::UserPath(args->Get("config")), args->GetAll("set"));
