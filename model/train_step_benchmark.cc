@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "base/thread_pool.h"
 #include "kernels/core/context.h"
 #include "kernels/cpu/isa.h"
@@ -210,6 +211,9 @@ int Main() {
 }  // namespace lmf::model
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "One training step of lmforge's LanguageModel on the CPU against the same model in "
+      "PyTorch: tokens/s, the ratio, and FLOP/s against this CPU's sgemm peak.");
+  lmf::ParseFlags(argc, argv);
   return lmf::model::Main();
 }

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "scaling/reporting/report.h"
 
 ABSL_FLAG(std::string, results, "", "results table (CSV, columns in scaling/results.h)");
@@ -28,7 +28,7 @@ ABSL_FLAG(std::string, data_note, "", "one line about the data, printed at the t
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Fits scaling laws to a results table and writes a Markdown report with SVG plots.\n"
                                "  report --results=sweep/results.csv --target_flops=1e21 --out=sweep/report");
-  absl::ParseCommandLine(argc, argv);
+  lmf::ParseFlags(argc, argv);
   lmf::RemoveTempFilesOnSignals();  // a Ctrl-C while the report is written leaves no temp file behind
   const std::string results = lmf::UserPath(absl::GetFlag(FLAGS_results));
   // Each flag's own message, naming the value given.

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "experiments/quickstart/quickstart.h"
 #include "experiments/sweep/train_run.h"
 #include "experiments/trainer/data_parallel.h"
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Text -> tokenizer -> IsoFLOP sweep -> fitted scaling law -> report, on the built-in synthetic corpus "
       "or --data.");
-  absl::ParseCommandLine(argc, argv);
+  lmf::ParseFlags(argc, argv);
   if (absl::GetFlag(FLAGS_train_one)) {
     const absl::Status s = lmf::sweep::TrainSweepRun(absl::GetFlag(FLAGS_config));
     return s.ok() ? 0 : Fail(std::string(s.message()));

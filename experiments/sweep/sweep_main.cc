@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "experiments/config/loader.h"
 #include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   // A data-parallel run's other ranks are this binary again (experiments/trainer/data_parallel.h).
   if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
   absl::SetProgramUsageMessage("Plans and runs a sweep of training runs, then writes its results table.");
-  absl::ParseCommandLine(argc, argv);
+  lmf::ParseFlags(argc, argv);
   if (absl::GetFlag(FLAGS_train_one)) {
     const absl::Status s = lmf::sweep::TrainSweepRun(absl::GetFlag(FLAGS_config));
     return s.ok() ? 0 : Fail(s);

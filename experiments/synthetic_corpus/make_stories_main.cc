@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/flags.h"
 #include "experiments/synthetic_corpus/story_generator.h"
 
 ABSL_FLAG(std::string, out, "", "output text file (written atomically)");
@@ -15,7 +15,7 @@ ABSL_FLAG(std::string, separator, "<|endoftext|>", "line written between stories
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Writes a deterministic synthetic corpus of simple English stories.");
-  absl::ParseCommandLine(argc, argv);
+  lmf::ParseFlags(argc, argv);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
     std::fprintf(stderr, "make_stories: --out is required (the text file to write)\n");

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
 #include "experiments/schedule/lr_schedule.h"
@@ -150,6 +151,9 @@ int Main() {
 }  // namespace lmf::experiments
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "How far small numerical perturbations move the loss curve of trainer_cuda_test's model "
+      "(the calibration of its tolerances), on the CPU.");
+  lmf::ParseFlags(argc, argv);
   return lmf::experiments::Main();
 }

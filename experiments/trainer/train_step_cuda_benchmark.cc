@@ -30,9 +30,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "experiments/proto/optimizer.pb.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/training_device.h"
@@ -289,6 +290,9 @@ int Main() {
 }  // namespace lmf::experiments
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "One bf16 training step of GPT-2 small on one GPU: ms/step, tokens/s and MFU, against the "
+      "PyTorch nanoGPT peer measured in the same run.");
+  lmf::ParseFlags(argc, argv);
   return lmf::experiments::Main();
 }

@@ -1,0 +1,73 @@
+// Abseil flags with a help that exits 0 (see flags.h).
+#include "base/flags.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace lmf {
+namespace {
+
+bool IsHelpArgument(absl::string_view arg) {
+  if (absl::StartsWith(arg, "--")) {
+    arg.remove_prefix(2);
+  } else if (absl::StartsWith(arg, "-")) {
+    arg.remove_prefix(1);
+  } else {
+    return false;
+  }
+  return arg == "help" || arg == "helpfull" || arg == "helpshort";
+}
+
+}  // namespace
+
+std::string FlagsHelp(const char* argv0) {
+  const char* slash = argv0 == nullptr ? nullptr : std::strrchr(argv0, '/');
+  const std::string name = argv0 == nullptr ? "" : (slash != nullptr ? slash + 1 : argv0);
+  std::string text = absl::StrCat(name, ": ", absl::ProgramUsageMessage(), "\n");
+  // file -> (flag name -> its line); Abseil's own flags (--flagfile, --fromenv, ...) are left out.
+  std::map<std::string, std::map<std::string, std::string>> by_file;
+  for (const auto& [flag_name, flag] : absl::GetAllFlags()) {
+    const std::string file = flag->Filename();
+    if (absl::StrContains(file, "absl/")) continue;
+    // Strings quoted (an empty one shows as ""); an empty list as (none).
+    std::string default_value = flag->DefaultValue();
+    if (flag->IsOfType<std::string>()) {
+      default_value = absl::StrCat("\"", default_value, "\"");
+    } else if (default_value.empty()) {
+      default_value = "(none)";
+    }
+    by_file[file][std::string(flag_name)] =
+        absl::StrCat("    --", flag_name, " (", flag->Help(), "); default: ", default_value, "\n");
+  }
+  for (const auto& [file, lines] : by_file) {
+    absl::StrAppend(&text, "\n  Flags from ", file, ":\n");
+    for (const auto& [flag_name, line] : lines) absl::StrAppend(&text, line);
+  }
+  return text;
+}
+
+std::vector<char*> ParseFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) break;  // what follows is positional
+    if (IsHelpArgument(argv[i])) {
+      const std::string help = FlagsHelp(argv[0]);
+      std::fwrite(help.data(), 1, help.size(), stdout);
+      std::fflush(stdout);
+      std::exit(0);
+    }
+  }
+  return absl::ParseCommandLine(argc, argv);
+}
+
+}  // namespace lmf
