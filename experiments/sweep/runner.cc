@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -163,15 +164,21 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
 }
 
 // SIGINT / SIGTERM while RunSweep waits: forwarded to the runs it is training (see RunSweep).
-volatile sig_atomic_t g_stop_signal = 0;
-void OnStopSignal(int signal) { g_stop_signal = g_stop_signal == 0 ? signal : -1; }  // -1: a second one
+// A lock-free atomic, not a volatile sig_atomic_t: the handler may run on any thread of the process (a test
+// runs RunSweep on its own thread), and only an atomic is race-free across threads as well as signal-safe.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+void OnStopSignal(int signal) {
+  int none = 0;
+  if (!g_stop_signal.compare_exchange_strong(none, signal)) g_stop_signal.store(-1);  // -1: a second one
+}
 
 // Installs OnStopSignal for SIGINT, SIGTERM, SIGHUP (a closed terminal or SSH session) and SIGQUIT
 // (without SA_RESTART, so that waitpid returns EINTR) while alive; the previous dispositions come back after.
 class ForwardStopSignals {
  public:
   ForwardStopSignals() {
-    g_stop_signal = 0;
+    g_stop_signal.store(0);
     struct sigaction action = {};
     action.sa_handler = OnStopSignal;
     sigemptyset(&action.sa_mask);
@@ -485,8 +492,8 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   const StopRunsOnReturn stop_on_return(running);
   int forwarded = 0;
   while (!waiting.empty() || !running.empty()) {
-    if (g_stop_signal != 0 && forwarded != g_stop_signal) {
-      forwarded = g_stop_signal;
+    if (const int stop = g_stop_signal.load(); stop != 0 && forwarded != stop) {
+      forwarded = stop;
       for (const auto& [child, run] : running) ::kill(child, forwarded == -1 ? SIGKILL : SIGTERM);
       waiting.clear();
       say(forwarded == -1
@@ -587,7 +594,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       say(absl::StrFormat("[%d/%d] %s finished: val loss %.4f (%.0f s)%s", done, todo.size(), run.name,
                           r.final_loss(), seconds,
                           r.message().empty() ? "" : absl::StrCat("; ", r.message())));
-    } else if (g_stop_signal != 0) {  // stopped by the sweep's signal, not failed: it resumes next time
+    } else if (g_stop_signal.load() != 0) {  // stopped by the sweep's signal, not failed: it resumes next time
       say(absl::StrFormat("[stop] %s stopped: %s (log: %s/log.txt)", run.name, r.message(), dir));
     } else {
       say(absl::StrFormat("[%d/%d] %s %s: %s (log: %s/log.txt)", done, todo.size(), run.name,
@@ -595,7 +602,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     }
   }
 
-  if (g_stop_signal != 0) {
+  if (g_stop_signal.load() != 0) {
     return absl::CancelledError(absl::StrCat(
         "stopped by a signal; the runs that were training wrote checkpoints (see their logs). Start ",
         options.restarted_by, " again to continue: finished runs are skipped and the others resume."));
