@@ -20,11 +20,6 @@
 #include "gloo/transport/tcp/device.h"
 #include "gtest/gtest.h"
 
-// ThreadSanitizer (--config=tsan) sees only instrumented code: Gloo is the system library, built without it,
-// and its transport threads drop their references to a buffer (an atomic decrement TSan cannot see) that this
-// process then deletes. Races inside Gloo are not this project's to check; everything else stays checked.
-extern "C" const char* __tsan_default_suppressions() { return "race:libgloo.so\n"; }
-
 namespace lmf::distributed {
 namespace {
 
