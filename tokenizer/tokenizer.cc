@@ -271,12 +271,13 @@ void Encoder::MergeSmall(std::string_view piece, std::vector<uint32_t>* out) {
   const size_t n = piece.size();
   ids_.resize(n);
   for (size_t i = 0; i < n; ++i) ids_[i] = tok_.byte_ids_[static_cast<unsigned char>(piece[i])];
-  auto rank_of = [&](uint32_t a, uint32_t b) {
-    uint32_t rank, result;
-    return tok_.FindMerge(a, b, &rank, &result) ? rank : kNoRank;
-  };
+  // ranks_[i] and results_[i]: the merge of the pair at i (kNoRank: none; results_[i] then unused).
   ranks_.resize(n - 1);
-  for (size_t i = 0; i + 1 < n; ++i) ranks_[i] = rank_of(ids_[i], ids_[i + 1]);
+  results_.resize(n - 1);
+  auto look_up = [&](size_t i) {
+    if (!tok_.FindMerge(ids_[i], ids_[i + 1], &ranks_[i], &results_[i])) ranks_[i] = kNoRank;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) look_up(i);
   size_t m = n;
   while (m > 1) {
     size_t best = 0;
@@ -288,14 +289,13 @@ void Encoder::MergeSmall(std::string_view piece, std::vector<uint32_t>* out) {
       }
     }
     if (best_rank == kNoRank) break;
-    uint32_t rank, result;
-    tok_.FindMerge(ids_[best], ids_[best + 1], &rank, &result);
-    ids_[best] = result;
+    ids_[best] = results_[best];
     std::memmove(&ids_[best + 1], &ids_[best + 2], (m - best - 2) * sizeof(uint32_t));
     std::memmove(&ranks_[best], &ranks_[best + 1], (m - best - 2) * sizeof(uint32_t));
+    std::memmove(&results_[best], &results_[best + 1], (m - best - 2) * sizeof(uint32_t));
     --m;
-    if (best > 0) ranks_[best - 1] = rank_of(ids_[best - 1], ids_[best]);
-    if (best + 1 < m) ranks_[best] = rank_of(ids_[best], ids_[best + 1]);
+    if (best > 0) look_up(best - 1);
+    if (best + 1 < m) look_up(best);
   }
   out->insert(out->end(), ids_.begin(), ids_.begin() + m);
 }
@@ -315,6 +315,7 @@ void Encoder::MergeLarge(std::string_view piece, std::vector<uint32_t>* out) {
     uint32_t rank;
     uint32_t pos;
     uint32_t left, right;  // the ids the pair had when pushed
+    uint32_t result;       // and the id they merge into
     bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
@@ -322,7 +323,7 @@ void Encoder::MergeLarge(std::string_view piece, std::vector<uint32_t>* out) {
     if (i < 0 || next[i] < 0) return;
     uint32_t rank, result;
     if (tok_.FindMerge(id[i], id[next[i]], &rank, &result)) {
-      heap.push({rank, static_cast<uint32_t>(i), id[i], id[next[i]]});
+      heap.push({rank, static_cast<uint32_t>(i), id[i], id[next[i]], result});
     }
   };
   for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int64_t>(i));
@@ -332,10 +333,8 @@ void Encoder::MergeLarge(std::string_view piece, std::vector<uint32_t>* out) {
     heap.pop();
     const int64_t i = e.pos;
     if (!alive[i] || next[i] < 0 || id[i] != e.left || id[next[i]] != e.right) continue;
-    uint32_t rank, result;
-    tok_.FindMerge(id[i], id[next[i]], &rank, &result);
     const int64_t j = next[i];
-    id[i] = result;
+    id[i] = e.result;  // the pair is still (left, right), so its merge is the one pushed
     alive[j] = false;
     next[i] = next[j];
     if (next[j] >= 0) prev[next[j]] = i;

@@ -102,8 +102,9 @@ class Encoder {
   // piece -> (offset in cache_ids_ << 8) | number of ids.
   PieceTable cache_;
   std::vector<uint32_t> cache_ids_;
-  std::vector<uint32_t> ids_;    // scratch
-  std::vector<uint32_t> ranks_;  // scratch
+  std::vector<uint32_t> ids_;      // scratch
+  std::vector<uint32_t> ranks_;    // scratch
+  std::vector<uint32_t> results_;  // scratch
 };
 
 // Replaces invalid UTF-8 in bytes with U+FFFD (one per maximal invalid subsequence).
