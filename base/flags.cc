@@ -1,7 +1,6 @@
 // Abseil flags with a help that exits 0 (see flags.h).
 #include "base/flags.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -4,13 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "base/file.h"
 #include "gtest/gtest.h"
 
 ABSL_FLAG(int, widgets, 3, "how many widgets");
@@ -23,13 +22,6 @@ namespace {
 std::string TestDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
   return tmp ? tmp : "/tmp";
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Runs ParseFlags on `args` in a child process with stdout sent to `out`; the child exits 0 after the help,
@@ -67,14 +59,14 @@ TEST_F(FlagsTest, HelpPrintsOnStdoutAndExitsZero) {
     EXPECT_EXIT(ParseInChild({"widget_tool", "--widgets=5", help_flag, "more"}, out),
                 ::testing::ExitedWithCode(0), "")
         << help_flag;
-    EXPECT_EQ(Slurp(out), FlagsHelp("widget_tool")) << help_flag;
+    EXPECT_EQ(ReadFile(out).value_or(""), FlagsHelp("widget_tool")) << help_flag;
   }
 }
 
 TEST_F(FlagsTest, HelpAfterDoubleDashIsPositional) {
   const std::string out = TestDir() + "/positional.txt";
   EXPECT_EXIT(ParseInChild({"widget_tool", "--", "--help"}, out), ::testing::ExitedWithCode(3), "");
-  EXPECT_EQ(Slurp(out), "");
+  EXPECT_EQ(ReadFile(out).value_or(""), "");
 }
 
 TEST_F(FlagsTest, OtherArgumentsAreParsedByAbseil) {
