@@ -28,6 +28,21 @@ bool IsHelpArgument(absl::string_view arg) {
   return arg == "help" || arg == "helpfull" || arg == "helpshort";
 }
 
+// True where `arg` is a known non-boolean flag written without "=" ("--label" or "-label"): Abseil then
+// reads the next argument as its value, so "--label --help" labels with "--help" and asks for no help.
+bool TakesNextArgument(absl::string_view arg) {
+  if (absl::StartsWith(arg, "--")) {
+    arg.remove_prefix(2);
+  } else if (absl::StartsWith(arg, "-")) {
+    arg.remove_prefix(1);
+  } else {
+    return false;
+  }
+  if (arg.empty() || absl::StrContains(arg, '=')) return false;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(arg);
+  return flag != nullptr && !flag->IsOfType<bool>();
+}
+
 }  // namespace
 
 std::string FlagsHelp(const char* argv0) {
@@ -59,6 +74,10 @@ std::string FlagsHelp(const char* argv0) {
 std::vector<char*> ParseFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--") == 0) break;  // what follows is positional
+    if (TakesNextArgument(argv[i])) {
+      ++i;  // its value, whatever it reads
+      continue;
+    }
     if (IsHelpArgument(argv[i])) {
       const std::string help = FlagsHelp(argv[0]);
       std::fwrite(help.data(), 1, help.size(), stdout);

@@ -15,6 +15,7 @@
 ABSL_FLAG(int, widgets, 3, "how many widgets");
 ABSL_FLAG(std::string, label, "plain", "what to call them");
 ABSL_FLAG(std::vector<std::string>, tags, {}, "tags to add");
+ABSL_FLAG(bool, verbose_widgets, false, "say more");
 
 namespace lmf {
 namespace {
@@ -67,6 +68,35 @@ TEST_F(FlagsTest, HelpAfterDoubleDashIsPositional) {
   const std::string out = TestDir() + "/positional.txt";
   EXPECT_EXIT(ParseInChild({"widget_tool", "--", "--help"}, out), ::testing::ExitedWithCode(3), "");
   EXPECT_EQ(ReadFile(out).value_or(""), "");
+}
+
+TEST_F(FlagsTest, HelpAsTheValueOfAFlagIsThatValue) {
+  // "--label --help": Abseil reads "--help" as the label, so it is no request for help. In a child, since
+  // help would exit the process: 3 where ParseFlags returned with that label and the positional argument.
+  const auto parse = [] {
+    std::vector<std::string> args = {"widget_tool", "--label", "--help", "file.txt"};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    const std::vector<char*> positional = ParseFlags(static_cast<int>(argv.size()), argv.data());
+    const bool as_value = positional.size() == 2 && std::string(positional[1]) == "file.txt" &&
+                          absl::GetFlag(FLAGS_label) == "--help";
+    std::exit(as_value ? 3 : 5);
+  };
+  EXPECT_EXIT(parse(), ::testing::ExitedWithCode(3), "");
+  // An int flag: Abseil rejects "-help" as its value (exit 1 with its message), and no help is printed.
+  const std::string out = TestDir() + "/value.txt";
+  EXPECT_EXIT(ParseInChild({"widget_tool", "-widgets", "-help"}, out), ::testing::ExitedWithCode(1),
+              "widgets");
+  EXPECT_EQ(ReadFile(out).value_or(""), "");
+}
+
+TEST_F(FlagsTest, HelpAfterABooleanFlagOrAnEqualsValueIsHelp) {
+  for (const char* flag : {"--verbose_widgets", "--label=x", "--nonexistent_flag"}) {
+    const std::string out = TestDir() + "/after.txt";
+    std::remove(out.c_str());
+    EXPECT_EXIT(ParseInChild({"widget_tool", flag, "--help"}, out), ::testing::ExitedWithCode(0), "") << flag;
+    EXPECT_EQ(ReadFile(out).value_or(""), FlagsHelp("widget_tool")) << flag;
+  }
 }
 
 TEST_F(FlagsTest, OtherArgumentsAreParsedByAbseil) {
