@@ -47,7 +47,7 @@ def lmf_cc_test(name, copts = [], deps = [], **kwargs):
     native.cc_test(
         name = name,
         copts = LMF_COPTS + copts,
-        deps = deps + ["@gtest//:gtest_main"],
+        deps = deps + ["//bazel:gtest_main"],
         **kwargs
     )
 
