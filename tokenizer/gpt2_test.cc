@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "base/damaged_copies.h"
 #include "base/file.h"
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
@@ -186,6 +187,35 @@ TEST_F(Gpt2ReferenceTest, TruncatedMergesOrAnUndeclaredAddedTokenIsAnError) {
                        "v.json + m.txt: 1 multi-byte token(s) are produced by no merge and are not special, "
                        "first token 50256 "))
       << undeclared.status();
+}
+
+// Every truncation and 2000 seeded edits of vocab.json (with merges.txt intact), then the same of merges.txt:
+// an error that names the damaged file, or a tokenizer that encodes and decodes text back to the same
+// bytes. Never a crash (or, under --config=asan, a bad read).
+TEST(Gpt2FormatTest, DamagedFilesGiveErrorsNamingTheFileOrWorkingTokenizers) {
+  const Tokenizer t = testing::MakeTokenizer(
+      {{" ", "t"}, {" t", "h"}, {"\"", "\\"}, {"\n", "\n"}, {"e", "r"}}, {"<|endoftext|>"});
+  const std::string vocab = Gpt2VocabJson(t), merges = Gpt2MergesTxt(t);
+  const std::string text = "\n\n th\"\\er<|endoftext|>\xff\xc3\xa9";
+  for (const bool damage_vocab : {true, false}) {
+    int errors = 0;
+    for (const std::string& bad : DamagedCopies(damage_vocab ? vocab : merges, /*seed=*/17, /*edits=*/2000)) {
+      absl::StatusOr<Tokenizer> r = damage_vocab
+                                        ? ParseGpt2(bad, merges, {"<|endoftext|>"}, "v.json", "m.txt")
+                                        : ParseGpt2(vocab, bad, {"<|endoftext|>"}, "v.json", "m.txt");
+      if (!r.ok()) {
+        ++errors;
+        EXPECT_TRUE(absl::StrContains(r.status().message(), damage_vocab ? "v.json" : "m.txt"))
+            << r.status() << "\n"
+            << Escaped(bad);
+        continue;
+      }
+      absl::StatusOr<std::string> back = r->DecodeBytes(r->Encode(text));
+      ASSERT_TRUE(back.ok()) << back.status() << "\n" << Escaped(bad);
+      EXPECT_EQ(*back, text) << Escaped(bad);
+    }
+    EXPECT_GT(errors, 500) << (damage_vocab ? "vocab.json" : "merges.txt");
+  }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "base/damaged_copies.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "gtest/gtest.h"
@@ -141,6 +143,28 @@ TEST(Console, Durations) {
   EXPECT_EQ(FormatDuration(12.4), "12s");
   EXPECT_EQ(FormatDuration(245), "4m05s");
   EXPECT_EQ(FormatDuration(3723), "1h02m03s");
+}
+
+// Every truncation and 3000 seeded edits of a metrics.jsonl: an error that names the file, or the steps
+// (an unterminated last line left out). Never a crash (or, under --config=asan, a bad read).
+TEST(MetricsJson, DamagedLogsGiveErrorsNamingTheFileOrSteps) {
+  StepMetrics with_val = Sample(20);
+  with_val.val_loss = 3.5;
+  const std::string valid =
+      MetricsJsonLine(Sample(10)) + MetricsJsonLine(with_val) + MetricsJsonLine(Sample(30));
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/damaged_metrics.jsonl";
+  int errors = 0;
+  for (const std::string& bad : DamagedCopies(valid, /*seed=*/31, /*edits=*/3000)) {
+    ASSERT_TRUE(WriteFileAtomically(path, bad).ok());
+    absl::StatusOr<std::vector<StepMetrics>> r = ReadMetricsLog(path);
+    if (r.ok()) {
+      EXPECT_LE(r->size(), 4u) << Escaped(bad);  // a repeated span can add a line
+      continue;
+    }
+    ++errors;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), path)) << r.status() << "\n" << Escaped(bad);
+  }
+  EXPECT_GT(errors, 1000);
 }
 
 }  // namespace
