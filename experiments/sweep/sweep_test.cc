@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "base/damaged_copies.h"
 #include "base/file.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/validation.h"
@@ -81,6 +82,27 @@ const char* kIsoFlop = R"pb(
     max_tokens_per_param: 500
   }
 )pb";
+
+// Every truncation and 1500 seeded edits of a sweep file, with an IsoFLOP design and then with a grid: an
+// error that names the file, or a plan. Never a crash or a hang (or, under --config=asan, a bad read).
+TEST(SweepPlan, DamagedSweepFilesGiveErrorsNamingTheFileOrPlans) {
+  const std::string head =
+      std::string("name: \"t\"\noutput_dir: \"") + TmpDir() + "/out\"\nexperiment {" + kBase + "}\n";
+  const std::string grid = "grid { axis { field: \"optimizer.lr\" values: [\"1e-3\", \"3e-3\"] } }\n";
+  for (const std::string& design : {std::string(kIsoFlop), grid}) {
+    int errors = 0;
+    for (const std::string& bad :
+         DamagedCopies(head + design, /*seed=*/41, /*edits=*/1500, /*max_prefixes=*/512)) {
+      absl::StatusOr<config::Sweep> sweep = ParseSweepText(bad, "test.sweep");
+      absl::Status status = sweep.status();
+      if (sweep.ok()) status = PlanSweep(*sweep, "test.sweep", TmpDir(), SimpleSizer).status();
+      if (status.ok()) continue;
+      ++errors;
+      EXPECT_TRUE(absl::StartsWith(status.message(), "test.sweep")) << status << "\n" << Escaped(bad);
+    }
+    EXPECT_GT(errors, 500);
+  }
+}
 
 TEST(SweepPlan, GridIsTheCartesianProductLastAxisFastest) {
   auto plan = Plan(R"pb(grid {
