@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "base/damaged_copies.h"
 #include "base/file.h"
 #include "experiments/config/overrides.h"
@@ -134,6 +135,27 @@ TEST(ConfigOverrides, ErrorsNameTheAssignment) {
 TEST(ConfigOverrides, ResultIsValidatedLikeTheFile) {
   EXPECT_EQ(Error(kValid, {"model.n_heads=12", "model.d_model=1000"}),
             "tiny.textproto: model.n_heads=12 does not divide model.d_model=1000");
+}
+
+// Every truncation and 300 seeded edits of each of a set of valid --set assignments (each kind of field):
+// an error that names the assignment (or the file, where the result fails validation), or a config.
+TEST(ConfigOverrides, DamagedAssignmentsGiveErrorsNamingThem) {
+  for (const char* valid :
+       {"optimizer.lr=3e-4", "model.n_layers=3", "run.seed=7", "model.bias=true", "data.val_tokens=v.tok",
+        "model.norm.kind=LAYERNORM", "run.checkpoint_steps=2,5", "schedule.kind=WSD", "model.ffn.d_ff=256"}) {
+    int errors = 0;
+    for (const std::string& bad : DamagedCopies(valid, /*seed=*/43, /*edits=*/300)) {
+      absl::StatusOr<config::Experiment> r = LoadExperimentText(kValid, "tiny.textproto", {bad});
+      if (r.ok()) continue;
+      ++errors;
+      const absl::string_view message = r.status().message();
+      EXPECT_TRUE(absl::StartsWith(message, absl::StrCat("--set=", bad, ": ")) ||
+                  absl::StartsWith(message, "tiny.textproto: "))
+          << r.status() << "\n"
+          << Escaped(bad);
+    }
+    EXPECT_GT(errors, 100) << valid;
+  }
 }
 
 TEST(ConfigResolve, FillsDefaultsAndDefaultOneofMembers) {
