@@ -232,6 +232,21 @@ absl::StatusOr<TrainingCurve> ReadTrainingCurve(const std::string& path, double 
       return absl::InvalidArgumentError(absl::StrCat(path, ":", row.line,
                                                      ": tokens and flops must be positive and loss finite"));
     }
+    // Tokens and FLOPs grow with every step: a curve where they do not was damaged or edited by hand, and
+    // its points would land at the wrong compute in the envelope (Approach 1).
+    if (!curve.points.empty()) {
+      const CurvePoint& previous = curve.points.back();
+      if (!(v[1] > previous.tokens)) {
+        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[1]),
+                                                       ": tokens must increase with step (", v[1], " after ",
+                                                       previous.tokens, ")"));
+      }
+      if (!(v[2] > previous.flops)) {
+        return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[2]),
+                                                       ": flops must increase with step (", v[2], " after ",
+                                                       previous.flops, ")"));
+      }
+    }
     curve.points.push_back({v[1], v[2], v[3]});
   }
   return curve;

@@ -74,7 +74,7 @@ struct ObservationChoice {
 Observations ToObservations(const ResultsTable& table, const ObservationChoice& choice);
 
 // A training curve file: CSV with columns step, tokens, flops, loss (validation loss at that point), one
-// row per evaluation, in increasing step order.
+// row per evaluation, in increasing step order; tokens and flops increase with the step (checked).
 absl::StatusOr<TrainingCurve> ReadTrainingCurve(const std::string& path, double params);
 
 // The training curves of the finished runs that name one (paths resolved against the table's folder).

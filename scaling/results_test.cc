@@ -2,6 +2,7 @@
 // finished runs only, and training-curve files resolved beside the table.
 #include "scaling/results.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "absl/strings/match.h"
@@ -188,6 +189,36 @@ TEST(ResultsTest, DamagedTablesGiveErrorsNamingTheFileOrTables) {
     EXPECT_TRUE(absl::StartsWith(r.status().message(), "r.csv")) << r.status() << "\n" << Escaped(bad);
   }
   EXPECT_GT(errors, 1000);
+}
+
+// The same for a training curve file: an error that names the file, or points whose tokens and FLOPs grow.
+TEST(ResultsTest, DamagedCurvesGiveErrorsNamingTheFileOrCurves) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/damaged_curve.csv";
+  const std::string valid = "step,tokens,flops,loss\n0,0,0,10.8\n100,1e8,1.3e15,5.0\n200,2e8,2.6e15,4.2\n";
+  ASSERT_TRUE(
+      WriteFileAtomically(path, "step,tokens,flops,loss\n100,1e8,1.3e15,5\n200,2e8,1.3e14,4.2\n").ok());
+  EXPECT_EQ(ReadTrainingCurve(path, 2.2e6).status().message(),
+            path + ":3:3 (flops): flops must increase with step (1.3e+14 after 1.3e+15)");
+  int errors = 0;
+  for (const std::string& bad : DamagedCopies(valid, /*seed=*/47, /*edits=*/2000)) {
+    ASSERT_TRUE(WriteFileAtomically(path, bad).ok());
+    absl::StatusOr<TrainingCurve> curve = ReadTrainingCurve(path, 2.2e6);
+    if (!curve.ok()) {
+      ++errors;
+      EXPECT_TRUE(absl::StrContains(curve.status().message(), path)) << curve.status() << "\n"
+                                                                     << Escaped(bad);
+      continue;
+    }
+    for (size_t i = 0; i < curve->points.size(); ++i) {
+      const CurvePoint& p = curve->points[i];
+      EXPECT_TRUE(p.tokens > 0 && p.flops > 0 && std::isfinite(p.loss)) << Escaped(bad);
+      if (i > 0) {
+        EXPECT_GT(p.tokens, curve->points[i - 1].tokens) << Escaped(bad);
+        EXPECT_GT(p.flops, curve->points[i - 1].flops) << Escaped(bad);
+      }
+    }
+  }
+  EXPECT_GT(errors, 500);
 }
 
 }  // namespace
