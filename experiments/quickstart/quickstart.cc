@@ -295,19 +295,20 @@ absl::StatusOr<QuickstartResult> RunQuickstart(const QuickstartOptions& o) {
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / o.parallel_runs);
   runner.progress = say;
   runner.restarted_by = "the quickstart";
+  const std::string report_dir = plan->output_dir + "/report";
+  // The report, written before RunSweep releases the sweep folder's lock.
+  runner.finish = [&](const sweep::SweepSummary& summary) -> absl::Status {
+    say(absl::StrFormat("[5/5] fits and report -> %s", report_dir));
+    const std::string data_note =
+        o.data.empty() ? absl::StrFormat(
+                             "SYNTHETIC data: the built-in generator of simple English stories (seed %d, "
+                             "%.1f MB). Fits on it show the method, not the scaling of natural language.",
+                             o.seed, o.corpus_bytes / 1e6)
+                       : absl::StrCat("Text files: ", absl::StrJoin(o.data, ", "));
+    return sweep::WriteSweepReport(*plan, summary.results_path, data_note, sweep::SizeOfModel).status();
+  };
   auto summary = sweep::RunSweep(*plan, runner);
   if (!summary.ok()) return summary.status();
-
-  const std::string report_dir = plan->output_dir + "/report";
-  say(absl::StrFormat("[5/5] fits and report -> %s", report_dir));
-  const std::string data_note =
-      o.data.empty() ? absl::StrFormat(
-                           "SYNTHETIC data: the built-in generator of simple English stories (seed %d, "
-                           "%.1f MB). Fits on it show the method, not the scaling of natural language.",
-                           o.seed, o.corpus_bytes / 1e6)
-                     : absl::StrCat("Text files: ", absl::StrJoin(o.data, ", "));
-  auto analysis = sweep::WriteSweepReport(*plan, summary->results_path, data_note, sweep::SizeOfModel);
-  if (!analysis.ok()) return analysis.status();
 
   QuickstartResult result;
   result.results_csv = summary->results_path;

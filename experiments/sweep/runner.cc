@@ -633,6 +633,9 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   }
   summary.results_path = summary.table.path;
   if (absl::Status s = scaling::WriteResults(summary.results_path, summary.table); !s.ok()) return s;
+  if (options.finish) {
+    if (absl::Status s = options.finish(summary); !s.ok()) return s;
+  }
   return summary;
 }
 

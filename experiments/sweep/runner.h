@@ -18,6 +18,8 @@
 
 namespace lmf::sweep {
 
+struct SweepSummary;
+
 struct RunnerOptions {
   // The training command; the runner appends `--config=<run dir>/config.textproto` and runs it with the
   // run's folder as its working directory, stdout and stderr going to <run dir>/log.txt. The command must
@@ -32,6 +34,10 @@ struct RunnerOptions {
   // What the user starts again to continue after a stop signal, in RunSweep's Cancelled message: "the
   // sweep", or the program that runs it ("the quickstart").
   std::string restarted_by = "the sweep";
+  // Called once results.csv is written, while the sweep still holds its folder's lock: the report, which
+  // must describe that results.csv and not one that a second sweep started on the folder rewrote. Its error
+  // is RunSweep's. nullptr for none.
+  std::function<absl::Status(const SweepSummary&)> finish;
 };
 
 struct SweepSummary {

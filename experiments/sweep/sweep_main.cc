@@ -110,24 +110,29 @@ int main(int argc, char** argv) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   };
+  // The report, written before RunSweep releases the sweep folder's lock.
+  options.finish = [&](const lmf::sweep::SweepSummary& summary) -> absl::Status {
+    std::printf("sweep %s: %d finished (%d earlier), %d failed, %d diverged; results: %s\n",
+                plan->name.c_str(), summary.finished, summary.skipped, summary.failed, summary.diverged,
+                summary.results_path.c_str());
+    const std::string report_dir = plan->output_dir + "/report";
+    if (summary.finished > 0) {
+      auto analysis = lmf::sweep::WriteSweepReport(
+          *plan, summary.results_path,
+          absl::StrCat("Sweep ", path, " (data: ", DataNote(plan->base.data()), ")"),
+          lmf::sweep::SizeOfModel);
+      if (!analysis.ok()) return analysis.status();
+      std::printf("report: %s/report.md\n", report_dir.c_str());
+    } else {
+      // An earlier report describes runs this sweep no longer has as finished.
+      const bool had_report = lmf::FileExists(report_dir + "/report.md");
+      if (absl::Status s = lmf::scaling::RemoveReport(report_dir); !s.ok()) return s;
+      std::printf("report: none, no run has finished%s\n",
+                  had_report ? absl::StrCat(" (removed the earlier one in ", report_dir, ")").c_str() : "");
+    }
+    return absl::OkStatus();
+  };
   auto summary = lmf::sweep::RunSweep(*plan, options);
   if (!summary.ok()) return Fail(summary.status());
-  std::printf("sweep %s: %d finished (%d earlier), %d failed, %d diverged; results: %s\n", plan->name.c_str(),
-              summary->finished, summary->skipped, summary->failed, summary->diverged,
-              summary->results_path.c_str());
-  const std::string report_dir = plan->output_dir + "/report";
-  if (summary->finished > 0) {
-    auto analysis = lmf::sweep::WriteSweepReport(
-        *plan, summary->results_path,
-        absl::StrCat("Sweep ", path, " (data: ", DataNote(plan->base.data()), ")"), lmf::sweep::SizeOfModel);
-    if (!analysis.ok()) return Fail(analysis.status());
-    std::printf("report: %s/report.md\n", report_dir.c_str());
-  } else {
-    // An earlier report describes runs this sweep no longer has as finished.
-    const bool had_report = lmf::FileExists(report_dir + "/report.md");
-    if (absl::Status s = lmf::scaling::RemoveReport(report_dir); !s.ok()) return Fail(s);
-    std::printf("report: none, no run has finished%s\n",
-                had_report ? absl::StrCat(" (removed the earlier one in ", report_dir, ")").c_str() : "");
-  }
   return summary->failed + summary->diverged > 0 ? 3 : 0;
 }

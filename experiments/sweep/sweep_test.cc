@@ -608,6 +608,35 @@ TEST(SweepRunner, RunsEverythingThenSkipsFinishedRuns) {
   ::unsetenv("FAKE_TRAIN_LOG");
 }
 
+// The finish hook (the report) runs after results.csv is written and before the folder's lock is released:
+// a second sweep on the folder is refused meanwhile. Its error is RunSweep's.
+TEST(SweepRunner, FinishRunsUnderTheFolderLock) {
+  auto plan = Plan(kIsoFlop);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->output_dir = TmpDir() + "/finish";
+  for (auto& r : plan->runs) r.experiment.mutable_run()->set_output_dir(plan->output_dir + "/runs/" + r.name);
+  RunnerOptions runner = FakeRunner();
+  int calls = 0;
+  runner.finish = [&](const SweepSummary& summary) -> absl::Status {
+    ++calls;
+    EXPECT_EQ(summary.finished + summary.skipped, 8);
+    EXPECT_TRUE(scaling::ReadResults(summary.results_path).ok());
+    // A second sweep now: refused, since the first still holds the folder.
+    absl::StatusOr<SweepSummary> second = RunSweep(*plan, FakeRunner());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+    EXPECT_NE(second.status().message().find("is in use by another sweep"), std::string::npos)
+        << second.status();
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(RunSweep(*plan, runner).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(RunSweep(*plan, FakeRunner()).ok());  // the lock was released after it
+
+  runner.finish = [](const SweepSummary&) { return absl::InternalError("no room for the report"); };
+  absl::StatusOr<SweepSummary> failed = RunSweep(*plan, runner);
+  EXPECT_EQ(failed.status(), absl::InternalError("no room for the report"));
+}
+
 // A run folder written by an older build (its config.textproto lacks fields added since, at their defaults)
 // is still the planned run: skipped, its result kept. A run whose config really changed reruns, and its
 // earlier result is moved aside, not deleted (the rerun may fail).
