@@ -165,6 +165,9 @@ expect_error gen_samples0.log "^generate: --num_samples=0: expected at least 1$"
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --num_samples=0
 expect_error gen_samples.log "^generate: --num_samples=257: expected at most 256 " \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --num_samples=257
+# A negative seed would wrap to a huge unsigned one: the same samples as --seed=18446744073709551611.
+expect_error gen_seed.log "^generate: --seed=-5: expected at least 0$" \
+  "$bin/experiments/generate" --checkpoint=run --prompt="Once" --seed=-5
 expect_error gen_nan.log '^generate: --temperature expects a finite number, got "nan"$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
 expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \
@@ -234,7 +237,7 @@ grep -q "data.val_tokens=$work/train.tok is set but run.eval_tokens is 0: no val
 # --help (on stdout, exit 0) says each flag's default, and runs nothing even beside a full command.
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon" --help > generate_help.log || fail "generate --help: exit $?"
 for want in "--max_tokens    new tokens per prompt; default 256" "--temperature   default 0.8" \
-    "--top_p         nucleus sampling, in (0, 1]; default 0.95" "--seed          default 0" \
+    "--top_p         nucleus sampling, in (0, 1]; default 0.95" "--seed          a non-negative integer; default 0" \
     "--tokenizer     default: the run's data.tokenizer" "--device        default cpu"; do
   grep -qF -- "$want" generate_help.log || fail "generate --help lacks '$want': $(cat generate_help.log)"
 done

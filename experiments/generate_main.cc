@@ -43,7 +43,7 @@ constexpr char kUsage[] =
     "  --max_tokens    new tokens per prompt; default 256 (fewer where <|endoftext|> comes, if the tokenizer has it)\n"
     "  --temperature   default 0.8; 0 is greedy\n"
     "  --top_p         nucleus sampling, in (0, 1]; default 0.95\n"
-    "  --seed          default 0\n"
+    "  --seed          a non-negative integer; default 0\n"
     "  --num_samples   continuations per prompt, drawn as one batch; default 1, at most 256\n"
     "  --device        default cpu; --cuda_device default 0; --precision default fp32 (bf16 needs cuda)\n";
 
@@ -168,7 +168,7 @@ absl::Status Run(const CliArgs& args) {
   absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256, 1);
   absl::StatusOr<double> temperature = args.GetDouble("temperature", 0.8);
   absl::StatusOr<double> top_p = args.GetDouble("top_p", 0.95);
-  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0, 0);
   absl::StatusOr<int64_t> num_samples = args.GetInt("num_samples", 1, 1);
   for (const absl::Status& s :
        {max_tokens.status(), temperature.status(), top_p.status(), seed.status(), num_samples.status()}) {
