@@ -91,8 +91,10 @@ absl::StatusOr<checkpoint::TrainerState> ReadState(const std::string& path) {
   const std::string file = absl::StrCat(path, "/", kStateFile);
   absl::StatusOr<std::string> text = ReadFile(file);
   if (!text.ok()) return text.status();
-  if (absl::StartsWith(*text, "# CRC-32C")) {
-    // prefix, 8 hex digits, newline; no such line: a file written before the line existed.
+  // A file written before the line existed starts with a field (TextFormat writes no comments), so a first
+  // line that is a comment must be this one: prefix, 8 hex digits, newline. Checking only for "# CRC-32C"
+  // read a file whose first bytes were damaged ("# CRC-32]") as an old one, and its damage went unseen.
+  if (absl::StartsWith(*text, "#")) {
     const size_t prefix = sizeof(kStateCrcPrefix) - 1;
     uint32_t recorded = 0;
     if (text->size() < prefix + 9 || !absl::StartsWith(*text, kStateCrcPrefix) ||
