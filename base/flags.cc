@@ -13,33 +13,28 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace lmf {
 namespace {
 
+// The flag name of `arg` ("--name..." or "-name..."), or "" for an argument that is not a flag.
+absl::string_view FlagPart(absl::string_view arg) {
+  if (absl::ConsumePrefix(&arg, "--") || absl::ConsumePrefix(&arg, "-")) return arg;
+  return "";
+}
+
 bool IsHelpArgument(absl::string_view arg) {
-  if (absl::StartsWith(arg, "--")) {
-    arg.remove_prefix(2);
-  } else if (absl::StartsWith(arg, "-")) {
-    arg.remove_prefix(1);
-  } else {
-    return false;
-  }
-  return arg == "help" || arg == "helpfull" || arg == "helpshort";
+  const absl::string_view name = FlagPart(arg);
+  return name == "help" || name == "helpfull" || name == "helpshort";
 }
 
 // True where `arg` is a known non-boolean flag written without "=" ("--label" or "-label"): Abseil then
 // reads the next argument as its value, so "--label --help" labels with "--help" and asks for no help.
 bool TakesNextArgument(absl::string_view arg) {
-  if (absl::StartsWith(arg, "--")) {
-    arg.remove_prefix(2);
-  } else if (absl::StartsWith(arg, "-")) {
-    arg.remove_prefix(1);
-  } else {
-    return false;
-  }
-  if (arg.empty() || absl::StrContains(arg, '=')) return false;
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(arg);
+  const absl::string_view name = FlagPart(arg);
+  if (name.empty() || absl::StrContains(name, '=')) return false;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
   return flag != nullptr && !flag->IsOfType<bool>();
 }
 
