@@ -2,7 +2,6 @@
 // ids), validation errors, round trips on random bytes and Unicode, the tokenizer file and its hash.
 #include "tokenizer/tokenizer.h"
 
-#include <cstdio>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -214,7 +213,6 @@ TEST(TokenizerFileTest, DamagedFilesGiveErrorsOrWorkingTokenizers) {
     ASSERT_TRUE(back.ok()) << back.status() << "\n" << Escaped(bad);
     EXPECT_EQ(*back, text) << Escaped(bad);
   }
-  std::printf("damaged tokenizer files: %d errors, %d parsed\n", errors, parsed);
   EXPECT_GT(errors, 1000);
   EXPECT_GT(parsed, 10);  // edits that keep the file valid (another byte in a vocab line's hex, say)
 }
