@@ -1,5 +1,6 @@
 // Accounting for any ModelConfig: parameter counts, training FLOPs per token and the activation memory
-// the forward keeps for the backward. These feed the scaling-law fits (N, C = 6ND-style budgets) and
+// the forward keeps for the backward, summed over the layers from what each kind of layer declares it costs
+// (model/layers/mixers.h CountLayerCost). These feed the scaling-law fits (N, C = 6ND-style budgets) and
 // memory planning; model/language_model's tests check each against counts taken from a built model (its
 // parameter tensors, the matmuls it runs and the activations its step state holds).
 #ifndef LMFORGE_MODEL_ACCOUNTING_ACCOUNTING_H_
@@ -51,10 +52,11 @@ FlopsPerToken CountFlopsPerToken(const ModelConfig& config, int64_t seq_len);
 // fused cross-entropy turns into their gradient) with the loss log-sum-exp, and the token ids and targets
 // (int32).
 struct ActivationBytesPerToken {
-  int64_t per_block = 0;
+  int64_t per_block = 0;       // layer 0's (every layer's without a layer_pattern)
+  int64_t blocks = 0;          // all n_layers blocks
   int64_t final_and_head = 0;
   int64_t n_layers = 0;
-  int64_t total() const { return n_layers * per_block + final_and_head; }
+  int64_t total() const { return blocks + final_and_head; }
 };
 
 ActivationBytesPerToken CountActivationBytesPerToken(const ModelConfig& config,

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -58,6 +59,50 @@ inline double CausalPairs(int64_t t, int64_t window) {
   return w * (w + 1) / 2 + (n - w) * w;
 }
 
+// The layers of a block, each behind its interface (model/layers/layer.h): a token mixer, which mixes
+// information across positions, and a channel mixer, which transforms each position alone. A spec names
+// the kind and that kind's settings; model/layers/mixers.cc builds the layer from it.
+
+// Softmax attention over n_heads query heads and n_kv_heads key/value heads (MHA when equal, GQA when
+// n_kv_heads divides n_heads, MQA when 1), head size d_model / n_heads, causal; RoPE when the model's
+// positions are rotary.
+struct AttentionSpec {
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t window = 0;    // sliding window W: token t attends to (t - W, t]; 0: the whole causal prefix
+  double softcap = 0.0;  // attention logit soft-cap c: scores s -> c tanh(s / c); 0: off
+  bool qk_norm = false;  // the model's norm kind over each head's q and k before RoPE (Qwen3, Gemma 3)
+};
+
+struct TokenMixerSpec {
+  enum class Kind { kAttention };
+  Kind kind = Kind::kAttention;
+  AttentionSpec attention;  // kAttention
+};
+
+// The dense feed-forward: W2 act(W1 x), or gated W2 (act(W1 x) * W3 x), of hidden width d_ff.
+struct FeedForwardSpec {
+  FfnKind kind = FfnKind::kSwiGLU;
+  int64_t d_ff = 0;
+  bool gated() const { return kind == FfnKind::kSwiGLU || kind == FfnKind::kGeGLU; }  // has W3
+};
+
+struct ChannelMixerSpec {
+  enum class Kind { kFeedForward };
+  Kind kind = Kind::kFeedForward;
+  FeedForwardSpec feed_forward;  // kFeedForward
+};
+
+// One block's layers; the norms around them and the block's structure are the model's (norm_placement,
+// parallel_block).
+struct LayerSpec {
+  TokenMixerSpec token_mixer;
+  ChannelMixerSpec channel_mixer;
+};
+
+const char* TokenMixerKindName(TokenMixerSpec::Kind kind);
+const char* ChannelMixerKindName(ChannelMixerSpec::Kind kind);
+
 struct ModelConfig {
   int64_t vocab_size = 0;      // V: token ids are in [0, V); the loss's softmax runs over these V logits
   // Rows of the token embedding and of the LM head (and columns of the logits), >= vocab_size; 0 means
@@ -103,11 +148,16 @@ struct ModelConfig {
   InitScheme init = InitScheme::kCs336TruncatedNormal;
   double init_std = 0.02;        // kGpt2Scaled and kMup
   int64_t mup_base_d_model = 0;  // kMup only: the width where kMup is kGpt2Scaled
+  // Blocks that differ from one another (hybrid stacks, local and global layers, mixed feed-forwards):
+  // layer i is layer_pattern[i % size]. Empty: every layer is the one the fields above describe
+  // (n_heads, n_kv_heads, sliding_window with global_every, attention_softcap, qk_norm, ffn, d_ff).
+  std::vector<LayerSpec> layer_pattern;
 
   int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
+  // The default layer's attention (without a layer_pattern, every layer's): head size, NH * HS, NKV * HS.
   int64_t head_size() const { return n_heads > 0 ? d_model / n_heads : 0; }
-  int64_t q_width() const { return n_heads * head_size(); }      // NH * HS
-  int64_t kv_width() const { return n_kv_heads * head_size(); }  // NKV * HS
+  int64_t q_width() const { return n_heads * head_size(); }
+  int64_t kv_width() const { return n_kv_heads * head_size(); }
   bool gated_ffn() const { return ffn == FfnKind::kSwiGLU || ffn == FfnKind::kGeGLU; }  // has W3
   int64_t norms_per_block() const {
     return norm_placement == NormPlacement::kDouble ? 4 : parallel_block && parallel_shared_norm ? 1 : 2;
@@ -119,10 +169,18 @@ struct ModelConfig {
                ? static_cast<double>(d_model) / static_cast<double>(mup_base_d_model)
                : 1.0;
   }
-  // Layer i's (from 0) sliding window: 0 for the global layers.
-  int64_t layer_window(int64_t i) const {
-    return global_every > 0 && (i + 1) % global_every == 0 ? 0 : sliding_window;
-  }
+  // Layer i's (from 0) token and channel mixers: layer_pattern[i % size], or the default layer (the global
+  // layers of sliding_window / global_every attend to the whole prefix).
+  LayerSpec layer(int64_t i) const;
+  // The distinct layers and how many of each (for counting without walking n_layers layers one by one): the
+  // pattern's entries, or the default layer with and without its window.
+  struct LayerGroup {
+    LayerSpec spec;
+    int64_t count = 0;
+  };
+  std::vector<LayerGroup> layer_groups() const;
+  // Layer i's sliding window: 0 for a global attention layer.
+  int64_t layer_window(int64_t i) const { return layer(i).token_mixer.attention.window; }
   // True when decoding may run past context_length: no position has an absolute embedding (RoPE or none)
   // and every layer attends over a window no longer than the context. Each decoded token then sees the last
   // W keys of every layer at the relative offsets training saw, so a stream of any length decodes with the
@@ -134,13 +192,6 @@ struct ModelConfig {
       if (layer_window(i) <= 0 || layer_window(i) > context_length) return false;
     }
     return n_layers > 0;
-  }
-  // Query-key pairs one head of a causal sequence of t tokens attends over, summed over the layers (see
-  // CausalPairs).
-  double attended_pairs(int64_t t) const {
-    double pairs = 0;
-    for (int64_t i = 0; i < n_layers; ++i) pairs += CausalPairs(t, layer_window(i));
-    return pairs;
   }
 
   // OK, or InvalidArgument naming the first field that cannot work and why.

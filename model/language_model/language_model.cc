@@ -1,92 +1,28 @@
-// LanguageModel: assembly of the modules, batch validation, initialisation and the loss.
+// LanguageModel: assembly of the layers (a whole model or a stage slice), batch validation, initialisation,
+// the forward and backward of a micro-batch over caller-owned activations, and the loss.
 #include "model/language_model/language_model.h"
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-#include <sstream>
+#include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/activations/activations.h"
-#include "kernels/attention/attention.h"
 #include "kernels/cast/cast.h"
-#include "kernels/core/dispatch.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/memory/memory.h"
+#include "model/language_model/init.h"
+#include "model/layers/mixers.h"
 
 namespace lmf::model {
 namespace {
 
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal draws from a 64-bit engine by Box-Muller, both outputs of each pair used (portable: no
-// std:: distribution involved).
-class NormalSampler {
- public:
-  explicit NormalSampler(uint64_t seed) : engine_(seed) {}
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = (static_cast<double>(engine_() >> 11) + 0.5) * 0x1.0p-53;
-    const double u2 = static_cast<double>(engine_() >> 11) * 0x1.0p-53;
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    const double angle = 6.283185307179586 * u2;
-    spare_ = radius * std::sin(angle);
-    has_spare_ = true;
-    return radius * std::cos(angle);
-  }
-  // N(0, 1) conditioned on [-limit, limit], by rejection.
-  double NextTruncated(double limit) {
-    for (;;) {
-      const double x = Next();
-      if (std::fabs(x) <= limit) return x;
-    }
-  }
-
- private:
-  std::mt19937_64 engine_;
-  double spare_ = 0;
-  bool has_spare_ = false;
-};
-
-bool IsNormGain(const std::string& name) {
-  return absl::EndsWith(name, "ln1.weight") || absl::EndsWith(name, "ln2.weight") ||
-         absl::EndsWith(name, "_norm.weight") || name == "ln_final.weight";
-}
-
-// How a parameter scales with width under muP: the blocks' matrices (fan-in grows with width), the LM head
-// (the output layer), or the rest (embeddings, whose fan-in is the vocabulary; biases and norm gains).
-enum class WidthRole { kHidden, kOutput, kOther };
-WidthRole WidthRoleOf(const std::string& name, const Parameter& p) {
-  if (name == "lm_head.weight") return WidthRole::kOutput;
-  if (p.value.rank() == 2 && !absl::StrContains(name, "embeddings")) return WidthRole::kHidden;
-  return WidthRole::kOther;
-}
-
-// Whether ctx's device can run `config` with activations of type `dtype`: every op the model calls, asked of
-// the backends built into this binary, and the attention kernels' head sizes.
-absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype) {
-  const auto device_name = [&ctx] {
-    std::ostringstream os;
-    os << ctx.device;
-    return os.str();
-  };
-  const std::string precision = absl::AsciiStrToUpper(kernels::DTypeName(dtype));  // as run.precision says
+// Whether ctx's device can run layers [first, last) of `config` (with the embedding and the head where the
+// range includes them) with activations of type `dtype`: every op, asked of the backends built into this
+// binary, and each layer's own limits (the attention kernels' head sizes).
+absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype,
+                                int64_t first, int64_t last) {
+  const std::string precision = PrecisionName(dtype);  // as run.precision says
   if (dtype != kernels::DType::kF32 && dtype != kernels::DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat("LanguageModel: activation dtype ", precision,
                                                    " is not supported (precision is F32 or BF16)"));
@@ -94,7 +30,7 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
   if (ctx.allocator == nullptr) return absl::InvalidArgumentError("LanguageModel: the context has no allocator");
   if (ctx.allocator->device() != ctx.device) {
     return absl::InvalidArgumentError(absl::StrCat("LanguageModel: the context's allocator is not on its device ",
-                                                   device_name()));
+                                                   DeviceName(ctx.device)));
   }
   if (ctx.device.is_cpu()) {
     if (ctx.pool == nullptr) return absl::InvalidArgumentError("LanguageModel: a CPU context needs a thread pool");
@@ -103,30 +39,16 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
                                                      " runs on CUDA only (the CPU backend computes in F32)"));
     }
   }
-  std::vector<const char*> ops = {"embedding",
-                                  "matmul",
-                                  "attention",
-                                  "residual",
-                                  "cross_entropy",
-                                  config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm",
-                                  config.gated_ffn() ? "swiglu" : "activation"};
-  if (config.positions == PositionKind::kRoPE) ops.push_back("rope");
-  if (config.final_logit_softcap > 0) ops.push_back("activation");  // CapLogits
-  if (dtype != kernels::DType::kF32) ops.push_back("cast");  // RefreshComputeWeights rounds the weights
-  for (const char* op : ops) {
-    if (!kernels::BackendSupports(op, ctx.device, dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: no backend in this binary runs op '", op,
-                                                     "' on ", device_name(), " with ", precision,
-                                                     " activations"));
-    }
+  std::vector<const char*> ops = {"residual", config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"};
+  if (first == 0) ops.push_back("embedding");
+  if (last == config.n_layers) {
+    ops.insert(ops.end(), {"matmul", "cross_entropy"});
+    if (config.final_logit_softcap > 0) ops.push_back("activation");  // CapLogits
   }
-  // Op-specific limits: the attention kernels' head sizes (CUDA: bf16 64 or 128, f32 32, 64 or 128).
-  const int64_t hs = config.head_size();
-  if (!kernels::AttentionSupported(ctx.device, dtype, hs)) {
-    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: head size ", hs, " (d_model ", config.d_model,
-                                                   " / n_heads ", config.n_heads, ") is not supported by the ",
-                                                   "attention on ", device_name(), " with ", precision,
-                                                   " activations (see kernels/attention/attention.h)"));
+  if (dtype != kernels::DType::kF32) ops.push_back("cast");  // RefreshComputeWeights rounds the weights
+  if (absl::Status s = CheckOpsSupported(ops, ctx.device, dtype); !s.ok()) return s;
+  for (int64_t i = first; i < last; ++i) {
+    if (absl::Status s = CheckLayerSupport(config.layer(i), config, ctx.device, dtype); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -135,66 +57,72 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
 
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const ModelConfig& config,
                                                                      kernels::Context ctx,
-                                                                     kernels::DType activations) {
+                                                                     kernels::DType activations,
+                                                                     LayerRange layers) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
-  if (absl::Status status = CheckDeviceSupport(config, ctx, activations); !status.ok()) return status;
-  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx, activations));
+  if (layers.last < 0) layers.last = config.n_layers;
+  if (layers.first < 0 || layers.first >= layers.last || layers.last > config.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LanguageModel: layers [", layers.first, ", ", layers.last,
+                                                   ") are not a non-empty range of the model's n_layers=",
+                                                   config.n_layers));
+  }
+  if (absl::Status status = CheckDeviceSupport(config, ctx, activations, layers.first, layers.last);
+      !status.ok()) {
+    return status;
+  }
+  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx, activations, layers));
 }
 
-LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype)
-    : config_(config), ctx_(ctx), dtype_(dtype), embedding_(config, ctx, dtype) {
-  if (config.has_final_norm()) final_norm_.emplace(config.norm, config.d_model, config.norm_eps, ctx, dtype);
-  for (int64_t i = 0; i < config.n_layers; ++i) {
-    ModelConfig layer = config;  // its own window: 0 on the global layers of an interleaved pattern
-    layer.sliding_window = config.layer_window(i);
-    blocks_.push_back(std::make_unique<Block>(layer, ctx, dtype, &counters_));
+LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype,
+                             LayerRange layers)
+    : config_(config),
+      ctx_(ctx),
+      dtype_(dtype),
+      first_layer_(layers.first),
+      last_layer_(layers.last),
+      scratch_(ctx.allocator) {
+  if (has_embedding()) embedding_.emplace(config, ctx, dtype);
+  if (has_head() && config.has_final_norm()) final_norm_.emplace(config.norm, config.d_model, config.norm_eps, ctx, dtype);
+  for (int64_t i = first_layer_; i < last_layer_; ++i) {
+    const LayerSpec spec = config.layer(i);
+    blocks_.push_back(std::make_unique<Block>(config, MakeTokenMixer(spec.token_mixer, config, ctx, dtype, &counters_),
+                                              MakeChannelMixer(spec.channel_mixer, config, ctx, dtype, &counters_),
+                                              ctx, dtype));
   }
-  if (config.tied_embeddings) {
-    lm_head_ = std::make_unique<Linear>(embedding_.token_table(), dtype, &counters_);
-  } else {
-    lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false, ctx, dtype, &counters_);
+  if (has_head()) {
+    if (!config.tied_embeddings) {
+      lm_head_ = std::make_unique<Linear>(config.d_model, config.vocab_rows(), /*bias=*/false,
+                                          ParameterKind::kOutputMatrix, ctx, dtype, &counters_);
+    } else if (embedding_) {
+      lm_head_ = std::make_unique<Linear>(embedding_->token_table(), dtype, &counters_);
+    } else {
+      tied_table_ = Parameter::Zeros({config.vocab_rows(), config.d_model}, ParameterKind::kEmbedding, ctx, dtype);
+      lm_head_ = std::make_unique<Linear>(*tied_table_, dtype, &counters_);
+    }
   }
+  own_ = NewActivations();
+}
+
+LanguageModel::~LanguageModel() = default;
+
+Activations LanguageModel::NewActivations() const {
+  Activations activations;
+  activations.model_ = this;
+  for (const auto& block : blocks_) activations.blocks_.push_back(block->NewActivations());
+  return activations;
 }
 
 void LanguageModel::InitializeParameters(uint64_t seed) {
-  const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
   std::vector<float> values;
   VisitParameters([&](const std::string& name, const Parameter& p) {
-    const int64_t count = p.value.numel();
-    values.resize(static_cast<size_t>(count));
-    float* data = values.data();
-    if (absl::EndsWith(name, ".bias")) {
-      std::fill(data, data + count, 0.0f);
-    } else if (IsNormGain(name)) {
-      std::fill(data, data + count, 1.0f);
-    } else {
-      NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
-      const bool embedding = absl::StrContains(name, "embeddings");
-      if (config_.init == InitScheme::kGpt2Scaled || config_.init == InitScheme::kMup) {
-        double std = config_.init_std;
-        if (absl::EndsWith(name, "output_proj.weight") || absl::EndsWith(name, "ffn.w2.weight")) {
-          std *= residual_scale;
-        }
-        // muP (1 at the base width): hidden fan-in m times the base's -> variance / m; the output layer's
-        // std / m.
-        const double m = config_.mup_width_multiplier();
-        const WidthRole role = WidthRoleOf(name, p);
-        if (role == WidthRole::kHidden) std /= std::sqrt(m);
-        if (role == WidthRole::kOutput) std /= m;
-        for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.Next());
-      } else {
-        const double std =
-            embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(p.value.dim(0) + p.value.dim(1)));
-        for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(std * sampler.NextTruncated(3.0));
-      }
-    }
-    kernels::CopyToDevice(ctx_, p.value.data(), data, p.value.nbytes());
+    DrawInitialValues(config_, seed, name, p, values);
+    kernels::CopyToDevice(ctx_, p.value.data(), values.data(), p.value.nbytes());
   });
   RefreshComputeWeights();
 }
 
-double LanguageModel::LearningRateScale(const std::string& name, const Parameter& p) const {
-  return WidthRoleOf(name, p) == WidthRole::kOther ? 1.0 : 1.0 / config_.mup_width_multiplier();
+double LanguageModel::LearningRateScale(const std::string&, const Parameter& p) const {
+  return model::LearningRateScale(config_, p.kind);
 }
 
 void LanguageModel::RefreshComputeWeights() {
@@ -218,130 +146,209 @@ absl::Status LanguageModel::CheckBatch(const int32_t* tokens, const char* what, 
   return absl::OkStatus();
 }
 
-absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) {
-  if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
-  const int64_t n = b * t, c = config_.d_model, v = config_.vocab_rows();
-  have_loss_ = false;
-  EnsureLogits(b, t);
-  b_ = b;
-  t_ = t;
-  head_input_ = FinalNorm(n, RunBlocks(ids, b, t, nullptr));
-  lm_head_->Forward(ctx_, n, head_input_, c, logits_.data(), v, /*accumulate=*/false);
-  CapLogits(n);
+absl::Status LanguageModel::CheckActivations(const Activations& activations) const {
+  if (activations.model_ != this) return absl::InvalidArgumentError("the activations were made by another model");
   return absl::OkStatus();
 }
 
-void LanguageModel::CapLogits(int64_t rows) {
+absl::Status LanguageModel::CheckStageInput(const StageInput& input) const {
+  const std::string slice = absl::StrCat("layers [", first_layer_, ", ", last_layer_, ")");
+  if (input.targets != nullptr) {
+    if (!has_head()) {
+      return absl::InvalidArgumentError(absl::StrCat("targets given to ", slice, ", which has no LM head"));
+    }
+    if (absl::Status s = CheckBatch(input.targets, "targets", input.b, input.t); !s.ok()) return s;
+  }
+  if (has_embedding()) {
+    if (input.ids == nullptr) return absl::InvalidArgumentError(absl::StrCat(slice, " reads token ids; none given"));
+    return CheckBatch(input.ids, "ids", input.b, input.t);
+  }
+  if (input.hidden == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(slice, " reads hidden states; none given"));
+  }
+  if (input.b <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", input.b, " must be positive"));
+  return config_.ValidateSequenceLength(input.t);
+}
+
+const void* LanguageModel::LayerInput(const Activations& activations, int64_t layer) const {
+  const size_t i = static_cast<size_t>(layer - first_layer_);
+  if (i > 0) return activations.blocks_[i - 1]->output;
+  return embedding_ ? activations.embedding_.output() : activations.input_.data();
+}
+
+const void* LanguageModel::RunBlocks(const StageInput& input, Activations& activations, KvCache* cache) {
+  const int64_t b = input.b, t = input.t;
+  if (embedding_) {
+    embedding_->Forward(ctx_, b, t, input.ids, /*first_position=*/0, activations.embedding_);
+  } else {
+    kernels::Tensor& copy = activations.input_;
+    if (!copy.defined() || copy.dim(0) != b * t) {
+      copy = kernels::Tensor::Empty({b * t, config_.d_model}, dtype_, ctx_.allocator);
+    }
+    kernels::CopyOnDevice(ctx_, copy.data(), input.hidden, copy.nbytes());
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int64_t layer = first_layer_ + static_cast<int64_t>(i);
+    blocks_[i]->Forward(ctx_, b, t, LayerInput(activations, layer), *activations.blocks_[i],
+                        cache == nullptr ? nullptr : cache->layers_[i].get());
+  }
+  return activations.blocks_.back()->output;
+}
+
+const void* LanguageModel::FinalNorm(int64_t n, const void* x, Activations& activations) const {
+  if (!final_norm_) return x;
+  final_norm_->Forward(ctx_, n, x, activations.final_norm_);
+  return activations.final_norm_.output();
+}
+
+void LanguageModel::CapLogits(Activations& activations, int64_t rows) const {
   if (config_.final_logit_softcap <= 0) return;
   // In place over whole rows (the padding columns too: plain outputs either way, excluded from the loss).
-  void* logits = logits_.data();
+  void* logits = activations.logits_.data();
   kernels::ActivationForward(ctx_, kernels::ActivationForwardParams{
                                        dtype_, kernels::Activation::kSoftCap, rows * config_.vocab_rows(),
                                        logits, logits, static_cast<float>(config_.final_logit_softcap)});
 }
 
-const void* LanguageModel::FinalNorm(int64_t n, const void* x) {
-  if (!final_norm_) return x;
-  final_norm_->Forward(ctx_, n, x);
-  return final_norm_->output();
+void LanguageModel::EnsureLogits(Activations& activations, int64_t b, int64_t t) const {
+  if (activations.logits_.defined() && activations.logits_.dim(0) == b && activations.logits_.dim(1) == t) return;
+  activations.logits_ = kernels::Tensor::Empty({b, t, config_.vocab_rows()}, dtype_, ctx_.allocator);
+  activations.lse_ = kernels::Tensor::Empty({b * t}, kernels::DType::kF32, ctx_.allocator);
 }
 
-const void* LanguageModel::RunBlocks(const int32_t* ids, int64_t b, int64_t t, KvCache* cache) {
-  embedding_.Forward(ctx_, b, t, ids);
-  const void* x = embedding_.output();
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    blocks_[i]->Forward(ctx_, b, t, x, cache == nullptr ? nullptr : &cache->layers_[i]);
-    x = blocks_[i]->output();
+absl::Status LanguageModel::ForwardStage(const StageInput& input, Activations& activations) {
+  if (absl::Status s = CheckActivations(activations); !s.ok()) return s;
+  if (absl::Status s = CheckStageInput(input); !s.ok()) return s;
+  const int64_t b = input.b, t = input.t, n = b * t;
+  activations.have_loss_ = false;
+  activations.b_ = b;
+  activations.t_ = t;
+  const void* x = RunBlocks(input, activations, nullptr);
+  if (!has_head()) return absl::OkStatus();
+  EnsureLogits(activations, b, t);
+  activations.head_input_ = FinalNorm(n, x, activations);
+  lm_head_->Forward(ctx_, n, activations.head_input_, config_.d_model, activations.logits_.data(),
+                    config_.vocab_rows(), /*accumulate=*/false);
+  CapLogits(activations, n);
+  if (input.targets == nullptr) return absl::OkStatus();
+  return ComputeLoss(input.targets, activations);
+}
+
+absl::Status LanguageModel::ComputeLoss(const int32_t* targets, Activations& activations) const {
+  const int64_t n = activations.b_ * activations.t_;
+  if (!activations.targets_.defined() || activations.targets_.numel() != n) {
+    activations.targets_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx_.allocator);
+    activations.losses_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
   }
-  return x;
-}
-
-void LanguageModel::EnsureLogits(int64_t b, int64_t t) {
-  if (logits_.defined() && logits_.dim(0) == b && logits_.dim(1) == t) return;
-  logits_ = kernels::Tensor::Empty({b, t, config_.vocab_rows()}, dtype_, ctx_.allocator);
-  lse_ = kernels::Tensor::Empty({b * t}, kernels::DType::kF32, ctx_.allocator);
-}
-
-absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
-                                                      int64_t t) {
-  if (absl::Status status = CheckBatch(targets, "targets", b, t); !status.ok()) return status;
-  if (absl::Status status = Forward(ids, b, t); !status.ok()) return status;
-  const int64_t n = b * t;
-  if (!targets_.defined() || targets_.numel() != n) {
-    targets_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx_.allocator);
-    losses_ = kernels::Tensor::Empty({n}, kernels::DType::kF32, ctx_.allocator);
-  }
-  kernels::CopyToDevice(ctx_, targets_.data(), targets, targets_.nbytes());
+  kernels::CopyToDevice(ctx_, activations.targets_.data(), targets, activations.targets_.nbytes());
   // The forward without the z-loss (z_loss = 0): per-token cross-entropies and the lse, which the backward
   // reads with the config's z_loss; the z-loss term is then z * lse^2 from the same lse.
-  kernels::CrossEntropyParams p = LossParams();
-  p.losses = losses_.data<float>();
+  kernels::CrossEntropyParams p = LossParams(activations);
+  p.losses = activations.losses_.data<float>();
   kernels::CrossEntropyForward(ctx_, p);
-  have_loss_ = true;
-  host_losses_.resize(static_cast<size_t>(n));
-  kernels::CopyToHost(ctx_, host_losses_.data(), losses_.data(), losses_.nbytes());
+  activations.have_loss_ = true;
+  std::vector<float>& host = activations.host_losses_;
+  host.resize(static_cast<size_t>(n));
+  kernels::CopyToHost(ctx_, host.data(), activations.losses_.data(), activations.losses_.nbytes());
   double sum = 0;
-  for (float loss : host_losses_) sum += loss;
-  z_loss_term_ = 0;
+  for (float loss : host) sum += loss;
+  activations.z_loss_term_ = 0;
   if (config_.z_loss > 0) {
-    kernels::CopyToHost(ctx_, host_losses_.data(), lse_.data(), static_cast<size_t>(n) * sizeof(float));
+    kernels::CopyToHost(ctx_, host.data(), activations.lse_.data(), static_cast<size_t>(n) * sizeof(float));
     double squares = 0;
-    for (float lse : host_losses_) squares += static_cast<double>(lse) * lse;
-    z_loss_term_ = config_.z_loss * squares / static_cast<double>(n);
+    for (float lse : host) squares += static_cast<double>(lse) * lse;
+    activations.z_loss_term_ = config_.z_loss * squares / static_cast<double>(n);
   }
-  return sum / static_cast<double>(n);
+  activations.loss_ = sum / static_cast<double>(n);
+  return absl::OkStatus();
 }
 
-kernels::CrossEntropyParams LanguageModel::LossParams() {
+kernels::CrossEntropyParams LanguageModel::LossParams(Activations& activations) const {
   kernels::CrossEntropyParams p;
   p.dtype = dtype_;
-  p.N = b_ * t_;
+  p.N = activations.b_ * activations.t_;
   p.V = config_.vocab_size;
   p.row_stride = config_.vocab_rows();  // padding columns: excluded from the softmax, zero gradient
   p.softcap = static_cast<float>(config_.final_logit_softcap);  // the gradient w.r.t. the uncapped logits
-  p.logits = logits_.data();
-  p.targets = targets_.data<int32_t>();
-  p.lse = lse_.data<float>();
+  p.logits = activations.logits_.data();
+  p.targets = activations.targets_.data<int32_t>();
+  p.lse = activations.lse_.data<float>();
   return p;
 }
 
-void LanguageModel::EnsureWorkspace(int64_t n) {
-  if (n == workspace_rows_) return;
-  const auto make = [&](int64_t width) { return kernels::Tensor::Empty({n, width}, dtype_, ctx_.allocator); };
-  const int64_t c = config_.d_model;
-  workspace_.dresidual = make(c);
-  workspace_.dnormed = make(c);
-  workspace_.dnorm_in = make(c);
-  workspace_.dattn = make(config_.q_width());
-  workspace_.dqkv = make(config_.q_width() + 2 * config_.kv_width());
-  workspace_.dact = make(config_.d_ff);
-  workspace_.dpre = make((config_.gated_ffn() ? 2 : 1) * config_.d_ff);
-  workspace_.dqk_norm = config_.qk_norm ? make(config_.q_width()) : kernels::Tensor();
-  workspace_rows_ = n;
+void LanguageModel::BackwardStage(Activations& activations, const void* doutput, void* dinput) {
+  LMF_CHECK(activations.model_ == this) << "LanguageModel: Backward of activations another model made";
+  const int64_t n = activations.b_ * activations.t_, c = config_.d_model;
+  if (!dresidual_.defined() || dresidual_.dim(0) != n) {
+    dresidual_ = kernels::Tensor::Empty({n, c}, dtype_, ctx_.allocator);
+  }
+  void* dresidual = dresidual_.data();
+  scratch_.Reset();
+  if (has_head()) {
+    LMF_CHECK(activations.have_loss_)
+        << "LanguageModel::Backward needs a ForwardWithLoss first (and only one Backward each)";
+    activations.have_loss_ = false;
+    const int64_t v = config_.vocab_rows();
+    void* dlogits = activations.logits_.data();
+    kernels::CrossEntropyParams p = LossParams(activations);
+    p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
+    p.z_loss = static_cast<float>(config_.z_loss);
+    p.dlogits = dlogits;  // in place over the logits
+    kernels::CrossEntropyBackward(ctx_, p);
+    if (final_norm_) {
+      void* dnormed = scratch_.Take({n, c}, dtype_).data();
+      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dnormed);
+      final_norm_->Backward(ctx_, activations.blocks_.back()->output, activations.final_norm_, dnormed, dresidual);
+    } else {
+      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dresidual);
+    }
+  } else {
+    LMF_CHECK(doutput != nullptr && n > 0)
+        << "LanguageModel: the backward of layers [" << first_layer_ << ", " << last_layer_
+        << ") needs a forward and the gradient of its output";
+    kernels::CopyOnDevice(ctx_, dresidual, doutput, dresidual_.nbytes());
+  }
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    scratch_.Reset();
+    const int64_t layer = first_layer_ + static_cast<int64_t>(i);
+    blocks_[i]->Backward(ctx_, LayerInput(activations, layer), *activations.blocks_[i], dresidual, scratch_);
+  }
+  if (embedding_) {
+    embedding_->Backward(ctx_, activations.embedding_, dresidual);
+  } else if (dinput != nullptr) {
+    kernels::CopyOnDevice(ctx_, dinput, dresidual, dresidual_.nbytes());
+  }
 }
 
-void LanguageModel::Backward() {
-  LMF_CHECK(have_loss_) << "LanguageModel::Backward needs a ForwardWithLoss first (and only one Backward each)";
-  have_loss_ = false;
-  const int64_t n = b_ * t_, c = config_.d_model, v = config_.vocab_rows();
-  EnsureWorkspace(n);
-  void* dlogits = logits_.data();
-  kernels::CrossEntropyParams p = LossParams();
-  p.dloss = 1.0f / static_cast<float>(n);  // the mean over B*T tokens
-  p.z_loss = static_cast<float>(config_.z_loss);
-  p.dlogits = dlogits;                      // in place over the logits
-  kernels::CrossEntropyBackward(ctx_, p);
-  void* dresidual = workspace_.dresidual.data();
-  if (final_norm_) {
-    void* dnormed = workspace_.dnormed.data();
-    lm_head_->Backward(ctx_, n, head_input_, c, dlogits, v, dnormed);
-    final_norm_->Backward(ctx_, dnormed, dresidual);
-  } else {
-    lm_head_->Backward(ctx_, n, head_input_, c, dlogits, v, dresidual);
-  }
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (*it)->Backward(ctx_, workspace_);
-  embedding_.Backward(ctx_, workspace_.dresidual.data());
+void LanguageModel::RecomputeLayer(int64_t layer, Activations& activations) {
+  LMF_CHECK(activations.model_ == this && layer >= first_layer_ && layer < last_layer_ && activations.b_ > 0)
+      << "LanguageModel::RecomputeLayer(" << layer << ") of layers [" << first_layer_ << ", " << last_layer_
+      << ") needs activations of this model after a forward";
+  const size_t i = static_cast<size_t>(layer - first_layer_);
+  blocks_[i]->Forward(ctx_, activations.b_, activations.t_, LayerInput(activations, layer),
+                      *activations.blocks_[i]);
 }
+
+absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t, Activations& activations) {
+  return ForwardStage(StageInput{b, t, ids, nullptr, nullptr}, activations);
+}
+
+absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
+                                                      int64_t t, Activations& activations) {
+  if (absl::Status s = ForwardStage(StageInput{b, t, ids, nullptr, targets}, activations); !s.ok()) return s;
+  return activations.loss_;
+}
+
+void LanguageModel::Backward(Activations& activations) { BackwardStage(activations, nullptr, nullptr); }
+
+absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) { return Forward(ids, b, t, own_); }
+
+absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
+                                                      int64_t t) {
+  return ForwardWithLoss(ids, targets, b, t, own_);
+}
+
+void LanguageModel::Backward() { Backward(own_); }
 
 void LanguageModel::ZeroGrad() {
   VisitParameters([&](const std::string&, const Parameter& p) {
@@ -353,14 +360,17 @@ const float* LanguageModel::logits() const {
   LMF_CHECK(ctx_.device.is_cpu() && dtype_ == kernels::DType::kF32)
       << "LanguageModel::logits() is for f32 CPU models; use logits_tensor() on " << ctx_.device << " with "
       << dtype_ << " activations";
-  return logits_.data<float>();
+  return own_.logits_.data<float>();
 }
 
 void LanguageModel::VisitParameters(const ParameterVisitor& visit) const {
-  embedding_.VisitParameters(visit);
-  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->VisitParameters(absl::StrCat("layers.", i), visit);
+  if (embedding_) embedding_->VisitParameters(visit);
+  if (tied_table_) visit("token_embeddings.weight", *tied_table_);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->VisitParameters(absl::StrCat("layers.", first_layer_ + static_cast<int64_t>(i)), visit);
+  }
   if (final_norm_) final_norm_->VisitParameters("ln_final", visit);
-  if (!config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
+  if (lm_head_ && !config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
 }
 
 int64_t LanguageModel::parameter_count() const {
@@ -369,13 +379,23 @@ int64_t LanguageModel::parameter_count() const {
   return total;
 }
 
-int64_t LanguageModel::saved_activation_bytes() const {
+int64_t Activations::bytes() const {
   if (b_ == 0) return 0;
-  int64_t bytes =
-      embedding_.saved_bytes() + (final_norm_ ? final_norm_->saved_bytes() : 0) +
-      static_cast<int64_t>(logits_.nbytes() + lse_.nbytes() + (targets_.defined() ? targets_.nbytes() : 0));
-  for (const auto& block : blocks_) bytes += block->saved_bytes();
-  return bytes;
+  const auto held = [](const kernels::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  int64_t total = embedding_.bytes() + final_norm_.bytes() + held(input_) + held(logits_) + held(lse_) +
+                  held(targets_);
+  for (const auto& block : blocks_) total += block->bytes();
+  return total;
 }
+
+void Activations::ReleaseLayer(int64_t layer) {
+  const int64_t i = layer - model_->first_layer();
+  LMF_CHECK(i >= 0 && i < static_cast<int64_t>(blocks_.size()))
+      << "Activations::ReleaseLayer(" << layer << "): not a layer of [" << model_->first_layer() << ", "
+      << model_->last_layer() << ")";
+  blocks_[static_cast<size_t>(i)]->ReleaseAllButOutput();
+}
+
+const void* Activations::hidden_output() const { return blocks_.empty() ? nullptr : blocks_.back()->output; }
 
 }  // namespace lmf::model

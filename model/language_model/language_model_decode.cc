@@ -16,24 +16,22 @@ namespace lmf::model {
 
 int64_t KvCache::bytes() const {
   int64_t total = 0;
-  for (const LayerKvCache& layer : layers_)
-    total += static_cast<int64_t>(layer.k.nbytes() + layer.v.nbytes());
+  for (const auto& layer : layers_) total += layer->bytes();
   return total;
 }
 
 absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   if (b <= 0) return absl::InvalidArgumentError(absl::StrCat("KV cache batch size ", b, " must be positive"));
-  // Rows per sequence of layer i: the context, or the layer's sliding window (a ring) where it is shorter.
-  const auto layer_rows = [&](int64_t i) {
-    const int64_t window = config_.layer_window(i);
-    return window > 0 && window < config_.context_length ? window : config_.context_length;
-  };
+  if (!has_embedding() || !has_head()) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding needs the whole model; this one holds layers [",
+                                                   first_layer_, ", ", last_layer_, ")"));
+  }
   // On the CPU the allocation would succeed (overcommit) and the process be killed as the cache fills: refuse
-  // a cache above half of the machine's memory. (On CUDA the allocator reports what does not fit.)
+  // a cache above half of the machine's memory. (On CUDA the allocator reports what does not fit.) Each
+  // layer holds up to context_length positions (a windowed one only its window).
   double bytes = 0;
-  for (int64_t i = 0; i < config_.n_layers; ++i) {
-    bytes += static_cast<double>(b) * 2 * static_cast<double>(layer_rows(i)) * config_.n_kv_heads *
-             config_.head_size() * kernels::DTypeSize(dtype_);
+  for (const auto& block : blocks_) {
+    bytes += static_cast<double>(block->token_mixer().DecodeStateBytes(b, config_.context_length));
   }
   const double memory =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
@@ -49,11 +47,8 @@ absl::StatusOr<KvCache> LanguageModel::NewKvCache(int64_t b) const {
   // Positions are int32 on the device: a model that decodes past the context stops only there.
   cache.capacity_ =
       config_.decodes_past_context() ? std::numeric_limits<int32_t>::max() : config_.context_length;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const kernels::Shape shape = {b, layer_rows(static_cast<int64_t>(i)), config_.n_kv_heads,
-                                  config_.head_size()};
-    cache.layers_.push_back(LayerKvCache{kernels::Tensor::Empty(shape, dtype_, ctx_.allocator),
-                                         kernels::Tensor::Empty(shape, dtype_, ctx_.allocator)});
+  for (const auto& block : blocks_) {
+    cache.layers_.push_back(block->token_mixer().NewDecodeState(ctx_, b, config_.context_length));
   }
   cache.position_ = kernels::Tensor::Empty({1}, kernels::DType::kI32, ctx_.allocator);
   return cache;
@@ -72,16 +67,16 @@ absl::Status LanguageModel::Prefill(const int32_t* ids, int64_t b, int64_t t, Kv
   if (absl::Status status = CheckBatch(ids, "ids", b, t); !status.ok()) return status;
   if (absl::Status status = CheckCache(cache, b); !status.ok()) return status;
   const int64_t c = config_.d_model, v = config_.vocab_rows();
-  have_loss_ = false;
-  b_ = t_ = 0;  // the step state no longer describes a training forward
+  own_.have_loss_ = false;
+  own_.b_ = own_.t_ = 0;  // the activations no longer describe a training forward
   cache.length_ = 0;
-  const void* h = FinalNorm(b * t, RunBlocks(ids, b, t, &cache));
+  const void* h = FinalNorm(b * t, RunBlocks(StageInput{b, t, ids, nullptr, nullptr}, own_, &cache), own_);
   cache.length_ = t;
   // The LM head on each sequence's last position only: rows T-1, T*C apart.
-  EnsureLogits(b, 1);
-  lm_head_->Forward(ctx_, b, ElementOffset(h, (t - 1) * c, dtype_), t * c, logits_.data(), v,
+  EnsureLogits(own_, b, 1);
+  lm_head_->Forward(ctx_, b, ElementOffset(h, (t - 1) * c, dtype_), t * c, own_.logits_.data(), v,
                     /*accumulate=*/false);
-  CapLogits(b);
+  CapLogits(own_, b);
   return absl::OkStatus();
 }
 
@@ -106,22 +101,22 @@ absl::Status LanguageModel::DecodeStep(const int32_t* ids, KvCache& cache) {
           "ids[", i, "] = ", ids[i], " is outside the vocabulary [0, ", config_.vocab_size, ")"));
     }
   }
-  have_loss_ = false;
-  b_ = t_ = 0;
+  own_.have_loss_ = false;
+  own_.b_ = own_.t_ = 0;
   const int64_t position = cache.length_;
   const int32_t position32 = static_cast<int32_t>(position);
   kernels::CopyToDevice(ctx_, cache.position_.data(), &position32, sizeof(position32));
   // The new tokens' embeddings at `position` (token row plus the position table's row).
-  embedding_.Forward(ctx_, b, 1, ids, position);
-  const void* x = embedding_.output();
+  embedding_->Forward(ctx_, b, 1, ids, position, own_.embedding_);
+  const void* x = own_.embedding_.output();
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    blocks_[i]->Decode(ctx_, b, position, cache.position_.data<int32_t>(), x, cache.layers_[i]);
-    x = blocks_[i]->output();
+    blocks_[i]->Decode(ctx_, b, position, cache.position_.data<int32_t>(), x, *cache.layers_[i], *own_.blocks_[i]);
+    x = own_.blocks_[i]->output;
   }
-  const void* h = FinalNorm(b, x);
-  EnsureLogits(b, 1);
-  lm_head_->Forward(ctx_, b, h, c, logits_.data(), v, /*accumulate=*/false);
-  CapLogits(b);
+  const void* h = FinalNorm(b, x, own_);
+  EnsureLogits(own_, b, 1);
+  lm_head_->Forward(ctx_, b, h, c, own_.logits_.data(), v, /*accumulate=*/false);
+  CapLogits(own_, b);
   cache.length_ = position + 1;
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 // - for a tiny config of each reference architecture (and one with the remaining options: ReLU,
 //   sinusoidal positions, multi-query attention, biases with RMSNorm; the post-norm, double-norm and
 //   parallel block structures; the z-loss; QK-norm with RMSNorm and LayerNorm; a sliding window; attention
-//   logit soft-capping), the logits, the loss (and z-loss term) and every parameter gradient match PyTorch
+//   logit soft-capping; blocks that differ: a windowed GQA layer with SwiGLU and a global MQA layer with
+//   QK-norm, soft-cap and GELU of another width, through the layer interfaces), the logits, the loss (and
+//   z-loss term) and every parameter gradient match PyTorch
 //   (fixtures from tools/model/reference.py);
 // - the accounting formulas equal what a built model holds and runs;
 // - bad batches are rejected with a message; initialisation follows each scheme; gradients accumulate.
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
 #include "base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/core/dispatch.h"
@@ -33,54 +36,79 @@ using kernels::testing::NpyArray;
 using testing::FixturePath;
 using testing::ReadFixture;
 
-// The value of "key" in the fixture's flat JSON config (a number, a quoted string or true/false).
-std::string JsonField(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\": ");
-  if (at == std::string::npos) return "";
-  size_t begin = at + key.size() + 4;
-  size_t end = json.find_first_of(",}", begin);
-  std::string v = json.substr(begin, end - begin);
-  if (!v.empty() && v.front() == '"') v = v.substr(1, v.size() - 2);
-  return v;
+// The fixture's config (tools/model/reference.py's dict, as JSON) as a ModelConfig. Absent keys keep their
+// defaults (the first fixtures predate some fields).
+FfnKind FfnFromName(const std::string& ffn) {
+  return ffn == "swiglu" ? FfnKind::kSwiGLU : ffn == "geglu" ? FfnKind::kGeGLU : ffn == "gelu" ? FfnKind::kGELU
+                                                                                                : FfnKind::kReLU;
 }
 
-ModelConfig ConfigFromFixture(const std::string& json) {
+ModelConfig ConfigFromFixture(const std::string& text) {
+  const absl::StatusOr<JsonValue> json = ParseJson(text);
+  EXPECT_TRUE(json.ok()) << json.status();
+  if (!json.ok()) return ModelConfig();
+  const auto field = [](const JsonValue& object, const char* key) -> const JsonValue* { return object.Find(key); };
+  const auto num = [&](const JsonValue& object, const char* key) {
+    double value = 0;
+    const JsonValue* v = field(object, key);
+    if (v != nullptr) {
+      EXPECT_TRUE(v->AsDouble(&value)) << key;
+    }
+    return value;
+  };
+  const auto str = [&](const JsonValue& object, const char* key) {
+    const JsonValue* v = field(object, key);
+    return v != nullptr ? v->text : std::string();
+  };
+  const auto flag = [&](const JsonValue& object, const char* key) {
+    const JsonValue* v = field(object, key);
+    return v != nullptr && v->boolean;
+  };
+  const JsonValue& j = *json;
   ModelConfig c;
-  const auto num = [&](const char* key) { return std::atof(JsonField(json, key).c_str()); };
-  c.vocab_size = static_cast<int64_t>(num("vocab_size"));
-  c.context_length = static_cast<int64_t>(num("context_length"));
-  c.d_model = static_cast<int64_t>(num("d_model"));
-  c.n_layers = static_cast<int64_t>(num("n_layers"));
-  c.n_heads = static_cast<int64_t>(num("n_heads"));
-  c.n_kv_heads = static_cast<int64_t>(num("n_kv_heads"));
-  c.d_ff = static_cast<int64_t>(num("d_ff"));
-  c.norm_eps = num("norm_eps");
-  c.rope_theta = num("rope_theta");
-  c.norm = JsonField(json, "norm") == "layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm;
-  const std::string ffn = JsonField(json, "ffn");
-  c.ffn = ffn == "swiglu"  ? FfnKind::kSwiGLU
-          : ffn == "geglu" ? FfnKind::kGeGLU
-          : ffn == "gelu"  ? FfnKind::kGELU
-                           : FfnKind::kReLU;
-  const std::string pos = JsonField(json, "positions");
-  c.positions = pos == "rope"      ? PositionKind::kRoPE
-                : pos == "learned" ? PositionKind::kLearned
+  c.vocab_size = static_cast<int64_t>(num(j, "vocab_size"));
+  c.context_length = static_cast<int64_t>(num(j, "context_length"));
+  c.d_model = static_cast<int64_t>(num(j, "d_model"));
+  c.n_layers = static_cast<int64_t>(num(j, "n_layers"));
+  c.n_heads = static_cast<int64_t>(num(j, "n_heads"));
+  c.n_kv_heads = static_cast<int64_t>(num(j, "n_kv_heads"));
+  c.d_ff = static_cast<int64_t>(num(j, "d_ff"));
+  c.norm_eps = num(j, "norm_eps");
+  c.rope_theta = num(j, "rope_theta");
+  c.norm = str(j, "norm") == "layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm;
+  c.ffn = FfnFromName(str(j, "ffn"));
+  const std::string pos = str(j, "positions");
+  c.positions = pos == "rope"         ? PositionKind::kRoPE
+                : pos == "learned"    ? PositionKind::kLearned
                 : pos == "sinusoidal" ? PositionKind::kSinusoidal
                                       : PositionKind::kNone;
-  const std::string placement = JsonField(json, "norm_placement");  // absent in the first fixtures: pre
+  const std::string placement = str(j, "norm_placement");  // absent in the first fixtures: pre
   c.norm_placement = placement == "post"     ? NormPlacement::kPost
                      : placement == "double" ? NormPlacement::kDouble
                                              : NormPlacement::kPre;
-  c.parallel_block = JsonField(json, "parallel_block") == "true";
-  c.parallel_shared_norm = JsonField(json, "parallel_shared_norm") == "true";
-  c.z_loss = num("z_loss");  // absent: 0
-  c.qk_norm = JsonField(json, "qk_norm") == "true";
-  c.sliding_window = static_cast<int64_t>(num("sliding_window"));  // absent: 0
-  c.attention_softcap = num("attention_softcap");                  // absent: 0
-  c.global_every = static_cast<int64_t>(num("global_every"));      // absent: 0
-  c.final_logit_softcap = num("final_logit_softcap");              // absent: 0
-  c.biases = JsonField(json, "biases") == "true";
-  c.tied_embeddings = JsonField(json, "tied_embeddings") == "true";
+  c.parallel_block = flag(j, "parallel_block");
+  c.parallel_shared_norm = flag(j, "parallel_shared_norm");
+  c.z_loss = num(j, "z_loss");
+  c.qk_norm = flag(j, "qk_norm");
+  c.sliding_window = static_cast<int64_t>(num(j, "sliding_window"));
+  c.attention_softcap = num(j, "attention_softcap");
+  c.global_every = static_cast<int64_t>(num(j, "global_every"));
+  c.final_logit_softcap = num(j, "final_logit_softcap");
+  c.biases = flag(j, "biases");
+  c.tied_embeddings = flag(j, "tied_embeddings");
+  if (const JsonValue* pattern = field(j, "layer_pattern"); pattern != nullptr) {
+    for (const JsonValue& layer : pattern->array) {
+      LayerSpec spec;
+      AttentionSpec& a = spec.token_mixer.attention;
+      a.n_heads = static_cast<int64_t>(num(layer, "n_heads"));
+      a.n_kv_heads = static_cast<int64_t>(num(layer, "n_kv_heads"));
+      a.window = static_cast<int64_t>(num(layer, "sliding_window"));
+      a.softcap = num(layer, "attention_softcap");
+      a.qk_norm = flag(layer, "qk_norm");
+      spec.channel_mixer.feed_forward = {FfnFromName(str(layer, "ffn")), static_cast<int64_t>(num(layer, "d_ff"))};
+      c.layer_pattern.push_back(spec);
+    }
+  }
   return c;
 }
 
@@ -168,7 +196,7 @@ const std::vector<std::string> kFixtures = {
     "gpt2_tiny",          "llama_tiny",           "variants_tiny", "post_tiny",
     "double_tiny",        "parallel_tiny",        "zloss_tiny",    "qknorm_tiny",
     "qknorm_ln_tiny",     "window_tiny",          "softcap_tiny",  "window_global_tiny",
-    "final_softcap_tiny", "parallel_shared_tiny", "geglu_tiny",
+    "final_softcap_tiny", "parallel_shared_tiny", "geglu_tiny",   "mixed_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};

@@ -5,9 +5,22 @@
 
 namespace lmf::model {
 
-Parameter Parameter::Zeros(const kernels::Shape& shape, const kernels::Context& ctx,
+const char* ParameterKindName(ParameterKind kind) {
+  switch (kind) {
+    case ParameterKind::kMatrix: return "matrix";
+    case ParameterKind::kResidualMatrix: return "residual matrix";
+    case ParameterKind::kOutputMatrix: return "output matrix";
+    case ParameterKind::kEmbedding: return "embedding";
+    case ParameterKind::kBias: return "bias";
+    case ParameterKind::kGain: return "gain";
+  }
+  return "?";
+}
+
+Parameter Parameter::Zeros(const kernels::Shape& shape, ParameterKind kind, const kernels::Context& ctx,
                            kernels::DType compute_dtype) {
   Parameter p;
+  p.kind = kind;
   p.value = kernels::Tensor::Empty(shape, kernels::DType::kF32, ctx.allocator);
   p.grad = kernels::Tensor::Empty(shape, kernels::DType::kF32, ctx.allocator);
   p.compute = compute_dtype == kernels::DType::kF32 ? p.value
@@ -19,7 +32,7 @@ Parameter Parameter::Zeros(const kernels::Shape& shape, const kernels::Context& 
 }
 
 Parameter Parameter::Rows(int64_t row, int64_t rows) const {
-  return Parameter{value.Slice(0, row, rows), grad.Slice(0, row, rows), compute.Slice(0, row, rows)};
+  return Parameter{value.Slice(0, row, rows), grad.Slice(0, row, rows), compute.Slice(0, row, rows), kind};
 }
 
 }  // namespace lmf::model

@@ -55,7 +55,7 @@ host_sources=(base/check.cc base/file.cc base/json.cc base/subprocess.cc base/th
   kernels/profile/op_profile.cc kernels/profile/cpu_op_profiler.cc kernels/cuda/op_profiler.cc kernels/cuda/gpu_test_util.cc
   kernels/matmul/matmul_cuda.cc kernels/memory/memory_cuda.cc kernels/testing/compare.cc
   kernels/*/*_cpu.cc model/accounting/accounting.cc model/config/config.cc
-  model/language_model/language_model.cc model/language_model/language_model_decode.cc model/layers/*.cc
+  model/language_model/init.cc model/language_model/language_model.cc model/language_model/language_model_decode.cc model/layers/*.cc model/layers/*/*.cc
   tokenizer/pretokenize.cc tokenizer/token_file.cc tokenizer/tokenizer.cc tokenizer/tokenizer_file.cc
   experiments/checkpoint/checkpoint.cc experiments/checkpoint/safetensors.cc experiments/cli_args.cc
   experiments/config/loader.cc experiments/config/overrides.cc experiments/config/validation.cc

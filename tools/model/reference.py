@@ -33,6 +33,10 @@ Parameter names (these are the checkpoint names the trainer writes; CS336's stat
   lm_head.weight                    (V, C)                   untied only (tied: token_embeddings.weight)
 Linear weights are stored (out, in) as in torch.nn.Linear: y = x W^T + b.
 
+Layers that differ (`layer_pattern`, a list of dicts with n_heads, n_kv_heads, sliding_window, attention_softcap,
+qk_norm, ffn, d_ff): layer i is layer_pattern[i % len], as lmf::model::ModelConfig::layer(i); without a
+pattern every layer takes those fields from the config itself (sliding_window with global_every).
+
 Conventions: query head h uses key/value head h // (NH / NKV) (Llama's repeat_kv); attention is causal and
 scaled by 1/sqrt(HS); the loss is the mean cross-entropy over all B*T targets.
 
@@ -127,18 +131,46 @@ CONFIGS = {
         vocab_size=43, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
         norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
         tied_embeddings=False, final_logit_softcap=1.5),
+    # Blocks that differ (layer_pattern): a sliding-window GQA layer with a SwiGLU feed-forward, then a global
+    # multi-query layer with QK-norm and soft-capping and a GELU feed-forward of another width, twice.
+    "mixed_tiny": dict(
+        vocab_size=53, context_length=16, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False,
+        layer_pattern=[
+            dict(n_heads=4, n_kv_heads=2, sliding_window=3, attention_softcap=0.0, qk_norm=False, ffn="swiglu",
+                 d_ff=48),
+            dict(n_heads=2, n_kv_heads=1, sliding_window=0, attention_softcap=2.0, qk_norm=True, ffn="gelu",
+                 d_ff=80),
+        ]),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
          "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
          "window_global_tiny": 1011, "final_softcap_tiny": 1012, "parallel_shared_tiny": 1013,
-         "geglu_tiny": 1014}
+         "geglu_tiny": 1014, "mixed_tiny": 1015}
 BATCH, TIME = 2, 8
 
 
 def placement(cfg):
     return cfg.get("norm_placement", "pre")
+
+
+LAYER_FIELDS = ("n_heads", "n_kv_heads", "sliding_window", "attention_softcap", "qk_norm", "ffn", "d_ff")
+
+
+def layer_cfg(cfg, i):
+    """Layer i's (from 0) attention and feed-forward settings: layer_pattern[i % len], else the config's own,
+    where the global layers of an interleaved pattern (every global_every-th, counting from 1) have no window."""
+    pattern = cfg.get("layer_pattern")
+    if pattern:
+        return pattern[i % len(pattern)]
+    layer = {k: cfg.get(k, 0) for k in LAYER_FIELDS}
+    every = cfg.get("global_every", 0)
+    if every > 0 and (i + 1) % every == 0:
+        layer["sliding_window"] = 0
+    return layer
 
 
 def rms_norm(x, w, eps):
@@ -180,19 +212,20 @@ def sinusoidal_table(t, c):
 
 def parameter_shapes(cfg):
     """Ordered {name: shape} of every parameter of the model."""
-    c, v, f = cfg["d_model"], cfg["vocab_size"], cfg["d_ff"]
-    hs = c // cfg["n_heads"]
-    q, kv = cfg["n_heads"] * hs, cfg["n_kv_heads"] * hs
+    c, v = cfg["d_model"], cfg["vocab_size"]
     has_norm_bias = cfg["norm"] == "layernorm"
     shapes = {"token_embeddings.weight": (v, c)}
     if cfg["positions"] == "learned":
         shapes["position_embeddings.weight"] = (cfg["context_length"], c)
-    linears = [("attn.q_proj", q, c), ("attn.k_proj", kv, c), ("attn.v_proj", kv, c),
-               ("attn.output_proj", c, q), ("ffn.w1", f, c)]
-    if cfg["ffn"] in ("swiglu", "geglu"):
-        linears.append(("ffn.w3", f, c))
-    linears.append(("ffn.w2", c, f))
     for i in range(cfg["n_layers"]):
+        layer = layer_cfg(cfg, i)
+        f, hs = layer["d_ff"], c // layer["n_heads"]
+        q, kv = layer["n_heads"] * hs, layer["n_kv_heads"] * hs
+        linears = [("attn.q_proj", q, c), ("attn.k_proj", kv, c), ("attn.v_proj", kv, c),
+                   ("attn.output_proj", c, q), ("ffn.w1", f, c)]
+        if layer["ffn"] in ("swiglu", "geglu"):
+            linears.append(("ffn.w3", f, c))
+        linears.append(("ffn.w2", c, f))
         p = f"layers.{i}."
         norms = ("ln1", "ln2", "post_attn_norm", "post_ffn_norm") if placement(cfg) == "double" else ("ln1", "ln2")
         if cfg.get("parallel_shared_norm", False):
@@ -205,7 +238,7 @@ def parameter_shapes(cfg):
             shapes[p + name + ".weight"] = (out_f, in_f)
             if cfg["biases"]:
                 shapes[p + name + ".bias"] = (out_f,)
-        if cfg.get("qk_norm", False):
+        if layer.get("qk_norm", False):
             for norm in ("attn.q_norm", "attn.k_norm"):
                 shapes[p + norm + ".weight"] = (hs,)
                 if has_norm_bias:
@@ -239,8 +272,7 @@ def init_parameters(cfg, seed):
 def forward(cfg, p, ids, targets):
     """ids, targets: (B, T) int64. Returns logits (B, T, V) and the mean cross-entropy loss."""
     b, t = ids.shape
-    c, nh, nkv = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"]
-    hs = c // nh
+    c = cfg["d_model"]
     eps = cfg["norm_eps"]
 
     def norm(x, prefix):
@@ -262,37 +294,40 @@ def forward(cfg, p, ids, targets):
     causal = torch.ones(t, t, dtype=torch.bool).tril()
 
     def visible(layer):
-        """Layer `layer` (from 0): key u visible to query t iff u <= t, and t - W < u with a window, which
-        the global layers of an interleaved pattern (every global_every-th, counting from 1) do not have."""
-        w, every = cfg.get("sliding_window", 0), cfg.get("global_every", 0)
-        if w <= 0 or (every > 0 and (layer + 1) % every == 0):
+        """Layer `layer` (from 0): key u visible to query t iff u <= t, and t - W < u with a window."""
+        w = layer_cfg(cfg, layer)["sliding_window"]
+        if w <= 0:
             return causal
         return causal & ~torch.ones(t, t, dtype=torch.bool).tril(-w)
 
     def attention(h, pre, layer):
+        nh, nkv = layer_cfg(cfg, layer)["n_heads"], layer_cfg(cfg, layer)["n_kv_heads"]
+        hs = c // nh
+        softcap = layer_cfg(cfg, layer)["attention_softcap"]
         q = linear(h, pre + "attn.q_proj").view(b, t, nh, hs).transpose(1, 2)  # (B, NH, T, HS)
         k = linear(h, pre + "attn.k_proj").view(b, t, nkv, hs).transpose(1, 2)  # (B, NKV, T, HS)
         v = linear(h, pre + "attn.v_proj").view(b, t, nkv, hs).transpose(1, 2)
-        if cfg.get("qk_norm", False):  # over the last dimension (HS) of every head
+        if layer_cfg(cfg, layer)["qk_norm"]:  # over the last dimension (HS) of every head
             q, k = norm(q, pre + "attn.q_norm"), norm(k, pre + "attn.k_norm")
         if cfg["positions"] == "rope":
             q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
         k = k.repeat_interleave(nh // nkv, dim=1)  # query head h reads kv head h // (NH/NKV)
         v = v.repeat_interleave(nh // nkv, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hs)  # (B, NH, T, T)
-        if cfg.get("attention_softcap", 0) > 0:
-            scores = cfg["attention_softcap"] * torch.tanh(scores / cfg["attention_softcap"])
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
         scores = scores.masked_fill(~visible(layer), float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # (B, NH, T, HS)
         attn = attn.transpose(1, 2).reshape(b, t, nh * hs)
         return linear(attn, pre + "attn.output_proj")
 
-    def ffn(h, pre):
-        if cfg["ffn"] == "swiglu":
+    def ffn(h, pre, layer):
+        kind = layer_cfg(cfg, layer)["ffn"]
+        if kind == "swiglu":
             u = torch.nn.functional.silu(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
-        elif cfg["ffn"] == "geglu":
+        elif kind == "geglu":
             u = gelu_tanh(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
-        elif cfg["ffn"] == "gelu":
+        elif kind == "gelu":
             u = gelu_tanh(linear(h, pre + "ffn.w1"))
         else:
             u = torch.relu(linear(h, pre + "ffn.w1"))
@@ -302,16 +337,16 @@ def forward(cfg, p, ids, targets):
         pre = f"layers.{i}."
         if cfg.get("parallel_block", False):
             h = norm(x, pre + "ln1")
-            x = x + attention(h, pre, i) + ffn(h if cfg.get("parallel_shared_norm", False) else norm(x, pre + "ln2"), pre)
+            x = x + attention(h, pre, i) + ffn(h if cfg.get("parallel_shared_norm", False) else norm(x, pre + "ln2"), pre, i)
         elif placement(cfg) == "post":
             x = norm(x + attention(x, pre, i), pre + "ln1")
-            x = norm(x + ffn(x, pre), pre + "ln2")
+            x = norm(x + ffn(x, pre, i), pre + "ln2")
         elif placement(cfg) == "double":
             x = x + norm(attention(norm(x, pre + "ln1"), pre, i), pre + "post_attn_norm")
-            x = x + norm(ffn(norm(x, pre + "ln2"), pre), pre + "post_ffn_norm")
+            x = x + norm(ffn(norm(x, pre + "ln2"), pre, i), pre + "post_ffn_norm")
         else:
             x = x + attention(norm(x, pre + "ln1"), pre, i)
-            x = x + ffn(norm(x, pre + "ln2"), pre)
+            x = x + ffn(norm(x, pre + "ln2"), pre, i)
     if placement(cfg) != "post":
         x = norm(x, "ln_final")
     head = p["token_embeddings.weight"] if cfg["tied_embeddings"] else p["lm_head.weight"]

@@ -1,9 +1,9 @@
-// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear (kernels/matmul). The
-// caller keeps x (the module that produced it owns it) and passes it again to Backward. x, y, dx and dy are
-// in the activation dtype on the model's device; the forward reads the weights' compute copies; dx is
-// written, dW and db (fp32) accumulate.
-#ifndef LMFORGE_MODEL_LAYERS_LINEAR_H_
-#define LMFORGE_MODEL_LAYERS_LINEAR_H_
+// Linear: y (N, OUT) = x (N, IN) W^T + b with W stored (OUT, IN) as in torch.nn.Linear (kernels/matmul). No
+// step state: the caller keeps x (the layer that produced it owns it) and passes it again to Backward. x, y,
+// dx and dy are in the activation dtype on the model's device; the forward reads the weights' compute
+// copies; dx is written, dW and db (fp32) accumulate.
+#ifndef LMFORGE_MODEL_LAYERS_LINEAR_LINEAR_H_
+#define LMFORGE_MODEL_LAYERS_LINEAR_LINEAR_H_
 
 #include <cstdint>
 #include <string>
@@ -16,10 +16,10 @@ namespace lmf::model {
 
 class Linear {
  public:
-  // A fresh (OUT, IN) weight (and OUT bias) owned by this layer on ctx's device, with activations of type
-  // `dtype`, or a layer over an existing weight (the tied LM head reads the token embedding).
-  Linear(int64_t in, int64_t out, bool bias, const kernels::Context& ctx, kernels::DType dtype,
-         StepCounters* counters);
+  // A fresh (OUT, IN) weight of `kind` (and OUT bias) owned by this layer on ctx's device, with activations
+  // of type `dtype`, or a layer over an existing weight (the tied LM head reads the token embedding).
+  Linear(int64_t in, int64_t out, bool bias, ParameterKind kind, const kernels::Context& ctx,
+         kernels::DType dtype, StepCounters* counters);
   Linear(const Parameter& weight, kernels::DType dtype, StepCounters* counters);
 
   int64_t in() const { return in_; }
@@ -51,4 +51,4 @@ class Linear {
 
 }  // namespace lmf::model
 
-#endif  // LMFORGE_MODEL_LAYERS_LINEAR_H_
+#endif  // LMFORGE_MODEL_LAYERS_LINEAR_LINEAR_H_

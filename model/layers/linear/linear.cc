@@ -1,19 +1,19 @@
 // Linear layer over kernels/matmul.
-#include "model/layers/linear.h"
+#include "model/layers/linear/linear.h"
 
 #include "kernels/matmul/matmul.h"
 
 namespace lmf::model {
 
-Linear::Linear(int64_t in, int64_t out, bool bias, const kernels::Context& ctx, kernels::DType dtype,
-               StepCounters* counters)
+Linear::Linear(int64_t in, int64_t out, bool bias, ParameterKind kind, const kernels::Context& ctx,
+               kernels::DType dtype, StepCounters* counters)
     : in_(in),
       out_(out),
       has_bias_(bias),
       dtype_(dtype),
-      weight_(Parameter::Zeros({out, in}, ctx, dtype)),
+      weight_(Parameter::Zeros({out, in}, kind, ctx, dtype)),
       counters_(counters) {
-  if (has_bias_) bias_ = Parameter::Zeros({out}, ctx, dtype);
+  if (has_bias_) bias_ = Parameter::Zeros({out}, ParameterKind::kBias, ctx, dtype);
 }
 
 Linear::Linear(const Parameter& weight, kernels::DType dtype, StepCounters* counters)

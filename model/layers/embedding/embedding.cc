@@ -1,5 +1,5 @@
 // Token embedding and additive positions, over kernels/embedding and kernels/residual.
-#include "model/layers/embedding.h"
+#include "model/layers/embedding/embedding.h"
 
 #include <cmath>
 #include <vector>
@@ -16,8 +16,10 @@ Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, ker
       c_(config.d_model),
       context_length_(config.context_length),
       dtype_(dtype),
-      tokens_(Parameter::Zeros({config.vocab_rows(), c_}, ctx, dtype)) {
-  if (positions_ == PositionKind::kLearned) learned_ = Parameter::Zeros({context_length_, c_}, ctx, dtype);
+      tokens_(Parameter::Zeros({config.vocab_rows(), c_}, ParameterKind::kEmbedding, ctx, dtype)) {
+  if (positions_ == PositionKind::kLearned) {
+    learned_ = Parameter::Zeros({context_length_, c_}, ParameterKind::kEmbedding, ctx, dtype);
+  }
   if (positions_ == PositionKind::kSinusoidal) {
     const size_t count = static_cast<size_t>(context_length_ * c_);
     std::vector<float> table(count);
@@ -39,39 +41,45 @@ Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, ker
   }
 }
 
+int64_t EmbeddingActivations::bytes() const {
+  if (b == 0) return 0;
+  return static_cast<int64_t>(out.nbytes() + ids.nbytes());
+}
+
 void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids,
-                        int64_t first_position) {
+                        int64_t first_position, EmbeddingActivations& saved) const {
   // Only a table ends at the context: rotary or no positions add nothing here (decoding past the context).
   const bool has_table = positions_ == PositionKind::kLearned || positions_ == PositionKind::kSinusoidal;
   LMF_CHECK(first_position >= 0 && (!has_table || first_position + t <= context_length_))
       << "Embedding: positions [" << first_position << ", " << first_position + t << ") past context_length "
       << context_length_;
   const int64_t n = b * t;
-  if (b != b_ || t != t_) {
-    out_ = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
-    ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
+  const bool reshaped = b != saved.b || t != saved.t;
+  if (reshaped) {
+    saved.out = kernels::Tensor::Empty({n, c_}, dtype_, ctx.allocator);
+    saved.ids = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
     if (positions_ == PositionKind::kLearned) {
-      position_ids_ = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
+      saved.position_ids = kernels::Tensor::Empty({n}, kernels::DType::kI32, ctx.allocator);
     }
   }
-  if (positions_ == PositionKind::kLearned && (b != b_ || t != t_ || first_position != first_position_)) {
+  if (positions_ == PositionKind::kLearned && (reshaped || first_position != saved.first_position)) {
     std::vector<int32_t> positions(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) positions[r] = static_cast<int32_t>(first_position + r % t);
-    kernels::CopyToDevice(ctx, position_ids_.data(), positions.data(), position_ids_.nbytes());
+    kernels::CopyToDevice(ctx, saved.position_ids.data(), positions.data(), saved.position_ids.nbytes());
   }
-  b_ = b;
-  t_ = t;
-  first_position_ = first_position;
+  saved.b = b;
+  saved.t = t;
+  saved.first_position = first_position;
   // Checked here, on the host, so that the kernels skip their device-side check and its stream wait.
   const int64_t vocab = tokens_.value.dim(0);
   for (int64_t i = 0; i < n; ++i)
     LMF_CHECK(ids[i] >= 0 && ids[i] < vocab) << "Embedding: id " << ids[i] << " at row " << i << " outside [0, "
                                              << vocab << ")";
-  kernels::CopyToDevice(ctx, ids_.data(), ids, ids_.nbytes());
+  kernels::CopyToDevice(ctx, saved.ids.data(), ids, saved.ids.nbytes());
   kernels::EmbeddingForwardParams p;
   p.dtype = dtype_;
-  p.N = n, p.V = vocab, p.C = c_, p.ids = ids_.data<int32_t>(), p.table = tokens_.compute.data();
-  p.out = out_.data();
+  p.N = n, p.V = vocab, p.C = c_, p.ids = saved.ids.data<int32_t>(), p.table = tokens_.compute.data();
+  p.out = saved.out.data();
   p.ids_checked = true;
   kernels::EmbeddingForward(ctx, p);
   const void* table = positions_ == PositionKind::kLearned      ? learned_.compute.data()
@@ -83,18 +91,18 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
     kernels::ResidualForwardParams add;
     add.dtype = dtype_;
     add.n = t * c_;
-    add.a = ElementOffset(out_.data(), bi * t * c_, dtype_);
+    add.a = ElementOffset(saved.out.data(), bi * t * c_, dtype_);
     add.b = ElementOffset(table, first_position * c_, dtype_);
-    add.out = ElementOffset(out_.data(), bi * t * c_, dtype_);
+    add.out = ElementOffset(saved.out.data(), bi * t * c_, dtype_);
     kernels::ResidualForward(ctx, add);
   }
 }
 
-void Embedding::Backward(const kernels::Context& ctx, const void* dx) const {
-  const int64_t n = b_ * t_;
+void Embedding::Backward(const kernels::Context& ctx, const EmbeddingActivations& saved, const void* dx) const {
+  const int64_t n = saved.b * saved.t;
   kernels::EmbeddingBackwardParams p;
   p.dtype = dtype_;
-  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = ids_.data<int32_t>(), p.dout = dx;
+  p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = saved.ids.data<int32_t>(), p.dout = dx;
   p.dtable = tokens_.grad.data();
   p.ids_checked = true;  // by Forward
   kernels::EmbeddingBackward(ctx, p);
@@ -103,15 +111,10 @@ void Embedding::Backward(const kernels::Context& ctx, const void* dx) const {
   // the batch, in batch order.
   kernels::EmbeddingBackwardParams pos;
   pos.dtype = dtype_;
-  pos.N = n, pos.V = context_length_, pos.C = c_, pos.ids = position_ids_.data<int32_t>(), pos.dout = dx;
+  pos.N = n, pos.V = context_length_, pos.C = c_, pos.ids = saved.position_ids.data<int32_t>(), pos.dout = dx;
   pos.dtable = learned_.grad.data();
   pos.ids_checked = true;  // positions in [0, context_length), made by Forward
   kernels::EmbeddingBackward(ctx, pos);
-}
-
-int64_t Embedding::saved_bytes() const {
-  if (b_ == 0) return 0;
-  return static_cast<int64_t>(out_.nbytes() + ids_.nbytes());
 }
 
 void Embedding::VisitParameters(const ParameterVisitor& visit) const {
