@@ -97,7 +97,7 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
     std::exit(1);
   }
   (*model)->InitializeParameters(1);
-  AdamW optimizer(AdamWConfig{});
+  AdamW optimizer(AdamWConfig{}, **model);
   std::mt19937 rng(1);
   std::vector<int32_t> ids(s.b * s.t), targets(s.b * s.t);
   const auto vocab = static_cast<uint64_t>(s.config.vocab_size);  // the real vocabulary, not the padded rows
@@ -106,7 +106,7 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
   double total = 0;
   for (int i = 0; i <= steps; ++i) {
     const double start = Now();
-    auto result = TrainStep(ctx, **model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
+    auto result = TrainStep(**model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
     if (!result.ok()) {
       std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
       std::exit(1);
@@ -120,7 +120,7 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
       std::fprintf(stderr, "%s\n", profiler.status().ToString().c_str());
       std::exit(1);
     }
-    auto result = TrainStep(ctx, **model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
+    auto result = TrainStep(**model, optimizer, ids.data(), targets.data(), s.b, s.t, 1e-4);
     absl::StatusOr<kernels::OpProfile> ops = (*profiler)->Finish();
     if (!result.ok() || !ops.ok()) {
       std::fprintf(stderr, "%s\n", (result.ok() ? ops.status() : result.status()).ToString().c_str());

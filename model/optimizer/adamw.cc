@@ -1,13 +1,15 @@
-// AdamW with global-norm clipping over a LanguageModel, and the training step.
+// AdamW with global-norm clipping over a LanguageModel, on any device, and the training step.
 #include "model/optimizer/adamw.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/grad_norm/grad_norm.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::model {
 
@@ -20,64 +22,107 @@ absl::Status AdamWConfig::Validate() const {
   return absl::OkStatus();
 }
 
-double AdamW::Step(const kernels::Context& ctx, LanguageModel& model, double lr) {
-  LMF_CHECK(model.context().device.is_cpu() && model.activation_dtype() == kernels::DType::kF32)
-      << "model::AdamW runs on f32 CPU models; this one is on " << model.context().device << " with "
-      << model.activation_dtype() << " activations (use experiments/trainer's optimizer)";
-  std::vector<kernels::GradSpan> grads;
+AdamW::AdamW(const AdamWConfig& config, const LanguageModel& model) : config_(config), ctx_(model.context()) {
+  model.VisitParameters([&](const std::string& name, const Parameter& p) {
+    Moments& moments = moments_[name];
+    for (int i = 0; i < p.value.rank(); ++i) moments.shape.push_back(p.value.dim(i));
+    moments.decay = p.value.rank() >= 2 || config_.decay_vectors;
+    moments.lr_scale = model.LearningRateScale(name, p);
+    for (kernels::Tensor* t : {&moments.m, &moments.v}) {
+      *t = kernels::Tensor::Empty(p.value.shape(), kernels::DType::kF32, ctx_.allocator);
+      kernels::FillZero(ctx_, t->data(), t->nbytes());
+    }
+  });
+}
+
+double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
+  LMF_CHECK_GE(micro_batches, 1);
+  std::vector<kernels::GradSpan> spans;
   model.VisitParameters([&](const std::string&, const Parameter& p) {
-    grads.push_back(kernels::GradSpan{p.grad_data(), p.grad.numel()});
+    spans.push_back({p.grad.data(), p.grad.numel()});
   });
   kernels::GradNormParams norm_params;
-  norm_params.grads = grads.data();
-  norm_params.num_grads = static_cast<int64_t>(grads.size());
-  const float norm = kernels::GlobalGradNorm(ctx, norm_params);
-  // Clipping is folded into the update as a gradient scale (torch's clip_grad_norm_ factor).
-  const float grad_scale =
-      config_.max_grad_norm > 0 ? kernels::ClipScale(norm, static_cast<float>(config_.max_grad_norm)) : 1.0f;
+  norm_params.dtype = kernels::DType::kF32;
+  norm_params.grads = spans.data();
+  norm_params.num_grads = static_cast<int64_t>(spans.size());
+  // The gradients hold a sum over micro-batches; the norm of their mean is the norm of the sum divided.
+  const double norm =
+      static_cast<double>(kernels::GlobalGradNorm(ctx_, norm_params)) / static_cast<double>(micro_batches);
+  if (!std::isfinite(norm)) return norm;
+
   ++step_;
+  const float clip = config_.max_grad_norm > 0 ? kernels::ClipScale(static_cast<float>(norm),
+                                                                   static_cast<float>(config_.max_grad_norm))
+                                               : 1.0f;
+  const float grad_scale = clip / static_cast<float>(micro_batches);
+  // One MultiTensorAdamW call per group of (weight decay or not, learning-rate scale): two, or four with
+  // muP's scaled matrices; each also writes the bf16 compute copy of the tensors it updates when the model
+  // computes in bf16.
+  std::map<std::pair<bool, double>, std::vector<kernels::AdamWTensor>> groups;
   model.VisitParameters([&](const std::string& name, const Parameter& p) {
-    Moments& state = moments_[name];
-    if (!state.m.defined()) {
-      state.m = kernels::Tensor::Zeros(p.value.shape(), kernels::DType::kF32);
-      state.v = kernels::Tensor::Zeros(p.value.shape(), kernels::DType::kF32);
-    }
-    const bool decay = !config_.decay_matrices_only || p.value.rank() >= 2;
-    kernels::AdamWParams update;
-    update.n = p.value.numel();
-    update.param = p.data();
-    update.grad = p.grad_data();
-    update.m = state.m.data<float>();
-    update.v = state.v.data<float>();
-    update.lr = static_cast<float>(lr);
-    update.beta1 = static_cast<float>(config_.beta1);
-    update.beta2 = static_cast<float>(config_.beta2);
-    update.eps = static_cast<float>(config_.eps);
-    update.weight_decay = decay ? static_cast<float>(config_.weight_decay) : 0.0f;
-    update.step = step_;
-    update.grad_scale = grad_scale;
-    kernels::AdamWStep(ctx, update);
+    auto it = moments_.find(name);
+    LMF_CHECK(it != moments_.end()) << "parameter " << name << " appeared after the optimizer was built";
+    Moments& moments = it->second;
+    kernels::AdamWTensor t;
+    t.n = p.value.numel();
+    t.param = p.value.data<float>();
+    t.grad = p.grad.data();
+    t.m = moments.m.data<float>();
+    t.v = moments.v.data<float>();
+    t.param_copy = p.compute.dtype() == kernels::DType::kBF16 ? p.compute.data() : nullptr;
+    groups[{moments.decay, moments.lr_scale}].push_back(t);
   });
+  for (auto& [key, tensors] : groups) {
+    const auto [decay, lr_scale] = key;
+    kernels::MultiTensorAdamWParams params;
+    params.grad_dtype = kernels::DType::kF32;
+    params.tensors = tensors.data();
+    params.num_tensors = static_cast<int64_t>(tensors.size());
+    params.lr = static_cast<float>(lr * lr_scale);
+    params.beta1 = static_cast<float>(config_.beta1);
+    params.beta2 = static_cast<float>(config_.beta2);
+    params.eps = static_cast<float>(config_.eps);
+    params.weight_decay = decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+    params.step = step_;
+    params.grad_scale = grad_scale;
+    kernels::MultiTensorAdamW(ctx_, params);
+  }
   return norm;
 }
 
 void AdamW::VisitState(const std::function<void(const std::string& name, const kernels::Tensor& t)>& visit) const {
-  for (const auto& [name, state] : moments_) {
-    visit(name + ".exp_avg", state.m);
-    visit(name + ".exp_avg_sq", state.v);
+  for (const auto& [name, moments] : moments_) {
+    visit(name + ".exp_avg", moments.m);
+    visit(name + ".exp_avg_sq", moments.v);
   }
 }
 
-absl::StatusOr<TrainStepResult> TrainStep(const kernels::Context& ctx, LanguageModel& model, AdamW& optimizer,
-                                          const int32_t* ids, const int32_t* targets, int64_t b, int64_t t,
-                                          double lr) {
+absl::Status AdamW::Restore(const StateReader& read, int64_t step) {
+  std::vector<std::pair<kernels::Tensor*, std::vector<float>>> loaded;
+  for (auto& [name, moments] : moments_) {
+    absl::StatusOr<std::vector<float>> m = read(name + ".exp_avg", moments.shape);
+    if (!m.ok()) return m.status();
+    absl::StatusOr<std::vector<float>> v = read(name + ".exp_avg_sq", moments.shape);
+    if (!v.ok()) return v.status();
+    loaded.emplace_back(&moments.m, *std::move(m));
+    loaded.emplace_back(&moments.v, *std::move(v));
+  }
+  for (auto& [tensor, values] : loaded) {
+    kernels::CopyToDevice(ctx_, tensor->data(), values.data(), values.size() * sizeof(float));
+  }
+  step_ = step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
+                                          const int32_t* targets, int64_t b, int64_t t, double lr) {
   model.ZeroGrad();
   absl::StatusOr<double> loss = model.ForwardWithLoss(ids, targets, b, t);
   if (!loss.ok()) return loss.status();
   model.Backward();
   TrainStepResult result;
   result.loss = *loss;
-  result.grad_norm = optimizer.Step(ctx, model, lr);
+  result.grad_norm = optimizer.Step(model, lr);
   return result;
 }
 

@@ -1,17 +1,28 @@
-// AdamW over a LanguageModel's parameters, with global gradient-norm clipping, and TrainStep: one full
-// training step (zero grads, forward with loss, backward, clip, AdamW update).
+// AdamW over a LanguageModel's parameters, with global gradient-norm clipping: the project's one optimizer
+// implementation (the trainer's experiments/trainer/optimizer.h only converts its config and moves its state
+// in and out of checkpoints). TrainStep: one full training step (zero grads, forward with loss, backward,
+// clip, AdamW update).
 //
 // The update is torch.optim.AdamW's (decoupled weight decay p *= 1 - lr*wd, bias-corrected moments); the
-// clipping is torch.nn.utils.clip_grad_norm_'s (scale by max_norm / (norm + 1e-6) when norm > max_norm).
-// Moments are kept per parameter name, so they survive reordering and can be checkpointed by name.
-// This is the reference optimizer for f32 models on the CPU (checked against PyTorch in adamw_test); the
-// trainer's device-generic optimizer (experiments/trainer/optimizer.h) is checked against it.
+// clipping is torch.nn.utils.clip_grad_norm_'s (scale by max_norm / (norm + 1e-6) when norm > max_norm),
+// checked against PyTorch in adamw_test. Device-generic: the moments are fp32 tensors on the model's device
+// (from its context's allocator); a step is one GlobalGradNorm and one MultiTensorAdamW per parameter group
+// (kernels/adamw), which also writes the bf16 compute copy of each weight of a bf16 model. Moments are kept
+// per parameter name, so they survive reordering and are checkpointed by name ("<parameter>.exp_avg",
+// "<parameter>.exp_avg_sq", PyTorch's names).
+//
+// Groups (PyTorch's param groups): weight decay applies to matrices and embeddings (rank >= 2) and, with
+// decay_vectors, to biases and norm gains too (torch's single default group, CS336); each parameter's
+// learning rate is the step's times LanguageModel::LearningRateScale (muP's 1 / m for the blocks' matrices
+// and the LM head; else 1), and decoupled weight decay is multiplied by that learning rate.
 #ifndef LMFORGE_MODEL_OPTIMIZER_ADAMW_H_
 #define LMFORGE_MODEL_OPTIMIZER_ADAMW_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,9 +37,8 @@ struct AdamWConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  // Decay only matrices (rank >= 2: linear weights, embeddings), not biases and norm gains (nanoGPT);
-  // false decays every parameter (torch's single default group, CS336).
-  bool decay_matrices_only = true;
+  // Also decay 1-D parameters (norm gains, biases); false decays matrices and embeddings only (nanoGPT).
+  bool decay_vectors = false;
   double max_grad_norm = 1.0;  // <= 0 turns clipping off
 
   absl::Status Validate() const;
@@ -36,22 +46,34 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  explicit AdamW(const AdamWConfig& config) : config_(config) {}
+  // Zero moments for every parameter of `model`, on its device.
+  AdamW(const AdamWConfig& config, const LanguageModel& model);
 
-  // Clips the model's accumulated gradients (if enabled) and applies one update at learning rate `lr`.
-  // Returns the global gradient L2 norm before clipping. The model must be an f32 CPU model (aborts
-  // otherwise: a program error, not bad input).
-  double Step(const kernels::Context& ctx, LanguageModel& model, double lr);
+  // The parameters' gradients hold the sum of `micro_batches` mean-loss gradients (gradient accumulation);
+  // the step uses their mean (folded into the norm and AdamW's gradient scale, so no pass scales them).
+  // Returns the global L2 norm of that mean, before clipping. When it is finite, clips to max_grad_norm and
+  // applies one update at learning rate `lr`; when it is NaN or infinite, changes nothing.
+  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
 
   int64_t step() const { return step_; }
-  // "<parameter>.exp_avg" and "<parameter>.exp_avg_sq" for every parameter updated so far.
+  // Every moment tensor on the model's device: "<parameter>.exp_avg" and "<parameter>.exp_avg_sq".
   void VisitState(const std::function<void(const std::string& name, const kernels::Tensor& t)>& visit) const;
+  // Loads every moment through `read` (name and shape -> host floats, or the reader's error) and the step
+  // count. Every tensor is read and checked before any is replaced: a bad checkpoint leaves the state as it
+  // was.
+  using StateReader =
+      std::function<absl::StatusOr<std::vector<float>>(const std::string& name, const std::vector<int64_t>& shape)>;
+  absl::Status Restore(const StateReader& read, int64_t step);
 
  private:
   struct Moments {
-    kernels::Tensor m, v;
+    std::vector<int64_t> shape;
+    bool decay = true;
+    double lr_scale = 1;   // LanguageModel::LearningRateScale (muP)
+    kernels::Tensor m, v;  // fp32, on the model's device
   };
   AdamWConfig config_;
+  kernels::Context ctx_;
   int64_t step_ = 0;
   std::map<std::string, Moments> moments_;
 };
@@ -62,9 +84,8 @@ struct TrainStepResult {
 };
 
 // ZeroGrad, ForwardWithLoss(ids, targets (B, T)), Backward, AdamW step. Bad batches give the model's error.
-absl::StatusOr<TrainStepResult> TrainStep(const kernels::Context& ctx, LanguageModel& model, AdamW& optimizer,
-                                          const int32_t* ids, const int32_t* targets, int64_t b, int64_t t,
-                                          double lr);
+absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
+                                          const int32_t* targets, int64_t b, int64_t t, double lr);
 
 }  // namespace lmf::model
 

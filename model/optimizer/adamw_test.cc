@@ -39,11 +39,11 @@ TEST(AdamWTest, ThreeClippedStepsMatchTorch) {
   adamw.weight_decay = 0.1;
   adamw.max_grad_norm = 0.5;
   ASSERT_TRUE(adamw.Validate().ok());
-  AdamW optimizer(adamw);
+  AdamW optimizer(adamw, **model);
   const std::vector<int32_t> ids = a.at("ids").ToInt32(), targets = a.at("targets").ToInt32();
   const std::vector<double> losses = a.at("losses").ToDouble(), norms = a.at("grad_norms").ToDouble();
   for (int step = 0; step < 3; ++step) {
-    auto result = TrainStep(ctx, **model, optimizer, ids.data(), targets.data(), 2, 8, 1e-2);
+    auto result = TrainStep(**model, optimizer, ids.data(), targets.data(), 2, 8, 1e-2);
     ASSERT_TRUE(result.ok()) << result.status();
     // fp32 against float64: a few ulps of the loss and of the norm (a sum of 27k squares).
     EXPECT_NEAR(result->loss, losses[step], 1e-5 * losses[step]) << "step " << step;
