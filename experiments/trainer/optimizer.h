@@ -31,6 +31,7 @@ class ModelOptimizer {
     return adamw_.Step(model, lr, micro_batches);
   }
   int64_t step() const { return adamw_.step(); }
+  model::AdamW& adamw() { return adamw_; }
 
   // Host copies of every moment tensor, with its shape.
   HostTensors StateTensors() const;

@@ -17,10 +17,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "distributed/data_parallel_step.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
-#include "experiments/crc32c/crc32c.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/metrics/tensorboard_writer.h"
@@ -36,6 +36,7 @@
 #include "kernels/memory/memory.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
+#include "model/training/step_strategy.h"
 #include "tokenizer/tokenizer_file.h"
 
 namespace lmf::experiments {
@@ -160,6 +161,17 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
   }
 }
 
+// The training data as the step strategies read it.
+class SamplerSource final : public model::MicroBatchSource {
+ public:
+  explicit SamplerSource(TrainBatchSampler& sampler) : sampler_(sampler) {}
+  absl::Status Next(int32_t* ids, int32_t* targets) override { return sampler_.Next(ids, targets); }
+  void Skip() override { sampler_.Skip(); }
+
+ private:
+  TrainBatchSampler& sampler_;
+};
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const TrainOptions& options) {
@@ -240,6 +252,13 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     return absl::Status(status.code(), absl::StrCat("run.parallel.data=", world, ": ", status.message(),
                                                     dead.empty() ? "" : absl::StrCat("; ", dead)));
   };
+  // How each step's gradients are computed: here, or split over the data-parallel ranks.
+  std::unique_ptr<model::StepStrategy> strategy;
+  if (group != nullptr) {
+    strategy = std::make_unique<distributed::DataParallelStep>(*group);
+  } else {
+    strategy = std::make_unique<model::SingleProcessStep>();
+  }
   // Rank 0 of a data-parallel run trains on the run's thread count, as its workers do (data_parallel.h).
   absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
       TrainingDevice::Open(run, launch != nullptr ? &launch->pool() : nullptr);
@@ -439,17 +458,11 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
   }
   if (group != nullptr) {
-    // Every rank built the same weights from the same seed or checkpoint; rank 0's are made everyone's
-    // anyway, so that nothing but the data split can tell the ranks apart.
-    absl::Status broadcast = absl::OkStatus();
-    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-      if (broadcast.ok())
-        broadcast = group->Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
-    });
-    if (!broadcast.ok()) return collective_error(broadcast);
+    if (absl::Status s = strategy->SyncParameters(model); !s.ok()) return collective_error(s);
     console.Message(absl::StrCat(
         "data parallel: rank ", rank, " of ", world, ", micro-batches ",
-        rank * (run.grad_accum_steps() / world) + 1, "-", (rank + 1) * (run.grad_accum_steps() / world),
+        strategy->first_micro_batch(run.grad_accum_steps()) + 1, "-",
+        strategy->first_micro_batch(run.grad_accum_steps()) + strategy->micro_batch_count(run.grad_accum_steps()),
         " of each step's ", run.grad_accum_steps(), lead ? "; the other ranks log to rank_<r>.log" : ""));
   }
   const std::string config_text = ExperimentToText(experiment);
@@ -485,8 +498,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   const int64_t tokens_per_step = TokensPerStep(experiment);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
-  std::vector<int32_t> inputs(batch * context), targets(batch * context);
-  std::vector<float> grad_buffer;  // data parallel: every gradient, for one all-reduce
+  SamplerSource source(*sampler);
   // run.op_profile_steps: steps [profile_first, profile_end) are profiled (from the second step this
   // process trains, skipping the first one's allocations and GEMM plans; the first when it trains only one).
   const int64_t profile_first = std::min(start_step + 1, total_steps - 1);
@@ -499,42 +511,16 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     const Clock::time_point started = Clock::now();
     const double lr = schedule.At(step);
-    model.ZeroGrad();
-    double loss_sum = 0, z_loss_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      if (micro / (accum / world) != rank) {  // another rank's micro-batch
-        sampler->Skip();
-        continue;
-      }
-      if (absl::Status s = sampler->Next(inputs.data(), targets.data()); !s.ok()) return s;
-      absl::StatusOr<double> loss = model.ForwardWithLoss(inputs.data(), targets.data(), batch, context);
-      if (!loss.ok()) return loss.status();
-      model.Backward();
-      loss_sum += *loss;
-      z_loss_sum += model.z_loss_term();
-    }
-    int stop_signal = 0;
-    if (group != nullptr) {
-      // The step's gradients, losses and stop requests, summed over the ranks (one all-reduce each).
-      grad_buffer.clear();
-      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-        grad_buffer.insert(grad_buffer.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
-      });
-      if (absl::Status s = group->AllReduceSum(grad_buffer.data(), grad_buffer.size()); !s.ok())
-        return collective_error(s);
-      size_t offset = 0;
-      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-        std::copy_n(grad_buffer.data() + offset, p.grad.numel(), p.grad.data<float>());
-        offset += static_cast<size_t>(p.grad.numel());
-      });
-      double sums[3] = {loss_sum, z_loss_sum, static_cast<double>(signals.received())};
-      if (absl::Status s = group->AllReduceSum(sums, 3); !s.ok()) return collective_error(s);
-      loss_sum = sums[0];
-      z_loss_sum = sums[1];
-      stop_signal = sums[2] > 0 ? (signals.received() != 0 ? signals.received() : SIGTERM) : 0;
-    }
-    const double loss = loss_sum / static_cast<double>(accum);
-    const double grad_norm = std::isfinite(loss) ? optimizer.Step(model, lr, accum) : NAN;
+    model::StepInput step_input;
+    step_input.micro_batches = accum;
+    step_input.b = batch;
+    step_input.t = context;
+    step_input.lr = lr;
+    step_input.received_signal = [&signals] { return signals.received(); };
+    absl::StatusOr<model::StepResult> stepped = strategy->Step(model, optimizer.adamw(), source, step_input);
+    if (!stepped.ok()) return group != nullptr ? collective_error(stepped.status()) : stepped.status();
+    const double loss = stepped->loss, grad_norm = stepped->grad_norm;
+    int stop_signal = stepped->stop_signal;
     const int64_t completed = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       const std::string message = absl::StrCat(
@@ -573,28 +559,15 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     m.tokens_per_second = static_cast<double>(tokens_per_step) / step_seconds;
     m.mfu = peak_flops.has_value() ? m.tokens_per_second * flops_per_token / *peak_flops : 0.0;
     m.wall_seconds = train_seconds;
-    if (model.config().z_loss > 0) m.z_loss = z_loss_sum / static_cast<double>(accum);
+    if (model.config().z_loss > 0) m.z_loss = stepped->z_loss;
     const bool last = completed == total_steps;
     const bool checkpoint_step =
         last || (run.checkpoint_interval() > 0 && completed % run.checkpoint_interval() == 0) ||
         std::find(pinned.begin(), pinned.end(), completed) != pinned.end();
     if (group != nullptr && checkpoint_step) {
-      // The ranks' copies of the weights must be one: each rank's checksum, compared on every rank.
-      std::vector<double> checksums(world, 0.0);
-      uint32_t crc = 0;
-      model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-        crc = Crc32c(std::string_view(static_cast<const char*>(p.value.data()), p.value.nbytes()), crc);
-      });
-      checksums[rank] = crc;
-      if (absl::Status s = group->AllReduceSum(checksums.data(), checksums.size()); !s.ok())
-        return collective_error(s);
-      for (int r = 1; r < world; ++r) {
-        if (checksums[r] != checksums[0]) {
-          return absl::InternalError(absl::StrCat(
-              "run.parallel.data=", world, ": after step ", completed, " rank ", r,
-              "'s weights differ from rank 0's (CRC-32C ", static_cast<uint32_t>(checksums[r]), " vs ",
-              static_cast<uint32_t>(checksums[0]), "); the ranks must run equal thread counts"));
-        }
+      // The ranks' copies of the weights must be one.
+      if (absl::Status s = strategy->CheckReplicasAgree(model, completed); !s.ok()) {
+        return s.code() == absl::StatusCode::kInternal ? s : collective_error(s);
       }
     }
     if (validation.has_value() &&
@@ -604,10 +577,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       absl::StatusOr<std::vector<double>> losses =
           ValidationBatchLosses(model, *validation, batch, context, /*first=*/rank, /*stride=*/world);
       if (!losses.ok()) return losses.status();
-      if (group != nullptr) {
-        if (absl::Status s = group->AllReduceSum(losses->data(), losses->size()); !s.ok())
-          return collective_error(s);
-      }
+      if (absl::Status s = strategy->SumOverProcesses(*losses); !s.ok()) return collective_error(s);
       m.val_loss = MeanInOrder(*losses);
       result.last_val_loss = m.val_loss;
     }
@@ -632,7 +602,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
     }
     if (options.stop_after_step == completed) return result;
 
-    if (group == nullptr) stop_signal = signals.received();  // else agreed on at the all-reduce
+    if (group == nullptr) stop_signal = signals.received();  // else agreed on at the step's all-reduce
     if (lead && (checkpoint_step || stop_signal != 0)) {
       const HostTensors weights = ModelTensors(model);
       const HostTensors optimizer_state = optimizer.StateTensors();

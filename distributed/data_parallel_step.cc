@@ -1,0 +1,81 @@
+// The data-parallel step strategy (see data_parallel_step.h).
+#include "distributed/data_parallel_step.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf::distributed {
+namespace {
+
+// FNV-1a over the weights' bytes, split into two 32-bit halves that a double all-reduce carries exactly.
+uint64_t WeightsHash(const model::LanguageModel& model) {
+  uint64_t h = 1469598103934665603ull;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    const auto* bytes = static_cast<const unsigned char*>(p.value.data());
+    for (size_t i = 0; i < p.value.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  });
+  return h;
+}
+
+}  // namespace
+
+absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
+  absl::Status status = absl::OkStatus();
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    if (status.ok()) status = group_.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
+  });
+  return status;
+}
+
+absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
+                                                         model::MicroBatchSource& data,
+                                                         const model::StepInput& input) {
+  absl::StatusOr<model::LossSums> sums =
+      model::AccumulateGradients(model, data, input, first_micro_batch(input.micro_batches),
+                                 micro_batch_count(input.micro_batches));
+  if (!sums.ok()) return sums.status();
+  // The step's gradients, losses and stop requests, summed over the ranks (one all-reduce each).
+  gradients_.clear();
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+  });
+  if (absl::Status s = group_.AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
+  size_t offset = 0;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    std::copy_n(gradients_.data() + offset, p.grad.numel(), p.grad.data<float>());
+    offset += static_cast<size_t>(p.grad.numel());
+  });
+  const int received = input.received_signal ? input.received_signal() : 0;
+  double totals[3] = {sums->loss, sums->z_loss, static_cast<double>(received)};
+  if (absl::Status s = group_.AllReduceSum(totals, 3); !s.ok()) return s;
+  const int stop = totals[2] > 0 ? (received != 0 ? received : SIGTERM) : 0;
+  return model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1]}, stop);
+}
+
+absl::Status DataParallelStep::SumOverProcesses(std::vector<double>& values) {
+  return group_.AllReduceSum(values.data(), values.size());
+}
+
+absl::Status DataParallelStep::CheckReplicasAgree(const model::LanguageModel& model, int64_t step) {
+  const int world = world_size();
+  std::vector<double> halves(2 * static_cast<size_t>(world), 0.0);
+  const uint64_t hash = WeightsHash(model);
+  halves[2 * rank()] = static_cast<double>(hash >> 32);
+  halves[2 * rank() + 1] = static_cast<double>(hash & 0xffffffffu);
+  if (absl::Status s = group_.AllReduceSum(halves.data(), halves.size()); !s.ok()) return s;
+  for (int r = 1; r < world; ++r) {
+    if (halves[2 * r] != halves[0] || halves[2 * r + 1] != halves[1]) {
+      return absl::InternalError(absl::StrCat(
+          "run.parallel.data=", world, ": after step ", step, " rank ", r,
+          "'s weights differ from rank 0's (FNV-1a ", static_cast<uint64_t>(halves[2 * r]) << 32 |
+                                                          static_cast<uint64_t>(halves[2 * r + 1]),
+          " vs ", static_cast<uint64_t>(halves[0]) << 32 | static_cast<uint64_t>(halves[1]),
+          "); the ranks must run equal thread counts"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lmf::distributed

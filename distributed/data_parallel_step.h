@@ -1,0 +1,49 @@
+// DataParallelStep: the data-parallel step strategy (model/training/step_strategy.h) over a process group.
+// Every rank holds the whole model; rank r computes micro-batches [r A/P, (r+1) A/P) of each step's A
+// (A divisible by the P ranks), the gradients and losses are summed over the ranks (one all-reduce each), and
+// every rank applies the same AdamW update, so the run is the single-process run up to the order of the
+// gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
+// Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1.
+#ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
+#define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "distributed/collectives.h"
+#include "model/training/step_strategy.h"
+
+namespace lmf::distributed {
+
+class DataParallelStep final : public model::StepStrategy {
+ public:
+  // `group`: every data-parallel rank, kept by the caller for this strategy's lifetime.
+  explicit DataParallelStep(Collectives& group) : group_(group) {}
+
+  int rank() const override { return group_.rank(); }
+  int world_size() const override { return group_.world_size(); }
+  int64_t first_micro_batch(int64_t micro_batches) const override {
+    return rank() * (micro_batches / world_size());
+  }
+  int64_t micro_batch_count(int64_t micro_batches) const override { return micro_batches / world_size(); }
+
+  // Rank 0's weights broadcast to every rank (they built the same ones from the same seed or checkpoint;
+  // afterwards nothing but the data split tells them apart).
+  absl::Status SyncParameters(model::LanguageModel& model) override;
+  absl::StatusOr<model::StepResult> Step(model::LanguageModel& model, model::AdamW& optimizer,
+                                         model::MicroBatchSource& data, const model::StepInput& input) override;
+  absl::Status SumOverProcesses(std::vector<double>& values) override;
+  // Each rank's checksum of its weights, compared on every rank: a rank whose copy drifted (another thread
+  // count splits the optimizer's kernels differently) is named.
+  absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
+
+ private:
+  Collectives& group_;
+  std::vector<float> gradients_;  // every gradient, for one all-reduce
+};
+
+}  // namespace lmf::distributed
+
+#endif  // LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_

@@ -1,0 +1,46 @@
+// The single-process step and the parts every strategy shares (see step_strategy.h).
+#include "model/training/step_strategy.h"
+
+#include <cmath>
+#include <vector>
+
+namespace lmf::model {
+
+absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
+                                             int64_t first, int64_t count) {
+  std::vector<int32_t> ids(static_cast<size_t>(input.b * input.t)), targets(ids.size());
+  model.ZeroGrad();
+  LossSums sums;
+  for (int64_t micro = 0; micro < input.micro_batches; ++micro) {
+    if (micro < first || micro >= first + count) {  // another process's micro-batch
+      data.Skip();
+      continue;
+    }
+    if (absl::Status s = data.Next(ids.data(), targets.data()); !s.ok()) return s;
+    absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), input.b, input.t);
+    if (!loss.ok()) return loss.status();
+    model.Backward();
+    sums.loss += *loss;
+    sums.z_loss += model.z_loss_term();
+  }
+  return sums;
+}
+
+StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
+                      int stop_signal) {
+  StepResult result;
+  result.loss = sums.loss / static_cast<double>(input.micro_batches);
+  result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
+  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  result.stop_signal = stop_signal;
+  return result;
+}
+
+absl::StatusOr<StepResult> SingleProcessStep::Step(LanguageModel& model, AdamW& optimizer, MicroBatchSource& data,
+                                                   const StepInput& input) {
+  absl::StatusOr<LossSums> sums = AccumulateGradients(model, data, input, 0, input.micro_batches);
+  if (!sums.ok()) return sums.status();
+  return FinishStep(model, optimizer, input, *sums, input.received_signal ? input.received_signal() : 0);
+}
+
+}  // namespace lmf::model

@@ -1,0 +1,92 @@
+// StepStrategy: how one optimizer step's gradients are computed and the update applied, so that the trainer's
+// run driver (experiments/trainer: run folder, resume, schedule, eval, checkpoints, metrics) is written once
+// for every kind of parallelism. SingleProcessStep runs every micro-batch here; distributed/'s strategies
+// (data parallel now; pipeline and expert parallel next) split them over processes and are applied from
+// outside the single-device model code, as torchtitan applies its parallelisms.
+#ifndef LMFORGE_MODEL_TRAINING_STEP_STRATEGY_H_
+#define LMFORGE_MODEL_TRAINING_STEP_STRATEGY_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/language_model/language_model.h"
+#include "model/optimizer/adamw.h"
+
+namespace lmf::model {
+
+// Where a step's micro-batches come from, in order: each one is B sequences of T token ids and their
+// targets (host int32), or skipped (another process trains on it, and the stream must stay in step).
+class MicroBatchSource {
+ public:
+  virtual ~MicroBatchSource() = default;
+  virtual absl::Status Next(int32_t* ids, int32_t* targets) = 0;
+  virtual void Skip() = 0;
+};
+
+struct StepInput {
+  int64_t micro_batches = 1;  // per optimizer step, over every process
+  int64_t b = 0, t = 0;       // each micro-batch's shape
+  double lr = 0;
+  // The signal this process has received so far (0: none), asked once the step's own work is done and agreed
+  // on with the other processes; unset: none.
+  std::function<int()> received_signal;
+};
+
+struct StepResult {
+  double loss = 0;       // mean cross-entropy over every micro-batch of the step
+  double z_loss = 0;     // mean z-loss term
+  double grad_norm = 0;  // global norm of the mean gradient before clipping; NaN when the loss is not finite
+  int stop_signal = 0;   // a signal any process received (the same on every process)
+};
+
+class StepStrategy {
+ public:
+  virtual ~StepStrategy() = default;
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  // Which of a step's micro-batches this process computes: [first, first + count).
+  virtual int64_t first_micro_batch(int64_t /*micro_batches*/) const { return 0; }
+  virtual int64_t micro_batch_count(int64_t micro_batches) const { return micro_batches; }
+
+  // Before the first step: every replica's weights made equal (rank 0's).
+  virtual absl::Status SyncParameters(LanguageModel& model) = 0;
+  // One optimizer step: zero the gradients, forward and backward this process's micro-batches (the others
+  // skipped in `data`), reduce the gradients and losses over the processes, and apply AdamW at input.lr
+  // unless the loss is not finite (then grad_norm is NaN and nothing changes).
+  virtual absl::StatusOr<StepResult> Step(LanguageModel& model, AdamW& optimizer, MicroBatchSource& data,
+                                          const StepInput& input) = 0;
+  // In-place sum of per-process values (shares of an evaluation), the same on every process.
+  virtual absl::Status SumOverProcesses(std::vector<double>& values) = 0;
+  // After `step`: every replica holds the same weights, or an error naming the one that differs.
+  virtual absl::Status CheckReplicasAgree(const LanguageModel& model, int64_t step) = 0;
+};
+
+// Every micro-batch in this process: gradient accumulation.
+class SingleProcessStep final : public StepStrategy {
+ public:
+  absl::Status SyncParameters(LanguageModel&) override { return absl::OkStatus(); }
+  absl::StatusOr<StepResult> Step(LanguageModel& model, AdamW& optimizer, MicroBatchSource& data,
+                                  const StepInput& input) override;
+  absl::Status SumOverProcesses(std::vector<double>&) override { return absl::OkStatus(); }
+  absl::Status CheckReplicasAgree(const LanguageModel&, int64_t) override { return absl::OkStatus(); }
+};
+
+// The part of a step every strategy shares: zero the gradients, then forward and backward this process's
+// micro-batches [first, first + count) of input.micro_batches from `data` (skipping the others), on the
+// model's own activations. Returns the sums of their losses and z-loss terms.
+struct LossSums {
+  double loss = 0, z_loss = 0;
+};
+absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
+                                             int64_t first, int64_t count);
+// The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
+// finite (else grad_norm NaN and nothing changes).
+StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
+                      int stop_signal);
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_TRAINING_STEP_STRATEGY_H_
