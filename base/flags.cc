@@ -23,6 +23,16 @@
 namespace lmf {
 namespace {
 
+// "<program>[ <verb>]" of the last parse, for its errors.
+std::string& LastProgram() {
+  static auto* program = new std::string();
+  return *program;
+}
+
+void PrintError(const std::string& program, absl::string_view message) {
+  std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), std::string(message).c_str(), program.c_str());
+}
+
 // The flags the last parse found: name -> the text given (the last one of a repeated flag).
 std::map<std::string, std::string>& GivenTexts() {
   static auto* given = new std::map<std::string, std::string>();
@@ -252,6 +262,8 @@ absl::StatusOr<const FlagsVerb*> ReadVerb(int argc, char** argv, const FlagsOpti
 // TryParseFlags, also saying which verb was read (for the error's prefix).
 absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& options, std::string* verb_name) {
   GivenTexts().clear();
+  const std::string program = ProgramName(argc > 0 ? argv[0] : nullptr);
+  LastProgram() = program;
   CommandLine line;
   const FlagsVerb* verb = nullptr;
   if (!options.verbs.empty()) {
@@ -259,6 +271,7 @@ absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& opt
     if (!read.ok() || line.help) return read.ok() ? absl::StatusOr<CommandLine>(line) : read.status();
     verb = *read;
     line.verb = *verb_name = verb->name;
+    LastProgram() = absl::StrCat(program, " ", verb->name);
   }
   // The arguments: flags (a value-taking one takes the next argument where it has no "=") and the rest.
   std::vector<Occurrence> occurrences;
@@ -292,7 +305,6 @@ absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& opt
   if (line.help) return line;
 
   // Which flags, each once (but a RepeatedString), in the order first given; the positional arguments.
-  const std::string program = ProgramName(argc > 0 ? argv[0] : nullptr);
   std::map<std::string, std::vector<const Occurrence*>> by_name;
   std::vector<std::string> order;
   for (const Occurrence& o : occurrences) {
@@ -379,6 +391,8 @@ std::string AbslUnparseFlag(const RepeatedString& value) {
   return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
 }
 
+void PrintUsageError(absl::string_view message) { PrintError(LastProgram(), message); }
+
 bool FlagGiven(absl::string_view name) { return GivenTexts().count(std::string(name)) > 0; }
 
 std::string FlagsHelp(const char* argv0, const FlagsOptions& options, absl::string_view verb) {
@@ -414,9 +428,7 @@ CommandLine ParseFlags(int argc, char** argv, const FlagsOptions& options) {
     std::exit(0);
   }
   if (!line.ok()) {
-    const std::string program = absl::StrCat(ProgramName(argv0), verb.empty() ? "" : " ", verb);
-    std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), std::string(line.status().message()).c_str(),
-                 program.c_str());
+    PrintError(LastProgram(), line.status().message());
     const bool value = absl::IsOutOfRange(line.status()) && options.value_exit_code != 0;
     std::exit(value ? options.value_exit_code : options.usage_exit_code);
   }

@@ -159,6 +159,11 @@ CommandLine ParseFlags(int argc, char** argv, const FlagsOptions& options = {});
 // (without the program's name); `help` set (and the flags not checked) where --help was asked for.
 absl::StatusOr<CommandLine> TryParseFlags(int argc, char** argv, const FlagsOptions& options = {});
 
+// A usage error the binary finds after parsing (a required flag missing, two flags that exclude each
+// other): prints "<program>[ <verb>]: <message>" and "Try '<program> --help'." on stderr, as ParseFlags
+// prints its own.
+void PrintUsageError(absl::string_view message);
+
 // Whether the last parse found `flag` on the command line (`--tokenizer=` is given, and empty).
 bool FlagGiven(absl::string_view name);
 template <typename F>

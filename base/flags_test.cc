@@ -286,6 +286,15 @@ TEST_F(FlagsTest, ErrorsExitWithTheBinarysStatus) {
   EXPECT_EQ(ReadFile(out).value_or("x"), "");
 }
 
+// A usage error found by the binary after parsing reads as ParseFlags' own.
+TEST_F(FlagsTest, PrintUsageErrorNamesTheProgramAndVerb) {
+  ASSERT_TRUE(Parse({}).ok());
+  ::testing::internal::CaptureStderr();
+  PrintUsageError("--config=FILE is required");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "widget_tool: --config=FILE is required\nTry 'widget_tool --help'.\n");
+}
+
 FlagsOptions Verbs() {
   FlagsOptions options;
   options.verbs = {{"count", "Counts the widgets.", {"widgets", "verbose_widgets", "set"}},
@@ -331,6 +340,9 @@ TEST_F(FlagsTest, AToolWithVerbsListsThemAndEachVerbsFlags) {
   EXPECT_EQ(FlagsHelp("widget_tool", Verbs(), "name"),
             "widget_tool name: Names the widgets.\n\n  Flags of widget_tool name:\n"
             "    --label (what to call them); default: \"plain\"\n    --tags (tags to add); default: (none)\n");
+  ::testing::internal::CaptureStderr();
+  PrintUsageError("give --label");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "widget_tool name: give --label\nTry 'widget_tool name --help'.\n");
   const std::string out = TestDir() + "/verb_help.txt";
   EXPECT_EXIT(ParseInChild({"widget_tool", "name", "--help"}, out, Verbs()), ::testing::ExitedWithCode(0), "");
   EXPECT_EQ(ReadFile(out).value_or(""), FlagsHelp("widget_tool", Verbs(), "name"));
