@@ -30,7 +30,8 @@ std::string& LastProgram() {
 }
 
 void PrintError(const std::string& program, absl::string_view message) {
-  std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), std::string(message).c_str(), program.c_str());
+  std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), std::string(message).c_str(),
+               program.c_str());
 }
 
 // The flags the last parse found: name -> the text given (the last one of a repeated flag).
@@ -45,7 +46,9 @@ std::string ProgramName(const char* argv0) {
   return slash != nullptr ? slash + 1 : argv0;
 }
 
-bool IsHelpName(absl::string_view name) { return name == "help" || name == "helpfull" || name == "helpshort"; }
+bool IsHelpName(absl::string_view name) {
+  return name == "help" || name == "helpfull" || name == "helpshort";
+}
 
 // "--name..." or "-name...", a letter or '_' after the dashes: an argument that is a flag. "-", "-3", "--"
 // and "file" are not.
@@ -95,18 +98,24 @@ bool IsAnyOf(const absl::CommandLineFlag& flag) {
   return (flag.IsOfType<T>() || ...);
 }
 
+// Whether `flag` holds one of T or std::optional of one.
+template <typename... T>
+NumberType NumberOf(const absl::CommandLineFlag& flag, Number number) {
+  if (IsAnyOf<T...>(flag)) return {number, false};
+  if (IsAnyOf<std::optional<T>...>(flag)) return {number, true};
+  return {};
+}
+
 NumberType NumberTypeOf(const absl::CommandLineFlag& f) {
-  using std::optional;
-  if (IsAnyOf<short, int, long, long long>(f)) return {Number::kSigned, false};  // NOLINT(runtime/int)
-  if (IsAnyOf<optional<short>, optional<int>, optional<long>, optional<long long>>(f))  // NOLINT(runtime/int)
-    return {Number::kSigned, true};
-  if (IsAnyOf<unsigned short, unsigned, unsigned long, unsigned long long>(f))  // NOLINT(runtime/int)
-    return {Number::kUnsigned, false};
-  if (IsAnyOf<optional<unsigned short>, optional<unsigned>, optional<unsigned long>,  // NOLINT(runtime/int)
-              optional<unsigned long long>>(f))                                      // NOLINT(runtime/int)
-    return {Number::kUnsigned, true};
-  if (IsAnyOf<float, double>(f)) return {Number::kFloat, false};
-  if (IsAnyOf<optional<float>, optional<double>>(f)) return {Number::kFloat, true};
+  using llong = long long;                                                              // NOLINT(runtime/int)
+  using ullong = unsigned long long;                                                    // NOLINT(runtime/int)
+  using ulong = unsigned long;                                                          // NOLINT(runtime/int)
+  using ushort = unsigned short;                                                        // NOLINT(runtime/int)
+  for (const NumberType type : {NumberOf<short, int, long, llong>(f, Number::kSigned),  // NOLINT(runtime/int)
+                                NumberOf<ushort, unsigned, ulong, ullong>(f, Number::kUnsigned),
+                                NumberOf<float, double>(f, Number::kFloat)}) {
+    if (type.number != Number::kNone) return type;
+  }
   return {};
 }
 
@@ -169,8 +178,7 @@ std::string UnknownFlag(absl::string_view name, const FlagsOptions& options, con
                         const std::string& program) {
   if (verb == nullptr) {
     absl::string_view positive = name;
-    const absl::CommandLineFlag* negated =
-        absl::ConsumePrefix(&positive, "no") ? OwnFlag(positive) : nullptr;
+    const absl::CommandLineFlag* negated = absl::ConsumePrefix(&positive, "no") ? OwnFlag(positive) : nullptr;
     const std::string hint = negated != nullptr && negated->IsOfType<bool>()
                                  ? absl::StrCat(" (for false: --", positive, "=false)")
                                  : "";
@@ -188,12 +196,15 @@ std::string UnknownFlag(absl::string_view name, const FlagsOptions& options, con
 
 std::string GivenTwice(const absl::CommandLineFlag& flag, const Occurrence& first, const Occurrence& second) {
   const auto text = [](const Occurrence& o) { return o.bare ? std::string("true") : o.text; };
-  return absl::StrCat("--", flag.Name(), " is given twice (", text(first), " and ", text(second), "); give it once",
+  return absl::StrCat("--", flag.Name(), " is given twice (", text(first), " and ", text(second),
+                      "); give it once",
                       flag.IsOfType<std::vector<std::string>>() ? " (a list is comma-separated)" : "");
 }
 
 absl::Status CheckPositional(const std::vector<std::string>& given, const std::vector<std::string>& wanted) {
-  if (given.size() < wanted.size()) return absl::InvalidArgumentError(absl::StrCat("missing ", wanted[given.size()]));
+  if (given.size() < wanted.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("missing ", wanted[given.size()]));
+  }
   if (given.size() == wanted.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       wanted.empty() ? absl::StrCat("unexpected argument \"", given[0], "\" (flags are --name=value)")
@@ -228,11 +239,12 @@ absl::Status SetFlag(absl::CommandLineFlag& flag, const std::vector<const Occurr
     const NumberType type = NumberTypeOf(flag);
     if (!PlainNumberText(text, type) || !flag.ParseFrom(text, &error)) {
       const FlagCheck* check = CheckOf(options, name);
-      const std::string expected = check != nullptr                 ? check->expected
+      const std::string expected = check != nullptr               ? check->expected
                                    : type.number != Number::kNone ? Noun(type.number)
-                                                                   : "";
-      return absl::OutOfRangeError(expected.empty() ? absl::StrCat("--", name, "=", text, ": ", error)
-                                                    : absl::StrCat("--", name, "=", text, ": expected ", expected));
+                                                                  : "";
+      return absl::OutOfRangeError(expected.empty()
+                                       ? absl::StrCat("--", name, "=", text, ": ", error)
+                                       : absl::StrCat("--", name, "=", text, ": expected ", expected));
     }
   }
   GivenTexts()[name] = text;
@@ -241,7 +253,9 @@ absl::Status SetFlag(absl::CommandLineFlag& flag, const std::vector<const Occurr
 
 // The verb of a tool with verbs (argv[1]); `help` where it asks for the tool's help instead.
 absl::StatusOr<const FlagsVerb*> ReadVerb(int argc, char** argv, const FlagsOptions& options, bool* help) {
-  if (argc < 2) return absl::InvalidArgumentError(absl::StrCat("missing verb: expected one of ", VerbNames(options)));
+  if (argc < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("missing verb: expected one of ", VerbNames(options)));
+  }
   const absl::string_view arg = argv[1];
   if (arg == "help" || (LooksLikeFlag(arg) && IsHelpName(FlagName(arg)))) {
     *help = true;
@@ -250,17 +264,20 @@ absl::StatusOr<const FlagsVerb*> ReadVerb(int argc, char** argv, const FlagsOpti
   const FlagsVerb* verb = FindVerb(options, arg);
   if (verb == nullptr) {
     return absl::InvalidArgumentError(
-        LooksLikeFlag(arg) ? absl::StrCat("expected a verb (", VerbNames(options), ") before the flags, got ", arg)
-                           : absl::StrCat("unknown verb \"", arg, "\"; expected one of ", VerbNames(options)));
+        LooksLikeFlag(arg)
+            ? absl::StrCat("expected a verb (", VerbNames(options), ") before the flags, got ", arg)
+            : absl::StrCat("unknown verb \"", arg, "\"; expected one of ", VerbNames(options)));
   }
   for (const std::string& flag : verb->flags) {
-    LMF_CHECK(OwnFlag(flag) != nullptr) << "verb " << verb->name << " names --" << flag << ", which is no flag";
+    LMF_CHECK(OwnFlag(flag) != nullptr)
+        << "verb " << verb->name << " names --" << flag << ", which is no flag";
   }
   return verb;
 }
 
 // TryParseFlags, also saying which verb was read (for the error's prefix).
-absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& options, std::string* verb_name) {
+absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& options,
+                                  std::string* verb_name) {
   GivenTexts().clear();
   const std::string program = ProgramName(argc > 0 ? argv[0] : nullptr);
   LastProgram() = program;
@@ -295,8 +312,11 @@ absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& opt
     if (!o.bare) o.text = std::string(arg.substr(eq + 1));
     const absl::CommandLineFlag* flag = OwnFlag(o.name);
     if (o.bare && flag != nullptr && !flag->IsOfType<bool>()) {
-      const bool next_is_value = i + 1 < argc && !LooksLikeFlag(argv[i + 1]) && std::strcmp(argv[i + 1], "--") != 0;
-      if (!next_is_value) return absl::InvalidArgumentError(MissingValue(o.name, i + 1 < argc ? argv[i + 1] : nullptr));
+      const bool next_is_value =
+          i + 1 < argc && !LooksLikeFlag(argv[i + 1]) && std::strcmp(argv[i + 1], "--") != 0;
+      if (!next_is_value) {
+        return absl::InvalidArgumentError(MissingValue(o.name, i + 1 < argc ? argv[i + 1] : nullptr));
+      }
       o.text = argv[++i];
       o.bare = false;
     }
@@ -350,8 +370,8 @@ std::string FlagLine(const absl::CommandLineFlag& flag) {
 // The help of a tool with verbs: the verbs, or one verb's flags.
 std::string VerbsHelp(const std::string& program, const FlagsOptions& options, const FlagsVerb* verb) {
   if (verb != nullptr) {
-    std::string text = absl::StrCat(program, " ", verb->name, ": ", verb->summary, "\n\n  Flags of ", program, " ",
-                                    verb->name, ":\n");
+    std::string text = absl::StrCat(program, " ", verb->name, ": ", verb->summary, "\n\n  Flags of ", program,
+                                    " ", verb->name, ":\n");
     std::vector<std::string> names = verb->flags;
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) absl::StrAppend(&text, FlagLine(*OwnFlag(name)));

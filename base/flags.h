@@ -104,8 +104,8 @@ template <typename F>
 FlagCheck InRange(const absl::Flag<F>& flag, typename flags_internal::Number<F>::type lo,
                   typename flags_internal::Number<F>::type hi) {
   const bool integral = std::is_integral<typename flags_internal::Number<F>::type>::value;
-  return {flags_internal::Name(flag), absl::StrCat(integral ? "an integer" : "a number", " from ", lo, " to ", hi),
-          [&flag, lo, hi] {
+  return {flags_internal::Name(flag),
+          absl::StrCat(integral ? "an integer" : "a number", " from ", lo, " to ", hi), [&flag, lo, hi] {
             const auto v = flags_internal::Read(flag);
             return v.has_value() && *v >= lo && *v <= hi;
           }};

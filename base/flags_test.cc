@@ -78,8 +78,10 @@ TEST_F(FlagsTest, HelpListsTheProgramsFlagsWithDefaults) {
   EXPECT_NE(help.find("    --widgets (how many widgets); default: 3\n"), std::string::npos) << help;
   EXPECT_NE(help.find("    --label (what to call them); default: \"plain\"\n"), std::string::npos) << help;
   EXPECT_NE(help.find("    --tags (tags to add); default: (none)\n"), std::string::npos) << help;
-  EXPECT_NE(help.find("    --set (overrides a field; repeatable); default: (none)\n"), std::string::npos) << help;
-  EXPECT_NE(help.find("    --batch (sequences per batch (none: the run's)); default: (none)\n"), std::string::npos)
+  EXPECT_NE(help.find("    --set (overrides a field; repeatable); default: (none)\n"), std::string::npos)
+      << help;
+  EXPECT_NE(help.find("    --batch (sequences per batch (none: the run's)); default: (none)\n"),
+            std::string::npos)
       << help;
   // Sorted by name, and none of Abseil's own flags.
   EXPECT_LT(help.find("--label"), help.find("--widgets")) << help;
@@ -120,7 +122,8 @@ TEST_F(FlagsTest, HelpAfterAFlagThatNeedsAValueIsAMissingValue) {
         << flag;
     EXPECT_EQ(ReadFile(out).value_or(""), "") << flag;
   }
-  EXPECT_EQ(ErrorOf({"--prompt", "--help"}), "--prompt needs a value: --prompt=VALUE (--help after it is a flag)");
+  EXPECT_EQ(ErrorOf({"--prompt", "--help"}),
+            "--prompt needs a value: --prompt=VALUE (--help after it is a flag)");
 }
 
 TEST_F(FlagsTest, HelpAfterABooleanFlagOrAnEqualsValueIsHelp) {
@@ -147,7 +150,8 @@ TEST_F(FlagsTest, HelpBesideAFullCommand) {
 TEST_F(FlagsTest, ValuesWithEqualsOrInTheNextArgument) {
   FlagsOptions options;
   options.positional = {"FILE"};
-  absl::StatusOr<CommandLine> line = Parse({"--widgets=7", "--label", "shiny", "file.txt", "--seed", "-3"}, options);
+  absl::StatusOr<CommandLine> line =
+      Parse({"--widgets=7", "--label", "shiny", "file.txt", "--seed", "-3"}, options);
   ASSERT_TRUE(line.ok()) << line.status();
   EXPECT_EQ(line->positional, std::vector<std::string>{"file.txt"});
   EXPECT_EQ(absl::GetFlag(FLAGS_widgets), 7);
@@ -188,7 +192,8 @@ TEST_F(FlagsTest, RepeatedStringTextRoundTrips) {
 // A bare `--prompt` used to be the prompt "true" (and eval's bare --tokens the file ./true).
 TEST_F(FlagsTest, AFlagThatTakesAValueNeedsOne) {
   EXPECT_EQ(ErrorOf({"--prompt"}), "--prompt needs a value: --prompt=VALUE");
-  EXPECT_EQ(ErrorOf({"--prompt", "--resume"}), "--prompt needs a value: --prompt=VALUE (--resume after it is a flag)");
+  EXPECT_EQ(ErrorOf({"--prompt", "--resume"}),
+            "--prompt needs a value: --prompt=VALUE (--resume after it is a flag)");
   EXPECT_EQ(ErrorOf({"--prompt", "--"}), "--prompt needs a value: --prompt=VALUE (-- after it is a flag)");
   EXPECT_TRUE(Parse({"--resume"}).ok());  // a switch
   // The value in the next argument, as other CLIs take it: read as meant.
@@ -198,10 +203,12 @@ TEST_F(FlagsTest, AFlagThatTakesAValueNeedsOne) {
 }
 
 TEST_F(FlagsTest, UnknownFlagsAndPositionalArgumentsAreRefused) {
-  EXPECT_EQ(ErrorOf({"--promt=x"}),
-            "unknown flag --promt; known: --batch, --count, --label, --prompt, --resume, --seed, --set, --tags, "
-            "--temperature, --verbose_widgets, --widgets");
-  EXPECT_EQ(ErrorOf({"--noresume"}).rfind("unknown flag --noresume (for false: --resume=false); known: ", 0), 0u);
+  EXPECT_EQ(
+      ErrorOf({"--promt=x"}),
+      "unknown flag --promt; known: --batch, --count, --label, --prompt, --resume, --seed, --set, --tags, "
+      "--temperature, --verbose_widgets, --widgets");
+  EXPECT_EQ(ErrorOf({"--noresume"}).rfind("unknown flag --noresume (for false: --resume=false); known: ", 0),
+            0u);
   EXPECT_EQ(ErrorOf({"--flagfile=x"}).rfind("unknown flag --flagfile; ", 0), 0u);  // Abseil's own: not taken
   EXPECT_EQ(ErrorOf({"story.txt"}), "unexpected argument \"story.txt\" (flags are --name=value)");
   EXPECT_EQ(ErrorOf({"--", "story.txt"}), "unexpected argument \"story.txt\" (flags are --name=value)");
@@ -215,8 +222,10 @@ TEST_F(FlagsTest, UnknownFlagsAndPositionalArgumentsAreRefused) {
 
 TEST_F(FlagsTest, AFlagGivenTwiceIsRefused) {
   EXPECT_EQ(ErrorOf({"--label=a", "--label", "b"}), "--label is given twice (a and b); give it once");
-  EXPECT_EQ(ErrorOf({"--tags=a", "--tags=b"}), "--tags is given twice (a and b); give it once (a list is comma-separated)");
-  EXPECT_EQ(ErrorOf({"--resume", "--resume=false"}), "--resume is given twice (true and false); give it once");
+  EXPECT_EQ(ErrorOf({"--tags=a", "--tags=b"}),
+            "--tags is given twice (a and b); give it once (a list is comma-separated)");
+  EXPECT_EQ(ErrorOf({"--resume", "--resume=false"}),
+            "--resume is given twice (true and false); give it once");
   EXPECT_TRUE(Parse({"--set=a=1", "--set=a=2"}).ok());  // a RepeatedString repeats
 }
 
@@ -231,7 +240,8 @@ TEST_F(FlagsTest, SwitchesAreTrueOrFalse) {
 
 TEST_F(FlagsTest, NumbersArePlainAndOfTheirType) {
   for (const char* text : {" 2", "2 ", "+2", "0x10", "2.5", "", "two", "99999999999"}) {
-    EXPECT_EQ(ErrorOf({absl::StrCat("--widgets=", text)}), absl::StrCat("--widgets=", text, ": expected an integer"));
+    EXPECT_EQ(ErrorOf({absl::StrCat("--widgets=", text)}),
+              absl::StrCat("--widgets=", text, ": expected an integer"));
   }
   EXPECT_EQ(ErrorOf({"--count=-1"}), "--count=-1: expected a non-negative integer");
   EXPECT_EQ(ErrorOf({"--temperature=warm"}), "--temperature=warm: expected a number");
@@ -245,15 +255,15 @@ TEST_F(FlagsTest, NumbersArePlainAndOfTheirType) {
 
 TEST_F(FlagsTest, ChecksRunOnTheFlagsGiven) {
   FlagsOptions options;
-  options.checks = {AtLeast(FLAGS_seed, 0),          InRange(FLAGS_widgets, 5, 10),
-                    Finite(FLAGS_temperature),       AtMost(FLAGS_count, 256, "one batch"),
-                    AtLeast(FLAGS_batch, 1)};
+  options.checks = {AtLeast(FLAGS_seed, 0), InRange(FLAGS_widgets, 5, 10), Finite(FLAGS_temperature),
+                    AtMost(FLAGS_count, 256, "one batch"), AtLeast(FLAGS_batch, 1)};
   EXPECT_TRUE(Parse({}, options).ok());  // --widgets' default (3) is not checked: only what is given
   EXPECT_EQ(absl::GetFlag(FLAGS_batch), std::nullopt);
   EXPECT_EQ(ErrorOf({"--seed=-5"}, options), "--seed=-5: expected at least 0");
   EXPECT_EQ(ErrorOf({"--widgets=11"}, options), "--widgets=11: expected an integer from 5 to 10");
   // A text that does not parse says what the check expects.
-  EXPECT_EQ(ErrorOf({"--widgets=99999999999"}, options), "--widgets=99999999999: expected an integer from 5 to 10");
+  EXPECT_EQ(ErrorOf({"--widgets=99999999999"}, options),
+            "--widgets=99999999999: expected an integer from 5 to 10");
   EXPECT_EQ(ErrorOf({"--widgets= 6"}, options), "--widgets= 6: expected an integer from 5 to 10");
   EXPECT_EQ(ErrorOf({"--temperature=nan"}, options), "--temperature=nan: expected a finite number");
   EXPECT_EQ(ErrorOf({"--temperature=-inf"}, options), "--temperature=-inf: expected a finite number");
@@ -313,8 +323,9 @@ TEST_F(FlagsTest, AVerbTakesItsOwnFlags) {
             "\"widget_tool name\": --label, --tags");
   EXPECT_EQ(ErrorOf({"count", "--bogus=1"}, Verbs()),
             "unknown flag --bogus for \"widget_tool count\"; its flags: --set, --verbose_widgets, --widgets");
-  EXPECT_EQ(ErrorOf({"count", "--prompt=x"}, Verbs()),  // a flag of the binary that no verb takes
-            "unknown flag --prompt for \"widget_tool count\"; its flags: --set, --verbose_widgets, --widgets");
+  EXPECT_EQ(
+      ErrorOf({"count", "--prompt=x"}, Verbs()),  // a flag of the binary that no verb takes
+      "unknown flag --prompt for \"widget_tool count\"; its flags: --set, --verbose_widgets, --widgets");
   EXPECT_EQ(ErrorOf({"count", "extra"}, Verbs()), "unexpected argument \"extra\" (flags are --name=value)");
   EXPECT_EQ(ErrorOf({"frobnicate"}, Verbs()), "unknown verb \"frobnicate\"; expected one of count, name");
   EXPECT_EQ(ErrorOf({}, Verbs()), "missing verb: expected one of count, name");
@@ -331,23 +342,28 @@ TEST_F(FlagsTest, AToolWithVerbsListsThemAndEachVerbsFlags) {
     EXPECT_EQ(line->verb, "");
   }
   EXPECT_EQ(FlagsHelp("/bin/widget_tool", Verbs()),
-            "widget_tool: Counts widgets.\n\n  Verbs:\n    count  Counts the widgets.\n    name   Names the widgets.\n"
+            "widget_tool: Counts widgets.\n\n  Verbs:\n    count  Counts the widgets.\n    name   Names the "
+            "widgets.\n"
             "\n  'widget_tool VERB --help' lists the flags of VERB.\n");
   absl::StatusOr<CommandLine> line = Parse({"name", "--label=x", "--help"}, Verbs());
   ASSERT_TRUE(line.ok()) << line.status();
   EXPECT_TRUE(line->help);
   EXPECT_EQ(line->verb, "name");
-  EXPECT_EQ(FlagsHelp("widget_tool", Verbs(), "name"),
-            "widget_tool name: Names the widgets.\n\n  Flags of widget_tool name:\n"
-            "    --label (what to call them); default: \"plain\"\n    --tags (tags to add); default: (none)\n");
+  EXPECT_EQ(
+      FlagsHelp("widget_tool", Verbs(), "name"),
+      "widget_tool name: Names the widgets.\n\n  Flags of widget_tool name:\n"
+      "    --label (what to call them); default: \"plain\"\n    --tags (tags to add); default: (none)\n");
   ::testing::internal::CaptureStderr();
   PrintUsageError("give --label");
-  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "widget_tool name: give --label\nTry 'widget_tool name --help'.\n");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "widget_tool name: give --label\nTry 'widget_tool name --help'.\n");
   const std::string out = TestDir() + "/verb_help.txt";
-  EXPECT_EXIT(ParseInChild({"widget_tool", "name", "--help"}, out, Verbs()), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(ParseInChild({"widget_tool", "name", "--help"}, out, Verbs()), ::testing::ExitedWithCode(0),
+              "");
   EXPECT_EQ(ReadFile(out).value_or(""), FlagsHelp("widget_tool", Verbs(), "name"));
   // An error after the verb names the verb.
-  EXPECT_EXIT(ParseInChild({"widget_tool", "name", "--widgets=4"}, out, Verbs()), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(ParseInChild({"widget_tool", "name", "--widgets=4"}, out, Verbs()),
+              ::testing::ExitedWithCode(1),
               "^widget_tool name: --widgets is a flag of .*\nTry 'widget_tool name --help'.\n$");
 }
 

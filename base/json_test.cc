@@ -90,7 +90,8 @@ TEST(Json, ReportsErrorsWithOffset) {
   // Past the first line, the line and column (1-based) too.
   EXPECT_EQ(ParseJson("[\n  {\"a\": 1},\n  {\"a\" 2}\n]").status().message(),
             "JSON at byte 21 (line 3, column 8): expected ':' after object key");
-  EXPECT_EQ(ParseJson("[1,\n").status().message(), "JSON at byte 4 (line 2, column 1): unexpected end of input");
+  EXPECT_EQ(ParseJson("[1,\n").status().message(),
+            "JSON at byte 4 (line 2, column 1): unexpected end of input");
 }
 
 TEST(Json, QuoteEscapesWhatJsonRequires) {

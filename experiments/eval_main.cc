@@ -31,12 +31,15 @@
 #include "experiments/trainer/weights.h"
 #include "tokenizer/tokenizer_file.h"
 
-ABSL_FLAG(std::string, checkpoint, "", "a run folder (its newest intact checkpoint) or one checkpoint's folder");
+ABSL_FLAG(std::string, checkpoint, "",
+          "a run folder (its newest intact checkpoint) or one checkpoint's folder");
 ABSL_FLAG(std::string, config, "", "instead of --checkpoint: a model config, with --weights");
-ABSL_FLAG(lmf::RepeatedString, set, {}, "overrides a field of --config, e.g. --set=model.n_layers=4; repeatable");
+ABSL_FLAG(lmf::RepeatedString, set, {},
+          "overrides a field of --config, e.g. --set=model.n_layers=4; repeatable");
 ABSL_FLAG(std::string, weights, "", "with --config: the model.safetensors to evaluate");
 ABSL_FLAG(std::string, tokens, "", "a token file of the model's tokenizer");
-ABSL_FLAG(std::optional<int64_t>, batch_size, std::nullopt, "sequences per forward; none: the run's run.batch_size");
+ABSL_FLAG(std::optional<int64_t>, batch_size, std::nullopt,
+          "sequences per forward; none: the run's run.batch_size");
 ABSL_FLAG(std::optional<int64_t>, eval_tokens, std::nullopt,
           "tokens to score; none: the whole file, in whole batches of batch_size x context_length");
 
@@ -132,15 +135,19 @@ int Main(int argc, char** argv) {
   ParseFlags(argc, argv, flags);
   // The two ways to name a model, whole and not mixed (--weights beside --checkpoint would be ignored).
   const bool checkpoint = FlagGiven(FLAGS_checkpoint);
-  const bool mixed = checkpoint && (FlagGiven(FLAGS_config) || FlagGiven(FLAGS_weights) || FlagGiven(FLAGS_set));
+  const bool mixed =
+      checkpoint && (FlagGiven(FLAGS_config) || FlagGiven(FLAGS_weights) || FlagGiven(FLAGS_set));
   const bool config_and_weights = FlagGiven(FLAGS_config) && FlagGiven(FLAGS_weights);
   std::vector<std::string> problems;  // what is missing or mixed, by name
   if (mixed) {
     problems.push_back(
-        "--checkpoint takes the model's config and weights from the run; it cannot be combined with --config, "
+        "--checkpoint takes the model's config and weights from the run; it cannot be combined with "
+        "--config, "
         "--weights or --set");
   }
-  if (!FlagGiven(FLAGS_tokens)) problems.push_back("--tokens=FILE (the token file to evaluate on) is required");
+  if (!FlagGiven(FLAGS_tokens)) {
+    problems.push_back("--tokens=FILE (the token file to evaluate on) is required");
+  }
   if (!mixed && !checkpoint && !config_and_weights) {
     problems.push_back("name the model: --checkpoint=DIR, or --config=FILE with --weights=FILE");
   }

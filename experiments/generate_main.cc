@@ -32,7 +32,8 @@
 #include "experiments/sampling/sampling.h"
 #include "tokenizer/tokenizer_file.h"
 
-ABSL_FLAG(std::string, checkpoint, "", "a run folder (its newest intact checkpoint) or one checkpoint's folder");
+ABSL_FLAG(std::string, checkpoint, "",
+          "a run folder (its newest intact checkpoint) or one checkpoint's folder");
 ABSL_FLAG(std::string, prompt, "", "the text to continue");
 ABSL_FLAG(std::string, prompt_file, "", "instead of --prompt: one prompt per line (blank lines skipped)");
 ABSL_FLAG(std::string, tokenizer, "", "the model's tokenizer file; none: the run's data.tokenizer");
@@ -48,7 +49,8 @@ namespace {
 
 constexpr char kUsage[] =
     "Samples text from a trained model.\n"
-    "usage: generate --checkpoint=DIR (--prompt=TEXT | --prompt_file=FILE) [--tokenizer=FILE] [--max_tokens=N]\n"
+    "usage: generate --checkpoint=DIR (--prompt=TEXT | --prompt_file=FILE) [--tokenizer=FILE] "
+    "[--max_tokens=N]\n"
     "                [--temperature=T] [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda]\n"
     "                [--cuda_device=N] [--precision=fp32|bf16]";
 
@@ -60,7 +62,8 @@ std::vector<FlagCheck> Checks() {
           Finite(FLAGS_temperature),
           AtLeast(FLAGS_temperature, 0.0),
           Finite(FLAGS_top_p),
-          {"top_p", "a number in (0, 1]", [] { return absl::GetFlag(FLAGS_top_p) > 0 && absl::GetFlag(FLAGS_top_p) <= 1; }},
+          {"top_p", "a number in (0, 1]",
+           [] { return absl::GetFlag(FLAGS_top_p) > 0 && absl::GetFlag(FLAGS_top_p) <= 1; }},
           AtLeast(FLAGS_seed, 0),
           AtLeast(FLAGS_num_samples, 1),
           AtMost(FLAGS_num_samples, kMaxSamples, "the samples are one batch of the KV cache")};
@@ -161,8 +164,8 @@ absl::Status Run() {
   if (tokenizer_path.empty()) {
     return absl::InvalidArgumentError(
         tokenizer_given ? "--tokenizer= is empty: give a tokenizer file, or leave the flag out "
-                                "for the run's data.tokenizer"
-                              : "the run names no data.tokenizer; pass --tokenizer=FILE");
+                          "for the run's data.tokenizer"
+                        : "the run names no data.tokenizer; pass --tokenizer=FILE");
   }
   absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
   if (!tok.ok() && !tokenizer_given) {  // say where the path came from and what to do

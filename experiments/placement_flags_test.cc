@@ -50,7 +50,8 @@ TEST(ModelPlacementFlags, BadValuesAreRefusedNamingTheFlag) {
             "--cuda_device=-1: expected a CUDA device ordinal (0, 1, ...)");
   EXPECT_EQ(Parse({"--device=cuda", "--cuda_device=4294967296"}).status().message(),
             "--cuda_device=4294967296: expected a CUDA device ordinal (0, 1, ...)");
-  EXPECT_EQ(Parse({"--device=cuda", "--cuda_device=one"}).status().message(), "--cuda_device=one: expected an integer");
+  EXPECT_EQ(Parse({"--device=cuda", "--cuda_device=one"}).status().message(),
+            "--cuda_device=one: expected an integer");
 }
 
 }  // namespace

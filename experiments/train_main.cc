@@ -20,13 +20,15 @@
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
 
-ABSL_FLAG(std::string, config, "", "an experiment textproto (experiments/configs/; fields in experiments/proto/)");
+ABSL_FLAG(std::string, config, "",
+          "an experiment textproto (experiments/configs/; fields in experiments/proto/)");
 ABSL_FLAG(lmf::RepeatedString, set, {},
           "overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable");
 ABSL_FLAG(bool, resume, false,
           "continue run.output_dir from its newest good checkpoint (bit-identical); without it a folder that "
           "holds a run is refused");
-ABSL_FLAG(int64_t, stop_after, 0, "end right after this step, as a kill would (to try --resume); 0: run to the end");
+ABSL_FLAG(int64_t, stop_after, 0,
+          "end right after this step, as a kill would (to try --resume); 0: run to the end");
 
 namespace lmf::experiments {
 namespace {
@@ -53,7 +55,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "train: %s\n", std::string(text.status().message()).c_str());
     return 1;
   }
-  absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, config_arg, absl::GetFlag(FLAGS_set).values);
+  absl::StatusOr<config::Experiment> experiment =
+      LoadExperimentText(*text, config_arg, absl::GetFlag(FLAGS_set).values);
   if (!experiment.ok()) {
     std::fprintf(stderr, "%s\n", std::string(experiment.status().message()).c_str());
     return 1;

@@ -189,7 +189,9 @@ absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path) {
     auto fail = [&](const std::string& what) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": run ", i, " (0-based) of the array: ", what));
     };
-    if (run.kind != JsonValue::Kind::kObject) return fail("expected an object {parameters, compute_budget, final_loss}");
+    if (run.kind != JsonValue::Kind::kObject) {
+      return fail("expected an object {parameters, compute_budget, final_loss}");
+    }
     double params = NAN, budget = NAN, loss = NAN;
     const std::map<std::string, double*> fields = {
         {"parameters", &params}, {"compute_budget", &budget}, {"final_loss", &loss}};

@@ -97,13 +97,17 @@ TEST(PublishedTest, Cs336JsonErrorsNameTheFileAndTheRun) {
   EXPECT_EQ(read("[\n  " + run + ",\n  {\"parameters\" 1}\n]"),
             path + ": JSON at byte 84 (line 3, column 17): expected ':' after object key");
   EXPECT_EQ(read("{}"), path + ": expected a JSON array of {parameters, compute_budget, final_loss}");
-  EXPECT_EQ(read("[" + run + ", 3]"),
-            path + ": run 1 (0-based) of the array: expected an object {parameters, compute_budget, final_loss}");
-  EXPECT_EQ(read(R"([{"parameters": 5e7, "budget": 6e18}])"), path + ": run 0 (0-based) of the array: unknown key 'budget'");
+  EXPECT_EQ(
+      read("[" + run + ", 3]"),
+      path + ": run 1 (0-based) of the array: expected an object {parameters, compute_budget, final_loss}");
+  EXPECT_EQ(read(R"([{"parameters": 5e7, "budget": 6e18}])"),
+            path + ": run 0 (0-based) of the array: unknown key 'budget'");
   EXPECT_EQ(read(R"([{"parameters": "5e7"}])"),
             path + ": run 0 (0-based) of the array: expected a number for key 'parameters'");
   EXPECT_EQ(read(R"([{"parameters": 5e7, "compute_budget": 6e18}])"),
-            path + ": run 0 (0-based) of the array: a run lacks a positive parameters, compute_budget or a final_loss");
+            path +
+                ": run 0 (0-based) of the array: a run lacks a positive parameters, compute_budget or a "
+                "final_loss");
   const absl::StatusOr<Observations> one = [&] {
     EXPECT_TRUE(WriteFileAtomically(path, "[" + run + "]").ok());
     return ReadCs336IsoFlops(path);

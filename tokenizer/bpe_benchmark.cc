@@ -7,6 +7,7 @@
 //   bpe_benchmark encode --gpt2_vocab=vocab.json --gpt2_merges=merges.txt --input=english.txt --threads=1
 //   bpe_benchmark corpus_en --input=corpus.en
 //   bpe_benchmark pretokenize --input=english.txt     (our scanner vs PCRE2 JIT, one thread)
+#include <pcre2.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -17,8 +18,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <pcre2.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -81,7 +80,8 @@ int Train() {
 }
 
 int Encode() {
-  auto tokenizer = LoadGpt2(absl::GetFlag(FLAGS_gpt2_vocab), absl::GetFlag(FLAGS_gpt2_merges), {"<|endoftext|>"});
+  auto tokenizer =
+      LoadGpt2(absl::GetFlag(FLAGS_gpt2_vocab), absl::GetFlag(FLAGS_gpt2_merges), {"<|endoftext|>"});
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
   auto text = ReadFile(absl::GetFlag(FLAGS_input));
   if (!text.ok()) return Fail(std::string(text.status().message()));
@@ -181,14 +181,18 @@ int PretokenizeVsPcre2() {
 // The verbs (the measurements) and the flags each takes.
 FlagsOptions Verbs() {
   FlagsOptions options;
-  options.verbs = {
-      {"train", "Times BPE training on a file (<|endoftext|> special): wall time and peak memory.",
-       {"input", "vocab_size", "threads"}},
-      {"encode", "Times GPT-2 encoding of a text held in memory: MB/s at a thread count.",
-       {"gpt2_vocab", "gpt2_merges", "input", "max_bytes", "threads"}},
-      {"corpus_en", "Times the CS336 corpus.en vocab-500 training: the best of 5 runs.", {"input", "threads"}},
-      {"pretokenize", "Our pre-tokenizer against PCRE2 JIT with the GPT-2 pattern, one thread: speed and cuts.",
-       {"input"}}};
+  options.verbs = {{"train",
+                    "Times BPE training on a file (<|endoftext|> special): wall time and peak memory.",
+                    {"input", "vocab_size", "threads"}},
+                   {"encode",
+                    "Times GPT-2 encoding of a text held in memory: MB/s at a thread count.",
+                    {"gpt2_vocab", "gpt2_merges", "input", "max_bytes", "threads"}},
+                   {"corpus_en",
+                    "Times the CS336 corpus.en vocab-500 training: the best of 5 runs.",
+                    {"input", "threads"}},
+                   {"pretokenize",
+                    "Our pre-tokenizer against PCRE2 JIT with the GPT-2 pattern, one thread: speed and cuts.",
+                    {"input"}}};
   options.checks = {InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads), AtLeast(FLAGS_vocab_size, 256),
                     AtLeast(FLAGS_max_bytes, 0)};
   return options;

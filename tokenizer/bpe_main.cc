@@ -44,8 +44,9 @@
 
 ABSL_FLAG(std::vector<std::string>, input, {},
           "train, encode: the text files, comma-separated; decode, stats: the token file");
-ABSL_FLAG(std::string, output, "",
-          "train: the tokenizer to write; encode: the token file to write; decode: the text file (none: stdout)");
+ABSL_FLAG(
+    std::string, output, "",
+    "train: the tokenizer to write; encode: the token file to write; decode: the text file (none: stdout)");
 ABSL_FLAG(int64_t, vocab_size, 0, "the vocabulary size: 256 bytes + specials + merges");
 ABSL_FLAG(std::vector<std::string>, specials, {"<|endoftext|>"},
           "the special tokens, comma-separated (--specials= for none)");
@@ -72,13 +73,15 @@ double SecondsSince(Clock::time_point start) {
 }
 
 constexpr char kUsage[] =
-    "Trains byte-level BPE tokenizers, encodes text files into token files, decodes them, prints statistics.\n"
+    "Trains byte-level BPE tokenizers, encodes text files into token files, decodes them, prints "
+    "statistics.\n"
     "usage: bpe VERB [--flag=value ...]\n"
     "  train   --input=FILE[,FILE...] --vocab_size=N --output=TOKENIZER [--specials=<|endoftext|>[,...]]\n"
     "          [--gpt2_vocab_out=vocab.json --gpt2_merges_out=merges.txt] [--threads=N] [--chunk_mb=1]\n"
     "  encode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=FILE[,FILE...] --output=TOKENS\n"
     "          [--threads=N] [--chunk_mb=1]\n"
-    "  decode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=TOKENS [--output=FILE (default stdout)]\n"
+    "  decode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=TOKENS [--output=FILE (default "
+    "stdout)]\n"
     "  stats   (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) [--input=TOKENS]\n"
     "--specials is a comma-separated list (default <|endoftext|>; --specials= for none). With GPT-2 files,\n"
     "--gpt2_specials (default <|endoftext|>) names the vocab entries that are special tokens.\n"
@@ -94,9 +97,12 @@ FlagsOptions Verbs() {
   };
   FlagsOptions options;
   options.verbs = {
-      {"train", "Trains a byte-level BPE tokenizer on text files.",
-       {"input", "vocab_size", "output", "specials", "gpt2_vocab_out", "gpt2_merges_out", "threads", "chunk_mb"}},
-      {"encode", "Encodes text files into one token file.", with_tokenizer({"input", "output", "threads", "chunk_mb"})},
+      {"train",
+       "Trains a byte-level BPE tokenizer on text files.",
+       {"input", "vocab_size", "output", "specials", "gpt2_vocab_out", "gpt2_merges_out", "threads",
+        "chunk_mb"}},
+      {"encode", "Encodes text files into one token file.",
+       with_tokenizer({"input", "output", "threads", "chunk_mb"})},
       {"decode", "Decodes a token file into text.", with_tokenizer({"input", "output"})},
       {"stats", "Prints a tokenizer's statistics, and a token file's.", with_tokenizer({"input"})}};
   options.checks = {InRange(FLAGS_vocab_size, 256, INT32_MAX),  // the 256 bytes at least (+ specials, below)
@@ -240,7 +246,8 @@ absl::Status Train() {
   for (const absl::Flag<std::string>* flag : {&FLAGS_output, &FLAGS_gpt2_vocab_out, &FLAGS_gpt2_merges_out}) {
     if (!FlagGiven(*flag)) continue;
     if (absl::Status s = CheckFileCanBeWritten(absl::GetFlag(*flag)); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("--", NameOf(*flag), "=", absl::GetFlag(*flag), ": ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("--", NameOf(*flag), "=", absl::GetFlag(*flag), ": ", s.message()));
     }
   }
   const std::vector<std::string> paths = Parts(absl::GetFlag(FLAGS_input));
@@ -255,7 +262,8 @@ absl::Status Train() {
   const double total_seconds = SecondsSince(start);
   if (absl::Status s = SaveTokenizer(*tokenizer, *output); !s.ok()) return s;
   if (FlagGiven(FLAGS_gpt2_vocab_out)) {
-    if (absl::Status s = SaveGpt2(*tokenizer, absl::GetFlag(FLAGS_gpt2_vocab_out), absl::GetFlag(FLAGS_gpt2_merges_out));
+    if (absl::Status s =
+            SaveGpt2(*tokenizer, absl::GetFlag(FLAGS_gpt2_vocab_out), absl::GetFlag(FLAGS_gpt2_merges_out));
         !s.ok()) {
       return s;
     }
@@ -361,7 +369,9 @@ absl::Status Decode() {
       if (ids[i] >= tokenizer->vocab_size()) return IdOutOfVocab(input, start + i, ids[i], *tokenizer);
     }
     auto bytes = tokenizer->DecodeBytes(ids);
-    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(input, ": ", std::string(bytes.status().message())));
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(input, ": ", std::string(bytes.status().message())));
+    }
     std::string text = carry + *bytes;
     // Keep an incomplete trailing UTF-8 sequence (at most 3 bytes) for the next block.
     size_t keep = 0;
@@ -394,9 +404,10 @@ absl::Status Stats() {
   const Tokenizer& t = *tokenizer;
   size_t longest = 0;
   for (const std::string& token : t.vocab()) longest = std::max(longest, token.size());
-  std::printf("tokenizer %s: vocab %u (256 bytes, %zu merges, %zu specials), longest token %zu bytes, hash %016llx\n",
-              TokenizerName().c_str(), t.vocab_size(), t.merges().size(), t.special_ids().size(), longest,
-              static_cast<unsigned long long>(t.Hash()));
+  std::printf(
+      "tokenizer %s: vocab %u (256 bytes, %zu merges, %zu specials), longest token %zu bytes, hash %016llx\n",
+      TokenizerName().c_str(), t.vocab_size(), t.merges().size(), t.special_ids().size(), longest,
+      static_cast<unsigned long long>(t.Hash()));
   for (uint32_t id : t.special_ids()) std::printf("  special %u: %s\n", id, t.vocab()[id].c_str());
   if (!FlagGiven(FLAGS_input)) return absl::OkStatus();
   const std::string input = TokenFileInput();
@@ -413,12 +424,13 @@ absl::Status Stats() {
   uint64_t distinct = 0, documents = 0;
   for (uint32_t id = 0; id < t.vocab_size(); ++id) distinct += freq[id] > 0;
   for (uint32_t id : t.special_ids()) documents += freq[id];
-  std::printf("token file %s: %llu tokens (uint%u), %llu distinct ids, %llu special tokens, %llu bytes of text, "
-              "%.3f bytes/token\n",
-              input.c_str(), static_cast<unsigned long long>(reader->size()),
-              8 * reader->header().bytes_per_token, static_cast<unsigned long long>(distinct),
-              static_cast<unsigned long long>(documents), static_cast<unsigned long long>(bytes),
-              reader->size() ? static_cast<double>(bytes) / reader->size() : 0.0);
+  std::printf(
+      "token file %s: %llu tokens (uint%u), %llu distinct ids, %llu special tokens, %llu bytes of text, "
+      "%.3f bytes/token\n",
+      input.c_str(), static_cast<unsigned long long>(reader->size()), 8 * reader->header().bytes_per_token,
+      static_cast<unsigned long long>(distinct), static_cast<unsigned long long>(documents),
+      static_cast<unsigned long long>(bytes),
+      reader->size() ? static_cast<double>(bytes) / reader->size() : 0.0);
   return absl::OkStatus();
 }
 
@@ -447,7 +459,9 @@ absl::Status CheckOutputsAreNotInputs() {
   }
   std::vector<std::pair<std::string, std::string>> outputs;
   for (const absl::Flag<std::string>* flag : {&FLAGS_output, &FLAGS_gpt2_vocab_out, &FLAGS_gpt2_merges_out}) {
-    if (FlagGiven(*flag) && absl::GetFlag(*flag) != "-") outputs.emplace_back(NameOf(*flag), absl::GetFlag(*flag));
+    if (FlagGiven(*flag) && absl::GetFlag(*flag) != "-") {
+      outputs.emplace_back(NameOf(*flag), absl::GetFlag(*flag));
+    }
   }
   auto same_file = [](const std::string& a, const std::string& b) {
     struct stat sa, sb;

@@ -67,7 +67,8 @@ struct Problem {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "CPU attention, tiled against the reference forward and the backward, beside PyTorch's, at GPT-2 and small "
+      "CPU attention, tiled against the reference forward and the backward, beside PyTorch's, at GPT-2 and "
+      "small "
       "head shapes; then the two backward schedules.");
   FlagsOptions flags;
   flags.usage_exit_code = 2;

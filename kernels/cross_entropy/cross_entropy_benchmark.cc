@@ -11,7 +11,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "base/flags.h"
-
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/timing.h"

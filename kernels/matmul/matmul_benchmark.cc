@@ -1,6 +1,7 @@
 // Matmul benchmark: our Matmul (oneDNN dnnl_sgemm per panel on our pool) against oneDNN's own OpenMP
-// threading and OpenBLAS cblas_sgemm, same shapes, same thread count, same run, for the GEMMs of a GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW
-// shapes) plus a 2048^3 square product (the peak reference). Prints GFLOP/s of both and the ratio.
+// threading and OpenBLAS cblas_sgemm, same shapes, same thread count, same run, for the GEMMs of a
+// GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW shapes) plus a 2048^3 square product (the
+// peak reference). Prints GFLOP/s of both and the ratio.
 //
 //   ./bazelw run //kernels/matmul:matmul_benchmark -- [--threads=N]   (default: LMF_NUM_THREADS or all cores)
 // OpenBLAS runs with whatever OPENBLAS_CORETYPE the environment sets (printed).
@@ -16,7 +17,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "base/flags.h"
-
 #include "dnnl.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
     lmf::PrintUsageError("--config=EXPERIMENT.textproto is required");
     return 2;
   }
-  auto experiment =
-      lmf::experiments::LoadExperiment(lmf::UserPath(absl::GetFlag(FLAGS_config)), absl::GetFlag(FLAGS_set).values);
+  auto experiment = lmf::experiments::LoadExperiment(lmf::UserPath(absl::GetFlag(FLAGS_config)),
+                                                     absl::GetFlag(FLAGS_set).values);
   if (!experiment.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string(experiment.status().message()).c_str());
     return 1;
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   }
   const double peak_flops =
       peak > 0 ? peak
-                : lmf::experiments::PeakFlops(experiment->run(), static_cast<int>(std::thread::hardware_concurrency()));
+               : lmf::experiments::PeakFlops(experiment->run(),
+                                             static_cast<int>(std::thread::hardware_concurrency()));
   std::fputs(lmf::scaling::FormatAccount(*account, tps, peak_flops).c_str(), stdout);
   return 0;
 }

@@ -178,8 +178,8 @@ int main(int argc, char** argv) {
   const double ref_cpu = ref->grid_cpu_seconds + ref->bootstrap_cpu_seconds;
   std::printf("SciPy L-BFGS-B (1 thread): grid %.2f s + bootstrap %.2f s = %.2f s wall; %.2f s CPU\n", ref_grid,
               ref_boot, ref_grid + ref_boot, ref_cpu);
-  std::printf("  E=%.4f A=%.2f B=%.2f alpha=%.4f beta=%.4f objective=%.9g\n", ref->E, ref->A, ref->B, ref->alpha,
-              ref->beta, ref->objective);
+  std::printf("  E=%.4f A=%.2f B=%.2f alpha=%.4f beta=%.4f objective=%.9g\n", ref->E, ref->A, ref->B,
+              ref->alpha, ref->beta, ref->objective);
   std::printf("speedup (SciPy time / lmforge time): wall: grid %.1fx, bootstrap %.1fx, total %.1fx; CPU total %.1fx\n",
               ref_grid / grid_s, ref_boot / boot_s, (ref_grid + ref_boot) / (grid_s + boot_s),
               ref_cpu / (grid_cpu + boot_cpu));
