@@ -1,6 +1,7 @@
 // JSON reading and writing helpers (see json.h). A recursive-descent parser over RFC 8259's grammar.
 #include "base/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,8 +31,16 @@ class Parser {
   }
 
  private:
+  // "JSON at byte 7: ..."; past the first line also its line and column (1-based), for files people read.
   absl::Status Error() const {
-    return absl::InvalidArgumentError(absl::StrCat("JSON at byte ", pos_, ": ", error_));
+    const size_t at = std::min(pos_, text_.size());
+    const size_t line_start = text_.rfind('\n', at == 0 ? 0 : at - 1);
+    const std::string where =
+        line_start == std::string_view::npos || at == 0
+            ? ""
+            : absl::StrCat(" (line ", std::count(text_.begin(), text_.begin() + at, '\n') + 1, ", column ",
+                           at - line_start, ")");
+    return absl::InvalidArgumentError(absl::StrCat("JSON at byte ", pos_, where, ": ", error_));
   }
   bool Fail(const std::string& why) {
     error_ = why;

@@ -33,8 +33,9 @@ struct JsonValue {
   bool AsDouble(double* out) const;
 };
 
-// Parses exactly one JSON value (surrounding whitespace allowed). Errors give the byte offset and what was
-// expected there. Duplicate object keys and unpaired surrogates in \u escapes are errors.
+// Parses exactly one JSON value (surrounding whitespace allowed). Errors give the byte offset (past the first
+// line also the line and column: "JSON at byte 40 (line 3, column 5): ...") and what was expected there.
+// Duplicate object keys and unpaired surrogates in \u escapes are errors.
 absl::StatusOr<JsonValue> ParseJson(std::string_view text);
 
 // `s` as a JSON string literal, quotes included (control characters, quote and backslash escaped; other

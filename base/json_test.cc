@@ -87,6 +87,11 @@ TEST(Json, ReportsErrorsWithOffset) {
   EXPECT_EQ(ParseJson("{\"a\":1,\"a\":2}").status().message(), "JSON at byte 10: duplicate key \"a\"");
   EXPECT_EQ(ParseJson("\"abc").status().message(), "JSON at byte 4: unterminated string");
   EXPECT_EQ(ParseJson("1 x").status().message(), "JSON at byte 2: trailing characters after the JSON value");
+  // Past the first line, the line and column (1-based) too.
+  EXPECT_EQ(ParseJson("[\n  {\"a\": 1},\n  {\"a\" 2}\n]").status().message(),
+            "JSON at byte 21 (line 3, column 8): expected ':' after object key");
+  EXPECT_EQ(ParseJson("[1,\n").status().message(),
+            "JSON at byte 4 (line 2, column 1): unexpected end of input");
 }
 
 TEST(Json, QuoteEscapesWhatJsonRequires) {

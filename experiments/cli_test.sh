@@ -168,9 +168,9 @@ expect_error gen_samples.log "^generate: --num_samples=257: expected at most 256
 # A negative seed would wrap to a huge unsigned one: the same samples as --seed=18446744073709551611.
 expect_error gen_seed.log "^generate: --seed=-5: expected at least 0$" \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --seed=-5
-expect_error gen_nan.log '^generate: --temperature expects a finite number, got "nan"$' \
+expect_error gen_nan.log '^generate: --temperature=nan: expected a finite number$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --temperature=nan
-expect_error gen_topp.log '^generate: --top_p expects a finite number, got "inf"$' \
+expect_error gen_topp.log '^generate: --top_p=inf: expected a finite number$' \
   "$bin/experiments/generate" --checkpoint=run --prompt="Once" --top_p=inf
 # A flag that takes a value, given bare, is a usage error (exit 2), not the value "true".
 set +e
@@ -236,19 +236,21 @@ grep -q "data.val_tokens=$work/train.tok is set but run.eval_tokens is 0: no val
   fail "no word about the unread validation file: $(cat noeval.log)"
 # --help (on stdout, exit 0) says each flag's default, and runs nothing even beside a full command.
 "$bin/experiments/generate" --checkpoint=run --prompt="Once upon" --help > generate_help.log || fail "generate --help: exit $?"
-for want in "--max_tokens    new tokens per prompt; default 256" "--temperature   default 0.8" \
-    "--top_p         nucleus sampling, in (0, 1]; default 0.95" "--seed          a non-negative integer; default 0" \
-    "--tokenizer     default: the run's data.tokenizer" "--device        default cpu"; do
+for want in "--max_tokens (new tokens per prompt (fewer where <|endoftext|> comes, if the tokenizer has it)); default: 256" \
+    "--temperature (sampling temperature; 0 is greedy); default: 0.8" \
+    "--top_p (nucleus sampling, in (0, 1]); default: 0.95" "--seed (a non-negative integer); default: 0" \
+    "--tokenizer (the model's tokenizer file; none: the run's data.tokenizer)" \
+    '--device (where the model runs: cpu or cuda); default: "cpu"'; do
   grep -qF -- "$want" generate_help.log || fail "generate --help lacks '$want': $(cat generate_help.log)"
 done
 "$bin/experiments/eval" --checkpoint=run --tokens=train.tok --help > eval_help.log || fail "eval --help: exit $?"
-for want in "--batch_size    sequences per forward; default: the run's run.batch_size" \
-    "--eval_tokens   default: the whole file" "--device        default cpu"; do
+for want in "--batch_size (sequences per forward; none: the run's run.batch_size); default: (none)" \
+    "--eval_tokens (tokens to score; none: the whole file" '--device (where the model runs: cpu or cuda); default: "cpu"'; do
   grep -qF -- "$want" eval_help.log || fail "eval --help lacks '$want': $(cat eval_help.log)"
 done
 "$bin/experiments/train" "${common[@]}" --set=run.output_dir=run_help --help > train_help.log || fail "train --help: exit $?"
-for want in "--resume      continue run.output_dir from its newest good checkpoint" \
-    "--set         overrides a field" "4 stopped by a signal"; do
+for want in "--resume (continue run.output_dir from its newest good checkpoint" \
+    "--set (overrides a field" "--stop_after (end right after this step" "4 stopped by a signal"; do
   grep -qF -- "$want" train_help.log || fail "train --help lacks '$want': $(cat train_help.log)"
 done
 [[ ! -e run_help ]] || fail "train --help trained a run"

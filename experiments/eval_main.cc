@@ -14,58 +14,71 @@
 // on cuda only) say where the model runs, opened as the trainer opens run.device (TrainingDevice).
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
-#include "experiments/cli_args.h"
+#include "base/flags.h"
 #include "experiments/config/loader.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/model_loading.h"
+#include "experiments/placement_flags.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/weights.h"
 #include "tokenizer/tokenizer_file.h"
+
+ABSL_FLAG(std::string, checkpoint, "",
+          "a run folder (its newest intact checkpoint) or one checkpoint's folder");
+ABSL_FLAG(std::string, config, "", "instead of --checkpoint: a model config, with --weights");
+ABSL_FLAG(lmf::RepeatedString, set, {},
+          "overrides a field of --config, e.g. --set=model.n_layers=4; repeatable");
+ABSL_FLAG(std::string, weights, "", "with --config: the model.safetensors to evaluate");
+ABSL_FLAG(std::string, tokens, "", "a token file of the model's tokenizer");
+ABSL_FLAG(std::optional<int64_t>, batch_size, std::nullopt,
+          "sequences per forward; none: the run's run.batch_size");
+ABSL_FLAG(std::optional<int64_t>, eval_tokens, std::nullopt,
+          "tokens to score; none: the whole file, in whole batches of batch_size x context_length");
 
 namespace lmf::experiments {
 namespace {
 
 constexpr char kUsage[] =
+    "The loss and perplexity of a trained model on a token file.\n"
     "usage: eval (--checkpoint=DIR | --config=FILE [--set=...] --weights=FILE.safetensors) --tokens=FILE\n"
     "            [--batch_size=B] [--eval_tokens=N] [--device=cpu|cuda] [--cuda_device=N]\n"
-    "            [--precision=fp32|bf16]\n"
-    "  --checkpoint    a run folder (its newest intact checkpoint) or one checkpoint's folder\n"
-    "  --config, --weights  instead: a model config (with --set overrides) and its model.safetensors\n"
-    "  --tokens        a token file of the model's tokenizer\n"
-    "  --batch_size    sequences per forward; default: the run's run.batch_size\n"
-    "  --eval_tokens   default: the whole file, in whole batches of batch_size x context_length\n"
-    "  --device        default cpu; --cuda_device default 0; --precision default fp32 (bf16 needs cuda)\n";
+    "            [--precision=fp32|bf16]";
 
-absl::Status Run(const CliArgs& args) {
-  absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
+absl::Status Run() {
+  absl::StatusOr<ModelPlacement> placement = PlacementFromFlags();
   if (!placement.ok()) return placement.status();
   absl::StatusOr<LoadedModel> loaded;
-  if (args.Has("checkpoint")) {
-    loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")), *placement);
+  if (FlagGiven(FLAGS_checkpoint)) {
+    loaded = LoadModelFromCheckpoint(UserPath(absl::GetFlag(FLAGS_checkpoint)), *placement);
   } else {
-    absl::StatusOr<std::string> text = ReadFile(UserPath(args.Get("config")));
+    const std::string config_path = absl::GetFlag(FLAGS_config);
+    absl::StatusOr<std::string> text = ReadFile(UserPath(config_path));
     if (!text.ok()) return text.status();
     absl::StatusOr<config::Experiment> experiment =
-        LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
+        LoadExperimentText(*text, config_path, absl::GetFlag(FLAGS_set).values);
     if (!experiment.ok()) return experiment.status();
     MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
-    loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")), *placement);
+    loaded = LoadModelFromWeights(*experiment, UserPath(absl::GetFlag(FLAGS_weights)), *placement);
   }
   if (!loaded.ok()) return loaded.status();
   for (const std::string& why : loaded->skipped_checkpoints) {
     std::fprintf(stderr, "eval: skipping damaged checkpoint: %s\n", why.c_str());
   }
   const config::Experiment& e = loaded->experiment;
-  absl::StatusOr<int64_t> batch = args.GetInt("batch_size", e.run().batch_size(), 1);
-  if (!batch.ok()) return batch.status();
+  const std::optional<int64_t> batch_flag = absl::GetFlag(FLAGS_batch_size);  // at least 1 (ParseFlags)
+  const int64_t batch = batch_flag.value_or(e.run().batch_size());
   TokenFileExpectations expect;
   expect.model_vocab_size = e.model().vocab_size();
-  expect.batch_size = *batch;
-  expect.batch_size_source = args.Has("batch_size") ? "--batch_size" : "run.batch_size";
+  expect.batch_size = batch;
+  expect.batch_size_source = batch_flag.has_value() ? "--batch_size" : "run.batch_size";
   expect.context_length = e.model().context_length();
   if (!e.data().tokenizer().empty() && FileExists(e.data().tokenizer())) {
     absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(e.data().tokenizer());
@@ -76,72 +89,74 @@ absl::Status Run(const CliArgs& args) {
     expect.tokenizer_hash = *loaded->tokenizer_hash;
     expect.tokenizer_hash_source = "the model's training data (its checkpoint)";
   }
-  const std::string tokens_path = UserPath(args.Get("tokens"));
+  const std::string tokens_path = UserPath(absl::GetFlag(FLAGS_tokens));
   absl::StatusOr<tokenizer::TokenFileReader> file = OpenTokenFile(tokens_path, expect);
   if (!file.ok()) return file.status();
   const int64_t available = static_cast<int64_t>(file->size()) - 1;
-  absl::StatusOr<int64_t> budget = args.GetInt("eval_tokens", available, 1);
-  if (!budget.ok()) return budget.status();
+  const int64_t budget = absl::GetFlag(FLAGS_eval_tokens).value_or(available);  // at least 1
   absl::StatusOr<ValidationBatches> batches =
-      ValidationBatches::Open(tokens_path, expect, std::min(*budget, available));
+      ValidationBatches::Open(tokens_path, expect, std::min(budget, available));
   if (!batches.ok()) return batches.status();
   if (placement->device == config::RunConfig::CPU) {  // the forward's activations, with the model
     const model::ModelConfig& m = loaded->model->config();
     const ModelMemory need = CountModelMemory(m, loaded->model->activation_dtype(),
-                                              *batch * expect.context_length, /*training=*/false);
+                                              batch * expect.context_length, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(need, 1, MemoryBytes(),
-                                           absl::StrCat(expect.batch_size_source, "=", *batch,
+                                           absl::StrCat(expect.batch_size_source, "=", batch,
                                                         " x model.context_length=", expect.context_length,
                                                         " tokens per forward with ", loaded->weights_path));
         !s.ok()) {
       return s;
     }
   }
-  absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, *batch, expect.context_length);
+  absl::StatusOr<double> loss = ValidationLoss(*loaded->model, *batches, batch, expect.context_length);
   if (!loss.ok()) return loss.status();
   if (!std::isfinite(*loss)) {
     return absl::DataLossError(absl::StrCat("the loss on ", tokens_path, " is ", *loss, " with the weights ",
                                             loaded->weights_path, " (finite weights; an overflow in ",
                                             loaded->device->name(), "'s arithmetic?)"));
   }
-  const int64_t scored = batches->num_batches() * *batch * expect.context_length;
+  const int64_t scored = batches->num_batches() * batch * expect.context_length;
   std::printf("%s\n", absl::StrFormat(
                           "loss %.4f | perplexity %.3f | %d tokens (%d batches of %d x %d) from %s | "
                           "weights %s | %s",
-                          *loss, std::exp(*loss), scored, batches->num_batches(), *batch,
+                          *loss, std::exp(*loss), scored, batches->num_batches(), batch,
                           expect.context_length, tokens_path, loaded->weights_path, loaded->device->name())
                           .c_str());
   return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(argc, argv,
-                     {"checkpoint", "config", "set", "weights", "tokens", "batch_size", "eval_tokens",
-                      "device", "cuda_device", "precision", "help"});
-  if (PrintHelpIfAsked(args, kUsage)) return 0;
+  absl::SetProgramUsageMessage(kUsage);
+  FlagsOptions flags;
+  flags.usage_exit_code = 2;
+  flags.value_exit_code = 1;
+  flags.checks = {AtLeast(FLAGS_batch_size, 1), AtLeast(FLAGS_eval_tokens, 1)};
+  ParseFlags(argc, argv, flags);
   // The two ways to name a model, whole and not mixed (--weights beside --checkpoint would be ignored).
-  const bool mixed = args.ok() && args->Has("checkpoint") &&
-                     (args->Has("config") || args->Has("weights") || args->Has("set"));
-  const bool usable = args.ok() && args->Has("tokens") && !mixed &&
-                      (args->Has("checkpoint") != (args->Has("config") && args->Has("weights")));
-  if (!usable) {
-    if (!args.ok()) std::fprintf(stderr, "eval: %s\n", std::string(args.status().message()).c_str());
-    if (mixed)
-      std::fprintf(stderr,
-                   "eval: --checkpoint takes the model's config and weights from the run; it "
-                   "cannot be combined with --config, --weights or --set\n");
-    // What is missing, by name.
-    if (args.ok()) {
-      if (!args->Has("tokens")) std::fprintf(stderr, "eval: --tokens=FILE (the token file to evaluate on) is required\n");
-      if (!mixed && !args->Has("checkpoint") && !(args->Has("config") && args->Has("weights"))) {
-        std::fprintf(stderr, "eval: name the model: --checkpoint=DIR, or --config=FILE with --weights=FILE\n");
-      }
-    }
-    std::fprintf(stderr, "%s", kUsage);
+  const bool checkpoint = FlagGiven(FLAGS_checkpoint);
+  const bool mixed =
+      checkpoint && (FlagGiven(FLAGS_config) || FlagGiven(FLAGS_weights) || FlagGiven(FLAGS_set));
+  const bool config_and_weights = FlagGiven(FLAGS_config) && FlagGiven(FLAGS_weights);
+  std::vector<std::string> problems;  // what is missing or mixed, by name
+  if (mixed) {
+    problems.push_back(
+        "--checkpoint takes the model's config and weights from the run; it cannot be combined with "
+        "--config, "
+        "--weights or --set");
+  }
+  if (!FlagGiven(FLAGS_tokens)) {
+    problems.push_back("--tokens=FILE (the token file to evaluate on) is required");
+  }
+  if (!mixed && !checkpoint && !config_and_weights) {
+    problems.push_back("name the model: --checkpoint=DIR, or --config=FILE with --weights=FILE");
+  }
+  if (!problems.empty()) {
+    for (size_t i = 0; i + 1 < problems.size(); ++i) std::fprintf(stderr, "eval: %s\n", problems[i].c_str());
+    PrintUsageError(problems.back());
     return 2;
   }
-  if (absl::Status s = Run(*args); !s.ok()) {
+  if (absl::Status s = Run(); !s.ok()) {
     std::fprintf(stderr, "eval: %s\n", std::string(s.message()).c_str());
     return 1;
   }

@@ -20,32 +20,54 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
-#include "experiments/cli_args.h"
+#include "base/flags.h"
 #include "experiments/model_loading.h"
+#include "experiments/placement_flags.h"
 #include "experiments/sampling/sampling.h"
 #include "tokenizer/tokenizer_file.h"
+
+ABSL_FLAG(std::string, checkpoint, "",
+          "a run folder (its newest intact checkpoint) or one checkpoint's folder");
+ABSL_FLAG(std::string, prompt, "", "the text to continue");
+ABSL_FLAG(std::string, prompt_file, "", "instead of --prompt: one prompt per line (blank lines skipped)");
+ABSL_FLAG(std::string, tokenizer, "", "the model's tokenizer file; none: the run's data.tokenizer");
+ABSL_FLAG(int64_t, max_tokens, 256,
+          "new tokens per prompt (fewer where <|endoftext|> comes, if the tokenizer has it)");
+ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 is greedy");
+ABSL_FLAG(double, top_p, 0.95, "nucleus sampling, in (0, 1]");
+ABSL_FLAG(int64_t, seed, 0, "a non-negative integer");
+ABSL_FLAG(int64_t, num_samples, 1, "continuations per prompt, drawn as one batch; at most 256");
 
 namespace lmf::experiments {
 namespace {
 
 constexpr char kUsage[] =
+    "Samples text from a trained model.\n"
     "usage: generate --checkpoint=DIR (--prompt=TEXT | --prompt_file=FILE) [--tokenizer=FILE] "
     "[--max_tokens=N]\n"
     "                [--temperature=T] [--top_p=P] [--seed=S] [--num_samples=N] [--device=cpu|cuda]\n"
-    "                [--cuda_device=N] [--precision=fp32|bf16]\n"
-    "  --checkpoint    a run folder (its newest intact checkpoint) or one checkpoint's folder\n"
-    "  --prompt_file   one prompt per line (blank lines skipped)\n"
-    "  --tokenizer     default: the run's data.tokenizer\n"
-    "  --max_tokens    new tokens per prompt; default 256 (fewer where <|endoftext|> comes, if the tokenizer has it)\n"
-    "  --temperature   default 0.8; 0 is greedy\n"
-    "  --top_p         nucleus sampling, in (0, 1]; default 0.95\n"
-    "  --seed          a non-negative integer; default 0\n"
-    "  --num_samples   continuations per prompt, drawn as one batch; default 1, at most 256\n"
-    "  --device        default cpu; --cuda_device default 0; --precision default fp32 (bf16 needs cuda)\n";
+    "                [--cuda_device=N] [--precision=fp32|bf16]";
+
+constexpr int64_t kMaxSamples = 256;
+
+// The value checks, run by ParseFlags (a failure exits 1 naming the flag).
+std::vector<FlagCheck> Checks() {
+  return {AtLeast(FLAGS_max_tokens, 1),
+          Finite(FLAGS_temperature),
+          AtLeast(FLAGS_temperature, 0.0),
+          Finite(FLAGS_top_p),
+          {"top_p", "a number in (0, 1]",
+           [] { return absl::GetFlag(FLAGS_top_p) > 0 && absl::GetFlag(FLAGS_top_p) <= 1; }},
+          AtLeast(FLAGS_seed, 0),
+          AtLeast(FLAGS_num_samples, 1),
+          AtMost(FLAGS_num_samples, kMaxSamples, "the samples are one batch of the KV cache")};
+}
 
 // A prompt and the line of --prompt_file it came from (0 for --prompt).
 struct Prompt {
@@ -55,9 +77,9 @@ struct Prompt {
 
 // --prompt, or --prompt_file's non-blank lines (a trailing \r dropped): InvalidArgument naming the file for
 // one that cannot be read or holds no prompt.
-absl::StatusOr<std::vector<Prompt>> ReadPrompts(const CliArgs& args) {
-  if (!args.Has("prompt_file")) return std::vector<Prompt>{{args.Get("prompt"), 0}};
-  const std::string path = UserPath(args.Get("prompt_file"));
+absl::StatusOr<std::vector<Prompt>> ReadPrompts() {
+  if (!FlagGiven(FLAGS_prompt_file)) return std::vector<Prompt>{{absl::GetFlag(FLAGS_prompt), 0}};
+  const std::string path = UserPath(absl::GetFlag(FLAGS_prompt_file));
   absl::StatusOr<std::string> text = ReadFile(path);  // its errors name the path and why (missing, a folder)
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--prompt_file=", text.status().message()));
@@ -76,8 +98,6 @@ absl::StatusOr<std::vector<Prompt>> ReadPrompts(const CliArgs& args) {
   }
   return prompts;
 }
-
-constexpr int64_t kMaxSamples = 256;
 
 // --num_samples > 1: every sample, prompt first, after a line naming it and its seed.
 absl::Status PrintSamples(model::LanguageModel& model, const tokenizer::Tokenizer& tok,
@@ -124,12 +144,13 @@ absl::Status GenerateFor(model::LanguageModel& model, const tokenizer::Tokenizer
   return print_status;
 }
 
-absl::Status Run(const CliArgs& args) {
-  absl::StatusOr<std::vector<Prompt>> prompts = ReadPrompts(args);  // before the model: a bad file fails fast
+absl::Status Run() {
+  absl::StatusOr<std::vector<Prompt>> prompts = ReadPrompts();  // before the model: a bad file fails fast
   if (!prompts.ok()) return prompts.status();
-  absl::StatusOr<ModelPlacement> placement = ParsePlacementFlags(args);
+  absl::StatusOr<ModelPlacement> placement = PlacementFromFlags();
   if (!placement.ok()) return placement.status();
-  absl::StatusOr<LoadedModel> loaded = LoadModelFromCheckpoint(UserPath(args.Get("checkpoint")), *placement);
+  absl::StatusOr<LoadedModel> loaded =
+      LoadModelFromCheckpoint(UserPath(absl::GetFlag(FLAGS_checkpoint)), *placement);
   if (!loaded.ok()) return loaded.status();
   for (const std::string& why : loaded->skipped_checkpoints) {
     std::fprintf(stderr, "generate: skipping damaged checkpoint: %s\n", why.c_str());
@@ -137,16 +158,17 @@ absl::Status Run(const CliArgs& args) {
   if (!loaded->skipped_checkpoints.empty()) {
     std::fprintf(stderr, "generate: weights %s\n", loaded->weights_path.c_str());
   }
+  const bool tokenizer_given = FlagGiven(FLAGS_tokenizer);
   const std::string tokenizer_path =
-      args.Has("tokenizer") ? UserPath(args.Get("tokenizer")) : loaded->experiment.data().tokenizer();
+      tokenizer_given ? UserPath(absl::GetFlag(FLAGS_tokenizer)) : loaded->experiment.data().tokenizer();
   if (tokenizer_path.empty()) {
     return absl::InvalidArgumentError(
-        args.Has("tokenizer") ? "--tokenizer= is empty: give a tokenizer file, or leave the flag out "
-                                "for the run's data.tokenizer"
-                              : "the run names no data.tokenizer; pass --tokenizer=FILE");
+        tokenizer_given ? "--tokenizer= is empty: give a tokenizer file, or leave the flag out "
+                          "for the run's data.tokenizer"
+                        : "the run names no data.tokenizer; pass --tokenizer=FILE");
   }
   absl::StatusOr<tokenizer::Tokenizer> tok = tokenizer::LoadTokenizer(tokenizer_path);
-  if (!tok.ok() && !args.Has("tokenizer")) {  // say where the path came from and what to do
+  if (!tok.ok() && !tokenizer_given) {  // say where the path came from and what to do
     return absl::Status(
         tok.status().code(),
         absl::StrCat("the run's data.tokenizer=", tokenizer_path, ": ", tok.status().message(),
@@ -164,28 +186,12 @@ absl::Status Run(const CliArgs& args) {
         "(its checkpoint); its text would be nonsense: pass that tokenizer with --tokenizer",
         tokenizer_path, tok->Hash(), *loaded->tokenizer_hash));
   }
-  GenerateOptions options;
-  absl::StatusOr<int64_t> max_tokens = args.GetInt("max_tokens", 256, 1);
-  absl::StatusOr<double> temperature = args.GetDouble("temperature", 0.8);
-  absl::StatusOr<double> top_p = args.GetDouble("top_p", 0.95);
-  absl::StatusOr<int64_t> seed = args.GetInt("seed", 0, 0);
-  absl::StatusOr<int64_t> num_samples = args.GetInt("num_samples", 1, 1);
-  for (const absl::Status& s :
-       {max_tokens.status(), temperature.status(), top_p.status(), seed.status(), num_samples.status()}) {
-    if (!s.ok()) return s;
-  }
-  if (*num_samples > kMaxSamples) {
-    return absl::InvalidArgumentError(absl::StrCat("--num_samples=", *num_samples, ": expected at most ",
-                                                   kMaxSamples,
-                                                   " (the samples are one batch of the KV cache)"));
-  }
-  if (*top_p <= 0 || *top_p > 1) return absl::InvalidArgumentError("--top_p must be in (0, 1]");
-  if (*temperature < 0) return absl::InvalidArgumentError("--temperature must not be negative (0 is greedy)");
-  options.max_new_tokens = *max_tokens;
+  GenerateOptions options;  // the flags' values passed Checks()
+  options.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
   options.vocab_limit = tok->vocab_size();  // ids past the tokenizer's vocabulary cannot be decoded
-  options.sampling.temperature = *temperature;
-  options.sampling.top_p = *top_p;
-  options.sampling.seed = static_cast<uint64_t>(*seed);
+  options.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  options.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  options.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   const int64_t end_of_text = tok->SpecialId("<|endoftext|>");
   if (end_of_text >= 0) options.stop_token = static_cast<int32_t>(end_of_text);
 
@@ -193,25 +199,33 @@ absl::Status Run(const CliArgs& args) {
     const Prompt& prompt = (*prompts)[i];
     if (prompt.line > 0)
       std::printf("=== prompt %zu (line %lld) ===\n", i, static_cast<long long>(prompt.line));
-    if (absl::Status s = GenerateFor(*loaded->model, *tok, prompt, options, *num_samples); !s.ok()) return s;
+    if (absl::Status s = GenerateFor(*loaded->model, *tok, prompt, options, absl::GetFlag(FLAGS_num_samples));
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(argc, argv,
-                     {"checkpoint", "prompt", "prompt_file", "tokenizer", "max_tokens", "temperature",
-                      "top_p", "seed", "num_samples", "device", "cuda_device", "precision", "help"});
-  if (PrintHelpIfAsked(args, kUsage)) return 0;
-  if (!args.ok() || !args->Has("checkpoint") || args->Has("prompt") == args->Has("prompt_file")) {
-    if (!args.ok()) std::fprintf(stderr, "generate: %s\n", std::string(args.status().message()).c_str());
-    if (args.ok() && args->Has("prompt") && args->Has("prompt_file"))
-      std::fprintf(stderr, "generate: --prompt and --prompt_file: give one of them\n");
-    std::fprintf(stderr, "%s", kUsage);
+  absl::SetProgramUsageMessage(kUsage);
+  FlagsOptions flags;
+  flags.usage_exit_code = 2;
+  flags.value_exit_code = 1;
+  flags.checks = Checks();
+  ParseFlags(argc, argv, flags);
+  const char* problem = nullptr;
+  if (!FlagGiven(FLAGS_checkpoint)) {
+    problem = "--checkpoint=DIR (the run or checkpoint to sample from) is required";
+  } else if (FlagGiven(FLAGS_prompt) == FlagGiven(FLAGS_prompt_file)) {
+    problem = FlagGiven(FLAGS_prompt) ? "--prompt and --prompt_file: give one of them"
+                                      : "give --prompt=TEXT or --prompt_file=FILE";
+  }
+  if (problem != nullptr) {
+    PrintUsageError(problem);
     return 2;
   }
-  if (absl::Status s = Run(*args); !s.ok()) {
+  if (absl::Status s = Run(); !s.ok()) {
     std::fprintf(stderr, "generate: %s\n", std::string(s.message()).c_str());
     return 1;
   }

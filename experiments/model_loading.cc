@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/file.h"
@@ -16,41 +15,6 @@
 #include "experiments/trainer/weights.h"
 
 namespace lmf::experiments {
-
-absl::StatusOr<ModelPlacement> ParsePlacementFlags(const CliArgs& args) {
-  ModelPlacement placement;
-  const std::string device = absl::AsciiStrToLower(args.Get("device", "cpu"));
-  if (device == "cuda") {
-    placement.device = config::RunConfig::CUDA;
-  } else if (device != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", args.Get("device"), ": expected cpu or cuda"));
-  }
-  const std::string precision = absl::AsciiStrToLower(args.Get("precision", "fp32"));
-  if (precision == "bf16") {
-    placement.precision = config::RunConfig::BF16;
-  } else if (precision != "fp32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--precision=", args.Get("precision"), ": expected fp32 or bf16"));
-  }
-  if (args.Has("cuda_device")) {
-    absl::StatusOr<int64_t> ordinal = args.GetInt("cuda_device", 0);
-    if (!ordinal.ok()) return ordinal.status();
-    if (*ordinal < 0 || *ordinal > INT32_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cuda_device=", *ordinal, ": expected a CUDA device ordinal (0, 1, ...)"));
-    }
-    if (placement.device != config::RunConfig::CUDA) {
-      return absl::InvalidArgumentError("--cuda_device needs --device=cuda");
-    }
-    placement.cuda_device = static_cast<int32_t>(*ordinal);
-  }
-  if (placement.precision == config::RunConfig::BF16 && placement.device != config::RunConfig::CUDA) {
-    return absl::InvalidArgumentError(
-        "--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
-  }
-  return placement;
-}
 
 std::string PlacementFlags(const ModelPlacement& placement) {
   const char* precision = placement.precision == config::RunConfig::BF16 ? "bf16" : "fp32";

@@ -1,8 +1,8 @@
 // Building a LanguageModel with trained weights for the eval and generate binaries: from a checkpoint
 // folder (or a run folder: its newest good checkpoint), or from a config plus a safetensors file of
 // weights written elsewhere (e.g. by PyTorch under our parameter names, see README.md), on the CPU or on a
-// CUDA device in fp32 or bf16 (the placement flags --device, --cuda_device, --precision; the device is
-// opened by the trainer's TrainingDevice).
+// CUDA device in fp32 or bf16 (a ModelPlacement, from the flags of experiments/placement_flags.h; the
+// device is opened by the trainer's TrainingDevice).
 #ifndef LMFORGE_EXPERIMENTS_MODEL_LOADING_H_
 #define LMFORGE_EXPERIMENTS_MODEL_LOADING_H_
 
@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "experiments/cli_args.h"
 #include "experiments/proto/experiment.pb.h"
 #include "experiments/proto/run.pb.h"
 #include "experiments/trainer/training_device.h"
@@ -27,12 +26,6 @@ struct ModelPlacement {
   int32_t cuda_device = 0;
   config::RunConfig::Precision precision = config::RunConfig::FP32;
 };
-
-// --device=cpu|cuda (default cpu), --cuda_device=N (default 0; only with cuda), --precision=fp32|bf16
-// (default fp32; bf16 only with cuda). An unknown value, a negative or non-integer ordinal, --cuda_device
-// without --device=cuda and bf16 on the CPU are InvalidArgument errors naming the flag. Whether the device
-// opens is checked when the model is loaded.
-absl::StatusOr<ModelPlacement> ParsePlacementFlags(const CliArgs& args);
 
 // The flags that give `placement`, e.g. "--device=cuda --cuda_device=0 --precision=bf16" (for messages).
 std::string PlacementFlags(const ModelPlacement& placement);

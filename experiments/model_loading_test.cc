@@ -1,7 +1,7 @@
 // Loading trained models for eval/generate: from a checkpoint folder and from a run folder (its newest
-// good checkpoint) the same weights come back; a folder that is neither is a clear error; the placement
-// flags (--device, --cuda_device, --precision) parse or are refused naming the flag, and a CUDA placement
-// that cannot be opened here is the device error prefixed by the flags.
+// good checkpoint) the same weights come back; a folder that is neither is a clear error; a CUDA placement
+// that cannot be opened here is the device error prefixed by the flags (placement_flags_test reads the
+// flags themselves).
 #include "experiments/model_loading.h"
 
 #include <unistd.h>
@@ -129,43 +129,6 @@ TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {
   ASSERT_TRUE(MakeDirs(empty).ok());
   EXPECT_EQ(LoadModelFromCheckpoint(empty).status().message(),
             empty + " is neither a checkpoint folder nor a run folder with a good checkpoint");
-}
-
-absl::StatusOr<ModelPlacement> Parse(std::vector<std::string> flags) {
-  std::vector<char*> argv = {const_cast<char*>("eval")};
-  for (std::string& flag : flags) argv.push_back(flag.data());
-  absl::StatusOr<CliArgs> args =
-      CliArgs::Parse(static_cast<int>(argv.size()), argv.data(), {"device", "cuda_device", "precision"});
-  if (!args.ok()) return args.status();
-  return ParsePlacementFlags(*args);
-}
-
-TEST(ModelPlacementFlags, DefaultIsTheCpuInFp32) {
-  auto placement = Parse({});
-  ASSERT_TRUE(placement.ok()) << placement.status();
-  EXPECT_EQ(placement->device, config::RunConfig::CPU);
-  EXPECT_EQ(placement->precision, config::RunConfig::FP32);
-  EXPECT_EQ(PlacementFlags(*placement), "--device=cpu --precision=fp32");
-}
-
-TEST(ModelPlacementFlags, CudaTakesAnOrdinalAndBf16) {
-  auto placement = Parse({"--device=cuda", "--cuda_device=3", "--precision=bf16"});
-  ASSERT_TRUE(placement.ok()) << placement.status();
-  EXPECT_EQ(placement->device, config::RunConfig::CUDA);
-  EXPECT_EQ(placement->cuda_device, 3);
-  EXPECT_EQ(placement->precision, config::RunConfig::BF16);
-  EXPECT_EQ(PlacementFlags(*placement), "--device=cuda --cuda_device=3 --precision=bf16");
-}
-
-TEST(ModelPlacementFlags, BadValuesAreRefusedNamingTheFlag) {
-  EXPECT_EQ(Parse({"--device=tpu"}).status().message(), "--device=tpu: expected cpu or cuda");
-  EXPECT_EQ(Parse({"--precision=fp16"}).status().message(), "--precision=fp16: expected fp32 or bf16");
-  EXPECT_EQ(Parse({"--precision=bf16"}).status().message(),
-            "--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
-  EXPECT_EQ(Parse({"--cuda_device=1"}).status().message(), "--cuda_device needs --device=cuda");
-  EXPECT_EQ(Parse({"--device=cuda", "--cuda_device=-1"}).status().message(),
-            "--cuda_device=-1: expected a CUDA device ordinal (0, 1, ...)");
-  EXPECT_FALSE(Parse({"--device=cuda", "--cuda_device=one"}).ok());
 }
 
 // No machine has CUDA device 999: in a binary with the CUDA backend the CUDA error comes back (whether or

@@ -11,61 +11,61 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
-#include "experiments/cli_args.h"
+#include "base/flags.h"
 #include "experiments/config/loader.h"
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
+
+ABSL_FLAG(std::string, config, "",
+          "an experiment textproto (experiments/configs/; fields in experiments/proto/)");
+ABSL_FLAG(lmf::RepeatedString, set, {},
+          "overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable");
+ABSL_FLAG(bool, resume, false,
+          "continue run.output_dir from its newest good checkpoint (bit-identical); without it a folder that "
+          "holds a run is refused");
+ABSL_FLAG(int64_t, stop_after, 0,
+          "end right after this step, as a kill would (to try --resume); 0: run to the end");
 
 namespace lmf::experiments {
 namespace {
 
 constexpr char kUsage[] =
+    "Trains a model from an experiment config.\n"
     "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n"
-    "  --config      an experiment textproto (experiments/configs/; fields in experiments/proto/)\n"
-    "  --set         overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable\n"
-    "  --resume      continue run.output_dir from its newest good checkpoint (bit-identical); without it a\n"
-    "                folder that holds a run is refused\n"
-    "  --stop_after  end right after this step, as a kill would (to try --resume)\n"
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
-    "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).\n";
+    "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<CliArgs> args = CliArgs::Parse(argc, argv, {"config", "set", "resume", "stop_after", "help"},
-                                                /*switches=*/{"resume", "help"});
-  if (PrintHelpIfAsked(args, kUsage)) return 0;
-  if (!args.ok() || !args->Has("config")) {
-    if (!args.ok()) std::fprintf(stderr, "train: %s\n", std::string(args.status().message()).c_str());
-    std::fprintf(stderr, "%s", kUsage);
+  absl::SetProgramUsageMessage(kUsage);
+  FlagsOptions flags;
+  flags.usage_exit_code = 2;
+  flags.checks = {AtLeast(FLAGS_stop_after, 0)};
+  ParseFlags(argc, argv, flags);
+  if (!FlagGiven(FLAGS_config)) {
+    PrintUsageError("--config=FILE (the experiment to train) is required");
     return 2;
   }
-  const std::string config_arg = args->Get("config");
+  const std::string config_arg = absl::GetFlag(FLAGS_config);
   absl::StatusOr<std::string> text = ReadFile(UserPath(config_arg));
   if (!text.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(text.status().message()).c_str());
     return 1;
   }
-  absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, config_arg, args->GetAll("set"));
+  absl::StatusOr<config::Experiment> experiment =
+      LoadExperimentText(*text, config_arg, absl::GetFlag(FLAGS_set).values);
   if (!experiment.ok()) {
     std::fprintf(stderr, "%s\n", std::string(experiment.status().message()).c_str());
     return 1;
   }
   MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
   TrainOptions options;
-  absl::StatusOr<bool> resume = args->GetBool("resume", false);
-  if (!resume.ok()) {
-    std::fprintf(stderr, "train: %s\n", std::string(resume.status().message()).c_str());
-    return 2;
-  }
-  options.resume = *resume;
+  options.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint_on_signal = true;
-  absl::StatusOr<int64_t> stop_after = args->GetInt("stop_after", 0, 0);
-  if (!stop_after.ok()) {
-    std::fprintf(stderr, "train: %s\n", std::string(stop_after.status().message()).c_str());
-    return 2;
-  }
-  options.stop_after_step = *stop_after;
+  options.stop_after_step = absl::GetFlag(FLAGS_stop_after);
   absl::StatusOr<TrainResult> result = Train(*experiment, options);
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(result.status().message()).c_str());

@@ -6,9 +6,9 @@
 //   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
 //   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256; also
 //          tiny_t64, the quickstart's sizes),
-//          --torch (1: also run PyTorch), --python (/usr/bin/python3), --torch_script (path),
-//          --op_profile (0: also time every op of one more step of ours, kernels/profile/cpu_op_profiler.h,
-//          and print the table after the shape's row)
+//          --torch (true: also run PyTorch), --python (/usr/bin/python3), --torch_script (path),
+//          --op_profile (false: also time every op of one more step of ours,
+//          kernels/profile/cpu_op_profiler.h, and print the table after the shape's row)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

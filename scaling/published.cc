@@ -2,13 +2,14 @@
 #include "scaling/published.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "base/json.h"
 #include "scaling/csv.h"
 
 namespace lmf::scaling {
@@ -176,59 +177,28 @@ absl::StatusOr<Observations> ReadOpenAthenaIsoFlops(const std::string& path, con
 absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  // The file is a flat array of objects whose values are numbers; parse exactly that shape.
-  const std::string& s = *text;
-  size_t i = 0;
-  int line = 1;
-  auto fail = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", what));
-  };
-  auto skip_space = [&] {
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) {
-      if (s[i] == '\n') ++line;
-      ++i;
-    }
-  };
-  skip_space();
-  if (i >= s.size() || s[i] != '[') return fail("expected a JSON array of {parameters, compute_budget, final_loss}");
-  ++i;
+  absl::StatusOr<JsonValue> json = ParseJson(*text);
+  if (!json.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", json.status().message()));
+  if (json->kind != JsonValue::Kind::kArray) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a JSON array of {parameters, compute_budget, final_loss}"));
+  }
   Observations out;
-  while (true) {
-    skip_space();
-    if (i < s.size() && s[i] == ']') break;
-    if (i >= s.size() || s[i] != '{') return fail("expected '{' starting a run");
-    ++i;
+  for (size_t i = 0; i < json->array.size(); ++i) {
+    const JsonValue& run = json->array[i];
+    auto fail = [&](const std::string& what) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": run ", i, " (0-based) of the array: ", what));
+    };
+    if (run.kind != JsonValue::Kind::kObject) {
+      return fail("expected an object {parameters, compute_budget, final_loss}");
+    }
     double params = NAN, budget = NAN, loss = NAN;
-    while (true) {
-      skip_space();
-      if (i < s.size() && s[i] == '}') {
-        ++i;
-        break;
-      }
-      if (i >= s.size() || s[i] != '"') return fail("expected a quoted key");
-      const size_t close = s.find('"', i + 1);
-      if (close == std::string::npos) return fail("unterminated key");
-      const std::string key = s.substr(i + 1, close - i - 1);
-      i = close + 1;
-      skip_space();
-      if (i >= s.size() || s[i] != ':') return fail("expected ':' after key '" + key + "'");
-      ++i;
-      skip_space();
-      char* end = nullptr;
-      const double v = std::strtod(s.c_str() + i, &end);
-      if (end == s.c_str() + i) return fail("expected a number for key '" + key + "'");
-      i = end - s.c_str();
-      if (key == "parameters") {
-        params = v;
-      } else if (key == "compute_budget") {
-        budget = v;
-      } else if (key == "final_loss") {
-        loss = v;
-      } else {
-        return fail("unknown key '" + key + "'");
-      }
-      skip_space();
-      if (i < s.size() && s[i] == ',') ++i;
+    const std::map<std::string, double*> fields = {
+        {"parameters", &params}, {"compute_budget", &budget}, {"final_loss", &loss}};
+    for (const auto& [key, value] : run.object) {
+      const auto field = fields.find(key);
+      if (field == fields.end()) return fail("unknown key '" + key + "'");
+      if (!value.AsDouble(field->second)) return fail("expected a number for key '" + key + "'");
     }
     if (!(params > 0) || !(budget > 0) || !std::isfinite(loss)) {
       return fail("a run lacks a positive parameters, compute_budget or a final_loss");
@@ -239,8 +209,6 @@ absl::StatusOr<Observations> ReadCs336IsoFlops(const std::string& path) {
     o.tokens = budget / (6 * params);
     o.loss = loss;
     out.push_back(o);
-    skip_space();
-    if (i < s.size() && s[i] == ',') ++i;
   }
   return out;
 }

@@ -2,8 +2,11 @@
 #include "scaling/published.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <set>
+#include <string>
 
+#include "base/file.h"
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
 
@@ -80,6 +83,39 @@ TEST(PublishedTest, Cs336JsonHas72Runs) {
   EXPECT_EQ(obs->size(), 72u);
   EXPECT_EQ((*obs)[0].params, 49999999);
   EXPECT_EQ((*obs)[0].budget, 6e18);
+}
+
+// A damaged or reshaped file is an error naming the file and where: the JSON position (line and column)
+// for text that is no JSON, the run's index for a run of the wrong shape.
+TEST(PublishedTest, Cs336JsonErrorsNameTheFileAndTheRun) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/isoflops.json";
+  const auto read = [&](const std::string& text) {
+    EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+    return std::string(ReadCs336IsoFlops(path).status().message());
+  };
+  const std::string run = R"({"parameters": 5e7, "compute_budget": 6e18, "final_loss": 7.2})";
+  EXPECT_EQ(read("[\n  " + run + ",\n  {\"parameters\" 1}\n]"),
+            path + ": JSON at byte 84 (line 3, column 17): expected ':' after object key");
+  EXPECT_EQ(read("{}"), path + ": expected a JSON array of {parameters, compute_budget, final_loss}");
+  EXPECT_EQ(
+      read("[" + run + ", 3]"),
+      path + ": run 1 (0-based) of the array: expected an object {parameters, compute_budget, final_loss}");
+  EXPECT_EQ(read(R"([{"parameters": 5e7, "budget": 6e18}])"),
+            path + ": run 0 (0-based) of the array: unknown key 'budget'");
+  EXPECT_EQ(read(R"([{"parameters": "5e7"}])"),
+            path + ": run 0 (0-based) of the array: expected a number for key 'parameters'");
+  EXPECT_EQ(read(R"([{"parameters": 5e7, "compute_budget": 6e18}])"),
+            path +
+                ": run 0 (0-based) of the array: a run lacks a positive parameters, compute_budget or a "
+                "final_loss");
+  const absl::StatusOr<Observations> one = [&] {
+    EXPECT_TRUE(WriteFileAtomically(path, "[" + run + "]").ok());
+    return ReadCs336IsoFlops(path);
+  }();
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].tokens, 6e18 / (6 * 5e7));
+  EXPECT_EQ((*one)[0].loss, 7.2);
 }
 
 }  // namespace

@@ -3,10 +3,11 @@
 // run. It prints one `key=value` line per measurement; tools/tokenizer/bpe_benchmark.py runs it next to
 // HF tokenizers and tiktoken on the same bytes and thread count and prints the ratios.
 //
-//   bpe_benchmark --mode=train --input=english.txt --vocab_size=10000 --threads=2
-//   bpe_benchmark --mode=encode --gpt2_vocab=vocab.json --gpt2_merges=merges.txt --input=english.txt --threads=1
-//   bpe_benchmark --mode=corpus_en --input=corpus.en
-//   bpe_benchmark --mode=pretokenize --input=english.txt     (our scanner vs PCRE2 JIT, one thread)
+//   bpe_benchmark train --input=english.txt --vocab_size=10000 --threads=2
+//   bpe_benchmark encode --gpt2_vocab=vocab.json --gpt2_merges=merges.txt --input=english.txt --threads=1
+//   bpe_benchmark corpus_en --input=corpus.en
+//   bpe_benchmark pretokenize --input=english.txt     (our scanner vs PCRE2 JIT, one thread)
+#include <pcre2.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -18,14 +19,22 @@
 #include <string>
 #include <vector>
 
-#include <pcre2.h>
-
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/thread_pool.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/gpt2_format.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
+
+ABSL_FLAG(std::string, input, "", "the text file (corpus_en: CS336's corpus.en)");
+ABSL_FLAG(int64_t, threads, 0, "threads; 0: LMF_NUM_THREADS, else one per hardware thread");
+ABSL_FLAG(int64_t, vocab_size, 10000, "the vocabulary to train");
+ABSL_FLAG(std::string, gpt2_vocab, "", "GPT-2's vocab.json");
+ABSL_FLAG(std::string, gpt2_merges, "", "GPT-2's merges.txt");
+ABSL_FLAG(int64_t, max_bytes, 0, "encode only the first N bytes of --input; 0: all");
 
 namespace lmf::tokenizer {
 namespace {
@@ -44,24 +53,16 @@ double PeakRssMb() {
   return -1;
 }
 
-std::string Flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]).rfind(prefix, 0) == 0) return std::string(argv[i]).substr(prefix.size());
-  }
-  return fallback;
-}
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "bpe_benchmark: %s\n", message.c_str());
   return 1;
 }
 
-int Train(int argc, char** argv) {
-  const std::string input = Flag(argc, argv, "input", "");
-  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+int Train() {
+  const std::string input = absl::GetFlag(FLAGS_input);
+  ThreadPool pool(static_cast<int>(absl::GetFlag(FLAGS_threads)));
   TrainOptions options;
-  options.vocab_size = static_cast<uint32_t>(std::atoi(Flag(argc, argv, "vocab_size", "10000").c_str()));
+  options.vocab_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_vocab_size));
   options.special_tokens = {"<|endoftext|>"};
   options.pool = &pool;
   const auto start = Clock::now();
@@ -78,14 +79,15 @@ int Train(int argc, char** argv) {
   return 0;
 }
 
-int Encode(int argc, char** argv) {
-  auto tokenizer = LoadGpt2(Flag(argc, argv, "gpt2_vocab", ""), Flag(argc, argv, "gpt2_merges", ""), {"<|endoftext|>"});
+int Encode() {
+  auto tokenizer =
+      LoadGpt2(absl::GetFlag(FLAGS_gpt2_vocab), absl::GetFlag(FLAGS_gpt2_merges), {"<|endoftext|>"});
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
-  auto text = ReadFile(Flag(argc, argv, "input", ""));
+  auto text = ReadFile(absl::GetFlag(FLAGS_input));
   if (!text.ok()) return Fail(std::string(text.status().message()));
-  const size_t max_bytes = std::strtoull(Flag(argc, argv, "max_bytes", "0").c_str(), nullptr, 10);
+  const size_t max_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_bytes));
   if (max_bytes > 0 && text->size() > max_bytes) text->resize(max_bytes);
-  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+  ThreadPool pool(static_cast<int>(absl::GetFlag(FLAGS_threads)));
   // Chunks cut where pre-tokenization is unaffected, so the ids equal those of encoding the whole text.
   const SpecialTokenSplitter none;
   std::vector<size_t> cuts = {0};
@@ -113,9 +115,9 @@ int Encode(int argc, char** argv) {
   return 0;
 }
 
-int CorpusEn(int argc, char** argv) {
-  const std::string input = Flag(argc, argv, "input", "");
-  ThreadPool pool(std::atoi(Flag(argc, argv, "threads", "0").c_str()));
+int CorpusEn() {
+  const std::string input = absl::GetFlag(FLAGS_input);
+  ThreadPool pool(static_cast<int>(absl::GetFlag(FLAGS_threads)));
   TrainOptions options;
   options.vocab_size = 500;
   options.special_tokens = {"<|endoftext|>"};
@@ -133,8 +135,8 @@ int CorpusEn(int argc, char** argv) {
 
 // The hand-written scanner against PCRE2 (JIT, UTF + UCP) with the GPT-2 pattern on the same text: the
 // speed of each, and whether they cut the text at exactly the same places (checked piece by piece).
-int PretokenizeVsPcre2(int argc, char** argv) {
-  auto text = ReadFile(Flag(argc, argv, "input", ""));
+int PretokenizeVsPcre2() {
+  auto text = ReadFile(absl::GetFlag(FLAGS_input));
   if (!text.ok()) return Fail(std::string(text.status().message()));
   const char* pattern = R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
   int error = 0;
@@ -176,14 +178,39 @@ int PretokenizeVsPcre2(int argc, char** argv) {
   return 0;
 }
 
+// The verbs (the measurements) and the flags each takes.
+FlagsOptions Verbs() {
+  FlagsOptions options;
+  options.verbs = {{"train",
+                    "Times BPE training on a file (<|endoftext|> special): wall time and peak memory.",
+                    {"input", "vocab_size", "threads"}},
+                   {"encode",
+                    "Times GPT-2 encoding of a text held in memory: MB/s at a thread count.",
+                    {"gpt2_vocab", "gpt2_merges", "input", "max_bytes", "threads"}},
+                   {"corpus_en",
+                    "Times the CS336 corpus.en vocab-500 training: the best of 5 runs.",
+                    {"input", "threads"}},
+                   {"pretokenize",
+                    "Our pre-tokenizer against PCRE2 JIT with the GPT-2 pattern, one thread: speed and cuts.",
+                    {"input"}}};
+  options.checks = {InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads), AtLeast(FLAGS_vocab_size, 256),
+                    AtLeast(FLAGS_max_bytes, 0)};
+  return options;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Times the tokenizer: one measurement per verb, printed as one key=value line "
+      "(tools/tokenizer/bpe_benchmark.py runs it beside HF tokenizers and tiktoken).\n"
+      "usage: bpe_benchmark train|encode|corpus_en|pretokenize --input=FILE [--flag=value ...]");
+  const std::string verb = ParseFlags(argc, argv, Verbs()).verb;
+  if (verb == "train") return Train();
+  if (verb == "encode") return Encode();
+  if (verb == "corpus_en") return CorpusEn();
+  return PretokenizeVsPcre2();
+}
+
 }  // namespace
 }  // namespace lmf::tokenizer
 
-int main(int argc, char** argv) {
-  const std::string mode = lmf::tokenizer::Flag(argc, argv, "mode", "");
-  if (mode == "train") return lmf::tokenizer::Train(argc, argv);
-  if (mode == "encode") return lmf::tokenizer::Encode(argc, argv);
-  if (mode == "corpus_en") return lmf::tokenizer::CorpusEn(argc, argv);
-  if (mode == "pretokenize") return lmf::tokenizer::PretokenizeVsPcre2(argc, argv);
-  return lmf::tokenizer::Fail("--mode=train|encode|corpus_en|pretokenize is required");
-}
+int main(int argc, char** argv) { return lmf::tokenizer::Main(argc, argv); }

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -25,17 +24,41 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/thread_pool.h"
 #include "tokenizer/bpe_train.h"
 #include "tokenizer/encode_file.h"
 #include "tokenizer/gpt2_format.h"
 #include "tokenizer/token_file.h"
 #include "tokenizer/tokenizer_file.h"
+
+ABSL_FLAG(std::vector<std::string>, input, {},
+          "train, encode: the text files, comma-separated; decode, stats: the token file");
+ABSL_FLAG(
+    std::string, output, "",
+    "train: the tokenizer to write; encode: the token file to write; decode: the text file (none: stdout)");
+ABSL_FLAG(int64_t, vocab_size, 0, "the vocabulary size: 256 bytes + specials + merges");
+ABSL_FLAG(std::vector<std::string>, specials, {"<|endoftext|>"},
+          "the special tokens, comma-separated (--specials= for none)");
+ABSL_FLAG(std::string, gpt2_vocab_out, "", "also write GPT-2's vocab.json (with --gpt2_merges_out)");
+ABSL_FLAG(std::string, gpt2_merges_out, "", "also write GPT-2's merges.txt (with --gpt2_vocab_out)");
+ABSL_FLAG(int64_t, threads, 0, "threads; 0: LMF_NUM_THREADS, else one per hardware thread");
+ABSL_FLAG(int64_t, chunk_mb, 1, "the text each thread reads at a time, in MB");
+ABSL_FLAG(std::string, tokenizer, "", "the tokenizer file (or GPT-2's files: --gpt2_vocab, --gpt2_merges)");
+ABSL_FLAG(std::string, gpt2_vocab, "", "instead of --tokenizer: GPT-2's vocab.json (with --gpt2_merges)");
+ABSL_FLAG(std::string, gpt2_merges, "", "instead of --tokenizer: GPT-2's merges.txt (with --gpt2_vocab)");
+ABSL_FLAG(std::vector<std::string>, gpt2_specials, {"<|endoftext|>"},
+          "with --gpt2_vocab: the vocab entries that are special tokens, comma-separated");
 
 namespace lmf::tokenizer {
 namespace {
@@ -50,87 +73,78 @@ double SecondsSince(Clock::time_point start) {
 }
 
 constexpr char kUsage[] =
-    "usage: bpe <verb> [--flag=value ...]\n"
+    "Trains byte-level BPE tokenizers, encodes text files into token files, decodes them, prints "
+    "statistics.\n"
+    "usage: bpe VERB [--flag=value ...]\n"
     "  train   --input=FILE[,FILE...] --vocab_size=N --output=TOKENIZER [--specials=<|endoftext|>[,...]]\n"
     "          [--gpt2_vocab_out=vocab.json --gpt2_merges_out=merges.txt] [--threads=N] [--chunk_mb=1]\n"
     "  encode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=FILE[,FILE...] --output=TOKENS\n"
     "          [--threads=N] [--chunk_mb=1]\n"
-    "  decode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=TOKENS [--output=FILE (default stdout)]\n"
+    "  decode  (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) --input=TOKENS [--output=FILE (default "
+    "stdout)]\n"
     "  stats   (--tokenizer=FILE | --gpt2_vocab=F --gpt2_merges=F) [--input=TOKENS]\n"
     "--specials is a comma-separated list (default <|endoftext|>; --specials= for none). With GPT-2 files,\n"
     "--gpt2_specials (default <|endoftext|>) names the vocab entries that are special tokens.\n"
     "--threads defaults to LMF_NUM_THREADS, else one per hardware thread; --chunk_mb is the text each\n"
-    "thread reads at a time (default 1).\n";
+    "thread reads at a time (default 1). Errors name the file or flag and exit 1.";
 
-// --name=value flags of one verb. Unknown flags, a flag given twice (which one was meant?) and an empty
-// value (except the lists where empty means none) are errors.
-class Flags {
- public:
-  static absl::StatusOr<Flags> Parse(int argc, char** argv, const std::vector<std::string>& known) {
-    Flags f;
-    for (int i = 2; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("expected --flag=value, found \"", arg, "\""));
-      }
-      const std::string name = arg.substr(2, arg.find('=') - 2);
-      const std::string value = arg.substr(arg.find('=') + 1);
-      bool ok = false;
-      for (const std::string& k : known) ok |= (k == name);
-      if (!ok) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", argv[1], "\""));
-      if (f.Has(name)) {
-        const bool list = name == "input" || name == "specials" || name == "gpt2_specials";
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " is given twice (", f.Get(name), " and ",
-                                                       value, "); give it once",
-                                                       list ? " (a list is comma-separated)" : ""));
-      }
-      if (value.empty() && name != "specials" && name != "gpt2_specials") {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, "= has no value"));
-      }
-      f.values_[name] = value;
-    }
-    return f;
-  }
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string Get(const std::string& name, const std::string& fallback = "") const {
-    auto it = values_.find(name);
-    return it == values_.end() ? fallback : it->second;
-  }
-  absl::StatusOr<std::string> Required(const std::string& name) const {
-    if (!Has(name) || Get(name).empty()) return absl::InvalidArgumentError(absl::StrCat("missing --", name));
-    return Get(name);
-  }
-  // A decimal integer in [lo, hi] (no sign, no spaces), or `fallback` when the flag is absent.
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {
-    if (!Has(name)) return fallback;
-    const std::string v = Get(name);
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE ||
-        x < lo || x > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", v, ": expected an integer from ", lo, " to ", hi));
-    }
-    return static_cast<int64_t>(x);
-  }
-
- private:
-  std::map<std::string, std::string> values_;
-};
-
-std::vector<std::string> SplitCommas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= s.size() && !s.empty()) {
-    const size_t comma = s.find(',', pos);
-    const std::string part = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!part.empty()) out.push_back(part);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
+// The verbs and the flags each takes.
+FlagsOptions Verbs() {
+  const std::vector<std::string> tokenizer = {"tokenizer", "gpt2_vocab", "gpt2_merges", "gpt2_specials"};
+  const auto with_tokenizer = [&](std::vector<std::string> flags) {
+    flags.insert(flags.end(), tokenizer.begin(), tokenizer.end());
+    return flags;
+  };
+  FlagsOptions options;
+  options.verbs = {
+      {"train",
+       "Trains a byte-level BPE tokenizer on text files.",
+       {"input", "vocab_size", "output", "specials", "gpt2_vocab_out", "gpt2_merges_out", "threads",
+        "chunk_mb"}},
+      {"encode", "Encodes text files into one token file.",
+       with_tokenizer({"input", "output", "threads", "chunk_mb"})},
+      {"decode", "Decodes a token file into text.", with_tokenizer({"input", "output"})},
+      {"stats", "Prints a tokenizer's statistics, and a token file's.", with_tokenizer({"input"})}};
+  options.checks = {InRange(FLAGS_vocab_size, 256, INT32_MAX),  // the 256 bytes at least (+ specials, below)
+                    InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads),  // 0: the default pool
+                    InRange(FLAGS_chunk_mb, 1, kMaxChunkMb)};
+  return options;
 }
+
+// A flag given with an empty value (`--tokenizer=`) is an error, but the lists where empty means none.
+absl::Status CheckNoEmptyValues(const FlagsVerb& verb) {
+  for (const std::string& name : verb.flags) {
+    if (name == "specials" || name == "gpt2_specials" || !FlagGiven(name)) continue;
+    if (absl::FindCommandLineFlag(name)->CurrentValue().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "= has no value"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A comma-separated list's parts, the empty ones dropped ("a,,b" is a and b).
+std::vector<std::string> Parts(const std::vector<std::string>& list) {
+  std::vector<std::string> parts;
+  for (const std::string& part : list) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+std::string NameOf(const absl::Flag<std::string>& flag) {
+  return std::string(absl::GetFlagReflectionHandle(flag).Name());
+}
+
+// The value of a flag the verb needs.
+absl::StatusOr<std::string> Required(const absl::Flag<std::string>& flag) {
+  if (!FlagGiven(flag)) {
+    return absl::InvalidArgumentError(absl::StrCat("missing --", NameOf(flag)));
+  }
+  return absl::GetFlag(flag);
+}
+
+// --input of decode and stats: one token file (commas are part of its name there).
+std::string TokenFileInput() { return absl::StrJoin(absl::GetFlag(FLAGS_input), ","); }
 
 // A progress line: a bar redrawn in place on a terminal, else a plain line every few seconds.
 class ProgressLine {
@@ -164,24 +178,24 @@ class ProgressLine {
   double last_ = -1e9;
 };
 
-absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
-  if (flags.Has("tokenizer")) {
-    if (flags.Has("gpt2_vocab") || flags.Has("gpt2_merges")) {
+absl::StatusOr<Tokenizer> LoadFromFlags() {
+  if (FlagGiven(FLAGS_tokenizer)) {
+    if (FlagGiven(FLAGS_gpt2_vocab) || FlagGiven(FLAGS_gpt2_merges)) {
       return absl::InvalidArgumentError("give either --tokenizer or --gpt2_vocab/--gpt2_merges, not both");
     }
-    if (flags.Has("gpt2_specials")) {
+    if (FlagGiven(FLAGS_gpt2_specials)) {
       return absl::InvalidArgumentError(
           "--gpt2_specials applies to --gpt2_vocab/--gpt2_merges; a --tokenizer file carries its own "
           "specials");
     }
-    return LoadTokenizer(flags.Get("tokenizer"));
+    return LoadTokenizer(absl::GetFlag(FLAGS_tokenizer));
   }
-  if (flags.Has("gpt2_vocab") || flags.Has("gpt2_merges")) {
-    auto vocab = flags.Required("gpt2_vocab");
+  if (FlagGiven(FLAGS_gpt2_vocab) || FlagGiven(FLAGS_gpt2_merges)) {
+    auto vocab = Required(FLAGS_gpt2_vocab);
     if (!vocab.ok()) return vocab.status();
-    auto merges = flags.Required("gpt2_merges");
+    auto merges = Required(FLAGS_gpt2_merges);
     if (!merges.ok()) return merges.status();
-    return LoadGpt2(*vocab, *merges, SplitCommas(flags.Get("gpt2_specials", "<|endoftext|>")));
+    return LoadGpt2(*vocab, *merges, Parts(absl::GetFlag(FLAGS_gpt2_specials)));
   }
   return absl::InvalidArgumentError("missing --tokenizer (or --gpt2_vocab and --gpt2_merges)");
 }
@@ -189,11 +203,9 @@ absl::StatusOr<Tokenizer> LoadFromFlags(const Flags& flags) {
 // The pool of --threads=N threads, or ThreadPool::Default() (LMF_NUM_THREADS, else all cores).
 class PoolFromFlags {
  public:
-  absl::Status Init(const Flags& flags) {
-    auto threads = flags.Int("threads", 0, 0, ThreadPool::kMaxThreads);  // 0: the default pool
-    if (!threads.ok()) return threads.status();
-    if (*threads > 0) owned_ = std::make_unique<ThreadPool>(static_cast<int>(*threads));
-    return absl::OkStatus();
+  PoolFromFlags() {
+    const int64_t threads = absl::GetFlag(FLAGS_threads);  // 0: the default pool
+    if (threads > 0) owned_ = std::make_unique<ThreadPool>(static_cast<int>(threads));
   }
   ThreadPool* get() const { return owned_ ? owned_.get() : &ThreadPool::Default(); }
 
@@ -201,27 +213,21 @@ class PoolFromFlags {
   std::unique_ptr<ThreadPool> owned_;
 };
 
-absl::Status Train(const Flags& flags) {
-  auto inputs = flags.Required("input");
-  if (!inputs.ok()) return inputs.status();
-  auto output = flags.Required("output");
+absl::Status Train() {
+  if (!FlagGiven(FLAGS_input)) return absl::InvalidArgumentError("missing --input");
+  auto output = Required(FLAGS_output);
   if (!output.ok()) return output.status();
-  if (!flags.Has("vocab_size")) return absl::InvalidArgumentError("missing --vocab_size");
-  auto vocab_size = flags.Int("vocab_size", 0, 256, INT32_MAX);  // the 256 bytes at least (+ specials, below)
-  if (!vocab_size.ok()) return vocab_size.status();
-  auto chunk_mb = flags.Int("chunk_mb", 1, 1, kMaxChunkMb);
-  if (!chunk_mb.ok()) return chunk_mb.status();
+  if (!FlagGiven(FLAGS_vocab_size)) return absl::InvalidArgumentError("missing --vocab_size");
   PoolFromFlags pool;
-  if (absl::Status s = pool.Init(flags); !s.ok()) return s;
-  if (flags.Has("gpt2_vocab_out") != flags.Has("gpt2_merges_out")) {
+  if (FlagGiven(FLAGS_gpt2_vocab_out) != FlagGiven(FLAGS_gpt2_merges_out)) {
     return absl::InvalidArgumentError("give both --gpt2_vocab_out and --gpt2_merges_out, or neither");
   }
 
   TrainOptions options;
-  options.vocab_size = static_cast<uint32_t>(*vocab_size);
-  options.special_tokens = SplitCommas(flags.Get("specials", "<|endoftext|>"));
+  options.vocab_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_vocab_size));
+  options.special_tokens = Parts(absl::GetFlag(FLAGS_specials));
   options.pool = pool.get();
-  options.chunk_bytes = *chunk_mb << 20;
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_mb) << 20;
   const auto start = Clock::now();
   ProgressLine counting("pre-tokenizing"), merging("merging");
   Clock::time_point merge_start;
@@ -237,13 +243,14 @@ absl::Status Train(const Flags& flags) {
   };
   if (absl::Status s = ValidateTrainOptions(options); !s.ok()) return s;
   // The outputs are written after training: a path that cannot be written must fail now, not after it.
-  for (const char* name : {"output", "gpt2_vocab_out", "gpt2_merges_out"}) {
-    if (!flags.Has(name)) continue;
-    if (absl::Status s = CheckFileCanBeWritten(flags.Get(name)); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("--", name, "=", flags.Get(name), ": ", s.message()));
+  for (const absl::Flag<std::string>* flag : {&FLAGS_output, &FLAGS_gpt2_vocab_out, &FLAGS_gpt2_merges_out}) {
+    if (!FlagGiven(*flag)) continue;
+    if (absl::Status s = CheckFileCanBeWritten(absl::GetFlag(*flag)); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("--", NameOf(*flag), "=", absl::GetFlag(*flag), ": ", s.message()));
     }
   }
-  const std::vector<std::string> paths = SplitCommas(*inputs);
+  const std::vector<std::string> paths = Parts(absl::GetFlag(FLAGS_input));
   auto counts = CountPretokensInFiles(paths, options);
   if (!counts.ok()) return counts.status();
   counting.Done();
@@ -254,8 +261,10 @@ absl::Status Train(const Flags& flags) {
   merging.Done();
   const double total_seconds = SecondsSince(start);
   if (absl::Status s = SaveTokenizer(*tokenizer, *output); !s.ok()) return s;
-  if (flags.Has("gpt2_vocab_out")) {
-    if (absl::Status s = SaveGpt2(*tokenizer, flags.Get("gpt2_vocab_out"), flags.Get("gpt2_merges_out")); !s.ok()) {
+  if (FlagGiven(FLAGS_gpt2_vocab_out)) {
+    if (absl::Status s =
+            SaveGpt2(*tokenizer, absl::GetFlag(FLAGS_gpt2_vocab_out), absl::GetFlag(FLAGS_gpt2_merges_out));
+        !s.ok()) {
       return s;
     }
   }
@@ -270,27 +279,23 @@ absl::Status Train(const Flags& flags) {
   return absl::OkStatus();
 }
 
-absl::Status Encode(const Flags& flags) {
-  auto tokenizer = LoadFromFlags(flags);
+absl::Status Encode() {
+  auto tokenizer = LoadFromFlags();
   if (!tokenizer.ok()) return tokenizer.status();
-  auto inputs = flags.Required("input");
-  if (!inputs.ok()) return inputs.status();
-  auto output = flags.Required("output");
+  if (!FlagGiven(FLAGS_input)) return absl::InvalidArgumentError("missing --input");
+  auto output = Required(FLAGS_output);
   if (!output.ok()) return output.status();
-  auto chunk_mb = flags.Int("chunk_mb", 1, 1, kMaxChunkMb);
-  if (!chunk_mb.ok()) return chunk_mb.status();
   PoolFromFlags pool;
-  if (absl::Status s = pool.Init(flags); !s.ok()) return s;
   EncodeFileOptions options;
   options.pool = pool.get();
-  options.chunk_bytes = *chunk_mb << 20;
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_mb) << 20;
   const auto start = Clock::now();
   ProgressLine progress("encoding");
   options.progress = [&](uint64_t done, uint64_t total, uint64_t tokens) {
     progress.Update(static_cast<double>(done), static_cast<double>(total),
                     absl::StrFormat("%.1f MB/s, %d tokens", done / 1e6 / std::max(1e-9, SecondsSince(start)), tokens));
   };
-  auto stats = EncodeFilesToTokenFile(*tokenizer, SplitCommas(*inputs), *output, options);
+  auto stats = EncodeFilesToTokenFile(*tokenizer, Parts(absl::GetFlag(FLAGS_input)), *output, options);
   if (!stats.ok()) return stats.status();
   progress.Done();
   const double seconds = SecondsSince(start);
@@ -331,18 +336,18 @@ absl::StatusOr<TokenFileReader> OpenMatching(const std::string& path, const Toke
   return reader;
 }
 
-std::string TokenizerName(const Flags& flags) {
-  return flags.Has("tokenizer") ? flags.Get("tokenizer") : flags.Get("gpt2_vocab");
+std::string TokenizerName() {
+  return FlagGiven(FLAGS_tokenizer) ? absl::GetFlag(FLAGS_tokenizer) : absl::GetFlag(FLAGS_gpt2_vocab);
 }
 
-absl::Status Decode(const Flags& flags) {
-  auto tokenizer = LoadFromFlags(flags);
+absl::Status Decode() {
+  auto tokenizer = LoadFromFlags();
   if (!tokenizer.ok()) return tokenizer.status();
-  auto input = flags.Required("input");
-  if (!input.ok()) return input.status();
-  auto reader = OpenMatching(*input, *tokenizer, TokenizerName(flags));
+  if (!FlagGiven(FLAGS_input)) return absl::InvalidArgumentError("missing --input");
+  const std::string input = TokenFileInput();
+  auto reader = OpenMatching(input, *tokenizer, TokenizerName());
   if (!reader.ok()) return reader.status();
-  const std::string output = flags.Get("output", "-");
+  const std::string output = FlagGiven(FLAGS_output) ? absl::GetFlag(FLAGS_output) : "-";
   std::unique_ptr<AtomicFileWriter> file;
   if (output != "-") {
     auto w = AtomicFileWriter::Create(output);
@@ -361,10 +366,12 @@ absl::Status Decode(const Flags& flags) {
     if (absl::Status s = reader->Read(start, n, block.data()); !s.ok()) return s;
     ids.assign(block.begin(), block.end());
     for (uint64_t i = 0; i < n; ++i) {
-      if (ids[i] >= tokenizer->vocab_size()) return IdOutOfVocab(*input, start + i, ids[i], *tokenizer);
+      if (ids[i] >= tokenizer->vocab_size()) return IdOutOfVocab(input, start + i, ids[i], *tokenizer);
     }
     auto bytes = tokenizer->DecodeBytes(ids);
-    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(*input, ": ", std::string(bytes.status().message())));
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(input, ": ", std::string(bytes.status().message())));
+    }
     std::string text = carry + *bytes;
     // Keep an incomplete trailing UTF-8 sequence (at most 3 bytes) for the next block.
     size_t keep = 0;
@@ -391,36 +398,39 @@ absl::Status Decode(const Flags& flags) {
   return absl::OkStatus();  // Main flushes and checks stdout
 }
 
-absl::Status Stats(const Flags& flags) {
-  auto tokenizer = LoadFromFlags(flags);
+absl::Status Stats() {
+  auto tokenizer = LoadFromFlags();
   if (!tokenizer.ok()) return tokenizer.status();
   const Tokenizer& t = *tokenizer;
   size_t longest = 0;
   for (const std::string& token : t.vocab()) longest = std::max(longest, token.size());
-  std::printf("tokenizer %s: vocab %u (256 bytes, %zu merges, %zu specials), longest token %zu bytes, hash %016llx\n",
-              TokenizerName(flags).c_str(), t.vocab_size(), t.merges().size(), t.special_ids().size(), longest,
-              static_cast<unsigned long long>(t.Hash()));
+  std::printf(
+      "tokenizer %s: vocab %u (256 bytes, %zu merges, %zu specials), longest token %zu bytes, hash %016llx\n",
+      TokenizerName().c_str(), t.vocab_size(), t.merges().size(), t.special_ids().size(), longest,
+      static_cast<unsigned long long>(t.Hash()));
   for (uint32_t id : t.special_ids()) std::printf("  special %u: %s\n", id, t.vocab()[id].c_str());
-  if (!flags.Has("input")) return absl::OkStatus();
-  auto reader = OpenMatching(flags.Get("input"), t, TokenizerName(flags));
+  if (!FlagGiven(FLAGS_input)) return absl::OkStatus();
+  const std::string input = TokenFileInput();
+  auto reader = OpenMatching(input, t, TokenizerName());
   if (!reader.ok()) return reader.status();
   std::vector<uint64_t> freq(t.vocab_size(), 0);
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < reader->size(); ++i) {
     const uint32_t id = reader->at(i);
-    if (id >= t.vocab_size()) return IdOutOfVocab(flags.Get("input"), i, id, t);
+    if (id >= t.vocab_size()) return IdOutOfVocab(input, i, id, t);
     ++freq[id];
     bytes += t.vocab()[id].size();
   }
   uint64_t distinct = 0, documents = 0;
   for (uint32_t id = 0; id < t.vocab_size(); ++id) distinct += freq[id] > 0;
   for (uint32_t id : t.special_ids()) documents += freq[id];
-  std::printf("token file %s: %llu tokens (uint%u), %llu distinct ids, %llu special tokens, %llu bytes of text, "
-              "%.3f bytes/token\n",
-              flags.Get("input").c_str(), static_cast<unsigned long long>(reader->size()),
-              8 * reader->header().bytes_per_token, static_cast<unsigned long long>(distinct),
-              static_cast<unsigned long long>(documents), static_cast<unsigned long long>(bytes),
-              reader->size() ? static_cast<double>(bytes) / reader->size() : 0.0);
+  std::printf(
+      "token file %s: %llu tokens (uint%u), %llu distinct ids, %llu special tokens, %llu bytes of text, "
+      "%.3f bytes/token\n",
+      input.c_str(), static_cast<unsigned long long>(reader->size()), 8 * reader->header().bytes_per_token,
+      static_cast<unsigned long long>(distinct), static_cast<unsigned long long>(documents),
+      static_cast<unsigned long long>(bytes),
+      reader->size() ? static_cast<double>(bytes) / reader->size() : 0.0);
   return absl::OkStatus();
 }
 
@@ -439,18 +449,19 @@ std::string CanonicalPath(const std::string& path) {
 // atomic rename: `encode --input=corpus.txt --output=corpus.txt` destroyed the corpus. Compared by device and
 // inode where both exist, so other spellings and links count, else by canonical path (two outputs that do not
 // exist yet: `--output=y --gpt2_vocab_out=./y` wrote the vocab over the tokenizer).
-absl::Status CheckOutputsAreNotInputs(const Flags& flags) {
+absl::Status CheckOutputsAreNotInputs() {
   std::vector<std::pair<std::string, std::string>> inputs;  // (flag, path)
-  for (const char* name : {"input", "tokenizer", "gpt2_vocab", "gpt2_merges"}) {
-    if (!flags.Has(name)) continue;
-    for (const std::string& path : std::string(name) == "input" ? SplitCommas(flags.Get(name))
-                                                                : std::vector<std::string>{flags.Get(name)}) {
-      inputs.emplace_back(name, path);
-    }
+  if (FlagGiven(FLAGS_input)) {
+    for (const std::string& path : Parts(absl::GetFlag(FLAGS_input))) inputs.emplace_back("input", path);
+  }
+  for (const absl::Flag<std::string>* flag : {&FLAGS_tokenizer, &FLAGS_gpt2_vocab, &FLAGS_gpt2_merges}) {
+    if (FlagGiven(*flag)) inputs.emplace_back(NameOf(*flag), absl::GetFlag(*flag));
   }
   std::vector<std::pair<std::string, std::string>> outputs;
-  for (const char* name : {"output", "gpt2_vocab_out", "gpt2_merges_out"}) {
-    if (flags.Has(name) && flags.Get(name) != "-") outputs.emplace_back(name, flags.Get(name));
+  for (const absl::Flag<std::string>* flag : {&FLAGS_output, &FLAGS_gpt2_vocab_out, &FLAGS_gpt2_merges_out}) {
+    if (FlagGiven(*flag) && absl::GetFlag(*flag) != "-") {
+      outputs.emplace_back(NameOf(*flag), absl::GetFlag(*flag));
+    }
   }
   auto same_file = [](const std::string& a, const std::string& b) {
     struct stat sa, sb;
@@ -485,34 +496,17 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "bpe: cannot change to the working directory %s\n", dir.c_str());
     return 1;
   }
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 1 : 0;
+  absl::SetProgramUsageMessage(kUsage);
+  const FlagsOptions options = Verbs();
+  const std::string verb = ParseFlags(argc, argv, options).verb;
+  const std::map<std::string, absl::Status (*)()> runs = {
+      {"train", Train}, {"encode", Encode}, {"decode", Decode}, {"stats", Stats}};
+  absl::Status status;
+  for (const FlagsVerb& v : options.verbs) {
+    if (v.name == verb) status = CheckNoEmptyValues(v);
   }
-  const std::string verb = argv[1];
-  const std::vector<std::string> tokenizer_flags = {"tokenizer", "gpt2_vocab", "gpt2_merges", "gpt2_specials"};
-  std::vector<std::string> known;
-  absl::Status (*run)(const Flags&) = nullptr;
-  if (verb == "train") {
-    known = {"input", "vocab_size", "output", "specials", "gpt2_vocab_out", "gpt2_merges_out", "threads", "chunk_mb"};
-    run = Train;
-  } else if (verb == "encode") {
-    known = {"input", "output", "threads", "chunk_mb"};
-    run = Encode;
-  } else if (verb == "decode") {
-    known = {"input", "output"};
-    run = Decode;
-  } else if (verb == "stats") {
-    known = {"input"};
-    run = Stats;
-  } else {
-    std::fprintf(stderr, "bpe: unknown verb \"%s\"\n%s", verb.c_str(), kUsage);
-    return 1;
-  }
-  if (verb != "train") known.insert(known.end(), tokenizer_flags.begin(), tokenizer_flags.end());
-  auto flags = Flags::Parse(argc, argv, known);
-  absl::Status status = !flags.ok() ? flags.status() : CheckOutputsAreNotInputs(*flags);
-  if (status.ok()) status = run(*flags);
+  if (status.ok()) status = CheckOutputsAreNotInputs();
+  if (status.ok()) status = runs.at(verb)();
   // Whatever a verb printed must have reached its destination: a full disk or closed stdout loses output.
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     if (status.ok()) status = StdoutError();

@@ -7,18 +7,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "base/json.h"
 #include "experiments/checkpoint/safetensors.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: write_safetensors_sample OUT_DIR\n");
-    return 2;
-  }
-  const std::string dir = argv[1];
+  absl::SetProgramUsageMessage(
+      "Writes OUT_DIR/sample.safetensors and OUT_DIR/sample.expect.json, the values it holds, for "
+      "tools/experiments/check_safetensors.py.\nusage: write_safetensors_sample OUT_DIR");
+  lmf::FlagsOptions flags;
+  flags.usage_exit_code = 2;
+  flags.positional = {"OUT_DIR"};
+  const std::string dir = lmf::ParseFlags(argc, argv, flags).positional[0];
   if (absl::Status s = lmf::MakeDirs(dir); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;

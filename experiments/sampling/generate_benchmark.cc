@@ -13,14 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "experiments/sampling/generate_timing.h"
 #include "experiments/sampling/sampling.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/language_model/language_model.h"
 
-int main() {
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Generation speed on the CPU: KV-cache decoding against recomputing the whole sequence, then batched "
+      "samples; takes no flags.");
+  lmf::ParseFlags(argc, argv);
   const lmf::model::ModelConfig config = lmf::model::Cs336Config(10000, 256, 512, 4, 16, 1344);
   auto model = lmf::model::LanguageModel::Create(config, lmf::kernels::Context::Cpu());
   if (!model.ok()) {

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "experiments/proto/run.pb.h"
 #include "experiments/sampling/generate_timing.h"
 #include "experiments/trainer/training_device.h"
@@ -68,4 +70,10 @@ int Main() {
 }  // namespace
 }  // namespace lmf::experiments
 
-int main() { return lmf::experiments::Main(); }
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Generation speed on CUDA device 0 in fp32 and bf16: KV-cache decoding against recomputing the whole "
+      "sequence; takes no flags.");
+  lmf::ParseFlags(argc, argv);
+  return lmf::experiments::Main();
+}

@@ -15,19 +15,22 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "base/file.h"
+#include "base/flags.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/config/loader.h"
 #include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 
+ABSL_FLAG(std::string, config, "", "the run's config, as the sweep runner passes it");
+
 int main(int argc, char** argv) {
-  std::string config_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--config=", 0) == 0) config_path = a.substr(9);
-  }
+  absl::SetProgramUsageMessage("A stand-in trainer for the sweep runner's tests (see the file's banner).");
+  lmf::ParseFlags(argc, argv);
+  const std::string config_path = absl::GetFlag(FLAGS_config);
   auto text = lmf::ReadFile(config_path);
   if (!text.ok()) return 3;
   auto e = lmf::experiments::ParseExperimentText(*text, config_path);

@@ -7,7 +7,7 @@
 // its time over ours. Then the two backward schedules (AttentionBackwardSchedule) for batch 1 with one kv
 // head.
 //
-//   ./bazelw run //kernels/attention:attention_benchmark -- [threads] [gpt2|small|schedules (default: all)]
+//   ./bazelw run //kernels/attention:attention_benchmark -- [--threads=N] [--section=gpt2|small|schedules]
 //       [--no_torch]
 #include <algorithm>
 #include <chrono>
@@ -16,14 +16,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flags.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/cpu_peer.h"
 #include "kernels/testing/timing.h"
+
+ABSL_FLAG(int64_t, threads, 0, "threads for ours and PyTorch's; 0: LMF_NUM_THREADS, else all cores");
+ABSL_FLAG(std::string, section, "", "one table only: gpt2, small or schedules; none: all");
+ABSL_FLAG(bool, no_torch, false, "skip PyTorch's timings");
 
 namespace lmf::kernels {
 namespace {
@@ -60,29 +66,24 @@ struct Problem {
 };
 
 int Main(int argc, char** argv) {
-  std::vector<std::string> positional;
-  bool torch = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--no_torch") {
-      torch = false;
-    } else {
-      positional.push_back(argv[i]);
-    }
-  }
-  int threads = ThreadPool::Default().num_threads();
-  if (!positional.empty() && (!absl::SimpleAtoi(positional[0], &threads) || threads < 1 || threads > 1024)) {
-    std::fprintf(stderr, "attention_benchmark: threads \"%s\" is not a number from 1 to 1024\n",
-                 positional[0].c_str());
-    return 2;
-  }
+  absl::SetProgramUsageMessage(
+      "CPU attention, tiled against the reference forward and the backward, beside PyTorch's, at GPT-2 and "
+      "small "
+      "head shapes; then the two backward schedules.");
+  FlagsOptions flags;
+  flags.usage_exit_code = 2;
+  flags.checks = {InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads),
+                  {"section", "gpt2, small or schedules", [] {
+                     const std::string s = absl::GetFlag(FLAGS_section);
+                     return s.empty() || s == "gpt2" || s == "small" || s == "schedules";
+                   }}};
+  ParseFlags(argc, argv, flags);
+  const bool torch = !absl::GetFlag(FLAGS_no_torch);
+  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? static_cast<int>(absl::GetFlag(FLAGS_threads))
+                                                       : ThreadPool::Default().num_threads();
   ThreadPool pool(threads);
   Context ctx = Context::Cpu(&pool);
-  const std::string only = positional.size() > 1 ? positional[1] : "";
-  if (!only.empty() && only != "gpt2" && only != "small" && only != "schedules") {
-    std::fprintf(stderr, "attention_benchmark: section \"%s\" is not gpt2, small or schedules\n",
-                 only.c_str());
-    return 2;
-  }
+  const std::string only = absl::GetFlag(FLAGS_section);
   auto want = [&](const char* section) { return only.empty() || only == section; };
   const int64_t NH = 12, HS = 64;
   const std::vector<Shape> gpt2 = {{"gpt2_t64", 4, 64, NH, NH, HS},

@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flags.h"
 #include "kernels/attention/attention.h"
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
@@ -152,4 +154,10 @@ int Main() {
 }  // namespace
 }  // namespace lmf::kernels::cuda
 
-int main() { return lmf::kernels::cuda::Main(); }
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "FlashAttention-2 (bf16) forward and backward TFLOP/s against PyTorch's SDPA flash backend; takes no "
+      "flags.");
+  lmf::ParseFlags(argc, argv);
+  return lmf::kernels::cuda::Main();
+}

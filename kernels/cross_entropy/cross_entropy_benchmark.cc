@@ -2,21 +2,32 @@
 // the fused forward that also writes the gradient in place (one read of the logits) against the forward
 // followed by CrossEntropyBackward (two reads), same run, same threads. Prints ms and the ratio.
 //
-//   ./bazelw run //kernels/cross_entropy:cross_entropy_benchmark -- [threads]
+//   ./bazelw run //kernels/cross_entropy:cross_entropy_benchmark -- [--threads=N]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "base/flags.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/timing.h"
+
+ABSL_FLAG(int64_t, threads, 0, "threads; 0: LMF_NUM_THREADS, else all cores");
 
 namespace lmf::kernels {
 namespace {
 
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();
+  absl::SetProgramUsageMessage(
+      "The fused cross-entropy forward (gradient in place) against forward + backward at GPT-2's LM head.");
+  FlagsOptions flags;
+  flags.checks = {InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads)};
+  ParseFlags(argc, argv, flags);
+  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? static_cast<int>(absl::GetFlag(FLAGS_threads))
+                                                       : ThreadPool::Default().num_threads();
   ThreadPool pool(threads);
   Context ctx = Context::Cpu(&pool);
   const int64_t V = 50257, stride = 50304;

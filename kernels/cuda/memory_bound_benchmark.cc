@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
+#include "base/flags.h"
 #include "kernels/activations/activations.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/cross_entropy/cross_entropy.h"
@@ -196,4 +198,10 @@ int Main() {
 }  // namespace
 }  // namespace lmf::kernels::cuda
 
-int main() { return lmf::kernels::cuda::Main(); }
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Memory-bound kernels (bf16): GB/s against the copy bandwidth and time against PyTorch eager; takes no "
+      "flags.");
+  lmf::ParseFlags(argc, argv);
+  return lmf::kernels::cuda::Main();
+}

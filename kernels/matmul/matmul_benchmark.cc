@@ -1,8 +1,9 @@
 // Matmul benchmark: our Matmul (oneDNN dnnl_sgemm per panel on our pool) against oneDNN's own OpenMP
-// threading and OpenBLAS cblas_sgemm, same shapes, same thread count, same run, for the GEMMs of a GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW
-// shapes) plus a 2048^3 square product (the peak reference). Prints GFLOP/s of both and the ratio.
+// threading and OpenBLAS cblas_sgemm, same shapes, same thread count, same run, for the GEMMs of a
+// GPT-2-small training step (B=4, T=64 and 256; forward, dX and dW shapes) plus a 2048^3 square product (the
+// peak reference). Prints GFLOP/s of both and the ratio.
 //
-//   ./bazelw run //kernels/matmul:matmul_benchmark -- [threads]      (default: LMF_NUM_THREADS or all cores)
+//   ./bazelw run //kernels/matmul:matmul_benchmark -- [--threads=N]   (default: LMF_NUM_THREADS or all cores)
 // OpenBLAS runs with whatever OPENBLAS_CORETYPE the environment sets (printed).
 #include <cblas.h>
 #include <omp.h>
@@ -13,10 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "base/flags.h"
 #include "dnnl.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/timing.h"
+
+ABSL_FLAG(int64_t, threads, 0, "threads for every side; 0: LMF_NUM_THREADS, else all cores");
 
 namespace lmf::kernels {
 namespace {
@@ -28,7 +34,13 @@ struct Shape {
 };
 
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : ThreadPool::Default().num_threads();
+  absl::SetProgramUsageMessage(
+      "GFLOP/s of our Matmul against oneDNN's OpenMP threading and OpenBLAS on GPT-2-small training GEMMs.");
+  FlagsOptions flags;
+  flags.checks = {InRange(FLAGS_threads, 0, ThreadPool::kMaxThreads)};
+  ParseFlags(argc, argv, flags);
+  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? static_cast<int>(absl::GetFlag(FLAGS_threads))
+                                                       : ThreadPool::Default().num_threads();
   ThreadPool pool(threads);
   Context ctx = Context::Cpu(&pool);
   openblas_set_num_threads(threads);

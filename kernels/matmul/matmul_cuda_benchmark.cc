@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flags.h"
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/gpu_test_util.h"
@@ -99,4 +101,10 @@ int Main() {
 }  // namespace
 }  // namespace lmf::kernels::cuda
 
-int main() { return lmf::kernels::cuda::Main(); }
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bf16 GEMM TFLOP/s (cuBLASLt, heuristic and autotuned) for GPT-2 training shapes against torch.matmul; "
+      "takes no flags.");
+  lmf::ParseFlags(argc, argv);
+  return lmf::kernels::cuda::Main();
+}

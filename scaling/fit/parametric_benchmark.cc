@@ -12,10 +12,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "base/flags.h"
+#include "base/json.h"
 #include "base/thread_pool.h"
 #include "scaling/fit/parametric.h"
 #include "scaling/fit/uncertainty.h"
@@ -40,11 +45,43 @@ double CpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// The number after "key": in a one-line JSON object.
-double JsonNumber(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return NAN;
-  return std::strtod(json.c_str() + at + key.size() + 3, nullptr);
+// What fit_reference.py prints: one JSON object, the fitted law under "params".
+struct ReferenceResult {
+  double grid_seconds, bootstrap_seconds, grid_cpu_seconds, bootstrap_cpu_seconds, objective;
+  double E, A, B, alpha, beta;
+};
+
+// Reads the finite number `key` of the object `json` ("params.E" in messages when `where` is "params.").
+absl::Status ReadNumber(const lmf::JsonValue& json, const std::string& where, const char* key, double* out) {
+  const lmf::JsonValue* member = json.Find(key);
+  if (member == nullptr || !member->AsDouble(out) || !std::isfinite(*out)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", where, key, "\": expected a finite number"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReferenceResult> ReadReferenceOutput(const std::string& output) {
+  absl::StatusOr<lmf::JsonValue> json = lmf::ParseJson(output);
+  if (!json.ok()) return json.status();
+  const lmf::JsonValue* params = json->kind == lmf::JsonValue::Kind::kObject ? json->Find("params") : nullptr;
+  if (params == nullptr || params->kind != lmf::JsonValue::Kind::kObject) {
+    return absl::InvalidArgumentError("expected a JSON object with a \"params\" object");
+  }
+  ReferenceResult r;
+  const std::pair<const char*, double*> top[] = {{"grid_seconds", &r.grid_seconds},
+                                                 {"bootstrap_seconds", &r.bootstrap_seconds},
+                                                 {"grid_cpu_seconds", &r.grid_cpu_seconds},
+                                                 {"bootstrap_cpu_seconds", &r.bootstrap_cpu_seconds},
+                                                 {"objective", &r.objective}};
+  const std::pair<const char*, double*> law[] = {
+      {"E", &r.E}, {"A", &r.A}, {"B", &r.B}, {"alpha", &r.alpha}, {"beta", &r.beta}};
+  for (const auto& [key, value] : top) {
+    if (absl::Status s = ReadNumber(*json, "", key, value); !s.ok()) return s;
+  }
+  for (const auto& [key, value] : law) {
+    if (absl::Status s = ReadNumber(*params, "params.", key, value); !s.ok()) return s;
+  }
+  return r;
 }
 
 std::string Exists(const std::string& path) {
@@ -127,17 +164,22 @@ int main(int argc, char** argv) {
   char buf[4096];
   while (std::fgets(buf, sizeof(buf), pipe) != nullptr) json += buf;
   const int rc = pclose(pipe);
-  const double ref_grid = JsonNumber(json, "grid_seconds"), ref_boot = JsonNumber(json, "bootstrap_seconds");
-  if (rc != 0 || !std::isfinite(ref_grid) || !std::isfinite(ref_boot)) {
+  if (rc != 0) {
     std::fprintf(stderr, "parametric_benchmark: the reference failed (exit %d): %s\n", rc, json.c_str());
     return 1;
   }
-  const double ref_cpu = JsonNumber(json, "grid_cpu_seconds") + JsonNumber(json, "bootstrap_cpu_seconds");
+  const absl::StatusOr<ReferenceResult> ref = ReadReferenceOutput(json);
+  if (!ref.ok()) {
+    std::fprintf(stderr, "parametric_benchmark: the output of %s: %s; it printed: %s\n", command.c_str(),
+                 std::string(ref.status().message()).c_str(), json.c_str());
+    return 1;
+  }
+  const double ref_grid = ref->grid_seconds, ref_boot = ref->bootstrap_seconds;
+  const double ref_cpu = ref->grid_cpu_seconds + ref->bootstrap_cpu_seconds;
   std::printf("SciPy L-BFGS-B (1 thread): grid %.2f s + bootstrap %.2f s = %.2f s wall; %.2f s CPU\n", ref_grid,
               ref_boot, ref_grid + ref_boot, ref_cpu);
-  std::printf("  E=%.4f A=%.2f B=%.2f alpha=%.4f beta=%.4f objective=%.9g\n", JsonNumber(json, "E"),
-              JsonNumber(json, "A"), JsonNumber(json, "B"), JsonNumber(json, "alpha"), JsonNumber(json, "beta"),
-              JsonNumber(json, "objective"));
+  std::printf("  E=%.4f A=%.2f B=%.2f alpha=%.4f beta=%.4f objective=%.9g\n", ref->E, ref->A, ref->B,
+              ref->alpha, ref->beta, ref->objective);
   std::printf("speedup (SciPy time / lmforge time): wall: grid %.1fx, bootstrap %.1fx, total %.1fx; CPU total %.1fx\n",
               ref_grid / grid_s, ref_boot / boot_s, (ref_grid + ref_boot) / (grid_s + boot_s),
               ref_cpu / (grid_cpu + boot_cpu));

@@ -106,7 +106,7 @@ def main():
     env = dict(os.environ, RAYON_NUM_THREADS=str(t), LMF_NUM_THREADS=str(t))
     print(f"corpus {args.corpus}: {size / 1e6:.1f} MB; threads {t}; machine load {os.getloadavg()[0]:.1f}")
 
-    out, our_rss = child_rss_mb([args.bench, "--mode=train", f"--input={args.corpus}",
+    out, our_rss = child_rss_mb([args.bench, "train", f"--input={args.corpus}",
                                  f"--vocab_size={args.vocab_size}", f"--threads={t}"], env)
     ours = fields(out)
     out, hf_rss = child_rss_mb(me + ["--hf_train", f"--vocab_size={args.vocab_size}"], env)
@@ -118,7 +118,7 @@ def main():
 
     gpt2 = [f"--gpt2_vocab={fixtures}/gpt2_vocab.json", f"--gpt2_merges={fixtures}/gpt2_merges.txt"]
     for threads in sorted({1, t}):
-        out, _ = child_rss_mb([args.bench, "--mode=encode", f"--input={args.corpus}", f"--max_bytes={nbytes}",
+        out, _ = child_rss_mb([args.bench, "encode", f"--input={args.corpus}", f"--max_bytes={nbytes}",
                                f"--threads={threads}"] + gpt2, env)
         ours = fields(out)
         out, _ = child_rss_mb(me + ["--tiktoken", f"--encode_bytes={nbytes}", f"--threads={threads}"], env)
@@ -127,11 +127,11 @@ def main():
               f"({ours['tokens']} tokens) | tiktoken {float(tk['mb_per_s']):.1f} MB/s ({tk['tokens']} tokens) | "
               f"speedup {float(ours['mb_per_s']) / float(tk['mb_per_s']):.2f}x")
 
-    out, _ = child_rss_mb([args.bench, "--mode=corpus_en", f"--input={fixtures}/corpus.en", f"--threads={t}"], env)
+    out, _ = child_rss_mb([args.bench, "corpus_en", f"--input={fixtures}/corpus.en", f"--threads={t}"], env)
     print(f"corpus.en vocab 500: lmforge {1000 * float(fields(out)['best_of_5_seconds']):.1f} ms "
           f"(CS336 reference: 380 ms)")
 
-    out, _ = child_rss_mb([args.bench, "--mode=pretokenize", f"--input={args.corpus}"], env)
+    out, _ = child_rss_mb([args.bench, "pretokenize", f"--input={args.corpus}"], env)
     pre = fields(out)
     print(f"pre-tokenize, 1 thread: scanner {float(pre['scanner_mb_per_s']):.1f} MB/s | PCRE2 JIT "
           f"{float(pre['pcre2_jit_mb_per_s']):.1f} MB/s | speedup {float(pre['speedup']):.2f}x; "
