@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 
 namespace lmf::experiments {
 

@@ -18,8 +18,8 @@
 
 #include "absl/strings/str_format.h"
 #include "base/file.h"
+#include "config/loader.h"
 #include "experiments/cli_args.h"
-#include "experiments/config/loader.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/model_loading.h"
 #include "experiments/trainer/memory_check.h"
@@ -50,9 +50,9 @@ absl::Status Run(const CliArgs& args) {
     absl::StatusOr<std::string> text = ReadFile(UserPath(args.Get("config")));
     if (!text.ok()) return text.status();
     absl::StatusOr<config::Experiment> experiment =
-        LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
+        config::LoadExperimentText(*text, args.Get("config"), args.GetAll("set"));
     if (!experiment.ok()) return experiment.status();
-    MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+    config::MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
     loaded = LoadModelFromWeights(*experiment, UserPath(args.Get("weights")), *placement);
   }
   if (!loaded.ok()) return loaded.status();

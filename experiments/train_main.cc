@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
+#include "config/loader.h"
 #include "experiments/cli_args.h"
-#include "experiments/config/loader.h"
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
 
@@ -23,7 +23,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n"
-    "  --config      an experiment textproto (experiments/configs/; fields in experiments/proto/)\n"
+    "  --config      an experiment textproto (experiments/configs/; fields in config/)\n"
     "  --set         overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable\n"
     "  --resume      continue run.output_dir from its newest good checkpoint (bit-identical); without it a\n"
     "                folder that holds a run is refused\n"
@@ -46,12 +46,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "train: %s\n", std::string(text.status().message()).c_str());
     return 1;
   }
-  absl::StatusOr<config::Experiment> experiment = LoadExperimentText(*text, config_arg, args->GetAll("set"));
+  absl::StatusOr<config::Experiment> experiment =
+      config::LoadExperimentText(*text, config_arg, args->GetAll("set"));
   if (!experiment.ok()) {
     std::fprintf(stderr, "%s\n", std::string(experiment.status().message()).c_str());
     return 1;
   }
-  MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+  config::MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
   TrainOptions options;
   absl::StatusOr<bool> resume = args->GetBool("resume", false);
   if (!resume.ok()) {

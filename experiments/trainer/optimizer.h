@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "config/optimizer.pb.h"
 #include "experiments/checkpoint/safetensors.h"
-#include "experiments/proto/optimizer.pb.h"
 #include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
 #include "kernels/core/tensor.h"

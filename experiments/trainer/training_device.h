@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
-#include "experiments/proto/run.pb.h"
+#include "config/run.pb.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
 #include "kernels/profile/cpu_op_profiler.h"

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "experiments/config/validation.h"
-#include "experiments/trainer/model_spec.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 
 namespace lmf::scaling {
 namespace {
@@ -48,7 +48,7 @@ std::string Bytes(int64_t b) {
 }  // namespace
 
 absl::StatusOr<ExperimentAccount> AccountExperiment(const config::Experiment& experiment) {
-  auto model_config = experiments::ToModelConfig(experiment.model());
+  auto model_config = config::ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   ExperimentAccount a;
   a.model = *model_config;
@@ -61,8 +61,8 @@ absl::StatusOr<ExperimentAccount> AccountExperiment(const config::Experiment& ex
   a.exact = model::CountFlopsPerToken(a.model, a.seq_len);
   const auto& run = experiment.run();
   const int64_t batch = run.batch_size();
-  a.tokens_per_step = experiments::TokensPerStep(experiment);
-  a.steps = experiments::TotalSteps(experiment);
+  a.tokens_per_step = config::TokensPerStep(experiment);
+  a.steps = config::TotalSteps(experiment);
   a.total_tokens = static_cast<double>(a.steps) * static_cast<double>(a.tokens_per_step);
   a.total_flops = a.total_tokens * a.exact.training();
 

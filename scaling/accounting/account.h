@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "experiments/proto/experiment.pb.h"
+#include "config/experiment.pb.h"
 #include "model/accounting/accounting.h"
 #include "model/config/config.h"
 

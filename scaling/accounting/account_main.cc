@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "base/file.h"
+#include "config/loader.h"
 #include "experiments/cli_args.h"
-#include "experiments/config/loader.h"
 #include "experiments/trainer/trainer.h"
 #include "scaling/accounting/account.h"
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto experiment =
-      lmf::experiments::LoadExperiment(lmf::UserPath(args->Get("config")), args->GetAll("set"));
+      lmf::config::LoadExperiment(lmf::UserPath(args->Get("config")), args->GetAll("set"));
   if (!experiment.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string(experiment.status().message()).c_str());
     return 1;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config/loader.h"
-#include "experiments/trainer/model_spec.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
 #include "model/language_model/language_model.h"
@@ -42,7 +42,7 @@ std::vector<Case> Cases() {
 }
 
 absl::StatusOr<config::Experiment> Load(const Case& c) {
-  return experiments::LoadExperimentText(std::string(kBase) + c.model, c.name, {});
+  return config::LoadExperimentText(std::string(kBase) + c.model, c.name, {});
 }
 
 TEST(Account, CountsEqualWhatABuiltModelHoldsAndRuns) {
@@ -111,7 +111,7 @@ TEST(Account, SixNAndTotalsAndMemory) {
 }
 
 TEST(Account, ImpossibleModelGetsTheValidationMessage) {
-  auto e = experiments::ParseExperimentText(
+  auto e = config::ParseExperimentText(
       std::string(kBase) + R"pb(model { d_model: 30 n_layers: 1 n_heads: 4 vocab_size: 10 context_length: 4
                                          ffn { d_ff: 8 } })pb",
       "bad.textproto");
