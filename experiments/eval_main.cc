@@ -24,6 +24,7 @@
 #include "experiments/model_loading.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/weights.h"
+#include "model/accounting/training_memory.h"
 #include "tokenizer/tokenizer_file.h"
 
 namespace lmf::experiments {
@@ -87,8 +88,8 @@ absl::Status Run(const CliArgs& args) {
   if (!batches.ok()) return batches.status();
   if (placement->device == config::RunConfig::CPU) {  // the forward's activations, with the model
     const model::ModelConfig& m = loaded->model->config();
-    const ModelMemory need = CountModelMemory(m, loaded->model->activation_dtype(),
-                                              *batch * expect.context_length, /*training=*/false);
+    const model::ModelMemory need = model::CountModelMemory(m, loaded->model->activation_dtype(),
+                                                            *batch * expect.context_length, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(need, 1, MemoryBytes(),
                                            absl::StrCat(expect.batch_size_source, "=", *batch,
                                                         " x model.context_length=", expect.context_length,

@@ -14,6 +14,7 @@
 #include "experiments/checkpoint/safetensors.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/weights.h"
+#include "model/accounting/training_memory.h"
 
 namespace lmf::experiments {
 
@@ -77,7 +78,8 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
   }
   if (placement.device == config::RunConfig::CPU) {
     const config::ModelConfig& m = experiment.model();
-    const ModelMemory need = CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
+    const model::ModelMemory need =
+        model::CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(
             need, 1, MemoryBytes(),
             absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(),

@@ -35,6 +35,7 @@
 #include "kernels/core/context.h"
 #include "kernels/memory/memory.h"
 #include "model/accounting/accounting.h"
+#include "model/accounting/training_memory.h"
 #include "model/language_model/language_model.h"
 #include "tokenizer/tokenizer_file.h"
 
@@ -215,9 +216,8 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   if (!model_config.ok()) return model_config.status();
   if (run.device() == config::RunConfig::CPU) {  // before any rank allocates (a GPU's memory is not checked)
     const config::ModelConfig& m = experiment.model();
-    const ModelMemory need =
-        CountModelMemory(*model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(),
-                         /*training=*/true);
+    const model::ModelMemory need = model::CountModelMemory(
+        *model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(), /*training=*/true);
     if (absl::Status s = CheckFitsInMemory(
             need, world, MemoryBytes(),
             absl::StrCat("experiment \"", experiment.name(), "\" (model.n_layers=", m.n_layers(),

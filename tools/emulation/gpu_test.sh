@@ -54,7 +54,7 @@ host_sources=(base/check.cc base/file.cc base/json.cc base/subprocess.cc base/th
   distributed/gloo_group.cc kernels/core/core.cc kernels/core/dispatch.cc kernels/cpu/peak_flops.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
   kernels/profile/op_profile.cc kernels/profile/cpu_op_profiler.cc kernels/cuda/op_profiler.cc kernels/cuda/gpu_test_util.cc
   kernels/matmul/matmul_cuda.cc kernels/memory/memory_cuda.cc kernels/testing/compare.cc
-  kernels/*/*_cpu.cc model/accounting/accounting.cc model/config/config.cc
+  kernels/*/*_cpu.cc model/accounting/accounting.cc model/accounting/training_memory.cc model/config/config.cc
   model/language_model/language_model.cc model/language_model/language_model_decode.cc model/layers/*.cc
   tokenizer/pretokenize.cc tokenizer/token_file.cc tokenizer/tokenizer.cc tokenizer/tokenizer_file.cc
   config/errors.cc config/loader.cc config/model_conversion.cc config/overrides.cc config/run_length.cc
