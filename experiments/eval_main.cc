@@ -23,12 +23,13 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "base/flags.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/model_loading.h"
 #include "experiments/placement_flags.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/weights.h"
+#include "model/accounting/training_memory.h"
 #include "tokenizer/tokenizer_file.h"
 
 ABSL_FLAG(std::string, checkpoint, "",
@@ -63,9 +64,9 @@ absl::Status Run() {
     absl::StatusOr<std::string> text = ReadFile(UserPath(config_path));
     if (!text.ok()) return text.status();
     absl::StatusOr<config::Experiment> experiment =
-        LoadExperimentText(*text, config_path, absl::GetFlag(FLAGS_set).values);
+        config::LoadExperimentText(*text, config_path, absl::GetFlag(FLAGS_set).values);
     if (!experiment.ok()) return experiment.status();
-    MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+    config::MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
     loaded = LoadModelFromWeights(*experiment, UserPath(absl::GetFlag(FLAGS_weights)), *placement);
   }
   if (!loaded.ok()) return loaded.status();
@@ -99,7 +100,7 @@ absl::Status Run() {
   if (!batches.ok()) return batches.status();
   if (placement->device == config::RunConfig::CPU) {  // the forward's activations, with the model
     const model::ModelConfig& m = loaded->model->config();
-    const ModelMemory need = CountModelMemory(m, loaded->model->activation_dtype(),
+    const model::ModelMemory need = model::CountModelMemory(m, loaded->model->activation_dtype(),
                                               batch * expect.context_length, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(need, 1, MemoryBytes(),
                                            absl::StrCat(expect.batch_size_source, "=", batch,

@@ -7,12 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/file.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/checkpoint/safetensors.h"
-#include "experiments/config/loader.h"
 #include "experiments/trainer/memory_check.h"
-#include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/weights.h"
+#include "model/accounting/training_memory.h"
 
 namespace lmf::experiments {
 
@@ -26,7 +27,7 @@ std::string PlacementFlags(const ModelPlacement& placement) {
 absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& experiment,
                                                  const std::string& weights,
                                                  const ModelPlacement& placement) {
-  absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
+  absl::StatusOr<model::ModelConfig> model_config = config::ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   config::RunConfig run;
   run.set_device(placement.device);
@@ -41,7 +42,8 @@ absl::StatusOr<LoadedModel> LoadModelFromWeights(const config::Experiment& exper
   }
   if (placement.device == config::RunConfig::CPU) {
     const config::ModelConfig& m = experiment.model();
-    const ModelMemory need = CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
+    const model::ModelMemory need =
+        model::CountModelMemory(*model_config, (*device)->activations(), 0, /*training=*/false);
     if (absl::Status s = CheckFitsInMemory(
             need, 1, MemoryBytes(),
             absl::StrCat("the model of ", weights, " (model.n_layers=", m.n_layers(),
@@ -90,7 +92,7 @@ absl::StatusOr<LoadedModel> LoadModelFromCheckpoint(const std::string& path,
   absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(checkpoint, CheckpointUse::kWeights);
   if (!loaded.ok()) return loaded.status();
   absl::StatusOr<config::Experiment> experiment =
-      LoadExperimentText(loaded->config_text, checkpoint + "/config.textproto", {});
+      config::LoadExperimentText(loaded->config_text, checkpoint + "/config.textproto", {});
   if (!experiment.ok()) return experiment.status();
   absl::StatusOr<LoadedModel> model =
       LoadModelFromWeights(*experiment, checkpoint + "/model.safetensors", placement);

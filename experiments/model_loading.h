@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "experiments/proto/experiment.pb.h"
-#include "experiments/proto/run.pb.h"
+#include "config/experiment.pb.h"
+#include "config/run.pb.h"
 #include "experiments/trainer/training_device.h"
 #include "model/language_model/language_model.h"
 

@@ -13,9 +13,9 @@
 
 #include "absl/strings/match.h"
 #include "base/file.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
-#include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/weights.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -26,7 +26,7 @@ namespace {
 // The model of `experiment` on the CPU, initialised from `seed`.
 absl::StatusOr<std::unique_ptr<model::LanguageModel>> TinyModel(const config::Experiment& experiment,
                                                                 uint64_t seed) {
-  absl::StatusOr<model::ModelConfig> config = ToModelConfig(experiment.model());
+  absl::StatusOr<model::ModelConfig> config = config::ToModelConfig(experiment.model());
   if (!config.ok()) return config.status();
   auto model = model::LanguageModel::Create(*config, kernels::Context::Cpu());
   if (model.ok()) (*model)->InitializeParameters(seed);
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<model::LanguageModel>> TinyModel(const config::Ex
 }
 
 TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
-  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  auto experiment = config::LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
   auto model = TinyModel(*experiment, 42);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -43,7 +43,7 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
   const HostTensors weights = ModelTensors(**model);
   contents.model = weights.tensors;
   contents.state.set_step(7);
-  contents.config_text = ExperimentToText(*experiment);
+  contents.config_text = config::ExperimentToText(*experiment);
   auto saved = SaveCheckpoint(run + "/checkpoints", contents, 2);
   ASSERT_TRUE(saved.ok()) << saved.status();
 
@@ -66,7 +66,7 @@ TEST(ModelLoading, CheckpointAndRunFolderGiveTheSavedWeights) {
 // A run folder `name` with checkpoints at steps 1 and 2 of the tiny model (weights from `seed`); their
 // folders go into `saved`.
 void SaveTwoCheckpoints(const std::string& name, int seed, std::string* run, std::string saved[2]) {
-  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  auto experiment = config::LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
   auto model = TinyModel(*experiment, seed);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -76,7 +76,7 @@ void SaveTwoCheckpoints(const std::string& name, int seed, std::string* run, std
     CheckpointContents contents;
     contents.model = weights.tensors;
     contents.state.set_step(step);
-    contents.config_text = ExperimentToText(*experiment);
+    contents.config_text = config::ExperimentToText(*experiment);
     auto path = SaveCheckpoint(*run + "/checkpoints", contents, 2);
     ASSERT_TRUE(path.ok()) << path.status();
     saved[step - 1] = *path;
@@ -134,7 +134,7 @@ TEST(ModelLoading, NeitherCheckpointNorRunFolderIsAnError) {
 // No machine has CUDA device 999: in a binary with the CUDA backend the CUDA error comes back (whether or
 // not a GPU is present), in one without it the build hint; either way prefixed by the flags.
 TEST(ModelLoading, AnUnopenableCudaDeviceIsTheDeviceErrorNamingTheFlags) {
-  auto experiment = LoadExperiment("experiments/configs/tiny.textproto", {});
+  auto experiment = config::LoadExperiment("experiments/configs/tiny.textproto", {});
   ASSERT_TRUE(experiment.ok()) << experiment.status();
   ModelPlacement placement{config::RunConfig::CUDA, 999, config::RunConfig::FP32};
   auto loaded = LoadModelFromWeights(*experiment, "/nonexistent.safetensors", placement);

@@ -16,12 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/flags.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "",
-          "an experiment textproto (experiments/configs/; fields in experiments/proto/)");
+          "an experiment textproto (experiments/configs/; fields in config/)");
 ABSL_FLAG(lmf::RepeatedString, set, {},
           "overrides a field, e.g. --set=optimizer.lr=3e-4; one field per --set, repeatable");
 ABSL_FLAG(bool, resume, false,
@@ -36,6 +36,7 @@ namespace {
 constexpr char kUsage[] =
     "Trains a model from an experiment config.\n"
     "usage: train --config=FILE [--set=field.path=value ...] [--resume] [--stop_after=STEP]\n"
+
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
     "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
 
@@ -56,12 +57,12 @@ int Main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<config::Experiment> experiment =
-      LoadExperimentText(*text, config_arg, absl::GetFlag(FLAGS_set).values);
+      config::LoadExperimentText(*text, config_arg, absl::GetFlag(FLAGS_set).values);
   if (!experiment.ok()) {
     std::fprintf(stderr, "%s\n", std::string(experiment.status().message()).c_str());
     return 1;
   }
-  MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
+  config::MakePathsAbsolute(UserWorkingDirectory(), &*experiment);
   TrainOptions options;
   options.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint_on_signal = true;

@@ -141,9 +141,7 @@ absl::StatusOr<TrainBatchSampler> TrainBatchSampler::Open(const std::vector<Trai
     total += source.weight;
     cumulative.push_back(total);
   }
-  if (!std::isfinite(total)) {
-    return absl::InvalidArgumentError("the mixture's weights sum to infinity (only their ratios matter)");
-  }
+  LMF_CHECK(std::isfinite(total)) << "the mixture's weights sum to infinity (config validation refuses it)";
   return TrainBatchSampler(std::move(files), std::move(cumulative), expect, seed);
 }
 

@@ -63,7 +63,8 @@ class TrainBatchSampler {
                                                 uint64_t seed);
   // A mixture: window i comes from source s with probability weight_s / (sum of weights), picked from
   // (seed, i), then starts at WindowStart(seed, i, that source's size, T). One source is Open(path). Every
-  // file is checked by OpenTokenFile; all must carry the first one's tokenizer hash.
+  // file is checked by OpenTokenFile; all must carry the first one's tokenizer hash. The weights are
+  // positive with a finite sum, as config validation (data.train_mixture) ensures; aborts otherwise.
   static absl::StatusOr<TrainBatchSampler> Open(const std::vector<TrainSource>& sources,
                                                 const TokenFileExpectations& expect, uint64_t seed);
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 #include "experiments/crc32c/crc32c.h"
 #include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"

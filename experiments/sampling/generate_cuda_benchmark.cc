@@ -15,7 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
-#include "experiments/proto/run.pb.h"
+#include "config/run.pb.h"
 #include "experiments/sampling/generate_timing.h"
 #include "experiments/trainer/training_device.h"
 #include "kernels/cuda/cuda_context.h"

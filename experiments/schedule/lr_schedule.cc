@@ -2,10 +2,10 @@
 // term so that the doubles agree to the last bit.
 #include "experiments/schedule/lr_schedule.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "base/check.h"
+#include "config/run_length.h"
 
 namespace lmf::experiments {
 
@@ -48,10 +48,6 @@ double WsdScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, i
   }
 }
 
-int64_t WsdDecayStart(int64_t warmup, int64_t decay_end, double decay_fraction) {
-  return std::max<int64_t>(warmup, decay_end - std::llround(decay_fraction * static_cast<double>(decay_end)));
-}
-
 LrSchedule::LrSchedule(const config::ScheduleConfig& schedule, double peak_lr, int64_t run_steps,
                        int64_t tokens_per_step)
     : kind_(schedule.kind()),
@@ -63,7 +59,7 @@ LrSchedule::LrSchedule(const config::ScheduleConfig& schedule, double peak_lr, i
       in_tokens_(schedule.unit() == config::ScheduleConfig::TOKENS) {
   LMF_CHECK_GT(tokens_per_step, 0);
   if (decay_end_ == 0) decay_end_ = in_tokens_ ? run_steps * tokens_per_step : run_steps;
-  decay_start_ = WsdDecayStart(warmup_, decay_end_, schedule.decay_fraction());
+  decay_start_ = config::WsdDecayStart(warmup_, decay_end_, schedule.decay_fraction());
   decay_shape_ = schedule.decay_shape();
 }
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "experiments/proto/schedule.pb.h"
+#include "config/schedule.pb.h"
 
 namespace lmf::experiments {
 
@@ -19,13 +19,10 @@ double CosineScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup
 double LinearScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, int64_t decay_end);
 
 // Warmup-stable-decay: the warmup as above, max until decay_start, then `shape` from max at decay_start to
-// min at decay_end (x = (it - decay_start) / (decay_end - decay_start)), min after. decay_start >= warmup.
+// min at decay_end (x = (it - decay_start) / (decay_end - decay_start)), min after. decay_start >= warmup
+// (config::WsdDecayStart, config/run_length.h, gives it for a config).
 double WsdScheduleLr(int64_t it, double max_lr, double min_lr, int64_t warmup, int64_t decay_start,
                      int64_t decay_end, config::ScheduleConfig::DecayShape shape);
-
-// Where WSD's decay starts: the last `decay_fraction` of [0, decay_end] (rounded to a step or token), not
-// before the warmup's end. Validation refuses a schedule where this is not before decay_end.
-int64_t WsdDecayStart(int64_t warmup, int64_t decay_end, double decay_fraction);
 
 class LrSchedule {
  public:

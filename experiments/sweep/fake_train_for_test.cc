@@ -19,9 +19,9 @@
 #include "absl/flags/usage.h"
 #include "base/file.h"
 #include "base/flags.h"
+#include "config/loader.h"
+#include "config/run_length.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   const std::string config_path = absl::GetFlag(FLAGS_config);
   auto text = lmf::ReadFile(config_path);
   if (!text.ok()) return 3;
-  auto e = lmf::experiments::ParseExperimentText(*text, config_path);
+  auto e = lmf::config::ParseExperimentText(*text, config_path);
   if (!e.ok()) return 4;
   const std::string name = e->name();
   if (const char* log = std::getenv("FAKE_TRAIN_LOG")) {
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     for (int64_t step = 1; step <= 6; ++step) {
       lmf::experiments::StepMetrics m;
       m.step = step;
-      m.tokens = step * lmf::experiments::TokensPerStep(*e);
+      m.tokens = step * lmf::config::TokensPerStep(*e);
       m.loss = 5;
       metrics += lmf::experiments::MetricsJsonLine(m);
     }
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<int64_t> writes(e->run().checkpoint_steps().begin(), e->run().checkpoint_steps().end());
-  writes.push_back(lmf::experiments::TotalSteps(*e));
+  writes.push_back(lmf::config::TotalSteps(*e));
   for (const int64_t step : writes) {
     if (step <= resumed) continue;
     // A real checkpoint folder (state file with its digests) holding no tensors: it verifies as the
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   const auto& m = e->model();
   const double n = 12.0 * m.n_layers() * m.d_model() * m.d_model();
   const double d =
-      static_cast<double>(lmf::experiments::TotalSteps(*e)) * lmf::experiments::TokensPerStep(*e);
+      static_cast<double>(lmf::config::TotalSteps(*e)) * lmf::config::TokensPerStep(*e);
   const double loss = 1.8 + 300.0 / std::pow(n, 0.33) + 500.0 / std::pow(d, 0.29);
   lmf::config::SweepRunResult result;
   result.set_status(lmf::config::SweepRunResult::FINISHED);

@@ -12,9 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/overrides.h"
-#include "experiments/config/validation.h"
+#include "config/loader.h"
+#include "config/overrides.h"
+#include "config/run_length.h"
+#include "config/validation.h"
 #include "experiments/schedule/lr_schedule.h"
 
 namespace lmf::sweep {
@@ -213,7 +214,7 @@ namespace {
 absl::Status ApplyAll(const std::vector<std::string>& assignments, config::Experiment* e,
                       const std::string& where) {
   for (const std::string& a : assignments) {
-    if (absl::Status s = experiments::ApplyOverride(a, e); !s.ok()) {
+    if (absl::Status s = config::ApplyOverride(a, e); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
     }
   }
@@ -229,9 +230,9 @@ absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
   e.mutable_run()->set_output_dir(absl::StrCat(output_dir, "/runs/", run->name));
   const std::string where = absl::StrCat(source, " (run ", run->name, ")");
   if (evals_per_run > 0) {
-    e.mutable_run()->set_eval_interval(std::max<int64_t>(1, experiments::TotalSteps(e) / evals_per_run));
+    e.mutable_run()->set_eval_interval(std::max<int64_t>(1, config::TotalSteps(e) / evals_per_run));
   }
-  if (absl::Status s = experiments::ValidateExperiment(e, where); !s.ok()) return s;
+  if (absl::Status s = config::ValidateExperiment(e, where); !s.ok()) return s;
   if (e.run().eval_tokens() <= 0) {
     // Refused here, not after the run has trained: the results table and the fits need validation losses.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -239,12 +240,12 @@ absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
         ": a sweep records each run's validation loss; set data.val_tokens and run.eval_tokens in the base "
         "experiment or the sweep's `set`"));
   }
-  experiments::ResolveDefaults(&e);
+  config::ResolveDefaults(&e);
   auto size = sizer(e);
   if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", size.status().message()));
   run->size = *size;
-  run->steps = experiments::TotalSteps(e);
-  run->tokens = static_cast<double>(run->steps) * static_cast<double>(experiments::TokensPerStep(e));
+  run->steps = config::TotalSteps(e);
+  run->tokens = static_cast<double>(run->steps) * static_cast<double>(config::TokensPerStep(e));
   run->flops = run->tokens * run->size.training_flops_per_token;
   return absl::OkStatus();
 }
@@ -310,7 +311,7 @@ absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, con
     }
     // Values written two ways ("1e-3", "0.001") would train one config twice and weigh it twice in the fits.
     const auto [same, fresh] =
-        run_of_config.insert({experiments::ExperimentToText(run.experiment), run.name});
+        run_of_config.insert({config::ExperimentToText(run.experiment), run.name});
     if (!fresh) {
       return Error(source,
                    absl::StrCat("sweep.grid: runs ", same->second, " and ", run.name,
@@ -519,7 +520,7 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
     key.mutable_run()->clear_length();
     key.mutable_run()->clear_output_dir();
     key.mutable_run()->clear_eval_interval();  // evals_per_run sets it by the run's length
-    groups[experiments::ExperimentToText(key)].push_back(i);
+    groups[config::ExperimentToText(key)].push_back(i);
   }
   for (const auto& [key, members] : groups) {
     size_t trunk = members.front();
@@ -528,13 +529,13 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
     }
     PlannedRun& t = (*runs)[trunk];
     const experiments::LrSchedule trunk_lr(t.experiment.schedule(), t.experiment.optimizer().lr(), t.steps,
-                                           experiments::TokensPerStep(t.experiment));
+                                           config::TokensPerStep(t.experiment));
     std::set<int64_t> branch_steps, eval_steps;
     for (const size_t i : members) {
       PlannedRun& r = (*runs)[i];
       if (i == trunk) continue;
       const experiments::LrSchedule lr(r.experiment.schedule(), r.experiment.optimizer().lr(), r.steps,
-                                       experiments::TokensPerStep(r.experiment));
+                                       config::TokensPerStep(r.experiment));
       int64_t shared = 0;
       while (shared < r.steps && lr.At(shared) == trunk_lr.At(shared)) ++shared;
       // Branch only where the shared steps are at least half the run: a branch waits for its trunk to reach
@@ -562,7 +563,7 @@ absl::Status PlanWsdBranches(const std::string& source, std::vector<PlannedRun>*
 
 absl::StatusOr<config::Sweep> ParseSweepText(const std::string& text, const std::string& source) {
   config::Sweep sweep;
-  if (absl::Status s = experiments::ParseTextProto(text, source, &sweep); !s.ok()) return s;
+  if (absl::Status s = config::ParseTextProto(text, source, &sweep); !s.ok()) return s;
   return sweep;
 }
 
@@ -602,7 +603,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
       const std::string path = Absolute(DirName(source), sweep.base_experiment());
       auto text = ReadFile(path);
       if (!text.ok()) return Error(source, absl::StrCat("sweep.base_experiment: ", text.status().message()));
-      auto parsed = experiments::ParseExperimentText(*text, path);
+      auto parsed = config::ParseExperimentText(*text, path);
       if (!parsed.ok()) return parsed.status();
       base = *parsed;
       break;
@@ -619,7 +620,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
       !s.ok()) {
     return s;
   }
-  experiments::MakePathsAbsolute(working_dir, &base);
+  config::MakePathsAbsolute(working_dir, &base);
 
   switch (sweep.design_case()) {
     case config::Sweep::kGrid:

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "experiments/proto/experiment.pb.h"
+#include "config/experiment.pb.h"
 #include "experiments/sweep/sweep.pb.h"
 
 namespace lmf::sweep {

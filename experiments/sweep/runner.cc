@@ -27,9 +27,9 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/subprocess.h"
+#include "config/loader.h"
+#include "config/run_length.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
 #include "google/protobuf/text_format.h"
@@ -265,7 +265,7 @@ void RecordTrainedSoFar(const std::string& run_dir, const config::Experiment& ex
     const std::string name = std::filesystem::path(from).filename().string();
     int64_t step = 0;
     if (absl::StartsWith(name, "step_") && absl::SimpleAtoi(name.substr(5), &step)) {
-      tokens = static_cast<double>(step) * static_cast<double>(experiments::TokensPerStep(experiment));
+      tokens = static_cast<double>(step) * static_cast<double>(config::TokensPerStep(experiment));
     }
   }
   // Without a size per token (the model could not be sized) neither is recorded: FLOPs of 0 beside tokens
@@ -368,7 +368,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       }
     }
     const std::string config_path = dir + "/config.textproto", stamp_path = dir + "/data.stamp";
-    const std::string config_text = experiments::ExperimentToText(run.experiment);
+    const std::string config_text = config::ExperimentToText(run.experiment);
     const std::string data_stamp = data_stamps.Of(run.experiment);
     auto previous = ReadRunResult(dir);
     const bool finished = previous.ok() && previous->status() == config::SweepRunResult::FINISHED;
@@ -377,12 +377,12 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     std::string change = "no config.textproto";
     if (auto previous_config = ReadFile(config_path); previous_config.ok()) {
       absl::StatusOr<config::Experiment> stored =
-          experiments::ParseStoredExperiment(*previous_config, config_path);
+          config::ParseStoredExperiment(*previous_config, config_path);
       if (stored.ok()) {
         // Compared without the branch wiring: a finished run stays finished when a longer run joins the
         // sweep and it becomes a branch, or its trunk changes.
         change =
-            experiments::ConfigDifference(WithoutBranchWiring(*stored), WithoutBranchWiring(run.experiment));
+            config::ConfigDifference(WithoutBranchWiring(*stored), WithoutBranchWiring(run.experiment));
       } else {
         change = std::string(stored.status().message());
       }
@@ -464,7 +464,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
           kept.empty() ? "scratch" : absl::StrCat("its checkpoint at step ", kept.back()), *aside));
       if (!unfinished) {
         if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
-                                                 experiments::ExperimentToText(plan.runs[trunk].experiment));
+                                                 config::ExperimentToText(plan.runs[trunk].experiment));
             !s.ok()) {
           return s;
         }

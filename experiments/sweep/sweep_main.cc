@@ -21,7 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file.h"
 #include "base/flags.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 #include "experiments/sweep/data_check.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"

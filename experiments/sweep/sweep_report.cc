@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file.h"
-#include "experiments/config/overrides.h"
+#include "config/overrides.h"
 #include "scaling/reporting/report.h"
 
 namespace lmf::sweep {
@@ -28,7 +28,7 @@ scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer)
     for (const ModelShape& shape : shapes) {
       config::Experiment e = base;
       bool ok = true;
-      for (const std::string& a : ShapeOverrides(shape)) ok = ok && experiments::ApplyOverride(a, &e).ok();
+      for (const std::string& a : ShapeOverrides(shape)) ok = ok && config::ApplyOverride(a, &e).ok();
       if (!ok) continue;
       auto size = sizer(e);
       if (!size.ok()) continue;

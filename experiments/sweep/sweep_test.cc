@@ -23,8 +23,8 @@
 #include "absl/strings/str_split.h"
 #include "base/damaged_copies.h"
 #include "base/file.h"
+#include "config/run_length.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/validation.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_report.h"
@@ -893,7 +893,7 @@ TEST(SweepRunner, WsdBranchesRunAfterTheirTrunk) {
     const PlannedRun& run = *std::find_if(plan->runs.begin(), plan->runs.end(),
                                           [&](const PlannedRun& r) { return r.name == row.run; });
     EXPECT_EQ(row.tokens, row.run == "n_layers=1,max_steps=60"
-                              ? 6.0 * experiments::TokensPerStep(run.experiment)
+                              ? 6.0 * config::TokensPerStep(run.experiment)
                               : 0.0)
         << row.run;
   }
@@ -1048,7 +1048,7 @@ TEST(SweepRunner, AFailedRunIsRecordedAndTheSweepGoesOn) {
   EXPECT_NE(result->message().find("failing"), std::string::npos) << result->message();  // the log tail
   // Its row shows what it trained before it failed (6 steps, in its metrics.jsonl), not its planned length.
   const PlannedRun& failed_run = plan->runs[3];
-  const double trained = 6.0 * experiments::TokensPerStep(failed_run.experiment);
+  const double trained = 6.0 * config::TokensPerStep(failed_run.experiment);
   ASSERT_LT(trained, failed_run.tokens);
   auto table = scaling::ReadResults(summary->results_path);
   ASSERT_TRUE(table.ok()) << table.status();

@@ -13,18 +13,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
-#include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/trainer.h"
 #include "model/accounting/accounting.h"
 
 namespace lmf::sweep {
 
 absl::StatusOr<ModelSize> SizeOfModel(const config::Experiment& experiment) {
-  auto model = experiments::ToModelConfig(experiment.model());
+  auto model = config::ToModelConfig(experiment.model());
   if (!model.ok()) return model.status();
   const model::ParameterCounts counts = model::CountParameters(*model);
   ModelSize size;
@@ -36,7 +36,7 @@ absl::StatusOr<ModelSize> SizeOfModel(const config::Experiment& experiment) {
 
 absl::Status TrainSweepRun(const std::string& config_path) {
   const auto start = std::chrono::steady_clock::now();
-  auto experiment = experiments::LoadExperiment(config_path, {});
+  auto experiment = config::LoadExperiment(config_path, {});
   if (!experiment.ok()) return experiment.status();
   const std::string run_dir = experiment->run().output_dir();
   config::SweepRunResult result;
@@ -96,7 +96,7 @@ absl::Status TrainSweepRun(const std::string& config_path) {
   // The curve holds the evaluations of this run's own schedule (every eval_interval and the end), not the
   // extra ones a trunk makes for its branches (run.eval_steps): the points the run would have alone.
   const int64_t interval = experiment->run().eval_interval();
-  const int64_t total_steps = experiments::TotalSteps(*experiment);
+  const int64_t total_steps = config::TotalSteps(*experiment);
   auto on_schedule = [&](int64_t step) {
     return step == total_steps || (interval > 0 && step % interval == 0);
   };

@@ -16,8 +16,8 @@
 
 #include "base/file.h"
 #include "base/subprocess.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
+#include "config/loader.h"
+#include "config/run_length.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_testing.h"
@@ -36,11 +36,11 @@ std::string WriteRunConfig(const std::string& name, std::vector<std::string> ove
   const std::string dir = TmpDir() + "/" + name;
   overrides.insert(overrides.end(), {"data.train_tokens=" + train, "data.val_tokens=" + val,
                                      "run.eval_tokens=256", "run.output_dir=" + dir});
-  auto loaded = experiments::LoadExperiment("experiments/configs/tiny.textproto", overrides);
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", overrides);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   *experiment = *loaded;
   EXPECT_TRUE(MakeDirs(dir).ok());
-  EXPECT_TRUE(WriteFileAtomically(dir + "/config.textproto", experiments::ExperimentToText(*loaded)).ok());
+  EXPECT_TRUE(WriteFileAtomically(dir + "/config.textproto", config::ExperimentToText(*loaded)).ok());
   return dir + "/config.textproto";
 }
 
@@ -56,7 +56,7 @@ TEST(TrainSweepRun, ADivergedRunRecordsTheTokensItTrainedNotItsPlan) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   const double tokens = metrics->empty() ? 0.0 : static_cast<double>(metrics->back().tokens);
   ASSERT_GT(tokens, 0);                                      // a step or more before the NaN
-  ASSERT_LT(tokens, 40.0 * experiments::TokensPerStep(e));  // and stopped early
+  ASSERT_LT(tokens, 40.0 * config::TokensPerStep(e));  // and stopped early
   ASSERT_TRUE(result->has_tokens());
   EXPECT_EQ(result->tokens(), tokens);
   auto size = SizeOfModel(e);

@@ -23,8 +23,8 @@
 #include "base/file.h"
 #include "base/subprocess.h"
 #include "base/thread_pool.h"
+#include "config/loader.h"
 #include "distributed/gloo_group.h"
-#include "experiments/config/loader.h"
 #include "experiments/trainer/trainer.h"
 
 namespace lmf::experiments {
@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   }
   if (absl::Status s = MakeDirs(launch->rendezvous_dir_); !s.ok()) return s;
   const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
-  if (absl::Status s = WriteFileAtomically(config_path, ExperimentToText(experiment)); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(config_path, config::ExperimentToText(experiment)); !s.ok()) {
+    return s;
+  }
 
   // The ranks share the cores, unless the user chose a thread count (then each rank gets it). Every rank runs
   // exactly that many threads, rank 0 too, whatever pool this process made before (a caller's, a test's): the
@@ -258,7 +260,8 @@ int DataParallelWorkerMain() {
     return 2;
   }
   const std::string& rendezvous = parts[5];
-  absl::StatusOr<config::Experiment> experiment = LoadExperiment(rendezvous + "/config.textproto", {});
+  absl::StatusOr<config::Experiment> experiment =
+      config::LoadExperiment(rendezvous + "/config.textproto", {});
   if (!experiment.ok()) {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank,
                  std::string(experiment.status().message()).c_str());

@@ -25,8 +25,8 @@
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
+#include "config/experiment.pb.h"
 #include "distributed/collectives.h"
-#include "experiments/proto/experiment.pb.h"
 
 namespace lmf::experiments {
 

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/thread_pool.h"
+#include "config/loader.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/trainer/trainer.h"
 #include "gtest/gtest.h"
@@ -50,7 +50,7 @@ config::Experiment Tiny(const std::string& run, int data, int accum, std::vector
                                 "run.checkpoint_interval=4",
                                 "run.keep_checkpoints=5"};
   o.insert(o.end(), more.begin(), more.end());
-  auto loaded = LoadExperiment("experiments/configs/tiny.textproto", o);
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", o);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return *loaded;
 }
@@ -194,20 +194,20 @@ TEST(DataParallel, AWorkerThatDiesAfterStartingIsNamed) {
 }
 
 TEST(DataParallel, ConfigErrorsNameTheField) {
-  auto loaded = LoadExperiment("experiments/configs/tiny.textproto",
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto",
                                {"data.train_tokens=x.tok", "run.parallel.data=2", "run.grad_accum_steps=3"});
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(
       loaded.status().message().find("run.grad_accum_steps=3 must be a multiple of run.parallel.data=2"),
       std::string::npos)
       << loaded.status();
-  loaded = LoadExperiment(
+  loaded = config::LoadExperiment(
       "experiments/configs/tiny.textproto",
       {"data.train_tokens=x.tok", "run.parallel.data=2", "run.grad_accum_steps=2", "run.device=CUDA"});
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("run.parallel.data=2 needs run.device=CPU"), std::string::npos)
       << loaded.status();
-  loaded = LoadExperiment("experiments/configs/tiny.textproto",
+  loaded = config::LoadExperiment("experiments/configs/tiny.textproto",
                           {"data.train_tokens=x.tok", "run.parallel.data=0"});
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("run.parallel.data=0 must be 1 to 256 processes"),

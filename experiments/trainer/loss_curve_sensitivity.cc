@@ -24,10 +24,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 #include "experiments/schedule/lr_schedule.h"
-#include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
@@ -52,7 +52,7 @@ std::vector<int32_t> Tokens() {
 }
 
 std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation perturbation, int steps) {
-  const model::ModelConfig model_config = *ToModelConfig(experiment.model());
+  const model::ModelConfig model_config = *config::ToModelConfig(experiment.model());
   std::unique_ptr<model::LanguageModel> model =
       *model::LanguageModel::Create(model_config, kernels::Context::Cpu());
   model->InitializeParameters(experiment.run().seed());
@@ -67,7 +67,7 @@ std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation
   }
   ModelOptimizer optimizer(experiment.optimizer(), *model);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), steps,
-                            TokensPerStep(experiment));
+                            config::TokensPerStep(experiment));
   const std::vector<int32_t> tokens = Tokens();
   const int64_t b = experiment.run().batch_size(), t = experiment.model().context_length();
   std::vector<int32_t> inputs(b * t), targets(b * t);
@@ -116,7 +116,7 @@ std::vector<double> LossCurve(const config::Experiment& experiment, Perturbation
 int Main() {
   const int steps = absl::GetFlag(FLAGS_steps);
   absl::StatusOr<config::Experiment> experiment =
-      LoadExperiment("experiments/configs/tiny.textproto",
+      config::LoadExperiment("experiments/configs/tiny.textproto",
                      {"data.train_tokens=unused.tok", "run.output_dir=unused", "model.d_model=256",
                       "model.n_heads=4", "model.ffn.d_ff=688", "model.context_length=64", "run.batch_size=8",
                       absl::StrCat("run.max_steps=", steps), "schedule.warmup=10"});

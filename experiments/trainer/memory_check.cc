@@ -1,11 +1,10 @@
-// Memory counts and the up-front fit check (see memory_check.h).
+// The up-front memory fit check (see memory_check.h).
 #include "experiments/trainer/memory_check.h"
 
 #include <sys/sysinfo.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/accounting/accounting.h"
 
 namespace lmf::experiments {
 namespace {
@@ -20,28 +19,6 @@ std::string Human(double bytes) {
 
 }  // namespace
 
-ModelMemory CountModelMemory(const model::ModelConfig& config, kernels::DType activations, int64_t tokens,
-                             bool training) {
-  // One layer's counts scaled by n_layers in double: the int64 counts of a whole model can overflow.
-  model::ModelConfig one_layer = config;
-  one_layer.n_layers = 1;
-  const model::ParameterCounts counts = model::CountParameters(one_layer);
-  const double layers = static_cast<double>(config.n_layers);
-  ModelMemory m;
-  m.parameters =
-      static_cast<double>(counts.total() - counts.blocks) + static_cast<double>(counts.blocks) * layers;
-  const double compute_copy = activations == kernels::DType::kF32 ? 0 : kernels::DTypeSize(activations);
-  m.weights = (4 + compute_copy) * m.parameters;
-  m.gradients = 4 * m.parameters;
-  m.optimizer = training ? 8 * m.parameters : 0;
-  const model::ActivationBytesPerToken per_token =
-      model::CountActivationBytesPerToken(one_layer, activations);
-  m.activations =
-      (static_cast<double>(per_token.per_block) * layers + static_cast<double>(per_token.final_and_head)) *
-      static_cast<double>(tokens);
-  return m;
-}
-
 double MemoryBytes() {
   // Swap counts: a model that fits only with it runs, slowly, and the check refuses only what cannot run.
   struct sysinfo info;
@@ -49,7 +26,7 @@ double MemoryBytes() {
   return (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit;
 }
 
-absl::Status CheckFitsInMemory(const ModelMemory& need, int processes, double available,
+absl::Status CheckFitsInMemory(const model::ModelMemory& need, int processes, double available,
                                const std::string& what) {
   const double total = need.total() * processes;
   if (available <= 0 || total <= available) return absl::OkStatus();

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "config/optimizer.pb.h"
 #include "experiments/checkpoint/safetensors.h"
-#include "experiments/proto/optimizer.pb.h"
 #include "experiments/trainer/weights.h"
 #include "kernels/core/context.h"
 #include "model/language_model/language_model.h"

@@ -34,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/flags.h"
-#include "experiments/proto/optimizer.pb.h"
+#include "config/optimizer.pb.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/training_device.h"
 #include "kernels/core/context.h"

@@ -17,17 +17,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 #include "distributed/data_parallel_step.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
-#include "experiments/config/validation.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/metrics/tensorboard_writer.h"
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/memory_check.h"
-#include "experiments/trainer/model_spec.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/stop_signals.h"
 #include "experiments/trainer/training_device.h"
@@ -35,6 +35,7 @@
 #include "kernels/core/context.h"
 #include "kernels/memory/memory.h"
 #include "model/accounting/accounting.h"
+#include "model/accounting/training_memory.h"
 #include "model/language_model/language_model.h"
 #include "model/training/step_strategy.h"
 #include "tokenizer/tokenizer_file.h"
@@ -60,7 +61,7 @@ absl::Status CheckResumable(const config::Experiment& now, const config::Experim
                                                       " differs from the checkpoint's config",
                                                       detail.empty() ? "" : absl::StrCat(" (", detail, ")")));
   };
-  if (const std::string d = ConfigDifference(then.model(), now.model()); !d.empty())
+  if (const std::string d = config::ConfigDifference(then.model(), now.model()); !d.empty())
     return differs("model", d);
   if (then.data().train_tokens() != now.data().train_tokens()) {
     return differs("data.train_tokens",
@@ -70,7 +71,7 @@ absl::Status CheckResumable(const config::Experiment& now, const config::Experim
     config::DataConfig mixture_then, mixture_now;  // the mixtures alone (val_tokens and tokenizer may change)
     *mixture_then.mutable_train_mixture() = then.data().train_mixture();
     *mixture_now.mutable_train_mixture() = now.data().train_mixture();
-    if (const std::string d = ConfigDifference(mixture_then, mixture_now); !d.empty()) {
+    if (const std::string d = config::ConfigDifference(mixture_then, mixture_now); !d.empty()) {
       return differs("data.train_mixture", d);
     }
   }
@@ -94,13 +95,15 @@ absl::Status CheckBranch(const config::Experiment& now, const config::Experiment
                          const std::string& checkpoint_path, int64_t branch_step) {
   config::OptimizerConfig optimizer_then = then.optimizer(), optimizer_now = now.optimizer();
   optimizer_then.clear_lr(), optimizer_now.clear_lr();  // the learning rates are compared step by step below
-  if (const std::string d = ConfigDifference(optimizer_then, optimizer_now); !d.empty()) {
+  if (const std::string d = config::ConfigDifference(optimizer_then, optimizer_now); !d.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("cannot start from run.init_from=", checkpoint_path,
                                                       ": optimizer differs from the checkpoint's config (", d,
                                                       ")"));
   }
-  const LrSchedule before(then.schedule(), then.optimizer().lr(), TotalSteps(then), TokensPerStep(then));
-  const LrSchedule after(now.schedule(), now.optimizer().lr(), TotalSteps(now), TokensPerStep(now));
+  const LrSchedule before(then.schedule(), then.optimizer().lr(), config::TotalSteps(then),
+                          config::TokensPerStep(then));
+  const LrSchedule after(now.schedule(), now.optimizer().lr(), config::TotalSteps(now),
+                         config::TokensPerStep(now));
   const auto mismatch = [&](int64_t step, double took, const char* source) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "cannot start from run.init_from=%s: its run took step %d at lr %.9g (%s), this config's schedule "
@@ -221,13 +224,12 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   if (lock.has_value()) {
     if (absl::Status s = RemoveStaleRendezvous(out); !s.ok()) return s;
   }
-  absl::StatusOr<model::ModelConfig> model_config = ToModelConfig(experiment.model());
+  absl::StatusOr<model::ModelConfig> model_config = config::ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   if (run.device() == config::RunConfig::CPU) {  // before any rank allocates (a GPU's memory is not checked)
     const config::ModelConfig& m = experiment.model();
-    const ModelMemory need =
-        CountModelMemory(*model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(),
-                         /*training=*/true);
+    const model::ModelMemory need = model::CountModelMemory(
+        *model_config, kernels::DType::kF32, int64_t{run.batch_size()} * m.context_length(), /*training=*/true);
     if (absl::Status s = CheckFitsInMemory(
             need, world, MemoryBytes(),
             absl::StrCat("experiment \"", experiment.name(), "\" (model.n_layers=", m.n_layers(),
@@ -309,7 +311,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   ModelOptimizer optimizer(experiment.optimizer(), model);
 
   const bool bar = UseProgressBar(experiment.logging(), options.console);
-  const int64_t total_steps = TotalSteps(experiment);
+  const int64_t total_steps = config::TotalSteps(experiment);
   ConsoleReporter console(options.console, bar, total_steps);
   // The run's peak for MFU. Data parallel: run.peak_flops is the machine's; a measured peak is one rank's
   // share of the cores, times the ranks, but no more than all the cores' (ranks * threads > cores).
@@ -378,7 +380,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
       absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(*latest);
       if (!loaded.ok()) return loaded.status();
       absl::StatusOr<config::Experiment> then =
-          ParseStoredExperiment(loaded->config_text, *latest + "/config.textproto");
+          config::ParseStoredExperiment(loaded->config_text, *latest + "/config.textproto");
       if (!then.ok()) return then.status();
       if (absl::Status s = CheckResumable(experiment, *then, *latest, "resume from "); !s.ok()) return s;
       if (absl::Status s = CheckSameData(loaded->state, fingerprints, *sampler, "resume from " + *latest);
@@ -430,7 +432,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
                                            : ""));
     }
     absl::StatusOr<config::Experiment> then =
-        ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
+        config::ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
     if (!then.ok()) return then.status();
     if (absl::Status s = CheckResumable(experiment, *then, from, "start from run.init_from="); !s.ok())
       return s;
@@ -465,7 +467,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
         strategy->first_micro_batch(run.grad_accum_steps()) + strategy->micro_batch_count(run.grad_accum_steps()),
         " of each step's ", run.grad_accum_steps(), lead ? "; the other ranks log to rank_<r>.log" : ""));
   }
-  const std::string config_text = ExperimentToText(experiment);
+  const std::string config_text = config::ExperimentToText(experiment);
   if (lead) {
     if (absl::Status s = WriteFileAtomically(out + "/config.textproto", config_text); !s.ok()) return s;
   }
@@ -495,7 +497,7 @@ absl::StatusOr<TrainResult> Train(const config::Experiment& experiment, const Tr
   }
 
   const int64_t accum = run.grad_accum_steps();
-  const int64_t tokens_per_step = TokensPerStep(experiment);
+  const int64_t tokens_per_step = config::TokensPerStep(experiment);
   const LrSchedule schedule(experiment.schedule(), experiment.optimizer().lr(), total_steps, tokens_per_step);
   const double flops_per_token = model::CountFlopsPerToken(*model_config, context).training();
   SamplerSource source(*sampler);

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "config/experiment.pb.h"
+#include "config/run.pb.h"
 #include "distributed/collectives.h"
-#include "experiments/proto/experiment.pb.h"
-#include "experiments/proto/run.pb.h"
 #include "experiments/trainer/training_device.h"
 
 namespace lmf::experiments {

@@ -39,7 +39,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/model_loading.h"
@@ -79,7 +79,7 @@ std::string WriteTokens() {
 
 config::Experiment Experiment(const std::string& out, const std::string& device,
                               const std::string& precision) {
-  auto loaded = LoadExperiment(
+  auto loaded = config::LoadExperiment(
       "experiments/configs/tiny.textproto",
       {"data.train_tokens=" + WriteTokens(), "run.output_dir=" + out, "model.d_model=256", "model.n_heads=4",
        "model.ffn.d_ff=688", "model.context_length=64", "run.batch_size=8",

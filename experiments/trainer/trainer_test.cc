@@ -23,11 +23,11 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/shared_data.h"
+#include "config/loader.h"
+#include "config/model_conversion.h"
 #include "experiments/checkpoint/checkpoint.h"
-#include "experiments/config/loader.h"
 #include "experiments/crc32c/crc32c.h"
 #include "experiments/metrics/metrics_log.h"
-#include "experiments/trainer/model_spec.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -58,7 +58,7 @@ std::vector<uint32_t> RandomIds(size_t n, uint32_t seed) {
 }
 
 config::Experiment Tiny(std::vector<std::string> overrides) {
-  auto loaded = LoadExperiment("experiments/configs/tiny.textproto", overrides);
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", overrides);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return *loaded;
 }
@@ -277,9 +277,9 @@ TEST(Trainer, WritesTheRunFolderAndRefusesToOverwriteIt) {
   const config::Experiment e = Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=20",
                                      "run.checkpoint_interval=5"});
   ASSERT_TRUE(Train(e, Quiet()).ok());
-  auto config = LoadExperiment(out + "/config.textproto", {});
+  auto config = config::LoadExperiment(out + "/config.textproto", {});
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(ExperimentToText(*config), ExperimentToText(e));
+  EXPECT_EQ(config::ExperimentToText(*config), config::ExperimentToText(e));
   EXPECT_EQ(ReadMetrics(out).size(), 20u);
   EXPECT_EQ(ListCheckpointSteps(out + "/checkpoints"), (std::vector<int64_t>{15, 20}));  // keep_checkpoints: 2
   bool has_events = false;
@@ -602,7 +602,7 @@ TEST(Trainer, ResumesACheckpointOfAnOlderBuild) {
   auto state_text = ReadFile(step + "/trainer_state.textproto");
   ASSERT_TRUE(state_text.ok());
   checkpoint::TrainerState state;
-  ASSERT_TRUE(ParseTextProto(*state_text, "trainer_state.textproto", &state).ok());
+  ASSERT_TRUE(config::ParseTextProto(*state_text, "trainer_state.textproto", &state).ok());
   for (checkpoint::FileDigest& file : *state.mutable_files()) {
     if (file.name() != "config.textproto") continue;
     file.set_bytes(static_cast<int64_t>(older.size()));
@@ -867,7 +867,7 @@ TEST(Trainer, MfuAndTokensCountEveryMicroBatchOncePerStep) {
   auto result = Train(e, Quiet());
   ASSERT_TRUE(result.ok()) << result.status();
   const int64_t tokens_per_step = e.run().batch_size() * e.model().context_length() * 3;
-  absl::StatusOr<model::ModelConfig> config = ToModelConfig(e.model());
+  absl::StatusOr<model::ModelConfig> config = config::ToModelConfig(e.model());
   ASSERT_TRUE(config.ok()) << config.status();
   const double flops_per_token = model::CountFlopsPerToken(*config, e.model().context_length()).training();
   const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("accum_mfu_run"));

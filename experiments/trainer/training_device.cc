@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "config/validation.h"
 #include "kernels/cpu/peak_flops.h"
 
 #if LMF_WITH_CUDA
@@ -110,31 +111,21 @@ absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run,
                                                                      ThreadPool* cpu_pool) {
+  config::ConfigErrors errors;  // an unspecified device or precision, BF16 on the CPU
+  config::ValidateDevice(run, &errors);
+  if (!errors.empty()) return errors.ToStatus("");
   std::unique_ptr<TrainingDevice> device(new TrainingDevice());
-  switch (run.precision()) {
-    case config::RunConfig::FP32:
-      device->activations_ = kernels::DType::kF32;
-      break;
-    case config::RunConfig::BF16:
-      device->activations_ = kernels::DType::kBF16;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("run.precision=", config::RunConfig::Precision_Name(run.precision()),
-                       ": the trainer runs FP32 or BF16"));
-  }
-  const char* precision_name = run.precision() == config::RunConfig::BF16 ? "bf16" : "fp32";
+  const bool bf16 = run.precision() == config::RunConfig::BF16;
+  device->activations_ = bf16 ? kernels::DType::kBF16 : kernels::DType::kF32;
+  const char* precision_name = bf16 ? "bf16" : "fp32";
   switch (run.device()) {
     case config::RunConfig::CPU: {
-      if (run.precision() != config::RunConfig::FP32) {
-        return absl::InvalidArgumentError("run.precision BF16 needs run.device CUDA (CPU training is FP32)");
-      }
       device->ctx_ = cpu_pool != nullptr ? kernels::Context::Cpu(cpu_pool) : kernels::Context::Cpu();
       device->name_ = absl::StrCat("CPU (", device->ctx_.num_threads(), " threads)");
       device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads(), &device->peak_flops_source_);
       return device;
     }
-    case config::RunConfig::CUDA: {
+    default: {  // CUDA, the only other device ValidateDevice accepts
 #if LMF_WITH_CUDA
       absl::StatusOr<std::unique_ptr<kernels::cuda::CudaContext>> cuda =
           kernels::cuda::CudaContext::Create(run.cuda_device());
@@ -168,9 +159,6 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
           "e.g. ./bazelw build //experiments:train");
 #endif
     }
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "run.device=", config::RunConfig::Device_Name(run.device()), ": the trainer runs on CPU or CUDA"));
   }
 }
 

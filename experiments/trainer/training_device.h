@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
-#include "experiments/proto/run.pb.h"
+#include "config/run.pb.h"
 #include "kernels/core/context.h"
 #include "kernels/core/dtype.h"
 #include "kernels/profile/cpu_op_profiler.h"
@@ -29,9 +29,9 @@ class TrainingDevice {
  public:
   // The device run.device names (run.cuda_device for CUDA) and the dtype run.precision names. Errors:
   // CUDA in a binary built without the CUDA backend (the message says how to build with it), a CUDA device
-  // that cannot be opened (no driver, no such ordinal: the CUDA error), BF16 on the CPU, and an
-  // unspecified device or precision. A CPU run's kernels split their work over `cpu_pool`
-  // (ThreadPool::Default() when null).
+  // that cannot be opened (no driver, no such ordinal: the CUDA error), and what config::ValidateDevice
+  // refuses (BF16 on the CPU, an unspecified device or precision, a negative run.cuda_device), in its
+  // words. A CPU run's kernels split their work over `cpu_pool` (ThreadPool::Default() when null).
   static absl::StatusOr<std::unique_ptr<TrainingDevice>> Open(const config::RunConfig& run,
                                                               ThreadPool* cpu_pool = nullptr);
   ~TrainingDevice();

@@ -47,16 +47,16 @@ TEST(TrainingDevice, RunPeakFlopsOverridesTheEstimate) {
 TEST(TrainingDevice, Bf16OnTheCpuIsAnError) {
   auto device = TrainingDevice::Open(RunOn(config::RunConfig::CPU, config::RunConfig::BF16));
   ASSERT_FALSE(device.ok());
-  EXPECT_EQ(device.status().message(), "run.precision BF16 needs run.device CUDA (CPU training is FP32)");
+  EXPECT_EQ(device.status().message(), "run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
 }
 
 TEST(TrainingDevice, UnspecifiedPrecisionOrDeviceIsAnError) {
   auto precision =
       TrainingDevice::Open(RunOn(config::RunConfig::CPU, config::RunConfig::PRECISION_UNSPECIFIED));
   EXPECT_EQ(precision.status().message(),
-            "run.precision=PRECISION_UNSPECIFIED: the trainer runs FP32 or BF16");
+            "run.precision must not be an UNSPECIFIED value");
   auto device = TrainingDevice::Open(RunOn(config::RunConfig::DEVICE_UNSPECIFIED, config::RunConfig::FP32));
-  EXPECT_EQ(device.status().message(), "run.device=DEVICE_UNSPECIFIED: the trainer runs on CPU or CUDA");
+  EXPECT_EQ(device.status().message(), "run.device must not be an UNSPECIFIED value");
 }
 
 TEST(TrainingDevice, CudaWithoutABackendOrADeviceSaysWhy) {

@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace lmf::model {
 
@@ -109,154 +112,217 @@ absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("model config: ", message));
 }
 
-// The names the rules below give an attention layer's fields: the default layer's are ModelConfig's own
-// (n_heads, sliding_window, ...), a pattern entry's are "layer_pattern[k].attention.<field>".
-struct AttentionFieldNames {
-  std::string n_heads, n_kv_heads, window, softcap;
+// The problems Problems() finds. Name() gives a member's name for a message; a message built with the name
+// of a member the namer leaves out (one the caller has reported) is dropped by the Add() it is passed to:
+// the Name() calls in Add's argument run before Add does.
+class ProblemList {
+ public:
+  explicit ProblemList(const ModelFieldNamer& namer) : namer_(namer) {}
+  std::string Name(std::string_view member) {
+    std::optional<std::string> name = namer_ ? namer_(member) : std::string(member);
+    if (!name.has_value()) leaves_out_member_ = true;
+    return name.value_or(std::string(member));
+  }
+  void Add(std::string message) {
+    if (!leaves_out_member_) problems_.push_back(std::move(message));
+    leaves_out_member_ = false;
+  }
+  std::vector<std::string> Take() { return std::move(problems_); }
+
+ private:
+  const ModelFieldNamer& namer_;
+  bool leaves_out_member_ = false;
+  std::vector<std::string> problems_;
 };
 
-absl::Status ValidateAttention(const AttentionSpec& a, const ModelConfig& m, const AttentionFieldNames& f) {
-  if (a.n_heads <= 0) return Invalid(absl::StrCat(f.n_heads, "=", a.n_heads, " must be positive"));
-  if (a.n_kv_heads <= 0) return Invalid(absl::StrCat(f.n_kv_heads, "=", a.n_kv_heads, " must be positive"));
-  if (m.d_model % a.n_heads != 0) {
-    return Invalid(absl::StrCat(f.n_heads, "=", a.n_heads, " does not divide d_model=", m.d_model));
-  }
-  if (a.n_kv_heads > a.n_heads) {
-    return Invalid(absl::StrCat(f.n_kv_heads, "=", a.n_kv_heads, " is more than ", f.n_heads, "=", a.n_heads));
-  }
-  if (a.n_heads % a.n_kv_heads != 0) {
-    return Invalid(absl::StrCat(f.n_kv_heads, "=", a.n_kv_heads, " does not divide ", f.n_heads, "=",
-                                a.n_heads, " (each key/value head must serve the same number of query heads)"));
-  }
-  if (a.window < 0) return Invalid(absl::StrCat(f.window, "=", a.window, " must be >= 0 (0: no window)"));
-  if (!(a.softcap >= 0) || !std::isfinite(a.softcap)) {
-    return Invalid(absl::StrCat(f.softcap, "=", a.softcap, " must be a finite number >= 0 (0: off)"));
-  }
-  const int64_t head_size = m.d_model / a.n_heads;
-  if (m.positions == PositionKind::kRoPE && head_size % 2 != 0) {
-    return Invalid(absl::StrCat("RoPE needs an even head size, but d_model=", m.d_model, " / ", f.n_heads, "=",
-                                a.n_heads, " = ", head_size));
-  }
-  return absl::OkStatus();
-}
+// An enum value as a config writes it: "PRE", "ROPE".
+std::string ConfigSpelling(const char* name) { return absl::AsciiStrToUpper(name); }
 
-absl::Status ValidateFeedForward(const FeedForwardSpec& ffn, const std::string& d_ff_name) {
-  if (ffn.d_ff <= 0) return Invalid(absl::StrCat(d_ff_name, "=", ffn.d_ff, " must be positive"));
-  return absl::OkStatus();
-}
+bool FiniteAtLeastZero(double value) { return value >= 0 && std::isfinite(value); }
 
-// The default layer (pattern < 0) or layer_pattern[pattern].
-absl::Status ValidateLayer(const LayerSpec& layer, const ModelConfig& m, int pattern) {
-  const std::string at = pattern < 0 ? "" : absl::StrCat("layer_pattern[", pattern, "].");
-  const TokenMixerSpec& token = layer.token_mixer;
-  switch (token.kind) {
-    case TokenMixerSpec::Kind::kAttention: {
-      const AttentionFieldNames names =
-          pattern < 0 ? AttentionFieldNames{"n_heads", "n_kv_heads", "sliding_window", "attention_softcap"}
-                      : AttentionFieldNames{at + "attention.n_heads", at + "attention.n_kv_heads",
-                                            at + "attention.window", at + "attention.softcap"};
-      if (absl::Status s = ValidateAttention(token.attention, m, names); !s.ok()) return s;
-      break;
-    }
-  }
-  switch (layer.channel_mixer.kind) {
-    case ChannelMixerSpec::Kind::kFeedForward:
-      return ValidateFeedForward(layer.channel_mixer.feed_forward, at.empty() ? "d_ff" : at + "ffn.d_ff");
-  }
-  return absl::OkStatus();
+// The kernels apply epsilons in fp32: a positive double that rounds to 0 or inf there, or to a subnormal
+// (flushed to 0 on GPUs), is not positive.
+bool PositiveInFp32(double value) {
+  const float f = static_cast<float>(value);
+  return f >= std::numeric_limits<float>::min() && std::isfinite(f);
 }
 
 // Matrices of 2^31 or more elements are beyond what the CPU GEMMs are known to take (int dimensions): the
-// weights, and one sequence's widest activations at full context.
-absl::Status ValidateMatrixSizes(const ModelConfig& m, int64_t d_ff, int64_t q_width) {
+// weights, and one sequence's widest activations at full context. Adds the first such matrix.
+void AddOversizedMatrix(const ModelConfig& c, ProblemList& p) {
   struct Matrix {
     const char* what;
     int64_t rows, cols;
   };
-  const char* vocab = m.padded_vocab_size > 0 ? "padded_vocab_size" : "vocab_size";
   const Matrix matrices[] = {
-      {"the embedding (vocab rows x d_model)", m.vocab_rows(), m.d_model},
-      {"an FFN weight (d_ff x d_model)", d_ff, m.d_model},
-      {"an attention projection (n_heads * head size x d_model)", q_width, m.d_model},
-      {"one sequence's FFN activations (context_length x d_ff)", m.context_length, d_ff},
-      {"one sequence's residual stream (context_length x d_model)", m.context_length, m.d_model},
+      {"the embedding (vocab rows x d_model)", c.vocab_rows(), c.d_model},
+      {"an FFN weight (d_ff x d_model)", c.d_ff, c.d_model},
+      {"an attention projection (n_heads * head size x d_model)", c.q_width(), c.d_model},
+      {"one sequence's FFN activations (context_length x d_ff)", c.context_length, c.d_ff},
+      {"one sequence's residual stream (context_length x d_model)", c.context_length, c.d_model},
   };
-  for (const Matrix& x : matrices) {
-    if (x.rows >= ((int64_t{1} << 31) + x.cols - 1) / x.cols) {  // rows * cols >= 2^31, without overflow
-      return Invalid(absl::StrCat(x.what, " is ", x.rows, " x ", x.cols, ", 2^31 or more elements (", vocab,
-                                  "=", m.vocab_rows(), ", d_model=", m.d_model, ", d_ff=", d_ff,
-                                  ", context_length=", m.context_length, ")"));
-    }
+  for (const Matrix& m : matrices) {
+    if (m.cols <= 0 || m.rows < ((int64_t{1} << 31) + m.cols - 1) / m.cols) continue;  // rows * cols < 2^31
+    const char* vocab = c.padded_vocab_size > 0 ? "padded_vocab_size" : "vocab_size";
+    p.Add(absl::StrCat(m.what, " is ", m.rows, " x ", m.cols, ", 2^31 or more elements (", p.Name(vocab), "=",
+                       c.vocab_rows(), ", ", p.Name("d_model"), "=", c.d_model, ", ", p.Name("d_ff"), "=",
+                       c.d_ff, ", ", p.Name("context_length"), "=", c.context_length, ")"));
+    return;
   }
-  return absl::OkStatus();
+}
+
+// Heads: sizes that divide, and an even head size for RoPE.
+void AddHeadProblems(const ModelConfig& c, ProblemList& p) {
+  if (c.d_model > 0 && c.n_heads > 0 && c.d_model % c.n_heads != 0) {
+    p.Add(absl::StrCat(p.Name("n_heads"), "=", c.n_heads, " does not divide ", p.Name("d_model"), "=",
+                       c.d_model));
+  } else if (c.d_model > 0 && c.n_heads > 0 && c.positions == PositionKind::kRoPE && c.head_size() % 2 != 0) {
+    p.Add(absl::StrCat(p.Name("positions"), "=ROPE needs an even head size, but ", p.Name("d_model"), "=",
+                       c.d_model, " / ", p.Name("n_heads"), "=", c.n_heads, " = ", c.head_size()));
+  }
+  if (c.n_heads > 0 && c.n_kv_heads > c.n_heads) {
+    p.Add(absl::StrCat(p.Name("n_kv_heads"), "=", c.n_kv_heads, " is more than ", p.Name("n_heads"), "=",
+                       c.n_heads));
+  } else if (c.n_heads > 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads != 0) {
+    p.Add(absl::StrCat(p.Name("n_kv_heads"), "=", c.n_kv_heads, " does not divide ", p.Name("n_heads"), "=",
+                       c.n_heads, " (each key/value head must serve the same number of query heads)"));
+  }
+}
+
+// The attention pattern: the window, the interleaved global layers and the logit soft-cap.
+void AddAttentionProblems(const ModelConfig& c, ProblemList& p) {
+  if (c.sliding_window < 0) {
+    p.Add(absl::StrCat(p.Name("sliding_window"), "=", c.sliding_window,
+                       " must not be negative (0: no window)"));
+  } else if (c.context_length > 0 && c.sliding_window > c.context_length) {
+    p.Add(absl::StrCat(p.Name("sliding_window"), "=", c.sliding_window, " exceeds ", p.Name("context_length"),
+                       "=", c.context_length));
+  }
+  if (c.global_every < 0) {
+    p.Add(absl::StrCat(p.Name("global_every"), "=", c.global_every, " must not be negative"));
+  }
+  if (!FiniteAtLeastZero(c.attention_softcap)) {
+    p.Add(absl::StrCat(p.Name("attention_softcap"), "=", c.attention_softcap,
+                       " must be a finite number >= 0 (0 turns it off)"));
+  }
+}
+
+// Positions: RoPE's base and the sinusoidal table's even width (RoPE's even head size: AddHeadProblems).
+void AddPositionProblems(const ModelConfig& c, ProblemList& p) {
+  if (c.positions == PositionKind::kRoPE && !(c.rope_theta > 1 && std::isfinite(c.rope_theta))) {
+    p.Add(absl::StrCat(p.Name("rope_theta"), "=", c.rope_theta,
+                       " must be a finite number above 1 (the base of RoPE's wavelengths)"));
+  }
+  if (c.positions == PositionKind::kSinusoidal && c.d_model % 2 != 0) {
+    p.Add(absl::StrCat(p.Name("positions"), "=SINUSOIDAL needs an even ", p.Name("d_model"),
+                       " (a sine and a cosine per frequency), got ", c.d_model));
+  }
+}
+
+// The initialisation's std and muP's base width and untied embeddings.
+void AddInitProblems(const ModelConfig& c, ProblemList& p) {
+  if (!(c.init_std > 0 && std::isfinite(c.init_std))) {
+    p.Add(absl::StrCat(p.Name("init_std"), "=", c.init_std, " must be a positive finite number"));
+  }
+  if (c.init != InitScheme::kMup) return;
+  if (c.mup_base_d_model <= 0) {
+    p.Add(absl::StrCat(p.Name("mup_base_d_model"), "=", c.mup_base_d_model, " must be positive with ",
+                       p.Name("init"), "=MUP (the width its lr was tuned at)"));
+  }
+  if (c.tied_embeddings) {
+    p.Add(absl::StrCat(p.Name("init"), "=MUP needs ", p.Name("tied_embeddings"),
+                       "=false (the input embedding and the LM head scale differently with width)"));
+  }
+}
+
+// Every rule of this file on `c`, its members named by `namer`.
+std::vector<std::string> CollectProblems(const ModelConfig& c, const ModelFieldNamer& namer) {
+  ProblemList p(namer);
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
+      {"n_layers", c.n_layers},     {"n_heads", c.n_heads},               {"n_kv_heads", c.n_kv_heads},
+      {"d_ff", c.d_ff}};
+  for (const auto& [member, value] : sizes) {
+    if (value <= 0) p.Add(absl::StrCat(p.Name(member), "=", value, " must be positive"));
+  }
+  if (c.padded_vocab_size < 0 || (c.padded_vocab_size > 0 && c.padded_vocab_size < c.vocab_size)) {
+    p.Add(absl::StrCat(p.Name("padded_vocab_size"), "=", c.padded_vocab_size,
+                       " must be 0 (no padding) or at least ", p.Name("vocab_size"), "=", c.vocab_size));
+  }
+  AddHeadProblems(c, p);
+  if (!(c.norm_eps > 0)) {
+    p.Add(absl::StrCat(p.Name("norm_eps"), "=", c.norm_eps, " must be positive"));
+  } else if (!PositiveInFp32(c.norm_eps)) {
+    p.Add(absl::StrCat(p.Name("norm_eps"), "=", c.norm_eps,
+                       " is not a positive fp32 number (the kernels apply it in fp32)"));
+  }
+  if (c.parallel_shared_norm && !c.parallel_block) {
+    p.Add(absl::StrCat(p.Name("parallel_shared_norm"), "=true needs ", p.Name("parallel_block"),
+                       "=true (it shares the parallel branches' norm)"));
+  }
+  if (c.parallel_block && c.norm_placement != NormPlacement::kPre) {
+    p.Add(absl::StrCat(p.Name("parallel_block"), "=true needs ", p.Name("norm_placement"), "=PRE, not ",
+                       ConfigSpelling(NormPlacementName(c.norm_placement)),
+                       " (the two branches read one normed block input)"));
+  }
+  AddAttentionProblems(c, p);
+  if (!FiniteAtLeastZero(c.final_logit_softcap)) {
+    p.Add(absl::StrCat(p.Name("final_logit_softcap"), "=", c.final_logit_softcap,
+                       " must be a finite number >= 0 (0 turns it off)"));
+  }
+  if (!FiniteAtLeastZero(c.z_loss)) {
+    p.Add(absl::StrCat(p.Name("z_loss"), "=", c.z_loss, " must be a finite number >= 0 (0 turns it off)"));
+  }
+  AddPositionProblems(c, p);
+  AddInitProblems(c, p);
+  AddOversizedMatrix(c, p);
+  return p.Take();
 }
 
 }  // namespace
 
-absl::Status ModelConfig::Validate() const {
-  const std::pair<const char*, int64_t> positive[] = {
-      {"vocab_size", vocab_size}, {"context_length", context_length}, {"d_model", d_model}, {"n_layers", n_layers}};
-  for (const auto& [field, value] : positive) {
-    if (value <= 0) return Invalid(absl::StrCat(field, "=", value, " must be positive"));
-  }
-  // The default layer's fields describe every layer without a pattern (and are kept valid with one: they
-  // are what a config without a pattern would build).
-  if (absl::Status s = ValidateLayer(layer(0), *this, -1); !s.ok()) return s;
-  if (global_every < 0) {
-    return Invalid(absl::StrCat("global_every=", global_every, " must be >= 0 (0: every layer local)"));
-  }
+// The rules are written once, for the fields of the default layer; each layer_pattern entry is checked by
+// the same rules on a copy of the config whose default layer is that entry, its members named
+// "layer_pattern[k].attention.n_heads" and so on. Problems of the model's other fields, which every copy
+// shares, are reported once.
+std::vector<std::string> ModelConfig::Problems(const ModelFieldNamer& namer) const {
+  std::vector<std::string> problems = CollectProblems(*this, namer);
   for (size_t k = 0; k < layer_pattern.size(); ++k) {
-    if (absl::Status s = ValidateLayer(layer_pattern[k], *this, static_cast<int>(k)); !s.ok()) return s;
-  }
-  if (padded_vocab_size < 0 || (padded_vocab_size > 0 && padded_vocab_size < vocab_size)) {
-    return Invalid(absl::StrCat("padded_vocab_size=", padded_vocab_size, " must be 0 (no padding) or at least vocab_size=",
-                                vocab_size));
-  }
-  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
-    return Invalid(absl::StrCat("norm_eps=", norm_eps, " must be a positive finite number"));
-  }
-  if (!(final_logit_softcap >= 0) || !std::isfinite(final_logit_softcap)) {
-    return Invalid(
-        absl::StrCat("final_logit_softcap=", final_logit_softcap, " must be a finite number >= 0 (0: off)"));
-  }
-  if (!(z_loss >= 0) || !std::isfinite(z_loss)) {
-    return Invalid(absl::StrCat("z_loss=", z_loss, " must be a finite number >= 0 (0 turns it off)"));
-  }
-  if (parallel_shared_norm && !parallel_block) {
-    return Invalid("parallel_shared_norm needs parallel_block (it shares the parallel branches' norm)");
-  }
-  if (parallel_block && norm_placement != NormPlacement::kPre) {
-    return Invalid(absl::StrCat("parallel_block needs norm_placement=pre, not ",
-                                NormPlacementName(norm_placement),
-                                " (the two branches read one normed block input)"));
-  }
-  if (positions == PositionKind::kRoPE && (!(rope_theta > 1.0) || !std::isfinite(rope_theta))) {
-    return Invalid(absl::StrCat("rope_theta=", rope_theta, " must be a finite number above 1"));
-  }
-  if (positions == PositionKind::kSinusoidal && d_model % 2 != 0) {
-    return Invalid(absl::StrCat("sinusoidal positions need an even d_model, got ", d_model));
-  }
-  if ((init == InitScheme::kGpt2Scaled || init == InitScheme::kMup) &&
-      (!(init_std > 0) || !std::isfinite(init_std))) {
-    return Invalid(absl::StrCat("init_std=", init_std, " must be a positive finite number"));
-  }
-  if (init == InitScheme::kMup) {
-    if (mup_base_d_model <= 0) {
-      return Invalid(absl::StrCat("mup_base_d_model=", mup_base_d_model, " must be positive with init=mup"));
-    }
-    if (tied_embeddings) {
-      return Invalid(
-          "init=mup needs untied embeddings (the input embedding and the LM head scale differently)");
+    const LayerSpec& spec = layer_pattern[k];
+    ModelConfig entry = *this;
+    entry.layer_pattern.clear();
+    entry.n_heads = spec.token_mixer.attention.n_heads;
+    entry.n_kv_heads = spec.token_mixer.attention.n_kv_heads;
+    entry.sliding_window = spec.token_mixer.attention.window;
+    entry.global_every = 0;
+    entry.attention_softcap = spec.token_mixer.attention.softcap;
+    entry.qk_norm = spec.token_mixer.attention.qk_norm;
+    entry.ffn = spec.channel_mixer.feed_forward.kind;
+    entry.d_ff = spec.channel_mixer.feed_forward.d_ff;
+    const std::string at = absl::StrCat("layer_pattern[", k, "].");
+    const ModelFieldNamer entry_namer = [&](std::string_view member) -> std::optional<std::string> {
+      static const std::pair<std::string_view, std::string_view> kLayerMembers[] = {
+          {"n_heads", "attention.n_heads"}, {"n_kv_heads", "attention.n_kv_heads"},
+          {"sliding_window", "attention.window"}, {"attention_softcap", "attention.softcap"},
+          {"d_ff", "ffn.d_ff"}};
+      for (const auto& [name, path] : kLayerMembers) {
+        if (member == name) return absl::StrCat(at, std::string(path));
+      }
+      return namer ? namer(member) : std::optional<std::string>(std::string(member));
+    };
+    for (std::string& problem : CollectProblems(entry, entry_namer)) {
+      if (std::find(problems.begin(), problems.end(), problem) == problems.end()) problems.push_back(problem);
     }
   }
-  for (int64_t i = 0; i < n_layers && i < static_cast<int64_t>(std::max<size_t>(1, layer_pattern.size())); ++i) {
-    const LayerSpec spec = layer(i);
-    const int64_t q_width = spec.token_mixer.attention.n_heads * (d_model / spec.token_mixer.attention.n_heads);
-    if (absl::Status s = ValidateMatrixSizes(*this, spec.channel_mixer.feed_forward.d_ff, q_width); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return problems;
+}
+
+absl::Status ModelConfig::Validate(const ModelFieldNamer& namer) const {
+  const std::vector<std::string> problems = Problems(namer);
+  if (problems.empty()) return absl::OkStatus();
+  std::vector<std::string> lines;
+  for (const std::string& problem : problems) lines.push_back(absl::StrCat("model config: ", problem));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
 absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {

@@ -1,8 +1,10 @@
 // ModelConfig: the shape and the choices of a dense decoder-only transformer, as a plain struct.
 //
-// The trainer's protobuf config is converted into this struct; the model is built only from a config that
-// Validate() accepts, so impossible shapes fail at build time with a message naming the field, never by a
-// crash later. Factories give the two reference architectures:
+// The experiment config (config/model.proto) is converted into this struct; the model is built only from a
+// config that Validate() accepts, so impossible shapes fail at build time with a message naming the field,
+// never by a crash later. Validate() is the one place of the rules on the model's shape: the experiment
+// config's validation converts its model message and asks this struct, naming the fields by their config
+// paths (config/model_conversion.h). Factories give the two reference architectures:
 //   - Gpt2Config:  LayerNorm, GELU (tanh) MLP, learned absolute positions, biases, tied embeddings,
 //                  GPT-2's scaled normal init.
 //   - Cs336Config: the CS336 / Llama style: RMSNorm, SwiGLU, RoPE (adjacent pairs rotated), no biases,
@@ -11,7 +13,10 @@
 #define LMFORGE_MODEL_CONFIG_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -102,6 +107,11 @@ struct LayerSpec {
 
 const char* TokenMixerKindName(TokenMixerSpec::Kind kind);
 const char* ChannelMixerKindName(ChannelMixerSpec::Kind kind);
+
+// How Validate() names ModelConfig's members in its messages: given a member ("d_ff"), the name to print
+// ("model.ffn.d_ff", its path in the experiment config), or nullopt for a member whose value the caller has
+// already reported itself (a required config field left out): the rules that name it are skipped.
+using ModelFieldNamer = std::function<std::optional<std::string>(std::string_view member)>;
 
 struct ModelConfig {
   int64_t vocab_size = 0;      // V: token ids are in [0, V); the loss's softmax runs over these V logits
@@ -194,8 +204,13 @@ struct ModelConfig {
     return n_layers > 0;
   }
 
-  // OK, or InvalidArgument naming the first field that cannot work and why.
-  absl::Status Validate() const;
+  // Every rule on the model's shape this config breaks, one message per rule in the order of the members,
+  // e.g. "n_kv_heads=3 does not divide n_heads=8 (each key/value head must serve the same number of query
+  // heads)"; empty when the model can be built. Members are named by `namer` (null: by their own names);
+  // enum values are written as a config writes them (ROPE, PRE, MUP).
+  std::vector<std::string> Problems(const ModelFieldNamer& namer = nullptr) const;
+  // OK, or InvalidArgument with one line "model config: <problem>" per problem of Problems(namer).
+  absl::Status Validate(const ModelFieldNamer& namer = nullptr) const;
   // Validate() plus: a batch of sequences of length `seq_len` fits this model.
   absl::Status ValidateSequenceLength(int64_t seq_len) const;
 

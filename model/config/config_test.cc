@@ -2,8 +2,12 @@
 // message that names the offending field.
 #include "model/config/config.h"
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -61,7 +65,7 @@ TEST(ModelConfigTest, RejectsKvHeadsNotDividingHeads) {
 
 TEST(ModelConfigTest, RejectsOddHeadSizeWithRope) {
   ModelConfig c = Cs336Config(1000, 128, 36, 2, 4, 64);  // head size 9
-  ExpectRejected(c, "RoPE needs an even head size");
+  ExpectRejected(c, "positions=ROPE needs an even head size, but d_model=36 / n_heads=4 = 9");
   c.positions = PositionKind::kLearned;  // odd head sizes are fine without RoPE
   EXPECT_TRUE(c.Validate().ok());
 }
@@ -125,12 +129,12 @@ TEST(ModelConfigTest, RejectsAMatrixOf2To31ElementsNamingIt) {
 TEST(ModelConfigTest, MupNeedsABaseWidthAndUntiedEmbeddings) {
   ModelConfig c = Cs336Config(97, 16, 256, 2, 16, 1024);
   c.init = InitScheme::kMup;
-  ExpectRejected(c, "mup_base_d_model=0 must be positive with init=mup");
+  ExpectRejected(c, "mup_base_d_model=0 must be positive with init=MUP");
   c.mup_base_d_model = 64;
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
   EXPECT_EQ(c.mup_width_multiplier(), 4.0);
   c.tied_embeddings = true;
-  ExpectRejected(c, "init=mup needs untied embeddings");
+  ExpectRejected(c, "init=MUP needs tied_embeddings=false");
   c.init = InitScheme::kGpt2Scaled;  // the base width is ignored by the other schemes
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
   EXPECT_EQ(c.mup_width_multiplier(), 1.0);
@@ -166,11 +170,57 @@ TEST(ModelConfigTest, ParallelBlocksArePreNormOnly) {
   for (NormPlacement placement : {NormPlacement::kPost, NormPlacement::kDouble}) {
     c.norm_placement = placement;
     ExpectRejected(
-        c, absl::StrCat("parallel_block needs norm_placement=pre, not ", NormPlacementName(placement)));
+        c, absl::StrCat("parallel_block=true needs norm_placement=PRE, not ",
+                        absl::AsciiStrToUpper(NormPlacementName(placement))));
     c.parallel_block = false;
     EXPECT_TRUE(c.Validate().ok()) << c.Validate();
     c.parallel_block = true;
   }
+}
+
+TEST(ModelConfigTest, SlidingWindowWithinTheContext) {
+  ModelConfig c = Cs336Config(97, 16, 32, 3, 4, 64);
+  c.sliding_window = 16;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.sliding_window = 17;
+  ExpectRejected(c, "sliding_window=17 exceeds context_length=16");
+  c.sliding_window = -1;
+  ExpectRejected(c, "sliding_window=-1 must not be negative");
+  c.sliding_window = 4;
+  c.global_every = -2;
+  ExpectRejected(c, "global_every=-2 must not be negative");
+}
+
+// Every problem is reported, each once, in one message per line.
+TEST(ModelConfigTest, ReportsEveryProblem) {
+  ModelConfig c = Cs336Config(1000, 128, 1000, 2, 12, 512);
+  c.z_loss = -1;
+  EXPECT_EQ(c.Problems(),
+            (std::vector<std::string>{"n_heads=12 does not divide d_model=1000",
+                                      "z_loss=-1 must be a finite number >= 0 (0 turns it off)"}));
+  EXPECT_EQ(c.Validate().message(),
+            "model config: n_heads=12 does not divide d_model=1000\n"
+            "model config: z_loss=-1 must be a finite number >= 0 (0 turns it off)");
+  EXPECT_TRUE(Cs336Config(1000, 128, 64, 2, 4, 128).Problems().empty());
+}
+
+// A namer gives the members the names a config writes, and leaves out the members its caller reported.
+TEST(ModelConfigTest, NamerNamesTheFieldsAndSkipsTheRulesOnMembersLeftOut) {
+  ModelConfig c = Cs336Config(1000, 128, 64, 2, 0, 128);  // n_heads=0: left out below
+  c.n_kv_heads = 0;
+  c.d_ff = -1;
+  c.parallel_block = true;
+  c.norm_placement = NormPlacement::kPost;
+  const ModelFieldNamer namer = [](std::string_view member) -> std::optional<std::string> {
+    if (member == "n_heads" || member == "n_kv_heads") return std::nullopt;
+    if (member == "d_ff") return std::string("model.ffn.d_ff");
+    if (member == "norm_placement") return std::string("model.norm.placement");
+    return "model." + std::string(member);
+  };
+  EXPECT_EQ(c.Problems(namer),
+            (std::vector<std::string>{"model.ffn.d_ff=-1 must be positive",
+                                      "model.parallel_block=true needs model.norm.placement=PRE, not POST "
+                                      "(the two branches read one normed block input)"}));
 }
 
 TEST(ModelConfigTest, RejectsSequenceLongerThanPositionTable) {

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "experiments/config/validation.h"
-#include "experiments/trainer/model_spec.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 
 namespace lmf::scaling {
 namespace {
@@ -37,9 +37,8 @@ std::string Human(double x, const char* unit) {
   return absl::StrFormat("%.3g %s%s", x, prefixes[i], unit);
 }
 
-std::string Bytes(int64_t b) {
+std::string Bytes(double x) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double x = static_cast<double>(b);
   int i = 0;
   while (x >= 1024 && i < 4) x /= 1024, ++i;
   return absl::StrFormat("%.3g %s", x, units[i]);
@@ -48,7 +47,7 @@ std::string Bytes(int64_t b) {
 }  // namespace
 
 absl::StatusOr<ExperimentAccount> AccountExperiment(const config::Experiment& experiment) {
-  auto model_config = experiments::ToModelConfig(experiment.model());
+  auto model_config = config::ToModelConfig(experiment.model());
   if (!model_config.ok()) return model_config.status();
   ExperimentAccount a;
   a.model = *model_config;
@@ -61,16 +60,14 @@ absl::StatusOr<ExperimentAccount> AccountExperiment(const config::Experiment& ex
   a.exact = model::CountFlopsPerToken(a.model, a.seq_len);
   const auto& run = experiment.run();
   const int64_t batch = run.batch_size();
-  a.tokens_per_step = experiments::TokensPerStep(experiment);
-  a.steps = experiments::TotalSteps(experiment);
+  a.tokens_per_step = config::TokensPerStep(experiment);
+  a.steps = config::TotalSteps(experiment);
   a.total_tokens = static_cast<double>(a.steps) * static_cast<double>(a.tokens_per_step);
   a.total_flops = a.total_tokens * a.exact.training();
 
-  const int64_t params = a.params.total();
-  a.weight_bytes = 4 * params + (run.precision() == config::RunConfig::BF16 ? 2 * params : 0);
-  a.gradient_bytes = 4 * params;
-  a.optimizer_bytes = 8 * params;
-  a.activation_bytes = model::CountActivationBytesPerToken(a.model).total() * batch * a.seq_len;
+  const kernels::DType activations =
+      run.precision() == config::RunConfig::BF16 ? kernels::DType::kBF16 : kernels::DType::kF32;
+  a.memory = model::CountModelMemory(a.model, activations, batch * a.seq_len, /*training=*/true);
   a.matmuls = ForwardMatmuls(a.model, batch, a.seq_len);
   return a;
 }
@@ -105,11 +102,11 @@ std::string FormatAccount(const ExperimentAccount& a, double tokens_per_second, 
                         a.tokens_per_step, Human(a.total_tokens, ""), Human(a.total_flops, "FLOP"), a.total_flops);
 
   absl::StrAppendFormat(&out, "training memory (fp32 master weights, AdamW)\n");
-  absl::StrAppendFormat(&out, "  %-28s %14s\n", "weights", Bytes(a.weight_bytes));
-  absl::StrAppendFormat(&out, "  %-28s %14s\n", "gradients", Bytes(a.gradient_bytes));
-  absl::StrAppendFormat(&out, "  %-28s %14s\n", "optimizer state", Bytes(a.optimizer_bytes));
-  absl::StrAppendFormat(&out, "  %-28s %14s\n", "activations (micro-batch)", Bytes(a.activation_bytes));
-  absl::StrAppendFormat(&out, "  %-28s %14s\n\n", "total", Bytes(a.total_bytes()));
+  absl::StrAppendFormat(&out, "  %-28s %14s\n", "weights", Bytes(a.memory.weights));
+  absl::StrAppendFormat(&out, "  %-28s %14s\n", "gradients", Bytes(a.memory.gradients));
+  absl::StrAppendFormat(&out, "  %-28s %14s\n", "optimizer state", Bytes(a.memory.optimizer));
+  absl::StrAppendFormat(&out, "  %-28s %14s\n", "activations (micro-batch)", Bytes(a.memory.activations));
+  absl::StrAppendFormat(&out, "  %-28s %14s\n\n", "total", Bytes(a.memory.total()));
 
   absl::StrAppendFormat(&out, "forward matmuls of one micro-batch (backward: 2x each)\n");
   absl::StrAppendFormat(&out, "  %-16s %8s %8s %8s %6s %12s %10s %10s\n", "matmul", "M", "K", "N", "count",

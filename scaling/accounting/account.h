@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "experiments/proto/experiment.pb.h"
+#include "config/experiment.pb.h"
 #include "model/accounting/accounting.h"
+#include "model/accounting/training_memory.h"
 #include "model/config/config.h"
 
 namespace lmf::scaling {
@@ -42,12 +43,10 @@ struct ExperimentAccount {
   double total_tokens = 0;
   double total_flops = 0;                   // exact count x total tokens
 
-  // Training memory in bytes, fp32 master weights (run.precision BF16 adds a bf16 copy of the weights).
-  int64_t weight_bytes = 0;
-  int64_t gradient_bytes = 0;
-  int64_t optimizer_bytes = 0;   // AdamW: two moments per parameter
-  int64_t activation_bytes = 0;  // kept for backward, one micro-batch
-  int64_t total_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes; }
+  // Training memory in bytes for one micro-batch of run.batch_size sequences (model::CountModelMemory, the
+  // trainer's memory check's count): fp32 master weights (with bf16 compute copies and bf16 activations
+  // for run.precision BF16), gradients, AdamW's two moments, the activations kept for the backward.
+  model::ModelMemory memory;
 
   std::vector<MatmulCost> matmuls;  // one micro-batch's forward
 };

@@ -9,8 +9,8 @@
 #include "absl/flags/usage.h"
 #include "base/file.h"
 #include "base/flags.h"
-#include "experiments/config/loader.h"
-#include "experiments/trainer/trainer.h"
+#include "config/loader.h"
+#include "kernels/cpu/peak_flops.h"
 #include "scaling/accounting/account.h"
 
 ABSL_FLAG(std::string, config, "", "the experiment textproto");
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     lmf::PrintUsageError("--config=EXPERIMENT.textproto is required");
     return 2;
   }
-  auto experiment = lmf::experiments::LoadExperiment(lmf::UserPath(absl::GetFlag(FLAGS_config)),
+  auto experiment = lmf::config::LoadExperiment(lmf::UserPath(absl::GetFlag(FLAGS_config)),
                                                      absl::GetFlag(FLAGS_set).values);
   if (!experiment.ok()) {
     std::fprintf(stderr, "account: %s\n", std::string(experiment.status().message()).c_str());
@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "account: %s\n", std::string(account.status().message()).c_str());
     return 1;
   }
-  // Without --peak_flops: run.peak_flops, else, for a CPU run, the trainer's measured FMA peak of this
-  // machine's threads. A GPU run's peak depends on the GPU, which this command does not open.
+  // Without --peak_flops: run.peak_flops, else, for a CPU run, the measured FMA peak of this machine's
+  // threads (the trainer's too). A GPU run's peak depends on the GPU, which this command does not open.
   const bool gpu = experiment->run().device() == lmf::config::RunConfig::CUDA;
   if (tps > 0 && !(peak > 0) && !(experiment->run().peak_flops() > 0) && gpu) {
     std::fprintf(
@@ -67,10 +67,11 @@ int main(int argc, char** argv) {
         "the GPU's dense peak, e.g. 989.4e12 for an H100/H200 SXM in bf16\n");
     return 2;
   }
-  const double peak_flops =
-      peak > 0 ? peak
-               : lmf::experiments::PeakFlops(experiment->run(),
-                                             static_cast<int>(std::thread::hardware_concurrency()));
+  double peak_flops = peak > 0 ? peak : experiment->run().peak_flops();
+  if (!(peak_flops > 0)) {
+    const int threads = static_cast<int>(std::thread::hardware_concurrency());
+    peak_flops = lmf::kernels::CpuFmaPeak(threads).flops_per_second;  // kernels/cpu/peak_flops.h
+  }
   std::fputs(lmf::scaling::FormatAccount(*account, tps, peak_flops).c_str(), stdout);
   return 0;
 }

@@ -1,16 +1,18 @@
 // Accounting: for several experiment configs (GPT-2 and Llama styles, GQA and MQA, tied and untied, GELU,
 // SwiGLU and ReLU), the parameter count equals the parameters a built LanguageModel holds, the listed
 // matmuls add up to model/accounting's exact count, and that count equals the FLOPs the model's own
-// counters record over a forward and backward pass. Also memory and MFU arithmetic.
+// counters record over a forward and backward pass, and the activation memory is what it saves. Also
+// memory (fp32 and bf16 runs) and MFU arithmetic.
 #include "scaling/accounting/account.h"
 
 #include <string>
 #include <vector>
 
-#include "experiments/config/loader.h"
-#include "experiments/trainer/model_spec.h"
+#include "config/loader.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
+#include "kernels/core/dtype.h"
+#include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 
 namespace lmf::scaling {
@@ -42,7 +44,7 @@ std::vector<Case> Cases() {
 }
 
 absl::StatusOr<config::Experiment> Load(const Case& c) {
-  return experiments::LoadExperimentText(std::string(kBase) + c.model, c.name, {});
+  return config::LoadExperimentText(std::string(kBase) + c.model, c.name, {});
 }
 
 TEST(Account, CountsEqualWhatABuiltModelHoldsAndRuns) {
@@ -73,7 +75,7 @@ TEST(Account, CountsEqualWhatABuiltModelHoldsAndRuns) {
     }
     (*model)->ResetCounters();
     ASSERT_TRUE((*model)->ForwardWithLoss(ids.data(), targets.data(), b, t).ok());
-    EXPECT_EQ((*model)->saved_activation_bytes(), a->activation_bytes) << c.name;
+    EXPECT_EQ(static_cast<double>((*model)->saved_activation_bytes()), a->memory.activations) << c.name;
     (*model)->Backward();
     const double tokens = static_cast<double>(b * t);
     EXPECT_DOUBLE_EQ((*model)->counters().matmul_flops + (*model)->counters().attention_flops,
@@ -93,8 +95,9 @@ TEST(Account, SixNAndTotalsAndMemory) {
   EXPECT_EQ(a->tokens_per_step, 2 * 16);
   EXPECT_EQ(a->steps, 10);
   EXPECT_DOUBLE_EQ(a->total_flops, 320 * a->exact.training());
-  EXPECT_EQ(a->weight_bytes, 4 * a->params.total());
-  EXPECT_EQ(a->optimizer_bytes, 2 * a->gradient_bytes);
+  EXPECT_EQ(a->memory.weights, 4.0 * static_cast<double>(a->params.total()));
+  EXPECT_EQ(a->memory.gradients, 4.0 * static_cast<double>(a->params.total()));
+  EXPECT_EQ(a->memory.optimizer, 2 * a->memory.gradients);
   // Arithmetic intensity: a square 1024^3 matmul in fp32 does 2*1024^3 FLOPs over 3*4*1024^2 bytes.
   MatmulCost square{"square", 1024, 1024, 1024, 1};
   EXPECT_DOUBLE_EQ(square.Intensity(4), 2.0 * 1024 / 12);
@@ -110,8 +113,24 @@ TEST(Account, SixNAndTotalsAndMemory) {
       std::string::npos);
 }
 
+// run.precision BF16: bf16 compute copies of the weights and bf16 activations (the norm statistics and
+// log-sum-exps stay fp32), as the trainer's model::CountModelMemory counts them.
+TEST(Account, Bf16RunsCountBf16CopiesAndActivations) {
+  auto e = config::LoadExperimentText(std::string(kBase) + Cases()[0].model, "bf16",
+                                      {"run.device=CUDA", "run.precision=BF16"});
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto a = AccountExperiment(*e);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const double n = static_cast<double>(a->params.total());
+  EXPECT_EQ(a->memory.weights, 6 * n);
+  EXPECT_EQ(a->memory.optimizer, 8 * n);
+  const int64_t bf16_per_token = model::CountActivationBytesPerToken(a->model, kernels::DType::kBF16).total();
+  EXPECT_EQ(a->memory.activations, static_cast<double>(bf16_per_token * 2 * 16));
+  EXPECT_LT(bf16_per_token, model::CountActivationBytesPerToken(a->model).total());
+}
+
 TEST(Account, ImpossibleModelGetsTheValidationMessage) {
-  auto e = experiments::ParseExperimentText(
+  auto e = config::ParseExperimentText(
       std::string(kBase) + R"pb(model { d_model: 30 n_layers: 1 n_heads: 4 vocab_size: 10 context_length: 4
                                          ffn { d_ff: 8 } })pb",
       "bad.textproto");

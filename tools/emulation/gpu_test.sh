@@ -38,7 +38,7 @@ emulation_start tools/emulation/gpu_test.sh lmf_gpu_test_emulation
 
 cd "$root"
 mkdir -p "$work/gen" "$work/tests"
-protos=(experiments/proto/*.proto experiments/checkpoint/*.proto experiments/metrics/*.proto)
+protos=(config/*.proto experiments/checkpoint/*.proto experiments/metrics/*.proto)
 if [[ -f "${protos[0]}" ]]; then
   command -v protoc >/dev/null || { echo "gpu_test.sh: needs protoc (Debian's protobuf-compiler)" >&2; exit 2; }
   protoc -I. --cpp_out="$work/gen" "${protos[@]}"
@@ -54,14 +54,16 @@ host_sources=(base/check.cc base/file.cc base/json.cc base/subprocess.cc base/th
   distributed/gloo_group.cc kernels/core/core.cc kernels/core/dispatch.cc kernels/cpu/peak_flops.cc kernels/cuda/caching_allocator.cc kernels/cuda/cuda_context.cc
   kernels/profile/op_profile.cc kernels/profile/cpu_op_profiler.cc kernels/cuda/op_profiler.cc kernels/cuda/gpu_test_util.cc
   kernels/matmul/matmul_cuda.cc kernels/memory/memory_cuda.cc kernels/testing/compare.cc
-  kernels/*/*_cpu.cc model/accounting/accounting.cc model/config/config.cc
+  kernels/*/*_cpu.cc model/accounting/accounting.cc model/accounting/training_memory.cc model/config/config.cc
   model/language_model/init.cc model/language_model/language_model.cc model/language_model/language_model_decode.cc model/layers/*.cc model/layers/*/*.cc
+  model/optimizer/adamw.cc model/training/step_strategy.cc distributed/data_parallel_step.cc
   tokenizer/pretokenize.cc tokenizer/token_file.cc tokenizer/tokenizer.cc tokenizer/tokenizer_file.cc
-  experiments/checkpoint/checkpoint.cc experiments/checkpoint/safetensors.cc experiments/cli_args.cc
-  experiments/config/loader.cc experiments/config/overrides.cc experiments/config/validation.cc
+  config/errors.cc config/loader.cc config/model_conversion.cc config/overrides.cc config/run_length.cc
+  config/validation.cc
+  experiments/checkpoint/checkpoint.cc experiments/checkpoint/safetensors.cc
   experiments/crc32c/crc32c.cc experiments/data/token_batches.cc experiments/metrics/metrics_log.cc
   experiments/metrics/tensorboard_writer.cc experiments/model_loading.cc experiments/schedule/lr_schedule.cc
-  experiments/trainer/data_parallel.cc experiments/trainer/memory_check.cc experiments/trainer/model_spec.cc
+  experiments/trainer/data_parallel.cc experiments/trainer/memory_check.cc
   experiments/trainer/optimizer.cc experiments/trainer/stop_signals.cc experiments/trainer/trainer.cc
   experiments/trainer/training_device.cc experiments/trainer/weights.cc)
 for f in "${cuda_sources[@]}"; do
@@ -72,7 +74,7 @@ for f in "${host_sources[@]}"; do
   compile "$work/obj/$(echo "$f" | tr / _ | sed 's/\.cc$//').o" "${emulated[@]}" -fopenmp "$root/$f"
 done
 shopt -s nullglob
-for f in "$work"/gen/experiments/*/*.pb.cc; do compile "$work/obj/pb_$(basename "$f" .cc).o" -I"$work/gen" "$f"; done
+for f in "$work"/gen/config/*.pb.cc "$work"/gen/experiments/*/*.pb.cc; do compile "$work/obj/pb_$(basename "$f" .cc).o" -I"$work/gen" "$f"; done
 compile "$work/obj/fake_cublaslt.o" "${emulated[@]}" "$emu/cublaslt/fake_cublaslt.cc"
 compile "$work/obj/cuemu.o" -I"$root" "$emu/cuemu.cc"
 for t in "${tests[@]}"; do compile "$work/tests/$(basename "$t" .cc).o" "${emulated[@]}" "$root/$t"; done

@@ -1,6 +1,6 @@
 // Config loading: parse errors at file:line:column, --set overrides (every scalar kind, enums, oneofs,
 // errors), default resolution, and the resolved config round-tripping through its text form.
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 
 #include <cstdint>
 #include <string>
@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/damaged_copies.h"
 #include "base/file.h"
-#include "experiments/config/overrides.h"
+#include "config/overrides.h"
 #include "gtest/gtest.h"
 
-namespace lmf::experiments {
+namespace lmf::config {
 namespace {
 
 constexpr char kValid[] = R"pb(model {
@@ -219,4 +219,4 @@ TEST(ConfigLoader, DamagedConfigsGiveErrorsNamingTheFile) {
 }
 
 }  // namespace
-}  // namespace lmf::experiments
+}  // namespace lmf::config

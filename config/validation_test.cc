@@ -1,18 +1,19 @@
 // Every validation rule of the experiment config, each with a bad config and the exact message expected.
 // Bad configs are a valid base config with one line removed or one field overridden (--set), so each test
 // breaks exactly one rule.
-#include "experiments/config/validation.h"
+#include "config/validation.h"
 
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
-#include "experiments/config/loader.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "config/loader.h"
+#include "config/run_length.h"
 #include "gtest/gtest.h"
 
-namespace lmf::experiments {
+namespace lmf::config {
 namespace {
 
 constexpr char kBase[] = R"pb(
@@ -77,7 +78,11 @@ TEST(ConfigValidation, HeadsMustDivideWidth) {
 }
 
 TEST(ConfigValidation, KvHeadsMustDivideHeads) {
-  EXPECT_EQ(ErrorWith("model.n_kv_heads=3"), "tiny.textproto: model.n_kv_heads=3 does not divide model.n_heads=4");
+  EXPECT_EQ(ErrorWith("model.n_kv_heads=3"),
+            "tiny.textproto: model.n_kv_heads=3 does not divide model.n_heads=4 (each key/value head must "
+            "serve the same number of query heads)");
+  EXPECT_EQ(ErrorWith("model.n_kv_heads=8"),
+            "tiny.textproto: model.n_kv_heads=8 is more than model.n_heads=4");
 }
 
 TEST(ConfigValidation, KvHeadsMustBePositive) {
@@ -105,13 +110,13 @@ TEST(ConfigValidation, FeedForwardIsRequired) {
 
 TEST(ConfigValidation, RopeNeedsEvenHeadSize) {
   EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.n_heads=4"}),
-            "tiny.textproto: model.positional.kind=ROPE needs an even head size, but model.d_model / "
-            "model.n_heads = 15");
+            "tiny.textproto: model.positional.kind=ROPE needs an even head size, but model.d_model=60 / "
+            "model.n_heads=4 = 15");
   EXPECT_EQ(Error(kBase, {"model.d_model=60", "model.positional.kind=LEARNED"}), "OK");
 }
 
-// The model's own rule (model/config), so that the error names the file and field; it was the model's,
-// without either, once training started.
+// The model's own rule (model/config), reported at load with the file and the field's config path; it
+// was once reported by the model alone, without either, once training started.
 TEST(ConfigValidation, SinusoidalPositionsNeedAnEvenWidth) {
   EXPECT_EQ(
       Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=63", "model.n_heads=7"}),
@@ -120,7 +125,7 @@ TEST(ConfigValidation, SinusoidalPositionsNeedAnEvenWidth) {
   EXPECT_EQ(Error(kBase, {"model.positional.kind=SINUSOIDAL", "model.d_model=62", "model.n_heads=2"}), "OK");
 }
 
-// The model's own rule (model/config: above 1), so that a config validation accepts is one the model builds.
+// The model's own rule (model/config: above 1): a config validation accepts is one the model builds.
 TEST(ConfigValidation, RopeThetaMustBeAboveOne) {
   for (const char* theta : {"0", "0.5", "1"}) {
     EXPECT_EQ(ErrorWith(std::string("model.positional.rope_theta=") + theta),
@@ -151,7 +156,8 @@ TEST(ConfigValidation, ZLossIsFiniteAndNotNegative) {
 TEST(ConfigValidation, ParallelBlockNeedsPreNorm) {
   EXPECT_EQ(ErrorWith("model.parallel_block=true"), "OK");
   EXPECT_EQ(Error(kBase, {"model.parallel_block=true", "model.norm.placement=POST"}),
-            "tiny.textproto: model.parallel_block=true needs model.norm.placement=PRE, not POST");
+            "tiny.textproto: model.parallel_block=true needs model.norm.placement=PRE, not POST (the two "
+            "branches read one normed block input)");
 }
 
 TEST(ConfigValidation, UnspecifiedEnumIsRejected) {
@@ -161,7 +167,8 @@ TEST(ConfigValidation, UnspecifiedEnumIsRejected) {
 }
 
 TEST(ConfigValidation, InitStdMustBePositive) {
-  EXPECT_EQ(ErrorWith("model.init.std=0"), "tiny.textproto: model.init.std=0 must be positive");
+  EXPECT_EQ(ErrorWith("model.init.std=0"),
+            "tiny.textproto: model.init.std=0 must be a positive finite number");
   EXPECT_EQ(
       ErrorWith("model.init.scheme=MUP"),
       "tiny.textproto: model.init.mup_base_d_model=0 must be positive with model.init.scheme=MUP (the width "
@@ -199,7 +206,8 @@ TEST(ConfigValidation, MultiLatentAttentionRules) {
 
 TEST(ConfigValidation, SoftcapMustNotBeNegative) {
   EXPECT_EQ(ErrorWith("model.attention.logit_softcap=-30"),
-            "tiny.textproto: model.attention.logit_softcap=-30 must not be negative (0 turns it off)");
+            "tiny.textproto: model.attention.logit_softcap=-30 must be a finite number >= 0 (0 turns it "
+            "off)");
 }
 
 TEST(ConfigValidation, SharedParallelNormNeedsParallelBlocks) {
@@ -405,6 +413,14 @@ TEST(ConfigValidation, ReportsEveryProblemOnItsOwnLine) {
   EXPECT_EQ(Error(kBase, {"model.n_layers=0", "optimizer.lr=-1"}),
             "tiny.textproto: model.n_layers=0 must be positive\n"
             "tiny.textproto: optimizer.lr=-1 must be positive and finite");
+  // The config's rules and the model's (model/config) together; a size left out is reported once, as
+  // absent, not also as 0.
+  EXPECT_EQ(Error(Without("d_model"),
+                  {"model.z_loss=-1", "model.norm.placement=POST", "model.parallel_block=true"}),
+            "tiny.textproto: model.d_model is required (a positive integer)\n"
+            "tiny.textproto: model.parallel_block=true needs model.norm.placement=PRE, not POST (the two "
+            "branches read one normed block input)\n"
+            "tiny.textproto: model.z_loss=-1 must be a finite number >= 0 (0 turns it off)");
 }
 
 TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
@@ -416,4 +432,4 @@ TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
 }
 
 }  // namespace
-}  // namespace lmf::experiments
+}  // namespace lmf::config

@@ -1,19 +1,19 @@
 // Config loading (see loader.h): parse with a collector that keeps the first error's position, then
 // overrides, validation and default resolution by reflection.
-#include "experiments/config/loader.h"
+#include "config/loader.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
-#include "experiments/config/overrides.h"
-#include "experiments/config/validation.h"
+#include "config/overrides.h"
+#include "config/validation.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 
-namespace lmf::experiments {
+namespace lmf::config {
 namespace {
 
 using google::protobuf::FieldDescriptor;
@@ -85,21 +85,21 @@ absl::Status ParseTextProto(std::string_view text, const std::string& source, go
   return absl::OkStatus();
 }
 
-absl::StatusOr<config::Experiment> ParseExperimentText(std::string_view text, const std::string& source) {
-  config::Experiment experiment;
+absl::StatusOr<Experiment> ParseExperimentText(std::string_view text, const std::string& source) {
+  Experiment experiment;
   if (absl::Status s = ParseTextProto(text, source, &experiment); !s.ok()) return s;
   return experiment;
 }
 
-absl::StatusOr<config::Experiment> ParseStoredExperiment(std::string_view text, const std::string& source) {
-  absl::StatusOr<config::Experiment> experiment = ParseExperimentText(text, source);
+absl::StatusOr<Experiment> ParseStoredExperiment(std::string_view text, const std::string& source) {
+  absl::StatusOr<Experiment> experiment = ParseExperimentText(text, source);
   if (experiment.ok()) ResolveDefaults(&*experiment);
   return experiment;
 }
 
-absl::StatusOr<config::Experiment> LoadExperimentText(std::string_view text, const std::string& source,
+absl::StatusOr<Experiment> LoadExperimentText(std::string_view text, const std::string& source,
                                                       const std::vector<std::string>& overrides) {
-  absl::StatusOr<config::Experiment> experiment = ParseExperimentText(text, source);
+  absl::StatusOr<Experiment> experiment = ParseExperimentText(text, source);
   if (!experiment.ok()) return experiment.status();
   for (const std::string& assignment : overrides) {
     absl::Status status = ApplyOverride(assignment, &*experiment);
@@ -111,21 +111,21 @@ absl::StatusOr<config::Experiment> LoadExperimentText(std::string_view text, con
   return experiment;
 }
 
-absl::StatusOr<config::Experiment> LoadExperiment(const std::string& path,
+absl::StatusOr<Experiment> LoadExperiment(const std::string& path,
                                                   const std::vector<std::string>& overrides) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   return LoadExperimentText(*text, path, overrides);
 }
 
-void ResolveDefaults(config::Experiment* experiment) {
+void ResolveDefaults(Experiment* experiment) {
   ResolveMessageDefaults(experiment);
-  config::ModelConfig* model = experiment->mutable_model();
+  ModelConfig* model = experiment->mutable_model();
   if (!model->has_n_kv_heads()) model->set_n_kv_heads(model->n_heads());
-  if (model->attention().variant_case() == config::AttentionConfig::VARIANT_NOT_SET) {
+  if (model->attention().variant_case() == AttentionConfig::VARIANT_NOT_SET) {
     model->mutable_attention()->mutable_causal();
   }
-  if (experiment->optimizer().algorithm_case() == config::OptimizerConfig::ALGORITHM_NOT_SET) {
+  if (experiment->optimizer().algorithm_case() == OptimizerConfig::ALGORITHM_NOT_SET) {
     ResolveMessageDefaults(experiment->mutable_optimizer()->mutable_adamw());
   }
 }
@@ -140,27 +140,27 @@ std::string ConfigDifference(const google::protobuf::Message& before,
   return report.substr(0, end);
 }
 
-std::string ExperimentToText(const config::Experiment& experiment) {
+std::string ExperimentToText(const Experiment& experiment) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(experiment, &text);
   return text;
 }
 
-absl::Status WriteExperiment(const config::Experiment& experiment, const std::string& path) {
+absl::Status WriteExperiment(const Experiment& experiment, const std::string& path) {
   return WriteFileAtomically(path, ExperimentToText(experiment));
 }
 
-void MakePathsAbsolute(const std::string& base_dir, config::Experiment* experiment) {
-  config::DataConfig* data = experiment->mutable_data();
+void MakePathsAbsolute(const std::string& base_dir, Experiment* experiment) {
+  DataConfig* data = experiment->mutable_data();
   if (data->has_train_tokens()) data->set_train_tokens(JoinPath(base_dir, data->train_tokens()));
-  for (config::TokenSource& source : *data->mutable_train_mixture()) {
+  for (TokenSource& source : *data->mutable_train_mixture()) {
     if (source.has_path()) source.set_path(JoinPath(base_dir, source.path()));
   }
   if (data->has_val_tokens()) data->set_val_tokens(JoinPath(base_dir, data->val_tokens()));
   if (data->has_tokenizer()) data->set_tokenizer(JoinPath(base_dir, data->tokenizer()));
-  config::RunConfig* run = experiment->mutable_run();
+  RunConfig* run = experiment->mutable_run();
   if (run->has_output_dir()) run->set_output_dir(JoinPath(base_dir, run->output_dir()));
   if (run->has_init_from()) run->set_init_from(JoinPath(base_dir, run->init_from()));
 }
 
-}  // namespace lmf::experiments
+}  // namespace lmf::config

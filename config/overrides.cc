@@ -1,5 +1,5 @@
 // --set overrides by reflection over the config's descriptors (see overrides.h).
-#include "experiments/config/overrides.h"
+#include "config/overrides.h"
 
 #include <cmath>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 
-namespace lmf::experiments {
+namespace lmf::config {
 namespace {
 
 using google::protobuf::EnumDescriptor;
@@ -156,4 +156,4 @@ absl::Status ApplyOverride(const std::string& assignment, Message* message) {
   return fail("expected --set=field.path=value");
 }
 
-}  // namespace lmf::experiments
+}  // namespace lmf::config

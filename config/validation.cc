@@ -1,206 +1,24 @@
 // The rules of every config message (see validation.h). Messages follow one shape: the field path, "=",
 // the value as written, then what is wrong, so a user can find the line in the textproto at a glance.
-#include "experiments/config/validation.h"
+#include "config/validation.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "experiments/schedule/lr_schedule.h"
+#include "config/model_conversion.h"
+#include "config/run_length.h"
 
-namespace lmf::experiments {
-namespace {
+namespace lmf::config {
 
-using config::AttentionConfig;
-using config::Experiment;
-using config::InitConfig;
-using config::ModelConfig;
-using config::NormConfig;
-using config::PositionalConfig;
-using config::RunConfig;
-using config::ScheduleConfig;
-
-// A required positive integer: "is required" when absent, "must be positive" when <= 0.
-void RequirePositive(bool present, int64_t value, const std::string& path, ConfigErrors* errors) {
-  if (!present) {
-    errors->Add(absl::StrCat(path, " is required (a positive integer)"));
-  } else if (value <= 0) {
-    errors->Add(absl::StrCat(path, "=", value, " must be positive"));
-  }
-}
-
-void RequireNonNegative(int64_t value, const std::string& path, ConfigErrors* errors) {
-  if (value < 0) errors->Add(absl::StrCat(path, "=", value, " must not be negative"));
-}
-
-// An enum explicitly set to its UNSPECIFIED value (the parser accepts it; the trainer cannot use it).
-template <typename Enum>
-void RequireSpecified(Enum value, const std::string& path, ConfigErrors* errors) {
-  if (static_cast<int>(value) == 0) errors->Add(absl::StrCat(path, " must not be an UNSPECIFIED value"));
-}
-
-void RequireUnitInterval(double value, bool include_one, const std::string& path, ConfigErrors* errors) {
-  const bool ok = value >= 0 && (include_one ? value <= 1 : value < 1);
-  if (!ok) errors->Add(absl::StrCat(path, "=", value, " must be in [0, 1", include_one ? "]" : ")"));
-}
-
-// The kernels apply epsilons in fp32: a positive double that rounds to 0 (or inf) there is not positive.
-void RequirePositiveInFloat(double value, const std::string& path, ConfigErrors* errors) {
-  if (!(value > 0)) {
-    errors->Add(absl::StrCat(path, "=", value, " must be positive"));
-  } else if (!(static_cast<float>(value) >= std::numeric_limits<float>::min()) ||
-             !std::isfinite(static_cast<float>(value))) {  // below FLT_MIN: subnormal, flushed to 0 on GPUs
-    errors->Add(
-        absl::StrCat(path, "=", value, " is not a positive fp32 number (the kernels apply it in fp32)"));
-  }
-}
-
-int64_t HeadSize(const ModelConfig& model) {
-  return model.n_heads() > 0 ? model.d_model() / model.n_heads() : 0;
-}
-
-}  // namespace
-
-absl::Status ConfigErrors::ToStatus(const std::string& source) const {
-  if (messages_.empty()) return absl::OkStatus();
-  std::vector<std::string> lines;
-  lines.reserve(messages_.size());
-  for (const std::string& message : messages_) lines.push_back(absl::StrCat(source, ": ", message));
-  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
-}
-
-void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
-  RequirePositive(model.has_d_model(), model.d_model(), "model.d_model", errors);
-  RequirePositive(model.has_n_layers(), model.n_layers(), "model.n_layers", errors);
-  RequirePositive(model.has_n_heads(), model.n_heads(), "model.n_heads", errors);
-  RequirePositive(model.has_vocab_size(), model.vocab_size(), "model.vocab_size", errors);
-  RequirePositive(model.has_context_length(), model.context_length(), "model.context_length", errors);
-  if (model.has_n_kv_heads() && model.n_kv_heads() <= 0) {
-    errors->Add(absl::StrCat("model.n_kv_heads=", model.n_kv_heads(), " must be positive"));
-  }
-  if (model.d_model() > 0 && model.n_heads() > 0 && model.d_model() % model.n_heads() != 0) {
-    errors->Add(absl::StrCat("model.n_heads=", model.n_heads(), " does not divide model.d_model=",
-                             model.d_model()));
-  }
-  if (model.n_kv_heads() > 0 && model.n_heads() > 0 && model.n_heads() % model.n_kv_heads() != 0) {
-    errors->Add(absl::StrCat("model.n_kv_heads=", model.n_kv_heads(), " does not divide model.n_heads=",
-                             model.n_heads()));
-  }
-
-  const NormConfig& norm = model.norm();
-  RequireSpecified(norm.kind(), "model.norm.kind", errors);
-  RequireSpecified(norm.placement(), "model.norm.placement", errors);
-  RequirePositiveInFloat(norm.eps(), "model.norm.eps", errors);
-  if (!(model.z_loss() >= 0) || !std::isfinite(model.z_loss())) {
-    errors->Add(
-        absl::StrCat("model.z_loss=", model.z_loss(), " must be a finite number >= 0 (0 turns it off)"));
-  }
-  if (!(model.final_logit_softcap() >= 0) || !std::isfinite(model.final_logit_softcap())) {
-    errors->Add(absl::StrCat("model.final_logit_softcap=", model.final_logit_softcap(),
-                             " must be a finite number >= 0 (0 turns it off)"));
-  }
-  if (model.parallel_shared_norm() && !model.parallel_block()) {
-    errors->Add(
-        "model.parallel_shared_norm=true needs model.parallel_block=true (it shares the parallel "
-        "branches' norm)");
-  }
-  if (model.parallel_block() && norm.placement() != NormConfig::PRE) {
-    errors->Add(absl::StrCat("model.parallel_block=true needs model.norm.placement=PRE, not ",
-                             NormConfig::Placement_Name(norm.placement())));
-  }
-
-  if (!model.has_ffn()) {
-    errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");
-  } else {
-    RequireSpecified(model.ffn().kind(), "model.ffn.kind", errors);
-    RequirePositive(model.ffn().has_d_ff(), model.ffn().d_ff(), "model.ffn.d_ff", errors);
-  }
-
-  const PositionalConfig& positional = model.positional();
-  RequireSpecified(positional.kind(), "model.positional.kind", errors);
-  if (positional.kind() == PositionalConfig::ROPE) {
-    const int64_t head_size = HeadSize(model);
-    if (head_size > 0 && model.d_model() % model.n_heads() == 0 && head_size % 2 != 0) {
-      errors->Add(absl::StrCat("model.positional.kind=ROPE needs an even head size, but model.d_model / ",
-                               "model.n_heads = ", head_size));
-    }
-    if (!(positional.rope_theta() > 1) || !std::isfinite(positional.rope_theta())) {  // the model's rule
-      errors->Add(absl::StrCat("model.positional.rope_theta=", positional.rope_theta(),
-                               " must be a finite number above 1 (the base of RoPE's wavelengths)"));
-    }
-  }
-  if (positional.kind() == PositionalConfig::SINUSOIDAL && model.d_model() % 2 != 0) {  // the model's rule
-    errors->Add(
-        absl::StrCat("model.positional.kind=SINUSOIDAL needs an even model.d_model (a sine and a cosine ",
-                     "per frequency), got ", model.d_model()));
-  }
-
-  RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
-  if (!(model.init().std() > 0)) {
-    errors->Add(absl::StrCat("model.init.std=", model.init().std(), " must be positive"));
-  }
-  if (model.init().scheme() != InitConfig::MUP && model.init().has_mup_base_d_model()) {
-    errors->Add(absl::StrCat("model.init.mup_base_d_model applies to model.init.scheme=MUP only, not ",
-                             InitConfig::Scheme_Name(model.init().scheme())));
-  }
-  if (model.init().scheme() == InitConfig::MUP) {
-    if (model.init().mup_base_d_model() <= 0) {
-      errors->Add(
-          absl::StrCat("model.init.mup_base_d_model=", model.init().mup_base_d_model(),
-                       " must be positive with model.init.scheme=MUP (the width its lr was tuned at)"));
-    }
-    if (model.tied_embeddings()) {
-      errors->Add(
-          "model.init.scheme=MUP needs model.tied_embeddings=false (the input embedding and the LM head "
-          "scale differently with width)");
-    }
-  }
-  ValidateAttention(model.attention(), model, errors);
-}
-
-void ValidateAttention(const AttentionConfig& attention, const ModelConfig& model, ConfigErrors* errors) {
-  switch (attention.variant_case()) {
-    case AttentionConfig::kSlidingWindow: {
-      const auto& sliding = attention.sliding_window();
-      RequirePositive(sliding.has_window(), sliding.window(), "model.attention.sliding_window.window", errors);
-      RequireNonNegative(sliding.global_every(), "model.attention.sliding_window.global_every", errors);
-      if (sliding.window() > model.context_length() && model.context_length() > 0) {
-        errors->Add(absl::StrCat("model.attention.sliding_window.window=", sliding.window(),
-                                 " exceeds model.context_length=", model.context_length()));
-      }
-      break;
-    }
-    case AttentionConfig::kMla: {
-      const auto& mla = attention.mla();
-      RequirePositive(mla.has_kv_lora_rank(), mla.kv_lora_rank(), "model.attention.mla.kv_lora_rank", errors);
-      RequirePositive(mla.has_rope_head_dim(), mla.rope_head_dim(), "model.attention.mla.rope_head_dim",
-                      errors);
-      RequireNonNegative(mla.q_lora_rank(), "model.attention.mla.q_lora_rank", errors);
-      if (mla.rope_head_dim() > 0 && mla.rope_head_dim() % 2 != 0) {
-        errors->Add(absl::StrCat("model.attention.mla.rope_head_dim=", mla.rope_head_dim(), " must be even"));
-      }
-      break;
-    }
-    case AttentionConfig::kCausal:
-    case AttentionConfig::VARIANT_NOT_SET:
-      break;
-  }
-  if (attention.logit_softcap() < 0) {
-    errors->Add(absl::StrCat("model.attention.logit_softcap=", attention.logit_softcap(),
-                             " must not be negative (0 turns it off)"));
-  }
-}
-
-void ValidateOptimizer(const config::OptimizerConfig& optimizer, ConfigErrors* errors) {
+void ValidateOptimizer(const OptimizerConfig& optimizer, ConfigErrors* errors) {
   if (!optimizer.has_lr()) {
     errors->Add("optimizer.lr is required (the peak learning rate)");
   } else if (!(optimizer.lr() > 0) || !std::isfinite(optimizer.lr())) {
     errors->Add(absl::StrCat("optimizer.lr=", optimizer.lr(), " must be positive and finite"));
   }
-  const config::AdamWConfig& adamw = optimizer.adamw();
+  const AdamWConfig& adamw = optimizer.adamw();
   RequireUnitInterval(adamw.beta1(), false, "optimizer.adamw.beta1", errors);
   RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
   RequirePositiveInFloat(adamw.eps(), "optimizer.adamw.eps", errors);
@@ -235,7 +53,7 @@ void ValidateSchedule(const ScheduleConfig& schedule, ConfigErrors* errors) {
   }
 }
 
-void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {
+void ValidateData(const DataConfig& data, ConfigErrors* errors) {
   if (data.train_mixture_size() == 0 && data.train_tokens().empty()) {
     errors->Add("data.train_tokens is required (a token file from `bpe encode`), or data.train_mixture");
   }
@@ -245,7 +63,7 @@ void ValidateData(const config::DataConfig& data, ConfigErrors* errors) {
   double total = 0;
   bool weights_ok = true;
   for (int i = 0; i < data.train_mixture_size(); ++i) {
-    const config::TokenSource& source = data.train_mixture(i);
+    const TokenSource& source = data.train_mixture(i);
     if (source.path().empty()) errors->Add(absl::StrCat("data.train_mixture[", i, "].path is required"));
     if (!(source.weight() > 0) || !std::isfinite(source.weight())) {
       errors->Add(absl::StrCat("data.train_mixture[", i, "].weight=", source.weight(),
@@ -284,12 +102,7 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
     errors->Add(absl::StrCat("run.keep_checkpoints=", run.keep_checkpoints(), " must be at least 1"));
   }
   if (run.output_dir().empty()) errors->Add("run.output_dir is required (the folder this run writes)");
-  RequireSpecified(run.device(), "run.device", errors);
-  RequireSpecified(run.precision(), "run.precision", errors);
-  if (run.precision() == RunConfig::BF16 && run.device() == RunConfig::CPU) {
-    errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
-  }
-  RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
+  ValidateDevice(run, errors);
   if (run.parallel().data() < 1 || run.parallel().data() > 256) {
     errors->Add(absl::StrCat("run.parallel.data=", run.parallel().data(), " must be 1 to 256 processes"));
   } else if (run.parallel().data() > 1) {
@@ -322,22 +135,20 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   }
 }
 
-void ValidateLogging(const config::LoggingConfig& logging, ConfigErrors* errors) {
+void ValidateDevice(const RunConfig& run, ConfigErrors* errors) {
+  RequireSpecified(run.device(), "run.device", errors);
+  RequireSpecified(run.precision(), "run.precision", errors);
+  if (run.precision() == RunConfig::BF16 && run.device() == RunConfig::CPU) {
+    errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
+  }
+  RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
+}
+
+void ValidateLogging(const LoggingConfig& logging, ConfigErrors* errors) {
   if (logging.log_interval() < 1) {
     errors->Add(absl::StrCat("logging.log_interval=", logging.log_interval(), " must be at least 1"));
   }
   RequireSpecified(logging.progress_bar(), "logging.progress_bar", errors);
-}
-
-int64_t TokensPerStep(const Experiment& experiment) {
-  return static_cast<int64_t>(experiment.run().batch_size()) * experiment.run().grad_accum_steps() *
-         experiment.model().context_length();
-}
-
-int64_t TotalSteps(const Experiment& experiment) {
-  if (experiment.run().has_max_steps()) return experiment.run().max_steps();
-  const int64_t per_step = TokensPerStep(experiment);
-  return per_step > 0 ? experiment.run().max_tokens() / per_step : 0;
 }
 
 absl::Status ValidateExperiment(const Experiment& experiment, const std::string& source) {
@@ -422,4 +233,4 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
   return errors.ToStatus(source);
 }
 
-}  // namespace lmf::experiments
+}  // namespace lmf::config

@@ -1,0 +1,171 @@
+// Model message -> lmf::model::ModelConfig, and the model message's validation (see model_conversion.h).
+#include "config/model_conversion.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf::config {
+namespace {
+
+// The members of model::ModelConfig whose config path is not "model.<member>".
+constexpr std::pair<std::string_view, std::string_view> kRenamedMembers[] = {
+    {"d_ff", "model.ffn.d_ff"},
+    {"ffn", "model.ffn.kind"},
+    {"norm", "model.norm.kind"},
+    {"norm_eps", "model.norm.eps"},
+    {"norm_placement", "model.norm.placement"},
+    {"positions", "model.positional.kind"},
+    {"rope_theta", "model.positional.rope_theta"},
+    {"qk_norm", "model.attention.qk_norm"},
+    {"sliding_window", "model.attention.sliding_window.window"},
+    {"global_every", "model.attention.sliding_window.global_every"},
+    {"attention_softcap", "model.attention.logit_softcap"},
+    {"biases", "model.bias"},
+    {"init", "model.init.scheme"},
+    {"init_std", "model.init.std"},
+    {"mup_base_d_model", "model.init.mup_base_d_model"},
+};
+
+// Every field, unchecked: an UNSPECIFIED enum (ValidateModel reports it) becomes a choice that no rule of
+// the model depends on, so that the model's rules still run on the rest.
+model::ModelConfig Convert(const ModelConfig& proto) {
+  model::ModelConfig m;
+  m.vocab_size = proto.vocab_size();
+  m.context_length = proto.context_length();
+  m.d_model = proto.d_model();
+  m.n_layers = proto.n_layers();
+  m.n_heads = proto.n_heads();
+  m.n_kv_heads = proto.has_n_kv_heads() ? proto.n_kv_heads() : proto.n_heads();
+  m.d_ff = proto.ffn().d_ff();
+  m.biases = proto.bias();
+  m.tied_embeddings = proto.tied_embeddings();
+  m.norm = proto.norm().kind() == NormConfig::LAYERNORM ? model::NormKind::kLayerNorm
+                                                         : model::NormKind::kRMSNorm;
+  m.norm_eps = proto.norm().eps();
+  switch (proto.norm().placement()) {
+    case NormConfig::POST: m.norm_placement = model::NormPlacement::kPost; break;
+    case NormConfig::DOUBLE: m.norm_placement = model::NormPlacement::kDouble; break;
+    default: m.norm_placement = model::NormPlacement::kPre; break;
+  }
+  m.parallel_block = proto.parallel_block();
+  m.parallel_shared_norm = proto.parallel_shared_norm();
+  m.z_loss = proto.z_loss();
+  m.final_logit_softcap = proto.final_logit_softcap();
+  switch (proto.ffn().kind()) {
+    case FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;
+    case FeedForwardConfig::RELU: m.ffn = model::FfnKind::kReLU; break;
+    case FeedForwardConfig::GEGLU: m.ffn = model::FfnKind::kGeGLU; break;
+    default: m.ffn = model::FfnKind::kSwiGLU; break;
+  }
+  switch (proto.positional().kind()) {
+    case PositionalConfig::ROPE: m.positions = model::PositionKind::kRoPE; break;
+    case PositionalConfig::LEARNED: m.positions = model::PositionKind::kLearned; break;
+    case PositionalConfig::SINUSOIDAL: m.positions = model::PositionKind::kSinusoidal; break;
+    default: m.positions = model::PositionKind::kNone; break;
+  }
+  m.rope_theta = proto.positional().rope_theta();
+  switch (proto.init().scheme()) {
+    case InitConfig::GPT2: m.init = model::InitScheme::kGpt2Scaled; break;
+    case InitConfig::MUP: m.init = model::InitScheme::kMup; break;
+    default: m.init = model::InitScheme::kCs336TruncatedNormal; break;
+  }
+  m.init_std = proto.init().std();
+  m.mup_base_d_model = proto.init().mup_base_d_model();
+  const AttentionConfig& attention = proto.attention();
+  if (attention.has_sliding_window()) {
+    m.sliding_window = attention.sliding_window().window();
+    m.global_every = attention.sliding_window().global_every();
+  }
+  m.qk_norm = attention.qk_norm();
+  m.attention_softcap = attention.logit_softcap();
+  return m;
+}
+
+// True for a member whose config field the config's rules report (absent, or a window that is not
+// positive): the model's rules on its converted value would report it again. An absent n_kv_heads is
+// n_heads's value, whose rules cover it.
+bool ReportedByTheConfig(const ModelConfig& proto, std::string_view member) {
+  if (member == "d_model") return !proto.has_d_model();
+  if (member == "n_layers") return !proto.has_n_layers();
+  if (member == "n_heads") return !proto.has_n_heads();
+  if (member == "n_kv_heads") return !proto.has_n_kv_heads();
+  if (member == "vocab_size") return !proto.has_vocab_size();
+  if (member == "context_length") return !proto.has_context_length();
+  if (member == "d_ff") return !proto.ffn().has_d_ff();
+  if (member == "sliding_window") {
+    return proto.attention().has_sliding_window() && !(proto.attention().sliding_window().window() > 0);
+  }
+  return false;
+}
+
+// The fields of the attention variants: a window (which the model takes; 0 there means none, so the config
+// requires a positive one) and multi-head latent attention's (which it does not build yet).
+void ValidateAttentionVariant(const AttentionConfig& attention, ConfigErrors* errors) {
+  if (attention.has_sliding_window()) {
+    const SlidingWindowAttention& sliding = attention.sliding_window();
+    RequirePositive(sliding.has_window(), sliding.window(), "model.attention.sliding_window.window", errors);
+  } else if (attention.has_mla()) {
+    const MultiLatentAttention& mla = attention.mla();
+    RequirePositive(mla.has_kv_lora_rank(), mla.kv_lora_rank(), "model.attention.mla.kv_lora_rank", errors);
+    RequirePositive(mla.has_rope_head_dim(), mla.rope_head_dim(), "model.attention.mla.rope_head_dim",
+                    errors);
+    RequireNonNegative(mla.q_lora_rank(), "model.attention.mla.q_lora_rank", errors);
+    if (mla.rope_head_dim() > 0 && mla.rope_head_dim() % 2 != 0) {
+      errors->Add(absl::StrCat("model.attention.mla.rope_head_dim=", mla.rope_head_dim(), " must be even"));
+    }
+  }
+}
+
+}  // namespace
+
+std::string ModelConfigPath(std::string_view member) {
+  for (const auto& [renamed, path] : kRenamedMembers) {
+    if (member == renamed) return std::string(path);
+  }
+  return "model." + std::string(member);
+}
+
+void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
+  const std::pair<bool, const char*> required[] = {
+      {model.has_d_model(), "model.d_model"},       {model.has_n_layers(), "model.n_layers"},
+      {model.has_n_heads(), "model.n_heads"},       {model.has_vocab_size(), "model.vocab_size"},
+      {model.has_context_length(), "model.context_length"}};
+  for (const auto& [present, path] : required) {
+    if (!present) errors->Add(absl::StrCat(path, " is required (a positive integer)"));
+  }
+  RequireSpecified(model.norm().kind(), "model.norm.kind", errors);
+  RequireSpecified(model.norm().placement(), "model.norm.placement", errors);
+  if (!model.has_ffn()) {
+    errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");
+  } else {
+    RequireSpecified(model.ffn().kind(), "model.ffn.kind", errors);
+    if (!model.ffn().has_d_ff()) errors->Add("model.ffn.d_ff is required (a positive integer)");
+  }
+  RequireSpecified(model.positional().kind(), "model.positional.kind", errors);
+  RequireSpecified(model.init().scheme(), "model.init.scheme", errors);
+  if (model.init().scheme() != InitConfig::MUP && model.init().has_mup_base_d_model()) {
+    errors->Add(absl::StrCat("model.init.mup_base_d_model applies to model.init.scheme=MUP only, not ",
+                             InitConfig::Scheme_Name(model.init().scheme())));
+  }
+  ValidateAttentionVariant(model.attention(), errors);
+
+  const model::ModelFieldNamer config_path = [&model](std::string_view member) -> std::optional<std::string> {
+    if (ReportedByTheConfig(model, member)) return std::nullopt;
+    return ModelConfigPath(member);
+  };
+  for (std::string& problem : Convert(model).Problems(config_path)) errors->Add(std::move(problem));
+}
+
+absl::StatusOr<model::ModelConfig> ToModelConfig(const ModelConfig& proto) {
+  if (proto.attention().has_mla()) {
+    return absl::UnimplementedError("model.attention.mla is not built by the model yet");
+  }
+  ConfigErrors errors;
+  ValidateModel(proto, &errors);
+  if (!errors.empty()) return errors.ToStatus("");
+  return Convert(proto);
+}
+
+}  // namespace lmf::config

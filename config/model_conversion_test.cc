@@ -1,0 +1,104 @@
+// The model message's conversion: every member of model::ModelConfig has a config path that names a field
+// of the schema, and ToModelConfig reports the model's problems by those paths, all of them at once, after
+// what the model does not build yet. (Each rule's message: validation_test; each field reaching the model:
+// experiments/configs/configs_test.)
+#include "config/model_conversion.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "config/experiment.pb.h"
+#include "config/loader.h"
+#include "gtest/gtest.h"
+#include "google/protobuf/descriptor.h"
+
+namespace lmf::config {
+namespace {
+
+// The members of model::ModelConfig that a config sets (padded_vocab_size is the model's own).
+const char* const kMembers[] = {
+    "vocab_size",     "context_length",    "d_model",      "n_layers",          "n_heads",
+    "n_kv_heads",     "d_ff",              "norm",         "norm_eps",          "norm_placement",
+    "parallel_block", "parallel_shared_norm", "qk_norm",   "sliding_window",    "global_every",
+    "attention_softcap", "final_logit_softcap", "z_loss",  "ffn",               "positions",
+    "rope_theta",     "biases",            "tied_embeddings", "init",           "init_std",
+    "mup_base_d_model"};
+
+// The field at `path` ("model.ffn.d_ff") of an Experiment, or null.
+const google::protobuf::FieldDescriptor* FieldAt(const std::string& path) {
+  const google::protobuf::Descriptor* message = Experiment::descriptor();
+  const google::protobuf::FieldDescriptor* field = nullptr;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(path, '.'))) {
+    if (message == nullptr) return nullptr;
+    field = message->FindFieldByName(part);
+    if (field == nullptr) return nullptr;
+    message = field->message_type();
+  }
+  return field;
+}
+
+TEST(ModelConversion, EveryMemberHasTheConfigPathOfAField) {
+  for (const char* member : kMembers) {
+    const std::string path = ModelConfigPath(member);
+    const google::protobuf::FieldDescriptor* field = FieldAt(path);
+    ASSERT_NE(field, nullptr) << member << " -> " << path;
+    EXPECT_NE(field->type(), google::protobuf::FieldDescriptor::TYPE_MESSAGE) << member << " -> " << path;
+  }
+  EXPECT_EQ(ModelConfigPath("d_ff"), "model.ffn.d_ff");
+  EXPECT_EQ(ModelConfigPath("n_kv_heads"), "model.n_kv_heads");
+}
+
+Experiment Parse(const std::string& model) {
+  auto parsed = ParseExperimentText(model, "model.textproto");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *parsed : Experiment();
+}
+
+TEST(ModelConversion, ReportsEveryProblemByItsConfigPath) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 30 n_layers: 1 n_heads: 4 vocab_size: 10 context_length: 4
+    ffn { kind: KIND_UNSPECIFIED d_ff: -8 }
+    norm { eps: 0 }
+    attention { logit_softcap: -1 }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.status().message(),
+            "model.ffn.kind must not be an UNSPECIFIED value\n"
+            "model.ffn.d_ff=-8 must be positive\n"
+            "model.n_heads=4 does not divide model.d_model=30\n"
+            "model.norm.eps=0 must be positive\n"
+            "model.attention.logit_softcap=-1 must be a finite number >= 0 (0 turns it off)");
+}
+
+TEST(ModelConversion, WhatTheModelDoesNotBuildComesFirst) {
+  const Experiment e = Parse("model { d_model: 30 attention { mla { kv_lora_rank: 8 } } }");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(m.status().message(), "model.attention.mla is not built by the model yet");
+}
+
+TEST(ModelConversion, AValidMessageConverts) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 64 n_layers: 2 n_heads: 4 n_kv_heads: 2 vocab_size: 97 context_length: 16
+    ffn { kind: GEGLU d_ff: 96 } norm { kind: LAYERNORM placement: DOUBLE eps: 1e-6 }
+    positional { kind: SINUSOIDAL } init { scheme: GPT2 std: 0.01 } bias: true
+  })pb");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->n_kv_heads, 2);
+  EXPECT_EQ(m->d_ff, 96);
+  EXPECT_EQ(m->ffn, model::FfnKind::kGeGLU);
+  EXPECT_EQ(m->norm, model::NormKind::kLayerNorm);
+  EXPECT_EQ(m->norm_placement, model::NormPlacement::kDouble);
+  EXPECT_EQ(m->norm_eps, static_cast<double>(1e-6f));
+  EXPECT_EQ(m->positions, model::PositionKind::kSinusoidal);
+  EXPECT_EQ(m->init, model::InitScheme::kGpt2Scaled);
+  EXPECT_EQ(m->init_std, static_cast<double>(0.01f));
+  EXPECT_TRUE(m->biases);
+}
+
+}  // namespace
+}  // namespace lmf::config
