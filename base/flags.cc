@@ -275,38 +275,25 @@ absl::StatusOr<const FlagsVerb*> ReadVerb(int argc, char** argv, const FlagsOpti
   return verb;
 }
 
-// TryParseFlags, also saying which verb was read (for the error's prefix).
-absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& options,
-                                  std::string* verb_name) {
-  GivenTexts().clear();
-  const std::string program = ProgramName(argc > 0 ? argv[0] : nullptr);
-  LastProgram() = program;
-  CommandLine line;
-  const FlagsVerb* verb = nullptr;
-  if (!options.verbs.empty()) {
-    absl::StatusOr<const FlagsVerb*> read = ReadVerb(argc, argv, options, &line.help);
-    if (!read.ok() || line.help) return read.ok() ? absl::StatusOr<CommandLine>(line) : read.status();
-    verb = *read;
-    line.verb = *verb_name = verb->name;
-    LastProgram() = absl::StrCat(program, " ", verb->name);
-  }
-  // The arguments: flags (a value-taking one takes the next argument where it has no "=") and the rest.
-  std::vector<Occurrence> occurrences;
+// The arguments from argv[first]: flags (one that takes a value takes the next argument where it has no
+// "=") into `occurrences`, the rest into line->positional; line->help where a flag asks for help.
+absl::Status SplitArguments(int argc, char** argv, int first, std::vector<Occurrence>* occurrences,
+                            CommandLine* line) {
   bool flags_ended = false;
-  for (int i = verb != nullptr ? 2 : 1; i < argc; ++i) {
+  for (int i = first; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (flags_ended || !LooksLikeFlag(arg)) {
       if (!flags_ended && arg == "--") {
         flags_ended = true;
       } else {
-        line.positional.emplace_back(arg);
+        line->positional.emplace_back(arg);
       }
       continue;
     }
     const size_t eq = arg.find('=');
     Occurrence o{std::string(FlagName(arg)), "", eq == absl::string_view::npos};
     if (IsHelpName(o.name)) {
-      line.help = true;
+      line->help = true;
       continue;
     }
     if (!o.bare) o.text = std::string(arg.substr(eq + 1));
@@ -320,37 +307,68 @@ absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& opt
       o.text = argv[++i];
       o.bare = false;
     }
-    occurrences.push_back(std::move(o));
+    occurrences->push_back(std::move(o));
   }
-  if (line.help) return line;
+  return absl::OkStatus();
+}
 
-  // Which flags, each once (but a RepeatedString), in the order first given; the positional arguments.
-  std::map<std::string, std::vector<const Occurrence*>> by_name;
-  std::vector<std::string> order;
+// The occurrences of each flag, in the order first given; each flag must be taken (by the verb, if any)
+// and given once, but a RepeatedString.
+using Grouped = std::vector<std::pair<std::string, std::vector<const Occurrence*>>>;
+absl::StatusOr<Grouped> GroupByFlag(const std::vector<Occurrence>& occurrences, const FlagsOptions& options,
+                                    const FlagsVerb* verb, const std::string& program) {
+  Grouped grouped;
   for (const Occurrence& o : occurrences) {
     const absl::CommandLineFlag* flag = OwnFlag(o.name);
     if (flag == nullptr || (verb != nullptr && !Contains(verb->flags, o.name))) {
       return absl::InvalidArgumentError(UnknownFlag(o.name, options, verb, program));
     }
-    std::vector<const Occurrence*>& seen = by_name[o.name];
-    if (!seen.empty() && !flag->IsOfType<RepeatedString>()) {
-      return absl::InvalidArgumentError(GivenTwice(*flag, *seen[0], o));
+    auto seen =
+        std::find_if(grouped.begin(), grouped.end(), [&](const auto& g) { return g.first == o.name; });
+    if (seen == grouped.end()) {
+      grouped.push_back({o.name, {&o}});
+    } else if (flag->IsOfType<RepeatedString>()) {
+      seen->second.push_back(&o);
+    } else {
+      return absl::InvalidArgumentError(GivenTwice(*flag, *seen->second[0], o));
     }
-    if (seen.empty()) order.push_back(o.name);
-    seen.push_back(&o);
   }
-  if (absl::Status s = CheckPositional(line.positional, options.positional); !s.ok()) return s;
+  return grouped;
+}
 
+// TryParseFlags, also saying which verb was read (for the error's prefix).
+absl::StatusOr<CommandLine> Parse(int argc, char** argv, const FlagsOptions& options,
+                                  std::string* verb_name) {
+  GivenTexts().clear();
+  const std::string program = ProgramName(argc > 0 ? argv[0] : nullptr);
+  LastProgram() = program;
+  CommandLine line;
+  const FlagsVerb* verb = nullptr;
+  if (!options.verbs.empty()) {
+    absl::StatusOr<const FlagsVerb*> read = ReadVerb(argc, argv, options, &line.help);
+    if (!read.ok()) return read.status();
+    if (line.help) return line;
+    verb = *read;
+    line.verb = *verb_name = verb->name;
+    LastProgram() = absl::StrCat(program, " ", verb->name);
+  }
+  std::vector<Occurrence> occurrences;
+  absl::Status split = SplitArguments(argc, argv, verb != nullptr ? 2 : 1, &occurrences, &line);
+  if (!split.ok()) return split;
+  if (line.help) return line;
+  absl::StatusOr<Grouped> grouped = GroupByFlag(occurrences, options, verb, program);
+  if (!grouped.ok()) return grouped.status();
+  if (absl::Status s = CheckPositional(line.positional, options.positional); !s.ok()) return s;
   // The values, then the checks of the flags given.
-  for (const std::string& name : order) {
-    if (absl::Status s = SetFlag(*absl::FindCommandLineFlag(name), by_name[name], options); !s.ok()) return s;
+  for (const auto& [name, given] : *grouped) {
+    if (absl::Status s = SetFlag(*absl::FindCommandLineFlag(name), given, options); !s.ok()) return s;
   }
   for (const FlagCheck& check : options.checks) {
     LMF_CHECK(OwnFlag(check.flag) != nullptr) << "a check names --" << check.flag << ", which is no flag";
-    const auto given = GivenTexts().find(check.flag);
-    if (given != GivenTexts().end() && !check.ok()) {
+    const auto text = GivenTexts().find(check.flag);
+    if (text != GivenTexts().end() && !check.ok()) {
       return absl::OutOfRangeError(
-          absl::StrCat("--", check.flag, "=", given->second, ": expected ", check.expected));
+          absl::StrCat("--", check.flag, "=", text->second, ": expected ", check.expected));
     }
   }
   return line;
