@@ -5,6 +5,7 @@
 #ifndef LMFORGE_DISTRIBUTED_TEST_RANKS_H_
 #define LMFORGE_DISTRIBUTED_TEST_RANKS_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -39,6 +40,7 @@ void ExpectExitCodes(const std::vector<RankOutcome>& outcomes, const std::vector
 void ExpectAllPassed(const std::vector<RankOutcome>& outcomes);
 
 // A rank's checks: each failure is printed to its stderr; exit_code() is 0 when all passed, else 1.
+// Thread-safe.
 class Checks {
  public:
   explicit Checks(int rank) : rank_(rank) {}
@@ -50,7 +52,7 @@ class Checks {
 
  private:
   int rank_;
-  int failures_ = 0;
+  std::atomic<int> failures_{0};
 };
 
 }  // namespace lmf::distributed::testing
