@@ -113,9 +113,8 @@ std::string Collectives::GroupContext() const {
   return absl::StrCat(backend_, " group '", name_, "' ", PeerName(rank_), " of ", world_size_);
 }
 
-Collectives::Op Collectives::MakeOp(OpKind kind, std::string description, const CallOptions& options) const {
+Collectives::Op Collectives::MakeOp(std::string description, const CallOptions& options) const {
   Op op;
-  op.kind = kind;
   op.context = absl::StrCat(GroupContext(), ": ", description);
   op.description = std::move(description);
   op.timeout = options.timeout.count() > 0 ? options.timeout : timeout_;
@@ -161,7 +160,6 @@ absl::Status Collectives::CheckPeer(const Op& op, int peer, int tag) const {
 std::unique_ptr<Work> Collectives::AllReduceAsync(const Buffer& data, ReduceOp reduce,
                                                   const CallOptions& options) {
   const Op op = MakeOp(
-      OpKind::kAllReduce,
       absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", Elements(data.count, data.type)), options);
   if (absl::Status s = CheckCommon(op, options, {&data}); !s.ok()) return Reject(s);
   return StartAllReduce(op, data, reduce);
@@ -169,8 +167,7 @@ std::unique_ptr<Work> Collectives::AllReduceAsync(const Buffer& data, ReduceOp r
 
 std::unique_ptr<Work> Collectives::BroadcastAsync(const Buffer& data, int root, const CallOptions& options) {
   const Op op =
-      MakeOp(OpKind::kBroadcast,
-             absl::StrCat("broadcast of ", Elements(data.count, data.type), " from rank ", root), options);
+      MakeOp(absl::StrCat("broadcast of ", Elements(data.count, data.type), " from rank ", root), options);
   if (absl::Status s = CheckCommon(op, options, {&data}); !s.ok()) return Reject(s);
   if (root < 0 || root >= world_size_) {
     return Reject(absl::InvalidArgumentError(
@@ -180,15 +177,14 @@ std::unique_ptr<Work> Collectives::BroadcastAsync(const Buffer& data, int root, 
 }
 
 std::unique_ptr<Work> Collectives::BarrierAsync(const CallOptions& options) {
-  const Op op = MakeOp(OpKind::kBarrier, "barrier", options);
+  const Op op = MakeOp("barrier", options);
   if (absl::Status s = CheckCommon(op, options, {}); !s.ok()) return Reject(s);
   return StartBarrier(op);
 }
 
 std::unique_ptr<Work> Collectives::ReduceScatterAsync(const Buffer& input, const Buffer& output,
                                                       ReduceOp reduce, const CallOptions& options) {
-  const Op op = MakeOp(OpKind::kReduceScatter,
-                       absl::StrCat("reduce-scatter (", ReduceName(reduce), ") of ",
+  const Op op = MakeOp(absl::StrCat("reduce-scatter (", ReduceName(reduce), ") of ",
                                     Elements(input.count, input.type), " into ", output.count, " per rank"),
                        options);
   if (absl::Status s = CheckCommon(op, options, {&input, &output}); !s.ok()) return Reject(s);
@@ -208,7 +204,6 @@ std::unique_ptr<Work> Collectives::ReduceScatterAsync(const Buffer& input, const
 std::unique_ptr<Work> Collectives::AllGatherAsync(const Buffer& input, const Buffer& output,
                                                   const CallOptions& options) {
   const Op op = MakeOp(
-      OpKind::kAllGather,
       absl::StrCat("all-gather of ", Elements(input.count, input.type), " per rank into ", output.count),
       options);
   if (absl::Status s = CheckCommon(op, options, {&input, &output}); !s.ok()) return Reject(s);
@@ -236,7 +231,6 @@ std::unique_ptr<Work> Collectives::AllToAllAsync(const Buffer& input, const std:
                                                  const Buffer& output, const std::vector<size_t>& recv_counts,
                                                  const CallOptions& options) {
   const Op op = MakeOp(
-      OpKind::kAllToAll,
       absl::StrCat("all-to-all of ", DataTypeName(input.type), " sending [", absl::StrJoin(send_counts, ", "),
                    "] receiving [", absl::StrJoin(recv_counts, ", "), "]"),
       options);
@@ -272,7 +266,6 @@ std::unique_ptr<Work> Collectives::AllToAllAsync(const Buffer& input, const std:
 std::unique_ptr<Work> Collectives::SendAsync(const Buffer& data, int peer, int tag,
                                              const CallOptions& options) {
   const Op op = MakeOp(
-      OpKind::kSend,
       absl::StrCat("send of ", Elements(data.count, data.type), " to ", PeerName(peer), " (tag ", tag, ")"),
       options);
   if (absl::Status s = CheckCommon(op, options, {&data}); !s.ok()) return Reject(s);
@@ -283,7 +276,6 @@ std::unique_ptr<Work> Collectives::SendAsync(const Buffer& data, int peer, int t
 std::unique_ptr<Work> Collectives::RecvAsync(const Buffer& data, int peer, int tag,
                                              const CallOptions& options) {
   const Op op = MakeOp(
-      OpKind::kRecv,
       absl::StrCat("recv of ", Elements(data.count, data.type), " from ", PeerName(peer), " (tag ", tag, ")"),
       options);
   if (absl::Status s = CheckCommon(op, options, {&data}); !s.ok()) return Reject(s);

@@ -177,18 +177,7 @@ class Collectives {
               std::chrono::milliseconds timeout, std::vector<int> world_ranks);
 
   // An op whose arguments were checked: what it is, for errors and for backends.
-  enum class OpKind : uint8_t {
-    kAllReduce,
-    kBroadcast,
-    kBarrier,
-    kReduceScatter,
-    kAllGather,
-    kAllToAll,
-    kSend,
-    kRecv
-  };
   struct Op {
-    OpKind kind;
     std::string description;  // "all-reduce (sum) of 1000 x f32": the op and its sizes
     std::string context;      // "gloo group 'world' rank 0 of 3: all-reduce (sum) of 1000 x f32"
     std::chrono::milliseconds timeout;
@@ -225,7 +214,7 @@ class Collectives {
   const std::vector<int>& world_ranks() const { return world_ranks_; }
 
  private:
-  Op MakeOp(OpKind kind, std::string description, const CallOptions& options) const;
+  Op MakeOp(std::string description, const CallOptions& options) const;
   // Checks what every op needs (timeout, buffers); an error names `op`.
   absl::Status CheckCommon(const Op& op, const CallOptions& options,
                            std::initializer_list<const Buffer*> buffers) const;

@@ -168,7 +168,7 @@ class GlooGroupState {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_.ok()) return error;  // another failure came first and closed the group
-      failure_ = error;
+      failure_ = CopyForThread(error);   // read by every thread that uses the group
     }
     if (note.empty()) note = std::string(error.message());
     try {
@@ -231,7 +231,7 @@ class PointToPointWork : public Work {
 
   absl::Status Wait() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (result_.has_value()) return *result_;
+    if (result_.has_value()) return CopyForThread(*result_);
     absl::Status status = op_->posted.Wait();
     if (status.ok()) {
       const auto left =
@@ -244,7 +244,7 @@ class PointToPointWork : public Work {
         status = state_->Failed(facts_, e.what());
       }
     }
-    result_ = status;
+    result_ = CopyForThread(status);
     return status;
   }
 
@@ -338,7 +338,7 @@ absl::Status GlooGroup::CheckDevice(const kernels::Device& device) const {
 }
 
 void GlooGroup::FailAfterIssuedOps(const absl::Status& error) {
-  queue_->Add([state = state_, error] { (void)state->Fail(error); });
+  queue_->Add([state = state_, error = CopyForThread(error)] { (void)state->Fail(error); });
 }
 
 std::unique_ptr<Work> GlooGroup::Enqueue(const Op& op, std::function<absl::Status()> body) {

@@ -38,11 +38,11 @@ void OpQueue::Loop() {
   }
 }
 
-void OpResult::Set(absl::Status status) {
+void OpResult::Set(const absl::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_.has_value()) return;
-    status_ = std::move(status);
+    status_ = CopyForThread(status);
   }
   set_.notify_all();
 }
@@ -50,7 +50,11 @@ void OpResult::Set(absl::Status status) {
 absl::Status OpResult::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   set_.wait(lock, [this] { return status_.has_value(); });
-  return *status_;
+  return CopyForThread(*status_);
+}
+
+absl::Status CopyForThread(const absl::Status& status) {
+  return status.ok() ? absl::OkStatus() : absl::Status(status.code(), status.message());
 }
 
 }  // namespace lmf::distributed

@@ -40,7 +40,8 @@ class OpQueue {
 class OpResult {
  public:
   // Only the first call counts.
-  void Set(absl::Status status);
+  void Set(const absl::Status& status);
+  // Each caller gets a copy of its own (see CopyForThread).
   absl::Status Wait();
 
  private:
@@ -48,6 +49,11 @@ class OpResult {
   std::condition_variable set_;
   std::optional<absl::Status> status_;
 };
+
+// A copy of `status` that shares nothing with it (its payloads dropped), for a status that another thread
+// will hold: copies of one absl::Status share a reference count kept by the Abseil library, which is built
+// without ThreadSanitizer, so two threads dropping their copies would be reported as a race on its message.
+absl::Status CopyForThread(const absl::Status& status);
 
 }  // namespace lmf::distributed
 
