@@ -182,22 +182,40 @@ std::unique_ptr<Work> Collectives::BarrierAsync(const CallOptions& options) {
   return StartBarrier(op);
 }
 
+absl::Status Collectives::CheckBlocks(const Op& op, const Buffer& input, const Buffer& output,
+                                      bool input_is_whole) const {
+  auto invalid = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(op.context, ": ", why));
+  };
+  if (input.type != output.type) {
+    return invalid(
+        absl::StrCat("the output is ", DataTypeName(output.type), ", the input ", DataTypeName(input.type)));
+  }
+  const Buffer& whole = input_is_whole ? input : output;
+  const Buffer& block = input_is_whole ? output : input;
+  const char* whole_name = input_is_whole ? "input" : "output";
+  const char* block_name = input_is_whole ? "output" : "input";
+  if (whole.count != block.count * world_size_) {
+    return invalid(absl::StrCat("the ", whole_name, " must hold world_size ", world_size_, " x ", block_name,
+                                " count ", block.count, " = ", block.count * world_size_, " elements, not ",
+                                whole.count));
+  }
+  const bool in_place = block.data == static_cast<char*>(whole.data) + rank_ * block.bytes();
+  if (!in_place && Overlap(input, output)) {
+    return invalid(absl::StrCat("the ", block_name, " overlaps the ", whole_name,
+                                " without being this rank's block of it (in place: ", block_name, " = ",
+                                whole_name, " + rank x ", block_name, " count)"));
+  }
+  return absl::OkStatus();
+}
+
 std::unique_ptr<Work> Collectives::ReduceScatterAsync(const Buffer& input, const Buffer& output,
                                                       ReduceOp reduce, const CallOptions& options) {
   const Op op = MakeOp(absl::StrCat("reduce-scatter (", ReduceName(reduce), ") of ",
                                     Elements(input.count, input.type), " into ", output.count, " per rank"),
                        options);
   if (absl::Status s = CheckCommon(op, options, {&input, &output}); !s.ok()) return Reject(s);
-  if (input.type != output.type) {
-    return Reject(
-        absl::InvalidArgumentError(absl::StrCat(op.context, ": the output is ", DataTypeName(output.type),
-                                                ", the input ", DataTypeName(input.type))));
-  }
-  if (input.count != output.count * world_size_) {
-    return Reject(absl::InvalidArgumentError(
-        absl::StrCat(op.context, ": the input must hold world_size ", world_size_, " x output count ",
-                     output.count, " = ", output.count * world_size_, " elements, not ", input.count)));
-  }
+  if (absl::Status s = CheckBlocks(op, input, output, /*input_is_whole=*/true); !s.ok()) return Reject(s);
   return StartReduceScatter(op, input, output, reduce);
 }
 
@@ -207,23 +225,7 @@ std::unique_ptr<Work> Collectives::AllGatherAsync(const Buffer& input, const Buf
       absl::StrCat("all-gather of ", Elements(input.count, input.type), " per rank into ", output.count),
       options);
   if (absl::Status s = CheckCommon(op, options, {&input, &output}); !s.ok()) return Reject(s);
-  if (input.type != output.type) {
-    return Reject(
-        absl::InvalidArgumentError(absl::StrCat(op.context, ": the output is ", DataTypeName(output.type),
-                                                ", the input ", DataTypeName(input.type))));
-  }
-  if (output.count != input.count * world_size_) {
-    return Reject(absl::InvalidArgumentError(
-        absl::StrCat(op.context, ": the output must hold world_size ", world_size_, " x input count ",
-                     input.count, " = ", input.count * world_size_, " elements, not ", output.count)));
-  }
-  const bool in_place = input.data == static_cast<char*>(output.data) + rank_ * input.bytes();
-  if (!in_place && Overlap(input, output)) {
-    return Reject(absl::InvalidArgumentError(
-        absl::StrCat(op.context,
-                     ": the input overlaps the output without being this rank's block of it "
-                     "(in place: input = output + rank x input count)")));
-  }
+  if (absl::Status s = CheckBlocks(op, input, output, /*input_is_whole=*/false); !s.ok()) return Reject(s);
   return StartAllGather(op, input, output);
 }
 

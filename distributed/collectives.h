@@ -92,7 +92,7 @@ struct CallOptions {
   void* stream = nullptr;
 };
 
-// An issued op.
+// An issued op. One destroyed before its op is done waits for it (the op may still use the buffers).
 class Work {
  public:
   virtual ~Work() = default;
@@ -124,7 +124,7 @@ class Collectives {
   // Done when every rank has issued it.
   std::unique_ptr<Work> BarrierAsync(const CallOptions& options = {});
   // `input` is world_size() blocks of output.count elements; rank r's `output` gets block r reduced over the
-  // ranks. The buffers may overlap.
+  // ranks. In place when `output` is exactly this rank's block of `input`; no other overlap.
   std::unique_ptr<Work> ReduceScatterAsync(const Buffer& input, const Buffer& output, ReduceOp op,
                                            const CallOptions& options = {});
   // `output` is world_size() blocks of input.count elements; block r is rank r's `input`. In place when
@@ -218,6 +218,10 @@ class Collectives {
   // Checks what every op needs (timeout, buffers); an error names `op`.
   absl::Status CheckCommon(const Op& op, const CallOptions& options,
                            std::initializer_list<const Buffer*> buffers) const;
+  // What reduce-scatter and all-gather check: one buffer (the "whole") is world_size() blocks of the other,
+  // of one type, and they overlap only as this rank's block of the whole.
+  absl::Status CheckBlocks(const Op& op, const Buffer& input, const Buffer& output,
+                           bool input_is_whole) const;
   // A send's or recv's peer and tag.
   absl::Status CheckPeer(const Op& op, int peer, int tag) const;
   std::unique_ptr<Work> Reject(const absl::Status& error);

@@ -222,6 +222,12 @@ TEST(GlooFailures, BadArgumentsAreRejectedWithClearMessages) {
                          {"the input overlaps the output without being this rank's block of it"},
                          "all-gather overlap");
         checks.FailsWith(
+            group.ReduceScatter(Buffer::Host(f.data(), 6), Buffer::Host(f.data() + 1, 3), ReduceOp::kMax),
+            {"reduce-scatter (max) of 6 x f32 into 3 per rank: the output overlaps the input without being "
+             "this "
+             "rank's block of it"},
+            "reduce-scatter overlap");
+        checks.FailsWith(
             group.AllToAll(Buffer::Host(f.data(), 3), {1, 2, 0}, Buffer::Host(f.data() + 6, 3), {1, 2}),
             {"all-to-all of f32 sending [1, 2, 0] receiving [1, 2]: send_counts has 3 entries and "
              "recv_counts 2; each needs one per rank (2)"},

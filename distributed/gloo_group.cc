@@ -398,7 +398,7 @@ std::unique_ptr<Work> GlooGroup::StartReduceScatter(const Op& op, const Buffer& 
   return Enqueue(op, [context = state_->context, input, output, reduce, rank = rank(),
                       tag = CollectiveTag(op.description), timeout = op.timeout] {
     if (output.count == 0) return absl::OkStatus();
-    std::vector<char> all(input.bytes());  // a copy: the input is only read, and may overlap the output
+    std::vector<char> all(input.bytes());  // a copy: the input is only read, and may hold the output
     std::memcpy(all.data(), input.data, all.size());
     RunAllReduce(context, all.data(), input.count, input.type, reduce, tag, timeout);
     std::memcpy(output.data, all.data() + rank * output.bytes(), output.bytes());
