@@ -1,5 +1,6 @@
-// Two real processes (fork) join a Gloo group on loopback through a file store and run all-reduce,
-// broadcast and barrier; each child checks its own results and reports through its exit code.
+// Joining a Gloo group: two real processes join on loopback through a file store and run the trainer's
+// all-reduce, broadcast and barrier (each checks its own results and reports through its exit code); a bad
+// rank is refused; abort_connect ends the wait for a rank that never comes or dies before connecting.
 #include "distributed/gloo_group.h"
 
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/test_ranks.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/context.h"
 #include "gloo/transport/pair.h"
@@ -23,52 +25,30 @@
 namespace lmf::distributed {
 namespace {
 
-// Exit codes of a child: 0 ok, 10+ a failed step.
-int RunRank(int rank, int world, const std::string& dir) {
-  GlooGroupOptions opts;
-  opts.rank = rank;
-  opts.world_size = world;
-  opts.rendezvous_dir = dir;
-  auto group = GlooGroup::Connect(opts);
-  if (!group.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, group.status().ToString().c_str());
-    return 10;
-  }
+// Exit codes of a rank: 0 ok, 11+ a failed step.
+int RunRank(Collectives& group) {
   // All-reduce: rank r contributes (r+1) * (i+1); the sum over ranks is (i+1) * world*(world+1)/2.
+  const int world = group.world_size();
   const int n = 100000;  // large enough for Gloo to split into several chunks
   std::vector<float> grads(n);
-  for (int i = 0; i < n; ++i) grads[i] = static_cast<float>((rank + 1) * (i % 97 + 1));
-  if (!(*group)->AllReduceSum(grads.data(), grads.size()).ok()) return 11;
+  for (int i = 0; i < n; ++i) grads[i] = static_cast<float>((group.rank() + 1) * (i % 97 + 1));
+  if (!group.AllReduceSum(grads.data(), grads.size()).ok()) return 11;
   const float factor = static_cast<float>(world * (world + 1) / 2);
   for (int i = 0; i < n; ++i) {
     if (grads[i] != factor * static_cast<float>(i % 97 + 1)) return 12;  // small integers: exact in fp32
   }
-  std::vector<float> weights(8, rank == 1 ? 2.5f : -1.0f);
-  if (!(*group)->Broadcast(weights.data(), weights.size(), /*root=*/1).ok()) return 13;
+  std::vector<float> weights(8, group.rank() == 1 ? 2.5f : -1.0f);
+  if (!group.Broadcast(weights.data(), weights.size(), /*root=*/1).ok()) return 13;
   for (float w : weights) {
     if (w != 2.5f) return 14;
   }
-  if (!(*group)->Barrier().ok()) return 15;
+  if (!group.Barrier().ok()) return 15;
   return 0;
 }
 
+// Two real processes (test_ranks.h: forked, joined through a file store, every wait bounded).
 TEST(GlooGroup, AllReduceBroadcastBarrierAcrossTwoProcesses) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/gloo_rendezvous_" + std::to_string(::getpid());
-  const int world = 2;
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) ::_exit(RunRank(rank, world, dir));
-    children.push_back(pid);
-  }
-  for (int rank = 0; rank < world; ++rank) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(children[rank], &status, 0), children[rank]);
-    ASSERT_TRUE(WIFEXITED(status)) << "rank " << rank << " crashed";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << rank << " failed at step " << WEXITSTATUS(status);
-  }
+  testing::ExpectAllPassed(testing::RunRanks(2, RunRank));
 }
 
 TEST(GlooGroup, RejectsBadRankWithClearMessage) {

@@ -2,23 +2,16 @@
 #include "experiments/trainer/data_parallel.h"
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <thread>
+#include <utility>
+#include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/subprocess.h"
@@ -36,10 +29,6 @@ constexpr char kWorkerEnv[] = "LMF_DATA_PARALLEL_WORKER";
 constexpr char kRendezvousPrefix[] = ".data_parallel-";
 constexpr std::chrono::seconds kConnectTimeout{60};
 
-std::string LogPath(const std::string& run_dir, int rank) {
-  return absl::StrCat(run_dir, "/rank_", rank, ".log");
-}
-
 // How rank `rank` of `world` joins the group through `rendezvous` (rank 0 and the workers alike).
 distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::string& rendezvous,
                                            int timeout_seconds) {
@@ -52,26 +41,6 @@ distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::strin
   return options;
 }
 
-// The threads each rank of a run on `world` processes runs: LMF_NUM_THREADS when it is a thread count (at
-// most ThreadPool::kMaxThreads, as ThreadPool::Default reads it), else an even share of the hardware threads.
-int RankThreads(int world) {
-  int threads = 0;
-  if (const char* env = std::getenv("LMF_NUM_THREADS");
-      env != nullptr && absl::SimpleAtoi(env, &threads) && threads > 0) {
-    return std::min(threads, ThreadPool::kMaxThreads);
-  }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
-}
-
-// The last `lines` lines of a file, for failure messages.
-std::string Tail(const std::string& path, int lines) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return "";
-  std::vector<std::string> all = absl::StrSplit(*text, '\n', absl::SkipWhitespace());
-  if (static_cast<int>(all.size()) > lines) all.erase(all.begin(), all.end() - lines);
-  return absl::StrJoin(all, " | ");
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
@@ -79,27 +48,22 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
   const config::RunConfig& run = experiment.run();
   const int world = run.parallel().data();
   std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
-  launch->run_dir_ = run.output_dir();
-  // Unique to this launch (a pid alone can recur, and a folder a killed launch left is not always removed).
-  launch->rendezvous_dir_ = absl::StrCat(run.output_dir(), "/", kRendezvousPrefix, ::getpid(), "-",
-                                         std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count());
-  if (FileExists(launch->rendezvous_dir_)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("data parallel: ", launch->rendezvous_dir_, " exists already"));
+  absl::StatusOr<std::unique_ptr<distributed::RendezvousFolder>> rendezvous =
+      distributed::RendezvousFolder::Create(run.output_dir(), kRendezvousPrefix);
+  if (!rendezvous.ok()) {
+    if (rendezvous.status().code() != absl::StatusCode::kAlreadyExists) return rendezvous.status();
+    return absl::AlreadyExistsError(absl::StrCat("data parallel: ", rendezvous.status().message()));
   }
-  if (absl::Status s = MakeDirs(launch->rendezvous_dir_); !s.ok()) return s;
-  const std::string config_path = launch->rendezvous_dir_ + "/config.textproto";
-  if (absl::Status s = WriteFileAtomically(config_path, config::ExperimentToText(experiment)); !s.ok()) {
-    return s;
-  }
+  launch->rendezvous_ = *std::move(rendezvous);
+  const std::string rendezvous_dir = launch->rendezvous_->path();
+  const std::string config_path = rendezvous_dir + "/config.textproto";
+  if (absl::Status s = WriteFileAtomically(config_path, config::ExperimentToText(experiment)); !s.ok()) return s;
 
   // The ranks share the cores, unless the user chose a thread count (then each rank gets it). Every rank runs
   // exactly that many threads, rank 0 too, whatever pool this process made before (a caller's, a test's): the
   // optimizer's kernels split their work by the thread count, and the ranks' copies of the weights stay
   // identical only if each rank updates them in the same pieces.
-  const int threads = RankThreads(world);
+  const int threads = distributed::ThreadsPerRank(world);
   if (std::getenv("LMF_NUM_THREADS") == nullptr) {  // this process's pool, if made now, is the run's size
     ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), /*overwrite=*/1);
     ThreadPool::Default();
@@ -110,50 +74,43 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     launch->own_pool_ = std::make_unique<ThreadPool>(threads);
     launch->pool_ = launch->own_pool_.get();
   }
-  std::vector<std::string> command = options.data_parallel_command;
-  if (command.empty()) command = {"/proc/self/exe"};  // this very binary, even if rebuilt since
-  for (int rank = 1; rank < world; ++rank) {
-    ChildSpec child;
-    child.argv = command;
-    child.env = {
-        {kWorkerEnv, absl::StrCat(rank, " ", world, " ", options.resume ? 1 : 0, " ", options.stop_after_step,
-                                  " ", run.parallel().timeout_seconds(), " ", launch->rendezvous_dir_)},
+  distributed::LaunchOptions workers;
+  workers.command = options.data_parallel_command;
+  if (workers.command.empty())
+    workers.command = {"/proc/self/exe"};  // this very binary, even if rebuilt since
+  workers.world_size = world;
+  workers.first_rank = 1;
+  workers.log_dir = run.output_dir();
+  workers.environment = [world, threads, rendezvous_dir, resume = options.resume ? 1 : 0,
+                         stop_after = options.stop_after_step,
+                         timeout = run.parallel().timeout_seconds()](int rank) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {kWorkerEnv,
+         absl::StrCat(rank, " ", world, " ", resume, " ", stop_after, " ", timeout, " ", rendezvous_dir)},
         {"LMF_NUM_THREADS", std::to_string(threads)}};
-    child.log_path = LogPath(run.output_dir(), rank);
-    // Appended to: a resumed run's ranks add their lines below the earlier attempt's, after this line.
-    child.log_header = LogStartLine(absl::StrCat("data parallel rank ", rank, " of ", world, " starts",
-                                                 options.resume ? " (--resume)" : ""));
-    // A rank 0 killed before it could stop them leaves no worker waiting.
-    child.parent_death_signal = SIGKILL;
-    absl::StatusOr<pid_t> pid = StartChild(child);
-    if (!pid.ok()) return pid.status();
-    launch->workers_.push_back(*pid);
-    launch->exit_status_.push_back(0);
-  }
+  };
+  // Appended to: a resumed run's ranks add their lines below the earlier attempt's, after this line.
+  workers.log_header = [world, resume = options.resume](int rank) {
+    return LogStartLine(
+        absl::StrCat("data parallel rank ", rank, " of ", world, " starts", resume ? " (--resume)" : ""));
+  };
+  workers.parent_death_signal =
+      SIGKILL;  // a rank 0 killed before it could stop them leaves no worker waiting
+  absl::StatusOr<std::unique_ptr<distributed::WorkerProcesses>> started =
+      distributed::WorkerProcesses::Start(workers);
+  if (!started.ok()) return started.status();
+  launch->workers_ = *std::move(started);
 
   // Every worker says it is up (its config loaded) before the group connects: one that cannot start is
   // named at once instead of after the connect timeout.
-  for (int waited_ms = 0;; waited_ms += 20) {
-    bool all_ready = true;
-    for (int rank = 1; rank < world; ++rank) {
-      all_ready = all_ready && FileExists(absl::StrCat(launch->rendezvous_dir_, "/ready.", rank));
-    }
-    if (all_ready) break;
-    if (const std::string dead = launch->DeadWorkers(/*grace_ms=*/0); !dead.empty()) {
-      return absl::UnavailableError(absl::StrCat("run.parallel.data=", world, ": ", dead));
-    }
-    if (waited_ms >= static_cast<int>(std::chrono::milliseconds(kConnectTimeout).count())) {
-      return absl::DeadlineExceededError(absl::StrCat("run.parallel.data=", world,
-                                                      ": the workers did not start within ",
-                                                      kConnectTimeout.count(), " s (see rank_<r>.log)"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (absl::Status s = launch->workers_->WaitUntilReady(rendezvous_dir, kConnectTimeout); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("run.parallel.data=", world, ": ", s.message()));
   }
   // A worker that dies after saying it is up but before it has joined the group (its Gloo device fails, say,
   // or it dies between publishing its address and connecting) is named as soon as it exits, not after the
   // connect timeout.
   distributed::GlooGroupOptions group_options =
-      GroupOptions(0, world, launch->rendezvous_dir_, run.parallel().timeout_seconds());
+      GroupOptions(0, world, rendezvous_dir, run.parallel().timeout_seconds());
   bool aborted = false;
   group_options.abort_connect = [&launch, &aborted] {
     std::string dead = launch->DeadWorkers(/*grace_ms=*/0);
@@ -175,71 +132,23 @@ absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
 
 DataParallelLaunch::~DataParallelLaunch() {
   group_.reset();
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i] < 0) continue;
-    ::kill(workers_[i], SIGTERM);
-    int status = 0;
-    // A worker stopped mid-collective exits at once; one in a long step gets a few seconds, then SIGKILL.
-    for (int waited_ms = 0; ::waitpid(workers_[i], &status, WNOHANG) == 0; waited_ms += 50) {
-      if (waited_ms == 5000) ::kill(workers_[i], SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  if (!rendezvous_dir_.empty()) (void)RemoveFlatFolder(rendezvous_dir_);
-}
-
-std::string DataParallelLaunch::Describe(int rank, int wait_status) const {
-  const std::string how = WIFEXITED(wait_status)
-                              ? absl::StrCat("exited with status ", WEXITSTATUS(wait_status))
-                              : absl::StrCat("was killed by signal ", WTERMSIG(wait_status));
-  const std::string log = LogPath(run_dir_, rank);
-  return absl::StrCat("rank ", rank, " ", how, " (", log, ": ", Tail(log, 3), ")");
+  workers_.reset();  // stops (SIGTERM, then SIGKILL) and reaps the workers still running
+  rendezvous_.reset();
 }
 
 absl::Status DataParallelLaunch::Wait() {
-  std::vector<std::string> failed;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i] >= 0) {
-      int status = 0;
-      while (::waitpid(workers_[i], &status, 0) < 0 && errno == EINTR) {
-      }
-      workers_[i] = -1;
-      exit_status_[i] = status;
-    }
-    const int status = exit_status_[i];
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      failed.push_back(Describe(static_cast<int>(i) + 1, status));
+  if (absl::Status s = workers_->Wait(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("data parallel: ", s.message()));
   }
-  if (failed.empty()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("data parallel: ", absl::StrJoin(failed, "; ")));
+  return absl::OkStatus();
 }
 
 std::string DataParallelLaunch::DeadWorkers(int grace_ms) {
-  std::vector<std::string> dead;
-  for (int waited_ms = 0;; waited_ms += 50) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (workers_[i] < 0) continue;
-      int status = 0;
-      if (::waitpid(workers_[i], &status, WNOHANG) == workers_[i]) {
-        workers_[i] = -1;
-        exit_status_[i] = status;
-        dead.push_back(Describe(static_cast<int>(i) + 1, status));
-      }
-    }
-    if (!dead.empty() || waited_ms >= grace_ms) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return absl::StrJoin(dead, "; ");
+  return workers_->DeadWorkers(std::chrono::milliseconds(grace_ms));
 }
 
 absl::Status RemoveStaleRendezvous(const std::string& run_dir) {
-  absl::StatusOr<std::vector<std::string>> names = ListFolder(run_dir);
-  if (!names.ok()) return absl::OkStatus();
-  for (const std::string& name : *names) {
-    if (!absl::StartsWith(name, kRendezvousPrefix)) continue;
-    if (absl::Status s = RemoveFlatFolder(run_dir + "/" + name); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return distributed::RemoveStaleRendezvousFolders(run_dir, kRendezvousPrefix);
 }
 
 bool IsDataParallelWorker() { return std::getenv(kWorkerEnv) != nullptr; }
@@ -267,7 +176,7 @@ int DataParallelWorkerMain() {
                  std::string(experiment.status().message()).c_str());
     return 1;
   }
-  if (absl::Status s = WriteFileAtomically(absl::StrCat(rendezvous, "/ready.", rank), ""); !s.ok()) {
+  if (absl::Status s = distributed::MarkReady(rendezvous, rank); !s.ok()) {
     std::fprintf(stderr, "data parallel rank %d: %s\n", rank, std::string(s.message()).c_str());
     return 1;
   }

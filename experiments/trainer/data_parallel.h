@@ -11,22 +11,25 @@
 // its log's last lines. Stopping: SIGINT/SIGTERM (Ctrl-C reaches every rank) are agreed on at the step's
 // all-reduce, so all ranks stop after the same step and rank 0 checkpoints.
 //
+// Starting, watching and stopping the processes, the rendezvous folder and the thread count are
+// distributed/'s (launcher.h, rendezvous.h); this file keeps what is the trainer's: what a worker is told
+// (the run's config, --resume, its stop step, the group's timeout) and the worker's main.
+//
 // Any binary that calls Train must start with
 //     if (lmf::experiments::IsDataParallelWorker()) return lmf::experiments::DataParallelWorkerMain();
 // (train, sweep and quickstart do) so that it can serve as a worker.
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_DATA_PARALLEL_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_DATA_PARALLEL_H_
 
-#include <sys/types.h>
-
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/thread_pool.h"
 #include "config/experiment.pb.h"
 #include "distributed/collectives.h"
+#include "distributed/launcher.h"
+#include "distributed/rendezvous.h"
 
 namespace lmf::experiments {
 
@@ -57,12 +60,9 @@ class DataParallelLaunch {
 
  private:
   DataParallelLaunch() = default;
-  std::string Describe(int rank, int wait_status) const;
 
-  std::string run_dir_;
-  std::string rendezvous_dir_;
-  std::vector<pid_t> workers_;  // rank r at [r - 1]; -1 once reaped
-  std::vector<int> exit_status_;
+  std::unique_ptr<distributed::RendezvousFolder> rendezvous_;
+  std::unique_ptr<distributed::WorkerProcesses> workers_;
   std::unique_ptr<distributed::Collectives> group_;
   ThreadPool* pool_ = nullptr;
   std::unique_ptr<ThreadPool> own_pool_;  // when ThreadPool::Default() has another thread count

@@ -1,0 +1,161 @@
+// WorkerProcesses and ThreadsPerRank (see launcher.h).
+#include "distributed/launcher.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/file.h"
+#include "base/subprocess.h"
+#include "base/thread_pool.h"
+#include "distributed/rendezvous.h"
+
+namespace lmf::distributed {
+namespace {
+
+// The last `lines` lines of a file, for failure messages.
+std::string Tail(const std::string& path, int lines) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return "";
+  std::vector<std::string> all = absl::StrSplit(*text, '\n', absl::SkipWhitespace());
+  if (static_cast<int>(all.size()) > lines) all.erase(all.begin(), all.end() - lines);
+  return absl::StrJoin(all, " | ");
+}
+
+std::string Duration(std::chrono::milliseconds t) {
+  return t.count() % 1000 == 0 ? absl::StrCat(t.count() / 1000, " s") : absl::StrCat(t.count(), " ms");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const LaunchOptions& options) {
+  std::unique_ptr<WorkerProcesses> workers(new WorkerProcesses(options));
+  for (int rank = options.first_rank; rank < options.world_size; ++rank) {
+    ChildSpec child;
+    child.argv = options.command;
+    if (options.environment) child.env = options.environment(rank);
+    child.log_path = workers->LogPath(rank);
+    if (options.log_header) child.log_header = options.log_header(rank);
+    child.parent_death_signal = options.parent_death_signal;
+    absl::StatusOr<pid_t> pid = StartChild(child);
+    if (!pid.ok()) return pid.status();  // the workers started so far are stopped with `workers`
+    workers->workers_.push_back(Worker{rank, *pid, 0, false});
+  }
+  return workers;
+}
+
+WorkerProcesses::~WorkerProcesses() { Stop(); }
+
+std::string WorkerProcesses::LogPath(int rank) const {
+  return absl::StrCat(options_.log_dir, "/rank_", rank, ".log");
+}
+
+std::string WorkerProcesses::Describe(const Worker& worker) const {
+  const int status = worker.wait_status;
+  const std::string how = WIFEXITED(status) ? absl::StrCat("exited with status ", WEXITSTATUS(status))
+                                            : absl::StrCat("was killed by signal ", WTERMSIG(status));
+  const std::string log = LogPath(worker.rank);
+  return absl::StrCat("rank ", worker.rank, " ", how, " (", log, ": ", Tail(log, 3), ")");
+}
+
+void WorkerProcesses::Reap() {
+  for (Worker& worker : workers_) {
+    if (worker.pid >= 0 && ::waitpid(worker.pid, &worker.wait_status, WNOHANG) == worker.pid) worker.pid = -1;
+  }
+}
+
+absl::Status WorkerProcesses::WaitUntilReady(const std::string& folder, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    Reap();  // before looking for the marks: a worker that exits after its mark is not named here
+    bool all_ready = true;
+    std::vector<std::string> dead;
+    for (Worker& worker : workers_) {
+      if (IsReady(folder, worker.rank)) continue;
+      all_ready = false;
+      if (worker.pid < 0 && !worker.named) {
+        worker.named = true;
+        dead.push_back(Describe(worker));
+      }
+    }
+    if (!dead.empty()) return absl::UnavailableError(absl::StrJoin(dead, "; "));
+    if (all_ready) return absl::OkStatus();
+    if (std::chrono::steady_clock::now() - start >= timeout) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the workers did not start within ", Duration(timeout), " (see rank_<r>.log)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string WorkerProcesses::DeadWorkers(std::chrono::milliseconds grace) {
+  std::vector<std::string> dead;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    Reap();
+    for (Worker& worker : workers_) {
+      if (worker.pid >= 0 || worker.named) continue;
+      worker.named = true;
+      dead.push_back(Describe(worker));
+    }
+    if (!dead.empty() || std::chrono::steady_clock::now() - start >= grace) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::StrJoin(dead, "; ");
+}
+
+absl::Status WorkerProcesses::Wait() {
+  std::vector<std::string> failed;
+  for (Worker& worker : workers_) {
+    if (worker.pid >= 0) {
+      while (::waitpid(worker.pid, &worker.wait_status, 0) < 0 && errno == EINTR) {
+      }
+      worker.pid = -1;
+    }
+    worker.named = true;  // accounted for here
+    if (!WIFEXITED(worker.wait_status) || WEXITSTATUS(worker.wait_status) != 0)
+      failed.push_back(Describe(worker));
+  }
+  if (failed.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrJoin(failed, "; "));
+}
+
+void WorkerProcesses::Stop() {
+  for (const Worker& worker : workers_) {
+    if (worker.pid >= 0) ::kill(worker.pid, SIGTERM);
+  }
+  // A worker stopped mid-collective exits at once; one in a long step gets stop_grace, then SIGKILL.
+  const auto start = std::chrono::steady_clock::now();
+  bool killed = false;
+  for (;;) {
+    Reap();
+    bool running = false;
+    for (const Worker& worker : workers_) running = running || worker.pid >= 0;
+    if (!running) return;
+    if (!killed && std::chrono::steady_clock::now() - start >= options_.stop_grace) {
+      for (const Worker& worker : workers_) {
+        if (worker.pid >= 0) ::kill(worker.pid, SIGKILL);
+      }
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+int ThreadsPerRank(int world) {
+  int threads = 0;
+  if (const char* env = std::getenv("LMF_NUM_THREADS");
+      env != nullptr && absl::SimpleAtoi(env, &threads) && threads > 0) {
+    return std::min(threads, ThreadPool::kMaxThreads);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+}
+
+}  // namespace lmf::distributed
