@@ -18,10 +18,16 @@ CUDA_GENCODE = [
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-Xcompiler=-Wall"] + CUDA_GENCODE
 
+# The configuration of the CUDA emulation (//bazel:cuda_emulated) reads CUDA targets' sources without
+# building them: there they are compatible and if_cuda takes the CUDA branch, toolkit or not.
+
 def cuda_compatible():
     """target_compatible_with for anything that needs the CUDA toolkit to build."""
     if not CUDA_FOUND:
-        return ["//bazel:incompatible"]
+        return select({
+            "//bazel:cuda_emulated": [],
+            "//conditions:default": ["//bazel:incompatible"],
+        })
     return select({
         "//bazel:cuda_disabled": ["//bazel:incompatible"],
         "//conditions:default": [],
@@ -30,7 +36,10 @@ def cuda_compatible():
 def if_cuda(if_true, if_false = []):
     """`if_true` where CUDA targets build (a toolkit was found and --config=nocuda is not set), else `if_false`."""
     if not CUDA_FOUND:
-        return if_false
+        return select({
+            "//bazel:cuda_emulated": if_true,
+            "//conditions:default": if_false,
+        })
     return select({
         "//bazel:cuda_disabled": if_false,
         "//conditions:default": if_true,
