@@ -6,7 +6,7 @@
 // attention_f32_cuda.cu: f32
 // on CUDA cores) forward and backward against the CPU attention kernel, and the column sums
 // (column_sum_cuda.cu, the bias gradient) against a plain sum, through the CPU emulation of cuemu.h (built
-// and run by run.sh with emulation_check.cc, whose main calls these).
+// and run by emulated_test.sh with emulation_check.cc, whose main calls these).
 //
 // Attention shapes: T != S both ways, T and S not multiples of the 64/32-row tiles, MHA, GQA and MQA,
 // causal and not, tiles that need no masking (inside T and S, below the causal diagonal) and tiles that do,

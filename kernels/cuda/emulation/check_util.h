@@ -1,6 +1,6 @@
 // Helpers shared by the checks of the CPU emulation of the CUDA kernels (emulation_check.cc,
-// attention_check.cc; built by run.sh): host memory standing in for device memory, NaN-poisoned buffers
-// in f32 or bf16, and the comparison that prints one "ok"/"FAIL" line per check and counts failures.
+// attention_check.cc; built by emulated_test.sh): host memory standing in for device memory, NaN-poisoned
+// buffers in f32 or bf16, and the comparison that prints one "ok"/"FAIL" line per check and counts failures.
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CHECK_UTIL_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CHECK_UTIL_H_
 

@@ -1,6 +1,6 @@
-# Shared steps of the CUDA emulation scripts (run.sh here and cublaslt/run.sh), sourced by them: the skip
-# without g++, the work folder, the rewrite of CUDA-only syntax for cuemu.h, parallel compiles and the link.
-# Each function uses the caller's `root` (the tree), `work`, `flags` and `jobs`.
+# Shared steps of the CUDA emulation scripts (emulated_test.sh, the test of every lmf_emulated_test, and
+# racecheck.sh), sourced by them: the skip without g++, the work folder, the rewrite of CUDA-only syntax for
+# cuemu.h, parallel compiles. Each function uses the caller's `work`, `flags` and `jobs`.
 
 # emulation_start NAME WORK_PREFIX: exits 0 (skipped) without g++; sets `work` (EMULATION_WORK_DIR when
 # given, kept; else a fresh folder removed on exit) and `flags` (SANITIZE=1 adds ASan and UBSan, RACECHECK=1
@@ -12,12 +12,12 @@ emulation_start() {
     exit 0
   fi
   if [[ -n "${EMULATION_WORK_DIR:-}" ]]; then
-    work="$EMULATION_WORK_DIR"  # kept: the rewritten sources and the binary
+    work="$EMULATION_WORK_DIR"  # kept: the rewritten sources, the objects (compile reuses them), the binaries
   else
     work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/$prefix.XXXXXX")"
     trap 'rm -rf "$work"' EXIT
   fi
-  mkdir -p "$work/src" "$work/inc/kernels/cuda" "$work/obj"
+  mkdir -p "$work/src" "$work/inc" "$work/obj"
   flags=(-std=c++17 -O1 -g -march=x86-64-v3 -w)
   [[ "${SANITIZE:-0}" == 1 ]] && flags+=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
   if [[ "${RACECHECK:-0}" == 1 ]]; then  # ThreadSanitizer on the emulated threads (cuemu.cc says what it sees)
@@ -32,51 +32,47 @@ emulation_start() {
 # in front; `extern __shared__ [__align__(n)] T name[];` -> T* name = the block's dynamic shared memory;
 # `__shared__ T a[n], b[m];` (a static local) -> `__shared__ T a_cuemu_key[n], b_cuemu_key[m];` followed by
 # `auto& a = ::cuemu::BlockShared(a_cuemu_key);` per array: the block's own copy, NaN at its start as it holds
-# garbage on the device (cuemu.h).
+# garbage on the device (cuemu.h). DST keeps its time where its text stays the same (a kept work folder).
 emulation_rewrite() {
+  mkdir -p "$(dirname "$2")"
   perl -0pe 's/(^[ \t]*)([^;{}\n][^;{}]*?)\s*<<<(.*?)>>>\s*\(/$1::cuemu::Launch($2, $3)(/gms;
              s/::cuemu::Launch\((case [^:]*::\w+:)(\s*)/$1$2::cuemu::Launch(/g;
              s/extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w[\w: ]*?)\s+(\w+)\[\];/$1* $2 = static_cast<$1*>(::cuemu::DynamicShared());/g;
-             s{(^[ \t]*__shared__\s[^;]*;)}{my $d = $1; my $p = ""; $p .= " auto& $1 = ::cuemu::BlockShared($1_cuemu_key);" while $d =~ /(\w+)\s*\[/g; $d =~ s/(\w+)(\s*\[)/$1_cuemu_key$2/g; $d . $p}gme' "$1" >"$2"
-  if grep -q '<<<' "$2"; then echo "emulation: a launch in $1 was not rewritten" >&2; exit 1; fi
-  if grep -q 'extern __shared__' "$2"; then echo "emulation: dynamic shared memory in $1 was not rewritten" >&2; exit 1; fi
+             s{(^[ \t]*__shared__\s[^;]*;)}{my $d = $1; my $p = ""; $p .= " auto& $1 = ::cuemu::BlockShared($1_cuemu_key);" while $d =~ /(\w+)\s*\[/g; $d =~ s/(\w+)(\s*\[)/$1_cuemu_key$2/g; $d . $p}gme' "$1" >"$2.new"
+  if grep -q '<<<' "$2.new"; then echo "emulation: a launch in $1 was not rewritten" >&2; exit 1; fi
+  if grep -q 'extern __shared__' "$2.new"; then echo "emulation: dynamic shared memory in $1 was not rewritten" >&2; exit 1; fi
+  if cmp -s "$2.new" "$2"; then rm "$2.new"; else mv "$2.new" "$2"; fi
 }
 
 # compile OUTPUT [g++ flags...] SOURCE: in the background, at most 2 at a time; compiles_done waits for all.
+# In a kept work folder (EMULATION_WORK_DIR) an object is reused where its command line is the same and it is
+# newer than its source and every header the source read (g++'s dependency file beside it).
 compile() {
   local out="$1" src="${*: -1}"
   shift
+  local line="g++ ${flags[*]} $*"
+  if [[ -n "${EMULATION_WORK_DIR:-}" && -f "$out.command" && "$(<"$out.command")" == "$line" ]] &&
+    object_current "$out"; then
+    return
+  fi
   while (($(jobs -rp | wc -l) >= 2)); do wait -n; done
-  g++ "${flags[@]}" "${@:1:$#-1}" -c "$src" -o "$out" &
+  mkdir -p "$(dirname "$out")"
+  rm -f "$out"
+  printf '%s' "$line" >"$out.command"
+  g++ "${flags[@]}" -MMD -MF "$out.d" "${@:1:$#-1}" -c "$src" -o "$out" &
   jobs+=($!)
 }
 compiles_done() {
   local j
   for j in "${jobs[@]}"; do wait "$j"; done
+  jobs=()
 }
 
-# compile_host_support: the host code both sides link (context, dispatch, thread pool, checks, allocator).
-compile_host_support() {
-  local f
-  for f in kernels/core/core.cc kernels/core/dispatch.cc base/thread_pool.cc base/check.cc \
-    kernels/cuda/caching_allocator.cc; do
-    compile "$work/obj/host_$(basename "$f" .cc).o" -I"$root" "$root/$f"
+# object_current OBJECT: whether OBJECT exists and no file its dependency file names is newer (or gone).
+object_current() {
+  local out="$1" dep
+  [[ -f "$out" && -f "$out.d" ]] || return 1
+  for dep in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$out.d"); do
+    [[ -e "$dep" && ! "$dep" -nt "$out" ]] || return 1
   done
-}
-
-# emulation_link BINARY [g++ link flags...]: links every object in $work/obj with Debian's Abseil.
-emulation_link() {
-  local binary="$1" lib name
-  shift
-  local absl_libs=()
-  shopt -s nullglob
-  for lib in /usr/lib/x86_64-linux-gnu/libabsl_*.so; do
-    name="$(basename "$lib" .so)"
-    absl_libs+=("-l${name#lib}")
-  done
-  if ((${#absl_libs[@]} == 0)); then
-    echo "emulation: no Abseil shared libraries in /usr/lib/x86_64-linux-gnu (Debian's libabsl-dev)" >&2
-    exit 1
-  fi
-  g++ "${flags[@]}" "$work"/obj/*.o -o "$binary" "$@" -lpthread "${absl_libs[@]}"
 }

@@ -1,11 +1,11 @@
 // CPU emulation of the CUDA execution model, for running the real CUDA kernels of kernels/ on a machine
-// without a GPU (see run.sh): every CUDA thread is a fiber (ucontext), the blocks of a grid run one after
+// without a GPU (emulation.bzl): every CUDA thread is a fiber (ucontext), the blocks of a grid run one after
 // another, and __syncthreads / warp shuffles are barriers among the block's (warp's) live threads, so
 // reductions, early exits and aliasing behave as on the device. Between two __syncthreads one warp at a time
 // runs as far as it can (through its warp collectives) before the next starts, warps and lanes in reverse
 // order in every other block, so a read of another warp's shared-memory write (or an overwrite of what
 // another warp still reads) without a __syncthreads in between sees the wrong value in one of the two. Kernel
-// launches `k<<<g, b, smem, s>>>(...)` are rewritten by run.sh into `::cuemu::Launch(k, g, b, smem, s)(...)`,
+// launches `k<<<g, b, smem, s>>>(...)` become `::cuemu::Launch(k, g, b, smem, s)(...)` (common.sh),
 // and `extern __shared__ T name[];` into a pointer to the block's dynamic shared memory; static `__shared__`
 // arrays into the block's own copy of them (BlockShared), poisoned per block. Warp-level instructions written
 // as inline PTX have fakes of their own (fake/kernels/attention/mma.cuh). Math is the host's (__expf is
@@ -62,7 +62,7 @@ struct Unwatched {
   Unwatched(const Unwatched&) = delete;
   Unwatched& operator=(const Unwatched&) = delete;
 };
-void* DynamicShared();        // the block's `extern __shared__` array (run.sh rewrites the declarations)
+void* DynamicShared();        // the block's `extern __shared__` array (common.sh rewrites the declarations)
 size_t DynamicSharedBytes();  // its size in bytes (the launch's dynamic shared memory)
 // A static `__shared__` array of the running block: storage of the array's size per block slot (cuemu.cc;
 // one slot outside racecheck builds), filled with 0xff the first time a thread of the block asks for it, so

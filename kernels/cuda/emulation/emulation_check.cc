@@ -1,12 +1,13 @@
-// Runs the CUDA kernels of kernels/ (their real .cu code, through the CPU emulation of cuemu.h; built and
-// run by run.sh) against the CPU kernels, in f32 and bf16, on the shapes where CUDA indexing goes wrong: row
-// lengths that are and are not multiples of the 16-byte vector width, pointers off 16-byte alignment, tails,
-// partial blocks, padded row strides, aliasing (in place) and null optional outputs (attention and the
-// column sums: attention_check.cc), and poisoned elements past the end that must stay untouched. Prints one
-// line per check and exits non-zero on any failure. Tolerances are loose (f32 2e-5 relative, bf16 1.6e-2):
-// this looks for indexing and logic errors, not for the last bits (the GPU tests' tolerance rule does that);
-// where the CUDA kernel does exactly the CPU kernel's float operations (RoPE, AdamW, the embedding gather,
-// clipping) or a fixed order written out here (the embedding backward), the check is bit for bit.
+// Runs the CUDA kernels of kernels/ (their real .cu code, through the CPU emulation of cuemu.h; built and run
+// by emulated_test.sh) against the CPU kernels, in f32 and bf16, on the shapes where CUDA indexing goes
+// wrong: row lengths that are and are not multiples of the 16-byte vector width, pointers off 16-byte
+// alignment, tails, partial blocks, padded row strides, aliasing (in place) and null optional outputs
+// (attention and the column sums: attention_check.cc), and poisoned elements past the end that must stay
+// untouched. Prints one line per check and exits non-zero on any failure. Tolerances are loose (f32 2e-5
+// relative, bf16 1.6e-2): this looks for indexing and logic errors, not for the last bits (the GPU tests'
+// tolerance rule does that); where the CUDA kernel does exactly the CPU kernel's float operations (RoPE,
+// AdamW, the embedding gather, clipping) or a fixed order written out here (the embedding backward), the
+// check is bit for bit.
 // EMULATION_ONLY=<group> (adamw, rope, embedding, grad_norm, attention, ...) runs one group, by hand.
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 # kernels in a process of its own: every race_* kernel (within a block or between blocks) must draw a
 # ThreadSanitizer race report, every clean_* kernel (the same kernel, synchronised) must run without one; a
 # divergent __syncthreads must abort (any build, cuemu.cc). The real kernels under the racecheck build:
-#   RACECHECK=1 kernels/cuda/emulation/run.sh     # every emulation check (~16 minutes; kernels/README.md)
+#   RACECHECK=1 ./bazelw run //kernels/cuda/emulation:emulation_test   # every check (~20 minutes; kernels/README.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"

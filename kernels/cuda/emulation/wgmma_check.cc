@@ -1,4 +1,4 @@
-// Self-test of the emulation's wgmma (fake/kernels/attention/wgmma.cuh), compiled by run.sh against the
+// Self-test of the emulation's wgmma (fake/kernels/attention/wgmma.cuh), compiled by emulated_test.sh against
 // fake headers and called from attention_check.cc: the descriptor bits and operand addresses on
 // hand-computed examples for the layouts the attention kernel uses (K-major and MN-major, 128B swizzle),
 // then small m64n64k16 products on fibers against a plain matrix product, with tiles laid out by this file's

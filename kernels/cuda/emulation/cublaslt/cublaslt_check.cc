@@ -1,11 +1,11 @@
 // Runs kernels::cuda::Matmul / MatmulBackward (the real matmul_cuda.cc, cuda_context.cc, column_sum_cuda.cu
-// and activations_cuda.cu, built by run.sh against the fake cuBLASLt and CUDA runtime of this folder) against
-// kernels::cpu::Matmul / MatmulBackward, so that a mistake in mapping the row-major MatmulParams onto
-// cuBLASLt's column-major API (operand swap, transposes, leading dimensions, batch strides, bias, GELU
-// epilogue and its saved pre-activation, the fallback when the heuristic finds nothing, the backward's
-// dA/dB/dbias) shows on the CPU. Every matrix has padded leading dimensions and batch strides whose padding
-// holds NaN: a read of padding turns the result into NaN, and a write to it is caught bit for bit.
-// Prints one line per check, exits non-zero on any failure.
+// and activations_cuda.cu, built by emulated_test.sh against the fake cuBLASLt and CUDA runtime of this
+// folder) against kernels::cpu::Matmul / MatmulBackward, so that a mistake in mapping the row-major
+// MatmulParams onto cuBLASLt's column-major API (operand swap, transposes, leading dimensions, batch strides,
+// bias, GELU epilogue and its saved pre-activation, the fallback when the heuristic finds nothing, the
+// backward's dA/dB/dbias) shows on the CPU. Every matrix has padded leading dimensions and batch strides
+// whose padding holds NaN: a read of padding turns the result into NaN, and a write to it is caught bit for
+// bit. Prints one line per check, exits non-zero on any failure.
 //
 // Tolerances, relative to the output's scale (max |reference|, at least 1):
 // - f32 1e-5: the fake computes in double and rounds once, the CPU is oneDNN's fp32 sgemm; with K <= 23 and

@@ -1,4 +1,4 @@
-// A fake cuBLASLt for the CPU emulation (run.sh in this folder): the API subset that
+// A fake cuBLASLt for the CPU emulation (emulation.bzl): the API subset that
 // kernels/matmul/matmul_cuda.cc and kernels/cuda/cuda_context.cc call, implemented in fake_cublaslt.cc on
 // host memory from the documented semantics of cublasLt.h (the CUDA 13 header's comments), not from
 // matmul_cuda.cc: column-major matrices, D = epilogue(alpha op(A) op(B) + beta C), strided batches, f32 and

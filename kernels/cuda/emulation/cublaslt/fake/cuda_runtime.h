@@ -1,5 +1,5 @@
 // The CUDA runtime API that kernels/cuda/cuda_context.cc, kernels/matmul/matmul_cuda.cc and the kernels they
-// launch (column sums, GELU) use, on host memory, for the cuBLASLt emulation (see run.sh in this folder).
+// launch (column sums, GELU) use, on host memory, for the emulation's "device" runtime (emulation.bzl).
 // Its own header rather than ../../fake/cuda_runtime.h (which the CUDA kernels' emulation needs and changes
 // for its own purposes): work happens at once on the calling thread (streams are tags, every event is
 // complete; an event records the emulated clock, fake_cuda::clock_ms, which the fake cuBLASLt advances by

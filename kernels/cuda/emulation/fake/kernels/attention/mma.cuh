@@ -1,4 +1,4 @@
-// kernels/attention/mma.cuh for the CPU emulation (cuemu.h; fake/ is first on run.sh's include path): the
+// kernels/attention/mma.cuh for the CPU emulation (cuemu.h; fake/ is first on the include path): the
 // tensor-core and shared-memory instructions of the bf16 attention kernels (mma, ldmatrix as warp
 // collectives; cp.async as per-thread queued copies), written from the PTX ISA's
 // fragment tables (not from the kernels' comments), so a kernel that puts an element in the wrong register

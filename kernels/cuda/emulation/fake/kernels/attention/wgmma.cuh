@@ -1,4 +1,4 @@
-// kernels/attention/wgmma.cuh for the CPU emulation (cuemu.h; fake/ is first on run.sh's include path): the
+// kernels/attention/wgmma.cuh for the CPU emulation (cuemu.h; fake/ is first on the include path): the
 // Hopper warpgroup MMA (wgmma.mma_async m64n64k16 f32 += bf16 x bf16, A from shared memory or registers),
 // its fence, commit and wait, the async-proxy fence and the shared-memory matrix descriptor, written from the
 // PTX ISA ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions": "Matrix Descriptor
