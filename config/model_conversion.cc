@@ -28,6 +28,38 @@ constexpr std::pair<std::string_view, std::string_view> kRenamedMembers[] = {
     {"mup_base_d_model", "model.init.mup_base_d_model"},
 };
 
+model::FfnKind FfnKindOf(FeedForwardConfig::Kind kind, model::FfnKind unspecified) {
+  switch (kind) {
+    case FeedForwardConfig::SWIGLU: return model::FfnKind::kSwiGLU;
+    case FeedForwardConfig::GELU: return model::FfnKind::kGELU;
+    case FeedForwardConfig::RELU: return model::FfnKind::kReLU;
+    case FeedForwardConfig::GEGLU: return model::FfnKind::kGeGLU;
+    default: return unspecified;
+  }
+}
+
+// layer_pattern[k] over the model's own layer (m's default fields, converted already).
+model::LayerSpec ConvertBlock(const BlockConfig& block, const model::ModelConfig& m) {
+  model::LayerSpec spec;
+  model::AttentionSpec& a = spec.token_mixer.attention;
+  a.n_heads = block.has_n_heads() ? block.n_heads() : m.n_heads;
+  a.n_kv_heads = block.has_n_kv_heads() ? block.n_kv_heads() : block.has_n_heads() ? block.n_heads() : m.n_kv_heads;
+  if (block.has_attention()) {
+    const AttentionConfig& attention = block.attention();
+    a.window = attention.has_sliding_window() ? attention.sliding_window().window() : 0;
+    a.qk_norm = attention.qk_norm();
+    a.softcap = attention.logit_softcap();
+  } else {
+    a.window = m.sliding_window;
+    a.qk_norm = m.qk_norm;
+    a.softcap = m.attention_softcap;
+  }
+  model::FeedForwardSpec& f = spec.channel_mixer.feed_forward;
+  f.kind = block.has_ffn() ? FfnKindOf(block.ffn().kind(), m.ffn) : m.ffn;
+  f.d_ff = block.has_ffn() && block.ffn().has_d_ff() ? block.ffn().d_ff() : m.d_ff;
+  return spec;
+}
+
 // Every field, unchecked: an UNSPECIFIED enum (ValidateModel reports it) becomes a choice that no rule of
 // the model depends on, so that the model's rules still run on the rest.
 model::ModelConfig Convert(const ModelConfig& proto) {
@@ -53,12 +85,7 @@ model::ModelConfig Convert(const ModelConfig& proto) {
   m.parallel_shared_norm = proto.parallel_shared_norm();
   m.z_loss = proto.z_loss();
   m.final_logit_softcap = proto.final_logit_softcap();
-  switch (proto.ffn().kind()) {
-    case FeedForwardConfig::GELU: m.ffn = model::FfnKind::kGELU; break;
-    case FeedForwardConfig::RELU: m.ffn = model::FfnKind::kReLU; break;
-    case FeedForwardConfig::GEGLU: m.ffn = model::FfnKind::kGeGLU; break;
-    default: m.ffn = model::FfnKind::kSwiGLU; break;
-  }
+  m.ffn = FfnKindOf(proto.ffn().kind(), model::FfnKind::kSwiGLU);
   switch (proto.positional().kind()) {
     case PositionalConfig::ROPE: m.positions = model::PositionKind::kRoPE; break;
     case PositionalConfig::LEARNED: m.positions = model::PositionKind::kLearned; break;
@@ -80,6 +107,7 @@ model::ModelConfig Convert(const ModelConfig& proto) {
   }
   m.qk_norm = attention.qk_norm();
   m.attention_softcap = attention.logit_softcap();
+  for (const BlockConfig& block : proto.layer_pattern()) m.layer_pattern.push_back(ConvertBlock(block, m));
   return m;
 }
 
@@ -150,6 +178,20 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
                              InitConfig::Scheme_Name(model.init().scheme())));
   }
   ValidateAttentionVariant(model.attention(), errors);
+  for (int k = 0; k < model.layer_pattern_size(); ++k) {
+    const BlockConfig& block = model.layer_pattern(k);
+    const std::string at = absl::StrCat("model.layer_pattern[", k, "]");
+    if (block.attention().has_mla()) errors->Add(absl::StrCat(at, ".attention.mla is not built by the model yet"));
+    if (block.attention().has_sliding_window()) {
+      const SlidingWindowAttention& sliding = block.attention().sliding_window();
+      RequirePositive(sliding.has_window(), sliding.window(), at + ".attention.sliding_window.window", errors);
+      if (sliding.global_every() != 0) {
+        errors->Add(absl::StrCat(at, ".attention.sliding_window.global_every=", sliding.global_every(),
+                                 ": a pattern's entries are its layers (global_every applies to model.attention "
+                                 "only)"));
+      }
+    }
+  }
 
   const model::ModelFieldNamer config_path = [&model](std::string_view member) -> std::optional<std::string> {
     if (ReportedByTheConfig(model, member)) return std::nullopt;
@@ -161,6 +203,12 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
 absl::StatusOr<model::ModelConfig> ToModelConfig(const ModelConfig& proto) {
   if (proto.attention().has_mla()) {
     return absl::UnimplementedError("model.attention.mla is not built by the model yet");
+  }
+  for (int k = 0; k < proto.layer_pattern_size(); ++k) {
+    if (proto.layer_pattern(k).attention().has_mla()) {
+      return absl::UnimplementedError(
+          absl::StrCat("model.layer_pattern[", k, "].attention.mla is not built by the model yet"));
+    }
   }
   ConfigErrors errors;
   ValidateModel(proto, &errors);

@@ -100,5 +100,47 @@ TEST(ModelConversion, AValidMessageConverts) {
   EXPECT_TRUE(m->biases);
 }
 
+// model.layer_pattern: each entry's unset members take the model's; its rules are the model's own, reported
+// by the entry's config path.
+TEST(ModelConversion, ALayerPatternConvertsEntryByEntry) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 n_kv_heads: 2 vocab_size: 97 context_length: 16
+    ffn { kind: SWIGLU d_ff: 96 } attention { qk_norm: true }
+    layer_pattern { attention { sliding_window { window: 8 } } ffn { d_ff: 48 } }
+    layer_pattern { n_heads: 2 ffn { kind: GELU d_ff: 128 } }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->layer_pattern.size(), 2u);
+  const model::LayerSpec local = m->layer(2), global = m->layer(3);
+  EXPECT_EQ(local.token_mixer.attention.n_heads, 4);
+  EXPECT_EQ(local.token_mixer.attention.n_kv_heads, 2);
+  EXPECT_EQ(local.token_mixer.attention.window, 8);
+  EXPECT_FALSE(local.token_mixer.attention.qk_norm) << "an entry's attention replaces the model's";
+  EXPECT_EQ(local.channel_mixer.feed_forward.kind, model::FfnKind::kSwiGLU) << "an unset kind is the model's";
+  EXPECT_EQ(local.channel_mixer.feed_forward.d_ff, 48);
+  EXPECT_EQ(global.token_mixer.attention.n_heads, 2);
+  EXPECT_EQ(global.token_mixer.attention.n_kv_heads, 2) << "n_kv_heads: the entry's n_heads";
+  EXPECT_EQ(global.token_mixer.attention.window, 0);
+  EXPECT_TRUE(global.token_mixer.attention.qk_norm) << "no attention: the model's";
+  EXPECT_EQ(global.channel_mixer.feed_forward.kind, model::FfnKind::kGELU);
+  EXPECT_EQ(global.channel_mixer.feed_forward.d_ff, 128);
+
+  const Experiment bad = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16 ffn { kind: SWIGLU d_ff: 96 }
+    layer_pattern { n_heads: 3 }
+    layer_pattern { attention { sliding_window { window: 4 global_every: 2 } logit_softcap: -2 } }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> refused = ToModelConfig(bad.model());
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  for (const char* expected :
+       {"model.layer_pattern[1].attention.sliding_window.global_every=2: a pattern's entries are its layers",
+        "model.layer_pattern[0].n_heads=3 does not divide model.d_model=64",
+        "model.layer_pattern[1].attention.logit_softcap=-2 must be a finite number >= 0"}) {
+    EXPECT_NE(message.find(expected), std::string::npos) << expected << "\nin: " << message;
+  }
+}
+
 }  // namespace
 }  // namespace lmf::config

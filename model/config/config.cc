@@ -282,8 +282,8 @@ std::vector<std::string> CollectProblems(const ModelConfig& c, const ModelFieldN
 }  // namespace
 
 // The rules are written once, for the fields of the default layer; each layer_pattern entry is checked by
-// the same rules on a copy of the config whose default layer is that entry, its members named
-// "layer_pattern[k].attention.n_heads" and so on. Problems of the model's other fields, which every copy
+// the same rules on a copy of the config whose default layer is that entry, its members named as the
+// experiment config names them ("layer_pattern[k].n_heads", "layer_pattern[k].ffn.d_ff", ...). Problems of the model's other fields, which every copy
 // shares, are reported once.
 std::vector<std::string> ModelConfig::Problems(const ModelFieldNamer& namer) const {
   std::vector<std::string> problems = CollectProblems(*this, namer);
@@ -302,11 +302,14 @@ std::vector<std::string> ModelConfig::Problems(const ModelFieldNamer& namer) con
     const std::string at = absl::StrCat("layer_pattern[", k, "].");
     const ModelFieldNamer entry_namer = [&](std::string_view member) -> std::optional<std::string> {
       static const std::pair<std::string_view, std::string_view> kLayerMembers[] = {
-          {"n_heads", "attention.n_heads"}, {"n_kv_heads", "attention.n_kv_heads"},
-          {"sliding_window", "attention.window"}, {"attention_softcap", "attention.softcap"},
+          {"n_heads", "n_heads"}, {"n_kv_heads", "n_kv_heads"},
+          {"sliding_window", "attention.sliding_window.window"}, {"attention_softcap", "attention.logit_softcap"},
           {"d_ff", "ffn.d_ff"}};
       for (const auto& [name, path] : kLayerMembers) {
-        if (member == name) return absl::StrCat(at, std::string(path));
+        if (member == name) {
+          const std::string entry_member = absl::StrCat(at, std::string(path));
+          return namer ? namer(entry_member) : std::optional<std::string>(entry_member);
+        }
       }
       return namer ? namer(member) : std::optional<std::string>(std::string(member));
     };
