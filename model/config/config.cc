@@ -148,25 +148,34 @@ bool PositiveInFp32(double value) {
 }
 
 // Matrices of 2^31 or more elements are beyond what the CPU GEMMs are known to take (int dimensions): the
-// weights, and one sequence's widest activations at full context. Adds the first such matrix.
+// weights, and one sequence's widest activations at full context. Adds the first such matrix, naming the
+// two members that size it.
 void AddOversizedMatrix(const ModelConfig& c, ProblemList& p) {
+  struct Size {
+    const char* member;
+    int64_t value;
+  };
   struct Matrix {
     const char* what;
     int64_t rows, cols;
+    Size first, second;
   };
+  const Size vocab = {c.padded_vocab_size > 0 ? "padded_vocab_size" : "vocab_size", c.vocab_rows()};
+  const Size d_model = {"d_model", c.d_model}, d_ff = {"d_ff", c.d_ff};
+  const Size context = {"context_length", c.context_length}, heads = {"n_heads", c.n_heads};
   const Matrix matrices[] = {
-      {"the embedding (vocab rows x d_model)", c.vocab_rows(), c.d_model},
-      {"an FFN weight (d_ff x d_model)", c.d_ff, c.d_model},
-      {"an attention projection (n_heads * head size x d_model)", c.q_width(), c.d_model},
-      {"one sequence's FFN activations (context_length x d_ff)", c.context_length, c.d_ff},
-      {"one sequence's residual stream (context_length x d_model)", c.context_length, c.d_model},
+      {"the embedding (vocab rows x d_model)", c.vocab_rows(), c.d_model, vocab, d_model},
+      {"an FFN weight (d_ff x d_model)", c.d_ff, c.d_model, d_ff, d_model},
+      {"an attention projection (n_heads * head size x d_model)", c.q_width(), c.d_model, heads, d_model},
+      {"one sequence's FFN activations (context_length x d_ff)", c.context_length, c.d_ff, context, d_ff},
+      {"one sequence's residual stream (context_length x d_model)", c.context_length, c.d_model, context,
+       d_model},
   };
   for (const Matrix& m : matrices) {
     if (m.cols <= 0 || m.rows < ((int64_t{1} << 31) + m.cols - 1) / m.cols) continue;  // rows * cols < 2^31
-    const char* vocab = c.padded_vocab_size > 0 ? "padded_vocab_size" : "vocab_size";
-    p.Add(absl::StrCat(m.what, " is ", m.rows, " x ", m.cols, ", 2^31 or more elements (", p.Name(vocab), "=",
-                       c.vocab_rows(), ", ", p.Name("d_model"), "=", c.d_model, ", ", p.Name("d_ff"), "=",
-                       c.d_ff, ", ", p.Name("context_length"), "=", c.context_length, ")"));
+    p.Add(absl::StrCat(m.what, " is ", m.rows, " x ", m.cols, ", 2^31 or more elements (",
+                       p.Name(m.first.member), "=", m.first.value, ", ", p.Name(m.second.member), "=",
+                       m.second.value, ")"));
     return;
   }
 }

@@ -223,6 +223,18 @@ TEST(ModelConfigTest, NamerNamesTheFieldsAndSkipsTheRulesOnMembersLeftOut) {
                                       "(the two branches read one normed block input)"}));
 }
 
+// A member left out only skips the rules on it: an oversized embedding is reported with d_ff left out.
+TEST(ModelConfigTest, NamerSkipsOnlyTheRulesOnTheMembersLeftOut) {
+  ModelConfig c = Cs336Config(1 << 22, 128, 512, 2, 4, 0);
+  const ModelFieldNamer namer = [](std::string_view member) -> std::optional<std::string> {
+    if (member == "d_ff") return std::nullopt;
+    return "model." + std::string(member);
+  };
+  EXPECT_EQ(c.Problems(namer),
+            (std::vector<std::string>{"the embedding (vocab rows x d_model) is 4194304 x 512, 2^31 or more "
+                                      "elements (model.vocab_size=4194304, model.d_model=512)"}));
+}
+
 TEST(ModelConfigTest, RejectsSequenceLongerThanPositionTable) {
   const ModelConfig c = Gpt2Config(100, 16, 64, 2, 4);
   EXPECT_TRUE(c.ValidateSequenceLength(16).ok());
