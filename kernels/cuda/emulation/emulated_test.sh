@@ -11,9 +11,9 @@
 #   program NAME FILE.cc...   a program's own sources (a GPU test's, or a check program's); every other
 #                       object is linked into each program
 #   link FLAG           the targets' link flags, as Bazel links them, less the CUDA libraries
-# Every file is compiled with the fake CUDA headers first (runtime device: cublaslt/fake, then fake/; host_memory:
-# fake/), largest first, two at a time; then each program is linked and run from here with a fresh
-# TEST_TMPDIR and LMF_NUM_THREADS=2 (unless set), the arguments passed on. Fails if any program fails.
+# Every file is compiled with the fake CUDA headers first (runtime device: cublaslt/fake, then fake/;
+# host_memory: fake/), largest first, two at a time; then each program is linked and run from here with a
+# fresh TEST_TMPDIR and LMF_NUM_THREADS=2 (unless set), the arguments passed on. Fails if any program fails.
 # Under `bazel test` the GoogleTest reports of the programs are merged into the test's one report.
 # Environment: SANITIZE=1 (ASan, UBSan), RACECHECK=1 (ThreadSanitizer), EMULATION_WORK_DIR (kept, objects
 # reused): see common.sh; pass them with --test_env=NAME under `bazel test`.
@@ -77,13 +77,23 @@ for p in "${programs[@]}"; do
   for f in ${p#* }; do objects+=("$work/obj/$f.o"); done
   echo "=== $program (emulated CUDA)"
   g++ "${flags[@]}" "${objects[@]}" "${libraries[@]}" -o "$work/$program" "${link[@]}"
-  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" TEST_TMPDIR="$work/test_tmp" \
-    LMF_NUM_THREADS="${LMF_NUM_THREADS:-2}" XML_OUTPUT_FILE="$work/reports/$program.xml" \
-    "$work/$program" "$@" || status=1
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" \
+    TEST_TMPDIR="$work/test_tmp" LMF_NUM_THREADS="${LMF_NUM_THREADS:-2}" \
+    XML_OUTPUT_FILE="$work/reports/$program.xml" "$work/$program" "$@" || {
+    status=$?
+    # A program that died (or failed outside its test cases) fails in the report too.
+    grep -qs '<failure' "$work/reports/$program.xml" || cat >"$work/reports/$program.xml" <<EOF2
+<testsuites>
+<testsuite name="$program" tests="1" failures="1"><testcase name="$program" status="run">
+<failure message="exited with status $status (see the test log)"></failure></testcase>
+</testsuite>
+</testsuites>
+EOF2
+  }
 done
 
-# Under `bazel test`: one report holding every program's GoogleTest suites (check programs write none; Bazel
-# then writes its own from the exit status).
+# Under `bazel test`: one report holding every program's GoogleTest suites (check programs write none unless
+# they fail; Bazel then writes its own from the exit status).
 reports=("$work"/reports/*.xml)
 if [[ -n "${XML_OUTPUT_FILE:-}" && -f "${reports[0]}" ]]; then
   {
