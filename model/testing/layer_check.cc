@@ -44,8 +44,12 @@ struct Run {
 
 }  // namespace
 
-MixerUnderTest UnderTest(const std::string& name, const TokenMixer& mixer, int64_t channels,
-                         const kernels::Context& ctx) {
+namespace {
+
+// A token mixer and a channel mixer have the same calls the checks make.
+template <typename Mixer>
+MixerUnderTest UnderTestOf(const std::string& name, const Mixer& mixer, int64_t channels,
+                           const kernels::Context& ctx) {
   MixerUnderTest t;
   t.name = name;
   t.channels = channels;
@@ -59,19 +63,16 @@ MixerUnderTest UnderTest(const std::string& name, const TokenMixer& mixer, int64
   return t;
 }
 
+}  // namespace
+
+MixerUnderTest UnderTest(const std::string& name, const TokenMixer& mixer, int64_t channels,
+                         const kernels::Context& ctx) {
+  return UnderTestOf(name, mixer, channels, ctx);
+}
+
 MixerUnderTest UnderTest(const std::string& name, const ChannelMixer& mixer, int64_t channels,
                          const kernels::Context& ctx) {
-  MixerUnderTest t;
-  t.name = name;
-  t.channels = channels;
-  t.new_activations = [&mixer] { return mixer.NewActivations(); };
-  t.forward = [&mixer, ctx](int64_t b, int64_t len, const float* h, float* out, LayerActivations& saved) {
-    mixer.Forward(ctx, b, len, h, out, /*accumulate=*/false, saved);
-  };
-  t.backward = [&mixer, ctx](const float* h, const LayerActivations& saved, const float* dout, float* dh,
-                             Scratch& scratch) { mixer.Backward(ctx, h, saved, dout, dh, scratch); };
-  t.visit_parameters = [&mixer](const ParameterVisitor& visit) { mixer.VisitParameters("layer", visit); };
-  return t;
+  return UnderTestOf(name, mixer, channels, ctx);
 }
 
 void RandomizeParameters(const MixerUnderTest& layer, uint64_t seed, double std) {
