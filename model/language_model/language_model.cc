@@ -381,9 +381,8 @@ int64_t LanguageModel::parameter_count() const {
 
 int64_t Activations::bytes() const {
   if (b_ == 0) return 0;
-  const auto held = [](const kernels::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-  int64_t total = embedding_.bytes() + final_norm_.bytes() + held(input_) + held(logits_) + held(lse_) +
-                  held(targets_);
+  int64_t total = embedding_.bytes() + final_norm_.bytes() + HeldBytes(input_) + HeldBytes(logits_) +
+                  HeldBytes(lse_) + HeldBytes(targets_);
   for (const auto& block : blocks_) total += block->bytes();
   return total;
 }

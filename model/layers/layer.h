@@ -56,6 +56,9 @@ const T& StateAs(const Base& state) {
   return StateAs<T>(const_cast<Base&>(state));
 }
 
+// Bytes a tensor holds, 0 for an undefined one (whose rank-0 shape would count one element).
+inline int64_t HeldBytes(const kernels::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
 // A token mixer's state for decoding B sequences one token at a time (a KV cache for attention; a
 // recurrent state for linear attention and state-space layers). Made by the layer, owned by the caller.
 class DecodeState {

@@ -12,8 +12,7 @@ namespace lmf::model {
 
 int64_t BlockActivations::bytes() const {
   if (b == 0) return 0;
-  const auto held = [](const kernels::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-  int64_t total = held(out) + held(mid) + held(token_branch) + held(channel_branch);
+  int64_t total = HeldBytes(out) + HeldBytes(mid) + HeldBytes(token_branch) + HeldBytes(channel_branch);
   total += ln1.bytes() + ln2.bytes() + post_attn_norm.bytes() + post_ffn_norm.bytes();
   return total + token->bytes() + channel->bytes();
 }
