@@ -5,9 +5,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "config/model_conversion.h"
+#include "config/optimizer_conversion.h"
 #include "config/run_length.h"
 
 namespace lmf::config {
@@ -18,18 +20,7 @@ void ValidateOptimizer(const OptimizerConfig& optimizer, ConfigErrors* errors) {
   } else if (!(optimizer.lr() > 0) || !std::isfinite(optimizer.lr())) {
     errors->Add(absl::StrCat("optimizer.lr=", optimizer.lr(), " must be positive and finite"));
   }
-  const AdamWConfig& adamw = optimizer.adamw();
-  RequireUnitInterval(adamw.beta1(), false, "optimizer.adamw.beta1", errors);
-  RequireUnitInterval(adamw.beta2(), false, "optimizer.adamw.beta2", errors);
-  RequirePositiveInFloat(adamw.eps(), "optimizer.adamw.eps", errors);
-  if (!(adamw.weight_decay() >= 0) || !std::isfinite(adamw.weight_decay())) {
-    errors->Add(
-        absl::StrCat("optimizer.adamw.weight_decay=", adamw.weight_decay(), " must be a finite number >= 0"));
-  }
-  if (!(optimizer.grad_clip() >= 0) || !std::isfinite(optimizer.grad_clip())) {
-    errors->Add(absl::StrCat("optimizer.grad_clip=", optimizer.grad_clip(),
-                             " must be a finite number >= 0 (0 turns clipping off)"));
-  }
+  for (std::string& problem : ToAdamWConfig(optimizer).Problems(AdamWConfigPath)) errors->Add(std::move(problem));
 }
 
 void ValidateSchedule(const ScheduleConfig& schedule, ConfigErrors* errors) {

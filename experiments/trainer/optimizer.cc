@@ -4,21 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "config/optimizer_conversion.h"
+
 namespace lmf::experiments {
 
-model::AdamWConfig ToAdamWConfig(const config::OptimizerConfig& config) {
-  model::AdamWConfig c;
-  c.beta1 = config.adamw().beta1();
-  c.beta2 = config.adamw().beta2();
-  c.eps = config.adamw().eps();
-  c.weight_decay = config.adamw().weight_decay();
-  c.decay_vectors = config.adamw().decay_vectors();
-  c.max_grad_norm = config.grad_clip();
-  return c;
-}
-
 ModelOptimizer::ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model)
-    : ctx_(model.context()), adamw_(ToAdamWConfig(config), model) {}
+    : ctx_(model.context()), adamw_(config::ToAdamWConfig(config), model) {}
 
 HostTensors ModelOptimizer::StateTensors() const {
   HostTensors out;

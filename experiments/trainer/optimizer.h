@@ -17,9 +17,6 @@
 
 namespace lmf::experiments {
 
-// optimizer.adamw and optimizer.grad_clip as model::AdamWConfig.
-model::AdamWConfig ToAdamWConfig(const config::OptimizerConfig& config);
-
 class ModelOptimizer {
  public:
   // Zero moments for every parameter of `model`, on its device.

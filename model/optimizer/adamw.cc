@@ -13,15 +13,6 @@
 
 namespace lmf::model {
 
-absl::Status AdamWConfig::Validate() const {
-  const auto bad = [](const std::string& what) { return absl::InvalidArgumentError("adamw: " + what); };
-  if (!(beta1 >= 0 && beta1 < 1)) return bad(absl::StrCat("beta1=", beta1, " must be in [0, 1)"));
-  if (!(beta2 >= 0 && beta2 < 1)) return bad(absl::StrCat("beta2=", beta2, " must be in [0, 1)"));
-  if (!(eps > 0)) return bad(absl::StrCat("eps=", eps, " must be positive"));
-  if (!(weight_decay >= 0)) return bad(absl::StrCat("weight_decay=", weight_decay, " must be >= 0"));
-  return absl::OkStatus();
-}
-
 AdamW::AdamW(const AdamWConfig& config, const LanguageModel& model) : config_(config), ctx_(model.context()) {
   model.VisitParameters([&](const std::string& name, const Parameter& p) {
     Moments& moments = moments_[name];

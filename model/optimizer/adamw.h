@@ -29,20 +29,9 @@
 #include "kernels/core/context.h"
 #include "kernels/core/tensor.h"
 #include "model/language_model/language_model.h"
+#include "model/optimizer/adamw_config.h"
 
 namespace lmf::model {
-
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  // Also decay 1-D parameters (norm gains, biases); false decays matrices and embeddings only (nanoGPT).
-  bool decay_vectors = false;
-  double max_grad_norm = 1.0;  // <= 0 turns clipping off
-
-  absl::Status Validate() const;
-};
 
 class AdamW {
  public:
