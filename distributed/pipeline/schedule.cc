@@ -336,6 +336,23 @@ absl::Status ValidateSchedule(const Schedule& s) {
                                                                         : "received but never sent"));
     }
   }
+  // A backend without tags (NCCL) matches a channel's messages by order: each rank's receives from a peer
+  // must come in the order that peer sends them.
+  std::map<std::tuple<int, int, bool>, std::vector<MessageKey>> sent, received;  // (from, to, gradient)
+  for (int r = 0; r < s.ranks; ++r) {
+    for (const Action& a : s.actions[r]) {
+      MessageKey key;
+      if (SentMessage(s, r, a, &key)) sent[{r, std::get<1>(key), std::get<0>(key)}].push_back(key);
+      if (ReceivedMessage(r, a, &key)) received[{Sender(s, r, a), r, std::get<0>(key)}].push_back(key);
+    }
+  }
+  for (const auto& [channel, keys] : sent) {
+    if (received[channel] != keys) {
+      const auto& [from, to, gradient] = channel;
+      return bad(absl::StrCat("rank ", to, " receives the ", gradient ? "gradients" : "activations", " of rank ",
+                              from, " in another order than rank ", from, " sends them"));
+    }
+  }
   absl::StatusOr<Simulation> dry_run = Simulate(s);
   return dry_run.ok() ? absl::OkStatus() : dry_run.status();
 }

@@ -75,7 +75,8 @@ Schedule AddCommunication(ScheduleKind kind, int ranks, int chunks, int micro_ba
 
 // OK, or FailedPrecondition naming the rank, the action and what is wrong: a compute action missing or
 // repeated, a backward before its forward, a compute without its receive before it, a send without its
-// receive on the peer (or the reverse), and a deadlock (from Simulate).
+// receive on the peer (or the reverse), receives from a peer in another order than its sends (a backend
+// without tags, NCCL, matches by order), and a deadlock (from Simulate).
 absl::Status ValidateSchedule(const Schedule& schedule);
 
 // Time each action takes in the dry run; sends and receives take `transfer` (0: free).

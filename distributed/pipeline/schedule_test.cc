@@ -4,6 +4,7 @@
 #include "distributed/pipeline/schedule.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -109,6 +110,11 @@ TEST(ScheduleTest, MissingPiecesAreNamed) {
   }
   EXPECT_THAT(std::string(ValidateSchedule(no_backward).message()),
               HasSubstr("rank 0 does not run micro-batch 1 through chunk 0 exactly once"));
+  Schedule swapped = *MakeSchedule(ScheduleKind::kGPipe, 2, 1, 2);  // rank 1 receives 1 before 0
+  std::swap(swapped.actions[1][0], swapped.actions[1][2]);
+  std::swap(swapped.actions[1][1], swapped.actions[1][3]);
+  EXPECT_THAT(std::string(ValidateSchedule(swapped).message()),
+              HasSubstr("rank 1 receives the activations of rank 0 in another order"));
   Schedule extra_send = s;
   extra_send.actions[0].push_back({Op::kSendActivation, 1, 0});
   EXPECT_THAT(std::string(ValidateSchedule(extra_send).message()), HasSubstr("sent but never received"));

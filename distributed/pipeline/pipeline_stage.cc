@@ -1,0 +1,215 @@
+// One pipeline rank's step (see pipeline_stage.h).
+#include "distributed/pipeline/pipeline_stage.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace lmf::distributed::pipeline {
+
+model::LayerRange StageLayers(int64_t n_layers, int num_stages, int stage) {
+  const int64_t base = n_layers / num_stages, extra = n_layers % num_stages;
+  const int64_t first = stage * base + std::min<int64_t>(stage, extra);
+  return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
+absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule schedule,
+                                                    std::vector<model::LanguageModel*> chunks) {
+  const std::string what = absl::StrCat("pipeline rank ", group.rank(), ": ");
+  if (group.world_size() != schedule.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "the schedule has ", schedule.ranks,
+                                                   " ranks but the pipeline group ", group.world_size()));
+  }
+  if (static_cast<int>(chunks.size()) != schedule.chunks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "the schedule runs ", schedule.chunks, " chunks per rank, given ", chunks.size()));
+  }
+  for (const std::vector<Action>& list : schedule.actions) {
+    for (const Action& a : list) {
+      if (a.op == Op::kBackwardInput || a.op == Op::kBackwardWeight) {
+        return absl::UnimplementedError(absl::StrCat(
+            what, "schedule ", ScheduleKindName(schedule.kind),
+            " splits the backward into input and weight gradients, which the layers do not offer yet; use "
+            "gpipe, 1f1b or interleaved_1f1b"));
+      }
+    }
+  }
+  const int num_stages = schedule.num_stages();
+  const int64_t max_tag = 2 * static_cast<int64_t>(schedule.micro_batches) * num_stages;
+  if (max_tag > Collectives::kMaxTag) {
+    return absl::InvalidArgumentError(absl::StrCat(what, schedule.micro_batches, " micro-batches x ", num_stages,
+                                                   " stages are more messages than one step can tag"));
+  }
+  for (int c = 0; c < schedule.chunks; ++c) {
+    const model::LanguageModel* chunk = chunks[c];
+    if (chunk == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, "chunk ", c, " is missing"));
+    const int stage = schedule.stage(group.rank(), c);
+    const model::LayerRange want = StageLayers(chunk->config().n_layers, num_stages, stage);
+    if (chunk->first_layer() != want.first || chunk->last_layer() != want.last) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "chunk ", c, " (stage ", stage, " of ", num_stages, ") holds layers [", chunk->first_layer(), ", ",
+          chunk->last_layer(), "), the split gives [", want.first, ", ", want.last, ")"));
+    }
+    if (!chunk->context().device.is_cpu() || chunk->activation_dtype() != kernels::DType::kF32) {
+      return absl::UnimplementedError(
+          absl::StrCat(what, "pipeline parallelism runs fp32 models on the CPU for now (chunk ", c, ")"));
+    }
+  }
+  return PipelineStage(group, std::move(schedule), std::move(chunks));
+}
+
+int PipelineStage::Tag(bool gradient, int micro_batch, int boundary) const {
+  // One tag per message of the step: which way, which micro-batch, between stages boundary and boundary + 1.
+  return ((gradient ? 1 : 0) * schedule_.micro_batches + micro_batch) * schedule_.num_stages() + boundary;
+}
+
+int64_t PipelineStage::HiddenFloats(int64_t b, int64_t t) const { return b * t * chunks_[0]->config().d_model; }
+
+absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>& micro_batches, int64_t b,
+                                                   int64_t t) {
+  if (static_cast<int>(micro_batches.size()) != schedule_.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat("the pipeline schedule runs ", schedule_.micro_batches,
+                                                   " micro-batches per step, given ", micro_batches.size()));
+  }
+  const int rank = group_->rank(), ranks = schedule_.ranks;
+  const int prev_rank = (rank + ranks - 1) % ranks, next_rank = (rank + 1) % ranks;
+  const size_t n = static_cast<size_t>(HiddenFloats(b, t));
+  for (model::LanguageModel* chunk : chunks_) chunk->ZeroGrad();
+
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+  std::map<Key, model::Activations> activations;
+  std::map<Key, std::vector<float>> inputs, output_grads, input_grads;
+  std::map<Key, std::unique_ptr<Work>> activation_sends;  // waited on before their activations go
+  std::vector<std::unique_ptr<Work>> gradient_sends;
+  model::LossSums sums;
+  const auto failed = [&](const absl::Status& s, const Action& a) {
+    return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank, " at ", ActionName(a), ": ", s.message()));
+  };
+  for (const Action& a : schedule_.actions[rank]) {
+    const Key key{a.micro_batch, a.chunk};
+    model::LanguageModel& model = *chunks_[a.chunk];
+    const int stage = schedule_.stage(rank, a.chunk);
+    switch (a.op) {
+      case Op::kRecvActivation: {
+        std::vector<float>& in = inputs[key];
+        in.resize(n);
+        if (absl::Status s = group_->Recv(Buffer::Host(in.data(), n), prev_rank, Tag(false, a.micro_batch, stage - 1));
+            !s.ok()) {
+          return failed(s, a);
+        }
+        break;
+      }
+      case Op::kForward: {
+        model::StageInput in;
+        in.b = b;
+        in.t = t;
+        if (model.has_embedding()) {
+          in.ids = micro_batches[a.micro_batch].ids;
+        } else if (ranks == 1) {  // the previous stage is this rank's previous chunk
+          in.hidden = activations.at({a.micro_batch, a.chunk - 1}).hidden_output();
+        } else {
+          in.hidden = inputs.at(key).data();
+        }
+        if (model.has_head()) in.targets = micro_batches[a.micro_batch].targets;
+        model::Activations& act = activations.emplace(key, model.NewActivations()).first->second;
+        if (absl::Status s = model.ForwardStage(in, act); !s.ok()) return failed(s, a);
+        inputs.erase(key);  // ForwardStage copied it
+        if (model.has_head()) {
+          sums.loss += act.loss();
+          sums.z_loss += act.z_loss_term();
+        }
+        break;
+      }
+      case Op::kSendActivation: {
+        const float* out = static_cast<const float*>(activations.at(key).hidden_output());
+        activation_sends[key] = group_->SendAsync(Buffer::Host(out, n), next_rank, Tag(false, a.micro_batch, stage));
+        break;
+      }
+      case Op::kRecvGradient: {
+        std::vector<float>& grad = output_grads[key];
+        grad.resize(n);
+        if (absl::Status s = group_->Recv(Buffer::Host(grad.data(), n), next_rank, Tag(true, a.micro_batch, stage));
+            !s.ok()) {
+          return failed(s, a);
+        }
+        break;
+      }
+      case Op::kBackward: {
+        void* dinput = nullptr;
+        if (!model.has_embedding()) {
+          std::vector<float>& grad = input_grads[key];
+          grad.resize(n);
+          dinput = grad.data();
+        }
+        const Key next{a.micro_batch, a.chunk + 1};  // ranks == 1: the next stage is this rank's next chunk
+        const void* doutput = model.has_head() ? nullptr
+                              : ranks == 1     ? input_grads.at(next).data()
+                                               : output_grads.at(key).data();
+        model.BackwardStage(activations.at(key), doutput, dinput);
+        if (ranks == 1) input_grads.erase(next);
+        if (auto it = activation_sends.find(key); it != activation_sends.end()) {
+          if (absl::Status s = it->second->Wait(); !s.ok()) return failed(s, a);
+          activation_sends.erase(it);
+        }
+        activations.erase(key);
+        output_grads.erase(key);
+        break;
+      }
+      case Op::kSendGradient:
+        gradient_sends.push_back(group_->SendAsync(Buffer::Host(input_grads.at(key).data(), n), prev_rank,
+                                                   Tag(true, a.micro_batch, stage - 1)));
+        break;
+      case Op::kBackwardInput:
+      case Op::kBackwardWeight:
+        return absl::InternalError("split backwards are refused by PipelineStage::Create");
+    }
+  }
+  for (auto& [key, work] : activation_sends) {
+    if (absl::Status s = work->Wait(); !s.ok()) return s;
+  }
+  for (std::unique_ptr<Work>& work : gradient_sends) {
+    if (absl::Status s = work->Wait(); !s.ok()) return s;
+  }
+  return sums;
+}
+
+absl::StatusOr<model::LossSums> PipelineStage::SumLosses(const model::LossSums& local) {
+  double both[2] = {local.loss, local.z_loss};
+  if (absl::Status s = group_->AllReduceSum(both, 2); !s.ok()) return s;
+  return model::LossSums{both[0], both[1]};
+}
+
+absl::Status PipelineStage::SumTiedEmbeddingGrads() {
+  if (!chunks_[0]->config().tied_embeddings) return absl::OkStatus();
+  const auto table = [](model::LanguageModel& model) {
+    float* grad = nullptr;
+    int64_t size = 0;
+    model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
+      if (name == "token_embeddings.weight") grad = p.grad_data(), size = p.grad.numel();
+    });
+    return std::make_pair(grad, static_cast<size_t>(size));
+  };
+  const int rank = group_->rank(), last = schedule_.ranks - 1;
+  model::LanguageModel* first_stage = rank == 0 ? chunks_.front() : nullptr;
+  model::LanguageModel* last_stage = rank == last ? chunks_.back() : nullptr;
+  if (first_stage != nullptr && last_stage != nullptr) {  // one rank holds both
+    if (first_stage == last_stage) return absl::OkStatus();  // one slice: one table
+    auto [a, size] = table(*first_stage);
+    float* b = table(*last_stage).first;
+    for (size_t i = 0; i < size; ++i) a[i] = b[i] = a[i] + b[i];
+    return absl::OkStatus();
+  }
+  model::LanguageModel* mine = first_stage != nullptr ? first_stage : last_stage;
+  if (mine == nullptr) return absl::OkStatus();
+  auto [grad, size] = table(*mine);
+  const int peer = rank == 0 ? last : 0;
+  const int tag = Collectives::kMaxTag;  // above every activation and gradient message
+  std::vector<float> theirs(size);
+  std::unique_ptr<Work> send = group_->SendAsync(Buffer::Host(grad, size), peer, tag);
+  if (absl::Status s = group_->Recv(Buffer::Host(theirs.data(), size), peer, tag); !s.ok()) return s;
+  if (absl::Status s = send->Wait(); !s.ok()) return s;
+  for (size_t i = 0; i < size; ++i) grad[i] += theirs[i];  // a + b on one rank, b + a on the other: equal
+  return absl::OkStatus();
+}
+
+}  // namespace lmf::distributed::pipeline

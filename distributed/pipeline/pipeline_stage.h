@@ -1,0 +1,75 @@
+// One pipeline rank's part of a training step: the model slices it holds (one per chunk of the schedule),
+// run through the schedule's actions with activations sent forward and their gradients sent back point to
+// point over the pipeline group. Every micro-batch's activations live in their own model::Activations from
+// its forward to its backward, so a schedule holds as many as it has micro-batches in flight.
+//
+//   std::vector<std::unique_ptr<LanguageModel>> slices;  // chunk c: StageLayers(L, S, schedule.stage(r, c))
+//   absl::StatusOr<PipelineStage> stage = PipelineStage::Create(group, *schedule, {slices[0].get(), ...});
+//   absl::StatusOr<model::LossSums> sums = stage->Run(micro_batches, b, t);  // gradients accumulated
+//   stage->SumTiedEmbeddingGrads();  // a tied token table: the first and last stages' copies summed
+//
+// The gradients equal single-process gradient accumulation over the same micro-batches bit for bit (each
+// chunk runs its micro-batches' backwards in ascending order, as accumulation does), except a tied token
+// table's, summed once at the end instead of per micro-batch (fp32 rounding).
+// CPU and fp32 for now: the NCCL backend and device buffers come next.
+#ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
+#define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distributed/collectives.h"
+#include "distributed/pipeline/schedule.h"
+#include "model/language_model/language_model.h"
+#include "model/training/step_strategy.h"
+
+namespace lmf::distributed::pipeline {
+
+// The layers of stage `stage` of `num_stages` for a model of `n_layers`: an even split, the first
+// n_layers mod num_stages stages one layer more.
+model::LayerRange StageLayers(int64_t n_layers, int num_stages, int stage);
+
+// One micro-batch's (B, T) token ids and targets in host memory; every rank is given every micro-batch (the
+// first stage reads the ids, the last the targets).
+struct MicroBatch {
+  const int32_t* ids = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+class PipelineStage {
+ public:
+  // `group`: the pipeline ranks, group.rank() = this rank of the schedule. chunks[c]: the slice of stage
+  // schedule.stage(rank, c), on the CPU in fp32. InvalidArgument when the group's size is not the
+  // schedule's ranks, a chunk is missing or holds other layers than StageLayers gives; Unimplemented for a
+  // schedule with split backwards (ZB-H1: the layers do not split their backward yet) or another device.
+  static absl::StatusOr<PipelineStage> Create(Collectives& group, Schedule schedule,
+                                              std::vector<model::LanguageModel*> chunks);
+
+  // One step: zero the chunks' gradients, run this rank's actions, and return the sums of the last stage's
+  // per-micro-batch losses (zero on the other ranks: see SumLosses). Errors: a peer that fails or stalls
+  // (the collective's error, naming it), a micro-batch the model refuses.
+  absl::StatusOr<model::LossSums> Run(const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t);
+  // The losses summed over the pipeline ranks (the same on every rank).
+  absl::StatusOr<model::LossSums> SumLosses(const model::LossSums& local);
+  // A model with tied embeddings: the first stage's token table and the last stage's copy get the sum of
+  // both gradients (nothing to do without tying).
+  absl::Status SumTiedEmbeddingGrads();
+
+ private:
+  PipelineStage(Collectives& group, Schedule schedule, std::vector<model::LanguageModel*> chunks)
+      : group_(&group), schedule_(std::move(schedule)), chunks_(std::move(chunks)) {}
+  int Tag(bool gradient, int micro_batch, int chunk) const;
+  int64_t HiddenFloats(int64_t b, int64_t t) const;
+
+  Collectives* group_;
+  Schedule schedule_;
+  std::vector<model::LanguageModel*> chunks_;
+};
+
+}  // namespace lmf::distributed::pipeline
+
+#endif  // LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
