@@ -1,6 +1,7 @@
 // One pipeline rank's step (see pipeline_stage.h).
 #include "distributed/pipeline/pipeline_stage.h"
 
+#include <chrono>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -82,6 +83,11 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
   std::map<Key, std::unique_ptr<Work>> activation_sends;  // waited on before their activations go
   std::vector<std::unique_ptr<Work>> gradient_sends;
   model::LossSums sums;
+  compute_seconds_ = 0;
+  using Clock = std::chrono::steady_clock;
+  const auto timed = [&](Clock::time_point start) {
+    compute_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  };
   const auto failed = [&](const absl::Status& s, const Action& a) {
     return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank, " at ", ActionName(a), ": ", s.message()));
   };
@@ -112,7 +118,9 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         }
         if (model.has_head()) in.targets = micro_batches[a.micro_batch].targets;
         model::Activations& act = activations.emplace(key, model.NewActivations()).first->second;
+        const Clock::time_point start = Clock::now();
         if (absl::Status s = model.ForwardStage(in, act); !s.ok()) return failed(s, a);
+        timed(start);
         inputs.erase(key);  // ForwardStage copied it
         if (model.has_head()) {
           sums.loss += act.loss();
@@ -145,7 +153,9 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         const void* doutput = model.has_head() ? nullptr
                               : ranks == 1     ? input_grads.at(next).data()
                                                : output_grads.at(key).data();
+        const Clock::time_point start = Clock::now();
         model.BackwardStage(activations.at(key), doutput, dinput);
+        timed(start);
         if (ranks == 1) input_grads.erase(next);
         if (auto it = activation_sends.find(key); it != activation_sends.end()) {
           if (absl::Status s = it->second->Wait(); !s.ok()) return failed(s, a);

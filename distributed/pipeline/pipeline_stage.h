@@ -53,6 +53,9 @@ class PipelineStage {
   // per-micro-batch losses (zero on the other ranks: see SumLosses). Errors: a peer that fails or stalls
   // (the collective's error, naming it), a micro-batch the model refuses.
   absl::StatusOr<model::LossSums> Run(const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t);
+  // Seconds the last Run spent in the chunks' forwards and backwards (the rest of its time is the bubble
+  // and the transfers).
+  double compute_seconds() const { return compute_seconds_; }
   // The losses summed over the pipeline ranks (the same on every rank).
   absl::StatusOr<model::LossSums> SumLosses(const model::LossSums& local);
   // A model with tied embeddings: the first stage's token table and the last stage's copy get the sum of
@@ -68,6 +71,7 @@ class PipelineStage {
   Collectives* group_;
   Schedule schedule_;
   std::vector<model::LanguageModel*> chunks_;
+  double compute_seconds_ = 0;
 };
 
 }  // namespace lmf::distributed::pipeline

@@ -1,0 +1,119 @@
+// The bubble of each pipeline schedule measured on CPU processes over Gloo, against its closed form:
+// bubble = (wall time - compute time) / compute time per rank and step, averaged over ranks and steps
+// (transfers count as bubble). One thread per rank by default, so 2 ranks fit a 2-core machine.
+//   bazel run -c opt //distributed/pipeline:pipeline_benchmark -- --ranks=2 --micro_batches=8
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "base/flags.h"
+#include "base/thread_pool.h"
+#include "distributed/pipeline/pipeline_stage.h"
+#include "distributed/test_ranks.h"
+#include "kernels/core/context.h"
+
+ABSL_FLAG(int, ranks, 2, "pipeline ranks (processes)");
+ABSL_FLAG(int, threads, 1, "threads per rank");
+ABSL_FLAG(int, micro_batches, 8, "micro-batches per step");
+ABSL_FLAG(int, virtual_stages, 2, "chunks per rank for interleaved_1f1b");
+ABSL_FLAG(int, steps, 4, "timed steps per schedule (after one untimed)");
+ABSL_FLAG(int, layers, 8, "model layers");
+ABSL_FLAG(int, d_model, 128, "model width");
+ABSL_FLAG(int, batch, 4, "sequences per micro-batch");
+ABSL_FLAG(int, context, 64, "tokens per sequence");
+
+namespace lmf::distributed::pipeline {
+namespace {
+
+int Benchmark(Collectives& group) {
+  const int p = group.world_size(), m = absl::GetFlag(FLAGS_micro_batches);
+  const int64_t b = absl::GetFlag(FLAGS_batch), t = absl::GetFlag(FLAGS_context);
+  ThreadPool pool(absl::GetFlag(FLAGS_threads));
+  const model::ModelConfig config = model::Cs336Config(/*vocab_size=*/512, t, absl::GetFlag(FLAGS_d_model),
+                                                       absl::GetFlag(FLAGS_layers), /*n_heads=*/4,
+                                                       /*d_ff=*/absl::GetFlag(FLAGS_d_model) * 8 / 3);
+  std::mt19937_64 engine(1);
+  std::vector<std::vector<int32_t>> tokens(2 * m, std::vector<int32_t>(b * t));
+  for (auto& v : tokens) {
+    for (int32_t& id : v) id = static_cast<int32_t>(engine() % 512);
+  }
+  std::vector<MicroBatch> batches;
+  for (int i = 0; i < m; ++i) batches.push_back({tokens[2 * i].data(), tokens[2 * i + 1].data()});
+  if (group.rank() == 0) {
+    std::printf("%d ranks x %d threads, %d micro-batches of %lld x %lld tokens, %d layers of width %d\n", p,
+                absl::GetFlag(FLAGS_threads), m, static_cast<long long>(b), static_cast<long long>(t),
+                static_cast<int>(config.n_layers), static_cast<int>(config.d_model));
+    std::printf("%-22s %10s %12s %12s %12s\n", "schedule", "step ms", "bubble", "closed form", "dry run");
+  }
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleavedOneFOneB}) {
+    const int v = kind == ScheduleKind::kInterleavedOneFOneB ? absl::GetFlag(FLAGS_virtual_stages) : 1;
+    absl::StatusOr<Schedule> schedule = MakeSchedule(kind, p, v, m);
+    if (!schedule.ok() || p * v > config.n_layers) {
+      if (group.rank() == 0) std::printf("%-22s skipped: %s\n", ScheduleKindName(kind).c_str(),
+                                         schedule.ok() ? "more stages than layers" : std::string(schedule.status().message()).c_str());
+      continue;
+    }
+    std::vector<std::unique_ptr<model::LanguageModel>> owned;
+    std::vector<model::LanguageModel*> chunks;
+    for (int c = 0; c < v; ++c) {
+      absl::StatusOr<std::unique_ptr<model::LanguageModel>> slice = model::LanguageModel::Create(
+          config, kernels::Context::Cpu(&pool), kernels::DType::kF32,
+          StageLayers(config.n_layers, schedule->num_stages(), schedule->stage(group.rank(), c)));
+      if (!slice.ok()) return 1;
+      (*slice)->InitializeParameters(1);
+      chunks.push_back(slice->get());
+      owned.push_back(*std::move(slice));
+    }
+    absl::StatusOr<PipelineStage> stage = PipelineStage::Create(group, *schedule, chunks);
+    if (!stage.ok()) return 1;
+    double wall = 0, busy = 0;
+    for (int step = 0; step <= absl::GetFlag(FLAGS_steps); ++step) {
+      if (!group.Barrier().ok()) return 1;
+      const auto start = std::chrono::steady_clock::now();
+      if (!stage->Run(batches, b, t).ok()) return 1;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (step > 0) wall += seconds, busy += stage->compute_seconds();
+    }
+    double sums[2] = {wall, busy};  // over ranks
+    if (!group.AllReduceSum(sums, 2).ok()) return 1;
+    const double bubble = (sums[0] - sums[1]) / sums[1];
+    const absl::StatusOr<Simulation> dry = Simulate(*schedule);
+    if (group.rank() == 0) {
+      std::printf("%-22s %10.1f %12.3f %12.3f %12.3f\n",
+                  (ScheduleKindName(kind) + (v > 1 ? " v=" + std::to_string(v) : "")).c_str(),
+                  sums[0] / p / absl::GetFlag(FLAGS_steps) * 1e3, bubble, static_cast<double>(p - 1) / (v * m),
+                  dry.ok() ? dry->bubble_ratio() : -1.0);
+    }
+  }
+  std::fflush(stdout);  // the harness ends each rank with _exit
+  return 0;
+}
+
+}  // namespace
+}  // namespace lmf::distributed::pipeline
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Measured pipeline bubbles of GPipe, 1F1B and interleaved 1F1B on Gloo processes.");
+  lmf::FlagsOptions options;
+  options.checks = {lmf::AtLeast(FLAGS_ranks, 1),   lmf::AtLeast(FLAGS_threads, 1), lmf::AtLeast(FLAGS_micro_batches, 1),
+                    lmf::AtLeast(FLAGS_steps, 1),   lmf::AtLeast(FLAGS_layers, 1),  lmf::AtLeast(FLAGS_d_model, 8),
+                    lmf::AtLeast(FLAGS_batch, 1),   lmf::AtLeast(FLAGS_context, 1), lmf::AtLeast(FLAGS_virtual_stages, 1)};
+  lmf::ParseFlags(argc, argv, options);
+  lmf::distributed::testing::RankOptions rank_options;
+  rank_options.deadline = std::chrono::seconds(900);
+  rank_options.timeout = std::chrono::milliseconds(120000);
+  const std::vector<lmf::distributed::testing::RankOutcome> outcomes = lmf::distributed::testing::RunRanks(
+      absl::GetFlag(FLAGS_ranks), lmf::distributed::pipeline::Benchmark, rank_options);
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (outcomes[r].exit_code != 0) {
+      std::fprintf(stderr, "rank %zu failed (exit %d, signal %d):\n%s\n", r, outcomes[r].exit_code,
+                   outcomes[r].signal, outcomes[r].log.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
