@@ -109,6 +109,10 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
                                " (each process takes an equal share of a step's micro-batches)"));
     }
   }
+  if (run.parallel().zero_stage() != 0 && run.parallel().zero_stage() != 1) {
+    errors->Add(absl::StrCat("run.parallel.zero_stage=", run.parallel().zero_stage(),
+                             " must be 0 (off) or 1 (optimizer state sharded over run.parallel.data)"));
+  }
   if (run.parallel().timeout_seconds() < 1) {
     errors->Add(absl::StrCat("run.parallel.timeout_seconds=", run.parallel().timeout_seconds(),
                              " must be at least 1"));

@@ -2,9 +2,12 @@
 #include "distributed/data_parallel_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "distributed/zero.h"
 
 namespace lmf::distributed {
 namespace {
@@ -51,7 +54,11 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
   double totals[3] = {sums->loss, sums->z_loss, static_cast<double>(received)};
   if (absl::Status s = group_.AllReduceSum(totals, 3); !s.ok()) return s;
   const int stop = totals[2] > 0 ? (received != 0 ? received : SIGTERM) : 0;
-  return model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1]}, stop);
+  model::StepResult result = model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1]}, stop);
+  if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
+    if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
+  }
+  return result;
 }
 
 absl::Status DataParallelStep::SumOverProcesses(std::vector<double>& values) {

@@ -3,11 +3,14 @@
 // (A divisible by the P ranks), the gradients and losses are summed over the ranks (one all-reduce each), and
 // every rank applies the same AdamW update, so the run is the single-process run up to the order of the
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
-// Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1.
+// Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
+// ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h).
 #ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 #define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +38,9 @@ class DataParallelStep final : public model::StepStrategy {
   absl::StatusOr<model::StepResult> Step(model::LanguageModel& model, model::AdamW& optimizer,
                                          model::MicroBatchSource& data, const model::StepInput& input) override;
   absl::Status SumOverProcesses(std::vector<double>& values) override;
+  // ZeRO-1 (zero.h): the optimizer updates only the parameters this rank owns, and each step ends with
+  // every parameter broadcast from its owner.
+  void ShardOptimizerState(std::map<std::string, int> owners) { owners_ = std::move(owners); }
   // Each rank's checksum of its weights, compared on every rank: a rank whose copy drifted (another thread
   // count splits the optimizer's kernels differently) is named.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
@@ -42,6 +48,7 @@ class DataParallelStep final : public model::StepStrategy {
  private:
   Collectives& group_;
   std::vector<float> gradients_;  // every gradient, for one all-reduce
+  std::map<std::string, int> owners_;  // ZeRO-1: each parameter's owner; empty without
 };
 
 }  // namespace lmf::distributed

@@ -139,6 +139,33 @@ TEST(DataParallel, AResumedRunIsBitIdentical) {
   EXPECT_NE(log->find("(--resume)"), std::string::npos) << *log;
 }
 
+// run.parallel.zero_stage: 1 shards the AdamW moments; each parameter's update is the unsharded one (same
+// summed gradient and norm), so the run is data parallelism's bit for bit, and its checkpoints hold every
+// moment: resumed without ZeRO, it goes on as the same run.
+TEST(DataParallel, ZeroOneTrainsTheSameRunAndResumesWithoutIt) {
+  ASSERT_TRUE(Train(Tiny("dp_plain", 2, 2), Options()).ok());
+  TrainOptions killed = Options();
+  killed.stop_after_step = 10;
+  ASSERT_TRUE(Train(Tiny("dp_zero", 2, 2, {"run.parallel.zero_stage=1"}), killed).ok());
+  ASSERT_TRUE(Train(Tiny("dp_zero_full", 2, 2, {"run.parallel.zero_stage=1"}), Options()).ok());
+  TrainOptions resume = Options();
+  resume.resume = true;
+  ASSERT_TRUE(Train(Tiny("dp_zero", 2, 2), resume).ok());  // the checkpoint at step 8, without ZeRO
+  for (const char* run : {"dp_zero_full", "dp_zero"}) {
+    for (const char* step : {"step_00000008/", "step_00000012/"}) {
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+        auto x = ReadFile(TempPath("dp_plain/checkpoints/") + step + file);
+        auto y = ReadFile(TempPath(run) + "/checkpoints/" + step + file);
+        ASSERT_TRUE(x.ok() && y.ok()) << run << " " << step << file;
+        EXPECT_TRUE(*x == *y) << run << " " << step << file << " differs";
+      }
+    }
+  }
+  const std::vector<StepMetrics> plain = Metrics("dp_plain"), zero = Metrics("dp_zero_full");
+  ASSERT_EQ(plain.size(), zero.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].loss, zero[i].loss) << "step " << i + 1;
+}
+
 // Every rank runs the thread count the run asks for (here LMF_NUM_THREADS), rank 0 included, although this
 // process made its default pool earlier with another count: rank 0 does not train on that pool, nor hand its
 // count to the workers.
@@ -212,6 +239,11 @@ TEST(DataParallel, ConfigErrorsNameTheField) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("run.parallel.data=0 must be 1 to 256 processes"),
             std::string::npos)
+      << loaded.status();
+  loaded = config::LoadExperiment("experiments/configs/tiny.textproto",
+                                  {"data.train_tokens=x.tok", "run.parallel.zero_stage=2"});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("run.parallel.zero_stage=2 must be 0 (off) or 1"), std::string::npos)
       << loaded.status();
 }
 

@@ -2,14 +2,16 @@
 #include "experiments/trainer/optimizer.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/optimizer_conversion.h"
 
 namespace lmf::experiments {
 
-ModelOptimizer::ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model)
-    : ctx_(model.context()), adamw_(config::ToAdamWConfig(config), model) {}
+ModelOptimizer::ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model,
+                               model::AdamW::Owns owns)
+    : ctx_(model.context()), adamw_(config::ToAdamWConfig(config), model, std::move(owns)) {}
 
 HostTensors ModelOptimizer::StateTensors() const {
   HostTensors out;

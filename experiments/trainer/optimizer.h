@@ -19,8 +19,9 @@ namespace lmf::experiments {
 
 class ModelOptimizer {
  public:
-  // Zero moments for every parameter of `model`, on its device.
-  ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model);
+  // Zero moments for every parameter of `model` that `owns` (null: all; ZeRO-1: this rank's), on its device.
+  ModelOptimizer(const config::OptimizerConfig& config, const model::LanguageModel& model,
+                 model::AdamW::Owns owns = nullptr);
 
   // See model::AdamW::Step: the gradients hold the sum of `micro_batches` mean-loss gradients; returns the
   // global norm of their mean before clipping, and updates only when it is finite.

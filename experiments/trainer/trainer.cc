@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -20,6 +21,7 @@
 #include "config/model_conversion.h"
 #include "config/run_length.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/zero.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
@@ -128,6 +130,8 @@ class TrainingRun {
   model::ModelConfig model_config_;
   std::unique_ptr<DataParallelLaunch> launch_;  // the other ranks, when this process started them
   std::unique_ptr<model::StepStrategy> strategy_;
+  distributed::DataParallelStep* data_parallel_ = nullptr;  // strategy_, when it is data parallel
+  std::map<std::string, int> owners_;                      // ZeRO-1: each parameter's optimizer rank
   std::unique_ptr<TrainingDevice> device_;
   std::unique_ptr<model::LanguageModel> model_;
   std::vector<TrainSource> sources_;
@@ -210,7 +214,9 @@ absl::Status TrainingRun::StartRanks() {
     group_ = &launch_->group();
   }
   if (group_ != nullptr) {
-    strategy_ = std::make_unique<distributed::DataParallelStep>(*group_);
+    auto data_parallel = std::make_unique<distributed::DataParallelStep>(*group_);
+    data_parallel_ = data_parallel.get();
+    strategy_ = std::move(data_parallel);
   } else {
     strategy_ = std::make_unique<model::SingleProcessStep>();
   }
@@ -274,7 +280,13 @@ absl::Status TrainingRun::OpenData() {
     if (!val.ok()) return val.status();
     validation_ = *std::move(val);
   }
-  optimizer_.emplace(experiment_.optimizer(), *model_);
+  if (run_.parallel().zero_stage() == 1 && data_parallel_ != nullptr) {
+    owners_ = distributed::ShardOptimizerState(*model_, world_);
+    data_parallel_->ShardOptimizerState(owners_);
+    optimizer_.emplace(experiment_.optimizer(), *model_, distributed::OwnedBy(owners_, rank_));
+  } else {
+    optimizer_.emplace(experiment_.optimizer(), *model_);
+  }
   return absl::OkStatus();
 }
 
@@ -533,8 +545,16 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
   return absl::OkStatus();
 }
 
-// A checkpoint after step `completed` (rank 0): weights, optimizer state, data position and counters.
+// A checkpoint after step `completed`, written by rank 0: weights, optimizer state, data position and
+// counters. Every rank calls it: with ZeRO-1 the ranks first send rank 0 their optimizer state.
 absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
+  if (!owners_.empty()) {
+    if (absl::Status s = distributed::ConsolidateOptimizerState(*group_, owners_, *model_, optimizer_->adamw());
+        !s.ok()) {
+      return CollectiveError(s);
+    }
+  }
+  if (!lead_) return absl::OkStatus();
   const HostTensors weights = ModelTensors(*model_);
   const HostTensors optimizer_state = optimizer_->StateTensors();
   CheckpointContents contents;
@@ -558,6 +578,7 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
   contents.config_text = config_text_;
   absl::StatusOr<std::string> saved = lmf::experiments::SaveCheckpoint(checkpoints_, contents,
                                                                        run_.keep_checkpoints(), pinned_);
+  if (!owners_.empty()) optimizer_->adamw().DropAdopted();
   if (!saved.ok()) return saved.status();
   result_.last_checkpoint = *saved;
   console_.Message(absl::StrCat("checkpoint ", *saved));
@@ -632,7 +653,7 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
 
     // Data parallel: the signal was agreed on at the step's all-reduce.
     const int stop_signal = group_ == nullptr ? signals.received() : stepped->stop_signal;
-    if (lead_ && (checkpoint_step || stop_signal != 0)) {
+    if (checkpoint_step || stop_signal != 0) {
       if (absl::Status s = SaveCheckpoint(completed, loss); !s.ok()) return s;
     }
     if (stop_signal != 0 && !last) {

@@ -13,8 +13,10 @@
 
 namespace lmf::model {
 
-AdamW::AdamW(const AdamWConfig& config, const LanguageModel& model) : config_(config), ctx_(model.context()) {
+AdamW::AdamW(const AdamWConfig& config, const LanguageModel& model, Owns owns)
+    : config_(config), ctx_(model.context()), owns_(std::move(owns)) {
   model.VisitParameters([&](const std::string& name, const Parameter& p) {
+    if (owns_ && !owns_(name)) return;
     Moments& moments = moments_[name];
     for (int i = 0; i < p.value.rank(); ++i) moments.shape.push_back(p.value.dim(i));
     moments.decay = p.value.rank() >= 2 || config_.decay_vectors;
@@ -51,6 +53,7 @@ double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
   // computes in bf16.
   std::map<std::pair<bool, double>, std::vector<kernels::AdamWTensor>> groups;
   model.VisitParameters([&](const std::string& name, const Parameter& p) {
+    if (owns_ && !owns_(name)) return;  // another rank's (ZeRO-1), even while adopted
     auto it = moments_.find(name);
     LMF_CHECK(it != moments_.end()) << "parameter " << name << " appeared after the optimizer was built";
     Moments& moments = it->second;
@@ -79,6 +82,39 @@ double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
     kernels::MultiTensorAdamW(ctx_, params);
   }
   return norm;
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, moments] : moments_) bytes += static_cast<int64_t>(moments.m.nbytes() + moments.v.nbytes());
+  return bytes;
+}
+
+void AdamW::AdoptState(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& m,
+                       const std::vector<float>& v) {
+  Moments& moments = moments_[name];
+  moments.shape = shape;
+  for (auto [t, values] : {std::make_pair(&moments.m, &m), std::make_pair(&moments.v, &v)}) {
+    *t = kernels::Tensor::Empty(kernels::Shape::FromArray(shape.data(), static_cast<int>(shape.size())),
+                                kernels::DType::kF32, ctx_.allocator);
+    LMF_CHECK_EQ(static_cast<size_t>(t->numel()), values->size()) << name;
+    kernels::CopyToDevice(ctx_, t->data(), values->data(), values->size() * sizeof(float));
+  }
+}
+
+void AdamW::DropAdopted() {
+  if (!owns_) return;
+  for (auto it = moments_.begin(); it != moments_.end();) it = owns_(it->first) ? std::next(it) : moments_.erase(it);
+}
+
+bool AdamW::ReadState(const std::string& name, std::vector<float>* m, std::vector<float>* v) const {
+  const auto it = moments_.find(name);
+  if (it == moments_.end()) return false;
+  for (auto [t, out] : {std::make_pair(&it->second.m, m), std::make_pair(&it->second.v, v)}) {
+    out->resize(static_cast<size_t>(t->numel()));
+    kernels::CopyToHost(ctx_, out->data(), t->data(), out->size() * sizeof(float));
+  }
+  return true;
 }
 
 void AdamW::VisitState(const std::function<void(const std::string& name, const kernels::Tensor& t)>& visit) const {

@@ -35,16 +35,30 @@ namespace lmf::model {
 
 class AdamW {
  public:
-  // Zero moments for every parameter of `model`, on its device.
-  AdamW(const AdamWConfig& config, const LanguageModel& model);
+  // Which parameters this optimizer updates and keeps moments for (ZeRO-1: the ones this rank owns).
+  using Owns = std::function<bool(const std::string& name)>;
+  // Zero moments for every parameter of `model` that `owns` (null: every one), on its device.
+  AdamW(const AdamWConfig& config, const LanguageModel& model, Owns owns = nullptr);
 
   // The parameters' gradients hold the sum of `micro_batches` mean-loss gradients (gradient accumulation);
   // the step uses their mean (folded into the norm and AdamW's gradient scale, so no pass scales them).
-  // Returns the global L2 norm of that mean, before clipping. When it is finite, clips to max_grad_norm and
-  // applies one update at learning rate `lr`; when it is NaN or infinite, changes nothing.
+  // Returns the global L2 norm of that mean, before clipping, over every parameter (owned or not: the
+  // gradients are the whole model's). When it is finite, clips to max_grad_norm and updates the owned
+  // parameters at learning rate `lr`; when it is NaN or infinite, changes nothing.
   double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
 
   int64_t step() const { return step_; }
+  // Bytes of the moments this optimizer holds.
+  int64_t state_bytes() const;
+
+  // ZeRO-1 checkpoints (as torch's ZeroRedundancyOptimizer.consolidate_state_dict): the moments of a
+  // parameter another rank owns, given in host memory, held (and visited by VisitState) until
+  // DropAdopted; Step never updates them.
+  void AdoptState(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& m,
+                  const std::vector<float>& v);
+  void DropAdopted();
+  // Host copies of a held parameter's moments; false when this optimizer holds none for it.
+  bool ReadState(const std::string& name, std::vector<float>* m, std::vector<float>* v) const;
   // Every moment tensor on the model's device: "<parameter>.exp_avg" and "<parameter>.exp_avg_sq".
   void VisitState(const std::function<void(const std::string& name, const kernels::Tensor& t)>& visit) const;
   // Loads every moment through `read` (name and shape -> host floats, or the reader's error) and the step
@@ -63,6 +77,7 @@ class AdamW {
   };
   AdamWConfig config_;
   kernels::Context ctx_;
+  Owns owns_;
   int64_t step_ = 0;
   std::map<std::string, Moments> moments_;
 };
