@@ -2,6 +2,8 @@
 #include "distributed/data_parallel_step.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cmath>
 #include <csignal>
 #include <utility>
@@ -32,26 +34,80 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   return status;
 }
 
+namespace {
+
+// One part's gradients on their way through an all-reduce.
+struct Bucket {
+  model::LanguageModel::ModelPart part;
+  std::vector<float> data;
+  std::unique_ptr<Work> sum;
+};
+
+void PackPart(const model::LanguageModel& model, const model::LanguageModel::ModelPart& part, std::vector<float>* out) {
+  model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
+    out->insert(out->end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+  });
+}
+
+void UnpackPart(model::LanguageModel& model, const model::LanguageModel::ModelPart& part, const float* in) {
+  model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
+    std::copy_n(in, p.grad.numel(), p.grad.data<float>());
+    in += p.grad.numel();
+  });
+}
+
+}  // namespace
+
+absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,
+                                            const model::StepInput& input, model::LossSums* sums) {
+  const int64_t count = micro_batch_count(input.micro_batches);
+  std::vector<Bucket> buckets;
+  if (overlap_) {
+    int64_t backwards = 0;
+    model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
+      if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
+        Bucket& bucket = buckets.emplace_back();
+        bucket.part = part;
+        PackPart(model, part, &bucket.data);
+        bucket.sum = group_.AllReduceAsync(Buffer::Host(bucket.data.data(), bucket.data.size()), ReduceOp::kSum);
+      }
+      if (part.kind == model::LanguageModel::ModelPart::kEmbedding) ++backwards;
+    });
+  }
+  absl::StatusOr<model::LossSums> accumulated =
+      model::AccumulateGradients(model, data, input, first_micro_batch(input.micro_batches), count);
+  model.SetBackwardProgress(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = accumulated.ok() ? absl::OkStatus() : accumulated.status();
+  for (Bucket& bucket : buckets) {  // waited for even after an error: they read the buckets' memory
+    absl::Status s = bucket.sum->Wait();
+    if (status.ok()) status = s;
+    if (s.ok()) UnpackPart(model, bucket.part, bucket.data.data());
+  }
+  if (status.ok() && !overlap_) {
+    gradients_.clear();
+    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+      gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+    });
+    status = group_.AllReduceSum(gradients_.data(), gradients_.size());
+    size_t offset = 0;
+    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+      std::copy_n(gradients_.data() + offset, p.grad.numel(), p.grad.data<float>());
+      offset += static_cast<size_t>(p.grad.numel());
+    });
+  }
+  exposed_reduce_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (status.ok()) *sums = *accumulated;
+  return status;
+}
+
 absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
                                                          model::MicroBatchSource& data,
                                                          const model::StepInput& input) {
-  absl::StatusOr<model::LossSums> sums =
-      model::AccumulateGradients(model, data, input, first_micro_batch(input.micro_batches),
-                                 micro_batch_count(input.micro_batches));
-  if (!sums.ok()) return sums.status();
-  // The step's gradients, losses and stop requests, summed over the ranks (one all-reduce each).
-  gradients_.clear();
-  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
-  });
-  if (absl::Status s = group_.AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
-  size_t offset = 0;
-  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    std::copy_n(gradients_.data() + offset, p.grad.numel(), p.grad.data<float>());
-    offset += static_cast<size_t>(p.grad.numel());
-  });
+  model::LossSums summed;
+  if (absl::Status s = SumGradients(model, data, input, &summed); !s.ok()) return s;
   const int received = input.received_signal ? input.received_signal() : 0;
-  double totals[3] = {sums->loss, sums->z_loss, static_cast<double>(received)};
+  double totals[3] = {summed.loss, summed.z_loss, static_cast<double>(received)};
   if (absl::Status s = group_.AllReduceSum(totals, 3); !s.ok()) return s;
   const int stop = totals[2] > 0 ? (received != 0 ? received : SIGTERM) : 0;
   model::StepResult result = model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1]}, stop);

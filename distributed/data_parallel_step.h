@@ -23,7 +23,10 @@ namespace lmf::distributed {
 class DataParallelStep final : public model::StepStrategy {
  public:
   // `group`: every data-parallel rank, kept by the caller for this strategy's lifetime.
-  explicit DataParallelStep(Collectives& group) : group_(group) {}
+  // overlap: the last micro-batch's gradients are summed part by part (one bucket per block, the head and
+  // the embeddings) as its backward finishes each, on the group's thread while the backward goes on
+  // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
+  explicit DataParallelStep(Collectives& group, bool overlap = true) : group_(group), overlap_(overlap) {}
 
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
@@ -41,12 +44,22 @@ class DataParallelStep final : public model::StepStrategy {
   // ZeRO-1 (zero.h): the optimizer updates only the parameters this rank owns, and each step ends with
   // every parameter broadcast from its owner.
   void ShardOptimizerState(std::map<std::string, int> owners) { owners_ = std::move(owners); }
+  // The seconds the last step waited for the gradient sums after its last backward (all of the sum's time
+  // without overlap): what the overlap did not hide.
+  double exposed_reduce_seconds() const { return exposed_reduce_seconds_; }
   // Each rank's checksum of its weights, compared on every rank: a rank whose copy drifted (another thread
   // count splits the optimizer's kernels differently) is named.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
  private:
   Collectives& group_;
+  // This rank's micro-batches, their gradients summed over the ranks: in buckets started during the last
+  // backward (overlap), or in one all-reduce after it.
+  absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,
+                            const model::StepInput& input, model::LossSums* sums);
+
+  bool overlap_;
+  double exposed_reduce_seconds_ = 0;
   std::vector<float> gradients_;  // every gradient, for one all-reduce
   std::map<std::string, int> owners_;  // ZeRO-1: each parameter's owner; empty without
 };

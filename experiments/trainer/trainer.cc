@@ -214,7 +214,8 @@ absl::Status TrainingRun::StartRanks() {
     group_ = &launch_->group();
   }
   if (group_ != nullptr) {
-    auto data_parallel = std::make_unique<distributed::DataParallelStep>(*group_);
+    auto data_parallel =
+        std::make_unique<distributed::DataParallelStep>(*group_, run_.parallel().overlap_grad_reduce());
     data_parallel_ = data_parallel.get();
     strategy_ = std::move(data_parallel);
   } else {

@@ -302,6 +302,7 @@ void LanguageModel::BackwardStage(Activations& activations, const void* doutput,
     } else {
       lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dresidual);
     }
+    if (backward_progress_) backward_progress_(ModelPart{ModelPart::kHead, -1});
   } else {
     LMF_CHECK(doutput != nullptr && n > 0)
         << "LanguageModel: the backward of layers [" << first_layer_ << ", " << last_layer_
@@ -312,11 +313,32 @@ void LanguageModel::BackwardStage(Activations& activations, const void* doutput,
     scratch_.Reset();
     const int64_t layer = first_layer_ + static_cast<int64_t>(i);
     blocks_[i]->Backward(ctx_, LayerInput(activations, layer), *activations.blocks_[i], dresidual, scratch_);
+    if (backward_progress_) backward_progress_(ModelPart{ModelPart::kBlock, layer});
   }
   if (embedding_) {
     embedding_->Backward(ctx_, activations.embedding_, dresidual);
   } else if (dinput != nullptr) {
     kernels::CopyOnDevice(ctx_, dinput, dresidual, dresidual_.nbytes());
+  }
+  if (backward_progress_) backward_progress_(ModelPart{ModelPart::kEmbedding, -1});
+}
+
+void LanguageModel::VisitPartParameters(const ModelPart& part, const ParameterVisitor& visit) const {
+  switch (part.kind) {
+    case ModelPart::kHead:
+      if (final_norm_) final_norm_->VisitParameters("ln_final", visit);
+      if (lm_head_ && !config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
+      break;
+    case ModelPart::kBlock: {
+      LMF_CHECK(part.layer >= first_layer_ && part.layer < last_layer_) << "layer " << part.layer;
+      const size_t i = static_cast<size_t>(part.layer - first_layer_);
+      blocks_[i]->VisitParameters(absl::StrCat("layers.", part.layer), visit);
+      break;
+    }
+    case ModelPart::kEmbedding:
+      if (embedding_) embedding_->VisitParameters(visit);
+      if (tied_table_) visit("token_embeddings.weight", *tied_table_);
+      break;
   }
 }
 

@@ -40,6 +40,7 @@
 #define LMFORGE_MODEL_LANGUAGE_MODEL_LANGUAGE_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -239,6 +240,19 @@ class LanguageModel {
   void VisitParameters(const ParameterVisitor& visit) const;
   int64_t parameter_count() const;
 
+  // Backward progress, for overlapping gradient communication with the backward (data parallelism's
+  // buckets). During each backward, `ready` is called as soon as a part's gradients are final for that
+  // backward: the head (final norm, untied LM head) first, then each block from the last to the first, then
+  // the embeddings (the token and position tables; a tied table, which the head also reaches, is here).
+  // Null: none. VisitPartParameters visits one part's parameters.
+  struct ModelPart {
+    enum Kind { kHead, kBlock, kEmbedding };
+    Kind kind = kHead;
+    int64_t layer = -1;  // kBlock: the layer, numbered as in the whole model
+  };
+  void SetBackwardProgress(std::function<void(const ModelPart& part)> ready) { backward_progress_ = std::move(ready); }
+  void VisitPartParameters(const ModelPart& part, const ParameterVisitor& visit) const;
+
   // Bytes the model's own activations keep for the backward.
   int64_t saved_activation_bytes() const { return own_.bytes(); }
   // FLOPs run since the last ResetCounters (matmuls and the causal attention products).
@@ -271,6 +285,7 @@ class LanguageModel {
   kernels::DType dtype_;
   int64_t first_layer_ = 0, last_layer_ = 0;
   StepCounters counters_;
+  std::function<void(const ModelPart&)> backward_progress_;
   std::optional<Embedding> embedding_;              // the first slice only
   std::vector<std::unique_ptr<Block>> blocks_;      // layers [first_layer_, last_layer_)
   std::optional<Norm> final_norm_;                  // the last slice, not for post-norm

@@ -269,5 +269,34 @@ TEST(LanguageModelStages, SlicesRefuseWhatTheyCannotDo) {
       << cache.status();
 }
 
+// The backward reports each part as it finishes it (head, blocks last to first, embeddings), and the parts
+// hold every parameter once.
+TEST(BackwardProgress, PartsInOrderAndEveryParameterOnce) {
+  for (const ModelConfig& c : {LlamaLike(), Gpt2LikeTied()}) {
+    std::unique_ptr<LanguageModel> m = Make(c);
+    std::vector<std::string> order;
+    std::map<std::string, int> seen;
+    m->SetBackwardProgress([&](const LanguageModel::ModelPart& part) {
+      order.push_back(part.kind == LanguageModel::ModelPart::kHead    ? "head"
+                      : part.kind == LanguageModel::ModelPart::kBlock ? std::to_string(part.layer)
+                                                                       : "embedding");
+      m->VisitPartParameters(part, [&](const std::string& name, const Parameter&) { ++seen[name]; });
+    });
+    const std::vector<int32_t> ids = RandomIds(c, 2 * 5, 1), targets = RandomIds(c, 2 * 5, 2);
+    ASSERT_TRUE(m->ForwardWithLoss(ids.data(), targets.data(), 2, 5).ok());
+    m->Backward();
+    std::vector<std::string> want = {"head"};
+    for (int64_t i = c.n_layers; i-- > 0;) want.push_back(std::to_string(i));
+    want.push_back("embedding");
+    EXPECT_EQ(order, want);
+    int params = 0;
+    m->VisitParameters([&](const std::string& name, const Parameter&) {
+      ++params;
+      EXPECT_EQ(seen[name], 1) << name;
+    });
+    EXPECT_EQ(static_cast<int>(seen.size()), params);
+  }
+}
+
 }  // namespace
 }  // namespace lmf::model
