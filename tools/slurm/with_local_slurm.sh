@@ -22,6 +22,8 @@ fi
 
 dir=""
 unavailable=""
+# The daemons are in sbin, which a test's PATH (Bazel's /bin:/usr/bin) lacks.
+export PATH="$PATH:/usr/sbin:/sbin"
 
 log_tail() { [[ -f "$1" ]] && tail -n 5 "$1" | tr '\n' ' '; }
 
