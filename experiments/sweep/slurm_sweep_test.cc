@@ -140,6 +140,16 @@ TEST_F(SlurmSweep, ATaskStoppedBySigtermRequeuesAndEndsWithTheUninterruptedLoss)
   ASSERT_TRUE(training) << ReadOrEmpty(run_dir + "/log.txt");
   absl::StatusOr<CommandOutput> cancel = RunCommand({"scancel", "--signal=TERM", task}, 60);
   ASSERT_TRUE(cancel.ok() && cancel->exit_code == 0) << cancel.status() << (cancel.ok() ? cancel->err : "");
+  // Slurm holds a requeued job for two minutes (Reason=BeginTime); the test lets it start at once.
+  std::string state;
+  for (int i = 0; i < 600 && !absl::StartsWith(state, "PENDING"); ++i) {
+    absl::StatusOr<CommandOutput> queued = RunCommand({"squeue", "--noheader", "--jobs=" + task, "--format=%T %r"}, 60);
+    state = queued.ok() ? queued->out : "";
+    if (!absl::StartsWith(state, "PENDING")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(absl::StartsWith(state, "PENDING")) << state << ReadOrEmpty(run_dir + "/log.txt");
+  absl::StatusOr<CommandOutput> release = RunCommand({"scontrol", "update", "JobId=" + task, "StartTime=now"}, 60);
+  ASSERT_TRUE(release.ok() && release->exit_code == 0) << release.status() << (release.ok() ? release->err : "");
 
   out = Sweep({"--sweep=" + sweep, "--executor=slurm", "--wait", "--poll_seconds=0.5"}, &code);
   ASSERT_EQ(code, 0) << out << ReadOrEmpty(run_dir + "/log.txt");
