@@ -148,7 +148,8 @@ absl::StatusOr<std::string> SubmitArray(const SweepPlan& plan, const std::vector
   if (absl::Status s = WriteFileAtomically(runs_path, runs); !s.ok()) return s;
   if (absl::Status s = WriteFileAtomically(script_path, BatchScript(slurm)); !s.ok()) return s;
   std::vector<std::string> argv = {
-      "sbatch", "--parsable", "--requeue", "--open-mode=append", "--ntasks=1",
+      // SIGTERM 2 minutes before a time limit: the run checkpoints and requeues while the task still runs.
+      "sbatch", "--parsable", "--requeue", "--signal=TERM@120", "--open-mode=append", "--ntasks=1",
       absl::StrCat("--array=0-", todo.size() - 1,
                    slurm.max_concurrent > 0 ? absl::StrCat("%", slurm.max_concurrent) : ""),
       absl::StrCat("--cpus-per-task=", slurm.cpus_per_run), "--job-name=sweep-" + plan.name,

@@ -5,8 +5,8 @@
 // under <output_dir>/slurm/, the submitted task ids in <output_dir>/slurm/jobs.txt (rewritten atomically).
 //
 // Started again, a sweep submits only the runs that are neither finished nor in the queue (squeue), so it is
-// as resumable as the local executor. A task stopped by SIGTERM (preemption, its time limit, `scancel
-// --signal=TERM`) finishes its step, checkpoints, and requeues itself (`scontrol requeue`); its next start
+// as resumable as the local executor. A task stopped by SIGTERM (preemption, 2 minutes before its time limit:
+// sbatch --signal=TERM@120, `scancel --signal=TERM`) finishes its step, checkpoints, and requeues itself (`scontrol requeue`); its next start
 // resumes the run bit-identically. With `wait`, the executor follows the array (and the runs queued before)
 // until none is in the queue, then writes results.csv as RunSweep does.
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_SLURM_EXECUTOR_H_
