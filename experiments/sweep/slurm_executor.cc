@@ -125,7 +125,8 @@ srun --ntasks=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")SH",
 status=$?
 if [[ $status -eq 4 ]]; then
   echo "==== stopped by a signal after a checkpoint: task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} requeues" >>log.txt
-  scontrol requeue "$SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID" >>log.txt 2>&1 ||
+    echo "==== scontrol requeue failed: the sweep started again submits this run again" >>log.txt
 fi
 exit $status
 )SH");

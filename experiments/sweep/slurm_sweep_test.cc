@@ -76,6 +76,19 @@ std::string Sweep(const std::vector<std::string>& flags, int* exit_code) {
 
 std::string ReadOrEmpty(const std::string& path) { return ReadFile(path).value_or(""); }
 
+// For a failure message: a task's Slurm output and what the controller logged of it.
+std::string SlurmLogs(const std::string& sweep_dir, const std::string& task) {
+  std::string controller;
+  const std::string conf = std::getenv("SLURM_CONF") != nullptr ? std::getenv("SLURM_CONF") : "";
+  const std::string job = task.substr(0, task.find('_'));
+  for (absl::string_view line : absl::StrSplit(ReadOrEmpty(conf.substr(0, conf.rfind('/')) + "/slurmctld.log"), '\n')) {
+    if (absl::StrContains(line, "JobId=" + job) || absl::StrContains(line, "JobId=" + task))
+      absl::StrAppend(&controller, line, "\n");
+  }
+  return absl::StrCat("\n--- ", task, ".out:\n", ReadOrEmpty(sweep_dir + "/slurm/" + task + ".out"),
+                      "--- slurmctld.log:\n", controller);
+}
+
 class SlurmSweep : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -125,7 +138,8 @@ TEST_F(SlurmSweep, ATaskStoppedBySigtermRequeuesAndEndsWithTheUninterruptedLoss)
   int code = 0;
   std::string out = Sweep({"--sweep=" + sweep, "--executor=slurm"}, &code);
   ASSERT_EQ(code, 0) << out;
-  const std::string run_dir = TmpDir() + "/preempted/runs/max_steps=400";
+  const std::string sweep_dir = TmpDir() + "/preempted";
+  const std::string run_dir = sweep_dir + "/runs/max_steps=400";
   const std::vector<std::string> jobs =
       absl::StrSplit(ReadOrEmpty(TmpDir() + "/preempted/slurm/jobs.txt"), ' ');
   ASSERT_EQ(jobs.size(), 2u);
@@ -141,19 +155,20 @@ TEST_F(SlurmSweep, ATaskStoppedBySigtermRequeuesAndEndsWithTheUninterruptedLoss)
   absl::StatusOr<CommandOutput> cancel = RunCommand({"scancel", "--signal=TERM", task}, 60);
   ASSERT_TRUE(cancel.ok() && cancel->exit_code == 0) << cancel.status() << (cancel.ok() ? cancel->err : "");
   // Slurm holds a requeued job for two minutes (Reason=BeginTime); the test lets it start at once.
+  const std::string held = "PENDING BeginTime";
   std::string state;
-  for (int i = 0; i < 600 && !absl::StartsWith(state, "PENDING"); ++i) {
+  for (int i = 0; i < 600 && !absl::StartsWith(state, held); ++i) {
     absl::StatusOr<CommandOutput> queued = RunCommand({"squeue", "--noheader", "--jobs=" + task, "--format=%T %r"}, 60);
     state = queued.ok() ? queued->out : "";
-    if (!absl::StartsWith(state, "PENDING")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!absl::StartsWith(state, held)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_TRUE(absl::StartsWith(state, "PENDING")) << state << ReadOrEmpty(run_dir + "/log.txt");
+  ASSERT_TRUE(absl::StartsWith(state, held)) << state << SlurmLogs(sweep_dir, task) << ReadOrEmpty(run_dir + "/log.txt");
   absl::StatusOr<CommandOutput> release = RunCommand({"scontrol", "update", "JobId=" + task, "StartTime=now"}, 60);
   ASSERT_TRUE(release.ok() && release->exit_code == 0) << release.status() << (release.ok() ? release->err : "");
 
   out = Sweep({"--sweep=" + sweep, "--executor=slurm", "--wait", "--poll_seconds=0.5"}, &code);
   ASSERT_EQ(code, 0) << out << ReadOrEmpty(run_dir + "/log.txt");
-  EXPECT_TRUE(absl::StrContains(out, "0 runs submitted, 1 queued before")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "0 runs submitted, 1 queued before")) << out << SlurmLogs(sweep_dir, task);
   const std::string log = ReadOrEmpty(run_dir + "/log.txt");
   EXPECT_TRUE(absl::StrContains(log, "stopped by a signal after a checkpoint: task " + task + " requeues")) << log;
   EXPECT_TRUE(absl::StrContains(log, "restart 1)")) << log;
