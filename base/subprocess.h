@@ -37,6 +37,18 @@ absl::StatusOr<pid_t> StartChild(const ChildSpec& spec);
 // (local time), so that a restart's lines are told from the earlier attempt's above them.
 std::string LogStartLine(const std::string& what);
 
+// What RunCommand's command printed and how it ended.
+struct CommandOutput {
+  int exit_code = 0;  // the exit status; 128 + N for a command ended by signal N
+  std::string out, err;
+};
+
+// Runs argv (argv[0] looked up on PATH as a shell would) with no input, captures its stdout and stderr, and
+// waits for it at most `timeout_seconds`: past that it is killed and the error is DeadlineExceeded naming
+// the command. NotFound when argv[0] is not on PATH or cannot be executed. A command that ran returns its
+// output whatever its exit code. For short tools (a scheduler's sbatch, squeue), not for long runs.
+absl::StatusOr<CommandOutput> RunCommand(const std::vector<std::string>& argv, double timeout_seconds);
+
 }  // namespace lmf
 
 #endif  // LMFORGE_BASE_SUBPROCESS_H_

@@ -8,7 +8,15 @@
 // process right after that step, as a kill would (to try resuming). Ctrl-C or SIGTERM finish the current
 // step and write a checkpoint first. Exit status: 0 done, 1 error, 2 usage, 3 stopped on a NaN/Inf, 4
 // stopped by a signal (checkpoint written; continue with --resume).
+//
+// Under Slurm, `srun --ntasks=P train ... --set=run.parallel.data=P` trains data-parallel with no launcher:
+// each task is rank SLURM_PROCID of the group the step's tasks form (distributed/slurm_task.h), on
+// SLURM_CPUS_PER_TASK threads (LMF_NUM_THREADS, if set, wins).
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -17,6 +25,8 @@
 #include "base/file.h"
 #include "base/flags.h"
 #include "config/loader.h"
+#include "distributed/launcher.h"
+#include "distributed/slurm_task.h"
 #include "experiments/trainer/data_parallel.h"
 #include "experiments/trainer/trainer.h"
 
@@ -39,6 +49,28 @@ constexpr char kUsage[] =
 
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
     "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
+
+// Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of run.parallel.data.
+absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distributed::SlurmTask& task,
+                                                                     const config::Experiment& experiment) {
+  const config::RunConfig& run = experiment.run();
+  if (run.parallel().data() != task.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "srun started ", task.world_size, " tasks but run.parallel.data=", run.parallel().data(),
+        ": each task is one data-parallel rank; set --set=run.parallel.data=", task.world_size));
+  }
+  // Every rank runs the same thread count (the optimizer splits its work by it), before any pool is made.
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
+    const int threads = task.cpus_per_task > 0
+                            ? task.cpus_per_task
+                            : distributed::ThreadsPerRank((task.world_size + task.nodes - 1) / task.nodes);
+    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  }
+  if (absl::Status s = MakeDirs(run.output_dir()); !s.ok()) return s;
+  constexpr std::chrono::seconds kConnectTimeout{120};  // srun starts the tasks together
+  return distributed::JoinSlurmStep(task, run.output_dir(), std::chrono::seconds(run.parallel().timeout_seconds()),
+                                    kConnectTimeout);
+}
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
@@ -67,7 +99,30 @@ int Main(int argc, char** argv) {
   options.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint_on_signal = true;
   options.stop_after_step = absl::GetFlag(FLAGS_stop_after);
+  absl::StatusOr<std::optional<distributed::SlurmTask>> slurm = distributed::SlurmTaskFromEnvironment();
+  if (!slurm.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(slurm.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<distributed::GlooGroup> group;
+  if (slurm->has_value()) {
+    absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> joined = JoinSrunStep(**slurm, *experiment);
+    if (!joined.ok()) {
+      std::fprintf(stderr, "train: %s\n", std::string(joined.status().message()).c_str());
+      return 1;
+    }
+    group = *std::move(joined);
+    options.collectives = group.get();
+  }
   absl::StatusOr<TrainResult> result = Train(*experiment, options);
+  if (group != nullptr) {
+    group.reset();
+    // The step's rendezvous folder, which no rank reads once the group is up.
+    if (slurm->value().rank == 0) {
+      std::error_code ignored;
+      std::filesystem::remove_all(distributed::SlurmStepRendezvous(**slurm, experiment->run().output_dir()), ignored);
+    }
+  }
   if (!result.ok()) {
     std::fprintf(stderr, "train: %s\n", std::string(result.status().message()).c_str());
     if (result.status().code() == absl::StatusCode::kAborted) return 3;

@@ -324,17 +324,87 @@ absl::StatusOr<std::string> RewindRun(const std::string& dir, int64_t step) {
   return aside;
 }
 
-absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options) {
-  if (options.command.empty()) return absl::InvalidArgumentError("sweep runner: no training command");
+namespace {
+
+// Run name -> its place in plan.runs.
+std::map<std::string, size_t> IndexOfRuns(const SweepPlan& plan) {
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
+  return index_of;
+}
+
+// A WSD branch still to train needs its trunk's checkpoint at its branch step. A trunk that will not write
+// it (it finished without it, the checkpoint was deleted or is damaged, or the branch is new to the sweep;
+// or it is unfinished but has checkpointed past that step) is rewound: its result and its checkpoints
+// after the step move aside, and it trains on from its newest checkpoint before it (bit-identically, as
+// --resume).
+absl::Status RewindTrunksForBranches(const SweepPlan& plan, const std::map<std::string, size_t>& index_of,
+                                     const std::function<void(const std::string&)>& say, SweepStart* start) {
+  std::map<size_t, int64_t> needed;  // trunk -> the earliest missing branch step
+  const std::set<size_t> to_run(start->todo.begin(), start->todo.end());
+  for (const size_t i : to_run) {
+    const PlannedRun& run = plan.runs[i];
+    if (run.trunk.empty() || HasCheckpoint(RunDir(plan, run))) continue;
+    const size_t trunk = index_of.at(run.trunk);
+    const std::string& from = run.experiment.run().init_from();
+    if (FileExists(from + "/trainer_state.textproto")) {
+      // A checkpoint that fails verification (truncated, corrupt) would fail the branch at its start; it
+      // counts as missing: moved into the trunk's checkpoints/damaged/ (where --resume puts the damaged
+      // ones it passes over), and the trunk writes it again.
+      // An error that says nothing of the checkpoint (a read error) leaves it where it is: the branch
+      // then fails on it with that error, and the trunk is not retrained for it.
+      const absl::Status intact = experiments::VerifyCheckpoint(from);
+      if (intact.ok() || !experiments::IsCheckpointDamage(intact)) continue;
+      absl::StatusOr<std::string> moved =
+          experiments::MoveCheckpointToDamaged(std::filesystem::path(from).parent_path().string(),
+                                               run.branch_step);
+      if (!moved.ok()) return moved.status();
+      say(absl::StrFormat("[damaged] %s: the checkpoint %s starts from is damaged (%s); moved to %s",
+                          plan.runs[trunk].name, run.name, intact.message(), *moved));
+    }
+    const auto [it, fresh] = needed.insert({trunk, run.branch_step});
+    if (!fresh) it->second = std::min(it->second, run.branch_step);
+  }
+  for (const auto& [trunk, step] : needed) {
+    const std::string dir = RunDir(plan, plan.runs[trunk]);
+    const std::vector<int64_t> steps = CheckpointSteps(dir);
+    const bool unfinished = to_run.count(trunk) > 0;
+    if (unfinished && (steps.empty() || steps.back() < step)) continue;  // it will pass the step
+    absl::StatusOr<std::string> aside = RewindRun(dir, step);
+    if (!aside.ok()) return aside.status();
+    const std::vector<int64_t> kept = CheckpointSteps(dir);
+    say(absl::StrFormat(
+        "[rewind] %s: a branch starts from its checkpoint at step %d, which it does not have; "
+        "it trains again from %s (what it had after it is kept in %s)",
+        plan.runs[trunk].name, step,
+        kept.empty() ? "scratch" : absl::StrCat("its checkpoint at step ", kept.back()), *aside));
+    if (!unfinished) {
+      if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
+                                               config::ExperimentToText(plan.runs[trunk].experiment));
+          !s.ok()) {
+        return s;
+      }
+      start->results[trunk] = config::SweepRunResult();
+      --start->skipped;
+      start->todo.push_back(trunk);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SweepStart> StartSweep(const SweepPlan& plan, const std::function<bool(size_t)>& in_flight,
+                                      const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
+    if (progress) progress(line);
   };
+  SweepStart start;
   if (absl::Status s = MakeDirs(plan.output_dir + "/runs"); !s.ok()) return s;
   // One sweep per folder: a second one would rewrite the configs and results of runs the first is training.
-  std::optional<FileLock> lock;
   if (absl::StatusOr<FileLock> acquired = FileLock::Acquire(plan.output_dir + "/.sweep.lock");
       acquired.ok()) {
-    lock = *std::move(acquired);
+    start.lock = *std::move(acquired);
   } else if (acquired.status().code() == absl::StatusCode::kFailedPrecondition) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sweep output_dir=", plan.output_dir, " is in use by another sweep: ", acquired.status().message()));
@@ -347,13 +417,12 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
   if (absl::Status s = WriteFileAtomically(plan.output_dir + "/plan.txt", FormatPlan(plan)); !s.ok())
     return s;
 
-  SweepSummary summary;
   DataStamps data_stamps;
-  std::map<std::string, size_t> index_of;  // run name -> its place in plan.runs
-  for (size_t i = 0; i < plan.runs.size(); ++i) index_of[plan.runs[i].name] = i;
-  std::vector<size_t> todo;
-  std::vector<config::SweepRunResult> results(plan.runs.size());
+  std::vector<size_t>& todo = start.todo;
+  std::vector<config::SweepRunResult>& results = start.results;
+  results.resize(plan.runs.size());
   for (size_t i = 0; i < plan.runs.size(); ++i) {
+    if (in_flight && in_flight(i)) continue;  // trained by an executor's job already: not touched
     const PlannedRun& run = plan.runs[i];
     const std::string dir = RunDir(plan, run);
     if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
@@ -395,7 +464,7 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         if (absl::Status s = WriteFileAtomically(stamp_path, data_stamp); !s.ok()) return s;
       }
       results[i] = *previous;
-      ++summary.skipped;
+      ++start.skipped;
       say(absl::StrFormat("[skip] %s finished earlier (loss %.4f)", run.name, previous->final_loss()));
       continue;
     }
@@ -418,63 +487,20 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
     if (absl::Status s = WriteFileAtomically(stamp_path, data_stamp); !s.ok()) return s;
     todo.push_back(i);
   }
-  // A WSD branch still to train needs its trunk's checkpoint at its branch step. A trunk that will not write
-  // it (it finished without it, the checkpoint was deleted or is damaged, or the branch is new to the sweep;
-  // or it is unfinished but has checkpointed past that step) is rewound: its result and its checkpoints
-  // after the step move aside, and it trains on from its newest checkpoint before it (bit-identically, as
-  // --resume).
-  {
-    std::map<size_t, int64_t> needed;  // trunk -> the earliest missing branch step
-    const std::set<size_t> to_run(todo.begin(), todo.end());
-    for (const size_t i : to_run) {
-      const PlannedRun& run = plan.runs[i];
-      if (run.trunk.empty() || HasCheckpoint(RunDir(plan, run))) continue;
-      const size_t trunk = index_of.at(run.trunk);
-      const std::string& from = run.experiment.run().init_from();
-      if (FileExists(from + "/trainer_state.textproto")) {
-        // A checkpoint that fails verification (truncated, corrupt) would fail the branch at its start; it
-        // counts as missing: moved into the trunk's checkpoints/damaged/ (where --resume puts the damaged
-        // ones it passes over), and the trunk writes it again.
-        // An error that says nothing of the checkpoint (a read error) leaves it where it is: the branch
-        // then fails on it with that error, and the trunk is not retrained for it.
-        const absl::Status intact = experiments::VerifyCheckpoint(from);
-        if (intact.ok() || !experiments::IsCheckpointDamage(intact)) continue;
-        absl::StatusOr<std::string> moved =
-            experiments::MoveCheckpointToDamaged(std::filesystem::path(from).parent_path().string(),
-                                                 run.branch_step);
-        if (!moved.ok()) return moved.status();
-        say(absl::StrFormat("[damaged] %s: the checkpoint %s starts from is damaged (%s); moved to %s",
-                            plan.runs[trunk].name, run.name, intact.message(), *moved));
-      }
-      const auto [it, fresh] = needed.insert({trunk, run.branch_step});
-      if (!fresh) it->second = std::min(it->second, run.branch_step);
-    }
-    for (const auto& [trunk, step] : needed) {
-      const std::string dir = RunDir(plan, plan.runs[trunk]);
-      const std::vector<int64_t> steps = CheckpointSteps(dir);
-      const bool unfinished = to_run.count(trunk) > 0;
-      if (unfinished && (steps.empty() || steps.back() < step)) continue;  // it will pass the step
-      absl::StatusOr<std::string> aside = RewindRun(dir, step);
-      if (!aside.ok()) return aside.status();
-      const std::vector<int64_t> kept = CheckpointSteps(dir);
-      say(absl::StrFormat(
-          "[rewind] %s: a branch starts from its checkpoint at step %d, which it does not have; "
-          "it trains again from %s (what it had after it is kept in %s)",
-          plan.runs[trunk].name, step,
-          kept.empty() ? "scratch" : absl::StrCat("its checkpoint at step ", kept.back()), *aside));
-      if (!unfinished) {
-        if (absl::Status s = WriteFileAtomically(dir + "/config.textproto",
-                                                 config::ExperimentToText(plan.runs[trunk].experiment));
-            !s.ok()) {
-          return s;
-        }
-        results[trunk] = config::SweepRunResult();
-        --summary.skipped;
-        todo.push_back(trunk);
-      }
-    }
-  }
+  if (absl::Status s = RewindTrunksForBranches(plan, IndexOfRuns(plan), say, &start); !s.ok()) return s;
+  return start;
+}
 
+absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options) {
+  if (options.command.empty()) return absl::InvalidArgumentError("sweep runner: no training command");
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  absl::StatusOr<SweepStart> start = StartSweep(plan, nullptr, options.progress);
+  if (!start.ok()) return start.status();
+  const std::vector<size_t>& todo = start->todo;
+  std::vector<config::SweepRunResult>& results = start->results;
+  const std::map<std::string, size_t> index_of = IndexOfRuns(plan);
   const std::set<size_t> todo_set(todo.begin(), todo.end());
   // Run the missing ones, at most parallel_runs at a time, each WSD branch once its trunk's checkpoint is
   // there.
@@ -607,6 +633,14 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
         "stopped by a signal; the runs that were training wrote checkpoints (see their logs). Start ",
         options.restarted_by, " again to continue: finished runs are skipped and the others resume."));
   }
+  // The lock (start->lock) is held until the results and the report are written.
+  return FinishSweep(plan, std::move(results), start->skipped, options);
+}
+
+absl::StatusOr<SweepSummary> FinishSweep(const SweepPlan& plan, std::vector<config::SweepRunResult> results,
+                                         int skipped, const RunnerOptions& options) {
+  SweepSummary summary;
+  summary.skipped = skipped;
   summary.table.path = plan.output_dir + "/results.csv";
   for (size_t i = 0; i < plan.runs.size(); ++i) {
     // A run that did not finish, whose result an older build wrote without the tokens it trained: they are

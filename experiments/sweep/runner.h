@@ -8,10 +8,12 @@
 #define LMFORGE_EXPERIMENTS_SWEEP_RUNNER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/file.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/sweep.pb.h"
 #include "scaling/results.h"
@@ -51,6 +53,27 @@ struct SweepSummary {
 // writes results.csv. Errors only for what stops the whole sweep (cannot write the folder, cannot start a
 // process); a run's failure is recorded instead.
 absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions& options);
+
+// What a start of a sweep trains, decided the same way for every executor (RunSweep's local processes, the
+// Slurm executor's job array in slurm_executor.h): StartSweep takes the sweep folder's lock, writes plan.txt
+// and each run's config.textproto and data.stamp, skips the finished runs whose config and data have not
+// changed (their results kept), moves aside those that changed, and rewinds WSD trunks whose branches need
+// a checkpoint they no longer have.
+struct SweepStart {
+  std::optional<FileLock> lock;                 // <output_dir>/.sweep.lock; hold it until FinishSweep returns
+  std::vector<size_t> todo;                     // indices into plan.runs: the runs to train
+  std::vector<config::SweepRunResult> results;  // one per run: a skipped run's result, else empty
+  int skipped = 0;                              // finished earlier, not trained again
+};
+// `in_flight(i)`: run i is in an executor's queue already (a Slurm job pending or running): its folder is
+// not touched and it is neither skipped nor in `todo`. nullptr: no run is. `progress` as RunnerOptions'.
+absl::StatusOr<SweepStart> StartSweep(const SweepPlan& plan, const std::function<bool(size_t)>& in_flight,
+                                      const std::function<void(const std::string&)>& progress);
+
+// Writes <output_dir>/results.csv from every run's result (one per plan.runs; an empty one for a run that
+// did not start), then calls options.finish.
+absl::StatusOr<SweepSummary> FinishSweep(const SweepPlan& plan, std::vector<config::SweepRunResult> results,
+                                         int skipped, const RunnerOptions& options);
 
 // The result file of a run folder, if it has one.
 absl::StatusOr<config::SweepRunResult> ReadRunResult(const std::string& run_dir);
