@@ -30,13 +30,21 @@ BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_f
 [[ -f "$user/mine/report.md" ]] || fail "no $user/mine/report.md: $(cat out.log err.log)"
 grep -q "Approach 3" "$user/mine/report.md" || fail "report.md without Approach 3"
 
+# The objective of Approach 3 is a flag; the report says which one it fitted.
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --bootstrap=0 \
+  --parametric_objective=huber_likelihood --out=likelihood > out.log 2> err.log || fail "report: $(cat err.log)"
+grep -q "maximum likelihood with Huber-distributed errors" "$user/likelihood/report.md" ||
+  fail "report.md does not name the likelihood objective"
+
 # Bad flags: exit 2, one line per flag, naming it and its value.
 set +e
 BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --params=all \
-  --loss=min 2> bad.log
+  --loss=min --parametric_objective=mean 2> bad.log
 code=$?
 set -e
 [[ $code == 2 ]] || fail "bad flags: exit $code: $(cat bad.log)"
 grep -qx "report: --params=all: expected non_embedding or total" bad.log || fail "params message: $(cat bad.log)"
 grep -qx "report: --loss=min: expected final or best" bad.log || fail "loss message: $(cat bad.log)"
+grep -qx "report: --parametric_objective: unknown Approach 3 objective 'mean': expected huber_sum or huber_likelihood" \
+  bad.log || fail "parametric_objective message: $(cat bad.log)"
 echo PASS

@@ -207,9 +207,18 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     row("β", law.beta, u ? &u->beta : nullptr);
     row("a = β/(α+β) (N_opt ∝ C<sup>a</sup>)", ParamsExponent(law), u ? &u->params_exponent : nullptr);
     row("b = α/(α+β) (D_opt ∝ C<sup>b</sup>)", TokensExponent(law), u ? &u->tokens_exponent : nullptr);
-    absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
-                    ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
-                    a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    if (o.parametric.objective == ParametricObjective::kHuberLikelihood) {
+      absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form by maximum likelihood with Huber-distributed "
+                      "errors (δ = ", Fmt(o.parametric.huber_delta), ") of fitted scale s = ", Fmt(a.parametric->scale),
+                      " (as Besiroglu et al.'s published fit; in effect least absolute deviations, δ s = ",
+                      Fmt(o.parametric.huber_delta * a.parametric->scale), "), from the best of ", a.parametric->starts,
+                      " L-BFGS (Ceres) starts on the summed Huber loss (", a.parametric->starts_converged,
+                      " converged); negative log-likelihood ", Fmt(a.parametric->objective), ".");
+    } else {
+      absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
+                      ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
+                      a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    }
     if (a.parametric_ci.has_value() && a.parametric_ci->resamples > 0 && !ci3) {
       // Not one resample could be fitted: there are no intervals, and the reader must know why.
       const ParametricUncertainty& ci = *a.parametric_ci;
