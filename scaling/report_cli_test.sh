@@ -36,6 +36,30 @@ BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_f
 grep -q "maximum likelihood with Huber-distributed errors" "$user/likelihood/report.md" ||
   fail "report.md does not name the likelihood objective"
 
+# A published sweep's table: N, C and the loss only. N counts embeddings there, so --params=total; without
+# it the report names the flag.
+awk 'BEGIN {
+  print "params,flops,final_loss";
+  for (i = 0; i < 4; ++i) for (j = 0; j < 4; ++j) {
+    n = 1e7 * 10 ^ i; d = 1e9 * 10 ^ j;
+    printf "%.0f,%g,%.6f\n", n, 6 * n * d, 1.7 + 400 / n ^ 0.34 + 400 / d ^ 0.28;
+  }
+}' > "$user/published.csv"
+set +e
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=published.csv --target_flops=1e21 --bootstrap=0 \
+  --out=published_report 2> err.log
+code=$?
+set -e
+[[ $code == 1 ]] || fail "published table without --params=total: exit $code"
+grep -q "no non_embedding_params column to take N from; use the params column (--params=total)" err.log ||
+  fail "published table message: $(cat err.log)"
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=published.csv --target_flops=1e21 --bootstrap=0 --params=total \
+  --out=published_report > out.log 2> err.log || fail "published table: $(cat err.log)"
+grep -q "Recipe:\*\* not available: the table has no d_model, n_layers, n_heads, batch_size, lr columns" \
+  "$user/published_report/report.md" || fail "published table: the recipe does not say what it lacks"
+grep -q "Tokens are derived as D = flops / (6 params)" "$user/published_report/report.md" ||
+  fail "published table: the report does not say D was derived"
+
 # Bad flags: exit 2, one line per flag, naming it and its value.
 set +e
 BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --params=all \

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace lmf::scaling {
 namespace {
@@ -19,8 +21,22 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<std::string> AbsentRecipeColumns(const ResultsTable& table) {
+  std::vector<std::string> absent;
+  for (const char* column : {"d_model", "n_layers", "n_heads", "batch_size", "lr"}) {
+    if (!table.Has(column)) absent.push_back(column);
+  }
+  return absent;
+}
+
 absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops,
                                           const ResultsTable& table, const ObservationChoice& choice) {
+  if (const std::vector<std::string> absent = AbsentRecipeColumns(table); !absent.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the table has no ", absl::StrJoin(absent, ", "), " column", absent.size() > 1 ? "s" : "",
+        ": a recipe takes the shape, batch size and learning rate of each budget's best run, so only N_opt and "
+        "D_opt are recommended (a sweep that records them, or a model config through a RecipeHook, gives the rest)"));
+  }
   auto loss = [&](const RunResult& r) { return choice.best_loss ? r.best_val_loss : r.final_loss; };
   std::map<double, const RunResult*> best;
   for (const RunResult& r : table.runs) {
@@ -103,6 +119,29 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   return recipe;
 }
 
+namespace {
+
+// What the report says about a table that lacked columns (a published sweep's N, D or C, and loss).
+std::string TableNote(const ResultsTable& table) {
+  std::vector<std::string> absent;  // in the order the results table lists them (curve_file is optional anyway)
+  for (const char* column : {"run", "budget_flops", "params", "non_embedding_params", "best_val_loss", "d_model",
+                             "n_layers", "n_heads", "batch_size", "lr", "status"}) {
+    if (!table.Has(column)) absent.push_back(column);
+  }
+  std::string note;
+  if (!absent.empty()) {
+    absl::StrAppend(&note, "The table has no ", absl::StrJoin(absent, ", "), " column", absent.size() > 1 ? "s" : "",
+                    ".");
+  }
+  const char* n = table.Has("params") ? "params" : "non_embedding_params";
+  const char* space = note.empty() ? "" : " ";
+  if (!table.Has("tokens")) absl::StrAppend(&note, space, "Tokens are derived as D = flops / (6 ", n, ").");
+  if (!table.Has("flops")) absl::StrAppend(&note, space, "Compute is derived as C = 6 ", n, " tokens.");
+  return note;
+}
+
+}  // namespace
+
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& a) {
   std::vector<std::string> fitted;
   if (a.parametric) fitted.push_back("Approach 3");
@@ -130,7 +169,10 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.failed += r.status == RunStatus::kFailed;
     a.diverged += r.status == RunStatus::kDiverged;
   }
-  a.observations = ToObservations(table, options.choice);
+  absl::StatusOr<Observations> observations = ToObservations(table, options.choice);
+  if (!observations.ok()) return observations.status();
+  a.observations = std::move(*observations);
+  a.table_note = TableNote(table);
   if (a.observations.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(table.path, ": no finished run to fit (", a.failed, " failed, ",
                                                       a.diverged, " diverged)"));
@@ -174,7 +216,8 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
       a.isoflop_error = std::string(iso.status().message());
     }
   } else {
-    a.isoflop_error = "some finished runs have budget_flops = 0 (no IsoFLOP group)";
+    a.isoflop_error = table.Has("budget_flops") ? "some finished runs have budget_flops = 0 (no IsoFLOP group)"
+                                                : "the table has no budget_flops column (no IsoFLOP groups)";
   }
 
   absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(table, options.choice);

@@ -38,12 +38,16 @@ struct Recipe {
 using RecipeHook = std::function<absl::StatusOr<Recipe>(
     double params, double tokens, double flops, const ResultsTable& table, const ObservationChoice& choice)>;
 
+// The recipe columns (d_model, n_layers, n_heads, batch_size, lr) the table lacks.
+std::vector<std::string> AbsentRecipeColumns(const ResultsTable& table);
+
 // A recipe extrapolated from the sweep itself: the best finished run of each budget (lowest loss of the
 // kind `choice` names, final or best validation loss, as the fits use) gives a
 // (budget, batch size, learning rate, d_model / n_layers, head size) point; batch and learning rate follow
 // power laws in compute fitted to those points (DeepSeek LLM's practice), the shape keeps the median
 // aspect ratio and head size of those runs and is sized so 12 n_layers d_model^2 = params (the
-// non-embedding count of a standard block). Needs 2 budgets.
+// non-embedding count of a standard block). Needs 2 budgets, and the recipe columns (a published table
+// without them gets FailedPrecondition naming the columns it lacks).
 absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double tokens, double flops,
                                           const ResultsTable& table, const ObservationChoice& choice);
 
@@ -59,6 +63,7 @@ struct ReportOptions {
 struct ScalingAnalysis {
   ReportOptions options;
   std::string results_path;
+  std::string table_note;  // the columns the table lacked and what was derived; "" for a sweep's own table
   int runs = 0, finished = 0, failed = 0, diverged = 0;
   Observations observations;
 
@@ -88,7 +93,8 @@ struct ScalingAnalysis {
 // The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws".
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& analysis);
 
-// Fails only on bad options or when the table has no finished run.
+// Fails only on bad options, when the table lacks the column `options.choice` reads (ToObservations), or
+// when it has no finished run.
 absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options);
 
 }  // namespace lmf::scaling

@@ -1,43 +1,44 @@
 // Besiroglu et al. 2024 ("Chinchilla Scaling: A replication attempt", arXiv:2404.10102) reproduced through
-// the report's analysis (Analyze, what //scaling:report runs) on their own table (Epoch's reconstruction of
-// Chinchilla's runs, ../shared/data/scaling): their five published parameters and their bootstrap standard
-// errors. Their notebook (epoch-research/analyzing-chinchilla, data_analysis.ipynb) takes the estimates
+// the report (MakeReport, what //scaling:report runs) on their own table (Epoch's reconstruction of
+// Chinchilla's runs, ../shared/data/scaling, written as a results table of N, C and loss into the test's
+// temp folder): their five published parameters and their bootstrap standard errors. Their notebook (epoch-research/analyzing-chinchilla, data_analysis.ipynb) takes the estimates
 // from the Huber likelihood with a fitted scale (--parametric_objective=huber_likelihood) and the standard
 // errors from 4,000 bootstrap refits of the summed Huber loss (the default objective); so does this test.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "base/file.h"
 #include "base/shared_data.h"
 #include "gtest/gtest.h"
 #include "scaling/published.h"
-#include "scaling/reporting/analysis.h"
+#include "scaling/reporting/report.h"
 
 namespace lmf::scaling {
 namespace {
 
-// Epoch's 240 runs (the 5 highest losses dropped, as they do) as a results table: N, D = C / (6N), C, loss.
-ResultsTable EpochTable(const std::string& path) {
+// Epoch's 240 runs (the 5 highest losses dropped, as they do) as a results table with their columns only:
+// params (their "Model Size"), flops ("Training FLOP") and final_loss; the report derives D = C / (6N) as
+// they do. Returns the table's path.
+std::string WriteEpochResults(const std::string& path) {
   absl::StatusOr<Observations> all = ReadEpochChinchilla(path);
   EXPECT_TRUE(all.ok()) << all.status();
-  ResultsTable table;
-  table.path = path;
-  const Observations kept = DropHighestLoss(*all, 5);
-  for (size_t i = 0; i < kept.size(); ++i) {
-    RunResult r;
-    r.run = "epoch" + std::to_string(i);
-    r.params = r.non_embedding_params = kept[i].params;
-    r.tokens = kept[i].tokens;
-    r.flops = kept[i].flops;
-    r.final_loss = r.best_val_loss = kept[i].loss;
-    table.runs.push_back(r);
+  std::string csv = "params,flops,final_loss\n";
+  for (const Observation& o : DropHighestLoss(*all, 5)) {
+    csv += absl::StrFormat("%.17g,%.17g,%.17g\n", o.params, o.flops, o.loss);
   }
-  return table;
+  const std::string results = std::string(std::getenv("TEST_TMPDIR")) + "/epoch/results.csv";
+  EXPECT_TRUE(MakeDirs(std::string(std::getenv("TEST_TMPDIR")) + "/epoch").ok());
+  EXPECT_TRUE(WriteFileAtomically(results, csv).ok());
+  return results;
 }
 
 ReportOptions EpochOptions(ParametricObjective objective, int resamples) {
   ReportOptions options;
   options.target_flops = 5.76e23;  // Chinchilla's budget
+  options.choice.non_embedding = false;  // their N counts every parameter (--params=total)
   options.bootstrap.resamples = resamples;
   options.parametric.objective = objective;
   return options;
@@ -59,8 +60,12 @@ double RelativeSpreadOfStdDev(const std::vector<double>& draws) {
 // 6 digits); beta = 0.3658 is their 0.36585 rounded again.
 TEST(EpochReplicationTest, PublishedParametersToFourSignificantDigits) {
   LMF_SHARED_DATA_OR_SKIP(path, "scaling/epoch_chinchilla_svg_extracted_data.csv");
-  absl::StatusOr<ScalingAnalysis> a = Analyze(EpochTable(path), EpochOptions(ParametricObjective::kHuberLikelihood, 0));
+  const std::string results = WriteEpochResults(path);
+  const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/epoch/likelihood";
+  absl::StatusOr<ScalingAnalysis> a =
+      MakeReport(results, EpochOptions(ParametricObjective::kHuberLikelihood, 0), out);
   ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->observations.size(), 240u);
   ASSERT_TRUE(a->parametric.has_value()) << a->parametric_error;
   const ParametricLaw& law = a->parametric->law;
   EXPECT_NEAR(law.A, 482.01, 0.1);
@@ -75,7 +80,14 @@ TEST(EpochReplicationTest, PublishedParametersToFourSignificantDigits) {
   EXPECT_NEAR(law.alpha, 0.34781, 5e-6);
   EXPECT_NEAR(law.beta, 0.36585, 5e-6);
   // The summed Huber loss, the report's default, does not give them (B differs by 3%).
-  absl::StatusOr<ScalingAnalysis> sum = Analyze(EpochTable(path), EpochOptions(ParametricObjective::kHuberSum, 0));
+  // The report prints them to 4 significant digits.
+  absl::StatusOr<std::string> md = ReadFile(out + "/report.md");
+  ASSERT_TRUE(md.ok());
+  for (const char* row : {"| E | 1.817 |", "| A | 482 |", "| B | 2085 |", "| α | 0.3478 |", "| β | 0.3659 |"}) {
+    EXPECT_NE(md->find(row), std::string::npos) << row << " not in\n" << *md;
+  }
+  absl::StatusOr<ScalingAnalysis> sum =
+      MakeReport(results, EpochOptions(ParametricObjective::kHuberSum, 0), out + "_sum");
   ASSERT_TRUE(sum.ok() && sum->parametric.has_value());
   EXPECT_GT(std::fabs(sum->parametric->law.B / 2085.43 - 1), 0.02);
 }
@@ -92,7 +104,8 @@ TEST(EpochReplicationTest, PublishedParametersToFourSignificantDigits) {
 // less efficient estimator here), which fails this test for alpha.
 TEST(EpochReplicationTest, PublishedBootstrapStandardErrors) {
   LMF_SHARED_DATA_OR_SKIP(path, "scaling/epoch_chinchilla_svg_extracted_data.csv");
-  absl::StatusOr<ScalingAnalysis> a = Analyze(EpochTable(path), EpochOptions(ParametricObjective::kHuberSum, 4000));
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(WriteEpochResults(path), EpochOptions(ParametricObjective::kHuberSum, 4000),
+                                                 std::string(std::getenv("TEST_TMPDIR")) + "/epoch/sum");
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(a->parametric_ci.has_value());
   const ParametricUncertainty& ci = *a->parametric_ci;

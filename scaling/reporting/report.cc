@@ -126,6 +126,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
                   " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
                   " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
+  if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
   if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
 
   // Recommendation.

@@ -281,6 +281,51 @@ TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   EXPECT_FALSE(FileExists(dir + "/report/isoflop.svg"));
 }
 
+// A published sweep's table, N, C and the loss only (as Epoch's Chinchilla reconstruction has): the report
+// fits Approach 3 and the Kaplan laws, says which columns were missing and that D was derived from C, and
+// the recipe says what it lacks instead of a shape, batch size and learning rate nobody measured.
+TEST(ReportTest, APublishedTableOfNCAndLossIsReported) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/published";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  std::string csv = "params,flops,final_loss\n";
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      const double n = std::pow(10.0, 7 + 0.75 * i), d = std::pow(10.0, 9 + 0.75 * j);
+      csv += absl::StrFormat("%.17g,%.17g,%.17g\n", n, 6 * n * d, kTruth.Loss(n, d));
+    }
+  }
+  ASSERT_TRUE(WriteFileAtomically(dir + "/results.csv", csv).ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 20;
+  // N is the params column: the default (non-embedding N) is refused with the flag to use.
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("no non_embedding_params column to take N from; use the params column "
+                                      "(--params=total)"),
+            std::string::npos)
+      << a.status();
+  options.choice.non_embedding = false;
+  a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->parametric.has_value()) << a->parametric_error;
+  EXPECT_NEAR(a->parametric->law.alpha, kTruth.alpha, 0.01);  // noiseless runs
+  EXPECT_NEAR(a->parametric->law.beta, kTruth.beta, 0.01);
+  EXPECT_EQ(FittedApproaches(*a), (std::vector<std::string>{"Approach 3", "Kaplan laws"}));
+  EXPECT_FALSE(a->recipe.has_value());
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("The table has no run, budget_flops, non_embedding_params, best_val_loss, d_model, n_layers, "
+                     "n_heads, batch_size, lr, status columns."),
+            std::string::npos)
+      << *md;
+  EXPECT_NE(md->find("Tokens are derived as D = flops / (6 params)."), std::string::npos);
+  EXPECT_NE(md->find("**Recipe:** not available: the table has no d_model, n_layers, n_heads, batch_size, lr "
+                     "columns: a recipe takes the shape"),
+            std::string::npos);
+  EXPECT_NE(md->find("Not fitted: the table has no budget_flops column (no IsoFLOP groups)"), std::string::npos);
+}
+
 // IsoFLOP runs from kTruth (no noise, no curves) at the given budgets, 7 sizes each around the optimum.
 ResultsTable IsoFlopTable(const std::vector<double>& budgets) {
   ResultsTable table;
