@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,53 @@ absl::StatusOr<EnvelopeUncertainty> BootstrapEnvelope(const std::vector<Training
   out.target.flops = target_flops;
   out.target.params = PercentileInterval(n_at, fit.params_law.At(target_flops), c);
   out.target.tokens = PercentileInterval(d_at, fit.tokens_law.At(target_flops), c);
+  return out;
+}
+
+absl::StatusOr<HyperparameterUncertainty> BootstrapHyperparameterLaws(const std::vector<HyperparameterRun>& runs,
+                                                                      const HyperparameterFit& fit,
+                                                                      double target_flops,
+                                                                      const BootstrapOptions& options,
+                                                                      const HyperparameterFitOptions& fit_options,
+                                                                      ThreadPool* pool) {
+  if (!(target_flops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
+  }
+  std::map<double, int> budget_index;
+  std::vector<int> groups;
+  for (const HyperparameterRun& r : runs) {
+    groups.push_back(budget_index.emplace(r.budget, static_cast<int>(budget_index.size())).first->second);
+  }
+  enum { kBk, kBa, kLk, kLa, kCount };
+  BootstrapSamples samples = RunBootstrap(static_cast<int>(runs.size()), groups, kCount, options, pool,
+                                          [&](int, const std::vector<double>& weights, double* q) {
+                                            absl::StatusOr<HyperparameterFit> refit =
+                                                FitHyperparameterLaws(runs, fit_options, weights);
+                                            if (!refit.ok()) return false;
+                                            q[kBk] = refit->batch_law.coefficient;
+                                            q[kBa] = refit->batch_law.exponent;
+                                            q[kLk] = refit->lr_law.coefficient;
+                                            q[kLa] = refit->lr_law.exponent;
+                                            return true;
+                                          });
+  HyperparameterUncertainty out;
+  out.resamples = samples.resamples;
+  out.failed = samples.failed;
+  const double c = options.confidence;
+  out.batch_coefficient = PercentileInterval(samples.samples[kBk], fit.batch_law.coefficient, c);
+  out.batch_exponent = PercentileInterval(samples.samples[kBa], fit.batch_law.exponent, c);
+  out.lr_coefficient = PercentileInterval(samples.samples[kLk], fit.lr_law.coefficient, c);
+  out.lr_exponent = PercentileInterval(samples.samples[kLa], fit.lr_law.exponent, c);
+  std::vector<double> batch_at, lr_at;
+  for (size_t i = 0; i < samples.samples[kBk].size(); ++i) {
+    out.batch_laws.push_back({samples.samples[kBk][i], samples.samples[kBa][i]});
+    out.lr_laws.push_back({samples.samples[kLk][i], samples.samples[kLa][i]});
+    batch_at.push_back(out.batch_laws.back().At(target_flops));
+    lr_at.push_back(out.lr_laws.back().At(target_flops));
+  }
+  out.flops = target_flops;
+  out.batch_at_target = PercentileInterval(batch_at, fit.batch_law.At(target_flops), c);
+  out.lr_at_target = PercentileInterval(lr_at, fit.lr_law.At(target_flops), c);
   return out;
 }
 
