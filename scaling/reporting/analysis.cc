@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -140,6 +141,78 @@ std::string TableNote(const ResultsTable& table) {
   return note;
 }
 
+// The batch x lr grid of each IsoFLOP budget: its finished runs at the model size with the most runs there
+// (a sweep that also varies N at a budget keeps its grid at one size, as DeepSeek LLM does; runs of other
+// sizes differ in loss for another reason).
+std::vector<HyperparameterRun> GridRuns(const ResultsTable& table, const ObservationChoice& choice) {
+  std::map<double, std::map<double, std::vector<const RunResult*>>> by_budget;  // budget -> N -> runs
+  for (const RunResult& r : table.runs) {
+    if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
+    by_budget[r.budget_flops][choice.non_embedding ? r.non_embedding_params : r.params].push_back(&r);
+  }
+  std::vector<HyperparameterRun> runs;
+  for (const auto& [budget, sizes] : by_budget) {
+    const std::vector<const RunResult*>* grid = nullptr;
+    for (const auto& [n, members] : sizes)
+      if (grid == nullptr || members.size() > grid->size()) grid = &members;
+    for (const RunResult* r : *grid) {
+      runs.push_back({budget, static_cast<double>(r->batch_size), r->lr, choice.best_loss ? r->best_val_loss : r->final_loss});
+    }
+  }
+  return runs;
+}
+
+// The batch/lr laws, when the table has batch_size and lr and some budget's grid has 3 or more of each.
+void FitHyperparameters(const ResultsTable& table, const ReportOptions& options, ScalingAnalysis* a) {
+  if (!table.Has("batch_size") || !table.Has("lr")) {
+    a->hyperparameters_error = "the table has no batch_size and lr columns";
+    return;
+  }
+  a->hyperparameter_runs = GridRuns(table, options.choice);
+  std::map<double, std::pair<std::set<double>, std::set<double>>> settings;  // budget -> batch sizes, lrs
+  for (const HyperparameterRun& r : a->hyperparameter_runs) {
+    settings[r.budget].first.insert(r.batch_size);
+    settings[r.budget].second.insert(r.lr);
+  }
+  const bool grid = std::any_of(settings.begin(), settings.end(), [](const auto& budget) {
+    return budget.second.first.size() >= 3 && budget.second.second.size() >= 3;
+  });
+  if (!grid) {
+    a->hyperparameters_error =
+        "no IsoFLOP budget's runs at one model size form a batch size x learning rate grid (3 or more of each)";
+    return;
+  }
+  absl::StatusOr<HyperparameterFit> fit = FitHyperparameterLaws(a->hyperparameter_runs, options.hyperparameters);
+  if (!fit.ok()) {
+    a->hyperparameters_error = std::string(fit.status().message());
+    return;
+  }
+  a->hyperparameters = *fit;
+  if (options.bootstrap.resamples > 0) {
+    absl::StatusOr<HyperparameterUncertainty> ci = BootstrapHyperparameterLaws(
+        a->hyperparameter_runs, *fit, options.target_flops, options.bootstrap, options.hyperparameters);
+    if (ci.ok()) a->hyperparameters_ci = *ci;
+  }
+}
+
+// The recipe with its batch size and learning rate from the fitted laws at `flops` (batch rounded to a power
+// of two, as RecipeFromBestRuns does), its basis saying so.
+absl::StatusOr<Recipe> WithHyperparameterLaws(const HyperparameterFit& fit, double flops, Recipe recipe) {
+  const double batch = fit.batch_law.At(flops), lr = fit.lr_law.At(flops);
+  if (!(batch <= 9007199254740992.0) || !(lr > 0) || !std::isfinite(lr)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the batch/lr laws give batch %g and lr %g at %g FLOP: not a usable setting (beyond 2^53, or not a "
+        "positive learning rate)", batch, lr, flops));
+  }
+  recipe.batch_size = int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(batch))));
+  recipe.lr = lr;
+  absl::StrAppend(&recipe.basis, "; batch size and lr then replaced by the grids' laws B_opt = ",
+                  absl::StrFormat("%.3g C^%.3f, lr_opt = %.3g C^%.3f", fit.batch_law.coefficient,
+                                  fit.batch_law.exponent, fit.lr_law.coefficient, fit.lr_law.exponent),
+                  " (", fit.budgets_used, " budgets) at the target, the batch rounded to a power of two");
+  return recipe;
+}
+
 }  // namespace
 
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& a) {
@@ -148,6 +221,7 @@ std::vector<std::string> FittedApproaches(const ScalingAnalysis& a) {
   if (a.isoflop) fitted.push_back("Approach 2");
   if (a.envelope) fitted.push_back("Approach 1");
   if (a.kaplan) fitted.push_back("Kaplan laws");
+  if (a.hyperparameters) fitted.push_back("batch/lr laws");
   return fitted;
 }
 
@@ -247,6 +321,8 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.kaplan_error = std::string(kaplan.status().message());
   }
 
+  FitHyperparameters(table, options, &a);
+
   // The recommendation: Approach 3 where it fitted, else Approach 2 (Approach 1 only shows its laws: its
   // envelope rests on training curves under one schedule each, not on finished runs).
   double n = 0, d = 0;
@@ -264,6 +340,7 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     absl::StatusOr<Recipe> recipe =
         options.recipe ? options.recipe(n, d, options.target_flops, table, options.choice)
                        : RecipeFromBestRuns(n, d, options.target_flops, table, options.choice);
+    if (recipe.ok() && a.hyperparameters) recipe = WithHyperparameterLaws(*a.hyperparameters, options.target_flops, *recipe);
     if (recipe.ok()) {
       a.recipe = *recipe;
     } else {

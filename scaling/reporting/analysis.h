@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "scaling/fit/bootstrap.h"
 #include "scaling/fit/envelope.h"
+#include "scaling/fit/hyperparameter.h"
 #include "scaling/fit/isoflop.h"
 #include "scaling/fit/parametric.h"
 #include "scaling/fit/power_law.h"
@@ -56,6 +57,7 @@ struct ReportOptions {
   ObservationChoice choice;
   BootstrapOptions bootstrap;       // resamples, seed, confidence
   ParametricFitOptions parametric;  // Approach 3 settings (grid of starts, Huber delta)
+  HyperparameterFitOptions hyperparameters;  // batch/lr grids: fit window, flat-region tolerance
   std::string data_note;            // one line about the data (e.g. that the corpus is synthetic)
   RecipeHook recipe;                // empty: RecipeFromBestRuns
 };
@@ -83,6 +85,14 @@ struct ScalingAnalysis {
   std::optional<KaplanLaws> kaplan;
   std::string kaplan_error;
 
+  // Batch size and learning rate laws, where the table has batch_size and lr columns and some budget's runs
+  // form a grid (3 or more of each); else the reason. The grid of a budget is its runs at the model size
+  // with the most runs there.
+  std::vector<HyperparameterRun> hyperparameter_runs;
+  std::optional<HyperparameterFit> hyperparameters;
+  std::optional<HyperparameterUncertainty> hyperparameters_ci;
+  std::string hyperparameters_error;
+
   // Which approach the recommended N and D (and so the recipe) come from: "Approach 3" where it was fitted,
   // else "Approach 2" where that was, else "" (no recommendation).
   std::string recommended_by;
@@ -90,7 +100,8 @@ struct ScalingAnalysis {
   std::string recipe_error;
 };
 
-// The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws".
+// The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws",
+// "batch/lr laws".
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& analysis);
 
 // Fails only on bad options, when the table lacks the column `options.choice` reads (ToObservations), or

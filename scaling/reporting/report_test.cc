@@ -347,6 +347,57 @@ ResultsTable IsoFlopTable(const std::vector<double>& budgets) {
   return table;
 }
 
+// An IsoFLOP sweep whose budgets each carry a 5 x 5 batch x learning-rate grid at a size near their
+// compute-optimal one, the loss there exactly quadratic in (ln batch, ln lr) around B_opt = 16 (C/1e18)^0.3 sequences and
+// lr_opt = 3e-3 (C/1e18)^-0.1: the report fits both laws from the grids (not from the other sizes' runs),
+// shows them, and its recipe takes batch size and lr from them.
+TEST(ReportTest, BatchAndLearningRateGridsGiveTheirLawsAndTheRecipe) {
+  const std::vector<double> budgets = {1e18, 1e19, 1e20};
+  ResultsTable table = IsoFlopTable(budgets);
+  const PowerLaw batch_law{16 * std::pow(1e18, -0.3), 0.3}, lr_law{3e-3 * std::pow(1e18, 0.1), -0.1};
+  for (size_t b = 0; b < budgets.size(); ++b) {
+    // Near the optimal size, apart from the IsoFLOP runs' sizes (10^(k/4) N_opt).
+    const double c = budgets[b], n = std::round(1.1 * OptimalAllocation(kTruth, c).params), d = c / (6 * n);
+    const int center = static_cast<int>(std::lround(std::log2(batch_law.At(c))));
+    for (int i = -2; i <= 2; ++i) {
+      for (int j = -2; j <= 2; ++j) {
+        RunResult r = table.runs[b * 7];
+        r.run = absl::StrFormat("grid%d_%d_%d", b, i + 2, j + 2);
+        r.non_embedding_params = r.params = n;
+        r.tokens = d;
+        r.batch_size = int64_t{1} << (center + i);
+        r.lr = lr_law.At(c) * std::pow(2.0, j + 0.3);
+        const double du = std::log(r.batch_size / batch_law.At(c)), dv = std::log(r.lr / lr_law.At(c));
+        r.final_loss = r.best_val_loss = kTruth.Loss(n, d) * (1 + 0.004 * du * du + 0.008 * dv * dv);
+        table.runs.push_back(r);
+      }
+    }
+  }
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/grids";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteResults(dir + "/results.csv", table).ok());
+  ReportOptions options;
+  options.target_flops = 1e22;
+  options.bootstrap.resamples = 50;
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->hyperparameters.has_value()) << a->hyperparameters_error;
+  EXPECT_EQ(a->hyperparameter_runs.size(), 75u);  // the grids only
+  EXPECT_EQ(a->hyperparameters->budgets_used, 3);
+  // Noiseless quadratic grids: the laws to round-off.
+  EXPECT_NEAR(a->hyperparameters->batch_law.exponent, 0.3, 1e-8);
+  EXPECT_NEAR(a->hyperparameters->lr_law.exponent, -0.1, 1e-8);
+  ASSERT_TRUE(a->recipe.has_value()) << a->recipe_error;
+  EXPECT_EQ(a->recipe->batch_size, int64_t{1} << std::lround(std::log2(batch_law.At(1e22))));
+  EXPECT_NEAR(a->recipe->lr / lr_law.At(1e22), 1, 1e-6);
+  EXPECT_NE(a->recipe->basis.find("batch size and lr then replaced by the grids' laws B_opt = "), std::string::npos);
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("## Batch size and learning rate"), std::string::npos);
+  EXPECT_NE(md->find("B_opt = k C<sup>a</sup>: k = "), std::string::npos);
+  EXPECT_NE(md->find("a = 0.3 ["), std::string::npos) << *md;
+}
+
 // One budget cannot tell the N term from the D term: Approach 3 is refused, with the reason in report.md,
 // and nothing is recommended from it. Budgets only 2% apart still give Approach 2 its power laws: the
 // recommendation then comes from Approach 2, and the report says so.
