@@ -442,6 +442,9 @@ void RefineHuberLikelihood(const ParametricData& data, const double* weights, co
                            ParametricFit* fit) {
   QuietSolverLogging();
   ceres::GradientProblemSolver::Options solver_options = SolverOptions(options);
+  // Near a corner of the least-absolute-deviations fit a step descends only when it is tiny: far below the
+  // default smallest step (1e-9), and more than the default 20 bisections away from the first one. With the
+  // defaults the line search returns a zero step and every stage below delta = 1e-4 stops where it starts.
   solver_options.max_num_line_search_step_size_iterations = 200;
   solver_options.min_line_search_step_size = 1e-30;
   const double delta = options.huber_delta;
