@@ -30,13 +30,45 @@ BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_f
 [[ -f "$user/mine/report.md" ]] || fail "no $user/mine/report.md: $(cat out.log err.log)"
 grep -q "Approach 3" "$user/mine/report.md" || fail "report.md without Approach 3"
 
+# The objective of Approach 3 is a flag; the report says which one it fitted.
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --bootstrap=0 \
+  --parametric_objective=huber_likelihood --out=likelihood > out.log 2> err.log || fail "report: $(cat err.log)"
+grep -q "maximum likelihood with Huber-distributed errors" "$user/likelihood/report.md" ||
+  fail "report.md does not name the likelihood objective"
+
+# A published sweep's table: N, C and the loss only. N counts embeddings there, so --params=total; without
+# it the report names the flag.
+awk 'BEGIN {
+  print "params,flops,final_loss";
+  for (i = 0; i < 4; ++i) for (j = 0; j < 4; ++j) {
+    n = 1e7 * 10 ^ i; d = 1e9 * 10 ^ j;
+    printf "%.0f,%g,%.6f\n", n, 6 * n * d, 1.7 + 400 / n ^ 0.34 + 400 / d ^ 0.28;
+  }
+}' > "$user/published.csv"
+set +e
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=published.csv --target_flops=1e21 --bootstrap=0 \
+  --out=published_report 2> err.log
+code=$?
+set -e
+[[ $code == 1 ]] || fail "published table without --params=total: exit $code"
+grep -q "no non_embedding_params column to take N from; use the params column (--params=total)" err.log ||
+  fail "published table message: $(cat err.log)"
+BUILD_WORKING_DIRECTORY="$user" "$report" --results=published.csv --target_flops=1e21 --bootstrap=0 --params=total \
+  --out=published_report > out.log 2> err.log || fail "published table: $(cat err.log)"
+grep -q "Recipe:\*\* not available: the table has no d_model, n_layers, n_heads, batch_size, lr columns" \
+  "$user/published_report/report.md" || fail "published table: the recipe does not say what it lacks"
+grep -q "Tokens are derived as D = flops / (6 params)" "$user/published_report/report.md" ||
+  fail "published table: the report does not say D was derived"
+
 # Bad flags: exit 2, one line per flag, naming it and its value.
 set +e
 BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --params=all \
-  --loss=min 2> bad.log
+  --loss=min --parametric_objective=mean 2> bad.log
 code=$?
 set -e
 [[ $code == 2 ]] || fail "bad flags: exit $code: $(cat bad.log)"
 grep -qx "report: --params=all: expected non_embedding or total" bad.log || fail "params message: $(cat bad.log)"
 grep -qx "report: --loss=min: expected final or best" bad.log || fail "loss message: $(cat bad.log)"
+grep -qx "report: --parametric_objective: unknown Approach 3 objective 'mean': expected huber_sum or huber_likelihood" \
+  bad.log || fail "parametric_objective message: $(cat bad.log)"
 echo PASS

@@ -23,6 +23,10 @@ ABSL_FLAG(uint64_t, seed, 42, "seed of the bootstrap resampling");
 ABSL_FLAG(std::string, params, "non_embedding", "which parameter count the fits use: non_embedding or total");
 ABSL_FLAG(std::string, loss, "final", "which loss the fits use: final or best (best validation loss)");
 ABSL_FLAG(double, huber_delta, 1e-3, "Huber delta of the Approach 3 fit (on ln loss)");
+ABSL_FLAG(std::string, parametric_objective, "huber_sum",
+          "what the Approach 3 fit minimises: huber_sum (the summed Huber loss, as Hoffmann et al. and "
+          "Besiroglu et al. describe) or huber_likelihood (the Huber likelihood with a fitted scale, which gives "
+          "Besiroglu et al.'s published estimates)");
 ABSL_FLAG(std::string, data_note, "", "one line about the data, printed at the top of the report");
 
 int main(int argc, char** argv) {
@@ -53,6 +57,9 @@ int main(int argc, char** argv) {
   if (!(delta > 0) || !std::isfinite(delta)) {
     errors.push_back(absl::StrCat("--huber_delta=", delta, ": expected a positive, finite number"));
   }
+  const absl::StatusOr<lmf::scaling::ParametricObjective> objective =
+      lmf::scaling::ParseParametricObjective(absl::GetFlag(FLAGS_parametric_objective));
+  if (!objective.ok()) errors.push_back(absl::StrCat("--parametric_objective: ", objective.status().message()));
   const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
   if (params != "non_embedding" && params != "total") {
     errors.push_back(absl::StrCat("--params=", params, ": expected non_embedding or total"));
@@ -70,6 +77,7 @@ int main(int argc, char** argv) {
   options.bootstrap.confidence = absl::GetFlag(FLAGS_confidence);
   options.bootstrap.seed = absl::GetFlag(FLAGS_seed);
   options.parametric.huber_delta = absl::GetFlag(FLAGS_huber_delta);
+  options.parametric.objective = *objective;
   options.data_note = absl::GetFlag(FLAGS_data_note);
   options.choice.non_embedding = params == "non_embedding";
   options.choice.best_loss = loss == "best";

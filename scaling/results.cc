@@ -18,7 +18,6 @@ constexpr const char* kColumns[] = {"run",     "budget_flops", "params",     "no
                                     "tokens",  "flops",        "final_loss", "best_val_loss",
                                     "d_model", "n_layers",     "n_heads",    "batch_size",
                                     "lr",      "status",       "curve_file"};
-constexpr int kRequired = 14;  // every column but curve_file
 
 std::string FolderOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -64,104 +63,153 @@ const char* RunStatusName(RunStatus status) {
   return "finished";
 }
 
+namespace {
+
+// Where each of kColumns is in the file (-1: absent), checked for the columns no table can do without.
+absl::StatusOr<std::vector<int>> LocateColumns(const CsvTable& csv) {
+  std::vector<int> col(15);
+  for (int c = 0; c < 15; ++c) col[c] = csv.Column(kColumns[c]);
+  auto need_one_of = [&](int a, int b) -> absl::Status {
+    if (col[a] >= 0 || col[b] >= 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(csv.path, ": missing column '", kColumns[a], "' or '", kColumns[b],
+                                                   "' (a results table needs N, D or C, and the loss)"));
+  };
+  if (absl::Status s = need_one_of(2, 3); !s.ok()) return s;  // params, non_embedding_params
+  if (absl::Status s = need_one_of(4, 5); !s.ok()) return s;  // tokens, flops
+  if (col[6] < 0) {
+    absl::StatusOr<int> missing = csv.RequireColumn(kColumns[6]);  // final_loss: its error lists the columns
+    return missing.status();
+  }
+  return col;
+}
+
+// The status cell, "finished" when the column is absent.
+absl::StatusOr<RunStatus> ParseStatus(const CsvTable& csv, const CsvRow& row, int column) {
+  if (column < 0) return RunStatus::kFinished;
+  const std::string& status = row.fields[column];
+  if (status == "finished") return RunStatus::kFinished;
+  if (status == "failed") return RunStatus::kFailed;
+  if (status == "diverged") return RunStatus::kDiverged;
+  return absl::InvalidArgumentError(
+      absl::StrCat(csv.Where(row, column), ": expected finished, failed or diverged, got '", status, "'"));
+}
+
+// budget_flops, params, non_embedding_params, tokens, flops, final_loss, best_val_loss: the cells that are
+// there, each checked; the absent ones keep their defaults.
+absl::Status ParseSizesAndLosses(const CsvTable& csv, const CsvRow& row, const std::vector<int>& col, RunResult* r) {
+  const bool finished = r->status == RunStatus::kFinished;
+  double* doubles[] = {&r->budget_flops, &r->params,     &r->non_embedding_params, &r->tokens,
+                       &r->flops,        &r->final_loss, &r->best_val_loss};
+  for (int k = 0; k < 7; ++k) {
+    const int c = col[1 + k];
+    if (c < 0) continue;
+    const bool is_loss = k >= 5;
+    absl::StatusOr<double> v = csv.Double(row, c, /*allow_empty=*/is_loss && !finished);
+    if (!v.ok()) return v.status();
+    // Sizes are known from the config, so always positive; a run that did not finish may have spent
+    // no tokens or compute yet, and has no loss.
+    const bool is_size = k == 1 || k == 2;
+    const bool positive_required = is_size || (k != 0 && finished);
+    if (positive_required && !(*v > 0 && std::isfinite(*v))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(csv.Where(row, c), ": expected a positive finite number, got '", row.fields[c], "'"));
+    }
+    if (!positive_required && !is_loss && !(*v >= 0 && std::isfinite(*v))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(csv.Where(row, c), ": expected a finite number >= 0, got '", row.fields[c], "'"));
+    }
+    if (k == 0 && !(*v >= 0 && std::isfinite(*v))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(csv.Where(row, c), ": expected a budget >= 0 (0: no IsoFLOP group), got '", row.fields[c], "'"));
+    }
+    *doubles[k] = *v;
+  }
+  // D or C from the other, with N as Epoch takes it (the count with embeddings where the table has it).
+  const double n = col[2] >= 0 ? r->params : r->non_embedding_params;
+  if (col[4] < 0) r->tokens = r->flops / (6 * n);
+  if (col[5] < 0) r->flops = 6 * n * r->tokens;
+  return absl::OkStatus();
+}
+
+// What every row must satisfy whatever produced it. flops is not checked against 6 N D or budget_flops:
+// attention and embeddings, mixture-of-experts models (N counts experts a token does not use), SIX_N
+// designs and runs that stopped early put legitimate rows far from both. Only flops < tokens is certain
+// to be wrong (every trained token costs at least one FLOP): a swapped column or another unit.
+absl::Status CheckConsistent(const CsvTable& csv, const CsvRow& row, const std::vector<int>& col, const RunResult& r) {
+  if (col[2] >= 0 && col[3] >= 0 && r.non_embedding_params > r.params) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        csv.Where(row, col[3]), ": non_embedding_params ", row.fields[col[3]], " is more than params ",
+        row.fields[col[2]], " (params counts every parameter, embeddings included)"));
+  }
+  if (col[4] >= 0 && col[5] >= 0 && r.tokens > 0 && r.flops < r.tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        csv.Where(row, col[5]), ": flops ", row.fields[col[5]], " is less than tokens ", row.fields[col[4]],
+        ": every trained token costs at least one FLOP (a column in another unit, or swapped?)"));
+  }
+  // The best validation loss is the lowest of the evaluations, the final one included; the cells may be
+  // rounded, each to its own last digit.
+  if (col[7] >= 0 && r.status == RunStatus::kFinished &&
+      r.best_val_loss > r.final_loss + HalfUnitOfLastDigit(row.fields[col[6]]) +
+                            HalfUnitOfLastDigit(row.fields[col[7]])) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        csv.Where(row, col[7]), ": best_val_loss ", row.fields[col[7]], " is more than final_loss ",
+        row.fields[col[6]], " (the best is the lowest of the evaluations, the final one included)"));
+  }
+  return absl::OkStatus();
+}
+
+// d_model, n_layers, n_heads, batch_size and lr, where the table has them.
+absl::Status ParseRecipeColumns(const CsvTable& csv, const CsvRow& row, const std::vector<int>& col, RunResult* r) {
+  int64_t* ints[] = {&r->d_model, &r->n_layers, &r->n_heads, &r->batch_size};
+  for (int k = 0; k < 4; ++k) {
+    const int c = col[8 + k];
+    if (c < 0) continue;
+    absl::StatusOr<int64_t> v = csv.Integer(row, c);
+    if (!v.ok()) return v.status();
+    if (*v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(csv.Where(row, c), ": expected a positive whole number, got '", row.fields[c], "'"));
+    }
+    *ints[k] = *v;
+  }
+  if (col[12] < 0) return absl::OkStatus();
+  absl::StatusOr<double> lr = csv.Double(row, col[12]);
+  if (!lr.ok()) return lr.status();
+  if (!(*lr > 0) || !std::isfinite(*lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(csv.Where(row, col[12]), ": expected a positive learning rate, got '", row.fields[col[12]], "'"));
+  }
+  r->lr = *lr;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::string& path) {
   absl::StatusOr<CsvTable> csv = ParseCsv(text, path);
   if (!csv.ok()) return csv.status();
-  int col[15];
-  for (int c = 0; c < 15; ++c) {
-    col[c] = csv->Column(kColumns[c]);
-    if (c < kRequired && col[c] < 0) {
-      absl::StatusOr<int> missing = csv->RequireColumn(kColumns[c]);
-      return missing.status();
-    }
-  }
+  absl::StatusOr<std::vector<int>> columns = LocateColumns(*csv);
+  if (!columns.ok()) return columns.status();
+  const std::vector<int>& col = *columns;
   ResultsTable table;
   table.path = path;
+  for (int c = 0; c < 15; ++c) {
+    if (col[c] < 0) table.absent.insert(kColumns[c]);
+  }
   std::set<std::string> names;
   for (const CsvRow& row : csv->rows) {
     RunResult r;
-    r.run = row.fields[col[0]];
+    r.run = col[0] >= 0 ? row.fields[col[0]] : absl::StrCat("line", row.line);
     if (r.run.empty()) return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[0]), ": empty run name"));
     if (!names.insert(r.run).second) {
       return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[0]), ": run '", r.run, "' appears twice"));
     }
-    const std::string& status = row.fields[col[13]];
-    if (status == "finished") {
-      r.status = RunStatus::kFinished;
-    } else if (status == "failed") {
-      r.status = RunStatus::kFailed;
-    } else if (status == "diverged") {
-      r.status = RunStatus::kDiverged;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[13]), ": expected finished, failed or ",
-                                                     "diverged, got '", status, "'"));
-    }
-    const bool finished = r.status == RunStatus::kFinished;
-    double* doubles[] = {&r.budget_flops, &r.params,     &r.non_embedding_params, &r.tokens,
-                         &r.flops,        &r.final_loss, &r.best_val_loss};
-    for (int k = 0; k < 7; ++k) {
-      const int c = col[1 + k];
-      const bool is_loss = k >= 5;
-      absl::StatusOr<double> v = csv->Double(row, c, /*allow_empty=*/is_loss && !finished);
-      if (!v.ok()) return v.status();
-      // Sizes are known from the config, so always positive; a run that did not finish may have spent
-      // no tokens or compute yet, and has no loss.
-      const bool is_size = k == 1 || k == 2;
-      const bool positive_required = is_size || (k != 0 && finished);
-      if (positive_required && !(*v > 0 && std::isfinite(*v))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(csv->Where(row, c), ": expected a positive finite number, got '", row.fields[c], "'"));
-      }
-      if (!positive_required && !is_loss && !(*v >= 0 && std::isfinite(*v))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(csv->Where(row, c), ": expected a finite number >= 0, got '", row.fields[c], "'"));
-      }
-      if (k == 0 && !(*v >= 0 && std::isfinite(*v))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(csv->Where(row, c), ": expected a budget >= 0 (0: no IsoFLOP group), got '", row.fields[c], "'"));
-      }
-      *doubles[k] = *v;
-    }
-    // What every row must satisfy whatever produced it. flops is not checked against 6 N D or budget_flops:
-    // attention and embeddings, mixture-of-experts models (N counts experts a token does not use), SIX_N
-    // designs and runs that stopped early put legitimate rows far from both. Only flops < tokens is certain
-    // to be wrong (every trained token costs at least one FLOP): a swapped column or another unit.
-    if (r.non_embedding_params > r.params) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          csv->Where(row, col[3]), ": non_embedding_params ", row.fields[col[3]], " is more than params ",
-          row.fields[col[2]], " (params counts every parameter, embeddings included)"));
-    }
-    if (r.tokens > 0 && r.flops < r.tokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          csv->Where(row, col[5]), ": flops ", row.fields[col[5]], " is less than tokens ",
-          row.fields[col[4]],
-          ": every trained token costs at least one FLOP (a column in another unit, or swapped?)"));
-    }
-    // The best validation loss is the lowest of the evaluations, the final one included; the cells may be
-    // rounded, each to its own last digit.
-    if (finished && r.best_val_loss > r.final_loss + HalfUnitOfLastDigit(row.fields[col[6]]) +
-                                          HalfUnitOfLastDigit(row.fields[col[7]])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          csv->Where(row, col[7]), ": best_val_loss ", row.fields[col[7]], " is more than final_loss ",
-          row.fields[col[6]], " (the best is the lowest of the evaluations, the final one included)"));
-    }
-    int64_t* ints[] = {&r.d_model, &r.n_layers, &r.n_heads, &r.batch_size};
-    for (int k = 0; k < 4; ++k) {
-      absl::StatusOr<int64_t> v = csv->Integer(row, col[8 + k]);
-      if (!v.ok()) return v.status();
-      if (*v <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(csv->Where(row, col[8 + k]), ": expected a positive whole number, got '", row.fields[col[8 + k]], "'"));
-      }
-      *ints[k] = *v;
-    }
-    absl::StatusOr<double> lr = csv->Double(row, col[12]);
-    if (!lr.ok()) return lr.status();
-    if (!(*lr > 0) || !std::isfinite(*lr)) {
-      return absl::InvalidArgumentError(absl::StrCat(csv->Where(row, col[12]), ": expected a positive learning rate, got '",
-                                                     row.fields[col[12]], "'"));
-    }
-    r.lr = *lr;
+    absl::StatusOr<RunStatus> status = ParseStatus(*csv, row, col[13]);
+    if (!status.ok()) return status.status();
+    r.status = *status;
+    if (absl::Status s = ParseSizesAndLosses(*csv, row, col, &r); !s.ok()) return s;
+    if (absl::Status s = CheckConsistent(*csv, row, col, r); !s.ok()) return s;
+    if (absl::Status s = ParseRecipeColumns(*csv, row, col, &r); !s.ok()) return s;
     if (col[14] >= 0) r.curve_file = row.fields[col[14]];
     table.runs.push_back(std::move(r));
   }
@@ -175,15 +223,26 @@ absl::StatusOr<ResultsTable> ReadResults(const std::string& path) {
 }
 
 std::string FormatResults(const ResultsTable& table) {
+  // tokens and flops are written even when derived; the other absent columns are left out.
+  auto written = [&](int c) { return c == 4 || c == 5 || table.Has(kColumns[c]); };
   std::string out;
-  for (int c = 0; c < 15; ++c) absl::StrAppend(&out, c ? "," : "", kColumns[c]);
+  for (int c = 0; c < 15; ++c) {
+    if (written(c)) absl::StrAppend(&out, out.empty() ? "" : ",", kColumns[c]);
+  }
   out += "\n";
   for (const RunResult& r : table.runs) {
-    absl::StrAppend(&out, CsvField(r.run), ",", Number(r.budget_flops), ",", Number(r.params), ",",
-                    Number(r.non_embedding_params), ",", Number(r.tokens), ",", Number(r.flops), ",",
-                    Number(r.final_loss), ",", Number(r.best_val_loss), ",", r.d_model, ",", r.n_layers, ",",
-                    r.n_heads, ",", r.batch_size, ",", Number(r.lr), ",", RunStatusName(r.status), ",",
-                    CsvField(r.curve_file), "\n");
+    const std::string cells[15] = {CsvField(r.run),      Number(r.budget_flops),  Number(r.params),
+                                   Number(r.non_embedding_params), Number(r.tokens), Number(r.flops),
+                                   Number(r.final_loss), Number(r.best_val_loss), absl::StrCat(r.d_model),
+                                   absl::StrCat(r.n_layers), absl::StrCat(r.n_heads), absl::StrCat(r.batch_size),
+                                   Number(r.lr),         RunStatusName(r.status), CsvField(r.curve_file)};
+    bool first = true;
+    for (int c = 0; c < 15; ++c) {
+      if (!written(c)) continue;
+      absl::StrAppend(&out, first ? "" : ",", cells[c]);
+      first = false;
+    }
+    out += "\n";
   }
   return out;
 }
@@ -192,7 +251,17 @@ absl::Status WriteResults(const std::string& path, const ResultsTable& table) {
   return WriteFileAtomically(path, FormatResults(table));
 }
 
-Observations ToObservations(const ResultsTable& table, const ObservationChoice& choice) {
+absl::StatusOr<Observations> ToObservations(const ResultsTable& table, const ObservationChoice& choice) {
+  const char* n_column = choice.non_embedding ? "non_embedding_params" : "params";
+  if (!table.Has(n_column)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        table.path, ": no ", n_column, " column to take N from; use the ",
+        choice.non_embedding ? "params column (--params=total)" : "non_embedding_params column (--params=non_embedding)"));
+  }
+  if (choice.best_loss && !table.Has("best_val_loss")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(table.path, ": no best_val_loss column; use the final loss (--loss=final)"));
+  }
   Observations out;
   for (const RunResult& r : table.runs) {
     if (r.status != RunStatus::kFinished) continue;

@@ -16,10 +16,18 @@
 //
 // Columns may come in any order; extra columns are ignored (sweeps may record more). Every error names
 // the file, line and column.
+//
+// A published sweep has only N, D or C, and the loss: final_loss is required, and params or
+// non_embedding_params, and tokens or flops; every other column may be absent (ResultsTable::absent). A
+// missing run name is "line<N>", status "finished", budget_flops 0, the shape, batch size and lr 0 and
+// best_val_loss NaN (unknown); a missing tokens is flops / (6 N) and a missing flops 6 N tokens, with N the
+// params column where there is one (as Epoch derives D), else non_embedding_params. A column that is there
+// is held to the rules above in every row.
 #ifndef LMFORGE_SCALING_RESULTS_H_
 #define LMFORGE_SCALING_RESULTS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +62,10 @@ struct RunResult {
 struct ResultsTable {
   std::string path;  // where it was read from ("" for a table built in memory)
   std::vector<RunResult> runs;
+  // The columns the file did not have (a table built in memory has them all). tokens or flops, when
+  // absent, were derived from the other (see above).
+  std::set<std::string> absent;
+  bool Has(const std::string& column) const { return absent.count(column) == 0; }
 };
 
 // Parses a results table; `path` names the file in messages and anchors relative curve files. A finished
@@ -61,7 +73,8 @@ struct ResultsTable {
 absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::string& path);
 absl::StatusOr<ResultsTable> ReadResults(const std::string& path);
 
-// The table as CSV (all columns above, curve_file included), and written atomically.
+// The table as CSV (the columns above, curve_file included, but those absent from it; tokens and flops
+// always, derived or not), and written atomically.
 std::string FormatResults(const ResultsTable& table);
 absl::Status WriteResults(const std::string& path, const ResultsTable& table);
 
@@ -70,8 +83,10 @@ struct ObservationChoice {
   bool non_embedding = true;  // N = non_embedding_params (Kaplan) or params (Chinchilla)
   bool best_loss = false;     // L = best_val_loss, else final_loss
 };
-// The finished runs as observations (failed and diverged runs are left out).
-Observations ToObservations(const ResultsTable& table, const ObservationChoice& choice);
+// The finished runs as observations (failed and diverged runs are left out). Fails, naming the column and
+// the choice to make instead, when the table lacks the column `choice` reads (non_embedding_params or
+// params, best_val_loss).
+absl::StatusOr<Observations> ToObservations(const ResultsTable& table, const ObservationChoice& choice);
 
 // A training curve file: CSV with columns step, tokens, flops, loss (validation loss at that point), one
 // row per evaluation, in increasing step order; tokens and flops increase with the step (checked).

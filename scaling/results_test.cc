@@ -126,9 +126,18 @@ TEST(ResultsTest, ErrorsNameFileLineAndColumn) {
   t = ParseResults(text, "r.csv");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(), "r.csv:3:1 (run): run 'a' appears twice");
+  // Only N, D or C, and the loss are required (a published sweep has no more).
   t = ParseResults("run,params\nx,1\n", "r.csv");
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("missing column 'budget_flops'"), std::string::npos);
+  EXPECT_EQ(t.status().message(),
+            "r.csv: missing column 'tokens' or 'flops' (a results table needs N, D or C, and the loss)");
+  t = ParseResults("run,tokens,final_loss\nx,1e9,3\n", "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "r.csv: missing column 'params' or 'non_embedding_params' (a results table needs N, D or C, and the loss)");
+  t = ParseResults("params,tokens\n1e6,1e9\n", "r.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("missing column 'final_loss'"), std::string::npos);
 }
 
 TEST(ResultsTest, ExtraColumnsAreIgnoredAndOrderIsFree) {
@@ -141,14 +150,60 @@ TEST(ResultsTest, ExtraColumnsAreIgnoredAndOrderIsFree) {
   EXPECT_EQ(t->runs[0].best_val_loss, 3.1);
 }
 
+// A published sweep's table: N, C and the loss only. Tokens come from D = C / (6N) (Epoch's convention), the
+// run names from the lines, every run counts as finished, and the table records what it lacked; written
+// back, it keeps to the columns it has (and tokens).
+TEST(ResultsTest, APublishedTableOfNCAndLossIsRead) {
+  absl::StatusOr<ResultsTable> t = ParseResults("params,flops,final_loss\n4e8,2.4e19,2.9\n1e9,6e19,2.7\n", "pub.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->runs.size(), 2u);
+  EXPECT_EQ(t->runs[0].run, "line2");
+  EXPECT_EQ(t->runs[1].run, "line3");
+  EXPECT_EQ(t->runs[0].status, RunStatus::kFinished);
+  EXPECT_DOUBLE_EQ(t->runs[0].tokens, 2.4e19 / (6 * 4e8));
+  EXPECT_EQ(t->runs[0].d_model, 0);
+  EXPECT_EQ(t->runs[0].budget_flops, 0);
+  EXPECT_TRUE(std::isnan(t->runs[0].best_val_loss));
+  EXPECT_TRUE(t->Has("params"));
+  EXPECT_FALSE(t->Has("tokens"));
+  EXPECT_FALSE(t->Has("d_model"));
+  EXPECT_FALSE(t->Has("non_embedding_params"));
+  // N for the fits must be a column the table has, and so must the loss.
+  absl::StatusOr<Observations> obs = ToObservations(*t, {/*non_embedding=*/true, /*best_loss=*/false});
+  ASSERT_FALSE(obs.ok());
+  EXPECT_EQ(obs.status().message(), "pub.csv: no non_embedding_params column to take N from; use the params column "
+                                    "(--params=total)");
+  obs = ToObservations(*t, {false, true});
+  ASSERT_FALSE(obs.ok());
+  EXPECT_EQ(obs.status().message(), "pub.csv: no best_val_loss column; use the final loss (--loss=final)");
+  obs = ToObservations(*t, {false, false});
+  ASSERT_TRUE(obs.ok());
+  EXPECT_EQ((*obs)[1].params, 1e9);
+  EXPECT_DOUBLE_EQ((*obs)[1].tokens, 1e10);
+  EXPECT_EQ((*obs)[1].loss, 2.7);
+  const std::string written = FormatResults(*t);
+  EXPECT_EQ(written.substr(0, written.find('\n')), "params,tokens,flops,final_loss");
+  absl::StatusOr<ResultsTable> back = ParseResults(written, "back.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->runs[1].tokens, 1e10);
+  EXPECT_FALSE(back->Has("d_model"));
+  // Tokens and non-embedding N only: C = 6 N D. A column that is there is still checked in every row.
+  t = ParseResults("non_embedding_params,tokens,final_loss\n4e8,1e10,2.9\n", "pub.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->runs[0].flops, 6 * 4e8 * 1e10);
+  t = ParseResults("params,flops,final_loss,lr\n4e8,2.4e19,2.9,0\n", "pub.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "pub.csv:2:4 (lr): expected a positive learning rate, got '0'");
+}
+
 TEST(ResultsTest, ObservationsComeFromFinishedRunsOnly) {
   const ResultsTable t = Example();
-  Observations obs = ToObservations(t, {/*non_embedding=*/true, /*best_loss=*/false});
+  Observations obs = ToObservations(t, {/*non_embedding=*/true, /*best_loss=*/false}).value();
   ASSERT_EQ(obs.size(), 1u);
   EXPECT_EQ(obs[0].params, 2.2e6);
   EXPECT_EQ(obs[0].loss, 3.25);
   EXPECT_EQ(obs[0].budget, 1e17);
-  obs = ToObservations(t, {false, true});
+  obs = ToObservations(t, {false, true}).value();
   EXPECT_EQ(obs[0].params, 3.1e6);
   EXPECT_EQ(obs[0].loss, 3.2);
 }

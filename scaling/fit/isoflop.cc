@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "scaling/fit/least_squares.h"
 
 namespace lmf::scaling {
 
@@ -34,38 +35,18 @@ absl::StatusOr<Parabola> FitParabola(const std::vector<double>& x, const std::ve
     return absl::InvalidArgumentError(absl::StrCat("parabola fit: need 3 points at distinct x, got ", used));
   }
   const double mid = sx / sw, scale = (hi - lo) / 2;
-  double m[3][4] = {};  // normal equations [A | b] in t = (x - mid) / scale
-  int distinct = 0;
+  std::vector<std::vector<double>> features;  // 1, t, t^2 in t = (x - mid) / scale
   std::vector<double> seen;
   for (size_t i = 0; i < x.size(); ++i) {
     const double w = weights.empty() ? 1.0 : weights[i];
-    if (w == 0) continue;
-    if (std::find(seen.begin(), seen.end(), x[i]) == seen.end()) {
-      seen.push_back(x[i]);
-      ++distinct;
-    }
+    if (w > 0 && std::find(seen.begin(), seen.end(), x[i]) == seen.end()) seen.push_back(x[i]);
     const double t = (x[i] - mid) / scale;
-    const double p[3] = {1, t, t * t};
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) m[r][c] += w * p[r] * p[c];
-      m[r][3] += w * p[r] * y[i];
-    }
+    features.push_back({1, t, t * t});
   }
-  if (distinct < 3) return absl::InvalidArgumentError("parabola fit: need 3 distinct x values");
-  // Gaussian elimination with partial pivoting on the 3x3 system.
-  for (int col = 0; col < 3; ++col) {
-    int pivot = col;
-    for (int r = col + 1; r < 3; ++r)
-      if (std::fabs(m[r][col]) > std::fabs(m[pivot][col])) pivot = r;
-    std::swap(m[col], m[pivot]);
-    if (std::fabs(m[col][col]) < 1e-300) return absl::InvalidArgumentError("parabola fit: singular system");
-    for (int r = 0; r < 3; ++r) {
-      if (r == col) continue;
-      const double f = m[r][col] / m[col][col];
-      for (int c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
-    }
-  }
-  const double q0 = m[0][3] / m[0][0], q1 = m[1][3] / m[1][1], q2 = m[2][3] / m[2][2];
+  if (seen.size() < 3) return absl::InvalidArgumentError("parabola fit: need 3 distinct x values");
+  absl::StatusOr<std::vector<double>> q = WeightedLeastSquares(features, y, weights);
+  if (!q.ok()) return absl::InvalidArgumentError(absl::StrCat("parabola fit: ", q.status().message()));
+  const double q0 = (*q)[0], q1 = (*q)[1], q2 = (*q)[2];
   // y = q0 + q1 t + q2 t^2 with t = (x - mid) / scale.
   Parabola p;
   p.c2 = q2 / (scale * scale);

@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <utility>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +15,43 @@ namespace {
 
 // Quantities recorded per Approach-3 resample, in this order.
 enum ParametricQuantity { kE, kA, kB, kAlpha, kBeta, kParamsExp, kTokensExp, kOptN, kOptD, kOptL, kNumParametric };
+
+// Two power laws refitted on every resample (Approach 1's N_opt and D_opt, the batch and lr laws): the
+// intervals of their coefficients and exponents and of their values at the target, and the laws.
+struct PowerLawPairUncertainty {
+  Interval coefficient[2], exponent[2], at_target[2];
+  std::vector<PowerLaw> laws[2];
+  int resamples = 0, failed = 0;
+};
+
+// `refit` fits a resample (its weights) and writes the two laws, or returns false.
+PowerLawPairUncertainty BootstrapPowerLawPair(
+    int num_points, const std::vector<int>& groups, const PowerLaw (&fitted)[2], double target_flops,
+    const BootstrapOptions& options, ThreadPool* pool,
+    const std::function<bool(const std::vector<double>& weights, PowerLaw* laws)>& refit) {
+  BootstrapSamples samples =
+      RunBootstrap(num_points, groups, 4, options, pool, [&](int, const std::vector<double>& weights, double* q) {
+        PowerLaw laws[2];
+        if (!refit(weights, laws)) return false;
+        q[0] = laws[0].coefficient, q[1] = laws[0].exponent, q[2] = laws[1].coefficient, q[3] = laws[1].exponent;
+        return true;
+      });
+  PowerLawPairUncertainty out;
+  out.resamples = samples.resamples;
+  out.failed = samples.failed;
+  const double c = options.confidence;
+  for (int k = 0; k < 2; ++k) {
+    out.coefficient[k] = PercentileInterval(samples.samples[2 * k], fitted[k].coefficient, c);
+    out.exponent[k] = PercentileInterval(samples.samples[2 * k + 1], fitted[k].exponent, c);
+    std::vector<double> at;
+    for (size_t i = 0; i < samples.samples[2 * k].size(); ++i) {
+      out.laws[k].push_back({samples.samples[2 * k][i], samples.samples[2 * k + 1][i]});
+      at.push_back(out.laws[k].back().At(target_flops));
+    }
+    out.at_target[k] = PercentileInterval(at, fitted[k].At(target_flops), c);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -142,34 +182,63 @@ absl::StatusOr<EnvelopeUncertainty> BootstrapEnvelope(const std::vector<Training
   if (!(target_flops > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
   }
-  enum { kNk, kNa, kDk, kDa, kCount };
-  BootstrapSamples samples = RunBootstrap(static_cast<int>(curves.size()), {}, kCount, options, pool,
-                                          [&](int, const std::vector<double>& weights, double* q) {
-                                            absl::StatusOr<EnvelopeFit> refit =
-                                                FitEnvelope(curves, EnvelopeOptions(), weights);
-                                            if (!refit.ok()) return false;
-                                            q[kNk] = refit->params_law.coefficient;
-                                            q[kNa] = refit->params_law.exponent;
-                                            q[kDk] = refit->tokens_law.coefficient;
-                                            q[kDa] = refit->tokens_law.exponent;
-                                            return true;
-                                          });
+  const PowerLaw fitted[2] = {fit.params_law, fit.tokens_law};
+  const PowerLawPairUncertainty pair = BootstrapPowerLawPair(
+      static_cast<int>(curves.size()), {}, fitted, target_flops, options, pool,
+      [&](const std::vector<double>& weights, PowerLaw* laws) {
+        absl::StatusOr<EnvelopeFit> refit = FitEnvelope(curves, EnvelopeOptions(), weights);
+        if (!refit.ok()) return false;
+        laws[0] = refit->params_law, laws[1] = refit->tokens_law;
+        return true;
+      });
   EnvelopeUncertainty out;
-  out.resamples = samples.resamples;
-  out.failed = samples.failed;
-  const double c = options.confidence;
-  out.params_coefficient = PercentileInterval(samples.samples[kNk], fit.params_law.coefficient, c);
-  out.params_exponent = PercentileInterval(samples.samples[kNa], fit.params_law.exponent, c);
-  out.tokens_coefficient = PercentileInterval(samples.samples[kDk], fit.tokens_law.coefficient, c);
-  out.tokens_exponent = PercentileInterval(samples.samples[kDa], fit.tokens_law.exponent, c);
-  std::vector<double> n_at, d_at;
-  for (size_t i = 0; i < samples.samples[kNk].size(); ++i) {
-    n_at.push_back(PowerLaw{samples.samples[kNk][i], samples.samples[kNa][i]}.At(target_flops));
-    d_at.push_back(PowerLaw{samples.samples[kDk][i], samples.samples[kDa][i]}.At(target_flops));
-  }
+  out.resamples = pair.resamples;
+  out.failed = pair.failed;
+  out.params_coefficient = pair.coefficient[0];
+  out.params_exponent = pair.exponent[0];
+  out.tokens_coefficient = pair.coefficient[1];
+  out.tokens_exponent = pair.exponent[1];
   out.target.flops = target_flops;
-  out.target.params = PercentileInterval(n_at, fit.params_law.At(target_flops), c);
-  out.target.tokens = PercentileInterval(d_at, fit.tokens_law.At(target_flops), c);
+  out.target.params = pair.at_target[0];
+  out.target.tokens = pair.at_target[1];
+  return out;
+}
+
+absl::StatusOr<HyperparameterUncertainty> BootstrapHyperparameterLaws(const std::vector<HyperparameterRun>& runs,
+                                                                      const HyperparameterFit& fit,
+                                                                      double target_flops,
+                                                                      const BootstrapOptions& options,
+                                                                      const HyperparameterFitOptions& fit_options,
+                                                                      ThreadPool* pool) {
+  if (!(target_flops > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("target compute must be positive, got ", target_flops));
+  }
+  std::map<double, int> budget_index;
+  std::vector<int> groups;
+  for (const HyperparameterRun& r : runs) {
+    groups.push_back(budget_index.emplace(r.budget, static_cast<int>(budget_index.size())).first->second);
+  }
+  const PowerLaw fitted[2] = {fit.batch_law, fit.lr_law};
+  PowerLawPairUncertainty pair = BootstrapPowerLawPair(
+      static_cast<int>(runs.size()), groups, fitted, target_flops, options, pool,
+      [&](const std::vector<double>& weights, PowerLaw* laws) {
+        absl::StatusOr<HyperparameterFit> refit = FitHyperparameterLaws(runs, fit_options, weights);
+        if (!refit.ok()) return false;
+        laws[0] = refit->batch_law, laws[1] = refit->lr_law;
+        return true;
+      });
+  HyperparameterUncertainty out;
+  out.resamples = pair.resamples;
+  out.failed = pair.failed;
+  out.batch_coefficient = pair.coefficient[0];
+  out.batch_exponent = pair.exponent[0];
+  out.lr_coefficient = pair.coefficient[1];
+  out.lr_exponent = pair.exponent[1];
+  out.flops = target_flops;
+  out.batch_at_target = pair.at_target[0];
+  out.lr_at_target = pair.at_target[1];
+  out.batch_laws = std::move(pair.laws[0]);
+  out.lr_laws = std::move(pair.laws[1]);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "scaling/fit/bootstrap.h"
 #include "scaling/fit/envelope.h"
+#include "scaling/fit/hyperparameter.h"
 #include "scaling/fit/isoflop.h"
 #include "scaling/fit/observation.h"
 #include "scaling/fit/parametric.h"
@@ -80,6 +81,25 @@ struct EnvelopeUncertainty {
 absl::StatusOr<EnvelopeUncertainty> BootstrapEnvelope(const std::vector<TrainingCurve>& curves, const EnvelopeFit& fit,
                                                       double target_flops, const BootstrapOptions& options,
                                                       ThreadPool* pool = nullptr);
+
+struct HyperparameterUncertainty {
+  Interval batch_coefficient, batch_exponent;  // B_opt = k C^a
+  Interval lr_coefficient, lr_exponent;        // lr_opt = k' C^b
+  double flops = 0;                            // the target budget
+  Interval batch_at_target, lr_at_target;
+  std::vector<PowerLaw> batch_laws, lr_laws;   // per successful resample
+  int resamples = 0;
+  int failed = 0;  // resamples in which fewer than 2 budgets' grids had a minimum
+};
+
+// Resamples runs within each budget (so every grid keeps its number of runs) and refits the batch-size and
+// learning-rate laws.
+absl::StatusOr<HyperparameterUncertainty> BootstrapHyperparameterLaws(const std::vector<HyperparameterRun>& runs,
+                                                                      const HyperparameterFit& fit,
+                                                                      double target_flops,
+                                                                      const BootstrapOptions& options,
+                                                                      const HyperparameterFitOptions& fit_options,
+                                                                      ThreadPool* pool = nullptr);
 
 // Percentile band of a quantity over resampled fits, at each x: band[i] = {lower, upper}.
 struct Band {

@@ -232,5 +232,59 @@ TEST(BootstrapCoverageTest, IsoFlopIntervalsCoverTheTruth) {
               covered_exponent, covered_n);
 }
 
+// The batch-size and learning-rate laws: each budget's 5 x 5 grid (factors of 2 in batch and lr, placed
+// at random around the optimum) follows a quadratic in (ln batch, ln lr) with a cross term and 0.2% log-noise
+// (about a tenth of the loss step between neighbouring settings); the optima follow DeepSeek LLM's laws
+// B_opt = 0.292 C^0.3271 and lr_opt = 0.3118 C^-0.125 over 6 budgets. Their exponents must fall inside the
+// 95% intervals in at least 90 of 100 draws (the bar; binomial sd 2.2 at a true 95%).
+TEST(BootstrapCoverageTest, BatchAndLearningRateIntervalsCoverThePlantedExponents) {
+  const PowerLaw batch_truth{0.292, 0.3271}, lr_truth{0.3118, -0.125};
+  const double target = 1e23;
+  int covered_batch = 0, covered_lr = 0, covered_batch_at = 0, covered_lr_at = 0;
+  double batch_width = 0, lr_width = 0;  // mean widths of the exponents' intervals
+  BootstrapOptions boot;
+  boot.resamples = 200;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    std::mt19937_64 rng(7000 + draw);
+    std::normal_distribution<double> eps(0, 0.002);
+    std::uniform_real_distribution<double> offset(-0.5, 0.5);
+    std::vector<HyperparameterRun> runs;
+    for (double c : {1e17, 3e17, 1e18, 3e18, 1e19, 3e19}) {
+      const double base = 2 + 100 * std::pow(c, -0.1);
+      const double shift_u = offset(rng) * std::log(2.0), shift_v = offset(rng) * std::log(2.0);
+      for (int i = -2; i <= 2; ++i) {
+        for (int j = -2; j <= 2; ++j) {
+          const double du = i * std::log(2.0) + shift_u, dv = j * std::log(2.0) + shift_v;
+          const double loss = base * (1 + 0.004 * du * du + 0.008 * dv * dv + 0.002 * du * dv) * std::exp(eps(rng));
+          runs.push_back({c, batch_truth.At(c) * std::exp(du), lr_truth.At(c) * std::exp(dv), loss});
+        }
+      }
+    }
+    absl::StatusOr<HyperparameterFit> fit = FitHyperparameterLaws(runs, {});
+    ASSERT_TRUE(fit.ok()) << fit.status();
+    boot.seed = draw;
+    absl::StatusOr<HyperparameterUncertainty> u = BootstrapHyperparameterLaws(runs, *fit, target, boot, {});
+    ASSERT_TRUE(u.ok()) << u.status();
+    covered_batch += u->batch_exponent.Contains(batch_truth.exponent);
+    covered_lr += u->lr_exponent.Contains(lr_truth.exponent);
+    covered_batch_at += u->batch_at_target.Contains(batch_truth.At(target));
+    covered_lr_at += u->lr_at_target.Contains(lr_truth.At(target));
+    batch_width += (u->batch_exponent.upper - u->batch_exponent.lower) / kDraws;
+    lr_width += (u->lr_exponent.upper - u->lr_exponent.lower) / kDraws;
+  }
+  EXPECT_GE(covered_batch, 90);
+  EXPECT_GE(covered_lr, 90);
+  EXPECT_GE(covered_batch_at, 90);
+  EXPECT_GE(covered_lr_at, 90);
+  // Covering by being wide does not count: the intervals are measured at a mean width of 0.066 (batch) and
+  // 0.031 (lr), a fifth and a quarter of the exponents; half as wide again fails.
+  EXPECT_LT(batch_width, 0.1);
+  EXPECT_LT(lr_width, 0.047);
+  std::printf("95%% intervals covering the truth in %d draws: B_opt exponent %d, lr_opt exponent %d, B_opt(1e23) "
+              "%d, lr_opt(1e23) %d\n",
+              kDraws, covered_batch, covered_lr, covered_batch_at, covered_lr_at);
+  std::printf("mean interval widths: B_opt exponent %.4f, lr_opt exponent %.4f\n", batch_width, lr_width);
+}
+
 }  // namespace
 }  // namespace lmf::scaling

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace lmf::scaling {
 namespace {
@@ -19,8 +22,22 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<std::string> AbsentRecipeColumns(const ResultsTable& table) {
+  std::vector<std::string> absent;
+  for (const char* column : {"d_model", "n_layers", "n_heads", "batch_size", "lr"}) {
+    if (!table.Has(column)) absent.push_back(column);
+  }
+  return absent;
+}
+
 absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, double flops,
                                           const ResultsTable& table, const ObservationChoice& choice) {
+  if (const std::vector<std::string> absent = AbsentRecipeColumns(table); !absent.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the table has no ", absl::StrJoin(absent, ", "), " column", absent.size() > 1 ? "s" : "",
+        ": a recipe takes the shape, batch size and learning rate of each budget's best run, so only N_opt and "
+        "D_opt are recommended (a sweep that records them, or a model config through a RecipeHook, gives the rest)"));
+  }
   auto loss = [&](const RunResult& r) { return choice.best_loss ? r.best_val_loss : r.final_loss; };
   std::map<double, const RunResult*> best;
   for (const RunResult& r : table.runs) {
@@ -103,12 +120,108 @@ absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double /*tokens*/, doub
   return recipe;
 }
 
+namespace {
+
+// What the report says about a table that lacked columns (a published sweep's N, D or C, and loss).
+std::string TableNote(const ResultsTable& table) {
+  std::vector<std::string> absent;  // in the order the results table lists them (curve_file is optional anyway)
+  for (const char* column : {"run", "budget_flops", "params", "non_embedding_params", "best_val_loss", "d_model",
+                             "n_layers", "n_heads", "batch_size", "lr", "status"}) {
+    if (!table.Has(column)) absent.push_back(column);
+  }
+  std::string note;
+  if (!absent.empty()) {
+    absl::StrAppend(&note, "The table has no ", absl::StrJoin(absent, ", "), " column", absent.size() > 1 ? "s" : "",
+                    ".");
+  }
+  const char* n = table.Has("params") ? "params" : "non_embedding_params";
+  const char* space = note.empty() ? "" : " ";
+  if (!table.Has("tokens")) absl::StrAppend(&note, space, "Tokens are derived as D = flops / (6 ", n, ").");
+  if (!table.Has("flops")) absl::StrAppend(&note, space, "Compute is derived as C = 6 ", n, " tokens.");
+  return note;
+}
+
+// The batch x lr grid of each IsoFLOP budget: its finished runs at the model size with the most runs there
+// (a sweep that also varies N at a budget keeps its grid at one size, as DeepSeek LLM does; runs of other
+// sizes differ in loss for another reason).
+std::vector<HyperparameterRun> GridRuns(const ResultsTable& table, const ObservationChoice& choice) {
+  std::map<double, std::map<double, std::vector<const RunResult*>>> by_budget;  // budget -> N -> runs
+  for (const RunResult& r : table.runs) {
+    if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
+    by_budget[r.budget_flops][choice.non_embedding ? r.non_embedding_params : r.params].push_back(&r);
+  }
+  std::vector<HyperparameterRun> runs;
+  for (const auto& [budget, sizes] : by_budget) {
+    const std::vector<const RunResult*>* grid = nullptr;
+    for (const auto& [n, members] : sizes)
+      if (grid == nullptr || members.size() > grid->size()) grid = &members;
+    for (const RunResult* r : *grid) {
+      runs.push_back({budget, static_cast<double>(r->batch_size), r->lr, choice.best_loss ? r->best_val_loss : r->final_loss});
+    }
+  }
+  return runs;
+}
+
+// The batch/lr laws, when the table has batch_size and lr and some budget's grid has 3 or more of each.
+void FitHyperparameters(const ResultsTable& table, const ReportOptions& options, ScalingAnalysis* a) {
+  if (!table.Has("batch_size") || !table.Has("lr")) {
+    a->hyperparameters_error = "the table has no batch_size and lr columns";
+    return;
+  }
+  a->hyperparameter_runs = GridRuns(table, options.choice);
+  std::map<double, std::pair<std::set<double>, std::set<double>>> settings;  // budget -> batch sizes, lrs
+  for (const HyperparameterRun& r : a->hyperparameter_runs) {
+    settings[r.budget].first.insert(r.batch_size);
+    settings[r.budget].second.insert(r.lr);
+  }
+  const bool grid = std::any_of(settings.begin(), settings.end(), [](const auto& budget) {
+    return budget.second.first.size() >= 3 && budget.second.second.size() >= 3;
+  });
+  if (!grid) {
+    a->hyperparameters_error =
+        "no IsoFLOP budget's runs at one model size form a batch size x learning rate grid (3 or more of each)";
+    return;
+  }
+  absl::StatusOr<HyperparameterFit> fit = FitHyperparameterLaws(a->hyperparameter_runs, options.hyperparameters);
+  if (!fit.ok()) {
+    a->hyperparameters_error = std::string(fit.status().message());
+    return;
+  }
+  a->hyperparameters = *fit;
+  if (options.bootstrap.resamples > 0) {
+    absl::StatusOr<HyperparameterUncertainty> ci = BootstrapHyperparameterLaws(
+        a->hyperparameter_runs, *fit, options.target_flops, options.bootstrap, options.hyperparameters);
+    if (ci.ok()) a->hyperparameters_ci = *ci;
+  }
+}
+
+// The recipe with its batch size and learning rate from the fitted laws at `flops` (batch rounded to a power
+// of two, as RecipeFromBestRuns does), its basis saying so.
+absl::StatusOr<Recipe> WithHyperparameterLaws(const HyperparameterFit& fit, double flops, Recipe recipe) {
+  const double batch = fit.batch_law.At(flops), lr = fit.lr_law.At(flops);
+  if (!(batch <= 9007199254740992.0) || !(lr > 0) || !std::isfinite(lr)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the batch/lr laws give batch %g and lr %g at %g FLOP: not a usable setting (beyond 2^53, or not a "
+        "positive learning rate)", batch, lr, flops));
+  }
+  recipe.batch_size = int64_t{1} << std::max(0, static_cast<int>(std::lround(std::log2(batch))));
+  recipe.lr = lr;
+  absl::StrAppend(&recipe.basis, "; batch size and lr then replaced by the grids' laws B_opt = ",
+                  absl::StrFormat("%.3g C^%.3f, lr_opt = %.3g C^%.3f", fit.batch_law.coefficient,
+                                  fit.batch_law.exponent, fit.lr_law.coefficient, fit.lr_law.exponent),
+                  " (", fit.budgets_used, " budgets) at the target, the batch rounded to a power of two");
+  return recipe;
+}
+
+}  // namespace
+
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& a) {
   std::vector<std::string> fitted;
   if (a.parametric) fitted.push_back("Approach 3");
   if (a.isoflop) fitted.push_back("Approach 2");
   if (a.envelope) fitted.push_back("Approach 1");
   if (a.kaplan) fitted.push_back("Kaplan laws");
+  if (a.hyperparameters) fitted.push_back("batch/lr laws");
   return fitted;
 }
 
@@ -130,7 +243,10 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.failed += r.status == RunStatus::kFailed;
     a.diverged += r.status == RunStatus::kDiverged;
   }
-  a.observations = ToObservations(table, options.choice);
+  absl::StatusOr<Observations> observations = ToObservations(table, options.choice);
+  if (!observations.ok()) return observations.status();
+  a.observations = std::move(*observations);
+  a.table_note = TableNote(table);
   if (a.observations.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(table.path, ": no finished run to fit (", a.failed, " failed, ",
                                                       a.diverged, " diverged)"));
@@ -174,7 +290,8 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
       a.isoflop_error = std::string(iso.status().message());
     }
   } else {
-    a.isoflop_error = "some finished runs have budget_flops = 0 (no IsoFLOP group)";
+    a.isoflop_error = table.Has("budget_flops") ? "some finished runs have budget_flops = 0 (no IsoFLOP group)"
+                                                : "the table has no budget_flops column (no IsoFLOP groups)";
   }
 
   absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(table, options.choice);
@@ -204,6 +321,8 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.kaplan_error = std::string(kaplan.status().message());
   }
 
+  FitHyperparameters(table, options, &a);
+
   // The recommendation: Approach 3 where it fitted, else Approach 2 (Approach 1 only shows its laws: its
   // envelope rests on training curves under one schedule each, not on finished runs).
   double n = 0, d = 0;
@@ -221,6 +340,7 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     absl::StatusOr<Recipe> recipe =
         options.recipe ? options.recipe(n, d, options.target_flops, table, options.choice)
                        : RecipeFromBestRuns(n, d, options.target_flops, table, options.choice);
+    if (recipe.ok() && a.hyperparameters) recipe = WithHyperparameterLaws(*a.hyperparameters, options.target_flops, *recipe);
     if (recipe.ok()) {
       a.recipe = *recipe;
     } else {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "scaling/fit/bootstrap.h"
 #include "scaling/fit/envelope.h"
+#include "scaling/fit/hyperparameter.h"
 #include "scaling/fit/isoflop.h"
 #include "scaling/fit/parametric.h"
 #include "scaling/fit/power_law.h"
@@ -38,12 +39,16 @@ struct Recipe {
 using RecipeHook = std::function<absl::StatusOr<Recipe>(
     double params, double tokens, double flops, const ResultsTable& table, const ObservationChoice& choice)>;
 
+// The recipe columns (d_model, n_layers, n_heads, batch_size, lr) the table lacks.
+std::vector<std::string> AbsentRecipeColumns(const ResultsTable& table);
+
 // A recipe extrapolated from the sweep itself: the best finished run of each budget (lowest loss of the
 // kind `choice` names, final or best validation loss, as the fits use) gives a
 // (budget, batch size, learning rate, d_model / n_layers, head size) point; batch and learning rate follow
 // power laws in compute fitted to those points (DeepSeek LLM's practice), the shape keeps the median
 // aspect ratio and head size of those runs and is sized so 12 n_layers d_model^2 = params (the
-// non-embedding count of a standard block). Needs 2 budgets.
+// non-embedding count of a standard block). Needs 2 budgets, and the recipe columns (a published table
+// without them gets FailedPrecondition naming the columns it lacks).
 absl::StatusOr<Recipe> RecipeFromBestRuns(double params, double tokens, double flops,
                                           const ResultsTable& table, const ObservationChoice& choice);
 
@@ -52,6 +57,7 @@ struct ReportOptions {
   ObservationChoice choice;
   BootstrapOptions bootstrap;       // resamples, seed, confidence
   ParametricFitOptions parametric;  // Approach 3 settings (grid of starts, Huber delta)
+  HyperparameterFitOptions hyperparameters;  // batch/lr grids: fit window, flat-region tolerance
   std::string data_note;            // one line about the data (e.g. that the corpus is synthetic)
   RecipeHook recipe;                // empty: RecipeFromBestRuns
 };
@@ -59,6 +65,7 @@ struct ReportOptions {
 struct ScalingAnalysis {
   ReportOptions options;
   std::string results_path;
+  std::string table_note;  // the columns the table lacked and what was derived; "" for a sweep's own table
   int runs = 0, finished = 0, failed = 0, diverged = 0;
   Observations observations;
 
@@ -78,6 +85,14 @@ struct ScalingAnalysis {
   std::optional<KaplanLaws> kaplan;
   std::string kaplan_error;
 
+  // Batch size and learning rate laws, where the table has batch_size and lr columns and some budget's runs
+  // form a grid (3 or more of each); else the reason. The grid of a budget is its runs at the model size
+  // with the most runs there.
+  std::vector<HyperparameterRun> hyperparameter_runs;
+  std::optional<HyperparameterFit> hyperparameters;
+  std::optional<HyperparameterUncertainty> hyperparameters_ci;
+  std::string hyperparameters_error;
+
   // Which approach the recommended N and D (and so the recipe) come from: "Approach 3" where it was fitted,
   // else "Approach 2" where that was, else "" (no recommendation).
   std::string recommended_by;
@@ -85,10 +100,12 @@ struct ScalingAnalysis {
   std::string recipe_error;
 };
 
-// The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws".
+// The fits the analysis has, in the report's order: "Approach 3", "Approach 2", "Approach 1", "Kaplan laws",
+// "batch/lr laws".
 std::vector<std::string> FittedApproaches(const ScalingAnalysis& analysis);
 
-// Fails only on bad options or when the table has no finished run.
+// Fails only on bad options, when the table lacks the column `options.choice` reads (ToObservations), or
+// when it has no finished run.
 absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportOptions& options);
 
 }  // namespace lmf::scaling

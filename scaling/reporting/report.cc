@@ -103,6 +103,42 @@ std::string ExtrapolationNote(const ScalingAnalysis& a, double largest_swept) {
   return note.empty() ? note : note + "\n\n";
 }
 
+// Batch size and learning rate: the optimum of each budget's grid, its flat region, and the power laws.
+std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& level) {
+  std::string md = "## Batch size and learning rate\n\n";
+  if (!a.hyperparameters) return absl::StrCat(md, "Not fitted: ", a.hyperparameters_error, ".\n\n");
+  const HyperparameterFit& f = *a.hyperparameters;
+  const HyperparameterFitOptions& o = a.options.hyperparameters;
+  absl::StrAppend(&md, "| budget (FLOP) | runs | fitted | B_opt | lr_opt | loss at optimum | optimum inside grid | "
+                       "flat region (", Fmt(100 * o.flat_tolerance), "%): batch | flat region: lr | used |\n"
+                       "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const HyperparameterOptimum& b : f.budgets) {
+    absl::StrAppend(&md, "| ", Flops(b.budget), " | ", b.runs, " | ", b.runs_fitted, " | ",
+                    b.used ? Fmt(b.batch_size) : "n/a", " | ", b.used ? Fmt(b.lr) : "n/a", " | ",
+                    b.used ? Fmt(b.loss) : "n/a", " | ", b.used ? (b.inside ? "yes" : "**no: extrapolated**") : "n/a",
+                    " | ", Fmt(b.flat_batch_min), " to ", Fmt(b.flat_batch_max), " | ", Fmt(b.flat_lr_min), " to ",
+                    Fmt(b.flat_lr_max), " | ", b.used ? "yes" : "no: " + b.reason, " |\n");
+  }
+  const bool ci = a.hyperparameters_ci.has_value() && !a.hyperparameters_ci->batch_laws.empty();
+  const HyperparameterUncertainty* u = ci ? &*a.hyperparameters_ci : nullptr;
+  absl::StrAppend(&md, "\nB_opt = k C<sup>a</sup>: k = ",
+                  WithInterval(u ? u->batch_coefficient : Interval{f.batch_law.coefficient}, ci), ", a = ",
+                  WithInterval(u ? u->batch_exponent : Interval{f.batch_law.exponent}, ci), ".  \n");
+  absl::StrAppend(&md, "lr_opt = k' C<sup>b</sup>: k' = ",
+                  WithInterval(u ? u->lr_coefficient : Interval{f.lr_law.coefficient}, ci), ", b = ",
+                  WithInterval(u ? u->lr_exponent : Interval{f.lr_law.exponent}, ci), ".  \n");
+  absl::StrAppend(&md, "At ", Flops(a.options.target_flops), " FLOP: B_opt ",
+                  WithInterval(u ? u->batch_at_target : Interval{f.batch_law.At(a.options.target_flops)}, ci),
+                  ", lr_opt ", WithInterval(u ? u->lr_at_target : Interval{f.lr_law.At(a.options.target_flops)}, ci),
+                  ".  \n");
+  absl::StrAppend(&md, "Each budget's optimum is the minimum of a quadratic in (ln batch, ln lr) fitted to its runs "
+                       "within ", Fmt(100 * o.fit_window), "% of its best loss; the flat region is the runs within ",
+                  Fmt(100 * o.flat_tolerance), "% of it (DeepSeek LLM's near-optimal band); ", level,
+                  " intervals from resampling runs within each budget", u ? absl::StrCat(" (", u->failed, " of ",
+                  u->resamples, " resamples failed)") : "", ".\n\n");
+  return md;
+}
+
 }  // namespace
 
 ReportFiles RenderReport(const ScalingAnalysis& a) {
@@ -126,6 +162,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
                   " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
                   " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
+  if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
   if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
 
   // Recommendation.
@@ -207,9 +244,18 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     row("β", law.beta, u ? &u->beta : nullptr);
     row("a = β/(α+β) (N_opt ∝ C<sup>a</sup>)", ParamsExponent(law), u ? &u->params_exponent : nullptr);
     row("b = α/(α+β) (D_opt ∝ C<sup>b</sup>)", TokensExponent(law), u ? &u->tokens_exponent : nullptr);
-    absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
-                    ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
-                    a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    if (o.parametric.objective == ParametricObjective::kHuberLikelihood) {
+      absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form by maximum likelihood with Huber-distributed "
+                      "errors (δ = ", Fmt(o.parametric.huber_delta), ") of fitted scale s = ", Fmt(a.parametric->scale),
+                      " (as Besiroglu et al.'s published fit; in effect least absolute deviations, δ s = ",
+                      Fmt(o.parametric.huber_delta * a.parametric->scale), "), from the best of ", a.parametric->starts,
+                      " L-BFGS (Ceres) starts on the summed Huber loss (", a.parametric->starts_converged,
+                      " converged); negative log-likelihood ", Fmt(a.parametric->objective), ".");
+    } else {
+      absl::StrAppend(&md, "\nFitted on ln L with the log-sum-exp form and a Huber loss (δ = ", Fmt(o.parametric.huber_delta),
+                      ", summed over runs) by L-BFGS (Ceres) from ", a.parametric->starts, " starts (",
+                      a.parametric->starts_converged, " converged); objective ", Fmt(a.parametric->objective), ".");
+    }
     if (a.parametric_ci.has_value() && a.parametric_ci->resamples > 0 && !ci3) {
       // Not one resample could be fitted: there are no intervals, and the reader must know why.
       const ParametricUncertainty& ci = *a.parametric_ci;
@@ -288,6 +334,8 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.kaplan_error, ".\n\n");
   }
+
+  absl::StrAppend(&md, HyperparameterSection(a, level));
 
   // Figures, in the order of ReportFileNames().
   ReportFiles report;

@@ -281,6 +281,65 @@ TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
   EXPECT_FALSE(FileExists(dir + "/report/isoflop.svg"));
 }
 
+// Approach 3 from two starts near the truth rather than the 4,500-start grid: for the tests below, which are
+// about the table and the report rather than the fit (the full grid finds the same optimum on these
+// noiseless runs), and keep the test within its time under the sanitizers.
+ParametricFitOptions FewStarts() {
+  ParametricFitOptions options;
+  options.grid_alpha = {0.3, 0.6};
+  options.grid_beta = {0.3};
+  options.grid_e = {0.5};
+  options.grid_a = {6};
+  options.grid_b = {6};
+  return options;
+}
+
+// A published sweep's table, N, C and the loss only (as Epoch's Chinchilla reconstruction has): the report
+// fits Approach 3 and the Kaplan laws, says which columns were missing and that D was derived from C, and
+// the recipe says what it lacks instead of a shape, batch size and learning rate nobody measured.
+TEST(ReportTest, APublishedTableOfNCAndLossIsReported) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/published";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  std::string csv = "params,flops,final_loss\n";
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      const double n = std::pow(10.0, 7 + 0.75 * i), d = std::pow(10.0, 9 + 0.75 * j);
+      csv += absl::StrFormat("%.17g,%.17g,%.17g\n", n, 6 * n * d, kTruth.Loss(n, d));
+    }
+  }
+  ASSERT_TRUE(WriteFileAtomically(dir + "/results.csv", csv).ok());
+  ReportOptions options;
+  options.target_flops = 1e21;
+  options.bootstrap.resamples = 20;
+  options.parametric = FewStarts();
+  // N is the params column: the default (non-embedding N) is refused with the flag to use.
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("no non_embedding_params column to take N from; use the params column "
+                                      "(--params=total)"),
+            std::string::npos)
+      << a.status();
+  options.choice.non_embedding = false;
+  a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->parametric.has_value()) << a->parametric_error;
+  EXPECT_NEAR(a->parametric->law.alpha, kTruth.alpha, 0.01);  // noiseless runs
+  EXPECT_NEAR(a->parametric->law.beta, kTruth.beta, 0.01);
+  EXPECT_EQ(FittedApproaches(*a), (std::vector<std::string>{"Approach 3", "Kaplan laws"}));
+  EXPECT_FALSE(a->recipe.has_value());
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("The table has no run, budget_flops, non_embedding_params, best_val_loss, d_model, n_layers, "
+                     "n_heads, batch_size, lr, status columns."),
+            std::string::npos)
+      << *md;
+  EXPECT_NE(md->find("Tokens are derived as D = flops / (6 params)."), std::string::npos);
+  EXPECT_NE(md->find("**Recipe:** not available: the table has no d_model, n_layers, n_heads, batch_size, lr "
+                     "columns: a recipe takes the shape"),
+            std::string::npos);
+  EXPECT_NE(md->find("Not fitted: the table has no budget_flops column (no IsoFLOP groups)"), std::string::npos);
+}
+
 // IsoFLOP runs from kTruth (no noise, no curves) at the given budgets, 7 sizes each around the optimum.
 ResultsTable IsoFlopTable(const std::vector<double>& budgets) {
   ResultsTable table;
@@ -300,6 +359,58 @@ ResultsTable IsoFlopTable(const std::vector<double>& budgets) {
     }
   }
   return table;
+}
+
+// An IsoFLOP sweep whose budgets each carry a 5 x 5 batch x learning-rate grid at a size near their
+// compute-optimal one, the loss there exactly quadratic in (ln batch, ln lr) around B_opt = 16 (C/1e18)^0.3 sequences and
+// lr_opt = 3e-3 (C/1e18)^-0.1: the report fits both laws from the grids (not from the other sizes' runs),
+// shows them, and its recipe takes batch size and lr from them.
+TEST(ReportTest, BatchAndLearningRateGridsGiveTheirLawsAndTheRecipe) {
+  const std::vector<double> budgets = {1e18, 1e19, 1e20};
+  ResultsTable table = IsoFlopTable(budgets);
+  const PowerLaw batch_law{16 * std::pow(1e18, -0.3), 0.3}, lr_law{3e-3 * std::pow(1e18, 0.1), -0.1};
+  for (size_t b = 0; b < budgets.size(); ++b) {
+    // Near the optimal size, apart from the IsoFLOP runs' sizes (10^(k/4) N_opt).
+    const double c = budgets[b], n = std::round(1.1 * OptimalAllocation(kTruth, c).params), d = c / (6 * n);
+    const int center = static_cast<int>(std::lround(std::log2(batch_law.At(c))));
+    for (int i = -2; i <= 2; ++i) {
+      for (int j = -2; j <= 2; ++j) {
+        RunResult r = table.runs[b * 7];
+        r.run = absl::StrFormat("grid%d_%d_%d", b, i + 2, j + 2);
+        r.non_embedding_params = r.params = n;
+        r.tokens = d;
+        r.batch_size = int64_t{1} << (center + i);
+        r.lr = lr_law.At(c) * std::pow(2.0, j + 0.3);
+        const double du = std::log(r.batch_size / batch_law.At(c)), dv = std::log(r.lr / lr_law.At(c));
+        r.final_loss = r.best_val_loss = kTruth.Loss(n, d) * (1 + 0.004 * du * du + 0.008 * dv * dv);
+        table.runs.push_back(r);
+      }
+    }
+  }
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/grids";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteResults(dir + "/results.csv", table).ok());
+  ReportOptions options;
+  options.target_flops = 1e22;
+  options.bootstrap.resamples = 20;
+  options.parametric = FewStarts();
+  absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->hyperparameters.has_value()) << a->hyperparameters_error;
+  EXPECT_EQ(a->hyperparameter_runs.size(), 75u);  // the grids only
+  EXPECT_EQ(a->hyperparameters->budgets_used, 3);
+  // Noiseless quadratic grids: the laws to round-off.
+  EXPECT_NEAR(a->hyperparameters->batch_law.exponent, 0.3, 1e-8);
+  EXPECT_NEAR(a->hyperparameters->lr_law.exponent, -0.1, 1e-8);
+  ASSERT_TRUE(a->recipe.has_value()) << a->recipe_error;
+  EXPECT_EQ(a->recipe->batch_size, int64_t{1} << std::lround(std::log2(batch_law.At(1e22))));
+  EXPECT_NEAR(a->recipe->lr / lr_law.At(1e22), 1, 1e-6);
+  EXPECT_NE(a->recipe->basis.find("batch size and lr then replaced by the grids' laws B_opt = "), std::string::npos);
+  absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
+  ASSERT_TRUE(md.ok());
+  EXPECT_NE(md->find("## Batch size and learning rate"), std::string::npos);
+  EXPECT_NE(md->find("B_opt = k C<sup>a</sup>: k = "), std::string::npos);
+  EXPECT_NE(md->find("a = 0.3 ["), std::string::npos) << *md;
 }
 
 // One budget cannot tell the N term from the D term: Approach 3 is refused, with the reason in report.md,
