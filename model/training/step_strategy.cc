@@ -22,6 +22,7 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
     model.Backward();
     sums.loss += *loss;
     sums.z_loss += model.z_loss_term();
+    sums.aux_loss += model.aux_loss();
   }
   return sums;
 }
@@ -31,7 +32,9 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   StepResult result;
   result.loss = sums.loss / static_cast<double>(input.micro_batches);
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
+  result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
   result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  model.EndStep();
   result.stop_signal = stop_signal;
   return result;
 }

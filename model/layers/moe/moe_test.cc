@@ -3,16 +3,21 @@
 // with dropping; the dispatcher's sort and capacity; and the auxiliary-loss-free bias on a collapsed router.
 #include "model/layers/moe/moe.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "base/json.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
 #include "model/layers/moe/dispatch.h"
 #include "model/layers/moe/router.h"
+#include "model/testing/fixture.h"
 #include "model/testing/layer_check.h"
+#include "model/testing/moe_fixture.h"
 
 namespace lmf::model {
 namespace {
@@ -75,6 +80,86 @@ TEST_P(MoeChecks, PassTheLayerChecks) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, MoeChecks, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// The layer fixtures of tools/model/moe_reference.py: each router variant, shared and fine-grained experts,
+// dropping by position and by score, both balancing-loss scopes, the router z-loss and the selection bias.
+class PyTorchMatch : public ::testing::TestWithParam<std::string> {};
+
+// Tolerance: the reference runs in float64 on the same fp32 inputs and weights; ours is fp32 with sums of
+// at most C + F + E terms per element, so its error is a few fp32 ulps of each tensor's scale: 2e-5 of the
+// scale (~170 ulps) passes it, while a wrong term, sign, gate or index errs by 1e-2 of the scale or more.
+// An expert that no token reached has exactly zero gradients on both sides; tensors whose exact values are
+// tiny have their scale floored at 1% of the largest gradient, as in the whole-model test.
+void ExpectClose(const std::string& what, const float* got, const std::vector<float>& want, double floor_scale) {
+  double scale = floor_scale, worst = 0;
+  size_t worst_at = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(double{w}));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(double{got[i]} - want[i]);
+    if (err > worst) worst = err, worst_at = i;
+  }
+  EXPECT_LE(worst, 2e-5 * scale + 1e-30) << what << ": max error " << worst << " at " << worst_at << " (got "
+                                         << got[worst_at] << ", want " << want[worst_at] << "), scale " << scale;
+}
+
+TEST_P(PyTorchMatch, ForwardLossesAndEveryGradient) {
+  absl::StatusOr<std::map<std::string, kernels::testing::NpyArray>> read =
+      testing::ReadFixture(testing::FixturePath(GetParam()));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::map<std::string, kernels::testing::NpyArray>& f = *read;
+  const absl::StatusOr<JsonValue> json = ParseJson(f.at("spec_json").bytes);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const MoeSpec spec = testing::MoeSpecFromJson(*json);
+  const std::vector<int64_t> shape = f.at("shape").ToInt64();
+  const int64_t b = shape[0], t = shape[1], c = shape[2], n = b * t;
+  ModelConfig model = Cs336Config(32, 16, c, 1, 2, 16);
+  const JsonValue* biases = json->Find("biases");
+  model.biases = biases != nullptr && biases->boolean;
+  const kernels::Context ctx = kernels::Context::Cpu();
+  StepCounters counters;
+  const MixtureOfExperts moe(spec, model, ctx, &counters);
+  double largest_gradient = 0;
+  int loaded = 0;
+  moe.VisitParameters("moe", [&](const std::string& name, const Parameter& p) {
+    const kernels::testing::NpyArray& value = f.at("param/" + name.substr(4));
+    ASSERT_EQ(value.numel(), p.value.numel()) << name;
+    const std::vector<float> values = value.ToFloat();
+    std::copy(values.begin(), values.end(), p.data());
+    for (float g : f.at("grad/" + name.substr(4)).ToFloat()) largest_gradient = std::max(largest_gradient, std::fabs(double{g}));
+    ++loaded;
+  });
+  EXPECT_EQ(loaded, static_cast<int>(std::count_if(f.begin(), f.end(), [](const auto& entry) {
+              return entry.first.rfind("param/", 0) == 0;
+            })));
+  moe.VisitBuffers("moe", [&](const std::string&, const kernels::Tensor& bias) {
+    const std::vector<float> values = f.at("expert_bias").ToFloat();
+    std::copy(values.begin(), values.end(), bias.data<float>());
+  });
+  const std::vector<float> h = f.at("h").ToFloat(), dout = f.at("dout").ToFloat();
+  std::vector<float> out(h.size()), dh(h.size());
+  std::unique_ptr<LayerActivations> saved = moe.NewActivations();
+  moe.Forward(ctx, b, t, h.data(), out.data(), /*accumulate=*/false, *saved);
+  ExpectClose("out", out.data(), f.at("out").ToFloat(), 0);
+  const MoeActivations& kept = StateAs<MoeActivations>(*saved);
+  // Sums of n * E fp32 probabilities and lse values, each a few ulps off: 1e-5 relative.
+  const double want_balance = f.at("balance_loss").ToDouble()[0], want_z = f.at("z_loss").ToDouble()[0];
+  EXPECT_NEAR(kept.balance_loss, want_balance, 1e-5 * want_balance);
+  EXPECT_NEAR(kept.z_loss, want_z, 1e-5 * want_z);
+  EXPECT_EQ(kept.dropped(), f.at("dropped").ToInt64()[0]);
+  Scratch scratch(&kernels::CpuAllocator::Default());
+  moe.Backward(ctx, h.data(), *saved, dout.data(), dh.data(), scratch);
+  ExpectClose("the input gradient", dh.data(), f.at("grad_h").ToFloat(), 0);
+  moe.VisitParameters("moe", [&](const std::string& name, const Parameter& p) {
+    ExpectClose("the gradient of " + name, p.grad_data(), f.at("grad/" + name.substr(4)).ToFloat(),
+                1e-2 * largest_gradient);
+  });
+  EXPECT_EQ(n * spec.top_k, kept.dispatch.rows() + kept.dropped());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchMatch,
+                         ::testing::Values("moe_layer_softmax_topk", "moe_layer_topk_softmax",
+                                           "moe_layer_sigmoid_grouped_bias", "moe_layer_shared_fine_grained",
+                                           "moe_layer_drop_position", "moe_layer_drop_score"));
 
 TEST(MoeDispatch, SortsByExpertAndDropsOverCapacity) {
   MoeSpec spec = Spec(3, 1, 4, RouterKind::kSoftmaxTopK);
