@@ -12,6 +12,7 @@
 
 namespace lmf::model::testing {
 
+// A feed-forward kind as the reference spells it ("swiglu", "geglu", "gelu", "relu").
 inline FfnKind FfnKindFromName(const std::string& name) {
   return name == "swiglu" ? FfnKind::kSwiGLU
          : name == "geglu" ? FfnKind::kGeGLU
