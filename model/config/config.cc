@@ -293,6 +293,10 @@ void AddMoeProblems(const MoeSpec& m, ProblemList& p) {
                        " experts of ", p.Name("moe.topk_groups"), "=", m.topk_groups, " groups of ",
                        m.n_experts / m.n_groups));
   }
+  if (m.normalize_gates && m.router == RouterKind::kTopKSoftmax) {
+    p.Add(absl::StrCat(p.Name("moe.normalize_gates"), "=true with ", p.Name("moe.router"),
+                       "=TOPK_SOFTMAX: its gates sum to 1 already"));
+  }
   if (!(m.route_scale > 0 && std::isfinite(m.route_scale))) {
     p.Add(absl::StrCat(p.Name("moe.route_scale"), "=", m.route_scale, " must be a positive finite number"));
   }
