@@ -62,6 +62,10 @@ TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
     // Balancing loss about aux_loss (E * sum f P is 1 when balanced) plus the z-loss term.
     EXPECT_GT(result->aux_loss, 0.005) << step;
     EXPECT_LT(result->aux_loss, 0.1) << step;
+    // Dropless: nothing dropped; the busiest expert's load is at least the mean and at most all assignments.
+    EXPECT_EQ(result->dropped_share, 0) << step;
+    EXPECT_GE(result->expert_load_max_over_mean, 1.0) << step;
+    EXPECT_LE(result->expert_load_max_over_mean, 4.0 / 2.0) << step;
     (*model)->VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
       for (int64_t i = 0; i < counts.numel(); ++i) ASSERT_EQ(counts.data<float>()[i], 0.0f) << name << " not cleared";
     });
@@ -76,6 +80,24 @@ TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
   });
   EXPECT_EQ(buffers, 1);
   EXPECT_GT(moved, 0) << "40 steps of bias updates left every bias at 0";
+}
+
+// With a capacity of half the balanced load, at least half the assignments are dropped, and the step says so.
+TEST(SingleProcessStep, ReportsTheDroppedShare) {
+  ModelConfig config = TinyMoe();
+  config.moe->capacity_factor = 0.5;
+  auto model = LanguageModel::Create(config, kernels::Context::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  (*model)->InitializeParameters(3);
+  AdamW optimizer(AdamWConfig{}, **model);
+  PatternSource data(4, 16, 32);
+  SingleProcessStep strategy;
+  StepInput input;
+  input.micro_batches = 2, input.b = 4, input.t = 16, input.lr = 1e-3;
+  absl::StatusOr<StepResult> result = strategy.Step(**model, optimizer, data, input);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GE(result->dropped_share, 0.5);
+  EXPECT_LT(result->dropped_share, 1.0);
 }
 
 }  // namespace

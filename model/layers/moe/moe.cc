@@ -37,10 +37,9 @@ MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model
               counters),
       experts_(spec, model.d_model, model.biases, ctx, counters) {
   if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, kernels::DType::kF32, counters);
-  if (spec.expert_bias) {
-    expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
-    expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
-  }
+  if (spec.expert_bias) expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+  expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+  expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
 }
 
 std::unique_ptr<LayerActivations> MixtureOfExperts::NewActivations() const {
@@ -118,9 +117,12 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
     shared_->Backward(ctx, h, *saved.shared, dout, dshared, scratch);
     for (int64_t i = 0; i < n * c_; ++i) dh[i] += dshared[i];
   }
-  if (spec_.expert_bias) {
-    float* load = expert_load_.data<float>();
-    for (int32_t expert : saved.experts) load[expert] += 1.0f;
+  // The step's counts (here, where each micro-batch's forward is counted once even when recomputed).
+  float* load = expert_load_.data<float>();
+  float* dropped = expert_dropped_.data<float>();
+  for (size_t a = 0; a < saved.experts.size(); ++a) {
+    load[saved.experts[a]] += 1.0f;
+    if (saved.dispatch.assignment_row[a] < 0) dropped[saved.experts[a]] += 1.0f;
   }
 }
 
@@ -135,21 +137,24 @@ void MixtureOfExperts::VisitBuffers(const std::string& prefix, const BufferVisit
 }
 
 void MixtureOfExperts::VisitStepCounts(const std::string& prefix, const BufferVisitor& visit) const {
-  if (spec_.expert_bias) visit(prefix + ".router.expert_load", expert_load_);
+  visit(prefix + ".router.expert_load", expert_load_);
+  visit(prefix + ".router.expert_dropped", expert_dropped_);
 }
 
 void MixtureOfExperts::EndStep() const {
-  if (!spec_.expert_bias) return;
-  float* bias = expert_bias_.data<float>();
   float* load = expert_load_.data<float>();
-  double mean = 0;
-  for (int64_t i = 0; i < spec_.n_experts; ++i) mean += load[i];
-  mean /= static_cast<double>(spec_.n_experts);
-  for (int64_t i = 0; i < spec_.n_experts; ++i) {
-    const double sign = mean > load[i] ? 1.0 : mean < load[i] ? -1.0 : 0.0;
-    bias[i] = static_cast<float>(bias[i] + spec_.bias_update_rate * sign);
-    load[i] = 0;
+  if (spec_.expert_bias) {
+    float* bias = expert_bias_.data<float>();
+    double mean = 0;
+    for (int64_t i = 0; i < spec_.n_experts; ++i) mean += load[i];
+    mean /= static_cast<double>(spec_.n_experts);
+    for (int64_t i = 0; i < spec_.n_experts; ++i) {
+      const double sign = mean > load[i] ? 1.0 : mean < load[i] ? -1.0 : 0.0;
+      bias[i] = static_cast<float>(bias[i] + spec_.bias_update_rate * sign);
+    }
   }
+  std::fill(load, load + spec_.n_experts, 0.0f);
+  std::fill(expert_dropped_.data<float>(), expert_dropped_.data<float>() + spec_.n_experts, 0.0f);
 }
 
 int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& model) {

@@ -6,8 +6,9 @@
 //   out = shared(h) + sum over the token's kept experts j of gate_j * expert_j(h)
 // The auxiliary losses enter the objective through LayerActivations::aux_loss; Backward adds their gradient
 // (weight 1) to the router's. With spec.expert_bias, a per-expert bias (model state, not a parameter:
-// VisitBuffers) is added to the selection scores only; the backwards count the tokens each expert was
-// routed (VisitStepCounts) and EndStep moves the bias by bias_update_rate * sign(mean load - load).
+// VisitBuffers) is added to the selection scores only; EndStep moves it by bias_update_rate * sign(mean
+// load - load) from the step's counts. The backwards count each expert's assignments and drops
+// (VisitStepCounts: for the bias and for metrics); EndStep clears them.
 //
 // Parameters: "<prefix>.router.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
 // "<prefix>.shared.w1|w3|w2.*" (the shared FeedForward). Buffer: "<prefix>.router.expert_bias" (E).
@@ -65,8 +66,8 @@ class MixtureOfExperts final : public ChannelMixer {
                 void* dh, Scratch& scratch) const override;
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const override;
   void VisitBuffers(const std::string& prefix, const BufferVisitor& visit) const override;
-  // "<prefix>.router.expert_load" (E): tokens routed to each expert by the step's backwards (with
-  // expert_bias only).
+  // "<prefix>.router.expert_load" (E): the assignments each expert was routed by the step's backwards
+  // (before any capacity drop); "<prefix>.router.expert_dropped" (E): those of them dropped.
   void VisitStepCounts(const std::string& prefix, const BufferVisitor& visit) const override;
   void EndStep() const override;
 
@@ -87,7 +88,8 @@ class MixtureOfExperts final : public ChannelMixer {
   Linear router_;  // (E, C), no bias
   moe::Experts experts_;
   std::optional<FeedForward> shared_;
-  kernels::Tensor expert_bias_, expert_load_;  // (E) fp32 each, with spec.expert_bias
+  kernels::Tensor expert_bias_;                    // (E) fp32, with spec.expert_bias
+  kernels::Tensor expert_load_, expert_dropped_;  // (E) fp32 each: the step's counts
 };
 
 }  // namespace lmf::model

@@ -238,7 +238,8 @@ TEST(MoeExpertBias, MovesACollapsedRouterTowardBalance) {
     layer.backward(h.data(), *saved, dout.data(), dh.data(), scratch);
     scratch.Reset();
     float most = 0;
-    moe.VisitStepCounts("ffn", [&](const std::string&, const kernels::Tensor& load) {
+    moe.VisitStepCounts("ffn", [&](const std::string& name, const kernels::Tensor& load) {
+      if (name != "ffn.router.expert_load") return;
       for (int64_t i = 0; i < spec.n_experts; ++i) most = std::max(most, load.data<float>()[i]);
     });
     moe.EndStep();
