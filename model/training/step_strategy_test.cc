@@ -4,6 +4,7 @@
 #include "model/training/step_strategy.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,18 +45,32 @@ ModelConfig TinyMoe() {
   return c;
 }
 
-TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
-  auto model = LanguageModel::Create(TinyMoe(), kernels::Context::Cpu());
-  ASSERT_TRUE(model.ok()) << model.status();
-  (*model)->InitializeParameters(3);
-  AdamW optimizer(AdamWConfig{}, **model);
-  PatternSource data(4, 16, 32);
+// A model of `config` with its optimizer, data and the single-process step at `lr`: 2 micro-batches of
+// 4 x 16 tokens per step.
+struct Training {
+  Training(const ModelConfig& config, double lr) : data(4, 16, 32) {
+    auto created = LanguageModel::Create(config, kernels::Context::Cpu());
+    EXPECT_TRUE(created.ok()) << created.status();
+    model = *std::move(created);
+    model->InitializeParameters(3);
+    optimizer = std::make_unique<AdamW>(AdamWConfig{}, *model);
+    input.micro_batches = 2, input.b = 4, input.t = 16, input.lr = lr;
+  }
+  absl::StatusOr<StepResult> Step() { return strategy.Step(*model, *optimizer, data, input); }
+
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<AdamW> optimizer;
+  PatternSource data;
   SingleProcessStep strategy;
   StepInput input;
-  input.micro_batches = 2, input.b = 4, input.t = 16, input.lr = 1e-2;
+};
+
+TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
+  Training training(TinyMoe(), 1e-2);
+  LanguageModel* model = training.model.get();
   double first = 0, last = 0;
   for (int step = 0; step < 40; ++step) {
-    absl::StatusOr<StepResult> result = strategy.Step(**model, optimizer, data, input);
+    absl::StatusOr<StepResult> result = training.Step();
     ASSERT_TRUE(result.ok()) << result.status();
     if (step == 0) first = result->loss;
     last = result->loss;
@@ -66,14 +81,14 @@ TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
     EXPECT_EQ(result->dropped_share, 0) << step;
     EXPECT_GE(result->expert_load_max_over_mean, 1.0) << step;
     EXPECT_LE(result->expert_load_max_over_mean, 4.0 / 2.0) << step;
-    (*model)->VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
+    model->VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
       for (int64_t i = 0; i < counts.numel(); ++i) ASSERT_EQ(counts.data<float>()[i], 0.0f) << name << " not cleared";
     });
   }
   EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
   int buffers = 0;
   double moved = 0;
-  (*model)->VisitBuffers([&](const std::string& name, const kernels::Tensor& bias) {
+  model->VisitBuffers([&](const std::string& name, const kernels::Tensor& bias) {
     EXPECT_EQ(name, "layers.1.ffn.router.expert_bias");
     for (int64_t i = 0; i < bias.numel(); ++i) moved += std::fabs(bias.data<float>()[i]);
     ++buffers;
@@ -86,15 +101,8 @@ TEST(SingleProcessStep, TrainsAMixtureOfExpertsAndEndsEachStep) {
 TEST(SingleProcessStep, ReportsTheDroppedShare) {
   ModelConfig config = TinyMoe();
   config.moe->capacity_factor = 0.5;
-  auto model = LanguageModel::Create(config, kernels::Context::Cpu());
-  ASSERT_TRUE(model.ok()) << model.status();
-  (*model)->InitializeParameters(3);
-  AdamW optimizer(AdamWConfig{}, **model);
-  PatternSource data(4, 16, 32);
-  SingleProcessStep strategy;
-  StepInput input;
-  input.micro_batches = 2, input.b = 4, input.t = 16, input.lr = 1e-3;
-  absl::StatusOr<StepResult> result = strategy.Step(**model, optimizer, data, input);
+  Training training(config, 1e-3);
+  absl::StatusOr<StepResult> result = training.Step();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GE(result->dropped_share, 0.5);
   EXPECT_LT(result->dropped_share, 1.0);

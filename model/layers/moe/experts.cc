@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/swiglu/swiglu.h"
+#include "model/layers/feed_forward/feed_forward.h"
 
 namespace lmf::model::moe {
 
@@ -22,12 +23,6 @@ Experts::Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernel
     b_in_ = Parameter::Zeros({e_ * w_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
     b_out_ = Parameter::Zeros({e_ * c_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
   }
-}
-
-kernels::Activation Experts::activation() const {
-  return kind_ == FfnKind::kSwiGLU                             ? kernels::Activation::kSilu
-         : kind_ == FfnKind::kGELU || kind_ == FfnKind::kGeGLU ? kernels::Activation::kGeluTanh
-                                                               : kernels::Activation::kRelu;
 }
 
 void Experts::Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const {

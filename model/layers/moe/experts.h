@@ -18,6 +18,7 @@
 #include "kernels/activations/activations.h"
 #include "kernels/core/context.h"
 #include "model/config/config.h"
+#include "model/layers/feed_forward/feed_forward.h"
 #include "model/layers/layer.h"
 #include "model/layers/parameter.h"
 
@@ -46,7 +47,7 @@ class Experts {
 
  private:
   bool gated() const { return kind_ == FfnKind::kSwiGLU || kind_ == FfnKind::kGeGLU; }
-  kernels::Activation activation() const;
+  kernels::Activation activation() const { return FfnActivation(kind_); }
   // The activation of pre's rows [0, m) into act, and its backward.
   void Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const;
   void ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,

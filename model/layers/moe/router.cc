@@ -20,6 +20,14 @@ void Softmax(const float* z, int64_t e, float* p) {
 
 float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
+// log sum_i exp(z_i) over e values, in double.
+double LogSumExp(const float* z, int64_t e) {
+  const float max = *std::max_element(z, z + e);
+  double sum = 0;
+  for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(z[i] - max));
+  return max + std::log(sum);
+}
+
 // A token's scores before selection: softmax probabilities, sigmoid scores, or the logits themselves.
 void Scores(const MoeSpec& spec, const float* z, float* s) {
   const int64_t e = spec.n_experts;
@@ -219,11 +227,7 @@ double RouterZLoss(const MoeSpec& spec, int64_t n, const float* logits) {
   const int64_t e = spec.n_experts;
   double total = 0;
   for (int64_t token = 0; token < n; ++token) {
-    const float* z = logits + token * e;
-    const float max = *std::max_element(z, z + e);
-    double sum = 0;
-    for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(z[i] - max));
-    const double lse = max + std::log(sum);
+    const double lse = LogSumExp(logits + token * e, e);
     total += lse * lse;
   }
   return spec.router_z_loss * total / static_cast<double>(n);
@@ -235,10 +239,7 @@ void RouterZLossBackward(const MoeSpec& spec, int64_t n, const float* logits, fl
   std::vector<float> p(static_cast<size_t>(e));
   for (int64_t token = 0; token < n; ++token) {
     const float* z = logits + token * e;
-    const float max = *std::max_element(z, z + e);
-    double sum = 0;
-    for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(z[i] - max));
-    const double lse = max + std::log(sum);
+    const double lse = LogSumExp(z, e);
     Softmax(z, e, p.data());
     // d/dz_i of z_loss * lse^2 / n = z_loss * 2 lse p_i / n.
     const double coefficient = spec.router_z_loss * 2 * lse / static_cast<double>(n);
