@@ -26,6 +26,13 @@ constexpr std::pair<std::string_view, std::string_view> kRenamedMembers[] = {
     {"init", "model.init.scheme"},
     {"init_std", "model.init.std"},
     {"mup_base_d_model", "model.init.mup_base_d_model"},
+    {"first_k_dense", "model.moe.first_k_dense"},
+};
+
+// With a mixture of experts, the dense feed-forward (of the first_k_dense layers) is model.moe.dense_ffn.
+constexpr std::pair<std::string_view, std::string_view> kMoeRenamedMembers[] = {
+    {"d_ff", "model.moe.dense_ffn.d_ff"},
+    {"ffn", "model.moe.dense_ffn.kind"},
 };
 
 model::FfnKind FfnKindOf(FeedForwardConfig::Kind kind, model::FfnKind unspecified) {
@@ -36,6 +43,31 @@ model::FfnKind FfnKindOf(FeedForwardConfig::Kind kind, model::FfnKind unspecifie
     case FeedForwardConfig::GEGLU: return model::FfnKind::kGeGLU;
     default: return unspecified;
   }
+}
+
+model::MoeSpec ConvertMoe(const MoeConfig& moe) {
+  model::MoeSpec s;
+  s.n_experts = moe.n_experts();
+  s.top_k = moe.top_k();
+  s.d_expert = moe.d_expert();
+  s.expert_kind = FfnKindOf(moe.expert_kind(), model::FfnKind::kSwiGLU);
+  s.shared_d_ff = moe.shared_d_ff();
+  s.router = moe.router() == MoeConfig::TOPK_SOFTMAX   ? model::RouterKind::kTopKSoftmax
+             : moe.router() == MoeConfig::SIGMOID_TOPK ? model::RouterKind::kSigmoidTopK
+                                                       : model::RouterKind::kSoftmaxTopK;
+  s.normalize_gates = moe.normalize_gates();
+  s.route_scale = moe.route_scale();
+  s.n_groups = moe.n_groups();
+  s.topk_groups = moe.topk_groups();
+  s.capacity_factor = moe.capacity_factor();
+  s.drop = moe.drop() == MoeConfig::SCORE ? model::DropPolicy::kByScore : model::DropPolicy::kByPosition;
+  s.aux_loss = moe.aux_loss();
+  s.aux_loss_scope =
+      moe.aux_loss_scope() == MoeConfig::SEQUENCE ? model::BalanceScope::kSequence : model::BalanceScope::kMicroBatch;
+  s.router_z_loss = moe.router_z_loss();
+  s.expert_bias = moe.expert_bias();
+  s.bias_update_rate = moe.bias_update_rate();
+  return s;
 }
 
 // layer_pattern[k] over the model's own layer (m's default fields, converted already).
@@ -86,6 +118,12 @@ model::ModelConfig Convert(const ModelConfig& proto) {
   m.z_loss = proto.z_loss();
   m.final_logit_softcap = proto.final_logit_softcap();
   m.ffn = FfnKindOf(proto.ffn().kind(), model::FfnKind::kSwiGLU);
+  if (proto.has_moe()) {
+    m.moe = ConvertMoe(proto.moe());
+    m.first_k_dense = proto.moe().first_k_dense();
+    m.d_ff = proto.moe().dense_ffn().d_ff();
+    m.ffn = FfnKindOf(proto.moe().dense_ffn().kind(), model::FfnKind::kSwiGLU);
+  }
   switch (proto.positional().kind()) {
     case PositionalConfig::ROPE: m.positions = model::PositionKind::kRoPE; break;
     case PositionalConfig::LEARNED: m.positions = model::PositionKind::kLearned; break;
@@ -121,7 +159,10 @@ bool ReportedByTheConfig(const ModelConfig& proto, std::string_view member) {
   if (member == "n_kv_heads") return !proto.has_n_kv_heads();
   if (member == "vocab_size") return !proto.has_vocab_size();
   if (member == "context_length") return !proto.has_context_length();
-  if (member == "d_ff") return !proto.ffn().has_d_ff();
+  if (member == "d_ff") return proto.has_moe() ? !proto.moe().dense_ffn().has_d_ff() : !proto.ffn().has_d_ff();
+  if (member == "moe.n_experts") return !proto.moe().has_n_experts();
+  if (member == "moe.top_k") return !proto.moe().has_top_k();
+  if (member == "moe.d_expert") return !proto.moe().has_d_expert();
   if (member == "sliding_window") {
     return proto.attention().has_sliding_window() && !(proto.attention().sliding_window().window() > 0);
   }
@@ -146,6 +187,32 @@ void ValidateAttentionVariant(const AttentionConfig& attention, ConfigErrors* er
   }
 }
 
+// The mixture of experts' required sizes and enums, and the dense feed-forward of its first_k_dense layers.
+void ValidateMoe(const MoeConfig& moe, ConfigErrors* errors) {
+  const std::pair<bool, const char*> required[] = {{moe.has_n_experts(), "model.moe.n_experts"},
+                                                   {moe.has_top_k(), "model.moe.top_k"},
+                                                   {moe.has_d_expert(), "model.moe.d_expert"}};
+  for (const auto& [present, path] : required) {
+    if (!present) errors->Add(absl::StrCat(path, " is required (a positive integer)"));
+  }
+  RequireSpecified(moe.expert_kind(), "model.moe.expert_kind", errors);
+  RequireSpecified(moe.router(), "model.moe.router", errors);
+  RequireSpecified(moe.drop(), "model.moe.drop", errors);
+  RequireSpecified(moe.aux_loss_scope(), "model.moe.aux_loss_scope", errors);
+  if (moe.first_k_dense() > 0) {
+    if (!moe.has_dense_ffn()) {
+      errors->Add(absl::StrCat("model.moe.dense_ffn is required with model.moe.first_k_dense=", moe.first_k_dense(),
+                               " (kind and d_ff of the first layers' feed-forward)"));
+    } else {
+      RequireSpecified(moe.dense_ffn().kind(), "model.moe.dense_ffn.kind", errors);
+      if (!moe.dense_ffn().has_d_ff()) errors->Add("model.moe.dense_ffn.d_ff is required (a positive integer)");
+    }
+  } else if (moe.has_dense_ffn()) {
+    errors->Add("model.moe.dense_ffn applies to the first model.moe.first_k_dense layers only, and "
+                "model.moe.first_k_dense is 0");
+  }
+}
+
 }  // namespace
 
 std::string ModelConfigPath(std::string_view member) {
@@ -165,7 +232,9 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   }
   RequireSpecified(model.norm().kind(), "model.norm.kind", errors);
   RequireSpecified(model.norm().placement(), "model.norm.placement", errors);
-  if (!model.has_ffn()) {
+  if (model.has_moe()) {
+    ValidateMoe(model.moe(), errors);
+  } else if (!model.has_ffn()) {
     errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");
   } else {
     RequireSpecified(model.ffn().kind(), "model.ffn.kind", errors);
@@ -195,6 +264,11 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
 
   const model::ModelFieldNamer config_path = [&model](std::string_view member) -> std::optional<std::string> {
     if (ReportedByTheConfig(model, member)) return std::nullopt;
+    if (model.has_moe()) {
+      for (const auto& [renamed, path] : kMoeRenamedMembers) {
+        if (member == renamed) return std::string(path);
+      }
+    }
     return ModelConfigPath(member);
   };
   for (std::string& problem : Convert(model).Problems(config_path)) errors->Add(std::move(problem));

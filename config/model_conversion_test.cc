@@ -23,7 +23,11 @@ const char* const kMembers[] = {
     "parallel_block", "parallel_shared_norm", "qk_norm",   "sliding_window",    "global_every",
     "attention_softcap", "final_logit_softcap", "z_loss",  "ffn",               "positions",
     "rope_theta",     "biases",            "tied_embeddings", "init",           "init_std",
-    "mup_base_d_model"};
+    "mup_base_d_model", "first_k_dense",
+    // A mixture of experts' members (MoeSpec), as ModelConfig::Problems names them.
+    "moe.n_experts", "moe.top_k", "moe.d_expert", "moe.shared_d_ff", "moe.normalize_gates", "moe.router",
+    "moe.route_scale", "moe.n_groups", "moe.topk_groups", "moe.capacity_factor", "moe.aux_loss",
+    "moe.router_z_loss", "moe.bias_update_rate"};
 
 // The field at `path` ("model.ffn.d_ff") of an Experiment, or null.
 const google::protobuf::FieldDescriptor* FieldAt(const std::string& path) {
@@ -140,6 +144,74 @@ TEST(ModelConversion, ALayerPatternConvertsEntryByEntry) {
         "model.layer_pattern[1].attention.logit_softcap=-2 must be a finite number >= 0"}) {
     EXPECT_NE(message.find(expected), std::string::npos) << expected << "\nin: " << message;
   }
+}
+
+// model.moe: every field reaches the MoeSpec; first_k_dense's layers keep model.moe.dense_ffn.
+TEST(ModelConversion, AMixtureOfExpertsConverts) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16
+    moe {
+      n_experts: 8 top_k: 2 d_expert: 32 expert_kind: GELU shared_d_ff: 48 router: SIGMOID_TOPK
+      normalize_gates: true route_scale: 2.5 n_groups: 4 topk_groups: 2 capacity_factor: 1.25 drop: SCORE
+      aux_loss: 0.01 aux_loss_scope: SEQUENCE router_z_loss: 0.001 expert_bias: true bias_update_rate: 0.002
+      first_k_dense: 1 dense_ffn { kind: SWIGLU d_ff: 96 }
+    }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->moe.has_value());
+  const model::MoeSpec& s = *m->moe;
+  EXPECT_EQ(s.n_experts, 8);
+  EXPECT_EQ(s.top_k, 2);
+  EXPECT_EQ(s.d_expert, 32);
+  EXPECT_EQ(s.expert_kind, model::FfnKind::kGELU);
+  EXPECT_EQ(s.shared_d_ff, 48);
+  EXPECT_EQ(s.router, model::RouterKind::kSigmoidTopK);
+  EXPECT_TRUE(s.normalize_gates);
+  EXPECT_EQ(s.route_scale, 2.5);
+  EXPECT_EQ(s.n_groups, 4);
+  EXPECT_EQ(s.topk_groups, 2);
+  EXPECT_EQ(s.capacity_factor, 1.25);
+  EXPECT_EQ(s.drop, model::DropPolicy::kByScore);
+  EXPECT_EQ(s.aux_loss, 0.01);
+  EXPECT_EQ(s.aux_loss_scope, model::BalanceScope::kSequence);
+  EXPECT_EQ(s.router_z_loss, 0.001);
+  EXPECT_TRUE(s.expert_bias);
+  EXPECT_EQ(s.bias_update_rate, 0.002);
+  EXPECT_EQ(m->first_k_dense, 1);
+  EXPECT_EQ(m->layer(0).channel_mixer.kind, model::ChannelMixerSpec::Kind::kFeedForward);
+  EXPECT_EQ(m->layer(0).channel_mixer.feed_forward.d_ff, 96);
+  EXPECT_EQ(m->layer(1).channel_mixer.kind, model::ChannelMixerSpec::Kind::kMoe);
+}
+
+TEST(ModelConversion, MixtureOfExpertsProblemsNameTheirFields) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16
+    moe { n_experts: 6 top_k: 8 n_groups: 4 router: ROUTER_UNSPECIFIED first_k_dense: 2 }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> refused = ToModelConfig(e.model());
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  for (const char* expected :
+       {"model.moe.d_expert is required (a positive integer)", "model.moe.router must not be an UNSPECIFIED value",
+        "model.moe.dense_ffn is required with model.moe.first_k_dense=2",
+        "model.moe.top_k=8 is more than model.moe.n_experts=6",
+        "model.moe.n_groups=4 must be positive and divide model.moe.n_experts=6"}) {
+    EXPECT_NE(message.find(expected), std::string::npos) << expected << "\nin: " << message;
+  }
+  // A rule on a field the config's rules reported is not reported again; no path outside the schema.
+  EXPECT_EQ(message.find("model.moe.d_expert=0"), std::string::npos) << message;
+  EXPECT_EQ(message.find("model.ffn"), std::string::npos) << message;
+
+  const Experiment unused = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16
+    moe { n_experts: 4 top_k: 2 d_expert: 8 dense_ffn { kind: SWIGLU d_ff: 0 } first_k_dense: 1 }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> zero = ToModelConfig(unused.model());
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(std::string(zero.status().message()).find("model.moe.dense_ffn.d_ff=0 must be positive"),
+            std::string::npos)
+      << zero.status();
 }
 
 }  // namespace

@@ -106,11 +106,20 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
                                                          const model::StepInput& input) {
   model::LossSums summed;
   if (absl::Status s = SumGradients(model, data, input, &summed); !s.ok()) return s;
+  // The counts for the once-per-step state updates (a mixture of experts' expert loads), likewise.
+  absl::Status counts_status = absl::OkStatus();
+  model.VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
+    if (counts_status.ok()) {
+      counts_status = group_.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
+    }
+  });
+  if (!counts_status.ok()) return counts_status;
   const int received = input.received_signal ? input.received_signal() : 0;
-  double totals[3] = {summed.loss, summed.z_loss, static_cast<double>(received)};
-  if (absl::Status s = group_.AllReduceSum(totals, 3); !s.ok()) return s;
-  const int stop = totals[2] > 0 ? (received != 0 ? received : SIGTERM) : 0;
-  model::StepResult result = model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1]}, stop);
+  double totals[4] = {summed.loss, summed.z_loss, summed.aux_loss, static_cast<double>(received)};
+  if (absl::Status s = group_.AllReduceSum(totals, 4); !s.ok()) return s;
+  const int stop = totals[3] > 0 ? (received != 0 ? received : SIGTERM) : 0;
+  model::StepResult result =
+      model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1], totals[2]}, stop);
   if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
     if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
   }

@@ -122,6 +122,7 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         if (absl::Status s = model.ForwardStage(in, act); !s.ok()) return failed(s, a);
         timed(start);
         inputs.erase(key);  // ForwardStage copied it
+        sums.aux_loss += act.aux_loss();  // each chunk's layers' auxiliary losses (a mixture of experts)
         if (model.has_head()) {
           sums.loss += act.loss();
           sums.z_loss += act.z_loss_term();
@@ -184,9 +185,9 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
 }
 
 absl::StatusOr<model::LossSums> PipelineStage::SumLosses(const model::LossSums& local) {
-  double both[2] = {local.loss, local.z_loss};
-  if (absl::Status s = group_->AllReduceSum(both, 2); !s.ok()) return s;
-  return model::LossSums{both[0], both[1]};
+  double all[3] = {local.loss, local.z_loss, local.aux_loss};
+  if (absl::Status s = group_->AllReduceSum(all, 3); !s.ok()) return s;
+  return model::LossSums{all[0], all[1], all[2]};
 }
 
 absl::Status PipelineStage::SumTiedEmbeddingGrads() {

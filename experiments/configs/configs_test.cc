@@ -25,6 +25,21 @@ TEST(Configs, TinyIsSmallAndFast) {
   EXPECT_EQ(config::TotalSteps(e), 100);
 }
 
+// 8 experts of 3 * 64 * 48 weights, 2 of them active; the router (8 x 64) and the shared expert count as
+// active; the dense first layer is tiny's.
+TEST(Configs, TinyMoeCountsActiveParameters) {
+  const config::Experiment e = Load("tiny_moe");
+  auto m = config::ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->moe.has_value());
+  EXPECT_EQ(m->layer(0).channel_mixer.kind, model::ChannelMixerSpec::Kind::kFeedForward);
+  EXPECT_EQ(m->layer(1).channel_mixer.kind, model::ChannelMixerSpec::Kind::kMoe);
+  const model::ParameterCounts counts = model::CountParameters(*m);
+  EXPECT_EQ(counts.inactive_experts, 6 * 3 * 64 * 48);
+  EXPECT_EQ(counts.total() - counts.active(), 6 * 3 * 64 * 48);
+  EXPECT_LT(counts.total(), 400000);
+}
+
 TEST(Configs, Gpt2SmallHas124MParameters) {
   const config::Experiment e = Load("gpt2_small");
   auto m = config::ToModelConfig(e.model());

@@ -20,12 +20,41 @@ void HostTensors::AddFromDevice(const kernels::Context& ctx, const std::string& 
   tensors.push_back({name, shape, host.data()});
 }
 
+namespace {
+
+std::vector<int64_t> ShapeOf(const kernels::Tensor& t) {
+  std::vector<int64_t> shape;
+  for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
+  return shape;
+}
+
+// Reads tensor `name` of `t`'s shape from `weights` into `t` (fp32 on the model's device); a non-finite
+// value is an error naming the file, the tensor and the element.
+absl::Status LoadTensor(const SafetensorsReader& weights, const kernels::Context& ctx, const std::string& name,
+                        const kernels::Tensor& t) {
+  absl::StatusOr<std::vector<float>> values = weights.ReadFloat(name, ShapeOf(t));
+  if (!values.ok()) return values.status();
+  // A NaN or infinite weight computes nothing meaningful, yet some paths hide it (a softmax over a NaN
+  // key's scores can still sum to finite logits): refuse it here, where the file is named.
+  for (size_t i = 0; i < values->size(); ++i) {
+    if (!std::isfinite((*values)[i])) {
+      return absl::DataLossError(absl::StrCat(weights.source(), ": tensor ", name, " holds ", (*values)[i],
+                                              " at element ", i, "; weights must be finite"));
+    }
+  }
+  kernels::CopyToDevice(ctx, t.data(), values->data(), values->size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 HostTensors ModelTensors(const model::LanguageModel& model) {
   HostTensors out;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    std::vector<int64_t> shape;
-    for (int i = 0; i < p.value.rank(); ++i) shape.push_back(p.value.dim(i));
-    out.AddFromDevice(model.context(), name, shape, p.data());
+    out.AddFromDevice(model.context(), name, ShapeOf(p.value), p.data());
+  });
+  model.VisitBuffers([&](const std::string& name, const kernels::Tensor& t) {
+    out.AddFromDevice(model.context(), name, ShapeOf(t), t.data<float>());
   });
   return out;
 }
@@ -33,28 +62,13 @@ HostTensors ModelTensors(const model::LanguageModel& model) {
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
   absl::Status status;
   std::set<std::string> used;
-  model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
+  const auto load = [&](const std::string& name, const kernels::Tensor& t) {
     if (!status.ok()) return;
-    std::vector<int64_t> shape;
-    for (int i = 0; i < p.value.rank(); ++i) shape.push_back(p.value.dim(i));
-    absl::StatusOr<std::vector<float>> values = weights.ReadFloat(name, shape);
-    if (!values.ok()) {
-      status = values.status();
-      return;
-    }
-    // A NaN or infinite weight computes nothing meaningful, yet some paths hide it (a softmax over a NaN
-    // key's scores can still sum to finite logits): refuse it here, where the file is named.
-    for (size_t i = 0; i < values->size(); ++i) {
-      if (!std::isfinite((*values)[i])) {
-        status =
-            absl::DataLossError(absl::StrCat(weights.source(), ": tensor ", name, " holds ", (*values)[i],
-                                             " at element ", i, "; weights must be finite"));
-        return;
-      }
-    }
-    kernels::CopyToDevice(model.context(), p.data(), values->data(), values->size() * sizeof(float));
+    status = LoadTensor(weights, model.context(), name, t);
     used.insert(name);
-  });
+  };
+  model.VisitParameters([&](const std::string& name, const model::Parameter& p) { load(name, p.value); });
+  model.VisitBuffers(load);
   if (!status.ok()) return status;
   model.RefreshComputeWeights();
   std::vector<std::string> extra;

@@ -29,12 +29,13 @@ struct HostTensors {
                      const float* data);
 };
 
-// Every parameter's fp32 master weights as (name, shape, host copy).
+// Every parameter's fp32 master weights, then the model's state that is not trained (LanguageModel::
+// VisitBuffers: a mixture of experts' expert-selection bias), as (name, shape, host copy).
 HostTensors ModelTensors(const model::LanguageModel& model);
 
-// Copies every parameter from `weights` (F32, BF16, F16 or F64) into the fp32 master weights on the model's
-// device, then refreshes the bf16 compute copies (RefreshComputeWeights). A missing tensor, a shape mismatch
-// or a tensor the model does not have is an error naming it.
+// Copies every parameter and buffer from `weights` (F32, BF16, F16 or F64) into the fp32 master weights and
+// buffers on the model's device, then refreshes the bf16 compute copies (RefreshComputeWeights). A missing
+// tensor, a shape mismatch or a tensor the model does not have is an error naming it.
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model);
 
 // Mean cross-entropy over every batch of `batches` (each batch weighs the same: they all hold B x T

@@ -46,6 +46,38 @@ TEST(Weights, RoundTripIntoAFreshModel) {
   }
 }
 
+// A mixture of experts' expert-selection bias is model state, not a parameter: it is saved and loaded with
+// the weights under its name.
+TEST(Weights, TheExpertBiasRoundTrips) {
+  model::ModelConfig config = model::Cs336Config(50, 8, 16, 2, 2, 24);
+  model::MoeSpec moe;
+  moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 8, moe.expert_bias = true;
+  config.moe = moe;
+  auto source = model::LanguageModel::Create(config, kernels::Context::Cpu());
+  auto target = model::LanguageModel::Create(config, kernels::Context::Cpu());
+  ASSERT_TRUE(source.ok() && target.ok()) << source.status() << target.status();
+  (*source)->InitializeParameters(1);
+  int biases = 0;
+  (*source)->VisitBuffers([&](const std::string&, const kernels::Tensor& bias) {
+    for (int64_t i = 0; i < bias.numel(); ++i) bias.data<float>()[i] = 0.25f * static_cast<float>(i + biases);
+    ++biases;
+  });
+  ASSERT_EQ(biases, 2);
+  const HostTensors saved = ModelTensors(**source);
+  EXPECT_EQ(saved.tensors.back().name, "layers.1.ffn.router.expert_bias");
+  auto reader = SafetensorsReader::FromBytes(Serialize(saved.tensors), "w.safetensors");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(LoadWeights(*reader, **target).ok());
+  int checked = 0;
+  (*target)->VisitBuffers([&](const std::string& name, const kernels::Tensor& bias) {
+    for (int64_t i = 0; i < bias.numel(); ++i) {
+      EXPECT_EQ(bias.data<float>()[i], 0.25f * static_cast<float>(i + checked)) << name << " " << i;
+    }
+    ++checked;
+  });
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(Weights, SavedTensorsAreAHostSnapshotOfTheMasterWeights) {
   auto model = Make(1);
   const HostTensors snapshot = ModelTensors(*model);

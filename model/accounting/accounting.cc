@@ -12,7 +12,9 @@ ParameterCounts CountParameters(const ModelConfig& c) {
   p.token_embedding = c.vocab_rows() * c.d_model;
   p.position_embedding = c.positions == PositionKind::kLearned ? c.context_length * c.d_model : 0;
   for (const ModelConfig::LayerGroup& group : c.layer_groups()) {
-    p.blocks += group.count * CountLayerCost(c, group.spec, 1, kernels::DType::kF32).parameters;
+    const LayerCost cost = CountLayerCost(c, group.spec, 1, kernels::DType::kF32);
+    p.blocks += group.count * cost.parameters;
+    p.inactive_experts += group.count * cost.inactive_parameters;
   }
   p.final_norm = c.has_final_norm() ? Norm::Parameters(c.norm, c.d_model) : 0;
   p.lm_head = c.tied_embeddings ? 0 : c.vocab_rows() * c.d_model;

@@ -19,10 +19,16 @@ struct ParameterCounts {
   int64_t blocks = 0;              // all n_layers transformer blocks (norms, attention, feed-forward)
   int64_t final_norm = 0;
   int64_t lm_head = 0;             // V * C when untied, 0 when tied
+  // Of `blocks`, the parameters a token does not use: the routed experts a mixture of experts does not pick
+  // for it (n_experts - top_k of them per layer); 0 for a dense model.
+  int64_t inactive_experts = 0;
 
   int64_t total() const { return token_embedding + position_embedding + blocks + final_norm + lm_head; }
   // Kaplan et al.'s N: everything except the token and position embeddings (an untied LM head counts).
   int64_t non_embedding() const { return total() - token_embedding - position_embedding; }
+  // What one token uses (a mixture of experts' "active" parameters): total() for a dense model.
+  int64_t active() const { return total() - inactive_experts; }
+  int64_t active_non_embedding() const { return non_embedding() - inactive_experts; }
 };
 
 ParameterCounts CountParameters(const ModelConfig& config);
@@ -31,6 +37,7 @@ ParameterCounts CountParameters(const ModelConfig& config);
 // Counted: every matmul (q/k/v/output projections, feed-forward, LM head) and the two attention products
 // (Q K^T and P V) over the causal triangle only — a token at position t attends to t+1 keys, so the
 // average is (seq_len + 1) / 2 keys (PaLM's 12*L*H*Q*T convention counts the full square instead).
+// A mixture of experts counts its router, the top_k experts a token runs and its shared experts (dropless).
 // Not counted: norms, activations, softmax, RoPE, the loss and the optimizer (O(C) per token, < 1%).
 struct FlopsPerToken {
   double matmul_forward = 0;     // 2 * (weights touched by matmuls), the LM head included even when tied

@@ -71,6 +71,16 @@ const char* TokenMixerKindName(TokenMixerSpec::Kind kind) {
 const char* ChannelMixerKindName(ChannelMixerSpec::Kind kind) {
   switch (kind) {
     case ChannelMixerSpec::Kind::kFeedForward: return "feed_forward";
+    case ChannelMixerSpec::Kind::kMoe: return "moe";
+  }
+  return "?";
+}
+
+const char* RouterKindName(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::kSoftmaxTopK: return "softmax_topk";
+    case RouterKind::kTopKSoftmax: return "topk_softmax";
+    case RouterKind::kSigmoidTopK: return "sigmoid_topk";
   }
   return "?";
 }
@@ -85,6 +95,10 @@ LayerSpec ModelConfig::layer(int64_t i) const {
   attention.softcap = attention_softcap;
   attention.qk_norm = qk_norm;
   spec.channel_mixer.feed_forward = FeedForwardSpec{ffn, d_ff};
+  if (moe.has_value() && i >= first_k_dense) {
+    spec.channel_mixer.kind = ChannelMixerSpec::Kind::kMoe;
+    spec.channel_mixer.moe = *moe;
+  }
   return spec;
 }
 
@@ -98,11 +112,21 @@ std::vector<ModelConfig::LayerGroup> ModelConfig::layer_groups() const {
     }
     return groups;
   }
-  const int64_t global = global_every > 0 ? n_layers / global_every : 0;  // layers global_every, 2 global_every, ...
-  LayerSpec local = layer(0);  // layer 0 is global only with global_every = 1
-  if (global_every == 1) return {{local, n_layers}};
-  groups.push_back({local, n_layers - global});
-  if (global > 0) groups.push_back({layer(global_every - 1), global});
+  // Layers [first, last), which share a channel mixer: the local layers, then the global ones (layers
+  // global_every - 1, 2 global_every - 1, ... from 0).
+  const auto add_range = [&](int64_t first, int64_t last) {
+    if (first >= last) return;
+    const int64_t global = global_every > 0 ? last / global_every - first / global_every : 0;
+    if (last - first > global) {
+      int64_t local = first;
+      while (global_every > 0 && (local + 1) % global_every == 0) ++local;
+      groups.push_back({layer(local), last - first - global});
+    }
+    if (global > 0) groups.push_back({layer((first / global_every + 1) * global_every - 1), global});
+  };
+  const int64_t dense = moe.has_value() ? std::min(std::max<int64_t>(first_k_dense, 0), n_layers) : n_layers;
+  add_range(0, dense);
+  add_range(dense, n_layers);
   return groups;
 }
 
@@ -244,13 +268,56 @@ void AddInitProblems(const ModelConfig& c, ProblemList& p) {
   }
 }
 
+// The mixture of experts: sizes, routing groups, and coefficients. Members "moe.<field>".
+void AddMoeProblems(const MoeSpec& m, ProblemList& p) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"moe.n_experts", m.n_experts}, {"moe.top_k", m.top_k}, {"moe.d_expert", m.d_expert}};
+  for (const auto& [member, value] : sizes) {
+    if (value <= 0) p.Add(absl::StrCat(p.Name(member), "=", value, " must be positive"));
+  }
+  if (m.n_experts > 0 && m.top_k > m.n_experts) {
+    p.Add(absl::StrCat(p.Name("moe.top_k"), "=", m.top_k, " is more than ", p.Name("moe.n_experts"), "=",
+                       m.n_experts));
+  }
+  if (m.shared_d_ff < 0) {
+    p.Add(absl::StrCat(p.Name("moe.shared_d_ff"), "=", m.shared_d_ff, " must not be negative (0: no shared experts)"));
+  }
+  if (m.n_groups <= 0 || (m.n_experts > 0 && m.n_experts % m.n_groups != 0)) {
+    p.Add(absl::StrCat(p.Name("moe.n_groups"), "=", m.n_groups, " must be positive and divide ",
+                       p.Name("moe.n_experts"), "=", m.n_experts));
+  } else if (m.topk_groups <= 0 || m.topk_groups > m.n_groups) {
+    p.Add(absl::StrCat(p.Name("moe.topk_groups"), "=", m.topk_groups, " must be in [1, ", p.Name("moe.n_groups"),
+                       "=", m.n_groups, "]"));
+  } else if (m.n_experts > 0 && m.top_k > m.topk_groups * (m.n_experts / m.n_groups)) {
+    p.Add(absl::StrCat(p.Name("moe.top_k"), "=", m.top_k, " is more than the ", m.topk_groups * (m.n_experts / m.n_groups),
+                       " experts of ", p.Name("moe.topk_groups"), "=", m.topk_groups, " groups of ",
+                       m.n_experts / m.n_groups));
+  }
+  if (m.normalize_gates && m.router == RouterKind::kTopKSoftmax) {
+    p.Add(absl::StrCat(p.Name("moe.normalize_gates"), "=true with ", p.Name("moe.router"),
+                       "=TOPK_SOFTMAX: its gates sum to 1 already"));
+  }
+  if (!(m.route_scale > 0 && std::isfinite(m.route_scale))) {
+    p.Add(absl::StrCat(p.Name("moe.route_scale"), "=", m.route_scale, " must be a positive finite number"));
+  }
+  const std::pair<const char*, double> coefficients[] = {{"moe.capacity_factor", m.capacity_factor},
+                                                         {"moe.aux_loss", m.aux_loss},
+                                                         {"moe.router_z_loss", m.router_z_loss},
+                                                         {"moe.bias_update_rate", m.bias_update_rate}};
+  for (const auto& [member, value] : coefficients) {
+    if (!FiniteAtLeastZero(value)) {
+      p.Add(absl::StrCat(p.Name(member), "=", value, " must be a finite number >= 0 (0 turns it off)"));
+    }
+  }
+}
+
 // Every rule of this file on `c`, its members named by `namer`.
 std::vector<std::string> CollectProblems(const ModelConfig& c, const ModelFieldNamer& namer) {
   ProblemList p(namer);
   const std::pair<const char*, int64_t> sizes[] = {
       {"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
       {"n_layers", c.n_layers},     {"n_heads", c.n_heads},               {"n_kv_heads", c.n_kv_heads},
-      {"d_ff", c.d_ff}};
+      {"d_ff", c.has_dense_ffn() ? c.d_ff : 1}};  // a d_ff no layer uses needs no value
   for (const auto& [member, value] : sizes) {
     if (value <= 0) p.Add(absl::StrCat(p.Name(member), "=", value, " must be positive"));
   }
@@ -284,6 +351,20 @@ std::vector<std::string> CollectProblems(const ModelConfig& c, const ModelFieldN
   }
   AddPositionProblems(c, p);
   AddInitProblems(c, p);
+  if (c.moe.has_value()) {
+    AddMoeProblems(*c.moe, p);
+    if (!c.layer_pattern.empty()) {
+      p.Add(absl::StrCat(p.Name("moe"), " sets the default layers' channel mixer; with ", p.Name("layer_pattern"),
+                         " each pattern entry names its own"));
+    }
+  }
+  if (c.first_k_dense < 0 || (c.n_layers > 0 && c.first_k_dense > c.n_layers)) {
+    p.Add(absl::StrCat(p.Name("first_k_dense"), "=", c.first_k_dense, " must be in [0, ", p.Name("n_layers"), "=",
+                       c.n_layers, "]"));
+  } else if (c.first_k_dense > 0 && !c.moe.has_value()) {
+    p.Add(absl::StrCat(p.Name("first_k_dense"), "=", c.first_k_dense, " needs a ", p.Name("moe"),
+                       " (the layers after the dense ones)"));
+  }
   AddOversizedMatrix(c, p);
   return p.Take();
 }
@@ -308,12 +389,19 @@ std::vector<std::string> ModelConfig::Problems(const ModelFieldNamer& namer) con
     entry.qk_norm = spec.token_mixer.attention.qk_norm;
     entry.ffn = spec.channel_mixer.feed_forward.kind;
     entry.d_ff = spec.channel_mixer.feed_forward.d_ff;
+    entry.moe.reset();
+    entry.first_k_dense = 0;
+    if (spec.channel_mixer.kind == ChannelMixerSpec::Kind::kMoe) entry.moe = spec.channel_mixer.moe;
     const std::string at = absl::StrCat("layer_pattern[", k, "].");
     const ModelFieldNamer entry_namer = [&](std::string_view member) -> std::optional<std::string> {
       static const std::pair<std::string_view, std::string_view> kLayerMembers[] = {
           {"n_heads", "n_heads"}, {"n_kv_heads", "n_kv_heads"},
           {"sliding_window", "attention.sliding_window.window"}, {"attention_softcap", "attention.logit_softcap"},
           {"d_ff", "ffn.d_ff"}};
+      if (member.substr(0, 4) == "moe.") {
+        const std::string entry_member = absl::StrCat(at, std::string(member));
+        return namer ? namer(entry_member) : std::optional<std::string>(entry_member);
+      }
       for (const auto& [name, path] : kLayerMembers) {
         if (member == name) {
           const std::string entry_member = absl::StrCat(at, std::string(path));
@@ -347,17 +435,35 @@ absl::Status ModelConfig::ValidateSequenceLength(int64_t seq_len) const {
   return absl::OkStatus();
 }
 
+std::string MoeDebugString(const MoeSpec& m) {
+  return absl::StrFormat(
+      "moe(n_experts=%d top_k=%d d_expert=%d expert_kind=%s shared_d_ff=%d router=%s normalize_gates=%d "
+      "route_scale=%g n_groups=%d topk_groups=%d capacity_factor=%g drop=%s aux_loss=%g aux_loss_scope=%s "
+      "router_z_loss=%g expert_bias=%d bias_update_rate=%g)",
+      m.n_experts, m.top_k, m.d_expert, FfnKindName(m.expert_kind), m.shared_d_ff, RouterKindName(m.router),
+      m.normalize_gates, m.route_scale, m.n_groups, m.topk_groups, m.capacity_factor,
+      m.drop == DropPolicy::kByScore ? "score" : "position", m.aux_loss,
+      m.aux_loss_scope == BalanceScope::kSequence ? "sequence" : "micro_batch", m.router_z_loss, m.expert_bias,
+      m.bias_update_rate);
+}
+
 std::string ModelConfig::DebugString() const {
   std::string pattern;
   for (const LayerSpec& layer : layer_pattern) {
     const AttentionSpec& a = layer.token_mixer.attention;
     const FeedForwardSpec& f = layer.channel_mixer.feed_forward;
     absl::StrAppend(&pattern, pattern.empty() ? " layer_pattern=[" : "; ",
-                    absl::StrFormat("%s(n_heads=%d n_kv_heads=%d window=%d softcap=%g qk_norm=%d) %s(d_ff=%d)",
+                    absl::StrFormat("%s(n_heads=%d n_kv_heads=%d window=%d softcap=%g qk_norm=%d) ",
                                     TokenMixerKindName(layer.token_mixer.kind), a.n_heads, a.n_kv_heads,
-                                    a.window, a.softcap, a.qk_norm, FfnKindName(f.kind), f.d_ff));
+                                    a.window, a.softcap, a.qk_norm),
+                    layer.channel_mixer.kind == ChannelMixerSpec::Kind::kMoe
+                        ? MoeDebugString(layer.channel_mixer.moe)
+                        : absl::StrFormat("%s(d_ff=%d)", FfnKindName(f.kind), f.d_ff));
   }
   if (!pattern.empty()) pattern += "]";
+  if (moe.has_value()) {
+    absl::StrAppend(&pattern, " first_k_dense=", first_k_dense, " ", MoeDebugString(*moe));
+  }
   return absl::StrFormat(
       "vocab_size=%d padded_vocab_size=%d context_length=%d d_model=%d n_layers=%d n_heads=%d n_kv_heads=%d "
       "d_ff=%d norm=%s norm_eps=%g norm_placement=%s parallel_block=%d parallel_shared_norm=%d "

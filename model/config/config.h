@@ -92,10 +92,64 @@ struct FeedForwardSpec {
   bool gated() const { return kind == FfnKind::kSwiGLU || kind == FfnKind::kGeGLU; }  // has W3
 };
 
+// How a mixture of experts picks each token's experts and weighs their outputs (gates), from the router's
+// fp32 logits z (E per token):
+//   kSoftmaxTopK  p = softmax(z) over all E; the top k of p; gates p_j (Switch, GShard, DeepSeek-V2)
+//   kTopKSoftmax  the top k of z; gates softmax over those k logits (Mixtral)
+//   kSigmoidTopK  s = sigmoid(z); the top k of s; gates s_j (DeepSeek-V3, with normalize_gates)
+enum class RouterKind { kSoftmaxTopK, kTopKSoftmax, kSigmoidTopK };
+// Which of an expert's assignments beyond its capacity are dropped: the later tokens of the micro-batch
+// (Switch, GShard), or those of the lowest gate (DeepSeek-V2's token dropping).
+enum class DropPolicy { kByPosition, kByScore };
+// Over which tokens the balancing loss's f_i and P_i are taken: the micro-batch, or each sequence with the
+// loss averaged over the sequences (DeepSeek-V3's sequence-wise loss).
+enum class BalanceScope { kMicroBatch, kSequence };
+
+// A mixture of experts (model/layers/moe): a router sends each token to top_k of n_experts routed experts
+// (each a feed-forward of expert_kind and hidden width d_expert) and sums their outputs weighted by the
+// gates; shared experts (one feed-forward of width shared_d_ff: several shared experts of the same kind
+// side by side are one wider one) see every token.
+struct MoeSpec {
+  int64_t n_experts = 0;  // E routed experts
+  int64_t top_k = 0;      // experts per token
+  int64_t d_expert = 0;   // each routed expert's hidden width (fine-grained experts: many narrow ones)
+  FfnKind expert_kind = FfnKind::kSwiGLU;
+  int64_t shared_d_ff = 0;  // width of the shared experts together; 0: none
+  RouterKind router = RouterKind::kSoftmaxTopK;
+  // Gates divided by their sum over the token's k experts (kSoftmaxTopK, kSigmoidTopK; kTopKSoftmax's sum
+  // to 1 already), before route_scale.
+  bool normalize_gates = false;
+  double route_scale = 1.0;  // every gate times this (DeepSeek-V3: 2.5)
+  // Group-limited routing (DeepSeek-V3's node-limited routing): the experts form n_groups groups of
+  // consecutive experts; a group scores the sum of its two best selection scores (its best with one
+  // expert); a token picks its experts within its topk_groups best groups. 1 and 1: off.
+  int64_t n_groups = 1;
+  int64_t topk_groups = 1;
+  // Capacity: an expert takes at most ceil(capacity_factor * N * top_k / E) of a micro-batch's N tokens,
+  // dropping the others per `drop` (a dropped assignment adds nothing; the residual carries the token).
+  // 0: dropless.
+  double capacity_factor = 0.0;
+  DropPolicy drop = DropPolicy::kByPosition;
+  // Switch/GShard balancing loss aux_loss * E * sum_i f_i P_i, f_i the share of the top-k assignments that
+  // chose expert i, P_i the mean over tokens of expert i's probability: the full softmax over all E (the
+  // sigmoid scores normalised over the E experts for kSigmoidTopK). 0: off.
+  double aux_loss = 0.0;
+  BalanceScope aux_loss_scope = BalanceScope::kMicroBatch;
+  // Router z-loss (ST-MoE): router_z_loss * mean over tokens of logsumexp(z)^2. 0: off.
+  double router_z_loss = 0.0;
+  // DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the selection scores (never to
+  // the gates), updated once per optimizer step by bias_update_rate * sign(mean load - load).
+  bool expert_bias = false;
+  double bias_update_rate = 1e-3;
+
+  bool gated_experts() const { return expert_kind == FfnKind::kSwiGLU || expert_kind == FfnKind::kGeGLU; }
+};
+
 struct ChannelMixerSpec {
-  enum class Kind { kFeedForward };
+  enum class Kind { kFeedForward, kMoe };
   Kind kind = Kind::kFeedForward;
   FeedForwardSpec feed_forward;  // kFeedForward
+  MoeSpec moe;                   // kMoe
 };
 
 // One block's layers; the norms around them and the block's structure are the model's (norm_placement,
@@ -107,6 +161,9 @@ struct LayerSpec {
 
 const char* TokenMixerKindName(TokenMixerSpec::Kind kind);
 const char* ChannelMixerKindName(ChannelMixerSpec::Kind kind);
+const char* RouterKindName(RouterKind kind);
+// One line, e.g. "moe(n_experts=8 top_k=2 ...)".
+std::string MoeDebugString(const MoeSpec& spec);
 
 // How Validate() names ModelConfig's members in its messages: given a member ("d_ff"), the name to print
 // ("model.ffn.d_ff", its path in the experiment config), or nullopt for a member whose value the caller has
@@ -162,6 +219,11 @@ struct ModelConfig {
   // layer i is layer_pattern[i % size]. Empty: every layer is the one the fields above describe
   // (n_heads, n_kv_heads, sliding_window with global_every, attention_softcap, qk_norm, ffn, d_ff).
   std::vector<LayerSpec> layer_pattern;
+  // A mixture of experts as every layer's channel mixer but the first first_k_dense ones, which keep the
+  // dense feed-forward of ffn and d_ff (DeepSeek's first_k_dense_replace). Unset: dense layers. Not with a
+  // layer_pattern (whose entries name their own channel mixers).
+  std::optional<MoeSpec> moe;
+  int64_t first_k_dense = 0;
 
   int64_t vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   // The default layer's attention (without a layer_pattern, every layer's): head size, NH * HS, NKV * HS.
@@ -169,6 +231,8 @@ struct ModelConfig {
   int64_t q_width() const { return n_heads * head_size(); }
   int64_t kv_width() const { return n_kv_heads * head_size(); }
   bool gated_ffn() const { return ffn == FfnKind::kSwiGLU || ffn == FfnKind::kGeGLU; }  // has W3
+  // Whether some layer of the default layers runs the dense feed-forward of ffn and d_ff.
+  bool has_dense_ffn() const { return !moe.has_value() || first_k_dense > 0; }
   int64_t norms_per_block() const {
     return norm_placement == NormPlacement::kDouble ? 4 : parallel_block && parallel_shared_norm ? 1 : 2;
   }

@@ -2,6 +2,7 @@
 // message that names the offending field.
 #include "model/config/config.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -243,6 +244,93 @@ TEST(ModelConfigTest, RejectsSequenceLongerThanPositionTable) {
   EXPECT_NE(std::string(status.message()).find("sequence length 17 is longer than context_length=16"),
             std::string::npos)
       << status;
+}
+
+ModelConfig MoeModel() {
+  ModelConfig c = Cs336Config(100, 16, 32, 4, 4, 64);
+  MoeSpec moe;
+  moe.n_experts = 8, moe.top_k = 2, moe.d_expert = 16;
+  c.moe = moe;
+  return c;
+}
+
+TEST(ModelConfigTest, MixtureOfExpertsRules) {
+  EXPECT_TRUE(MoeModel().Validate().ok()) << MoeModel().Validate();
+  ModelConfig c = MoeModel();
+  c.d_ff = 0;  // no layer is dense: d_ff is unused
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.first_k_dense = 1;
+  ExpectRejected(c, "d_ff=0 must be positive");
+  c = MoeModel();
+  c.moe->top_k = 9;
+  ExpectRejected(c, "moe.top_k=9 is more than moe.n_experts=8");
+  c = MoeModel();
+  c.moe->n_experts = 0, c.moe->d_expert = -1;
+  ExpectRejected(c, "moe.n_experts=0 must be positive");
+  ExpectRejected(c, "moe.d_expert=-1 must be positive");
+  c = MoeModel();
+  c.moe->n_groups = 3;
+  ExpectRejected(c, "moe.n_groups=3 must be positive and divide moe.n_experts=8");
+  c.moe->n_groups = 4, c.moe->topk_groups = 5;
+  ExpectRejected(c, "moe.topk_groups=5 must be in [1, moe.n_groups=4]");
+  c.moe->topk_groups = 1, c.moe->top_k = 3;
+  ExpectRejected(c, "moe.top_k=3 is more than the 2 experts of moe.topk_groups=1 groups of 2");
+  c = MoeModel();
+  c.moe->route_scale = 0;
+  ExpectRejected(c, "moe.route_scale=0 must be a positive finite number");
+  c = MoeModel();
+  c.moe->capacity_factor = -1, c.moe->aux_loss = std::nan(""), c.moe->router_z_loss = -0.5;
+  ExpectRejected(c, "moe.capacity_factor=-1 must be a finite number >= 0");
+  ExpectRejected(c, "moe.aux_loss=nan must be a finite number >= 0");
+  ExpectRejected(c, "moe.router_z_loss=-0.5 must be a finite number >= 0");
+  c = MoeModel();
+  c.moe->router = RouterKind::kTopKSoftmax, c.moe->normalize_gates = true;
+  ExpectRejected(c, "moe.normalize_gates=true with moe.router=TOPK_SOFTMAX");
+  c = MoeModel();
+  c.first_k_dense = 5;
+  ExpectRejected(c, "first_k_dense=5 must be in [0, n_layers=4]");
+  c = Cs336Config(100, 16, 32, 4, 4, 64);
+  c.first_k_dense = 1;
+  ExpectRejected(c, "first_k_dense=1 needs a moe");
+  c = MoeModel();
+  c.layer_pattern = {c.layer(0)};
+  ExpectRejected(c, "moe sets the default layers' channel mixer; with layer_pattern");
+}
+
+TEST(ModelConfigTest, LayerPatternEntriesOfMoeAreCheckedByTheirPath) {
+  ModelConfig c = Cs336Config(100, 16, 32, 2, 4, 64);
+  LayerSpec dense = c.layer(0), moe = c.layer(0);
+  moe.channel_mixer.kind = ChannelMixerSpec::Kind::kMoe;
+  moe.channel_mixer.moe.n_experts = 4, moe.channel_mixer.moe.top_k = 5, moe.channel_mixer.moe.d_expert = 8;
+  c.layer_pattern = {dense, moe};
+  ExpectRejected(c, "layer_pattern[1].moe.top_k=5 is more than layer_pattern[1].moe.n_experts=4");
+}
+
+TEST(ModelConfigTest, FirstKDenseLayersKeepTheFeedForward) {
+  ModelConfig c = MoeModel();
+  c.n_layers = 7, c.first_k_dense = 2, c.sliding_window = 4, c.global_every = 3;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    EXPECT_EQ(c.layer(i).channel_mixer.kind,
+              i < 2 ? ChannelMixerSpec::Kind::kFeedForward : ChannelMixerSpec::Kind::kMoe) << i;
+  }
+  // The groups: layers 0-1 dense (layer 2 is the first global one), then 2-6 MoE: local 3, 4, 6 and
+  // global 2, 5; each group's spec is one of its layers'.
+  int64_t dense = 0, moe_local = 0, moe_global = 0, total = 0;
+  for (const ModelConfig::LayerGroup& g : c.layer_groups()) {
+    total += g.count;
+    if (g.spec.channel_mixer.kind == ChannelMixerSpec::Kind::kFeedForward) {
+      dense += g.count;
+      EXPECT_EQ(g.spec.token_mixer.attention.window, 4);
+    } else if (g.spec.token_mixer.attention.window == 0) {
+      moe_global += g.count;
+    } else {
+      moe_local += g.count;
+    }
+  }
+  EXPECT_EQ(total, 7);
+  EXPECT_EQ(dense, 2);
+  EXPECT_EQ(moe_local, 3);
+  EXPECT_EQ(moe_global, 2);
 }
 
 TEST(ModelConfigTest, DebugStringNamesTheChoices) {

@@ -224,6 +224,8 @@ absl::Status LanguageModel::ForwardStage(const StageInput& input, Activations& a
   activations.b_ = b;
   activations.t_ = t;
   const void* x = RunBlocks(input, activations, nullptr);
+  activations.aux_loss_ = 0;
+  for (const auto& block : activations.blocks_) activations.aux_loss_ += block->channel->aux_loss();
   if (!has_head()) return absl::OkStatus();
   EnsureLogits(activations, b, t);
   activations.head_input_ = FinalNorm(n, x, activations);
@@ -393,6 +395,24 @@ void LanguageModel::VisitParameters(const ParameterVisitor& visit) const {
   }
   if (final_norm_) final_norm_->VisitParameters("ln_final", visit);
   if (lm_head_ && !config_.tied_embeddings) lm_head_->VisitParameters("lm_head", visit);
+}
+
+void LanguageModel::VisitBuffers(const BufferVisitor& visit) const {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->channel_mixer().VisitBuffers(absl::StrCat("layers.", first_layer_ + static_cast<int64_t>(i), ".ffn"),
+                                             visit);
+  }
+}
+
+void LanguageModel::VisitStepCounts(const BufferVisitor& visit) const {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i]->channel_mixer().VisitStepCounts(
+        absl::StrCat("layers.", first_layer_ + static_cast<int64_t>(i), ".ffn"), visit);
+  }
+}
+
+void LanguageModel::EndStep() {
+  for (const auto& block : blocks_) block->channel_mixer().EndStep();
 }
 
 int64_t LanguageModel::parameter_count() const {

@@ -91,6 +91,10 @@ class Activations {
   // The last forward's mean cross-entropy and z-loss term (slices with the head and targets).
   double loss() const { return loss_; }
   double z_loss_term() const { return z_loss_term_; }
+  // The sum over this slice's layers of their auxiliary losses in the last forward (a mixture of experts'
+  // balancing loss and router z-loss): part of the objective whose gradients Backward computes, not of
+  // loss().
+  double aux_loss() const { return aux_loss_; }
 
  private:
   friend class LanguageModel;
@@ -109,7 +113,7 @@ class Activations {
   kernels::Tensor lse_;               // (B*T) fp32
   kernels::Tensor losses_;            // (B*T) fp32 per-token losses (not kept for the backward)
   std::vector<float> host_losses_;
-  double loss_ = 0, z_loss_term_ = 0;
+  double loss_ = 0, z_loss_term_ = 0, aux_loss_ = 0;
 };
 
 // The state of B sequences that share one length, for LanguageModel's incremental forward: each layer's
@@ -212,6 +216,7 @@ class LanguageModel {
   absl::Status Forward(const int32_t* ids, int64_t b, int64_t t);
   absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
   double z_loss_term() const { return own_.z_loss_term(); }
+  double aux_loss() const { return own_.aux_loss(); }
   void Backward();
   // Sets every parameter gradient to zero (on the model's device).
   void ZeroGrad();
@@ -239,6 +244,16 @@ class LanguageModel {
   // layers.{first} .. layers.{last-1}, ln_final (not with post-norm), lm_head (untied only).
   void VisitParameters(const ParameterVisitor& visit) const;
   int64_t parameter_count() const;
+  // Model state that is not a trained parameter (a mixture of experts' expert-selection bias, named
+  // "layers.{i}.ffn.router.expert_bias"), fp32 on the model's device: a checkpoint saves and loads it with
+  // the parameters. None for a dense model.
+  void VisitBuffers(const BufferVisitor& visit) const;
+  // What the backwards since the last EndStep counted for that state's update ("layers.{i}.ffn.router.
+  // expert_load": the tokens routed to each expert); a data-parallel step sums them over the processes.
+  void VisitStepCounts(const BufferVisitor& visit) const;
+  // Once per optimizer step, after the update: each layer updates its state from the counts and clears them
+  // (the auxiliary-loss-free bias moves toward balance). Nothing for a dense model.
+  void EndStep();
 
   // Backward progress, for overlapping gradient communication with the backward (data parallelism's
   // buckets). During each backward, `ready` is called as soon as a part's gradients are final for that

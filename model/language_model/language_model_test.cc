@@ -26,6 +26,7 @@
 #include "model/accounting/accounting.h"
 #include "kernels/testing/npz.h"
 #include "model/testing/fixture.h"
+#include "model/testing/moe_fixture.h"
 #include "model/testing/poisoning_allocator.h"
 
 namespace lmf::model {
@@ -38,11 +39,6 @@ using testing::ReadFixture;
 
 // The fixture's config (tools/model/reference.py's dict, as JSON) as a ModelConfig. Absent keys keep their
 // defaults (the first fixtures predate some fields).
-FfnKind FfnFromName(const std::string& ffn) {
-  return ffn == "swiglu" ? FfnKind::kSwiGLU : ffn == "geglu" ? FfnKind::kGeGLU : ffn == "gelu" ? FfnKind::kGELU
-                                                                                                : FfnKind::kReLU;
-}
-
 ModelConfig ConfigFromFixture(const std::string& text) {
   const absl::StatusOr<JsonValue> json = ParseJson(text);
   EXPECT_TRUE(json.ok()) << json.status();
@@ -76,7 +72,7 @@ ModelConfig ConfigFromFixture(const std::string& text) {
   c.norm_eps = num(j, "norm_eps");
   c.rope_theta = num(j, "rope_theta");
   c.norm = str(j, "norm") == "layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm;
-  c.ffn = FfnFromName(str(j, "ffn"));
+  c.ffn = testing::FfnKindFromName(str(j, "ffn"));
   const std::string pos = str(j, "positions");
   c.positions = pos == "rope"         ? PositionKind::kRoPE
                 : pos == "learned"    ? PositionKind::kLearned
@@ -96,6 +92,10 @@ ModelConfig ConfigFromFixture(const std::string& text) {
   c.final_logit_softcap = num(j, "final_logit_softcap");
   c.biases = flag(j, "biases");
   c.tied_embeddings = flag(j, "tied_embeddings");
+  if (const JsonValue* moe = field(j, "moe"); moe != nullptr) {
+    c.moe = testing::MoeSpecFromJson(*moe);
+    c.first_k_dense = static_cast<int64_t>(num(j, "first_k_dense"));
+  }
   if (const JsonValue* pattern = field(j, "layer_pattern"); pattern != nullptr) {
     for (const JsonValue& layer : pattern->array) {
       LayerSpec spec;
@@ -105,7 +105,7 @@ ModelConfig ConfigFromFixture(const std::string& text) {
       a.window = static_cast<int64_t>(num(layer, "sliding_window"));
       a.softcap = num(layer, "attention_softcap");
       a.qk_norm = flag(layer, "qk_norm");
-      spec.channel_mixer.feed_forward = {FfnFromName(str(layer, "ffn")), static_cast<int64_t>(num(layer, "d_ff"))};
+      spec.channel_mixer.feed_forward = {testing::FfnKindFromName(str(layer, "ffn")), static_cast<int64_t>(num(layer, "d_ff"))};
       c.layer_pattern.push_back(spec);
     }
   }
@@ -197,6 +197,7 @@ const std::vector<std::string> kFixtures = {
     "double_tiny",        "parallel_tiny",        "zloss_tiny",    "qknorm_tiny",
     "qknorm_ln_tiny",     "window_tiny",          "softcap_tiny",  "window_global_tiny",
     "final_softcap_tiny", "parallel_shared_tiny", "geglu_tiny",   "mixed_tiny",
+    "moe_tiny",           "moe_sigmoid_tiny",
 };
 
 class PyTorchMatchTest : public ::testing::TestWithParam<std::string> {};
@@ -217,6 +218,14 @@ TEST_P(PyTorchMatchTest, LogitsLossAndEveryGradientMatchPyTorch) {
   const auto z_term = f.arrays.find("z_term");
   const double want_z = z_term == f.arrays.end() ? 0.0 : z_term->second.ToDouble()[0];
   EXPECT_NEAR((*model)->z_loss_term(), want_z, 1e-5 * want_z) << "z-loss term";
+  // The mixture-of-experts layers' auxiliary losses (moe_*): sums of fp32 router probabilities and lse
+  // values, a few ulps of each; part of the objective whose gradients are checked below.
+  const auto aux = f.arrays.find("aux_loss");
+  const double want_aux = aux == f.arrays.end() ? 0.0 : aux->second.ToDouble()[0];
+  EXPECT_NEAR((*model)->aux_loss(), want_aux, 1e-5 * want_aux) << "auxiliary losses";
+  if (f.config.moe.has_value()) {
+    EXPECT_GT(want_aux, 0) << "the MoE fixture should exercise its losses";
+  }
   (*model)->ZeroGrad();
   (*model)->Backward();
   const double largest_gradient = LargestGradient(f);

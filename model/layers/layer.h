@@ -18,6 +18,7 @@
 #define LMFORGE_MODEL_LAYERS_LAYER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <typeinfo>
@@ -40,6 +41,9 @@ class LayerActivations {
   virtual int64_t bytes() const = 0;
   // Frees everything; the next Forward allocates again (activation recomputation).
   virtual void Release() = 0;
+  // The auxiliary loss this forward added to the training objective (a mixture of experts' balancing loss
+  // and router z-loss), whose gradient the layer's Backward includes with weight 1; 0 for most layers.
+  virtual double aux_loss() const { return 0; }
 };
 
 // A layer's activations or decode state as the concrete type it made (StateAs<AttentionCache>(state)); a
@@ -88,6 +92,9 @@ class Scratch {
   kernels::Allocator* allocator_;
   std::vector<Buffer> buffers_;
 };
+
+// Visits a tensor of model state by checkpoint name.
+using BufferVisitor = std::function<void(const std::string& name, const kernels::Tensor& tensor)>;
 
 // OK when a backend in this binary runs every op (kernels/core/dispatch.h names) on `device` with `dtype`
 // activations; else InvalidArgument naming the first op it lacks. Layers check their ops with it before the
@@ -140,6 +147,16 @@ class ChannelMixer {
                         const void* dout, void* dh, Scratch& scratch) const = 0;
 
   virtual void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const = 0;
+
+  // State that is not a trained parameter (a mixture of experts' expert-selection bias): fp32 tensors on
+  // the model's device, visited by checkpoint name; none by default.
+  virtual void VisitBuffers(const std::string& /*prefix*/, const BufferVisitor& /*visit*/) const {}
+  // What the backwards of an optimizer step counted for that state's update (the tokens routed to each
+  // expert), accumulated like a gradient: a data-parallel strategy sums it over the processes before
+  // EndStep. None by default.
+  virtual void VisitStepCounts(const std::string& /*prefix*/, const BufferVisitor& /*visit*/) const {}
+  // Once per optimizer step, after the update: updates the state from the step's counts and clears them.
+  virtual void EndStep() const {}
 };
 
 }  // namespace lmf::model

@@ -4,6 +4,7 @@
 #include "model/layers/attention/attention.h"
 #include "model/layers/block/block.h"
 #include "model/layers/feed_forward/feed_forward.h"
+#include "model/layers/moe/moe.h"
 
 namespace lmf::model {
 
@@ -24,6 +25,8 @@ std::unique_ptr<ChannelMixer> MakeChannelMixer(const ChannelMixerSpec& spec, con
   switch (spec.kind) {
     case ChannelMixerSpec::Kind::kFeedForward:
       return std::make_unique<FeedForward>(spec.feed_forward, model, ctx, dtype, counters);
+    case ChannelMixerSpec::Kind::kMoe:
+      return std::make_unique<MixtureOfExperts>(spec.moe, model, ctx, counters);
   }
   LMF_CHECK(false) << "unknown channel mixer kind " << static_cast<int>(spec.kind);
   return nullptr;
@@ -41,6 +44,8 @@ absl::Status CheckLayerSupport(const LayerSpec& layer, const ModelConfig& model,
   switch (layer.channel_mixer.kind) {
     case ChannelMixerSpec::Kind::kFeedForward:
       return FeedForward::CheckSupport(layer.channel_mixer.feed_forward, device, dtype);
+    case ChannelMixerSpec::Kind::kMoe:
+      return MixtureOfExperts::CheckSupport(layer.channel_mixer.moe, device, dtype);
   }
   return absl::OkStatus();
 }
@@ -65,6 +70,14 @@ LayerCost CountLayerCost(const ModelConfig& model, const LayerSpec& spec, int64_
       cost.parameters += FeedForward::Parameters(ffn, model);
       cost.matmul_flops_per_token += FeedForward::MatmulFlopsPerToken(ffn, model);
       cost.saved_bytes_per_token += FeedForward::SavedBytesPerToken(ffn, dtype);
+      break;
+    }
+    case ChannelMixerSpec::Kind::kMoe: {
+      const MoeSpec& moe = spec.channel_mixer.moe;
+      cost.parameters += MixtureOfExperts::Parameters(moe, model);
+      cost.inactive_parameters += MixtureOfExperts::Parameters(moe, model) - MixtureOfExperts::ActiveParameters(moe, model);
+      cost.matmul_flops_per_token += MixtureOfExperts::MatmulFlopsPerToken(moe, model);
+      cost.saved_bytes_per_token += MixtureOfExperts::SavedBytesPerToken(moe, model);
       break;
     }
   }

@@ -32,7 +32,8 @@ absl::Status CheckLayerSupport(const LayerSpec& layer, const ModelConfig& model,
 // The cost of one block of spec `layer` (its norms and both mixers) for sequences of length seq_len.
 struct LayerCost {
   int64_t parameters = 0;
-  double matmul_flops_per_token = 0;     // forward: 2 per multiply-add of every GEMM
+  int64_t inactive_parameters = 0;       // of those, the ones a token does not use (unchosen routed experts)
+  double matmul_flops_per_token = 0;     // forward: 2 per multiply-add of every GEMM a token runs
   double attention_flops_per_token = 0;  // forward: Q K^T and P V over the causal triangle (the window's band)
   int64_t saved_bytes_per_token = 0;     // what its forward keeps for the backward (not its input)
 };

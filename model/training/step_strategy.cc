@@ -1,7 +1,9 @@
 // The single-process step and the parts every strategy shares (see step_strategy.h).
 #include "model/training/step_strategy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace lmf::model {
@@ -22,8 +24,30 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
     model.Backward();
     sums.loss += *loss;
     sums.z_loss += model.z_loss_term();
+    sums.aux_loss += model.aux_loss();
   }
   return sums;
+}
+
+ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
+  ExpertLoadStats stats;
+  double routed = 0, dropped = 0;
+  const auto ends_with = [](const std::string& name, const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  model.VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
+    const float* c = counts.data<float>();
+    double sum = 0, most = 0;
+    for (int64_t i = 0; i < counts.numel(); ++i) sum += c[i], most = std::max(most, double{c[i]});
+    if (ends_with(name, ".expert_load")) {
+      routed += sum;
+      if (sum > 0) stats.max_over_mean = std::max(stats.max_over_mean, most * counts.numel() / sum);
+    } else if (ends_with(name, ".expert_dropped")) {
+      dropped += sum;
+    }
+  });
+  stats.dropped_share = routed > 0 ? dropped / routed : 0;
+  return stats;
 }
 
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
@@ -31,7 +55,12 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   StepResult result;
   result.loss = sums.loss / static_cast<double>(input.micro_batches);
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
+  result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
   result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  const ExpertLoadStats load = SummarizeExpertLoad(model);
+  result.expert_load_max_over_mean = load.max_over_mean;
+  result.dropped_share = load.dropped_share;
+  model.EndStep();
   result.stop_signal = stop_signal;
   return result;
 }

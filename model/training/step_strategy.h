@@ -38,6 +38,11 @@ struct StepInput {
 struct StepResult {
   double loss = 0;       // mean cross-entropy over every micro-batch of the step
   double z_loss = 0;     // mean z-loss term
+  double aux_loss = 0;   // mean of the layers' auxiliary losses (mixture-of-experts balancing and router z-loss)
+  // Mixture-of-experts layers (0 without): the largest expert load over the mean load of its layer, the
+  // worst layer's (1: balanced), and the share of the step's assignments dropped over capacity.
+  double expert_load_max_over_mean = 0;
+  double dropped_share = 0;
   double grad_norm = 0;  // global norm of the mean gradient before clipping; NaN when the loss is not finite
   int stop_signal = 0;   // a signal any process received (the same on every process)
 };
@@ -76,14 +81,22 @@ class SingleProcessStep final : public StepStrategy {
 
 // The part of a step every strategy shares: zero the gradients, then forward and backward this process's
 // micro-batches [first, first + count) of input.micro_batches from `data` (skipping the others), on the
-// model's own activations. Returns the sums of their losses and z-loss terms.
+// model's own activations. Returns the sums of their losses, z-loss terms and auxiliary losses.
 struct LossSums {
-  double loss = 0, z_loss = 0;
+  double loss = 0, z_loss = 0, aux_loss = 0;
 };
 absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
                                              int64_t first, int64_t count);
+// The expert-load metrics of StepResult from the step's counts (LanguageModel::VisitStepCounts), before
+// EndStep clears them.
+struct ExpertLoadStats {
+  double max_over_mean = 0, dropped_share = 0;
+};
+ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
+
 // The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
-// finite (else grad_norm NaN and nothing changes).
+// finite (else grad_norm NaN and the weights do not change); then the model's once-per-step state update
+// from the step's counts (LanguageModel::EndStep, summed over the processes already).
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
                       int stop_signal);
 

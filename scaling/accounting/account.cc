@@ -19,13 +19,28 @@ std::vector<MatmulCost> ForwardMatmuls(const model::ModelConfig& m, int64_t batc
       {"attention.v", tokens, m.d_model, m.kv_width(), layers},
       {"attention.out", tokens, m.q_width(), m.d_model, layers},
   };
-  if (m.gated_ffn()) {
-    out.push_back({"ffn.gate (w1)", tokens, m.d_model, m.d_ff, layers});
-    out.push_back({"ffn.up (w3)", tokens, m.d_model, m.d_ff, layers});
-  } else {
-    out.push_back({"ffn.up (w1)", tokens, m.d_model, m.d_ff, layers});
+  // The dense feed-forward of the layers that have one (all, or a mixture of experts' first_k_dense).
+  const int64_t dense = m.moe.has_value() ? m.first_k_dense : layers;
+  if (dense > 0 && m.gated_ffn()) {
+    out.push_back({"ffn.gate (w1)", tokens, m.d_model, m.d_ff, dense});
+    out.push_back({"ffn.up (w3)", tokens, m.d_model, m.d_ff, dense});
+  } else if (dense > 0) {
+    out.push_back({"ffn.up (w1)", tokens, m.d_model, m.d_ff, dense});
   }
-  out.push_back({"ffn.down (w2)", tokens, m.d_ff, m.d_model, layers});
+  if (dense > 0) out.push_back({"ffn.down (w2)", tokens, m.d_ff, m.d_model, dense});
+  if (m.moe.has_value() && layers > dense) {
+    // The router, and each expert's GEMMs over its share of the tokens (balanced: tokens * top_k / E rows).
+    const model::MoeSpec& e = *m.moe;
+    const int64_t moe_layers = layers - dense, rows = tokens * e.top_k / e.n_experts;
+    out.push_back({"moe.router", tokens, m.d_model, e.n_experts, moe_layers});
+    out.push_back({"moe.expert.w1 (+w3)", rows, m.d_model, (e.gated_experts() ? 2 : 1) * e.d_expert,
+                   moe_layers * e.n_experts});
+    out.push_back({"moe.expert.w2", rows, e.d_expert, m.d_model, moe_layers * e.n_experts});
+    if (e.shared_d_ff > 0) {
+      out.push_back({"moe.shared.w1 (+w3)", tokens, m.d_model, (e.gated_experts() ? 2 : 1) * e.shared_d_ff, moe_layers});
+      out.push_back({"moe.shared.w2", tokens, e.shared_d_ff, m.d_model, moe_layers});
+    }
+  }
   out.push_back({"lm_head", tokens, m.d_model, m.vocab_size, 1});
   return out;
 }
@@ -53,7 +68,7 @@ absl::StatusOr<ExperimentAccount> AccountExperiment(const config::Experiment& ex
   a.model = *model_config;
   a.seq_len = a.model.context_length;
   a.params = model::CountParameters(a.model);
-  const double n = static_cast<double>(a.params.total());
+  const double n = static_cast<double>(a.params.active());  // a mixture of experts: the parameters a token uses
   a.flops_per_token_6n = 6 * n;
   a.flops_per_token_6n_attention =
       6 * n + 6.0 * static_cast<double>(a.model.n_layers) * static_cast<double>(a.seq_len) * a.model.d_model;
@@ -90,8 +105,15 @@ std::string FormatAccount(const ExperimentAccount& a, double tokens_per_second, 
   absl::StrAppendFormat(&out, "  %-28s %14d%s\n", "lm head", a.params.lm_head,
                         a.model.tied_embeddings ? " (tied)" : "");
   absl::StrAppendFormat(&out, "  %-28s %14d (%s)\n", "total N", a.params.total(), Human(a.params.total(), ""));
-  absl::StrAppendFormat(&out, "  %-28s %14d (%s)\n\n", "non-embedding N", a.params.non_embedding(),
+  absl::StrAppendFormat(&out, "  %-28s %14d (%s)\n", "non-embedding N", a.params.non_embedding(),
                         Human(a.params.non_embedding(), ""));
+  if (a.params.inactive_experts > 0) {
+    absl::StrAppendFormat(&out, "  %-28s %14d (%s)\n", "active N (per token)", a.params.active(),
+                          Human(a.params.active(), ""));
+    absl::StrAppendFormat(&out, "  %-28s %14d (%s)\n", "active non-embedding N", a.params.active_non_embedding(),
+                          Human(a.params.active_non_embedding(), ""));
+  }
+  out += "\n";
 
   absl::StrAppendFormat(&out, "training FLOPs per token (sequence length %d)\n", a.seq_len);
   absl::StrAppendFormat(&out, "  %-28s %14.4g\n", "6N", a.flops_per_token_6n);

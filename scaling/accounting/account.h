@@ -35,7 +35,7 @@ struct ExperimentAccount {
   model::ModelConfig model;
   model::ParameterCounts params;
   int64_t seq_len = 0;
-  double flops_per_token_6n = 0;            // 6 N, N all parameters
+  double flops_per_token_6n = 0;            // 6 N, N all parameters (a mixture of experts: the active ones)
   double flops_per_token_6n_attention = 0;  // 6 N + 6 * n_layers * seq_len * d_model (Kaplan et al. 2020)
   model::FlopsPerToken exact;               // the model's own matmuls and causal attention products
   int64_t tokens_per_step = 0;              // batch * grad_accum * seq_len

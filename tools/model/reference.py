@@ -52,6 +52,8 @@ import os
 import numpy as np
 import torch
 
+from moe_reference import NearTie, moe_forward, moe_parameter_shapes
+
 # Tiny configs for the whole-model test. Field names match lmf::model::ModelConfig.
 CONFIGS = {
     "gpt2_tiny": dict(
@@ -143,13 +145,34 @@ CONFIGS = {
             dict(n_heads=2, n_kv_heads=1, sliding_window=0, attention_softcap=2.0, qk_norm=True, ffn="gelu",
                  d_ff=80),
         ]),
+    # Mixtures of experts (tools/model/moe_reference.py): the first layer keeps its dense SwiGLU
+    # (first_k_dense), the others route each token to 2 of 4 SwiGLU experts with a shared expert, the
+    # micro-batch balancing loss and the router z-loss.
+    "moe_tiny": dict(
+        vocab_size=47, context_length=16, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=64,
+        norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", positions="rope", rope_theta=10000.0, biases=False,
+        tied_embeddings=False, first_k_dense=1,
+        moe=dict(n_experts=4, top_k=2, d_expert=24, expert_kind="swiglu", shared_d_ff=16, router="softmax_topk",
+                 normalize_gates=False, route_scale=1.0, n_groups=1, topk_groups=1, capacity_factor=0.0,
+                 drop="position", aux_loss=0.1, aux_loss_scope="micro_batch", router_z_loss=0.01,
+                 expert_bias=False)),
+    # DeepSeek-V3's router on fine-grained GELU experts (GPT-2 style model with biases): sigmoid scores with
+    # normalised gates, route_scale, group-limited routing, the sequence-wise balancing loss.
+    "moe_sigmoid_tiny": dict(
+        vocab_size=41, context_length=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64,
+        norm="layernorm", norm_eps=1e-5, ffn="gelu", positions="learned", rope_theta=0.0, biases=True,
+        tied_embeddings=True, first_k_dense=0,
+        moe=dict(n_experts=8, top_k=3, d_expert=8, expert_kind="gelu", shared_d_ff=0, router="sigmoid_topk",
+                 normalize_gates=True, route_scale=2.5, n_groups=4, topk_groups=2, capacity_factor=0.0,
+                 drop="position", aux_loss=0.1, aux_loss_scope="sequence", router_z_loss=0.0,
+                 expert_bias=False)),
 }
 # Fixture seeds (the first three as when they were the only fixtures: their files do not change).
 SEEDS = {"gpt2_tiny": 1000, "llama_tiny": 1001, "variants_tiny": 1002, "double_tiny": 1003,
          "parallel_tiny": 1004, "post_tiny": 1005, "zloss_tiny": 1006, "qknorm_tiny": 1007,
          "qknorm_ln_tiny": 1008, "window_tiny": 1009, "softcap_tiny": 1010,
          "window_global_tiny": 1011, "final_softcap_tiny": 1012, "parallel_shared_tiny": 1013,
-         "geglu_tiny": 1014, "mixed_tiny": 1015}
+         "geglu_tiny": 1014, "mixed_tiny": 1015, "moe_tiny": 1016, "moe_sigmoid_tiny": 1017}
 BATCH, TIME = 2, 8
 
 
@@ -170,6 +193,8 @@ def layer_cfg(cfg, i):
     every = cfg.get("global_every", 0)
     if every > 0 and (i + 1) % every == 0:
         layer["sliding_window"] = 0
+    if "moe" in cfg and i >= cfg.get("first_k_dense", 0):
+        layer["moe"] = cfg["moe"]
     return layer
 
 
@@ -222,10 +247,12 @@ def parameter_shapes(cfg):
         f, hs = layer["d_ff"], c // layer["n_heads"]
         q, kv = layer["n_heads"] * hs, layer["n_kv_heads"] * hs
         linears = [("attn.q_proj", q, c), ("attn.k_proj", kv, c), ("attn.v_proj", kv, c),
-                   ("attn.output_proj", c, q), ("ffn.w1", f, c)]
-        if layer["ffn"] in ("swiglu", "geglu"):
-            linears.append(("ffn.w3", f, c))
-        linears.append(("ffn.w2", c, f))
+                   ("attn.output_proj", c, q)]
+        if "moe" not in layer:
+            linears.append(("ffn.w1", f, c))
+            if layer["ffn"] in ("swiglu", "geglu"):
+                linears.append(("ffn.w3", f, c))
+            linears.append(("ffn.w2", c, f))
         p = f"layers.{i}."
         norms = ("ln1", "ln2", "post_attn_norm", "post_ffn_norm") if placement(cfg) == "double" else ("ln1", "ln2")
         if cfg.get("parallel_shared_norm", False):
@@ -243,6 +270,8 @@ def parameter_shapes(cfg):
                 shapes[p + norm + ".weight"] = (hs,)
                 if has_norm_bias:
                     shapes[p + norm + ".bias"] = (hs,)
+        if "moe" in layer:
+            shapes.update(moe_parameter_shapes(layer["moe"], c, p + "ffn.", cfg["biases"]))
     if placement(cfg) != "post":
         shapes["ln_final.weight"] = (c,)
         if has_norm_bias:
@@ -270,7 +299,8 @@ def init_parameters(cfg, seed):
 
 
 def forward(cfg, p, ids, targets):
-    """ids, targets: (B, T) int64. Returns logits (B, T, V) and the mean cross-entropy loss."""
+    """ids, targets: (B, T) int64. Returns logits (B, T, V), the mean cross-entropy loss and the sum of the
+    mixture-of-experts layers' auxiliary losses (balancing and router z-loss; 0 for a dense model)."""
     b, t = ids.shape
     c = cfg["d_model"]
     eps = cfg["norm_eps"]
@@ -321,7 +351,14 @@ def forward(cfg, p, ids, targets):
         attn = attn.transpose(1, 2).reshape(b, t, nh * hs)
         return linear(attn, pre + "attn.output_proj")
 
+    aux = []
+
     def ffn(h, pre, layer):
+        if "moe" in layer_cfg(cfg, layer):
+            out, balance, z_loss, _ = moe_forward(layer_cfg(cfg, layer)["moe"], p, pre + "ffn.", h.reshape(b * t, c),
+                                                  b, t, cfg["biases"])
+            aux.append(balance + z_loss)
+            return out.reshape(b, t, c)
         kind = layer_cfg(cfg, layer)["ffn"]
         if kind == "swiglu":
             u = torch.nn.functional.silu(linear(h, pre + "ffn.w1")) * linear(h, pre + "ffn.w3")
@@ -354,27 +391,41 @@ def forward(cfg, p, ids, targets):
     if cfg.get("final_logit_softcap", 0) > 0:
         logits = cfg["final_logit_softcap"] * torch.tanh(logits / cfg["final_logit_softcap"])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-    return logits, loss
+    return logits, loss, sum(aux) if aux else torch.zeros((), dtype=logits.dtype)
 
 
 def make_fixture(name, cfg, seed):
+    """The training objective is the cross-entropy + the z-loss term + the MoE layers' auxiliary losses. An MoE
+    config whose routing has a near-tie (moe_reference.NearTie) at `seed` is drawn again at seed + 100, ..."""
+    for attempt in range(100):
+        try:
+            return make_fixture_at(cfg, seed + 100 * attempt)
+        except NearTie:
+            continue
+    raise RuntimeError(f"{name}: no seed without a routing near-tie")
+
+
+def make_fixture_at(cfg, seed):
     params32 = init_parameters(cfg, seed)
     params = {k: v.to(torch.float64).requires_grad_(True) for k, v in params32.items()}
     g = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
     targets = torch.randint(0, cfg["vocab_size"], (BATCH, TIME), generator=g)
-    logits, loss = forward(cfg, params, ids, targets)
+    logits, loss, aux = forward(cfg, params, ids, targets)
     z_term = cfg.get("z_loss", 0.0) * torch.logsumexp(logits, dim=-1).pow(2).mean()
-    (loss + z_term).backward()
+    (loss + z_term + aux).backward()
     out = {"config_json": np.frombuffer(json.dumps(cfg, sort_keys=True).encode(), dtype=np.uint8),
            "ids": ids.numpy().astype(np.int64), "targets": targets.numpy().astype(np.int64),
            "logits": logits.detach().numpy().astype(np.float32),
            "loss": np.array(loss.item(), dtype=np.float64)}
     if "z_loss" in cfg:
         out["z_term"] = np.array(z_term.item(), dtype=np.float64)
+    if "moe" in cfg:
+        out["aux_loss"] = np.array(float(aux), dtype=np.float64)
     for k, v in params32.items():
         out["param/" + k] = v.numpy()
-        out["grad/" + k] = params[k].grad.numpy().astype(np.float32)
+        grad = params[k].grad  # None for an expert no token reached
+        out["grad/" + k] = np.zeros_like(v.numpy()) if grad is None else grad.numpy().astype(np.float32)
     return out
 
 
@@ -397,7 +448,7 @@ def make_adamw_fixture(cfg, seed):
     losses, norms = [], []
     for _ in range(ADAMW["steps"]):
         opt.zero_grad()
-        _, loss = forward(cfg, params, ids, targets)
+        _, loss, _ = forward(cfg, params, ids, targets)
         loss.backward()
         norms.append(torch.nn.utils.clip_grad_norm_(list(params.values()), ADAMW["max_grad_norm"]).item())
         losses.append(loss.item())

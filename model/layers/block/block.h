@@ -61,6 +61,7 @@ class Block {
                 Scratch& scratch) const;
 
   const TokenMixer& token_mixer() const { return *token_mixer_; }
+  const ChannelMixer& channel_mixer() const { return *channel_mixer_; }
   // Visits "<prefix>.ln1.*", "<prefix>.attn.*" (the token mixer), ("<prefix>.post_attn_norm.*"),
   // "<prefix>.ln2.*" (not with a shared parallel norm), "<prefix>.ffn.*" (the channel mixer),
   // ("<prefix>.post_ffn_norm.*": double only).

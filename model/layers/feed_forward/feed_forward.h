@@ -20,6 +20,14 @@
 
 namespace lmf::model {
 
+// The activation of a feed-forward kind: of the gate for SwiGLU (SiLU) and GeGLU (GELU-tanh), else of W1 x
+// (GELU-tanh, ReLU). The mixture of experts' experts use it too.
+inline kernels::Activation FfnActivation(FfnKind kind) {
+  return kind == FfnKind::kSwiGLU                            ? kernels::Activation::kSilu
+         : kind == FfnKind::kGELU || kind == FfnKind::kGeGLU ? kernels::Activation::kGeluTanh
+                                                             : kernels::Activation::kRelu;
+}
+
 struct FeedForwardActivations : LayerActivations {
   int64_t n = 0;
   kernels::Tensor pre;  // (N, d_ff or 2*d_ff) the pre-activations (gate | up for the gated kinds)
@@ -50,12 +58,7 @@ class FeedForward final : public ChannelMixer {
   static absl::Status CheckSupport(const FeedForwardSpec& spec, kernels::Device device, kernels::DType dtype);
 
  private:
-  // The activation: of the gate for SwiGLU (SiLU) and GeGLU (GELU-tanh), else of W1 x.
-  kernels::Activation activation() const {
-    return kind_ == FfnKind::kSwiGLU                             ? kernels::Activation::kSilu
-           : kind_ == FfnKind::kGELU || kind_ == FfnKind::kGeGLU ? kernels::Activation::kGeluTanh
-                                                                 : kernels::Activation::kRelu;
-  }
+  kernels::Activation activation() const { return FfnActivation(kind_); }
   bool gated() const { return kind_ == FfnKind::kSwiGLU || kind_ == FfnKind::kGeGLU; }
 
   FfnKind kind_;

@@ -1,0 +1,133 @@
+// The routed experts' grouped GEMMs over kernels/matmul, kernels/swiglu and kernels/activations.
+#include "model/layers/moe/experts.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/swiglu/swiglu.h"
+#include "model/layers/feed_forward/feed_forward.h"
+
+namespace lmf::model::moe {
+
+Experts::Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernels::Context& ctx,
+                 StepCounters* counters)
+    : kind_(spec.expert_kind),
+      e_(spec.n_experts),
+      c_(d_model),
+      f_(spec.d_expert),
+      w_((spec.gated_experts() ? 2 : 1) * spec.d_expert),
+      biases_(biases),
+      w_in_(Parameter::Zeros({e_ * w_, c_}, ParameterKind::kMatrix, ctx, kernels::DType::kF32)),
+      w_out_(Parameter::Zeros({e_ * c_, f_}, ParameterKind::kResidualMatrix, ctx, kernels::DType::kF32)),
+      counters_(counters) {
+  if (biases_) {
+    b_in_ = Parameter::Zeros({e_ * w_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
+    b_out_ = Parameter::Zeros({e_ * c_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
+  }
+}
+
+void Experts::Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const {
+  if (gated()) {
+    kernels::SwiGluForwardParams p;
+    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = pre + f_, p.up_stride = w_, p.out = act;
+    p.activation = activation();
+    kernels::SwiGluForward(ctx, p);
+  } else {
+    kernels::ActivationForwardParams p;
+    p.kind = activation(), p.n = m * f_, p.x = pre, p.out = act;
+    kernels::ActivationForward(ctx, p);
+  }
+}
+
+void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,
+                               float* dpre) const {
+  if (gated()) {
+    kernels::SwiGluBackwardParams p;
+    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = pre + f_, p.up_stride = w_, p.dout = dact;
+    p.dgate = dpre, p.dup = dpre + f_, p.activation = activation();
+    kernels::SwiGluBackward(ctx, p);
+  } else {
+    kernels::ActivationBackwardParams p;
+    p.kind = activation(), p.n = m * f_, p.x = pre, p.dout = dact, p.dx = dpre;
+    kernels::ActivationBackward(ctx, p);
+  }
+}
+
+void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                      const std::vector<int64_t>& offsets, const float* x, float* pre, float* act, float* y) const {
+  const float* w_in = w_in_.compute.data<float>();
+  const float* w_out = w_out_.compute.data<float>();
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::Matmul(ctx, kernels::LinearParams(rows, c_, w_, x + first * c_, w_in + e * w_ * c_,
+                                               biases_ ? b_in_.compute.data<float>() + e * w_ : nullptr,
+                                               pre + first * w_));
+    counters_->matmul_flops += 2.0 * rows * c_ * w_;
+  }
+  const int64_t m = offsets[e_];
+  if (m > 0) Activate(ctx, m, pre, act);
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::Matmul(ctx, kernels::LinearParams(rows, f_, c_, act + first * f_, w_out + e * c_ * f_,
+                                               biases_ ? b_out_.compute.data<float>() + e * c_ : nullptr,
+                                               y + first * c_));
+    counters_->matmul_flops += 2.0 * rows * f_ * c_;
+  }
+}
+
+void Experts::Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                       const std::vector<int64_t>& offsets, const float* x, const float* pre, const float* act,
+                       const float* dy, float* dact, float* dpre, float* dx) const {
+  const float* w_in = w_in_.compute.data<float>();
+  const float* w_out = w_out_.compute.data<float>();
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::MatmulBackwardParams p;
+    p.forward = kernels::LinearParams(rows, f_, c_, act + first * f_, w_out + e * c_ * f_, nullptr, nullptr);
+    p.dc = dy + first * c_;
+    p.da = dact + first * f_;
+    p.db = w_out_.grad_data() + e * c_ * f_;
+    p.dbias = biases_ ? b_out_.grad_data() + e * c_ : nullptr;
+    kernels::MatmulBackward(ctx, p);
+    counters_->matmul_flops += 4.0 * rows * f_ * c_;
+  }
+  const int64_t m = offsets[e_];
+  if (m > 0) ActivateBackward(ctx, m, pre, dact, dpre);
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::MatmulBackwardParams p;
+    p.forward = kernels::LinearParams(rows, c_, w_, x + first * c_, w_in + e * w_ * c_, nullptr, nullptr);
+    p.dc = dpre + first * w_;
+    p.da = dx + first * c_;
+    p.db = w_in_.grad_data() + e * w_ * c_;
+    p.dbias = biases_ ? b_in_.grad_data() + e * w_ : nullptr;
+    kernels::MatmulBackward(ctx, p);
+    counters_->matmul_flops += 4.0 * rows * c_ * w_;
+  }
+}
+
+void Experts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
+  for (int64_t e = 0; e < e_; ++e) {
+    const std::string at = absl::StrCat(prefix, ".", e);
+    visit(at + ".w1.weight", w_in_.Rows(e * w_, f_));
+    if (biases_) visit(at + ".w1.bias", b_in_.Rows(e * w_, f_));
+    if (gated()) {
+      visit(at + ".w3.weight", w_in_.Rows(e * w_ + f_, f_));
+      if (biases_) visit(at + ".w3.bias", b_in_.Rows(e * w_ + f_, f_));
+    }
+    visit(at + ".w2.weight", w_out_.Rows(e * c_, c_));
+    if (biases_) visit(at + ".w2.bias", b_out_.Rows(e * c_, c_));
+  }
+}
+
+int64_t Experts::Parameters(const MoeSpec& spec, int64_t d_model, bool biases) {
+  const int64_t matrices = spec.gated_experts() ? 3 : 2;
+  int64_t per_expert = matrices * d_model * spec.d_expert;
+  if (biases) per_expert += (matrices - 1) * spec.d_expert + d_model;
+  return spec.n_experts * per_expert;
+}
+
+}  // namespace lmf::model::moe

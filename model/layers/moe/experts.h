@@ -1,0 +1,65 @@
+// The routed experts of a mixture of experts: E feed-forwards of one kind (SwiGLU, GeGLU, GELU, ReLU) and
+// hidden width F, stored stacked so that each is a row block of one buffer: w_in (E * W, C), W = 2F for the
+// gated kinds (expert e's w1 then w3) else F, and w_out (E * C, F) (expert e's w2), with biases (E * W) and
+// (E * C) where the model has biases. Each expert's rows (a contiguous block from the dispatcher) run as one
+// GEMM per matrix through kernels/matmul; the activation runs over all rows at once. Parameters are visited
+// per expert under torch.nn.Linear names: "<prefix>.{e}.w1.weight" (F, C), "<prefix>.{e}.w3.weight",
+// "<prefix>.{e}.w2.weight" (C, F) and their biases.
+//
+// fp32 host tensors (the mixture of experts runs on the CPU); parameter gradients accumulate, activation
+// gradients are written.
+#ifndef LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
+#define LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/activations/activations.h"
+#include "kernels/core/context.h"
+#include "model/config/config.h"
+#include "model/layers/feed_forward/feed_forward.h"
+#include "model/layers/layer.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model::moe {
+
+class Experts {
+ public:
+  Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernels::Context& ctx, StepCounters* counters);
+
+  int64_t width() const { return w_; }  // W: the first GEMM's output per row
+  int64_t hidden() const { return f_; } // F
+
+  // Rows [offsets[e], offsets[e] + counts[e]) of x (M, C) go through expert e: pre (M, W) the first GEMM's
+  // output, act (M, F) the activation's, y (M, C) written.
+  void Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
+               const float* x, float* pre, float* act, float* y) const;
+  // dy (M, C) -> dx (M, C) written; every expert's parameter gradients accumulated. x, pre and act as the
+  // Forward left them; dact (M, F) and dpre (M, W) are temporaries.
+  void Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
+                const float* x, const float* pre, const float* act, const float* dy, float* dact, float* dpre,
+                float* dx) const;
+
+  void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
+
+  static int64_t Parameters(const MoeSpec& spec, int64_t d_model, bool biases);  // all E experts
+
+ private:
+  bool gated() const { return kind_ == FfnKind::kSwiGLU || kind_ == FfnKind::kGeGLU; }
+  kernels::Activation activation() const { return FfnActivation(kind_); }
+  // The activation of pre's rows [0, m) into act, and its backward.
+  void Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const;
+  void ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,
+                        float* dpre) const;
+
+  FfnKind kind_;
+  int64_t e_, c_, f_, w_;
+  bool biases_;
+  Parameter w_in_, w_out_, b_in_, b_out_;
+  StepCounters* counters_;
+};
+
+}  // namespace lmf::model::moe
+
+#endif  // LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_

@@ -1,0 +1,199 @@
+// The mixture-of-experts channel mixer: router, dispatch, grouped experts and shared experts (see moe.h).
+#include "model/layers/moe/moe.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+#include "model/layers/moe/router.h"
+
+namespace lmf::model {
+
+int64_t MoeActivations::bytes() const {
+  int64_t bytes = static_cast<int64_t>(logits.size() * sizeof(float) + experts.size() * sizeof(int32_t) +
+                                       gates.size() * sizeof(float) +
+                                       dispatch.row_assignment.size() * sizeof(int32_t) +
+                                       dispatch.assignment_row.size() * sizeof(int32_t));
+  bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(y);
+  if (shared != nullptr) bytes += shared->bytes();
+  return bytes;
+}
+
+void MoeActivations::Release() {
+  std::unique_ptr<LayerActivations> kept = std::move(shared);
+  *this = MoeActivations();
+  if (kept != nullptr) {
+    kept->Release();
+    shared = std::move(kept);
+  }
+}
+
+MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
+                                   StepCounters* counters)
+    : spec_(spec),
+      c_(model.d_model),
+      router_(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx, kernels::DType::kF32,
+              counters),
+      experts_(spec, model.d_model, model.biases, ctx, counters) {
+  if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, kernels::DType::kF32, counters);
+  if (spec.expert_bias) expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+  expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+  expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+}
+
+std::unique_ptr<LayerActivations> MixtureOfExperts::NewActivations() const {
+  auto saved = std::make_unique<MoeActivations>();
+  if (shared_.has_value()) saved->shared = shared_->NewActivations();
+  return saved;
+}
+
+void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const {
+  const int64_t n = b * t, rows = n * spec_.top_k;
+  if (saved.b * saved.t == n && saved.x.defined()) {
+    saved.b = b, saved.t = t;
+    return;
+  }
+  saved.b = b, saved.t = t;
+  saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
+  saved.experts.resize(static_cast<size_t>(rows));
+  saved.gates.resize(static_cast<size_t>(rows));
+  saved.x = kernels::Tensor::Empty({rows, c_}, kernels::DType::kF32, ctx.allocator);
+  saved.pre = kernels::Tensor::Empty({rows, experts_.width()}, kernels::DType::kF32, ctx.allocator);
+  saved.act = kernels::Tensor::Empty({rows, experts_.hidden()}, kernels::DType::kF32, ctx.allocator);
+  saved.y = kernels::Tensor::Empty({rows, c_}, kernels::DType::kF32, ctx.allocator);
+}
+
+void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
+                               bool accumulate, LayerActivations& saved_base) const {
+  MoeActivations& saved = StateAs<MoeActivations>(saved_base);
+  const int64_t n = b * t, k = spec_.top_k;
+  Resize(b, t, ctx, saved);
+  const float* x = static_cast<const float*>(h);
+  float* o = static_cast<float*>(out);
+  router_.Forward(ctx, n, x, c_, saved.logits.data(), spec_.n_experts, /*accumulate=*/false);
+  moe::Route(spec_, n, saved.logits.data(), spec_.expert_bias ? expert_bias_.data<float>() : nullptr,
+             saved.experts.data(), saved.gates.data());
+  saved.balance_loss = moe::BalanceLoss(spec_, b, t, saved.logits.data(), saved.experts.data());
+  saved.z_loss = moe::RouterZLoss(spec_, n, saved.logits.data());
+  moe::BuildDispatch(spec_, n, saved.experts.data(), saved.gates.data(), saved.dispatch);
+  moe::GatherRows(saved.dispatch, k, c_, x, saved.x.data<float>());
+  experts_.Forward(ctx, saved.dispatch.counts, saved.dispatch.offsets, saved.x.data<float>(),
+                   saved.pre.data<float>(), saved.act.data<float>(), saved.y.data<float>());
+  if (shared_.has_value()) {
+    shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared);
+    accumulate = true;
+  }
+  moe::CombineRows(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), o, accumulate);
+}
+
+void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved_base,
+                                const void* dout_v, void* dh_v, Scratch& scratch) const {
+  const MoeActivations& saved = StateAs<MoeActivations>(saved_base);
+  const int64_t n = saved.b * saved.t, k = spec_.top_k, e = spec_.n_experts, m = saved.dispatch.rows();
+  const float* x = static_cast<const float*>(h);
+  const float* dout = static_cast<const float*>(dout_v);
+  float* dh = static_cast<float*>(dh_v);
+  const auto take = [&](int64_t rows, int64_t cols) {
+    return scratch.Take({std::max<int64_t>(rows, 1), cols}, kernels::DType::kF32).data<float>();
+  };
+  float* dy = take(m, c_);
+  float* dgates = take(n, k);
+  float* dlogits = take(n, e);
+  // Through the combine to the expert outputs and the gates, then through the experts to their rows.
+  moe::CombineRowsBackward(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), dout, dy, dgates);
+  float* drows = take(m, c_);
+  experts_.Backward(ctx, saved.dispatch.counts, saved.dispatch.offsets, saved.x.data<float>(),
+                    saved.pre.data<float>(), saved.act.data<float>(), dy, take(m, experts_.hidden()),
+                    take(m, experts_.width()), drows);
+  // The router: the gates' gradient and the losses' (weight 1), then its GEMM writes dh.
+  moe::RouteBackward(spec_, n, saved.logits.data(), saved.experts.data(), dgates, dlogits);
+  moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
+  moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
+  router_.Backward(ctx, n, x, c_, dlogits, e, dh);
+  moe::ScatterAddRows(saved.dispatch, k, c_, drows, dh);
+  if (shared_.has_value()) {
+    float* dshared = take(n, c_);
+    shared_->Backward(ctx, h, *saved.shared, dout, dshared, scratch);
+    for (int64_t i = 0; i < n * c_; ++i) dh[i] += dshared[i];
+  }
+  // The step's counts (here, where each micro-batch's forward is counted once even when recomputed).
+  float* load = expert_load_.data<float>();
+  float* dropped = expert_dropped_.data<float>();
+  for (size_t a = 0; a < saved.experts.size(); ++a) {
+    load[saved.experts[a]] += 1.0f;
+    if (saved.dispatch.assignment_row[a] < 0) dropped[saved.experts[a]] += 1.0f;
+  }
+}
+
+void MixtureOfExperts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
+  router_.VisitParameters(prefix + ".router", visit);
+  experts_.VisitParameters(prefix + ".experts", visit);
+  if (shared_.has_value()) shared_->VisitParameters(prefix + ".shared", visit);
+}
+
+void MixtureOfExperts::VisitBuffers(const std::string& prefix, const BufferVisitor& visit) const {
+  if (spec_.expert_bias) visit(prefix + ".router.expert_bias", expert_bias_);
+}
+
+void MixtureOfExperts::VisitStepCounts(const std::string& prefix, const BufferVisitor& visit) const {
+  visit(prefix + ".router.expert_load", expert_load_);
+  visit(prefix + ".router.expert_dropped", expert_dropped_);
+}
+
+void MixtureOfExperts::EndStep() const {
+  float* load = expert_load_.data<float>();
+  if (spec_.expert_bias) {
+    float* bias = expert_bias_.data<float>();
+    double mean = 0;
+    for (int64_t i = 0; i < spec_.n_experts; ++i) mean += load[i];
+    mean /= static_cast<double>(spec_.n_experts);
+    for (int64_t i = 0; i < spec_.n_experts; ++i) {
+      const double sign = mean > load[i] ? 1.0 : mean < load[i] ? -1.0 : 0.0;
+      bias[i] = static_cast<float>(bias[i] + spec_.bias_update_rate * sign);
+    }
+  }
+  std::fill(load, load + spec_.n_experts, 0.0f);
+  std::fill(expert_dropped_.data<float>(), expert_dropped_.data<float>() + spec_.n_experts, 0.0f);
+}
+
+int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& model) {
+  int64_t count = spec.n_experts * model.d_model + moe::Experts::Parameters(spec, model.d_model, model.biases);
+  if (spec.shared_d_ff > 0) count += FeedForward::Parameters(SharedSpec(spec), model);
+  return count;
+}
+
+int64_t MixtureOfExperts::ActiveParameters(const MoeSpec& spec, const ModelConfig& model) {
+  MoeSpec active = spec;
+  active.n_experts = spec.top_k;
+  return spec.n_experts * model.d_model + moe::Experts::Parameters(active, model.d_model, model.biases) +
+         (spec.shared_d_ff > 0 ? FeedForward::Parameters(SharedSpec(spec), model) : 0);
+}
+
+double MixtureOfExperts::MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model) {
+  const double c = static_cast<double>(model.d_model);
+  const double expert = 2.0 * (spec.gated_experts() ? 3 : 2) * c * static_cast<double>(spec.d_expert);
+  double flops = 2.0 * c * static_cast<double>(spec.n_experts) + static_cast<double>(spec.top_k) * expert;
+  if (spec.shared_d_ff > 0) flops += FeedForward::MatmulFlopsPerToken(SharedSpec(spec), model);
+  return flops;
+}
+
+int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model) {
+  const int64_t k = spec.top_k, c = model.d_model, f = spec.d_expert, w = (spec.gated_experts() ? 2 : 1) * f;
+  // The logits (E), and per assignment its expert, gate, row and the row's assignment (4 bytes each) and
+  // the row's input, pre-activations, activation and output (fp32).
+  int64_t bytes = 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
+  if (spec.shared_d_ff > 0) bytes += FeedForward::SavedBytesPerToken(SharedSpec(spec), kernels::DType::kF32);
+  return bytes;
+}
+
+absl::Status MixtureOfExperts::CheckSupport(const MoeSpec& spec, kernels::Device device, kernels::DType dtype) {
+  if (!device.is_cpu() || dtype != kernels::DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mixture of experts runs on the CPU in F32 only (it routes on the host), not on ",
+                     DeviceName(device), " in ", PrecisionName(dtype)));
+  }
+  return CheckOpsSupported({"matmul", spec.gated_experts() ? "swiglu" : "activation"}, device, dtype);
+}
+
+}  // namespace lmf::model

@@ -1,0 +1,97 @@
+// MixtureOfExperts: the channel mixer that sends each token to top_k of n_experts feed-forwards (MoeSpec
+// in model/config/config.h). It composes the router (router.h: fp32 logits z = h W_r^T, the selection and
+// gates, the balancing loss and router z-loss), the dispatcher (dispatch.h: assignments sorted by expert into
+// contiguous row blocks, capacity and dropping) and the experts (experts.h: one GEMM per expert and matrix),
+// plus the shared experts, a dense FeedForward of width shared_d_ff that sees every token:
+//   out = shared(h) + sum over the token's kept experts j of gate_j * expert_j(h)
+// The auxiliary losses enter the objective through LayerActivations::aux_loss; Backward adds their gradient
+// (weight 1) to the router's. With spec.expert_bias, a per-expert bias (model state, not a parameter:
+// VisitBuffers) is added to the selection scores only; EndStep moves it by bias_update_rate * sign(mean
+// load - load) from the step's counts. The backwards count each expert's assignments and drops
+// (VisitStepCounts: for the bias and for metrics); EndStep clears them.
+//
+// Parameters: "<prefix>.router.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
+// "<prefix>.shared.w1|w3|w2.*" (the shared FeedForward). Buffer: "<prefix>.router.expert_bias" (E).
+// Saved for the backward (MoeActivations): the logits, choices, gates and rows of the dispatch, the gathered
+// inputs, both expert pre-activations and activation, the expert outputs, and the shared FeedForward's.
+// Runs on the CPU in fp32 (the routing and the row moves run on the host); parameter gradients accumulate,
+// activation gradients are written.
+#ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
+#define LMFORGE_MODEL_LAYERS_MOE_MOE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/core/context.h"
+#include "model/config/config.h"
+#include "model/layers/feed_forward/feed_forward.h"
+#include "model/layers/layer.h"
+#include "model/layers/linear/linear.h"
+#include "model/layers/moe/dispatch.h"
+#include "model/layers/moe/experts.h"
+#include "model/layers/parameter.h"
+
+namespace lmf::model {
+
+struct MoeActivations : LayerActivations {
+  int64_t b = 0, t = 0;
+  std::vector<float> logits;      // (N, E) the router's fp32 logits
+  std::vector<int32_t> experts;   // (N, k) each token's experts, best first
+  std::vector<float> gates;       // (N, k)
+  moe::Dispatch dispatch;         // rows sorted by expert (sized N * k)
+  kernels::Tensor x, pre, act, y;  // (N*k, C), (N*k, W), (N*k, F), (N*k, C): the rows through the experts
+  std::unique_ptr<LayerActivations> shared;  // the shared experts' (null without)
+  double balance_loss = 0, z_loss = 0;        // this forward's router losses (their sum is aux_loss())
+
+  // The per-token buffers; the dispatch's per-expert counts (O(E)) are not counted.
+  int64_t bytes() const override;
+  void Release() override;
+  double aux_loss() const override { return balance_loss + z_loss; }
+  int64_t dropped() const { return dispatch.dropped; }  // assignments over capacity in this forward
+};
+
+class MixtureOfExperts final : public ChannelMixer {
+ public:
+  MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
+                   StepCounters* counters);
+
+  std::unique_ptr<LayerActivations> NewActivations() const override;
+  void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
+               LayerActivations& saved) const override;
+  void Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved, const void* dout,
+                void* dh, Scratch& scratch) const override;
+  void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const override;
+  void VisitBuffers(const std::string& prefix, const BufferVisitor& visit) const override;
+  // "<prefix>.router.expert_load" (E): the assignments each expert was routed by the step's backwards
+  // (before any capacity drop); "<prefix>.router.expert_dropped" (E): those of them dropped.
+  void VisitStepCounts(const std::string& prefix, const BufferVisitor& visit) const override;
+  void EndStep() const override;
+
+  // What a layer of this spec costs, from the config alone: every parameter, and the forward FLOPs of one
+  // token through the router, its top_k experts and the shared experts (dropless).
+  static int64_t Parameters(const MoeSpec& spec, const ModelConfig& model);
+  static int64_t ActiveParameters(const MoeSpec& spec, const ModelConfig& model);
+  static double MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model);
+  static int64_t SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model);
+  static absl::Status CheckSupport(const MoeSpec& spec, kernels::Device device, kernels::DType dtype);
+
+ private:
+  static FeedForwardSpec SharedSpec(const MoeSpec& spec) { return {spec.expert_kind, spec.shared_d_ff}; }
+  void Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const;
+
+  MoeSpec spec_;
+  int64_t c_;
+  Linear router_;  // (E, C), no bias
+  moe::Experts experts_;
+  std::optional<FeedForward> shared_;
+  kernels::Tensor expert_bias_;                    // (E) fp32, with spec.expert_bias
+  kernels::Tensor expert_load_, expert_dropped_;  // (E) fp32 each: the step's counts
+};
+
+}  // namespace lmf::model
+
+#endif  // LMFORGE_MODEL_LAYERS_MOE_MOE_H_

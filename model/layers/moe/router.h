@@ -1,0 +1,39 @@
+// The router of a mixture of experts, as plain functions on the host over its fp32 logits z (N, E): which
+// k experts each token takes and with which gates (MoeSpec's RouterKind, normalize_gates, route_scale,
+// group-limited routing, the expert-selection bias), the gradient of the gates back to the logits, and the
+// two router losses (the Switch/GShard balancing loss and the ST-MoE z-loss) with their gradients. The
+// layer (moe.h) computes z with a GEMM and runs these; the dispatcher (dispatch.h) sorts the assignments.
+//
+// Shapes: N tokens, E experts, k = top_k. experts (N, k) int32 and gates (N, k) fp32 hold each token's
+// choices best first. Gradients of logits are fp32 (N, E); RouteBackward writes them, the losses' backwards
+// add to them.
+#ifndef LMFORGE_MODEL_LAYERS_MOE_ROUTER_H_
+#define LMFORGE_MODEL_LAYERS_MOE_ROUTER_H_
+
+#include <cstdint>
+
+#include "model/config/config.h"
+
+namespace lmf::model::moe {
+
+// logits (N, E) -> experts (N, k), gates (N, k). bias (E) or null is added to the selection scores only
+// (DeepSeek-V3's auxiliary-loss-free balancing); ties go to the lower expert index.
+void Route(const MoeSpec& spec, int64_t n, const float* logits, const float* bias, int32_t* experts,
+           float* gates);
+// dgates (N, k), the gradient of the gates -> dlogits (N, E) written. The selection has no gradient.
+void RouteBackward(const MoeSpec& spec, int64_t n, const float* logits, const int32_t* experts,
+                   const float* dgates, float* dlogits);
+
+// The balancing loss aux_loss * E * sum_i f_i P_i over the micro-batch of b sequences of t tokens (or the
+// mean over its sequences, BalanceScope::kSequence); 0 when spec.aux_loss is 0. f counts the selections
+// (before any capacity drop).
+double BalanceLoss(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts);
+void BalanceLossBackward(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts,
+                         float* dlogits);
+// router_z_loss * mean over the N tokens of logsumexp(z)^2; 0 when spec.router_z_loss is 0.
+double RouterZLoss(const MoeSpec& spec, int64_t n, const float* logits);
+void RouterZLossBackward(const MoeSpec& spec, int64_t n, const float* logits, float* dlogits);
+
+}  // namespace lmf::model::moe
+
+#endif  // LMFORGE_MODEL_LAYERS_MOE_ROUTER_H_
