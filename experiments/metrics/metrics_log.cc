@@ -41,6 +41,11 @@ std::string ValLossJson(double value) {
   return JsonNumber(value);
 }
 
+// ,"key":value for a value that is set, else nothing.
+std::string Optional(const char* key, const std::optional<double>& value) {
+  return value.has_value() ? absl::StrCat(",\"", key, "\":", JsonNumber(*value)) : "";
+}
+
 }  // namespace
 
 std::string MetricsJsonLine(const StepMetrics& m) {
@@ -49,7 +54,9 @@ std::string MetricsJsonLine(const StepMetrics& m) {
                       ",\"lr\":", JsonNumber(m.lr), ",\"grad_norm\":", JsonNumber(m.grad_norm),
                       ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second),
                       ",\"mfu\":", JsonNumber(m.mfu), ",\"wall_seconds\":", JsonNumber(m.wall_seconds),
-                      m.z_loss.has_value() ? absl::StrCat(",\"z_loss\":", JsonNumber(*m.z_loss)) : "", "}\n");
+                      Optional("z_loss", m.z_loss), Optional("aux_loss", m.aux_loss),
+                      Optional("expert_load_max_over_mean", m.expert_load_max_over_mean),
+                      Optional("dropped_share", m.dropped_share), "}\n");
 }
 
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
@@ -78,6 +85,9 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
     if (val_loss_ok) m.val_loss = text == "nan" ? NAN : text == "inf" ? INFINITY : -INFINITY;
   }
   if (number("z_loss", &val)) m.z_loss = val;
+  if (number("aux_loss", &val)) m.aux_loss = val;
+  if (number("expert_load_max_over_mean", &val)) m.expert_load_max_over_mean = val;
+  if (number("dropped_share", &val)) m.dropped_share = val;
   if (!val_loss_ok || !integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
       !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
       !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||

@@ -33,6 +33,10 @@ struct StepMetrics {
   // Mean z-loss term (model.z_loss * lse^2) of this step's micro-batches, runs with model.z_loss > 0 only;
   // `loss` is the cross-entropy alone either way. Written as "z_loss" only when set.
   std::optional<double> z_loss;
+  // Mixture-of-experts runs only (written only when set): the mean auxiliary loss of the layers (balancing
+  // and router z-loss, not in `loss`), the most loaded expert's tokens over the mean (the worst layer; 1 is
+  // balanced), and the share of routed assignments dropped by the capacity factor.
+  std::optional<double> aux_loss, expert_load_max_over_mean, dropped_share;
 };
 
 // One metrics.jsonl line (with the trailing newline).

@@ -83,6 +83,26 @@ TEST(MetricsJson, ZLossIsWrittenLastOnlyWhenSet) {
   EXPECT_EQ(*back->z_loss, 0.0025);
 }
 
+TEST(MetricsJson, MixtureOfExpertsMetricsRoundTripWhenSet) {
+  StepMetrics m = Sample(7);
+  m.aux_loss = 0.0125;
+  m.expert_load_max_over_mean = 1.75;
+  m.dropped_share = 0.25;
+  const std::string line = MetricsJsonLine(m);
+  EXPECT_NE(line.find(",\"aux_loss\":0.0125,\"expert_load_max_over_mean\":1.75,\"dropped_share\":0.25}\n"),
+            std::string::npos)
+      << line;
+  auto back = ParseMetricsJsonLine(line);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->aux_loss, 0.0125);
+  EXPECT_EQ(back->expert_load_max_over_mean, 1.75);
+  EXPECT_EQ(back->dropped_share, 0.25);
+  auto dense = ParseMetricsJsonLine(MetricsJsonLine(Sample(7)));
+  ASSERT_TRUE(dense.ok());
+  EXPECT_FALSE(dense->aux_loss.has_value() || dense->expert_load_max_over_mean.has_value() ||
+               dense->dropped_share.has_value());
+}
+
 TEST(MetricsLog, ResumeDropsStepsAfterTheCheckpoint) {
   const std::string path = std::string(getenv("TEST_TMPDIR")) + "/metrics.jsonl";
   {

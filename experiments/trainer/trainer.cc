@@ -534,6 +534,11 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
         {"perf/tokens_per_second", m.tokens_per_second}, {"perf/mfu", m.mfu}};
     if (m.val_loss.has_value()) scalars.push_back({"val/loss", *m.val_loss});
     if (m.z_loss.has_value()) scalars.push_back({"train/z_loss", *m.z_loss});
+    if (m.aux_loss.has_value()) scalars.push_back({"train/aux_loss", *m.aux_loss});
+    if (m.expert_load_max_over_mean.has_value()) {
+      scalars.push_back({"moe/expert_load_max_over_mean", *m.expert_load_max_over_mean});
+    }
+    if (m.dropped_share.has_value()) scalars.push_back({"moe/dropped_share", *m.dropped_share});
     if (absl::Status s = events_->WriteScalars(m.step, scalars); !s.ok()) return s;
   }
   if (bar_ || m.step == total_steps_ || m.step % experiment_.logging().log_interval() == 0 || step == start_step_) {
@@ -636,6 +641,11 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
     m.mfu = peak_flops_.has_value() ? m.tokens_per_second * flops_per_token / *peak_flops_ : 0.0;
     m.wall_seconds = train_seconds_;
     if (model_->config().z_loss > 0) m.z_loss = stepped->z_loss;
+    if (model_config_.moe.has_value()) {
+      m.aux_loss = stepped->aux_loss;
+      m.expert_load_max_over_mean = stepped->expert_load_max_over_mean;
+      m.dropped_share = stepped->dropped_share;
+    }
     const bool last = completed == total_steps_;
     const bool checkpoint_step =
         last || (run_.checkpoint_interval() > 0 && completed % run_.checkpoint_interval() == 0) ||

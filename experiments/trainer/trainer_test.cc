@@ -112,6 +112,28 @@ TEST(Trainer, ZLossIsLoggedAndPullsTheLogNormaliserTowardZero) {
   EXPECT_LT(*metrics.back().z_loss, 0.25 * *metrics.front().z_loss);
 }
 
+// A mixture-of-experts run logs its auxiliary loss, expert load and dropped share every step, and learns.
+TEST(Trainer, MixtureOfExpertsLogsItsMetrics) {
+  const std::string train = WriteTokens("moe.tok", RandomIds(33, 1));
+  const std::string out = TempPath("moe_run");
+  auto loaded = config::LoadExperiment("experiments/configs/tiny_moe.textproto",
+                                       {"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=40",
+                                        "run.batch_size=1"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto result = Train(*loaded, Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(out);
+  ASSERT_EQ(metrics.size(), 40u);
+  for (const StepMetrics& m : metrics) {
+    ASSERT_TRUE(m.aux_loss.has_value() && m.expert_load_max_over_mean.has_value() && m.dropped_share.has_value())
+        << "step " << m.step;
+    EXPECT_GT(*m.aux_loss, 0) << "step " << m.step;  // the balancing loss is alpha * E * sum f_i P_i > 0
+    EXPECT_GE(*m.expert_load_max_over_mean, 1.0) << "step " << m.step;
+    EXPECT_EQ(*m.dropped_share, 0.0) << "dropless by default";
+  }
+  EXPECT_LT(metrics.back().loss, metrics.front().loss - 0.5);
+}
+
 TEST(Trainer, TinyStoriesSampleLossDrops) {
   LMF_SHARED_DATA_OR_SKIP(sample, "cs336/assignment1-basics/tests/fixtures/tinystories_sample.txt");
   auto text = ReadFile(sample);
