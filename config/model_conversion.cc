@@ -207,10 +207,9 @@ void ValidateMoe(const MoeConfig& moe, ConfigErrors* errors) {
       RequireSpecified(moe.dense_ffn().kind(), "model.moe.dense_ffn.kind", errors);
       if (!moe.dense_ffn().has_d_ff()) errors->Add("model.moe.dense_ffn.d_ff is required (a positive integer)");
     }
-  } else if (moe.has_dense_ffn()) {
-    errors->Add("model.moe.dense_ffn applies to the first model.moe.first_k_dense layers only, and "
-                "model.moe.first_k_dense is 0");
   }
+  // model.moe.dense_ffn with first_k_dense 0 is not refused: a resolved config (loader.h) holds every
+  // sub-message with its defaults, so its presence says nothing (as for the WSD fields of another schedule).
 }
 
 }  // namespace

@@ -86,6 +86,34 @@ absl::Status CheckBranch(const config::Experiment& now, const config::Experiment
   return absl::OkStatus();
 }
 
+absl::Status CheckUpcycle(const config::Experiment& now, const config::Experiment& then,
+                          const std::string& checkpoint_path) {
+  const auto refuse = [&](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot upcycle run.init_from=", checkpoint_path, " (a dense model) into model.moe: ", what));
+  };
+  config::ModelConfig dense = then.model(), moe = now.model();
+  dense.clear_feed_forward();
+  moe.clear_feed_forward();
+  if (const std::string d = config::ConfigDifference(dense, moe); !d.empty()) {
+    return refuse(absl::StrCat("the models differ beyond the feed-forward (", d, ")"));
+  }
+  const config::FeedForwardConfig& ffn = then.model().ffn();
+  const config::MoeConfig& m = now.model().moe();
+  if (m.expert_kind() != ffn.kind() || m.d_expert() != ffn.d_ff()) {
+    return refuse(absl::StrCat("each expert copies the dense FFN: model.moe.expert_kind=",
+                               config::FeedForwardConfig::Kind_Name(m.expert_kind()), " and model.moe.d_expert=",
+                               m.d_expert(), " must be its kind ", config::FeedForwardConfig::Kind_Name(ffn.kind()),
+                               " and d_ff ", ffn.d_ff()));
+  }
+  if (m.first_k_dense() > 0) {
+    if (const std::string d = config::ConfigDifference(ffn, m.dense_ffn()); !d.empty()) {
+      return refuse(absl::StrCat("model.moe.dense_ffn must be the dense model's ffn (", d, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSameData(const checkpoint::TrainerState& state, const std::vector<uint32_t>& fingerprints,
                            const TrainBatchSampler& sampler, const std::string& what) {
   if (state.train_data_size() == 0) return absl::OkStatus();  // a checkpoint from before fingerprints

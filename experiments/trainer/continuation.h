@@ -29,6 +29,13 @@ absl::Status CheckResumable(const config::Experiment& now, const config::Experim
 absl::Status CheckBranch(const config::Experiment& now, const config::Experiment& then,
                          const std::string& checkpoint_path, int64_t branch_step);
 
+// Sparse upcycling (run.init_from naming a dense model's checkpoint from a mixture-of-experts config): the
+// two models must be the same but for the feed-forward, each routed expert the dense FFN's kind and width
+// (model.moe.expert_kind, model.moe.d_expert), and the first_k_dense blocks' model.moe.dense_ffn the dense
+// FFN itself. FailedPrecondition naming the field otherwise.
+absl::Status CheckUpcycle(const config::Experiment& now, const config::Experiment& then,
+                          const std::string& checkpoint_path);
+
 // The training files are the ones the checkpoint's run read (its fingerprints, where it recorded them): the
 // same windows are drawn only from the same ids. `what` names the continuation in the error.
 absl::Status CheckSameData(const checkpoint::TrainerState& state, const std::vector<uint32_t>& fingerprints,

@@ -411,6 +411,15 @@ absl::Status TrainingRun::StartFrom(const std::string& from) {
   absl::StatusOr<config::Experiment> then =
       config::ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
   if (!then.ok()) return then.status();
+  if (then->model().has_ffn() && experiment_.model().has_moe()) {
+    // Sparse upcycling: a new run from step 0 whose experts start as copies of the dense FFN.
+    if (absl::Status s = CheckUpcycle(experiment_, *then, from); !s.ok()) return s;
+    if (absl::Status s = LoadUpcycledWeights(loaded->model, *model_); !s.ok()) return s;
+    console_.Message(absl::StrCat("upcycling ", from, " (step ", loaded->state.step(),
+                                  "): each expert starts as its dense FFN; the router, the shared experts, the "
+                                  "optimizer and the data stream start fresh (run.init_from)"));
+    return absl::OkStatus();
+  }
   if (absl::Status s = CheckResumable(experiment_, *then, from, "start from run.init_from="); !s.ok()) return s;
   if (loaded->state.step() >= total_steps_) {
     return absl::InvalidArgumentError(absl::StrCat("run.init_from=", from, " is at step ", loaded->state.step(),

@@ -134,6 +134,39 @@ TEST(Trainer, MixtureOfExpertsLogsItsMetrics) {
   EXPECT_LT(metrics.back().loss, metrics.front().loss - 0.5);
 }
 
+// run.init_from of a dense run into a model.moe config of the same shape upcycles it: a new run from step 0
+// whose first loss is the dense model's (on the memorised window: near 0, not ln 512), and a MoE whose
+// experts cannot copy the FFN is refused naming the fields.
+TEST(Trainer, InitFromADenseRunUpcyclesIntoAMixtureOfExperts) {
+  const std::string train = WriteTokens("upcycle.tok", RandomIds(33, 1));
+  const std::string dense = TempPath("upcycle_dense");
+  const std::vector<std::string> common = {"data.train_tokens=" + train, "run.batch_size=1", "schedule.warmup=10",
+                                           "optimizer.lr=0.01", "optimizer.adamw.weight_decay=0"};
+  std::vector<std::string> dense_set = common;
+  dense_set.insert(dense_set.end(), {"run.output_dir=" + dense, "run.max_steps=150"});
+  auto dense_run = Train(Tiny(dense_set), Quiet());
+  ASSERT_TRUE(dense_run.ok()) << dense_run.status();
+  ASSERT_LT(dense_run->last_loss, 0.05);
+  std::vector<std::string> moe_set = common;
+  moe_set.insert(moe_set.end(), {"run.output_dir=" + TempPath("upcycle_moe"), "run.max_steps=12",
+                                 "run.init_from=" + dense_run->last_checkpoint, "model.moe.n_experts=4",
+                                 "model.moe.top_k=2", "model.moe.d_expert=172", "model.moe.router=TOPK_SOFTMAX"});
+  auto upcycled = Train(Tiny(moe_set), Quiet());
+  ASSERT_TRUE(upcycled.ok()) << upcycled.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(TempPath("upcycle_moe"));
+  ASSERT_EQ(metrics.size(), 12u);
+  EXPECT_EQ(metrics.front().step, 1);
+  EXPECT_NEAR(metrics.front().loss, dense_run->last_loss, 0.05);
+  moe_set.back() = "model.moe.router=TOPK_SOFTMAX";
+  moe_set[moe_set.size() - 2] = "model.moe.d_expert=100";
+  moe_set[common.size()] = "run.output_dir=" + TempPath("upcycle_narrow");
+  auto refused = Train(Tiny(moe_set), Quiet());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("model.moe.d_expert=100 must be its kind SWIGLU and d_ff 172"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(Trainer, TinyStoriesSampleLossDrops) {
   LMF_SHARED_DATA_OR_SKIP(sample, "cs336/assignment1-basics/tests/fixtures/tinystories_sample.txt");
   auto text = ReadFile(sample);

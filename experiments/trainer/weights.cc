@@ -2,6 +2,7 @@
 #include "experiments/trainer/weights.h"
 
 #include <cmath>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -77,6 +78,40 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
   }
   if (!extra.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(weights.source(), ": tensors the model does not have: ",
+                                                   absl::StrJoin(extra, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadUpcycledWeights(const SafetensorsReader& dense, model::LanguageModel& moe) {
+  absl::Status status;
+  std::set<std::string> used;
+  const std::regex expert(R"(^(layers\.\d+\.ffn)\.experts\.\d+(\..+)$)");
+  moe.VisitParameters([&](const std::string& name, const model::Parameter& p) {
+    if (!status.ok()) return;
+    std::smatch m;
+    std::string from = name;
+    if (std::regex_match(name, m, expert)) {
+      from = m[1].str() + m[2].str();
+    } else if (dense.tensors().count(name) == 0) {
+      return;  // the router or the shared experts: the MoE's own initial values
+    }
+    if (dense.tensors().count(from) == 0) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(dense.source(), ": no tensor ", from, " to upcycle into ", name));
+      return;
+    }
+    status = LoadTensor(dense, moe.context(), from, p.value);
+    used.insert(from);
+  });
+  if (!status.ok()) return status;
+  moe.RefreshComputeWeights();
+  std::vector<std::string> extra;
+  for (const auto& [name, tensor] : dense.tensors()) {
+    if (used.count(name) == 0) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(dense.source(), ": tensors the upcycled model has no place for: ",
                                                    absl::StrJoin(extra, ", ")));
   }
   return absl::OkStatus();

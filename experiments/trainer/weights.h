@@ -38,6 +38,14 @@ HostTensors ModelTensors(const model::LanguageModel& model);
 // tensor, a shape mismatch or a tensor the model does not have is an error naming it.
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model);
 
+// Sparse upcycling (Komatsuzaki et al. 2022): a dense model's weights into a mixture-of-experts model of
+// the same shape. Every parameter the two share by name is copied; each routed expert's
+// "layers.{i}.ffn.experts.{e}.<w>" is the dense "layers.{i}.ffn.<w>"; the router, the shared experts and the
+// expert bias keep the MoE model's own initial values. With gates that sum to 1 (top-k then softmax, or
+// normalised gates, route_scale 1) and no shared experts, the MoE computes the dense model's function.
+// A dense tensor the MoE model has no use for, or one it needs and the file lacks, is an error naming it.
+absl::Status LoadUpcycledWeights(const SafetensorsReader& dense, model::LanguageModel& moe);
+
 // Mean cross-entropy over every batch of `batches` (each batch weighs the same: they all hold B x T
 // targets).
 absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const ValidationBatches& batches,

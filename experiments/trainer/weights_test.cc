@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "experiments/checkpoint/safetensors.h"
@@ -137,6 +139,45 @@ TEST(Weights, MissingWrongShapeAndUnknownTensorsAreErrors) {
     EXPECT_EQ(status.message(), "w.safetensors: tensor " + tensors[2].name + " holds " + absl::StrCat(bad) +
                                     " at element 3; weights must be finite");
   }
+}
+
+// Sparse upcycling: a dense model's weights into a mixture of experts of the same shape whose experts copy
+// the FFN; with gates that sum to 1 (top-k then softmax; normalised softmax gates) the MoE computes the
+// dense model's loss. The MoE runs each expert's rows through their own GEMM (other row blocking than the
+// dense GEMM over all rows), so the two agree to fp32 rounding: 1e-5 relative.
+TEST(Weights, UpcycledExpertsComputeTheDenseModel) {
+  const model::ModelConfig dense_config = model::Cs336Config(50, 8, 16, 2, 2, 24);
+  auto dense = Make(1);
+  auto reader = SafetensorsReader::FromBytes(Serialize(ModelTensors(*dense).tensors), "dense.safetensors");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<int32_t> ids(2 * 8), targets(2 * 8);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((7 * i + 3) % 50), targets[i] = (ids[i] + 1) % 50;
+  const absl::StatusOr<double> want = dense->ForwardWithLoss(ids.data(), targets.data(), 2, 8);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const auto& [router, normalize] : {std::make_pair(model::RouterKind::kTopKSoftmax, false),
+                                          std::make_pair(model::RouterKind::kSoftmaxTopK, true)}) {
+    model::ModelConfig config = dense_config;
+    model::MoeSpec moe;
+    moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 24, moe.router = router, moe.normalize_gates = normalize;
+    config.moe = moe;
+    auto upcycled = model::LanguageModel::Create(config, kernels::Context::Cpu());
+    ASSERT_TRUE(upcycled.ok()) << upcycled.status();
+    (*upcycled)->InitializeParameters(2);
+    ASSERT_TRUE(LoadUpcycledWeights(*reader, **upcycled).ok());
+    const absl::StatusOr<double> got = (*upcycled)->ForwardWithLoss(ids.data(), targets.data(), 2, 8);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(*got, *want, 1e-5 * *want) << "normalize " << normalize;
+  }
+  // A MoE of another expert width has no place for the dense FFN.
+  model::ModelConfig narrow = dense_config;
+  model::MoeSpec moe;
+  moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 12;
+  narrow.moe = moe;
+  auto wrong = model::LanguageModel::Create(narrow, kernels::Context::Cpu());
+  ASSERT_TRUE(wrong.ok());
+  const absl::Status status = LoadUpcycledWeights(*reader, **wrong);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(std::string(status.message()).find("layers.0.ffn.w1.weight"), std::string::npos) << status;
 }
 
 }  // namespace
