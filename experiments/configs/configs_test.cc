@@ -40,6 +40,17 @@ TEST(Configs, TinyMoeCountsActiveParameters) {
   EXPECT_LT(counts.total(), 400000);
 }
 
+// OLMoE-1B-7B: 6.92B parameters, 1.28B active (the paper's counts, embeddings included).
+TEST(Configs, OlmoeHasItsTotalAndActiveParameters) {
+  const config::Experiment e = Load("olmoe_1b_7b");
+  auto m = config::ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::ParameterCounts counts = model::CountParameters(*m);
+  EXPECT_NEAR(static_cast<double>(counts.total()), 6.92e9, 0.01e9);
+  EXPECT_NEAR(static_cast<double>(counts.active()), 1.28e9, 0.01e9);
+  EXPECT_EQ(counts.inactive_experts, 16LL * 56 * 3 * 2048 * 1024);  // 56 of each layer's 64 experts idle
+}
+
 TEST(Configs, Gpt2SmallHas124MParameters) {
   const config::Experiment e = Load("gpt2_small");
   auto m = config::ToModelConfig(e.model());
