@@ -1,0 +1,76 @@
+"""PyTorch peer for //model/layers/moe:moe_benchmark (CPU, fp32, same thread count, same run).
+
+A mixture-of-experts layer as PyTorch MoE code computes it (torchtitan's and Megatron-Core's token-choice
+pattern, not per-token loops): router logits in fp32, softmax, top-k, the assignments sorted by expert, each
+expert's rows gathered and run through its SwiGLU as one GEMM per matrix, the outputs weighted by their gates
+and scattered back with index_add_. The backward is autograd's. Weights are stacked (E, ...) tensors.
+
+Usage: /usr/bin/python3 moe_cpu_peer.py THREADS LABEL:N,C,E,K,F ...
+Prints "peer <description>", then "LABEL_fwd <ms>" and "LABEL_fwdbwd <ms>" per case: the best of several runs
+after a warm-up, as the benchmark times its own layer.
+"""
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def best_ms(fn, budget_s=1.0, min_iters=3, max_iters=20):
+    fn()
+    times, spent = [], 0.0
+    while len(times) < min_iters or (len(times) < max_iters and spent < budget_s):
+        begin = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - begin
+        times.append(elapsed)
+        spent += elapsed
+    return 1e3 * min(times)
+
+
+def moe(x, router, w1, w3, w2, k):
+    n, c = x.shape
+    e = router.shape[0]
+    probs = torch.softmax(x @ router.t(), dim=-1)
+    gates, experts = probs.topk(k, dim=-1)                  # (N, K)
+    flat = experts.reshape(-1)
+    order = flat.argsort(stable=True)                       # assignments grouped by expert
+    token = order // k
+    counts = torch.bincount(flat, minlength=e).tolist()
+    out = torch.zeros_like(x)
+    start = 0
+    for i, count in enumerate(counts):
+        if count == 0:
+            continue
+        rows = token[start:start + count]
+        h = x[rows]
+        y = (F.silu(h @ w1[i].t()) * (h @ w3[i].t())) @ w2[i].t()
+        out.index_add_(0, rows, y * gates.reshape(-1)[order[start:start + count]].unsqueeze(1))
+        start += count
+    return out
+
+
+def main():
+    torch.set_num_threads(int(sys.argv[1]))
+    torch.manual_seed(0)
+    print(f"peer PyTorch {torch.__version__} grouped token-choice MoE, {torch.get_num_threads()} threads", flush=True)
+    for arg in sys.argv[2:]:
+        label, dims = arg.split(":")
+        n, c, e, k, f = (int(d) for d in dims.split(","))
+        x = torch.randn(n, c, requires_grad=True)
+        router = (0.02 * torch.randn(e, c)).requires_grad_()
+        w1, w3 = ((0.02 * torch.randn(e, f, c)).requires_grad_() for _ in range(2))
+        w2 = (0.02 * torch.randn(e, c, f)).requires_grad_()
+        dout = torch.randn(n, c)
+        with torch.no_grad():
+            print(f"{label}_fwd", best_ms(lambda: moe(x, router, w1, w3, w2, k)), flush=True)
+
+        def step():
+            out = moe(x, router, w1, w3, w2, k)
+            torch.autograd.backward(out, dout)
+
+        print(f"{label}_fwdbwd", best_ms(step), flush=True)
+
+
+if __name__ == "__main__":
+    main()
