@@ -62,8 +62,8 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
                                             const model::StepInput& input, model::LossSums* sums) {
   const int64_t count = micro_batch_count(input.micro_batches);
   std::vector<Bucket> buckets;
+  int64_t backwards = 0;  // finished during AccumulateGradients, which the hook below outlives
   if (overlap_) {
-    int64_t backwards = 0;
     model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
       if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
         Bucket& bucket = buckets.emplace_back();
