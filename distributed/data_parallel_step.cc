@@ -115,11 +115,13 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
   });
   if (!counts_status.ok()) return counts_status;
   const int received = input.received_signal ? input.received_signal() : 0;
-  double totals[4] = {summed.loss, summed.z_loss, summed.aux_loss, static_cast<double>(received)};
-  if (absl::Status s = group_.AllReduceSum(totals, 4); !s.ok()) return s;
+  // The first micro-batch's |g|^2 for the noise scale: each rank's is a sample; their mean (NaN stays NaN).
+  double totals[5] = {summed.loss, summed.z_loss, summed.aux_loss, static_cast<double>(received),
+                      summed.first_grad_sq};
+  if (absl::Status s = group_.AllReduceSum(totals, 5); !s.ok()) return s;
   const int stop = totals[3] > 0 ? (received != 0 ? received : SIGTERM) : 0;
-  model::StepResult result =
-      model::FinishStep(model, optimizer, input, model::LossSums{totals[0], totals[1], totals[2]}, stop);
+  model::StepResult result = model::FinishStep(
+      model, optimizer, input, model::LossSums{totals[0], totals[1], totals[2], totals[4] / world_size()}, stop);
   if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
     if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
   }

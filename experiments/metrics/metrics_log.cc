@@ -56,7 +56,8 @@ std::string MetricsJsonLine(const StepMetrics& m) {
                       ",\"mfu\":", JsonNumber(m.mfu), ",\"wall_seconds\":", JsonNumber(m.wall_seconds),
                       Optional("z_loss", m.z_loss), Optional("aux_loss", m.aux_loss),
                       Optional("expert_load_max_over_mean", m.expert_load_max_over_mean),
-                      Optional("dropped_share", m.dropped_share), "}\n");
+                      Optional("dropped_share", m.dropped_share), Optional("noise_trace", m.noise_trace),
+                      Optional("noise_grad_sq", m.noise_grad_sq), "}\n");
 }
 
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
@@ -88,6 +89,8 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
   if (number("aux_loss", &val)) m.aux_loss = val;
   if (number("expert_load_max_over_mean", &val)) m.expert_load_max_over_mean = val;
   if (number("dropped_share", &val)) m.dropped_share = val;
+  if (number("noise_trace", &val)) m.noise_trace = val;
+  if (number("noise_grad_sq", &val)) m.noise_grad_sq = val;
   if (!val_loss_ok || !integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
       !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
       !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||

@@ -37,6 +37,10 @@ struct StepMetrics {
   // and router z-loss, not in `loss`), the most loaded expert's tokens over the mean (the worst layer; 1 is
   // balanced), and the share of routed assignments dropped by the capacity factor.
   std::optional<double> aux_loss, expert_load_max_over_mean, dropped_share;
+  // Runs with run.grad_accum_steps >= 2 (written only when set): this step's estimates of tr(Sigma) (per
+  // token) and |G|^2 from its micro-batch and step batch sizes (model::StepResult). The gradient noise scale
+  // B_simple = tr(Sigma) / |G|^2 is the ratio of their means over a window of steps.
+  std::optional<double> noise_trace, noise_grad_sq;
 };
 
 // One metrics.jsonl line (with the trailing newline).

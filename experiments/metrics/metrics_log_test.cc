@@ -97,6 +97,13 @@ TEST(MetricsJson, MixtureOfExpertsMetricsRoundTripWhenSet) {
   EXPECT_EQ(back->aux_loss, 0.0125);
   EXPECT_EQ(back->expert_load_max_over_mean, 1.75);
   EXPECT_EQ(back->dropped_share, 0.25);
+  m = Sample(7);
+  m.noise_trace = 12.5;
+  m.noise_grad_sq = 0.25;
+  back = ParseMetricsJsonLine(MetricsJsonLine(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->noise_trace, 12.5);
+  EXPECT_EQ(back->noise_grad_sq, 0.25);
   auto dense = ParseMetricsJsonLine(MetricsJsonLine(Sample(7)));
   ASSERT_TRUE(dense.ok());
   EXPECT_FALSE(dense->aux_loss.has_value() || dense->expert_load_max_over_mean.has_value() ||

@@ -145,6 +145,7 @@ class TrainingRun {
   std::optional<TensorBoardWriter> events_;
 
   int64_t start_step_ = 0;
+  double noise_trace_ema_ = 0, noise_grad_sq_ema_ = 0;  // TensorBoard's gradient noise scale
   int64_t profile_first_ = 0, profile_end_ = 0;
   int64_t tokens_ = 0;
   double train_seconds_ = 0;
@@ -548,6 +549,14 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
       scalars.push_back({"moe/expert_load_max_over_mean", *m.expert_load_max_over_mean});
     }
     if (m.dropped_share.has_value()) scalars.push_back({"moe/dropped_share", *m.dropped_share});
+    if (m.noise_trace.has_value()) {
+      // B_simple from exponential moving averages of its two parts (one step's ratio is too noisy to plot).
+      noise_trace_ema_ = 0.99 * noise_trace_ema_ + 0.01 * *m.noise_trace;
+      noise_grad_sq_ema_ = 0.99 * noise_grad_sq_ema_ + 0.01 * *m.noise_grad_sq;
+      if (noise_grad_sq_ema_ > 0) {
+        scalars.push_back({"train/gradient_noise_scale", noise_trace_ema_ / noise_grad_sq_ema_});
+      }
+    }
     if (absl::Status s = events_->WriteScalars(m.step, scalars); !s.ok()) return s;
   }
   if (bar_ || m.step == total_steps_ || m.step % experiment_.logging().log_interval() == 0 || step == start_step_) {
@@ -650,6 +659,10 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
     m.mfu = peak_flops_.has_value() ? m.tokens_per_second * flops_per_token / *peak_flops_ : 0.0;
     m.wall_seconds = train_seconds_;
     if (model_->config().z_loss > 0) m.z_loss = stepped->z_loss;
+    if (std::isfinite(stepped->noise_trace) && std::isfinite(stepped->noise_grad_sq)) {
+      m.noise_trace = stepped->noise_trace;
+      m.noise_grad_sq = stepped->noise_grad_sq;
+    }
     if (model_config_.moe.has_value()) {
       m.aux_loss = stepped->aux_loss;
       m.expert_load_max_over_mean = stepped->expert_load_max_over_mean;

@@ -90,6 +90,26 @@ TEST(Trainer, OverfitsASingleWindow) {
   // Memorised: a mean cross-entropy of 0.05 nats is a probability of about 0.95 on every target.
   EXPECT_LT(result->last_loss, 0.05);
   EXPECT_FALSE(metrics.front().z_loss.has_value());  // only runs with model.z_loss log it
+  EXPECT_FALSE(metrics.front().noise_trace.has_value());  // one micro-batch per step: no noise scale
+}
+
+// With gradient accumulation every step logs the noise scale's two parts (model::StepResult; their
+// agreement with a direct estimate is step_strategy_test's).
+TEST(Trainer, AccumulationLogsTheGradientNoiseScale) {
+  const std::string train = WriteTokens("noise.tok", RandomIds(4000, 2));
+  const std::string out = TempPath("noise_run");
+  auto result = Train(Tiny({"data.train_tokens=" + train, "run.output_dir=" + out, "run.max_steps=20",
+                            "run.grad_accum_steps=2"}),
+                      Quiet());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<StepMetrics> metrics = ReadMetrics(out);
+  ASSERT_EQ(metrics.size(), 20u);
+  double traces = 0, grads = 0;
+  for (const StepMetrics& m : metrics) {
+    ASSERT_TRUE(m.noise_trace.has_value() && m.noise_grad_sq.has_value()) << "step " << m.step;
+    traces += *m.noise_trace, grads += *m.noise_grad_sq;
+  }
+  EXPECT_GT(traces, 0);
 }
 
 TEST(Trainer, ZLossIsLoggedAndPullsTheLogNormaliserTowardZero) {

@@ -6,7 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "kernels/grad_norm/grad_norm.h"
+
 namespace lmf::model {
+namespace {
+
+// |g|^2 over every parameter gradient of the model (on its device).
+double GradientSquaredNorm(const LanguageModel& model) {
+  std::vector<kernels::GradSpan> spans;
+  model.VisitParameters([&](const std::string&, const Parameter& p) { spans.push_back({p.grad.data(), p.grad.numel()}); });
+  kernels::GradNormParams params;
+  params.dtype = kernels::DType::kF32;
+  params.grads = spans.data();
+  params.num_grads = static_cast<int64_t>(spans.size());
+  const double norm = kernels::GlobalGradNorm(model.context(), params);
+  return norm * norm;
+}
+
+}  // namespace
 
 absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
                                              int64_t first, int64_t count) {
@@ -22,6 +39,7 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
     absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), input.b, input.t);
     if (!loss.ok()) return loss.status();
     model.Backward();
+    if (micro == first && input.micro_batches >= 2) sums.first_grad_sq = GradientSquaredNorm(model);
     sums.loss += *loss;
     sums.z_loss += model.z_loss_term();
     sums.aux_loss += model.aux_loss();
@@ -57,6 +75,12 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
   result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
   result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  if (std::isfinite(sums.first_grad_sq) && std::isfinite(result.grad_norm) && input.micro_batches >= 2) {
+    const double small = static_cast<double>(input.b * input.t), big = small * static_cast<double>(input.micro_batches);
+    const double small_sq = sums.first_grad_sq, big_sq = result.grad_norm * result.grad_norm;
+    result.noise_grad_sq = (big * big_sq - small * small_sq) / (big - small);
+    result.noise_trace = (small_sq - big_sq) / (1.0 / small - 1.0 / big);
+  }
   const ExpertLoadStats load = SummarizeExpertLoad(model);
   result.expert_load_max_over_mean = load.max_over_mean;
   result.dropped_share = load.dropped_share;

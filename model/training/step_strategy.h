@@ -6,6 +6,7 @@
 #ifndef LMFORGE_MODEL_TRAINING_STEP_STRATEGY_H_
 #define LMFORGE_MODEL_TRAINING_STEP_STRATEGY_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -45,6 +46,13 @@ struct StepResult {
   double dropped_share = 0;
   double grad_norm = 0;  // global norm of the mean gradient before clipping; NaN when the loss is not finite
   int stop_signal = 0;   // a signal any process received (the same on every process)
+  // The gradient noise scale's two parts from this step's two batch sizes (McCandlish et al. 2018,
+  // appendix A.1): a micro-batch of B_small = b t tokens and the step of B_big = micro_batches b t, with
+  // |g_small|^2 the first micro-batch's (the ranks' mean) and |G_big|^2 = grad_norm^2: unbiased estimates of
+  // |G|^2 = (B_big |G_big|^2 - B_small |g_small|^2) / (B_big - B_small) and of tr(Sigma) (per token) =
+  // (|g_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big). B_simple = tr(Sigma) / |G|^2, in tokens, is
+  // the ratio of their means over many steps (one step's is noisy). NaN with one micro-batch per step.
+  double noise_grad_sq = NAN, noise_trace = NAN;
 };
 
 class StepStrategy {
@@ -84,6 +92,9 @@ class SingleProcessStep final : public StepStrategy {
 // model's own activations. Returns the sums of their losses, z-loss terms and auxiliary losses.
 struct LossSums {
   double loss = 0, z_loss = 0, aux_loss = 0;
+  // |g|^2 of this process's first micro-batch's gradient, when the step has 2 or more micro-batches (for
+  // the gradient noise scale); NaN otherwise.
+  double first_grad_sq = NAN;
 };
 absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
                                              int64_t first, int64_t count);
