@@ -52,61 +52,52 @@ void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const flo
   }
 }
 
+void Experts::GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                            const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
+                            const Parameter& w, const Parameter* b, float* y) const {
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::Matmul(ctx, kernels::LinearParams(rows, k, n, x + first * k, w.compute.data<float>() + e * n * k,
+                                               b != nullptr ? b->compute.data<float>() + e * n : nullptr,
+                                               y + first * n));
+    counters_->matmul_flops += 2.0 * rows * k * n;
+  }
+}
+
+void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                                    const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
+                                    const Parameter& w, const Parameter* b, const float* dy, float* dx) const {
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    const int64_t first = offsets[e], rows = counts[e];
+    kernels::MatmulBackwardParams p;
+    p.forward = kernels::LinearParams(rows, k, n, x + first * k, w.compute.data<float>() + e * n * k, nullptr,
+                                      nullptr);
+    p.dc = dy + first * n;
+    p.da = dx + first * k;
+    p.db = w.grad_data() + e * n * k;
+    p.dbias = b != nullptr ? b->grad_data() + e * n : nullptr;
+    kernels::MatmulBackward(ctx, p);
+    counters_->matmul_flops += 4.0 * rows * k * n;
+  }
+}
+
 void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                       const std::vector<int64_t>& offsets, const float* x, float* pre, float* act, float* y) const {
-  const float* w_in = w_in_.compute.data<float>();
-  const float* w_out = w_out_.compute.data<float>();
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
-    const int64_t first = offsets[e], rows = counts[e];
-    kernels::Matmul(ctx, kernels::LinearParams(rows, c_, w_, x + first * c_, w_in + e * w_ * c_,
-                                               biases_ ? b_in_.compute.data<float>() + e * w_ : nullptr,
-                                               pre + first * w_));
-    counters_->matmul_flops += 2.0 * rows * c_ * w_;
-  }
+  GroupedLinear(ctx, counts, offsets, c_, w_, x, w_in_, biases_ ? &b_in_ : nullptr, pre);
   const int64_t m = offsets[e_];
   if (m > 0) Activate(ctx, m, pre, act);
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
-    const int64_t first = offsets[e], rows = counts[e];
-    kernels::Matmul(ctx, kernels::LinearParams(rows, f_, c_, act + first * f_, w_out + e * c_ * f_,
-                                               biases_ ? b_out_.compute.data<float>() + e * c_ : nullptr,
-                                               y + first * c_));
-    counters_->matmul_flops += 2.0 * rows * f_ * c_;
-  }
+  GroupedLinear(ctx, counts, offsets, f_, c_, act, w_out_, biases_ ? &b_out_ : nullptr, y);
 }
 
 void Experts::Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                        const std::vector<int64_t>& offsets, const float* x, const float* pre, const float* act,
                        const float* dy, float* dact, float* dpre, float* dx) const {
-  const float* w_in = w_in_.compute.data<float>();
-  const float* w_out = w_out_.compute.data<float>();
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
-    const int64_t first = offsets[e], rows = counts[e];
-    kernels::MatmulBackwardParams p;
-    p.forward = kernels::LinearParams(rows, f_, c_, act + first * f_, w_out + e * c_ * f_, nullptr, nullptr);
-    p.dc = dy + first * c_;
-    p.da = dact + first * f_;
-    p.db = w_out_.grad_data() + e * c_ * f_;
-    p.dbias = biases_ ? b_out_.grad_data() + e * c_ : nullptr;
-    kernels::MatmulBackward(ctx, p);
-    counters_->matmul_flops += 4.0 * rows * f_ * c_;
-  }
+  GroupedLinearBackward(ctx, counts, offsets, f_, c_, act, w_out_, biases_ ? &b_out_ : nullptr, dy, dact);
   const int64_t m = offsets[e_];
   if (m > 0) ActivateBackward(ctx, m, pre, dact, dpre);
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
-    const int64_t first = offsets[e], rows = counts[e];
-    kernels::MatmulBackwardParams p;
-    p.forward = kernels::LinearParams(rows, c_, w_, x + first * c_, w_in + e * w_ * c_, nullptr, nullptr);
-    p.dc = dpre + first * w_;
-    p.da = dx + first * c_;
-    p.db = w_in_.grad_data() + e * w_ * c_;
-    p.dbias = biases_ ? b_in_.grad_data() + e * w_ : nullptr;
-    kernels::MatmulBackward(ctx, p);
-    counters_->matmul_flops += 4.0 * rows * c_ * w_;
-  }
+  GroupedLinearBackward(ctx, counts, offsets, c_, w_, x, w_in_, biases_ ? &b_in_ : nullptr, dpre, dx);
 }
 
 void Experts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {

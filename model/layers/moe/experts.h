@@ -52,6 +52,15 @@ class Experts {
   void Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const;
   void ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,
                         float* dpre) const;
+  // One GEMM per expert: rows [offsets[e], offsets[e] + counts[e]) of x (M, k) times expert e's block of
+  // w (E*n, k), transposed, plus its bias block (b: null for none) -> y (M, n) written. The backward
+  // writes dx (M, k) and accumulates w's and b's gradients.
+  void GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                     const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x, const Parameter& w,
+                     const Parameter* b, float* y) const;
+  void GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+                             const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
+                             const Parameter& w, const Parameter* b, const float* dy, float* dx) const;
 
   FfnKind kind_;
   int64_t e_, c_, f_, w_;
