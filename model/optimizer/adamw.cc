@@ -28,8 +28,7 @@ AdamW::AdamW(const AdamWConfig& config, const LanguageModel& model, Owns owns)
   });
 }
 
-double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
-  LMF_CHECK_GE(micro_batches, 1);
+double GradientNorm(const LanguageModel& model) {
   std::vector<kernels::GradSpan> spans;
   model.VisitParameters([&](const std::string&, const Parameter& p) {
     spans.push_back({p.grad.data(), p.grad.numel()});
@@ -38,9 +37,13 @@ double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
   norm_params.dtype = kernels::DType::kF32;
   norm_params.grads = spans.data();
   norm_params.num_grads = static_cast<int64_t>(spans.size());
+  return static_cast<double>(kernels::GlobalGradNorm(model.context(), norm_params));
+}
+
+double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
+  LMF_CHECK_GE(micro_batches, 1);
   // The gradients hold a sum over micro-batches; the norm of their mean is the norm of the sum divided.
-  const double norm =
-      static_cast<double>(kernels::GlobalGradNorm(ctx_, norm_params)) / static_cast<double>(micro_batches);
+  const double norm = GradientNorm(model) / static_cast<double>(micro_batches);
   if (!std::isfinite(norm)) return norm;
 
   ++step_;

@@ -33,6 +33,9 @@
 
 namespace lmf::model {
 
+// The global L2 norm of every parameter gradient of `model` (kernels/grad_norm, on its device).
+double GradientNorm(const LanguageModel& model);
+
 class AdamW {
  public:
   // Which parameters this optimizer updates and keeps moments for (ZeRO-1: the ones this rank owns).

@@ -6,24 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/grad_norm/grad_norm.h"
-
 namespace lmf::model {
-namespace {
-
-// |g|^2 over every parameter gradient of the model (on its device).
-double GradientSquaredNorm(const LanguageModel& model) {
-  std::vector<kernels::GradSpan> spans;
-  model.VisitParameters([&](const std::string&, const Parameter& p) { spans.push_back({p.grad.data(), p.grad.numel()}); });
-  kernels::GradNormParams params;
-  params.dtype = kernels::DType::kF32;
-  params.grads = spans.data();
-  params.num_grads = static_cast<int64_t>(spans.size());
-  const double norm = kernels::GlobalGradNorm(model.context(), params);
-  return norm * norm;
-}
-
-}  // namespace
 
 absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSource& data, const StepInput& input,
                                              int64_t first, int64_t count) {
@@ -39,7 +22,10 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
     absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), input.b, input.t);
     if (!loss.ok()) return loss.status();
     model.Backward();
-    if (micro == first && input.micro_batches >= 2) sums.first_grad_sq = GradientSquaredNorm(model);
+    if (micro == first && input.micro_batches >= 2) {
+      const double norm = GradientNorm(model);
+      sums.first_grad_sq = norm * norm;
+    }
     sums.loss += *loss;
     sums.z_loss += model.z_loss_term();
     sums.aux_loss += model.aux_loss();
