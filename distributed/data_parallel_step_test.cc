@@ -7,11 +7,11 @@
 
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "distributed/step_testing.h"
 #include "distributed/test_ranks.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -22,34 +22,11 @@ namespace {
 
 using testing::Checks;
 using testing::ExpectAllPassed;
+using testing::RandomBatches;
 using testing::RunRanks;
+using testing::Weights;
 
 constexpr int64_t kB = 2, kT = 8;
-
-class RandomBatches final : public model::MicroBatchSource {
- public:
-  explicit RandomBatches(int64_t vocab) : vocab_(vocab) {}
-  absl::Status Next(int32_t* ids, int32_t* targets) override {
-    for (int64_t i = 0; i < kB * kT; ++i) ids[i] = Draw(), targets[i] = Draw();
-    return absl::OkStatus();
-  }
-  void Skip() override {
-    for (int64_t i = 0; i < 2 * kB * kT; ++i) Draw();
-  }
-
- private:
-  int32_t Draw() { return static_cast<int32_t>(engine_() % static_cast<uint64_t>(vocab_)); }
-  int64_t vocab_;
-  std::mt19937_64 engine_{9};
-};
-
-std::vector<float> Weights(const model::LanguageModel& m) {
-  std::vector<float> all;
-  m.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    all.insert(all.end(), p.value.data<float>(), p.value.data<float>() + p.value.numel());
-  });
-  return all;
-}
 
 int CheckOverlap(Collectives& group, const model::ModelConfig& c) {
   Checks checks(group.rank());
@@ -60,7 +37,7 @@ int CheckOverlap(Collectives& group, const model::ModelConfig& c) {
   }
   model::AdamW one(model::AdamWConfig{}, *models[0]), overlapped(model::AdamWConfig{}, *models[1]);
   DataParallelStep after(group, /*overlap=*/false), during(group, /*overlap=*/true);
-  RandomBatches data_a(c.vocab_size), data_b(c.vocab_size);
+  RandomBatches data_a(c.vocab_size, kB * kT, 9), data_b(c.vocab_size, kB * kT, 9);
   model::StepInput input;
   input.micro_batches = 2 * group.world_size();
   input.b = kB;

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -14,6 +13,7 @@
 #include "base/flags.h"
 #include "base/thread_pool.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/step_testing.h"
 #include "distributed/test_ranks.h"
 #include "kernels/core/context.h"
 #include "model/optimizer/adamw.h"
@@ -28,23 +28,6 @@ ABSL_FLAG(int, context, 64, "tokens per sequence");
 
 namespace lmf::distributed {
 namespace {
-
-class RandomBatches final : public model::MicroBatchSource {
- public:
-  explicit RandomBatches(int64_t n) : n_(n) {}
-  absl::Status Next(int32_t* ids, int32_t* targets) override {
-    for (int64_t i = 0; i < n_; ++i) ids[i] = Draw(), targets[i] = Draw();
-    return absl::OkStatus();
-  }
-  void Skip() override {
-    for (int64_t i = 0; i < 2 * n_; ++i) Draw();
-  }
-
- private:
-  int32_t Draw() { return static_cast<int32_t>(engine_() % 1024); }
-  int64_t n_;
-  std::mt19937_64 engine_{3};
-};
 
 int Benchmark(Collectives& group) {
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
@@ -63,7 +46,7 @@ int Benchmark(Collectives& group) {
   double results[2][2] = {};  // [overlap][step seconds, exposed seconds]
   for (int overlap = 0; overlap < 2; ++overlap) {
     DataParallelStep step(group, overlap == 1);
-    RandomBatches data(b * t);
+    testing::RandomBatches data(1024, b * t, 3);
     for (int i = 0; i <= absl::GetFlag(FLAGS_steps); ++i) {
       const auto start = std::chrono::steady_clock::now();
       if (!step.Step(**m, adamw, data, input).ok()) return 1;
@@ -102,12 +85,5 @@ int main(int argc, char** argv) {
   rank_options.deadline = std::chrono::seconds(900);
   const std::vector<lmf::distributed::testing::RankOutcome> outcomes =
       lmf::distributed::testing::RunRanks(absl::GetFlag(FLAGS_ranks), lmf::distributed::Benchmark, rank_options);
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    if (outcomes[r].exit_code != 0) {
-      std::fprintf(stderr, "rank %zu failed (exit %d, signal %d):\n%s\n", r, outcomes[r].exit_code,
-                   outcomes[r].signal, outcomes[r].log.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return lmf::distributed::testing::ExitCodeOf(outcomes);
 }

@@ -113,6 +113,18 @@ void ExpectAllPassed(const std::vector<RankOutcome>& outcomes) {
   ExpectExitCodes(outcomes, std::vector<int>(outcomes.size(), 0));
 }
 
+int ExitCodeOf(const std::vector<RankOutcome>& outcomes) {
+  int code = 0;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (outcomes[r].exit_code != 0) {
+      std::fprintf(stderr, "rank %zu failed (exit %d, signal %d):\n%s\n", r, outcomes[r].exit_code,
+                   outcomes[r].signal, outcomes[r].log.c_str());
+      code = 1;
+    }
+  }
+  return code;
+}
+
 bool Checks::Expect(bool ok, const std::string& what) {
   if (!ok) {
     ++failures_;

@@ -38,6 +38,9 @@ std::vector<RankOutcome> RunRanks(int world, const std::function<int(Collectives
 void ExpectExitCodes(const std::vector<RankOutcome>& outcomes, const std::vector<int>& expected);
 // Every rank exited 0.
 void ExpectAllPassed(const std::vector<RankOutcome>& outcomes);
+// For a binary that runs ranks (the benchmarks): 0 when every rank exited 0; else 1, after printing each
+// failed rank's exit code, signal and log on stderr.
+int ExitCodeOf(const std::vector<RankOutcome>& outcomes);
 
 // A rank's checks: each failure is printed to its stderr; exit_code() is 0 when all passed, else 1.
 // Thread-safe.

@@ -6,12 +6,12 @@
 #include "distributed/zero.h"
 
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/step_testing.h"
 #include "distributed/test_ranks.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
@@ -21,41 +21,17 @@ namespace {
 
 using testing::Checks;
 using testing::ExpectAllPassed;
+using testing::RandomBatches;
 using testing::RunRanks;
+using testing::Weights;
 
 constexpr int64_t kB = 2, kT = 8;
-
-// The same stream of random micro-batches on every rank (each computes its share, skipping the others).
-class RandomBatches final : public model::MicroBatchSource {
- public:
-  explicit RandomBatches(int64_t vocab) : vocab_(vocab) {}
-  absl::Status Next(int32_t* ids, int32_t* targets) override {
-    for (int64_t i = 0; i < kB * kT; ++i) ids[i] = Draw(), targets[i] = Draw();
-    return absl::OkStatus();
-  }
-  void Skip() override {
-    for (int64_t i = 0; i < 2 * kB * kT; ++i) Draw();
-  }
-
- private:
-  int32_t Draw() { return static_cast<int32_t>(engine_() % static_cast<uint64_t>(vocab_)); }
-  int64_t vocab_;
-  std::mt19937_64 engine_{7};
-};
 
 std::unique_ptr<model::LanguageModel> Make(const model::ModelConfig& c) {
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> m = model::LanguageModel::Create(c, kernels::Context::Cpu());
   if (!m.ok()) return nullptr;
   (*m)->InitializeParameters(/*seed=*/2);
   return *std::move(m);
-}
-
-std::vector<float> Weights(const model::LanguageModel& m) {
-  std::vector<float> all;
-  m.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    all.insert(all.end(), p.value.data<float>(), p.value.data<float>() + p.value.numel());
-  });
-  return all;
 }
 
 int CheckZeroOne(Collectives& group) {
@@ -69,7 +45,7 @@ int CheckZeroOne(Collectives& group) {
   model::AdamW shard(config, *sharded, OwnedBy(owners, group.rank()));
   DataParallelStep plain_step(group), sharded_step(group);
   sharded_step.ShardOptimizerState(owners);
-  RandomBatches plain_data(c.vocab_size), sharded_data(c.vocab_size);
+  RandomBatches plain_data(c.vocab_size, kB * kT, 7), sharded_data(c.vocab_size, kB * kT, 7);
   model::StepInput input;
   input.micro_batches = 2 * group.world_size();
   input.b = kB;

@@ -98,12 +98,5 @@ int main(int argc, char** argv) {
   rank_options.deadline = std::chrono::seconds(600);
   const std::vector<lmf::distributed::testing::RankOutcome> outcomes =
       lmf::distributed::testing::RunRanks(absl::GetFlag(FLAGS_ranks), lmf::distributed::expert::Benchmark, rank_options);
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    if (outcomes[r].exit_code != 0) {
-      std::fprintf(stderr, "rank %zu failed (exit %d, signal %d):\n%s\n", r, outcomes[r].exit_code,
-                   outcomes[r].signal, outcomes[r].log.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return lmf::distributed::testing::ExitCodeOf(outcomes);
 }
