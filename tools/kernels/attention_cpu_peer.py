@@ -12,22 +12,11 @@ as a fused projection gives them.
 """
 import math
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def best_ms(fn, budget_s=0.5, min_iters=3, max_iters=20):
-    fn()
-    times, spent = [], 0.0
-    while len(times) < min_iters or (len(times) < max_iters and spent < budget_s):
-        begin = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - begin
-        times.append(elapsed)
-        spent += elapsed
-    return 1e3 * min(times)
+from peer_timing import best_ms
 
 
 def attention(q, k, v, causal):

@@ -10,22 +10,11 @@ Prints "peer <description>", then "LABEL_fwd <ms>" and "LABEL_fwdbwd <ms>" per c
 after a warm-up, as the benchmark times its own layer.
 """
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def best_ms(fn, budget_s=1.0, min_iters=3, max_iters=20):
-    fn()
-    times, spent = [], 0.0
-    while len(times) < min_iters or (len(times) < max_iters and spent < budget_s):
-        begin = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - begin
-        times.append(elapsed)
-        spent += elapsed
-    return 1e3 * min(times)
+from peer_timing import best_ms
 
 
 def moe(x, router, w1, w3, w2, k):
@@ -63,13 +52,13 @@ def main():
         w2 = (0.02 * torch.randn(e, c, f)).requires_grad_()
         dout = torch.randn(n, c)
         with torch.no_grad():
-            print(f"{label}_fwd", best_ms(lambda: moe(x, router, w1, w3, w2, k)), flush=True)
+            print(f"{label}_fwd", best_ms(lambda: moe(x, router, w1, w3, w2, k), budget_s=1.0), flush=True)
 
         def step():
             out = moe(x, router, w1, w3, w2, k)
             torch.autograd.backward(out, dout)
 
-        print(f"{label}_fwdbwd", best_ms(step), flush=True)
+        print(f"{label}_fwdbwd", best_ms(step, budget_s=1.0), flush=True)
 
 
 if __name__ == "__main__":
