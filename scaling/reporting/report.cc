@@ -139,94 +139,20 @@ std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& l
   return md;
 }
 
-}  // namespace
+// Whether each approach has bootstrap intervals to show (some resample survived).
+bool HasParametricIntervals(const ScalingAnalysis& a) {
+  return a.parametric_ci.has_value() && !a.parametric_ci->resampled.empty();
+}
+bool HasIsoFlopIntervals(const ScalingAnalysis& a) { return a.isoflop_ci.has_value() && !a.isoflop_ci->resampled.empty(); }
+bool HasEnvelopeIntervals(const ScalingAnalysis& a) {
+  return a.envelope_ci.has_value() && a.envelope_ci->failed < a.envelope_ci->resamples;
+}
 
-ReportFiles RenderReport(const ScalingAnalysis& a) {
+// Approach 3: the parametric law's table, how it was fitted and its bootstrap.
+std::string ParametricSection(const ScalingAnalysis& a, const std::string& level) {
   const ReportOptions& o = a.options;
-  const bool ci3 = a.parametric_ci.has_value() && !a.parametric_ci->resampled.empty();
-  const bool ci2 = a.isoflop_ci.has_value() && !a.isoflop_ci->resampled.empty();
-  const std::string level = absl::StrFormat("%g%%", 100 * o.bootstrap.confidence);
+  const bool ci3 = HasParametricIntervals(a);
   std::string md;
-  absl::StrAppend(&md, "# Scaling-law report\n\n");
-  absl::StrAppend(&md, "Results: `", a.results_path, "`: ", a.runs, " runs (", a.finished, " finished, ", a.failed,
-                  " failed, ", a.diverged, " diverged). ");
-  double n_lo = INFINITY, n_hi = 0, c_lo = INFINITY, c_hi = 0;
-  std::set<double> budgets;
-  for (const Observation& ob : a.observations) {
-    n_lo = std::min(n_lo, ob.params);
-    n_hi = std::max(n_hi, ob.params);
-    c_lo = std::min(c_lo, ob.flops);
-    c_hi = std::max(c_hi, ob.flops);
-    if (ob.budget > 0) budgets.insert(ob.budget);
-  }
-  absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
-                  " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
-                  " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
-  if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
-  if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
-
-  // Recommendation.
-  absl::StrAppend(&md, "## Recommendation at C = ", Flops(o.target_flops), " FLOP\n\n");
-  absl::StrAppend(&md, "Brackets: ", level, " bootstrap intervals (", o.bootstrap.resamples, " resamples).\n\n");
-  absl::StrAppend(&md, "| | Approach 3 (parametric) | Approach 2 (IsoFLOP) | Approach 1 (envelope) |\n|---|---|---|---|\n");
-  // Approach 2 gives no loss at the target: a power law through the minima has no irreducible term.
-  std::string n3 = "n/a", d3 = "n/a", l3 = "n/a", r3 = "n/a", n2 = "n/a", d2 = "n/a", r2 = "n/a";
-  if (a.parametric) {
-    const Allocation at = OptimalAllocation(a.parametric->law, o.target_flops);
-    Interval n{at.params, 0, 0, 0}, d{at.tokens, 0, 0, 0}, l{at.loss, 0, 0, 0};
-    if (ci3) {
-      n = a.parametric_ci->target.params;
-      d = a.parametric_ci->target.tokens;
-      l = a.parametric_ci->target.loss;
-    }
-    // Intervals over too few surviving resamples are marked where they are read (see Approach 3 below).
-    const std::string mark = ci3 && !a.parametric_ci->Reliable(o.bootstrap.confidence) ? " (unreliable)" : "";
-    n3 = WithInterval(n, ci3) + mark;
-    d3 = WithInterval(d, ci3) + mark;
-    l3 = WithInterval(l, ci3) + mark;
-    r3 = Fmt(at.tokens / at.params);
-  }
-  if (a.isoflop) {
-    Interval n{a.isoflop->params_law.At(o.target_flops), 0, 0, 0}, d{a.isoflop->tokens_law.At(o.target_flops), 0, 0, 0};
-    if (ci2) {
-      n = a.isoflop_ci->target.params;
-      d = a.isoflop_ci->target.tokens;
-    }
-    n2 = WithInterval(n, ci2);
-    d2 = WithInterval(d, ci2);
-    r2 = Fmt(d.estimate / n.estimate);
-  }
-  std::string n1 = "n/a", d1 = "n/a", r1 = "n/a";
-  const bool ci1 = a.envelope_ci.has_value() && a.envelope_ci->failed < a.envelope_ci->resamples;
-  if (a.envelope) {
-    Interval n{a.envelope->params_law.At(o.target_flops)}, d{a.envelope->tokens_law.At(o.target_flops)};
-    if (ci1) {
-      n = a.envelope_ci->target.params;
-      d = a.envelope_ci->target.tokens;
-    }
-    n1 = WithInterval(n, ci1);
-    d1 = WithInterval(d, ci1);
-    r1 = Fmt(d.estimate / n.estimate);
-  }
-  absl::StrAppend(&md, "| parameters N_opt | ", n3, " | ", n2, " | ", n1, " |\n");
-  absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
-  absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
-  absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
-  absl::StrAppend(&md, ExtrapolationNote(a, budgets.empty() ? c_hi : *budgets.rbegin()));
-  if (a.recommended_by == "Approach 2") {
-    absl::StrAppend(
-        &md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");
-  }
-  if (a.recipe) {
-    const Recipe& r = *a.recipe;
-    absl::StrAppend(&md, "**Recipe:** d_model ", r.d_model, ", n_layers ", r.n_layers, ", n_heads ", r.n_heads,
-                    ", batch size ", r.batch_size, " sequences, peak learning rate ", Fmt(r.lr), ". Basis: ", r.basis,
-                    ".\n\n");
-  } else {
-    absl::StrAppend(&md, "**Recipe:** not available: ", a.recipe_error, ".\n\n");
-  }
-
-  // Approach 3.
   absl::StrAppend(&md, "## Approach 3: L(N, D) = E + A / N<sup>α</sup> + B / D<sup>β</sup>\n\n");
   if (a.parametric) {
     const ParametricLaw& law = a.parametric->law;
@@ -281,8 +207,13 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.parametric_error, ".\n\n");
   }
+  return md;
+}
 
-  // Approach 2.
+// Approach 2: the per-budget minima and the power laws through them.
+std::string IsoFlopSection(const ScalingAnalysis& a) {
+  const bool ci2 = HasIsoFlopIntervals(a);
+  std::string md;
   absl::StrAppend(&md, "## Approach 2: IsoFLOP parabolas\n\n");
   if (a.isoflop) {
     absl::StrAppend(&md, "| budget (FLOP) | runs | N_opt | D_opt | loss at minimum | minimum inside sampled N | used |\n"
@@ -304,8 +235,13 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.isoflop_error, ".\n\n");
   }
+  return md;
+}
 
-  // Approach 1.
+// Approach 1: the power laws through the lower envelope of the training curves.
+std::string EnvelopeSection(const ScalingAnalysis& a) {
+  const bool ci1 = HasEnvelopeIntervals(a);
+  std::string md;
   absl::StrAppend(&md, "## Approach 1: lower envelope of the training curves\n\n");
   if (a.envelope) {
     const EnvelopeFit& f = *a.envelope;
@@ -319,8 +255,12 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.envelope_error, ".\n\n");
   }
+  return md;
+}
 
-  // Kaplan.
+// Kaplan's single power laws in N, D and C.
+std::string KaplanSection(const ScalingAnalysis& a) {
+  std::string md;
   absl::StrAppend(&md, "## Kaplan single power laws L(X) = (X<sub>c</sub> / X)<sup>α<sub>X</sub></sup>\n\n");
   if (a.kaplan) {
     absl::StrAppend(&md, "| law | X<sub>c</sub> | α<sub>X</sub> | frontier runs |\n|---|---|---|---|\n");
@@ -334,8 +274,98 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "Not fitted: ", a.kaplan_error, ".\n\n");
   }
+  return md;
+}
 
-  absl::StrAppend(&md, HyperparameterSection(a, level));
+}  // namespace
+
+ReportFiles RenderReport(const ScalingAnalysis& a) {
+  const ReportOptions& o = a.options;
+  const bool ci3 = HasParametricIntervals(a);
+  const bool ci2 = HasIsoFlopIntervals(a);
+  const std::string level = absl::StrFormat("%g%%", 100 * o.bootstrap.confidence);
+  std::string md;
+  absl::StrAppend(&md, "# Scaling-law report\n\n");
+  absl::StrAppend(&md, "Results: `", a.results_path, "`: ", a.runs, " runs (", a.finished, " finished, ", a.failed,
+                  " failed, ", a.diverged, " diverged). ");
+  double n_lo = INFINITY, n_hi = 0, c_lo = INFINITY, c_hi = 0;
+  std::set<double> budgets;
+  for (const Observation& ob : a.observations) {
+    n_lo = std::min(n_lo, ob.params);
+    n_hi = std::max(n_hi, ob.params);
+    c_lo = std::min(c_lo, ob.flops);
+    c_hi = std::max(c_hi, ob.flops);
+    if (ob.budget > 0) budgets.insert(ob.budget);
+  }
+  absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
+                  " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
+                  " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
+  if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
+  if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
+
+  // Recommendation.
+  absl::StrAppend(&md, "## Recommendation at C = ", Flops(o.target_flops), " FLOP\n\n");
+  absl::StrAppend(&md, "Brackets: ", level, " bootstrap intervals (", o.bootstrap.resamples, " resamples).\n\n");
+  absl::StrAppend(&md, "| | Approach 3 (parametric) | Approach 2 (IsoFLOP) | Approach 1 (envelope) |\n|---|---|---|---|\n");
+  // Approach 2 gives no loss at the target: a power law through the minima has no irreducible term.
+  std::string n3 = "n/a", d3 = "n/a", l3 = "n/a", r3 = "n/a", n2 = "n/a", d2 = "n/a", r2 = "n/a";
+  if (a.parametric) {
+    const Allocation at = OptimalAllocation(a.parametric->law, o.target_flops);
+    Interval n{at.params, 0, 0, 0}, d{at.tokens, 0, 0, 0}, l{at.loss, 0, 0, 0};
+    if (ci3) {
+      n = a.parametric_ci->target.params;
+      d = a.parametric_ci->target.tokens;
+      l = a.parametric_ci->target.loss;
+    }
+    // Intervals over too few surviving resamples are marked where they are read (see Approach 3 below).
+    const std::string mark = ci3 && !a.parametric_ci->Reliable(o.bootstrap.confidence) ? " (unreliable)" : "";
+    n3 = WithInterval(n, ci3) + mark;
+    d3 = WithInterval(d, ci3) + mark;
+    l3 = WithInterval(l, ci3) + mark;
+    r3 = Fmt(at.tokens / at.params);
+  }
+  if (a.isoflop) {
+    Interval n{a.isoflop->params_law.At(o.target_flops), 0, 0, 0}, d{a.isoflop->tokens_law.At(o.target_flops), 0, 0, 0};
+    if (ci2) {
+      n = a.isoflop_ci->target.params;
+      d = a.isoflop_ci->target.tokens;
+    }
+    n2 = WithInterval(n, ci2);
+    d2 = WithInterval(d, ci2);
+    r2 = Fmt(d.estimate / n.estimate);
+  }
+  std::string n1 = "n/a", d1 = "n/a", r1 = "n/a";
+  const bool ci1 = HasEnvelopeIntervals(a);
+  if (a.envelope) {
+    Interval n{a.envelope->params_law.At(o.target_flops)}, d{a.envelope->tokens_law.At(o.target_flops)};
+    if (ci1) {
+      n = a.envelope_ci->target.params;
+      d = a.envelope_ci->target.tokens;
+    }
+    n1 = WithInterval(n, ci1);
+    d1 = WithInterval(d, ci1);
+    r1 = Fmt(d.estimate / n.estimate);
+  }
+  absl::StrAppend(&md, "| parameters N_opt | ", n3, " | ", n2, " | ", n1, " |\n");
+  absl::StrAppend(&md, "| tokens D_opt | ", d3, " | ", d2, " | ", d1, " |\n");
+  absl::StrAppend(&md, "| tokens per parameter | ", r3, " | ", r2, " | ", r1, " |\n");
+  absl::StrAppend(&md, "| predicted loss | ", l3, " | n/a | n/a |\n\n");
+  absl::StrAppend(&md, ExtrapolationNote(a, budgets.empty() ? c_hi : *budgets.rbegin()));
+  if (a.recommended_by == "Approach 2") {
+    absl::StrAppend(
+        &md, "The recipe is for Approach 2's N_opt and D_opt: Approach 3 could not be used (see below).\n\n");
+  }
+  if (a.recipe) {
+    const Recipe& r = *a.recipe;
+    absl::StrAppend(&md, "**Recipe:** d_model ", r.d_model, ", n_layers ", r.n_layers, ", n_heads ", r.n_heads,
+                    ", batch size ", r.batch_size, " sequences, peak learning rate ", Fmt(r.lr), ". Basis: ", r.basis,
+                    ".\n\n");
+  } else {
+    absl::StrAppend(&md, "**Recipe:** not available: ", a.recipe_error, ".\n\n");
+  }
+
+  absl::StrAppend(&md, ParametricSection(a, level), IsoFlopSection(a), EnvelopeSection(a), KaplanSection(a),
+                  HyperparameterSection(a, level));
 
   // Figures, in the order of ReportFileNames().
   ReportFiles report;
