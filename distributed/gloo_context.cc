@@ -62,18 +62,13 @@ void ConnectPair(gloo::transport::Pair& pair, const std::vector<char>& address, 
 
 }  // namespace
 
-RendezvousStore::RendezvousStore(const std::string& path, std::function<std::string()> abort)
-    : FileStore(path), abort_(std::move(abort)) {}
-
-void RendezvousStore::set(const std::string& key, const std::vector<char>& data) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FileStore::set(key, data);
-}
-
 void RendezvousStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   const auto start = std::chrono::steady_clock::now();
   auto next_ask = start + kAbortPollInterval;
-  while (!check(keys)) {
+  const auto all_set = [&] {
+    return std::all_of(keys.begin(), keys.end(), [&](const std::string& key) { return Has(key); });
+  };
+  while (!all_set()) {
     const auto now = std::chrono::steady_clock::now();
     if (timeout != gloo::kNoTimeout && now - start >= timeout) {
       throw gloo::IoException(absl::StrCat("Wait timeout for key(s): ", absl::StrJoin(keys, ", "), " after ",
@@ -94,12 +89,22 @@ void RendezvousStore::wait(const std::vector<std::string>& keys, const std::chro
   }
 }
 
-bool RendezvousStore::Has(const std::string& key) { return check({key}); }
-
 void RendezvousStore::StopAsking() {
   std::lock_guard<std::mutex> lock(mu_);
   abort_ = nullptr;
 }
+
+FileRendezvousStore::FileRendezvousStore(const std::string& path, std::function<std::string()> abort)
+    : RendezvousStore(std::move(abort)), files_(path) {}
+
+void FileRendezvousStore::set(const std::string& key, const std::vector<char>& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  files_.set(key, data);
+}
+
+std::vector<char> FileRendezvousStore::get(const std::string& key) { return files_.get(key); }
+
+bool FileRendezvousStore::Has(const std::string& key) { return files_.check({key}); }
 
 void MeshContext::ConnectFullMesh(gloo::rendezvous::Store& store,
                                   const std::shared_ptr<gloo::transport::Device>& device,

@@ -1,4 +1,4 @@
-// Gloo plumbing under GlooGroup (gloo_group.h): the file store its ranks meet through, and a Gloo context
+// Gloo plumbing under GlooGroup (gloo_group.h): the store its ranks meet through, and a Gloo context
 // whose full-mesh connect can be aborted, which knows each peer's address (Gloo's connection errors name
 // addresses; GlooGroup names ranks) and which can close all of its connections at once.
 #ifndef LMFORGE_DISTRIBUTED_GLOO_CONTEXT_H_
@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gloo/rendezvous/context.h"
@@ -18,29 +19,48 @@
 
 namespace lmf::distributed {
 
-// Gloo's file store (one file per key in a flat folder), shared by a group and its subgroups. Its waits for
-// keys ask `abort` every kAbortPollInterval whether to give up, throwing its answer (like FileStore's own
-// wait it looks for the keys every 10 ms; unlike it, it times out to the millisecond, not in whole seconds).
-class RendezvousStore : public gloo::rendezvous::FileStore {
+// The key-value store a group and its subgroups meet through: Gloo's Store interface, plus `Has` and waits
+// for keys that ask `abort` every kAbortPollInterval whether to give up, throwing its answer (they look for
+// the keys every 10 ms and time out to the millisecond). Two kinds: a folder every rank can see
+// (FileRendezvousStore, below) and a TCP server one rank runs (TcpRendezvousStore, tcp_store.h).
+class RendezvousStore : public gloo::rendezvous::Store {
  public:
   static constexpr std::chrono::milliseconds kAbortPollInterval{100};
 
   // `abort` may be empty (never give up before the timeout).
-  RendezvousStore(const std::string& path, std::function<std::string()> abort);
+  explicit RendezvousStore(std::function<std::string()> abort) : abort_(std::move(abort)) {}
 
-  // Thread-safe (FileStore's bookkeeping of the keys it wrote is not).
-  void set(const std::string& key, const std::vector<char>& data) override;
   void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
-  // Whether `key` is set, without waiting.
-  bool Has(const std::string& key);
+  // Whether `key` is set, without waiting (throws gloo::IoException where the store cannot be read).
+  virtual bool Has(const std::string& key) = 0;
   // From now on waits only time out (`abort` may refer to things that are gone after a connect).
   void StopAsking();
 
  private:
   std::mutex mu_;
   std::function<std::string()> abort_;
+};
+
+// Gloo's file store: one file per key in a flat folder.
+class FileRendezvousStore : public RendezvousStore {
+ public:
+  FileRendezvousStore(const std::string& path, std::function<std::string()> abort);
+
+  // Thread-safe (FileStore's bookkeeping of the keys it wrote is not).
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  bool Has(const std::string& key) override;
+
+ private:
+  class Files : public gloo::rendezvous::FileStore {
+   public:
+    using FileStore::check;
+    using FileStore::FileStore;
+  };
+  std::mutex mu_;
+  Files files_;
 };
 
 // Gloo's rendezvous context with its full-mesh connect done here, step by step as Gloo does it (create a pair

@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "distributed/gloo_context.h"
 #include "distributed/reduce_functions.h"
+#include "distributed/tcp_store.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoallv.h"
@@ -115,8 +116,9 @@ class GlooGroupState {
   std::shared_ptr<MeshContext> context;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<RendezvousStore> store;
+  std::shared_ptr<TcpStoreServer> store_server;  // rank 0's, when the group meets through a TCP store
   std::string key_prefix;  // the group's keys in the store: "" for the root group, "sub0", "sub0/sub2"
-  std::string rendezvous_dir;
+  std::string store_name;  // where the ranks meet, for errors: the folder, or "the TCP store at host:port"
   std::chrono::milliseconds connect_timeout{0};
   int rank = 0;
   std::vector<std::string> peer_names;  // Collectives::PeerName of each rank
@@ -269,21 +271,56 @@ GlooGroup::GlooGroup(const std::string& name, int rank, int world_size, std::chr
 
 GlooGroup::~GlooGroup() { queue_.reset(); }
 
+namespace {
+
+// Where the group's ranks meet, for errors.
+std::string StoreName(const GlooGroupOptions& options) {
+  return options.store_host.empty() ? options.rendezvous_dir
+                                    : absl::StrCat("the TCP store at ", options.store_host, ":", options.store_port);
+}
+
+// The group's store: the folder's, or the TCP store's (served by rank 0).
+absl::Status OpenStore(const GlooGroupOptions& options, GlooGroupState& state) {
+  if (options.store_host.empty()) {
+    if (options.rendezvous_dir.empty())
+      return absl::InvalidArgumentError("rendezvous_dir and store_host are empty; give a folder all ranks share");
+    if (absl::Status s = MakeDirs(options.rendezvous_dir); !s.ok()) return s;
+    state.store = std::make_shared<FileRendezvousStore>(options.rendezvous_dir, options.abort_connect);
+    return absl::OkStatus();
+  }
+  if (options.store_port < 1 || options.store_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store_port=", options.store_port, ": expected a TCP port from 1 to 65535"));
+  }
+  if (options.rank == 0) {
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(options.store_host, options.store_port);
+    if (!server.ok()) return server.status();
+    state.store_server = *std::move(server);
+  }
+  absl::StatusOr<std::unique_ptr<TcpRendezvousStore>> client = TcpRendezvousStore::Connect(
+      options.store_host, options.store_port, options.connect_timeout, options.abort_connect);
+  if (!client.ok()) return client.status();
+  state.store = *std::move(client);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("gloo group: rank ", options.rank,
                                                    " is not in [0, world_size=", options.world_size, ")"));
   }
-  if (options.rendezvous_dir.empty()) {
-    return absl::InvalidArgumentError("gloo group: rendezvous_dir is empty; give a folder all ranks share");
-  }
-  if (absl::Status s = MakeDirs(options.rendezvous_dir); !s.ok()) return s;
   auto state = std::make_shared<GlooGroupState>();
+  absl::Status opened = OpenStore(options, *state);
+  if (!opened.ok()) {
+    return absl::Status(opened.code(), absl::StrCat("gloo group: rank ", options.rank, " of ", options.world_size,
+                                                    ": ", opened.message()));
+  }
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     state->device = gloo::transport::tcp::CreateDevice(attr);
-    state->store = std::make_shared<RendezvousStore>(options.rendezvous_dir, options.abort_connect);
     state->context = std::make_shared<MeshContext>(options.rank, options.world_size);
     state->context->setTimeout(options.connect_timeout);
     state->context->ConnectFullMesh(*state->store, state->device, options.abort_connect);
@@ -291,10 +328,9 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     state->context->setTimeout(options.timeout);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("gloo group: rank ", options.rank, " of ", options.world_size,
-                                               " could not connect via ", options.rendezvous_dir, ": ",
-                                               e.what()));
+                                               " could not connect via ", StoreName(options), ": ", e.what()));
   }
-  state->rendezvous_dir = options.rendezvous_dir;
+  state->store_name = StoreName(options);
   state->connect_timeout = options.connect_timeout;
   return std::unique_ptr<GlooGroup>(
       new GlooGroup(options.name, options.rank, options.world_size, options.timeout, {}, std::move(state)));
@@ -312,8 +348,9 @@ absl::StatusOr<std::unique_ptr<Collectives>> GlooGroup::MakeSubgroup(const std::
   auto state = std::make_shared<GlooGroupState>();
   state->device = state_->device;
   state->store = state_->store;
+  state->store_server = state_->store_server;
   state->key_prefix = key_prefix;
-  state->rendezvous_dir = state_->rendezvous_dir;
+  state->store_name = state_->store_name;
   state->connect_timeout = state_->connect_timeout;
   try {
     state->context = std::make_shared<MeshContext>(subrank, size);
@@ -324,7 +361,7 @@ absl::StatusOr<std::unique_ptr<Collectives>> GlooGroup::MakeSubgroup(const std::
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "gloo group '", name, "' of group '", this->name(), "': ", PeerName(rank()), " (rank ", subrank,
-        " of ", size, ") could not connect via ", state_->rendezvous_dir, ": ", e.what()));
+        " of ", size, ") could not connect via ", state_->store_name, ": ", e.what()));
   }
   return std::unique_ptr<Collectives>(
       new GlooGroup(name, subrank, size, timeout(), std::move(sub_world_ranks), std::move(state)));

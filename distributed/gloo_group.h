@@ -1,6 +1,6 @@
 // A CPU process group over Gloo (TCP transport) with every op of collectives.h, for host memory (a buffer on
 // a GPU is refused). Processes meet through a file store (a folder every rank can see), so no coordinator
-// process is needed. The group is an object passed into the code that uses it, never a global.
+// process is needed, or through a TCP store that rank 0 serves (for machines that share no folder). The group is an object passed into the code that uses it, never a global.
 //
 // How each op maps onto this Gloo (Debian's libgloo 0.0~git20220518):
 //   all-reduce       gloo::allreduce (ring) with the reductions of reduce_functions.h
@@ -50,7 +50,12 @@ struct GlooGroupOptions {
   std::string name = "world";  // names the group in errors
   int rank = 0;
   int world_size = 1;
-  std::string rendezvous_dir;                        // a folder shared by all ranks (created if missing)
+  // Where the ranks meet: a folder shared by all ranks (created if missing), or else a TCP store at
+  // store_host:store_port (tcp_store.h) that rank 0 serves for the group's life (its peers' failure notes
+  // go there too).
+  std::string rendezvous_dir;
+  std::string store_host;
+  int store_port = 0;
   std::string hostname = "127.0.0.1";                // the address this rank listens on
   std::chrono::milliseconds timeout{30000};          // each op's, unless its CallOptions say otherwise
   std::chrono::milliseconds connect_timeout{30000};  // for each other rank's address, and for each connection

@@ -37,13 +37,15 @@ std::string Duration(std::chrono::milliseconds t) {
 
 absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const LaunchOptions& options) {
   std::unique_ptr<WorkerProcesses> workers(new WorkerProcesses(options));
-  for (int rank = options.first_rank; rank < options.world_size; ++rank) {
+  const int end = options.rank_count > 0 ? options.first_rank + options.rank_count : options.world_size;
+  for (int rank = options.first_rank; rank < end; ++rank) {
     ChildSpec child;
     child.argv = options.command;
     if (options.environment) child.env = options.environment(rank);
     child.log_path = workers->LogPath(rank);
     if (options.log_header) child.log_header = options.log_header(rank);
     child.parent_death_signal = options.parent_death_signal;
+    child.own_process_group = options.own_process_groups;
     absl::StatusOr<pid_t> pid = StartChild(child);
     if (!pid.ok()) return pid.status();  // the workers started so far are stopped with `workers`
     workers->workers_.push_back(Worker{rank, *pid, 0, false});
@@ -54,6 +56,7 @@ absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const La
 WorkerProcesses::~WorkerProcesses() { Stop(); }
 
 std::string WorkerProcesses::LogPath(int rank) const {
+  if (options_.log_dir.empty()) return "";
   return absl::StrCat(options_.log_dir, "/rank_", rank, ".log");
 }
 
@@ -62,6 +65,7 @@ std::string WorkerProcesses::Describe(const Worker& worker) const {
   const std::string how = WIFEXITED(status) ? absl::StrCat("exited with status ", WEXITSTATUS(status))
                                             : absl::StrCat("was killed by signal ", WTERMSIG(status));
   const std::string log = LogPath(worker.rank);
+  if (log.empty()) return absl::StrCat("rank ", worker.rank, " ", how, " (its output is above)");
   return absl::StrCat("rank ", worker.rank, " ", how, " (", log, ": ", Tail(log, 3), ")");
 }
 
@@ -146,6 +150,30 @@ void WorkerProcesses::Stop() {
       killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::vector<WorkerProcesses::Exit> WorkerProcesses::Exited() {
+  Reap();
+  std::vector<Exit> exited;
+  for (Worker& worker : workers_) {
+    if (worker.pid >= 0 || worker.named) continue;
+    worker.named = true;
+    const int status = worker.wait_status;
+    exited.push_back(Exit{worker.rank, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                          Describe(worker)});
+  }
+  return exited;
+}
+
+bool WorkerProcesses::AnyRunning() {
+  Reap();
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.pid >= 0; });
+}
+
+void WorkerProcesses::Signal(int signal) {
+  for (const Worker& worker : workers_) {
+    if (worker.pid >= 0) ::kill(worker.pid, signal);
   }
 }
 

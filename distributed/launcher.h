@@ -26,7 +26,11 @@ struct LaunchOptions {
   std::vector<std::string> command;  // every worker's argv; "/proc/self/exe" runs this very executable
   int world_size = 1;
   int first_rank = 1;   // ranks first_rank..world_size-1 are started (1: this process is rank 0)
-  std::string log_dir;  // rank r's stdout and stderr are appended to <log_dir>/rank_<r>.log
+  int rank_count = 0;   // > 0: only ranks first_rank..first_rank+rank_count-1 (one machine's of a larger world)
+  // Rank r's stdout and stderr are appended to <log_dir>/rank_<r>.log; "": they are this process's.
+  std::string log_dir;
+  bool own_process_groups = false;  // each worker in a process group of its own (a terminal's Ctrl-C then
+                                    // reaches the launcher alone, which forwards it)
   // The variables rank r gets on top of this process's environment (replacing those of the same name).
   std::function<std::vector<std::pair<std::string, std::string>>(int rank)> environment;
   // Written into rank r's log first (LogStartLine, base/subprocess.h); unset: nothing.
@@ -51,7 +55,7 @@ class WorkerProcesses {
 
   // The workers that have exited and were not named yet, "; "-joined, each as "rank 2 exited with status 3
   // (<log>: <its last 3 lines, | between>)" or "rank 2 was killed by signal 9 (...)"; waits up to `grace`
-  // for one to exit. "" when none has.
+  // for one to exit. "" when none has. Without a log_dir: "(its output is above)" instead of the lines.
   std::string DeadWorkers(std::chrono::milliseconds grace);
 
   // Waits for every worker to exit (for workers that end by themselves: no timeout); an error (Internal)
@@ -61,6 +65,18 @@ class WorkerProcesses {
   // SIGTERM to the workers still running, SIGKILL to those still running stop_grace later; reaps all.
   void Stop();
 
+  struct Exit {
+    int rank;
+    int exit_code;            // the exit status, or 128 + N for a worker ended by signal N (as a shell says)
+    std::string description;  // as DeadWorkers names it
+  };
+  // The workers that have exited and were not named yet, in rank order; waits for none.
+  std::vector<Exit> Exited();
+  bool AnyRunning();
+  // Sends `signal` to the workers still running.
+  void Signal(int signal);
+
+  // <log_dir>/rank_<r>.log; "" without a log_dir.
   std::string LogPath(int rank) const;
 
  private:

@@ -6,26 +6,13 @@
 #include <climits>
 #include <cstdlib>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "distributed/launched_rank.h"
 
 namespace lmf::distributed {
 namespace {
 
-// The variable as a whole number in [min, max]; `fallback` when unset.
-absl::StatusOr<int> IntFromEnvironment(const char* name, int min, int max, std::optional<int> fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) {
-    if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(absl::StrCat(name, " is not set, although SLURM_STEP_ID is (srun sets both)"));
-  }
-  int parsed = 0;
-  if (!absl::SimpleAtoi(value, &parsed) || parsed < min || parsed > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "=\"", value, "\": expected a whole number from ", min, " to ", max));
-  }
-  return parsed;
-}
+constexpr char kWhyRequired[] = ", although SLURM_STEP_ID is (srun sets both)";
 
 }  // namespace
 
@@ -34,23 +21,23 @@ absl::StatusOr<std::optional<SlurmTask>> SlurmTaskFromEnvironment() {
   const char* job = std::getenv("SLURM_JOB_ID");
   if (step == nullptr || job == nullptr) return std::nullopt;
   const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS") != nullptr ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-  absl::StatusOr<int> world = IntFromEnvironment(tasks, 1, INT_MAX, std::nullopt);
+  absl::StatusOr<int> world = IntFromEnvironment(tasks, 1, INT_MAX, std::nullopt, kWhyRequired);
   if (!world.ok()) return world.status();
   if (*world == 1) return std::nullopt;
   SlurmTask task;
   task.world_size = *world;
   task.job_id = job;
   task.step_id = step;
-  absl::StatusOr<int> rank = IntFromEnvironment("SLURM_PROCID", 0, *world - 1, std::nullopt);
+  absl::StatusOr<int> rank = IntFromEnvironment("SLURM_PROCID", 0, *world - 1, std::nullopt, kWhyRequired);
   if (!rank.ok()) return rank.status();
   task.rank = *rank;
-  absl::StatusOr<int> local = IntFromEnvironment("SLURM_LOCALID", 0, *world - 1, 0);
+  absl::StatusOr<int> local = IntFromEnvironment("SLURM_LOCALID", 0, *world - 1, 0, kWhyRequired);
   if (!local.ok()) return local.status();
   task.local_rank = *local;
-  absl::StatusOr<int> nodes = IntFromEnvironment("SLURM_STEP_NUM_NODES", 1, *world, 1);
+  absl::StatusOr<int> nodes = IntFromEnvironment("SLURM_STEP_NUM_NODES", 1, *world, 1, kWhyRequired);
   if (!nodes.ok()) return nodes.status();
   task.nodes = *nodes;
-  absl::StatusOr<int> cpus = IntFromEnvironment("SLURM_CPUS_PER_TASK", 1, INT_MAX, 0);
+  absl::StatusOr<int> cpus = IntFromEnvironment("SLURM_CPUS_PER_TASK", 1, INT_MAX, 0, kWhyRequired);
   if (!cpus.ok()) return cpus.status();
   task.cpus_per_task = *cpus;
   return task;

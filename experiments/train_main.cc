@@ -11,7 +11,10 @@
 //
 // Under Slurm, `srun --ntasks=P train ... --set=run.parallel.data=P` trains data-parallel with no launcher:
 // each task is rank SLURM_PROCID of the group the step's tasks form (distributed/slurm_task.h), on
-// SLURM_CPUS_PER_TASK threads (LMF_NUM_THREADS, if set, wins).
+// SLURM_CPUS_PER_TASK threads (LMF_NUM_THREADS, if set, wins). Likewise the processes that a launcher
+// starts with torchrun's variables (`bazel run //distributed:launch -- --nproc_per_node=P -- train ...`, or
+// torchrun itself) or that `mpirun -np P -x MASTER_ADDR -x MASTER_PORT train ...` starts are the ranks of one
+// group, meeting through a TCP store at MASTER_ADDR:MASTER_PORT (distributed/launched_rank.h).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +28,7 @@
 #include "base/file.h"
 #include "base/flags.h"
 #include "config/loader.h"
+#include "distributed/launched_rank.h"
 #include "distributed/launcher.h"
 #include "distributed/slurm_task.h"
 #include "experiments/trainer/data_parallel.h"
@@ -50,26 +54,55 @@ constexpr char kUsage[] =
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
     "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
 
+// A process's place in a group that a launcher started: each process is one data-parallel rank, so their
+// count must be run.parallel.data. Sets every rank's thread count (the optimizer splits its work by it)
+// before any pool is made: LMF_NUM_THREADS if set, else `threads`.
+absl::Status PrepareRank(const config::Experiment& experiment, int world_size, const std::string& started,
+                         int threads) {
+  const config::RunConfig& run = experiment.run();
+  if (run.parallel().data() != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(started, " but run.parallel.data=", run.parallel().data(),
+                                                   ": each is one data-parallel rank; set --set=run.parallel.data=",
+                                                   world_size));
+  }
+  if (std::getenv("LMF_NUM_THREADS") == nullptr) ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  return MakeDirs(run.output_dir());
+}
+
+constexpr std::chrono::seconds kConnectTimeout{120};  // a launcher starts the ranks together
+
 // Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of run.parallel.data.
 absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distributed::SlurmTask& task,
                                                                      const config::Experiment& experiment) {
+  const int threads = task.cpus_per_task > 0
+                          ? task.cpus_per_task
+                          : distributed::ThreadsPerRank((task.world_size + task.nodes - 1) / task.nodes);
+  if (absl::Status s = PrepareRank(experiment, task.world_size, absl::StrCat("srun started ", task.world_size, " tasks"),
+                                   threads);
+      !s.ok()) {
+    return s;
+  }
   const config::RunConfig& run = experiment.run();
-  if (run.parallel().data() != task.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "srun started ", task.world_size, " tasks but run.parallel.data=", run.parallel().data(),
-        ": each task is one data-parallel rank; set --set=run.parallel.data=", task.world_size));
-  }
-  // Every rank runs the same thread count (the optimizer splits its work by it), before any pool is made.
-  if (std::getenv("LMF_NUM_THREADS") == nullptr) {
-    const int threads = task.cpus_per_task > 0
-                            ? task.cpus_per_task
-                            : distributed::ThreadsPerRank((task.world_size + task.nodes - 1) / task.nodes);
-    ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  }
-  if (absl::Status s = MakeDirs(run.output_dir()); !s.ok()) return s;
-  constexpr std::chrono::seconds kConnectTimeout{120};  // srun starts the tasks together
   return distributed::JoinSlurmStep(task, run.output_dir(), std::chrono::seconds(run.parallel().timeout_seconds()),
                                     kConnectTimeout);
+}
+
+// Joins the group of the ranks that //distributed:launch (or torchrun, or mpirun) started, as rank RANK of
+// run.parallel.data; null for a world of one.
+absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinLaunchedRanks(const distributed::LaunchedRank& rank,
+                                                                          const config::Experiment& experiment) {
+  const std::string started =
+      rank.launcher == "mpirun"
+          ? absl::StrCat("mpirun started ", rank.world_size, " processes (OMPI_COMM_WORLD_SIZE=", rank.world_size, ")")
+          : absl::StrCat("the launcher started ", rank.world_size, " processes (WORLD_SIZE=", rank.world_size, ")");
+  if (absl::Status s = PrepareRank(experiment, rank.world_size, started,
+                                   distributed::ThreadsPerRank(rank.local_world_size));
+      !s.ok()) {
+    return s;
+  }
+  if (rank.world_size == 1) return std::unique_ptr<distributed::GlooGroup>();
+  return distributed::JoinLaunchedGroup(rank, std::chrono::seconds(experiment.run().parallel().timeout_seconds()),
+                                        kConnectTimeout);
 }
 
 int Main(int argc, char** argv) {
@@ -99,14 +132,18 @@ int Main(int argc, char** argv) {
   options.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint_on_signal = true;
   options.stop_after_step = absl::GetFlag(FLAGS_stop_after);
+  // A launcher's variables (RANK and WORLD_SIZE, or mpirun's) win over Slurm's: a launcher under srun.
+  absl::StatusOr<std::optional<distributed::LaunchedRank>> launched = distributed::LaunchedRankFromEnvironment();
   absl::StatusOr<std::optional<distributed::SlurmTask>> slurm = distributed::SlurmTaskFromEnvironment();
-  if (!slurm.ok()) {
-    std::fprintf(stderr, "train: %s\n", std::string(slurm.status().message()).c_str());
+  if (!launched.ok() || !slurm.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string((!launched.ok() ? launched.status() : slurm.status()).message()).c_str());
     return 1;
   }
+  if (launched->has_value()) *slurm = std::nullopt;
   std::unique_ptr<distributed::GlooGroup> group;
-  if (slurm->has_value()) {
-    absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> joined = JoinSrunStep(**slurm, *experiment);
+  if (launched->has_value() || slurm->has_value()) {
+    absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> joined =
+        launched->has_value() ? JoinLaunchedRanks(**launched, *experiment) : JoinSrunStep(**slurm, *experiment);
     if (!joined.ok()) {
       std::fprintf(stderr, "train: %s\n", std::string(joined.status().message()).c_str());
       return 1;
@@ -115,7 +152,7 @@ int Main(int argc, char** argv) {
     options.collectives = group.get();
   }
   absl::StatusOr<TrainResult> result = Train(*experiment, options);
-  if (group != nullptr) {
+  if (group != nullptr && slurm->has_value()) {
     group.reset();
     // The step's rendezvous folder, which no rank reads once the group is up.
     if (slurm->value().rank == 0) {

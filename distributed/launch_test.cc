@@ -1,0 +1,128 @@
+// //distributed:launch with real workers (launch_test_worker): each gets torchrun's variables and the ranks
+// meet through rank 0's TCP store, on one machine and as two machines (two launchers, --nnodes=2, on
+// loopback); a worker that fails or is killed is named, with its status and last lines, and every process
+// exits within a few seconds with that status; bad command lines are refused with exit status 2.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace lmf::distributed {
+namespace {
+
+std::string Runfile(const std::string& path) { return absl::StrCat(std::getenv("TEST_SRCDIR"), "/lmforge/", path); }
+
+// Runs the launcher with `flags` on the test worker; its output and status.
+CommandOutput RunLauncher(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {Runfile("distributed/launch")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back("--");
+  argv.push_back(Runfile("distributed/launch_test_worker"));
+  absl::StatusOr<CommandOutput> output = RunCommand(argv, 60);
+  EXPECT_TRUE(output.ok()) << output.status();
+  return output.ok() ? *output : CommandOutput{-1, "", ""};
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+class Launch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"LAUNCH_TEST_FAIL_RANK", "LAUNCH_TEST_FAIL_HOW", "LAUNCH_TEST_STEPS"}) ::unsetenv(name);
+    ::setenv("LMF_NUM_THREADS", "1", 1);
+  }
+  static void Expect(int world, int nproc) {
+    ::setenv("LAUNCH_TEST_WORLD", std::to_string(world).c_str(), 1);
+    ::setenv("LAUNCH_TEST_NPROC", std::to_string(nproc).c_str(), 1);
+  }
+};
+
+TEST_F(Launch, WorkersGetTorchrunsVariablesAndMeetOnOneMachine) {
+  Expect(3, 3);
+  const CommandOutput out = RunLauncher({"--nproc_per_node=3"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  for (int rank = 0; rank < 3; ++rank) EXPECT_TRUE(absl::StrContains(out.out, absl::StrCat("worker ", rank, " of 3: passed"))) << out.out;
+}
+
+TEST_F(Launch, TwoLaunchersMeetAsTwoMachines) {
+  Expect(4, 2);
+  int port = 0;
+  {  // a free port for node 0's rank 0 to serve the store on
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port = ntohs(address.sin_port);
+    ::close(fd);
+  }
+  const std::string rdzv = absl::StrCat("--rdzv=127.0.0.1:", port);
+  CommandOutput node1;
+  std::thread second([&] { node1 = RunLauncher({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", rdzv}); });
+  const CommandOutput node0 = RunLauncher({"--nproc_per_node=2", "--nnodes=2", "--node_rank=0", rdzv});
+  second.join();
+  ASSERT_EQ(node0.exit_code, 0) << node0.err;
+  ASSERT_EQ(node1.exit_code, 0) << node1.err;
+  EXPECT_TRUE(absl::StrContains(node0.out, "worker 0 of 4: passed") && absl::StrContains(node0.out, "worker 1 of 4: passed")) << node0.out;
+  EXPECT_TRUE(absl::StrContains(node1.out, "worker 2 of 4: passed") && absl::StrContains(node1.out, "worker 3 of 4: passed")) << node1.out;
+}
+
+TEST_F(Launch, AFailingWorkerIsNamedAndEveryoneExitsWithItsStatus) {
+  Expect(3, 3);
+  ::setenv("LAUNCH_TEST_STEPS", "300", 1);  // 30 s of steps unless the failure stops them
+  ::setenv("LAUNCH_TEST_FAIL_RANK", "1", 1);
+  ::setenv("LAUNCH_TEST_FAIL_HOW", "exit", 1);
+  const std::string logs = absl::StrCat(std::getenv("TEST_TMPDIR"), "/failing");
+  const auto start = std::chrono::steady_clock::now();
+  const CommandOutput out = RunLauncher({"--nproc_per_node=3", "--log_dir=" + logs});
+  EXPECT_LT(SecondsSince(start), 15);
+  EXPECT_EQ(out.exit_code, 7) << out.err;
+  EXPECT_TRUE(absl::StrContains(out.err, "launch: rank 1 exited with status 7 (" + logs + "/rank_1.log: ")) << out.err;
+  EXPECT_TRUE(absl::StrContains(out.err, "worker 1: planted failure at step 2")) << out.err;
+}
+
+TEST_F(Launch, AKilledWorkerIsNamedAndEveryoneExits) {
+  Expect(2, 2);
+  ::setenv("LAUNCH_TEST_STEPS", "300", 1);
+  ::setenv("LAUNCH_TEST_FAIL_RANK", "0", 1);  // the rank that serves the store
+  ::setenv("LAUNCH_TEST_FAIL_HOW", "kill", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const CommandOutput out = RunLauncher({"--nproc_per_node=2"});
+  EXPECT_LT(SecondsSince(start), 15);
+  EXPECT_EQ(out.exit_code, 128 + 9) << out.err;
+  EXPECT_TRUE(absl::StrContains(out.err, "launch: rank 0 was killed by signal 9")) << out.err;
+}
+
+TEST_F(Launch, BadCommandLinesAreRefused) {
+  Expect(2, 2);
+  CommandOutput out = RunLauncher({"--nproc_per_node=2", "--nnodes=2"});
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(out.err, "--nnodes > 1 needs --rdzv=HOST:PORT")) << out.err;
+  out = RunLauncher({"--nproc_per_node=2", "--nnodes=2", "--node_rank=2", "--rdzv=127.0.0.1:1"});
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(out.err, "--node_rank=2: expected less than --nnodes=2")) << out.err;
+  out = RunLauncher({"--nproc_per_node=2", "--rdzv=localhost"});
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(out.err, "--rdzv=localhost: expected HOST:PORT")) << out.err;
+  absl::StatusOr<CommandOutput> bare = RunCommand({Runfile("distributed/launch"), "--nproc_per_node=2"}, 30);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(bare->err, "no command")) << bare->err;
+}
+
+}  // namespace
+}  // namespace lmf::distributed
