@@ -183,6 +183,7 @@ int Main(int argc, char** argv) {
   options.first_rank = node_rank * nproc;
   options.rank_count = nproc;
   options.log_dir = UserPath(absl::GetFlag(FLAGS_log_dir));
+  options.working_dir = UserWorkingDirectory();  // `bazel run` starts this in its runfiles
   options.own_process_groups = true;
   options.environment = [&](int rank) {
     LaunchedRank launched{rank, nnodes * nproc, rank - node_rank * nproc, nproc, rendezvous->first,

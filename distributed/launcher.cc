@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const La
     if (options.log_header) child.log_header = options.log_header(rank);
     child.parent_death_signal = options.parent_death_signal;
     child.own_process_group = options.own_process_groups;
+    child.working_dir = options.working_dir;
     absl::StatusOr<pid_t> pid = StartChild(child);
     if (!pid.ok()) return pid.status();  // the workers started so far are stopped with `workers`
     workers->workers_.push_back(Worker{rank, *pid, 0, false});

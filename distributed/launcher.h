@@ -29,6 +29,7 @@ struct LaunchOptions {
   int rank_count = 0;   // > 0: only ranks first_rank..first_rank+rank_count-1 (one machine's of a larger world)
   // Rank r's stdout and stderr are appended to <log_dir>/rank_<r>.log; "": they are this process's.
   std::string log_dir;
+  std::string working_dir;          // "": this process's
   bool own_process_groups = false;  // each worker in a process group of its own (a terminal's Ctrl-C then
                                     // reaches the launcher alone, which forwards it)
   // The variables rank r gets on top of this process's environment (replacing those of the same name).
