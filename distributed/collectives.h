@@ -1,6 +1,6 @@
 // The collectives interface that parallel training is written against: a process group is an object passed
 // into single-device code from outside (never a global), and the code that uses it never names a transport.
-// GlooGroup (CPU processes over TCP, gloo_group.h) implements it; an NCCL group for GPU buffers will too.
+// GlooGroup (CPU processes over TCP, gloo_group.h) and NcclGroup (GPU buffers, nccl_group.h) implement it.
 //
 // Memory: every op names its memory with Buffers (pointer, element count, data type, device). Ops come in two
 // forms: XAsync issues the op and returns a Work at once; X is XAsync followed by Work::Wait. A buffer must

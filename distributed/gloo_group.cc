@@ -271,52 +271,21 @@ GlooGroup::GlooGroup(const std::string& name, int rank, int world_size, std::chr
 
 GlooGroup::~GlooGroup() { queue_.reset(); }
 
-namespace {
-
-// Where the group's ranks meet, for errors.
-std::string StoreName(const GlooGroupOptions& options) {
-  return options.store_host.empty() ? options.rendezvous_dir
-                                    : absl::StrCat("the TCP store at ", options.store_host, ":", options.store_port);
-}
-
-// The group's store: the folder's, or the TCP store's (served by rank 0).
-absl::Status OpenStore(const GlooGroupOptions& options, GlooGroupState& state) {
-  if (options.store_host.empty()) {
-    if (options.rendezvous_dir.empty())
-      return absl::InvalidArgumentError("rendezvous_dir and store_host are empty; give a folder all ranks share");
-    if (absl::Status s = MakeDirs(options.rendezvous_dir); !s.ok()) return s;
-    state.store = std::make_shared<FileRendezvousStore>(options.rendezvous_dir, options.abort_connect);
-    return absl::OkStatus();
-  }
-  if (options.store_port < 1 || options.store_port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store_port=", options.store_port, ": expected a TCP port from 1 to 65535"));
-  }
-  if (options.rank == 0) {
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(options.store_host, options.store_port);
-    if (!server.ok()) return server.status();
-    state.store_server = *std::move(server);
-  }
-  absl::StatusOr<std::unique_ptr<TcpRendezvousStore>> client = TcpRendezvousStore::Connect(
-      options.store_host, options.store_port, options.connect_timeout, options.abort_connect);
-  if (!client.ok()) return client.status();
-  state.store = *std::move(client);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("gloo group: rank ", options.rank,
                                                    " is not in [0, world_size=", options.world_size, ")"));
   }
   auto state = std::make_shared<GlooGroupState>();
-  absl::Status opened = OpenStore(options, *state);
+  absl::StatusOr<OpenedStore> opened =
+      OpenRendezvousStore(options.rendezvous_dir, options.store_host, options.store_port, options.rank,
+                          options.connect_timeout, options.abort_connect);
   if (!opened.ok()) {
-    return absl::Status(opened.code(), absl::StrCat("gloo group: rank ", options.rank, " of ", options.world_size,
-                                                    ": ", opened.message()));
+    return absl::Status(opened.status().code(), absl::StrCat("gloo group: rank ", options.rank, " of ",
+                                                             options.world_size, ": ", opened.status().message()));
   }
+  state->store = std::move(opened->store);
+  state->store_server = std::move(opened->server);
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
@@ -328,9 +297,9 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     state->context->setTimeout(options.timeout);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("gloo group: rank ", options.rank, " of ", options.world_size,
-                                               " could not connect via ", StoreName(options), ": ", e.what()));
+                                               " could not connect via ", RendezvousStoreName(options.rendezvous_dir, options.store_host, options.store_port), ": ", e.what()));
   }
-  state->store_name = StoreName(options);
+  state->store_name = RendezvousStoreName(options.rendezvous_dir, options.store_host, options.store_port);
   state->connect_timeout = options.connect_timeout;
   return std::unique_ptr<GlooGroup>(
       new GlooGroup(options.name, options.rank, options.world_size, options.timeout, {}, std::move(state)));

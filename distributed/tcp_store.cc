@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "gloo/common/error.h"
 
 namespace lmf::distributed {
@@ -262,6 +263,36 @@ bool TcpRendezvousStore::Has(const std::string& key) {
   PutLength(&request, static_cast<uint32_t>(key.size()));
   request += key;
   return Request(request, false, nullptr);
+}
+
+std::string RendezvousStoreName(const std::string& rendezvous_dir, const std::string& store_host, int store_port) {
+  return store_host.empty() ? rendezvous_dir : absl::StrCat("the TCP store at ", store_host, ":", store_port);
+}
+
+absl::StatusOr<OpenedStore> OpenRendezvousStore(const std::string& rendezvous_dir, const std::string& store_host,
+                                                int store_port, int rank, std::chrono::milliseconds connect_timeout,
+                                                std::function<std::string()> abort) {
+  OpenedStore opened;
+  if (store_host.empty()) {
+    if (rendezvous_dir.empty())
+      return absl::InvalidArgumentError("rendezvous_dir and store_host are empty; give a folder all ranks share");
+    if (absl::Status s = MakeDirs(rendezvous_dir); !s.ok()) return s;
+    opened.store = std::make_shared<FileRendezvousStore>(rendezvous_dir, std::move(abort));
+    return opened;
+  }
+  if (store_port < 1 || store_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("store_port=", store_port, ": expected a TCP port from 1 to 65535"));
+  }
+  if (rank == 0) {
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start(store_host, store_port);
+    if (!server.ok()) return server.status();
+    opened.server = *std::move(server);
+  }
+  absl::StatusOr<std::unique_ptr<TcpRendezvousStore>> client =
+      TcpRendezvousStore::Connect(store_host, store_port, connect_timeout, std::move(abort));
+  if (!client.ok()) return client.status();
+  opened.store = *std::move(client);
+  return opened;
 }
 
 }  // namespace lmf::distributed

@@ -77,6 +77,18 @@ class TcpRendezvousStore : public RendezvousStore {
   std::string address_;  // host:port, for errors
 };
 
+// Where a group's ranks meet: the folder `rendezvous_dir` when `store_host` is empty (created if missing),
+// else the TCP store at store_host:store_port, which rank 0 starts serving here. For errors:
+// RendezvousStoreName, the folder or "the TCP store at host:port".
+struct OpenedStore {
+  std::shared_ptr<RendezvousStore> store;
+  std::shared_ptr<TcpStoreServer> server;  // rank 0's, with a TCP store: keep it for the group's life
+};
+absl::StatusOr<OpenedStore> OpenRendezvousStore(const std::string& rendezvous_dir, const std::string& store_host,
+                                                int store_port, int rank, std::chrono::milliseconds connect_timeout,
+                                                std::function<std::string()> abort);
+std::string RendezvousStoreName(const std::string& rendezvous_dir, const std::string& store_host, int store_port);
+
 }  // namespace lmf::distributed
 
 #endif  // LMFORGE_DISTRIBUTED_TCP_STORE_H_

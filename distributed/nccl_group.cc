@@ -1,0 +1,418 @@
+// NcclGroup (see nccl_group.h): NCCL's non-blocking communicator, bootstrapped through the rendezvous store,
+// each op's completion an event polled against its deadline.
+#include "distributed/nccl_group.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distributed/tcp_store.h"
+
+namespace lmf::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kUniqueIdKey[] = "nccl.unique_id";
+constexpr std::chrono::microseconds kPollInterval{50};
+
+ncclDataType_t NcclType(DataType type) {
+  switch (type) {
+    case DataType::kF32: return ncclFloat32;
+    case DataType::kF64: return ncclFloat64;
+    case DataType::kBF16: return ncclBfloat16;
+    case DataType::kI32: return ncclInt32;
+    case DataType::kI64: return ncclInt64;
+    case DataType::kU8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclSum; }
+
+// Waits for a non-blocking communicator's call that returned `result` to settle (ncclInProgress until then),
+// up to `deadline`: its final result, or ncclInProgress when the deadline passed first.
+ncclResult_t Settle(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline) {
+  while (result == ncclInProgress) {
+    if (Clock::now() >= deadline) return ncclInProgress;
+    std::this_thread::sleep_for(kPollInterval);
+    if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) return ncclSystemError;
+  }
+  return result;
+}
+
+std::string NcclText(ncclComm_t comm, ncclResult_t result) {
+  const char* last = ncclGetLastError(comm);
+  return absl::StrCat("NCCL: ", ncclGetErrorString(result), last != nullptr && last[0] != '\0' ? ": " : "",
+                      last != nullptr ? last : "");
+}
+
+std::string CudaText(cudaError_t error) { return absl::StrCat("CUDA: ", cudaGetErrorString(error)); }
+
+}  // namespace
+
+class NcclGroupState {
+ public:
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  int world_size = 1;
+  cudaStream_t stream = nullptr;  // the group's own, for ops issued without CallOptions::stream
+  int* barrier_value = nullptr;   // device: the barrier's all-reduced integer
+  int64_t* counts = nullptr;      // device: world_size x world_size all-to-all counts
+  OpenedStore store;              // the root group's (kept so that rank 0 serves it for the group's life)
+
+  ~NcclGroupState() {
+    ::cudaSetDevice(device);
+    if (comm != nullptr) {
+      bool aborted;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        aborted = aborted_;
+      }
+      if (!aborted) {
+        const auto deadline = Clock::now() + std::chrono::seconds(10);
+        if (Settle(comm, ncclCommFinalize(comm), deadline) == ncclSuccess) {
+          ncclCommDestroy(comm);
+        } else {
+          ncclCommAbort(comm);
+        }
+      }
+    }
+    if (barrier_value != nullptr) ::cudaFree(barrier_value);
+    if (counts != nullptr) ::cudaFree(counts);
+    if (stream != nullptr) ::cudaStreamDestroy(stream);
+  }
+
+  // OK, or why an op cannot run: the group failed earlier.
+  absl::Status Usable(const std::string& context) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) return absl::OkStatus();
+    return absl::Status(failure_.code(),
+                        absl::StrCat(context, ": not run: the group failed earlier: ", failure_.message()));
+  }
+
+  // Makes `error` the group's failure if it is the first, and aborts the communicator (its pending work on
+  // this rank ends). Returns `error`.
+  absl::Status Fail(absl::Status error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return error;
+    failure_ = error;
+    if (comm != nullptr && !aborted_) {
+      ncclCommAbort(comm);
+      aborted_ = true;
+    }
+    return error;
+  }
+
+ private:
+  std::mutex mu_;
+  absl::Status failure_;
+  bool aborted_ = false;
+};
+
+namespace {
+
+// An issued op: done when the event recorded after it on its stream has completed.
+class NcclWork : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclGroupState> state, std::string context, std::chrono::milliseconds timeout,
+           Clock::time_point deadline, cudaEvent_t event)
+      : state_(std::move(state)), context_(std::move(context)), timeout_(timeout), deadline_(deadline),
+        event_(event) {}
+  ~NcclWork() override {
+    (void)Wait();
+    ::cudaEventDestroy(event_);
+  }
+
+  absl::Status Wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!result_.has_value()) result_ = Poll();
+    return *result_;
+  }
+
+ private:
+  absl::Status Poll() {
+    for (;;) {
+      const cudaError_t done = ::cudaEventQuery(event_);
+      if (done == cudaSuccess) return absl::OkStatus();
+      if (done != cudaErrorNotReady) {
+        return state_->Fail(absl::InternalError(absl::StrCat(context_, ": ", CudaText(done))));
+      }
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(state_->comm, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        return state_->Fail(absl::UnavailableError(
+            absl::StrCat(context_, ": ", NcclText(state_->comm, async), " (a peer failed or the network did)")));
+      }
+      if (absl::Status usable = state_->Usable(context_); !usable.ok()) return usable;
+      if (Clock::now() >= deadline_) {
+        return state_->Fail(absl::DeadlineExceededError(absl::StrCat(
+            context_, ": timed out after ", timeout_.count(), " ms waiting for the other ranks (communicator aborted)")));
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+
+  std::shared_ptr<NcclGroupState> state_;
+  std::string context_;
+  std::chrono::milliseconds timeout_;
+  Clock::time_point deadline_;
+  cudaEvent_t event_;
+  std::mutex mu_;
+  std::optional<absl::Status> result_;
+};
+
+// Enqueues `call` on the op's stream (the group's own when the op names none) and returns its Work; a failed
+// enqueue fails the group.
+std::unique_ptr<Work> Issue(const std::shared_ptr<NcclGroupState>& state, const std::string& context, void* op_stream,
+                            std::chrono::milliseconds timeout, const std::function<ncclResult_t(cudaStream_t)>& call) {
+  if (absl::Status usable = state->Usable(context); !usable.ok()) return DoneWork(usable);
+  if (cudaError_t e = ::cudaSetDevice(state->device); e != cudaSuccess)
+    return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": ", CudaText(e)))));
+  cudaStream_t stream = op_stream != nullptr ? static_cast<cudaStream_t>(op_stream) : state->stream;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  const ncclResult_t result = Settle(state->comm, call(stream), deadline);
+  if (result == ncclInProgress) {
+    return DoneWork(state->Fail(absl::DeadlineExceededError(
+        absl::StrCat(context, ": NCCL did not take the op within ", timeout.count(), " ms (communicator aborted)"))));
+  }
+  if (result != ncclSuccess) {
+    return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": ", NcclText(state->comm, result)))));
+  }
+  cudaEvent_t event = nullptr;
+  cudaError_t e = ::cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = ::cudaEventRecord(event, stream);
+  if (e != cudaSuccess) {
+    if (event != nullptr) ::cudaEventDestroy(event);
+    return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": ", CudaText(e)))));
+  }
+  return std::make_unique<NcclWork>(state, context, timeout, deadline, event);
+}
+
+// Rank 0's NCCL unique id, published by rank 0 in the store and read by the others.
+absl::StatusOr<ncclUniqueId> ShareUniqueId(RendezvousStore& store, int rank, std::chrono::milliseconds timeout) {
+  ncclUniqueId id;
+  try {
+    if (rank == 0) {
+      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+        return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", NcclText(nullptr, r)));
+      store.set(kUniqueIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+      return id;
+    }
+    store.wait({kUniqueIdKey}, timeout);
+    const std::vector<char> bytes = store.get(kUniqueIdKey);
+    if (bytes.size() != sizeof(id.internal))
+      return absl::InternalError(absl::StrCat("the NCCL unique id in the store has ", bytes.size(), " bytes, not ",
+                                              sizeof(id.internal)));
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+    return id;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank 0's NCCL unique id: ", e.what()));
+  }
+}
+
+// The group's stream and device scratch, on `state.device`.
+absl::Status AllocateDeviceState(NcclGroupState& state) {
+  cudaError_t e = ::cudaSetDevice(state.device);
+  if (e == cudaSuccess) e = ::cudaStreamCreateWithFlags(&state.stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = ::cudaMalloc(&state.barrier_value, sizeof(int));
+  if (e == cudaSuccess) {
+    e = ::cudaMalloc(&state.counts, sizeof(int64_t) * state.world_size * state.world_size);
+  }
+  if (e != cudaSuccess) return absl::InternalError(absl::StrCat("cuda:", state.device, ": ", CudaText(e)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+NcclGroup::NcclGroup(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
+                     std::vector<int> world_ranks, std::shared_ptr<NcclGroupState> state)
+    : Collectives("nccl", name, rank, world_size, timeout, std::move(world_ranks)), state_(std::move(state)) {}
+
+NcclGroup::~NcclGroup() = default;  // each Work waited for its op; the state goes with the last of them
+
+absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(const NcclGroupOptions& options) {
+  const std::string who = absl::StrCat("nccl group '", options.name, "' rank ", options.rank, " of ",
+                                       options.world_size, " (cuda:", options.device, ")");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": rank is not in [0, world_size)"));
+  }
+  auto state = std::make_shared<NcclGroupState>();
+  state->device = options.device;
+  state->world_size = options.world_size;
+  absl::StatusOr<OpenedStore> store = OpenRendezvousStore(options.rendezvous_dir, options.store_host,
+                                                          options.store_port, options.rank, options.connect_timeout, {});
+  if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat(who, ": ", store.status().message()));
+  state->store = *std::move(store);
+  if (absl::Status s = AllocateDeviceState(*state); !s.ok()) return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
+  absl::StatusOr<ncclUniqueId> id = ShareUniqueId(*state->store.store, options.rank, options.connect_timeout);
+  if (!id.ok()) return absl::Status(id.status().code(), absl::StrCat(who, ": ", id.status().message()));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t started = ncclCommInitRankConfig(&state->comm, options.world_size, *id, options.rank, &config);
+  const ncclResult_t result = state->comm != nullptr
+                                  ? Settle(state->comm, started, Clock::now() + options.connect_timeout)
+                                  : started;
+  if (result != ncclSuccess) {
+    const std::string why = result == ncclInProgress
+                                ? absl::StrCat("the other ranks did not join within ", options.connect_timeout.count(), " ms")
+                                : NcclText(state->comm, result);
+    if (state->comm != nullptr) (void)state->Fail(absl::UnavailableError(why));
+    return absl::UnavailableError(absl::StrCat(who, ": ncclCommInitRankConfig via ",
+                                               RendezvousStoreName(options.rendezvous_dir, options.store_host,
+                                                                   options.store_port),
+                                               ": ", why));
+  }
+  return std::unique_ptr<NcclGroup>(
+      new NcclGroup(options.name, options.rank, options.world_size, options.timeout, {}, std::move(state)));
+}
+
+std::unique_ptr<Work> NcclGroup::StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclAllReduce(data.data, data.data, data.count, NcclType(data.type), NcclOp(reduce), state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartBroadcast(const Op& op, const Buffer& data, int root) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclBroadcast(data.data, data.data, data.count, NcclType(data.type), root, state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartBarrier(const Op& op) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclAllReduce(state_->barrier_value, state_->barrier_value, 1, ncclInt32, ncclSum, state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,
+                                                    ReduceOp reduce) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclReduceScatter(input.data, output.data, output.count, NcclType(input.type), NcclOp(reduce),
+                             state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartAllGather(const Op& op, const Buffer& input, const Buffer& output) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclAllGather(input.data, output.data, input.count, NcclType(input.type), state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartAllToAll(const Op& op, const Buffer& input,
+                                               const std::vector<size_t>& send_counts, const Buffer& output,
+                                               const std::vector<size_t>& recv_counts) {
+  // The counts first: every rank's send counts to every rank, so that a rank whose recv_counts disagree
+  // fails (as do its peers) instead of receiving the wrong number of bytes.
+  const int world = world_size(), me = rank();
+  std::vector<int64_t> table(static_cast<size_t>(world) * world);
+  std::copy(send_counts.begin(), send_counts.end(), table.begin() + static_cast<size_t>(me) * world);
+  int64_t* row = state_->counts + static_cast<size_t>(me) * world;
+  std::unique_ptr<Work> exchange = Issue(state_, op.context + " (its counts)", op.stream, op.timeout, [&](cudaStream_t s) {
+    if (::cudaMemcpyAsync(row, table.data() + static_cast<size_t>(me) * world, sizeof(int64_t) * world,
+                          cudaMemcpyHostToDevice, s) != cudaSuccess)
+      return ncclUnhandledCudaError;
+    return ncclAllGather(row, state_->counts, world, ncclInt64, state_->comm, s);
+  });
+  if (absl::Status s = exchange->Wait(); !s.ok()) return DoneWork(s);
+  // The all-gather is done: a plain copy reads its result.
+  if (cudaError_t e = ::cudaMemcpy(table.data(), state_->counts, sizeof(int64_t) * table.size(), cudaMemcpyDeviceToHost);
+      e != cudaSuccess) {
+    return DoneWork(state_->Fail(absl::InternalError(absl::StrCat(op.context, ": ", CudaText(e)))));
+  }
+  std::vector<std::string> disagree;
+  for (int peer = 0; peer < world; ++peer) {
+    const int64_t sent = table[static_cast<size_t>(peer) * world + me];
+    if (sent != static_cast<int64_t>(recv_counts[peer])) {
+      disagree.push_back(absl::StrCat(PeerName(peer), " sends ", sent, " elements, recv_counts[", peer, "] is ",
+                                      recv_counts[peer]));
+    }
+  }
+  if (!disagree.empty()) {
+    return DoneWork(state_->Fail(
+        absl::InvalidArgumentError(absl::StrCat(op.context, ": the counts disagree: ", absl::StrJoin(disagree, "; ")))));
+  }
+  const size_t element = DataTypeSize(input.type);
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    size_t sent = 0, received = 0;
+    for (int peer = 0; peer < world && (r == ncclSuccess || r == ncclInProgress); ++peer) {
+      if (send_counts[peer] > 0)
+        r = ncclSend(static_cast<char*>(input.data) + sent * element, send_counts[peer], NcclType(input.type), peer,
+                     state_->comm, s);
+      if ((r == ncclSuccess || r == ncclInProgress) && recv_counts[peer] > 0)
+        r = ncclRecv(static_cast<char*>(output.data) + received * element, recv_counts[peer], NcclType(output.type),
+                     peer, state_->comm, s);
+      sent += send_counts[peer];
+      received += recv_counts[peer];
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartSend(const Op& op, const Buffer& data, int peer, int /*tag: by order*/) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclSend(data.data, data.count, NcclType(data.type), peer, state_->comm, s);
+  });
+}
+
+std::unique_ptr<Work> NcclGroup::StartRecv(const Op& op, const Buffer& data, int peer, int /*tag: by order*/) {
+  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+    return ncclRecv(data.data, data.count, NcclType(data.type), peer, state_->comm, s);
+  });
+}
+
+void NcclGroup::FailAfterIssuedOps(const absl::Status& error) {
+  // The ops issued before are on the stream ahead of any later one; waiting for them here would block the
+  // caller up to their timeouts, so the group fails now and their Works report what they find.
+  (void)state_->Fail(error);
+}
+
+absl::StatusOr<std::unique_ptr<Collectives>> NcclGroup::MakeSubgroup(const std::vector<int>& ranks,
+                                                                     const std::string& name) {
+  const auto member = std::find(ranks.begin(), ranks.end(), rank());
+  const int subrank = member != ranks.end() ? static_cast<int>(member - ranks.begin()) : -1;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t split = nullptr;
+  const std::string context = absl::StrCat(GroupContext(), ": subgroup '", name, "'");
+  if (absl::Status usable = state_->Usable(context); !usable.ok()) return usable;
+  ::cudaSetDevice(state_->device);
+  ncclResult_t result = ncclCommSplit(state_->comm, subrank >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, std::max(subrank, 0),
+                                      &split, &config);
+  result = Settle(state_->comm, result, Clock::now() + timeout());
+  if (result == ncclSuccess && split != nullptr) result = Settle(split, ncclInProgress, Clock::now() + timeout());
+  if (result != ncclSuccess) {
+    return state_->Fail(absl::UnavailableError(absl::StrCat(context, ": ncclCommSplit: ",
+                                                            result == ncclInProgress ? "timed out"
+                                                                                     : NcclText(state_->comm, result))));
+  }
+  if (subrank < 0) return std::unique_ptr<Collectives>();
+  auto state = std::make_shared<NcclGroupState>();
+  state->comm = split;
+  state->device = state_->device;
+  state->world_size = static_cast<int>(ranks.size());
+  if (absl::Status s = AllocateDeviceState(*state); !s.ok()) return state->Fail(s);
+  std::vector<int> sub_world_ranks;
+  for (int r : ranks) sub_world_ranks.push_back(world_ranks().empty() ? r : world_ranks()[r]);
+  return std::unique_ptr<Collectives>(new NcclGroup(name, subrank, static_cast<int>(ranks.size()), timeout(),
+                                                    std::move(sub_world_ranks), std::move(state)));
+}
+
+absl::Status NcclGroup::CheckDevice(const kernels::Device& device) const {
+  if (device.is_cuda() && device.index == state_->device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a buffer is ", device.is_cuda() ? absl::StrCat("on cuda:", device.index) : std::string("in host memory"),
+      ", but this NCCL group's rank moves memory on cuda:", state_->device, " only"));
+}
+
+}  // namespace lmf::distributed

@@ -1,0 +1,83 @@
+// A GPU process group over NCCL with every op of collectives.h, for buffers on this rank's CUDA device (a
+// host buffer, or one on another device, is refused). Built only where the CUDA toolkit is found
+// (cuda_compatible()); the CPU backend is GlooGroup (gloo_group.h), whose results the GPU test compares with.
+//
+// Bootstrap: the ranks meet through the same rendezvous store as GlooGroup's (a shared folder, or the TCP
+// store rank 0 serves at MASTER_ADDR:MASTER_PORT, tcp_store.h): rank 0 makes the NCCL unique id and publishes
+// it there, the others read it, and all initialise a non-blocking communicator (ncclConfig_t::blocking = 0)
+// within connect_timeout.
+//
+// How each op maps onto NCCL: all-reduce, broadcast, reduce-scatter and all-gather are NCCL's own (in place
+// where collectives.h allows it); barrier is an all-reduce of one device integer; all-to-all exchanges the
+// counts first (an all-gather, checked as GlooGroup checks them, so ranks whose counts disagree fail naming
+// each other), then one ncclGroupStart/End of ncclSend and ncclRecv per peer; send and recv are ncclSend and
+// ncclRecv, matched by issue order (NCCL has no tags: collectives.h asks callers to issue both sides in the
+// same order). Each op runs on CallOptions::stream, else the group's own stream.
+//
+// Timeouts: an op's Work waits for an event recorded after it on its stream, polling it and the
+// communicator's asynchronous error; past the op's timeout it aborts the communicator (ncclCommAbort, which
+// ends this rank's pending NCCL work) and fails with DeadlineExceeded naming the group, rank and op. The first
+// failure makes the group unusable on this rank (collectives.h): later ops fail at once with it. A peer whose
+// communicator was aborted fails its own pending ops at its own timeout, not at once (NCCL does not tell it).
+#ifndef LMFORGE_DISTRIBUTED_NCCL_GROUP_H_
+#define LMFORGE_DISTRIBUTED_NCCL_GROUP_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distributed/collectives.h"
+
+namespace lmf::distributed {
+
+struct NcclGroupOptions {
+  std::string name = "world";  // names the group in errors
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;  // this rank's CUDA device
+  // Where the ranks meet, as GlooGroupOptions: a folder all ranks share, or else the TCP store at
+  // store_host:store_port that rank 0 serves.
+  std::string rendezvous_dir;
+  std::string store_host;
+  int store_port = 0;
+  std::chrono::milliseconds timeout{30000};          // each op's, unless its CallOptions say otherwise
+  std::chrono::milliseconds connect_timeout{60000};  // for the unique id and the communicator's initialisation
+};
+
+// The communicator, its device, streams and first failure, shared with its Works (nccl_group.cc).
+class NcclGroupState;
+
+class NcclGroup : public Collectives {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> Connect(const NcclGroupOptions& options);
+  // Waits (each within its timeout) for the ops issued, then destroys the communicator.
+  ~NcclGroup() override;
+
+ protected:
+  std::unique_ptr<Work> StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) override;
+  std::unique_ptr<Work> StartBroadcast(const Op& op, const Buffer& data, int root) override;
+  std::unique_ptr<Work> StartBarrier(const Op& op) override;
+  std::unique_ptr<Work> StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,
+                                           ReduceOp reduce) override;
+  std::unique_ptr<Work> StartAllGather(const Op& op, const Buffer& input, const Buffer& output) override;
+  std::unique_ptr<Work> StartAllToAll(const Op& op, const Buffer& input, const std::vector<size_t>& send_counts,
+                                      const Buffer& output, const std::vector<size_t>& recv_counts) override;
+  std::unique_ptr<Work> StartSend(const Op& op, const Buffer& data, int peer, int tag) override;
+  std::unique_ptr<Work> StartRecv(const Op& op, const Buffer& data, int peer, int tag) override;
+  void FailAfterIssuedOps(const absl::Status& error) override;
+  absl::StatusOr<std::unique_ptr<Collectives>> MakeSubgroup(const std::vector<int>& ranks,
+                                                            const std::string& name) override;
+  absl::Status CheckDevice(const kernels::Device& device) const override;
+
+ private:
+  NcclGroup(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
+            std::vector<int> world_ranks, std::shared_ptr<NcclGroupState> state);
+
+  std::shared_ptr<NcclGroupState> state_;
+};
+
+}  // namespace lmf::distributed
+
+#endif  // LMFORGE_DISTRIBUTED_NCCL_GROUP_H_
