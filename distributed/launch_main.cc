@@ -17,8 +17,6 @@
 // forwarded too (the trainer then ends at once); workers still running --stop_timeout_s after the first are
 // killed.
 #include <signal.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -59,23 +57,6 @@ constexpr char kUsage[] =
     "usage: launch --nproc_per_node=N [--nnodes=M --node_rank=K --rdzv=HOST:PORT] [--log_dir=DIR] -- BINARY ARGS...\n"
     "Exit status: the first failed worker's (128 + N for signal N), else 0; 2 usage; 1 the workers could not start.";
 
-// A port no process listens on now (the kernel's pick; rank 0 binds it a moment later).
-absl::StatusOr<int> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    return absl::InternalError(absl::StrCat("cannot find a free port on 127.0.0.1: ", why));
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 // The executable: a path with a '/' taken from the caller's folder, else looked up in PATH as a shell does.
 absl::StatusOr<std::string> FindExecutable(const std::string& name) {
   if (name.find('/') != std::string::npos) return UserPath(name);
@@ -92,7 +73,7 @@ absl::StatusOr<std::pair<std::string, int>> Rendezvous(int nnodes) {
   const std::string rdzv = absl::GetFlag(FLAGS_rdzv);
   if (rdzv.empty()) {
     if (nnodes > 1) return absl::InvalidArgumentError("--nnodes > 1 needs --rdzv=HOST:PORT (node 0's address)");
-    absl::StatusOr<int> port = FreePort();
+    absl::StatusOr<int> port = FreeLoopbackPort();
     if (!port.ok()) return port.status();
     return std::make_pair(std::string("127.0.0.1"), *port);
   }

@@ -2,9 +2,6 @@
 // meet through rank 0's TCP store, on one machine and as two machines (two launchers, --nnodes=2, on
 // loopback); a worker that fails or is killed is named, with its status and last lines, and every process
 // exits within a few seconds with that status; bad command lines are refused with exit status 2.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/subprocess.h"
+#include "distributed/launched_rank.h"
 #include "gtest/gtest.h"
 
 namespace lmf::distributed {
@@ -58,19 +56,9 @@ TEST_F(Launch, WorkersGetTorchrunsVariablesAndMeetOnOneMachine) {
 
 TEST_F(Launch, TwoLaunchersMeetAsTwoMachines) {
   Expect(4, 2);
-  int port = 0;
-  {  // a free port for node 0's rank 0 to serve the store on
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address = {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port = ntohs(address.sin_port);
-    ::close(fd);
-  }
-  const std::string rdzv = absl::StrCat("--rdzv=127.0.0.1:", port);
+  absl::StatusOr<int> port = FreeLoopbackPort();  // for node 0's rank 0 to serve the store on
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string rdzv = absl::StrCat("--rdzv=127.0.0.1:", *port);
   CommandOutput node1;
   std::thread second([&] { node1 = RunLauncher({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", rdzv}); });
   const CommandOutput node0 = RunLauncher({"--nproc_per_node=2", "--nnodes=2", "--node_rank=0", rdzv});

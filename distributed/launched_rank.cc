@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -100,6 +102,22 @@ absl::StatusOr<int> IntFromEnvironment(const char* name, int min, int max, std::
         absl::StrCat(name, "=\"", value, "\": expected a whole number from ", min, " to ", max));
   }
   return parsed;
+}
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot find a free port on 127.0.0.1: ", why));
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 absl::StatusOr<std::optional<LaunchedRank>> LaunchedRankFromEnvironment() {

@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> JoinLaunchedGroup(const LaunchedRank&
                                                              std::chrono::milliseconds timeout,
                                                              std::chrono::milliseconds connect_timeout);
 
+// A TCP port on 127.0.0.1 that no process listens on now (the kernel's pick), for MASTER_PORT on one
+// machine: rank 0 binds it a moment later (another process could take it in between, as with torchrun's).
+absl::StatusOr<int> FreeLoopbackPort();
+
 // The environment variable `name` as a whole number in [min, max]; `fallback` when unset, else
 // InvalidArgument "<name> is not set<why_required>". Also an InvalidArgument naming it and the range for a
 // value that is not such a number.

@@ -5,9 +5,7 @@
 // naming both; SIGTERM to the launcher reaches every rank, rank 0 checkpoints, the launcher exits with the
 // trainer's status 4, and the run resumed through the launcher ends with the uninterrupted run's weights.
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "base/subprocess.h"
+#include "distributed/launched_rank.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/sweep/sweep_testing.h"
 #include "gtest/gtest.h"
@@ -99,19 +98,9 @@ TEST_F(LaunchTrain, TwoLaunchedRanksTrainAsTheBuiltInLaunchersTwoRanks) {
 }
 
 TEST_F(LaunchTrain, TwoLaunchersAsTwoMachinesTrainTheSameRun) {
-  int port = 0;
-  {  // a free port for rank 0 to serve the store on
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address = {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port = ntohs(address.sin_port);
-    ::close(fd);
-  }
-  const std::string rdzv = absl::StrCat("--rdzv=127.0.0.1:", port);
+  absl::StatusOr<int> port = distributed::FreeLoopbackPort();  // for node 0's rank 0 to serve the store on
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string rdzv = absl::StrCat("--rdzv=127.0.0.1:", *port);
   CommandOutput node1;
   std::thread second([&] {
     node1 = RunToEnd(Launched({"--nproc_per_node=1", "--nnodes=2", "--node_rank=1", rdzv}, TrainCommand("nodes", 2, 6)));
