@@ -1,6 +1,6 @@
 // `train` started by //distributed:launch (train_main.cc, distributed/launched_rank.h): a 2-process
 // data-parallel run of the tiny model through the launcher, on one machine and as two launchers of one
-// process each (--nnodes=2 on loopback), ends with the same weights, bit for bit, and the same losses at
+// process each (--nnodes=2 on loopback), and two processes with mpirun's variables, end with the same weights, bit for bit, and the same losses at
 // every step as the run that `train` launches itself; a world size other than run.parallel.data is refused,
 // naming both; SIGTERM to the launcher reaches every rank, rank 0 checkpoints, the launcher exits with the
 // trainer's status 4, and the run resumed through the launcher ends with the uninterrupted run's weights.
@@ -111,6 +111,37 @@ TEST_F(LaunchTrain, TwoLaunchersAsTwoMachinesTrainTheSameRun) {
   ASSERT_EQ(node0.exit_code, 0) << node0.err;
   ASSERT_EQ(node1.exit_code, 0) << node1.err;
   ExpectSameRun("builtin", "nodes", 6);
+}
+
+// Two processes started as mpirun starts them: OMPI_COMM_WORLD_RANK and _SIZE, MASTER_ADDR and MASTER_PORT.
+TEST_F(LaunchTrain, MpirunsVariablesTrainTheSameRun) {
+  absl::StatusOr<int> port = distributed::FreeLoopbackPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ChildSpec child;
+    child.argv = TrainCommand("mpirun", 2, 6);
+    child.env = {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(*port)}};
+    child.log_path = absl::StrCat(TmpDir(), "/mpirun_rank_", rank, ".log");
+    child.parent_death_signal = SIGKILL;
+    absl::StatusOr<pid_t> pid = StartChild(child);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    ranks.push_back(*pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (int rank = 0; rank < 2; ++rank) {
+    int status = -1;
+    while (::waitpid(ranks[rank], &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::steady_clock::now() >= deadline) {  // stalled: fail, without leaving it running
+      ::kill(ranks[rank], SIGKILL);
+      ::waitpid(ranks[rank], &status, 0);
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "rank " << rank << ": " << ReadFile(absl::StrCat(TmpDir(), "/mpirun_rank_", rank, ".log")).value_or("");
+  }
+  ExpectSameRun("builtin", "mpirun", 6);
 }
 
 TEST_F(LaunchTrain, AWorldSizeOtherThanParallelDataIsRefused) {
