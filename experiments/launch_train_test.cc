@@ -132,9 +132,10 @@ TEST_F(LaunchTrain, MpirunsVariablesTrainTheSameRun) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   for (int rank = 0; rank < 2; ++rank) {
     int status = -1;
-    while (::waitpid(ranks[rank], &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    pid_t reaped = 0;
+    while ((reaped = ::waitpid(ranks[rank], &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (std::chrono::steady_clock::now() >= deadline) {  // stalled: fail, without leaving it running
+    if (reaped == 0) {  // stalled: fail, without leaving it running
       ::kill(ranks[rank], SIGKILL);
       ::waitpid(ranks[rank], &status, 0);
     }
