@@ -1,0 +1,84 @@
+// Grid expansion (see grid.h).
+#include "experiments/sweep/grid.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "config/loader.h"
+#include "config/overrides.h"
+
+namespace lmf::sweep {
+
+absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, const std::string& source,
+                                                  const std::string& where, const AxisRefusal& refusal,
+                                                  size_t max_points) {
+  auto error = [&](const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", where, message));
+  };
+  if (grid.axis_size() == 0) return error(" has no axis; add `axis { field: ... values: ... }`");
+  std::map<std::string, int> axis_of;  // field -> the first axis over it
+  size_t total = 1;
+  for (int i = 0; i < grid.axis_size(); ++i) {
+    const auto& axis = grid.axis(i);
+    if (axis.field().empty()) return error(absl::StrCat(".axis[", i, "].field is empty"));
+    if (const std::string why = refusal ? refusal(axis.field()) : ""; !why.empty()) {
+      return error(absl::StrCat(".axis[", i, "].field is ", axis.field(), ", which the sweep sets itself (", why,
+                                "): an axis over it would change nothing"));
+    }
+    if (const auto [it, fresh] = axis_of.insert({axis.field(), i}); !fresh) {
+      return error(absl::StrCat(".axis[", i, "] and axis[", it->second, "] are both over ", axis.field(),
+                                ": each run would take only the last axis's value; put all the values in one "
+                                "axis"));
+    }
+    if (axis.values_size() == 0) return error(absl::StrCat(".axis[", i, "] (", axis.field(), ") has no values"));
+    total *= static_cast<size_t>(axis.values_size());
+    if (total > max_points) return error(absl::StrCat(" expands to more than ", max_points, " points"));
+  }
+  std::vector<GridPoint> points;
+  std::vector<int> index(grid.axis_size(), 0);
+  for (size_t r = 0; r < total; ++r) {
+    GridPoint point;
+    std::vector<std::string> parts;
+    for (int i = 0; i < grid.axis_size(); ++i) {
+      const auto& axis = grid.axis(i);
+      const std::string& value = axis.values(index[i]);
+      point.assignments.push_back(absl::StrCat(axis.field(), "=", value));
+      const size_t dot = axis.field().rfind('.');
+      parts.push_back(
+          absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
+    }
+    point.name = absl::StrJoin(parts, ",");
+    points.push_back(std::move(point));
+    for (int i = grid.axis_size() - 1; i >= 0; --i) {  // last axis fastest
+      if (++index[i] < grid.axis(i).values_size()) break;
+      index[i] = 0;
+    }
+  }
+  return points;
+}
+
+absl::StatusOr<std::vector<config::Experiment>> ApplyGrid(const config::Experiment& base,
+                                                          const std::vector<GridPoint>& points,
+                                                          const std::string& source, const std::string& where) {
+  std::vector<config::Experiment> out;
+  std::map<std::string, std::string> point_of_config;  // the config as text -> the point that has it
+  for (const GridPoint& point : points) {
+    config::Experiment e = base;
+    for (const std::string& a : point.assignments) {
+      if (absl::Status s = config::ApplyOverride(a, &e); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", where, ": ", s.message()));
+      }
+    }
+    const auto [same, fresh] = point_of_config.insert({config::ExperimentToText(e), point.name});
+    if (!fresh) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", where, ": runs ", same->second, " and ", point.name,
+                       " have the same config (axis values that set the same thing); drop one"));
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace lmf::sweep
