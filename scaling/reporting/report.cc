@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,8 +37,9 @@ std::string WithInterval(const Interval& i, bool have) {
 }
 
 // Every file a report may write, report.md first, then the figures in the order the report shows them.
-const char* const kReportFiles[] = {"report.md",          "isoflop.svg",         "optimal_params.svg",
-                                    "optimal_tokens.svg", "loss_vs_compute.svg", "residuals.svg"};
+const char* const kReportFiles[] = {"report.md",           "isoflop.svg",   "optimal_params.svg",
+                                    "optimal_tokens.svg",  "loss_vs_compute.svg", "residuals.svg",
+                                    "noise_scale.svg"};
 
 absl::Status RemoveFileIfPresent(const std::string& path) {
   if (::unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
@@ -136,6 +138,63 @@ std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& l
                   Fmt(100 * o.flat_tolerance), "% of it (DeepSeek LLM's near-optimal band); ", level,
                   " intervals from resampling runs within each budget", u ? absl::StrCat(" (", u->failed, " of ",
                   u->resamples, " resamples failed)") : "", ".\n\n");
+  return md;
+}
+
+// What the recipe's batch size and learning rate rest on: the grids' power laws extrapolated to the target
+// (with intervals and how far beyond the grids), or the reason there are none.
+std::string RecipeExtrapolation(const ScalingAnalysis& a, const std::string& level) {
+  if (!a.hyperparameters) {
+    return absl::StrCat("**Batch size and learning rate: not extrapolated by laws** (", a.hyperparameters_error,
+                        "): the recipe's come from its basis above. A sweep whose IsoFLOP points carry a batch "
+                        "size x learning rate grid (sweep.isoflop.point_grid) fits B_opt(C) and lr_opt(C).\n\n");
+  }
+  const HyperparameterFit& f = *a.hyperparameters;
+  const bool ci = a.hyperparameters_ci.has_value() && !a.hyperparameters_ci->batch_laws.empty();
+  const HyperparameterUncertainty* u = ci ? &*a.hyperparameters_ci : nullptr;
+  const double target = a.options.target_flops;
+  double lo = INFINITY, hi = 0;
+  for (const HyperparameterOptimum& b : f.budgets) {
+    if (!b.used) continue;
+    lo = std::min(lo, b.budget);
+    hi = std::max(hi, b.budget);
+  }
+  return absl::StrCat(
+      "**Extrapolated batch size and learning rate:** B_opt(C) = ", Fmt(f.batch_law.coefficient), " C<sup>",
+      WithInterval(u ? u->batch_exponent : Interval{f.batch_law.exponent}, ci), "</sup> sequences and lr_opt(C) = ",
+      Fmt(f.lr_law.coefficient), " C<sup>", WithInterval(u ? u->lr_exponent : Interval{f.lr_law.exponent}, ci),
+      "</sup>, fitted to the optima of ", f.budgets_used, " budgets' batch x lr grids (", Flops(lo), " to ", Flops(hi),
+      " FLOP), give at ", Flops(target), " FLOP (", Fmt(target / hi), "x the largest grid budget): B_opt ",
+      WithInterval(u ? u->batch_at_target : Interval{f.batch_law.At(target)}, ci), ", lr_opt ",
+      WithInterval(u ? u->lr_at_target : Interval{f.lr_law.At(target)}, ci), ci ? absl::StrCat(" (", level, " intervals)") : "",
+      ". The recipe takes these, the batch rounded to a power of two.\n\n");
+}
+
+// The gradient noise scale at the end of each budget's runs beside the budget's fitted B_opt.
+std::string NoiseScaleSection(const ScalingAnalysis& a) {
+  std::string md = "## Gradient noise scale\n\n";
+  if (a.noise_curves.empty()) return absl::StrCat(md, "Not measured: ", a.noise_error, ".\n\n");
+  std::map<double, std::vector<double>> last;  // budget -> each run's B_simple at its last estimate
+  for (const NoiseScaleCurve& c : a.noise_curves) last[c.budget].push_back(c.b_simple.back());
+  absl::StrAppend(&md, "| budget (FLOP) | runs | B_simple at the end (median) | range | fitted B_opt |\n"
+                       "|---|---|---|---|---|\n");
+  for (auto& [budget, values] : last) {
+    std::sort(values.begin(), values.end());
+    std::string b_opt = "n/a";
+    if (a.hyperparameters) {
+      for (const HyperparameterOptimum& b : a.hyperparameters->budgets) {
+        if (b.budget == budget && b.used) b_opt = Fmt(b.batch_size);
+      }
+    }
+    absl::StrAppend(&md, "| ", budget > 0 ? Flops(budget) : "none", " | ", values.size(), " | ",
+                    Fmt(values[values.size() / 2]), " | ", Fmt(values.front()), " to ", Fmt(values.back()), " | ",
+                    b_opt, " |\n");
+  }
+  absl::StrAppend(&md, "\nB_simple = tr(Σ) / |G|<sup>2</sup> in sequences (McCandlish et al. 2018), from each "
+                       "step's two batch sizes (its first micro-batch and the whole step; runs with "
+                       "run.grad_accum_steps >= 2), as the ratio of their moving averages; the figure "
+                       "noise_scale.svg plots it against the training loss beside each budget's B_opt. It "
+                       "predicts the critical batch size, which grows as the loss falls.\n\n");
   return md;
 }
 
@@ -301,6 +360,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
                   " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
                   " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
   if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
+  if (!a.selection_note.empty()) absl::StrAppend(&md, a.selection_note, "\n\n");
   if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
 
   // Recommendation.
@@ -363,9 +423,10 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "**Recipe:** not available: ", a.recipe_error, ".\n\n");
   }
+  absl::StrAppend(&md, RecipeExtrapolation(a, level));
 
   absl::StrAppend(&md, ParametricSection(a, level), IsoFlopSection(a), EnvelopeSection(a), KaplanSection(a),
-                  HyperparameterSection(a, level));
+                  HyperparameterSection(a, level), NoiseScaleSection(a));
 
   // Figures, in the order of ReportFileNames().
   ReportFiles report;
@@ -377,6 +438,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
       {kReportFiles[3], OptimalAllocationFigure(a, 1)},
       {kReportFiles[4], LossVsComputeFigure(a)},
       {kReportFiles[5], ResidualFigure(a)},
+      {kReportFiles[6], NoiseScaleFigure(a)},
   };
   for (const auto& [name, svg] : figures) {
     if (svg.empty()) continue;
