@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "config/loader.h"
 #include "config/overrides.h"
 
@@ -18,20 +19,38 @@ absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, cons
   };
   if (grid.axis_size() == 0) return error(" has no axis; add `axis { field: ... values: ... }`");
   std::map<std::string, int> axis_of;  // field -> the first axis over it
+  std::vector<std::vector<std::string>> fields(grid.axis_size());
   size_t total = 1;
   for (int i = 0; i < grid.axis_size(); ++i) {
     const auto& axis = grid.axis(i);
-    if (axis.field().empty()) return error(absl::StrCat(".axis[", i, "].field is empty"));
-    if (const std::string why = refusal ? refusal(axis.field()) : ""; !why.empty()) {
-      return error(absl::StrCat(".axis[", i, "].field is ", axis.field(), ", which the sweep sets itself (", why,
-                                "): an axis over it would change nothing"));
+    if (!axis.field().empty() && axis.fields_size() > 0) {
+      return error(absl::StrCat(".axis[", i, "] has both `field` and `fields`; give one"));
     }
-    if (const auto [it, fresh] = axis_of.insert({axis.field(), i}); !fresh) {
-      return error(absl::StrCat(".axis[", i, "] and axis[", it->second, "] are both over ", axis.field(),
-                                ": each run would take only the last axis's value; put all the values in one "
-                                "axis"));
+    fields[i] = axis.field().empty() ? std::vector<std::string>(axis.fields().begin(), axis.fields().end())
+                                     : std::vector<std::string>{axis.field()};
+    if (fields[i].empty()) return error(absl::StrCat(".axis[", i, "].field is empty (or give `fields`)"));
+    for (const std::string& field : fields[i]) {
+      if (field.empty()) return error(absl::StrCat(".axis[", i, "].fields has an empty field"));
+      if (const std::string why = refusal ? refusal(field) : ""; !why.empty()) {
+        return error(absl::StrCat(".axis[", i, "].field is ", field, ", which the sweep sets itself (", why,
+                                  "): an axis over it would change nothing"));
+      }
+      if (const auto [it, fresh] = axis_of.insert({field, i}); !fresh) {
+        return error(absl::StrCat(".axis[", i, "] and axis[", it->second, "] are both over ", field,
+                                  ": each run would take only the last axis's value; put all the values in one "
+                                  "axis"));
+      }
     }
-    if (axis.values_size() == 0) return error(absl::StrCat(".axis[", i, "] (", axis.field(), ") has no values"));
+    if (axis.values_size() == 0) {
+      return error(absl::StrCat(".axis[", i, "] (", absl::StrJoin(fields[i], ", "), ") has no values"));
+    }
+    for (const std::string& value : axis.values()) {
+      const size_t parts = fields[i].size() == 1 ? 1 : std::vector<std::string>(absl::StrSplit(value, ',')).size();
+      if (parts != fields[i].size()) {
+        return error(absl::StrCat(".axis[", i, "] value \"", value, "\" has ", parts, " comma-separated parts; its ",
+                                  fields[i].size(), " fields (", absl::StrJoin(fields[i], ", "), ") need one each"));
+      }
+    }
     total *= static_cast<size_t>(axis.values_size());
     if (total > max_points) return error(absl::StrCat(" expands to more than ", max_points, " points"));
   }
@@ -41,12 +60,15 @@ absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, cons
     GridPoint point;
     std::vector<std::string> parts;
     for (int i = 0; i < grid.axis_size(); ++i) {
-      const auto& axis = grid.axis(i);
-      const std::string& value = axis.values(index[i]);
-      point.assignments.push_back(absl::StrCat(axis.field(), "=", value));
-      const size_t dot = axis.field().rfind('.');
-      parts.push_back(
-          absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
+      const std::string& value = grid.axis(i).values(index[i]);
+      const std::vector<std::string> tuple =
+          fields[i].size() == 1 ? std::vector<std::string>{value} : absl::StrSplit(value, ',');
+      for (size_t f = 0; f < fields[i].size(); ++f) {
+        const std::string& field = fields[i][f];
+        point.assignments.push_back(absl::StrCat(field, "=", tuple[f]));
+        const size_t dot = field.rfind('.');
+        parts.push_back(absl::StrCat(dot == std::string::npos ? field : field.substr(dot + 1), "=", tuple[f]));
+      }
     }
     point.name = absl::StrJoin(parts, ",");
     points.push_back(std::move(point));

@@ -1,5 +1,6 @@
 // A Grid (sweep.proto) expanded into its points: every combination of the axes' values, the last axis
-// varying fastest, each with its part of a run name ("lr=3e-4,batch_size=8") and its --set assignments.
+// varying fastest, each with its part of a run name ("lr=3e-4,batch_size=8") and its --set assignments. An
+// axis over several fields (GridAxis.fields) sets them together from each comma-separated value.
 // Both the grid design (sweep.grid) and the grid each IsoFLOP point carries (sweep.isoflop.point_grid) use it.
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_GRID_H_
 #define LMFORGE_EXPERIMENTS_SWEEP_GRID_H_
@@ -24,8 +25,9 @@ struct GridPoint {
 using AxisRefusal = std::function<std::string(const std::string& field)>;
 
 // The points of `grid`. Errors start with "<source>: <where>" (where: "sweep.grid",
-// "sweep.isoflop.point_grid") and name the axis: no axis, an empty field or no values, two axes over one
-// field, an axis `refusal` refuses, more than `max_points` points.
+// "sweep.isoflop.point_grid") and name the axis: no axis, no field or both `field` and `fields`, no values,
+// a value with another number of parts than the axis has fields, two axes over one field, a field `refusal`
+// refuses, more than `max_points` points.
 absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, const std::string& source,
                                                   const std::string& where, const AxisRefusal& refusal,
                                                   size_t max_points);

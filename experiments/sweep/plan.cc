@@ -322,6 +322,10 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
   std::vector<GridPoint> point_grid;
   if (design.has_point_grid()) {
+    if (!(design.grid_fit_window() > 0 && design.grid_fit_window() <= 1)) {
+      return Error(source, absl::StrCat("sweep.isoflop.grid_fit_window=", design.grid_fit_window(),
+                                        " must be a fraction of the best loss in (0, 1]"));
+    }
     if (!(design.grid_tokens_per_param() > 0) || !std::isfinite(design.grid_tokens_per_param())) {
       return Error(source, absl::StrCat("sweep.isoflop.grid_tokens_per_param=", design.grid_tokens_per_param(),
                                         " must be a positive tokens-per-parameter ratio"));
@@ -644,6 +648,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
     case config::Sweep::kIsoflop:
       if (absl::Status s = PlanIsoFlop(sweep, source, base, sizer, &plan.runs); !s.ok()) return s;
       plan.non_embedding_params = sweep.isoflop().params() == config::IsoFlopDesign::NON_EMBEDDING;
+      plan.hyperparameter_fit_window = sweep.isoflop().grid_fit_window();
       break;
     case config::Sweep::DESIGN_NOT_SET:
       return Error(source, "the sweep needs a design: `grid { ... }` or `isoflop { ... }`");

@@ -1,6 +1,7 @@
 // IsoFLOP designs whose points carry a batch size x learning rate grid (sweep.isoflop.point_grid): which
 // models carry it, that every run still spends its budget when the batch changes, the errors a bad point
-// grid gets (naming the field), and that such a sweep resumes like any other (fake_train_for_test trains).
+// grid gets (naming the field), and that such a sweep resumes like any other (fake_train_for_test trains);
+// and grid axes over several fields at once (GridAxis.fields).
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -68,8 +69,9 @@ std::map<double, std::map<std::string, int>> RunsPerModel(const SweepPlan& plan)
 }
 
 TEST(PointGrid, SitsOnTheModelNearestTheTokensPerParameterGuess) {
-  auto plan = Plan(absl::StrCat(kBatchLrGrid, "grid_tokens_per_param: 20"));
+  auto plan = Plan(absl::StrCat(kBatchLrGrid, "grid_tokens_per_param: 20 grid_fit_window: 0.2"));
   ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->hyperparameter_fit_window, 0.2);  // what the sweep's report fits the grids with
   ASSERT_EQ(plan->runs.size(), 2u * (3 + 6));  // per budget: 3 models once, 1 model x 6 grid points
   for (const auto& [budget, models] : RunsPerModel(*plan)) {
     ASSERT_EQ(models.size(), 4u) << budget;
@@ -148,6 +150,11 @@ TEST(PointGrid, BadPointGridsGetErrorsNamingTheField) {
   EXPECT_NE(guess.status().message().find("sweep.isoflop.grid_tokens_per_param=0 must be a positive"),
             std::string::npos)
       << guess.status();
+  auto window = Plan(absl::StrCat(kBatchLrGrid, "grid_fit_window: 1.5"));
+  ASSERT_FALSE(window.ok());
+  EXPECT_NE(window.status().message().find("sweep.isoflop.grid_fit_window=1.5 must be a fraction"),
+            std::string::npos)
+      << window.status();
   // Batch 65536 leaves a run fewer than min_steps (20) steps: the error names the run and the field.
   auto big = Plan(R"pb(point_grid { axis { field: "run.batch_size" values: [ "4", "65536" ] } })pb");
   ASSERT_FALSE(big.ok());
@@ -156,6 +163,49 @@ TEST(PointGrid, BadPointGridsGetErrorsNamingTheField) {
   EXPECT_NE(big.status().message().find("_batch_size=65536 would train"), std::string::npos) << big.status();
   EXPECT_NE(big.status().message().find("fewer than sweep.isoflop.min_steps=20"), std::string::npos)
       << big.status();
+}
+
+// An axis over several fields (GridAxis.fields) sets them together: widths at one head size and d_ff ratio.
+TEST(GridFields, AnAxisOverSeveralFieldsSetsThemTogether) {
+  const std::string head = absl::StrCat("name: \"t\"\noutput_dir: \"", TmpDir(), "/fields\"\n", R"pb(
+    experiment {
+      model { d_model: 64 n_layers: 2 n_heads: 2 vocab_size: 256 context_length: 32 ffn { d_ff: 256 } }
+      optimizer { lr: 1e-3 }
+      data { train_tokens: "train.tok" val_tokens: "val.tok" }
+      run { batch_size: 4 max_steps: 10 output_dir: "unused" eval_tokens: 1024 }
+    }
+  )pb");
+  auto plan = [&](const std::string& grid) -> absl::StatusOr<SweepPlan> {
+    auto sweep = ParseSweepText(head + grid, "test.sweep");
+    if (!sweep.ok()) return sweep.status();
+    return PlanSweep(*sweep, "test.sweep", TmpDir(), SimpleSizer);
+  };
+  auto ok = plan(R"pb(grid {
+    axis { fields: [ "model.d_model", "model.n_heads" ] values: [ "32,2", "64,4" ] }
+    axis { field: "optimizer.lr" values: [ "1e-3", "1e-2" ] }
+  })pb");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->runs.size(), 4u);
+  EXPECT_EQ(ok->runs[0].name, "d_model=32,n_heads=2,lr=1e-3");
+  EXPECT_EQ(ok->runs[3].name, "d_model=64,n_heads=4,lr=1e-2");
+  EXPECT_EQ(ok->runs[3].experiment.model().d_model(), 64);
+  EXPECT_EQ(ok->runs[3].experiment.model().n_heads(), 4);
+  auto parts = plan(R"pb(grid { axis { fields: [ "model.d_model", "model.n_heads" ] values: [ "32" ] } })pb");
+  ASSERT_FALSE(parts.ok());
+  EXPECT_EQ(parts.status().message(),
+            "test.sweep: sweep.grid.axis[0] value \"32\" has 1 comma-separated parts; its 2 fields (model.d_model, "
+            "model.n_heads) need one each");
+  auto both = plan(R"pb(grid { axis { field: "optimizer.lr" fields: [ "model.d_model" ] values: [ "1" ] } })pb");
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message(), "test.sweep: sweep.grid.axis[0] has both `field` and `fields`; give one");
+  auto twice = plan(R"pb(grid {
+    axis { fields: [ "model.d_model", "model.n_heads" ] values: [ "32,2" ] }
+    axis { field: "model.n_heads" values: [ "1", "2" ] }
+  })pb");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("sweep.grid.axis[1] and axis[0] are both over model.n_heads"),
+            std::string::npos)
+      << twice.status();
 }
 
 std::string FakeTrainer() {
