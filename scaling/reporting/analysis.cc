@@ -357,6 +357,11 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
   }
 
   FitHyperparameters(table, options, &a);
+  if (absl::StatusOr<std::vector<WidthLrCurve>> widths = WidthLrCurves(table, options.choice); widths.ok()) {
+    a.width_lr_curves = *std::move(widths);
+  } else {
+    a.width_lr_error = std::string(widths.status().message());
+  }
   if (absl::StatusOr<std::vector<NoiseScaleCurve>> noise = ReadNoiseScaleCurves(table); !noise.ok()) {
     a.noise_error = std::string(noise.status().message());
   } else if (noise->empty()) {

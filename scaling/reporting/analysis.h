@@ -20,6 +20,7 @@
 #include "scaling/fit/power_law.h"
 #include "scaling/fit/uncertainty.h"
 #include "scaling/reporting/noise_scale.h"
+#include "scaling/reporting/width_transfer.h"
 #include "scaling/results.h"
 
 namespace lmf::scaling {
@@ -100,6 +101,10 @@ struct ScalingAnalysis {
   // The gradient noise scale of the runs that logged it (noise_scale.h); empty with the reason when none did.
   std::vector<NoiseScaleCurve> noise_curves;
   std::string noise_error;
+
+  // Loss against lr per width (width_transfer.h), where the table has such runs; else the reason.
+  std::vector<WidthLrCurve> width_lr_curves;
+  std::string width_lr_error;
 
   // Which approach the recommended N and D (and so the recipe) come from: "Approach 3" where it was fitted,
   // else "Approach 2" where that was, else "" (no recommendation).

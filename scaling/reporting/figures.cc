@@ -287,3 +287,28 @@ std::string NoiseScaleFigure(const ScalingAnalysis& a) {
 }
 
 }  // namespace lmf::scaling
+
+namespace lmf::scaling {
+
+std::string WidthTransferFigure(const ScalingAnalysis& a) {
+  if (a.width_lr_curves.empty()) return "";
+  Figure fig("Learning rate across widths", 820, 500);
+  fig.SetSubtitle("loss against peak learning rate, one curve per width; stars: each width's best run (muP "
+                  "keeps it in place, standard parametrization moves it)");
+  fig.x_axis() = {"peak learning rate", Scale::kLog};
+  fig.y_axis() = {a.options.choice.best_loss ? "best validation loss" : "final validation loss", Scale::kLinear};
+  const size_t n = a.width_lr_curves.size();
+  std::vector<double> best_lr, best_loss;
+  for (size_t i = 0; i < n; ++i) {
+    const WidthLrCurve& c = a.width_lr_curves[i];
+    const std::string color = plot::RampColor(0.1 + 0.85 * static_cast<double>(i) / static_cast<double>(n - 1));
+    fig.AddLine(c.lr, c.loss, {color, 1.8}, "d_model = " + std::to_string(c.d_model));
+    fig.AddMarkers(c.lr, c.loss, Marker::kCircle, {color, 1, false, 0.9}, "", 3.5);
+    best_lr.push_back(c.best_lr);
+    best_loss.push_back(c.best_loss);
+  }
+  fig.AddMarkers(best_lr, best_loss, Marker::kStar, {"#111111", 1, false, 1}, "best lr of each width", 6);
+  return fig.Svg();
+}
+
+}  // namespace lmf::scaling

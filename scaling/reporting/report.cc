@@ -39,7 +39,7 @@ std::string WithInterval(const Interval& i, bool have) {
 // Every file a report may write, report.md first, then the figures in the order the report shows them.
 const char* const kReportFiles[] = {"report.md",           "isoflop.svg",   "optimal_params.svg",
                                     "optimal_tokens.svg",  "loss_vs_compute.svg", "residuals.svg",
-                                    "noise_scale.svg"};
+                                    "noise_scale.svg",     "width_transfer.svg"};
 
 absl::Status RemoveFileIfPresent(const std::string& path) {
   if (::unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
@@ -195,6 +195,24 @@ std::string NoiseScaleSection(const ScalingAnalysis& a) {
                        "run.grad_accum_steps >= 2), as the ratio of their moving averages; the figure "
                        "noise_scale.svg plots it against the training loss beside each budget's B_opt. It "
                        "predicts the critical batch size, which grows as the loss falls.\n\n");
+  return md;
+}
+
+// The best learning rate of each width, and how far it moves from the smallest width to the largest.
+std::string WidthTransferSection(const ScalingAnalysis& a) {
+  std::string md = "## Learning rate across widths\n\n";
+  if (a.width_lr_curves.empty()) return absl::StrCat(md, "Not measured: ", a.width_lr_error, ".\n\n");
+  absl::StrAppend(&md, "| d_model | learning rates | best lr (grid) | loss there |\n|---|---|---|---|\n");
+  for (const WidthLrCurve& c : a.width_lr_curves) {
+    absl::StrAppend(&md, "| ", c.d_model, " | ", c.lr.size(), " | ", Fmt(c.best_lr), " | ", Fmt(c.best_loss), " |\n");
+  }
+  const WidthLrCurve& small = a.width_lr_curves.front();
+  const WidthLrCurve& large = a.width_lr_curves.back();
+  const double shift = large.best_lr / small.best_lr;
+  absl::StrAppend(&md, "\nFrom d_model ", small.d_model, " to ", large.d_model, " (", Fmt(static_cast<double>(large.d_model) / small.d_model),
+                  "x wider) the best learning rate moves by a factor ", Fmt(shift), shift == 1 ? " (it stays)" : "",
+                  ": under muP it should stay within the grid's spacing, under standard parametrization it falls "
+                  "with width. The figure width_transfer.svg shows each width's loss against lr.\n\n");
   return md;
 }
 
@@ -426,7 +444,8 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   absl::StrAppend(&md, RecipeExtrapolation(a, level));
 
   absl::StrAppend(&md, ParametricSection(a, level), IsoFlopSection(a), EnvelopeSection(a), KaplanSection(a),
-                  HyperparameterSection(a, level), NoiseScaleSection(a));
+                  HyperparameterSection(a, level), NoiseScaleSection(a),
+                  WidthTransferSection(a));
 
   // Figures, in the order of ReportFileNames().
   ReportFiles report;
@@ -439,6 +458,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
       {kReportFiles[4], LossVsComputeFigure(a)},
       {kReportFiles[5], ResidualFigure(a)},
       {kReportFiles[6], NoiseScaleFigure(a)},
+      {kReportFiles[7], WidthTransferFigure(a)},
   };
   for (const auto& [name, svg] : figures) {
     if (svg.empty()) continue;
