@@ -177,6 +177,19 @@ TEST(NoiseScale, TheReportPlotsItBesideBoptAndStatesTheExtrapolatedLaws) {
             std::string::npos)
       << *md;
   EXPECT_NE(md->find("(95% intervals)"), std::string::npos) << *md;
+  // A resampled 3 x 3 grid can lose a batch size or lr and with it its minimum: more such draws than the
+  // intervals' tails (5%) mark the intervals unreliable, in the recipe's statement and the batch/lr section.
+  ASSERT_TRUE(a->hyperparameters_ci.has_value());
+  const HyperparameterUncertainty& u = *a->hyperparameters_ci;
+  const std::string unreliable = absl::StrCat("**The intervals are unreliable:** ", u.failed, " of ", u.resamples,
+                                              " resamples had fewer than 2 budgets whose grid had a minimum");
+  const size_t first = md->find(unreliable);
+  if (u.failed > 0.05 * u.resamples) {
+    ASSERT_NE(first, std::string::npos) << *md;
+    EXPECT_NE(md->find(unreliable, first + 1), std::string::npos) << *md;
+  } else {
+    EXPECT_EQ(md->find("**The intervals are unreliable:**"), std::string::npos) << *md;
+  }
 }
 
 TEST(NoiseScale, WithoutLogsTheReportSaysWhy) {

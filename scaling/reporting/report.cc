@@ -105,6 +105,18 @@ std::string ExtrapolationNote(const ScalingAnalysis& a, double largest_swept) {
   return note.empty() ? note : note + "\n\n";
 }
 
+// " **The intervals are unreliable:** ..." where more batch/lr resamples failed than the intervals leave in
+// their tails (the failed draws are the extreme ones), else "".
+std::string HyperparameterReliability(const ScalingAnalysis& a) {
+  if (!a.hyperparameters_ci.has_value() || a.hyperparameters_ci->Reliable(a.options.bootstrap.confidence)) return "";
+  const HyperparameterUncertainty& u = *a.hyperparameters_ci;
+  return absl::StrCat(" **The intervals are unreliable:** ", u.failed, " of ", u.resamples,
+                      " resamples had fewer than 2 budgets whose grid had a minimum, more than the ",
+                      Fmt(100 * (1 - a.options.bootstrap.confidence)),
+                      "% the intervals leave in their tails (more runs per grid, or grids centred on the optimum, "
+                      "make them firm).");
+}
+
 // Batch size and learning rate: the optimum of each budget's grid, its flat region, and the power laws.
 std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& level) {
   std::string md = "## Batch size and learning rate\n\n";
@@ -137,7 +149,7 @@ std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& l
                        "within ", Fmt(100 * o.fit_window), "% of its best loss; the flat region is the runs within ",
                   Fmt(100 * o.flat_tolerance), "% of it (DeepSeek LLM's near-optimal band); ", level,
                   " intervals from resampling runs within each budget", u ? absl::StrCat(" (", u->failed, " of ",
-                  u->resamples, " resamples failed)") : "", ".\n\n");
+                  u->resamples, " resamples failed)") : "", ".", HyperparameterReliability(a), "\n\n");
   return md;
 }
 
@@ -167,7 +179,7 @@ std::string RecipeExtrapolation(const ScalingAnalysis& a, const std::string& lev
       " FLOP), give at ", Flops(target), " FLOP (", Fmt(target / hi), "x the largest grid budget): B_opt ",
       WithInterval(u ? u->batch_at_target : Interval{f.batch_law.At(target)}, ci), ", lr_opt ",
       WithInterval(u ? u->lr_at_target : Interval{f.lr_law.At(target)}, ci), ci ? absl::StrCat(" (", level, " intervals)") : "",
-      ". The recipe takes these, the batch rounded to a power of two.\n\n");
+      ". The recipe takes these, the batch rounded to a power of two.", HyperparameterReliability(a), "\n\n");
 }
 
 // The gradient noise scale at the end of each budget's runs beside the budget's fitted B_opt.

@@ -411,6 +411,10 @@ TEST(ReportTest, BatchAndLearningRateGridsGiveTheirLawsAndTheRecipe) {
   EXPECT_NE(md->find("## Batch size and learning rate"), std::string::npos);
   EXPECT_NE(md->find("B_opt = k C<sup>a</sup>: k = "), std::string::npos);
   EXPECT_NE(md->find("a = 0.3 ["), std::string::npos) << *md;
+  // 5 x 5 grids keep their minimum in every resample: the intervals are not marked unreliable.
+  ASSERT_TRUE(a->hyperparameters_ci.has_value());
+  EXPECT_TRUE(a->hyperparameters_ci->Reliable(0.95)) << a->hyperparameters_ci->failed;
+  EXPECT_EQ(md->find("**The intervals are unreliable:**"), std::string::npos) << *md;
 }
 
 // One budget cannot tell the N term from the D term: Approach 3 is refused, with the reason in report.md,
