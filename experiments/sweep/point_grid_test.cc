@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_testing.h"
 #include "gtest/gtest.h"
 
 namespace lmf::sweep {
@@ -19,15 +20,7 @@ namespace {
 
 std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
 
-// Parameters of a pre-norm transformer without biases, and 6N FLOPs per token: enough for planning.
-absl::StatusOr<ModelSize> SimpleSizer(const config::Experiment& e) {
-  const auto& m = e.model();
-  ModelSize s;
-  s.non_embedding_params = 12.0 * m.n_layers() * m.d_model() * m.d_model();
-  s.params = s.non_embedding_params + 2.0 * m.vocab_size() * m.d_model();
-  s.training_flops_per_token = 6.0 * s.params;
-  return s;
-}
+using testing::SimpleSizer;
 
 // `design_extra` goes inside isoflop { }, after the budgets and family.
 absl::StatusOr<SweepPlan> Plan(const std::string& design_extra, const std::string& out = "out") {

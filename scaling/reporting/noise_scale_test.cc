@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "scaling/fit/parametric_testing.h"
 #include "scaling/reporting/figures.h"
 #include "scaling/reporting/report.h"
 
@@ -59,16 +60,6 @@ TEST(NoiseScale, GrowingEstimatesGiveAGrowingAverageWithinTheirRange) {
   for (size_t i = 1; i < c.b_simple.size(); ++i) EXPECT_GT(c.b_simple[i], c.b_simple[i - 1]);
   EXPECT_GT(c.b_simple.back(), 4.0 + 1);
   EXPECT_LT(c.b_simple.back(), 4.0 + 40);
-}
-
-ParametricFitOptions FewStarts() {
-  ParametricFitOptions options;
-  options.grid_alpha = {0.3, 0.6};
-  options.grid_beta = {0.3};
-  options.grid_e = {0.5};
-  options.grid_a = {6};
-  options.grid_b = {6};
-  return options;
 }
 
 // Budgets 1e18, 1e19, 1e20: 7 sizes around the optimum of a Chinchilla law, the middle one as a 3 x 3 grid of
@@ -133,7 +124,7 @@ TEST(NoiseScale, TheReportPlotsItBesideBoptAndStatesTheExtrapolatedLaws) {
   ReportOptions options;
   options.target_flops = 1e22;
   options.bootstrap.resamples = 20;
-  options.parametric = FewStarts();
+  options.parametric = FewParametricStarts();
   absl::StatusOr<ScalingAnalysis> a = MakeReport(results, options, dir + "/report");
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_EQ(a->noise_curves.size(), 27u) << a->noise_error;
@@ -210,7 +201,7 @@ TEST(NoiseScale, WithoutLogsTheReportSaysWhy) {
   ReportOptions options;
   options.target_flops = 1e20;
   options.bootstrap.resamples = 0;
-  options.parametric = FewStarts();
+  options.parametric = FewParametricStarts();
   absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<std::string> md = ReadFile(dir + "/report/report.md");
