@@ -18,7 +18,10 @@ namespace lmf::quickstart {
 
 struct QuickstartOptions {
   std::string out_dir;              // absolute
-  std::vector<std::string> data;    // text files; empty: the synthetic corpus
+  // Text files; empty: the synthetic corpus; {"debian-docs"}: the Debian documentation corpus
+  // (debian_docs.h) built from docs_root into out_dir/data/debian-docs.txt, at most corpus_bytes of it.
+  std::vector<std::string> data;
+  std::string docs_root = "/usr/share/doc";
   uint64_t corpus_bytes = 12 << 20; // size of the synthetic corpus
   uint64_t seed = 1;
   int vocab_size = 512;
@@ -29,6 +32,11 @@ struct QuickstartOptions {
   // The runs' schedule: cosine to 10% (false), or WSD with a 20% 1-sqrt cooldown, each model size's
   // stable phase shared by its budgets (sweep.wsd_branches and isoflop.shared_sizes).
   bool wsd = false;
+  // The recipe design (experiments/sweeps/recipe_quickstart.textproto): each budget's model nearest 20
+  // tokens per parameter trains a 3 x 3 grid of batch size (4, 8, 16 sequences) x peak learning rate (8e-3,
+  // 2.4e-2, 7.2e-2) instead of once, and every run takes its batch in 2 micro-batches so that it logs the
+  // gradient noise scale; the report then fits B_opt(C) and lr_opt(C) and plots the noise scale.
+  bool recipe = false;
   std::vector<std::string> train_command;  // how the sweep starts a run (the quickstart binary itself)
   std::function<void(const std::string&)> progress;
 };

@@ -5,10 +5,13 @@
 //
 //   --out=DIR            where everything goes (default: ./lmforge_quickstart in the folder you ran from)
 //   --data=a.txt,b.txt   real text instead of the synthetic corpus
+//   --data=debian-docs   real English from the documentation Debian installed under /usr/share/doc
 //   --budgets=1e11,2.5e11,6e11,1.5e12  --models_per_budget=5  --vocab_size=512  --corpus_mb=12
 //   --parallel_runs=2    --target_flops=1e15
 //   --schedule=wsd       warmup-stable-decay runs, each model size's stable phase trained once for all its
 //                        budgets (default: cosine; use another --out to keep both sweeps)
+//   --recipe             batch size x learning rate grids at each budget and the gradient noise scale: the
+//                        report's B_opt(C), lr_opt(C) and noise-scale figure (experiments/sweeps/)
 #include <unistd.h>
 
 #include <climits>
@@ -24,12 +27,15 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/flags.h"
+#include "experiments/quickstart/debian_docs.h"
 #include "experiments/quickstart/quickstart.h"
 #include "experiments/sweep/train_run.h"
 #include "experiments/trainer/data_parallel.h"
 
 ABSL_FLAG(std::string, out, "lmforge_quickstart", "output folder (relative to where you ran the command)");
-ABSL_FLAG(std::vector<std::string>, data, {}, "text files to use instead of the synthetic corpus");
+ABSL_FLAG(std::vector<std::string>, data, {},
+          "text files to use instead of the synthetic corpus, or debian-docs: the plain-text documentation "
+          "under /usr/share/doc (real English, at most --corpus_mb of it)");
 ABSL_FLAG(double, corpus_mb, 12, "size of the synthetic corpus in MB");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the synthetic corpus and of every run");
 ABSL_FLAG(int, vocab_size, 512, "BPE vocabulary size (256 bytes + <|endoftext|> + merges)");
@@ -41,6 +47,10 @@ ABSL_FLAG(int, parallel_runs, 2,
 ABSL_FLAG(double, target_flops, 1e15, "the budget the report extrapolates to");
 ABSL_FLAG(std::string, schedule, "cosine",
           "the runs' learning-rate schedule: cosine, or wsd (warmup-stable-decay with shared stable phases)");
+ABSL_FLAG(bool, recipe, false,
+          "each budget's model nearest 20 tokens per parameter also trains a batch size x learning rate grid, "
+          "and every run logs the gradient noise scale: the report fits B_opt(C) and lr_opt(C) (use another "
+          "--out to keep both sweeps)");
 ABSL_FLAG(bool, train_one, false, "internal: train the single sweep run given by --config");
 ABSL_FLAG(std::string, config, "", "internal: the run config for --train_one");
 
@@ -67,7 +77,9 @@ int main(int argc, char** argv) {
   }
   lmf::quickstart::QuickstartOptions o;
   o.out_dir = lmf::UserPath(absl::GetFlag(FLAGS_out));
-  for (const std::string& f : absl::GetFlag(FLAGS_data)) o.data.push_back(lmf::UserPath(f));
+  for (const std::string& f : absl::GetFlag(FLAGS_data)) {
+    o.data.push_back(f == lmf::quickstart::kDebianDocsData ? f : lmf::UserPath(f));
+  }
   if (!(absl::GetFlag(FLAGS_corpus_mb) > 0) || !(absl::GetFlag(FLAGS_corpus_mb) < 1e6)) {
     return Fail(
         absl::StrCat("--corpus_mb=", absl::GetFlag(FLAGS_corpus_mb), ": expected a size in (0, 1e6) MB"));
@@ -85,6 +97,7 @@ int main(int argc, char** argv) {
   o.models_per_budget = absl::GetFlag(FLAGS_models_per_budget);
   o.parallel_runs = absl::GetFlag(FLAGS_parallel_runs);
   o.target_flops = absl::GetFlag(FLAGS_target_flops);
+  o.recipe = absl::GetFlag(FLAGS_recipe);
   if (const std::string schedule = absl::GetFlag(FLAGS_schedule); schedule == "wsd") {
     o.wsd = true;
   } else if (schedule != "cosine") {

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -17,6 +18,7 @@
 #include "config/run_length.h"
 #include "config/validation.h"
 #include "experiments/schedule/lr_schedule.h"
+#include "experiments/sweep/grid.h"
 
 namespace lmf::sweep {
 namespace {
@@ -250,80 +252,48 @@ absl::Status FinishRun(const std::string& source, const std::string& sweep_name,
   return absl::OkStatus();
 }
 
+// Why a grid axis (sweep.grid, or with `isoflop` sweep.isoflop.point_grid) may not be over `field`: the
+// sweep sets it in every run itself, and an axis over it would be overwritten without a word. "" where it may.
+std::string SweepSetsField(const config::Sweep& sweep, bool isoflop, const std::string& field) {
+  if (field == "name") return "each run is named <sweep name>/<run name>";
+  if (field == "run.output_dir") return "each run's folder is <sweep output_dir>/runs/<run name>";
+  if (field == "run.eval_interval" && sweep.evals_per_run() > 0) {
+    return "sweep.evals_per_run sets it from each run's length";
+  }
+  if (sweep.wsd_branches() && (field == "run.init_from" || field == "run.checkpoint_steps" || field == "run.eval_steps")) {
+    return "sweep.wsd_branches sets it to wire branches to their trunks";
+  }
+  if (isoflop && absl::StartsWith(field, "model.")) {
+    return "the IsoFLOP design sets each run's model shape, and the sizes and token counts follow from it";
+  }
+  if (isoflop && (field == "run.max_steps" || field == "run.max_tokens")) {
+    return "the IsoFLOP design sets each run's length from its budget";
+  }
+  return "";
+}
+
 absl::Status PlanGrid(const config::Sweep& sweep, const std::string& source, const config::Experiment& base,
                       std::vector<PlannedRun>* runs) {
-  const auto& grid = sweep.grid();
-  if (grid.axis_size() == 0)
-    return Error(source, "sweep.grid has no axis; add `axis { field: ... values: ... }`");
-  // Fields the sweep sets in every run itself: an axis over one would be overwritten without a word.
-  std::map<std::string, std::string> set_by_sweep = {
-      {"name", "each run is named <sweep name>/<run name>"},
-      {"run.output_dir", "each run's folder is <sweep output_dir>/runs/<run name>"}};
-  if (sweep.evals_per_run() > 0) {
-    set_by_sweep["run.eval_interval"] = "sweep.evals_per_run sets it from each run's length";
-  }
-  if (sweep.wsd_branches()) {
-    for (const char* f : {"run.init_from", "run.checkpoint_steps", "run.eval_steps"}) {
-      set_by_sweep[f] = "sweep.wsd_branches sets it to wire branches to their trunks";
-    }
-  }
-  std::map<std::string, int> axis_of;  // field -> the first axis over it
-  size_t total = 1;
-  for (int i = 0; i < grid.axis_size(); ++i) {
-    const auto& axis = grid.axis(i);
-    if (axis.field().empty()) return Error(source, absl::StrCat("sweep.grid.axis[", i, "].field is empty"));
-    if (const auto it = set_by_sweep.find(axis.field()); it != set_by_sweep.end()) {
-      return Error(source, absl::StrCat("sweep.grid.axis[", i, "].field is ", axis.field(),
-                                        ", which the sweep sets itself (", it->second,
-                                        "): an axis over it would change nothing"));
-    }
-    if (const auto [it, fresh] = axis_of.insert({axis.field(), i}); !fresh) {
-      return Error(source, absl::StrCat("sweep.grid.axis[", i, "] and axis[", it->second, "] are both over ",
-                                        axis.field(),
-                                        ": each run would take only the last axis's value; put "
-                                        "all the values in one axis"));
-    }
-    if (axis.values_size() == 0) {
-      return Error(source, absl::StrCat("sweep.grid.axis[", i, "] (", axis.field(), ") has no values"));
-    }
-    total *= static_cast<size_t>(axis.values_size());
-  }
-  if (total > 10000)
-    return Error(source, absl::StrCat("sweep.grid expands to ", total, " runs; at most 10000"));
-  std::vector<int> index(grid.axis_size(), 0);
-  std::map<std::string, std::string> run_of_config;  // the config as text -> the run that has it
-  for (size_t r = 0; r < total; ++r) {
+  absl::StatusOr<std::vector<GridPoint>> points = ExpandGrid(
+      sweep.grid(), source, "sweep.grid",
+      [&](const std::string& field) { return SweepSetsField(sweep, /*isoflop=*/false, field); }, 10000);
+  if (!points.ok()) return points.status();
+  absl::StatusOr<std::vector<config::Experiment>> configs = ApplyGrid(base, *points, source, "sweep.grid");
+  if (!configs.ok()) return configs.status();
+  for (size_t i = 0; i < points->size(); ++i) {
     PlannedRun run;
-    run.experiment = base;
-    std::vector<std::string> assignments, parts;
-    for (int i = 0; i < grid.axis_size(); ++i) {
-      const auto& axis = grid.axis(i);
-      const std::string& value = axis.values(index[i]);
-      assignments.push_back(absl::StrCat(axis.field(), "=", value));
-      const size_t dot = axis.field().rfind('.');
-      parts.push_back(
-          absl::StrCat(dot == std::string::npos ? axis.field() : axis.field().substr(dot + 1), "=", value));
-    }
-    run.name = SafeName(absl::StrJoin(parts, ","));
-    if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.grid"));
-        !s.ok()) {
-      return s;
-    }
-    // Values written two ways ("1e-3", "0.001") would train one config twice and weigh it twice in the fits.
-    const auto [same, fresh] =
-        run_of_config.insert({config::ExperimentToText(run.experiment), run.name});
-    if (!fresh) {
-      return Error(source,
-                   absl::StrCat("sweep.grid: runs ", same->second, " and ", run.name,
-                                " have the same config (axis values that set the same thing); drop one"));
-    }
+    run.name = SafeName((*points)[i].name);
+    run.experiment = std::move((*configs)[i]);
     runs->push_back(std::move(run));
-    for (int i = grid.axis_size() - 1; i >= 0; --i) {  // last axis fastest
-      if (++index[i] < grid.axis(i).values_size()) break;
-      index[i] = 0;
-    }
   }
   return absl::OkStatus();
+}
+
+// Tokens per optimizer step before defaults are resolved: run.batch_size x run.grad_accum_steps (at least 1)
+// x model.context_length.
+int64_t TokensPerStepOf(const config::Experiment& e) {
+  return static_cast<int64_t>(e.run().batch_size()) * std::max(1, e.run().grad_accum_steps()) *
+         e.model().context_length();
 }
 
 absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
@@ -344,13 +314,28 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   if (!(design.min_tokens_per_param() > 0 && design.max_tokens_per_param() > design.min_tokens_per_param())) {
     return Error(source, "sweep.isoflop needs 0 < min_tokens_per_param < max_tokens_per_param");
   }
-  const int64_t tokens_per_step = static_cast<int64_t>(base.run().batch_size()) *
-                                  std::max(1, base.run().grad_accum_steps()) * base.model().context_length();
+  const int64_t tokens_per_step = TokensPerStepOf(base);
   if (tokens_per_step <= 0) {
     return Error(source,
                  "the base experiment needs run.batch_size and model.context_length for an IsoFLOP design");
   }
   const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
+  std::vector<GridPoint> point_grid;
+  if (design.has_point_grid()) {
+    if (!(design.grid_fit_window() > 0 && design.grid_fit_window() <= 1)) {
+      return Error(source, absl::StrCat("sweep.isoflop.grid_fit_window=", design.grid_fit_window(),
+                                        " must be a fraction of the best loss in (0, 1]"));
+    }
+    if (!(design.grid_tokens_per_param() > 0) || !std::isfinite(design.grid_tokens_per_param())) {
+      return Error(source, absl::StrCat("sweep.isoflop.grid_tokens_per_param=", design.grid_tokens_per_param(),
+                                        " must be a positive tokens-per-parameter ratio"));
+    }
+    absl::StatusOr<std::vector<GridPoint>> points = ExpandGrid(
+        design.point_grid(), source, "sweep.isoflop.point_grid",
+        [&](const std::string& field) { return SweepSetsField(sweep, /*isoflop=*/true, field); }, 1000);
+    if (!points.ok()) return points.status();
+    point_grid = *std::move(points);
+  }
 
   struct Candidate {
     ModelShape shape;
@@ -370,6 +355,9 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.n < b.n; });
+  auto per_token_of = [&](const Candidate& c) {
+    return design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c.n : c.size.training_flops_per_token;
+  };
 
   std::vector<std::vector<const Candidate*>> feasible_at(design.budgets_size());
   for (int b = 0; b < design.budgets_size(); ++b) {
@@ -381,9 +369,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
     std::vector<const Candidate*> feasible;
     int too_few_tokens = 0, too_many_tokens = 0;
     for (const Candidate& c : candidates) {
-      const double per_token =
-          design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c.n : c.size.training_flops_per_token;
-      const double tokens = budget / per_token;
+      const double tokens = budget / per_token_of(c);
       // In double: a large budget's step count can pass the int64 range (1e28 FLOP wrapped to a negative
       // count and was reported as too few tokens).
       const double steps = std::floor(tokens / static_cast<double>(tokens_per_step));
@@ -400,8 +386,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       const double smallest_needs =
           std::max(design.min_tokens_per_param() * smallest.n,
                    static_cast<double>(design.min_steps() * tokens_per_step)) *
-          (design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * smallest.n
-                                                           : smallest.size.training_flops_per_token);
+          per_token_of(smallest);
       std::string why;
       const int total = static_cast<int>(candidates.size());
       if (too_few_tokens == total) {
@@ -463,29 +448,63 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       }
       for (size_t i : used) chosen.push_back(feasible[i]);
     }
+    // point_grid: the models that carry it, every one or the one nearest grid_tokens_per_param.
+    const Candidate* nearest = nullptr;
+    double nearest_gap = INFINITY;
     for (const Candidate* c : chosen) {
-      const double per_token =
-          design.tokens() == config::IsoFlopDesign::SIX_N ? 6.0 * c->n : c->size.training_flops_per_token;
-      const double whole_steps = std::floor(budget / per_token / static_cast<double>(tokens_per_step));
-      // 2^53: the step counts a double holds exactly (and far below int64's range).
-      if (!(whole_steps <= 9007199254740992.0)) {
-        return Error(source,
-                     absl::StrFormat("sweep.isoflop.budgets[%d]=%g would train %s (N=%.3g) for %.3g steps, "
-                                     "more than 2^53: lower the budget or max_tokens_per_param",
-                                     b, budget, BudgetTag(budget), c->n, whole_steps));
-      }
-      const int64_t steps = static_cast<int64_t>(whole_steps);
-      PlannedRun run;
-      run.budget_flops = budget;
-      run.name = absl::StrCat(BudgetTag(budget), "_d", c->shape.d_model, "_L", c->shape.n_layers);
-      run.experiment = base;
-      std::vector<std::string> assignments = ShapeOverrides(c->shape);
-      assignments.push_back(absl::StrCat("run.max_steps=", steps));
-      if (absl::Status s = ApplyAll(assignments, &run.experiment, absl::StrCat(source, ": sweep.isoflop"));
+      const double gap = std::fabs(std::log(budget / per_token_of(*c) / c->n / design.grid_tokens_per_param()));
+      if (gap < nearest_gap) nearest = c, nearest_gap = gap;
+    }
+    for (const Candidate* c : chosen) {
+      PlannedRun point;
+      point.budget_flops = budget;
+      point.name = absl::StrCat(BudgetTag(budget), "_d", c->shape.d_model, "_L", c->shape.n_layers);
+      point.experiment = base;
+      if (absl::Status s = ApplyAll(ShapeOverrides(c->shape), &point.experiment, absl::StrCat(source, ": sweep.isoflop"));
           !s.ok()) {
         return s;
       }
-      runs->push_back(std::move(run));
+      std::vector<PlannedRun> point_runs;
+      const bool gridded = design.has_point_grid() &&
+                           (design.grid_models() == config::IsoFlopDesign::EVERY_MODEL || c == nearest);
+      if (gridded) {
+        absl::StatusOr<std::vector<config::Experiment>> configs =
+            ApplyGrid(point.experiment, point_grid, source, "sweep.isoflop.point_grid");
+        if (!configs.ok()) return configs.status();
+        for (size_t i = 0; i < point_grid.size(); ++i) {
+          PlannedRun run = point;
+          run.name = absl::StrCat(point.name, "_", SafeName(point_grid[i].name));
+          run.experiment = std::move((*configs)[i]);
+          point_runs.push_back(std::move(run));
+        }
+      } else {
+        point_runs.push_back(std::move(point));
+      }
+      for (PlannedRun& run : point_runs) {
+        // A point grid's batch axis changes the tokens per step; the budget, and so D, stays.
+        const double whole_steps =
+            std::floor(budget / per_token_of(*c) / static_cast<double>(TokensPerStepOf(run.experiment)));
+        // 2^53: the step counts a double holds exactly (and far below int64's range).
+        if (!(whole_steps <= 9007199254740992.0)) {
+          return Error(source,
+                       absl::StrFormat("sweep.isoflop.budgets[%d]=%g would train %s (N=%.3g) for %.3g steps, "
+                                       "more than 2^53: lower the budget or max_tokens_per_param",
+                                       b, budget, run.name, c->n, whole_steps));
+        }
+        if (gridded && whole_steps < static_cast<double>(design.min_steps())) {
+          return Error(source, absl::StrFormat("sweep.isoflop.point_grid: run %s would train %.0f steps at %d "
+                                               "tokens per step, fewer than sweep.isoflop.min_steps=%d: lower the "
+                                               "grid's batch sizes or raise the budget",
+                                               run.name, whole_steps, TokensPerStepOf(run.experiment),
+                                               design.min_steps()));
+        }
+        if (absl::Status s = ApplyAll({absl::StrCat("run.max_steps=", static_cast<int64_t>(whole_steps))},
+                                      &run.experiment, absl::StrCat(source, ": sweep.isoflop"));
+            !s.ok()) {
+          return s;
+        }
+        runs->push_back(std::move(run));
+      }
     }
   }
   return absl::OkStatus();
@@ -629,6 +648,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
     case config::Sweep::kIsoflop:
       if (absl::Status s = PlanIsoFlop(sweep, source, base, sizer, &plan.runs); !s.ok()) return s;
       plan.non_embedding_params = sweep.isoflop().params() == config::IsoFlopDesign::NON_EMBEDDING;
+      plan.hyperparameter_fit_window = sweep.isoflop().grid_fit_window();
       break;
     case config::Sweep::DESIGN_NOT_SET:
       return Error(source, "the sweep needs a design: `grid { ... }` or `isoflop { ... }`");

@@ -55,6 +55,7 @@ struct SweepPlan {
   double estimate_flops_per_second = 0;
   double target_flops = 0;                    // resolved: never 0
   bool non_embedding_params = false;          // which N the fits should use (IsoFLOP ParamCount)
+  double hyperparameter_fit_window = 0.05;    // the report's batch/lr fit window (isoflop.grid_fit_window)
   std::optional<config::ShapeFamily> family;  // the IsoFLOP design's model family, if any
   config::Experiment base;                    // the base experiment after the sweep-wide overrides
   std::vector<PlannedRun> runs;

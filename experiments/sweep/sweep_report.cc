@@ -59,6 +59,7 @@ absl::StatusOr<scaling::ScalingAnalysis> WriteSweepReport(const SweepPlan& plan,
   scaling::ReportOptions options;
   options.target_flops = plan.target_flops;
   options.choice.non_embedding = plan.non_embedding_params;
+  options.hyperparameters.fit_window = plan.hyperparameter_fit_window;
   options.data_note = data_note;
   options.recipe = FamilyRecipe(plan, sizer);
   const std::string report_dir = plan.output_dir + "/report";

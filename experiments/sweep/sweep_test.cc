@@ -27,6 +27,7 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
+#include "experiments/sweep/sweep_testing.h"
 #include "experiments/sweep/sweep_report.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -41,15 +42,7 @@ std::string FakeTrainer() {
   return std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test";
 }
 
-// Parameters of a pre-norm transformer without biases, and 6N FLOPs per token: enough for planning.
-absl::StatusOr<ModelSize> SimpleSizer(const config::Experiment& e) {
-  const auto& m = e.model();
-  ModelSize s;
-  s.non_embedding_params = 12.0 * m.n_layers() * m.d_model() * m.d_model();
-  s.params = s.non_embedding_params + 2.0 * m.vocab_size() * m.d_model();
-  s.training_flops_per_token = 6.0 * s.params;
-  return s;
-}
+using testing::SimpleSizer;
 
 const char* kBase = R"pb(
   model {

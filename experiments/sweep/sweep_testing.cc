@@ -26,6 +26,15 @@ std::string WriteRandomTokens(const std::string& name, size_t n, uint32_t seed) 
 
 }  // namespace
 
+absl::StatusOr<ModelSize> SimpleSizer(const config::Experiment& e) {
+  const auto& m = e.model();
+  ModelSize s;
+  s.non_embedding_params = 12.0 * m.n_layers() * m.d_model() * m.d_model();
+  s.params = s.non_embedding_params + 2.0 * m.vocab_size() * m.d_model();
+  s.training_flops_per_token = 6.0 * s.params;
+  return s;
+}
+
 std::string TmpDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
   EXPECT_NE(dir, nullptr) << "TEST_TMPDIR is not set (run the test with bazel test)";

@@ -90,6 +90,8 @@ struct HyperparameterUncertainty {
   std::vector<PowerLaw> batch_laws, lr_laws;   // per successful resample
   int resamples = 0;
   int failed = 0;  // resamples in which fewer than 2 budgets' grids had a minimum
+  // As ParametricUncertainty::Reliable: no more failed resamples than the intervals leave in their tails.
+  bool Reliable(double confidence) const { return resamples == 0 || failed <= (1 - confidence) * resamples; }
 };
 
 // Resamples runs within each budget (so every grid keeps its number of runs) and refits the batch-size and

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "scaling/fit/bootstrap.h"
 #include "scaling/fit/envelope.h"
+#include "scaling/fit/parametric_testing.h"
 
 namespace lmf::scaling {
 namespace {
@@ -99,14 +100,9 @@ TEST(BootstrapCoverageTest, ParametricIntervalsCoverTheTruth) {
   const ParametricLaw truth{1.69, 406.4, 410.7, 0.34, 0.28};
   const double target = 1e22;
   const Allocation at = OptimalAllocation(truth, target);
-  ParametricFitOptions options;
   // Three starts per draw (the full grid finds the same optimum on this well-sampled surface; the test
   // is about the intervals, and 100 full grids would take minutes).
-  options.grid_alpha = {0.3, 0.6};
-  options.grid_beta = {0.3};
-  options.grid_e = {0.5};
-  options.grid_a = {6};
-  options.grid_b = {6};
+  ParametricFitOptions options = FewParametricStarts();
   BootstrapOptions boot;
   boot.resamples = 200;
   int covered_alpha = 0, covered_beta = 0, covered_e = 0, covered_n = 0, covered_loss = 0;
@@ -165,12 +161,7 @@ TEST(BootstrapParametricTest, UnidentifiableResamplesAreDroppedAndCounted) {
     }
   }
   add(1e9, 1e11);
-  ParametricFitOptions options;
-  options.grid_alpha = {0.3, 0.6};
-  options.grid_beta = {0.3};
-  options.grid_e = {0.5};
-  options.grid_a = {6};
-  options.grid_b = {6};
+  ParametricFitOptions options = FewParametricStarts();
   absl::StatusOr<ParametricFit> fit = FitParametric(obs, options);
   ASSERT_TRUE(fit.ok()) << fit.status();
   BootstrapOptions boot;

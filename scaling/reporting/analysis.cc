@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -162,6 +163,33 @@ std::vector<HyperparameterRun> GridRuns(const ResultsTable& table, const Observa
   return runs;
 }
 
+// The table the N/D fits see: where an IsoFLOP budget has several finished runs of one model size (a point
+// grid's batch x lr settings, experiments/sweep), only the best of them by the loss `choice` reads, each size
+// at its best setting; the batch/lr fits see them all. `left_out` counts the runs dropped.
+ResultsTable BestRunPerModel(const ResultsTable& table, const ObservationChoice& choice, int* left_out) {
+  auto loss = [&](const RunResult& r) { return choice.best_loss ? r.best_val_loss : r.final_loss; };
+  std::map<std::tuple<double, double, double>, size_t> best;  // (budget, N, non-embedding N) -> run index
+  for (size_t i = 0; i < table.runs.size(); ++i) {
+    const RunResult& r = table.runs[i];
+    if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
+    const auto [it, fresh] = best.insert({{r.budget_flops, r.params, r.non_embedding_params}, i});
+    if (!fresh && loss(r) < loss(table.runs[it->second])) it->second = i;
+  }
+  ResultsTable out = table;
+  out.runs.clear();
+  *left_out = 0;
+  for (size_t i = 0; i < table.runs.size(); ++i) {
+    const RunResult& r = table.runs[i];
+    const bool grouped = r.status == RunStatus::kFinished && r.budget_flops > 0;
+    if (grouped && best.at({r.budget_flops, r.params, r.non_embedding_params}) != i) {
+      ++*left_out;
+      continue;
+    }
+    out.runs.push_back(r);
+  }
+  return out;
+}
+
 // The batch/lr laws, when the table has batch_size and lr and some budget's grid has 3 or more of each.
 void FitHyperparameters(const ResultsTable& table, const ReportOptions& options, ScalingAnalysis* a) {
   if (!table.Has("batch_size") || !table.Has("lr")) {
@@ -243,7 +271,14 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
     a.failed += r.status == RunStatus::kFailed;
     a.diverged += r.status == RunStatus::kDiverged;
   }
-  absl::StatusOr<Observations> observations = ToObservations(table, options.choice);
+  int left_out = 0;
+  const ResultsTable fitted = BestRunPerModel(table, options.choice, &left_out);
+  if (left_out > 0) {
+    a.selection_note = absl::StrCat("**Batch/lr grids:** the N/D fits take each model size's best run at its "
+                                    "budget; ", left_out, " other runs of those sizes (their batch size x "
+                                    "learning rate grids) go to the batch/lr fits only.");
+  }
+  absl::StatusOr<Observations> observations = ToObservations(fitted, options.choice);
   if (!observations.ok()) return observations.status();
   a.observations = std::move(*observations);
   a.table_note = TableNote(table);
@@ -294,7 +329,7 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
                                                 : "the table has no budget_flops column (no IsoFLOP groups)";
   }
 
-  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(table, options.choice);
+  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(fitted, options.choice);
   if (!curves.ok()) {
     a.envelope_error = std::string(curves.status().message());
   } else if (curves->empty()) {
@@ -322,6 +357,18 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
   }
 
   FitHyperparameters(table, options, &a);
+  if (absl::StatusOr<std::vector<WidthLrCurve>> widths = WidthLrCurves(table, options.choice); widths.ok()) {
+    a.width_lr_curves = *std::move(widths);
+  } else {
+    a.width_lr_error = std::string(widths.status().message());
+  }
+  if (absl::StatusOr<std::vector<NoiseScaleCurve>> noise = ReadNoiseScaleCurves(table); !noise.ok()) {
+    a.noise_error = std::string(noise.status().message());
+  } else if (noise->empty()) {
+    a.noise_error = "no run logged it (metrics.jsonl beside a run's curve file, with run.grad_accum_steps >= 2)";
+  } else {
+    a.noise_curves = *std::move(noise);
+  }
 
   // The recommendation: Approach 3 where it fitted, else Approach 2 (Approach 1 only shows its laws: its
   // envelope rests on training curves under one schedule each, not on finished runs).

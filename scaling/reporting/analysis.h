@@ -19,6 +19,8 @@
 #include "scaling/fit/parametric.h"
 #include "scaling/fit/power_law.h"
 #include "scaling/fit/uncertainty.h"
+#include "scaling/reporting/noise_scale.h"
+#include "scaling/reporting/width_transfer.h"
 #include "scaling/results.h"
 
 namespace lmf::scaling {
@@ -66,6 +68,9 @@ struct ScalingAnalysis {
   ReportOptions options;
   std::string results_path;
   std::string table_note;  // the columns the table lacked and what was derived; "" for a sweep's own table
+  // Where a budget's model size has several runs (a batch x lr grid): that the N/D fits (observations,
+  // curves) took each size's best run there, and how many they left out; else "".
+  std::string selection_note;
   int runs = 0, finished = 0, failed = 0, diverged = 0;
   Observations observations;
 
@@ -92,6 +97,14 @@ struct ScalingAnalysis {
   std::optional<HyperparameterFit> hyperparameters;
   std::optional<HyperparameterUncertainty> hyperparameters_ci;
   std::string hyperparameters_error;
+
+  // The gradient noise scale of the runs that logged it (noise_scale.h); empty with the reason when none did.
+  std::vector<NoiseScaleCurve> noise_curves;
+  std::string noise_error;
+
+  // Loss against lr per width (width_transfer.h), where the table has such runs; else the reason.
+  std::vector<WidthLrCurve> width_lr_curves;
+  std::string width_lr_error;
 
   // Which approach the recommended N and D (and so the recipe) come from: "Approach 3" where it was fitted,
   // else "Approach 2" where that was, else "" (no recommendation).

@@ -245,3 +245,70 @@ std::string ResidualFigure(const ScalingAnalysis& a) {
 }
 
 }  // namespace lmf::scaling
+
+namespace lmf::scaling {
+
+std::string NoiseScaleFigure(const ScalingAnalysis& a) {
+  if (a.noise_curves.empty()) return "";
+  Figure fig("Gradient noise scale against loss", 820, 500);
+  fig.SetSubtitle("B_simple = tr(Σ) / |G|² per run (moving averages of its estimates), and each budget's fitted "
+                  "B_opt at its optimum's validation loss");
+  fig.x_axis() = {"loss (training, moving average; B_opt: validation)", Scale::kLinear};
+  fig.y_axis() = {"batch size (sequences)", Scale::kLog};
+  std::vector<double> budgets;
+  for (const NoiseScaleCurve& c : a.noise_curves) budgets.push_back(c.budget);
+  std::sort(budgets.begin(), budgets.end());
+  budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
+  auto color = [&](double budget) {
+    if (budgets.size() < 2 || !(budget > 0)) return plot::Color(0);
+    const double lo = std::log(std::max(budgets.front(), 1.0)), hi = std::log(budgets.back());
+    return plot::RampColor(0.1 + 0.85 * (std::log(budget) - lo) / (hi - lo));
+  };
+  std::vector<double> labelled;
+  for (const NoiseScaleCurve& c : a.noise_curves) {
+    const bool first = std::find(labelled.begin(), labelled.end(), c.budget) == labelled.end();
+    if (first) labelled.push_back(c.budget);
+    const std::string label =
+        !first ? "" : c.budget > 0 ? "B_simple, C = " + PowerOfTenLabel(c.budget) : "B_simple";
+    fig.AddLine(c.loss, c.b_simple, {color(c.budget), 1.2, false, 0.75}, label);
+  }
+  if (a.hyperparameters) {
+    std::vector<double> loss, batch;
+    for (const HyperparameterOptimum& b : a.hyperparameters->budgets) {
+      if (!b.used) continue;
+      loss.push_back(b.loss);
+      batch.push_back(b.batch_size);
+      // The flat region's batch sizes: the near-optimal band at that loss.
+      fig.AddLine({b.loss, b.loss}, {b.flat_batch_min, b.flat_batch_max}, {color(b.budget), 3, false, 0.6});
+    }
+    fig.AddMarkers(loss, batch, Marker::kStar, {"#111111", 1, false, 1}, "B_opt per budget (flat region)", 6);
+  }
+  return fig.Svg();
+}
+
+}  // namespace lmf::scaling
+
+namespace lmf::scaling {
+
+std::string WidthTransferFigure(const ScalingAnalysis& a) {
+  if (a.width_lr_curves.empty()) return "";
+  Figure fig("Learning rate across widths", 820, 500);
+  fig.SetSubtitle("loss against peak learning rate, one curve per width; stars: each width's best run (muP "
+                  "keeps it in place, standard parametrization moves it)");
+  fig.x_axis() = {"peak learning rate", Scale::kLog};
+  fig.y_axis() = {a.options.choice.best_loss ? "best validation loss" : "final validation loss", Scale::kLinear};
+  const size_t n = a.width_lr_curves.size();
+  std::vector<double> best_lr, best_loss;
+  for (size_t i = 0; i < n; ++i) {
+    const WidthLrCurve& c = a.width_lr_curves[i];
+    const std::string color = plot::RampColor(0.1 + 0.85 * static_cast<double>(i) / static_cast<double>(n - 1));
+    fig.AddLine(c.lr, c.loss, {color, 1.8}, "d_model = " + std::to_string(c.d_model));
+    fig.AddMarkers(c.lr, c.loss, Marker::kCircle, {color, 1, false, 0.9}, "", 3.5);
+    best_lr.push_back(c.best_lr);
+    best_loss.push_back(c.best_loss);
+  }
+  fig.AddMarkers(best_lr, best_loss, Marker::kStar, {"#111111", 1, false, 1}, "best lr of each width", 6);
+  return fig.Svg();
+}
+
+}  // namespace lmf::scaling

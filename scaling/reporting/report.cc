@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,8 +37,9 @@ std::string WithInterval(const Interval& i, bool have) {
 }
 
 // Every file a report may write, report.md first, then the figures in the order the report shows them.
-const char* const kReportFiles[] = {"report.md",          "isoflop.svg",         "optimal_params.svg",
-                                    "optimal_tokens.svg", "loss_vs_compute.svg", "residuals.svg"};
+const char* const kReportFiles[] = {"report.md",           "isoflop.svg",   "optimal_params.svg",
+                                    "optimal_tokens.svg",  "loss_vs_compute.svg", "residuals.svg",
+                                    "noise_scale.svg",     "width_transfer.svg"};
 
 absl::Status RemoveFileIfPresent(const std::string& path) {
   if (::unlink(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
@@ -103,6 +105,18 @@ std::string ExtrapolationNote(const ScalingAnalysis& a, double largest_swept) {
   return note.empty() ? note : note + "\n\n";
 }
 
+// " **The intervals are unreliable:** ..." where more batch/lr resamples failed than the intervals leave in
+// their tails (the failed draws are the extreme ones), else "".
+std::string HyperparameterReliability(const ScalingAnalysis& a) {
+  if (!a.hyperparameters_ci.has_value() || a.hyperparameters_ci->Reliable(a.options.bootstrap.confidence)) return "";
+  const HyperparameterUncertainty& u = *a.hyperparameters_ci;
+  return absl::StrCat(" **The intervals are unreliable:** ", u.failed, " of ", u.resamples,
+                      " resamples had fewer than 2 budgets whose grid had a minimum, more than the ",
+                      Fmt(100 * (1 - a.options.bootstrap.confidence)),
+                      "% the intervals leave in their tails (more runs per grid, or grids centred on the optimum, "
+                      "make them firm).");
+}
+
 // Batch size and learning rate: the optimum of each budget's grid, its flat region, and the power laws.
 std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& level) {
   std::string md = "## Batch size and learning rate\n\n";
@@ -135,7 +149,82 @@ std::string HyperparameterSection(const ScalingAnalysis& a, const std::string& l
                        "within ", Fmt(100 * o.fit_window), "% of its best loss; the flat region is the runs within ",
                   Fmt(100 * o.flat_tolerance), "% of it (DeepSeek LLM's near-optimal band); ", level,
                   " intervals from resampling runs within each budget", u ? absl::StrCat(" (", u->failed, " of ",
-                  u->resamples, " resamples failed)") : "", ".\n\n");
+                  u->resamples, " resamples failed)") : "", ".", HyperparameterReliability(a), "\n\n");
+  return md;
+}
+
+// What the recipe's batch size and learning rate rest on: the grids' power laws extrapolated to the target
+// (with intervals and how far beyond the grids), or the reason there are none.
+std::string RecipeExtrapolation(const ScalingAnalysis& a, const std::string& level) {
+  if (!a.hyperparameters) {
+    return absl::StrCat("**Batch size and learning rate: not extrapolated by laws** (", a.hyperparameters_error,
+                        "): the recipe's come from its basis above. A sweep whose IsoFLOP points carry a batch "
+                        "size x learning rate grid (sweep.isoflop.point_grid) fits B_opt(C) and lr_opt(C).\n\n");
+  }
+  const HyperparameterFit& f = *a.hyperparameters;
+  const bool ci = a.hyperparameters_ci.has_value() && !a.hyperparameters_ci->batch_laws.empty();
+  const HyperparameterUncertainty* u = ci ? &*a.hyperparameters_ci : nullptr;
+  const double target = a.options.target_flops;
+  double lo = INFINITY, hi = 0;
+  for (const HyperparameterOptimum& b : f.budgets) {
+    if (!b.used) continue;
+    lo = std::min(lo, b.budget);
+    hi = std::max(hi, b.budget);
+  }
+  return absl::StrCat(
+      "**Extrapolated batch size and learning rate:** B_opt(C) = ", Fmt(f.batch_law.coefficient), " C<sup>",
+      WithInterval(u ? u->batch_exponent : Interval{f.batch_law.exponent}, ci), "</sup> sequences and lr_opt(C) = ",
+      Fmt(f.lr_law.coefficient), " C<sup>", WithInterval(u ? u->lr_exponent : Interval{f.lr_law.exponent}, ci),
+      "</sup>, fitted to the optima of ", f.budgets_used, " budgets' batch x lr grids (", Flops(lo), " to ", Flops(hi),
+      " FLOP), give at ", Flops(target), " FLOP (", Fmt(target / hi), "x the largest grid budget): B_opt ",
+      WithInterval(u ? u->batch_at_target : Interval{f.batch_law.At(target)}, ci), ", lr_opt ",
+      WithInterval(u ? u->lr_at_target : Interval{f.lr_law.At(target)}, ci), ci ? absl::StrCat(" (", level, " intervals)") : "",
+      ". The recipe takes these, the batch rounded to a power of two.", HyperparameterReliability(a), "\n\n");
+}
+
+// The gradient noise scale at the end of each budget's runs beside the budget's fitted B_opt.
+std::string NoiseScaleSection(const ScalingAnalysis& a) {
+  std::string md = "## Gradient noise scale\n\n";
+  if (a.noise_curves.empty()) return absl::StrCat(md, "Not measured: ", a.noise_error, ".\n\n");
+  std::map<double, std::vector<double>> last;  // budget -> each run's B_simple at its last estimate
+  for (const NoiseScaleCurve& c : a.noise_curves) last[c.budget].push_back(c.b_simple.back());
+  absl::StrAppend(&md, "| budget (FLOP) | runs | B_simple at the end (median) | range | fitted B_opt |\n"
+                       "|---|---|---|---|---|\n");
+  for (auto& [budget, values] : last) {
+    std::sort(values.begin(), values.end());
+    std::string b_opt = "n/a";
+    if (a.hyperparameters) {
+      for (const HyperparameterOptimum& b : a.hyperparameters->budgets) {
+        if (b.budget == budget && b.used) b_opt = Fmt(b.batch_size);
+      }
+    }
+    absl::StrAppend(&md, "| ", budget > 0 ? Flops(budget) : "none", " | ", values.size(), " | ",
+                    Fmt(values[values.size() / 2]), " | ", Fmt(values.front()), " to ", Fmt(values.back()), " | ",
+                    b_opt, " |\n");
+  }
+  absl::StrAppend(&md, "\nB_simple = tr(Σ) / |G|<sup>2</sup> in sequences (McCandlish et al. 2018), from each "
+                       "step's two batch sizes (its first micro-batch and the whole step; runs with "
+                       "run.grad_accum_steps >= 2), as the ratio of their moving averages; the figure "
+                       "noise_scale.svg plots it against the training loss beside each budget's B_opt. It "
+                       "predicts the critical batch size, which grows as the loss falls.\n\n");
+  return md;
+}
+
+// The best learning rate of each width, and how far it moves from the smallest width to the largest.
+std::string WidthTransferSection(const ScalingAnalysis& a) {
+  std::string md = "## Learning rate across widths\n\n";
+  if (a.width_lr_curves.empty()) return absl::StrCat(md, "Not measured: ", a.width_lr_error, ".\n\n");
+  absl::StrAppend(&md, "| d_model | learning rates | best lr (grid) | loss there |\n|---|---|---|---|\n");
+  for (const WidthLrCurve& c : a.width_lr_curves) {
+    absl::StrAppend(&md, "| ", c.d_model, " | ", c.lr.size(), " | ", Fmt(c.best_lr), " | ", Fmt(c.best_loss), " |\n");
+  }
+  const WidthLrCurve& small = a.width_lr_curves.front();
+  const WidthLrCurve& large = a.width_lr_curves.back();
+  const double shift = large.best_lr / small.best_lr;
+  absl::StrAppend(&md, "\nFrom d_model ", small.d_model, " to ", large.d_model, " (", Fmt(static_cast<double>(large.d_model) / small.d_model),
+                  "x wider) the best learning rate moves by a factor ", Fmt(shift), shift == 1 ? " (it stays)" : "",
+                  ": under muP it should stay within the grid's spacing, under standard parametrization it falls "
+                  "with width. The figure width_transfer.svg shows each width's loss against lr.\n\n");
   return md;
 }
 
@@ -301,6 +390,7 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
                   " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
                   " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
   if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");
+  if (!a.selection_note.empty()) absl::StrAppend(&md, a.selection_note, "\n\n");
   if (!o.data_note.empty()) absl::StrAppend(&md, "**Data:** ", o.data_note, "\n\n");
 
   // Recommendation.
@@ -363,9 +453,11 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
   } else {
     absl::StrAppend(&md, "**Recipe:** not available: ", a.recipe_error, ".\n\n");
   }
+  absl::StrAppend(&md, RecipeExtrapolation(a, level));
 
   absl::StrAppend(&md, ParametricSection(a, level), IsoFlopSection(a), EnvelopeSection(a), KaplanSection(a),
-                  HyperparameterSection(a, level));
+                  HyperparameterSection(a, level), NoiseScaleSection(a),
+                  WidthTransferSection(a));
 
   // Figures, in the order of ReportFileNames().
   ReportFiles report;
@@ -377,6 +469,8 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
       {kReportFiles[3], OptimalAllocationFigure(a, 1)},
       {kReportFiles[4], LossVsComputeFigure(a)},
       {kReportFiles[5], ResidualFigure(a)},
+      {kReportFiles[6], NoiseScaleFigure(a)},
+      {kReportFiles[7], WidthTransferFigure(a)},
   };
   for (const auto& [name, svg] : figures) {
     if (svg.empty()) continue;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "base/file.h"
 #include "gtest/gtest.h"
+#include "scaling/fit/parametric_testing.h"
 #include "scaling/reporting/figures.h"
 #include "scaling/results.h"
 
@@ -284,16 +285,6 @@ TEST(ReportTest, ReportsMissingFitsInsteadOfFailing) {
 // Approach 3 from two starts near the truth rather than the 4,500-start grid: for the tests below, which are
 // about the table and the report rather than the fit (the full grid finds the same optimum on these
 // noiseless runs), and keep the test within its time under the sanitizers.
-ParametricFitOptions FewStarts() {
-  ParametricFitOptions options;
-  options.grid_alpha = {0.3, 0.6};
-  options.grid_beta = {0.3};
-  options.grid_e = {0.5};
-  options.grid_a = {6};
-  options.grid_b = {6};
-  return options;
-}
-
 // A published sweep's table, N, C and the loss only (as Epoch's Chinchilla reconstruction has): the report
 // fits Approach 3 and the Kaplan laws, says which columns were missing and that D was derived from C, and
 // the recipe says what it lacks instead of a shape, batch size and learning rate nobody measured.
@@ -311,7 +302,7 @@ TEST(ReportTest, APublishedTableOfNCAndLossIsReported) {
   ReportOptions options;
   options.target_flops = 1e21;
   options.bootstrap.resamples = 20;
-  options.parametric = FewStarts();
+  options.parametric = FewParametricStarts();
   // N is the params column: the default (non-embedding N) is refused with the flag to use.
   absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
   ASSERT_FALSE(a.ok());
@@ -393,7 +384,7 @@ TEST(ReportTest, BatchAndLearningRateGridsGiveTheirLawsAndTheRecipe) {
   ReportOptions options;
   options.target_flops = 1e22;
   options.bootstrap.resamples = 20;
-  options.parametric = FewStarts();
+  options.parametric = FewParametricStarts();
   absl::StatusOr<ScalingAnalysis> a = MakeReport(dir + "/results.csv", options, dir + "/report");
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(a->hyperparameters.has_value()) << a->hyperparameters_error;
@@ -411,6 +402,10 @@ TEST(ReportTest, BatchAndLearningRateGridsGiveTheirLawsAndTheRecipe) {
   EXPECT_NE(md->find("## Batch size and learning rate"), std::string::npos);
   EXPECT_NE(md->find("B_opt = k C<sup>a</sup>: k = "), std::string::npos);
   EXPECT_NE(md->find("a = 0.3 ["), std::string::npos) << *md;
+  // 5 x 5 grids keep their minimum in every resample: the intervals are not marked unreliable.
+  ASSERT_TRUE(a->hyperparameters_ci.has_value());
+  EXPECT_TRUE(a->hyperparameters_ci->Reliable(0.95)) << a->hyperparameters_ci->failed;
+  EXPECT_EQ(md->find("**The intervals are unreliable:**"), std::string::npos) << *md;
 }
 
 // One budget cannot tell the N term from the D term: Approach 3 is refused, with the reason in report.md,
