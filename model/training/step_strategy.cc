@@ -55,12 +55,12 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
 }
 
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
-                      int stop_signal) {
+                      int stop_signal, std::optional<double> summed_norm) {
   StepResult result;
   result.loss = sums.loss / static_cast<double>(input.micro_batches);
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
   result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
-  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches, summed_norm) : NAN;
   if (std::isfinite(sums.first_grad_sq) && std::isfinite(result.grad_norm) && input.micro_batches >= 2) {
     const double small = static_cast<double>(input.b * input.t), big = small * static_cast<double>(input.micro_batches);
     const double small_sq = sums.first_grad_sq, big_sq = result.grad_norm * result.grad_norm;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -107,9 +108,10 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
 
 // The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
 // finite (else grad_norm NaN and the weights do not change); then the model's once-per-step state update
-// from the step's counts (LanguageModel::EndStep, summed over the processes already).
+// from the step's counts (LanguageModel::EndStep, summed over the processes already). `summed_norm`: the
+// gradients' norm when the model holds part of them (AdamW::Step).
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
-                      int stop_signal);
+                      int stop_signal, std::optional<double> summed_norm = std::nullopt);
 
 }  // namespace lmf::model
 
