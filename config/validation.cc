@@ -2,6 +2,7 @@
 // the value as written, then what is wrong, so a user can find the line in the textproto at a glance.
 #include "config/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -223,7 +224,9 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
   const int64_t batch_tokens = static_cast<int64_t>(run.batch_size()) * experiment.model().context_length();
   if (const int expert = run.parallel().expert(); expert > 1) {
     const config::ModelConfig& model = experiment.model();
-    if (!model.has_moe()) {
+    const bool pattern_moe = std::any_of(model.layer_pattern().begin(), model.layer_pattern().end(),
+                                         [](const BlockConfig& block) { return block.has_moe(); });
+    if (!model.has_moe() && !pattern_moe) {
       errors.Add(absl::StrCat("run.parallel.expert=", expert, " needs a mixture of experts (model.moe)"));
     }
     const auto require_divisible = [&](const MoeConfig& moe, const std::string& field) {
@@ -233,6 +236,11 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
       }
     };
     if (model.has_moe()) require_divisible(model.moe(), "model.moe");
+    for (int i = 0; i < model.layer_pattern_size(); ++i) {
+      if (model.layer_pattern(i).has_moe()) {
+        require_divisible(model.layer_pattern(i).moe(), absl::StrCat("model.layer_pattern[", i, "].moe"));
+      }
+    }
     const int64_t processes = int64_t{expert} * run.parallel().data();
     if (run.eval_tokens() > 0 && batch_tokens > 0 && (run.eval_tokens() / batch_tokens) % processes != 0) {
       errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " gives ", run.eval_tokens() / batch_tokens,

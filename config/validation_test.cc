@@ -431,6 +431,21 @@ TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
   EXPECT_EQ(TotalSteps(*loaded), 1000 / 256);
 }
 
+// A layer_pattern entry's moe: model.moe's required fields at the entry's path, reported once (not again
+// by the model's rule on the converted 0), and not beside the entry's ffn.
+TEST(ConfigValidation, LayerPatternMixtureOfExperts) {
+  const std::string error =
+      Error(WithModelFields("layer_pattern { ffn { d_ff: 64 } moe { top_k: 2 d_expert: 16 first_k_dense: 1 } }"));
+  for (const char* expected : {"model.layer_pattern[0] sets both ffn and moe",
+                               "model.layer_pattern[0].moe.n_experts is required (a positive integer)",
+                               "model.layer_pattern[0].moe.first_k_dense=1 applies to model.moe only"}) {
+    EXPECT_TRUE(absl::StrContains(error, expected)) << error << "\nlacks: " << expected;
+  }
+  EXPECT_FALSE(absl::StrContains(error, "n_experts=0")) << error;
+  EXPECT_EQ(Error(WithModelFields("layer_pattern { } layer_pattern { moe { n_experts: 4 top_k: 2 d_expert: 16 } }")),
+            "OK");
+}
+
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and
 // validation batches that divide over data * expert, CPU, no ZeRO.
 TEST(ConfigValidation, ExpertParallelism) {

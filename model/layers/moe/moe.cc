@@ -11,7 +11,8 @@
 namespace lmf::model {
 
 int64_t MoeActivations::bytes() const {
-  int64_t bytes = static_cast<int64_t>(logits.size() * sizeof(float) + experts.size() * sizeof(int32_t) +
+  int64_t bytes = static_cast<int64_t>((logits.size() + noise_logits.size() + noise.size()) * sizeof(float) +
+                                       experts.size() * sizeof(int32_t) +
                                        gates.size() * sizeof(float) +
                                        dispatch.row_assignment.size() * sizeof(int32_t) +
                                        dispatch.assignment_row.size() * sizeof(int32_t));
@@ -63,6 +64,10 @@ MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model
       experts_(spec, HeldExperts(spec, exchange).first, HeldExperts(spec, exchange).count, model.d_model,
                model.biases, ctx, counters) {
   if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, kernels::DType::kF32, counters);
+  if (spec.noisy_gating) {
+    noise_router_.emplace(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx,
+                          kernels::DType::kF32, counters);
+  }
   if (spec.expert_bias) expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
   expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
   expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
@@ -78,6 +83,10 @@ void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx,
   const int64_t n = b * t, rows = n * spec_.top_k;
   saved.b = b, saved.t = t;
   saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
+  if (noise_router_.has_value()) {
+    saved.noise_logits.resize(saved.logits.size());
+    saved.noise.resize(saved.logits.size());
+  }
   saved.experts.resize(static_cast<size_t>(rows));
   saved.gates.resize(static_cast<size_t>(rows));
   EnsureRows(saved.y, rows, c_, ctx);
@@ -149,6 +158,11 @@ void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t
   const float* x = static_cast<const float*>(h);
   float* o = static_cast<float*>(out);
   router_.Forward(ctx, n, x, c_, saved.logits.data(), spec_.n_experts, /*accumulate=*/false);
+  if (noise_router_.has_value()) {
+    noise_router_->Forward(ctx, n, x, c_, saved.noise_logits.data(), spec_.n_experts, /*accumulate=*/false);
+    moe::GatingNoise(n, c_, x, spec_.n_experts, saved.noise.data());
+    moe::AddGatingNoise(n, spec_.n_experts, saved.noise_logits.data(), saved.noise.data(), saved.logits.data());
+  }
   moe::Route(spec_, n, saved.logits.data(), spec_.expert_bias ? expert_bias_.data<float>() : nullptr,
              saved.experts.data(), saved.gates.data());
   saved.balance_loss = moe::BalanceLoss(spec_, b, t, saved.logits.data(), saved.experts.data());
@@ -184,6 +198,13 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
   moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
   moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
   router_.Backward(ctx, n, x, c_, dlogits, e, dh);
+  if (noise_router_.has_value()) {  // H = z + eps softplus(z_noise): W_noise's share of dh
+    float* dnoise = take(n, e);
+    float* dh_noise = take(n, c_);
+    moe::GatingNoiseBackward(n, e, saved.noise_logits.data(), saved.noise.data(), dlogits, dnoise);
+    noise_router_->Backward(ctx, n, x, c_, dnoise, e, dh_noise);
+    for (int64_t i = 0; i < n * c_; ++i) dh[i] += dh_noise[i];
+  }
   moe::ScatterAddRows(saved.dispatch, k, c_, drows, dh);
   if (shared_.has_value()) {
     float* dshared = take(n, c_);
@@ -201,6 +222,7 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
 
 void MixtureOfExperts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
   router_.VisitParameters(prefix + ".router", visit);
+  if (noise_router_.has_value()) noise_router_->VisitParameters(prefix + ".router.noise", visit);
   experts_.VisitParameters(prefix + ".experts", visit);
   if (shared_.has_value()) shared_->VisitParameters(prefix + ".shared", visit);
 }
@@ -231,7 +253,8 @@ void MixtureOfExperts::EndStep() const {
 }
 
 int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& model) {
-  int64_t count = spec.n_experts * model.d_model + moe::Experts::Parameters(spec, model.d_model, model.biases);
+  const int64_t routers = (spec.noisy_gating ? 2 : 1) * spec.n_experts * model.d_model;
+  int64_t count = routers + moe::Experts::Parameters(spec, model.d_model, model.biases);
   if (spec.shared_d_ff > 0) count += FeedForward::Parameters(SharedSpec(spec), model);
   return count;
 }
@@ -239,14 +262,16 @@ int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& mod
 int64_t MixtureOfExperts::ActiveParameters(const MoeSpec& spec, const ModelConfig& model) {
   MoeSpec active = spec;
   active.n_experts = spec.top_k;
-  return spec.n_experts * model.d_model + moe::Experts::Parameters(active, model.d_model, model.biases) +
+  return (spec.noisy_gating ? 2 : 1) * spec.n_experts * model.d_model +
+         moe::Experts::Parameters(active, model.d_model, model.biases) +
          (spec.shared_d_ff > 0 ? FeedForward::Parameters(SharedSpec(spec), model) : 0);
 }
 
 double MixtureOfExperts::MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model) {
   const double c = static_cast<double>(model.d_model);
   const double expert = 2.0 * (spec.gated_experts() ? 3 : 2) * c * static_cast<double>(spec.d_expert);
-  double flops = 2.0 * c * static_cast<double>(spec.n_experts) + static_cast<double>(spec.top_k) * expert;
+  const double routers = spec.noisy_gating ? 2 : 1;
+  double flops = routers * 2.0 * c * static_cast<double>(spec.n_experts) + static_cast<double>(spec.top_k) * expert;
   if (spec.shared_d_ff > 0) flops += FeedForward::MatmulFlopsPerToken(SharedSpec(spec), model);
   return flops;
 }
@@ -255,7 +280,7 @@ int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelCon
   const int64_t k = spec.top_k, c = model.d_model, f = spec.d_expert, w = (spec.gated_experts() ? 2 : 1) * f;
   // The logits (E), and per assignment its expert, gate, row and the row's assignment (4 bytes each) and
   // the row's input, pre-activations, activation and output (fp32).
-  int64_t bytes = 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
+  int64_t bytes = (spec.noisy_gating ? 3 : 1) * 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
   if (spec.shared_d_ff > 0) bytes += FeedForward::SavedBytesPerToken(SharedSpec(spec), kernels::DType::kF32);
   return bytes;
 }

@@ -10,7 +10,7 @@
 // load - load) from the step's counts. The backwards count each expert's assignments and drops
 // (VisitStepCounts: for the bias and for metrics); EndStep clears them.
 //
-// Parameters: "<prefix>.router.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
+// Parameters: "<prefix>.router.weight" (E, C), with noisy gating "<prefix>.router.noise.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
 // "<prefix>.shared.w1|w3|w2.*" (the shared FeedForward). Buffer: "<prefix>.router.expert_bias" (E).
 // Saved for the backward (MoeActivations): the logits, choices, gates and rows of the dispatch, the gathered
 // inputs, both expert pre-activations and activation, the expert outputs, and the shared FeedForward's.
@@ -47,7 +47,8 @@ namespace lmf::model {
 
 struct MoeActivations : LayerActivations {
   int64_t b = 0, t = 0;
-  std::vector<float> logits;      // (N, E) the router's fp32 logits
+  std::vector<float> logits;      // (N, E) the router's fp32 logits (noisy gating: H, with the noise)
+  std::vector<float> noise_logits, noise;  // (N, E) each: noisy gating's h W_noise^T and eps (else empty)
   std::vector<int32_t> experts;   // (N, k) each token's experts, best first
   std::vector<float> gates;       // (N, k)
   moe::Dispatch dispatch;         // this rank's M kept rows sorted by expert (sized N * k)
@@ -109,6 +110,7 @@ class MixtureOfExperts final : public ChannelMixer {
   int64_t c_;
   moe::ExpertExchange* exchange_;
   Linear router_;  // (E, C), no bias
+  std::optional<Linear> noise_router_;  // (E, C): noisy gating's W_noise
   moe::Experts experts_;
   std::optional<FeedForward> shared_;
   kernels::Tensor expert_bias_;                    // (E) fp32, with spec.expert_bias
