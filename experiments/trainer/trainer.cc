@@ -60,6 +60,14 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
   }
 }
 
+// Whether any layer's channel mixer is a mixture of experts (model.moe, or a layer_pattern entry's).
+bool HasMoeLayers(const model::ModelConfig& config) {
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    if (config.layer(i).channel_mixer.kind == model::ChannelMixerSpec::Kind::kMoe) return true;
+  }
+  return false;
+}
+
 // The training data as the step strategies read it.
 class SamplerSource final : public model::MicroBatchSource {
  public:
@@ -575,6 +583,11 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
       }
     }
     if (absl::Status s = events_->WriteScalars(m.step, scalars); !s.ok()) return s;
+    if (!m.expert_loads.empty()) {  // "moe/expert_load/layers.1.ffn": tokens per expert
+      std::vector<std::pair<std::string, std::vector<double>>> histograms;
+      for (const auto& [layer, loads] : m.expert_loads) histograms.emplace_back("moe/expert_load/" + layer, loads);
+      if (absl::Status s = events_->WriteIndexHistograms(m.step, histograms); !s.ok()) return s;
+    }
   }
   if (bar_ || m.step == total_steps_ || m.step % experiment_.logging().log_interval() == 0 || step == start_step_) {
     console_.Step(m);
@@ -689,10 +702,11 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
       m.noise_trace = stepped->noise_trace;
       m.noise_grad_sq = stepped->noise_grad_sq;
     }
-    if (model_config_.moe.has_value()) {
+    if (HasMoeLayers(model_config_)) {
       m.aux_loss = stepped->aux_loss;
       m.expert_load_max_over_mean = stepped->expert_load_max_over_mean;
       m.dropped_share = stepped->dropped_share;
+      m.expert_loads = stepped->expert_loads;
     }
     const bool last = completed == total_steps_;
     const bool checkpoint_step =

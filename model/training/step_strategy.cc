@@ -45,6 +45,8 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
     for (int64_t i = 0; i < counts.numel(); ++i) sum += c[i], most = std::max(most, double{c[i]});
     if (ends_with(name, ".expert_load")) {
       routed += sum;
+      stats.loads.emplace_back(name.substr(0, name.size() - std::string(".router.expert_load").size()),
+                               std::vector<double>(c, c + counts.numel()));
       if (sum > 0) stats.max_over_mean = std::max(stats.max_over_mean, most * counts.numel() / sum);
     } else if (ends_with(name, ".expert_dropped")) {
       dropped += sum;
@@ -70,6 +72,7 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   const ExpertLoadStats load = SummarizeExpertLoad(model);
   result.expert_load_max_over_mean = load.max_over_mean;
   result.dropped_share = load.dropped_share;
+  result.expert_loads = load.loads;
   model.EndStep();
   result.stop_signal = stop_signal;
   return result;

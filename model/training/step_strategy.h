@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 #include <optional>
 #include <vector>
 
@@ -45,6 +47,9 @@ struct StepResult {
   // worst layer's (1: balanced), and the share of the step's assignments dropped over capacity.
   double expert_load_max_over_mean = 0;
   double dropped_share = 0;
+  // Each MoE layer's assignments per expert over the step (before any capacity drop; every process's),
+  // by the layer's name ("layers.1.ffn"), in layer order.
+  std::vector<std::pair<std::string, std::vector<double>>> expert_loads;
   double grad_norm = 0;  // global norm of the mean gradient before clipping; NaN when the loss is not finite
   int stop_signal = 0;   // a signal any process received (the same on every process)
   // The gradient noise scale's two parts from this step's two batch sizes (McCandlish et al. 2018,
@@ -103,6 +108,7 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
 // EndStep clears them.
 struct ExpertLoadStats {
   double max_over_mean = 0, dropped_share = 0;
+  std::vector<std::pair<std::string, std::vector<double>>> loads;  // StepResult::expert_loads
 };
 ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
 
