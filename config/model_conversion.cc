@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace lmf::config {
@@ -67,6 +68,7 @@ model::MoeSpec ConvertMoe(const MoeConfig& moe) {
   s.router_z_loss = moe.router_z_loss();
   s.expert_bias = moe.expert_bias();
   s.bias_update_rate = moe.bias_update_rate();
+  s.noisy_gating = moe.noisy_gating();
   return s;
 }
 
@@ -89,6 +91,10 @@ model::LayerSpec ConvertBlock(const BlockConfig& block, const model::ModelConfig
   model::FeedForwardSpec& f = spec.channel_mixer.feed_forward;
   f.kind = block.has_ffn() ? FfnKindOf(block.ffn().kind(), m.ffn) : m.ffn;
   f.d_ff = block.has_ffn() && block.ffn().has_d_ff() ? block.ffn().d_ff() : m.d_ff;
+  if (block.has_moe()) {
+    spec.channel_mixer.kind = model::ChannelMixerSpec::Kind::kMoe;
+    spec.channel_mixer.moe = ConvertMoe(block.moe());
+  }
   return spec;
 }
 
@@ -163,6 +169,17 @@ bool ReportedByTheConfig(const ModelConfig& proto, std::string_view member) {
   if (member == "moe.n_experts") return !proto.moe().has_n_experts();
   if (member == "moe.top_k") return !proto.moe().has_top_k();
   if (member == "moe.d_expert") return !proto.moe().has_d_expert();
+  // "layer_pattern[k].moe.n_experts" and the like: a pattern entry's required sizes.
+  const size_t end = member.find("].moe.");
+  int k = -1;
+  if (member.rfind("layer_pattern[", 0) == 0 && end != std::string_view::npos &&
+      absl::SimpleAtoi(std::string(member.substr(14, end - 14)), &k) && k >= 0 && k < proto.layer_pattern_size()) {
+    const MoeConfig& moe = proto.layer_pattern(k).moe();
+    const std::string_view field = member.substr(end + 6);
+    if (field == "n_experts") return !moe.has_n_experts();
+    if (field == "top_k") return !moe.has_top_k();
+    if (field == "d_expert") return !moe.has_d_expert();
+  }
   if (member == "sliding_window") {
     return proto.attention().has_sliding_window() && !(proto.attention().sliding_window().window() > 0);
   }
@@ -188,17 +205,24 @@ void ValidateAttentionVariant(const AttentionConfig& attention, ConfigErrors* er
 }
 
 // The mixture of experts' required sizes and enums, and the dense feed-forward of its first_k_dense layers.
-void ValidateMoe(const MoeConfig& moe, ConfigErrors* errors) {
-  const std::pair<bool, const char*> required[] = {{moe.has_n_experts(), "model.moe.n_experts"},
-                                                   {moe.has_top_k(), "model.moe.top_k"},
-                                                   {moe.has_d_expert(), "model.moe.d_expert"}};
-  for (const auto& [present, path] : required) {
-    if (!present) errors->Add(absl::StrCat(path, " is required (a positive integer)"));
+// `at`: where the message is ("model.moe", "model.layer_pattern[1].moe").
+void ValidateMoe(const MoeConfig& moe, const std::string& at, ConfigErrors* errors) {
+  const std::pair<bool, const char*> required[] = {
+      {moe.has_n_experts(), ".n_experts"}, {moe.has_top_k(), ".top_k"}, {moe.has_d_expert(), ".d_expert"}};
+  for (const auto& [present, field] : required) {
+    if (!present) errors->Add(absl::StrCat(at, field, " is required (a positive integer)"));
   }
-  RequireSpecified(moe.expert_kind(), "model.moe.expert_kind", errors);
-  RequireSpecified(moe.router(), "model.moe.router", errors);
-  RequireSpecified(moe.drop(), "model.moe.drop", errors);
-  RequireSpecified(moe.aux_loss_scope(), "model.moe.aux_loss_scope", errors);
+  RequireSpecified(moe.expert_kind(), at + ".expert_kind", errors);
+  RequireSpecified(moe.router(), at + ".router", errors);
+  RequireSpecified(moe.drop(), at + ".drop", errors);
+  RequireSpecified(moe.aux_loss_scope(), at + ".aux_loss_scope", errors);
+  if (at != "model.moe") {
+    if (moe.first_k_dense() != 0) {
+      errors->Add(absl::StrCat(at, ".first_k_dense=", moe.first_k_dense(),
+                               " applies to model.moe only (a pattern's entries say which layers are dense)"));
+    }
+    return;
+  }
   if (moe.first_k_dense() > 0) {
     if (!moe.has_dense_ffn()) {
       errors->Add(absl::StrCat("model.moe.dense_ffn is required with model.moe.first_k_dense=", moe.first_k_dense(),
@@ -232,7 +256,7 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
   RequireSpecified(model.norm().kind(), "model.norm.kind", errors);
   RequireSpecified(model.norm().placement(), "model.norm.placement", errors);
   if (model.has_moe()) {
-    ValidateMoe(model.moe(), errors);
+    ValidateMoe(model.moe(), "model.moe", errors);
   } else if (!model.has_ffn()) {
     errors->Add("model.ffn is required (kind and d_ff of the feed-forward layer)");
   } else {
@@ -250,6 +274,10 @@ void ValidateModel(const ModelConfig& model, ConfigErrors* errors) {
     const BlockConfig& block = model.layer_pattern(k);
     const std::string at = absl::StrCat("model.layer_pattern[", k, "]");
     if (block.attention().has_mla()) errors->Add(absl::StrCat(at, ".attention.mla is not built by the model yet"));
+    if (block.has_moe()) {
+      if (block.has_ffn()) errors->Add(absl::StrCat(at, " sets both ffn and moe: its feed-forward is one of them"));
+      ValidateMoe(block.moe(), at + ".moe", errors);
+    }
     if (block.attention().has_sliding_window()) {
       const SlidingWindowAttention& sliding = block.attention().sliding_window();
       RequirePositive(sliding.has_window(), sliding.window(), at + ".attention.sliding_window.window", errors);

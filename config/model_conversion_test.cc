@@ -146,6 +146,34 @@ TEST(ModelConversion, ALayerPatternConvertsEntryByEntry) {
   }
 }
 
+// A layer_pattern entry's moe makes that entry's layers mixtures of experts (noisy gating included); its
+// rules are model.moe's, reported at the entry's path.
+TEST(ModelConversion, ALayerPatternEntryMayBeAMixtureOfExperts) {
+  const Experiment e = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16 ffn { kind: SWIGLU d_ff: 96 }
+    layer_pattern { }
+    layer_pattern { moe { n_experts: 4 top_k: 2 d_expert: 16 noisy_gating: true aux_loss: 0.01 } }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> m = ToModelConfig(e.model());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->layer(2).channel_mixer.kind, model::ChannelMixerSpec::Kind::kFeedForward);
+  const model::LayerSpec moe = m->layer(3);
+  ASSERT_EQ(moe.channel_mixer.kind, model::ChannelMixerSpec::Kind::kMoe);
+  EXPECT_EQ(moe.channel_mixer.moe.n_experts, 4);
+  EXPECT_EQ(moe.channel_mixer.moe.top_k, 2);
+  EXPECT_TRUE(moe.channel_mixer.moe.noisy_gating);
+  EXPECT_EQ(moe.channel_mixer.moe.aux_loss, 0.01);
+
+  const Experiment bad = Parse(R"pb(model {
+    d_model: 64 n_layers: 4 n_heads: 4 vocab_size: 97 context_length: 16 ffn { kind: SWIGLU d_ff: 96 }
+    layer_pattern { moe { n_experts: 4 top_k: 5 d_expert: 16 } }
+  })pb");
+  const absl::StatusOr<model::ModelConfig> refused = ToModelConfig(bad.model());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("model.layer_pattern[0].moe.top_k=5"), std::string::npos)
+      << refused.status().message();
+}
+
 // model.moe: every field reaches the MoeSpec; first_k_dense's layers keep model.moe.dense_ffn.
 TEST(ModelConversion, AMixtureOfExpertsConverts) {
   const Experiment e = Parse(R"pb(model {

@@ -2,6 +2,7 @@
 // the value as written, then what is wrong, so a user can find the line in the textproto at a glance.
 #include "config/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -70,6 +71,29 @@ void ValidateData(const DataConfig& data, ConfigErrors* errors) {
   }
 }
 
+// run.parallel.expert on its own and with the other parallel fields (the model's side: ValidateExperiment).
+void ValidateExpertParallel(const RunConfig& run, ConfigErrors* errors) {
+  const int expert = run.parallel().expert(), data = run.parallel().data();
+  if (expert < 1 || expert > 256) {
+    errors->Add(absl::StrCat("run.parallel.expert=", expert, " must be 1 to 256 processes"));
+    return;
+  }
+  if (expert == 1) return;
+  if (run.device() == RunConfig::CUDA) {
+    errors->Add(absl::StrCat("run.parallel.expert=", expert,
+                             " needs run.device=CPU (the mixture of experts runs on the CPU, its exchange over Gloo)"));
+  }
+  if (data >= 1 && run.grad_accum_steps() % (data * expert) != 0) {
+    errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(), " must be a multiple of run.parallel.data=",
+                             data, " * run.parallel.expert=", expert,
+                             " (every process takes an equal share of a step's micro-batches)"));
+  }
+  if (run.parallel().zero_stage() != 0) {
+    errors->Add(absl::StrCat("run.parallel.zero_stage=", run.parallel().zero_stage(),
+                             " is not built with run.parallel.expert=", expert, " (set one of them to its default)"));
+  }
+}
+
 void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   RequirePositive(run.has_batch_size(), run.batch_size(), "run.batch_size", errors);
   if (run.grad_accum_steps() < 1) {
@@ -109,6 +133,7 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
                                " (each process takes an equal share of a step's micro-batches)"));
     }
   }
+  ValidateExpertParallel(run, errors);
   if (run.parallel().zero_stage() != 0 && run.parallel().zero_stage() != 1) {
     errors->Add(absl::StrCat("run.parallel.zero_stage=", run.parallel().zero_stage(),
                              " must be 0 (off) or 1 (optimizer state sharded over run.parallel.data)"));
@@ -197,6 +222,33 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
     errors.Add("run.eval_steps needs run.eval_tokens (how many validation tokens an evaluation reads)");
   }
   const int64_t batch_tokens = static_cast<int64_t>(run.batch_size()) * experiment.model().context_length();
+  if (const int expert = run.parallel().expert(); expert > 1) {
+    const config::ModelConfig& model = experiment.model();
+    const bool pattern_moe = std::any_of(model.layer_pattern().begin(), model.layer_pattern().end(),
+                                         [](const BlockConfig& block) { return block.has_moe(); });
+    if (!model.has_moe() && !pattern_moe) {
+      errors.Add(absl::StrCat("run.parallel.expert=", expert, " needs a mixture of experts (model.moe)"));
+    }
+    const auto require_divisible = [&](const MoeConfig& moe, const std::string& field) {
+      if (moe.n_experts() > 0 && moe.n_experts() % expert != 0) {
+        errors.Add(absl::StrCat(field, ".n_experts=", moe.n_experts(), " must be a multiple of run.parallel.expert=",
+                                expert, " (each process holds an equal share of the experts)"));
+      }
+    };
+    if (model.has_moe()) require_divisible(model.moe(), "model.moe");
+    for (int i = 0; i < model.layer_pattern_size(); ++i) {
+      if (model.layer_pattern(i).has_moe()) {
+        require_divisible(model.layer_pattern(i).moe(), absl::StrCat("model.layer_pattern[", i, "].moe"));
+      }
+    }
+    const int64_t processes = int64_t{expert} * run.parallel().data();
+    if (run.eval_tokens() > 0 && batch_tokens > 0 && (run.eval_tokens() / batch_tokens) % processes != 0) {
+      errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " gives ", run.eval_tokens() / batch_tokens,
+                              " validation batches of ", batch_tokens,
+                              " tokens, not a multiple of the run.parallel.data * run.parallel.expert=", processes,
+                              " processes (each evaluates an equal share: its experts serve the others')"));
+    }
+  }
   if (run.eval_tokens() > 0 && experiment.data().val_tokens().empty()) {
     errors.Add(absl::StrCat("run.eval_tokens=", run.eval_tokens(), " needs data.val_tokens"));
   }

@@ -431,5 +431,45 @@ TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
   EXPECT_EQ(TotalSteps(*loaded), 1000 / 256);
 }
 
+// A layer_pattern entry's moe: model.moe's required fields at the entry's path, reported once (not again
+// by the model's rule on the converted 0), and not beside the entry's ffn.
+TEST(ConfigValidation, LayerPatternMixtureOfExperts) {
+  const std::string error =
+      Error(WithModelFields("layer_pattern { ffn { d_ff: 64 } moe { top_k: 2 d_expert: 16 first_k_dense: 1 } }"));
+  for (const char* expected : {"model.layer_pattern[0] sets both ffn and moe",
+                               "model.layer_pattern[0].moe.n_experts is required (a positive integer)",
+                               "model.layer_pattern[0].moe.first_k_dense=1 applies to model.moe only"}) {
+    EXPECT_TRUE(absl::StrContains(error, expected)) << error << "\nlacks: " << expected;
+  }
+  EXPECT_FALSE(absl::StrContains(error, "n_experts=0")) << error;
+  EXPECT_EQ(Error(WithModelFields("layer_pattern { } layer_pattern { moe { n_experts: 4 top_k: 2 d_expert: 16 } }")),
+            "OK");
+}
+
+// run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and
+// validation batches that divide over data * expert, CPU, no ZeRO.
+TEST(ConfigValidation, ExpertParallelism) {
+  std::string moe = kBase;
+  moe.replace(moe.find("ffn { kind: SWIGLU d_ff: 128 }"), 30, "moe { n_experts: 6 top_k: 2 d_expert: 32 }");
+  EXPECT_EQ(Error(moe, {"run.parallel.expert=2", "run.grad_accum_steps=2"}), "OK");
+  const std::string dense = Error(kBase, {"run.parallel.expert=2", "run.grad_accum_steps=2"});
+  EXPECT_TRUE(absl::StrContains(dense, "run.parallel.expert=2 needs a mixture of experts (model.moe)")) << dense;
+  // Each message's own rules first (the cross-message ones run on messages that passed theirs).
+  const std::string run = Error(moe, {"run.parallel.expert=4", "run.parallel.zero_stage=1"});
+  for (const char* expected :
+       {"run.grad_accum_steps=1 must be a multiple of run.parallel.data=1 * run.parallel.expert=4",
+        "run.parallel.zero_stage=1 is not built with run.parallel.expert=4"}) {
+    EXPECT_TRUE(absl::StrContains(run, expected)) << run << "\nlacks: " << expected;
+  }
+  const std::string across = Error(moe, {"run.parallel.expert=4", "run.grad_accum_steps=4"});
+  for (const char* expected :
+       {"model.moe.n_experts=6 must be a multiple of run.parallel.expert=4",
+        "run.eval_tokens=256 gives 2 validation batches of 128 tokens, not a multiple of the run.parallel.data * "
+        "run.parallel.expert=4 processes"}) {
+    EXPECT_TRUE(absl::StrContains(across, expected)) << across << "\nlacks: " << expected;
+  }
+  EXPECT_TRUE(absl::StrContains(ErrorWith("run.parallel.expert=0"), "run.parallel.expert=0 must be 1 to 256"));
+}
+
 }  // namespace
 }  // namespace lmf::config

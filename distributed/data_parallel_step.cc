@@ -6,6 +6,7 @@
 #include <memory>
 #include <cmath>
 #include <csignal>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,10 +15,12 @@
 namespace lmf::distributed {
 namespace {
 
-// FNV-1a over the weights' bytes, split into two 32-bit halves that a double all-reduce carries exactly.
-uint64_t WeightsHash(const model::LanguageModel& model) {
+// FNV-1a over the bytes of the weights that are expert blocks (or not), split into two 32-bit halves that a
+// double all-reduce carries exactly.
+uint64_t WeightsHash(const model::LanguageModel& model, bool expert_shard) {
   uint64_t h = 1469598103934665603ull;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    if (p.expert_shard != expert_shard) return;
     const auto* bytes = static_cast<const unsigned char*>(p.value.data());
     for (size_t i = 0; i < p.value.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   });
@@ -29,28 +32,35 @@ uint64_t WeightsHash(const model::LanguageModel& model) {
 absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   absl::Status status = absl::OkStatus();
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    if (status.ok()) status = group_.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
+    if (status.ok()) {
+      status = SumGroup(p.expert_shard).Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
+    }
   });
   return status;
 }
 
 namespace {
 
-// One part's gradients on their way through an all-reduce.
+// One part's gradients (its expert blocks', or the others') on their way through an all-reduce.
 struct Bucket {
   model::LanguageModel::ModelPart part;
+  bool expert_shard = false;
   std::vector<float> data;
   std::unique_ptr<Work> sum;
 };
 
-void PackPart(const model::LanguageModel& model, const model::LanguageModel::ModelPart& part, std::vector<float>* out) {
+void PackPart(const model::LanguageModel& model, const model::LanguageModel::ModelPart& part, bool expert_shard,
+              std::vector<float>* out) {
   model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
+    if (p.expert_shard != expert_shard) return;
     out->insert(out->end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
   });
 }
 
-void UnpackPart(model::LanguageModel& model, const model::LanguageModel::ModelPart& part, const float* in) {
+void UnpackPart(model::LanguageModel& model, const model::LanguageModel::ModelPart& part, bool expert_shard,
+                const float* in) {
   model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
+    if (p.expert_shard != expert_shard) return;
     std::copy_n(in, p.grad.numel(), p.grad.data<float>());
     in += p.grad.numel();
   });
@@ -66,10 +76,15 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
   if (overlap_) {
     model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
       if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
-        Bucket& bucket = buckets.emplace_back();
-        bucket.part = part;
-        PackPart(model, part, &bucket.data);
-        bucket.sum = group_.AllReduceAsync(Buffer::Host(bucket.data.data(), bucket.data.size()), ReduceOp::kSum);
+        for (const bool expert_shard : {false, true}) {
+          if (expert_shard && !expert_parallel()) break;
+          Bucket& bucket = buckets.emplace_back();
+          bucket.part = part;
+          bucket.expert_shard = expert_shard;
+          PackPart(model, part, expert_shard, &bucket.data);
+          bucket.sum = SumGroup(expert_shard).AllReduceAsync(Buffer::Host(bucket.data.data(), bucket.data.size()),
+                                                             ReduceOp::kSum);
+        }
       }
       if (part.kind == model::LanguageModel::ModelPart::kEmbedding) ++backwards;
     });
@@ -79,26 +94,43 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
   model.SetBackwardProgress(nullptr);
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = accumulated.ok() ? absl::OkStatus() : accumulated.status();
+  if (status.ok() && ep_.exchange != nullptr) status = ep_.exchange->status();
   for (Bucket& bucket : buckets) {  // waited for even after an error: they read the buckets' memory
     absl::Status s = bucket.sum->Wait();
     if (status.ok()) status = s;
-    if (s.ok()) UnpackPart(model, bucket.part, bucket.data.data());
+    if (s.ok()) UnpackPart(model, bucket.part, bucket.expert_shard, bucket.data.data());
   }
-  if (status.ok() && !overlap_) {
-    gradients_.clear();
+  for (const bool expert_shard : {false, true}) {
+    if (!status.ok() || overlap_ || (expert_shard && !expert_parallel())) break;
+    std::vector<float>& gradients = gradients_[expert_shard ? 1 : 0];
+    gradients.clear();
     model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-      gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+      if (p.expert_shard != expert_shard) return;
+      gradients.insert(gradients.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
     });
-    status = group_.AllReduceSum(gradients_.data(), gradients_.size());
+    status = SumGroup(expert_shard).AllReduceSum(gradients.data(), gradients.size());
     size_t offset = 0;
     model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-      std::copy_n(gradients_.data() + offset, p.grad.numel(), p.grad.data<float>());
+      if (p.expert_shard != expert_shard) return;
+      std::copy_n(gradients.data() + offset, p.grad.numel(), p.grad.data<float>());
       offset += static_cast<size_t>(p.grad.numel());
     });
   }
   exposed_reduce_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (status.ok()) *sums = *accumulated;
+  if (expert_parallel()) sums->first_grad_sq = NAN;  // expert gradients held other ranks' tokens
   return status;
+}
+
+absl::StatusOr<double> DataParallelStep::SummedNorm(const model::LanguageModel& model) {
+  double squares[2] = {0, 0};  // dense (the same on every rank), this rank's expert blocks
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    const float* g = p.grad.data<float>();
+    double& sum = squares[p.expert_shard ? 1 : 0];
+    for (int64_t i = 0; i < p.grad.numel(); ++i) sum += static_cast<double>(g[i]) * g[i];
+  });
+  if (absl::Status s = ep_.experts->AllReduceSum(&squares[1], 1); !s.ok()) return s;
+  return std::sqrt(squares[0] + squares[1]);
 }
 
 absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
@@ -120,8 +152,15 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
                       summed.first_grad_sq};
   if (absl::Status s = group_.AllReduceSum(totals, 5); !s.ok()) return s;
   const int stop = totals[3] > 0 ? (received != 0 ? received : SIGTERM) : 0;
-  model::StepResult result = model::FinishStep(
-      model, optimizer, input, model::LossSums{totals[0], totals[1], totals[2], totals[4] / world_size()}, stop);
+  std::optional<double> summed_norm;
+  if (expert_parallel()) {
+    absl::StatusOr<double> norm = SummedNorm(model);
+    if (!norm.ok()) return norm.status();
+    summed_norm = *norm;
+  }
+  model::StepResult result =
+      model::FinishStep(model, optimizer, input,
+                        model::LossSums{totals[0], totals[1], totals[2], totals[4] / world_size()}, stop, summed_norm);
   if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
     if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
   }
@@ -132,24 +171,37 @@ absl::Status DataParallelStep::SumOverProcesses(std::vector<double>& values) {
   return group_.AllReduceSum(values.data(), values.size());
 }
 
-absl::Status DataParallelStep::CheckReplicasAgree(const model::LanguageModel& model, int64_t step) {
-  const int world = world_size();
+namespace {
+
+// `hash` compared over `group`: an error naming the first rank whose differs from rank 0's.
+absl::Status CompareOverGroup(Collectives& group, uint64_t hash, const std::string& what, int64_t step) {
+  const int world = group.world_size();
   std::vector<double> halves(2 * static_cast<size_t>(world), 0.0);
-  const uint64_t hash = WeightsHash(model);
-  halves[2 * rank()] = static_cast<double>(hash >> 32);
-  halves[2 * rank() + 1] = static_cast<double>(hash & 0xffffffffu);
-  if (absl::Status s = group_.AllReduceSum(halves.data(), halves.size()); !s.ok()) return s;
+  halves[2 * group.rank()] = static_cast<double>(hash >> 32);
+  halves[2 * group.rank() + 1] = static_cast<double>(hash & 0xffffffffu);
+  if (absl::Status s = group.AllReduceSum(halves.data(), halves.size()); !s.ok()) return s;
   for (int r = 1; r < world; ++r) {
     if (halves[2 * r] != halves[0] || halves[2 * r + 1] != halves[1]) {
       return absl::InternalError(absl::StrCat(
-          "run.parallel.data=", world, ": after step ", step, " rank ", r,
-          "'s weights differ from rank 0's (FNV-1a ", static_cast<uint64_t>(halves[2 * r]) << 32 |
-                                                          static_cast<uint64_t>(halves[2 * r + 1]),
-          " vs ", static_cast<uint64_t>(halves[0]) << 32 | static_cast<uint64_t>(halves[1]),
+          what, ": after step ", step, " rank ", r, " of group '", group.name(), "'s weights differ from rank 0's (FNV-1a ",
+          static_cast<uint64_t>(halves[2 * r]) << 32 | static_cast<uint64_t>(halves[2 * r + 1]), " vs ",
+          static_cast<uint64_t>(halves[0]) << 32 | static_cast<uint64_t>(halves[1]),
           "); the ranks must run equal thread counts"));
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DataParallelStep::CheckReplicasAgree(const model::LanguageModel& model, int64_t step) {
+  if (absl::Status s = CompareOverGroup(group_, WeightsHash(model, /*expert_shard=*/false),
+                                        absl::StrCat("run.parallel.data=", world_size()), step);
+      !s.ok() || !expert_parallel()) {
+    return s;
+  }
+  return CompareOverGroup(*ep_.replicas, WeightsHash(model, /*expert_shard=*/true),
+                          absl::StrCat("expert blocks over run.parallel.data=", ep_.replicas->world_size()), step);
 }
 
 }  // namespace lmf::distributed

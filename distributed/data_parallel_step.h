@@ -16,9 +16,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
+#include "model/layers/moe/expert_exchange.h"
 #include "model/training/step_strategy.h"
 
 namespace lmf::distributed {
+
+// The groups of expert parallelism, kept by the caller for the strategy's lifetime.
+struct ExpertParallelism {
+  Collectives* replicas = nullptr;  // the ranks that hold this rank's experts (ParallelMesh::data())
+  Collectives* experts = nullptr;   // this rank's expert-parallel group (ParallelMesh::expert())
+  const model::moe::ExpertExchange* exchange = nullptr;  // the MoE layers'; its first error fails the step
+};
 
 class DataParallelStep final : public model::StepStrategy {
  public:
@@ -26,7 +34,9 @@ class DataParallelStep final : public model::StepStrategy {
   // overlap: the last micro-batch's gradients are summed part by part (one bucket per block, the head and
   // the embeddings) as its backward finishes each, on the group's thread while the backward goes on
   // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
-  explicit DataParallelStep(Collectives& group, bool overlap = true) : group_(group), overlap_(overlap) {}
+  // `expert_parallel`: with expert parallelism, `group` is every rank (data x expert).
+  explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {})
+      : group_(group), overlap_(overlap), ep_(expert_parallel) {}
 
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
@@ -36,7 +46,7 @@ class DataParallelStep final : public model::StepStrategy {
   int64_t micro_batch_count(int64_t micro_batches) const override { return micro_batches / world_size(); }
 
   // Rank 0's weights broadcast to every rank (they built the same ones from the same seed or checkpoint;
-  // afterwards nothing but the data split tells them apart).
+  // afterwards nothing but the data split tells them apart); expert blocks from the first of their replicas.
   absl::Status SyncParameters(model::LanguageModel& model) override;
   absl::StatusOr<model::StepResult> Step(model::LanguageModel& model, model::AdamW& optimizer,
                                          model::MicroBatchSource& data, const model::StepInput& input) override;
@@ -47,8 +57,8 @@ class DataParallelStep final : public model::StepStrategy {
   // The seconds the last step waited for the gradient sums after its last backward (all of the sum's time
   // without overlap): what the overlap did not hide.
   double exposed_reduce_seconds() const { return exposed_reduce_seconds_; }
-  // Each rank's checksum of its weights, compared on every rank: a rank whose copy drifted (another thread
-  // count splits the optimizer's kernels differently) is named.
+  // Each rank's checksum of its weights, compared on every rank (expert blocks: over their replicas): a
+  // rank whose copy drifted (another thread count splits the optimizer's kernels differently) is named.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
  private:
@@ -57,10 +67,16 @@ class DataParallelStep final : public model::StepStrategy {
   // backward (overlap), or in one all-reduce after it.
   absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,
                             const model::StepInput& input, model::LossSums* sums);
+  // The group a parameter's gradient is summed over: the replicas for an expert block, else every rank.
+  Collectives& SumGroup(bool expert_shard) { return expert_shard ? *ep_.replicas : group_; }
+  bool expert_parallel() const { return ep_.replicas != nullptr; }
+  // Expert parallelism: the summed gradients' global norm over every rank's experts.
+  absl::StatusOr<double> SummedNorm(const model::LanguageModel& model);
 
   bool overlap_;
+  ExpertParallelism ep_;
   double exposed_reduce_seconds_ = 0;
-  std::vector<float> gradients_;  // every gradient, for one all-reduce
+  std::vector<float> gradients_[2];  // every gradient, for one all-reduce: [0] dense, [1] expert blocks
   std::map<std::string, int> owners_;  // ZeRO-1: each parameter's owner; empty without
 };
 

@@ -46,6 +46,18 @@ std::string Optional(const char* key, const std::optional<double>& value) {
   return value.has_value() ? absl::StrCat(",\"", key, "\":", JsonNumber(*value)) : "";
 }
 
+// ,"expert_loads":{"<layer>":[...],...} when there are any, else nothing.
+std::string ExpertLoadsJson(const std::vector<std::pair<std::string, std::vector<double>>>& loads) {
+  if (loads.empty()) return "";
+  std::string out = ",\"expert_loads\":{";
+  for (size_t i = 0; i < loads.size(); ++i) {
+    absl::StrAppend(&out, i > 0 ? "," : "", JsonQuote(loads[i].first), ":[");
+    for (size_t e = 0; e < loads[i].second.size(); ++e) absl::StrAppend(&out, e > 0 ? "," : "", JsonNumber(loads[i].second[e]));
+    out += "]";
+  }
+  return out + "}";
+}
+
 }  // namespace
 
 std::string MetricsJsonLine(const StepMetrics& m) {
@@ -57,7 +69,7 @@ std::string MetricsJsonLine(const StepMetrics& m) {
                       Optional("z_loss", m.z_loss), Optional("aux_loss", m.aux_loss),
                       Optional("expert_load_max_over_mean", m.expert_load_max_over_mean),
                       Optional("dropped_share", m.dropped_share), Optional("noise_trace", m.noise_trace),
-                      Optional("noise_grad_sq", m.noise_grad_sq), "}\n");
+                      Optional("noise_grad_sq", m.noise_grad_sq), ExpertLoadsJson(m.expert_loads), "}\n");
 }
 
 absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
@@ -91,6 +103,15 @@ absl::StatusOr<StepMetrics> ParseMetricsJsonLine(const std::string& line) {
   if (number("dropped_share", &val)) m.dropped_share = val;
   if (number("noise_trace", &val)) m.noise_trace = val;
   if (number("noise_grad_sq", &val)) m.noise_grad_sq = val;
+  if (const JsonValue* loads = json->Find("expert_loads"); loads != nullptr) {
+    bool loads_ok = loads->kind == JsonValue::Kind::kObject;
+    for (const auto& [layer, values] : loads->object) {
+      std::vector<double>& parsed = m.expert_loads.emplace_back(layer, std::vector<double>()).second;
+      loads_ok = loads_ok && values.kind == JsonValue::Kind::kArray;
+      for (const JsonValue& v : values.array) loads_ok = loads_ok && v.AsDouble(&parsed.emplace_back());
+    }
+    if (!loads_ok) return absl::InvalidArgumentError(absl::StrCat("expert_loads is not {layer: [numbers]}: ", line));
+  }
   if (!val_loss_ok || !integer("step", &m.step) || !integer("tokens", &m.tokens) || !number("loss", &m.loss) ||
       !number("lr", &m.lr) || !number("grad_norm", &m.grad_norm) ||
       !number("tokens_per_second", &m.tokens_per_second) || !number("mfu", &m.mfu) ||

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,9 @@ struct StepMetrics {
   // and router z-loss, not in `loss`), the most loaded expert's tokens over the mean (the worst layer; 1 is
   // balanced), and the share of routed assignments dropped by the capacity factor.
   std::optional<double> aux_loss, expert_load_max_over_mean, dropped_share;
+  // The tokens routed to each expert of each MoE layer this step (model::StepResult::expert_loads), written
+  // as "expert_loads": {"layers.1.ffn": [412, 380, ...], ...} when not empty.
+  std::vector<std::pair<std::string, std::vector<double>>> expert_loads;
   // Runs with run.grad_accum_steps >= 2 (written only when set): this step's estimates of tr(Sigma) (per
   // token) and |G|^2 from its micro-batch and step batch sizes (model::StepResult). The gradient noise scale
   // B_simple = tr(Sigma) / |G|^2 is the ratio of their means over a window of steps.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "base/damaged_copies.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -104,10 +105,21 @@ TEST(MetricsJson, MixtureOfExpertsMetricsRoundTripWhenSet) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->noise_trace, 12.5);
   EXPECT_EQ(back->noise_grad_sq, 0.25);
+  m = Sample(7);
+  m.expert_loads = {{"layers.1.ffn", {3, 0, 5}}, {"layers.2.ffn", {4, 4, 0}}};
+  const std::string with_loads = MetricsJsonLine(m);
+  EXPECT_NE(with_loads.find(",\"expert_loads\":{\"layers.1.ffn\":[3,0,5],\"layers.2.ffn\":[4,4,0]}}\n"),
+            std::string::npos)
+      << with_loads;
+  back = ParseMetricsJsonLine(with_loads);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->expert_loads, m.expert_loads);
+  EXPECT_FALSE(ParseMetricsJsonLine(absl::StrReplaceAll(with_loads, {{"[3,0,5]", "3"}})).ok())
+      << "expert_loads must map layers to arrays of numbers";
   auto dense = ParseMetricsJsonLine(MetricsJsonLine(Sample(7)));
   ASSERT_TRUE(dense.ok());
   EXPECT_FALSE(dense->aux_loss.has_value() || dense->expert_load_max_over_mean.has_value() ||
-               dense->dropped_share.has_value());
+               dense->dropped_share.has_value() || !dense->expert_loads.empty());
 }
 
 TEST(MetricsLog, ResumeDropsStepsAfterTheCheckpoint) {

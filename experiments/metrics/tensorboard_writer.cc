@@ -121,6 +121,31 @@ absl::Status TensorBoardWriter::WriteScalars(int64_t step, const std::vector<std
   return WriteEvent(event.SerializeAsString());
 }
 
+absl::Status TensorBoardWriter::WriteIndexHistograms(
+    int64_t step, const std::vector<std::pair<std::string, std::vector<double>>>& histograms) {
+  tensorboard::Event event;
+  event.set_wall_time(WallTime());
+  event.set_step(step);
+  for (const auto& [tag, counts] : histograms) {
+    tensorboard::SummaryValue* v = event.mutable_summary()->add_value();
+    v->set_tag(tag);
+    tensorboard::HistogramProto* h = v->mutable_histo();
+    h->set_min(0);
+    h->set_max(counts.empty() ? 0 : static_cast<double>(counts.size() - 1));
+    double num = 0, sum = 0, squares = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const double x = static_cast<double>(i);
+      num += counts[i], sum += counts[i] * x, squares += counts[i] * x * x;
+      h->add_bucket_limit(x + 0.5);
+      h->add_bucket(counts[i]);
+    }
+    h->set_num(num);
+    h->set_sum(sum);
+    h->set_sum_squares(squares);
+  }
+  return WriteEvent(event.SerializeAsString());
+}
+
 absl::Status TensorBoardWriter::WriteRestart(int64_t step) {
   tensorboard::Event event;
   event.set_wall_time(WallTime());

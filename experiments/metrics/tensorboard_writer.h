@@ -2,7 +2,7 @@
 // `tensorboard --logdir <run>`. Each record is TFRecord-framed:
 //   uint64 length | uint32 masked CRC-32C of the length bytes | data | uint32 masked CRC-32C of data
 // (all little-endian) and holds one serialized Event: first {file_version: "brain.Event:2"}, then
-// scalar summaries. Records are flushed as written, so a killed run's file stays readable up to its
+// scalar and histogram summaries. Records are flushed as written, so a killed run's file stays readable up to its
 // last complete record.
 #ifndef LMFORGE_EXPERIMENTS_METRICS_TENSORBOARD_WRITER_H_
 #define LMFORGE_EXPERIMENTS_METRICS_TENSORBOARD_WRITER_H_
@@ -37,6 +37,11 @@ class TensorBoardWriter {
 
   // One event with a scalar per (tag, value) at `step`.
   absl::Status WriteScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  // One event with a histogram per (tag, counts) at `step`: the indices 0 .. n-1, index i occurring
+  // counts[i] times (a mixture of experts' tokens per expert; TensorBoard's histograms tab draws the load
+  // over the expert index). Bucket i is (i - 0.5, i + 0.5].
+  absl::Status WriteIndexHistograms(int64_t step,
+                                    const std::vector<std::pair<std::string, std::vector<double>>>& histograms);
   // A SessionLog START at `step`: TensorBoard discards the earlier events of steps >= step, so a resumed
   // run's curves replace what the killed run logged after its last checkpoint.
   absl::Status WriteRestart(int64_t step);

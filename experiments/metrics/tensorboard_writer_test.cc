@@ -3,6 +3,7 @@
 #include "experiments/metrics/tensorboard_writer.h"
 
 #include <string>
+#include <vector>
 
 #include "base/file.h"
 #include "experiments/crc32c/crc32c.h"
@@ -35,6 +36,13 @@ TEST(TensorBoardEvent, EncodesWithTensorFlowFieldNumbers) {
   tensorboard::Event restart;
   restart.mutable_session_log()->set_status(tensorboard::SessionLog::START);
   EXPECT_EQ(restart.SerializeAsString(), std::string("\x3a\x02\x08\x01", 4));  // field 7 { status = 1 }
+}
+
+TEST(TensorBoardEvent, HistogramIsSummaryValueFieldFive) {
+  tensorboard::SummaryValue v;
+  v.set_tag("h");
+  v.mutable_histo()->set_num(2.0);  // HistogramProto.num = 3 (double 2.0 = 0x4000000000000000)
+  EXPECT_EQ(v.SerializeAsString(), std::string("\x0a\x01h\x2a\x09\x19\x00\x00\x00\x00\x00\x00\x00\x40", 14));
 }
 
 TEST(TensorBoardEvent, ZeroScalarIsStillWritten) {
@@ -77,12 +85,27 @@ TEST(TensorBoardWriter, WritesVersionThenScalarEvents) {
   EXPECT_NE(writer->path().find("/events.out.tfevents."), std::string::npos);
   ASSERT_TRUE(writer->WriteScalars(10, {{"train/loss", 2.5}, {"train/lr", 1e-3}}).ok());
   ASSERT_TRUE(writer->WriteRestart(5).ok());
+  ASSERT_TRUE(writer->WriteIndexHistograms(11, {{"moe/expert_load/layers.1.ffn", {3, 0, 5}}}).ok());
   const std::string path = writer->path();
   auto bytes = ReadFile(path);
   ASSERT_TRUE(bytes.ok());
   auto records = ReadTfRecords(*bytes, path);
   ASSERT_TRUE(records.ok()) << records.status();
-  ASSERT_EQ(records->size(), 3u);
+  ASSERT_EQ(records->size(), 4u);
+  tensorboard::Event histogram;
+  ASSERT_TRUE(histogram.ParseFromString((*records)[3]));
+  EXPECT_EQ(histogram.step(), 11);
+  ASSERT_EQ(histogram.summary().value_size(), 1);
+  const tensorboard::HistogramProto& h = histogram.summary().value(0).histo();
+  EXPECT_EQ(histogram.summary().value(0).tag(), "moe/expert_load/layers.1.ffn");
+  // Index 0 three times, index 2 five times: num 8, sum 10, sum of squares 20, buckets around 0, 1, 2.
+  EXPECT_EQ(h.min(), 0);
+  EXPECT_EQ(h.max(), 2);
+  EXPECT_EQ(h.num(), 8);
+  EXPECT_EQ(h.sum(), 10);
+  EXPECT_EQ(h.sum_squares(), 20);
+  EXPECT_EQ(std::vector<double>(h.bucket_limit().begin(), h.bucket_limit().end()), (std::vector<double>{0.5, 1.5, 2.5}));
+  EXPECT_EQ(std::vector<double>(h.bucket().begin(), h.bucket().end()), (std::vector<double>{3, 0, 5}));
   tensorboard::Event first, second, third;
   ASSERT_TRUE(first.ParseFromString((*records)[0]));
   EXPECT_EQ(first.file_version(), "brain.Event:2");

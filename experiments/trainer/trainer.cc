@@ -29,6 +29,7 @@
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/continuation.h"
 #include "experiments/trainer/data_parallel.h"
+#include "experiments/trainer/expert_parallel.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/optimizer.h"
 #include "experiments/trainer/stop_signals.h"
@@ -59,6 +60,14 @@ bool UseProgressBar(const config::LoggingConfig& logging, FILE* console) {
   }
 }
 
+// Whether any layer's channel mixer is a mixture of experts (model.moe, or a layer_pattern entry's).
+bool HasMoeLayers(const model::ModelConfig& config) {
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    if (config.layer(i).channel_mixer.kind == model::ChannelMixerSpec::Kind::kMoe) return true;
+  }
+  return false;
+}
+
 // The training data as the step strategies read it.
 class SamplerSource final : public model::MicroBatchSource {
  public:
@@ -83,7 +92,7 @@ class TrainingRun {
         checkpoints_(out_ + "/checkpoints"),
         metrics_path_(out_ + "/metrics.jsonl"),
         pinned_(run_.checkpoint_steps().begin(), run_.checkpoint_steps().end()),
-        world_(run_.parallel().data()),
+        world_(run_.parallel().data() * run_.parallel().expert()),
         group_(options.collectives),
         rank_(group_ != nullptr ? group_->rank() : 0),
         lead_(rank_ == 0),
@@ -111,6 +120,13 @@ class TrainingRun {
   absl::Status SaveCheckpoint(int64_t completed, double loss);
   // A failed collective: a rank died or stalled; named where this process started it.
   absl::Status CollectiveError(const absl::Status& status) const;
+  // "run.parallel.data=2", with " x run.parallel.expert=2" under expert parallelism: the fields that say
+  // how many processes the run has.
+  std::string ParallelFields() const {
+    return absl::StrCat("run.parallel.data=", run_.parallel().data(),
+                        run_.parallel().expert() > 1 ? absl::StrCat(" x run.parallel.expert=", run_.parallel().expert())
+                                                     : "");
+  }
 
   const config::Experiment& experiment_;
   const TrainOptions& options_;
@@ -129,6 +145,7 @@ class TrainingRun {
   std::string lock_warning_;
   model::ModelConfig model_config_;
   std::unique_ptr<DataParallelLaunch> launch_;  // the other ranks, when this process started them
+  std::unique_ptr<ExpertParallelRun> expert_parallel_;  // run.parallel.expert > 1
   std::unique_ptr<model::StepStrategy> strategy_;
   distributed::DataParallelStep* data_parallel_ = nullptr;  // strategy_, when it is data parallel
   std::map<std::string, int> owners_;                      // ZeRO-1: each parameter's optimizer rank
@@ -157,7 +174,7 @@ class TrainingRun {
 // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
 absl::Status TrainingRun::OpenRunFolder() {
   if (group_ != nullptr && group_->world_size() != world_) {
-    return absl::InvalidArgumentError(absl::StrCat("run.parallel.data=", world_, " but the process group has ",
+    return absl::InvalidArgumentError(absl::StrCat(ParallelFields(), " but the process group has ",
                                                    group_->world_size(), " processes"));
   }
   if (absl::Status s = MakeDirs(out_); !s.ok()) return s;
@@ -214,9 +231,16 @@ absl::Status TrainingRun::StartRanks() {
     launch_ = *std::move(started);
     group_ = &launch_->group();
   }
+  if (group_ != nullptr && run_.parallel().expert() > 1) {
+    absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
+        ExpertParallelRun::Build(*group_, run_.parallel().data(), run_.parallel().expert());
+    if (!built.ok()) return CollectiveError(built.status());
+    expert_parallel_ = *std::move(built);
+  }
   if (group_ != nullptr) {
-    auto data_parallel =
-        std::make_unique<distributed::DataParallelStep>(*group_, run_.parallel().overlap_grad_reduce());
+    auto data_parallel = std::make_unique<distributed::DataParallelStep>(
+        *group_, run_.parallel().overlap_grad_reduce(),
+        expert_parallel_ != nullptr ? expert_parallel_->groups() : distributed::ExpertParallelism{});
     data_parallel_ = data_parallel.get();
     strategy_ = std::move(data_parallel);
   } else {
@@ -227,7 +251,7 @@ absl::Status TrainingRun::StartRanks() {
 
 absl::Status TrainingRun::CollectiveError(const absl::Status& status) const {
   const std::string dead = launch_ != nullptr ? launch_->DeadWorkers(/*grace_ms=*/2000) : "";
-  return absl::Status(status.code(), absl::StrCat("run.parallel.data=", world_, ": ", status.message(),
+  return absl::Status(status.code(), absl::StrCat(ParallelFields(), ": ", status.message(),
                                                   dead.empty() ? "" : absl::StrCat("; ", dead)));
 }
 
@@ -239,7 +263,8 @@ absl::Status TrainingRun::BuildModel() {
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
-      model::LanguageModel::Create(model_config_, device_->context(), device_->activations());
+      model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), {},
+                                   expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr);
   if (!created.ok()) return created.status();
   model_ = *std::move(created);
   model_->InitializeParameters(run_.seed());
@@ -558,6 +583,11 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
       }
     }
     if (absl::Status s = events_->WriteScalars(m.step, scalars); !s.ok()) return s;
+    if (!m.expert_loads.empty()) {  // "moe/expert_load/layers.1.ffn": tokens per expert
+      std::vector<std::pair<std::string, std::vector<double>>> histograms;
+      for (const auto& [layer, loads] : m.expert_loads) histograms.emplace_back("moe/expert_load/" + layer, loads);
+      if (absl::Status s = events_->WriteIndexHistograms(m.step, histograms); !s.ok()) return s;
+    }
   }
   if (bar_ || m.step == total_steps_ || m.step % experiment_.logging().log_interval() == 0 || step == start_step_) {
     console_.Step(m);
@@ -578,9 +608,18 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
       return CollectiveError(s);
     }
   }
+  HostTensors weights, optimizer_state;
+  if (lead_) {
+    weights = ModelTensors(*model_);
+    optimizer_state = optimizer_->StateTensors();
+  }
+  if (expert_parallel_ != nullptr) {  // rank 0's expert group sends it their blocks
+    if (absl::Status s = expert_parallel_->GatherExpertBlocks(*model_, optimizer_->adamw(), &weights, &optimizer_state);
+        !s.ok()) {
+      return CollectiveError(s);
+    }
+  }
   if (!lead_) return absl::OkStatus();
-  const HostTensors weights = ModelTensors(*model_);
-  const HostTensors optimizer_state = optimizer_->StateTensors();
   CheckpointContents contents;
   contents.model = weights.tensors;
   contents.optimizer = optimizer_state.tensors;
@@ -663,10 +702,11 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
       m.noise_trace = stepped->noise_trace;
       m.noise_grad_sq = stepped->noise_grad_sq;
     }
-    if (model_config_.moe.has_value()) {
+    if (HasMoeLayers(model_config_)) {
       m.aux_loss = stepped->aux_loss;
       m.expert_load_max_over_mean = stepped->expert_load_max_over_mean;
       m.dropped_share = stepped->dropped_share;
+      m.expert_loads = stepped->expert_loads;
     }
     const bool last = completed == total_steps_;
     const bool checkpoint_step =

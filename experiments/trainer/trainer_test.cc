@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -150,6 +151,11 @@ TEST(Trainer, MixtureOfExpertsLogsItsMetrics) {
     EXPECT_GT(*m.aux_loss, 0) << "step " << m.step;  // the balancing loss is alpha * E * sum f_i P_i > 0
     EXPECT_GE(*m.expert_load_max_over_mean, 1.0) << "step " << m.step;
     EXPECT_EQ(*m.dropped_share, 0.0) << "dropless by default";
+    // The MoE layer's tokens per expert: its 8 experts share the step's 32 tokens x top-2 assignments.
+    ASSERT_EQ(m.expert_loads.size(), 1u) << "step " << m.step;
+    EXPECT_EQ(m.expert_loads[0].first, "layers.1.ffn");
+    ASSERT_EQ(m.expert_loads[0].second.size(), 8u);
+    EXPECT_EQ(std::accumulate(m.expert_loads[0].second.begin(), m.expert_loads[0].second.end(), 0.0), 64.0);
   }
   EXPECT_LT(metrics.back().loss, metrics.front().loss - 0.5);
 }

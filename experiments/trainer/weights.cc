@@ -72,9 +72,13 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
   model.VisitBuffers(load);
   if (!status.ok()) return status;
   model.RefreshComputeWeights();
+  // A model that holds a block of its experts (expert parallelism) takes its own from a checkpoint of all.
+  bool expert_blocks = false;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) { expert_blocks |= p.expert_shard; });
+  const std::regex other_expert(R"(^layers\.\d+\.ffn\.experts\.\d+\..+$)");
   std::vector<std::string> extra;
   for (const auto& [name, tensor] : weights.tensors()) {
-    if (used.count(name) == 0) extra.push_back(name);
+    if (used.count(name) == 0 && !(expert_blocks && std::regex_match(name, other_expert))) extra.push_back(name);
   }
   if (!extra.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(weights.source(), ": tensors the model does not have: ",

@@ -35,7 +35,8 @@ HostTensors ModelTensors(const model::LanguageModel& model);
 
 // Copies every parameter and buffer from `weights` (F32, BF16, F16 or F64) into the fp32 master weights and
 // buffers on the model's device, then refreshes the bf16 compute copies (RefreshComputeWeights). A missing
-// tensor, a shape mismatch or a tensor the model does not have is an error naming it.
+// tensor, a shape mismatch or a tensor the model does not have is an error naming it; a model that holds a
+// block of its experts (expert parallelism) skips the other blocks' tensors.
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model);
 
 // Sparse upcycling (Komatsuzaki et al. 2022): a dense model's weights into a mixture-of-experts model of

@@ -439,12 +439,12 @@ std::string MoeDebugString(const MoeSpec& m) {
   return absl::StrFormat(
       "moe(n_experts=%d top_k=%d d_expert=%d expert_kind=%s shared_d_ff=%d router=%s normalize_gates=%d "
       "route_scale=%g n_groups=%d topk_groups=%d capacity_factor=%g drop=%s aux_loss=%g aux_loss_scope=%s "
-      "router_z_loss=%g expert_bias=%d bias_update_rate=%g)",
+      "router_z_loss=%g expert_bias=%d bias_update_rate=%g noisy_gating=%d)",
       m.n_experts, m.top_k, m.d_expert, FfnKindName(m.expert_kind), m.shared_d_ff, RouterKindName(m.router),
       m.normalize_gates, m.route_scale, m.n_groups, m.topk_groups, m.capacity_factor,
       m.drop == DropPolicy::kByScore ? "score" : "position", m.aux_loss,
       m.aux_loss_scope == BalanceScope::kSequence ? "sequence" : "micro_batch", m.router_z_loss, m.expert_bias,
-      m.bias_update_rate);
+      m.bias_update_rate, m.noisy_gating);
 }
 
 std::string ModelConfig::DebugString() const {

@@ -141,6 +141,15 @@ struct MoeSpec {
   // the gates), updated once per optimizer step by bias_update_rate * sign(mean load - load).
   bool expert_bias = false;
   double bias_update_rate = 1e-3;
+  // Noisy top-k gating (Shazeer et al. 2017, eq. 3-5): the router selects, gates and computes its losses
+  // from H = z + eps * softplus(h W_noise^T), W_noise (E, C) a second router matrix trained with the first,
+  // eps ~ N(0, 1) per token and expert drawn from a hash of the token's input bits (moe::GatingNoise): a
+  // recomputed forward draws the same noise, and it changes as the weights do. Under expert parallelism the
+  // inputs after the first MoE layer differ from one process's in their last bits (its experts' GEMMs see
+  // other row counts), so the noise there is another draw: the run is the single-process run in
+  // distribution, not value for value. Every forward is noisy (the validation loss too): the layer is not
+  // told whether it trains.
+  bool noisy_gating = false;
 
   bool gated_experts() const { return expert_kind == FfnKind::kSwiGLU || expert_kind == FfnKind::kGeGLU; }
 };

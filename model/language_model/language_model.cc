@@ -58,8 +58,20 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const ModelConfig& config,
                                                                      kernels::Context ctx,
                                                                      kernels::DType activations,
-                                                                     LayerRange layers) {
+                                                                     LayerRange layers,
+                                                                     moe::ExpertExchange* expert_exchange) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
+  if (expert_exchange != nullptr) {
+    for (int64_t i = 0; i < config.n_layers; ++i) {
+      const LayerSpec spec = config.layer(i);
+      if (spec.channel_mixer.kind == ChannelMixerSpec::Kind::kMoe &&
+          spec.channel_mixer.moe.n_experts % expert_exchange->ranks() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "expert parallelism: layer ", i, "'s n_experts=", spec.channel_mixer.moe.n_experts,
+            " does not divide over the ", expert_exchange->ranks(), " expert-parallel ranks"));
+      }
+    }
+  }
   if (layers.last < 0) layers.last = config.n_layers;
   if (layers.first < 0 || layers.first >= layers.last || layers.last > config.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("LanguageModel: layers [", layers.first, ", ", layers.last,
@@ -70,11 +82,11 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const Model
       !status.ok()) {
     return status;
   }
-  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx, activations, layers));
+  return std::unique_ptr<LanguageModel>(new LanguageModel(config, ctx, activations, layers, expert_exchange));
 }
 
 LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype,
-                             LayerRange layers)
+                             LayerRange layers, moe::ExpertExchange* expert_exchange)
     : config_(config),
       ctx_(ctx),
       dtype_(dtype),
@@ -86,7 +98,8 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, ke
   for (int64_t i = first_layer_; i < last_layer_; ++i) {
     const LayerSpec spec = config.layer(i);
     blocks_.push_back(std::make_unique<Block>(config, MakeTokenMixer(spec.token_mixer, config, ctx, dtype, &counters_),
-                                              MakeChannelMixer(spec.channel_mixer, config, ctx, dtype, &counters_),
+                                              MakeChannelMixer(spec.channel_mixer, config, ctx, dtype, &counters_,
+                                                                               expert_exchange),
                                               ctx, dtype));
   }
   if (has_head()) {

@@ -55,6 +55,7 @@
 #include "model/layers/embedding/embedding.h"
 #include "model/layers/layer.h"
 #include "model/layers/linear/linear.h"
+#include "model/layers/moe/expert_exchange.h"
 #include "model/layers/norm/norm.h"
 #include "model/layers/parameter.h"
 
@@ -161,10 +162,14 @@ class LanguageModel {
   // layer range outside [0, n_layers] or empty, and with InvalidArgument naming the op or limit when ctx's
   // device cannot run it with `activations` (e.g. "precision BF16 runs on CUDA only", or a head size the CUDA
   // attention kernel lacks). Parameters start at zero; call InitializeParameters or load them through
-  // VisitParameters (then RefreshComputeWeights).
+  // VisitParameters (then RefreshComputeWeights). With `expert_exchange` (expert parallelism, kept by the
+  // caller for the model's lifetime), each mixture-of-experts layer holds only this rank's block of its
+  // experts and exchanges rows through it (model/layers/moe/expert_exchange.h); InvalidArgument when a
+  // layer's experts do not divide over its ranks.
   static absl::StatusOr<std::unique_ptr<LanguageModel>> Create(const ModelConfig& config, kernels::Context ctx,
                                                                kernels::DType activations = kernels::DType::kF32,
-                                                               LayerRange layers = {});
+                                                               LayerRange layers = {},
+                                                               moe::ExpertExchange* expert_exchange = nullptr);
   ~LanguageModel();
 
   const ModelConfig& config() const { return config_; }
@@ -275,7 +280,8 @@ class LanguageModel {
   void ResetCounters() { counters_ = StepCounters(); }
 
  private:
-  LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype, LayerRange layers);
+  LanguageModel(const ModelConfig& config, kernels::Context ctx, kernels::DType dtype, LayerRange layers,
+                moe::ExpertExchange* expert_exchange);
   absl::Status CheckBatch(const int32_t* tokens, const char* what, int64_t b, int64_t t) const;
   absl::Status CheckStageInput(const StageInput& input) const;
   absl::Status CheckActivations(const Activations& activations) const;

@@ -21,12 +21,12 @@ std::unique_ptr<TokenMixer> MakeTokenMixer(const TokenMixerSpec& spec, const Mod
 
 std::unique_ptr<ChannelMixer> MakeChannelMixer(const ChannelMixerSpec& spec, const ModelConfig& model,
                                                const kernels::Context& ctx, kernels::DType dtype,
-                                               StepCounters* counters) {
+                                               StepCounters* counters, moe::ExpertExchange* expert_exchange) {
   switch (spec.kind) {
     case ChannelMixerSpec::Kind::kFeedForward:
       return std::make_unique<FeedForward>(spec.feed_forward, model, ctx, dtype, counters);
     case ChannelMixerSpec::Kind::kMoe:
-      return std::make_unique<MixtureOfExperts>(spec.moe, model, ctx, counters);
+      return std::make_unique<MixtureOfExperts>(spec.moe, model, ctx, counters, expert_exchange);
   }
   LMF_CHECK(false) << "unknown channel mixer kind " << static_cast<int>(spec.kind);
   return nullptr;

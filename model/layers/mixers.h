@@ -12,17 +12,20 @@
 #include "kernels/core/context.h"
 #include "model/config/config.h"
 #include "model/layers/layer.h"
+#include "model/layers/moe/expert_exchange.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
 
-// Parameters on ctx's device, activations of type `dtype`; FLOPs counted into `counters`.
+// Parameters on ctx's device, activations of type `dtype`; FLOPs counted into `counters`. A mixture of
+// experts holds only its block of the experts when given `expert_exchange` (expert parallelism; null: all).
 std::unique_ptr<TokenMixer> MakeTokenMixer(const TokenMixerSpec& spec, const ModelConfig& model,
                                            const kernels::Context& ctx, kernels::DType dtype,
                                            StepCounters* counters);
 std::unique_ptr<ChannelMixer> MakeChannelMixer(const ChannelMixerSpec& spec, const ModelConfig& model,
                                                const kernels::Context& ctx, kernels::DType dtype,
-                                               StepCounters* counters);
+                                               StepCounters* counters,
+                                               moe::ExpertExchange* expert_exchange = nullptr);
 
 // OK when `device` runs both mixers of `layer` with `dtype` activations; else InvalidArgument naming the
 // op or limit (e.g. the attention's head size).

@@ -32,7 +32,8 @@ Parameter Parameter::Zeros(const kernels::Shape& shape, ParameterKind kind, cons
 }
 
 Parameter Parameter::Rows(int64_t row, int64_t rows) const {
-  return Parameter{value.Slice(0, row, rows), grad.Slice(0, row, rows), compute.Slice(0, row, rows), kind};
+  return Parameter{value.Slice(0, row, rows), grad.Slice(0, row, rows), compute.Slice(0, row, rows), kind,
+                   expert_shard};
 }
 
 }  // namespace lmf::model

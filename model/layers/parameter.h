@@ -40,6 +40,9 @@ struct Parameter {
   kernels::Tensor grad;     // f32, same shape and device; backward accumulates into it
   kernels::Tensor compute;  // same shape, the activation dtype; aliases `value` when that is f32
   ParameterKind kind = ParameterKind::kMatrix;
+  // Held by one rank of each expert-parallel group (a block of a mixture of experts' experts): its gradient
+  // is summed over the data-parallel ranks that hold the same block, not over every rank.
+  bool expert_shard = false;
 
   // Zero-filled value, grad and compute on ctx's device (memory from ctx.allocator); compute has dtype
   // `compute_dtype` and shares value's memory when that is f32.

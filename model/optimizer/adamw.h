@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,10 @@ class AdamW {
   // Returns the global L2 norm of that mean, before clipping, over every parameter (owned or not: the
   // gradients are the whole model's). When it is finite, clips to max_grad_norm and updates the owned
   // parameters at learning rate `lr`; when it is NaN or infinite, changes nothing.
-  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
+  // `summed_norm`: the norm of the summed gradients when this model holds only part of them (expert
+  // parallelism: the caller sums every rank's experts into it); unset: GradientNorm(model).
+  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1,
+              std::optional<double> summed_norm = std::nullopt);
 
   int64_t step() const { return step_; }
   // Bytes of the moments this optimizer holds.

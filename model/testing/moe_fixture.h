@@ -58,6 +58,7 @@ inline MoeSpec MoeSpecFromJson(const JsonValue& j) {
   s.aux_loss_scope = str("aux_loss_scope") == "sequence" ? BalanceScope::kSequence : BalanceScope::kMicroBatch;
   s.router_z_loss = num("router_z_loss", 0.0);
   s.expert_bias = flag("expert_bias");
+  s.noisy_gating = flag("noisy_gating");
   return s;
 }
 

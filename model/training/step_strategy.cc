@@ -45,6 +45,8 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
     for (int64_t i = 0; i < counts.numel(); ++i) sum += c[i], most = std::max(most, double{c[i]});
     if (ends_with(name, ".expert_load")) {
       routed += sum;
+      stats.loads.emplace_back(name.substr(0, name.size() - std::string(".router.expert_load").size()),
+                               std::vector<double>(c, c + counts.numel()));
       if (sum > 0) stats.max_over_mean = std::max(stats.max_over_mean, most * counts.numel() / sum);
     } else if (ends_with(name, ".expert_dropped")) {
       dropped += sum;
@@ -55,12 +57,12 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
 }
 
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
-                      int stop_signal) {
+                      int stop_signal, std::optional<double> summed_norm) {
   StepResult result;
   result.loss = sums.loss / static_cast<double>(input.micro_batches);
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
   result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
-  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches) : NAN;
+  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches, summed_norm) : NAN;
   if (std::isfinite(sums.first_grad_sq) && std::isfinite(result.grad_norm) && input.micro_batches >= 2) {
     const double small = static_cast<double>(input.b * input.t), big = small * static_cast<double>(input.micro_batches);
     const double small_sq = sums.first_grad_sq, big_sq = result.grad_norm * result.grad_norm;
@@ -70,6 +72,7 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   const ExpertLoadStats load = SummarizeExpertLoad(model);
   result.expert_load_max_over_mean = load.max_over_mean;
   result.dropped_share = load.dropped_share;
+  result.expert_loads = load.loads;
   model.EndStep();
   result.stop_signal = stop_signal;
   return result;

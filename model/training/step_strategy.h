@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,6 +47,9 @@ struct StepResult {
   // worst layer's (1: balanced), and the share of the step's assignments dropped over capacity.
   double expert_load_max_over_mean = 0;
   double dropped_share = 0;
+  // Each MoE layer's assignments per expert over the step (before any capacity drop; every process's),
+  // by the layer's name ("layers.1.ffn"), in layer order.
+  std::vector<std::pair<std::string, std::vector<double>>> expert_loads;
   double grad_norm = 0;  // global norm of the mean gradient before clipping; NaN when the loss is not finite
   int stop_signal = 0;   // a signal any process received (the same on every process)
   // The gradient noise scale's two parts from this step's two batch sizes (McCandlish et al. 2018,
@@ -102,14 +108,16 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
 // EndStep clears them.
 struct ExpertLoadStats {
   double max_over_mean = 0, dropped_share = 0;
+  std::vector<std::pair<std::string, std::vector<double>>> loads;  // StepResult::expert_loads
 };
 ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
 
 // The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
 // finite (else grad_norm NaN and the weights do not change); then the model's once-per-step state update
-// from the step's counts (LanguageModel::EndStep, summed over the processes already).
+// from the step's counts (LanguageModel::EndStep, summed over the processes already). `summed_norm`: the
+// gradients' norm when the model holds part of them (AdamW::Step).
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
-                      int stop_signal);
+                      int stop_signal, std::optional<double> summed_norm = std::nullopt);
 
 }  // namespace lmf::model
 

@@ -22,8 +22,12 @@ Losses (added to the training objective):
   share of the k * n selections that chose expert i (before capacity), P_i the mean over the n tokens of
   softmax(z)_i (for the sigmoid router s_i / sum_j s_j); over the micro-batch or each sequence, then averaged.
   router z-loss (ST-MoE eq. 5): router_z_loss * mean over tokens of logsumexp(z)^2.
+Noisy top-k gating (Shazeer et al. 2017, eq. 3-5), noisy_gating: everything above (selection, gates, losses)
+runs on H = z + eps * softplus(W_noise x) instead of z, eps ~ N(0, 1) per token and expert. lmforge draws eps
+from a hash of the token's float32 input (gating_noise below, the same arithmetic as moe::GatingNoise); the
+fixture stores it so that the C++ test checks the draw as well as the layer.
 
-Parameter names: {prefix}router.weight (E, C); {prefix}experts.{e}.w1.weight (F, C), .w3.weight (F, C),
+Parameter names: {prefix}router.weight (E, C); {prefix}router.noise.weight (E, C) with noisy_gating; {prefix}experts.{e}.w1.weight (F, C), .w3.weight (F, C),
 .w2.weight (C, F) (and .bias); {prefix}shared.w1/w3/w2.* (shared_d_ff wide).
 """
 import argparse
@@ -57,6 +61,8 @@ def feed_forward(kind, p, prefix, x, biases):
 def moe_parameter_shapes(spec, c, prefix, biases):
     """Ordered {name: shape} of one MoE layer's parameters."""
     shapes = {prefix + "router.weight": (spec["n_experts"], c)}
+    if spec.get("noisy_gating", False):
+        shapes[prefix + "router.noise.weight"] = (spec["n_experts"], c)
     gated = spec["expert_kind"] in ("swiglu", "geglu")
 
     def ffn(at, f):
@@ -166,9 +172,38 @@ def router_z_loss(spec, z):
     return spec.get("router_z_loss", 0.0) * torch.logsumexp(z, dim=-1).pow(2).mean()
 
 
-def moe_forward(spec, p, prefix, h, b, t, biases, bias=None):
-    """h (N, C), N = b * t -> out (N, C), balance loss, router z-loss, dropped assignments."""
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def gating_noise(h32, e):
+    """h32 (N, C) float32 numpy -> eps (N, E) float32: per token, FNV-1a over its C values' little-endian bytes,
+    then for expert i Box-Muller of u1 = ((splitmix64(hash + 2i) >> 11) + 1) / 2^53 and
+    u2 = (splitmix64(hash + 2i + 1) >> 11) / 2^53."""
+    eps = np.zeros((h32.shape[0], e), dtype=np.float32)
+    for token in range(h32.shape[0]):
+        hash_ = 1469598103934665603
+        for byte in h32[token].astype("<f4").tobytes():
+            hash_ = ((hash_ ^ byte) * 1099511628211) & MASK64
+        for i in range(e):
+            u1 = ((splitmix64((hash_ + 2 * i) & MASK64) >> 11) + 1) / 2.0**53
+            u2 = (splitmix64((hash_ + 2 * i + 1) & MASK64) >> 11) / 2.0**53
+            eps[token, i] = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+    return eps
+
+
+def moe_forward(spec, p, prefix, h, b, t, biases, bias=None, noise=None):
+    """h (N, C), N = b * t -> out (N, C), balance loss, router z-loss, dropped assignments. noise (N, E): the
+    standard normals of noisy gating (needed when spec has it)."""
     z = h @ p[prefix + "router.weight"].t()
+    if spec.get("noisy_gating", False):
+        z = z + noise * torch.nn.functional.softplus(h @ p[prefix + "router.noise.weight"].t())
     experts, gates = route(spec, z, bias)
     kept = kept_assignments(spec, experts, gates)
     rows = []
@@ -203,10 +238,13 @@ LAYER_CASES = {
                                           normalize_gates=True, aux_loss=0.5, router_z_loss=0.05),
     "moe_layer_drop_position": dict(top_k=1, capacity_factor=1.0, aux_loss=0.5),
     "moe_layer_drop_score": dict(capacity_factor=0.75, drop="score", normalize_gates=True, router_z_loss=0.05),
+    "moe_layer_noisy_topk": dict(router="topk_softmax", noisy_gating=True, aux_loss=0.5, router_z_loss=0.05),
 }
 # (The loss coefficients are far above training's 1e-3 .. 1e-2 so that the losses' gradients are a large part
 # of the router's and the test sees an error in them.)
-LAYER_SEEDS = {name: 2000 + i for i, name in enumerate(sorted(LAYER_CASES))}
+LATER_SEEDS = {"moe_layer_noisy_topk": 2100}  # cases added later: the earlier ones keep their seeds
+LAYER_SEEDS = dict({name: 2000 + i for i, name in enumerate(sorted(set(LAYER_CASES) - set(LATER_SEEDS)))},
+                   **LATER_SEEDS)
 
 
 def make_layer_fixture(name, seed):
@@ -224,9 +262,11 @@ def make_layer_fixture(name, seed):
         bias32 = (0.05 * torch.randn(spec["n_experts"], generator=g)).to(torch.float32)
         params = {k: v.to(torch.float64).requires_grad_(True) for k, v in params32.items()}
         h = h32.to(torch.float64).requires_grad_(True)
+        noise32 = gating_noise(h32.numpy(), spec["n_experts"])
         try:
             out, balance, z_loss, dropped = moe_forward(spec, params, "", h, b, t, biases,
-                                                        bias32.to(torch.float64) if spec["expert_bias"] else None)
+                                                        bias32.to(torch.float64) if spec["expert_bias"] else None,
+                                                        torch.from_numpy(noise32).to(torch.float64))
         except NearTie:
             continue
         ((out * dout32.to(torch.float64)).sum() + balance + z_loss).backward()
@@ -237,6 +277,8 @@ def make_layer_fixture(name, seed):
                   "balance_loss": np.array(float(balance), dtype=np.float64),
                   "z_loss": np.array(float(z_loss), dtype=np.float64),
                   "dropped": np.array(dropped, dtype=np.int64), "grad_h": h.grad.numpy().astype(np.float32)}
+        if spec.get("noisy_gating", False):
+            arrays["gating_noise"] = noise32
         for k, v in params32.items():
             arrays["param/" + k] = v.numpy()
             grad = params[k].grad  # None for an expert no token reached
@@ -249,9 +291,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     parser.add_argument("--out", default=os.path.join(here, "..", "..", "model", "testdata"))
+    parser.add_argument("--only", help="write this one fixture (e.g. moe_layer_noisy_topk)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for name in sorted(LAYER_CASES):
+    for name in sorted(LAYER_CASES) if args.only is None else [args.only]:
         arrays = make_layer_fixture(name, LAYER_SEEDS[name])
         path = os.path.join(args.out, name + ".npz")
         np.savez(path, **arrays)

@@ -8,10 +8,11 @@
 
 namespace lmf::model::moe {
 
-Experts::Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernels::Context& ctx,
-                 StepCounters* counters)
+Experts::Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_model, bool biases,
+                 const kernels::Context& ctx, StepCounters* counters)
     : kind_(spec.expert_kind),
-      e_(spec.n_experts),
+      first_(first),
+      e_(count),
       c_(d_model),
       f_(spec.d_expert),
       w_((spec.gated_experts() ? 2 : 1) * spec.d_expert),
@@ -23,6 +24,8 @@ Experts::Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernel
     b_in_ = Parameter::Zeros({e_ * w_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
     b_out_ = Parameter::Zeros({e_ * c_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
   }
+  const bool shard = count < spec.n_experts;
+  w_in_.expert_shard = w_out_.expert_shard = b_in_.expert_shard = b_out_.expert_shard = shard;
 }
 
 void Experts::Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const {
@@ -102,7 +105,7 @@ void Experts::Backward(const kernels::Context& ctx, const std::vector<int64_t>& 
 
 void Experts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
   for (int64_t e = 0; e < e_; ++e) {
-    const std::string at = absl::StrCat(prefix, ".", e);
+    const std::string at = absl::StrCat(prefix, ".", first_ + e);
     visit(at + ".w1.weight", w_in_.Rows(e * w_, f_));
     if (biases_) visit(at + ".w1.bias", b_in_.Rows(e * w_, f_));
     if (gated()) {

@@ -6,6 +6,10 @@
 // per expert under torch.nn.Linear names: "<prefix>.{e}.w1.weight" (F, C), "<prefix>.{e}.w3.weight",
 // "<prefix>.{e}.w2.weight" (C, F) and their biases.
 //
+// Under expert parallelism an Experts holds a block of them: experts [first, first + count) of the E,
+// visited under their global indices (the same names, and so the same initial values, as in one process);
+// their Parameters are marked expert_shard.
+//
 // fp32 host tensors (the mixture of experts runs on the CPU); parameter gradients accumulate, activation
 // gradients are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
@@ -26,7 +30,9 @@ namespace lmf::model::moe {
 
 class Experts {
  public:
-  Experts(const MoeSpec& spec, int64_t d_model, bool biases, const kernels::Context& ctx, StepCounters* counters);
+  // Experts [first, first + count) of spec.n_experts; count < n_experts marks them expert_shard.
+  Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_model, bool biases,
+          const kernels::Context& ctx, StepCounters* counters);
 
   int64_t width() const { return w_; }  // W: the first GEMM's output per row
   int64_t hidden() const { return f_; } // F
@@ -42,6 +48,7 @@ class Experts {
                 float* dx) const;
 
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
+  int64_t count() const { return e_; }  // the experts held here; counts and offsets have this many
 
   static int64_t Parameters(const MoeSpec& spec, int64_t d_model, bool biases);  // all E experts
 
@@ -63,6 +70,7 @@ class Experts {
                              const Parameter& w, const Parameter* b, const float* dy, float* dx) const;
 
   FfnKind kind_;
+  int64_t first_;  // the global index of this block's first expert
   int64_t e_, c_, f_, w_;
   bool biases_;
   Parameter w_in_, w_out_, b_in_, b_out_;

@@ -11,11 +11,13 @@
 namespace lmf::model {
 
 int64_t MoeActivations::bytes() const {
-  int64_t bytes = static_cast<int64_t>(logits.size() * sizeof(float) + experts.size() * sizeof(int32_t) +
+  int64_t bytes = static_cast<int64_t>((logits.size() + noise_logits.size() + noise.size()) * sizeof(float) +
+                                       experts.size() * sizeof(int32_t) +
                                        gates.size() * sizeof(float) +
                                        dispatch.row_assignment.size() * sizeof(int32_t) +
                                        dispatch.assignment_row.size() * sizeof(int32_t));
-  bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(y);
+  bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(expert_y) + HeldBytes(y);
+  bytes += static_cast<int64_t>(sent.size() * sizeof(float));
   if (shared != nullptr) bytes += shared->bytes();
   return bytes;
 }
@@ -29,14 +31,43 @@ void MoeActivations::Release() {
   }
 }
 
+namespace {
+
+// The experts a rank holds: [first, first + count).
+struct ExpertBlock {
+  int64_t first, count;
+};
+ExpertBlock HeldExperts(const MoeSpec& spec, const moe::ExpertExchange* exchange) {
+  if (exchange == nullptr) return {0, spec.n_experts};
+  LMF_CHECK(exchange->ranks() >= 1 && spec.n_experts % exchange->ranks() == 0)
+      << spec.n_experts << " experts do not divide over " << exchange->ranks() << " expert-parallel ranks";
+  const int64_t count = spec.n_experts / exchange->ranks();
+  return {exchange->rank() * count, count};
+}
+
+// t holds at least rows x cols fp32 (reallocated, contents lost, when it is smaller).
+void EnsureRows(kernels::Tensor& t, int64_t rows, int64_t cols, const kernels::Context& ctx) {
+  rows = std::max<int64_t>(rows, 1);
+  if (t.defined() && t.numel() >= rows * cols) return;
+  t = kernels::Tensor::Empty({rows, cols}, kernels::DType::kF32, ctx.allocator);
+}
+
+}  // namespace
+
 MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
-                                   StepCounters* counters)
+                                   StepCounters* counters, moe::ExpertExchange* exchange)
     : spec_(spec),
       c_(model.d_model),
+      exchange_(exchange),
       router_(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx, kernels::DType::kF32,
               counters),
-      experts_(spec, model.d_model, model.biases, ctx, counters) {
+      experts_(spec, HeldExperts(spec, exchange).first, HeldExperts(spec, exchange).count, model.d_model,
+               model.biases, ctx, counters) {
   if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, kernels::DType::kF32, counters);
+  if (spec.noisy_gating) {
+    noise_router_.emplace(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx,
+                          kernels::DType::kF32, counters);
+  }
   if (spec.expert_bias) expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
   expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
   expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
@@ -50,18 +81,73 @@ std::unique_ptr<LayerActivations> MixtureOfExperts::NewActivations() const {
 
 void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const {
   const int64_t n = b * t, rows = n * spec_.top_k;
-  if (saved.b * saved.t == n && saved.x.defined()) {
-    saved.b = b, saved.t = t;
-    return;
-  }
   saved.b = b, saved.t = t;
   saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
+  if (noise_router_.has_value()) {
+    saved.noise_logits.resize(saved.logits.size());
+    saved.noise.resize(saved.logits.size());
+  }
   saved.experts.resize(static_cast<size_t>(rows));
   saved.gates.resize(static_cast<size_t>(rows));
-  saved.x = kernels::Tensor::Empty({rows, c_}, kernels::DType::kF32, ctx.allocator);
-  saved.pre = kernels::Tensor::Empty({rows, experts_.width()}, kernels::DType::kF32, ctx.allocator);
-  saved.act = kernels::Tensor::Empty({rows, experts_.hidden()}, kernels::DType::kF32, ctx.allocator);
-  saved.y = kernels::Tensor::Empty({rows, c_}, kernels::DType::kF32, ctx.allocator);
+  EnsureRows(saved.y, rows, c_, ctx);
+  if (exchange_ == nullptr) {  // the expert-side rows are this rank's rows: at most N * k
+    EnsureRows(saved.x, rows, c_, ctx);
+    EnsureRows(saved.pre, rows, experts_.width(), ctx);
+    EnsureRows(saved.act, rows, experts_.hidden(), ctx);
+  }
+}
+
+void MixtureOfExperts::RunExperts(const kernels::Context& ctx, const float* h, MoeActivations& saved) const {
+  const int64_t k = spec_.top_k, m = saved.dispatch.rows();
+  if (exchange_ == nullptr) {
+    saved.expert_counts = saved.dispatch.counts;
+    saved.expert_offsets = saved.dispatch.offsets;
+    moe::GatherRows(saved.dispatch, k, c_, h, saved.x.data<float>());
+    experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
+                     saved.act.data<float>(), saved.y.data<float>());
+    return;
+  }
+  // Each row's global expert (the rows are sorted by expert), then out and back through the exchange.
+  std::vector<int32_t> row_experts(static_cast<size_t>(m));
+  for (int64_t e = 0; e < spec_.n_experts; ++e) {
+    std::fill_n(row_experts.begin() + saved.dispatch.offsets[e], saved.dispatch.counts[e], static_cast<int32_t>(e));
+  }
+  saved.plan = exchange_->Route(row_experts.data(), m, spec_.n_experts, &saved.expert_counts);
+  saved.expert_offsets.assign(saved.expert_counts.size() + 1, 0);
+  for (size_t e = 0; e < saved.expert_counts.size(); ++e) {
+    saved.expert_offsets[e + 1] = saved.expert_offsets[e] + saved.expert_counts[e];
+  }
+  const int64_t r = saved.plan->received_rows();
+  EnsureRows(saved.x, r, c_, ctx);
+  EnsureRows(saved.pre, r, experts_.width(), ctx);
+  EnsureRows(saved.act, r, experts_.hidden(), ctx);
+  EnsureRows(saved.expert_y, r, c_, ctx);
+  saved.sent.resize(static_cast<size_t>(m * c_));
+  moe::GatherRows(saved.dispatch, k, c_, h, saved.sent.data());
+  exchange_->Send(*saved.plan, saved.sent.data(), c_, saved.x.data<float>());
+  experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
+                   saved.act.data<float>(), saved.expert_y.data<float>());
+  exchange_->Return(*saved.plan, saved.expert_y.data<float>(), c_, saved.y.data<float>());
+}
+
+void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const MoeActivations& saved, const float* dy,
+                                          float* drows, Scratch& scratch) const {
+  const int64_t r = saved.expert_offsets.back();
+  const auto take = [&](int64_t rows, int64_t cols) {
+    return scratch.Take({std::max<int64_t>(rows, 1), cols}, kernels::DType::kF32).data<float>();
+  };
+  const float* expert_dy = dy;
+  float* expert_dx = drows;
+  if (exchange_ != nullptr) {
+    float* received = take(r, c_);
+    exchange_->Send(*saved.plan, dy, c_, received);
+    expert_dy = received;
+    expert_dx = take(r, c_);
+  }
+  experts_.Backward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
+                    saved.act.data<float>(), expert_dy, take(r, experts_.hidden()), take(r, experts_.width()),
+                    expert_dx);
+  if (exchange_ != nullptr) exchange_->Return(*saved.plan, expert_dx, c_, drows);
 }
 
 void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
@@ -72,14 +158,17 @@ void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t
   const float* x = static_cast<const float*>(h);
   float* o = static_cast<float*>(out);
   router_.Forward(ctx, n, x, c_, saved.logits.data(), spec_.n_experts, /*accumulate=*/false);
+  if (noise_router_.has_value()) {
+    noise_router_->Forward(ctx, n, x, c_, saved.noise_logits.data(), spec_.n_experts, /*accumulate=*/false);
+    moe::GatingNoise(n, c_, x, spec_.n_experts, saved.noise.data());
+    moe::AddGatingNoise(n, spec_.n_experts, saved.noise_logits.data(), saved.noise.data(), saved.logits.data());
+  }
   moe::Route(spec_, n, saved.logits.data(), spec_.expert_bias ? expert_bias_.data<float>() : nullptr,
              saved.experts.data(), saved.gates.data());
   saved.balance_loss = moe::BalanceLoss(spec_, b, t, saved.logits.data(), saved.experts.data());
   saved.z_loss = moe::RouterZLoss(spec_, n, saved.logits.data());
   moe::BuildDispatch(spec_, n, saved.experts.data(), saved.gates.data(), saved.dispatch);
-  moe::GatherRows(saved.dispatch, k, c_, x, saved.x.data<float>());
-  experts_.Forward(ctx, saved.dispatch.counts, saved.dispatch.offsets, saved.x.data<float>(),
-                   saved.pre.data<float>(), saved.act.data<float>(), saved.y.data<float>());
+  RunExperts(ctx, x, saved);
   if (shared_.has_value()) {
     shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared);
     accumulate = true;
@@ -103,14 +192,19 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
   // Through the combine to the expert outputs and the gates, then through the experts to their rows.
   moe::CombineRowsBackward(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), dout, dy, dgates);
   float* drows = take(m, c_);
-  experts_.Backward(ctx, saved.dispatch.counts, saved.dispatch.offsets, saved.x.data<float>(),
-                    saved.pre.data<float>(), saved.act.data<float>(), dy, take(m, experts_.hidden()),
-                    take(m, experts_.width()), drows);
+  RunExpertsBackward(ctx, saved, dy, drows, scratch);
   // The router: the gates' gradient and the losses' (weight 1), then its GEMM writes dh.
   moe::RouteBackward(spec_, n, saved.logits.data(), saved.experts.data(), dgates, dlogits);
   moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
   moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
   router_.Backward(ctx, n, x, c_, dlogits, e, dh);
+  if (noise_router_.has_value()) {  // H = z + eps softplus(z_noise): W_noise's share of dh
+    float* dnoise = take(n, e);
+    float* dh_noise = take(n, c_);
+    moe::GatingNoiseBackward(n, e, saved.noise_logits.data(), saved.noise.data(), dlogits, dnoise);
+    noise_router_->Backward(ctx, n, x, c_, dnoise, e, dh_noise);
+    for (int64_t i = 0; i < n * c_; ++i) dh[i] += dh_noise[i];
+  }
   moe::ScatterAddRows(saved.dispatch, k, c_, drows, dh);
   if (shared_.has_value()) {
     float* dshared = take(n, c_);
@@ -128,6 +222,7 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
 
 void MixtureOfExperts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {
   router_.VisitParameters(prefix + ".router", visit);
+  if (noise_router_.has_value()) noise_router_->VisitParameters(prefix + ".router.noise", visit);
   experts_.VisitParameters(prefix + ".experts", visit);
   if (shared_.has_value()) shared_->VisitParameters(prefix + ".shared", visit);
 }
@@ -158,7 +253,8 @@ void MixtureOfExperts::EndStep() const {
 }
 
 int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& model) {
-  int64_t count = spec.n_experts * model.d_model + moe::Experts::Parameters(spec, model.d_model, model.biases);
+  const int64_t routers = (spec.noisy_gating ? 2 : 1) * spec.n_experts * model.d_model;
+  int64_t count = routers + moe::Experts::Parameters(spec, model.d_model, model.biases);
   if (spec.shared_d_ff > 0) count += FeedForward::Parameters(SharedSpec(spec), model);
   return count;
 }
@@ -166,14 +262,16 @@ int64_t MixtureOfExperts::Parameters(const MoeSpec& spec, const ModelConfig& mod
 int64_t MixtureOfExperts::ActiveParameters(const MoeSpec& spec, const ModelConfig& model) {
   MoeSpec active = spec;
   active.n_experts = spec.top_k;
-  return spec.n_experts * model.d_model + moe::Experts::Parameters(active, model.d_model, model.biases) +
+  return (spec.noisy_gating ? 2 : 1) * spec.n_experts * model.d_model +
+         moe::Experts::Parameters(active, model.d_model, model.biases) +
          (spec.shared_d_ff > 0 ? FeedForward::Parameters(SharedSpec(spec), model) : 0);
 }
 
 double MixtureOfExperts::MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model) {
   const double c = static_cast<double>(model.d_model);
   const double expert = 2.0 * (spec.gated_experts() ? 3 : 2) * c * static_cast<double>(spec.d_expert);
-  double flops = 2.0 * c * static_cast<double>(spec.n_experts) + static_cast<double>(spec.top_k) * expert;
+  const double routers = spec.noisy_gating ? 2 : 1;
+  double flops = routers * 2.0 * c * static_cast<double>(spec.n_experts) + static_cast<double>(spec.top_k) * expert;
   if (spec.shared_d_ff > 0) flops += FeedForward::MatmulFlopsPerToken(SharedSpec(spec), model);
   return flops;
 }
@@ -182,7 +280,7 @@ int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelCon
   const int64_t k = spec.top_k, c = model.d_model, f = spec.d_expert, w = (spec.gated_experts() ? 2 : 1) * f;
   // The logits (E), and per assignment its expert, gate, row and the row's assignment (4 bytes each) and
   // the row's input, pre-activations, activation and output (fp32).
-  int64_t bytes = 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
+  int64_t bytes = (spec.noisy_gating ? 3 : 1) * 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
   if (spec.shared_d_ff > 0) bytes += FeedForward::SavedBytesPerToken(SharedSpec(spec), kernels::DType::kF32);
   return bytes;
 }

@@ -10,10 +10,17 @@
 // load - load) from the step's counts. The backwards count each expert's assignments and drops
 // (VisitStepCounts: for the bias and for metrics); EndStep clears them.
 //
-// Parameters: "<prefix>.router.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
+// Parameters: "<prefix>.router.weight" (E, C), with noisy gating "<prefix>.router.noise.weight" (E, C), "<prefix>.experts.{e}.w1|w3|w2.*" (experts.h),
 // "<prefix>.shared.w1|w3|w2.*" (the shared FeedForward). Buffer: "<prefix>.router.expert_bias" (E).
 // Saved for the backward (MoeActivations): the logits, choices, gates and rows of the dispatch, the gathered
 // inputs, both expert pre-activations and activation, the expert outputs, and the shared FeedForward's.
+// Expert parallelism: given an ExpertExchange (expert_exchange.h) of ep ranks, the layer holds experts
+// [rank E/ep, (rank+1) E/ep) only. It routes and applies the capacity on its own tokens as one process would
+// (so which assignments are kept does not depend on the layout), sends the kept rows to their experts'
+// ranks, runs its experts on the rows it receives and returns their outputs; the backward sends the
+// outputs' gradients along the same plan and returns the inputs' gradients. The router, the losses and the
+// counts stay local over all E experts.
+//
 // Runs on the CPU in fp32 (the routing and the row moves run on the host); parameter gradients accumulate,
 // activation gradients are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
@@ -32,6 +39,7 @@
 #include "model/layers/layer.h"
 #include "model/layers/linear/linear.h"
 #include "model/layers/moe/dispatch.h"
+#include "model/layers/moe/expert_exchange.h"
 #include "model/layers/moe/experts.h"
 #include "model/layers/parameter.h"
 
@@ -39,11 +47,18 @@ namespace lmf::model {
 
 struct MoeActivations : LayerActivations {
   int64_t b = 0, t = 0;
-  std::vector<float> logits;      // (N, E) the router's fp32 logits
+  std::vector<float> logits;      // (N, E) the router's fp32 logits (noisy gating: H, with the noise)
+  std::vector<float> noise_logits, noise;  // (N, E) each: noisy gating's h W_noise^T and eps (else empty)
   std::vector<int32_t> experts;   // (N, k) each token's experts, best first
   std::vector<float> gates;       // (N, k)
-  moe::Dispatch dispatch;         // rows sorted by expert (sized N * k)
-  kernels::Tensor x, pre, act, y;  // (N*k, C), (N*k, W), (N*k, F), (N*k, C): the rows through the experts
+  moe::Dispatch dispatch;         // this rank's M kept rows sorted by expert (sized N * k)
+  // The rows this rank's experts run: R = M without expert parallelism, else what the exchange brought.
+  std::vector<int64_t> expert_counts, expert_offsets;  // (local experts), (local experts + 1)
+  std::unique_ptr<moe::ExpertExchange::Plan> plan;     // expert parallelism's, else null
+  kernels::Tensor x, pre, act;  // (R, C), (R, W), (R, F): the expert-side rows; capacity may exceed R
+  kernels::Tensor expert_y;     // (R, C) the experts' outputs before they return (expert parallelism only)
+  kernels::Tensor y;            // (M, C) each kept row's expert output, in this rank's row order
+  std::vector<float> sent;      // (M, C) the rows' inputs on their way out (expert parallelism only)
   std::unique_ptr<LayerActivations> shared;  // the shared experts' (null without)
   double balance_loss = 0, z_loss = 0;        // this forward's router losses (their sum is aux_loss())
 
@@ -56,8 +71,10 @@ struct MoeActivations : LayerActivations {
 
 class MixtureOfExperts final : public ChannelMixer {
  public:
+  // `exchange`: expert parallelism (null: every expert here), kept by the caller for the layer's lifetime;
+  // spec.n_experts must divide by its ranks.
   MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
-                   StepCounters* counters);
+                   StepCounters* counters, moe::ExpertExchange* exchange = nullptr);
 
   std::unique_ptr<LayerActivations> NewActivations() const override;
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
@@ -82,10 +99,18 @@ class MixtureOfExperts final : public ChannelMixer {
  private:
   static FeedForwardSpec SharedSpec(const MoeSpec& spec) { return {spec.expert_kind, spec.shared_d_ff}; }
   void Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const;
+  // The kept rows (saved.dispatch) to the experts that run them and their outputs into saved.y: here, or
+  // through the exchange.
+  void RunExperts(const kernels::Context& ctx, const float* h, MoeActivations& saved) const;
+  // dy (M, C), the gradient of saved.y -> drows (M, C), the gradient of the rows' inputs.
+  void RunExpertsBackward(const kernels::Context& ctx, const MoeActivations& saved, const float* dy, float* drows,
+                          Scratch& scratch) const;
 
   MoeSpec spec_;
   int64_t c_;
+  moe::ExpertExchange* exchange_;
   Linear router_;  // (E, C), no bias
+  std::optional<Linear> noise_router_;  // (E, C): noisy gating's W_noise
   moe::Experts experts_;
   std::optional<FeedForward> shared_;
   kernels::Tensor expert_bias_;                    // (E) fp32, with spec.expert_bias

@@ -137,6 +137,11 @@ TEST_P(PyTorchMatch, ForwardLossesAndEveryGradient) {
   });
   const std::vector<float> h = f.at("h").ToFloat(), dout = f.at("dout").ToFloat();
   std::vector<float> out(h.size()), dh(h.size());
+  if (spec.noisy_gating) {  // the reference drew the same standard normals from the same inputs
+    std::vector<float> noise(static_cast<size_t>(n * spec.n_experts));
+    moe::GatingNoise(n, c, h.data(), spec.n_experts, noise.data());
+    ExpectClose("the gating noise", noise.data(), f.at("gating_noise").ToFloat(), 0);
+  }
   std::unique_ptr<LayerActivations> saved = moe.NewActivations();
   moe.Forward(ctx, b, t, h.data(), out.data(), /*accumulate=*/false, *saved);
   ExpectClose("out", out.data(), f.at("out").ToFloat(), 0);
@@ -159,7 +164,8 @@ TEST_P(PyTorchMatch, ForwardLossesAndEveryGradient) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchMatch,
                          ::testing::Values("moe_layer_softmax_topk", "moe_layer_topk_softmax",
                                            "moe_layer_sigmoid_grouped_bias", "moe_layer_shared_fine_grained",
-                                           "moe_layer_drop_position", "moe_layer_drop_score"));
+                                           "moe_layer_drop_position", "moe_layer_drop_score",
+                                           "moe_layer_noisy_topk"));
 
 TEST(MoeDispatch, SortsByExpertAndDropsOverCapacity) {
   MoeSpec spec = Spec(3, 1, 4, RouterKind::kSoftmaxTopK);

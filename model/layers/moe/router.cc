@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -244,6 +245,46 @@ void RouterZLossBackward(const MoeSpec& spec, int64_t n, const float* logits, fl
     // d/dz_i of z_loss * lse^2 / n = z_loss * 2 lse p_i / n.
     const double coefficient = spec.router_z_loss * 2 * lse / static_cast<double>(n);
     for (int64_t i = 0; i < e; ++i) dlogits[token * e + i] += static_cast<float>(coefficient * p[i]);
+  }
+}
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// softplus(x) = log(1 + e^x), without overflow.
+double Softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+void GatingNoise(int64_t n, int64_t c, const float* h, int64_t e, float* eps) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  constexpr double kUnit = 1.0 / 9007199254740992.0;  // 2^-53
+  for (int64_t token = 0; token < n; ++token) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(h + token * c);
+    uint64_t hash = 1469598103934665603ull;
+    for (size_t i = 0; i < static_cast<size_t>(c) * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < e; ++i) {
+      const double u1 = static_cast<double>((SplitMix64(hash + 2 * i) >> 11) + 1) * kUnit;  // (0, 1]
+      const double u2 = static_cast<double>(SplitMix64(hash + 2 * i + 1) >> 11) * kUnit;     // [0, 1)
+      eps[token * e + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+    }
+  }
+}
+
+void AddGatingNoise(int64_t n, int64_t e, const float* noise_logits, const float* eps, float* logits) {
+  for (int64_t i = 0; i < n * e; ++i) logits[i] = static_cast<float>(logits[i] + eps[i] * Softplus(noise_logits[i]));
+}
+
+void GatingNoiseBackward(int64_t n, int64_t e, const float* noise_logits, const float* eps, const float* dlogits,
+                         float* dnoise_logits) {
+  for (int64_t i = 0; i < n * e; ++i) {
+    dnoise_logits[i] = static_cast<float>(dlogits[i] * eps[i] / (1.0 + std::exp(-static_cast<double>(noise_logits[i]))));
   }
 }
 

@@ -30,6 +30,16 @@ void RouteBackward(const MoeSpec& spec, int64_t n, const float* logits, const in
 double BalanceLoss(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts);
 void BalanceLossBackward(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts,
                          float* dlogits);
+// Noisy top-k gating (MoeSpec::noisy_gating): eps (N, E) standard normals, each token's drawn from a hash of
+// its input row's C fp32 values h (N, C): FNV-1a over the row's bytes, SplitMix64 of it plus 2i and 2i + 1
+// for expert i, and Box-Muller (tools/model/moe_reference.py draws the same).
+void GatingNoise(int64_t n, int64_t c, const float* h, int64_t e, float* eps);
+// logits (N, E) += eps * softplus(noise_logits): the noisy logits H the router routes on.
+void AddGatingNoise(int64_t n, int64_t e, const float* noise_logits, const float* eps, float* logits);
+// dlogits (N, E), the gradient of H -> dnoise_logits (N, E) written: dlogits * eps * sigmoid(noise_logits).
+void GatingNoiseBackward(int64_t n, int64_t e, const float* noise_logits, const float* eps, const float* dlogits,
+                         float* dnoise_logits);
+
 // router_z_loss * mean over the N tokens of logsumexp(z)^2; 0 when spec.router_z_loss is 0.
 double RouterZLoss(const MoeSpec& spec, int64_t n, const float* logits);
 void RouterZLossBackward(const MoeSpec& spec, int64_t n, const float* logits, float* dlogits);
