@@ -49,6 +49,9 @@ class AdamW {
   // gradients are the whole model's). When it is finite, clips to max_grad_norm and updates the owned
   // parameters at learning rate `lr`; when it is NaN or infinite, changes nothing.
   double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
+  // The same step with the norm of the mean gradient given: a model split over processes (pipeline stages)
+  // has the global norm only from all of them together.
+  double StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm);
 
   int64_t step() const { return step_; }
   // Bytes of the moments this optimizer holds.
