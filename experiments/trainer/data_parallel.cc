@@ -46,7 +46,7 @@ distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::strin
 absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     const config::Experiment& experiment, const TrainOptions& options) {
   const config::RunConfig& run = experiment.run();
-  const int world = run.parallel().data();
+  const int world = run.parallel().data() * run.parallel().pipeline();  // every rank of the mesh
   std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
   absl::StatusOr<std::unique_ptr<distributed::RendezvousFolder>> rendezvous =
       distributed::RendezvousFolder::Create(run.output_dir(), kRendezvousPrefix);
