@@ -27,6 +27,12 @@ namespace lmf::experiments {
 struct PipelineLayout {
   distributed::pipeline::Schedule schedule;
   std::vector<model::LayerRange> stages;
+  // The layers of pipeline rank `rank`'s chunks, chunk 0 first.
+  std::vector<model::LayerRange> ChunkLayers(int rank) const {
+    std::vector<model::LayerRange> layers;
+    for (int c = 0; c < schedule.chunks; ++c) layers.push_back(stages[schedule.stage(rank, c)]);
+    return layers;
+  }
 };
 absl::StatusOr<PipelineLayout> MakePipelineLayout(const config::RunConfig& run, int64_t n_layers);
 

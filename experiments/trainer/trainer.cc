@@ -250,7 +250,11 @@ absl::Status TrainingRun::StartRanks() {
 
 absl::Status TrainingRun::CollectiveError(const absl::Status& status) const {
   const std::string dead = launch_ != nullptr ? launch_->DeadWorkers(/*grace_ms=*/2000) : "";
-  return absl::Status(status.code(), absl::StrCat("run.parallel.data=", world_, ": ", status.message(),
+  const std::string layout = run_.parallel().pipeline() > 1
+                                 ? absl::StrCat("run.parallel.data=", run_.parallel().data(),
+                                                " x run.parallel.pipeline=", run_.parallel().pipeline())
+                                 : absl::StrCat("run.parallel.data=", world_);
+  return absl::Status(status.code(), absl::StrCat(layout, ": ", status.message(),
                                                   dead.empty() ? "" : absl::StrCat("; ", dead)));
 }
 
@@ -261,13 +265,9 @@ absl::Status TrainingRun::BuildModel() {
       TrainingDevice::Open(run_, launch_ != nullptr ? &launch_->pool() : nullptr);
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
-  std::vector<model::LayerRange> ranges = {model::LayerRange{}};
-  if (layout_.has_value()) {  // this rank's stages; each draws the whole model's values for its parameters
-    ranges.clear();
-    for (int c = 0; c < layout_->schedule.chunks; ++c) {
-      ranges.push_back(layout_->stages[layout_->schedule.stage(mesh_->coordinates().pipeline, c)]);
-    }
-  }
+  // A pipeline rank's stages; each draws the whole model's values for its parameters.
+  const std::vector<model::LayerRange> ranges =
+      layout_.has_value() ? layout_->ChunkLayers(mesh_->coordinates().pipeline) : std::vector{model::LayerRange{}};
   for (const model::LayerRange& range : ranges) {
     absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
         model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), range);
