@@ -50,11 +50,18 @@ constexpr char kUsage[] =
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
     "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
 
-// Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of run.parallel.data.
+// Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of run.parallel.data x
+// run.parallel.pipeline.
 absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distributed::SlurmTask& task,
                                                                      const config::Experiment& experiment) {
   const config::RunConfig& run = experiment.run();
-  if (run.parallel().data() != task.world_size) {
+  const int ranks = run.parallel().data() * run.parallel().pipeline();
+  if (run.parallel().pipeline() > 1 && ranks != task.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "srun started ", task.world_size, " tasks but run.parallel.data=", run.parallel().data(),
+        " x run.parallel.pipeline=", run.parallel().pipeline(), " is ", ranks, " ranks: each task is one rank"));
+  }
+  if (ranks != task.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "srun started ", task.world_size, " tasks but run.parallel.data=", run.parallel().data(),
         ": each task is one data-parallel rank; set --set=run.parallel.data=", task.world_size));

@@ -563,10 +563,11 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
                             config::SweepRunResult::Status_Name(failed.status()), failed.message()));
         continue;
       }
-      // A data-parallel run's ranks share its share of the cores.
-      const int threads = options.threads_per_run > 0
-                              ? std::max(1, options.threads_per_run / run.experiment.run().parallel().data())
-                              : 0;
+      // A parallel run's ranks (data x pipeline) share its share of the cores.
+      const config::ParallelConfig& parallel = run.experiment.run().parallel();
+      const int threads =
+          options.threads_per_run > 0 ? std::max(1, options.threads_per_run / (parallel.data() * parallel.pipeline()))
+                                      : 0;
       auto pid = Launch(options.command, RunDir(plan, run), threads);
       if (!pid.ok()) return pid.status();
       running[*pid] = {i, std::chrono::steady_clock::now()};
