@@ -150,7 +150,8 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
   const RunConfig& run = experiment.run();
   const ParallelConfig& parallel = run.parallel();
   const int pipeline = parallel.pipeline(), virtual_stages = parallel.virtual_stages();
-  const std::string schedule = absl::StrCat("run.parallel.schedule=", ParallelConfig::Schedule_Name(parallel.schedule()));
+  const std::string schedule =
+      absl::StrCat("run.parallel.schedule=", ParallelConfig::Schedule_Name(parallel.schedule()));
   if (pipeline < 1 || pipeline > 256) {
     errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline, " must be 1 to 256 stages"));
     return;
@@ -160,8 +161,10 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
     return;
   }
   if (virtual_stages > 1 && parallel.schedule() != ParallelConfig::INTERLEAVED_1F1B) {
-    errors->Add(absl::StrCat("run.parallel.virtual_stages=", virtual_stages, " needs run.parallel.schedule="
-                             "INTERLEAVED_1F1B (", schedule, " runs one chunk of layers per process)"));
+    errors->Add(absl::StrCat("run.parallel.virtual_stages=", virtual_stages,
+                             " needs run.parallel.schedule="
+                             "INTERLEAVED_1F1B (",
+                             schedule, " runs one chunk of layers per process)"));
   }
   if (int64_t{parallel.data()} * pipeline > 256) {
     errors->Add(absl::StrCat("run.parallel.data=", parallel.data(), " x run.parallel.pipeline=", pipeline,
@@ -170,9 +173,9 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
   const int64_t n_layers = experiment.model().n_layers(), stages = int64_t{pipeline} * virtual_stages;
   if (pipeline > 1 || virtual_stages > 1) {
     if (stages > n_layers) {
-      errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline, " x run.parallel.virtual_stages=",
-                               virtual_stages, " stages exceed model.n_layers=", n_layers,
-                               " (each stage needs a layer)"));
+      errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline,
+                               " x run.parallel.virtual_stages=", virtual_stages,
+                               " stages exceed model.n_layers=", n_layers, " (each stage needs a layer)"));
     }
     if (run.device() != RunConfig::CPU) {
       errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline,
@@ -180,15 +183,18 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                "yet)"));
     }
     if (parallel.zero_stage() != 0) {
-      errors->Add(absl::StrCat("run.parallel.zero_stage=", parallel.zero_stage(), " is not built for run.parallel."
-                               "pipeline=", pipeline, " yet (use zero_stage 0)"));
+      errors->Add(absl::StrCat("run.parallel.zero_stage=", parallel.zero_stage(),
+                               " is not built for run.parallel."
+                               "pipeline=",
+                               pipeline, " yet (use zero_stage 0)"));
     }
     if (experiment.model().has_moe()) {
       errors->Add(absl::StrCat("model.moe with run.parallel.pipeline=", pipeline,
                                " is not built yet (the expert-load metrics span the stages)"));
     }
     if (parallel.schedule() == ParallelConfig::ZB_H1) {
-      errors->Add(absl::StrCat(schedule, " cannot train yet: the layers do not split their backward into "
+      errors->Add(absl::StrCat(schedule,
+                               " cannot train yet: the layers do not split their backward into "
                                "input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
                                "//distributed/pipeline:dry_run simulates ZB-H1)"));
     }
@@ -211,10 +217,11 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
     }
     if (parallel.stage_layers_size() != stages) {
       errors->Add(absl::StrCat("run.parallel.stage_layers has ", parallel.stage_layers_size(),
-                               " entries; run.parallel.pipeline=", pipeline, " x run.parallel.virtual_stages=",
-                               virtual_stages, " needs ", stages));
+                               " entries; run.parallel.pipeline=", pipeline,
+                               " x run.parallel.virtual_stages=", virtual_stages, " needs ", stages));
     } else if (sum != n_layers) {
-      errors->Add(absl::StrCat("run.parallel.stage_layers sums to ", sum, " layers, model.n_layers=", n_layers));
+      errors->Add(
+          absl::StrCat("run.parallel.stage_layers sums to ", sum, " layers, model.n_layers=", n_layers));
     }
   }
 }

@@ -429,7 +429,8 @@ TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
   EXPECT_EQ(ErrorWith("run.parallel.pipeline=3"),
             "tiny.textproto: run.parallel.pipeline=3 x run.parallel.virtual_stages=1 stages exceed "
             "model.n_layers=2 (each stage needs a layer)");
-  EXPECT_EQ(ErrorWith("run.parallel.pipeline=0"), "tiny.textproto: run.parallel.pipeline=0 must be 1 to 256 stages");
+  EXPECT_EQ(ErrorWith("run.parallel.pipeline=0"),
+            "tiny.textproto: run.parallel.pipeline=0 must be 1 to 256 stages");
   EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=1,2"}),
             "tiny.textproto: run.parallel.stage_layers sums to 3 layers, model.n_layers=4");
   EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=1,2,1"}),
@@ -437,7 +438,8 @@ TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
             "run.parallel.virtual_stages=1 needs 2");
   EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=4,0"}),
             "tiny.textproto: run.parallel.stage_layers[1]=0 must be at least 1 (every stage needs a layer)");
-  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=3,1"}), "OK");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=3,1"}),
+            "OK");
   EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.schedule=ZB_H1"}),
             "tiny.textproto: run.parallel.schedule=ZB_H1 cannot train yet: the layers do not split their "
             "backward into input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
@@ -445,9 +447,10 @@ TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
   EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.zero_stage=1"}),
             "tiny.textproto: run.parallel.zero_stage=1 is not built for run.parallel.pipeline=2 yet (use "
             "zero_stage 0)");
-  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.device=CUDA"}),
-            "tiny.textproto: run.parallel.pipeline=2 needs run.device=CPU (pipeline stages run fp32 over Gloo; "
-            "NCCL is not built yet)");
+  EXPECT_EQ(
+      Error(kBase, {"run.parallel.pipeline=2", "run.device=CUDA"}),
+      "tiny.textproto: run.parallel.pipeline=2 needs run.device=CPU (pipeline stages run fp32 over Gloo; "
+      "NCCL is not built yet)");
 }
 
 TEST(ConfigValidation, InterleavingNeedsChunksAndMicroBatchesPerStage) {

@@ -57,9 +57,10 @@ absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distr
   const config::RunConfig& run = experiment.run();
   const int ranks = run.parallel().data() * run.parallel().pipeline();
   if (run.parallel().pipeline() > 1 && ranks != task.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "srun started ", task.world_size, " tasks but run.parallel.data=", run.parallel().data(),
-        " x run.parallel.pipeline=", run.parallel().pipeline(), " is ", ranks, " ranks: each task is one rank"));
+    return absl::InvalidArgumentError(absl::StrCat("srun started ", task.world_size,
+                                                   " tasks but run.parallel.data=", run.parallel().data(),
+                                                   " x run.parallel.pipeline=", run.parallel().pipeline(),
+                                                   " is ", ranks, " ranks: each task is one rank"));
   }
   if (ranks != task.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(

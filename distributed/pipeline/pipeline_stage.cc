@@ -22,14 +22,14 @@ absl::StatusOr<std::vector<model::LayerRange>> StageRanges(int64_t n_layers, int
     return ranges;
   }
   if (static_cast<int>(layers_per_stage.size()) != num_stages) {
-    return absl::InvalidArgumentError(absl::StrCat("stage layers: ", layers_per_stage.size(), " entries for ",
-                                                   num_stages, " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage layers: ", layers_per_stage.size(), " entries for ", num_stages, " stages"));
   }
   int64_t first = 0;
   for (int s = 0; s < num_stages; ++s) {
     if (layers_per_stage[s] < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage layers: stage ", s, " has ", layers_per_stage[s], " layers; every stage needs one"));
+      return absl::InvalidArgumentError(absl::StrCat("stage layers: stage ", s, " has ", layers_per_stage[s],
+                                                     " layers; every stage needs one"));
     }
     ranges.push_back({first, first + layers_per_stage[s]});
     first += layers_per_stage[s];
@@ -79,8 +79,8 @@ absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule
       stages = *std::move(even);
     }
     if (static_cast<int>(stages.size()) != num_stages) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, "given the layers of ", stages.size(), " stages, the schedule has ", num_stages));
+      return absl::InvalidArgumentError(absl::StrCat(what, "given the layers of ", stages.size(),
+                                                     " stages, the schedule has ", num_stages));
     }
     const model::LayerRange want = stages[stage];
     if (chunk->first_layer() != want.first || chunk->last_layer() != want.last) {
@@ -260,9 +260,9 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
     if (model.has_head()) {
       loss = activations.back().loss();
     } else if (ranks > 1) {
-      sends.push_back(group_->SendAsync(
-          Buffer::Host(static_cast<const float*>(activations.back().hidden_output()), n), (rank + 1) % ranks,
-          Tag(false, 0, stage)));
+      sends.push_back(
+          group_->SendAsync(Buffer::Host(static_cast<const float*>(activations.back().hidden_output()), n),
+                            (rank + 1) % ranks, Tag(false, 0, stage)));
     }
   }
   if (absl::Status s = WaitAll(sends); !s.ok()) return s;

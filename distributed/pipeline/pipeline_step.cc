@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
   absl::StatusOr<PipelineStage> stage =
       PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
   if (!stage.ok()) return stage.status();
-  return std::unique_ptr<PipelineStep>(new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers)));
+  return std::unique_ptr<PipelineStep>(
+      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers)));
 }
 
 absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
@@ -57,7 +58,8 @@ absl::Status PipelineStep::SumOverProcesses(std::vector<double>& values) {
 }
 
 absl::Status PipelineStep::ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input) {
-  const int64_t first = first_micro_batch(input.micro_batches), count = micro_batch_count(input.micro_batches);
+  const int64_t first = first_micro_batch(input.micro_batches),
+                count = micro_batch_count(input.micro_batches);
   ids_.resize(static_cast<size_t>(count));
   targets_.resize(static_cast<size_t>(count));
   for (int64_t micro = 0; micro < input.micro_batches; ++micro) {
@@ -113,9 +115,11 @@ absl::StatusOr<double> PipelineStep::GlobalNorm(int64_t micro_batches) {
 }
 
 absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
-                                                     model::MicroBatchSource& data, const model::StepInput& input) {
+                                                     model::MicroBatchSource& data,
+                                                     const model::StepInput& input) {
   if (&model != stage_.chunks()[0] || &optimizer != optimizers_[0]) {
-    return absl::InternalError("pipeline step: called with another model or optimizer than its first chunk's");
+    return absl::InternalError(
+        "pipeline step: called with another model or optimizer than its first chunk's");
   }
   if (absl::Status s = ReadMicroBatches(data, input); !s.ok()) return s;
   std::vector<MicroBatch> micro_batches;

@@ -51,7 +51,8 @@ class PipelineStep final : public model::StepStrategy {
   // Each chunk's weights from its first data replica's (data coordinate 0) to the others.
   absl::Status SyncParameters(model::LanguageModel& model) override;
   absl::StatusOr<model::StepResult> Step(model::LanguageModel& model, model::AdamW& optimizer,
-                                         model::MicroBatchSource& data, const model::StepInput& input) override;
+                                         model::MicroBatchSource& data,
+                                         const model::StepInput& input) override;
   absl::Status SumOverProcesses(std::vector<double>& values) override;
   // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
@@ -66,7 +67,8 @@ class PipelineStep final : public model::StepStrategy {
   bool first_stage() const { return mesh_.coordinates().pipeline == 0; }
 
  private:
-  PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage, std::vector<model::AdamW*> optimizers)
+  PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage,
+               std::vector<model::AdamW*> optimizers)
       : world_(world), mesh_(mesh), stage_(std::move(stage)), optimizers_(std::move(optimizers)) {}
   // This replica's micro-batches from `data` (the others skipped), in host memory.
   absl::Status ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input);

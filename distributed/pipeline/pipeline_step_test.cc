@@ -4,7 +4,8 @@
 // gradients are; each chunk's AdamW update reads only them). With two data replicas the gradients are
 // summed in another order ((a + b) + (c + d) instead of a + b + c + d), and with clipping the global norm
 // is summed over the stages in another order: those agree to fp32 rounding, amplified over 3 AdamW steps
-// (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. A rank that dies during a step makes the others fail, naming it.
+// (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. A rank
+// that dies during a step makes the others fail, naming it.
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -57,14 +58,14 @@ struct Case {
   model::ModelConfig config;
   int data = 1, pipeline = 2, chunks = 1, micro_batches = 4;
   ScheduleKind kind = ScheduleKind::kOneFOneB;
-  double max_grad_norm = 0;       // 0: no clipping
+  double max_grad_norm = 0;           // 0: no clipping
   std::vector<int64_t> stage_layers;  // empty: the even split
   bool exact = true;
 };
 
 void ExpectEqualsSingleProcess(const Case& c) {
-  SCOPED_TRACE(absl::StrCat(ScheduleKindName(c.kind), " data=", c.data, " pipeline=", c.pipeline, " chunks=",
-                            c.chunks, " clip=", c.max_grad_norm));
+  SCOPED_TRACE(absl::StrCat(ScheduleKindName(c.kind), " data=", c.data, " pipeline=", c.pipeline,
+                            " chunks=", c.chunks, " clip=", c.max_grad_norm));
   ExpectAllPassed(RunRanks(c.data * c.pipeline, [&](Collectives& world) {
     Checks checks(world.rank());
     model::AdamWConfig adamw;
@@ -85,8 +86,7 @@ void ExpectEqualsSingleProcess(const Case& c) {
 
     absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {c.data, c.pipeline, 1});
     if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
-    absl::StatusOr<Schedule> schedule =
-        MakeSchedule(c.kind, c.pipeline, c.chunks, c.micro_batches / c.data);
+    absl::StatusOr<Schedule> schedule = MakeSchedule(c.kind, c.pipeline, c.chunks, c.micro_batches / c.data);
     if (!checks.Ok(schedule.status(), "MakeSchedule")) return checks.exit_code();
     absl::StatusOr<std::vector<model::LayerRange>> stages =
         StageRanges(c.config.n_layers, schedule->num_stages(), c.stage_layers);
@@ -107,14 +107,17 @@ void ExpectEqualsSingleProcess(const Case& c) {
     if (!checks.Ok((*step)->SyncParameters(*chunks[0]), "SyncParameters")) return checks.exit_code();
     RandomBatches data(c.config.vocab_size, kB * kT, 17);
     for (int s = 0; s < kSteps; ++s) {
-      absl::StatusOr<model::StepResult> result = (*step)->Step(*chunks[0], *optimizers[0], data, Input(c.micro_batches));
+      absl::StatusOr<model::StepResult> result =
+          (*step)->Step(*chunks[0], *optimizers[0], data, Input(c.micro_batches));
       if (!checks.Ok(result.status(), "Step")) return checks.exit_code();
       const double got = result->loss, expected = want_loss[static_cast<size_t>(s)];
       checks.Expect(c.exact ? got == expected : std::fabs(got - expected) <= 1e-6 * expected,
                     absl::StrCat("step ", s + 1, " loss ", got, " vs single process ", expected));
     }
-    if (!checks.Ok((*step)->CheckReplicasAgree(*chunks[0], kSteps), "CheckReplicasAgree")) return checks.exit_code();
-    float worst = 0, largest = 0;  // over every weight of the chunks (a key bias's gradient is 0 but rounding)
+    if (!checks.Ok((*step)->CheckReplicasAgree(*chunks[0], kSteps), "CheckReplicasAgree"))
+      return checks.exit_code();
+    float worst = 0,
+          largest = 0;  // over every weight of the chunks (a key bias's gradient is 0 but rounding)
     std::string worst_name;
     for (model::LanguageModel* chunk : chunks) {
       chunk->VisitParameters([&](const std::string& name, const model::Parameter& p) {
@@ -127,8 +130,8 @@ void ExpectEqualsSingleProcess(const Case& c) {
       });
     }
     checks.Expect(c.exact ? worst == 0 : worst <= 1e-5f * largest,
-                  absl::StrCat("largest weight difference ", worst, " in ", worst_name, " (largest weight ", largest,
-                               ")"));
+                  absl::StrCat("largest weight difference ", worst, " in ", worst_name, " (largest weight ",
+                               largest, ")"));
     // Evaluation through the pipeline is the whole model's forward, bit for bit.
     std::vector<int32_t> ids(kB * kT), targets(kB * kT);
     RandomBatches eval(c.config.vocab_size, kB * kT, 23);
@@ -172,8 +175,8 @@ TEST(PipelineStep, TwoReplicasOfTwoStagesAgreeToRounding) {
 }
 
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first
-// step: its pipeline peer, rank 1, fails naming it (pipeline rank 1), and the first replica fails at the gradient sum over the data group or
-// the losses' sum over every rank; nobody waits past the timeout.
+// step: its pipeline peer, rank 1, fails naming it (pipeline rank 1), and the first replica fails at the
+// gradient sum over the data group or the losses' sum over every rank; nobody waits past the timeout.
 TEST(PipelineStep, ADeadRankIsNamed) {
   testing::RankOptions options;
   options.timeout = std::chrono::milliseconds(3000);
@@ -194,7 +197,8 @@ TEST(PipelineStep, ADeadRankIsNamed) {
         RandomBatches data(config.vocab_size, kB * kT, 17);
         absl::StatusOr<model::StepResult> result = (*step)->Step(*slice, optimizer, data, Input(4));
         checks.FailsWith(result.status(), {"rank"}, "a step with a dead peer");
-        if (world.rank() == 1) checks.FailsWith(result.status(), {"pipeline rank 0 at", "rank 1"}, "rank 3's peer");
+        if (world.rank() == 1)
+          checks.FailsWith(result.status(), {"pipeline rank 0 at", "rank 1"}, "rank 3's peer");
         return checks.exit_code();
       },
       options);

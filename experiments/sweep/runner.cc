@@ -565,9 +565,9 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
       }
       // A parallel run's ranks (data x pipeline) share its share of the cores.
       const config::ParallelConfig& parallel = run.experiment.run().parallel();
-      const int threads =
-          options.threads_per_run > 0 ? std::max(1, options.threads_per_run / (parallel.data() * parallel.pipeline()))
-                                      : 0;
+      const int threads = options.threads_per_run > 0
+                              ? std::max(1, options.threads_per_run / (parallel.data() * parallel.pipeline()))
+                              : 0;
       auto pid = Launch(options.command, RunDir(plan, run), threads);
       if (!pid.ok()) return pid.status();
       running[*pid] = {i, std::chrono::steady_clock::now()};

@@ -28,8 +28,8 @@ struct Entry {
 
 // A head-only slice's copy of a tied token table: the first stage's table, written once.
 bool TiedCopy(const model::LanguageModel& chunk, const std::string& name) {
-  return !chunk.has_embedding() && (name == "token_embeddings.weight" ||
-                                    name.rfind("token_embeddings.weight.", 0) == 0);
+  return !chunk.has_embedding() &&
+         (name == "token_embeddings.weight" || name.rfind("token_embeddings.weight.", 0) == 0);
 }
 
 void Add(std::vector<Entry>* out, int kind, int stage, const NamedTensor& t) {
@@ -41,7 +41,8 @@ void Add(std::vector<Entry>* out, int kind, int stage, const NamedTensor& t) {
 // "<kind> <stage> <name> <d0,d1,...>" per line, and every value in one vector.
 std::string Header(const std::vector<Entry>& entries) {
   std::string text;
-  for (const Entry& e : entries) absl::StrAppend(&text, e.kind, " ", e.stage, " ", e.name, " ", absl::StrJoin(e.shape, ","), "\n");
+  for (const Entry& e : entries)
+    absl::StrAppend(&text, e.kind, " ", e.stage, " ", e.name, " ", absl::StrJoin(e.shape, ","), "\n");
   return text;
 }
 
@@ -49,7 +50,8 @@ absl::Status ParseHeader(const std::string& text, int from, std::vector<Entry>* 
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     const std::vector<std::string> parts = absl::StrSplit(line, ' ');
     Entry e;
-    bool ok = parts.size() == 4 && absl::SimpleAtoi(parts[0], &e.kind) && absl::SimpleAtoi(parts[1], &e.stage);
+    bool ok =
+        parts.size() == 4 && absl::SimpleAtoi(parts[0], &e.kind) && absl::SimpleAtoi(parts[1], &e.stage);
     if (ok) {
       e.name = parts[2];
       for (absl::string_view d : absl::StrSplit(parts[3], ',', absl::SkipEmpty())) {
@@ -58,7 +60,9 @@ absl::Status ParseHeader(const std::string& text, int from, std::vector<Entry>* 
         e.shape.push_back(v);
       }
     }
-    if (!ok) return absl::DataLossError(absl::StrCat("pipeline rank ", from, " sent a bad tensor list line: ", line));
+    if (!ok)
+      return absl::DataLossError(
+          absl::StrCat("pipeline rank ", from, " sent a bad tensor list line: ", line));
     out->push_back(std::move(e));
   }
   return absl::OkStatus();
@@ -75,7 +79,8 @@ absl::StatusOr<std::vector<Entry>> GatherEntries(distributed::Collectives& group
     const auto* bytes = reinterpret_cast<const uint8_t*>(header.data());
     if (absl::Status s = group.Send(Buffer::Host(sizes, 2), 0, kSizesTag); !s.ok()) return s;
     if (absl::Status s = group.Send(Buffer::Host(bytes, header.size()), 0, kHeaderTag); !s.ok()) return s;
-    if (absl::Status s = group.Send(Buffer::Host(values.data(), values.size()), 0, kValuesTag); !s.ok()) return s;
+    if (absl::Status s = group.Send(Buffer::Host(values.data(), values.size()), 0, kValuesTag); !s.ok())
+      return s;
     return std::vector<Entry>{};
   }
   std::vector<Entry> all = std::move(mine);
@@ -84,8 +89,10 @@ absl::StatusOr<std::vector<Entry>> GatherEntries(distributed::Collectives& group
     if (absl::Status s = group.Recv(Buffer::Host(sizes, 2), from, kSizesTag); !s.ok()) return s;
     std::vector<uint8_t> bytes(static_cast<size_t>(sizes[0]));
     std::vector<float> values(static_cast<size_t>(sizes[1]));
-    if (absl::Status s = group.Recv(Buffer::Host(bytes.data(), bytes.size()), from, kHeaderTag); !s.ok()) return s;
-    if (absl::Status s = group.Recv(Buffer::Host(values.data(), values.size()), from, kValuesTag); !s.ok()) return s;
+    if (absl::Status s = group.Recv(Buffer::Host(bytes.data(), bytes.size()), from, kHeaderTag); !s.ok())
+      return s;
+    if (absl::Status s = group.Recv(Buffer::Host(values.data(), values.size()), from, kValuesTag); !s.ok())
+      return s;
     const size_t first = all.size();
     if (absl::Status s = ParseHeader(std::string(bytes.begin(), bytes.end()), from, &all); !s.ok()) return s;
     size_t offset = 0;
@@ -93,7 +100,8 @@ absl::StatusOr<std::vector<Entry>> GatherEntries(distributed::Collectives& group
       int64_t n = 1;
       for (const int64_t d : all[i].shape) n *= d;
       if (offset + static_cast<size_t>(n) > values.size()) {
-        return absl::DataLossError(absl::StrCat("pipeline rank ", from, " sent fewer values than its tensors hold"));
+        return absl::DataLossError(
+            absl::StrCat("pipeline rank ", from, " sent fewer values than its tensors hold"));
       }
       all[i].values.assign(values.begin() + offset, values.begin() + offset + n);
       offset += static_cast<size_t>(n);
@@ -117,20 +125,25 @@ absl::StatusOr<PipelineLayout> MakePipelineLayout(const config::RunConfig& run, 
   const config::ParallelConfig& parallel = run.parallel();
   distributed::pipeline::ScheduleKind kind = distributed::pipeline::ScheduleKind::kOneFOneB;
   switch (parallel.schedule()) {
-    case config::ParallelConfig::GPIPE: kind = distributed::pipeline::ScheduleKind::kGPipe; break;
+    case config::ParallelConfig::GPIPE:
+      kind = distributed::pipeline::ScheduleKind::kGPipe;
+      break;
     case config::ParallelConfig::INTERLEAVED_1F1B:
       kind = distributed::pipeline::ScheduleKind::kInterleavedOneFOneB;
       break;
-    case config::ParallelConfig::ZB_H1: kind = distributed::pipeline::ScheduleKind::kZeroBubbleH1; break;
-    default: break;
+    case config::ParallelConfig::ZB_H1:
+      kind = distributed::pipeline::ScheduleKind::kZeroBubbleH1;
+      break;
+    default:
+      break;
   }
   const int micro_batches = run.grad_accum_steps() / std::max(1, parallel.data());
-  absl::StatusOr<distributed::pipeline::Schedule> schedule =
-      distributed::pipeline::MakeSchedule(kind, parallel.pipeline(), parallel.virtual_stages(), micro_batches);
+  absl::StatusOr<distributed::pipeline::Schedule> schedule = distributed::pipeline::MakeSchedule(
+      kind, parallel.pipeline(), parallel.virtual_stages(), micro_batches);
   if (!schedule.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("run.parallel (pipeline=", parallel.pipeline(), ", schedule=",
-                                                   config::ParallelConfig::Schedule_Name(parallel.schedule()),
-                                                   "): ", schedule.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run.parallel (pipeline=", parallel.pipeline(), ", schedule=",
+        config::ParallelConfig::Schedule_Name(parallel.schedule()), "): ", schedule.status().message()));
   }
   const std::vector<int64_t> layers(parallel.stage_layers().begin(), parallel.stage_layers().end());
   absl::StatusOr<std::vector<model::LayerRange>> stages =
@@ -160,8 +173,9 @@ absl::StatusOr<HostTensors> GatherModelTensors(distributed::Collectives& pipelin
   }
   absl::StatusOr<std::vector<Entry>> all = GatherEntries(pipeline, std::move(mine));
   if (!all.ok()) return all.status();
-  std::stable_sort(all->begin(), all->end(),
-                   [](const Entry& a, const Entry& b) { return std::tie(a.kind, a.stage) < std::tie(b.kind, b.stage); });
+  std::stable_sort(all->begin(), all->end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.kind, a.stage) < std::tie(b.kind, b.stage);
+  });
   return ToHostTensors(*std::move(all));
 }
 
@@ -181,13 +195,15 @@ absl::StatusOr<HostTensors> GatherOptimizerState(distributed::Collectives& pipel
   return ToHostTensors(*std::move(all));
 }
 
-absl::Status GatherCheckpoint(distributed::Collectives& pipeline, const distributed::pipeline::Schedule& schedule,
+absl::Status GatherCheckpoint(distributed::Collectives& pipeline,
+                              const distributed::pipeline::Schedule& schedule,
                               const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
-                              const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers, HostTensors* model,
-                              HostTensors* optimizer) {
+                              const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
+                              HostTensors* model, HostTensors* optimizer) {
   std::vector<model::LanguageModel*> slices;
   std::vector<const ModelOptimizer*> states;
-  for (size_t c = 0; c < chunks.size(); ++c) slices.push_back(chunks[c].get()), states.push_back(optimizers[c].get());
+  for (size_t c = 0; c < chunks.size(); ++c)
+    slices.push_back(chunks[c].get()), states.push_back(optimizers[c].get());
   absl::StatusOr<HostTensors> weights = GatherModelTensors(pipeline, schedule, slices);
   if (!weights.ok()) return weights.status();
   *model = *std::move(weights);

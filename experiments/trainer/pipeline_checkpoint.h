@@ -48,10 +48,11 @@ absl::StatusOr<HostTensors> GatherOptimizerState(distributed::Collectives& pipel
                                                  const std::vector<const ModelOptimizer*>& optimizers);
 
 // Both, for the trainer's chunks and their optimizers, into *model and *optimizer on rank 0.
-absl::Status GatherCheckpoint(distributed::Collectives& pipeline, const distributed::pipeline::Schedule& schedule,
+absl::Status GatherCheckpoint(distributed::Collectives& pipeline,
+                              const distributed::pipeline::Schedule& schedule,
                               const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
-                              const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers, HostTensors* model,
-                              HostTensors* optimizer);
+                              const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
+                              HostTensors* model, HostTensors* optimizer);
 
 }  // namespace lmf::experiments
 

@@ -152,14 +152,14 @@ TEST(Pipeline, ACheckpointResumesInAnyLayout) {
 // the group's timeout, naming it.
 TEST(Pipeline, AKilledRankIsNamed) {
   TrainOptions options = Options();
-  options.data_parallel_command = {
-      "/bin/sh", "-c",
-      "set -- $LMF_DATA_PARALLEL_WORKER; if [ \"$1\" = 3 ]; then exec timeout -s KILL 3 \"$0\"; fi; exec \"$0\"",
-      TrainBinary()};
+  options.data_parallel_command = {"/bin/sh", "-c",
+                                   "set -- $LMF_DATA_PARALLEL_WORKER; if [ \"$1\" = 3 ]; then exec timeout "
+                                   "-s KILL 3 \"$0\"; fi; exec \"$0\"",
+                                   TrainBinary()};
   const auto start = std::chrono::steady_clock::now();
-  auto trained = Train(Tiny("pp_killed", 2, 2, {"run.max_steps=100000", "run.checkpoint_interval=0",
-                                                "run.eval_tokens=0"}),
-                       options);
+  auto trained = Train(
+      Tiny("pp_killed", 2, 2, {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0"}),
+      options);
   ASSERT_FALSE(trained.ok());
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
   const std::string message(trained.status().message());

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -137,8 +137,8 @@ class TrainingRun {
   std::unique_ptr<DataParallelLaunch> launch_;  // the other ranks, when this process started them
   std::unique_ptr<model::StepStrategy> strategy_;
   distributed::DataParallelStep* data_parallel_ = nullptr;  // strategy_, when it is data parallel
-  std::unique_ptr<distributed::ParallelMesh> mesh_;        // data x pipeline, when run.parallel.pipeline > 1
-  std::optional<PipelineLayout> layout_;                   // its schedule and stages
+  std::unique_ptr<distributed::ParallelMesh> mesh_;         // data x pipeline, when run.parallel.pipeline > 1
+  std::optional<PipelineLayout> layout_;                    // its schedule and stages
   distributed::pipeline::PipelineStep* pipeline_ = nullptr;  // strategy_, when it is pipeline parallel
   std::map<std::string, int> owners_;                      // ZeRO-1: each parameter's optimizer rank
   std::unique_ptr<TrainingDevice> device_;
@@ -170,10 +170,9 @@ class TrainingRun {
 // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
 absl::Status TrainingRun::OpenRunFolder() {
   if (group_ != nullptr && group_->world_size() != world_) {
-    return absl::InvalidArgumentError(absl::StrCat("run.parallel.data=", run_.parallel().data(),
-                                                   " x run.parallel.pipeline=", run_.parallel().pipeline(), " is ",
-                                                   world_, " processes but the process group has ",
-                                                   group_->world_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run.parallel.data=", run_.parallel().data(), " x run.parallel.pipeline=", run_.parallel().pipeline(),
+        " is ", world_, " processes but the process group has ", group_->world_size()));
   }
   if (absl::Status s = MakeDirs(out_); !s.ok()) return s;
   if (!lead_) {
@@ -266,8 +265,9 @@ absl::Status TrainingRun::BuildModel() {
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
   // A pipeline rank's stages; each draws the whole model's values for its parameters.
-  const std::vector<model::LayerRange> ranges =
-      layout_.has_value() ? layout_->ChunkLayers(mesh_->coordinates().pipeline) : std::vector{model::LayerRange{}};
+  const std::vector<model::LayerRange> ranges = layout_.has_value()
+                                                    ? layout_->ChunkLayers(mesh_->coordinates().pipeline)
+                                                    : std::vector{model::LayerRange{}};
   for (const model::LayerRange& range : ranges) {
     absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
         model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), range);
@@ -318,8 +318,8 @@ absl::Status TrainingRun::OpenData() {
   if (run_.parallel().zero_stage() == 1 && data_parallel_ != nullptr) {
     owners_ = distributed::ShardOptimizerState(*model_, world_);
     data_parallel_->ShardOptimizerState(owners_);
-    optimizers_.push_back(
-        std::make_unique<ModelOptimizer>(experiment_.optimizer(), *model_, distributed::OwnedBy(owners_, rank_)));
+    optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *model_,
+                                                           distributed::OwnedBy(owners_, rank_)));
   } else {
     for (const auto& chunk : chunks_) {
       optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *chunk));
@@ -333,8 +333,9 @@ absl::Status TrainingRun::OpenData() {
       chunks.push_back(chunks_[c].get());
       optimizers.push_back(&optimizers_[c]->adamw());
     }
-    absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step = distributed::pipeline::PipelineStep::Create(
-        *group_, *mesh_, layout_->schedule, std::move(chunks), std::move(optimizers), layout_->stages);
+    absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
+        distributed::pipeline::PipelineStep::Create(*group_, *mesh_, layout_->schedule, std::move(chunks),
+                                                    std::move(optimizers), layout_->stages);
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
     strategy_ = *std::move(step);
@@ -381,7 +382,8 @@ void TrainingRun::Announce() {
 // state, data position, step and counters.
 absl::Status TrainingRun::Restore(const LoadedCheckpoint& loaded) {
   for (size_t c = 0; c < chunks_.size(); ++c) {  // a pipeline stage takes its names from the whole file
-    absl::Status s = layout_.has_value() ? LoadSliceWeights(loaded.model, *chunks_[c]) : LoadWeights(loaded.model, *chunks_[c]);
+    absl::Status s = layout_.has_value() ? LoadSliceWeights(loaded.model, *chunks_[c])
+                                         : LoadWeights(loaded.model, *chunks_[c]);
     if (s.ok()) s = optimizers_[c]->Restore(*loaded.optimizer, loaded.state.optimizer_step());
     if (!s.ok()) return s;
   }
@@ -467,7 +469,8 @@ absl::Status TrainingRun::StartFrom(const std::string& from) {
   if (!then.ok()) return then.status();
   if (then->model().has_ffn() && experiment_.model().has_moe()) {
     if (layout_.has_value()) {
-      return absl::UnimplementedError(absl::StrCat("run.init_from=", from, ": upcycling into model.moe is not "
+      return absl::UnimplementedError(absl::StrCat("run.init_from=", from,
+                                                   ": upcycling into model.moe is not "
                                                    "built for run.parallel.pipeline > 1"));
     }
     // Sparse upcycling: a new run from step 0 whose experts start as copies of the dense FFN.
@@ -515,8 +518,9 @@ absl::Status TrainingRun::Continue() {
     const int64_t first = strategy_->first_micro_batch(accum);
     const std::string where =
         layout_.has_value()
-            ? absl::StrCat("pipeline: rank ", rank_, " of ", world_, " (data replica ", mesh_->coordinates().data,
-                           ", stage ", mesh_->coordinates().pipeline, " of ", run_.parallel().pipeline(), ", ",
+            ? absl::StrCat("pipeline: rank ", rank_, " of ", world_, " (data replica ",
+                           mesh_->coordinates().data, ", stage ", mesh_->coordinates().pipeline, " of ",
+                           run_.parallel().pipeline(), ", ",
                            distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")")
             : absl::StrCat("data parallel: rank ", rank_, " of ", world_);
     console_.Message(absl::StrCat(where, ", micro-batches ", first + 1, "-",
@@ -596,13 +600,16 @@ absl::Status TrainingRun::Evaluate(int64_t completed, StepMetrics& m) {
 
 absl::StatusOr<std::vector<double>> TrainingRun::ValidationShare() {
   const int64_t b = run_.batch_size(), t = experiment_.model().context_length();
-  if (pipeline_ == nullptr) return ValidationBatchLosses(*model_, *validation_, b, t, /*first=*/rank_, world_);
+  if (pipeline_ == nullptr)
+    return ValidationBatchLosses(*model_, *validation_, b, t, /*first=*/rank_, world_);
   const BatchLoss through_pipeline = [&](const int32_t* ids, const int32_t* targets) {
     return pipeline_->ForwardLoss(ids, targets, b, t);
   };
-  absl::StatusOr<std::vector<double>> losses = ValidationBatchLosses(
-      through_pipeline, *validation_, b, t, /*first=*/mesh_->coordinates().data, /*stride=*/mesh_->shape().data);
-  if (losses.ok() && !pipeline_->first_stage()) std::fill(losses->begin(), losses->end(), 0.0);  // counted once
+  absl::StatusOr<std::vector<double>> losses =
+      ValidationBatchLosses(through_pipeline, *validation_, b, t, /*first=*/mesh_->coordinates().data,
+                            /*stride=*/mesh_->shape().data);
+  if (losses.ok() && !pipeline_->first_stage())
+    std::fill(losses->begin(), losses->end(), 0.0);  // counted once
   return losses;
 }
 
@@ -654,8 +661,8 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
   HostTensors weights, optimizer_state;
   if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
     if (mesh_->coordinates().data != 0) return absl::OkStatus();
-    if (absl::Status s = GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks_, optimizers_, &weights,
-                                          &optimizer_state);
+    if (absl::Status s = GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks_, optimizers_,
+                                          &weights, &optimizer_state);
         !s.ok()) {
       return CollectiveError(s);
     }

@@ -104,7 +104,8 @@ absl::Status LoadSliceWeights(const SafetensorsReader& weights, model::LanguageM
       return i < slice.config().n_layers && (i < slice.first_layer() || i >= slice.last_layer());
     }
     const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
-    if (!slice.has_embedding() && (starts("token_embeddings.") || starts("position_embeddings."))) return true;
+    if (!slice.has_embedding() && (starts("token_embeddings.") || starts("position_embeddings.")))
+      return true;
     return !slice.has_head() && (starts("ln_final.") || starts("lm_head."));
   });
 }
@@ -143,7 +144,8 @@ absl::Status LoadUpcycledWeights(const SafetensorsReader& dense, model::Language
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss, const ValidationBatches& batches,
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss,
+                                                          const ValidationBatches& batches,
                                                           int64_t batch_size, int64_t context_length,
                                                           int64_t first, int64_t stride) {
   std::vector<int32_t> x(batch_size * context_length), y(batch_size * context_length);

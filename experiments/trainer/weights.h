@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& 
 // The same with each batch's mean cross-entropy from `loss` (ids, targets (B, T) in host memory): through a
 // pipeline's stages.
 using BatchLoss = std::function<absl::StatusOr<double>(const int32_t* ids, const int32_t* targets)>;
-absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss, const ValidationBatches& batches,
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss,
+                                                          const ValidationBatches& batches,
                                                           int64_t batch_size, int64_t context_length,
                                                           int64_t first, int64_t stride);
 
