@@ -2,11 +2,12 @@
 // the other ranks as the train binary. Every process runs one thread (LMF_NUM_THREADS=1 in the BUILD
 // target), so that the GEMMs split their work alike in every layout. Checked: a (data=1, pipeline=2) run
 // without clipping is the single-process run bit for bit (losses, validation loss and both checkpoint
-// files); (data=2, pipeline=2) with clipping agrees to fp32 rounding (its gradients are summed in another
-// order); a checkpoint written at (2, 2) resumes at (4, 1) and at (1, 1), and one written at (1, 1)
-// resumes at (1, 2), each with the same next loss (that step's forward reads the same weights and data:
-// the losses agree to the double rounding of their sum over ranks, 1e-12 relative); a rank killed
-// during a pipeline run is named and the run ends within its timeout.
+// files), and so is interleaved 1F1B on 2 ranks x 2 chunks; (data=2, pipeline=2) with clipping agrees to
+// fp32 rounding (its gradients are summed in another order); a checkpoint written at (2, 2) resumes at
+// (4, 1) and at (1, 1), and one written at (1, 1) resumes at (1, 2), each with the same next loss (that
+// step's forward reads the same weights and data: the losses agree to the double rounding of their sum
+// over ranks, 1e-12 relative); a rank killed during a pipeline run is named and the run ends within its
+// timeout.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -102,6 +103,24 @@ TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
   // One model.safetensors with the single process's names, order and values; the optimizer's likewise.
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_TRUE(File("pp_2", file) == File("pp_single", file)) << file << " differs";
+  }
+}
+
+// Interleaved 1F1B: two ranks hold two chunks each of a 4-layer model (stages 0 and 2, 1 and 3); the
+// checkpoint gathers them into the single process's order.
+TEST(Pipeline, InterleavedChunksTrainTheSingleProcessRunBitForBit) {
+  const std::vector<std::string> four = {"optimizer.grad_clip=0", "model.n_layers=4"};
+  ASSERT_TRUE(Train(Tiny("pp_single4", 1, 1, four), Options()).ok());
+  std::vector<std::string> interleaved = four;
+  interleaved.insert(interleaved.end(),
+                     {"run.parallel.schedule=INTERLEAVED_1F1B", "run.parallel.virtual_stages=2"});
+  auto trained = Train(Tiny("pp_interleaved", 1, 2, interleaved), Options());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const std::vector<StepMetrics> one = Metrics("pp_single4"), two = Metrics("pp_interleaved");
+  ASSERT_EQ(two.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File("pp_interleaved", file) == File("pp_single4", file)) << file << " differs";
   }
 }
 
