@@ -153,7 +153,8 @@ TEST(Weights, ASliceLoadsItsNamesFromTheWholeFile) {
   for (const model::LayerRange range : {model::LayerRange{0, 1}, model::LayerRange{1, 2}}) {
     auto slice = model::LanguageModel::Create(config, kernels::Context::Cpu(), kernels::DType::kF32, range);
     ASSERT_TRUE(slice.ok()) << slice.status();
-    EXPECT_EQ(LoadWeights(*reader, **slice).code(), absl::StatusCode::kInvalidArgument) << "the whole-model load";
+    EXPECT_EQ(LoadWeights(*reader, **slice).code(), absl::StatusCode::kInvalidArgument)
+        << "the whole-model load";
     ASSERT_TRUE(LoadSliceWeights(*reader, **slice).ok()) << range.first;
     (*slice)->VisitParameters([&](const std::string& name, const model::Parameter& p) {
       for (const NamedTensor& t : host.tensors) {
