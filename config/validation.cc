@@ -171,6 +171,86 @@ void ValidateLogging(const LoggingConfig& logging, ConfigErrors* errors) {
   RequireSpecified(logging.progress_bar(), "logging.progress_bar", errors);
 }
 
+void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
+  const RunConfig& run = experiment.run();
+  const ParallelConfig& parallel = run.parallel();
+  const int pipeline = parallel.pipeline(), virtual_stages = parallel.virtual_stages();
+  const std::string schedule =
+      absl::StrCat("run.parallel.schedule=", ParallelConfig::Schedule_Name(parallel.schedule()));
+  if (pipeline < 1 || pipeline > 256) {
+    errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline, " must be 1 to 256 stages"));
+    return;
+  }
+  if (virtual_stages < 1) {
+    errors->Add(absl::StrCat("run.parallel.virtual_stages=", virtual_stages, " must be at least 1"));
+    return;
+  }
+  if (virtual_stages > 1 && parallel.schedule() != ParallelConfig::INTERLEAVED_1F1B) {
+    errors->Add(absl::StrCat("run.parallel.virtual_stages=", virtual_stages,
+                             " needs run.parallel.schedule="
+                             "INTERLEAVED_1F1B (",
+                             schedule, " runs one chunk of layers per process)"));
+  }
+  if (int64_t{parallel.data()} * pipeline > 256) {
+    errors->Add(absl::StrCat("run.parallel.data=", parallel.data(), " x run.parallel.pipeline=", pipeline,
+                             " processes: at most 256"));
+  }
+  const int64_t n_layers = experiment.model().n_layers(), stages = int64_t{pipeline} * virtual_stages;
+  if (pipeline > 1 || virtual_stages > 1) {
+    if (stages > n_layers) {
+      errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline,
+                               " x run.parallel.virtual_stages=", virtual_stages,
+                               " stages exceed model.n_layers=", n_layers, " (each stage needs a layer)"));
+    }
+    if (run.device() != RunConfig::CPU) {
+      errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline,
+                               " needs run.device=CPU (pipeline stages run fp32 over Gloo; NCCL is not built "
+                               "yet)"));
+    }
+    if (parallel.zero_stage() != 0) {
+      errors->Add(absl::StrCat("run.parallel.zero_stage=", parallel.zero_stage(),
+                               " is not built for run.parallel."
+                               "pipeline=",
+                               pipeline, " yet (use zero_stage 0)"));
+    }
+    if (experiment.model().has_moe()) {
+      errors->Add(absl::StrCat("model.moe with run.parallel.pipeline=", pipeline,
+                               " is not built yet (the expert-load metrics span the stages)"));
+    }
+    if (parallel.schedule() == ParallelConfig::ZB_H1) {
+      errors->Add(absl::StrCat(schedule,
+                               " cannot train yet: the layers do not split their backward into "
+                               "input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
+                               "//distributed/pipeline:dry_run simulates ZB-H1)"));
+    }
+    const int64_t data = std::max(1, parallel.data());
+    const int64_t micro_batches = run.grad_accum_steps() / data;
+    if (parallel.schedule() == ParallelConfig::INTERLEAVED_1F1B && micro_batches % pipeline != 0) {
+      errors->Add(absl::StrCat(schedule, " needs each pipeline's micro-batches (run.grad_accum_steps=",
+                               run.grad_accum_steps(), " / run.parallel.data=", data, " = ", micro_batches,
+                               ") to be a multiple of run.parallel.pipeline=", pipeline));
+    }
+  }
+  if (parallel.stage_layers_size() > 0) {
+    int64_t sum = 0;
+    for (int i = 0; i < parallel.stage_layers_size(); ++i) {
+      if (parallel.stage_layers(i) < 1) {
+        errors->Add(absl::StrCat("run.parallel.stage_layers[", i, "]=", parallel.stage_layers(i),
+                                 " must be at least 1 (every stage needs a layer)"));
+      }
+      sum += parallel.stage_layers(i);
+    }
+    if (parallel.stage_layers_size() != stages) {
+      errors->Add(absl::StrCat("run.parallel.stage_layers has ", parallel.stage_layers_size(),
+                               " entries; run.parallel.pipeline=", pipeline,
+                               " x run.parallel.virtual_stages=", virtual_stages, " needs ", stages));
+    } else if (sum != n_layers) {
+      errors->Add(
+          absl::StrCat("run.parallel.stage_layers sums to ", sum, " layers, model.n_layers=", n_layers));
+    }
+  }
+}
+
 absl::Status ValidateExperiment(const Experiment& experiment, const std::string& source) {
   ConfigErrors errors;
   const char* required[] = {"model", "optimizer", "data", "run"};
@@ -186,6 +266,7 @@ absl::Status ValidateExperiment(const Experiment& experiment, const std::string&
   ValidateSchedule(experiment.schedule(), &errors);
   ValidateData(experiment.data(), &errors);
   ValidateRun(experiment.run(), &errors);
+  ValidateParallel(experiment, &errors);
   ValidateLogging(experiment.logging(), &errors);
   if (!errors.empty()) return errors.ToStatus(source);
 

@@ -25,6 +25,8 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors);
 // RunConfig (the trainer's TrainingDevice).
 void ValidateDevice(const RunConfig& run, ConfigErrors* errors);
 void ValidateLogging(const LoggingConfig& logging, ConfigErrors* errors);
+// run.parallel against the model and the run: the pipeline's stages, schedule, chunks and stage_layers.
+void ValidateParallel(const Experiment& experiment, ConfigErrors* errors);
 
 // All of the above plus the rules that span messages. `source` names the config (usually its file).
 absl::Status ValidateExperiment(const Experiment& experiment, const std::string& source);

@@ -423,6 +423,57 @@ TEST(ConfigValidation, ReportsEveryProblemOnItsOwnLine) {
             "tiny.textproto: model.z_loss=-1 must be a finite number >= 0 (0 turns it off)");
 }
 
+// run.parallel's pipeline rules, each message naming the fields it compares.
+TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
+  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.grad_accum_steps=4", "run.parallel.data=2"}), "OK");
+  EXPECT_EQ(ErrorWith("run.parallel.pipeline=3"),
+            "tiny.textproto: run.parallel.pipeline=3 x run.parallel.virtual_stages=1 stages exceed "
+            "model.n_layers=2 (each stage needs a layer)");
+  EXPECT_EQ(ErrorWith("run.parallel.pipeline=0"),
+            "tiny.textproto: run.parallel.pipeline=0 must be 1 to 256 stages");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=1,2"}),
+            "tiny.textproto: run.parallel.stage_layers sums to 3 layers, model.n_layers=4");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=1,2,1"}),
+            "tiny.textproto: run.parallel.stage_layers has 3 entries; run.parallel.pipeline=2 x "
+            "run.parallel.virtual_stages=1 needs 2");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=4,0"}),
+            "tiny.textproto: run.parallel.stage_layers[1]=0 must be at least 1 (every stage needs a layer)");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.stage_layers=3,1"}),
+            "OK");
+  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.schedule=ZB_H1"}),
+            "tiny.textproto: run.parallel.schedule=ZB_H1 cannot train yet: the layers do not split their "
+            "backward into input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
+            "//distributed/pipeline:dry_run simulates ZB-H1)");
+  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.zero_stage=1"}),
+            "tiny.textproto: run.parallel.zero_stage=1 is not built for run.parallel.pipeline=2 yet (use "
+            "zero_stage 0)");
+  EXPECT_EQ(
+      Error(kBase, {"run.parallel.pipeline=2", "run.device=CUDA"}),
+      "tiny.textproto: run.parallel.pipeline=2 needs run.device=CPU (pipeline stages run fp32 over Gloo; "
+      "NCCL is not built yet)");
+}
+
+TEST(ConfigValidation, InterleavingNeedsChunksAndMicroBatchesPerStage) {
+  const std::vector<std::string> interleaved = {"model.n_layers=4", "run.parallel.pipeline=2",
+                                                "run.parallel.virtual_stages=2",
+                                                "run.parallel.schedule=INTERLEAVED_1F1B"};
+  std::vector<std::string> fits = interleaved;
+  fits.push_back("run.grad_accum_steps=4");
+  EXPECT_EQ(Error(kBase, fits), "OK");
+  std::vector<std::string> odd = interleaved;
+  odd.insert(odd.end(), {"run.grad_accum_steps=6", "run.parallel.data=2"});
+  EXPECT_EQ(Error(kBase, odd),
+            "tiny.textproto: run.parallel.schedule=INTERLEAVED_1F1B needs each pipeline's micro-batches "
+            "(run.grad_accum_steps=6 / run.parallel.data=2 = 3) to be a multiple of run.parallel.pipeline=2");
+  EXPECT_EQ(Error(kBase, {"model.n_layers=4", "run.parallel.pipeline=2", "run.parallel.virtual_stages=2"}),
+            "tiny.textproto: run.parallel.virtual_stages=2 needs run.parallel.schedule=INTERLEAVED_1F1B "
+            "(run.parallel.schedule=ONE_F_ONE_B runs one chunk of layers per process)");
+  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.virtual_stages=2",
+                          "run.parallel.schedule=INTERLEAVED_1F1B", "run.grad_accum_steps=2"}),
+            "tiny.textproto: run.parallel.pipeline=2 x run.parallel.virtual_stages=2 stages exceed "
+            "model.n_layers=2 (each stage needs a layer)");
+}
+
 TEST(ConfigSizes, TokensPerStepAndTotalSteps) {
   auto loaded = LoadExperimentText(Without("max_steps"), "tiny.textproto",
                                    {"run.max_tokens=1000", "run.grad_accum_steps=2"});

@@ -28,6 +28,7 @@
 #include "base/file.h"
 #include "base/flags.h"
 #include "config/loader.h"
+#include "config/parallel_layout.h"
 #include "distributed/launched_rank.h"
 #include "distributed/launcher.h"
 #include "distributed/slurm_task.h"
@@ -54,16 +55,20 @@ constexpr char kUsage[] =
     "Ctrl-C or SIGTERM finish the current step and write a checkpoint. Exit status: 0 done, 1 error,\n"
     "2 usage, 3 stopped on a NaN/Inf loss, 4 stopped by a signal (continue with --resume).";
 
-// A process's place in a group that a launcher started: each process is one data-parallel rank, so their
-// count must be run.parallel.data. Sets every rank's thread count (the optimizer splits its work by it)
-// before any pool is made: LMF_NUM_THREADS if set, else `threads`.
+// A process's place in a group that a launcher started: each process is one rank of the run's layout, so
+// their count must be run.parallel's data x pipeline x expert. Sets every rank's thread count (the
+// optimizer splits its work by it) before any pool is made: LMF_NUM_THREADS if set, else `threads`.
 absl::Status PrepareRank(const config::Experiment& experiment, int world_size, const std::string& started,
                          int threads) {
   const config::RunConfig& run = experiment.run();
-  if (run.parallel().data() != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(started, " but run.parallel.data=", run.parallel().data(),
-                                                   ": each is one data-parallel rank; set --set=run.parallel.data=",
-                                                   world_size));
+  if (const int ranks = config::ProcessCount(run.parallel()); ranks != world_size) {
+    if (ranks == run.parallel().data()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          started, " but run.parallel.data=", run.parallel().data(),
+          ": each is one data-parallel rank; set --set=run.parallel.data=", world_size));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(started, " but ", config::LayoutFields(run.parallel()), " is ",
+                                                   ranks, " ranks: each process is one rank"));
   }
   if (std::getenv("LMF_NUM_THREADS") == nullptr) ::setenv("LMF_NUM_THREADS", std::to_string(threads).c_str(), 1);
   return MakeDirs(run.output_dir());
@@ -71,7 +76,7 @@ absl::Status PrepareRank(const config::Experiment& experiment, int world_size, c
 
 constexpr std::chrono::seconds kConnectTimeout{120};  // a launcher starts the ranks together
 
-// Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of run.parallel.data.
+// Joins the group of the srun step this process is a task of, as rank SLURM_PROCID of the run's layout.
 absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distributed::SlurmTask& task,
                                                                      const config::Experiment& experiment) {
   const int threads = task.cpus_per_task > 0
@@ -88,7 +93,7 @@ absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinSrunStep(const distr
 }
 
 // Joins the group of the ranks that //distributed:launch (or torchrun, or mpirun) started, as rank RANK of
-// run.parallel.data; null for a world of one.
+// the run's layout; null for a world of one.
 absl::StatusOr<std::unique_ptr<distributed::GlooGroup>> JoinLaunchedRanks(const distributed::LaunchedRank& rank,
                                                                           const config::Experiment& experiment) {
   const std::string started =

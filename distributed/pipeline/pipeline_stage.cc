@@ -14,8 +14,36 @@ model::LayerRange StageLayers(int64_t n_layers, int num_stages, int stage) {
   return {first, first + base + (stage < extra ? 1 : 0)};
 }
 
+absl::StatusOr<std::vector<model::LayerRange>> StageRanges(int64_t n_layers, int num_stages,
+                                                           const std::vector<int64_t>& layers_per_stage) {
+  std::vector<model::LayerRange> ranges;
+  if (layers_per_stage.empty()) {
+    for (int s = 0; s < num_stages; ++s) ranges.push_back(StageLayers(n_layers, num_stages, s));
+    return ranges;
+  }
+  if (static_cast<int>(layers_per_stage.size()) != num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage layers: ", layers_per_stage.size(), " entries for ", num_stages, " stages"));
+  }
+  int64_t first = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    if (layers_per_stage[s] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("stage layers: stage ", s, " has ", layers_per_stage[s],
+                                                     " layers; every stage needs one"));
+    }
+    ranges.push_back({first, first + layers_per_stage[s]});
+    first += layers_per_stage[s];
+  }
+  if (first != n_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage layers: the stages hold ", first, " layers, the model ", n_layers));
+  }
+  return ranges;
+}
+
 absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule schedule,
-                                                    std::vector<model::LanguageModel*> chunks) {
+                                                    std::vector<model::LanguageModel*> chunks,
+                                                    std::vector<model::LayerRange> stages) {
   const std::string what = absl::StrCat("pipeline rank ", group.rank(), ": ");
   if (group.world_size() != schedule.ranks) {
     return absl::InvalidArgumentError(absl::StrCat(what, "the schedule has ", schedule.ranks,
@@ -45,7 +73,16 @@ absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule
     const model::LanguageModel* chunk = chunks[c];
     if (chunk == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, "chunk ", c, " is missing"));
     const int stage = schedule.stage(group.rank(), c);
-    const model::LayerRange want = StageLayers(chunk->config().n_layers, num_stages, stage);
+    if (stages.empty()) {
+      absl::StatusOr<std::vector<model::LayerRange>> even = StageRanges(chunk->config().n_layers, num_stages);
+      if (!even.ok()) return even.status();
+      stages = *std::move(even);
+    }
+    if (static_cast<int>(stages.size()) != num_stages) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "given the layers of ", stages.size(),
+                                                     " stages, the schedule has ", num_stages));
+    }
+    const model::LayerRange want = stages[stage];
     if (chunk->first_layer() != want.first || chunk->last_layer() != want.last) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, "chunk ", c, " (stage ", stage, " of ", num_stages, ") holds layers [", chunk->first_layer(), ", ",
@@ -188,6 +225,50 @@ absl::StatusOr<model::LossSums> PipelineStage::SumLosses(const model::LossSums& 
   double all[3] = {local.loss, local.z_loss, local.aux_loss};
   if (absl::Status s = group_->AllReduceSum(all, 3); !s.ok()) return s;
   return model::LossSums{all[0], all[1], all[2]};
+}
+
+absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int32_t* targets, int64_t b,
+                                                  int64_t t) {
+  const int rank = group_->rank(), ranks = schedule_.ranks;
+  const size_t n = static_cast<size_t>(HiddenFloats(b, t));
+  std::vector<model::Activations> activations;  // this rank's chunks', in stage order
+  activations.reserve(chunks_.size());
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::unique_ptr<Work>> sends;
+  double loss = 0;
+  for (int stage = rank; stage < schedule_.num_stages(); stage += ranks) {
+    model::LanguageModel& model = *chunks_[stage / ranks];
+    model::StageInput in;
+    in.b = b;
+    in.t = t;
+    if (model.has_embedding()) {
+      in.ids = ids;
+    } else if (ranks == 1) {  // the previous stage is this rank's previous chunk
+      in.hidden = activations.back().hidden_output();
+    } else {
+      std::vector<float>& received = inputs.emplace_back(n);
+      if (absl::Status s = group_->Recv(Buffer::Host(received.data(), n), (rank + ranks - 1) % ranks,
+                                        Tag(false, 0, stage - 1));
+          !s.ok()) {
+        return s;
+      }
+      in.hidden = received.data();
+    }
+    if (model.has_head()) in.targets = targets;
+    activations.push_back(model.NewActivations());
+    if (absl::Status s = model.ForwardStage(in, activations.back()); !s.ok()) return s;
+    if (model.has_head()) {
+      loss = activations.back().loss();
+    } else if (ranks > 1) {
+      sends.push_back(
+          group_->SendAsync(Buffer::Host(static_cast<const float*>(activations.back().hidden_output()), n),
+                            (rank + 1) % ranks, Tag(false, 0, stage)));
+    }
+  }
+  if (absl::Status s = WaitAll(sends); !s.ok()) return s;
+  // The last stage's loss to every pipeline rank: the others add zeros, so the sum is the loss exactly.
+  if (absl::Status s = group_->AllReduceSum(&loss, 1); !s.ok()) return s;
+  return loss;
 }
 
 absl::Status PipelineStage::SumTiedEmbeddingGrads() {

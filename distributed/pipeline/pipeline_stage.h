@@ -32,6 +32,11 @@ namespace lmf::distributed::pipeline {
 // The layers of stage `stage` of `num_stages` for a model of `n_layers`: an even split, the first
 // n_layers mod num_stages stages one layer more.
 model::LayerRange StageLayers(int64_t n_layers, int num_stages, int stage);
+// Every stage's layers: `layers_per_stage` (first stage first; InvalidArgument naming the entry when there
+// are not num_stages of them, one is below 1 or they do not sum to n_layers), or the even split of
+// StageLayers when it is empty.
+absl::StatusOr<std::vector<model::LayerRange>> StageRanges(int64_t n_layers, int num_stages,
+                                                           const std::vector<int64_t>& layers_per_stage = {});
 
 // One micro-batch's (B, T) token ids and targets in host memory; every rank is given every micro-batch (the
 // first stage reads the ids, the last the targets).
@@ -43,11 +48,13 @@ struct MicroBatch {
 class PipelineStage {
  public:
   // `group`: the pipeline ranks, group.rank() = this rank of the schedule. chunks[c]: the slice of stage
-  // schedule.stage(rank, c), on the CPU in fp32. InvalidArgument when the group's size is not the
-  // schedule's ranks, a chunk is missing or holds other layers than StageLayers gives; Unimplemented for a
-  // schedule with split backwards (ZB-H1: the layers do not split their backward yet) or another device.
+  // schedule.stage(rank, c), on the CPU in fp32. `stages`: every stage's layers (StageRanges; empty: the
+  // even split). InvalidArgument when the group's size is not the schedule's ranks, a chunk is missing or
+  // holds other layers than its stage's; Unimplemented for a schedule with split backwards (ZB-H1: the
+  // layers do not split their backward yet) or another device.
   static absl::StatusOr<PipelineStage> Create(Collectives& group, Schedule schedule,
-                                              std::vector<model::LanguageModel*> chunks);
+                                              std::vector<model::LanguageModel*> chunks,
+                                              std::vector<model::LayerRange> stages = {});
 
   // One step: zero the chunks' gradients, run this rank's actions, and return the sums of the last stage's
   // per-micro-batch losses (zero on the other ranks: see SumLosses). Errors: a peer that fails or stalls
@@ -58,6 +65,13 @@ class PipelineStage {
   double compute_seconds() const { return compute_seconds_; }
   // The losses summed over the pipeline ranks (the same on every rank).
   absl::StatusOr<model::LossSums> SumLosses(const model::LossSums& local);
+  // Forward only (evaluation): one batch of (B, T) ids and targets through every stage in order, each
+  // stage's output sent to the next; the last stage's mean cross-entropy, the same on every pipeline rank
+  // (the whole model's ForwardWithLoss, bit for bit). Every pipeline rank calls it with the same batch.
+  absl::StatusOr<double> ForwardLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
+  const Schedule& schedule() const { return schedule_; }
+  const std::vector<model::LanguageModel*>& chunks() const { return chunks_; }
+  Collectives& group() { return *group_; }
   // A model with tied embeddings: the first stage's token table and the last stage's copy get the sum of
   // both gradients (nothing to do without tying).
   absl::Status SumTiedEmbeddingGrads();

@@ -28,6 +28,7 @@
 #include "base/file.h"
 #include "base/subprocess.h"
 #include "config/loader.h"
+#include "config/parallel_layout.h"
 #include "config/run_length.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/data/token_batches.h"
@@ -563,9 +564,10 @@ absl::StatusOr<SweepSummary> RunSweep(const SweepPlan& plan, const RunnerOptions
                             config::SweepRunResult::Status_Name(failed.status()), failed.message()));
         continue;
       }
-      // A data-parallel run's ranks share its share of the cores.
+      // A parallel run's ranks (data x pipeline x expert) share its share of the cores.
+      const config::ParallelConfig& parallel = run.experiment.run().parallel();
       const int threads = options.threads_per_run > 0
-                              ? std::max(1, options.threads_per_run / run.experiment.run().parallel().data())
+                              ? std::max(1, options.threads_per_run / config::ProcessCount(parallel))
                               : 0;
       auto pid = Launch(options.command, RunDir(plan, run), threads);
       if (!pid.ok()) return pid.status();

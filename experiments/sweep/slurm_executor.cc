@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "base/subprocess.h"
+#include "config/parallel_layout.h"
 
 namespace lmf::sweep {
 namespace {
@@ -142,8 +143,9 @@ absl::StatusOr<std::string> SubmitArray(const SweepPlan& plan, const std::vector
   const std::string script_path = absl::StrCat(dir, "/array-", number, ".sbatch");
   std::string runs;
   for (const size_t i : todo) {
-    // A data-parallel run's ranks share its CPUs, as in the local executor.
-    const int threads = std::max(1, slurm.cpus_per_run / plan.runs[i].experiment.run().parallel().data());
+    // A parallel run's ranks (data x pipeline x expert) share its CPUs, as in the local executor.
+    const config::ParallelConfig& parallel = plan.runs[i].experiment.run().parallel();
+    const int threads = std::max(1, slurm.cpus_per_run / config::ProcessCount(parallel));
     absl::StrAppend(&runs, threads, " ", RunDir(plan, plan.runs[i]), "\n");
   }
   if (absl::Status s = WriteFileAtomically(runs_path, runs); !s.ok()) return s;

@@ -17,6 +17,7 @@
 #include "base/subprocess.h"
 #include "base/thread_pool.h"
 #include "config/loader.h"
+#include "config/parallel_layout.h"
 #include "distributed/gloo_group.h"
 #include "experiments/trainer/trainer.h"
 
@@ -46,7 +47,7 @@ distributed::GlooGroupOptions GroupOptions(int rank, int world, const std::strin
 absl::StatusOr<std::unique_ptr<DataParallelLaunch>> DataParallelLaunch::Start(
     const config::Experiment& experiment, const TrainOptions& options) {
   const config::RunConfig& run = experiment.run();
-  const int world = run.parallel().data() * run.parallel().expert();  // expert ranks train data too
+  const int world = config::ProcessCount(run.parallel());  // every rank of the mesh
   std::unique_ptr<DataParallelLaunch> launch(new DataParallelLaunch());
   absl::StatusOr<std::unique_ptr<distributed::RendezvousFolder>> rendezvous =
       distributed::RendezvousFolder::Create(run.output_dir(), kRendezvousPrefix);

@@ -1,4 +1,5 @@
-// Data parallelism on one machine (run.parallel.data = P > 1; run.proto ParallelConfig). The process the
+// Data parallelism on one machine (run.parallel.data = P > 1; run.proto ParallelConfig), and the same start
+// for a pipeline-parallel run (P = data x pipeline ranks; the trainer builds their mesh). The process the
 // user started is rank 0: Train starts ranks 1..P-1 as child processes (this executable again, or
 // TrainOptions::data_parallel_command), each with the run's resolved config, and all P join a Gloo group
 // over loopback TCP through a rendezvous folder in the run folder. Every rank builds the same model from

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -19,8 +19,11 @@
 #include "base/file.h"
 #include "config/loader.h"
 #include "config/model_conversion.h"
+#include "config/parallel_layout.h"
 #include "config/run_length.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/mesh.h"
+#include "distributed/pipeline/pipeline_step.h"
 #include "distributed/zero.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/data/token_batches.h"
@@ -32,6 +35,7 @@
 #include "experiments/trainer/expert_parallel.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/optimizer.h"
+#include "experiments/trainer/pipeline_checkpoint.h"
 #include "experiments/trainer/stop_signals.h"
 #include "experiments/trainer/training_device.h"
 #include "experiments/trainer/weights.h"
@@ -92,7 +96,7 @@ class TrainingRun {
         checkpoints_(out_ + "/checkpoints"),
         metrics_path_(out_ + "/metrics.jsonl"),
         pinned_(run_.checkpoint_steps().begin(), run_.checkpoint_steps().end()),
-        world_(run_.parallel().data() * run_.parallel().expert()),
+        world_(config::ProcessCount(run_.parallel())),
         group_(options.collectives),
         rank_(group_ != nullptr ? group_->rank() : 0),
         lead_(rank_ == 0),
@@ -120,13 +124,9 @@ class TrainingRun {
   absl::Status SaveCheckpoint(int64_t completed, double loss);
   // A failed collective: a rank died or stalled; named where this process started it.
   absl::Status CollectiveError(const absl::Status& status) const;
-  // "run.parallel.data=2", with " x run.parallel.expert=2" under expert parallelism: the fields that say
-  // how many processes the run has.
-  std::string ParallelFields() const {
-    return absl::StrCat("run.parallel.data=", run_.parallel().data(),
-                        run_.parallel().expert() > 1 ? absl::StrCat(" x run.parallel.expert=", run_.parallel().expert())
-                                                     : "");
-  }
+  // This rank's share of an evaluation: data-parallel ranks' every world-th batch through their model, a
+  // pipeline's data replicas' every data-th batch through their stages.
+  absl::StatusOr<std::vector<double>> ValidationShare();
 
   const config::Experiment& experiment_;
   const TrainOptions& options_;
@@ -148,14 +148,21 @@ class TrainingRun {
   std::unique_ptr<ExpertParallelRun> expert_parallel_;  // run.parallel.expert > 1
   std::unique_ptr<model::StepStrategy> strategy_;
   distributed::DataParallelStep* data_parallel_ = nullptr;  // strategy_, when it is data parallel
+  std::unique_ptr<distributed::ParallelMesh> mesh_;         // data x pipeline, when run.parallel.pipeline > 1
+  std::optional<PipelineLayout> layout_;                    // its schedule and stages
+  distributed::pipeline::PipelineStep* pipeline_ = nullptr;  // strategy_, when it is pipeline parallel
   std::map<std::string, int> owners_;                      // ZeRO-1: each parameter's optimizer rank
   std::unique_ptr<TrainingDevice> device_;
-  std::unique_ptr<model::LanguageModel> model_;
+  // This rank's slices of the model: the whole model, or its pipeline stages' (several when interleaved),
+  // each with its optimizer; model_ and optimizer_ are the first.
+  std::vector<std::unique_ptr<model::LanguageModel>> chunks_;
+  std::vector<std::unique_ptr<ModelOptimizer>> optimizers_;
+  model::LanguageModel* model_ = nullptr;
+  ModelOptimizer* optimizer_ = nullptr;
   std::vector<TrainSource> sources_;
   std::optional<TrainBatchSampler> sampler_;
   std::vector<uint32_t> fingerprints_;
   std::optional<ValidationBatches> validation_;
-  std::optional<ModelOptimizer> optimizer_;
   std::optional<double> peak_flops_;
   std::string config_text_;
   std::optional<MetricsLog> metrics_;
@@ -174,8 +181,9 @@ class TrainingRun {
 // if the process dies. Where the filesystem has no locks, the run goes on unlocked, with a warning.
 absl::Status TrainingRun::OpenRunFolder() {
   if (group_ != nullptr && group_->world_size() != world_) {
-    return absl::InvalidArgumentError(absl::StrCat(ParallelFields(), " but the process group has ",
-                                                   group_->world_size(), " processes"));
+    return absl::InvalidArgumentError(absl::StrCat(config::LayoutFields(run_.parallel()), " is ", world_,
+                                                   " processes but the process group has ",
+                                                   group_->world_size()));
   }
   if (absl::Status s = MakeDirs(out_); !s.ok()) return s;
   if (!lead_) {
@@ -231,13 +239,21 @@ absl::Status TrainingRun::StartRanks() {
     launch_ = *std::move(started);
     group_ = &launch_->group();
   }
-  if (group_ != nullptr && run_.parallel().expert() > 1) {
-    absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
-        ExpertParallelRun::Build(*group_, run_.parallel().data(), run_.parallel().expert());
-    if (!built.ok()) return CollectiveError(built.status());
-    expert_parallel_ = *std::move(built);
-  }
-  if (group_ != nullptr) {
+  if (run_.parallel().pipeline() > 1) {  // the strategy comes with the optimizers (OpenData)
+    absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(
+        *group_, {run_.parallel().data(), run_.parallel().pipeline(), /*expert=*/1});
+    if (!mesh.ok()) return CollectiveError(mesh.status());
+    mesh_ = *std::move(mesh);
+    absl::StatusOr<PipelineLayout> layout = MakePipelineLayout(run_, model_config_.n_layers);
+    if (!layout.ok()) return layout.status();
+    layout_ = *std::move(layout);
+  } else if (group_ != nullptr) {
+    if (run_.parallel().expert() > 1) {
+      absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
+          ExpertParallelRun::Build(*group_, run_.parallel().data(), run_.parallel().expert());
+      if (!built.ok()) return CollectiveError(built.status());
+      expert_parallel_ = *std::move(built);
+    }
     auto data_parallel = std::make_unique<distributed::DataParallelStep>(
         *group_, run_.parallel().overlap_grad_reduce(),
         expert_parallel_ != nullptr ? expert_parallel_->groups() : distributed::ExpertParallelism{});
@@ -251,7 +267,7 @@ absl::Status TrainingRun::StartRanks() {
 
 absl::Status TrainingRun::CollectiveError(const absl::Status& status) const {
   const std::string dead = launch_ != nullptr ? launch_->DeadWorkers(/*grace_ms=*/2000) : "";
-  return absl::Status(status.code(), absl::StrCat(ParallelFields(), ": ", status.message(),
+  return absl::Status(status.code(), absl::StrCat(config::LayoutFields(run_.parallel()), ": ", status.message(),
                                                   dead.empty() ? "" : absl::StrCat("; ", dead)));
 }
 
@@ -262,12 +278,19 @@ absl::Status TrainingRun::BuildModel() {
       TrainingDevice::Open(run_, launch_ != nullptr ? &launch_->pool() : nullptr);
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
-  absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
-      model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), {},
-                                   expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr);
-  if (!created.ok()) return created.status();
-  model_ = *std::move(created);
-  model_->InitializeParameters(run_.seed());
+  // A pipeline rank's stages; each draws the whole model's values for its parameters.
+  const std::vector<model::LayerRange> ranges = layout_.has_value()
+                                                    ? layout_->ChunkLayers(mesh_->coordinates().pipeline)
+                                                    : std::vector{model::LayerRange{}};
+  for (const model::LayerRange& range : ranges) {
+    absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
+        model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), range,
+                                     expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr);
+    if (!created.ok()) return created.status();
+    chunks_.push_back(*std::move(created));
+    chunks_.back()->InitializeParameters(run_.seed());
+  }
+  model_ = chunks_[0].get();
   return absl::OkStatus();
 }
 
@@ -310,9 +333,27 @@ absl::Status TrainingRun::OpenData() {
   if (run_.parallel().zero_stage() == 1 && data_parallel_ != nullptr) {
     owners_ = distributed::ShardOptimizerState(*model_, world_);
     data_parallel_->ShardOptimizerState(owners_);
-    optimizer_.emplace(experiment_.optimizer(), *model_, distributed::OwnedBy(owners_, rank_));
+    optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *model_,
+                                                           distributed::OwnedBy(owners_, rank_)));
   } else {
-    optimizer_.emplace(experiment_.optimizer(), *model_);
+    for (const auto& chunk : chunks_) {
+      optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *chunk));
+    }
+  }
+  optimizer_ = optimizers_[0].get();
+  if (layout_.has_value()) {
+    std::vector<model::LanguageModel*> chunks;
+    std::vector<model::AdamW*> optimizers;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      chunks.push_back(chunks_[c].get());
+      optimizers.push_back(&optimizers_[c]->adamw());
+    }
+    absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
+        distributed::pipeline::PipelineStep::Create(*group_, *mesh_, layout_->schedule, std::move(chunks),
+                                                    std::move(optimizers), layout_->stages);
+    if (!step.ok()) return step.status();
+    pipeline_ = step->get();
+    strategy_ = *std::move(step);
   }
   return absl::OkStatus();
 }
@@ -355,8 +396,12 @@ void TrainingRun::Announce() {
 // Continues from a loaded checkpoint (this run's own for --resume, or run.init_from's): weights, optimizer
 // state, data position, step and counters.
 absl::Status TrainingRun::Restore(const LoadedCheckpoint& loaded) {
-  if (absl::Status s = LoadWeights(loaded.model, *model_); !s.ok()) return s;
-  if (absl::Status s = optimizer_->Restore(*loaded.optimizer, loaded.state.optimizer_step()); !s.ok()) return s;
+  for (size_t c = 0; c < chunks_.size(); ++c) {  // a pipeline stage takes its names from the whole file
+    absl::Status s = layout_.has_value() ? LoadSliceWeights(loaded.model, *chunks_[c])
+                                         : LoadWeights(loaded.model, *chunks_[c]);
+    if (s.ok()) s = optimizers_[c]->Restore(*loaded.optimizer, loaded.state.optimizer_step());
+    if (!s.ok()) return s;
+  }
   sampler_->Restore({loaded.state.sampler_seed(), loaded.state.sampler_windows_drawn()});
   const int threads = device_->context().num_threads();
   if (run_.device() == config::RunConfig::CPU && loaded.state.has_threads() && loaded.state.threads() != threads) {
@@ -438,6 +483,11 @@ absl::Status TrainingRun::StartFrom(const std::string& from) {
       config::ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
   if (!then.ok()) return then.status();
   if (then->model().has_ffn() && experiment_.model().has_moe()) {
+    if (layout_.has_value()) {
+      return absl::UnimplementedError(absl::StrCat("run.init_from=", from,
+                                                   ": upcycling into model.moe is not "
+                                                   "built for run.parallel.pipeline > 1"));
+    }
     // Sparse upcycling: a new run from step 0 whose experts start as copies of the dense FFN.
     if (absl::Status s = CheckUpcycle(experiment_, *then, from); !s.ok()) return s;
     if (absl::Status s = LoadUpcycledWeights(loaded->model, *model_); !s.ok()) return s;
@@ -481,8 +531,15 @@ absl::Status TrainingRun::Continue() {
     if (absl::Status s = strategy_->SyncParameters(*model_); !s.ok()) return CollectiveError(s);
     const int64_t accum = run_.grad_accum_steps();
     const int64_t first = strategy_->first_micro_batch(accum);
-    console_.Message(absl::StrCat("data parallel: rank ", rank_, " of ", world_, ", micro-batches ", first + 1,
-                                  "-", first + strategy_->micro_batch_count(accum), " of each step's ", accum,
+    const std::string where =
+        layout_.has_value()
+            ? absl::StrCat("pipeline: rank ", rank_, " of ", world_, " (data replica ",
+                           mesh_->coordinates().data, ", stage ", mesh_->coordinates().pipeline, " of ",
+                           run_.parallel().pipeline(), ", ",
+                           distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")")
+            : absl::StrCat("data parallel: rank ", rank_, " of ", world_);
+    console_.Message(absl::StrCat(where, ", micro-batches ", first + 1, "-",
+                                  first + strategy_->micro_batch_count(accum), " of each step's ", accum,
                                   lead_ ? "; the other ranks log to rank_<r>.log" : ""));
   }
   return absl::OkStatus();
@@ -548,14 +605,27 @@ absl::Status TrainingRun::Evaluate(int64_t completed, StepMetrics& m) {
   const bool due = completed == total_steps_ || (run_.eval_interval() > 0 && completed % run_.eval_interval() == 0) ||
                    std::find(run_.eval_steps().begin(), run_.eval_steps().end(), completed) != run_.eval_steps().end();
   if (!validation_.has_value() || !due) return absl::OkStatus();
-  absl::StatusOr<std::vector<double>> losses = ValidationBatchLosses(
-      *model_, *validation_, run_.batch_size(), experiment_.model().context_length(), /*first=*/rank_,
-      /*stride=*/world_);
-  if (!losses.ok()) return losses.status();
+  absl::StatusOr<std::vector<double>> losses = ValidationShare();
+  if (!losses.ok()) return group_ != nullptr ? CollectiveError(losses.status()) : losses.status();
   if (absl::Status s = strategy_->SumOverProcesses(*losses); !s.ok()) return CollectiveError(s);
   m.val_loss = MeanInOrder(*losses);
   result_.last_val_loss = m.val_loss;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> TrainingRun::ValidationShare() {
+  const int64_t b = run_.batch_size(), t = experiment_.model().context_length();
+  if (pipeline_ == nullptr)
+    return ValidationBatchLosses(*model_, *validation_, b, t, /*first=*/rank_, world_);
+  const BatchLoss through_pipeline = [&](const int32_t* ids, const int32_t* targets) {
+    return pipeline_->ForwardLoss(ids, targets, b, t);
+  };
+  absl::StatusOr<std::vector<double>> losses =
+      ValidationBatchLosses(through_pipeline, *validation_, b, t, /*first=*/mesh_->coordinates().data,
+                            /*stride=*/mesh_->shape().data);
+  if (losses.ok() && !pipeline_->first_stage())
+    std::fill(losses->begin(), losses->end(), 0.0);  // counted once
+  return losses;
 }
 
 // One step's line in metrics.jsonl, TensorBoard and the console.
@@ -609,14 +679,24 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
     }
   }
   HostTensors weights, optimizer_state;
-  if (lead_) {
-    weights = ModelTensors(*model_);
-    optimizer_state = optimizer_->StateTensors();
-  }
-  if (expert_parallel_ != nullptr) {  // rank 0's expert group sends it their blocks
-    if (absl::Status s = expert_parallel_->GatherExpertBlocks(*model_, optimizer_->adamw(), &weights, &optimizer_state);
+  if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
+    if (mesh_->coordinates().data != 0) return absl::OkStatus();
+    if (absl::Status s = GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks_, optimizers_,
+                                          &weights, &optimizer_state);
         !s.ok()) {
       return CollectiveError(s);
+    }
+  } else {
+    if (lead_) {
+      weights = ModelTensors(*model_);
+      optimizer_state = optimizer_->StateTensors();
+    }
+    if (expert_parallel_ != nullptr) {  // rank 0's expert group sends it their blocks
+      if (absl::Status s =
+              expert_parallel_->GatherExpertBlocks(*model_, optimizer_->adamw(), &weights, &optimizer_state);
+          !s.ok()) {
+        return CollectiveError(s);
+      }
     }
   }
   if (!lead_) return absl::OkStatus();

@@ -21,7 +21,9 @@
 // after checking that the steps it takes over were taken with this config's model, data, batch, seed,
 // optimizer and learning rates (a WSD cooldown branch). The training data is data.train_tokens or a
 // data.train_mixture. run.parallel.data > 1 trains on that many CPU processes, splitting each step's
-// micro-batches (data_parallel.h).
+// micro-batches (data_parallel.h); run.parallel.pipeline > 1 cuts the layers into that many stages, one
+// per process, data x pipeline processes in all (distributed/pipeline/pipeline_step.h), with checkpoints
+// that hold the whole model and resume in any layout (pipeline_checkpoint.h).
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 #define LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
 

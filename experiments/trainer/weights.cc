@@ -2,6 +2,7 @@
 #include "experiments/trainer/weights.h"
 
 #include <cmath>
+#include <functional>
 #include <regex>
 #include <set>
 #include <string>
@@ -60,7 +61,12 @@ HostTensors ModelTensors(const model::LanguageModel& model) {
   return out;
 }
 
-absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
+namespace {
+
+// Loads every tensor of `model` from `weights`; a tensor of the file the model does not have is an error
+// unless `elsewhere` says another slice of the whole model holds it.
+absl::Status LoadNamed(const SafetensorsReader& weights, model::LanguageModel& model,
+                       const std::function<bool(const std::string&)>& elsewhere) {
   absl::Status status;
   std::set<std::string> used;
   const auto load = [&](const std::string& name, const kernels::Tensor& t) {
@@ -72,19 +78,41 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
   model.VisitBuffers(load);
   if (!status.ok()) return status;
   model.RefreshComputeWeights();
-  // A model that holds a block of its experts (expert parallelism) takes its own from a checkpoint of all.
-  bool expert_blocks = false;
-  model.VisitParameters([&](const std::string&, const model::Parameter& p) { expert_blocks |= p.expert_shard; });
-  const std::regex other_expert(R"(^layers\.\d+\.ffn\.experts\.\d+\..+$)");
   std::vector<std::string> extra;
   for (const auto& [name, tensor] : weights.tensors()) {
-    if (used.count(name) == 0 && !(expert_blocks && std::regex_match(name, other_expert))) extra.push_back(name);
+    if (used.count(name) == 0 && !(elsewhere && elsewhere(name))) extra.push_back(name);
   }
   if (!extra.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(weights.source(), ": tensors the model does not have: ",
                                                    absl::StrJoin(extra, ", ")));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
+  // A model that holds a block of its experts (expert parallelism) takes its own from a checkpoint of all.
+  bool expert_blocks = false;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) { expert_blocks |= p.expert_shard; });
+  if (!expert_blocks) return LoadNamed(weights, model, nullptr);
+  const std::regex other_expert(R"(^layers\.\d+\.ffn\.experts\.\d+\..+$)");
+  return LoadNamed(weights, model, [&](const std::string& name) { return std::regex_match(name, other_expert); });
+}
+
+absl::Status LoadSliceWeights(const SafetensorsReader& weights, model::LanguageModel& slice) {
+  const std::regex layer(R"(^layers\.(\d+)\..+$)");
+  return LoadNamed(weights, slice, [&](const std::string& name) {
+    std::smatch m;
+    if (std::regex_match(name, m, layer)) {
+      const int64_t i = std::stoll(m[1].str());
+      return i < slice.config().n_layers && (i < slice.first_layer() || i >= slice.last_layer());
+    }
+    const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+    if (!slice.has_embedding() && (starts("token_embeddings.") || starts("position_embeddings.")))
+      return true;
+    return !slice.has_head() && (starts("ln_final.") || starts("lm_head."));
+  });
 }
 
 absl::Status LoadUpcycledWeights(const SafetensorsReader& dense, model::LanguageModel& moe) {
@@ -121,7 +149,7 @@ absl::Status LoadUpcycledWeights(const SafetensorsReader& dense, model::Language
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& model,
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss,
                                                           const ValidationBatches& batches,
                                                           int64_t batch_size, int64_t context_length,
                                                           int64_t first, int64_t stride) {
@@ -129,11 +157,21 @@ absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& 
   std::vector<double> losses(static_cast<size_t>(batches.num_batches()), 0.0);
   for (int64_t i = first; i < batches.num_batches(); i += stride) {
     if (absl::Status s = batches.Get(i, x.data(), y.data()); !s.ok()) return s;
-    absl::StatusOr<double> loss = model.ForwardWithLoss(x.data(), y.data(), batch_size, context_length);
-    if (!loss.ok()) return loss.status();
-    losses[static_cast<size_t>(i)] = *loss;
+    absl::StatusOr<double> value = loss(x.data(), y.data());
+    if (!value.ok()) return value.status();
+    losses[static_cast<size_t>(i)] = *value;
   }
   return losses;
+}
+
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& model,
+                                                          const ValidationBatches& batches,
+                                                          int64_t batch_size, int64_t context_length,
+                                                          int64_t first, int64_t stride) {
+  const BatchLoss whole_model = [&](const int32_t* ids, const int32_t* targets) {
+    return model.ForwardWithLoss(ids, targets, batch_size, context_length);
+  };
+  return ValidationBatchLosses(whole_model, batches, batch_size, context_length, first, stride);
 }
 
 double MeanInOrder(const std::vector<double>& losses) {

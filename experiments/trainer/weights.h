@@ -7,6 +7,7 @@
 #define LMFORGE_EXPERIMENTS_TRAINER_WEIGHTS_H_
 
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +39,11 @@ HostTensors ModelTensors(const model::LanguageModel& model);
 // tensor, a shape mismatch or a tensor the model does not have is an error naming it; a model that holds a
 // block of its experts (expert parallelism) skips the other blocks' tensors.
 absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model);
+// The same for a stage slice (LanguageModel's LayerRange) from a whole model's file (resharding a
+// checkpoint into pipeline stages): the slice's own tensors are loaded and checked as above; the file's
+// other tensors must be ones the whole model has outside the slice (another layer's "layers.{i}.", the
+// embeddings before the first layer, the final norm and LM head after the last), else an error naming them.
+absl::Status LoadSliceWeights(const SafetensorsReader& weights, model::LanguageModel& slice);
 
 // Sparse upcycling (Komatsuzaki et al. 2022): a dense model's weights into a mixture-of-experts model of
 // the same shape. Every parameter the two share by name is copied; each routed expert's
@@ -56,6 +62,14 @@ absl::StatusOr<double> ValidationLoss(model::LanguageModel& model, const Validat
 // batch (0 for the others): a data-parallel rank's share, summed over the ranks and then in batch order so
 // that the mean is the one ValidationLoss computes.
 absl::StatusOr<std::vector<double>> ValidationBatchLosses(model::LanguageModel& model,
+                                                          const ValidationBatches& batches,
+                                                          int64_t batch_size, int64_t context_length,
+                                                          int64_t first, int64_t stride);
+
+// The same with each batch's mean cross-entropy from `loss` (ids, targets (B, T) in host memory): through a
+// pipeline's stages.
+using BatchLoss = std::function<absl::StatusOr<double>(const int32_t* ids, const int32_t* targets)>;
+absl::StatusOr<std::vector<double>> ValidationBatchLosses(const BatchLoss& loss,
                                                           const ValidationBatches& batches,
                                                           int64_t batch_size, int64_t context_length,
                                                           int64_t first, int64_t stride);

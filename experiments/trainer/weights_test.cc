@@ -1,6 +1,6 @@
 // Weights by name: a model's tensors written to safetensors load back into a fresh model exactly, the
 // saved tensors are a host snapshot (the staging path every device takes), and a missing tensor, a wrong
-// shape or an unknown tensor is an error naming it.
+// shape or an unknown tensor is an error naming it; a stage slice loads its own names from a whole file.
 #include "experiments/trainer/weights.h"
 
 #include <cmath>
@@ -139,6 +139,40 @@ TEST(Weights, MissingWrongShapeAndUnknownTensorsAreErrors) {
     EXPECT_EQ(status.message(), "w.safetensors: tensor " + tensors[2].name + " holds " + absl::StrCat(bad) +
                                     " at element 3; weights must be finite");
   }
+}
+
+// A stage slice takes its own tensors from the whole model's file and leaves the other stages' (the
+// resharding load of a pipeline run); a name no stage of the model has is still an error, and a whole
+// model's LoadWeights still refuses a file with another model's extra layer.
+TEST(Weights, ASliceLoadsItsNamesFromTheWholeFile) {
+  auto whole = Make(1);
+  const HostTensors host = ModelTensors(*whole);
+  auto reader = SafetensorsReader::FromBytes(Serialize(host.tensors), "w.safetensors");
+  ASSERT_TRUE(reader.ok());
+  const model::ModelConfig config = whole->config();
+  for (const model::LayerRange range : {model::LayerRange{0, 1}, model::LayerRange{1, 2}}) {
+    auto slice = model::LanguageModel::Create(config, kernels::Context::Cpu(), kernels::DType::kF32, range);
+    ASSERT_TRUE(slice.ok()) << slice.status();
+    EXPECT_EQ(LoadWeights(*reader, **slice).code(), absl::StatusCode::kInvalidArgument)
+        << "the whole-model load";
+    ASSERT_TRUE(LoadSliceWeights(*reader, **slice).ok()) << range.first;
+    (*slice)->VisitParameters([&](const std::string& name, const model::Parameter& p) {
+      for (const NamedTensor& t : host.tensors) {
+        if (t.name == name) {
+          EXPECT_EQ(std::memcmp(t.data, p.value.data(), p.value.nbytes()), 0) << name;
+        }
+      }
+    });
+  }
+  std::vector<NamedTensor> extra = host.tensors;
+  extra.push_back({"layers.2.attn.q_proj.weight", {2}, host.tensors[0].data});  // the model has 2 layers
+  extra.push_back({"rope.cache", {2}, host.tensors[0].data});
+  reader = SafetensorsReader::FromBytes(Serialize(extra), "w.safetensors");
+  ASSERT_TRUE(reader.ok());
+  auto first = model::LanguageModel::Create(config, kernels::Context::Cpu(), kernels::DType::kF32, {0, 1});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(LoadSliceWeights(*reader, **first).message(),
+            "w.safetensors: tensors the model does not have: layers.2.attn.q_proj.weight, rope.cache");
 }
 
 // Sparse upcycling: a dense model's weights into a mixture of experts of the same shape whose experts copy

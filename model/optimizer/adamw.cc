@@ -40,10 +40,14 @@ double GradientNorm(const LanguageModel& model) {
   return static_cast<double>(kernels::GlobalGradNorm(model.context(), norm_params));
 }
 
-double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches, std::optional<double> summed_norm) {
+double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
   LMF_CHECK_GE(micro_batches, 1);
   // The gradients hold a sum over micro-batches; the norm of their mean is the norm of the sum divided.
-  const double norm = (summed_norm.has_value() ? *summed_norm : GradientNorm(model)) / static_cast<double>(micro_batches);
+  return StepWithNorm(model, lr, micro_batches, GradientNorm(model) / static_cast<double>(micro_batches));
+}
+
+double AdamW::StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm) {
+  LMF_CHECK_GE(micro_batches, 1);
   if (!std::isfinite(norm)) return norm;
 
   ++step_;

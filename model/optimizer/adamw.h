@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,10 +48,10 @@ class AdamW {
   // Returns the global L2 norm of that mean, before clipping, over every parameter (owned or not: the
   // gradients are the whole model's). When it is finite, clips to max_grad_norm and updates the owned
   // parameters at learning rate `lr`; when it is NaN or infinite, changes nothing.
-  // `summed_norm`: the norm of the summed gradients when this model holds only part of them (expert
-  // parallelism: the caller sums every rank's experts into it); unset: GradientNorm(model).
-  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1,
-              std::optional<double> summed_norm = std::nullopt);
+  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
+  // The same step with the norm of the mean gradient given: a model split over processes (pipeline stages)
+  // has the global norm only from all of them together.
+  double StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm);
 
   int64_t step() const { return step_; }
   // Bytes of the moments this optimizer holds.

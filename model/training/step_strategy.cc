@@ -62,7 +62,14 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   result.loss = sums.loss / static_cast<double>(input.micro_batches);
   result.z_loss = sums.z_loss / static_cast<double>(input.micro_batches);
   result.aux_loss = sums.aux_loss / static_cast<double>(input.micro_batches);
-  result.grad_norm = std::isfinite(result.loss) ? optimizer.Step(model, input.lr, input.micro_batches, summed_norm) : NAN;
+  const double mb = static_cast<double>(input.micro_batches);
+  if (!std::isfinite(result.loss)) {
+    result.grad_norm = NAN;
+  } else if (summed_norm.has_value()) {  // the norm of the gradients' sum; the step takes its mean's
+    result.grad_norm = optimizer.StepWithNorm(model, input.lr, input.micro_batches, *summed_norm / mb);
+  } else {
+    result.grad_norm = optimizer.Step(model, input.lr, input.micro_batches);
+  }
   if (std::isfinite(sums.first_grad_sq) && std::isfinite(result.grad_norm) && input.micro_batches >= 2) {
     const double small = static_cast<double>(input.b * input.t), big = small * static_cast<double>(input.micro_batches);
     const double small_sq = sums.first_grad_sq, big_sq = result.grad_norm * result.grad_norm;

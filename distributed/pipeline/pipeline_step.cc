@@ -1,0 +1,155 @@
+// The pipeline-parallel step strategy (see pipeline_step.h).
+#include "distributed/pipeline/pipeline_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "distributed/data_parallel_step.h"
+#include "kernels/grad_norm/grad_norm.h"
+
+namespace lmf::distributed::pipeline {
+
+absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& world, ParallelMesh& mesh,
+                                                                   Schedule schedule,
+                                                                   std::vector<model::LanguageModel*> chunks,
+                                                                   std::vector<model::AdamW*> optimizers,
+                                                                   std::vector<model::LayerRange> stages) {
+  if (mesh.shape().expert != 1 || mesh.shape().size() != world.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline step: the mesh ", mesh.shape().ToString(),
+                                                   " is not the world's ", world.world_size(),
+                                                   " ranks over data x pipeline"));
+  }
+  if (optimizers.size() != chunks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline step: ", chunks.size(), " chunks but ", optimizers.size(), " optimizers"));
+  }
+  absl::StatusOr<PipelineStage> stage =
+      PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
+  if (!stage.ok()) return stage.status();
+  return std::unique_ptr<PipelineStep>(
+      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers)));
+}
+
+absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
+  DataParallelStep replicas(mesh_.data(), /*overlap=*/false);
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    if (absl::Status s = replicas.SyncParameters(*chunk); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::CheckReplicasAgree(const model::LanguageModel&, int64_t step) {
+  DataParallelStep replicas(mesh_.data(), /*overlap=*/false);
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    if (absl::Status s = replicas.CheckReplicasAgree(*chunk, step); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("pipeline stage of layers [", chunk->first_layer(), ", ",
+                                                 chunk->last_layer(), "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::SumOverProcesses(std::vector<double>& values) {
+  return world_.AllReduceSum(values.data(), values.size());
+}
+
+absl::Status PipelineStep::ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input) {
+  const int64_t first = first_micro_batch(input.micro_batches),
+                count = micro_batch_count(input.micro_batches);
+  ids_.resize(static_cast<size_t>(count));
+  targets_.resize(static_cast<size_t>(count));
+  for (int64_t micro = 0; micro < input.micro_batches; ++micro) {
+    if (micro < first || micro >= first + count) {  // another data replica's
+      data.Skip();
+      continue;
+    }
+    std::vector<int32_t>& ids = ids_[static_cast<size_t>(micro - first)];
+    std::vector<int32_t>& targets = targets_[static_cast<size_t>(micro - first)];
+    ids.resize(static_cast<size_t>(input.b * input.t));
+    targets.resize(ids.size());
+    if (absl::Status s = data.Next(ids.data(), targets.data()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::SumOverReplicas() {
+  if (mesh_.shape().data == 1) return absl::OkStatus();
+  gradients_.clear();
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
+      gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+    });
+  }
+  if (absl::Status s = mesh_.data().AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
+  const float* in = gradients_.data();
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
+      std::copy_n(in, p.grad.numel(), p.grad.data<float>());
+      in += p.grad.numel();
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> PipelineStep::GlobalNorm(int64_t micro_batches) {
+  std::vector<kernels::GradSpan> spans;
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    chunk->VisitParameters([&](const std::string& name, const model::Parameter& p) {
+      // A head-only slice's copy of a tied token table is the first stage's table: counted there.
+      if (!chunk->has_embedding() && name == "token_embeddings.weight") return;
+      spans.push_back({p.grad.data(), p.grad.numel()});
+    });
+  }
+  kernels::GradNormParams params;
+  params.dtype = kernels::DType::kF32;
+  params.grads = spans.data();
+  params.num_grads = static_cast<int64_t>(spans.size());
+  const double local = kernels::GlobalGradNorm(stage_.chunks()[0]->context(), params);
+  double squares = local * local;
+  if (absl::Status s = mesh_.pipeline().AllReduceSum(&squares, 1); !s.ok()) return s;
+  return std::sqrt(squares) / static_cast<double>(micro_batches);
+}
+
+absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
+                                                     model::MicroBatchSource& data,
+                                                     const model::StepInput& input) {
+  if (&model != stage_.chunks()[0] || &optimizer != optimizers_[0]) {
+    return absl::InternalError(
+        "pipeline step: called with another model or optimizer than its first chunk's");
+  }
+  if (absl::Status s = ReadMicroBatches(data, input); !s.ok()) return s;
+  std::vector<MicroBatch> micro_batches;
+  for (size_t i = 0; i < ids_.size(); ++i) micro_batches.push_back({ids_[i].data(), targets_[i].data()});
+  absl::StatusOr<model::LossSums> local = stage_.Run(micro_batches, input.b, input.t);
+  if (!local.ok()) return local.status();
+  if (absl::Status s = stage_.SumTiedEmbeddingGrads(); !s.ok()) return s;
+  if (absl::Status s = SumOverReplicas(); !s.ok()) return s;
+  const int received = input.received_signal ? input.received_signal() : 0;
+  // Each micro-batch's losses are on its last stage's rank (its chunks' auxiliary losses where they ran):
+  // summed over every rank, each counts once.
+  double totals[4] = {local->loss, local->z_loss, local->aux_loss, static_cast<double>(received)};
+  if (absl::Status s = world_.AllReduceSum(totals, 4); !s.ok()) return s;
+  absl::StatusOr<double> norm = GlobalNorm(input.micro_batches);
+  if (!norm.ok()) return norm.status();
+
+  model::StepResult result;
+  const double steps = static_cast<double>(input.micro_batches);
+  result.loss = totals[0] / steps;
+  result.z_loss = totals[1] / steps;
+  result.aux_loss = totals[2] / steps;
+  result.grad_norm = std::isfinite(result.loss) ? *norm : NAN;
+  if (std::isfinite(result.grad_norm)) {
+    for (size_t c = 0; c < optimizers_.size(); ++c) {
+      optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);
+    }
+  }
+  for (model::LanguageModel* chunk : stage_.chunks()) chunk->EndStep();
+  result.stop_signal = totals[3] > 0 ? (received != 0 ? received : SIGTERM) : 0;
+  return result;
+}
+
+}  // namespace lmf::distributed::pipeline

@@ -1,0 +1,90 @@
+// PipelineStep: the pipeline-parallel step strategy (model/training/step_strategy.h), composed with data
+// parallelism over a ParallelMesh (data x pipeline). Each rank holds the slices of its pipeline stages
+// (one chunk, or virtual_stages chunks interleaved) and their optimizers. A step: data replica d takes
+// micro-batches [d A/D, (d+1) A/D) of the step's A and runs them through its pipeline (PipelineStage); the
+// tied token table's two copies get their summed gradient; every chunk's gradients are summed over the data
+// group (the same stage's replicas); the global gradient norm is summed over the pipeline stages (the tied
+// head copy counted once); every chunk takes the same AdamW update; the losses and a stop signal are summed
+// over every rank, so all ranks return the same StepResult. The trainer builds it when
+// run.parallel.pipeline > 1 (experiments/trainer). CPU and fp32, as PipelineStage.
+//
+// The model and optimizer that StepStrategy's calls pass are this rank's first chunk and its optimizer (the
+// trainer's); the later chunks of an interleaved schedule are the ones given to Create.
+#ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STEP_H_
+#define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STEP_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "distributed/collectives.h"
+#include "distributed/mesh.h"
+#include "distributed/pipeline/pipeline_stage.h"
+#include "model/optimizer/adamw.h"
+#include "model/training/step_strategy.h"
+
+namespace lmf::distributed::pipeline {
+
+class PipelineStep final : public model::StepStrategy {
+ public:
+  // `world`: every rank (mesh.shape().size() of them); `mesh`: built over it with expert = 1, kept by the
+  // caller. `schedule`: MakeSchedule for mesh.shape().pipeline ranks and the micro-batches of one data
+  // replica. chunks[c], optimizers[c]: this rank's slice of stage schedule.stage(pipeline rank, c) and its
+  // optimizer; `stages`: every stage's layers (empty: the even split). Errors: PipelineStage::Create's.
+  static absl::StatusOr<std::unique_ptr<PipelineStep>> Create(Collectives& world, ParallelMesh& mesh,
+                                                              Schedule schedule,
+                                                              std::vector<model::LanguageModel*> chunks,
+                                                              std::vector<model::AdamW*> optimizers,
+                                                              std::vector<model::LayerRange> stages = {});
+
+  int rank() const override { return world_.rank(); }
+  int world_size() const override { return world_.world_size(); }
+  int64_t first_micro_batch(int64_t micro_batches) const override {
+    return mesh_.coordinates().data * micro_batch_count(micro_batches);
+  }
+  int64_t micro_batch_count(int64_t micro_batches) const override {
+    return micro_batches / mesh_.shape().data;
+  }
+
+  // Each chunk's weights from its first data replica's (data coordinate 0) to the others.
+  absl::Status SyncParameters(model::LanguageModel& model) override;
+  absl::StatusOr<model::StepResult> Step(model::LanguageModel& model, model::AdamW& optimizer,
+                                         model::MicroBatchSource& data,
+                                         const model::StepInput& input) override;
+  absl::Status SumOverProcesses(std::vector<double>& values) override;
+  // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
+  absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
+
+  // Evaluation: one batch's mean cross-entropy through this data replica's pipeline (PipelineStage::
+  // ForwardLoss), on every rank of the pipeline group.
+  absl::StatusOr<double> ForwardLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t) {
+    return stage_.ForwardLoss(ids, targets, b, t);
+  }
+  // Whether this rank is the first stage's (pipeline coordinate 0): it alone adds an evaluation's losses
+  // to the sum over every rank, which then counts each data replica's batches once.
+  bool first_stage() const { return mesh_.coordinates().pipeline == 0; }
+
+ private:
+  PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage,
+               std::vector<model::AdamW*> optimizers)
+      : world_(world), mesh_(mesh), stage_(std::move(stage)), optimizers_(std::move(optimizers)) {}
+  // This replica's micro-batches from `data` (the others skipped), in host memory.
+  absl::Status ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input);
+  // Every chunk's gradients summed over the data group (one all-reduce).
+  absl::Status SumOverReplicas();
+  // The norm of the step's mean gradient over every stage.
+  absl::StatusOr<double> GlobalNorm(int64_t micro_batches);
+
+  Collectives& world_;
+  ParallelMesh& mesh_;
+  PipelineStage stage_;
+  std::vector<model::AdamW*> optimizers_;
+  std::vector<std::vector<int32_t>> ids_, targets_;
+  std::vector<float> gradients_;
+};
+
+}  // namespace lmf::distributed::pipeline
+
+#endif  // LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STEP_H_

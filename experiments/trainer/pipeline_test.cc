@@ -1,0 +1,190 @@
+// Pipeline parallelism through the trainer (run.parallel.pipeline): the test process is rank 0 and starts
+// the other ranks as the train binary. Every process runs one thread (LMF_NUM_THREADS=1 in the BUILD
+// target), so that the GEMMs split their work alike in every layout. Checked: a (data=1, pipeline=2) run
+// without clipping is the single-process run bit for bit (losses, validation loss and both checkpoint
+// files), and so is interleaved 1F1B on 2 ranks x 2 chunks; (data=2, pipeline=2) with clipping agrees to
+// fp32 rounding (its gradients are summed in another order); a checkpoint written at (2, 2) resumes at
+// (4, 1) and at (1, 1), and one written at (1, 1) resumes at (1, 2), each with the same next loss (that
+// step's forward reads the same weights and data: the losses agree to the double rounding of their sum
+// over ranks, 1e-12 relative); a rank killed during a pipeline run is named and the run ends within its
+// timeout.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/file.h"
+#include "config/loader.h"
+#include "experiments/checkpoint/checkpoint.h"
+#include "experiments/metrics/metrics_log.h"
+#include "experiments/trainer/trainer.h"
+#include "gtest/gtest.h"
+#include "tokenizer/token_file.h"
+
+namespace lmf::experiments {
+namespace {
+
+std::string TempPath(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+
+const std::string& Tokens() {
+  static const std::string path = [] {
+    std::mt19937 rng(7);
+    std::vector<uint32_t> ids(20000);
+    for (uint32_t& id : ids) id = rng() % 512;
+    const std::string p = TempPath("pp_train.tok");
+    auto writer = tokenizer::TokenFileWriter::Create(p, 512, /*tokenizer_hash=*/1);
+    EXPECT_TRUE(writer.ok()) << writer.status();
+    EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
+    EXPECT_TRUE(writer->Commit().ok());
+    return p;
+  }();
+  return path;
+}
+
+// The tiny config at (data, pipeline), 4 micro-batches a step, a checkpoint after step 2 and at the end,
+// the validation loss at the end.
+config::Experiment Tiny(const std::string& run, int data, int pipeline, std::vector<std::string> more = {}) {
+  std::vector<std::string> o = {"data.train_tokens=" + Tokens(),
+                                "data.val_tokens=" + Tokens(),
+                                "run.eval_tokens=512",
+                                "run.output_dir=" + TempPath(run),
+                                absl::StrCat("run.parallel.data=", data),
+                                absl::StrCat("run.parallel.pipeline=", pipeline),
+                                "run.parallel.timeout_seconds=20",
+                                "run.grad_accum_steps=4",
+                                "run.max_steps=4",
+                                "schedule.warmup=2",
+                                "run.checkpoint_interval=2",
+                                "run.keep_checkpoints=5"};
+  o.insert(o.end(), more.begin(), more.end());
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", o);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return *loaded;
+}
+
+std::string TrainBinary() { return std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/train"; }
+
+TrainOptions Options(int64_t stop_after_step = 0, bool resume = false) {
+  TrainOptions options;
+  options.console = std::fopen("/dev/null", "w");
+  options.data_parallel_command = {TrainBinary()};
+  options.stop_after_step = stop_after_step;
+  options.resume = resume;
+  return options;
+}
+
+std::vector<StepMetrics> Metrics(const std::string& run) {
+  auto metrics = ReadMetricsLog(TempPath(run) + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? *metrics : std::vector<StepMetrics>{};
+}
+
+std::string File(const std::string& run, const std::string& name) {
+  auto text = ReadFile(TempPath(run) + "/checkpoints/step_00000004/" + name);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
+  const std::vector<std::string> no_clip = {"optimizer.grad_clip=0"};
+  auto single = Train(Tiny("pp_single", 1, 1, no_clip), Options());
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto piped = Train(Tiny("pp_2", 1, 2, no_clip), Options());
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  const std::vector<StepMetrics> one = Metrics("pp_single"), two = Metrics("pp_2");
+  ASSERT_EQ(two.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
+  EXPECT_EQ(*piped->last_val_loss, *single->last_val_loss);
+  // One model.safetensors with the single process's names, order and values; the optimizer's likewise.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File("pp_2", file) == File("pp_single", file)) << file << " differs";
+  }
+}
+
+// Interleaved 1F1B: two ranks hold two chunks each of a 4-layer model (stages 0 and 2, 1 and 3); the
+// checkpoint gathers them into the single process's order.
+TEST(Pipeline, InterleavedChunksTrainTheSingleProcessRunBitForBit) {
+  const std::vector<std::string> four = {"optimizer.grad_clip=0", "model.n_layers=4"};
+  ASSERT_TRUE(Train(Tiny("pp_single4", 1, 1, four), Options()).ok());
+  std::vector<std::string> interleaved = four;
+  interleaved.insert(interleaved.end(),
+                     {"run.parallel.schedule=INTERLEAVED_1F1B", "run.parallel.virtual_stages=2"});
+  auto trained = Train(Tiny("pp_interleaved", 1, 2, interleaved), Options());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const std::vector<StepMetrics> one = Metrics("pp_single4"), two = Metrics("pp_interleaved");
+  ASSERT_EQ(two.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File("pp_interleaved", file) == File("pp_single4", file)) << file << " differs";
+  }
+}
+
+TEST(Pipeline, TwoReplicasOfTwoStagesAgreeToRounding) {
+  ASSERT_TRUE(Train(Tiny("pp_single_clip", 1, 1), Options()).ok());
+  auto trained = Train(Tiny("pp_2x2", 2, 2), Options());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const std::vector<StepMetrics> one = Metrics("pp_single_clip"), many = Metrics("pp_2x2");
+  ASSERT_EQ(many.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(many[i].loss, one[i].loss, 1e-6 * one[i].loss) << "step " << i + 1;
+  }
+  auto a = LoadCheckpoint(TempPath("pp_single_clip/checkpoints/step_00000004"));
+  auto b = LoadCheckpoint(TempPath("pp_2x2/checkpoints/step_00000004"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->model.tensors().size(), b->model.tensors().size());
+  for (const auto& [name, tensor] : a->model.tensors()) {
+    auto x = a->model.ReadFloat(name), y = b->model.ReadFloat(name);
+    ASSERT_TRUE(x.ok() && y.ok()) << name << ": " << y.status();
+    ASSERT_EQ(x->size(), y->size()) << name;
+    for (size_t i = 0; i < x->size(); ++i) ASSERT_NEAR((*x)[i], (*y)[i], 1e-5) << name << "[" << i << "]";
+  }
+}
+
+// The loss of step 3 after resuming the checkpoint of step 2 in `layout` (data, pipeline).
+double NextLossResumedAt(const std::string& run, int data, int pipeline) {
+  auto resumed = Train(Tiny(run, data, pipeline), Options(/*stop_after_step=*/3, /*resume=*/true));
+  EXPECT_TRUE(resumed.ok()) << "data=" << data << " pipeline=" << pipeline << ": " << resumed.status();
+  return resumed.ok() ? resumed->last_loss : NAN;
+}
+
+TEST(Pipeline, ACheckpointResumesInAnyLayout) {
+  // Written at (2, 2): step 3 ends the run as a kill would; the checkpoint of step 2 is the newest.
+  auto first = Train(Tiny("pp_reshard", 2, 2), Options(/*stop_after_step=*/3));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const double want = first->last_loss;
+  for (const auto& [data, pipeline] : {std::make_pair(4, 1), std::make_pair(1, 1), std::make_pair(2, 2)}) {
+    EXPECT_NEAR(NextLossResumedAt("pp_reshard", data, pipeline), want, 1e-12 * want)
+        << "data=" << data << " pipeline=" << pipeline;
+  }
+  // Written at (1, 1), resumed in two stages.
+  auto whole = Train(Tiny("pp_reshard_back", 1, 1), Options(/*stop_after_step=*/3));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_NEAR(NextLossResumedAt("pp_reshard_back", 1, 2), whole->last_loss, 1e-12 * whole->last_loss);
+}
+
+// Rank 3 of (data=2, pipeline=2) is killed 3 s after it starts, while the run trains: rank 0 fails within
+// the group's timeout, naming it.
+TEST(Pipeline, AKilledRankIsNamed) {
+  TrainOptions options = Options();
+  options.data_parallel_command = {"/bin/sh", "-c",
+                                   "set -- $LMF_DATA_PARALLEL_WORKER; if [ \"$1\" = 3 ]; then exec timeout "
+                                   "-s KILL 3 \"$0\"; fi; exec \"$0\"",
+                                   TrainBinary()};
+  const auto start = std::chrono::steady_clock::now();
+  auto trained = Train(
+      Tiny("pp_killed", 2, 2, {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0"}),
+      options);
+  ASSERT_FALSE(trained.ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+  const std::string message(trained.status().message());
+  EXPECT_EQ(message.rfind("run.parallel.data=2 x run.parallel.pipeline=2: ", 0), 0u) << message;
+  EXPECT_NE(message.find("rank 3 was killed by signal 9"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace lmf::experiments
