@@ -158,7 +158,7 @@ std::string FindTorchScript() {
 // One row: who ran the step, its seconds, tokens/s, ours over it, and its share of the sgemm and FMA peaks.
 void PrintRow(const std::string& shape, const std::string& who, double seconds, double ours, double tokens,
               double flops, double peak_gflops, double fma_flops) {
-  std::printf("%-11s %-46s %9.3f %10.0f %8.2fx %8.1f%% %8.1f%%\n", shape.c_str(), who.c_str(), seconds,
+  std::printf("%-11s %-52s %9.3f %10.0f %8.2fx %8.1f%% %8.1f%%\n", shape.c_str(), who.c_str(), seconds,
               tokens / seconds, seconds / ours, 100 * flops / seconds / 1e9 / peak_gflops,
               100 * flops / seconds / fma_flops);
 }
@@ -189,7 +189,7 @@ int Main() {
       "OPENBLAS_CORETYPE=%s\n",
       threads, threads, fma.isa, fma.flops_per_second / 1e9, kernels::vec::IsaName(),
       coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
-  std::printf("%-11s %-46s %9s %10s %9s %9s %9s\n", "shape", "who", "s/step", "tokens/s", "its/ours", "% sgemm",
+  std::printf("%-11s %-52s %9s %10s %9s %9s %9s\n", "shape", "who", "s/step", "tokens/s", "its/ours", "% sgemm",
               "MFU");
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
     const Shape s = ShapeByName(std::string(name));
@@ -212,7 +212,7 @@ int Main() {
       if (seconds > 0) {
         PrintRow(s.name, run.Name(), seconds, ours, tokens, flops, peak, fma.flops_per_second);
       } else {
-        std::printf("%-11s %-46s unavailable: %s\n", s.name.c_str(), run.Name().c_str(),
+        std::printf("%-11s %-52s unavailable: %s\n", s.name.c_str(), run.Name().c_str(),
                     run.result.ok() ? "no seconds_per_step line" : std::string(run.result.status().message()).c_str());
       }
     }
