@@ -76,6 +76,8 @@ def run_torch_sweep(python, sweep_dir, mode, parallel_runs, timeout_s):
         sys.exit(f"quickstart_sweep_benchmark.py: `{' '.join(command)}` failed:\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
     seconds = description = None
     for line in done.stdout.splitlines():
+        if line.startswith("run "):  # run <name> <seconds> <final train loss> <final val loss>
+            print(f"  PyTorch {mode}: {line}", flush=True)
         if line.startswith("sweep_seconds "):
             seconds = float(line.split()[1])
         elif line.startswith("peer "):
