@@ -1,12 +1,15 @@
 // One training step (forward, backward, clip, AdamW) of lmforge's LanguageModel against the same model in
-// PyTorch (tools/model/torch_train_step.py under Debian's /usr/bin/python3, same thread count), measured in
-// one run on one machine. Prints tokens/s for both, the ratio, and achieved FLOP/s (model FLOPs from
+// PyTorch (tools/model/torch_train_step.py, same thread count), measured in one run on one machine: the
+// current PyTorch (tools/peers/setup_torch.sh) in eager fp32, torch.compile fp32 and eager bf16 autocast,
+// and Debian's PyTorch 1.13 in eager fp32 (kernels/testing/torch_peers.h), each row naming its version.
+// Prints s/step and tokens/s for each, our speed over each, and achieved FLOP/s (model FLOPs from
 // model/accounting) as a fraction of this CPU's sgemm peak, measured here with the same GEMM and threads.
 //
 //   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
 //   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256; also
 //          tiny_t64, the quickstart's sizes),
-//          --torch (true: also run PyTorch), --python (/usr/bin/python3), --torch_script (path),
+//          --torch (true: also run PyTorch), --torch_python, --torch_modes (eager,compile,bf16),
+//          --debian_python (/usr/bin/python3; "" for none), --torch_script (path),
 //          --op_profile (false: also time every op of one more step of ours,
 //          kernels/profile/cpu_op_profiler.h, and print the table after the shape's row)
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/profile/cpu_op_profiler.h"
 #include "kernels/testing/cpu_peer.h"
+#include "kernels/testing/torch_peers.h"
 #include "model/accounting/accounting.h"
 #include "model/language_model/language_model.h"
 #include "model/optimizer/adamw.h"
@@ -38,7 +42,6 @@ ABSL_FLAG(int, threads, 2, "CPU threads for both lmforge and PyTorch");
 ABSL_FLAG(int, steps, 3, "timed training steps per shape (after one warm-up step)");
 ABSL_FLAG(std::string, shapes, "gpt2_t64,gpt2_t256,small_t64,small_t256", "shapes to run");
 ABSL_FLAG(bool, torch, true, "also time PyTorch");
-ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with torch");
 ABSL_FLAG(bool, op_profile, false, "also print the time per op of one more step of ours");
 ABSL_FLAG(std::string, torch_script, "", "tools/model/torch_train_step.py (default: found from the workspace)");
 
@@ -131,28 +134,19 @@ double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* 
   return total / steps;
 }
 
-// Mean seconds per step of PyTorch, parsed from the script's "seconds_per_step=<x>" line; <0 on failure.
-double TimeTorch(const Shape& s, int steps, int threads, const std::string& script) {
-  // PyTorch's BLAS here is Debian's OpenBLAS, which does not know this CPU: without OPENBLAS_CORETYPE it
-  // picks a slow generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). PeerEnvironment gives it
-  // the AVX2 (Haswell) kernel the environment is meant to pin, unless the caller chose one.
-  const std::string command = absl::StrFormat(
-      "%s %s %s "
+// PyTorch's step on `peer`'s python and mode: "seconds_per_step <x>" and the script's "peer ..." line.
+absl::StatusOr<kernels::testing::CpuPeer> TimeTorch(const kernels::testing::TorchPeerSpec& peer, const Shape& s,
+                                                    int steps, int threads, const std::string& script) {
+  // Debian's OpenBLAS, 1.13's BLAS, does not know this CPU: without OPENBLAS_CORETYPE it picks a slow
+  // generic path (13 vs 48 GFLOP/s on a 2048^3 matmul, 2 threads). PeerEnvironment gives it the AVX2
+  // (Haswell) kernel, unless the caller chose one; the PyPI wheels' oneDNN/MKL ignore it.
+  return kernels::testing::RunPeerCommand(absl::StrFormat(
+      "%s '%s' '%s' --mode=%s "
       "--d_model=%d --n_layers=%d --n_heads=%d --vocab_size=%d --token_ids=%d --context=%d --batch=%d "
-      "--seq=%d --steps=%d "
-      "--threads=%d",
-      kernels::testing::PeerEnvironment(threads), absl::GetFlag(FLAGS_python), script, s.config.d_model,
-      s.config.n_layers, s.config.n_heads, s.config.vocab_rows(), s.config.vocab_size,
-      s.config.context_length, s.b, s.t, steps, threads);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char line[512];
-  double seconds = -1;
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    std::sscanf(line, "seconds_per_step=%lf", &seconds);
-  }
-  if (pclose(pipe) != 0) return -1;
-  return seconds;
+      "--seq=%d --steps=%d --threads=%d",
+      kernels::testing::PeerEnvironment(threads), peer.python, script, peer.mode, s.config.d_model,
+      s.config.n_layers, s.config.n_heads, s.config.vocab_rows(), s.config.vocab_size, s.config.context_length,
+      s.b, s.t, steps, threads));
 }
 
 std::string FindTorchScript() {
@@ -161,9 +155,26 @@ std::string FindTorchScript() {
   return absl::StrCat(workspace != nullptr ? workspace : ".", "/tools/model/torch_train_step.py");
 }
 
+// One row: who ran the step, its seconds, tokens/s, ours over it, and its share of the sgemm and FMA peaks.
+void PrintRow(const std::string& shape, const std::string& who, double seconds, double ours, double tokens,
+              double flops, double peak_gflops, double fma_flops) {
+  std::printf("%-11s %-52s %9.3f %10.0f %8.2fx %8.1f%% %8.1f%%\n", shape.c_str(), who.c_str(), seconds,
+              tokens / seconds, seconds / ours, 100 * flops / seconds / 1e9 / peak_gflops,
+              100 * flops / seconds / fma_flops);
+}
+
 int Main() {
   const int threads = absl::GetFlag(FLAGS_threads);
   const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<kernels::testing::TorchPeerSpec> peers;
+  if (absl::GetFlag(FLAGS_torch)) {
+    absl::StatusOr<std::vector<kernels::testing::TorchPeerSpec>> specs = kernels::testing::TorchPeerSpecsFromFlags();
+    if (!specs.ok()) {
+      std::fprintf(stderr, "train_step_benchmark: %s\n", std::string(specs.status().message()).c_str());
+      return 2;
+    }
+    peers = *specs;
+  }
   ThreadPool pool(threads);
   const kernels::Context ctx = kernels::Context::Cpu(&pool);
   // The peak is re-measured before and after each shape and the best so far is used: on a shared machine a single
@@ -178,8 +189,8 @@ int Main() {
       "OPENBLAS_CORETYPE=%s\n",
       threads, threads, fma.isa, fma.flops_per_second / 1e9, kernels::vec::IsaName(),
       coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
-  std::printf("%-11s %10s %10s %10s %10s %8s %7s %9s %9s %9s %9s\n", "shape", "ours s/st", "ours tok/s",
-              "torch s/st", "torch tok/s", "ratio", "peak", "ours %pk", "torch %pk", "ours MFU", "torch MFU");
+  std::printf("%-11s %-52s %9s %10s %9s %9s %9s\n", "shape", "who", "s/step", "tokens/s", "its/ours", "% sgemm",
+              "MFU");
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty())) {
     const Shape s = ShapeByName(std::string(name));
     peak = std::max(peak, MeasureSgemmPeak(ctx));
@@ -188,22 +199,28 @@ int Main() {
     double loss = 0;
     std::string profile;
     const double ours = TimeOurs(ctx, s, steps, &loss, &profile);
-    const double torch = absl::GetFlag(FLAGS_torch) ? TimeTorch(s, steps, threads, FindTorchScript()) : -1;
+    std::vector<kernels::testing::TorchPeerRun> runs;
+    for (const kernels::testing::TorchPeerSpec& peer : peers) {
+      runs.push_back({peer, TimeTorch(peer, s, steps, threads, FindTorchScript())});
+    }
     peak = std::max(peak, MeasureSgemmPeak(ctx));
-    const double ours_pk = 100 * flops / ours / 1e9 / peak;
-    const double ours_mfu = 100 * flops / ours / fma.flops_per_second;
-    if (torch > 0) {
-      std::printf("%-11s %10.3f %10.0f %10.3f %10.0f %7.2fx %7.1f %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
-                  s.name.c_str(), ours, tokens / ours, torch, tokens / torch, torch / ours, peak, ours_pk,
-                  100 * flops / torch / 1e9 / peak, ours_mfu, 100 * flops / torch / fma.flops_per_second);
-    } else {
-      std::printf("%-11s %10.3f %10.0f %10s %10s %8s %7.1f %8.1f%% %9s %8.1f%% %9s\n", s.name.c_str(), ours,
-                  tokens / ours, "-", "-", "-", peak, ours_pk, "-", ours_mfu, "-");
+    PrintRow(s.name, "lmforge fp32", ours, ours, tokens, flops, peak, fma.flops_per_second);
+    for (const kernels::testing::TorchPeerRun& run : runs) {
+      const double seconds = run.result.ok() && run.result->ms.count("seconds_per_step") > 0
+                                 ? run.result->ms.at("seconds_per_step")
+                                 : -1;
+      if (seconds > 0) {
+        PrintRow(s.name, run.Name(), seconds, ours, tokens, flops, peak, fma.flops_per_second);
+      } else {
+        std::printf("%-11s %-52s unavailable: %s\n", s.name.c_str(), run.Name().c_str(),
+                    run.result.ok() ? "no seconds_per_step line" : std::string(run.result.status().message()).c_str());
+      }
     }
     if (!profile.empty()) std::printf("%s: ours, one step, per op (wall time on the calling thread)\n%s\n",
                                       s.name.c_str(), profile.c_str());
     std::fflush(stdout);
   }
+  std::printf("sgemm peak %.1f GFLOP/s (best measured); its/ours: the row's s/step over lmforge's\n", peak);
   return 0;
 }
 

@@ -2,13 +2,14 @@
 // backward, at GPT-2-small head shapes (NH=12, HS=64, causal) for B=4, T=64/256/1024, same run, same
 // threads. Prints ms per call, achieved GFLOP/s (causal FLOPs: 2 * B*NH*T*T*HS per forward) and the ratio.
 // Then small heads, the shapes of the quickstart's models (HS=8) and of small CPU sweeps (HS=16, 32): forward
-// and backward ms and GFLOP/s. Both tables also time PyTorch's attention on the same shapes, threads and run
-// (tools/kernels/attention_cpu_peer.py under /usr/bin/python3: fp32, forward and autograd backward) and print
-// its time over ours. Then the two backward schedules (AttentionBackwardSchedule) for batch 1 with one kv
-// head.
+// and backward ms and GFLOP/s. Then PyTorch's attention on the same shapes, threads and run
+// (tools/kernels/attention_cpu_peer.py, forward and autograd backward) in each peer of
+// kernels/testing/torch_peers.h (the current PyTorch eager fp32, torch.compile and bf16 autocast; Debian's
+// 1.13), each peer's time and its time over ours. Then the two backward schedules (AttentionBackwardSchedule)
+// for batch 1 with one kv head.
 //
 //   ./bazelw run //kernels/attention:attention_benchmark -- [--threads=N] [--section=gpt2|small|schedules]
-//       [--no_torch]
+//       [--no_torch] [--torch_python=PY] [--torch_modes=eager,compile,bf16] [--debian_python=PY]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +25,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/testing/compare.h"
-#include "kernels/testing/cpu_peer.h"
+#include "kernels/testing/torch_peers.h"
 #include "kernels/testing/timing.h"
 
 ABSL_FLAG(int64_t, threads, 0, "threads for ours and PyTorch's; 0: LMF_NUM_THREADS, else all cores");
@@ -102,22 +103,21 @@ int Main(int argc, char** argv) {
     if (shapes == nullptr) continue;
     for (const Shape& s : *shapes) peer_args.push_back(s.PeerArg());
   }
-  absl::StatusOr<testing::CpuPeer> peer = absl::UnavailableError("not asked for (--no_torch)");
+  std::vector<testing::TorchPeerRun> peers;
   if (torch && peer_args.size() > 1) {
-    peer = testing::RunCpuPeer("attention_cpu_peer.py", absl::StrJoin(peer_args, " "), threads);
+    absl::StatusOr<std::vector<testing::TorchPeerSpec>> specs = testing::TorchPeerSpecsFromFlags();
+    if (!specs.ok()) {
+      std::fprintf(stderr, "attention_benchmark: %s\n", std::string(specs.status().message()).c_str());
+      return 2;
+    }
+    peers = testing::RunTorchPeers(*specs, "attention_cpu_peer.py", absl::StrJoin(peer_args, " "), threads);
   }
-  const testing::CpuPeer* pm = peer.ok() ? &*peer : nullptr;
-  const std::string peer_line =
-      peer_args.size() == 1 ? ""  // the schedules alone: no peer
-      : peer.ok()           ? absl::StrCat("; ", peer->description)
-                            : absl::StrCat("; peer (PyTorch): unavailable: ", peer.status().message());
-  std::printf("threads %d; small GEMM tiles: %s (LMF_CPU_ISA, kernels/cpu/isa.h)%s\n", threads, vec::IsaName(),
-              peer_line.c_str());
+  std::printf("threads %d; small GEMM tiles: %s (LMF_CPU_ISA, kernels/cpu/isa.h)\n", threads, vec::IsaName());
+  std::vector<std::pair<std::string, double>> ours_ms;  // for the peer table
 
   if (want("gpt2")) {
-    std::printf("\ncausal, NH=12, NKV=12, HS=64\n%5s %5s  %12s %12s %8s  %12s %10s  %13s %13s %9s %9s\n", "B",
-                "T", "tiled fwd ms", "plain fwd ms", "plain/tiled", "backward ms", "fwd GF/s", "torch fwd ms",
-                "torch bwd ms", "fwd vs", "bwd vs");
+    std::printf("\ncausal, NH=12, NKV=12, HS=64\n%5s %5s  %12s %12s %8s  %12s %10s\n", "B", "T",
+                "tiled fwd ms", "plain fwd ms", "plain/tiled", "backward ms", "fwd GF/s");
     for (const Shape& s : gpt2) {
       Problem pr(s);
       const double flops = 2.0 * s.B * s.NH * s.T * s.T * s.HS;  // QK^T and PV, half of each under the mask
@@ -127,32 +127,32 @@ int Main(int argc, char** argv) {
       const double backward = Time([&] { pr.Backward(ctx); }, reps);
       pr.p.algorithm = AttentionAlgorithm::kPlain;
       const double plain = Time([&] { AttentionForward(ctx, pr.p); }, reps);
-      std::printf("%5ld %5ld  %12.2f %12.2f %8.2fx  %12.2f %10.1f  %13s %13s %9s %9s\n",
-                  static_cast<long>(s.B), static_cast<long>(s.T), tiled * 1e3, plain * 1e3, plain / tiled,
-                  backward * 1e3, flops / tiled * 1e-9, testing::PeerMs(pm, s.label + "_fwd").c_str(),
-                  testing::PeerMs(pm, s.label + "_bwd").c_str(),
-                  testing::PeerRatio(pm, s.label + "_fwd", tiled * 1e3).c_str(),
-                  testing::PeerRatio(pm, s.label + "_bwd", backward * 1e3).c_str());
+      std::printf("%5ld %5ld  %12.2f %12.2f %8.2fx  %12.2f %10.1f\n", static_cast<long>(s.B),
+                  static_cast<long>(s.T), tiled * 1e3, plain * 1e3, plain / tiled, backward * 1e3,
+                  flops / tiled * 1e-9);
+      ours_ms.emplace_back(s.label + "_fwd", tiled * 1e3);
+      ours_ms.emplace_back(s.label + "_bwd", backward * 1e3);
     }
   }
   if (want("small")) {
-    std::printf("\nsmall heads, causal\n%5s %5s %4s %4s  %10s %10s  %12s %10s  %13s %13s %9s %9s\n", "B", "T",
-                "NH", "HS", "fwd ms", "fwd GF/s", "backward ms", "bwd GF/s", "torch fwd ms", "torch bwd ms",
-                "fwd vs", "bwd vs");
+    std::printf("\nsmall heads, causal\n%5s %5s %4s %4s  %10s %10s  %12s %10s\n", "B", "T", "NH", "HS",
+                "fwd ms", "fwd GF/s", "backward ms", "bwd GF/s");
     for (const Shape& s : small) {
       Problem pr(s);
       const double flops = 2.0 * s.B * s.NH * s.T * s.T * s.HS;  // causal: half of QK^T and PV
       const int reps = std::max(5, static_cast<int>(5e8 / flops));
       const double fwd = Time([&] { AttentionForward(ctx, pr.p); }, reps);
       const double bwd = Time([&] { pr.Backward(ctx); }, reps);
-      std::printf("%5ld %5ld %4ld %4ld  %10.3f %10.1f  %12.3f %10.1f  %13s %13s %9s %9s\n",
-                  static_cast<long>(s.B), static_cast<long>(s.T), static_cast<long>(s.NH),
-                  static_cast<long>(s.HS), fwd * 1e3, flops / fwd * 1e-9, bwd * 1e3, 2.5 * flops / bwd * 1e-9,
-                  testing::PeerMs(pm, s.label + "_fwd").c_str(),
-                  testing::PeerMs(pm, s.label + "_bwd").c_str(),
-                  testing::PeerRatio(pm, s.label + "_fwd", fwd * 1e3).c_str(),
-                  testing::PeerRatio(pm, s.label + "_bwd", bwd * 1e3).c_str());
+      std::printf("%5ld %5ld %4ld %4ld  %10.3f %10.1f  %12.3f %10.1f\n", static_cast<long>(s.B),
+                  static_cast<long>(s.T), static_cast<long>(s.NH), static_cast<long>(s.HS), fwd * 1e3,
+                  flops / fwd * 1e-9, bwd * 1e3, 2.5 * flops / bwd * 1e-9);
+      ours_ms.emplace_back(s.label + "_fwd", fwd * 1e3);
+      ours_ms.emplace_back(s.label + "_bwd", bwd * 1e3);
     }
+  }
+  if (!peers.empty()) {
+    std::printf("\nPyTorch, same shapes, threads and run (ours: tiled forward; vs: the peer's time over ours)\n%s",
+                testing::FormatPeerTable(peers, ours_ms).c_str());
   }
   // Few (batch, kv head) pairs: batch 1, MQA. The two backward schedules, same run.
   if (want("schedules")) {

@@ -1,6 +1,6 @@
 // The PyTorch peer of a CPU kernel benchmark, measured in the same run on the same threads: runs
-// `/usr/bin/python3 tools/kernels/<script> <args>` (Debian's python3-torch) and parses its "<label> <ms>"
-// lines. OpenBLAS is pinned to its AVX2 (Haswell) kernel unless OPENBLAS_CORETYPE is set (Debian's OpenBLAS
+// `<python> tools/kernels/<script> <args>` (which pythons and modes: torch_peers.h) and parses its
+// "<label> <ms>" lines. OpenBLAS is pinned to its AVX2 (Haswell) kernel unless OPENBLAS_CORETYPE is set (Debian's OpenBLAS
 // does not know newer CPUs and falls back to a generic path several times slower), and OpenBLAS and OpenMP
 // get `threads` threads (the script sets PyTorch's own).
 #ifndef LMFORGE_KERNELS_TESTING_CPU_PEER_H_

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """PyTorch side of //model:train_step_benchmark: times one training step (forward, backward, grad-norm clip,
-AdamW) of a GPT-2-style model in fp32 on the CPU, the same model lmforge's benchmark runs.
+AdamW) of a GPT-2-style model on the CPU, the same model lmforge's benchmark runs, in one of three modes:
+eager fp32, torch.compile fp32 (inductor; PyTorch 2.x and a C++ compiler), or eager with CPU bf16 autocast
+(bf16 matmuls, fp32 weights, optimizer and loss).
 
-  /usr/bin/python3 tools/model/torch_train_step.py --d_model 768 --n_layers 12 --n_heads 12 \
-      --vocab_size 50304 --batch 4 --seq 64 --steps 3 --threads 2
+  ~/.cache/lmforge/torch-venv/bin/python tools/model/torch_train_step.py --d_model 768 --n_layers 12 \
+      --n_heads 12 --vocab_size 50304 --batch 4 --seq 64 --steps 3 --threads 2 --mode compile
 
 The model is written the usual way (nanoGPT's structure: fused qkv Linear, LayerNorm, GELU-tanh MLP,
-learned positions, tied head; torch 1.13 has no fused attention, so attention is softmax(QK^T/sqrt(d))V with
-a causal mask). AdamW uses torch's default (foreach) implementation. Prints "seconds_per_step=<mean>" after
-one untimed warm-up step. Run it with OPENBLAS_CORETYPE=Haswell on this CPU (the benchmark does): Debian's
-OpenBLAS, torch's BLAS here, otherwise picks a slow generic path.
+learned positions, tied head; attention is F.scaled_dot_product_attention where PyTorch has it, 2.0 on,
+else softmax(QK^T/sqrt(d))V with a causal mask as 1.13 needs). AdamW uses torch's default (foreach)
+implementation. Prints "peer PyTorch <version> <mode>, <n> threads" and "seconds_per_step <mean>" after
+untimed warm-up steps (two under torch.compile, whose first steps compile). Run it with
+OPENBLAS_CORETYPE=Haswell on an AMD or newer Intel CPU (the benchmark does): Debian's OpenBLAS, 1.13's BLAS,
+otherwise picks a slow generic path. tools/peers/setup_torch.sh installs the current PyTorch.
 """
 import argparse
 import math
@@ -37,9 +41,12 @@ class Block(nn.Module):
         q = q.view(b, t, self.nh, c // self.nh).transpose(1, 2)
         k = k.view(b, t, self.nh, c // self.nh).transpose(1, 2)
         v = v.view(b, t, self.nh, c // self.nh).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(mask[:t, :t] == 0, float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(mask[:t, :t] == 0, float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
         x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
         return x + self.fc_out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -62,6 +69,9 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+MODES = {"eager": "eager fp32", "compile": "torch.compile fp32", "bf16": "eager bf16 autocast"}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--d_model", type=int, default=768)
@@ -74,9 +84,13 @@ def main():
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mode", choices=sorted(MODES), default="eager")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    if a.mode == "compile" and not hasattr(torch, "compile"):
+        p.error(f"--mode=compile: PyTorch {torch.__version__} has no torch.compile (2.0 on)")
+    print(f"peer PyTorch {torch.__version__} {MODES[a.mode]}, {a.threads} threads", flush=True)
     model = GPT(a.vocab_size, a.context, a.d_model, a.n_layers, a.n_heads)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
@@ -84,18 +98,21 @@ def main():
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     ids = torch.randint(0, a.token_ids, (a.batch, a.seq))
     targets = torch.randint(0, a.token_ids, (a.batch, a.seq))
+    forward = torch.compile(model) if a.mode == "compile" else model
+    warmup = 2 if a.mode == "compile" else 1
     total = 0.0
-    for step in range(a.steps + 1):
+    for step in range(warmup + a.steps):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(ids, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.mode == "bf16"):
+            loss = forward(ids, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step > 0:
+        if step >= warmup:
             total += time.perf_counter() - start
-    print(f"loss={loss.item():.4f} threads={torch.get_num_threads()}")
-    print(f"seconds_per_step={total / a.steps:.4f}")
+    print(f"final loss={loss.item():.4f}, threads={torch.get_num_threads()}")
+    print(f"seconds_per_step {total / a.steps:.4f}")
 
 
 if __name__ == "__main__":

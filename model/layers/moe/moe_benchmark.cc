@@ -1,7 +1,9 @@
 // The mixture-of-experts layer's forward and forward + backward on the CPU (fp32) against a PyTorch MoE of
 // the same shapes (tools/kernels/moe_cpu_peer.py: grouped token-choice, one GEMM per expert and matrix),
-// measured in the same run on the same threads. Softmax-then-top-k router, SwiGLU experts, dropless.
-//   bazel run -c opt //model/layers/moe:moe_benchmark -- --threads=2
+// measured in the same run on the same threads, in each peer of kernels/testing/torch_peers.h (the current
+// PyTorch eager fp32, torch.compile and bf16 autocast; Debian's 1.13). Softmax-then-top-k router, SwiGLU
+// experts, dropless.
+//   bazel run -c opt //model/layers/moe:moe_benchmark -- --threads=2 [--torch_modes=eager,bf16]
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -13,10 +15,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "base/flags.h"
 #include "base/thread_pool.h"
-#include "kernels/testing/cpu_peer.h"
+#include "kernels/testing/torch_peers.h"
 #include "kernels/testing/timing.h"
 #include "model/layers/moe/moe.h"
 
@@ -48,14 +49,18 @@ int Run() {
   };
   std::string args;
   for (const Shape& s : shapes) absl::StrAppend(&args, " ", s.label, ":", s.n, ",", s.c, ",", s.e, ",", s.k, ",", s.f);
-  absl::StatusOr<kernels::testing::CpuPeer> peer =
-      absl::GetFlag(FLAGS_torch) ? kernels::testing::RunCpuPeer("moe_cpu_peer.py", absl::StrCat(threads, args), threads)
-                                 : absl::StatusOr<kernels::testing::CpuPeer>(absl::UnavailableError("--torch=false"));
-  if (!peer.ok()) std::printf("peer: %s\n", std::string(peer.status().message()).c_str());
-  else std::printf("%s%s", peer->description.c_str(), absl::EndsWith(peer->description, "\n") ? "" : "\n");
+  std::vector<kernels::testing::TorchPeerRun> peers;
+  if (absl::GetFlag(FLAGS_torch)) {
+    absl::StatusOr<std::vector<kernels::testing::TorchPeerSpec>> specs = kernels::testing::TorchPeerSpecsFromFlags();
+    if (!specs.ok()) {
+      std::fprintf(stderr, "moe_benchmark: %s\n", std::string(specs.status().message()).c_str());
+      return 2;
+    }
+    peers = kernels::testing::RunTorchPeers(*specs, "moe_cpu_peer.py", absl::StrCat(threads, args), threads);
+  }
   std::printf("ours: lmforge MixtureOfExperts, %d threads\n", threads);
-  std::printf("%-14s %10s %10s %8s %12s %12s %8s %14s\n", "shape", "fwd ms", "torch", "ratio", "fwd+bwd ms", "torch",
-              "ratio", "tokens/s f+b");
+  std::printf("%-14s %10s %12s %14s\n", "shape", "fwd ms", "fwd+bwd ms", "tokens/s f+b");
+  std::vector<std::pair<std::string, double>> ours_ms;  // for the peer table
   for (const Shape& s : shapes) {
     ModelConfig config = Cs336Config(64, 32, s.c, 1, 4, s.f);
     MoeSpec spec;
@@ -80,12 +85,13 @@ int Run() {
       scratch.Reset();
       layer.Backward(ctx, h.data(), *saved, dout.data(), dh.data(), scratch);
     });
-    const kernels::testing::CpuPeer* p = peer.ok() ? &*peer : nullptr;
-    std::printf("%-14s %10.3f %10s %8s %12.3f %12s %8s %14.0f\n", s.label.c_str(), fwd,
-                kernels::testing::PeerMs(p, s.label + "_fwd").c_str(),
-                kernels::testing::PeerRatio(p, s.label + "_fwd", fwd).c_str(), fwdbwd,
-                kernels::testing::PeerMs(p, s.label + "_fwdbwd").c_str(),
-                kernels::testing::PeerRatio(p, s.label + "_fwdbwd", fwdbwd).c_str(), s.n / (fwdbwd / 1e3));
+    std::printf("%-14s %10.3f %12.3f %14.0f\n", s.label.c_str(), fwd, fwdbwd, s.n / (fwdbwd / 1e3));
+    ours_ms.emplace_back(s.label + "_fwd", fwd);
+    ours_ms.emplace_back(s.label + "_fwdbwd", fwdbwd);
+  }
+  if (!peers.empty()) {
+    std::printf("\nPyTorch, same shapes, threads and run (vs: the peer's time over ours)\n%s",
+                kernels::testing::FormatPeerTable(peers, ours_ms).c_str());
   }
   return 0;
 }
