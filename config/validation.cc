@@ -213,9 +213,16 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                "pipeline=",
                                pipeline, " yet (use zero_stage 0)"));
     }
+    const auto& pattern = experiment.model().layer_pattern();
     if (experiment.model().has_moe()) {
       errors->Add(absl::StrCat("model.moe with run.parallel.pipeline=", pipeline,
                                " is not built yet (the expert-load metrics span the stages)"));
+    }
+    for (int i = 0; i < pattern.size(); ++i) {
+      if (pattern.Get(i).has_moe()) {
+        errors->Add(absl::StrCat("model.layer_pattern[", i, "].moe with run.parallel.pipeline=", pipeline,
+                                 " is not built yet (the expert-load metrics span the stages)"));
+      }
     }
     if (parallel.schedule() == ParallelConfig::ZB_H1) {
       errors->Add(absl::StrCat(schedule,

@@ -497,6 +497,19 @@ TEST(ConfigValidation, LayerPatternMixtureOfExperts) {
             "OK");
 }
 
+// A pipeline refuses a mixture of experts, as model.moe and as a layer_pattern entry's moe.
+TEST(ConfigValidation, PipelineRefusesMixturesOfExperts) {
+  std::string moe = kBase;
+  moe.replace(moe.find("ffn { kind: SWIGLU d_ff: 128 }"), 30, "moe { n_experts: 4 top_k: 2 d_expert: 32 }");
+  const std::string whole = Error(moe, {"run.parallel.pipeline=2", "run.grad_accum_steps=2"});
+  EXPECT_TRUE(absl::StrContains(whole, "model.moe with run.parallel.pipeline=2 is not built yet")) << whole;
+  const std::string pattern =
+      Error(WithModelFields("layer_pattern { } layer_pattern { moe { n_experts: 4 top_k: 2 d_expert: 16 } }"),
+            {"run.parallel.pipeline=2", "run.grad_accum_steps=2"});
+  EXPECT_TRUE(absl::StrContains(pattern, "model.layer_pattern[1].moe with run.parallel.pipeline=2 is not built yet"))
+      << pattern;
+}
+
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and
 // validation batches that divide over data * expert, CPU, no ZeRO.
 TEST(ConfigValidation, ExpertParallelism) {
