@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,26 +22,16 @@
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/trainer/trainer.h"
+#include "experiments/trainer/trainer_testing.h"
 #include "gtest/gtest.h"
-#include "tokenizer/token_file.h"
 
 namespace lmf::experiments {
 namespace {
 
-std::string TempPath(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+using testing::TempPath;
 
 const std::string& TrainTokens() {
-  static const std::string path = [] {
-    std::mt19937 rng(7);
-    std::vector<uint32_t> ids(20000);
-    for (uint32_t& id : ids) id = rng() % 512;
-    const std::string p = TempPath("ep_train.tok");
-    auto writer = tokenizer::TokenFileWriter::Create(p, 512, /*tokenizer_hash=*/1);
-    EXPECT_TRUE(writer.ok()) << writer.status();
-    EXPECT_TRUE(writer->Append(ids.data(), ids.size()).ok());
-    EXPECT_TRUE(writer->Commit().ok());
-    return p;
-  }();
+  static const std::string path = testing::WriteRandomTokens("ep_train.tok", 7);
   return path;
 }
 
