@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -21,10 +20,6 @@
 #include "config/model_conversion.h"
 #include "config/parallel_layout.h"
 #include "config/run_length.h"
-#include "distributed/data_parallel_step.h"
-#include "distributed/mesh.h"
-#include "distributed/pipeline/pipeline_step.h"
-#include "distributed/zero.h"
 #include "experiments/checkpoint/checkpoint.h"
 #include "experiments/data/token_batches.h"
 #include "experiments/metrics/metrics_log.h"
@@ -32,10 +27,9 @@
 #include "experiments/schedule/lr_schedule.h"
 #include "experiments/trainer/continuation.h"
 #include "experiments/trainer/data_parallel.h"
-#include "experiments/trainer/expert_parallel.h"
 #include "experiments/trainer/memory_check.h"
 #include "experiments/trainer/optimizer.h"
-#include "experiments/trainer/pipeline_checkpoint.h"
+#include "experiments/trainer/run_parallelism.h"
 #include "experiments/trainer/stop_signals.h"
 #include "experiments/trainer/training_device.h"
 #include "experiments/trainer/weights.h"
@@ -124,9 +118,6 @@ class TrainingRun {
   absl::Status SaveCheckpoint(int64_t completed, double loss);
   // A failed collective: a rank died or stalled; named where this process started it.
   absl::Status CollectiveError(const absl::Status& status) const;
-  // This rank's share of an evaluation: data-parallel ranks' every world-th batch through their model, a
-  // pipeline's data replicas' every data-th batch through their stages.
-  absl::StatusOr<std::vector<double>> ValidationShare();
 
   const config::Experiment& experiment_;
   const TrainOptions& options_;
@@ -145,13 +136,8 @@ class TrainingRun {
   std::string lock_warning_;
   model::ModelConfig model_config_;
   std::unique_ptr<DataParallelLaunch> launch_;  // the other ranks, when this process started them
-  std::unique_ptr<ExpertParallelRun> expert_parallel_;  // run.parallel.expert > 1
-  std::unique_ptr<model::StepStrategy> strategy_;
-  distributed::DataParallelStep* data_parallel_ = nullptr;  // strategy_, when it is data parallel
-  std::unique_ptr<distributed::ParallelMesh> mesh_;         // data x pipeline, when run.parallel.pipeline > 1
-  std::optional<PipelineLayout> layout_;                    // its schedule and stages
-  distributed::pipeline::PipelineStep* pipeline_ = nullptr;  // strategy_, when it is pipeline parallel
-  std::map<std::string, int> owners_;                      // ZeRO-1: each parameter's optimizer rank
+  std::unique_ptr<RunParallelism> parallel_;     // groups, step strategy, optimizer shards (run.parallel)
+  model::StepStrategy* strategy_ = nullptr;      // parallel_'s
   std::unique_ptr<TrainingDevice> device_;
   // This rank's slices of the model: the whole model, or its pipeline stages' (several when interleaved),
   // each with its optimizer; model_ and optimizer_ are the first.
@@ -239,29 +225,11 @@ absl::Status TrainingRun::StartRanks() {
     launch_ = *std::move(started);
     group_ = &launch_->group();
   }
-  if (run_.parallel().pipeline() > 1) {  // the strategy comes with the optimizers (OpenData)
-    absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(
-        *group_, {run_.parallel().data(), run_.parallel().pipeline(), /*expert=*/1});
-    if (!mesh.ok()) return CollectiveError(mesh.status());
-    mesh_ = *std::move(mesh);
-    absl::StatusOr<PipelineLayout> layout = MakePipelineLayout(run_, model_config_.n_layers);
-    if (!layout.ok()) return layout.status();
-    layout_ = *std::move(layout);
-  } else if (group_ != nullptr) {
-    if (run_.parallel().expert() > 1) {
-      absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
-          ExpertParallelRun::Build(*group_, run_.parallel().data(), run_.parallel().expert());
-      if (!built.ok()) return CollectiveError(built.status());
-      expert_parallel_ = *std::move(built);
-    }
-    auto data_parallel = std::make_unique<distributed::DataParallelStep>(
-        *group_, run_.parallel().overlap_grad_reduce(),
-        expert_parallel_ != nullptr ? expert_parallel_->groups() : distributed::ExpertParallelism{});
-    data_parallel_ = data_parallel.get();
-    strategy_ = std::move(data_parallel);
-  } else {
-    strategy_ = std::make_unique<model::SingleProcessStep>();
-  }
+  absl::StatusOr<std::unique_ptr<RunParallelism>> parallel =
+      RunParallelism::Build(run_, model_config_.n_layers, group_);
+  if (!parallel.ok()) return CollectiveError(parallel.status());
+  parallel_ = *std::move(parallel);
+  strategy_ = parallel_->strategy();
   return absl::OkStatus();
 }
 
@@ -278,14 +246,9 @@ absl::Status TrainingRun::BuildModel() {
       TrainingDevice::Open(run_, launch_ != nullptr ? &launch_->pool() : nullptr);
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
-  // A pipeline rank's stages; each draws the whole model's values for its parameters.
-  const std::vector<model::LayerRange> ranges = layout_.has_value()
-                                                    ? layout_->ChunkLayers(mesh_->coordinates().pipeline)
-                                                    : std::vector{model::LayerRange{}};
-  for (const model::LayerRange& range : ranges) {
-    absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
-        model::LanguageModel::Create(model_config_, device_->context(), device_->activations(), range,
-                                     expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr);
+  for (const model::LayerRange& range : parallel_->ChunkLayers()) {
+    absl::StatusOr<std::unique_ptr<model::LanguageModel>> created = model::LanguageModel::Create(
+        model_config_, device_->context(), device_->activations(), range, parallel_->expert_exchange());
     if (!created.ok()) return created.status();
     chunks_.push_back(*std::move(created));
     chunks_.back()->InitializeParameters(run_.seed());
@@ -330,31 +293,12 @@ absl::Status TrainingRun::OpenData() {
     if (!val.ok()) return val.status();
     validation_ = *std::move(val);
   }
-  if (run_.parallel().zero_stage() == 1 && data_parallel_ != nullptr) {
-    owners_ = distributed::ShardOptimizerState(*model_, world_);
-    data_parallel_->ShardOptimizerState(owners_);
-    optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *model_,
-                                                           distributed::OwnedBy(owners_, rank_)));
-  } else {
-    for (const auto& chunk : chunks_) {
-      optimizers_.push_back(std::make_unique<ModelOptimizer>(experiment_.optimizer(), *chunk));
-    }
-  }
+  absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> optimizers =
+      parallel_->MakeOptimizers(experiment_.optimizer(), chunks_);
+  if (!optimizers.ok()) return optimizers.status();
+  optimizers_ = *std::move(optimizers);
   optimizer_ = optimizers_[0].get();
-  if (layout_.has_value()) {
-    std::vector<model::LanguageModel*> chunks;
-    std::vector<model::AdamW*> optimizers;
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      chunks.push_back(chunks_[c].get());
-      optimizers.push_back(&optimizers_[c]->adamw());
-    }
-    absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
-        distributed::pipeline::PipelineStep::Create(*group_, *mesh_, layout_->schedule, std::move(chunks),
-                                                    std::move(optimizers), layout_->stages);
-    if (!step.ok()) return step.status();
-    pipeline_ = step->get();
-    strategy_ = *std::move(step);
-  }
+  strategy_ = parallel_->strategy();
   return absl::OkStatus();
 }
 
@@ -397,7 +341,7 @@ void TrainingRun::Announce() {
 // state, data position, step and counters.
 absl::Status TrainingRun::Restore(const LoadedCheckpoint& loaded) {
   for (size_t c = 0; c < chunks_.size(); ++c) {  // a pipeline stage takes its names from the whole file
-    absl::Status s = layout_.has_value() ? LoadSliceWeights(loaded.model, *chunks_[c])
+    absl::Status s = parallel_->pipelined() ? LoadSliceWeights(loaded.model, *chunks_[c])
                                          : LoadWeights(loaded.model, *chunks_[c]);
     if (s.ok()) s = optimizers_[c]->Restore(*loaded.optimizer, loaded.state.optimizer_step());
     if (!s.ok()) return s;
@@ -483,7 +427,7 @@ absl::Status TrainingRun::StartFrom(const std::string& from) {
       config::ParseStoredExperiment(loaded->config_text, from + "/config.textproto");
   if (!then.ok()) return then.status();
   if (then->model().has_ffn() && experiment_.model().has_moe()) {
-    if (layout_.has_value()) {
+    if (parallel_->pipelined()) {
       return absl::UnimplementedError(absl::StrCat("run.init_from=", from,
                                                    ": upcycling into model.moe is not "
                                                    "built for run.parallel.pipeline > 1"));
@@ -531,13 +475,7 @@ absl::Status TrainingRun::Continue() {
     if (absl::Status s = strategy_->SyncParameters(*model_); !s.ok()) return CollectiveError(s);
     const int64_t accum = run_.grad_accum_steps();
     const int64_t first = strategy_->first_micro_batch(accum);
-    const std::string where =
-        layout_.has_value()
-            ? absl::StrCat("pipeline: rank ", rank_, " of ", world_, " (data replica ",
-                           mesh_->coordinates().data, ", stage ", mesh_->coordinates().pipeline, " of ",
-                           run_.parallel().pipeline(), ", ",
-                           distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")")
-            : absl::StrCat("data parallel: rank ", rank_, " of ", world_);
+    const std::string where = parallel_->Where();
     console_.Message(absl::StrCat(where, ", micro-batches ", first + 1, "-",
                                   first + strategy_->micro_batch_count(accum), " of each step's ", accum,
                                   lead_ ? "; the other ranks log to rank_<r>.log" : ""));
@@ -605,27 +543,13 @@ absl::Status TrainingRun::Evaluate(int64_t completed, StepMetrics& m) {
   const bool due = completed == total_steps_ || (run_.eval_interval() > 0 && completed % run_.eval_interval() == 0) ||
                    std::find(run_.eval_steps().begin(), run_.eval_steps().end(), completed) != run_.eval_steps().end();
   if (!validation_.has_value() || !due) return absl::OkStatus();
-  absl::StatusOr<std::vector<double>> losses = ValidationShare();
+  absl::StatusOr<std::vector<double>> losses = parallel_->ValidationShare(
+      *model_, *validation_, run_.batch_size(), experiment_.model().context_length());
   if (!losses.ok()) return group_ != nullptr ? CollectiveError(losses.status()) : losses.status();
   if (absl::Status s = strategy_->SumOverProcesses(*losses); !s.ok()) return CollectiveError(s);
   m.val_loss = MeanInOrder(*losses);
   result_.last_val_loss = m.val_loss;
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<double>> TrainingRun::ValidationShare() {
-  const int64_t b = run_.batch_size(), t = experiment_.model().context_length();
-  if (pipeline_ == nullptr)
-    return ValidationBatchLosses(*model_, *validation_, b, t, /*first=*/rank_, world_);
-  const BatchLoss through_pipeline = [&](const int32_t* ids, const int32_t* targets) {
-    return pipeline_->ForwardLoss(ids, targets, b, t);
-  };
-  absl::StatusOr<std::vector<double>> losses =
-      ValidationBatchLosses(through_pipeline, *validation_, b, t, /*first=*/mesh_->coordinates().data,
-                            /*stride=*/mesh_->shape().data);
-  if (losses.ok() && !pipeline_->first_stage())
-    std::fill(losses->begin(), losses->end(), 0.0);  // counted once
-  return losses;
 }
 
 // One step's line in metrics.jsonl, TensorBoard and the console.
@@ -672,32 +596,9 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
 // A checkpoint after step `completed`, written by rank 0: weights, optimizer state, data position and
 // counters. Every rank calls it: with ZeRO-1 the ranks first send rank 0 their optimizer state.
 absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
-  if (!owners_.empty()) {
-    if (absl::Status s = distributed::ConsolidateOptimizerState(*group_, owners_, *model_, optimizer_->adamw());
-        !s.ok()) {
-      return CollectiveError(s);
-    }
-  }
   HostTensors weights, optimizer_state;
-  if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
-    if (mesh_->coordinates().data != 0) return absl::OkStatus();
-    if (absl::Status s = GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks_, optimizers_,
-                                          &weights, &optimizer_state);
-        !s.ok()) {
-      return CollectiveError(s);
-    }
-  } else {
-    if (lead_) {
-      weights = ModelTensors(*model_);
-      optimizer_state = optimizer_->StateTensors();
-    }
-    if (expert_parallel_ != nullptr) {  // rank 0's expert group sends it their blocks
-      if (absl::Status s =
-              expert_parallel_->GatherExpertBlocks(*model_, optimizer_->adamw(), &weights, &optimizer_state);
-          !s.ok()) {
-        return CollectiveError(s);
-      }
-    }
+  if (absl::Status s = parallel_->GatherCheckpoint(chunks_, optimizers_, &weights, &optimizer_state); !s.ok()) {
+    return CollectiveError(s);
   }
   if (!lead_) return absl::OkStatus();
   CheckpointContents contents;
@@ -721,7 +622,7 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
   contents.config_text = config_text_;
   absl::StatusOr<std::string> saved = lmf::experiments::SaveCheckpoint(checkpoints_, contents,
                                                                        run_.keep_checkpoints(), pinned_);
-  if (!owners_.empty()) optimizer_->adamw().DropAdopted();
+  parallel_->ReleaseCheckpoint(optimizers_);
   if (!saved.ok()) return saved.status();
   result_.last_checkpoint = *saved;
   console_.Message(absl::StrCat("checkpoint ", *saved));

@@ -1,0 +1,138 @@
+// A training run's process groups, step strategy, optimizer shards and collective checkpoint and evaluation
+// parts (see run_parallelism.h).
+#include "experiments/trainer/run_parallelism.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "distributed/zero.h"
+
+namespace lmf::experiments {
+
+absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
+                                                                      distributed::Collectives* world) {
+  std::unique_ptr<RunParallelism> p(new RunParallelism());
+  p->world_ = world;
+  p->zero_stage_ = run.parallel().zero_stage();
+  if (run.parallel().pipeline() > 1) {  // the strategy comes with the optimizers (MakeOptimizers)
+    absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(
+        *world, {run.parallel().data(), run.parallel().pipeline(), /*expert=*/1});
+    if (!mesh.ok()) return mesh.status();
+    p->mesh_ = *std::move(mesh);
+    absl::StatusOr<PipelineLayout> layout = MakePipelineLayout(run, n_layers);
+    if (!layout.ok()) return layout.status();
+    p->layout_ = *std::move(layout);
+  } else if (world != nullptr) {
+    if (run.parallel().expert() > 1) {
+      absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
+          ExpertParallelRun::Build(*world, run.parallel().data(), run.parallel().expert());
+      if (!built.ok()) return built.status();
+      p->expert_parallel_ = *std::move(built);
+    }
+    auto data_parallel = std::make_unique<distributed::DataParallelStep>(
+        *world, run.parallel().overlap_grad_reduce(),
+        p->expert_parallel_ != nullptr ? p->expert_parallel_->groups() : distributed::ExpertParallelism{});
+    p->data_parallel_ = data_parallel.get();
+    p->strategy_ = std::move(data_parallel);
+  } else {
+    p->strategy_ = std::make_unique<model::SingleProcessStep>();
+  }
+  return p;
+}
+
+std::vector<model::LayerRange> RunParallelism::ChunkLayers() const {
+  // A pipeline rank's stages; each draws the whole model's values for its parameters.
+  return layout_.has_value() ? layout_->ChunkLayers(mesh_->coordinates().pipeline)
+                             : std::vector{model::LayerRange{}};
+}
+
+model::moe::ExpertExchange* RunParallelism::expert_exchange() {
+  return expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::MakeOptimizers(
+    const config::OptimizerConfig& config, const std::vector<std::unique_ptr<model::LanguageModel>>& chunks) {
+  std::vector<std::unique_ptr<ModelOptimizer>> optimizers;
+  if (zero_stage_ == 1 && data_parallel_ != nullptr) {
+    owners_ = distributed::ShardOptimizerState(*chunks[0], world_->world_size());
+    data_parallel_->ShardOptimizerState(owners_);
+    optimizers.push_back(
+        std::make_unique<ModelOptimizer>(config, *chunks[0], distributed::OwnedBy(owners_, world_->rank())));
+  } else {
+    for (const auto& chunk : chunks) optimizers.push_back(std::make_unique<ModelOptimizer>(config, *chunk));
+  }
+  if (layout_.has_value()) {
+    std::vector<model::LanguageModel*> slices;
+    std::vector<model::AdamW*> adamws;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      slices.push_back(chunks[c].get());
+      adamws.push_back(&optimizers[c]->adamw());
+    }
+    absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
+        distributed::pipeline::PipelineStep::Create(*world_, *mesh_, layout_->schedule, std::move(slices),
+                                                    std::move(adamws), layout_->stages);
+    if (!step.ok()) return step.status();
+    pipeline_ = step->get();
+    strategy_ = *std::move(step);
+  }
+  return optimizers;
+}
+
+std::string RunParallelism::Where() const {
+  const int rank = world_ != nullptr ? world_->rank() : 0, world = world_ != nullptr ? world_->world_size() : 1;
+  if (!layout_.has_value()) return absl::StrCat("data parallel: rank ", rank, " of ", world);
+  return absl::StrCat("pipeline: rank ", rank, " of ", world, " (data replica ", mesh_->coordinates().data,
+                      ", stage ", mesh_->coordinates().pipeline, " of ", mesh_->shape().pipeline, ", ",
+                      distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")");
+}
+
+absl::Status RunParallelism::GatherCheckpoint(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                                              const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
+                                              HostTensors* weights, HostTensors* optimizer_state) {
+  if (!owners_.empty()) {
+    if (absl::Status s =
+            distributed::ConsolidateOptimizerState(*world_, owners_, *chunks[0], optimizers[0]->adamw());
+        !s.ok()) {
+      return s;
+    }
+  }
+  const bool lead = world_ == nullptr || world_->rank() == 0;
+  if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
+    if (mesh_->coordinates().data != 0) return absl::OkStatus();
+    return experiments::GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks, optimizers, weights,
+                                         optimizer_state);
+  }
+  if (lead) {
+    *weights = ModelTensors(*chunks[0]);
+    *optimizer_state = optimizers[0]->StateTensors();
+  }
+  if (expert_parallel_ != nullptr) {  // rank 0's expert group sends it their blocks
+    return expert_parallel_->GatherExpertBlocks(*chunks[0], optimizers[0]->adamw(), weights, optimizer_state);
+  }
+  return absl::OkStatus();
+}
+
+void RunParallelism::ReleaseCheckpoint(const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers) {
+  if (!owners_.empty()) optimizers[0]->adamw().DropAdopted();
+}
+
+absl::StatusOr<std::vector<double>> RunParallelism::ValidationShare(model::LanguageModel& model,
+                                                                    const ValidationBatches& batches, int64_t b,
+                                                                    int64_t t) {
+  if (pipeline_ == nullptr) {
+    return ValidationBatchLosses(model, batches, b, t, /*first=*/world_ != nullptr ? world_->rank() : 0,
+                                 world_ != nullptr ? world_->world_size() : 1);
+  }
+  const BatchLoss through_pipeline = [&](const int32_t* ids, const int32_t* targets) {
+    return pipeline_->ForwardLoss(ids, targets, b, t);
+  };
+  absl::StatusOr<std::vector<double>> losses =
+      ValidationBatchLosses(through_pipeline, batches, b, t, /*first=*/mesh_->coordinates().data,
+                            /*stride=*/mesh_->shape().data);
+  if (losses.ok() && !pipeline_->first_stage())
+    std::fill(losses->begin(), losses->end(), 0.0);  // counted once
+  return losses;
+}
+
+}  // namespace lmf::experiments
