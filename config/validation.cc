@@ -207,12 +207,6 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                " needs run.device=CPU (pipeline stages run fp32 over Gloo; NCCL is not built "
                                "yet)"));
     }
-    if (parallel.zero_stage() != 0) {
-      errors->Add(absl::StrCat("run.parallel.zero_stage=", parallel.zero_stage(),
-                               " is not built for run.parallel."
-                               "pipeline=",
-                               pipeline, " yet (use zero_stage 0)"));
-    }
     const auto& pattern = experiment.model().layer_pattern();
     if (experiment.model().has_moe()) {
       errors->Add(absl::StrCat("model.moe with run.parallel.pipeline=", pipeline,

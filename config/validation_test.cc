@@ -444,9 +444,10 @@ TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
             "tiny.textproto: run.parallel.schedule=ZB_H1 cannot train yet: the layers do not split their "
             "backward into input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
             "//distributed/pipeline:dry_run simulates ZB-H1)");
-  EXPECT_EQ(Error(kBase, {"run.parallel.pipeline=2", "run.parallel.zero_stage=1"}),
-            "tiny.textproto: run.parallel.zero_stage=1 is not built for run.parallel.pipeline=2 yet (use "
-            "zero_stage 0)");
+  // ZeRO-1 shards each stage's optimizer state over its data group (experiments/trainer/pipeline_test).
+  EXPECT_EQ(Error(kBase, {"run.parallel.data=2", "run.parallel.pipeline=2", "run.parallel.zero_stage=1",
+                          "run.grad_accum_steps=4"}),
+            "OK");
   EXPECT_EQ(
       Error(kBase, {"run.parallel.pipeline=2", "run.device=CUDA"}),
       "tiny.textproto: run.parallel.pipeline=2 needs run.device=CPU (pipeline stages run fp32 over Gloo; "

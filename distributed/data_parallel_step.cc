@@ -163,6 +163,9 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
                         model::LossSums{totals[0], totals[1], totals[2], totals[4] / world_size()}, stop, summed_norm);
   if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
     if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
+    if (!expert_owners_.empty()) {
+      if (absl::Status s = BroadcastFromOwners(*ep_.replicas, expert_owners_, model); !s.ok()) return s;
+    }
   }
   return result;
 }

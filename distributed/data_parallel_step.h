@@ -52,8 +52,13 @@ class DataParallelStep final : public model::StepStrategy {
                                          model::MicroBatchSource& data, const model::StepInput& input) override;
   absl::Status SumOverProcesses(std::vector<double>& values) override;
   // ZeRO-1 (zero.h): the optimizer updates only the parameters this rank owns, and each step ends with
-  // every parameter broadcast from its owner.
-  void ShardOptimizerState(std::map<std::string, int> owners) { owners_ = std::move(owners); }
+  // every parameter broadcast from its owner: `owners` over the group (with expert parallelism: the dense
+  // parameters), `expert_owners` over the replicas (expert parallelism: each expert block's owner among
+  // the data ranks that hold it).
+  void ShardOptimizerState(std::map<std::string, int> owners, std::map<std::string, int> expert_owners = {}) {
+    owners_ = std::move(owners);
+    expert_owners_ = std::move(expert_owners);
+  }
   // The seconds the last step waited for the gradient sums after its last backward (all of the sum's time
   // without overlap): what the overlap did not hide.
   double exposed_reduce_seconds() const { return exposed_reduce_seconds_; }
@@ -77,7 +82,7 @@ class DataParallelStep final : public model::StepStrategy {
   ExpertParallelism ep_;
   double exposed_reduce_seconds_ = 0;
   std::vector<float> gradients_[2];  // every gradient, for one all-reduce: [0] dense, [1] expert blocks
-  std::map<std::string, int> owners_;  // ZeRO-1: each parameter's owner; empty without
+  std::map<std::string, int> owners_, expert_owners_;  // ZeRO-1: each parameter's owner; empty without
 };
 
 }  // namespace lmf::distributed

@@ -9,10 +9,11 @@
 
 namespace lmf::distributed {
 
-std::map<std::string, int> ShardOptimizerState(const model::LanguageModel& model, int ranks) {
+std::map<std::string, int> ShardOptimizerState(const model::LanguageModel& model, int ranks,
+                                               const ParameterFilter& which) {
   std::vector<std::pair<int64_t, std::string>> sizes;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    sizes.emplace_back(p.value.numel(), name);
+    if (!which || which(p)) sizes.emplace_back(p.value.numel(), name);
   });
   std::stable_sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
@@ -36,6 +37,7 @@ absl::Status ConsolidateOptimizerState(Collectives& group, const std::map<std::s
                                        const model::LanguageModel& model, model::AdamW& optimizer) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
+    if (owners.count(name) == 0) return;
     std::vector<int64_t> shape;
     for (int i = 0; i < p.value.rank(); ++i) shape.push_back(p.value.dim(i));
     parameters.emplace_back(name, shape);
@@ -71,7 +73,7 @@ absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string,
                                  model::LanguageModel& model) {
   absl::Status status = absl::OkStatus();
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    if (status.ok()) {
+    if (status.ok() && owners.count(name) == 1) {
       status = group.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), owners.at(name));
     }
   });

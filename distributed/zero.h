@@ -3,7 +3,11 @@
 // (as plain data parallelism does), each rank updates the parameters it owns and broadcasts them, so every
 // rank again holds the whole, equal model. The update of each parameter is the unsharded one bit for bit
 // (same summed gradient, same global norm), and each rank keeps about 1/data of the moments. Parameters are
-// the unit of the shard, as in torch's ZeroRedundancyOptimizer: no parameter is split.
+// the unit of the shard, as in torch's ZeroRedundancyOptimizer: no parameter is split. A model whose
+// parameters are replicated over different groups shards each part over its own group, one owners map per
+// part (expert parallelism: the dense parameters over every rank, the expert blocks over their replicas;
+// a pipeline: each stage's parameters over that stage's data group); the calls below take only the
+// parameters their map names.
 //
 //   std::map<std::string, int> owners = ShardOptimizerState(model, group.world_size());
 //   model::AdamW adamw(config, model, OwnedBy(owners, group.rank()));
@@ -13,6 +17,7 @@
 #ifndef LMFORGE_DISTRIBUTED_ZERO_H_
 #define LMFORGE_DISTRIBUTED_ZERO_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -23,18 +28,23 @@
 
 namespace lmf::distributed {
 
-// Each parameter's owner among `ranks`: largest first, each to the rank holding the fewest elements so far
-// (the lowest such rank on a tie), so every rank computes the same map.
-std::map<std::string, int> ShardOptimizerState(const model::LanguageModel& model, int ranks);
+// Each parameter's owner among `ranks` (only those `which` accepts; null: every one): largest first, each
+// to the rank holding the fewest elements so far (the lowest such rank on a tie), so every rank computes the
+// same map.
+using ParameterFilter = std::function<bool(const model::Parameter&)>;
+std::map<std::string, int> ShardOptimizerState(const model::LanguageModel& model, int ranks,
+                                               const ParameterFilter& which = nullptr);
 
 // AdamW's ownership predicate for `rank`.
 model::AdamW::Owns OwnedBy(const std::map<std::string, int>& owners, int rank);
 
-// Every rank calls it: the owners send their moments to rank 0, which adopts them (AdamW::AdoptState).
+// Every rank of `group` calls it: the owners send their moments to rank 0, which adopts them
+// (AdamW::AdoptState). Parameters `owners` does not name are left alone.
 absl::Status ConsolidateOptimizerState(Collectives& group, const std::map<std::string, int>& owners,
                                        const model::LanguageModel& model, model::AdamW& optimizer);
 
-// Every rank calls it: each parameter broadcast from its owner (after the owners' update).
+// Every rank of `group` calls it: each parameter `owners` names broadcast from its owner (after the owners'
+// update).
 absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string, int>& owners,
                                  model::LanguageModel& model);
 

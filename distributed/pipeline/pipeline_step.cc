@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/zero.h"
 #include "kernels/grad_norm/grad_norm.h"
 
 namespace lmf::distributed::pipeline {
@@ -145,6 +146,9 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   if (std::isfinite(result.grad_norm)) {
     for (size_t c = 0; c < optimizers_.size(); ++c) {
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);
+    }
+    for (size_t c = 0; c < owners_.size(); ++c) {  // ZeRO-1: each owner's update to the other replicas
+      if (absl::Status s = BroadcastFromOwners(mesh_.data(), owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
     }
   }
   for (model::LanguageModel* chunk : stage_.chunks()) chunk->EndStep();

@@ -5,8 +5,10 @@
 // tied token table's two copies get their summed gradient; every chunk's gradients are summed over the data
 // group (the same stage's replicas); the global gradient norm is summed over the pipeline stages (the tied
 // head copy counted once); every chunk takes the same AdamW update; the losses and a stop signal are summed
-// over every rank, so all ranks return the same StepResult. The trainer builds it when
-// run.parallel.pipeline > 1 (experiments/trainer). CPU and fp32, as PipelineStage.
+// over every rank, so all ranks return the same StepResult. With ShardOptimizerState (ZeRO-1,
+// distributed/zero.h) each chunk's optimizer state is sharded over the data group: each replica updates the
+// parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
+// (experiments/trainer). CPU and fp32, as PipelineStage.
 //
 // The model and optimizer that StepStrategy's calls pass are this rank's first chunk and its optimizer (the
 // trainer's); the later chunks of an interleaved schedule are the ones given to Create.
@@ -14,7 +16,9 @@
 #define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STEP_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +58,10 @@ class PipelineStep final : public model::StepStrategy {
                                          model::MicroBatchSource& data,
                                          const model::StepInput& input) override;
   absl::Status SumOverProcesses(std::vector<double>& values) override;
+  // ZeRO-1: owners[c] gives each parameter of chunk c its owner in the data group (ShardOptimizerState over
+  // the chunk and mesh.shape().data ranks); optimizers[c] must own just those (OwnedBy(owners[c], data
+  // coordinate)). After each update every parameter is broadcast from its owner over the data group.
+  void ShardOptimizerState(std::vector<std::map<std::string, int>> owners) { owners_ = std::move(owners); }
   // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
@@ -81,6 +89,7 @@ class PipelineStep final : public model::StepStrategy {
   ParallelMesh& mesh_;
   PipelineStage stage_;
   std::vector<model::AdamW*> optimizers_;
+  std::vector<std::map<std::string, int>> owners_;  // ZeRO-1: per chunk; empty without
   std::vector<std::vector<int32_t>> ids_, targets_;
   std::vector<float> gradients_;
 };

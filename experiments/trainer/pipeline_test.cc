@@ -6,12 +6,16 @@
 // fp32 rounding (its gradients are summed in another order); a checkpoint written at (2, 2) resumes at
 // (4, 1) and at (1, 1), and one written at (1, 1) resumes at (1, 2), each with the same next loss (that
 // step's forward reads the same weights and data: the losses agree to the double rounding of their sum
-// over ranks, 1e-12 relative); a rank killed during a pipeline run is named and the run ends within its
+// over ranks, 1e-12 relative); ZeRO-1 (each stage's optimizer state sharded over its data replicas) is the
+// run without it bit for bit, holds about 1/data of each stage's moments per rank, and its checkpoint
+// resumes at (1, 1) and (4, 1); a rank killed during a pipeline run is named and the run ends within its
 // timeout.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -154,6 +158,73 @@ TEST(Pipeline, ACheckpointResumesInAnyLayout) {
   auto whole = Train(Tiny("pp_reshard_back", 1, 1), Options(/*stop_after_step=*/3));
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_NEAR(NextLossResumedAt("pp_reshard_back", 1, 2), whole->last_loss, 1e-12 * whole->last_loss);
+}
+
+// ZeRO-1 with a pipeline (run.parallel.zero_stage=1): each stage's AdamW moments are sharded over its data
+// group. An owner updates its parameters from the same summed gradient and global norm as every replica
+// does without ZeRO, and broadcasts them, so (data=2, pipeline=2) with ZeRO-1 is the run without it bit for
+// bit: losses, validation loss and both checkpoint files (each stage's shards consolidated onto its first
+// replica, then gathered under the single-process names). Each rank reports the moments it holds on its
+// console (rank 0 here, rank_<r>.log for the others; ranks 0, 1 are stage 0's replicas, 2, 3 stage 1's):
+// at most half its stage's plus the largest parameter's (the unit of the shard), and a stage's two replicas
+// together hold exactly all of them.
+TEST(Pipeline, ZeroOneShardsEachStageOverItsDataReplicas) {
+  ASSERT_TRUE(Train(Tiny("pp_2x2_plain", 2, 2), Options()).ok());
+  TrainOptions options = Options();
+  const std::string console = TempPath("pp_2x2_zero_console.txt");
+  options.console = std::fopen(console.c_str(), "w");
+  auto zero = Train(Tiny("pp_2x2_zero", 2, 2, {"run.parallel.zero_stage=1"}), options);
+  std::fclose(options.console);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  const std::vector<StepMetrics> plain = Metrics("pp_2x2_plain"), sharded = Metrics("pp_2x2_zero");
+  ASSERT_EQ(sharded.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(sharded[i].loss, plain[i].loss) << "step " << i + 1;
+  ASSERT_TRUE(sharded.back().val_loss.has_value() && plain.back().val_loss.has_value());
+  EXPECT_EQ(*sharded.back().val_loss, *plain.back().val_loss);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File("pp_2x2_zero", file) == File("pp_2x2_plain", file)) << file << " differs";
+  }
+
+  auto checkpoint = LoadCheckpoint(TempPath("pp_2x2_zero/checkpoints/step_00000004"));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  int64_t largest = 0;  // bytes of one parameter's two moments
+  for (const auto& [name, tensor] : checkpoint->model.tensors()) {
+    auto values = checkpoint->model.ReadFloat(name);
+    ASSERT_TRUE(values.ok()) << values.status();
+    largest = std::max(largest, static_cast<int64_t>(2 * sizeof(float) * values->size()));
+  }
+  std::vector<int64_t> held, whole;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto log = ReadFile(rank == 0 ? console : TempPath("pp_2x2_zero") + absl::StrCat("/rank_", rank, ".log"));
+    ASSERT_TRUE(log.ok()) << log.status();
+    std::smatch m;
+    const std::regex line(R"(ZeRO-1: this rank holds (\d+) of the (\d+) bytes of AdamW moments)");
+    ASSERT_TRUE(std::regex_search(*log, m, line)) << "rank " << rank << ":\n" << *log;
+    held.push_back(std::stoll(m[1].str()));
+    whole.push_back(std::stoll(m[2].str()));
+    EXPECT_LE(held[rank], whole[rank] / 2 + largest) << "rank " << rank;
+    EXPECT_LT(held[rank], whole[rank]) << "rank " << rank;
+    std::printf("ZeRO-1, (data=2, pipeline=2): rank %d holds %lld of its stage's %lld bytes of moments (%.2f)\n",
+                rank, static_cast<long long>(held[rank]), static_cast<long long>(whole[rank]),
+                static_cast<double>(held[rank]) / static_cast<double>(whole[rank]));
+  }
+  for (int stage = 0; stage < 2; ++stage) {
+    EXPECT_EQ(whole[2 * stage], whole[2 * stage + 1]) << "stage " << stage;
+    EXPECT_EQ(held[2 * stage] + held[2 * stage + 1], whole[2 * stage]) << "stage " << stage;
+  }
+}
+
+// A checkpoint written at (data=2, pipeline=2, ZeRO-1) holds every moment under its single-process name: it
+// resumes in one process and at (data=4, pipeline=1) with ZeRO-1 with the same next loss.
+TEST(Pipeline, AZeroOneCheckpointResumesInOtherLayouts) {
+  auto first = Train(Tiny("pp_zero_reshard", 2, 2, {"run.parallel.zero_stage=1"}), Options(/*stop_after_step=*/3));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const double want = first->last_loss;
+  EXPECT_NEAR(NextLossResumedAt("pp_zero_reshard", 1, 1), want, 1e-12 * want) << "data=1 pipeline=1";
+  auto resumed = Train(Tiny("pp_zero_reshard", 4, 1, {"run.parallel.zero_stage=1"}),
+                       Options(/*stop_after_step=*/3, /*resume=*/true));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_NEAR(resumed->last_loss, want, 1e-12 * want) << "data=4 pipeline=1 zero_stage=1";
 }
 
 // Rank 3 of (data=2, pipeline=2) is killed 3 s after it starts, while the run trains: rank 0 fails within

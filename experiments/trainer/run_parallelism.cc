@@ -51,16 +51,34 @@ model::moe::ExpertExchange* RunParallelism::expert_exchange() {
   return expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr;
 }
 
+std::vector<RunParallelism::Shard> RunParallelism::ShardSlice(const model::LanguageModel& chunk) {
+  if (layout_.has_value()) return {{&mesh_->data(), distributed::ShardOptimizerState(chunk, mesh_->shape().data)}};
+  if (expert_parallel_ == nullptr) return {{world_, distributed::ShardOptimizerState(chunk, world_->world_size())}};
+  distributed::Collectives* replicas = expert_parallel_->groups().replicas;
+  return {{world_, distributed::ShardOptimizerState(chunk, world_->world_size(),
+                                                    [](const model::Parameter& p) { return !p.expert_shard; })},
+          {replicas, distributed::ShardOptimizerState(chunk, replicas->world_size(),
+                                                      [](const model::Parameter& p) { return p.expert_shard; })}};
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::MakeOptimizers(
     const config::OptimizerConfig& config, const std::vector<std::unique_ptr<model::LanguageModel>>& chunks) {
   std::vector<std::unique_ptr<ModelOptimizer>> optimizers;
-  if (zero_stage_ == 1 && data_parallel_ != nullptr) {
-    owners_ = distributed::ShardOptimizerState(*chunks[0], world_->world_size());
-    data_parallel_->ShardOptimizerState(owners_);
-    optimizers.push_back(
-        std::make_unique<ModelOptimizer>(config, *chunks[0], distributed::OwnedBy(owners_, world_->rank())));
-  } else {
-    for (const auto& chunk : chunks) optimizers.push_back(std::make_unique<ModelOptimizer>(config, *chunk));
+  for (const auto& chunk : chunks) {
+    if (zero_stage_ != 1 || world_ == nullptr) {
+      optimizers.push_back(std::make_unique<ModelOptimizer>(config, *chunk));
+      continue;
+    }
+    shards_.push_back(ShardSlice(*chunk));
+    std::vector<model::AdamW::Owns> parts;
+    for (const Shard& shard : shards_.back()) parts.push_back(distributed::OwnedBy(shard.owners, shard.group->rank()));
+    optimizers.push_back(std::make_unique<ModelOptimizer>(config, *chunk, [parts](const std::string& name) {
+      return std::any_of(parts.begin(), parts.end(), [&](const model::AdamW::Owns& owns) { return owns(name); });
+    }));
+  }
+  if (data_parallel_ != nullptr && !shards_.empty()) {
+    data_parallel_->ShardOptimizerState(shards_[0][0].owners,
+                                        shards_[0].size() > 1 ? shards_[0][1].owners : std::map<std::string, int>{});
   }
   if (layout_.has_value()) {
     std::vector<model::LanguageModel*> slices;
@@ -74,6 +92,11 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
                                                     std::move(adamws), layout_->stages);
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
+    if (!shards_.empty()) {
+      std::vector<std::map<std::string, int>> owners;
+      for (const std::vector<Shard>& slice : shards_) owners.push_back(slice[0].owners);
+      pipeline_->ShardOptimizerState(std::move(owners));
+    }
     strategy_ = *std::move(step);
   }
   return optimizers;
@@ -87,16 +110,49 @@ std::string RunParallelism::Where() const {
                       distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")");
 }
 
+std::string RunParallelism::OptimizerShare(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                                           const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers) const {
+  if (shards_.empty()) return "";
+  int64_t held = 0, whole = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    held += optimizers[c]->adamw().state_bytes();
+    chunks[c]->VisitParameters([&](const std::string&, const model::Parameter& p) {
+      whole += 2 * p.value.numel() * static_cast<int64_t>(sizeof(float));
+    });
+  }
+  return absl::StrCat("ZeRO-1: this rank holds ", held, " of the ", whole, " bytes of AdamW moments of its parameters");
+}
+
+absl::Status RunParallelism::ConsolidateShards(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                                               const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers) {
+  for (size_t c = 0; c < shards_.size(); ++c) {
+    for (const Shard& shard : shards_[c]) {
+      if (absl::Status s = distributed::ConsolidateOptimizerState(*shard.group, shard.owners, *chunks[c],
+                                                                  optimizers[c]->adamw());
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunParallelism::GatherCheckpoint(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
                                               const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
                                               HostTensors* weights, HostTensors* optimizer_state) {
-  if (!owners_.empty()) {
-    if (absl::Status s =
-            distributed::ConsolidateOptimizerState(*world_, owners_, *chunks[0], optimizers[0]->adamw());
-        !s.ok()) {
-      return s;
-    }
+  // The shards' first ranks (rank 0; a pipeline's first data replica; each expert block's first replica)
+  // adopt every moment of their slices, the gathering copies them, and they drop them again.
+  absl::Status status = ConsolidateShards(chunks, optimizers);
+  if (status.ok()) status = GatherSlices(chunks, optimizers, weights, optimizer_state);
+  if (!shards_.empty()) {
+    for (const auto& optimizer : optimizers) optimizer->adamw().DropAdopted();
   }
+  return status;
+}
+
+absl::Status RunParallelism::GatherSlices(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                                          const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
+                                          HostTensors* weights, HostTensors* optimizer_state) {
   const bool lead = world_ == nullptr || world_->rank() == 0;
   if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
     if (mesh_->coordinates().data != 0) return absl::OkStatus();
@@ -111,10 +167,6 @@ absl::Status RunParallelism::GatherCheckpoint(const std::vector<std::unique_ptr<
     return expert_parallel_->GatherExpertBlocks(*chunks[0], optimizers[0]->adamw(), weights, optimizer_state);
   }
   return absl::OkStatus();
-}
-
-void RunParallelism::ReleaseCheckpoint(const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers) {
-  if (!owners_.empty()) optimizers[0]->adamw().DropAdopted();
 }
 
 absl::StatusOr<std::vector<double>> RunParallelism::ValidationShare(model::LanguageModel& model,

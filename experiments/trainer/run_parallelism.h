@@ -44,7 +44,10 @@ class RunParallelism {
   // What the MoE layers send their rows through (null without expert parallelism).
   model::moe::ExpertExchange* expert_exchange();
   // The optimizer of each slice (chunks[c] -> [c]); under ZeRO-1 each keeps the moments of the parameters
-  // this rank owns. A pipeline's step strategy is built here, over the slices and their optimizers.
+  // this rank owns: over every rank with data parallelism; over the stage's data group in a pipeline; with
+  // expert parallelism the dense parameters over every rank and each expert block over the data ranks that
+  // hold it (one such rank: it keeps its blocks' moments whole). A pipeline's step strategy is built here,
+  // over the slices and their optimizers.
   absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> MakeOptimizers(
       const config::OptimizerConfig& config, const std::vector<std::unique_ptr<model::LanguageModel>>& chunks);
   // Null for a pipeline until MakeOptimizers.
@@ -53,15 +56,17 @@ class RunParallelism {
   bool pipelined() const { return layout_.has_value(); }
   // "data parallel: rank 1 of 2", "pipeline: rank 3 of 4 (data replica 1, stage 1 of 2, 1F1B)".
   std::string Where() const;
+  // Under ZeRO-1, "ZeRO-1: this rank holds X of the Y bytes of AdamW moments of its parameters" (X after
+  // sharding, Y without); empty otherwise.
+  std::string OptimizerShare(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                             const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers) const;
 
   // Collective over the run (every rank calls it): rank 0's *weights and *optimizer_state get the whole
   // model's tensors under the single-process names; the others' stay empty. With ZeRO-1 the owners first
-  // send their moments on (held until ReleaseCheckpoint).
+  // send their moments to the first rank of their shard's group, which drops them again once copied.
   absl::Status GatherCheckpoint(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
                                 const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
                                 HostTensors* weights, HostTensors* optimizer_state);
-  // After the checkpoint is written: each rank drops the moments it held for it.
-  void ReleaseCheckpoint(const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers);
 
   // This rank's share of an evaluation, each batch's loss in batch order (zeros for batches another rank
   // counts), to be summed over the ranks (StepStrategy::SumOverProcesses): data-parallel ranks take every
@@ -71,6 +76,17 @@ class RunParallelism {
 
  private:
   RunParallelism() = default;
+  // ZeRO-1: a slice's parameters sharded over one group, each with its owner's rank there.
+  struct Shard {
+    distributed::Collectives* group = nullptr;
+    std::map<std::string, int> owners;
+  };
+  std::vector<Shard> ShardSlice(const model::LanguageModel& chunk);
+  absl::Status ConsolidateShards(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                                 const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers);
+  absl::Status GatherSlices(const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
+                            const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers, HostTensors* weights,
+                            HostTensors* optimizer_state);
 
   distributed::Collectives* world_ = nullptr;  // null: one process
   int zero_stage_ = 0;
@@ -80,7 +96,7 @@ class RunParallelism {
   std::unique_ptr<model::StepStrategy> strategy_;
   distributed::DataParallelStep* data_parallel_ = nullptr;    // strategy_, when it is data parallel
   distributed::pipeline::PipelineStep* pipeline_ = nullptr;  // strategy_, when it is pipeline parallel
-  std::map<std::string, int> owners_;                         // ZeRO-1: each parameter's optimizer rank
+  std::vector<std::vector<Shard>> shards_;                    // ZeRO-1: per slice; empty without
 };
 
 }  // namespace lmf::experiments

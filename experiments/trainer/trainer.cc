@@ -479,6 +479,7 @@ absl::Status TrainingRun::Continue() {
     console_.Message(absl::StrCat(where, ", micro-batches ", first + 1, "-",
                                   first + strategy_->micro_batch_count(accum), " of each step's ", accum,
                                   lead_ ? "; the other ranks log to rank_<r>.log" : ""));
+    if (const std::string zero = parallel_->OptimizerShare(chunks_, optimizers_); !zero.empty()) console_.Message(zero);
   }
   return absl::OkStatus();
 }
@@ -622,7 +623,6 @@ absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
   contents.config_text = config_text_;
   absl::StatusOr<std::string> saved = lmf::experiments::SaveCheckpoint(checkpoints_, contents,
                                                                        run_.keep_checkpoints(), pinned_);
-  parallel_->ReleaseCheckpoint(optimizers_);
   if (!saved.ok()) return saved.status();
   result_.last_checkpoint = *saved;
   console_.Message(absl::StrCat("checkpoint ", *saved));
