@@ -88,10 +88,6 @@ void ValidateExpertParallel(const RunConfig& run, ConfigErrors* errors) {
                              data, " * run.parallel.expert=", expert,
                              " (every process takes an equal share of a step's micro-batches)"));
   }
-  if (run.parallel().zero_stage() != 0) {
-    errors->Add(absl::StrCat("run.parallel.zero_stage=", run.parallel().zero_stage(),
-                             " is not built with run.parallel.expert=", expert, " (set one of them to its default)"));
-  }
 }
 
 void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
@@ -136,7 +132,7 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   ValidateExpertParallel(run, errors);
   if (run.parallel().zero_stage() != 0 && run.parallel().zero_stage() != 1) {
     errors->Add(absl::StrCat("run.parallel.zero_stage=", run.parallel().zero_stage(),
-                             " must be 0 (off) or 1 (optimizer state sharded over run.parallel.data)"));
+                             " must be 0 (off) or 1 (optimizer state sharded over the data-parallel replicas)"));
   }
   if (run.parallel().timeout_seconds() < 1) {
     errors->Add(absl::StrCat("run.parallel.timeout_seconds=", run.parallel().timeout_seconds(),

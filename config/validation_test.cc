@@ -512,7 +512,8 @@ TEST(ConfigValidation, PipelineRefusesMixturesOfExperts) {
 }
 
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and
-// validation batches that divide over data * expert, CPU, no ZeRO.
+// validation batches that divide over data * expert, CPU; ZeRO-1 is allowed (its shards:
+// experiments/trainer/run_parallelism.h).
 TEST(ConfigValidation, ExpertParallelism) {
   std::string moe = kBase;
   moe.replace(moe.find("ffn { kind: SWIGLU d_ff: 128 }"), 30, "moe { n_experts: 6 top_k: 2 d_expert: 32 }");
@@ -520,12 +521,13 @@ TEST(ConfigValidation, ExpertParallelism) {
   const std::string dense = Error(kBase, {"run.parallel.expert=2", "run.grad_accum_steps=2"});
   EXPECT_TRUE(absl::StrContains(dense, "run.parallel.expert=2 needs a mixture of experts (model.moe)")) << dense;
   // Each message's own rules first (the cross-message ones run on messages that passed theirs).
-  const std::string run = Error(moe, {"run.parallel.expert=4", "run.parallel.zero_stage=1"});
+  const std::string run = Error(moe, {"run.parallel.expert=4", "run.parallel.zero_stage=2"});
   for (const char* expected :
        {"run.grad_accum_steps=1 must be a multiple of run.parallel.data=1 * run.parallel.expert=4",
-        "run.parallel.zero_stage=1 is not built with run.parallel.expert=4"}) {
+        "run.parallel.zero_stage=2 must be 0 (off) or 1"}) {
     EXPECT_TRUE(absl::StrContains(run, expected)) << run << "\nlacks: " << expected;
   }
+  EXPECT_EQ(Error(moe, {"run.parallel.expert=2", "run.grad_accum_steps=2", "run.parallel.zero_stage=1"}), "OK");
   const std::string across = Error(moe, {"run.parallel.expert=4", "run.grad_accum_steps=4"});
   for (const char* expected :
        {"model.moe.n_experts=6 must be a multiple of run.parallel.expert=4",

@@ -60,7 +60,7 @@ absl::Status ExpertParallelRun::GatherExpertBlocks(const model::LanguageModel& m
     const size_t n = static_cast<size_t>(p.value.numel());
     gather(name, shape, p.data(), n, weights);
     if (!status.ok()) return;
-    if (!adamw.ReadState(name, &m, &v)) {  // held for every parameter (ZeRO is refused with expert parallelism)
+    if (!adamw.ReadState(name, &m, &v)) {  // held for every block (ZeRO-1: consolidated onto the first replica)
       status = absl::InternalError(absl::StrCat("expert parallel checkpoint: the optimizer holds no moments for ", name));
       return;
     }
