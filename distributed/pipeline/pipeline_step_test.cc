@@ -4,8 +4,11 @@
 // gradients are; each chunk's AdamW update reads only them). With two data replicas the gradients are
 // summed in another order ((a + b) + (c + d) instead of a + b + c + d), and with clipping the global norm
 // is summed over the stages in another order: those agree to fp32 rounding, amplified over 3 AdamW steps
-// (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. A rank
-// that dies during a step makes the others fail, naming it.
+// (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. With
+// ZeRO-1 (each chunk's moments sharded over the data group, owners broadcasting their update) two replicas
+// agree with the single process as closely, untied and tied (the token table's two copies, each sharded over
+// its own stage's data group, stay equal), and every replica holds the same weights. A rank that dies
+// during a step makes the others fail, naming it.
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "distributed/step_testing.h"
 #include "distributed/test_ranks.h"
+#include "distributed/zero.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
 
@@ -61,6 +65,7 @@ struct Case {
   double max_grad_norm = 0;           // 0: no clipping
   std::vector<int64_t> stage_layers;  // empty: the even split
   bool exact = true;
+  bool zero = false;  // ZeRO-1 over the data group
 };
 
 void ExpectEqualsSingleProcess(const Case& c) {
@@ -95,15 +100,19 @@ void ExpectEqualsSingleProcess(const Case& c) {
     std::vector<std::unique_ptr<model::AdamW>> owned_optimizers;
     std::vector<model::LanguageModel*> chunks;
     std::vector<model::AdamW*> optimizers;
+    std::vector<std::map<std::string, int>> owners;
     for (int chunk = 0; chunk < c.chunks; ++chunk) {
       owned.push_back(Make(c.config, (*stages)[schedule->stage((*mesh)->coordinates().pipeline, chunk)]));
-      owned_optimizers.push_back(std::make_unique<model::AdamW>(adamw, *owned.back()));
+      if (c.zero) owners.push_back(ShardOptimizerState(*owned.back(), c.data));
+      owned_optimizers.push_back(std::make_unique<model::AdamW>(
+          adamw, *owned.back(), c.zero ? OwnedBy(owners.back(), (*mesh)->coordinates().data) : nullptr));
       chunks.push_back(owned.back().get());
       optimizers.push_back(owned_optimizers.back().get());
     }
     absl::StatusOr<std::unique_ptr<PipelineStep>> step =
         PipelineStep::Create(world, **mesh, *schedule, chunks, optimizers, *stages);
     if (!checks.Ok(step.status(), "Create")) return checks.exit_code();
+    if (c.zero) (*step)->ShardOptimizerState(owners);
     if (!checks.Ok((*step)->SyncParameters(*chunks[0]), "SyncParameters")) return checks.exit_code();
     RandomBatches data(c.config.vocab_size, kB * kT, 17);
     for (int s = 0; s < kSteps; ++s) {
@@ -172,6 +181,17 @@ TEST(PipelineStep, TwoReplicasOfTwoStagesAgreeToRounding) {
   tied.max_grad_norm = 1.0;
   tied.exact = false;
   ExpectEqualsSingleProcess(tied);
+}
+
+TEST(PipelineStep, ZeroOneShardsEachChunkOverTheDataGroup) {
+  for (const model::ModelConfig& config : {Untied(), Tied()}) {
+    Case c(config);
+    c.data = 2;
+    c.max_grad_norm = 1.0;
+    c.exact = false;
+    c.zero = true;
+    ExpectEqualsSingleProcess(c);
+  }
 }
 
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first

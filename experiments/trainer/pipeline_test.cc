@@ -215,7 +215,8 @@ TEST(Pipeline, ZeroOneShardsEachStageOverItsDataReplicas) {
 }
 
 // A checkpoint written at (data=2, pipeline=2, ZeRO-1) holds every moment under its single-process name: it
-// resumes in one process and at (data=4, pipeline=1) with ZeRO-1 with the same next loss.
+// resumes in one process, at (data=4, pipeline=1) with ZeRO-1 and in its own layout (each stage's owners
+// taking their moments from the whole file) with the same next loss.
 TEST(Pipeline, AZeroOneCheckpointResumesInOtherLayouts) {
   auto first = Train(Tiny("pp_zero_reshard", 2, 2, {"run.parallel.zero_stage=1"}), Options(/*stop_after_step=*/3));
   ASSERT_TRUE(first.ok()) << first.status();
@@ -225,25 +226,32 @@ TEST(Pipeline, AZeroOneCheckpointResumesInOtherLayouts) {
                        Options(/*stop_after_step=*/3, /*resume=*/true));
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_NEAR(resumed->last_loss, want, 1e-12 * want) << "data=4 pipeline=1 zero_stage=1";
+  resumed = Train(Tiny("pp_zero_reshard", 2, 2, {"run.parallel.zero_stage=1"}),
+                  Options(/*stop_after_step=*/3, /*resume=*/true));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_NEAR(resumed->last_loss, want, 1e-12 * want) << "data=2 pipeline=2 zero_stage=1";
 }
 
 // Rank 3 of (data=2, pipeline=2) is killed 3 s after it starts, while the run trains: rank 0 fails within
-// the group's timeout, naming it.
+// the group's timeout, naming it; with ZeRO-1 too (its broadcasts over the data group keep the timeout).
 TEST(Pipeline, AKilledRankIsNamed) {
   TrainOptions options = Options();
   options.data_parallel_command = {"/bin/sh", "-c",
                                    "set -- $LMF_DATA_PARALLEL_WORKER; if [ \"$1\" = 3 ]; then exec timeout "
                                    "-s KILL 3 \"$0\"; fi; exec \"$0\"",
                                    TrainBinary()};
-  const auto start = std::chrono::steady_clock::now();
-  auto trained = Train(
-      Tiny("pp_killed", 2, 2, {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0"}),
-      options);
-  ASSERT_FALSE(trained.ok());
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
-  const std::string message(trained.status().message());
-  EXPECT_EQ(message.rfind("run.parallel.data=2 x run.parallel.pipeline=2: ", 0), 0u) << message;
-  EXPECT_NE(message.find("rank 3 was killed by signal 9"), std::string::npos) << message;
+  for (const int zero : {0, 1}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto trained = Train(Tiny(absl::StrCat("pp_killed_zero", zero), 2, 2,
+                              {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0",
+                               absl::StrCat("run.parallel.zero_stage=", zero)}),
+                         options);
+    ASSERT_FALSE(trained.ok()) << "zero_stage=" << zero;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+    const std::string message(trained.status().message());
+    EXPECT_EQ(message.rfind("run.parallel.data=2 x run.parallel.pipeline=2: ", 0), 0u) << message;
+    EXPECT_NE(message.find("rank 3 was killed by signal 9"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -595,7 +595,8 @@ absl::Status TrainingRun::Log(const StepMetrics& m, int64_t step) {
 }
 
 // A checkpoint after step `completed`, written by rank 0: weights, optimizer state, data position and
-// counters. Every rank calls it: with ZeRO-1 the ranks first send rank 0 their optimizer state.
+// counters. Every rank calls it: the ranks send rank 0 their slices, shards and expert blocks
+// (RunParallelism::GatherCheckpoint).
 absl::Status TrainingRun::SaveCheckpoint(int64_t completed, double loss) {
   HostTensors weights, optimizer_state;
   if (absl::Status s = parallel_->GatherCheckpoint(chunks_, optimizers_, &weights, &optimizer_state); !s.ok()) {
