@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -132,10 +133,16 @@ TEST(ExpertParallelTraining, AResumedRunIsBitIdentical) {
 // all data x expert ranks, each expert block's over the data ranks that hold it. Every owner updates from
 // the same summed gradient and global norm as without ZeRO and broadcasts, so (data=2, expert=2) with
 // ZeRO-1 is the run without it bit for bit (losses, aux losses, norms, both checkpoint files: the shards
-// consolidate onto each group's first rank before the experts are gathered under their global names).
+// consolidate onto each group's first rank before the experts are gathered under their global names). Each
+// part is sharded over two ranks or more, so each rank's console line reports less than its parameters'
+// moments: at most half plus one largest parameter's per part.
 TEST(ExpertParallelTraining, ZeroOneTrainsTheSameRunBitForBit) {
   ASSERT_TRUE(Train(TinyMoe("ep_2x2_plain", 2, 2, 4), Options()).ok());
-  auto zero = Train(TinyMoe("ep_2x2_zero", 2, 2, 4, {"run.parallel.zero_stage=1"}), Options());
+  TrainOptions options = Options();
+  const std::string console = TempPath("ep_2x2_zero_console.txt");
+  options.console = std::fopen(console.c_str(), "w");
+  auto zero = Train(TinyMoe("ep_2x2_zero", 2, 2, 4, {"run.parallel.zero_stage=1"}), options);
+  std::fclose(options.console);
   ASSERT_TRUE(zero.ok()) << zero.status();
   const std::vector<StepMetrics> plain = Metrics("ep_2x2_plain"), sharded = Metrics("ep_2x2_zero");
   ASSERT_EQ(plain.size(), 8u);
@@ -152,6 +159,23 @@ TEST(ExpertParallelTraining, ZeroOneTrainsTheSameRunBitForBit) {
       ASSERT_TRUE(x.ok() && y.ok()) << step << file;
       EXPECT_TRUE(*x == *y) << step << file << " differs";
     }
+  }
+  int64_t largest = 0;  // bytes of one parameter's two moments
+  for (const auto& [name, values] : FinalWeights("ep_2x2_zero")) {
+    largest = std::max(largest, static_cast<int64_t>(2 * sizeof(float) * values.size()));
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    auto log = ReadFile(rank == 0 ? console : TempPath("ep_2x2_zero") + absl::StrCat("/rank_", rank, ".log"));
+    ASSERT_TRUE(log.ok()) << log.status();
+    std::smatch m;
+    const std::regex line(R"(ZeRO-1: this rank holds (\d+) of the (\d+) bytes of AdamW moments)");
+    ASSERT_TRUE(std::regex_search(*log, m, line)) << "rank " << rank << ":\n" << *log;
+    const int64_t held = std::stoll(m[1].str()), whole = std::stoll(m[2].str());
+    EXPECT_LE(held, whole / 2 + 2 * largest) << "rank " << rank;
+    EXPECT_LT(held, whole) << "rank " << rank;
+    std::printf("ZeRO-1, (data=2, expert=2): rank %d holds %lld of its %lld bytes of moments (%.2f)\n", rank,
+                static_cast<long long>(held), static_cast<long long>(whole),
+                static_cast<double>(held) / static_cast<double>(whole));
   }
 }
 
