@@ -70,12 +70,7 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   } else {
     result.grad_norm = optimizer.Step(model, input.lr, input.micro_batches);
   }
-  if (std::isfinite(sums.first_grad_sq) && std::isfinite(result.grad_norm) && input.micro_batches >= 2) {
-    const double small = static_cast<double>(input.b * input.t), big = small * static_cast<double>(input.micro_batches);
-    const double small_sq = sums.first_grad_sq, big_sq = result.grad_norm * result.grad_norm;
-    result.noise_grad_sq = (big * big_sq - small * small_sq) / (big - small);
-    result.noise_trace = (small_sq - big_sq) / (1.0 / small - 1.0 / big);
-  }
+  EstimateNoiseScale(input, sums.first_grad_sq, &result);
   const ExpertLoadStats load = SummarizeExpertLoad(model);
   result.expert_load_max_over_mean = load.max_over_mean;
   result.dropped_share = load.dropped_share;
@@ -83,6 +78,15 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   model.EndStep();
   result.stop_signal = stop_signal;
   return result;
+}
+
+void EstimateNoiseScale(const StepInput& input, double first_grad_sq, StepResult* result) {
+  if (!std::isfinite(first_grad_sq) || !std::isfinite(result->grad_norm) || input.micro_batches < 2) return;
+  const double small = static_cast<double>(input.b * input.t),
+               big = small * static_cast<double>(input.micro_batches);
+  const double small_sq = first_grad_sq, big_sq = result->grad_norm * result->grad_norm;
+  result->noise_grad_sq = (big * big_sq - small * small_sq) / (big - small);
+  result->noise_trace = (small_sq - big_sq) / (1.0 / small - 1.0 / big);
 }
 
 absl::StatusOr<StepResult> SingleProcessStep::Step(LanguageModel& model, AdamW& optimizer, MicroBatchSource& data,

@@ -118,6 +118,11 @@ ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
 // gradients' norm when the model holds part of them (AdamW::Step).
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
                       int stop_signal, std::optional<double> summed_norm = std::nullopt);
+// The gradient noise scale's parts (StepResult::noise_grad_sq, noise_trace) from |g_small|^2 =
+// `first_grad_sq` (a micro-batch's, the ranks' mean) and result->grad_norm; left as they are (NaN) unless
+// both are finite and the step has 2 or more micro-batches. FinishStep calls it; so do strategies that
+// apply the update themselves (distributed/pipeline's).
+void EstimateNoiseScale(const StepInput& input, double first_grad_sq, StepResult* result);
 
 }  // namespace lmf::model
 
