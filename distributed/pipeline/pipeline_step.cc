@@ -115,6 +115,31 @@ absl::StatusOr<double> PipelineStep::GlobalNorm(int64_t micro_batches) {
   return std::sqrt(squares) / static_cast<double>(micro_batches);
 }
 
+bool PipelineStep::MeasuresNoiseScale(const model::StepInput& input) const {
+  if (input.micro_batches < 2) return false;
+  const Schedule& schedule = stage_.schedule();
+  if (stage_.chunks()[0]->config().tied_embeddings && schedule.num_stages() > 1) return false;
+  for (const std::vector<Action>& list : schedule.actions) {
+    for (const Action& a : list) {
+      if (a.op == Op::kBackwardInput || a.op == Op::kBackwardWeight) return false;
+    }
+  }
+  return true;
+}
+
+void PipelineStep::WatchFirstBackwards(double* first_grad_sq) {
+  for (model::LanguageModel* chunk : stage_.chunks()) {
+    // Each chunk runs its backwards in micro-batch order (PipelineStage), from zeroed gradients; the
+    // embeddings' part ends each backward, in every slice.
+    chunk->SetBackwardProgress(
+        [chunk, first_grad_sq, backwards = 0](const model::LanguageModel::ModelPart& part) mutable {
+          if (part.kind != model::LanguageModel::ModelPart::kEmbedding || backwards++ > 0) return;
+          const double norm = model::GradientNorm(*chunk);
+          *first_grad_sq += norm * norm;
+        });
+  }
+}
+
 absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
                                                      model::MicroBatchSource& data,
                                                      const model::StepInput& input) {
@@ -125,15 +150,21 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   if (absl::Status s = ReadMicroBatches(data, input); !s.ok()) return s;
   std::vector<MicroBatch> micro_batches;
   for (size_t i = 0; i < ids_.size(); ++i) micro_batches.push_back({ids_[i].data(), targets_[i].data()});
+  const bool noise = MeasuresNoiseScale(input);
+  double first_grad_sq = 0;  // this rank's chunks' part of |g|^2 of the replica's first micro-batch
+  if (noise) WatchFirstBackwards(&first_grad_sq);
   absl::StatusOr<model::LossSums> local = stage_.Run(micro_batches, input.b, input.t);
+  for (model::LanguageModel* chunk : stage_.chunks()) chunk->SetBackwardProgress(nullptr);
   if (!local.ok()) return local.status();
   if (absl::Status s = stage_.SumTiedEmbeddingGrads(); !s.ok()) return s;
   if (absl::Status s = SumOverReplicas(); !s.ok()) return s;
   const int received = input.received_signal ? input.received_signal() : 0;
   // Each micro-batch's losses are on its last stage's rank (its chunks' auxiliary losses where they ran):
-  // summed over every rank, each counts once.
-  double totals[4] = {local->loss, local->z_loss, local->aux_loss, static_cast<double>(received)};
-  if (absl::Status s = world_.AllReduceSum(totals, 4); !s.ok()) return s;
+  // summed over every rank, each counts once. The first micro-batches' |g|^2: summed over the stages and
+  // the replicas, then the replicas' mean.
+  double totals[5] = {local->loss, local->z_loss, local->aux_loss, static_cast<double>(received),
+                      first_grad_sq};
+  if (absl::Status s = world_.AllReduceSum(totals, 5); !s.ok()) return s;
   absl::StatusOr<double> norm = GlobalNorm(input.micro_batches);
   if (!norm.ok()) return norm.status();
 
@@ -143,6 +174,7 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   result.z_loss = totals[1] / steps;
   result.aux_loss = totals[2] / steps;
   result.grad_norm = std::isfinite(result.loss) ? *norm : NAN;
+  if (noise) model::EstimateNoiseScale(input, totals[4] / mesh_.shape().data, &result);
   if (std::isfinite(result.grad_norm)) {
     for (size_t c = 0; c < optimizers_.size(); ++c) {
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);

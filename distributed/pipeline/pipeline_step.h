@@ -10,6 +10,14 @@
 // parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
 // (experiments/trainer). CPU and fp32, as PipelineStage.
 //
+// The gradient noise scale (StepResult::noise_grad_sq, noise_trace) from the same two batch sizes as
+// DataParallelStep's and SingleProcessStep's: |g_small|^2 is each replica's first micro-batch's squared
+// gradient norm (each chunk's, read as its first backward ends, summed over the stages), averaged over the
+// replicas, so data = 1 measures it too and no gradient is copied. Not measured (NaN) with tied embeddings
+// (the first micro-batch's token-table gradient is split over the first and last stages; its cross term
+// would take another table-sized exchange per step) nor with a schedule that splits the backward (the
+// weight gradients come after the backward's end).
+//
 // The model and optimizer that StepStrategy's calls pass are this rank's first chunk and its optimizer (the
 // trainer's); the later chunks of an interleaved schedule are the ones given to Create.
 #ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STEP_H_
@@ -84,6 +92,11 @@ class PipelineStep final : public model::StepStrategy {
   absl::Status SumOverReplicas();
   // The norm of the step's mean gradient over every stage.
   absl::StatusOr<double> GlobalNorm(int64_t micro_batches);
+  // Whether this step measures the gradient noise scale (the class comment says when).
+  bool MeasuresNoiseScale(const model::StepInput& input) const;
+  // Until the hooks are cleared: each chunk adds its squared gradient norm to *first_grad_sq as its first
+  // backward of the step ends (LanguageModel::SetBackwardProgress): that of the replica's first micro-batch.
+  void WatchFirstBackwards(double* first_grad_sq);
 
   Collectives& world_;
   ParallelMesh& mesh_;

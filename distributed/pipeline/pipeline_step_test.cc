@@ -7,8 +7,10 @@
 // (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. With
 // ZeRO-1 (each chunk's moments sharded over the data group, owners broadcasting their update) two replicas
 // agree with the single process as closely, untied and tied (the token table's two copies, each sharded over
-// its own stage's data group, stay equal), and every replica holds the same weights. A rank that dies
-// during a step makes the others fail, naming it.
+// its own stage's data group, stay equal), and every replica holds the same weights. Every step's gradient
+// noise scale (noise_grad_sq, noise_trace) is the one the single process logs (data = 1) or DataParallelStep
+// over the same replicas (data = 2), to fp32 rounding; none with tied embeddings. A rank that dies during a
+// step makes the others fail, naming it.
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "distributed/data_parallel_step.h"
 #include "distributed/step_testing.h"
 #include "distributed/test_ranks.h"
 #include "distributed/zero.h"
@@ -68,6 +71,32 @@ struct Case {
   bool zero = false;  // ZeRO-1 over the data group
 };
 
+// The gradient noise scale's parts of a PipelineStep step against the reference's (the same micro-batches
+// in one process, or split over DataParallelStep's replicas as the pipeline's replicas split them). Each part
+// is a difference of |g_small|^2 and |G_big|^2 terms, which the two runs sum in other orders (the norm over
+// the stages, the gradients over the replicas): agreeing to fp32 rounding relative to the terms' size (1e-6
+// of it; measured at most 1e-7 over 3 steps, where the weights' rounding differences grow).
+void ExpectNoiseScale(const Case& c, const model::StepResult& want, const model::StepResult& got,
+                      const std::string& what, Checks& checks) {
+  if (c.config.tied_embeddings) {  // not measured: the first micro-batch's table gradient spans two stages
+    checks.Expect(std::isnan(got.noise_trace) && std::isnan(got.noise_grad_sq),
+                  absl::StrCat(what, ": tied embeddings, noise scale ", got.noise_trace, " / ",
+                               got.noise_grad_sq, " (want none)"));
+    return;
+  }
+  const double small = kB * kT, big = small * c.micro_batches;
+  const double big_sq = want.grad_norm * want.grad_norm;
+  const double small_sq = big_sq + want.noise_trace * (1 / small - 1 / big);
+  const double grad_sq_scale = (big * big_sq + small * small_sq) / (big - small);
+  const double trace_scale = (small_sq + big_sq) / (1 / small - 1 / big);
+  checks.Expect(std::isfinite(want.noise_trace) && std::isfinite(want.noise_grad_sq),
+                absl::StrCat(what, ": the reference measures the noise scale"));
+  checks.Expect(std::fabs(got.noise_grad_sq - want.noise_grad_sq) <= 1e-6 * grad_sq_scale,
+                absl::StrCat(what, ": noise_grad_sq ", got.noise_grad_sq, " vs ", want.noise_grad_sq));
+  checks.Expect(std::fabs(got.noise_trace - want.noise_trace) <= 1e-6 * trace_scale,
+                absl::StrCat(what, ": noise_trace ", got.noise_trace, " vs ", want.noise_trace));
+}
+
 void ExpectEqualsSingleProcess(const Case& c) {
   SCOPED_TRACE(absl::StrCat(ScheduleKindName(c.kind), " data=", c.data, " pipeline=", c.pipeline,
                             " chunks=", c.chunks, " clip=", c.max_grad_norm));
@@ -80,9 +109,9 @@ void ExpectEqualsSingleProcess(const Case& c) {
     model::AdamW whole_optimizer(adamw, *whole);
     model::SingleProcessStep single;
     RandomBatches single_data(c.config.vocab_size, kB * kT, 17);
-    std::vector<double> want_loss;
+    std::vector<model::StepResult> want_steps;
     for (int step = 0; step < kSteps; ++step) {
-      want_loss.push_back(single.Step(*whole, whole_optimizer, single_data, Input(c.micro_batches))->loss);
+      want_steps.push_back(*single.Step(*whole, whole_optimizer, single_data, Input(c.micro_batches)));
     }
     std::map<std::string, std::vector<float>> want;
     whole->VisitParameters([&](const std::string& name, const model::Parameter& p) {
@@ -91,6 +120,21 @@ void ExpectEqualsSingleProcess(const Case& c) {
 
     absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {c.data, c.pipeline, 1});
     if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
+    // The gradient noise scale's reference: the micro-batches split as plain data parallelism splits them
+    // (the single process at data = 1; else DataParallelStep over this stage's data group, whole models).
+    std::vector<model::StepResult> want_noise = want_steps;
+    if (c.data > 1) {
+      std::unique_ptr<model::LanguageModel> replica = Make(c.config);
+      model::AdamW replica_optimizer(adamw, *replica);
+      DataParallelStep replicas((*mesh)->data(), /*overlap=*/false);
+      RandomBatches replica_data(c.config.vocab_size, kB * kT, 17);
+      for (int step = 0; step < kSteps; ++step) {
+        absl::StatusOr<model::StepResult> r =
+            replicas.Step(*replica, replica_optimizer, replica_data, Input(c.micro_batches));
+        if (!checks.Ok(r.status(), "DataParallelStep")) return checks.exit_code();
+        want_noise[static_cast<size_t>(step)] = *r;
+      }
+    }
     absl::StatusOr<Schedule> schedule = MakeSchedule(c.kind, c.pipeline, c.chunks, c.micro_batches / c.data);
     if (!checks.Ok(schedule.status(), "MakeSchedule")) return checks.exit_code();
     absl::StatusOr<std::vector<model::LayerRange>> stages =
@@ -119,9 +163,10 @@ void ExpectEqualsSingleProcess(const Case& c) {
       absl::StatusOr<model::StepResult> result =
           (*step)->Step(*chunks[0], *optimizers[0], data, Input(c.micro_batches));
       if (!checks.Ok(result.status(), "Step")) return checks.exit_code();
-      const double got = result->loss, expected = want_loss[static_cast<size_t>(s)];
+      const double got = result->loss, expected = want_steps[static_cast<size_t>(s)].loss;
       checks.Expect(c.exact ? got == expected : std::fabs(got - expected) <= 1e-6 * expected,
                     absl::StrCat("step ", s + 1, " loss ", got, " vs single process ", expected));
+      ExpectNoiseScale(c, want_noise[static_cast<size_t>(s)], *result, absl::StrCat("step ", s + 1), checks);
     }
     if (!checks.Ok((*step)->CheckReplicasAgree(*chunks[0], kSteps), "CheckReplicasAgree"))
       return checks.exit_code();

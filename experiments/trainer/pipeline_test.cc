@@ -9,7 +9,8 @@
 // over ranks, 1e-12 relative); ZeRO-1 (each stage's optimizer state sharded over its data replicas) is the
 // run without it bit for bit, holds about 1/data of each stage's moments per rank, and its checkpoint
 // resumes at (1, 1) and (4, 1); a rank killed during a pipeline run is named and the run ends within its
-// timeout.
+// timeout. The gradient noise scale a pipeline run logs is the single process's at data=1 and plain data
+// parallelism's at data=2, to fp32 rounding.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -82,6 +83,28 @@ std::string File(const std::string& run, const std::string& name) {
   return text.ok() ? *text : "";
 }
 
+// Every step logs the gradient noise scale's parts (4 micro-batches a step), each equal to the reference
+// run's (the same micro-batches split over as many data replicas) to fp32 rounding relative to the
+// |g_small|^2 and |G_big|^2 terms it subtracts: 1e-6 of them (PipelineStep sums the squared norms over the
+// stages and the gradients over the replicas in other orders; distributed/pipeline:pipeline_step_test).
+void ExpectSameNoiseScale(const std::vector<StepMetrics>& want, const std::vector<StepMetrics>& got) {
+  const config::Experiment tiny = Tiny("pp_noise_config", 1, 1);
+  const double small = static_cast<double>(tiny.run().batch_size() * tiny.model().context_length());
+  const double big = small * tiny.run().grad_accum_steps();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(want[i].noise_trace.has_value() && want[i].noise_grad_sq.has_value()) << "step " << i + 1;
+    ASSERT_TRUE(got[i].noise_trace.has_value() && got[i].noise_grad_sq.has_value()) << "step " << i + 1;
+    const double big_sq = want[i].grad_norm * want[i].grad_norm;
+    const double small_sq = big_sq + *want[i].noise_trace * (1 / small - 1 / big);
+    EXPECT_NEAR(*got[i].noise_grad_sq, *want[i].noise_grad_sq,
+                1e-6 * (big * big_sq + small * small_sq) / (big - small))
+        << "step " << i + 1;
+    EXPECT_NEAR(*got[i].noise_trace, *want[i].noise_trace, 1e-6 * (small_sq + big_sq) / (1 / small - 1 / big))
+        << "step " << i + 1;
+  }
+}
+
 TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
   const std::vector<std::string> no_clip = {"optimizer.grad_clip=0"};
   auto single = Train(Tiny("pp_single", 1, 1, no_clip), Options());
@@ -91,6 +114,7 @@ TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
   const std::vector<StepMetrics> one = Metrics("pp_single"), two = Metrics("pp_2");
   ASSERT_EQ(two.size(), one.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  ExpectSameNoiseScale(one, two);
   ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
   EXPECT_EQ(*piped->last_val_loss, *single->last_val_loss);
   // One model.safetensors with the single process's names, order and values; the optimizer's likewise.
@@ -112,6 +136,7 @@ TEST(Pipeline, InterleavedChunksTrainTheSingleProcessRunBitForBit) {
   const std::vector<StepMetrics> one = Metrics("pp_single4"), two = Metrics("pp_interleaved");
   ASSERT_EQ(two.size(), one.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  ExpectSameNoiseScale(one, two);
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_TRUE(File("pp_interleaved", file) == File("pp_single4", file)) << file << " differs";
   }
@@ -126,6 +151,9 @@ TEST(Pipeline, TwoReplicasOfTwoStagesAgreeToRounding) {
   for (size_t i = 0; i < one.size(); ++i) {
     EXPECT_NEAR(many[i].loss, one[i].loss, 1e-6 * one[i].loss) << "step " << i + 1;
   }
+  // The noise scale's small batch is each replica's first micro-batch: plain data parallelism's at data=2.
+  ASSERT_TRUE(Train(Tiny("pp_data2_clip", 2, 1), Options()).ok());
+  ExpectSameNoiseScale(Metrics("pp_data2_clip"), many);
   auto a = LoadCheckpoint(TempPath("pp_single_clip/checkpoints/step_00000004"));
   auto b = LoadCheckpoint(TempPath("pp_2x2/checkpoints/step_00000004"));
   ASSERT_TRUE(a.ok() && b.ok());
