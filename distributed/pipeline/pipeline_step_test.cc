@@ -5,7 +5,8 @@
 // summed in another order ((a + b) + (c + d) instead of a + b + c + d), and with clipping the global norm
 // is summed over the stages in another order: those agree to fp32 rounding, amplified over 3 AdamW steps
 // (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. A rank
-// that dies during a step makes the others fail, naming it.
+// that dies during a step makes the others fail, naming it. ZB-H1 (its backward split into input and
+// weight gradients) is checked the same way, bit for bit on 2 and 4 stages.
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -159,6 +160,27 @@ TEST(PipelineStep, InterleavedOnTwoRanksIsBitForBit) {
   c.chunks = 2;
   c.kind = ScheduleKind::kInterleavedOneFOneB;
   ExpectEqualsSingleProcess(c);
+}
+
+// ZB-H1 (split backward: weight gradients deferred to their BW) on 2 and 4 stages: bit for bit.
+TEST(PipelineStep, ZeroBubbleH1IsBitForBit) {
+  Case two(Untied());
+  two.kind = ScheduleKind::kZeroBubbleH1;
+  ExpectEqualsSingleProcess(two);
+  Case four(Untied());
+  four.kind = ScheduleKind::kZeroBubbleH1;
+  four.pipeline = 4;
+  four.micro_batches = 6;
+  ExpectEqualsSingleProcess(four);
+}
+
+TEST(PipelineStep, ZeroBubbleH1TwoReplicasOfTwoStagesAgreeToRounding) {
+  Case tied(Tied());
+  tied.kind = ScheduleKind::kZeroBubbleH1;
+  tied.data = 2;
+  tied.max_grad_norm = 1.0;
+  tied.exact = false;
+  ExpectEqualsSingleProcess(tied);
 }
 
 TEST(PipelineStep, TwoReplicasOfTwoStagesAgreeToRounding) {
