@@ -214,12 +214,6 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                  " is not built yet (the expert-load metrics span the stages)"));
       }
     }
-    if (parallel.schedule() == ParallelConfig::ZB_H1) {
-      errors->Add(absl::StrCat(schedule,
-                               " cannot train yet: the layers do not split their backward into "
-                               "input and weight gradients (use ONE_F_ONE_B, GPIPE or INTERLEAVED_1F1B; "
-                               "//distributed/pipeline:dry_run simulates ZB-H1)"));
-    }
     const int64_t data = std::max(1, parallel.data());
     const int64_t micro_batches = run.grad_accum_steps() / data;
     if (parallel.schedule() == ParallelConfig::INTERLEAVED_1F1B && micro_batches % pipeline != 0) {

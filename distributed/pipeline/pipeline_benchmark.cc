@@ -1,11 +1,17 @@
 // The bubble of each pipeline schedule measured on CPU processes over Gloo, against its closed form:
 // bubble = (wall time - compute time) / compute time per rank and step, averaged over ranks and steps
 // (transfers count as bubble). One thread per rank by default, so 2 ranks fit a 2-core machine.
+// Closed forms (free transfers): GPipe and 1F1B (p-1)/m, interleaved (p-1)/(v m) (Megatron); ZB-H1
+// (p-1)(F+BI-BW) / (m (F+BI+BW)) (Qi et al., "Zero Bubble Pipeline Parallelism": a bubble of
+// (p-1)(T_F + T_B - T_W) per rank), (p-1)/(3m) where F = BI = BW, a third of 1F1B's. The columns: that
+// closed form at unit costs (F = BI = BW, B = 2F), the dry run at unit costs, and the closed form and the dry
+// run at this run's measured F, B, BI and BW (averaged over ranks).
 //   bazel run -c opt //distributed/pipeline:pipeline_benchmark -- --ranks=2 --micro_batches=8
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -29,6 +35,13 @@ ABSL_FLAG(int, context, 64, "tokens per sequence");
 namespace lmf::distributed::pipeline {
 namespace {
 
+// The schedule's bubble over its compute with free transfers, per the papers' closed forms.
+double ClosedForm(ScheduleKind kind, int p, int v, int m, const Costs& costs) {
+  if (kind != ScheduleKind::kZeroBubbleH1) return static_cast<double>(p - 1) / (v * m);
+  const double f = costs.forward, b = costs.backward_input, w = costs.backward_weight;
+  return (p - 1) * (f + b - w) / (m * (f + b + w));
+}
+
 int Benchmark(Collectives& group) {
   const int p = group.world_size(), m = absl::GetFlag(FLAGS_micro_batches);
   const int64_t b = absl::GetFlag(FLAGS_batch), t = absl::GetFlag(FLAGS_context);
@@ -47,9 +60,11 @@ int Benchmark(Collectives& group) {
     std::printf("%d ranks x %d threads, %d micro-batches of %lld x %lld tokens, %d layers of width %d\n", p,
                 absl::GetFlag(FLAGS_threads), m, static_cast<long long>(b), static_cast<long long>(t),
                 static_cast<int>(config.n_layers), static_cast<int>(config.d_model));
-    std::printf("%-22s %10s %12s %12s %12s\n", "schedule", "step ms", "bubble", "closed form", "dry run");
+    std::printf("%-22s %9s %8s %12s %8s %16s %16s\n", "schedule", "step ms", "bubble", "closed form", "dry run",
+                "form (measured)", "dry (measured)");
   }
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleavedOneFOneB}) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleavedOneFOneB,
+                            ScheduleKind::kZeroBubbleH1}) {
     const int v = kind == ScheduleKind::kInterleavedOneFOneB ? absl::GetFlag(FLAGS_virtual_stages) : 1;
     absl::StatusOr<Schedule> schedule = MakeSchedule(kind, p, v, m);
     if (!schedule.ok() || p * v > config.n_layers) {
@@ -78,15 +93,21 @@ int Benchmark(Collectives& group) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (step > 0) wall += seconds, busy += stage->compute_seconds();
     }
-    double sums[2] = {wall, busy};  // over ranks
-    if (!group.AllReduceSum(sums, 2).ok()) return 1;
+    const Costs last = stage->measured_costs();  // of the last step
+    double sums[6] = {wall, busy, last.forward, last.backward, last.backward_input, last.backward_weight};
+    if (!group.AllReduceSum(sums, 6).ok()) return 1;  // over ranks
     const double bubble = (sums[0] - sums[1]) / sums[1];
+    Costs measured;
+    measured.forward = sums[2] / p, measured.backward = sums[3] / p;
+    measured.backward_input = sums[4] / p, measured.backward_weight = sums[5] / p;
     const absl::StatusOr<Simulation> dry = Simulate(*schedule);
+    const absl::StatusOr<Simulation> dry_measured = Simulate(*schedule, measured);
     if (group.rank() == 0) {
-      std::printf("%-22s %10.1f %12.3f %12.3f %12.3f\n",
+      std::printf("%-22s %9.1f %8.3f %12.3f %8.3f %16.3f %16.3f\n",
                   (ScheduleKindName(kind) + (v > 1 ? " v=" + std::to_string(v) : "")).c_str(),
-                  sums[0] / p / absl::GetFlag(FLAGS_steps) * 1e3, bubble, static_cast<double>(p - 1) / (v * m),
-                  dry.ok() ? dry->bubble_ratio() : -1.0);
+                  sums[0] / p / absl::GetFlag(FLAGS_steps) * 1e3, bubble, ClosedForm(kind, p, v, m, Costs{}),
+                  dry.ok() ? dry->bubble_ratio() : -1.0, ClosedForm(kind, p, v, m, measured),
+                  dry_measured.ok() ? dry_measured->bubble_ratio() : -1.0);
     }
   }
   std::fflush(stdout);  // the harness ends each rank with _exit
@@ -97,7 +118,8 @@ int Benchmark(Collectives& group) {
 }  // namespace lmf::distributed::pipeline
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Measured pipeline bubbles of GPipe, 1F1B and interleaved 1F1B on Gloo processes.");
+  absl::SetProgramUsageMessage(
+      "Measured pipeline bubbles of GPipe, 1F1B, interleaved 1F1B and ZB-H1 on Gloo processes.");
   lmf::FlagsOptions options;
   options.checks = {lmf::AtLeast(FLAGS_ranks, 1),   lmf::AtLeast(FLAGS_threads, 1), lmf::AtLeast(FLAGS_micro_batches, 1),
                     lmf::AtLeast(FLAGS_steps, 1),   lmf::AtLeast(FLAGS_layers, 1),  lmf::AtLeast(FLAGS_d_model, 8),

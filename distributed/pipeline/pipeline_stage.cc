@@ -1,10 +1,12 @@
 // One pipeline rank's step (see pipeline_stage.h).
 #include "distributed/pipeline/pipeline_stage.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/layers/deferred_weight_grads.h"
 
 namespace lmf::distributed::pipeline {
 
@@ -52,16 +54,6 @@ absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule
   if (static_cast<int>(chunks.size()) != schedule.chunks) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, "the schedule runs ", schedule.chunks, " chunks per rank, given ", chunks.size()));
-  }
-  for (const std::vector<Action>& list : schedule.actions) {
-    for (const Action& a : list) {
-      if (a.op == Op::kBackwardInput || a.op == Op::kBackwardWeight) {
-        return absl::UnimplementedError(absl::StrCat(
-            what, "schedule ", ScheduleKindName(schedule.kind),
-            " splits the backward into input and weight gradients, which the layers do not offer yet; use "
-            "gpipe, 1f1b or interleaved_1f1b"));
-      }
-    }
   }
   const int num_stages = schedule.num_stages();
   const int64_t max_tag = 2 * static_cast<int64_t>(schedule.micro_batches) * num_stages;
@@ -117,13 +109,21 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
   std::map<Key, model::Activations> activations;
   std::map<Key, std::vector<float>> inputs, output_grads, input_grads;
+  std::map<Key, model::DeferredWeightGrads> deferred;  // between a split backward's BI and its BW
   std::map<Key, std::unique_ptr<Work>> activation_sends;  // waited on before their activations go
   std::vector<std::unique_ptr<Work>> gradient_sends;
   model::LossSums sums;
   compute_seconds_ = 0;
+  op_seconds_ = {};
+  op_counts_ = {};
+  int64_t deferred_bytes = 0;
+  peak_deferred_bytes_ = 0;
   using Clock = std::chrono::steady_clock;
-  const auto timed = [&](Clock::time_point start) {
-    compute_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  const auto timed = [&](Clock::time_point start, Op op) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    compute_seconds_ += seconds;
+    op_seconds_[static_cast<size_t>(op)] += seconds;
+    ++op_counts_[static_cast<size_t>(op)];
   };
   const auto failed = [&](const absl::Status& s, const Action& a) {
     return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank, " at ", ActionName(a), ": ", s.message()));
@@ -157,7 +157,7 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         model::Activations& act = activations.emplace(key, model.NewActivations()).first->second;
         const Clock::time_point start = Clock::now();
         if (absl::Status s = model.ForwardStage(in, act); !s.ok()) return failed(s, a);
-        timed(start);
+        timed(start, a.op);
         inputs.erase(key);  // ForwardStage copied it
         sums.aux_loss += act.aux_loss();  // each chunk's layers' auxiliary losses (a mixture of experts)
         if (model.has_head()) {
@@ -180,7 +180,9 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         }
         break;
       }
-      case Op::kBackward: {
+      case Op::kBackward:
+      case Op::kBackwardInput: {  // BI: the weight gradients are deferred to the BW of (micro-batch, chunk)
+        const bool split = a.op == Op::kBackwardInput;
         void* dinput = nullptr;
         if (!model.has_embedding()) {
           std::vector<float>& grad = input_grads[key];
@@ -192,24 +194,37 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
                               : ranks == 1     ? input_grads.at(next).data()
                                                : output_grads.at(key).data();
         const Clock::time_point start = Clock::now();
-        model.BackwardStage(activations.at(key), doutput, dinput);
-        timed(start);
+        model::DeferredWeightGrads* weights = split ? &deferred[key] : nullptr;
+        model.BackwardStage(activations.at(key), doutput, dinput, weights);
+        timed(start, a.op);
+        if (split) {
+          deferred_bytes += weights->bytes();
+          peak_deferred_bytes_ = std::max(peak_deferred_bytes_, deferred_bytes);
+        }
         if (ranks == 1) input_grads.erase(next);
         if (auto it = activation_sends.find(key); it != activation_sends.end()) {
           if (absl::Status s = it->second->Wait(); !s.ok()) return failed(s, a);
           activation_sends.erase(it);
         }
-        activations.erase(key);
+        if (!split) activations.erase(key);  // BW reads the forward's inputs
         output_grads.erase(key);
+        break;
+      }
+      case Op::kBackwardWeight: {
+        auto it = deferred.find(key);
+        if (it == deferred.end()) return failed(absl::InternalError("no BI ran before it"), a);
+        deferred_bytes -= it->second.bytes();
+        const Clock::time_point start = Clock::now();
+        it->second.Run(model.context());
+        timed(start, a.op);
+        deferred.erase(it);
+        activations.erase(key);
         break;
       }
       case Op::kSendGradient:
         gradient_sends.push_back(group_->SendAsync(Buffer::Host(input_grads.at(key).data(), n), prev_rank,
                                                    Tag(true, a.micro_batch, stage - 1)));
         break;
-      case Op::kBackwardInput:
-      case Op::kBackwardWeight:
-        return absl::InternalError("split backwards are refused by PipelineStage::Create");
     }
   }
   for (auto& [key, work] : activation_sends) {
@@ -219,6 +234,20 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
     if (absl::Status s = work->Wait(); !s.ok()) return s;
   }
   return sums;
+}
+
+Costs PipelineStage::measured_costs() const {
+  const auto mean = [&](Op op) {
+    const size_t i = static_cast<size_t>(op);
+    return op_counts_[i] == 0 ? 0.0 : op_seconds_[i] / op_counts_[i] * schedule_.chunks;  // per whole stage
+  };
+  Costs costs;
+  costs.forward = mean(Op::kForward);
+  costs.backward = mean(Op::kBackward);
+  costs.backward_input = mean(Op::kBackwardInput);
+  costs.backward_weight = mean(Op::kBackwardWeight);
+  costs.transfer = 0;
+  return costs;
 }
 
 absl::StatusOr<model::LossSums> PipelineStage::SumLosses(const model::LossSums& local) {

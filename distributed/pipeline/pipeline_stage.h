@@ -8,13 +8,18 @@
 //   absl::StatusOr<model::LossSums> sums = stage->Run(micro_batches, b, t);  // gradients accumulated
 //   stage->SumTiedEmbeddingGrads();  // a tied token table: the first and last stages' copies summed
 //
+// A schedule with split backwards (ZB-H1) runs each BI as the chunk's backward with its weight gradients
+// deferred (model/layers/deferred_weight_grads.h) into an object kept with the micro-batch's activations
+// until its BW runs them.
+//
 // The gradients equal single-process gradient accumulation over the same micro-batches bit for bit (each
-// chunk runs its micro-batches' backwards in ascending order, as accumulation does), except a tied token
-// table's, summed once at the end instead of per micro-batch (fp32 rounding).
+// chunk runs its micro-batches' backwards, and a split schedule its BWs, in ascending order, as accumulation
+// does), except a tied token table's, summed once at the end instead of per micro-batch (fp32 rounding).
 // CPU and fp32 for now: the NCCL backend and device buffers come next.
 #ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 #define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,8 +55,8 @@ class PipelineStage {
   // `group`: the pipeline ranks, group.rank() = this rank of the schedule. chunks[c]: the slice of stage
   // schedule.stage(rank, c), on the CPU in fp32. `stages`: every stage's layers (StageRanges; empty: the
   // even split). InvalidArgument when the group's size is not the schedule's ranks, a chunk is missing or
-  // holds other layers than its stage's; Unimplemented for a schedule with split backwards (ZB-H1: the
-  // layers do not split their backward yet) or another device.
+  // holds other layers than its stage's; Unimplemented for another device than the CPU or another precision
+  // than fp32.
   static absl::StatusOr<PipelineStage> Create(Collectives& group, Schedule schedule,
                                               std::vector<model::LanguageModel*> chunks,
                                               std::vector<model::LayerRange> stages = {});
@@ -63,6 +68,12 @@ class PipelineStage {
   // Seconds the last Run spent in the chunks' forwards and backwards (the rest of its time is the bubble
   // and the transfers).
   double compute_seconds() const { return compute_seconds_; }
+  // The most bytes of gradient copies the deferred weight gradients held at once during the last Run (split
+  // schedules; 0 for the others), on top of the activations, which a split schedule keeps until each BW.
+  int64_t peak_deferred_bytes() const { return peak_deferred_bytes_; }
+  // The last Run's mean seconds of one F, B, BI and BW of this rank (0 for an op the schedule lacks), scaled
+  // to a whole stage as Simulate's Costs are (times chunks); transfers 0.
+  Costs measured_costs() const;
   // The losses summed over the pipeline ranks (the same on every rank).
   absl::StatusOr<model::LossSums> SumLosses(const model::LossSums& local);
   // Forward only (evaluation): one batch of (B, T) ids and targets through every stage in order, each
@@ -86,6 +97,9 @@ class PipelineStage {
   Schedule schedule_;
   std::vector<model::LanguageModel*> chunks_;
   double compute_seconds_ = 0;
+  int64_t peak_deferred_bytes_ = 0;
+  std::array<double, 4> op_seconds_{};  // [Op::kForward .. Op::kBackwardWeight] in the last Run
+  std::array<int, 4> op_counts_{};
 };
 
 }  // namespace lmf::distributed::pipeline

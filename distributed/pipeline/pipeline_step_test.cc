@@ -10,7 +10,8 @@
 // its own stage's data group, stay equal), and every replica holds the same weights. Every step's gradient
 // noise scale (noise_grad_sq, noise_trace) is the one the single process logs (data = 1) or DataParallelStep
 // over the same replicas (data = 2), to fp32 rounding; none with tied embeddings. A rank that dies during a
-// step makes the others fail, naming it.
+// step makes the others fail, naming it. ZB-H1 (its backward split into input and weight gradients) is
+// checked the same way, bit for bit on 2 and 4 stages.
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -213,6 +214,27 @@ TEST(PipelineStep, InterleavedOnTwoRanksIsBitForBit) {
   c.chunks = 2;
   c.kind = ScheduleKind::kInterleavedOneFOneB;
   ExpectEqualsSingleProcess(c);
+}
+
+// ZB-H1 (split backward: weight gradients deferred to their BW) on 2 and 4 stages: bit for bit.
+TEST(PipelineStep, ZeroBubbleH1IsBitForBit) {
+  Case two(Untied());
+  two.kind = ScheduleKind::kZeroBubbleH1;
+  ExpectEqualsSingleProcess(two);
+  Case four(Untied());
+  four.kind = ScheduleKind::kZeroBubbleH1;
+  four.pipeline = 4;
+  four.micro_batches = 6;
+  ExpectEqualsSingleProcess(four);
+}
+
+TEST(PipelineStep, ZeroBubbleH1TwoReplicasOfTwoStagesAgreeToRounding) {
+  Case tied(Tied());
+  tied.kind = ScheduleKind::kZeroBubbleH1;
+  tied.data = 2;
+  tied.max_grad_norm = 1.0;
+  tied.exact = false;
+  ExpectEqualsSingleProcess(tied);
 }
 
 TEST(PipelineStep, TwoReplicasOfTwoStagesAgreeToRounding) {

@@ -2,15 +2,16 @@
 // the other ranks as the train binary. Every process runs one thread (LMF_NUM_THREADS=1 in the BUILD
 // target), so that the GEMMs split their work alike in every layout. Checked: a (data=1, pipeline=2) run
 // without clipping is the single-process run bit for bit (losses, validation loss and both checkpoint
-// files), and so is interleaved 1F1B on 2 ranks x 2 chunks; (data=2, pipeline=2) with clipping agrees to
+// files), and so are interleaved 1F1B on 2 ranks x 2 chunks and ZB-H1 (split backward) on 2 and 4 ranks;
+// (data=2, pipeline=2) with clipping agrees to
 // fp32 rounding (its gradients are summed in another order); a checkpoint written at (2, 2) resumes at
 // (4, 1) and at (1, 1), and one written at (1, 1) resumes at (1, 2), each with the same next loss (that
 // step's forward reads the same weights and data: the losses agree to the double rounding of their sum
 // over ranks, 1e-12 relative); ZeRO-1 (each stage's optimizer state sharded over its data replicas) is the
 // run without it bit for bit, holds about 1/data of each stage's moments per rank, and its checkpoint
-// resumes at (1, 1) and (4, 1); a rank killed during a pipeline run is named and the run ends within its
-// timeout. The gradient noise scale a pipeline run logs is the single process's at data=1 and plain data
-// parallelism's at data=2, to fp32 rounding.
+// resumes at (1, 1) and (4, 1); a rank killed during a pipeline run (1F1B, 1F1B with ZeRO-1, or ZB-H1) is
+// named and the run ends within its timeout. The gradient noise scale a pipeline run logs is the single
+// process's at data=1 and plain data parallelism's at data=2, to fp32 rounding.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -142,6 +143,31 @@ TEST(Pipeline, InterleavedChunksTrainTheSingleProcessRunBitForBit) {
   }
 }
 
+// ZB-H1 at (data=1, pipeline=2) and (data=1, pipeline=4) on a 4-layer model: the single process's run bit
+// for bit (losses, validation loss, both checkpoint files).
+TEST(Pipeline, ZeroBubbleH1TrainsTheSingleProcessRunBitForBit) {
+  const std::vector<std::string> four = {"optimizer.grad_clip=0", "model.n_layers=4"};
+  auto single = Train(Tiny("pp_single_zb", 1, 1, four), Options());
+  ASSERT_TRUE(single.ok()) << single.status();
+  std::vector<std::string> zb = four;
+  zb.push_back("run.parallel.schedule=ZB_H1");
+  for (int pipeline : {2, 4}) {
+    const std::string run = absl::StrCat("pp_zb_", pipeline);
+    auto trained = Train(Tiny(run, 1, pipeline, zb), Options());
+    ASSERT_TRUE(trained.ok()) << "pipeline=" << pipeline << ": " << trained.status();
+    const std::vector<StepMetrics> one = Metrics("pp_single_zb"), many = Metrics(run);
+    ASSERT_EQ(many.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_EQ(many[i].loss, one[i].loss) << "pipeline=" << pipeline << " step " << i + 1;
+    }
+    ASSERT_TRUE(single->last_val_loss.has_value() && trained->last_val_loss.has_value());
+    EXPECT_EQ(*trained->last_val_loss, *single->last_val_loss) << "pipeline=" << pipeline;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      EXPECT_TRUE(File(run, file) == File("pp_single_zb", file)) << "pipeline=" << pipeline << ": " << file << " differs";
+    }
+  }
+}
+
 TEST(Pipeline, TwoReplicasOfTwoStagesAgreeToRounding) {
   ASSERT_TRUE(Train(Tiny("pp_single_clip", 1, 1), Options()).ok());
   auto trained = Train(Tiny("pp_2x2", 2, 2), Options());
@@ -262,24 +288,29 @@ TEST(Pipeline, AZeroOneCheckpointResumesInOtherLayouts) {
 
 // Rank 3 of (data=2, pipeline=2) is killed 3 s after it starts, while the run trains: rank 0 fails within
 // the group's timeout, naming it; with ZeRO-1 too (its broadcasts over the data group keep the timeout).
-TEST(Pipeline, AKilledRankIsNamed) {
+void ExpectAKilledRankIsNamed(const std::string& run, std::vector<std::string> overrides) {
+  SCOPED_TRACE(run);
+  overrides.insert(overrides.end(), {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0"});
   TrainOptions options = Options();
   options.data_parallel_command = {"/bin/sh", "-c",
                                    "set -- $LMF_DATA_PARALLEL_WORKER; if [ \"$1\" = 3 ]; then exec timeout "
                                    "-s KILL 3 \"$0\"; fi; exec \"$0\"",
                                    TrainBinary()};
-  for (const int zero : {0, 1}) {
-    const auto start = std::chrono::steady_clock::now();
-    auto trained = Train(Tiny(absl::StrCat("pp_killed_zero", zero), 2, 2,
-                              {"run.max_steps=100000", "run.checkpoint_interval=0", "run.eval_tokens=0",
-                               absl::StrCat("run.parallel.zero_stage=", zero)}),
-                         options);
-    ASSERT_FALSE(trained.ok()) << "zero_stage=" << zero;
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
-    const std::string message(trained.status().message());
-    EXPECT_EQ(message.rfind("run.parallel.data=2 x run.parallel.pipeline=2: ", 0), 0u) << message;
-    EXPECT_NE(message.find("rank 3 was killed by signal 9"), std::string::npos) << message;
-  }
+  const auto start = std::chrono::steady_clock::now();
+  auto trained = Train(Tiny(run, 2, 2, overrides), options);
+  ASSERT_FALSE(trained.ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+  const std::string message(trained.status().message());
+  EXPECT_EQ(message.rfind("run.parallel.data=2 x run.parallel.pipeline=2: ", 0), 0u) << message;
+  EXPECT_NE(message.find("rank 3 was killed by signal 9"), std::string::npos) << message;
+}
+
+TEST(Pipeline, AKilledRankIsNamed) { ExpectAKilledRankIsNamed("pp_killed", {}); }
+TEST(Pipeline, AKilledRankIsNamedUnderZeroOne) {
+  ExpectAKilledRankIsNamed("pp_killed_zero1", {"run.parallel.zero_stage=1"});
+}
+TEST(Pipeline, AKilledRankIsNamedUnderZeroBubbleH1) {
+  ExpectAKilledRankIsNamed("pp_killed_zb", {"run.parallel.schedule=ZB_H1"});
 }
 
 }  // namespace

@@ -291,8 +291,12 @@ kernels::CrossEntropyParams LanguageModel::LossParams(Activations& activations) 
   return p;
 }
 
-void LanguageModel::BackwardStage(Activations& activations, const void* doutput, void* dinput) {
+void LanguageModel::BackwardStage(Activations& activations, const void* doutput, void* dinput,
+                                  DeferredWeightGrads* deferred) {
   LMF_CHECK(activations.model_ == this) << "LanguageModel: Backward of activations another model made";
+  LMF_CHECK(deferred == nullptr || !backward_progress_)
+      << "LanguageModel: a backward with deferred weight gradients cannot report backward progress";
+  scratch_.set_deferred(deferred);
   const int64_t n = activations.b_ * activations.t_, c = config_.d_model;
   if (!dresidual_.defined() || dresidual_.dim(0) != n) {
     dresidual_ = kernels::Tensor::Empty({n, c}, dtype_, ctx_.allocator);
@@ -312,10 +316,10 @@ void LanguageModel::BackwardStage(Activations& activations, const void* doutput,
     kernels::CrossEntropyBackward(ctx_, p);
     if (final_norm_) {
       void* dnormed = scratch_.Take({n, c}, dtype_).data();
-      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dnormed);
+      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dnormed, deferred);
       final_norm_->Backward(ctx_, activations.blocks_.back()->output, activations.final_norm_, dnormed, dresidual);
     } else {
-      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dresidual);
+      lm_head_->Backward(ctx_, n, activations.head_input_, c, dlogits, v, dresidual, deferred);
     }
     if (backward_progress_) backward_progress_(ModelPart{ModelPart::kHead, -1});
   } else {
@@ -330,8 +334,9 @@ void LanguageModel::BackwardStage(Activations& activations, const void* doutput,
     blocks_[i]->Backward(ctx_, LayerInput(activations, layer), *activations.blocks_[i], dresidual, scratch_);
     if (backward_progress_) backward_progress_(ModelPart{ModelPart::kBlock, layer});
   }
+  scratch_.set_deferred(nullptr);
   if (embedding_) {
-    embedding_->Backward(ctx_, activations.embedding_, dresidual);
+    embedding_->Backward(ctx_, activations.embedding_, dresidual, deferred);
   } else if (dinput != nullptr) {
     kernels::CopyOnDevice(ctx_, dinput, dresidual, dresidual_.nbytes());
   }

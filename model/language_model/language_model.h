@@ -52,6 +52,7 @@
 #include "kernels/cross_entropy/cross_entropy.h"
 #include "model/config/config.h"
 #include "model/layers/block/block.h"
+#include "model/layers/deferred_weight_grads.h"
 #include "model/layers/embedding/embedding.h"
 #include "model/layers/layer.h"
 #include "model/layers/linear/linear.h"
@@ -212,7 +213,13 @@ class LanguageModel {
   // doutput (B*T, C): the gradient of this slice's hidden output, from the next slice (null for the last
   // slice, whose backward starts at its loss). dinput (B*T, C): written with the gradient of this slice's
   // hidden input, for the previous slice (null for the first slice, whose backward ends in the embedding).
-  void BackwardStage(Activations& activations, const void* doutput, void* dinput);
+  // With `deferred` (a zero-bubble schedule's split backward, B): the weight gradients that cost GEMMs (every
+  // Linear's weight and bias, the experts', the LM head's) and the embedding tables' are queued there, not
+  // computed; norm gains are. The caller runs deferred->Run(context()) later (W), keeping `activations`
+  // alive and unchanged until then; the gradients are then bit for bit those of a backward without it. Not
+  // with SetBackwardProgress (no part's gradients are final after B).
+  void BackwardStage(Activations& activations, const void* doutput, void* dinput,
+                     DeferredWeightGrads* deferred = nullptr);
   // Runs layer `layer`'s forward again from its saved input, into activations whose layer was Released:
   // the same values, bit for bit (activation recomputation).
   void RecomputeLayer(int64_t layer, Activations& activations);

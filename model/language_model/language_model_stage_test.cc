@@ -6,6 +6,9 @@
 //   forwards, give bit for bit the gradients of accumulating the micro-batches one by one in that order, and
 //   the natural order's to fp32 rounding;
 // - a layer's activations released after the forward and recomputed give the same gradients, bit for bit;
+// - the backward split into B (input gradients, weight gradients deferred) and W (the deferred work run
+//   later, interleaved with other micro-batches' B as ZB-H1 does) gives the plain backward's input and
+//   weight gradients bit for bit;
 // - slices refuse what they cannot do, with messages.
 #include <cmath>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/core/context.h"
 #include "model/language_model/language_model.h"
@@ -239,6 +243,111 @@ TEST(LanguageModelStages, RecomputedLayersGiveTheSameGradients) {
       for (const auto& [name, grad] : want) EXPECT_EQ(got.at(name), grad) << NormPlacementName(placement) << ": " << name;
     }
   }
+}
+
+// A mixture of experts in every layer (with a shared expert, biases and the balancing loss).
+ModelConfig MoeModel() {
+  ModelConfig c = Gpt2LikeTied();
+  MoeSpec moe;
+  moe.n_experts = 4;
+  moe.top_k = 2;
+  moe.d_expert = 16;
+  moe.shared_d_ff = 16;
+  moe.aux_loss = 0.01;
+  c.moe = moe;
+  return c;
+}
+
+// Three micro-batches through a slice: the plain backward of each in turn, against the split backward in
+// ZB-H1's order B0 B1 W0 B2 W1 W2. B leaves the GEMM weight gradients alone (they are still zero after the
+// first B) and W adds them: every gradient and every input gradient bit for bit.
+void ExpectSplitBackwardEqualsBackward(const std::string& what, const ModelConfig& c, LayerRange range) {
+  const int64_t b = 2, t = 8, n = b * t;
+  std::unique_ptr<LanguageModel> model = Make(c, range);
+  ASSERT_TRUE(model);
+  std::unique_ptr<LanguageModel> before = range.first > 0 ? Make(c, {0, range.first}) : nullptr;
+  const bool head = model->has_head();
+  std::vector<std::vector<int32_t>> ids, targets;
+  std::vector<std::vector<float>> hidden, doutput;  // the slice's input and its output's gradient
+  for (int m = 0; m < 3; ++m) {
+    ids.push_back(RandomIds(c, n, 30 + m));
+    targets.push_back(RandomIds(c, n, 40 + m));
+    if (before) {
+      Activations a = before->NewActivations();
+      ASSERT_TRUE(before->ForwardStage({b, t, ids[m].data(), nullptr, nullptr}, a).ok());
+      const float* h = static_cast<const float*>(a.hidden_output());
+      hidden.emplace_back(h, h + n * c.d_model);
+    }
+    std::vector<float> d(static_cast<size_t>(n * c.d_model));
+    for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<float>(std::sin(0.37 * (i + 1) + m));
+    doutput.push_back(std::move(d));
+  }
+  const auto input = [&](int m) {
+    return StageInput{b, t, before ? nullptr : ids[m].data(), before ? hidden[m].data() : nullptr,
+                      head ? targets[m].data() : nullptr};
+  };
+  const size_t hidden_floats = static_cast<size_t>(n * c.d_model);
+  std::vector<std::vector<float>> want_dinput(3, std::vector<float>(hidden_floats));
+  std::vector<std::vector<float>> got_dinput(3, std::vector<float>(hidden_floats));
+  for (int m = 0; m < 3; ++m) {
+    Activations a = model->NewActivations();
+    ASSERT_TRUE(model->ForwardStage(input(m), a).ok()) << what;
+    model->BackwardStage(a, head ? nullptr : doutput[m].data(), before ? want_dinput[m].data() : nullptr);
+  }
+  Grads want, got;
+  AddGrads(*model, want);
+  model->ZeroGrad();
+
+  std::vector<Activations> held;
+  std::vector<DeferredWeightGrads> deferred(3);
+  for (int m = 0; m < 3; ++m) {
+    held.push_back(model->NewActivations());
+    ASSERT_TRUE(model->ForwardStage(input(m), held[m]).ok()) << what;
+  }
+  const auto backward_input = [&](int m) {
+    model->BackwardStage(held[m], head ? nullptr : doutput[m].data(), before ? got_dinput[m].data() : nullptr,
+                         &deferred[m]);
+    EXPECT_FALSE(deferred[m].empty()) << what;
+    EXPECT_GT(deferred[m].bytes(), 0) << what << ": the gradient copies W reads";
+  };
+  backward_input(0);
+  Grads after_b;
+  AddGrads(*model, after_b);
+  std::vector<std::string> deferred_weights = {absl::StrCat("layers.", range.first, ".attn.output_proj.weight")};
+  if (!before) deferred_weights.push_back("token_embeddings.weight");
+  if (head && !c.tied_embeddings) deferred_weights.push_back("lm_head.weight");
+  const std::string kept_gain = absl::StrCat("layers.", range.first, ".ln1.weight");
+  ASSERT_TRUE(after_b.count(kept_gain)) << what;
+  for (const std::string& name : deferred_weights) {
+    ASSERT_TRUE(after_b.count(name)) << what << ": " << name;
+    EXPECT_EQ(after_b.at(name), std::vector<float>(after_b.at(name).size(), 0.0f)) << what << ": B leaves " << name
+                                                                                  << " to W";
+  }
+  EXPECT_NE(after_b.at(kept_gain), std::vector<float>(after_b.at(kept_gain).size(), 0.0f))
+      << what << ": B computes " << kept_gain;
+  backward_input(1);
+  deferred[0].Run(model->context());
+  backward_input(2);
+  deferred[1].Run(model->context());
+  deferred[2].Run(model->context());
+  for (const DeferredWeightGrads& d : deferred) EXPECT_TRUE(d.empty() && d.bytes() == 0) << what;
+  AddGrads(*model, got);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, grad] : want) EXPECT_EQ(got.at(name), grad) << what << ": " << name;
+  for (int m = 0; m < 3; ++m) EXPECT_EQ(got_dinput[m], want_dinput[m]) << what << ": input gradient " << m;
+}
+
+TEST(LanguageModelStages, SplitBackwardGivesTheBackwardsGradientsBitForBit) {
+  ExpectSplitBackwardEqualsBackward("llama-like whole", LlamaLike(), {});
+  ExpectSplitBackwardEqualsBackward("mixed blocks, first slice", Mixed(), {0, 2});
+  ExpectSplitBackwardEqualsBackward("mixed blocks, middle slice", Mixed(), {1, 3});
+  ExpectSplitBackwardEqualsBackward("mixed blocks, last slice", Mixed(), {2, 4});
+  ExpectSplitBackwardEqualsBackward("gpt2-like tied whole (biases, learned positions)", Gpt2LikeTied(), {});
+  ExpectSplitBackwardEqualsBackward("gpt2-like tied, head slice", Gpt2LikeTied(), {1, 3});
+  ExpectSplitBackwardEqualsBackward("mixture of experts whole", MoeModel(), {});
+  ModelConfig post = LlamaLike();
+  post.norm_placement = NormPlacement::kPost;
+  ExpectSplitBackwardEqualsBackward("post-norm whole", post, {});
 }
 
 TEST(LanguageModelStages, SlicesRefuseWhatTheyCannotDo) {

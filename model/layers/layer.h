@@ -28,6 +28,7 @@
 #include "base/check.h"
 #include "kernels/core/context.h"
 #include "kernels/core/tensor.h"
+#include "model/layers/deferred_weight_grads.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
@@ -73,7 +74,9 @@ class DecodeState {
 
 // Temporaries of a backward: Take hands out uninitialised tensors that stay valid until Reset, which the
 // owner calls between layers. Memory is kept and reused: the same sequence of Takes at the next step
-// allocates nothing.
+// allocates nothing. It also carries where the backward's weight gradients go: with deferred() set (a
+// zero-bubble pipeline's split backward), layers queue their GEMM weight gradients there instead of running
+// them (Linear::Backward and the experts take it); null, the default, computes them in the backward.
 class Scratch {
  public:
   explicit Scratch(kernels::Allocator* allocator) : allocator_(allocator) {}
@@ -84,6 +87,9 @@ class Scratch {
   void Reset();
   int64_t bytes() const;  // memory kept
 
+  void set_deferred(DeferredWeightGrads* deferred) { deferred_ = deferred; }
+  DeferredWeightGrads* deferred() const { return deferred_; }
+
  private:
   struct Buffer {
     kernels::Tensor memory;  // bytes, 1-D
@@ -91,6 +97,7 @@ class Scratch {
   };
   kernels::Allocator* allocator_;
   std::vector<Buffer> buffers_;
+  DeferredWeightGrads* deferred_ = nullptr;
 };
 
 // Visits a tensor of model state by checkpoint name.

@@ -251,7 +251,7 @@ void Attention::Backward(const kernels::Context& ctx, const void* h, const Layer
                 kv_width = nkv_ * hs_;
   void* dattn = scratch.Take({n, q_width}, dtype_).data();
   void* dqkv = scratch.Take({n, width}, dtype_).data();
-  output_.Backward(ctx, n, saved.out.data(), q_width, dout, c_, dattn);
+  output_.Backward(ctx, n, saved.out.data(), q_width, dout, c_, dattn, scratch.deferred());
   kernels::AttentionBackwardParams p;
   p.forward = Params(saved);
   p.dout = dattn;
@@ -260,7 +260,7 @@ void Attention::Backward(const kernels::Context& ctx, const void* h, const Layer
   counters_->attention_flops += 2.0 * 2.0 * 2.0 * b * nh_ * hs_ * CausalPairs(t, window_);
   if (rope_) kernels::RopeBackward(ctx, InPlaceRope(b, t, nh_ + nkv_, hs_, rope_theta_, dqkv, width, dtype_));
   NormQkBackward(ctx, saved, dqkv, scratch);
-  qkv_.Backward(ctx, n, h, c_, dqkv, width, dh);
+  qkv_.Backward(ctx, n, h, c_, dqkv, width, dh, scratch.deferred());
 }
 
 void Attention::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {

@@ -98,14 +98,16 @@ void Embedding::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const
   }
 }
 
-void Embedding::Backward(const kernels::Context& ctx, const EmbeddingActivations& saved, const void* dx) const {
+void Embedding::Backward(const kernels::Context& ctx, const EmbeddingActivations& saved, const void* dx,
+                         DeferredWeightGrads* deferred) const {
   const int64_t n = saved.b * saved.t;
+  if (deferred != nullptr) dx = deferred->Keep(ctx, dx, static_cast<size_t>(n * c_) * kernels::DTypeSize(dtype_));
   kernels::EmbeddingBackwardParams p;
   p.dtype = dtype_;
   p.N = n, p.V = tokens_.value.dim(0), p.C = c_, p.ids = saved.ids.data<int32_t>(), p.dout = dx;
   p.dtable = tokens_.grad.data();
   p.ids_checked = true;  // by Forward
-  kernels::EmbeddingBackward(ctx, p);
+  RunOrDefer(deferred, ctx, [p](const kernels::Context& run_ctx) { kernels::EmbeddingBackward(run_ctx, p); });
   if (positions_ != PositionKind::kLearned) return;
   // The learned table's gradient is an embedding backward over the position ids: row p sums dx[b, p] over
   // the batch, in batch order.
@@ -114,7 +116,7 @@ void Embedding::Backward(const kernels::Context& ctx, const EmbeddingActivations
   pos.N = n, pos.V = context_length_, pos.C = c_, pos.ids = saved.position_ids.data<int32_t>(), pos.dout = dx;
   pos.dtable = learned_.grad.data();
   pos.ids_checked = true;  // positions in [0, context_length), made by Forward
-  kernels::EmbeddingBackward(ctx, pos);
+  RunOrDefer(deferred, ctx, [pos](const kernels::Context& run_ctx) { kernels::EmbeddingBackward(run_ctx, pos); });
 }
 
 void Embedding::VisitParameters(const ParameterVisitor& visit) const {

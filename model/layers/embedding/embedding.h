@@ -11,6 +11,7 @@
 
 #include "kernels/core/context.h"
 #include "model/config/config.h"
+#include "model/layers/deferred_weight_grads.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
@@ -39,8 +40,10 @@ class Embedding {
   // where the positions are a table (learned, sinusoidal).
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const int32_t* ids, int64_t first_position,
                EmbeddingActivations& saved) const;
-  // dx (B*T, C) -> accumulates into the token (and learned position) table gradients.
-  void Backward(const kernels::Context& ctx, const EmbeddingActivations& saved, const void* dx) const;
+  // dx (B*T, C) -> accumulates into the token (and learned position) table gradients, or with `deferred`
+  // queues that (with a copy of dx; saved's ids must stay unchanged until it runs).
+  void Backward(const kernels::Context& ctx, const EmbeddingActivations& saved, const void* dx,
+                DeferredWeightGrads* deferred = nullptr) const;
 
   const Parameter& token_table() const { return tokens_; }
   // Visits "token_embeddings.weight" and, for learned positions, "position_embeddings.weight".

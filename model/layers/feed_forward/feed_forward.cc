@@ -68,7 +68,7 @@ void FeedForward::Backward(const kernels::Context& ctx, const void* h, const Lay
   void* dact = scratch.Take({n, f_}, dtype_).data();
   void* dpre = scratch.Take({n, width}, dtype_).data();
   const void* pre = saved.pre.data();
-  out_.Backward(ctx, n, saved.act.data(), f_, dout, c_, dact);
+  out_.Backward(ctx, n, saved.act.data(), f_, dout, c_, dact, scratch.deferred());
   if (gated()) {
     kernels::SwiGluBackwardParams p;
     p.dtype = dtype_;
@@ -82,7 +82,7 @@ void FeedForward::Backward(const kernels::Context& ctx, const void* h, const Lay
     p.kind = activation(), p.n = n * f_, p.x = pre, p.dout = dact, p.dx = dpre;
     kernels::ActivationBackward(ctx, p);
   }
-  in_.Backward(ctx, n, h, c_, dpre, width, dh);
+  in_.Backward(ctx, n, h, c_, dpre, width, dh, scratch.deferred());
 }
 
 void FeedForward::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {

@@ -42,14 +42,14 @@ void Linear::Forward(const kernels::Context& ctx, int64_t n, const void* x, int6
 }
 
 void Linear::Backward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, const void* dy,
-                      int64_t ldy, void* dx) const {
+                      int64_t ldy, void* dx, DeferredWeightGrads* deferred) const {
   kernels::MatmulBackwardParams p;
   p.forward = Params(n, x, ldx, nullptr, ldy);
   p.dc = dy;
   p.da = dx;
   p.db = weight_.grad.data();
   p.dbias = has_bias_ ? bias_.grad.data() : nullptr;
-  kernels::MatmulBackward(ctx, p);
+  MatmulBackwardOrDefer(ctx, p, deferred);
   counters_->matmul_flops += (dx != nullptr ? 4.0 : 2.0) * n * in_ * out_;
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels/core/context.h"
 #include "kernels/matmul/matmul.h"
+#include "model/layers/deferred_weight_grads.h"
 #include "model/layers/parameter.h"
 
 namespace lmf::model {
@@ -32,9 +33,9 @@ class Linear {
   void Forward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, void* y, int64_t ldy,
                bool accumulate, const kernels::MatmulEpilogueParams& epilogue = {}) const;
   // dy (N, OUT) at stride ldy -> dx (N, IN) written at stride ldx like x (skipped if null); dW, db
-  // accumulated.
+  // accumulated, or with `deferred` queued there (with a copy of dy; x must stay unchanged until it runs).
   void Backward(const kernels::Context& ctx, int64_t n, const void* x, int64_t ldx, const void* dy, int64_t ldy,
-                void* dx) const;
+                void* dx, DeferredWeightGrads* deferred = nullptr) const;
 
   // Visits "<prefix>.weight" and "<prefix>.bias".
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;

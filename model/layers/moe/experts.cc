@@ -70,7 +70,8 @@ void Experts::GroupedLinear(const kernels::Context& ctx, const std::vector<int64
 
 void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                                     const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
-                                    const Parameter& w, const Parameter* b, const float* dy, float* dx) const {
+                                    const Parameter& w, const Parameter* b, const float* dy, float* dx,
+                                    DeferredWeightGrads* deferred) const {
   for (int64_t e = 0; e < e_; ++e) {
     if (counts[e] == 0) continue;
     const int64_t first = offsets[e], rows = counts[e];
@@ -81,7 +82,7 @@ void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vect
     p.da = dx + first * k;
     p.db = w.grad_data() + e * n * k;
     p.dbias = b != nullptr ? b->grad_data() + e * n : nullptr;
-    kernels::MatmulBackward(ctx, p);
+    MatmulBackwardOrDefer(ctx, p, deferred);
     counters_->matmul_flops += 4.0 * rows * k * n;
   }
 }
@@ -96,11 +97,11 @@ void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& c
 
 void Experts::Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                        const std::vector<int64_t>& offsets, const float* x, const float* pre, const float* act,
-                       const float* dy, float* dact, float* dpre, float* dx) const {
-  GroupedLinearBackward(ctx, counts, offsets, f_, c_, act, w_out_, biases_ ? &b_out_ : nullptr, dy, dact);
+                       const float* dy, float* dact, float* dpre, float* dx, DeferredWeightGrads* deferred) const {
+  GroupedLinearBackward(ctx, counts, offsets, f_, c_, act, w_out_, biases_ ? &b_out_ : nullptr, dy, dact, deferred);
   const int64_t m = offsets[e_];
   if (m > 0) ActivateBackward(ctx, m, pre, dact, dpre);
-  GroupedLinearBackward(ctx, counts, offsets, c_, w_, x, w_in_, biases_ ? &b_in_ : nullptr, dpre, dx);
+  GroupedLinearBackward(ctx, counts, offsets, c_, w_, x, w_in_, biases_ ? &b_in_ : nullptr, dpre, dx, deferred);
 }
 
 void Experts::VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const {

@@ -41,11 +41,12 @@ class Experts {
   // output, act (M, F) the activation's, y (M, C) written.
   void Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                const float* x, float* pre, float* act, float* y) const;
-  // dy (M, C) -> dx (M, C) written; every expert's parameter gradients accumulated. x, pre and act as the
-  // Forward left them; dact (M, F) and dpre (M, W) are temporaries.
+  // dy (M, C) -> dx (M, C) written; every expert's parameter gradients accumulated, or with `deferred`
+  // queued there (with copies of dy and dpre; x and act must stay unchanged until they run). x, pre and act
+  // as the Forward left them; dact (M, F) and dpre (M, W) are temporaries.
   void Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
                 const float* x, const float* pre, const float* act, const float* dy, float* dact, float* dpre,
-                float* dx) const;
+                float* dx, DeferredWeightGrads* deferred = nullptr) const;
 
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
   int64_t count() const { return e_; }  // the experts held here; counts and offsets have this many
@@ -67,7 +68,8 @@ class Experts {
                      const Parameter* b, float* y) const;
   void GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                              const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
-                             const Parameter& w, const Parameter* b, const float* dy, float* dx) const;
+                             const Parameter& w, const Parameter* b, const float* dy, float* dx,
+                             DeferredWeightGrads* deferred) const;
 
   FfnKind kind_;
   int64_t first_;  // the global index of this block's first expert

@@ -146,7 +146,7 @@ void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const Moe
   }
   experts_.Backward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
                     saved.act.data<float>(), expert_dy, take(r, experts_.hidden()), take(r, experts_.width()),
-                    expert_dx);
+                    expert_dx, scratch.deferred());
   if (exchange_ != nullptr) exchange_->Return(*saved.plan, expert_dx, c_, drows);
 }
 
@@ -197,12 +197,12 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
   moe::RouteBackward(spec_, n, saved.logits.data(), saved.experts.data(), dgates, dlogits);
   moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
   moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
-  router_.Backward(ctx, n, x, c_, dlogits, e, dh);
+  router_.Backward(ctx, n, x, c_, dlogits, e, dh, scratch.deferred());
   if (noise_router_.has_value()) {  // H = z + eps softplus(z_noise): W_noise's share of dh
     float* dnoise = take(n, e);
     float* dh_noise = take(n, c_);
     moe::GatingNoiseBackward(n, e, saved.noise_logits.data(), saved.noise.data(), dlogits, dnoise);
-    noise_router_->Backward(ctx, n, x, c_, dnoise, e, dh_noise);
+    noise_router_->Backward(ctx, n, x, c_, dnoise, e, dh_noise, scratch.deferred());
     for (int64_t i = 0; i < n * c_; ++i) dh[i] += dh_noise[i];
   }
   moe::ScatterAddRows(saved.dispatch, k, c_, drows, dh);
