@@ -126,6 +126,11 @@ TEST(ConfigOverrides, ErrorsNameTheAssignment) {
   EXPECT_EQ(Error(kValid, {"run.device=TPU"}), "--set=run.device=TPU: run.device expects one of CPU, CUDA, got \"TPU\"");
   EXPECT_EQ(Error(kValid, {"run.device=DEVICE_UNSPECIFIED"}),
             "--set=run.device=DEVICE_UNSPECIFIED: run.device expects one of CPU, CUDA, got \"DEVICE_UNSPECIFIED\"");
+  // A real value 0 (not an *_UNSPECIFIED one) can be set: the default schedule, explicitly.
+  EXPECT_EQ(Error(kValid, {"run.parallel.schedule=ONE_F_ONE_B"}), "OK");
+  EXPECT_EQ(Error(kValid, {"run.parallel.schedule=ZB"}),
+            "--set=run.parallel.schedule=ZB: run.parallel.schedule expects one of ONE_F_ONE_B, GPIPE, "
+            "INTERLEAVED_1F1B, ZB_H1, got \"ZB\"");
   EXPECT_EQ(Error(kValid, {"model.norm=1"}),
             "--set=model.norm=1: model.norm is a message; --set takes one of its fields (model.norm.<field>=value)");
   EXPECT_EQ(Error(kValid, {"optimizer.lr.x=1"}),

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,10 +21,16 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
+// The configs' convention: value 0 named *_UNSPECIFIED means "not set" and cannot be set; a real value 0
+// (run.parallel.schedule's ONE_F_ONE_B) can.
+bool IsUnspecified(const google::protobuf::EnumValueDescriptor& value) {
+  return value.number() == 0 && absl::EndsWith(value.name(), "UNSPECIFIED");
+}
+
 std::string EnumNames(const EnumDescriptor* type) {
   std::vector<std::string> names;
   for (int i = 0; i < type->value_count(); ++i) {
-    if (type->value(i)->number() != 0) names.push_back(type->value(i)->name());
+    if (!IsUnspecified(*type->value(i))) names.push_back(type->value(i)->name());
   }
   return absl::StrJoin(names, ", ");
 }
@@ -89,7 +96,7 @@ absl::Status SetScalar(const FieldDescriptor* field, const std::string& text, co
       break;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value = field->enum_type()->FindValueByName(text);
-      if (value == nullptr || value->number() == 0) {
+      if (value == nullptr || IsUnspecified(*value)) {
         return expected(absl::StrCat("one of ", EnumNames(field->enum_type())));
       }
       field->is_repeated() ? reflection->AddEnum(message, field, value)
