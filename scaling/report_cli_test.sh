@@ -60,15 +60,41 @@ grep -q "Recipe:\*\* not available: the table has no d_model, n_layers, n_heads,
 grep -q "Tokens are derived as D = flops / (6 params)" "$user/published_report/report.md" ||
   fail "published table: the report does not say D was derived"
 
+# --moe_params: a dense table gives the same report under total and active N, byte for byte; a table of
+# mixture-of-experts runs (a quarter to a half of each N active, the share varying with size) gives other
+# fits under the two, and its report names the basis.
+for basis in total active; do
+  BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --bootstrap=0 \
+    --moe_params=$basis --out=dense_$basis > out.log 2> err.log || fail "dense --moe_params=$basis: $(cat err.log)"
+done
+cmp -s "$user/dense_total/report.md" "$user/dense_active/report.md" ||
+  fail "a dense table's report depends on --moe_params: $(diff "$user/dense_total/report.md" "$user/dense_active/report.md")"
+grep -q "mixture-of-experts" "$user/dense_total/report.md" && fail "a dense table's report speaks of experts"
+awk -F, 'NR == 1 { print $0 ",active_params,active_non_embedding_params"; next }
+  { share = 0.25 + 0.05 * (NR % 6); printf "%s,%.0f,%.0f\n", $0, $3 * share, $4 * share }' \
+  "$user/sweep/results.csv" > "$user/sweep/moe_results.csv"
+for basis in total active; do
+  BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/moe_results.csv --target_flops=1e21 --bootstrap=0 \
+    --moe_params=$basis --out=moe_$basis > "moe_$basis.log" 2> err.log || fail "MoE --moe_params=$basis: $(cat err.log)"
+done
+grep -q "mixture-of-experts runs: total parameters, every expert" "$user/moe_total/report.md" ||
+  fail "the MoE report does not name the total basis"
+grep -q "mixture-of-experts runs: active parameters, the experts a token uses" "$user/moe_active/report.md" ||
+  fail "the MoE report does not name the active basis"
+recommended() { grep "Approach 3 recommends" "$1"; }
+[[ -n "$(recommended moe_total.log)" && "$(recommended moe_total.log)" != "$(recommended moe_active.log)" ]] ||
+  fail "the two bases fit the same law: $(recommended moe_total.log) / $(recommended moe_active.log)"
+
 # Bad flags: exit 2, one line per flag, naming it and its value.
 set +e
 BUILD_WORKING_DIRECTORY="$user" "$report" --results=sweep/results.csv --target_flops=1e21 --params=all \
-  --loss=min --parametric_objective=mean 2> bad.log
+  --loss=min --parametric_objective=mean --moe_params=some 2> bad.log
 code=$?
 set -e
 [[ $code == 2 ]] || fail "bad flags: exit $code: $(cat bad.log)"
 grep -qx "report: --params=all: expected non_embedding or total" bad.log || fail "params message: $(cat bad.log)"
 grep -qx "report: --loss=min: expected final or best" bad.log || fail "loss message: $(cat bad.log)"
+grep -qx "report: --moe_params=some: expected total or active" bad.log || fail "moe_params message: $(cat bad.log)"
 grep -qx "report: --parametric_objective: unknown Approach 3 objective 'mean': expected huber_sum or huber_likelihood" \
   bad.log || fail "parametric_objective message: $(cat bad.log)"
 echo PASS

@@ -21,6 +21,9 @@ ABSL_FLAG(int, bootstrap, 1000, "bootstrap resamples for the confidence interval
 ABSL_FLAG(double, confidence, 0.95, "two-sided level of the intervals");
 ABSL_FLAG(uint64_t, seed, 42, "seed of the bootstrap resampling");
 ABSL_FLAG(std::string, params, "non_embedding", "which parameter count the fits use: non_embedding or total");
+ABSL_FLAG(std::string, moe_params, "total",
+          "mixture-of-experts runs: N counts every expert (total) or only the experts a token uses (active: the "
+          "table's active_params columns); dense runs have one N either way. The report names the basis it used");
 ABSL_FLAG(std::string, loss, "final", "which loss the fits use: final or best (best validation loss)");
 ABSL_FLAG(double, huber_delta, 1e-3, "Huber delta of the Approach 3 fit (on ln loss)");
 ABSL_FLAG(std::string, parametric_objective, "huber_sum",
@@ -61,8 +64,12 @@ int main(int argc, char** argv) {
       lmf::scaling::ParseParametricObjective(absl::GetFlag(FLAGS_parametric_objective));
   if (!objective.ok()) errors.push_back(absl::StrCat("--parametric_objective: ", objective.status().message()));
   const std::string params = absl::GetFlag(FLAGS_params), loss = absl::GetFlag(FLAGS_loss);
+  const std::string moe_params = absl::GetFlag(FLAGS_moe_params);
   if (params != "non_embedding" && params != "total") {
     errors.push_back(absl::StrCat("--params=", params, ": expected non_embedding or total"));
+  }
+  if (moe_params != "total" && moe_params != "active") {
+    errors.push_back(absl::StrCat("--moe_params=", moe_params, ": expected total or active"));
   }
   if (loss != "final" && loss != "best") {
     errors.push_back(absl::StrCat("--loss=", loss, ": expected final or best"));
@@ -81,6 +88,7 @@ int main(int argc, char** argv) {
   options.data_note = absl::GetFlag(FLAGS_data_note);
   options.choice.non_embedding = params == "non_embedding";
   options.choice.best_loss = loss == "best";
+  options.choice.active = moe_params == "active";
   std::string out = lmf::UserPath(absl::GetFlag(FLAGS_out));
   if (out.empty()) {
     const size_t slash = results.rfind('/');

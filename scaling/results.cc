@@ -1,6 +1,7 @@
 // Reading and writing the results table and training-curve files (see results.h).
 #include "scaling/results.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -17,7 +18,9 @@ namespace {
 constexpr const char* kColumns[] = {"run",     "budget_flops", "params",     "non_embedding_params",
                                     "tokens",  "flops",        "final_loss", "best_val_loss",
                                     "d_model", "n_layers",     "n_heads",    "batch_size",
-                                    "lr",      "status",       "curve_file"};
+                                    "lr",      "status",       "curve_file", "active_params",
+                                    "active_non_embedding_params"};
+constexpr int kColumnCount = sizeof(kColumns) / sizeof(kColumns[0]);
 
 std::string FolderOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -67,8 +70,8 @@ namespace {
 
 // Where each of kColumns is in the file (-1: absent), checked for the columns no table can do without.
 absl::StatusOr<std::vector<int>> LocateColumns(const CsvTable& csv) {
-  std::vector<int> col(15);
-  for (int c = 0; c < 15; ++c) col[c] = csv.Column(kColumns[c]);
+  std::vector<int> col(kColumnCount);
+  for (int c = 0; c < kColumnCount; ++c) col[c] = csv.Column(kColumns[c]);
   auto need_one_of = [&](int a, int b) -> absl::Status {
     if (col[a] >= 0 || col[b] >= 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(csv.path, ": missing column '", kColumns[a], "' or '", kColumns[b],
@@ -128,6 +131,30 @@ absl::Status ParseSizesAndLosses(const CsvTable& csv, const CsvRow& row, const s
   const double n = col[2] >= 0 ? r->params : r->non_embedding_params;
   if (col[4] < 0) r->tokens = r->flops / (6 * n);
   if (col[5] < 0) r->flops = 6 * n * r->tokens;
+  return absl::OkStatus();
+}
+
+// active_params and active_non_embedding_params where the table has them and the cell is not empty: positive
+// and at most their totals.
+absl::Status ParseActiveCounts(const CsvTable& csv, const CsvRow& row, const std::vector<int>& col, RunResult* r) {
+  double* actives[] = {&r->active_params, &r->active_non_embedding_params};
+  const double totals[] = {r->params, r->non_embedding_params};
+  for (int k = 0; k < 2; ++k) {
+    const int c = col[15 + k];
+    if (c < 0 || row.fields[c].empty()) continue;
+    absl::StatusOr<double> v = csv.Double(row, c);
+    if (!v.ok()) return v.status();
+    if (!(*v > 0 && std::isfinite(*v))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(csv.Where(row, c), ": expected a positive finite number, got '", row.fields[c], "'"));
+    }
+    if (col[2 + k] >= 0 && *v > totals[k]) {
+      return absl::InvalidArgumentError(absl::StrCat(csv.Where(row, c), ": ", kColumns[15 + k], " ", row.fields[c],
+                                                     " is more than ", kColumns[2 + k], " ", row.fields[col[2 + k]],
+                                                     " (a token uses some of the parameters, never more)"));
+    }
+    *actives[k] = *v;
+  }
   return absl::OkStatus();
 }
 
@@ -193,7 +220,7 @@ absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::stri
   const std::vector<int>& col = *columns;
   ResultsTable table;
   table.path = path;
-  for (int c = 0; c < 15; ++c) {
+  for (int c = 0; c < kColumnCount; ++c) {
     if (col[c] < 0) table.absent.insert(kColumns[c]);
   }
   std::set<std::string> names;
@@ -209,6 +236,7 @@ absl::StatusOr<ResultsTable> ParseResults(std::string_view text, const std::stri
     r.status = *status;
     if (absl::Status s = ParseSizesAndLosses(*csv, row, col, &r); !s.ok()) return s;
     if (absl::Status s = CheckConsistent(*csv, row, col, r); !s.ok()) return s;
+    if (absl::Status s = ParseActiveCounts(*csv, row, col, &r); !s.ok()) return s;
     if (absl::Status s = ParseRecipeColumns(*csv, row, col, &r); !s.ok()) return s;
     if (col[14] >= 0) r.curve_file = row.fields[col[14]];
     table.runs.push_back(std::move(r));
@@ -222,22 +250,35 @@ absl::StatusOr<ResultsTable> ReadResults(const std::string& path) {
   return ParseResults(*text, path);
 }
 
+bool ResultsTable::HasMixtureOfExperts() const {
+  return std::any_of(runs.begin(), runs.end(), [](const RunResult& r) { return r.mixture_of_experts(); });
+}
+
+double ParamCount(const RunResult& r, const ObservationChoice& choice) {
+  const double total = choice.non_embedding ? r.non_embedding_params : r.params;
+  const double active = choice.non_embedding ? r.active_non_embedding_params : r.active_params;
+  return choice.active && !std::isnan(active) ? active : total;
+}
+
 std::string FormatResults(const ResultsTable& table) {
-  // tokens and flops are written even when derived; the other absent columns are left out.
-  auto written = [&](int c) { return c == 4 || c == 5 || table.Has(kColumns[c]); };
+  // tokens and flops are written even when derived; the other absent columns are left out, and the active
+  // counts unless some run is a mixture of experts (a dense table reads the same as before they existed).
+  const bool moe = table.HasMixtureOfExperts();
+  auto written = [&](int c) { return c == 4 || c == 5 || (table.Has(kColumns[c]) && (c < 15 || moe)); };
   std::string out;
-  for (int c = 0; c < 15; ++c) {
+  for (int c = 0; c < kColumnCount; ++c) {
     if (written(c)) absl::StrAppend(&out, out.empty() ? "" : ",", kColumns[c]);
   }
   out += "\n";
   for (const RunResult& r : table.runs) {
-    const std::string cells[15] = {CsvField(r.run),      Number(r.budget_flops),  Number(r.params),
-                                   Number(r.non_embedding_params), Number(r.tokens), Number(r.flops),
-                                   Number(r.final_loss), Number(r.best_val_loss), absl::StrCat(r.d_model),
-                                   absl::StrCat(r.n_layers), absl::StrCat(r.n_heads), absl::StrCat(r.batch_size),
-                                   Number(r.lr),         RunStatusName(r.status), CsvField(r.curve_file)};
+    const std::string cells[kColumnCount] = {
+        CsvField(r.run),          Number(r.budget_flops),   Number(r.params),          Number(r.non_embedding_params),
+        Number(r.tokens),         Number(r.flops),          Number(r.final_loss),      Number(r.best_val_loss),
+        absl::StrCat(r.d_model),  absl::StrCat(r.n_layers), absl::StrCat(r.n_heads),   absl::StrCat(r.batch_size),
+        Number(r.lr),             RunStatusName(r.status),  CsvField(r.curve_file),    Number(r.active_params),
+        Number(r.active_non_embedding_params)};
     bool first = true;
-    for (int c = 0; c < 15; ++c) {
+    for (int c = 0; c < kColumnCount; ++c) {
       if (!written(c)) continue;
       absl::StrAppend(&out, first ? "" : ",", cells[c]);
       first = false;
@@ -258,6 +299,12 @@ absl::StatusOr<Observations> ToObservations(const ResultsTable& table, const Obs
         table.path, ": no ", n_column, " column to take N from; use the ",
         choice.non_embedding ? "params column (--params=total)" : "non_embedding_params column (--params=non_embedding)"));
   }
+  const char* active_column = choice.non_embedding ? "active_non_embedding_params" : "active_params";
+  if (choice.active && table.HasMixtureOfExperts() && !table.Has(active_column)) {
+    return absl::InvalidArgumentError(absl::StrCat(table.path, ": no ", active_column,
+                                                   " column to take the mixture-of-experts runs' active N from; "
+                                                   "use their total N (--moe_params=total)"));
+  }
   if (choice.best_loss && !table.Has("best_val_loss")) {
     return absl::InvalidArgumentError(
         absl::StrCat(table.path, ": no best_val_loss column; use the final loss (--loss=final)"));
@@ -266,7 +313,7 @@ absl::StatusOr<Observations> ToObservations(const ResultsTable& table, const Obs
   for (const RunResult& r : table.runs) {
     if (r.status != RunStatus::kFinished) continue;
     Observation o;
-    o.params = choice.non_embedding ? r.non_embedding_params : r.params;
+    o.params = ParamCount(r, choice);
     o.tokens = r.tokens;
     o.flops = r.flops;
     o.budget = r.budget_flops;
@@ -328,7 +375,7 @@ absl::StatusOr<std::vector<TrainingCurve>> ReadTrainingCurves(const ResultsTable
     if (r.status != RunStatus::kFinished || r.curve_file.empty()) continue;
     const std::string path = r.curve_file[0] == '/' ? r.curve_file : FolderOf(table.path) + "/" + r.curve_file;
     absl::StatusOr<TrainingCurve> curve =
-        ReadTrainingCurve(path, choice.non_embedding ? r.non_embedding_params : r.params);
+        ReadTrainingCurve(path, ParamCount(r, choice));
     if (!curve.ok()) {
       return absl::Status(curve.status().code(),
                           absl::StrCat("curve of run '", r.run, "' (", table.path, "): ", curve.status().message()));

@@ -13,6 +13,11 @@
 //   status                finished | failed | diverged
 //   curve_file            optional column: a CSV of the run's training curve (see TrainingCurve), relative
 //                         to the results file's folder; empty for none. Approach 1 reads these.
+//   active_params, active_non_embedding_params
+//                         optional columns for mixture-of-experts runs: params and non_embedding_params with
+//                         only the experts a token uses (the top_k routed and the shared ones; model/accounting's
+//                         active counts). Absent or empty, they equal params and non_embedding_params (a dense
+//                         model). Written only for a table where some run's differ from its totals.
 //
 // Columns may come in any order; extra columns are ignored (sweeps may record more). Every error names
 // the file, line and column.
@@ -26,6 +31,7 @@
 #ifndef LMFORGE_SCALING_RESULTS_H_
 #define LMFORGE_SCALING_RESULTS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -57,6 +63,14 @@ struct RunResult {
   double lr = 0;
   RunStatus status = RunStatus::kFinished;
   std::string curve_file;  // as written in the table (relative to the table's folder), or ""
+  double active_params = NAN;                // NaN: a dense model's, params
+  double active_non_embedding_params = NAN;  // NaN: non_embedding_params
+
+  // A mixture of experts: some active count differs from its total.
+  bool mixture_of_experts() const {
+    return (!std::isnan(active_params) && active_params != params) ||
+           (!std::isnan(active_non_embedding_params) && active_non_embedding_params != non_embedding_params);
+  }
 };
 
 struct ResultsTable {
@@ -66,6 +80,8 @@ struct ResultsTable {
   // absent, were derived from the other (see above).
   std::set<std::string> absent;
   bool Has(const std::string& column) const { return absent.count(column) == 0; }
+  // Some run is a mixture of experts (its N depends on ObservationChoice::active).
+  bool HasMixtureOfExperts() const;
 };
 
 // Parses a results table; `path` names the file in messages and anchors relative curve files. A finished
@@ -82,7 +98,12 @@ absl::Status WriteResults(const std::string& path, const ResultsTable& table);
 struct ObservationChoice {
   bool non_embedding = true;  // N = non_embedding_params (Kaplan) or params (Chinchilla)
   bool best_loss = false;     // L = best_val_loss, else final_loss
+  // Mixture-of-experts runs: N counts only the experts a token uses (active_params or
+  // active_non_embedding_params), else every expert. The same N for a dense run either way.
+  bool active = false;
 };
+// The N `choice` reads from a run.
+double ParamCount(const RunResult& r, const ObservationChoice& choice);
 // The finished runs as observations (failed and diverged runs are left out). Fails, naming the column and
 // the choice to make instead, when the table lacks the column `choice` reads (non_embedding_params or
 // params, best_val_loss).

@@ -169,14 +169,15 @@ TEST(ResultsTest, APublishedTableOfNCAndLossIsRead) {
   EXPECT_FALSE(t->Has("d_model"));
   EXPECT_FALSE(t->Has("non_embedding_params"));
   // N for the fits must be a column the table has, and so must the loss.
-  absl::StatusOr<Observations> obs = ToObservations(*t, {/*non_embedding=*/true, /*best_loss=*/false});
+  absl::StatusOr<Observations> obs = ToObservations(*t, {/*non_embedding=*/true, /*best_loss=*/false,
+                                                                  /*active=*/false});
   ASSERT_FALSE(obs.ok());
   EXPECT_EQ(obs.status().message(), "pub.csv: no non_embedding_params column to take N from; use the params column "
                                     "(--params=total)");
-  obs = ToObservations(*t, {false, true});
+  obs = ToObservations(*t, {false, true, false});
   ASSERT_FALSE(obs.ok());
   EXPECT_EQ(obs.status().message(), "pub.csv: no best_val_loss column; use the final loss (--loss=final)");
-  obs = ToObservations(*t, {false, false});
+  obs = ToObservations(*t, {false, false, false});
   ASSERT_TRUE(obs.ok());
   EXPECT_EQ((*obs)[1].params, 1e9);
   EXPECT_DOUBLE_EQ((*obs)[1].tokens, 1e10);
@@ -198,14 +199,59 @@ TEST(ResultsTest, APublishedTableOfNCAndLossIsRead) {
 
 TEST(ResultsTest, ObservationsComeFromFinishedRunsOnly) {
   const ResultsTable t = Example();
-  Observations obs = ToObservations(t, {/*non_embedding=*/true, /*best_loss=*/false}).value();
+  Observations obs = ToObservations(t, {/*non_embedding=*/true, /*best_loss=*/false, /*active=*/false}).value();
   ASSERT_EQ(obs.size(), 1u);
   EXPECT_EQ(obs[0].params, 2.2e6);
   EXPECT_EQ(obs[0].loss, 3.25);
   EXPECT_EQ(obs[0].budget, 1e17);
-  obs = ToObservations(t, {false, true}).value();
+  obs = ToObservations(t, {false, true, false}).value();
   EXPECT_EQ(obs[0].params, 3.1e6);
   EXPECT_EQ(obs[0].loss, 3.2);
+}
+
+// Mixture-of-experts runs carry their active counts: written (and read back) only when some run's differ from
+// its totals, so a dense table's CSV is what it was before the columns existed; the active choice takes N
+// from them, and from the totals for a dense run; an active count above its total, or a table of MoE runs
+// without the active column the choice reads, is refused naming the cell or the column.
+TEST(ResultsTest, ActiveCountsOfMixtureOfExpertsRuns) {
+  const ResultsTable dense = Example();
+  EXPECT_FALSE(dense.HasMixtureOfExperts());
+  EXPECT_EQ(FormatResults(dense).find("active"), std::string::npos);
+  ResultsTable moe = Example();
+  moe.runs[0].active_params = 1.1e6, moe.runs[0].active_non_embedding_params = 0.2e6;
+  ASSERT_TRUE(moe.HasMixtureOfExperts());
+  const std::string text = FormatResults(moe);
+  EXPECT_TRUE(absl::StartsWith(text, std::string(kHeader).substr(0, std::string(kHeader).size() - 1) +
+                                         ",curve_file,active_params,active_non_embedding_params\n"))
+      << text;
+  absl::StatusOr<ResultsTable> back = ParseResults(text, "moe.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->runs[0].active_params, 1.1e6);
+  EXPECT_EQ(back->runs[0].active_non_embedding_params, 0.2e6);
+  EXPECT_TRUE(std::isnan(back->runs[1].active_params)) << "an empty cell: a dense run";
+  EXPECT_EQ(FormatResults(*back), text);
+  for (const bool non_embedding : {true, false}) {
+    const ObservationChoice total{non_embedding, false, /*active=*/false}, active{non_embedding, false, true};
+    EXPECT_EQ(ToObservations(*back, total).value()[0].params, non_embedding ? 2.2e6 : 3.1e6);
+    EXPECT_EQ(ToObservations(*back, active).value()[0].params, non_embedding ? 0.2e6 : 1.1e6);
+    EXPECT_EQ(ToObservations(dense, active).value()[0].params, ToObservations(dense, total).value()[0].params);
+  }
+  absl::StatusOr<ResultsTable> bad =
+      ParseResults(std::string("params,non_embedding_params,flops,final_loss,active_params\n3e6,2e6,1e17,3.2,4e6\n"),
+                   "bad.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "bad.csv:2:5 (active_params): active_params 4e6 is more than params 3e6 (a token uses some of the "
+            "parameters, never more)");
+  absl::StatusOr<ResultsTable> partial =
+      ParseResults(std::string("params,non_embedding_params,flops,final_loss,active_params\n3e6,2e6,1e17,3.2,1e6\n"),
+                   "partial.csv");
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  absl::StatusOr<Observations> missing = ToObservations(*partial, {true, false, true});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "partial.csv: no active_non_embedding_params column to take the mixture-of-experts runs' active N "
+            "from; use their total N (--moe_params=total)");
 }
 
 TEST(ResultsTest, WritesAtomicallyAndReadsCurvesBesideTheTable) {
@@ -218,7 +264,7 @@ TEST(ResultsTest, WritesAtomicallyAndReadsCurvesBesideTheTable) {
                   .ok());
   absl::StatusOr<ResultsTable> back = ReadResults(dir + "/results.csv");
   ASSERT_TRUE(back.ok()) << back.status();
-  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(*back, {true, false});
+  absl::StatusOr<std::vector<TrainingCurve>> curves = ReadTrainingCurves(*back, {true, false, false});
   ASSERT_TRUE(curves.ok()) << curves.status();
   ASSERT_EQ(curves->size(), 1u);  // the failed run has no curve
   EXPECT_EQ((*curves)[0].run, "c1e17_d256");
@@ -227,7 +273,7 @@ TEST(ResultsTest, WritesAtomicallyAndReadsCurvesBesideTheTable) {
   EXPECT_EQ((*curves)[0].points[1].loss, 4.2);
 
   ASSERT_TRUE(WriteFileAtomically(dir + "/curves/c1e17_d256.csv", "step,tokens,flops,loss\n100,1e8,1e15,5\n50,1,1,1\n").ok());
-  curves = ReadTrainingCurves(*back, {true, false});
+  curves = ReadTrainingCurves(*back, {true, false, false});
   ASSERT_FALSE(curves.ok());
   EXPECT_NE(curves.status().message().find("curve of run 'c1e17_d256'"), std::string::npos);
   EXPECT_NE(curves.status().message().find("c1e17_d256.csv:3:1 (step): steps must increase"), std::string::npos);

@@ -1,8 +1,9 @@
 // Expert parallelism inside the data-parallel step equals the single-process step: on 2 Gloo processes
 // (ep=2) and on 4 (ep=4; data=2 x ep=2), a small mixture-of-experts model (both layers MoE, shared experts,
-// balancing loss, router z-loss and the auxiliary-loss-free bias; dropless, and with a capacity that drops)
-// takes two optimizer steps of 4 micro-batches, and every rank checks against the same steps run here in
-// one process: the loss, the aux loss and the gradient norm, every gradient it holds (its expert blocks
+// balancing loss, router z-loss and the auxiliary-loss-free bias; dropless, and with a capacity that drops;
+// and with noisy top-k gating, whose noise is keyed by each token's index in the step, so that every layout
+// draws one process's noise, in the second layer too) takes two optimizer steps of 4 micro-batches, and
+// every rank checks against the same steps run here in one process: the loss, the aux loss and the gradient norm, every gradient it holds (its expert blocks
 // under their global names, and every dense one), its weights after each update and the expert-selection
 // biases after each EndStep. Tolerance: fp32 sums taken in another order (a rank's micro-batches first, then
 // over ranks; the expert rows in another order), 1e-5 of the largest value of each compared set (relative
@@ -34,13 +35,14 @@ using testing::RunRanks;
 
 constexpr int64_t kB = 2, kT = 8, kMicroBatches = 4, kSteps = 2;
 
-model::ModelConfig TinyMoe(double capacity_factor) {
+model::ModelConfig TinyMoe(double capacity_factor, bool noisy_gating = false) {
   model::ModelConfig c = model::Cs336Config(/*vocab=*/32, /*context=*/8, /*d_model=*/16, /*layers=*/2,
                                             /*heads=*/2, /*d_ff=*/32);
   model::MoeSpec moe;
   moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 16, moe.shared_d_ff = 8;
   moe.aux_loss = 0.01, moe.router_z_loss = 0.001, moe.expert_bias = true, moe.bias_update_rate = 1e-2;
   moe.capacity_factor = capacity_factor;
+  moe.noisy_gating = noisy_gating;
   c.moe = moe;
   return c;
 }
@@ -84,12 +86,13 @@ void ExpectClose(Checks& checks, const Tensors& got, const Tensors& want, const 
 
 bool Near(double a, double b) { return std::fabs(a - b) <= 1e-5 * std::max(std::fabs(b), 1e-3); }
 
-int CheckExpertParallel(Collectives& world, int data, int expert, double capacity_factor, bool overlap) {
+int CheckExpertParallel(Collectives& world, int data, int expert, double capacity_factor, bool overlap,
+                        bool noisy_gating = false) {
   Checks checks(world.rank());
   absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, MeshShape{data, 1, expert});
   if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
   GroupExpertExchange exchange((*mesh)->expert());
-  const model::ModelConfig config = TinyMoe(capacity_factor);
+  const model::ModelConfig config = TinyMoe(capacity_factor, noisy_gating);
 
   // The single-process run of the same steps, on every rank.
   std::unique_ptr<model::LanguageModel> one = *model::LanguageModel::Create(config, kernels::Context::Cpu());
@@ -109,8 +112,9 @@ int CheckExpertParallel(Collectives& world, int data, int expert, double capacit
   checks.Expect(Grads(**ep).size() < Grads(*one).size(), "a rank holds part of the experts");
 
   model::StepInput input;
-  input.micro_batches = kMicroBatches, input.b = kB, input.t = kT, input.lr = 1e-2;
+  input.micro_batches = kMicroBatches, input.b = kB, input.t = kT, input.lr = 1e-2, input.seed = 21;
   for (int step = 1; step <= kSteps; ++step) {
+    input.step = step - 1;
     absl::StatusOr<model::StepResult> want = one_step.Step(*one, one_adamw, one_data, input);
     absl::StatusOr<model::StepResult> got = ep_step.Step(**ep, ep_adamw, ep_data, input);
     if (!checks.Ok(want.status(), "one process") || !checks.Ok(got.status(), "expert parallel")) break;
@@ -143,6 +147,11 @@ TEST(ExpertParallel, FourRanksOfOneExpertEachEqualOneProcessWithDropping) {
 TEST(ExpertParallel, DataTwoByExpertTwoEqualsOneProcess) {
   ExpectAllPassed(RunRanks(4, [](Collectives& g) { return CheckExpertParallel(g, 2, 2, 0.0, true); }));
   ExpectAllPassed(RunRanks(4, [](Collectives& g) { return CheckExpertParallel(g, 2, 2, 1.0, false); }));
+}
+
+TEST(ExpertParallel, NoisyGatingOnTwoAndOnDataTwoByExpertTwoRanksEqualsOneProcess) {
+  ExpectAllPassed(RunRanks(2, [](Collectives& g) { return CheckExpertParallel(g, 1, 2, 0.0, true, true); }));
+  ExpectAllPassed(RunRanks(4, [](Collectives& g) { return CheckExpertParallel(g, 2, 2, 1.0, false, true); }));
 }
 
 TEST(ExpertParallel, ExpertsThatDoNotDivideOverTheRanksAreRefused) {

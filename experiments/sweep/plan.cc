@@ -641,6 +641,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const config::Sweep& sweep, const std::strin
   }
   config::MakePathsAbsolute(working_dir, &base);
 
+  plan.report_active_params = sweep.report_active_params();
   switch (sweep.design_case()) {
     case config::Sweep::kGrid:
       if (absl::Status s = PlanGrid(sweep, source, base, &plan.runs); !s.ok()) return s;

@@ -10,6 +10,7 @@
 #ifndef LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
 #define LMFORGE_EXPERIMENTS_SWEEP_PLAN_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -27,6 +28,8 @@ struct ModelSize {
   double params = 0;                // all parameters
   double non_embedding_params = 0;  // without token/position embeddings
   double training_flops_per_token = 0;
+  // A mixture of experts: the two counts with only the experts a token uses; NaN for a dense model.
+  double active_params = NAN, active_non_embedding_params = NAN;
 };
 using ModelSizer = std::function<absl::StatusOr<ModelSize>(const config::Experiment&)>;
 
@@ -55,6 +58,7 @@ struct SweepPlan {
   double estimate_flops_per_second = 0;
   double target_flops = 0;                    // resolved: never 0
   bool non_embedding_params = false;          // which N the fits should use (IsoFLOP ParamCount)
+  bool report_active_params = false;          // mixture-of-experts runs: the fits' N counts active experts only
   double hyperparameter_fit_window = 0.05;    // the report's batch/lr fit window (isoflop.grid_fit_window)
   std::optional<config::ShapeFamily> family;  // the IsoFLOP design's model family, if any
   config::Experiment base;                    // the base experiment after the sweep-wide overrides

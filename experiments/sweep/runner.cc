@@ -131,6 +131,8 @@ scaling::RunResult ToRow(const PlannedRun& run, const config::SweepRunResult& re
   row.budget_flops = run.budget_flops;
   row.params = run.size.params;
   row.non_embedding_params = run.size.non_embedding_params;
+  row.active_params = run.size.active_params;
+  row.active_non_embedding_params = run.size.active_non_embedding_params;
   // A run that did not finish spent what its result records (RecordTrainedSoFar), or nothing where it
   // records nothing (a branch not started): never its planned length, which it did not train.
   const bool finished = result.status() == config::SweepRunResult::FINISHED;

@@ -16,8 +16,7 @@ scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer)
   config::ShapeFamily family = *plan.family;
   family.set_max_layers(4 * family.max_layers());  // the target is larger than anything swept
   const config::Experiment base = plan.base;
-  const bool non_embedding = plan.non_embedding_params;
-  return [family, base, non_embedding, sizer](
+  return [family, base, sizer](
              double params, double tokens, double flops, const scaling::ResultsTable& table,
              const scaling::ObservationChoice& choice) -> absl::StatusOr<scaling::Recipe> {
     auto recipe = scaling::RecipeFromBestRuns(params, tokens, flops, table, choice);
@@ -32,7 +31,10 @@ scaling::RecipeHook FamilyRecipe(const SweepPlan& plan, const ModelSizer& sizer)
       if (!ok) continue;
       auto size = sizer(e);
       if (!size.ok()) continue;
-      const double n = non_embedding ? size->non_embedding_params : size->params;
+      scaling::RunResult sized;  // N as the fits count it
+      sized.params = size->params, sized.non_embedding_params = size->non_embedding_params;
+      sized.active_params = size->active_params, sized.active_non_embedding_params = size->active_non_embedding_params;
+      const double n = scaling::ParamCount(sized, choice);
       const double gap = std::fabs(std::log(n / params));
       if (gap < best_gap) best = &shape, best_gap = gap, best_n = n;
     }
@@ -59,6 +61,7 @@ absl::StatusOr<scaling::ScalingAnalysis> WriteSweepReport(const SweepPlan& plan,
   scaling::ReportOptions options;
   options.target_flops = plan.target_flops;
   options.choice.non_embedding = plan.non_embedding_params;
+  options.choice.active = plan.report_active_params;
   options.hyperparameters.fit_window = plan.hyperparameter_fit_window;
   options.data_note = data_note;
   options.recipe = FamilyRecipe(plan, sizer);

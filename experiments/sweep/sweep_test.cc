@@ -531,6 +531,51 @@ TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
   EXPECT_EQ(recipe->basis.find("no model config"), std::string::npos) << recipe->basis;  // replaced, not appended
 }
 
+// sweep.report_active_params: the report of mixture-of-experts runs fits their active counts (a third to a
+// half of each total, the share varying with size, so that the fits differ) and names the basis; without it,
+// the totals, named too.
+TEST(SweepReport, ReportActiveParamsFitsTheRunsActiveCounts) {
+  for (const bool active : {false, true}) {
+    auto plan = Plan(std::string(kIsoFlop) + (active ? "report_active_params: true\n" : ""));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->report_active_params, active);
+    scaling::ResultsTable table;
+    for (size_t i = 0; i < plan->runs.size(); ++i) {
+      const PlannedRun& r = plan->runs[i];
+      scaling::RunResult row;
+      row.run = r.name;
+      row.budget_flops = r.budget_flops;
+      row.params = row.non_embedding_params = r.size.params;
+      row.active_params = row.active_non_embedding_params = r.size.params * (0.3 + 0.05 * static_cast<double>(i % 4));
+      row.tokens = r.tokens;
+      row.flops = r.flops;
+      row.final_loss = row.best_val_loss = 2 + 1e3 / std::sqrt(r.size.params) + 1e3 / std::sqrt(r.tokens);
+      row.d_model = r.experiment.model().d_model();
+      row.n_layers = r.experiment.model().n_layers();
+      row.n_heads = r.experiment.model().n_heads();
+      row.batch_size = 4;
+      row.lr = 1e-3;
+      table.runs.push_back(row);
+    }
+    ASSERT_TRUE(MakeDirs(plan->output_dir).ok());
+    const std::string csv = plan->output_dir + "/results.csv";
+    ASSERT_TRUE(scaling::WriteResults(csv, table).ok());
+    auto analysis = WriteSweepReport(*plan, csv, "note", SimpleSizer);
+    ASSERT_TRUE(analysis.ok()) << analysis.status();
+    ASSERT_FALSE(analysis->observations.empty());
+    for (size_t i = 0; i < analysis->observations.size(); ++i) {
+      const scaling::RunResult& row = table.runs[i];
+      EXPECT_EQ(analysis->observations[i].params, active ? row.active_params : row.params) << row.run;
+    }
+    auto report = ReadFile(plan->output_dir + "/report/report.md");
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_NE(report->find(active ? "mixture-of-experts runs: active parameters, the experts a token uses"
+                                  : "mixture-of-experts runs: total parameters, every expert"),
+              std::string::npos)
+        << *report;
+  }
+}
+
 // A sweep whose runs no longer finish (a rerun after a config change where every run failed) has no report;
 // the earlier report, of other runs, is removed instead of standing for it.
 TEST(SweepReport, NoFinishedRunRemovesTheEarlierReport) {

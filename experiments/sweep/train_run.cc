@@ -31,6 +31,10 @@ absl::StatusOr<ModelSize> SizeOfModel(const config::Experiment& experiment) {
   size.params = static_cast<double>(counts.total());
   size.non_embedding_params = static_cast<double>(counts.non_embedding());
   size.training_flops_per_token = model::CountFlopsPerToken(*model, model->context_length).training();
+  if (counts.inactive_experts > 0) {
+    size.active_params = static_cast<double>(counts.active());
+    size.active_non_embedding_params = static_cast<double>(counts.active_non_embedding());
+  }
   return size;
 }
 

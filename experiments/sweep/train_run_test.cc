@@ -64,6 +64,22 @@ TEST(TrainSweepRun, ADivergedRunRecordsTheTokensItTrainedNotItsPlan) {
   EXPECT_DOUBLE_EQ(result->flops(), tokens * size->training_flops_per_token);
 }
 
+// A mixture of experts has active counts below its totals (model/accounting's); a dense model has none.
+TEST(TrainSweepRun, SizeOfAMixtureOfExpertsHasItsActiveCounts) {
+  config::Experiment e;
+  WriteRunConfig("sized", {}, &e);
+  auto dense = SizeOfModel(e);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_TRUE(std::isnan(dense->active_params) && std::isnan(dense->active_non_embedding_params));
+  WriteRunConfig("sized_moe", {"model.moe.n_experts=8", "model.moe.top_k=2", "model.moe.d_expert=32"}, &e);
+  auto moe = SizeOfModel(e);
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  EXPECT_LT(moe->active_params, moe->params);
+  EXPECT_LT(moe->active_non_embedding_params, moe->non_embedding_params);
+  EXPECT_EQ(moe->params - moe->active_params, moe->non_embedding_params - moe->active_non_embedding_params)
+      << "the inactive experts, with or without embeddings";
+}
+
 // A trained tiny run folder (4 steps, evaluated at 2 and 4) and the path of its config.
 std::string TrainTinyRun(const std::string& name) {
   config::Experiment e;

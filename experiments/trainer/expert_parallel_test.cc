@@ -10,6 +10,8 @@
 // its step-4 checkpoint (each rank taking its own experts from the gathered checkpoint) ends bit-identical to
 // the uninterrupted one. ZeRO-1 with data=2 x expert=2 is that run without ZeRO bit for bit, and its
 // checkpoint resumes in one process and at (data=1, expert=2) with the same next loss.
+// With noisy top-k gating (its noise keyed by run.seed, the step and each token's index in the step) the
+// two runs agree to the same tolerances.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -82,11 +84,14 @@ std::map<std::string, std::vector<float>> FinalWeights(const std::string& run) {
   return out;
 }
 
-TEST(ExpertParallelTraining, TwoExpertRanksTrainTheSingleProcessRun) {
-  ASSERT_TRUE(Train(TinyMoe("ep_single", 1), Options()).ok());
-  auto trained = Train(TinyMoe("ep_2", 2), Options());
+// Trains `single` in one process and `parallel` on two expert ranks and compares them.
+void ExpectTwoExpertRanksTrainTheSingleProcessRun(const std::string& single, const std::string& parallel,
+                                                  bool noisy_gating) {
+  const std::string noise = noisy_gating ? "model.moe.noisy_gating=true" : "model.moe.noisy_gating=false";
+  ASSERT_TRUE(Train(TinyMoe(single, 1, 1, 2, {noise}), Options()).ok());
+  auto trained = Train(TinyMoe(parallel, 2, 1, 2, {noise}), Options());
   ASSERT_TRUE(trained.ok()) << trained.status();
-  const std::vector<StepMetrics> one = Metrics("ep_single"), two = Metrics("ep_2");
+  const std::vector<StepMetrics> one = Metrics(single), two = Metrics(parallel);
   ASSERT_EQ(one.size(), 8u);
   ASSERT_EQ(two.size(), 8u) << "one metrics log, written by rank 0";
   for (size_t i = 0; i < one.size(); ++i) {
@@ -95,7 +100,7 @@ TEST(ExpertParallelTraining, TwoExpertRanksTrainTheSingleProcessRun) {
     EXPECT_NEAR(*two[i].aux_loss, *one[i].aux_loss, 1e-5 * *one[i].aux_loss) << "step " << i + 1;
     EXPECT_NEAR(two[i].grad_norm, one[i].grad_norm, 1e-5 * one[i].grad_norm) << "step " << i + 1;
   }
-  const auto a = FinalWeights("ep_single"), b = FinalWeights("ep_2");
+  const auto a = FinalWeights(single), b = FinalWeights(parallel);
   ASSERT_EQ(a.size(), b.size()) << "the checkpoint holds every expert";
   ASSERT_TRUE(a.count("layers.1.ffn.experts.7.w2.weight") == 1 && b.count("layers.1.ffn.experts.7.w2.weight") == 1);
   double max_diff = 0, max_abs = 0;
@@ -108,8 +113,17 @@ TEST(ExpertParallelTraining, TwoExpertRanksTrainTheSingleProcessRun) {
     }
   }
   EXPECT_LT(max_diff, 1e-4 * max_abs);
-  std::printf("expert parallel (2 ranks) vs one process over 8 steps: last loss %.6f vs %.6f, weights within %.3g of %.3g\n",
-              two.back().loss, one.back().loss, max_diff, max_abs);
+  std::printf("expert parallel (2 ranks) vs one process over 8 steps%s: last loss %.6f vs %.6f, weights within %.3g of %.3g\n",
+              noisy_gating ? " (noisy gating)" : "", two.back().loss, one.back().loss, max_diff, max_abs);
+}
+
+TEST(ExpertParallelTraining, TwoExpertRanksTrainTheSingleProcessRun) {
+  ExpectTwoExpertRanksTrainTheSingleProcessRun("ep_single", "ep_2", false);
+}
+
+TEST(ExpertParallelTraining, TwoExpertRanksTrainTheSingleProcessRunWithNoisyGating) {
+  ExpectTwoExpertRanksTrainTheSingleProcessRun("ep_single_noisy", "ep_2_noisy", true);
+  ASSERT_TRUE(FinalWeights("ep_single_noisy").count("layers.1.ffn.router.noise.weight") == 1);
 }
 
 TEST(ExpertParallelTraining, AResumedRunIsBitIdentical) {

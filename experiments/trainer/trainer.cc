@@ -650,6 +650,8 @@ absl::StatusOr<TrainResult> TrainingRun::TrainSteps(const StopSignals& signals) 
     step_input.b = run_.batch_size();
     step_input.t = experiment_.model().context_length();
     step_input.lr = schedule.At(step);
+    step_input.seed = run_.seed();
+    step_input.step = step;
     step_input.received_signal = [&signals] { return signals.received(); };
     absl::StatusOr<model::StepResult> stepped = strategy_->Step(*model_, optimizer_->adamw(), source, step_input);
     if (!stepped.ok()) return group_ != nullptr ? CollectiveError(stepped.status()) : stepped.status();

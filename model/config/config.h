@@ -141,14 +141,12 @@ struct MoeSpec {
   // the gates), updated once per optimizer step by bias_update_rate * sign(mean load - load).
   bool expert_bias = false;
   double bias_update_rate = 1e-3;
-  // Noisy top-k gating (Shazeer et al. 2017, eq. 3-5): the router selects, gates and computes its losses
-  // from H = z + eps * softplus(h W_noise^T), W_noise (E, C) a second router matrix trained with the first,
-  // eps ~ N(0, 1) per token and expert drawn from a hash of the token's input bits (moe::GatingNoise): a
-  // recomputed forward draws the same noise, and it changes as the weights do. Under expert parallelism the
-  // inputs after the first MoE layer differ from one process's in their last bits (its experts' GEMMs see
-  // other row counts), so the noise there is another draw: the run is the single-process run in
-  // distribution, not value for value. Every forward is noisy (the validation loss too): the layer is not
-  // told whether it trains.
+  // Noisy top-k gating (Shazeer et al. 2017, eq. 3-5): in training forwards the router selects, gates and
+  // computes its losses from H = z + eps * softplus(h W_noise^T), W_noise (E, C) a second router matrix
+  // trained with the first, eps ~ N(0, 1) per token and expert drawn by a counter-based hash of (run seed,
+  // step, layer, the token's index among the step's tokens, expert) (moe::GatingNoise): a recomputed forward
+  // draws the same noise, and data- and expert-parallel layouts draw what one process draws. Evaluation
+  // forwards (validation loss, generation) route on z, without noise (ForwardMode, model/layers/layer.h).
   bool noisy_gating = false;
 
   bool gated_experts() const { return expert_kind == FfnKind::kSwiGLU || expert_kind == FfnKind::kGeGLU; }

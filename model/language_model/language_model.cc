@@ -189,7 +189,8 @@ const void* LanguageModel::LayerInput(const Activations& activations, int64_t la
   return embedding_ ? activations.embedding_.output() : activations.input_.data();
 }
 
-const void* LanguageModel::RunBlocks(const StageInput& input, Activations& activations, KvCache* cache) {
+const void* LanguageModel::RunBlocks(const StageInput& input, Activations& activations, KvCache* cache,
+                                     const ForwardMode& mode) {
   const int64_t b = input.b, t = input.t;
   if (embedding_) {
     embedding_->Forward(ctx_, b, t, input.ids, /*first_position=*/0, activations.embedding_);
@@ -202,7 +203,9 @@ const void* LanguageModel::RunBlocks(const StageInput& input, Activations& activ
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int64_t layer = first_layer_ + static_cast<int64_t>(i);
-    blocks_[i]->Forward(ctx_, b, t, LayerInput(activations, layer), *activations.blocks_[i],
+    ForwardMode layer_mode = mode;
+    layer_mode.layer = layer;
+    blocks_[i]->Forward(ctx_, b, t, LayerInput(activations, layer), *activations.blocks_[i], layer_mode,
                         cache == nullptr ? nullptr : cache->layers_[i].get());
   }
   return activations.blocks_.back()->output;
@@ -229,14 +232,16 @@ void LanguageModel::EnsureLogits(Activations& activations, int64_t b, int64_t t)
   activations.lse_ = kernels::Tensor::Empty({b * t}, kernels::DType::kF32, ctx_.allocator);
 }
 
-absl::Status LanguageModel::ForwardStage(const StageInput& input, Activations& activations) {
+absl::Status LanguageModel::ForwardStage(const StageInput& input, Activations& activations,
+                                         const ForwardMode& mode) {
   if (absl::Status s = CheckActivations(activations); !s.ok()) return s;
   if (absl::Status s = CheckStageInput(input); !s.ok()) return s;
   const int64_t b = input.b, t = input.t, n = b * t;
   activations.have_loss_ = false;
   activations.b_ = b;
   activations.t_ = t;
-  const void* x = RunBlocks(input, activations, nullptr);
+  activations.mode_ = mode;
+  const void* x = RunBlocks(input, activations, nullptr, mode);
   activations.aux_loss_ = 0;
   for (const auto& block : activations.blocks_) activations.aux_loss_ += block->channel->aux_loss();
   if (!has_head()) return absl::OkStatus();
@@ -367,8 +372,10 @@ void LanguageModel::RecomputeLayer(int64_t layer, Activations& activations) {
       << "LanguageModel::RecomputeLayer(" << layer << ") of layers [" << first_layer_ << ", " << last_layer_
       << ") needs activations of this model after a forward";
   const size_t i = static_cast<size_t>(layer - first_layer_);
+  ForwardMode mode = activations.mode_;
+  mode.layer = layer;
   blocks_[i]->Forward(ctx_, activations.b_, activations.t_, LayerInput(activations, layer),
-                      *activations.blocks_[i]);
+                      *activations.blocks_[i], mode);
 }
 
 absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t, Activations& activations) {
@@ -376,8 +383,8 @@ absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t, Ac
 }
 
 absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
-                                                      int64_t t, Activations& activations) {
-  if (absl::Status s = ForwardStage(StageInput{b, t, ids, nullptr, targets}, activations); !s.ok()) return s;
+                                                      int64_t t, Activations& activations, const ForwardMode& mode) {
+  if (absl::Status s = ForwardStage(StageInput{b, t, ids, nullptr, targets}, activations, mode); !s.ok()) return s;
   return activations.loss_;
 }
 
@@ -386,8 +393,8 @@ void LanguageModel::Backward(Activations& activations) { BackwardStage(activatio
 absl::Status LanguageModel::Forward(const int32_t* ids, int64_t b, int64_t t) { return Forward(ids, b, t, own_); }
 
 absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b,
-                                                      int64_t t) {
-  return ForwardWithLoss(ids, targets, b, t, own_);
+                                                      int64_t t, const ForwardMode& mode) {
+  return ForwardWithLoss(ids, targets, b, t, own_, mode);
 }
 
 void LanguageModel::Backward() { Backward(own_); }

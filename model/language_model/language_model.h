@@ -6,8 +6,13 @@
 //   auto model = LanguageModel::Create(Cs336Config(...), kernels::Context::Cpu());   // StatusOr
 //   (*model)->InitializeParameters(/*seed=*/1);
 //   absl::StatusOr<double> loss = (*model)->ForwardWithLoss(ids, targets, B, T);    // ids/targets (B, T)
+//   loss = (*model)->ForwardWithLoss(ids, targets, B, T, ForwardMode::Training(seed, step, first_token));
 //   (*model)->ZeroGrad();  (*model)->Backward();                                     // grads accumulate
 //   (*model)->VisitParameters([](const std::string& name, const Parameter& p) { ... });
+//
+// Training and evaluation: a forward evaluates unless given a training ForwardMode (layer.h); only a layer
+// that draws random numbers (noisy top-k gating) tells them apart. A training forward's draws are keyed by
+// the run's seed, the step and each token's index among the step's tokens, so RecomputeLayer repeats them.
 //
 // Activations per micro-batch: what a forward keeps for its backward lives in an Activations the caller owns
 // (NewActivations), one per micro-batch in flight; the modules keep none. The calls above use one the model
@@ -104,6 +109,7 @@ class Activations {
 
   const LanguageModel* model_ = nullptr;
   int64_t b_ = 0, t_ = 0;  // of the last training forward; 0 after Prefill / DecodeStep
+  ForwardMode mode_;       // of the last forward (RecomputeLayer runs its layer in it again)
   bool have_loss_ = false;
   EmbeddingActivations embedding_;                       // the first slice's
   kernels::Tensor input_;                                // (B*T, C) a later slice's input (a copy)
@@ -195,21 +201,24 @@ class LanguageModel {
 
   Activations NewActivations() const;
 
-  // The whole model (a slice holding the embedding and the head), with the caller's activations.
-  // ids (B, T) int32 in host memory -> logits (B, T, V). InvalidArgument for T > context_length or ids
-  // outside [0, V).
+  // The whole model (a slice holding the embedding and the head), with the caller's activations, in
+  // evaluation. ids (B, T) int32 in host memory -> logits (B, T, V). InvalidArgument for T > context_length
+  // or ids outside [0, V).
   absl::Status Forward(const int32_t* ids, int64_t b, int64_t t, Activations& activations);
-  // Forward plus the mean cross-entropy against host targets (B, T) int32 in [0, V). The mean is taken in
-  // double over the fp32 per-token losses. With config.z_loss > 0 the training objective also has the
-  // z-loss term (activations.z_loss_term()); the returned value is the cross-entropy alone.
+  // Forward plus the mean cross-entropy against host targets (B, T) int32 in [0, V), in `mode` (training
+  // forwards pass ForwardMode::Training). The mean is taken in double over the fp32 per-token losses. With
+  // config.z_loss > 0 the training objective also has the z-loss term (activations.z_loss_term()); the
+  // returned value is the cross-entropy alone.
   absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t,
-                                         Activations& activations);
+                                         Activations& activations, const ForwardMode& mode = ForwardMode());
   // Gradients of that forward's mean loss (cross-entropy plus the z-loss term), accumulated into every
   // parameter's grad. The logits buffer is reused for their gradient.
   void Backward(Activations& activations);
 
-  // Any slice. The input names what this slice reads (ids or hidden) and, for the last slice, the targets.
-  absl::Status ForwardStage(const StageInput& input, Activations& activations);
+  // Any slice. The input names what this slice reads (ids or hidden) and, for the last slice, the targets;
+  // `mode` as for ForwardWithLoss (the model sets mode.layer for each layer).
+  absl::Status ForwardStage(const StageInput& input, Activations& activations,
+                            const ForwardMode& mode = ForwardMode());
   // doutput (B*T, C): the gradient of this slice's hidden output, from the next slice (null for the last
   // slice, whose backward starts at its loss). dinput (B*T, C): written with the gradient of this slice's
   // hidden input, for the previous slice (null for the first slice, whose backward ends in the embedding).
@@ -221,12 +230,13 @@ class LanguageModel {
   void BackwardStage(Activations& activations, const void* doutput, void* dinput,
                      DeferredWeightGrads* deferred = nullptr);
   // Runs layer `layer`'s forward again from its saved input, into activations whose layer was Released:
-  // the same values, bit for bit (activation recomputation).
+  // the same values, bit for bit (activation recomputation; in the mode of the forward that made them).
   void RecomputeLayer(int64_t layer, Activations& activations);
 
   // The same calls on the model's own activations.
   absl::Status Forward(const int32_t* ids, int64_t b, int64_t t);
-  absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t);
+  absl::StatusOr<double> ForwardWithLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t,
+                                         const ForwardMode& mode = ForwardMode());
   double z_loss_term() const { return own_.z_loss_term(); }
   double aux_loss() const { return own_.aux_loss(); }
   void Backward();
@@ -296,7 +306,8 @@ class LanguageModel {
   absl::Status CheckCache(const KvCache& cache, int64_t b) const;
   // The embedding (or the copied hidden input) and this slice's blocks -> the last block's output (B*T, C);
   // with `cache`, each layer's state is written into it.
-  const void* RunBlocks(const StageInput& input, Activations& activations, KvCache* cache);
+  const void* RunBlocks(const StageInput& input, Activations& activations, KvCache* cache,
+                        const ForwardMode& mode = ForwardMode());
   // Block i's input: the previous block's output, or the slice's input.
   const void* LayerInput(const Activations& activations, int64_t layer) const;
   // The LM head's input for the last block's output x (n, C): the final norm's output, or x itself for a

@@ -5,7 +5,8 @@
 // - the activations of 4 micro-batches held at once, their backwards run in another order than their
 //   forwards, give bit for bit the gradients of accumulating the micro-batches one by one in that order, and
 //   the natural order's to fp32 rounding;
-// - a layer's activations released after the forward and recomputed give the same gradients, bit for bit;
+// - a layer's activations released after the forward and recomputed give the same gradients, bit for bit
+//   (with noisy MoE gating too: the training forward's noise is drawn again);
 // - the backward split into B (input gradients, weight gradients deferred) and W (the deferred work run
 //   later, interleaved with other micro-batches' B as ZB-H1 does) gives the plain backward's input and
 //   weight gradients bit for bit;
@@ -348,6 +349,38 @@ TEST(LanguageModelStages, SplitBackwardGivesTheBackwardsGradientsBitForBit) {
   ModelConfig post = LlamaLike();
   post.norm_placement = NormPlacement::kPost;
   ExpectSplitBackwardEqualsBackward("post-norm whole", post, {});
+}
+
+// Noisy top-k gating in every layer: recomputation in a training forward draws the same noise (the mode is
+// kept in the activations), so the gradients are bit for bit the unreleased forward's; the training loss is
+// not the evaluation loss.
+TEST(LanguageModelStages, RecomputedNoisyMoeLayersRepeatTheTrainingNoise) {
+  ModelConfig c = LlamaLike();
+  MoeSpec moe;
+  moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 16, moe.noisy_gating = true, moe.aux_loss = 0.01;
+  c.moe = moe;
+  const int64_t b = 2, t = 8, n = b * t;
+  const std::vector<int32_t> ids = RandomIds(c, n, 7), targets = RandomIds(c, n, 8);
+  std::unique_ptr<LanguageModel> model = Make(c);
+  model->InitializeParameters(3);
+  const ForwardMode training = ForwardMode::Training(/*seed=*/5, /*step=*/2, /*first_token=*/n);
+  Grads want, got;
+  Activations a = model->NewActivations();
+  absl::StatusOr<double> trained = model->ForwardWithLoss(ids.data(), targets.data(), b, t, a, training);
+  ASSERT_TRUE(trained.ok());
+  model->Backward(a);
+  AddGrads(*model, want);
+  model->ZeroGrad();
+  absl::StatusOr<double> evaluated = model->ForwardWithLoss(ids.data(), targets.data(), b, t, a);
+  ASSERT_TRUE(evaluated.ok());
+  EXPECT_NE(*trained, *evaluated) << "the training forward routes on noisy logits";
+  ASSERT_TRUE(model->ForwardWithLoss(ids.data(), targets.data(), b, t, a, training).ok());
+  for (int64_t layer : {1, 2}) a.ReleaseLayer(layer);
+  for (int64_t layer : {1, 2}) model->RecomputeLayer(layer, a);
+  model->Backward(a);
+  AddGrads(*model, got);
+  for (const auto& [name, grad] : want) EXPECT_EQ(got.at(name), grad) << name;
+  EXPECT_GT(want.at("layers.2.ffn.router.noise.weight").size(), 0u);
 }
 
 TEST(LanguageModelStages, SlicesRefuseWhatTheyCannotDo) {

@@ -100,6 +100,23 @@ class Scratch {
   DeferredWeightGrads* deferred_ = nullptr;
 };
 
+// How a forward runs. Evaluation (the default: validation losses, generation) is deterministic. A training
+// forward may also draw random numbers (a mixture of experts' noisy top-k gating); each draw is a
+// counter-based hash of (seed, step, layer, the token's index among the step's tokens, what is drawn), never
+// of the activations, so a recomputed forward repeats it and every data- or expert-parallel layout gives a
+// token the draws one process gives it.
+struct ForwardMode {
+  bool training = false;
+  uint64_t seed = 0;        // the run's seed
+  int64_t step = 0;         // the optimizer step the forward belongs to (0-based)
+  int64_t first_token = 0;  // the index of row 0 among the step's tokens: (its sequence's index in the step) * T
+  int64_t layer = 0;        // the layer running, numbered as in the whole model (LanguageModel sets it)
+
+  static ForwardMode Training(uint64_t seed, int64_t step, int64_t first_token) {
+    return ForwardMode{true, seed, step, first_token, 0};
+  }
+};
+
 // Visits a tensor of model state by checkpoint name.
 using BufferVisitor = std::function<void(const std::string& name, const kernels::Tensor& tensor)>;
 
@@ -147,8 +164,9 @@ class ChannelMixer {
 
   virtual std::unique_ptr<LayerActivations> NewActivations() const = 0;
   // h (B*T, C) -> out (B*T, C) += mix(h) (= when !accumulate), keeping in `saved` what Backward needs.
+  // `mode`: training or evaluation (only a layer that draws random numbers tells them apart).
   virtual void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
-                       bool accumulate, LayerActivations& saved) const = 0;
+                       bool accumulate, LayerActivations& saved, const ForwardMode& mode) const = 0;
   // dout (B*T, C) -> dh (B*T, C) written.
   virtual void Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved,
                         const void* dout, void* dh, Scratch& scratch) const = 0;

@@ -151,7 +151,8 @@ absl::Status AdamW::Restore(const StateReader& read, int64_t step) {
 absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
                                           const int32_t* targets, int64_t b, int64_t t, double lr) {
   model.ZeroGrad();
-  absl::StatusOr<double> loss = model.ForwardWithLoss(ids, targets, b, t);
+  absl::StatusOr<double> loss =
+      model.ForwardWithLoss(ids, targets, b, t, ForwardMode::Training(/*seed=*/0, optimizer.step(), 0));
   if (!loss.ok()) return loss.status();
   model.Backward();
   TrainStepResult result;

@@ -93,7 +93,8 @@ struct TrainStepResult {
   double grad_norm = 0;  // before clipping
 };
 
-// ZeroGrad, ForwardWithLoss(ids, targets (B, T)), Backward, AdamW step. Bad batches give the model's error.
+// ZeroGrad, ForwardWithLoss(ids, targets (B, T)) as a training forward (seed 0, the optimizer's step),
+// Backward, AdamW step. Bad batches give the model's error.
 absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
                                           const int32_t* targets, int64_t b, int64_t t, double lr);
 

@@ -46,16 +46,26 @@ struct Run {
 
 namespace {
 
+// A token mixer's forward; a channel mixer's in `mode`.
+void MixerForward(const TokenMixer& mixer, const kernels::Context& ctx, int64_t b, int64_t t, const float* h,
+                  float* out, LayerActivations& saved, const ForwardMode& /*mode*/) {
+  mixer.Forward(ctx, b, t, h, out, /*accumulate=*/false, saved);
+}
+void MixerForward(const ChannelMixer& mixer, const kernels::Context& ctx, int64_t b, int64_t t, const float* h,
+                  float* out, LayerActivations& saved, const ForwardMode& mode) {
+  mixer.Forward(ctx, b, t, h, out, /*accumulate=*/false, saved, mode);
+}
+
 // A token mixer and a channel mixer have the same calls the checks make.
 template <typename Mixer>
 MixerUnderTest UnderTestOf(const std::string& name, const Mixer& mixer, int64_t channels,
-                           const kernels::Context& ctx) {
+                           const kernels::Context& ctx, const ForwardMode& mode) {
   MixerUnderTest t;
   t.name = name;
   t.channels = channels;
   t.new_activations = [&mixer] { return mixer.NewActivations(); };
-  t.forward = [&mixer, ctx](int64_t b, int64_t len, const float* h, float* out, LayerActivations& saved) {
-    mixer.Forward(ctx, b, len, h, out, /*accumulate=*/false, saved);
+  t.forward = [&mixer, ctx, mode](int64_t b, int64_t len, const float* h, float* out, LayerActivations& saved) {
+    MixerForward(mixer, ctx, b, len, h, out, saved, mode);
   };
   t.backward = [&mixer, ctx](const float* h, const LayerActivations& saved, const float* dout, float* dh,
                              Scratch& scratch) { mixer.Backward(ctx, h, saved, dout, dh, scratch); };
@@ -67,12 +77,12 @@ MixerUnderTest UnderTestOf(const std::string& name, const Mixer& mixer, int64_t 
 
 MixerUnderTest UnderTest(const std::string& name, const TokenMixer& mixer, int64_t channels,
                          const kernels::Context& ctx) {
-  return UnderTestOf(name, mixer, channels, ctx);
+  return UnderTestOf(name, mixer, channels, ctx, ForwardMode());
 }
 
 MixerUnderTest UnderTest(const std::string& name, const ChannelMixer& mixer, int64_t channels,
-                         const kernels::Context& ctx) {
-  return UnderTestOf(name, mixer, channels, ctx);
+                         const kernels::Context& ctx, const ForwardMode& mode) {
+  return UnderTestOf(name, mixer, channels, ctx, mode);
 }
 
 void RandomizeParameters(const MixerUnderTest& layer, uint64_t seed, double std) {

@@ -40,8 +40,9 @@ struct MixerUnderTest {
 
 MixerUnderTest UnderTest(const std::string& name, const TokenMixer& mixer, int64_t channels,
                          const kernels::Context& ctx);
+// Every forward of a channel mixer runs in `mode` (evaluation by default).
 MixerUnderTest UnderTest(const std::string& name, const ChannelMixer& mixer, int64_t channels,
-                         const kernels::Context& ctx);
+                         const kernels::Context& ctx, const ForwardMode& mode = ForwardMode());
 
 // Every parameter N(0, std) from `seed` (biases and gains too: the checks want every term to matter).
 void RandomizeParameters(const MixerUnderTest& layer, uint64_t seed, double std);

@@ -19,7 +19,9 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
       continue;
     }
     if (absl::Status s = data.Next(ids.data(), targets.data()); !s.ok()) return s;
-    absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), input.b, input.t);
+    absl::StatusOr<double> loss = model.ForwardWithLoss(
+        ids.data(), targets.data(), input.b, input.t,
+        ForwardMode::Training(input.seed, input.step, micro * input.b * input.t));
     if (!loss.ok()) return loss.status();
     model.Backward();
     if (micro == first && input.micro_batches >= 2) {

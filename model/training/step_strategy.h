@@ -34,6 +34,10 @@ struct StepInput {
   int64_t micro_batches = 1;  // per optimizer step, over every process
   int64_t b = 0, t = 0;       // each micro-batch's shape
   double lr = 0;
+  // The key of the step's random draws (ForwardMode: noisy gating): the run's seed and this step's index
+  // (0-based). Micro-batch m's forward is ForwardMode::Training(seed, step, m * b * t).
+  uint64_t seed = 0;
+  int64_t step = 0;
   // The signal this process has received so far (0: none), asked once the step's own work is done and agreed
   // on with the other processes; unset: none.
   std::function<int()> received_signal;
@@ -95,7 +99,7 @@ class SingleProcessStep final : public StepStrategy {
 
 // The part of a step every strategy shares: zero the gradients, then forward and backward this process's
 // micro-batches [first, first + count) of input.micro_batches from `data` (skipping the others), on the
-// model's own activations. Returns the sums of their losses, z-loss terms and auxiliary losses.
+// model's own activations, as training forwards. Returns the sums of their losses, z-loss terms and auxiliary losses.
 struct LossSums {
   double loss = 0, z_loss = 0, aux_loss = 0;
   // |g|^2 of this process's first micro-batch's gradient, when the step has 2 or more micro-batches (for

@@ -149,7 +149,7 @@ std::vector<HyperparameterRun> GridRuns(const ResultsTable& table, const Observa
   std::map<double, std::map<double, std::vector<const RunResult*>>> by_budget;  // budget -> N -> runs
   for (const RunResult& r : table.runs) {
     if (r.status != RunStatus::kFinished || !(r.budget_flops > 0)) continue;
-    by_budget[r.budget_flops][choice.non_embedding ? r.non_embedding_params : r.params].push_back(&r);
+    by_budget[r.budget_flops][ParamCount(r, choice)].push_back(&r);
   }
   std::vector<HyperparameterRun> runs;
   for (const auto& [budget, sizes] : by_budget) {
@@ -266,6 +266,7 @@ absl::StatusOr<ScalingAnalysis> Analyze(const ResultsTable& table, const ReportO
   a.options = options;
   a.results_path = table.path;
   a.runs = static_cast<int>(table.runs.size());
+  a.mixture_of_experts = table.HasMixtureOfExperts();
   for (const RunResult& r : table.runs) {
     a.finished += r.status == RunStatus::kFinished;
     a.failed += r.status == RunStatus::kFailed;

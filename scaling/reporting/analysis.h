@@ -72,6 +72,7 @@ struct ScalingAnalysis {
   // curves) took each size's best run there, and how many they left out; else "".
   std::string selection_note;
   int runs = 0, finished = 0, failed = 0, diverged = 0;
+  bool mixture_of_experts = false;  // some run is one: N is the total or active count (options.choice.active)
   Observations observations;
 
   std::optional<ParametricFit> parametric;

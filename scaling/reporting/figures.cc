@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "scaling/plot/svg_plot.h"
 
@@ -72,7 +73,9 @@ std::string IsoFlopFigure(const ScalingAnalysis& a) {
   if (!a.isoflop) return "";
   Figure fig("IsoFLOP profiles (Approach 2)", 820, 500);
   fig.SetSubtitle("runs of each compute budget, the parabola fitted in ln N, and its minimum");
-  fig.x_axis() = {a.options.choice.non_embedding ? "non-embedding parameters N" : "parameters N", Scale::kLog};
+  const std::string basis = !a.mixture_of_experts ? "" : a.options.choice.active ? "active " : "total ";
+  fig.x_axis() = {basis + (a.options.choice.non_embedding ? "non-embedding parameters N" : "parameters N"),
+                  Scale::kLog};
   fig.y_axis() = {a.options.choice.best_loss ? "best validation loss" : "final validation loss", Scale::kLinear};
   std::vector<double> min_n, min_l;
   for (const IsoFlopCurve& curve : a.isoflop->curves) {

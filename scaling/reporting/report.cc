@@ -386,7 +386,11 @@ ReportFiles RenderReport(const ScalingAnalysis& a) {
     c_hi = std::max(c_hi, ob.flops);
     if (ob.budget > 0) budgets.insert(ob.budget);
   }
-  absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings", ") spans ", Fmt(n_lo),
+  absl::StrAppend(&md, "N (", o.choice.non_embedding ? "non-embedding" : "with embeddings",
+                  !a.mixture_of_experts ? ""
+                  : o.choice.active     ? "; mixture-of-experts runs: active parameters, the experts a token uses"
+                                        : "; mixture-of-experts runs: total parameters, every expert",
+                  ") spans ", Fmt(n_lo),
                   " to ", Fmt(n_hi), ", compute ", Fmt(c_lo), " to ", Fmt(c_hi), " FLOP over ", budgets.size(),
                   " IsoFLOP budgets; the loss is the ", o.choice.best_loss ? "best" : "final", " validation loss.\n\n");
   if (!a.table_note.empty()) absl::StrAppend(&md, a.table_note, "\n\n");

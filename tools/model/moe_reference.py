@@ -23,9 +23,10 @@ Losses (added to the training objective):
   softmax(z)_i (for the sigmoid router s_i / sum_j s_j); over the micro-batch or each sequence, then averaged.
   router z-loss (ST-MoE eq. 5): router_z_loss * mean over tokens of logsumexp(z)^2.
 Noisy top-k gating (Shazeer et al. 2017, eq. 3-5), noisy_gating: everything above (selection, gates, losses)
-runs on H = z + eps * softplus(W_noise x) instead of z, eps ~ N(0, 1) per token and expert. lmforge draws eps
-from a hash of the token's float32 input (gating_noise below, the same arithmetic as moe::GatingNoise); the
-fixture stores it so that the C++ test checks the draw as well as the layer.
+runs on H = z + eps * softplus(W_noise x) instead of z in training forwards, eps ~ N(0, 1) per token and
+expert. lmforge draws eps from a counter-based hash of (seed, step, layer, the token's index among the step's
+tokens, expert) (gating_noise below, the same arithmetic as moe::GatingNoise); the fixture stores that key
+and eps so that the C++ test checks the draw as well as the layer.
 
 Parameter names: {prefix}router.weight (E, C); {prefix}router.noise.weight (E, C) with noisy_gating; {prefix}experts.{e}.w1.weight (F, C), .w3.weight (F, C),
 .w2.weight (C, F) (and .bias); {prefix}shared.w1/w3/w2.* (shared_d_ff wide).
@@ -182,19 +183,18 @@ def splitmix64(x):
     return x ^ (x >> 31)
 
 
-def gating_noise(h32, e):
-    """h32 (N, C) float32 numpy -> eps (N, E) float32: per token, FNV-1a over its C values' little-endian bytes,
-    then for expert i Box-Muller of u1 = ((splitmix64(hash + 2i) >> 11) + 1) / 2^53 and
-    u2 = (splitmix64(hash + 2i + 1) >> 11) / 2^53."""
-    eps = np.zeros((h32.shape[0], e), dtype=np.float32)
-    for token in range(h32.shape[0]):
-        hash_ = 1469598103934665603
-        for byte in h32[token].astype("<f4").tobytes():
-            hash_ = ((hash_ ^ byte) * 1099511628211) & MASK64
+def gating_noise(seed, step, layer, first_token, n, e):
+    """eps (N, E) float32 for the n tokens first_token .. first_token + n - 1 of a training step: per token,
+    key = splitmix64(splitmix64(splitmix64(splitmix64(seed) ^ step) ^ layer) ^ token), then for expert i
+    Box-Muller of u1 = ((splitmix64(key + 2i) >> 11) + 1) / 2^53 and u2 = (splitmix64(key + 2i + 1) >> 11) / 2^53."""
+    eps = np.zeros((n, e), dtype=np.float32)
+    layer_key = splitmix64(splitmix64(splitmix64(seed) ^ step) ^ layer)
+    for row in range(n):
+        key = splitmix64(layer_key ^ (first_token + row))
         for i in range(e):
-            u1 = ((splitmix64((hash_ + 2 * i) & MASK64) >> 11) + 1) / 2.0**53
-            u2 = (splitmix64((hash_ + 2 * i + 1) & MASK64) >> 11) / 2.0**53
-            eps[token, i] = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+            u1 = ((splitmix64((key + 2 * i) & MASK64) >> 11) + 1) / 2.0**53
+            u2 = (splitmix64((key + 2 * i + 1) & MASK64) >> 11) / 2.0**53
+            eps[row, i] = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
     return eps
 
 
@@ -243,6 +243,9 @@ LAYER_CASES = {
 # (The loss coefficients are far above training's 1e-3 .. 1e-2 so that the losses' gradients are a large part
 # of the router's and the test sees an error in them.)
 LATER_SEEDS = {"moe_layer_noisy_topk": 2100}  # cases added later: the earlier ones keep their seeds
+# The noisy case's training forward: (seed, step, layer, first token), as if the micro-batch were the fifth of
+# B = 2 sequences of T = 5 in step 7 of a run with seed 1234, in layer 3.
+NOISE_KEY = (1234, 7, 3, 4 * LAYER_B * LAYER_T)
 LAYER_SEEDS = dict({name: 2000 + i for i, name in enumerate(sorted(set(LAYER_CASES) - set(LATER_SEEDS)))},
                    **LATER_SEEDS)
 
@@ -262,7 +265,7 @@ def make_layer_fixture(name, seed):
         bias32 = (0.05 * torch.randn(spec["n_experts"], generator=g)).to(torch.float32)
         params = {k: v.to(torch.float64).requires_grad_(True) for k, v in params32.items()}
         h = h32.to(torch.float64).requires_grad_(True)
-        noise32 = gating_noise(h32.numpy(), spec["n_experts"])
+        noise32 = gating_noise(*NOISE_KEY, b * t, spec["n_experts"])
         try:
             out, balance, z_loss, dropped = moe_forward(spec, params, "", h, b, t, biases,
                                                         bias32.to(torch.float64) if spec["expert_bias"] else None,
@@ -279,6 +282,7 @@ def make_layer_fixture(name, seed):
                   "dropped": np.array(dropped, dtype=np.int64), "grad_h": h.grad.numpy().astype(np.float32)}
         if spec.get("noisy_gating", False):
             arrays["gating_noise"] = noise32
+            arrays["noise_key"] = np.array(NOISE_KEY, dtype=np.int64)
         for k, v in params32.items():
             arrays["param/" + k] = v.numpy()
             grad = params[k].grad  # None for an expert no token reached

@@ -73,7 +73,7 @@ void Block::Resize(const kernels::Context& ctx, int64_t b, int64_t t, BlockActiv
 
 template <typename Attend>
 void Block::Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x, BlockActivations& saved,
-                const Attend& attend) const {
+                const ForwardMode& mode, const Attend& attend) const {
   Resize(ctx, b, t, saved);
   const int64_t n = b * t;
   const auto copy = [&](kernels::Tensor& dst, const void* src) {
@@ -86,7 +86,7 @@ void Block::Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x
     copy(saved.out, x);
     attend(saved.ln1.output(), saved.out.data(), /*accumulate=*/true);
     mlp.Forward(ctx, b, t, ln2_ ? saved.ln2.output() : saved.ln1.output(), saved.out.data(), /*accumulate=*/true,
-                *saved.channel);
+                *saved.channel, mode);
     return;
   }
   switch (placement_) {
@@ -96,14 +96,14 @@ void Block::Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x
       attend(saved.ln1.output(), saved.mid.data(), /*accumulate=*/true);
       ln2_->Forward(ctx, n, saved.mid.data(), saved.ln2);
       copy(saved.out, saved.mid.data());
-      mlp.Forward(ctx, b, t, saved.ln2.output(), saved.out.data(), /*accumulate=*/true, *saved.channel);
+      mlp.Forward(ctx, b, t, saved.ln2.output(), saved.out.data(), /*accumulate=*/true, *saved.channel, mode);
       break;
     case NormPlacement::kPost:  // mid = x + f(x); h = ln1(mid); out = h + g(h); output ln2(out)
       copy(saved.mid, x);
       attend(x, saved.mid.data(), /*accumulate=*/true);
       ln1_.Forward(ctx, n, saved.mid.data(), saved.ln1);
       copy(saved.out, saved.ln1.output());
-      mlp.Forward(ctx, b, t, saved.ln1.output(), saved.out.data(), /*accumulate=*/true, *saved.channel);
+      mlp.Forward(ctx, b, t, saved.ln1.output(), saved.out.data(), /*accumulate=*/true, *saved.channel, mode);
       ln2_->Forward(ctx, n, saved.out.data(), saved.ln2);
       saved.output = saved.ln2.output();
       break;
@@ -118,7 +118,7 @@ void Block::Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x
       kernels::ResidualForward(ctx, add);
       ln2_->Forward(ctx, n, saved.mid.data(), saved.ln2);
       mlp.Forward(ctx, b, t, saved.ln2.output(), saved.channel_branch.data(), /*accumulate=*/false,
-                  *saved.channel);
+                  *saved.channel, mode);
       post_ffn_norm_->Forward(ctx, n, saved.channel_branch.data(), saved.post_ffn_norm);
       add.a = saved.mid.data(), add.b = saved.post_ffn_norm.output(), add.out = saved.out.data();
       kernels::ResidualForward(ctx, add);
@@ -128,15 +128,15 @@ void Block::Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x
 }
 
 void Block::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x, BlockActivations& saved,
-                    DecodeState* fill) const {
-  Run(ctx, b, t, x, saved, [&](const void* h, void* out, bool accumulate) {
+                    const ForwardMode& mode, DecodeState* fill) const {
+  Run(ctx, b, t, x, saved, mode, [&](const void* h, void* out, bool accumulate) {
     token_mixer_->Forward(ctx, b, t, h, out, accumulate, *saved.token, fill);
   });
 }
 
 void Block::Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
                    const void* x, DecodeState& state, BlockActivations& saved) const {
-  Run(ctx, b, 1, x, saved, [&](const void* h, void* out, bool accumulate) {
+  Run(ctx, b, 1, x, saved, ForwardMode(), [&](const void* h, void* out, bool accumulate) {
     token_mixer_->Decode(ctx, b, position, device_position, h, out, accumulate, state, *saved.token);
   });
 }

@@ -50,10 +50,11 @@ class Block {
         std::unique_ptr<ChannelMixer> channel_mixer, const kernels::Context& ctx, kernels::DType dtype);
 
   std::unique_ptr<BlockActivations> NewActivations() const;
-  // x (B*T, C) -> saved.output (B*T, C). With `fill`, the token mixer writes positions [0, T) into it.
+  // x (B*T, C) -> saved.output (B*T, C); the channel mixer runs in `mode`. With `fill`, the token mixer
+  // writes positions [0, T) into it.
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* x, BlockActivations& saved,
-               DecodeState* fill = nullptr) const;
-  // x (B, C): one token per sequence at `position` (TokenMixer::Decode) -> saved.output (B, C).
+               const ForwardMode& mode, DecodeState* fill = nullptr) const;
+  // x (B, C): one token per sequence at `position` (TokenMixer::Decode), in evaluation -> saved.output (B, C).
   void Decode(const kernels::Context& ctx, int64_t b, int64_t position, const int32_t* device_position,
               const void* x, DecodeState& state, BlockActivations& saved) const;
   // dresidual (B*T, C): d(output) on entry, d(x) on return; x and saved as in the Forward.
@@ -76,7 +77,7 @@ class Block {
   // The block's structure over n rows, with `attend(h, out, accumulate)` running the token mixer.
   template <typename Attend>
   void Run(const kernels::Context& ctx, int64_t b, int64_t t, const void* x, BlockActivations& saved,
-           const Attend& attend) const;
+           const ForwardMode& mode, const Attend& attend) const;
   void Resize(const kernels::Context& ctx, int64_t b, int64_t t, BlockActivations& saved) const;
   // dst += src over n rows of C.
   void AddInto(const kernels::Context& ctx, int64_t n, void* dst, const void* src) const;

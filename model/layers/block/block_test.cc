@@ -39,7 +39,7 @@ testing::MixerUnderTest BlockUnderTest(const std::string& name, const Block& blo
   };
   t.forward = [&block, ctx, channels](int64_t b, int64_t len, const float* x, float* out, LayerActivations& saved) {
     BlockActivations& acts = *StateAs<HeldBlock>(saved).block;
-    block.Forward(ctx, b, len, x, acts);
+    block.Forward(ctx, b, len, x, acts, ForwardMode());
     std::memcpy(out, acts.output, static_cast<size_t>(b * len * channels) * sizeof(float));
   };
   t.backward = [&block, ctx, channels](const float* x, const LayerActivations& saved, const float* dout, float* dx,
@@ -96,7 +96,7 @@ TEST_P(BlockChecks, PassTheLayerChecks) {
   for (int recompute = 0; recompute < 2; ++recompute) {
     testing::ZeroGradients(layer);
     std::unique_ptr<BlockActivations> acts = block.NewActivations();
-    block.Forward(ctx, 2, 5, x.data(), *acts);
+    block.Forward(ctx, 2, 5, x.data(), *acts, ForwardMode());
     const void* output = acts->output;
     const std::vector<float> out(static_cast<const float*>(output), static_cast<const float*>(output) + n);
     if (recompute == 1) {
@@ -105,7 +105,7 @@ TEST_P(BlockChecks, PassTheLayerChecks) {
                                    (c.placement == NormPlacement::kPost ? 2 * 5 * 4 * Norm::Statistics(c.norm) : 0))
           << c.name << ": only the output (post-norm: ln2's output and statistics) stays";
       EXPECT_EQ(std::memcmp(acts->output, out.data(), n * sizeof(float)), 0) << c.name << ": the output stays";
-      block.Forward(ctx, 2, 5, x.data(), *acts);
+      block.Forward(ctx, 2, 5, x.data(), *acts, ForwardMode());
     }
     std::vector<float>& dx = recompute == 1 ? dx_recomputed : dx_kept;
     dx = dout;

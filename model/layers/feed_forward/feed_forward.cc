@@ -26,7 +26,7 @@ std::unique_ptr<LayerActivations> FeedForward::NewActivations() const {
 }
 
 void FeedForward::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
-                          bool accumulate, LayerActivations& saved_base) const {
+                          bool accumulate, LayerActivations& saved_base, const ForwardMode& /*mode*/) const {
   FeedForwardActivations& saved = StateAs<FeedForwardActivations>(saved_base);
   const int64_t n = b * t, width = in_.out();
   if (n != saved.n) {

@@ -44,8 +44,9 @@ class FeedForward final : public ChannelMixer {
               kernels::DType dtype, StepCounters* counters);
 
   std::unique_ptr<LayerActivations> NewActivations() const override;
+  // The same in training and evaluation (`mode` is not read).
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
-               LayerActivations& saved) const override;
+               LayerActivations& saved, const ForwardMode& mode) const override;
   void Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved, const void* dout,
                 void* dh, Scratch& scratch) const override;
   // Visits "<prefix>.w1.*", ("<prefix>.w3.*" for SwiGLU and GeGLU), "<prefix>.w2.*".

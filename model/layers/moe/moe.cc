@@ -83,10 +83,6 @@ void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx,
   const int64_t n = b * t, rows = n * spec_.top_k;
   saved.b = b, saved.t = t;
   saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
-  if (noise_router_.has_value()) {
-    saved.noise_logits.resize(saved.logits.size());
-    saved.noise.resize(saved.logits.size());
-  }
   saved.experts.resize(static_cast<size_t>(rows));
   saved.gates.resize(static_cast<size_t>(rows));
   EnsureRows(saved.y, rows, c_, ctx);
@@ -151,16 +147,19 @@ void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const Moe
 }
 
 void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
-                               bool accumulate, LayerActivations& saved_base) const {
+                               bool accumulate, LayerActivations& saved_base, const ForwardMode& mode) const {
   MoeActivations& saved = StateAs<MoeActivations>(saved_base);
   const int64_t n = b * t, k = spec_.top_k;
   Resize(b, t, ctx, saved);
   const float* x = static_cast<const float*>(h);
   float* o = static_cast<float*>(out);
   router_.Forward(ctx, n, x, c_, saved.logits.data(), spec_.n_experts, /*accumulate=*/false);
-  if (noise_router_.has_value()) {
+  const bool noisy = noise_router_.has_value() && mode.training;  // evaluation routes on z alone
+  saved.noise_logits.resize(noisy ? saved.logits.size() : 0);
+  saved.noise.resize(saved.noise_logits.size());
+  if (noisy) {
     noise_router_->Forward(ctx, n, x, c_, saved.noise_logits.data(), spec_.n_experts, /*accumulate=*/false);
-    moe::GatingNoise(n, c_, x, spec_.n_experts, saved.noise.data());
+    moe::GatingNoise(mode.seed, mode.step, mode.layer, mode.first_token, n, spec_.n_experts, saved.noise.data());
     moe::AddGatingNoise(n, spec_.n_experts, saved.noise_logits.data(), saved.noise.data(), saved.logits.data());
   }
   moe::Route(spec_, n, saved.logits.data(), spec_.expert_bias ? expert_bias_.data<float>() : nullptr,
@@ -170,7 +169,7 @@ void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t
   moe::BuildDispatch(spec_, n, saved.experts.data(), saved.gates.data(), saved.dispatch);
   RunExperts(ctx, x, saved);
   if (shared_.has_value()) {
-    shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared);
+    shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared, mode);
     accumulate = true;
   }
   moe::CombineRows(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), o, accumulate);
@@ -198,7 +197,7 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
   moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
   moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
   router_.Backward(ctx, n, x, c_, dlogits, e, dh, scratch.deferred());
-  if (noise_router_.has_value()) {  // H = z + eps softplus(z_noise): W_noise's share of dh
+  if (!saved.noise.empty()) {  // a noisy training forward's H = z + eps softplus(z_noise): W_noise's share of dh
     float* dnoise = take(n, e);
     float* dh_noise = take(n, c_);
     moe::GatingNoiseBackward(n, e, saved.noise_logits.data(), saved.noise.data(), dlogits, dnoise);

@@ -5,7 +5,9 @@
 // plus the shared experts, a dense FeedForward of width shared_d_ff that sees every token:
 //   out = shared(h) + sum over the token's kept experts j of gate_j * expert_j(h)
 // The auxiliary losses enter the objective through LayerActivations::aux_loss; Backward adds their gradient
-// (weight 1) to the router's. With spec.expert_bias, a per-expert bias (model state, not a parameter:
+// (weight 1) to the router's. Noisy top-k gating (spec.noisy_gating) adds its noise in training forwards
+// only (ForwardMode, drawn by moe::GatingNoise from the mode's key and each token's index); an evaluation
+// forward routes on the noise-free logits z. With spec.expert_bias, a per-expert bias (model state, not a parameter:
 // VisitBuffers) is added to the selection scores only; EndStep moves it by bias_update_rate * sign(mean
 // load - load) from the step's counts. The backwards count each expert's assignments and drops
 // (VisitStepCounts: for the bias and for metrics); EndStep clears them.
@@ -47,7 +49,7 @@ namespace lmf::model {
 
 struct MoeActivations : LayerActivations {
   int64_t b = 0, t = 0;
-  std::vector<float> logits;      // (N, E) the router's fp32 logits (noisy gating: H, with the noise)
+  std::vector<float> logits;      // (N, E) the router's fp32 logits (noisy gating in training: H, with the noise)
   std::vector<float> noise_logits, noise;  // (N, E) each: noisy gating's h W_noise^T and eps (else empty)
   std::vector<int32_t> experts;   // (N, k) each token's experts, best first
   std::vector<float> gates;       // (N, k)
@@ -78,7 +80,7 @@ class MixtureOfExperts final : public ChannelMixer {
 
   std::unique_ptr<LayerActivations> NewActivations() const override;
   void Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
-               LayerActivations& saved) const override;
+               LayerActivations& saved, const ForwardMode& mode) const override;
   void Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved, const void* dout,
                 void* dh, Scratch& scratch) const override;
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const override;
@@ -89,7 +91,8 @@ class MixtureOfExperts final : public ChannelMixer {
   void EndStep() const override;
 
   // What a layer of this spec costs, from the config alone: every parameter, and the forward FLOPs of one
-  // token through the router, its top_k experts and the shared experts (dropless).
+  // token through the router, its top_k experts and the shared experts (dropless), and the bytes a training
+  // forward keeps.
   static int64_t Parameters(const MoeSpec& spec, const ModelConfig& model);
   static int64_t ActiveParameters(const MoeSpec& spec, const ModelConfig& model);
   static double MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model);

@@ -79,9 +79,10 @@ int Run() {
     for (float& v : dout) v = unit(rng);
     std::unique_ptr<LayerActivations> saved = layer.NewActivations();
     Scratch scratch(ctx.allocator);
-    const double fwd = Ms([&] { layer.Forward(ctx, 1, s.n, h.data(), out.data(), false, *saved); });
+    const ForwardMode training = ForwardMode::Training(/*seed=*/1, /*step=*/0, /*first_token=*/0);
+    const double fwd = Ms([&] { layer.Forward(ctx, 1, s.n, h.data(), out.data(), false, *saved, training); });
     const double fwdbwd = Ms([&] {
-      layer.Forward(ctx, 1, s.n, h.data(), out.data(), false, *saved);
+      layer.Forward(ctx, 1, s.n, h.data(), out.data(), false, *saved, training);
       scratch.Reset();
       layer.Backward(ctx, h.data(), *saved, dout.data(), dh.data(), scratch);
     });

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/json.h"
@@ -49,6 +50,10 @@ std::vector<Case> Cases() {
   cases.push_back({"softmax_normalized_dropping_by_score", Spec(4, 2, 6, RouterKind::kSoftmaxTopK)});
   cases.back().spec.capacity_factor = 0.75, cases.back().spec.drop = DropPolicy::kByScore;
   cases.back().spec.normalize_gates = true;
+  // Noisy gating in training: the noise is a function of the token's index, not of h, so finite differences
+  // see the noisy layer's own gradient.
+  cases.push_back({"noisy_topk_softmax_training", Spec(4, 2, 6, RouterKind::kTopKSoftmax)});
+  cases.back().spec.noisy_gating = true;
   return cases;
 }
 
@@ -66,7 +71,9 @@ TEST_P(MoeChecks, PassTheLayerChecks) {
   const kernels::Context ctx = kernels::Context::Cpu();
   StepCounters counters;
   const MixtureOfExperts moe(c.spec, model, ctx, &counters);
-  const testing::MixerUnderTest layer = testing::UnderTest(c.name, moe, model.d_model, ctx);
+  // Training forwards (only the noisy case tells them from evaluation).
+  const ForwardMode mode = ForwardMode::Training(/*seed=*/9, /*step=*/4, /*first_token=*/30);
+  const testing::MixerUnderTest layer = testing::UnderTest(c.name, moe, model.d_model, ctx, mode);
   testing::ExpectGradientsMatchFiniteDifferences(layer, 2, 3, /*seed=*/3);
   testing::ExpectMicroBatchesIndependent(layer, 2, 5, 4, 22);
   testing::ExpectRecomputeIsExact(layer, 2, 5, 23);
@@ -137,13 +144,18 @@ TEST_P(PyTorchMatch, ForwardLossesAndEveryGradient) {
   });
   const std::vector<float> h = f.at("h").ToFloat(), dout = f.at("dout").ToFloat();
   std::vector<float> out(h.size()), dh(h.size());
-  if (spec.noisy_gating) {  // the reference drew the same standard normals from the same inputs
+  ForwardMode mode;  // evaluation: the same as training for a layer without noise
+  if (spec.noisy_gating) {  // a training forward; the reference drew the same standard normals from its key
+    const std::vector<int64_t> key = f.at("noise_key").ToInt64();  // seed, step, layer, first token
+    ASSERT_EQ(key.size(), 4u);
+    mode = ForwardMode::Training(static_cast<uint64_t>(key[0]), key[1], key[3]);
+    mode.layer = key[2];
     std::vector<float> noise(static_cast<size_t>(n * spec.n_experts));
-    moe::GatingNoise(n, c, h.data(), spec.n_experts, noise.data());
+    moe::GatingNoise(mode.seed, mode.step, mode.layer, mode.first_token, n, spec.n_experts, noise.data());
     ExpectClose("the gating noise", noise.data(), f.at("gating_noise").ToFloat(), 0);
   }
   std::unique_ptr<LayerActivations> saved = moe.NewActivations();
-  moe.Forward(ctx, b, t, h.data(), out.data(), /*accumulate=*/false, *saved);
+  moe.Forward(ctx, b, t, h.data(), out.data(), /*accumulate=*/false, *saved, mode);
   ExpectClose("out", out.data(), f.at("out").ToFloat(), 0);
   const MoeActivations& kept = StateAs<MoeActivations>(*saved);
   // Sums of n * E fp32 probabilities and lse values, each a few ulps off: 1e-5 relative.
@@ -166,6 +178,106 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchMatch,
                                            "moe_layer_sigmoid_grouped_bias", "moe_layer_shared_fine_grained",
                                            "moe_layer_drop_position", "moe_layer_drop_score",
                                            "moe_layer_noisy_topk"));
+
+// The noise is a function of (seed, step, layer, token index, expert) alone: a micro-batch that starts at
+// token k draws rows k.. of the whole step's draw, bit for bit (what lets every parallel layout draw one
+// process's noise); another seed, step or layer draws other numbers; the draws are standard normals.
+TEST(MoeNoisyGating, NoiseIsAFunctionOfTheTokenIndex) {
+  const int64_t n = 4096, e = 8, first = 640;
+  std::vector<float> whole(static_cast<size_t>(n * e)), part(static_cast<size_t>((n - 100) * e));
+  moe::GatingNoise(17, 3, 2, first, n, e, whole.data());
+  moe::GatingNoise(17, 3, 2, first + 100, n - 100, e, part.data());
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + 100 * e));
+  for (const auto& [seed, step, layer] : {std::tuple<uint64_t, int64_t, int64_t>{18, 3, 2}, {17, 4, 2}, {17, 3, 1}}) {
+    std::vector<float> other(whole.size());
+    moe::GatingNoise(seed, step, layer, first, n, e, other.data());
+    int64_t same = 0;
+    for (size_t i = 0; i < whole.size(); ++i) same += other[i] == whole[i];
+    EXPECT_EQ(same, 0) << "seed " << seed << " step " << step << " layer " << layer;
+  }
+  // Mean and variance of 32768 draws: standard errors 0.0055 and 0.008; 5 of them allowed.
+  double sum = 0, squares = 0;
+  for (float v : whole) sum += v, squares += double{v} * v;
+  const double mean = sum / static_cast<double>(whole.size());
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(squares / static_cast<double>(whole.size()) - mean * mean, 1.0, 0.04);
+}
+
+// An evaluation forward of a noisy layer is the noise-free router's: the output, the input gradient and the
+// router's gradient of the same layer without noisy gating, bit for bit, and no gradient for W_noise. A
+// training forward routes on other logits, repeats itself exactly, and the tokens of a micro-batch that
+// starts later in the step (first_token) take the experts and gates they take in the whole batch.
+TEST(MoeNoisyGating, EvaluationIsNoiseFreeAndTrainingIsKeyedByTokenIndex) {
+  MoeSpec spec = Spec(4, 2, 6, RouterKind::kTopKSoftmax);
+  spec.noisy_gating = true;
+  MoeSpec plain_spec = spec;
+  plain_spec.noisy_gating = false;
+  const ModelConfig model = Cs336Config(32, 16, /*d_model=*/8, 1, 2, 16);
+  const kernels::Context ctx = kernels::Context::Cpu();
+  StepCounters counters;
+  const MixtureOfExperts noisy(spec, model, ctx, &counters), plain(plain_spec, model, ctx, &counters);
+  const testing::MixerUnderTest layer = testing::UnderTest("noisy", noisy, model.d_model, ctx);
+  testing::RandomizeParameters(layer, 7, 1.0);  // W_noise large enough that the noise changes the routing
+  std::map<std::string, std::vector<float>> values;
+  noisy.VisitParameters("ffn", [&](const std::string& name, const Parameter& p) {
+    values[name].assign(p.data(), p.data() + p.value.numel());
+  });
+  plain.VisitParameters("ffn", [&](const std::string& name, const Parameter& p) {
+    std::copy(values.at(name).begin(), values.at(name).end(), p.data());
+  });
+  const int64_t b = 4, t = 6, n = b * t, c = model.d_model;
+  std::vector<float> h(static_cast<size_t>(n * c)), dout(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    h[i] = std::sin(0.37f * static_cast<float>(i));
+    dout[i] = std::cos(0.11f * static_cast<float>(i));
+  }
+  Scratch scratch(&kernels::CpuAllocator::Default());
+  struct Result {
+    std::vector<float> out, dh, logits, gates;
+    std::vector<int32_t> experts;
+  };
+  const auto run = [&](const MixtureOfExperts& moe, int64_t rows_b, int64_t row0, const ForwardMode& mode) {
+    Result r;
+    r.out.resize(static_cast<size_t>(rows_b * t * c)), r.dh.resize(r.out.size());
+    std::unique_ptr<LayerActivations> saved = moe.NewActivations();
+    moe.Forward(ctx, rows_b, t, h.data() + row0 * c, r.out.data(), /*accumulate=*/false, *saved, mode);
+    moe.Backward(ctx, h.data() + row0 * c, *saved, dout.data() + row0 * c, r.dh.data(), scratch);
+    scratch.Reset();
+    const MoeActivations& kept = StateAs<MoeActivations>(*saved);
+    r.logits = kept.logits, r.gates = kept.gates, r.experts = kept.experts;
+    return r;
+  };
+  const auto grad = [](const MixtureOfExperts& moe, const std::string& name) {
+    std::vector<float> g;
+    moe.VisitParameters("ffn", [&](const std::string& visited, const Parameter& p) {
+      if (visited != name) return;
+      g.assign(p.grad_data(), p.grad_data() + p.grad.numel());
+      std::fill_n(p.grad_data(), p.grad.numel(), 0.0f);  // the next run's gradient alone
+    });
+    return g;
+  };
+  const Result eval = run(noisy, b, 0, ForwardMode()), reference = run(plain, b, 0, ForwardMode());
+  EXPECT_EQ(eval.out, reference.out);
+  EXPECT_EQ(eval.dh, reference.dh);
+  EXPECT_EQ(grad(noisy, "ffn.router.weight"), grad(plain, "ffn.router.weight"));
+  const std::vector<float> noise_grad = grad(noisy, "ffn.router.noise.weight");
+  EXPECT_TRUE(std::all_of(noise_grad.begin(), noise_grad.end(), [](float g) { return g == 0; }));
+
+  const ForwardMode training = ForwardMode::Training(/*seed=*/3, /*step=*/11, /*first_token=*/96);
+  const Result trained = run(noisy, b, 0, training), again = run(noisy, b, 0, training);
+  EXPECT_NE(trained.experts, eval.experts) << "the noise should change some token's experts";
+  EXPECT_NE(grad(noisy, "ffn.router.noise.weight"), noise_grad) << "a training forward trains W_noise";
+  EXPECT_EQ(trained.out, again.out);
+  EXPECT_EQ(trained.logits, again.logits);
+  ForwardMode later = training;
+  later.first_token += 2 * t;  // sequences 2 and 3 alone
+  const Result half = run(noisy, 2, 2 * t, later);
+  for (int64_t i = 0; i < 2 * t * spec.top_k; ++i) {
+    const size_t whole = static_cast<size_t>(2 * t * spec.top_k + i);
+    EXPECT_EQ(half.experts[i], trained.experts[whole]) << i;
+    EXPECT_NEAR(half.gates[i], trained.gates[whole], 1e-6) << i;
+  }
+}
 
 TEST(MoeDispatch, SortsByExpertAndDropsOverCapacity) {
   MoeSpec spec = Spec(3, 1, 4, RouterKind::kSoftmaxTopK);

@@ -262,16 +262,18 @@ double Softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::l
 
 }  // namespace
 
-void GatingNoise(int64_t n, int64_t c, const float* h, int64_t e, float* eps) {
+void GatingNoise(uint64_t seed, int64_t step, int64_t layer, int64_t first_token, int64_t n, int64_t e,
+                 float* eps) {
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   constexpr double kUnit = 1.0 / 9007199254740992.0;  // 2^-53
+  const uint64_t layer_key =
+      SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(layer));
   for (int64_t token = 0; token < n; ++token) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(h + token * c);
-    uint64_t hash = 1469598103934665603ull;
-    for (size_t i = 0; i < static_cast<size_t>(c) * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    const uint64_t key = SplitMix64(layer_key ^ static_cast<uint64_t>(first_token + token));
     for (int64_t i = 0; i < e; ++i) {
-      const double u1 = static_cast<double>((SplitMix64(hash + 2 * i) >> 11) + 1) * kUnit;  // (0, 1]
-      const double u2 = static_cast<double>(SplitMix64(hash + 2 * i + 1) >> 11) * kUnit;     // [0, 1)
+      const uint64_t counter = key + 2 * static_cast<uint64_t>(i);
+      const double u1 = static_cast<double>((SplitMix64(counter) >> 11) + 1) * kUnit;  // (0, 1]
+      const double u2 = static_cast<double>(SplitMix64(counter + 1) >> 11) * kUnit;    // [0, 1)
       eps[token * e + i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
     }
   }

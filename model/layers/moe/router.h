@@ -30,10 +30,14 @@ void RouteBackward(const MoeSpec& spec, int64_t n, const float* logits, const in
 double BalanceLoss(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts);
 void BalanceLossBackward(const MoeSpec& spec, int64_t b, int64_t t, const float* logits, const int32_t* experts,
                          float* dlogits);
-// Noisy top-k gating (MoeSpec::noisy_gating): eps (N, E) standard normals, each token's drawn from a hash of
-// its input row's C fp32 values h (N, C): FNV-1a over the row's bytes, SplitMix64 of it plus 2i and 2i + 1
-// for expert i, and Box-Muller (tools/model/moe_reference.py draws the same).
-void GatingNoise(int64_t n, int64_t c, const float* h, int64_t e, float* eps);
+// Noisy top-k gating (MoeSpec::noisy_gating, training forwards only): eps (N, E) standard normals for the N
+// tokens first_token .. first_token + N - 1 of the step (their indices among the step's tokens, the same
+// under every parallel layout). Counter-based, from (seed, step, layer, token, expert) alone:
+//   key = SplitMix64(SplitMix64(SplitMix64(SplitMix64(seed) ^ step) ^ layer) ^ token)
+//   u1 = ((SplitMix64(key + 2i) >> 11) + 1) 2^-53,  u2 = (SplitMix64(key + 2i + 1) >> 11) 2^-53  for expert i
+//   eps = sqrt(-2 ln u1) cos(2 pi u2)  (Box-Muller; tools/model/moe_reference.py draws the same)
+void GatingNoise(uint64_t seed, int64_t step, int64_t layer, int64_t first_token, int64_t n, int64_t e,
+                 float* eps);
 // logits (N, E) += eps * softplus(noise_logits): the noisy logits H the router routes on.
 void AddGatingNoise(int64_t n, int64_t e, const float* noise_logits, const float* eps, float* logits);
 // dlogits (N, E), the gradient of H -> dnoise_logits (N, E) written: dlogits * eps * sigmoid(noise_logits).
