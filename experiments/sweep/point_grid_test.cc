@@ -1,15 +1,21 @@
 // IsoFLOP designs whose points carry a batch size x learning rate grid (sweep.isoflop.point_grid): which
 // models carry it, that every run still spends its budget when the batch changes, the errors a bad point
-// grid gets (naming the field), and that such a sweep resumes like any other (fake_train_for_test trains);
-// and grid axes over several fields at once (GridAxis.fields).
+// grid gets (naming the field), that with sweep.wsd_branches only runs of one model, batch size and lr share a
+// WSD stable phase, and that such a sweep resumes like any other (fake_train_for_test trains); and grid axes
+// over several fields at once (GridAxis.fields).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "experiments/sweep/plan.h"
 #include "experiments/sweep/runner.h"
 #include "experiments/sweep/sweep_testing.h"
@@ -22,9 +28,10 @@ std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
 
 using testing::SimpleSizer;
 
-// `design_extra` goes inside isoflop { }, after the budgets and family.
-absl::StatusOr<SweepPlan> Plan(const std::string& design_extra, const std::string& out = "out") {
-  const std::string text = absl::StrCat("name: \"t\"\noutput_dir: \"", TmpDir(), "/", out, R"pb("
+// `design_extra` goes inside isoflop { }, after the budgets and family; `sweep_extra` at the sweep's top level.
+absl::StatusOr<SweepPlan> Plan(const std::string& design_extra, const std::string& out = "out",
+                               const std::string& sweep_extra = "") {
+  const std::string text = absl::StrCat("name: \"t\"\noutput_dir: \"", TmpDir(), "/", out, "\"\n", sweep_extra, R"pb(
     experiment {
       model { d_model: 64 n_layers: 2 n_heads: 2 vocab_size: 256 context_length: 32 ffn { d_ff: 256 } }
       optimizer { lr: 1e-3 }
@@ -156,6 +163,108 @@ TEST(PointGrid, BadPointGridsGetErrorsNamingTheField) {
   EXPECT_NE(big.status().message().find("_batch_size=65536 would train"), std::string::npos) << big.status();
   EXPECT_NE(big.status().message().find("fewer than sweep.isoflop.min_steps=20"), std::string::npos)
       << big.status();
+}
+
+// What a WSD branch may share with its trunk: the model, the batch size and the lr (and all else but length).
+struct TrunkKey {
+  int64_t d_model, n_layers, batch_size;
+  double lr;
+  bool operator<(const TrunkKey& o) const {
+    return std::tie(d_model, n_layers, batch_size, lr) < std::tie(o.d_model, o.n_layers, o.batch_size, o.lr);
+  }
+};
+TrunkKey KeyOf(const PlannedRun& r) {
+  return {r.experiment.model().d_model(), r.experiment.model().n_layers(), r.experiment.run().batch_size(),
+          r.experiment.optimizer().lr()};
+}
+
+// Checks that `plan`'s WSD branches share only within (model, batch size, lr): every run of such a group but
+// the longest starts from the longest's checkpoint, and no run starts from a run with another batch size or
+// lr. Returns the number of runs that start from a trunk.
+int CheckTrunksShareModelBatchAndLr(const SweepPlan& plan) {
+  std::map<std::string, const PlannedRun*> by_name;
+  std::map<TrunkKey, std::vector<const PlannedRun*>> groups;
+  for (const PlannedRun& r : plan.runs) {
+    by_name[r.name] = &r;
+    groups[KeyOf(r)].push_back(&r);
+  }
+  int branches = 0;
+  for (const auto& [key, members] : groups) {
+    const PlannedRun* longest = members.front();
+    for (const PlannedRun* r : members) {
+      if (r->steps > longest->steps) longest = r;
+    }
+    EXPECT_EQ(longest->trunk, "") << longest->name;
+    for (const PlannedRun* r : members) {
+      if (r == longest) continue;
+      // The budgets are 3x apart: a shorter run's stable phase (80% of it) is more than half of it.
+      EXPECT_EQ(r->trunk, longest->name) << r->name;
+      EXPECT_GT(r->branch_step, r->steps / 2) << r->name;
+      EXPECT_LT(r->branch_step, r->steps) << r->name;
+    }
+  }
+  for (const PlannedRun& r : plan.runs) {
+    if (r.trunk.empty()) continue;
+    ++branches;
+    EXPECT_EQ(by_name.count(r.trunk), 1u) << r.name << " starts from " << r.trunk;
+    if (by_name.count(r.trunk) == 0) continue;
+    const PlannedRun& trunk = *by_name[r.trunk];
+    EXPECT_EQ(trunk.experiment.model().d_model(), r.experiment.model().d_model()) << r.name;
+    EXPECT_EQ(trunk.experiment.model().n_layers(), r.experiment.model().n_layers()) << r.name;
+    EXPECT_EQ(trunk.experiment.run().batch_size(), r.experiment.run().batch_size()) << r.name;
+    EXPECT_EQ(trunk.experiment.optimizer().lr(), r.experiment.optimizer().lr()) << r.name;
+    EXPECT_GT(trunk.budget_flops, r.budget_flops) << r.name;
+    EXPECT_EQ(r.experiment.run().init_from(),
+              absl::StrFormat("%s/checkpoints/step_%08d", trunk.experiment.run().output_dir(), r.branch_step));
+    const auto& saved = trunk.experiment.run().checkpoint_steps();
+    EXPECT_NE(std::find(saved.begin(), saved.end(), r.branch_step), saved.end()) << r.name;
+  }
+  return branches;
+}
+
+const char* kWsdBranches = R"pb(
+  wsd_branches: true
+  set: [ "schedule.kind=WSD" ]
+)pb";
+
+TEST(PointGrid, WsdBranchesShareATrunkOnlyAtTheSameModelBatchSizeAndLr) {
+  // Every model carries the grid and sizes recur across budgets: a size at both budgets trains each of its 6
+  // grid points' stable phase once, at the larger budget; the 2e12 runs of that point branch off it.
+  auto every = Plan(absl::StrCat(kBatchLrGrid, "grid_models: EVERY_MODEL shared_sizes: true"), "wsd_every",
+                    kWsdBranches);
+  ASSERT_TRUE(every.ok()) << every.status();
+  const int branches = CheckTrunksShareModelBatchAndLr(*every);
+  EXPECT_GT(branches, 0) << FormatPlan(*every);
+  EXPECT_EQ(branches % 6, 0) << FormatPlan(*every);  // a recurring size shares all its grid points
+  // The grid only on the model nearest 20 tokens per parameter: the other sizes train at the base's batch
+  // size and lr (4, 1e-3), so a gridded size's point at those values shares with the size's plain run at the
+  // other budget, and its other points share with nothing.
+  auto nearest = Plan(absl::StrCat(kBatchLrGrid, "shared_sizes: true"), "wsd_nearest", kWsdBranches);
+  ASSERT_TRUE(nearest.ok()) << nearest.status();
+  CheckTrunksShareModelBatchAndLr(*nearest);
+  // Without wsd_branches nothing shares.
+  auto plain = Plan(absl::StrCat(kBatchLrGrid, "grid_models: EVERY_MODEL shared_sizes: true"), "wsd_plain",
+                    R"pb(set: [ "schedule.kind=WSD" ])pb");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const PlannedRun& r : plain->runs) EXPECT_EQ(r.trunk, "") << r.name;
+}
+
+TEST(PointGrid, WsdBranchesRefuseGridAxesTheyCannotShare) {
+  // The branch wiring is the sweep's: an axis over it is refused, naming the axis and field.
+  auto wiring = Plan(R"pb(point_grid { axis { field: "run.checkpoint_steps" values: [ "5" ] } })pb", "wsd_wiring",
+                     kWsdBranches);
+  ASSERT_FALSE(wiring.ok());
+  EXPECT_NE(wiring.status().message().find("sweep.isoflop.point_grid.axis[0].field is run.checkpoint_steps, which "
+                                           "the sweep sets itself (sweep.wsd_branches sets it"),
+            std::string::npos)
+      << wiring.status();
+  // A point off the WSD schedule has no stable phase to share: the error names the run and the field.
+  auto cosine = Plan(R"pb(point_grid { axis { field: "schedule.kind" values: [ "WSD", "COSINE" ] } })pb",
+                     "wsd_cosine", kWsdBranches);
+  ASSERT_FALSE(cosine.ok());
+  EXPECT_NE(cosine.status().message().find("kind=COSINE): sweep.wsd_branches needs schedule.kind: WSD"),
+            std::string::npos)
+      << cosine.status();
 }
 
 // An axis over several fields (GridAxis.fields) sets them together: widths at one head size and d_ff ratio.

@@ -1,6 +1,7 @@
 // A WSD sweep trained for real (the sweep binary's --train_one process, the CPU trainer): each branch, which
 // trains only its decay from its trunk's checkpoint, ends where the same run trained alone from scratch ends,
-// bit for bit (final and best loss, and its evaluation curve), and trains fewer steps itself.
+// bit for bit (final and best loss, and its evaluation curve), and trains fewer steps itself; so do the
+// branched points of an IsoFLOP design's lr grid.
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +29,12 @@ struct Swept {
   SweepSummary summary;
 };
 
-// Plans and runs the tiny model on a WSD schedule at 8, 16 and 12 steps, into `name`.
-Swept RunWsdSweep(const std::string& name, bool wsd_branches) {
+// The tiny model on a WSD schedule at 8, 16 and 12 steps.
+constexpr char kLengths[] = "grid { axis { field: \"run.max_steps\" values: [\"8\", \"16\", \"12\"] } }\n";
+
+// Plans and runs the tiny model on a WSD schedule, its runs as `design` (a grid or isoflop block) says, into
+// `name`.
+Swept RunWsdSweep(const std::string& name, bool wsd_branches, const std::string& design = kLengths) {
   const std::string& train = testing::TinyTokens().train;
   const std::string& val = testing::TinyTokens().val;
   char cwd[PATH_MAX];
@@ -40,7 +45,7 @@ Swept RunWsdSweep(const std::string& name, bool wsd_branches) {
       wsd_branches ? "true" : "false", "\nset: [\"data.train_tokens=", train, "\", \"data.val_tokens=", val,
       "\", \"run.eval_tokens=512\", \"schedule.kind=WSD\", \"schedule.warmup=2\", "
       "\"schedule.decay_fraction=0.25\", \"run.checkpoint_interval=0\"]\n",
-      "grid { axis { field: \"run.max_steps\" values: [\"8\", \"16\", \"12\"] } }\n");
+      design);
   Swept swept;
   auto sweep = ParseSweepText(text, name + ".sweep");
   EXPECT_TRUE(sweep.ok()) << sweep.status();
@@ -100,6 +105,48 @@ TEST(WsdSweep, BranchesEndWhereTheRunsTrainedAloneEnd) {
     EXPECT_GE(own, 1) << *curve;
   }
   EXPECT_EQ(branches, 2);
+}
+
+// An IsoFLOP design whose every model carries a 2-point lr grid, sizes shared across 2 budgets: a size at
+// both budgets trains each lr's stable phase once, at 2e9 FLOP, and its 1e9 run at that lr branches off it.
+// Every run, branched or not, ends where it ends trained alone, bit for bit.
+TEST(WsdSweep, BranchedGridPointsEndWhereTheyEndTrainedAlone) {
+  const std::string design = R"pb(
+    isoflop {
+      budgets: [ 1e9, 2e9 ]
+      family { aspect_ratio: 16 head_size: 16 min_layers: 1 max_layers: 4 aspect_spread: 2 }
+      models_per_budget: 3
+      shared_sizes: true
+      min_tokens_per_param: 0.05
+      max_tokens_per_param: 100
+      min_steps: 10
+      grid_models: EVERY_MODEL
+      point_grid { axis { field: "optimizer.lr" values: [ "3e-3", "6e-3" ] } }
+    }
+  )pb";
+  const Swept branched = RunWsdSweep("grid_branched", true, design);
+  const Swept alone = RunWsdSweep("grid_alone", false, design);
+  ASSERT_EQ(branched.plan.runs.size(), 12u);
+  ASSERT_EQ(branched.summary.finished, 12);
+  ASSERT_EQ(alone.summary.finished, 12);
+  int branches = 0;
+  for (const PlannedRun& run : branched.plan.runs) {
+    SCOPED_TRACE(run.name);
+    auto a = ReadRunResult(branched.plan.output_dir + "/runs/" + run.name);
+    auto b = ReadRunResult(alone.plan.output_dir + "/runs/" + run.name);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->final_loss(), b->final_loss());
+    EXPECT_EQ(a->best_val_loss(), b->best_val_loss());
+    auto curve = ReadFile(branched.plan.output_dir + "/runs/" + run.name + "/curve.csv");
+    auto alone_curve = ReadFile(alone.plan.output_dir + "/runs/" + run.name + "/curve.csv");
+    ASSERT_TRUE(curve.ok() && alone_curve.ok());
+    EXPECT_EQ(*curve, *alone_curve);
+    if (run.trunk.empty()) continue;
+    ++branches;
+    // Its trunk: the same size and lr at the larger budget ("C1e9_<size>_lr=..." -> "C2e9_<size>_lr=...").
+    EXPECT_EQ(run.trunk, "C2e9" + run.name.substr(run.name.find('_')));
+  }
+  EXPECT_EQ(branches, 4);  // 2 sizes at both budgets x 2 lrs
 }
 
 // A branch keeps its trunk's evaluations from when it started: the trunk trained again later (here: its log

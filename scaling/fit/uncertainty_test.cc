@@ -1,8 +1,10 @@
 // Tests for the bootstrap: percentile intervals, resampling, determinism across thread counts, and the
-// coverage of the Approach 2 and Approach 3 intervals over repeated synthetic experiments.
+// coverage of the Approach 2 and Approach 3 intervals and of the batch/lr laws' over repeated synthetic
+// experiments.
 #include "scaling/fit/uncertainty.h"
 
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 
@@ -224,15 +226,20 @@ TEST(BootstrapCoverageTest, IsoFlopIntervalsCoverTheTruth) {
 }
 
 // The batch-size and learning-rate laws: each budget's 5 x 5 grid (factors of 2 in batch and lr, placed
-// at random around the optimum) follows a quadratic in (ln batch, ln lr) with a cross term and 0.2% log-noise
-// (about a tenth of the loss step between neighbouring settings); the optima follow DeepSeek LLM's laws
-// B_opt = 0.292 C^0.3271 and lr_opt = 0.3118 C^-0.125 over 6 budgets. Their exponents must fall inside the
-// 95% intervals in at least 90 of 100 draws (the bar; binomial sd 2.2 at a true 95%).
-TEST(BootstrapCoverageTest, BatchAndLearningRateIntervalsCoverThePlantedExponents) {
+// at random around the optimum) follows loss = base (1 + curvature (0.004 du^2 + 0.008 dv^2 + 0.002 du dv))
+// (du, dv: ln batch and ln lr from the optimum) with 0.2% log-noise; the optima follow DeepSeek LLM's laws
+// B_opt = 0.292 C^0.3271 and lr_opt = 0.3118 C^-0.125 over 6 budgets. Returns how often, in 100 draws, the
+// 95% intervals cover the planted exponents and values at 1e23 FLOP, their mean widths, and the failed
+// resamples over all draws.
+struct HyperparameterCoverage {
+  int batch = 0, lr = 0, batch_at = 0, lr_at = 0;
+  double batch_width = 0, lr_width = 0;  // mean widths of the exponents' intervals
+  int failed = 0, resamples = 0;
+};
+HyperparameterCoverage CoverPlantedHyperparameterLaws(double curvature, const HyperparameterFitOptions& options) {
   const PowerLaw batch_truth{0.292, 0.3271}, lr_truth{0.3118, -0.125};
   const double target = 1e23;
-  int covered_batch = 0, covered_lr = 0, covered_batch_at = 0, covered_lr_at = 0;
-  double batch_width = 0, lr_width = 0;  // mean widths of the exponents' intervals
+  HyperparameterCoverage out;
   BootstrapOptions boot;
   boot.resamples = 200;
   for (int draw = 0; draw < kDraws; ++draw) {
@@ -246,35 +253,65 @@ TEST(BootstrapCoverageTest, BatchAndLearningRateIntervalsCoverThePlantedExponent
       for (int i = -2; i <= 2; ++i) {
         for (int j = -2; j <= 2; ++j) {
           const double du = i * std::log(2.0) + shift_u, dv = j * std::log(2.0) + shift_v;
-          const double loss = base * (1 + 0.004 * du * du + 0.008 * dv * dv + 0.002 * du * dv) * std::exp(eps(rng));
-          runs.push_back({c, batch_truth.At(c) * std::exp(du), lr_truth.At(c) * std::exp(dv), loss});
+          const double bowl = curvature * (0.004 * du * du + 0.008 * dv * dv + 0.002 * du * dv);
+          runs.push_back({c, batch_truth.At(c) * std::exp(du), lr_truth.At(c) * std::exp(dv),
+                          base * (1 + bowl) * std::exp(eps(rng))});
         }
       }
     }
-    absl::StatusOr<HyperparameterFit> fit = FitHyperparameterLaws(runs, {});
-    ASSERT_TRUE(fit.ok()) << fit.status();
+    absl::StatusOr<HyperparameterFit> fit = FitHyperparameterLaws(runs, options);
+    EXPECT_TRUE(fit.ok()) << fit.status();
+    if (!fit.ok()) return out;
     boot.seed = draw;
-    absl::StatusOr<HyperparameterUncertainty> u = BootstrapHyperparameterLaws(runs, *fit, target, boot, {});
-    ASSERT_TRUE(u.ok()) << u.status();
-    covered_batch += u->batch_exponent.Contains(batch_truth.exponent);
-    covered_lr += u->lr_exponent.Contains(lr_truth.exponent);
-    covered_batch_at += u->batch_at_target.Contains(batch_truth.At(target));
-    covered_lr_at += u->lr_at_target.Contains(lr_truth.At(target));
-    batch_width += (u->batch_exponent.upper - u->batch_exponent.lower) / kDraws;
-    lr_width += (u->lr_exponent.upper - u->lr_exponent.lower) / kDraws;
+    absl::StatusOr<HyperparameterUncertainty> u = BootstrapHyperparameterLaws(runs, *fit, target, boot, options);
+    EXPECT_TRUE(u.ok()) << u.status();
+    if (!u.ok()) return out;
+    out.batch += u->batch_exponent.Contains(batch_truth.exponent);
+    out.lr += u->lr_exponent.Contains(lr_truth.exponent);
+    out.batch_at += u->batch_at_target.Contains(batch_truth.At(target));
+    out.lr_at += u->lr_at_target.Contains(lr_truth.At(target));
+    out.batch_width += (u->batch_exponent.upper - u->batch_exponent.lower) / kDraws;
+    out.lr_width += (u->lr_exponent.upper - u->lr_exponent.lower) / kDraws;
+    out.failed += u->failed;
+    out.resamples += u->resamples;
   }
-  EXPECT_GE(covered_batch, 90);
-  EXPECT_GE(covered_lr, 90);
-  EXPECT_GE(covered_batch_at, 90);
-  EXPECT_GE(covered_lr_at, 90);
+  std::printf("95%% intervals covering the truth in %d draws: B_opt exponent %d, lr_opt exponent %d, B_opt(1e23) "
+              "%d, lr_opt(1e23) %d; mean widths: B_opt exponent %.4f, lr_opt exponent %.4f; %d of %d resamples "
+              "failed\n",
+              kDraws, out.batch, out.lr, out.batch_at, out.lr_at, out.batch_width, out.lr_width, out.failed,
+              out.resamples);
+  return out;
+}
+
+// A gentle bowl (every run within the 5% fit window, its loss step between neighbouring settings about ten
+// times the noise): the planted exponents fall inside the 95% intervals in at least 90 of 100 draws (the
+// issue's bar; binomial sd 2.2 at a true 95%).
+TEST(BootstrapCoverageTest, BatchAndLearningRateIntervalsCoverThePlantedExponents) {
+  const HyperparameterCoverage c = CoverPlantedHyperparameterLaws(1, {});
+  EXPECT_GE(c.batch, 90);
+  EXPECT_GE(c.lr, 90);
+  EXPECT_GE(c.batch_at, 90);
+  EXPECT_GE(c.lr_at, 90);
   // Covering by being wide does not count: the intervals are measured at a mean width of 0.066 (batch) and
   // 0.031 (lr), a fifth and a quarter of the exponents; half as wide again fails.
-  EXPECT_LT(batch_width, 0.1);
-  EXPECT_LT(lr_width, 0.047);
-  std::printf("95%% intervals covering the truth in %d draws: B_opt exponent %d, lr_opt exponent %d, B_opt(1e23) "
-              "%d, lr_opt(1e23) %d\n",
-              kDraws, covered_batch, covered_lr, covered_batch_at, covered_lr_at);
-  std::printf("mean interval widths: B_opt exponent %.4f, lr_opt exponent %.4f\n", batch_width, lr_width);
+  EXPECT_LT(c.batch_width, 0.1);
+  EXPECT_LT(c.lr_width, 0.047);
+  EXPECT_EQ(c.failed, 0);
+}
+
+// A bowl 6 times as steep, as the quickstart's grids are: only 9 to 13 of each grid's 25 runs lie within the
+// 5% fit window, and a resample (drawn with replacement) often keeps fewer than the 6 distinct runs over 3
+// batch sizes and 3 lrs a budget's surface needs. With 6 budgets the laws still have 2 in almost every
+// resample (measured: 41 of 20,000 failed), so the intervals stand and cover the truth. With only 2 budgets
+// every resample needs both grids' fits: on recipe_quickstart_test's two 5 x 5 grids (11 and 16 runs within
+// 15% of the best) 445 of 1000 resamples failed.
+TEST(BootstrapCoverageTest, SteepGridsWithFewRunsNearTheMinimumKeepTheirIntervals) {
+  const HyperparameterCoverage c = CoverPlantedHyperparameterLaws(6, {});
+  EXPECT_GE(c.batch, 90);
+  EXPECT_GE(c.lr, 90);
+  EXPECT_GE(c.batch_at, 90);
+  EXPECT_GE(c.lr_at, 90);
+  EXPECT_LE(c.failed, c.resamples / 20);  // what the report's 95% intervals allow (Reliable)
 }
 
 }  // namespace
