@@ -76,6 +76,23 @@ const char* kIsoFlop = R"pb(
   }
 )pb";
 
+// A finished run of `r` whose losses follow a known law, 2 + 1e3/sqrt(N) + 1e3/sqrt(D), at batch 4, lr 1e-3.
+scaling::RunResult KnownLawRow(const PlannedRun& r) {
+  scaling::RunResult row;
+  row.run = r.name;
+  row.budget_flops = r.budget_flops;
+  row.params = r.size.params;
+  row.tokens = r.tokens;
+  row.flops = r.flops;
+  row.final_loss = row.best_val_loss = 2 + 1e3 / std::sqrt(r.size.params) + 1e3 / std::sqrt(r.tokens);
+  row.d_model = r.experiment.model().d_model();
+  row.n_layers = r.experiment.model().n_layers();
+  row.n_heads = r.experiment.model().n_heads();
+  row.batch_size = 4;
+  row.lr = 1e-3;
+  return row;
+}
+
 // Every truncation and 1500 seeded edits of a sweep file, with an IsoFLOP design and then with a grid: an
 // error that names the file, or a plan. Never a crash or a hang (or, under --config=asan, a bad read).
 TEST(SweepPlan, DamagedSweepFilesGiveErrorsNamingTheFileOrPlans) {
@@ -504,19 +521,7 @@ TEST(SweepReport, RecipeShapeIsTheFamilyMemberClosestToTheRecommendedSize) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   scaling::ResultsTable table;
   for (const PlannedRun& r : plan->runs) {
-    scaling::RunResult row;
-    row.run = r.name;
-    row.budget_flops = r.budget_flops;
-    row.params = r.size.params;
-    row.tokens = r.tokens;
-    row.flops = r.flops;
-    row.final_loss = row.best_val_loss = 2 + 1e3 / std::sqrt(r.size.params) + 1e3 / std::sqrt(r.tokens);
-    row.d_model = r.experiment.model().d_model();
-    row.n_layers = r.experiment.model().n_layers();
-    row.n_heads = r.experiment.model().n_heads();
-    row.batch_size = 4;
-    row.lr = 1e-3;
-    table.runs.push_back(row);
+    table.runs.push_back(KnownLawRow(r));
   }
   const scaling::RecipeHook hook = FamilyRecipe(*plan, SimpleSizer);
   ASSERT_TRUE(hook);
@@ -542,19 +547,9 @@ TEST(SweepReport, ReportActiveParamsFitsTheRunsActiveCounts) {
     scaling::ResultsTable table;
     for (size_t i = 0; i < plan->runs.size(); ++i) {
       const PlannedRun& r = plan->runs[i];
-      scaling::RunResult row;
-      row.run = r.name;
-      row.budget_flops = r.budget_flops;
-      row.params = row.non_embedding_params = r.size.params;
+      scaling::RunResult row = KnownLawRow(r);
+      row.non_embedding_params = r.size.params;
       row.active_params = row.active_non_embedding_params = r.size.params * (0.3 + 0.05 * static_cast<double>(i % 4));
-      row.tokens = r.tokens;
-      row.flops = r.flops;
-      row.final_loss = row.best_val_loss = 2 + 1e3 / std::sqrt(r.size.params) + 1e3 / std::sqrt(r.tokens);
-      row.d_model = r.experiment.model().d_model();
-      row.n_layers = r.experiment.model().n_layers();
-      row.n_heads = r.experiment.model().n_heads();
-      row.batch_size = 4;
-      row.lr = 1e-3;
       table.runs.push_back(row);
     }
     ASSERT_TRUE(MakeDirs(plan->output_dir).ok());
