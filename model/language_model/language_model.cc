@@ -142,6 +142,7 @@ void LanguageModel::RefreshComputeWeights() {
   if (dtype_ == kernels::DType::kF32) return;  // compute is value
   // On the model's device, one cast per parameter (kernels/cast: the same rounding as FloatToBF16).
   VisitParameters([&](const std::string&, const Parameter& p) {
+    if (p.compute.dtype() == kernels::DType::kF32) return;  // kept fp32 in a bf16 model (a router): compute is value
     kernels::Cast(ctx_, kernels::CastParams{p.value.numel(), kernels::DType::kF32, p.compute.dtype(),
                                             p.value.data(), p.compute.data()});
   });
