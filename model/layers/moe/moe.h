@@ -26,8 +26,8 @@
 // above, and the plan (rows, gates) copied back; the rows move and combine on the device
 // (kernels/moe_rows), and each expert's rows run as one GEMM on the stream. bf16 follows the dense CUDA
 // path: rows, weight copies and activation gradients bf16; the router (weight, logits, gradient), the
-// gates, the losses and the counts fp32. Not on CUDA: noisy gating and expert parallelism (CheckSupport
-// and LanguageModel::Create refuse them). The step counts stay on the host on every device; the
+// gates, the losses and the counts fp32. Not on CUDA: noisy gating (CheckSupport refuses it) and expert
+// parallelism (LanguageModel::Create and config validation refuse it). The step counts stay on the host on every device; the
 // expert-selection bias lives on the model's device. Parameter gradients accumulate, activation gradients
 // are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
