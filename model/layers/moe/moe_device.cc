@@ -16,6 +16,7 @@
 // combine (moe_rows, deterministic). Backward: combine backward (drows, fp32 dgates; dgates to the host) ->
 // experts backward -> host gate and loss gradients (router.h) -> dlogits to the device -> router GEMM
 // backward (fp32 dh) -> scatter-add of the rows' gradients onto it into dh (moe_rows) -> += shared experts'.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cast/cast.h"
