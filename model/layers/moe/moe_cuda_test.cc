@@ -3,7 +3,7 @@
 // variants that between them cover every part of the device path: softmax-then-top-k with the balancing loss,
 // the z-loss and shared experts; top-k-then-softmax GELU experts with biases and dropping by score; sigmoid
 // scores with normalised, scaled gates, group-limited routing and a non-zero selection bias. Tagged gpu:
-// skips without a device; CI runs it on the CPU emulation of CUDA in //model/emulation:moe_emulation_test).
+// skips without a device; CI runs it on the CPU emulation of CUDA in //model/emulation:moe_emulation_test.
 //
 // fp32: |cuda - cpu| <= 1e-5 of each tensor's scale (its largest value; floored at 1% of the largest
 // gradient for tiny ones): both are fp32 with sums of at most C + F + E terms in different orders (a few
