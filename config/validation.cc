@@ -81,7 +81,7 @@ void ValidateExpertParallel(const RunConfig& run, ConfigErrors* errors) {
   if (expert == 1) return;
   if (run.device() == RunConfig::CUDA) {
     errors->Add(absl::StrCat("run.parallel.expert=", expert,
-                             " needs run.device=CPU (the mixture of experts runs on the CPU, its exchange over Gloo)"));
+                             " needs run.device=CPU (the expert exchange moves host fp32 rows over Gloo)"));
   }
   if (data >= 1 && run.grad_accum_steps() % (data * expert) != 0) {
     errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(), " must be a multiple of run.parallel.data=",

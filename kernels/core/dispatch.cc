@@ -16,9 +16,9 @@ namespace {
 
 #if LMF_WITH_CUDA
 // The op names the entry points pass to BackendSupports, for every op with a CUDA implementation.
-constexpr const char* kCudaOps[] = {"activation", "adamw",  "attention", "cast",    "cross_entropy",
-                                    "embedding",  "grad_norm", "layernorm", "matmul", "residual",
-                                    "rmsnorm",    "rope",      "swiglu"};
+constexpr const char* kCudaOps[] = {"activation", "adamw",     "attention", "cast",     "cross_entropy",
+                                    "embedding",  "grad_norm", "layernorm", "matmul",   "moe_rows",
+                                    "residual",   "rmsnorm",   "rope",      "swiglu"};
 
 bool IsCudaOp(const char* op) {
   for (const char* name : kCudaOps)

@@ -62,6 +62,11 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const Model
                                                                      moe::ExpertExchange* expert_exchange) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
   if (expert_exchange != nullptr) {
+    if (!ctx.device.is_cpu() || activations != kernels::DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert parallelism runs on the CPU in F32 (its exchange moves host fp32 rows), not on ",
+          DeviceName(ctx.device), " in ", PrecisionName(activations)));
+    }
     for (int64_t i = 0; i < config.n_layers; ++i) {
       const LayerSpec spec = config.layer(i);
       if (spec.channel_mixer.kind == ChannelMixerSpec::Kind::kMoe &&
@@ -142,6 +147,7 @@ void LanguageModel::RefreshComputeWeights() {
   if (dtype_ == kernels::DType::kF32) return;  // compute is value
   // On the model's device, one cast per parameter (kernels/cast: the same rounding as FloatToBF16).
   VisitParameters([&](const std::string&, const Parameter& p) {
+    if (p.compute.dtype() == kernels::DType::kF32) return;  // kept fp32 in a bf16 model (a router): compute is value
     kernels::Cast(ctx_, kernels::CastParams{p.value.numel(), kernels::DType::kF32, p.compute.dtype(),
                                             p.value.data(), p.compute.data()});
   });

@@ -26,7 +26,7 @@ std::unique_ptr<ChannelMixer> MakeChannelMixer(const ChannelMixerSpec& spec, con
     case ChannelMixerSpec::Kind::kFeedForward:
       return std::make_unique<FeedForward>(spec.feed_forward, model, ctx, dtype, counters);
     case ChannelMixerSpec::Kind::kMoe:
-      return std::make_unique<MixtureOfExperts>(spec.moe, model, ctx, counters, expert_exchange);
+      return std::make_unique<MixtureOfExperts>(spec.moe, model, ctx, dtype, counters, expert_exchange);
   }
   LMF_CHECK(false) << "unknown channel mixer kind " << static_cast<int>(spec.kind);
   return nullptr;
@@ -77,7 +77,7 @@ LayerCost CountLayerCost(const ModelConfig& model, const LayerSpec& spec, int64_
       cost.parameters += MixtureOfExperts::Parameters(moe, model);
       cost.inactive_parameters += MixtureOfExperts::Parameters(moe, model) - MixtureOfExperts::ActiveParameters(moe, model);
       cost.matmul_flops_per_token += MixtureOfExperts::MatmulFlopsPerToken(moe, model);
-      cost.saved_bytes_per_token += MixtureOfExperts::SavedBytesPerToken(moe, model);
+      cost.saved_bytes_per_token += MixtureOfExperts::SavedBytesPerToken(moe, model, dtype);
       break;
     }
   }

@@ -9,7 +9,7 @@
 namespace lmf::model::moe {
 
 Experts::Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_model, bool biases,
-                 const kernels::Context& ctx, StepCounters* counters)
+                 const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters)
     : kind_(spec.expert_kind),
       first_(first),
       e_(count),
@@ -17,69 +17,78 @@ Experts::Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_mo
       f_(spec.d_expert),
       w_((spec.gated_experts() ? 2 : 1) * spec.d_expert),
       biases_(biases),
-      w_in_(Parameter::Zeros({e_ * w_, c_}, ParameterKind::kMatrix, ctx, kernels::DType::kF32)),
-      w_out_(Parameter::Zeros({e_ * c_, f_}, ParameterKind::kResidualMatrix, ctx, kernels::DType::kF32)),
+      dtype_(dtype),
+      w_in_(Parameter::Zeros({e_ * w_, c_}, ParameterKind::kMatrix, ctx, dtype)),
+      w_out_(Parameter::Zeros({e_ * c_, f_}, ParameterKind::kResidualMatrix, ctx, dtype)),
       counters_(counters) {
   if (biases_) {
-    b_in_ = Parameter::Zeros({e_ * w_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
-    b_out_ = Parameter::Zeros({e_ * c_}, ParameterKind::kBias, ctx, kernels::DType::kF32);
+    b_in_ = Parameter::Zeros({e_ * w_}, ParameterKind::kBias, ctx, dtype);
+    b_out_ = Parameter::Zeros({e_ * c_}, ParameterKind::kBias, ctx, dtype);
   }
   const bool shard = count < spec.n_experts;
   w_in_.expert_shard = w_out_.expert_shard = b_in_.expert_shard = b_out_.expert_shard = shard;
 }
 
-void Experts::Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const {
+void Experts::Activate(const kernels::Context& ctx, int64_t m, const void* pre, void* act) const {
   if (gated()) {
     kernels::SwiGluForwardParams p;
-    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = pre + f_, p.up_stride = w_, p.out = act;
+    p.dtype = dtype_;
+    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = ElementOffset(pre, f_, dtype_), p.up_stride = w_;
+    p.out = act;
     p.activation = activation();
     kernels::SwiGluForward(ctx, p);
   } else {
     kernels::ActivationForwardParams p;
+    p.dtype = dtype_;
     p.kind = activation(), p.n = m * f_, p.x = pre, p.out = act;
     kernels::ActivationForward(ctx, p);
   }
 }
 
-void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,
-                               float* dpre) const {
+void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const void* pre, const void* dact,
+                               void* dpre) const {
   if (gated()) {
     kernels::SwiGluBackwardParams p;
-    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = pre + f_, p.up_stride = w_, p.dout = dact;
-    p.dgate = dpre, p.dup = dpre + f_, p.activation = activation();
+    p.dtype = dtype_;
+    p.N = m, p.H = f_, p.gate = pre, p.gate_stride = w_, p.up = ElementOffset(pre, f_, dtype_), p.up_stride = w_;
+    p.dout = dact, p.dgate = dpre, p.dup = ElementOffset(dpre, f_, dtype_), p.activation = activation();
     kernels::SwiGluBackward(ctx, p);
   } else {
     kernels::ActivationBackwardParams p;
+    p.dtype = dtype_;
     p.kind = activation(), p.n = m * f_, p.x = pre, p.dout = dact, p.dx = dpre;
     kernels::ActivationBackward(ctx, p);
   }
 }
 
 void Experts::GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                            const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
-                            const Parameter& w, const Parameter* b, float* y) const {
+                            const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
+                            const Parameter& w, const Parameter* b, void* y) const {
   for (int64_t e = 0; e < e_; ++e) {
     if (counts[e] == 0) continue;
     const int64_t first = offsets[e], rows = counts[e];
-    kernels::Matmul(ctx, kernels::LinearParams(rows, k, n, x + first * k, w.compute.data<float>() + e * n * k,
-                                               b != nullptr ? b->compute.data<float>() + e * n : nullptr,
-                                               y + first * n));
+    kernels::MatmulParams p = kernels::LinearParams(
+        rows, k, n, ElementOffset(x, first * k, dtype_), ElementOffset(w.compute.data(), e * n * k, dtype_),
+        b != nullptr ? ElementOffset(b->compute.data(), e * n, dtype_) : nullptr, ElementOffset(y, first * n, dtype_));
+    p.dtype = dtype_;
+    kernels::Matmul(ctx, p);
     counters_->matmul_flops += 2.0 * rows * k * n;
   }
 }
 
 void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                                    const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
-                                    const Parameter& w, const Parameter* b, const float* dy, float* dx,
+                                    const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
+                                    const Parameter& w, const Parameter* b, const void* dy, void* dx,
                                     DeferredWeightGrads* deferred) const {
   for (int64_t e = 0; e < e_; ++e) {
     if (counts[e] == 0) continue;
     const int64_t first = offsets[e], rows = counts[e];
     kernels::MatmulBackwardParams p;
-    p.forward = kernels::LinearParams(rows, k, n, x + first * k, w.compute.data<float>() + e * n * k, nullptr,
-                                      nullptr);
-    p.dc = dy + first * n;
-    p.da = dx + first * k;
+    p.forward = kernels::LinearParams(rows, k, n, ElementOffset(x, first * k, dtype_),
+                                      ElementOffset(w.compute.data(), e * n * k, dtype_), nullptr, nullptr);
+    p.forward.dtype = dtype_;
+    p.dc = ElementOffset(dy, first * n, dtype_);
+    p.da = ElementOffset(dx, first * k, dtype_);
     p.db = w.grad_data() + e * n * k;
     p.dbias = b != nullptr ? b->grad_data() + e * n : nullptr;
     MatmulBackwardOrDefer(ctx, p, deferred);
@@ -88,7 +97,7 @@ void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vect
 }
 
 void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                      const std::vector<int64_t>& offsets, const float* x, float* pre, float* act, float* y) const {
+                      const std::vector<int64_t>& offsets, const void* x, void* pre, void* act, void* y) const {
   GroupedLinear(ctx, counts, offsets, c_, w_, x, w_in_, biases_ ? &b_in_ : nullptr, pre);
   const int64_t m = offsets[e_];
   if (m > 0) Activate(ctx, m, pre, act);
@@ -96,8 +105,8 @@ void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& c
 }
 
 void Experts::Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                       const std::vector<int64_t>& offsets, const float* x, const float* pre, const float* act,
-                       const float* dy, float* dact, float* dpre, float* dx, DeferredWeightGrads* deferred) const {
+                       const std::vector<int64_t>& offsets, const void* x, const void* pre, const void* act,
+                       const void* dy, void* dact, void* dpre, void* dx, DeferredWeightGrads* deferred) const {
   GroupedLinearBackward(ctx, counts, offsets, f_, c_, act, w_out_, biases_ ? &b_out_ : nullptr, dy, dact, deferred);
   const int64_t m = offsets[e_];
   if (m > 0) ActivateBackward(ctx, m, pre, dact, dpre);

@@ -10,8 +10,8 @@
 // visited under their global indices (the same names, and so the same initial values, as in one process);
 // their Parameters are marked expert_shard.
 //
-// fp32 host tensors (the mixture of experts runs on the CPU); parameter gradients accumulate, activation
-// gradients are written.
+// Rows and weight copies in the activation dtype (f32, or bf16 on CUDA) on the model's device; the master
+// weights and their gradients fp32. Parameter gradients accumulate, activation gradients are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
 #define LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
 
@@ -32,7 +32,7 @@ class Experts {
  public:
   // Experts [first, first + count) of spec.n_experts; count < n_experts marks them expert_shard.
   Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_model, bool biases,
-          const kernels::Context& ctx, StepCounters* counters);
+          const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters);
 
   int64_t width() const { return w_; }  // W: the first GEMM's output per row
   int64_t hidden() const { return f_; } // F
@@ -40,13 +40,13 @@ class Experts {
   // Rows [offsets[e], offsets[e] + counts[e]) of x (M, C) go through expert e: pre (M, W) the first GEMM's
   // output, act (M, F) the activation's, y (M, C) written.
   void Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
-               const float* x, float* pre, float* act, float* y) const;
+               const void* x, void* pre, void* act, void* y) const;
   // dy (M, C) -> dx (M, C) written; every expert's parameter gradients accumulated, or with `deferred`
   // queued there (with copies of dy and dpre; x and act must stay unchanged until they run). x, pre and act
   // as the Forward left them; dact (M, F) and dpre (M, W) are temporaries.
   void Backward(const kernels::Context& ctx, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
-                const float* x, const float* pre, const float* act, const float* dy, float* dact, float* dpre,
-                float* dx, DeferredWeightGrads* deferred = nullptr) const;
+                const void* x, const void* pre, const void* act, const void* dy, void* dact, void* dpre,
+                void* dx, DeferredWeightGrads* deferred = nullptr) const;
 
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
   int64_t count() const { return e_; }  // the experts held here; counts and offsets have this many
@@ -57,24 +57,25 @@ class Experts {
   bool gated() const { return kind_ == FfnKind::kSwiGLU || kind_ == FfnKind::kGeGLU; }
   kernels::Activation activation() const { return FfnActivation(kind_); }
   // The activation of pre's rows [0, m) into act, and its backward.
-  void Activate(const kernels::Context& ctx, int64_t m, const float* pre, float* act) const;
-  void ActivateBackward(const kernels::Context& ctx, int64_t m, const float* pre, const float* dact,
-                        float* dpre) const;
+  void Activate(const kernels::Context& ctx, int64_t m, const void* pre, void* act) const;
+  void ActivateBackward(const kernels::Context& ctx, int64_t m, const void* pre, const void* dact,
+                        void* dpre) const;
   // One GEMM per expert: rows [offsets[e], offsets[e] + counts[e]) of x (M, k) times expert e's block of
   // w (E*n, k), transposed, plus its bias block (b: null for none) -> y (M, n) written. The backward
   // writes dx (M, k) and accumulates w's and b's gradients.
   void GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                     const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x, const Parameter& w,
-                     const Parameter* b, float* y) const;
+                     const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x, const Parameter& w,
+                     const Parameter* b, void* y) const;
   void GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
-                             const std::vector<int64_t>& offsets, int64_t k, int64_t n, const float* x,
-                             const Parameter& w, const Parameter* b, const float* dy, float* dx,
+                             const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
+                             const Parameter& w, const Parameter* b, const void* dy, void* dx,
                              DeferredWeightGrads* deferred) const;
 
   FfnKind kind_;
   int64_t first_;  // the global index of this block's first expert
   int64_t e_, c_, f_, w_;
   bool biases_;
+  kernels::DType dtype_;  // of the rows and the weights' compute copies
   Parameter w_in_, w_out_, b_in_, b_out_;
   StepCounters* counters_;
 };

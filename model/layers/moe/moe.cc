@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
+#include "kernels/core/allocator.h"
+#include "kernels/memory/memory.h"
 #include "model/layers/moe/router.h"
 
 namespace lmf::model {
@@ -45,32 +46,42 @@ ExpertBlock HeldExperts(const MoeSpec& spec, const moe::ExpertExchange* exchange
   return {exchange->rank() * count, count};
 }
 
-// t holds at least rows x cols fp32 (reallocated, contents lost, when it is smaller).
-void EnsureRows(kernels::Tensor& t, int64_t rows, int64_t cols, const kernels::Context& ctx) {
+// t holds at least rows x cols of dtype (reallocated, contents lost, when it is smaller).
+void EnsureRows(kernels::Tensor& t, int64_t rows, int64_t cols, const kernels::Context& ctx,
+                kernels::DType dtype = kernels::DType::kF32) {
   rows = std::max<int64_t>(rows, 1);
   if (t.defined() && t.numel() >= rows * cols) return;
-  t = kernels::Tensor::Empty({rows, cols}, kernels::DType::kF32, ctx.allocator);
+  t = kernels::Tensor::Empty({rows, cols}, dtype, ctx.allocator);
 }
 
 }  // namespace
 
 MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
-                                   StepCounters* counters, moe::ExpertExchange* exchange)
+                                   kernels::DType dtype, StepCounters* counters, moe::ExpertExchange* exchange)
     : spec_(spec),
       c_(model.d_model),
+      ctx_(ctx),
+      dtype_(dtype),
       exchange_(exchange),
       router_(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx, kernels::DType::kF32,
               counters),
       experts_(spec, HeldExperts(spec, exchange).first, HeldExperts(spec, exchange).count, model.d_model,
-               model.biases, ctx, counters) {
-  if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, kernels::DType::kF32, counters);
+               model.biases, ctx, dtype, counters) {
+  LMF_CHECK(exchange == nullptr || (ctx.device.is_cpu() && dtype == kernels::DType::kF32))
+      << "expert parallelism runs on the CPU in F32 (its exchange moves host fp32 rows), not on " << ctx.device;
+  LMF_CHECK(!spec.noisy_gating || ctx.device.is_cpu()) << "noisy gating runs on the CPU only, not on " << ctx.device;
+  if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, dtype, counters);
   if (spec.noisy_gating) {
     noise_router_.emplace(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx,
                           kernels::DType::kF32, counters);
   }
-  if (spec.expert_bias) expert_bias_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
-  expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
-  expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+  if (spec.expert_bias) {  // on the model's device (checkpoints copy it from there)
+    expert_bias_ = kernels::Tensor::Empty({spec.n_experts}, kernels::DType::kF32, ctx.allocator);
+    kernels::FillZero(ctx, expert_bias_.data(), expert_bias_.nbytes());
+  }
+  // The counts on the host on every device: the step strategies read and all-reduce them there.
+  expert_load_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, &kernels::CpuAllocator::Default());
+  expert_dropped_ = kernels::Tensor::Zeros({spec.n_experts}, kernels::DType::kF32, &kernels::CpuAllocator::Default());
 }
 
 std::unique_ptr<LayerActivations> MixtureOfExperts::NewActivations() const {
@@ -85,11 +96,11 @@ void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx,
   saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
   saved.experts.resize(static_cast<size_t>(rows));
   saved.gates.resize(static_cast<size_t>(rows));
-  EnsureRows(saved.y, rows, c_, ctx);
+  EnsureRows(saved.y, rows, c_, ctx, dtype_);
   if (exchange_ == nullptr) {  // the expert-side rows are this rank's rows: at most N * k
-    EnsureRows(saved.x, rows, c_, ctx);
-    EnsureRows(saved.pre, rows, experts_.width(), ctx);
-    EnsureRows(saved.act, rows, experts_.hidden(), ctx);
+    EnsureRows(saved.x, rows, c_, ctx, dtype_);
+    EnsureRows(saved.pre, rows, experts_.width(), ctx, dtype_);
+    EnsureRows(saved.act, rows, experts_.hidden(), ctx, dtype_);
   }
 }
 
@@ -149,6 +160,7 @@ void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const Moe
 void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
                                bool accumulate, LayerActivations& saved_base, const ForwardMode& mode) const {
   MoeActivations& saved = StateAs<MoeActivations>(saved_base);
+  if (!ctx.device.is_cpu()) return ForwardOnDevice(ctx, b, t, h, out, accumulate, saved);
   const int64_t n = b * t, k = spec_.top_k;
   Resize(b, t, ctx, saved);
   const float* x = static_cast<const float*>(h);
@@ -178,6 +190,7 @@ void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t
 void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved_base,
                                 const void* dout_v, void* dh_v, Scratch& scratch) const {
   const MoeActivations& saved = StateAs<MoeActivations>(saved_base);
+  if (!ctx.device.is_cpu()) return BackwardOnDevice(ctx, h, saved, dout_v, dh_v, scratch);
   const int64_t n = saved.b * saved.t, k = spec_.top_k, e = spec_.n_experts, m = saved.dispatch.rows();
   const float* x = static_cast<const float*>(h);
   const float* dout = static_cast<const float*>(dout_v);
@@ -210,7 +223,11 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
     shared_->Backward(ctx, h, *saved.shared, dout, dshared, scratch);
     for (int64_t i = 0; i < n * c_; ++i) dh[i] += dshared[i];
   }
-  // The step's counts (here, where each micro-batch's forward is counted once even when recomputed).
+  CountAssignments(saved);
+}
+
+void MixtureOfExperts::CountAssignments(const MoeActivations& saved) const {
+  // Called by the backwards, where each micro-batch's forward is counted once even when recomputed.
   float* load = expert_load_.data<float>();
   float* dropped = expert_dropped_.data<float>();
   for (size_t a = 0; a < saved.experts.size(); ++a) {
@@ -237,8 +254,10 @@ void MixtureOfExperts::VisitStepCounts(const std::string& prefix, const BufferVi
 
 void MixtureOfExperts::EndStep() const {
   float* load = expert_load_.data<float>();
-  if (spec_.expert_bias) {
-    float* bias = expert_bias_.data<float>();
+  if (spec_.expert_bias) {  // moved on a host copy of the bias, which lives on the model's device
+    const size_t bytes = static_cast<size_t>(spec_.n_experts) * sizeof(float);
+    std::vector<float> bias(static_cast<size_t>(spec_.n_experts));
+    kernels::CopyToHost(ctx_, bias.data(), expert_bias_.data(), bytes);
     double mean = 0;
     for (int64_t i = 0; i < spec_.n_experts; ++i) mean += load[i];
     mean /= static_cast<double>(spec_.n_experts);
@@ -246,6 +265,7 @@ void MixtureOfExperts::EndStep() const {
       const double sign = mean > load[i] ? 1.0 : mean < load[i] ? -1.0 : 0.0;
       bias[i] = static_cast<float>(bias[i] + spec_.bias_update_rate * sign);
     }
+    kernels::CopyToDevice(ctx_, expert_bias_.data(), bias.data(), bytes);
   }
   std::fill(load, load + spec_.n_experts, 0.0f);
   std::fill(expert_dropped_.data<float>(), expert_dropped_.data<float>() + spec_.n_experts, 0.0f);
@@ -275,22 +295,32 @@ double MixtureOfExperts::MatmulFlopsPerToken(const MoeSpec& spec, const ModelCon
   return flops;
 }
 
-int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model) {
+int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model, kernels::DType dtype) {
   const int64_t k = spec.top_k, c = model.d_model, f = spec.d_expert, w = (spec.gated_experts() ? 2 : 1) * f;
-  // The logits (E), and per assignment its expert, gate, row and the row's assignment (4 bytes each) and
-  // the row's input, pre-activations, activation and output (fp32).
-  int64_t bytes = (spec.noisy_gating ? 3 : 1) * 4 * spec.n_experts + k * 4 * 4 + k * 4 * (c + w + f + c);
-  if (spec.shared_d_ff > 0) bytes += FeedForward::SavedBytesPerToken(SharedSpec(spec), kernels::DType::kF32);
+  const int64_t size = static_cast<int64_t>(kernels::DTypeSize(dtype));
+  // The fp32 logits (E, on the host), and per assignment its expert, gate, row and the row's assignment
+  // (4 bytes each, on the host) and the row's input, pre-activations, activation and output (in dtype, on the
+  // model's device).
+  int64_t bytes = (spec.noisy_gating ? 3 : 1) * 4 * spec.n_experts + k * 4 * 4 + k * size * (c + w + f + c);
+  if (spec.shared_d_ff > 0) bytes += FeedForward::SavedBytesPerToken(SharedSpec(spec), dtype);
   return bytes;
 }
 
 absl::Status MixtureOfExperts::CheckSupport(const MoeSpec& spec, kernels::Device device, kernels::DType dtype) {
-  if (!device.is_cpu() || dtype != kernels::DType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the mixture of experts runs on the CPU in F32 only (it routes on the host), not on ",
-                     DeviceName(device), " in ", PrecisionName(dtype)));
+  if (device.is_cpu() && dtype != kernels::DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the mixture of experts runs on the CPU in F32 (BF16 on CUDA only), not in ", PrecisionName(dtype)));
   }
-  return CheckOpsSupported({"matmul", spec.gated_experts() ? "swiglu" : "activation"}, device, dtype);
+  if (!device.is_cpu() && spec.noisy_gating) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe.noisy_gating (model.moe or a model.layer_pattern entry's moe): noisy top-k gating runs on the CPU "
+        "only, not on ", DeviceName(device), " (set it false or run.device=CPU)"));
+  }
+  std::vector<const char*> ops = {"matmul", spec.gated_experts() ? "swiglu" : "activation"};
+  if (!device.is_cpu()) ops.push_back("moe_rows");  // the rows move on the device
+  if (!device.is_cpu() && spec.shared_d_ff > 0) ops.push_back("residual");  // dh += the shared experts'
+  if (dtype != kernels::DType::kF32) ops.push_back("cast");  // the router reads an fp32 copy of h
+  return CheckOpsSupported(ops, device, dtype);
 }
 
 }  // namespace lmf::model

@@ -23,8 +23,15 @@
 // outputs' gradients along the same plan and returns the inputs' gradients. The router, the losses and the
 // counts stay local over all E experts.
 //
-// Runs on the CPU in fp32 (the routing and the row moves run on the host); parameter gradients accumulate,
-// activation gradients are written.
+// Devices: on the CPU in fp32, everything on the host. On CUDA in fp32 or bf16 (moe_device.cc): the router
+// GEMM gives fp32 logits on the device, one copy of them to the host per layer and forward, the host routing
+// above, and the plan (rows, gates) copied back; the rows move and combine on the device
+// (kernels/moe_rows), and each expert's rows run as one GEMM on the stream. bf16 follows the dense CUDA
+// path: rows, weight copies and activation gradients bf16; the router (weight, logits, gradient), the
+// gates, the losses and the counts fp32. Not on CUDA: noisy gating (CheckSupport refuses it) and expert
+// parallelism (LanguageModel::Create and config validation refuse it). The step counts stay on the host on every device; the
+// expert-selection bias lives on the model's device. Parameter gradients accumulate, activation gradients
+// are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 #define LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 
@@ -75,7 +82,8 @@ class MixtureOfExperts final : public ChannelMixer {
  public:
   // `exchange`: expert parallelism (null: every expert here), kept by the caller for the layer's lifetime;
   // spec.n_experts must divide by its ranks.
-  MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx,
+  // `dtype`: the activations' (f32; bf16 on CUDA). An exchange needs a CPU context.
+  MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx, kernels::DType dtype,
                    StepCounters* counters, moe::ExpertExchange* exchange = nullptr);
 
   std::unique_ptr<LayerActivations> NewActivations() const override;
@@ -96,7 +104,7 @@ class MixtureOfExperts final : public ChannelMixer {
   static int64_t Parameters(const MoeSpec& spec, const ModelConfig& model);
   static int64_t ActiveParameters(const MoeSpec& spec, const ModelConfig& model);
   static double MatmulFlopsPerToken(const MoeSpec& spec, const ModelConfig& model);
-  static int64_t SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model);
+  static int64_t SavedBytesPerToken(const MoeSpec& spec, const ModelConfig& model, kernels::DType dtype);
   static absl::Status CheckSupport(const MoeSpec& spec, kernels::Device device, kernels::DType dtype);
 
  private:
@@ -108,16 +116,27 @@ class MixtureOfExperts final : public ChannelMixer {
   // dy (M, C), the gradient of saved.y -> drows (M, C), the gradient of the rows' inputs.
   void RunExpertsBackward(const kernels::Context& ctx, const MoeActivations& saved, const float* dy, float* drows,
                           Scratch& scratch) const;
+  // The CUDA path (moe_device.cc): Forward and Backward on device pointers in dtype_.
+  void ForwardOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
+                       MoeActivations& saved) const;
+  void BackwardOnDevice(const kernels::Context& ctx, const void* h, const MoeActivations& saved, const void* dout,
+                        void* dh, Scratch& scratch) const;
+  // The router's fp32 logits (N, E) of h on the device, copied into saved.logits on the host.
+  void RouterLogitsToHost(const kernels::Context& ctx, int64_t n, const void* h, MoeActivations& saved) const;
+  // Adds each assignment of `saved` to the step's counts (expert_load_, expert_dropped_).
+  void CountAssignments(const MoeActivations& saved) const;
 
   MoeSpec spec_;
   int64_t c_;
+  kernels::Context ctx_;   // the model's: EndStep moves the bias on its device
+  kernels::DType dtype_;   // the activations'
   moe::ExpertExchange* exchange_;
   Linear router_;  // (E, C), no bias
   std::optional<Linear> noise_router_;  // (E, C): noisy gating's W_noise
   moe::Experts experts_;
   std::optional<FeedForward> shared_;
-  kernels::Tensor expert_bias_;                    // (E) fp32, with spec.expert_bias
-  kernels::Tensor expert_load_, expert_dropped_;  // (E) fp32 each: the step's counts
+  kernels::Tensor expert_bias_;                    // (E) fp32 on the model's device, with spec.expert_bias
+  kernels::Tensor expert_load_, expert_dropped_;  // (E) fp32 each on the host: the step's counts
 };
 
 }  // namespace lmf::model

@@ -67,7 +67,7 @@ int Run() {
     spec.n_experts = s.e, spec.top_k = s.k, spec.d_expert = s.f;
     config.moe = spec;
     StepCounters counters;
-    MixtureOfExperts layer(spec, config, ctx, &counters);
+    MixtureOfExperts layer(spec, config, ctx, kernels::DType::kF32, &counters);
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     layer.VisitParameters("moe", [&](const std::string&, const Parameter& p) {

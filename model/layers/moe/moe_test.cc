@@ -70,7 +70,7 @@ TEST_P(MoeChecks, PassTheLayerChecks) {
   model.biases = c.biases;
   const kernels::Context ctx = kernels::Context::Cpu();
   StepCounters counters;
-  const MixtureOfExperts moe(c.spec, model, ctx, &counters);
+  const MixtureOfExperts moe(c.spec, model, ctx, kernels::DType::kF32, &counters);
   // Training forwards (only the noisy case tells them from evaluation).
   const ForwardMode mode = ForwardMode::Training(/*seed=*/9, /*step=*/4, /*first_token=*/30);
   const testing::MixerUnderTest layer = testing::UnderTest(c.name, moe, model.d_model, ctx, mode);
@@ -78,7 +78,7 @@ TEST_P(MoeChecks, PassTheLayerChecks) {
   testing::ExpectMicroBatchesIndependent(layer, 2, 5, 4, 22);
   testing::ExpectRecomputeIsExact(layer, 2, 5, 23);
   if (c.spec.capacity_factor == 0) {
-    testing::ExpectSavedBytes(layer, 2, 5, MixtureOfExperts::SavedBytesPerToken(c.spec, model));
+    testing::ExpectSavedBytes(layer, 2, 5, MixtureOfExperts::SavedBytesPerToken(c.spec, model, kernels::DType::kF32));
   }
   int64_t count = 0;
   moe.VisitParameters("ffn", [&](const std::string&, const Parameter& p) { count += p.value.numel(); });
@@ -124,7 +124,7 @@ TEST_P(PyTorchMatch, ForwardLossesAndEveryGradient) {
   model.biases = biases != nullptr && biases->boolean;
   const kernels::Context ctx = kernels::Context::Cpu();
   StepCounters counters;
-  const MixtureOfExperts moe(spec, model, ctx, &counters);
+  const MixtureOfExperts moe(spec, model, ctx, kernels::DType::kF32, &counters);
   double largest_gradient = 0;
   int loaded = 0;
   moe.VisitParameters("moe", [&](const std::string& name, const Parameter& p) {
@@ -336,7 +336,7 @@ TEST(MoeExpertBias, MovesACollapsedRouterTowardBalance) {
   ModelConfig model = Cs336Config(32, 16, /*d_model=*/8, 1, 2, 16);
   const kernels::Context ctx = kernels::Context::Cpu();
   StepCounters counters;
-  const MixtureOfExperts moe(spec, model, ctx, &counters);
+  const MixtureOfExperts moe(spec, model, ctx, kernels::DType::kF32, &counters);
   const testing::MixerUnderTest layer = testing::UnderTest("bias", moe, model.d_model, ctx);
   testing::RandomizeParameters(layer, 5, 0.5);
   moe.VisitParameters("ffn", [&](const std::string& name, const Parameter& p) {
