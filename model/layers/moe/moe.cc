@@ -160,7 +160,7 @@ void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const Moe
 void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
                                bool accumulate, LayerActivations& saved_base, const ForwardMode& mode) const {
   MoeActivations& saved = StateAs<MoeActivations>(saved_base);
-  if (!ctx.device.is_cpu()) return ForwardOnDevice(ctx, b, t, h, out, accumulate, saved);
+  if (!ctx.device.is_cpu()) return ForwardOnDevice(ctx, b, t, h, out, accumulate, saved, mode);
   const int64_t n = b * t, k = spec_.top_k;
   Resize(b, t, ctx, saved);
   const float* x = static_cast<const float*>(h);

@@ -118,7 +118,7 @@ class MixtureOfExperts final : public ChannelMixer {
                           Scratch& scratch) const;
   // The CUDA path (moe_device.cc): Forward and Backward on device pointers in dtype_.
   void ForwardOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out, bool accumulate,
-                       MoeActivations& saved) const;
+                       MoeActivations& saved, const ForwardMode& mode) const;
   void BackwardOnDevice(const kernels::Context& ctx, const void* h, const MoeActivations& saved, const void* dout,
                         void* dh, Scratch& scratch) const;
   // The router's fp32 logits (N, E) of h on the device, copied into saved.logits on the host.

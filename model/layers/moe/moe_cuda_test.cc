@@ -125,7 +125,7 @@ Result ForwardBackward(const MixtureOfExperts& layer, const kernels::Context& ct
   kernels::Tensor gdh = kernels::Tensor::Empty({n, kC}, dtype, ctx.allocator);
   std::unique_ptr<LayerActivations> saved = layer.NewActivations();
   Scratch scratch(ctx.allocator);
-  layer.Forward(ctx, kB, kT, gh.data(), gout.data(), /*accumulate=*/true, *saved);
+  layer.Forward(ctx, kB, kT, gh.data(), gout.data(), /*accumulate=*/true, *saved, ForwardMode());
   layer.Backward(ctx, gh.data(), *saved, gdout.data(), gdh.data(), scratch);
   Result r;
   r.out = ToHost(ctx, gout), r.dh = ToHost(ctx, gdh);

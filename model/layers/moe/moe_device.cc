@@ -65,7 +65,7 @@ void MixtureOfExperts::RouterLogitsToHost(const kernels::Context& ctx, int64_t n
 }
 
 void MixtureOfExperts::ForwardOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
-                                       bool accumulate, MoeActivations& saved) const {
+                                       bool accumulate, MoeActivations& saved, const ForwardMode& mode) const {
   const int64_t n = b * t, k = spec_.top_k, e = spec_.n_experts;
   Resize(b, t, ctx, saved);
   RouterLogitsToHost(ctx, n, h, saved);
@@ -89,7 +89,7 @@ void MixtureOfExperts::ForwardOnDevice(const kernels::Context& ctx, int64_t b, i
   experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data(), saved.pre.data(), saved.act.data(),
                    saved.y.data());
   if (shared_.has_value()) {
-    shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared);
+    shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared, mode);
     accumulate = true;
   }
   kernels::MoeCombine(ctx, {dtype_, n, k, c_, plan.assignment_row, plan.gates, saved.y.data(), out, accumulate});

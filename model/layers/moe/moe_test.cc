@@ -215,7 +215,8 @@ TEST(MoeNoisyGating, EvaluationIsNoiseFreeAndTrainingIsKeyedByTokenIndex) {
   const ModelConfig model = Cs336Config(32, 16, /*d_model=*/8, 1, 2, 16);
   const kernels::Context ctx = kernels::Context::Cpu();
   StepCounters counters;
-  const MixtureOfExperts noisy(spec, model, ctx, &counters), plain(plain_spec, model, ctx, &counters);
+  const MixtureOfExperts noisy(spec, model, ctx, kernels::DType::kF32, &counters),
+      plain(plain_spec, model, ctx, kernels::DType::kF32, &counters);
   const testing::MixerUnderTest layer = testing::UnderTest("noisy", noisy, model.d_model, ctx);
   testing::RandomizeParameters(layer, 7, 1.0);  // W_noise large enough that the noise changes the routing
   std::map<std::string, std::vector<float>> values;
