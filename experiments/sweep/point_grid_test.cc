@@ -378,23 +378,24 @@ TEST(GridFields, AnAxisOverSeveralFieldsSetsThemTogether) {
       << twice.status();
 }
 
-std::string FakeTrainer() {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test";
+// Runs `plan`, 2 runs at a time, with fake_train_for_test as the trainer.
+absl::StatusOr<SweepSummary> RunFaked(SweepPlan plan) {
+  plan.parallel_runs = 2;
+  RunnerOptions runner;
+  runner.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test"};
+  return RunSweep(plan, runner);
 }
 
 TEST(PointGrid, ASweepWithPointGridsResumesWithoutTrainingAgain) {
   auto plan = Plan(kBatchLrGrid, "resume");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  plan->parallel_runs = 2;
-  RunnerOptions runner;
-  runner.command = {FakeTrainer()};
-  auto first = RunSweep(*plan, runner);
+  auto first = RunFaked(*plan);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->finished, static_cast<int>(plan->runs.size()));
   std::set<int64_t> batches;
   for (const auto& row : first->table.runs) batches.insert(row.batch_size);
   EXPECT_EQ(batches, (std::set<int64_t>{2, 4, 8}));  // the results table records each run's own batch
-  auto again = RunSweep(*plan, runner);
+  auto again = RunFaked(*plan);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->skipped, static_cast<int>(plan->runs.size()));
   EXPECT_EQ(again->finished, static_cast<int>(plan->runs.size()));
@@ -405,10 +406,7 @@ TEST(PointGrid, ASweepWithPointGridsResumesWithoutTrainingAgain) {
 TEST(PointGrid, ASweepWithALrPriorPlansTheSameRunsAgainAndResumes) {
   auto plan = Plan(absl::StrCat(kBatchLrGrid, kLrPrior), "resume_prior");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  plan->parallel_runs = 2;
-  RunnerOptions runner;
-  runner.command = {FakeTrainer()};
-  auto first = RunSweep(*plan, runner);
+  auto first = RunFaked(*plan);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->finished, static_cast<int>(plan->runs.size()));
   std::set<double> lrs;
@@ -422,8 +420,7 @@ TEST(PointGrid, ASweepWithALrPriorPlansTheSameRunsAgainAndResumes) {
     EXPECT_EQ(replanned->runs[i].experiment.SerializeAsString(), plan->runs[i].experiment.SerializeAsString())
         << plan->runs[i].name;
   }
-  replanned->parallel_runs = 2;
-  auto again = RunSweep(*replanned, runner);
+  auto again = RunFaked(*replanned);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->skipped, static_cast<int>(plan->runs.size()));
   EXPECT_EQ(again->finished, static_cast<int>(plan->runs.size()));
