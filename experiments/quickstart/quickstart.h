@@ -33,7 +33,7 @@ struct QuickstartOptions {
   // stable phase shared by its budgets (sweep.wsd_branches and isoflop.shared_sizes).
   bool wsd = false;
   // The recipe design (experiments/sweeps/recipe_quickstart.textproto): each budget's model nearest 20
-  // tokens per parameter trains a 3 x 5 grid of batch size (4, 8, 16 sequences) x peak learning rate (1/4 to
+  // tokens per parameter trains a 5 x 5 grid of batch size (2 to 32 sequences) x peak learning rate (1/4 to
   // 4 times a prior lr_opt(C) in steps of 2, isoflop.grid_lr_prior) instead of once, and every run takes its
   // batch in 2 micro-batches so that it logs the gradient noise scale; the report then fits B_opt(C) and
   // lr_opt(C) and plots the noise scale.
