@@ -33,9 +33,10 @@ struct QuickstartOptions {
   // stable phase shared by its budgets (sweep.wsd_branches and isoflop.shared_sizes).
   bool wsd = false;
   // The recipe design (experiments/sweeps/recipe_quickstart.textproto): each budget's model nearest 20
-  // tokens per parameter trains a 5 x 5 grid of batch size (4, 6, 8, 12, 16 sequences) x peak learning rate
-  // (4e-3 to 6.4e-2 in steps of 2) instead of once, and every run takes its batch in 2 micro-batches so that
-  // it logs the gradient noise scale; the report then fits B_opt(C) and lr_opt(C) and plots the noise scale.
+  // tokens per parameter trains a 5 x 5 grid of batch size (2 to 32 sequences) x peak learning rate (1/4 to
+  // 4 times a prior lr_opt(C) in steps of 2, isoflop.grid_lr_prior) instead of once, and every run takes its
+  // batch in 2 micro-batches so that it logs the gradient noise scale; the report then fits B_opt(C) and
+  // lr_opt(C) and plots the noise scale.
   bool recipe = false;
   std::vector<std::string> train_command;  // how the sweep starts a run (the quickstart binary itself)
   std::function<void(const std::string&)> progress;

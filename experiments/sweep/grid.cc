@@ -1,9 +1,12 @@
 // Grid expansion (see grid.h).
 #include "experiments/sweep/grid.h"
 
+#include <cmath>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "config/loader.h"
@@ -78,6 +81,29 @@ absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, cons
     }
   }
   return points;
+}
+
+absl::StatusOr<config::Grid> ScaleAxis(const config::Grid& grid, const std::string& field, double factor,
+                                       const std::string& source, const std::string& where) {
+  config::Grid scaled = grid;
+  for (int i = 0; i < scaled.axis_size(); ++i) {
+    config::GridAxis* axis = scaled.mutable_axis(i);
+    if (axis->field() != field) continue;
+    for (int v = 0; v < axis->values_size(); ++v) {
+      double value = 0;
+      if (!absl::SimpleAtod(axis->values(v), &value) || !(value > 0) || !std::isfinite(value) ||
+          !(value * factor > 0) || !std::isfinite(value * factor)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": ", where, ".axis[", i, "] value \"", axis->values(v), "\" (", field,
+                         ") times ", factor, " is not a positive finite number"));
+      }
+      axis->set_values(v, absl::StrFormat("%.4g", value * factor));
+    }
+    return scaled;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": ", where, " has no axis over ", field, " alone (`axis { field: \"", field,
+                   "\" values: ... }`) to scale"));
 }
 
 absl::StatusOr<std::vector<config::Experiment>> ApplyGrid(const config::Experiment& base,

@@ -32,6 +32,12 @@ absl::StatusOr<std::vector<GridPoint>> ExpandGrid(const config::Grid& grid, cons
                                                   const std::string& where, const AxisRefusal& refusal,
                                                   size_t max_points);
 
+// `grid` with each value of its axis over `field` alone multiplied by `factor` and written with 4 significant
+// digits ("1.6e-2" x 2.5 -> "0.04"), the other axes as they are. Fails, starting with "<source>: <where>",
+// where no axis is over `field` alone, or a value, or its product, is not a positive finite number.
+absl::StatusOr<config::Grid> ScaleAxis(const config::Grid& grid, const std::string& field, double factor,
+                                       const std::string& source, const std::string& where);
+
 // `base` with each point's assignments applied, in the points' order. Fails, starting with
 // "<source>: <where>", on an assignment that does not apply, and on two points that give the same config
 // (one value written two ways, "1e-3" and "0.001", would train one config twice and weigh it twice in the

@@ -296,6 +296,28 @@ int64_t TokensPerStepOf(const config::Experiment& e) {
          e.model().context_length();
 }
 
+// grid_lr_prior (sweep.proto): with a point grid, a finite exponent and a positive reference budget. That
+// the grid has an optimizer.lr axis to scale, ScaleAxis checks.
+absl::Status CheckLrPrior(const config::IsoFlopDesign& design, const std::string& source) {
+  if (!design.has_grid_lr_prior()) return absl::OkStatus();
+  const config::PowerLawPrior& prior = design.grid_lr_prior();
+  if (!design.has_point_grid()) {
+    return Error(source, "sweep.isoflop.grid_lr_prior scales the point grid's optimizer.lr axis, but "
+                         "sweep.isoflop has no point_grid");
+  }
+  if (!prior.has_exponent() || !std::isfinite(prior.exponent())) {
+    return Error(source, absl::StrCat("sweep.isoflop.grid_lr_prior.exponent=",
+                                      prior.has_exponent() ? absl::StrCat(prior.exponent()) : "(unset)",
+                                      " must be a finite number (a pilot sweep's fitted lr_opt(C) exponent)"));
+  }
+  if (!(prior.reference_flops() > 0) || !std::isfinite(prior.reference_flops())) {
+    return Error(source, absl::StrCat("sweep.isoflop.grid_lr_prior.reference_flops=",
+                                      prior.has_reference_flops() ? absl::StrCat(prior.reference_flops()) : "(unset)",
+                                      " must be a positive FLOP budget (where the lr axis's values hold as written)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
                          const config::Experiment& base, const ModelSizer& sizer,
                          std::vector<PlannedRun>* runs) {
@@ -320,7 +342,6 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
                  "the base experiment needs run.batch_size and model.context_length for an IsoFLOP design");
   }
   const bool non_embedding = design.params() == config::IsoFlopDesign::NON_EMBEDDING;
-  std::vector<GridPoint> point_grid;
   if (design.has_point_grid()) {
     if (!(design.grid_fit_window() > 0 && design.grid_fit_window() <= 1)) {
       return Error(source, absl::StrCat("sweep.isoflop.grid_fit_window=", design.grid_fit_window(),
@@ -330,11 +351,27 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       return Error(source, absl::StrCat("sweep.isoflop.grid_tokens_per_param=", design.grid_tokens_per_param(),
                                         " must be a positive tokens-per-parameter ratio"));
     }
+  }
+  if (absl::Status s = CheckLrPrior(design, source); !s.ok()) return s;
+  // Each budget's point grid, its lr axis scaled by grid_lr_prior if given.
+  std::vector<std::vector<GridPoint>> point_grids(design.budgets_size());
+  for (int b = 0; design.has_point_grid() && b < design.budgets_size(); ++b) {
+    config::Grid grid = design.point_grid();
+    if (design.has_grid_lr_prior()) {
+      const config::PowerLawPrior& prior = design.grid_lr_prior();
+      const double factor = std::pow(design.budgets(b) / prior.reference_flops(), prior.exponent());
+      absl::StatusOr<config::Grid> scaled =
+          ScaleAxis(grid, "optimizer.lr", factor, source,
+                    absl::StrFormat("sweep.isoflop.point_grid (grid_lr_prior at budgets[%d]=%g)", b,
+                                    design.budgets(b)));
+      if (!scaled.ok()) return scaled.status();
+      grid = *std::move(scaled);
+    }
     absl::StatusOr<std::vector<GridPoint>> points = ExpandGrid(
-        design.point_grid(), source, "sweep.isoflop.point_grid",
+        grid, source, "sweep.isoflop.point_grid",
         [&](const std::string& field) { return SweepSetsField(sweep, /*isoflop=*/true, field); }, 1000);
     if (!points.ok()) return points.status();
-    point_grid = *std::move(points);
+    point_grids[b] = *std::move(points);
   }
 
   struct Candidate {
@@ -468,6 +505,7 @@ absl::Status PlanIsoFlop(const config::Sweep& sweep, const std::string& source,
       const bool gridded = design.has_point_grid() &&
                            (design.grid_models() == config::IsoFlopDesign::EVERY_MODEL || c == nearest);
       if (gridded) {
+        const std::vector<GridPoint>& point_grid = point_grids[b];
         absl::StatusOr<std::vector<config::Experiment>> configs =
             ApplyGrid(point.experiment, point_grid, source, "sweep.isoflop.point_grid");
         if (!configs.ok()) return configs.status();

@@ -1,8 +1,9 @@
 // IsoFLOP designs whose points carry a batch size x learning rate grid (sweep.isoflop.point_grid): which
 // models carry it, that every run still spends its budget when the batch changes, the errors a bad point
-// grid gets (naming the field), that with sweep.wsd_branches only runs of one model, batch size and lr share a
-// WSD stable phase, and that such a sweep resumes like any other (fake_train_for_test trains); and grid axes
-// over several fields at once (GridAxis.fields).
+// grid or lr prior gets (naming the field), that a prior (isoflop.grid_lr_prior) moves the lr axis with the
+// budget, that with sweep.wsd_branches only runs of one model, batch size and lr share a WSD stable phase,
+// and that such sweeps resume like any other (fake_train_for_test trains); and grid axes over several fields
+// at once (GridAxis.fields).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -165,6 +166,73 @@ TEST(PointGrid, BadPointGridsGetErrorsNamingTheField) {
       << big.status();
 }
 
+// grid_lr_prior: the lr axis's values hold at reference_flops; at budget C they are multiplied by
+// (C / reference_flops)^exponent, to 4 significant digits, in the run's config and its name.
+const char* kLrPrior = "grid_lr_prior { exponent: -0.5 reference_flops: 2e12 }\n";
+
+TEST(PointGrid, ALrPriorMovesTheLrAxisWithTheBudget) {
+  auto plan = Plan(absl::StrCat(kBatchLrGrid, kLrPrior));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 2u * (3 + 6));  // the prior changes the lrs, not the runs
+  std::map<double, std::set<double>> lrs;      // budget -> its grid's lrs
+  for (const PlannedRun& r : plan->runs) {
+    const double lr = r.experiment.optimizer().lr();
+    if (!absl::StrContains(r.name, "_batch_size=")) {
+      EXPECT_EQ(lr, 1e-3) << r.name;  // a model without the grid trains at the base's lr
+      continue;
+    }
+    lrs[r.budget_flops].insert(lr);
+    EXPECT_TRUE(absl::EndsWith(r.name, absl::StrFormat(",lr=%.4g", lr))) << r.name;
+  }
+  // At the reference budget the values as written; at 3x the budget each is 3^-0.5 times as large.
+  EXPECT_EQ(lrs[2e12], (std::set<double>{1e-3, 3e-3}));
+  EXPECT_EQ(lrs[6e12], (std::set<double>{5.774e-4, 1.732e-3}));
+  std::set<std::string> names;
+  for (const PlannedRun& r : plan->runs) {
+    if (const size_t at = r.name.find("_batch_size="); at != std::string::npos) names.insert(r.name.substr(at));
+  }
+  EXPECT_EQ(names.count("_batch_size=2,lr=0.0005774"), 1u);  // at 6e12
+  EXPECT_EQ(names.count("_batch_size=8,lr=0.003"), 1u);      // at 2e12, "3e-3" written with %.4g
+}
+
+TEST(PointGrid, BadLrPriorsGetErrorsNamingTheField) {
+  auto error_of = [](const std::string& design_extra) {
+    auto plan = Plan(design_extra);
+    return plan.ok() ? std::string("planned") : std::string(plan.status().message());
+  };
+  EXPECT_EQ(error_of("grid_lr_prior { exponent: -0.5 reference_flops: 2e12 }"),
+            "test.sweep: sweep.isoflop.grid_lr_prior scales the point grid's optimizer.lr axis, but "
+            "sweep.isoflop has no point_grid");
+  EXPECT_EQ(error_of(absl::StrCat(kBatchLrGrid, "grid_lr_prior { reference_flops: 2e12 }")),
+            "test.sweep: sweep.isoflop.grid_lr_prior.exponent=(unset) must be a finite number (a pilot sweep's "
+            "fitted lr_opt(C) exponent)");
+  EXPECT_EQ(error_of(absl::StrCat(kBatchLrGrid, "grid_lr_prior { exponent: inf reference_flops: 2e12 }")),
+            "test.sweep: sweep.isoflop.grid_lr_prior.exponent=inf must be a finite number (a pilot sweep's "
+            "fitted lr_opt(C) exponent)");
+  for (const std::string reference : {"0", "-1e+12", "nan"}) {
+    EXPECT_EQ(error_of(absl::StrCat(kBatchLrGrid, "grid_lr_prior { exponent: -0.5 reference_flops: ", reference,
+                                    " }")),
+              absl::StrCat("test.sweep: sweep.isoflop.grid_lr_prior.reference_flops=", reference,
+                           " must be a positive FLOP budget (where the lr axis's values hold as written)"));
+  }
+  EXPECT_EQ(error_of(absl::StrCat(kBatchLrGrid, "grid_lr_prior { exponent: -0.5 }")),
+            "test.sweep: sweep.isoflop.grid_lr_prior.reference_flops=(unset) must be a positive FLOP budget "
+            "(where the lr axis's values hold as written)");
+  // Only an axis over optimizer.lr alone is scaled: not a batch axis, not lr set together with another field.
+  const std::string no_lr = error_of(absl::StrCat(
+      R"pb(point_grid { axis { field: "run.batch_size" values: [ "2", "4" ] } })pb", kLrPrior));
+  EXPECT_EQ(no_lr, "test.sweep: sweep.isoflop.point_grid (grid_lr_prior at budgets[0]=2e+12) has no axis over "
+                   "optimizer.lr alone (`axis { field: \"optimizer.lr\" values: ... }`) to scale");
+  const std::string tuple = error_of(absl::StrCat(
+      R"pb(point_grid { axis { fields: [ "optimizer.lr", "run.batch_size" ] values: [ "1e-3,2" ] } })pb",
+      kLrPrior));
+  EXPECT_TRUE(absl::StrContains(tuple, "has no axis over optimizer.lr alone")) << tuple;
+  const std::string word = error_of(absl::StrCat(
+      R"pb(point_grid { axis { field: "optimizer.lr" values: [ "1e-3", "fast" ] } })pb", kLrPrior));
+  EXPECT_EQ(word, "test.sweep: sweep.isoflop.point_grid (grid_lr_prior at budgets[0]=2e+12).axis[0] value "
+                  "\"fast\" (optimizer.lr) times 1 is not a positive finite number");
+}
+
 // What a WSD branch may share with its trunk: the model, the batch size and the lr (and all else but length).
 struct TrunkKey {
   int64_t d_model, n_layers, batch_size;
@@ -310,23 +378,49 @@ TEST(GridFields, AnAxisOverSeveralFieldsSetsThemTogether) {
       << twice.status();
 }
 
-std::string FakeTrainer() {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test";
+// Runs `plan`, 2 runs at a time, with fake_train_for_test as the trainer.
+absl::StatusOr<SweepSummary> RunFaked(SweepPlan plan) {
+  plan.parallel_runs = 2;
+  RunnerOptions runner;
+  runner.command = {std::string(std::getenv("TEST_SRCDIR")) + "/lmforge/experiments/sweep/fake_train_for_test"};
+  return RunSweep(plan, runner);
 }
 
 TEST(PointGrid, ASweepWithPointGridsResumesWithoutTrainingAgain) {
   auto plan = Plan(kBatchLrGrid, "resume");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  plan->parallel_runs = 2;
-  RunnerOptions runner;
-  runner.command = {FakeTrainer()};
-  auto first = RunSweep(*plan, runner);
+  auto first = RunFaked(*plan);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->finished, static_cast<int>(plan->runs.size()));
   std::set<int64_t> batches;
   for (const auto& row : first->table.runs) batches.insert(row.batch_size);
   EXPECT_EQ(batches, (std::set<int64_t>{2, 4, 8}));  // the results table records each run's own batch
-  auto again = RunSweep(*plan, runner);
+  auto again = RunFaked(*plan);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->skipped, static_cast<int>(plan->runs.size()));
+  EXPECT_EQ(again->finished, static_cast<int>(plan->runs.size()));
+}
+
+// With grid_lr_prior the scaled lrs are a function of the file alone: planning it again gives the same run
+// names and configs, so a rerun finds every run finished and trains none again.
+TEST(PointGrid, ASweepWithALrPriorPlansTheSameRunsAgainAndResumes) {
+  auto plan = Plan(absl::StrCat(kBatchLrGrid, kLrPrior), "resume_prior");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto first = RunFaked(*plan);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->finished, static_cast<int>(plan->runs.size()));
+  std::set<double> lrs;
+  for (const auto& row : first->table.runs) lrs.insert(row.lr);
+  EXPECT_EQ(lrs.count(5.774e-4), 1u);  // the results table records each run's scaled lr
+  auto replanned = Plan(absl::StrCat(kBatchLrGrid, kLrPrior), "resume_prior");
+  ASSERT_TRUE(replanned.ok()) << replanned.status();
+  ASSERT_EQ(replanned->runs.size(), plan->runs.size());
+  for (size_t i = 0; i < plan->runs.size(); ++i) {
+    EXPECT_EQ(replanned->runs[i].name, plan->runs[i].name);
+    EXPECT_EQ(replanned->runs[i].experiment.SerializeAsString(), plan->runs[i].experiment.SerializeAsString())
+        << plan->runs[i].name;
+  }
+  auto again = RunFaked(*replanned);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->skipped, static_cast<int>(plan->runs.size()));
   EXPECT_EQ(again->finished, static_cast<int>(plan->runs.size()));
