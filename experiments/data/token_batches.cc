@@ -9,19 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/splitmix.h"
 #include "base/thread_pool.h"
 #include "experiments/crc32c/crc32c.h"
 
 namespace lmf::experiments {
 namespace {
-
-// SplitMix64's output for state `x` (Steele, Lea, Flood 2014): a bijective mix with good avalanche.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Copies window [start, start + T + 1) into one row of inputs and targets.
 absl::Status ReadWindow(const tokenizer::TokenFileReader& file, uint64_t start, int64_t context_length,

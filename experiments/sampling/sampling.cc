@@ -6,19 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/splitmix.h"
 #include "base/thread_pool.h"
 #include "kernels/core/dtype.h"
 #include "kernels/memory/memory.h"
 
 namespace lmf::experiments {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The model's logits (B, 1, vocab_rows) on its device -> `out` as host floats (bf16 widened exactly), in one
 // copy.

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include "base/splitmix.h"
+
 namespace lmf::model {
 namespace {
 
@@ -12,13 +14,6 @@ uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 // Standard normal draws from a 64-bit engine by Box-Muller, both outputs of each pair used (portable: no
@@ -72,7 +67,7 @@ void DrawInitialValues(const ModelConfig& config, uint64_t seed, const std::stri
     std::fill(data, data + count, 1.0f);
     return;
   }
-  NormalSampler sampler(SplitMix(seed ^ SplitMix(Fnv1a(name))));
+  NormalSampler sampler(SplitMix64(seed ^ SplitMix64(Fnv1a(name))));
   if (config.init == InitScheme::kGpt2Scaled || config.init == InitScheme::kMup) {
     double std = config.init_std;
     const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config.n_layers));

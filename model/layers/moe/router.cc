@@ -8,6 +8,8 @@
 #include <numeric>
 #include <vector>
 
+#include "base/splitmix.h"
+
 namespace lmf::model::moe {
 namespace {
 
@@ -249,13 +251,6 @@ void RouterZLossBackward(const MoeSpec& spec, int64_t n, const float* logits, fl
 }
 
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // softplus(x) = log(1 + e^x), without overflow.
 double Softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
