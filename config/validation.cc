@@ -203,16 +203,11 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                " needs run.device=CPU (pipeline stages run fp32 over Gloo; NCCL is not built "
                                "yet)"));
     }
-    const auto& pattern = experiment.model().layer_pattern();
-    if (experiment.model().has_moe()) {
-      errors->Add(absl::StrCat("model.moe with run.parallel.pipeline=", pipeline,
-                               " is not built yet (the expert-load metrics span the stages)"));
-    }
-    for (int i = 0; i < pattern.size(); ++i) {
-      if (pattern.Get(i).has_moe()) {
-        errors->Add(absl::StrCat("model.layer_pattern[", i, "].moe with run.parallel.pipeline=", pipeline,
-                                 " is not built yet (the expert-load metrics span the stages)"));
-      }
+    if (parallel.expert() > 1) {
+      errors->Add(absl::StrCat("run.parallel.expert=", parallel.expert(), " with run.parallel.pipeline=", pipeline,
+                               " is not built yet (each stage's experts would be exchanged over its own expert "
+                               "group): a mixture of experts runs with run.parallel.pipeline and "
+                               "run.parallel.data, or with run.parallel.expert and run.parallel.data"));
     }
     const int64_t data = std::max(1, parallel.data());
     const int64_t micro_batches = run.grad_accum_steps() / data;

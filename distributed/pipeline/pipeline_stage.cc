@@ -96,7 +96,7 @@ int PipelineStage::Tag(bool gradient, int micro_batch, int boundary) const {
 int64_t PipelineStage::HiddenFloats(int64_t b, int64_t t) const { return b * t * chunks_[0]->config().d_model; }
 
 absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>& micro_batches, int64_t b,
-                                                   int64_t t) {
+                                                   int64_t t, const model::ForwardMode& mode) {
   if (static_cast<int>(micro_batches.size()) != schedule_.micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("the pipeline schedule runs ", schedule_.micro_batches,
                                                    " micro-batches per step, given ", micro_batches.size()));
@@ -155,8 +155,10 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
         }
         if (model.has_head()) in.targets = micro_batches[a.micro_batch].targets;
         model::Activations& act = activations.emplace(key, model.NewActivations()).first->second;
+        model::ForwardMode micro_mode = mode;
+        micro_mode.first_token += a.micro_batch * b * t;
         const Clock::time_point start = Clock::now();
-        if (absl::Status s = model.ForwardStage(in, act); !s.ok()) return failed(s, a);
+        if (absl::Status s = model.ForwardStage(in, act, micro_mode); !s.ok()) return failed(s, a);
         timed(start, a.op);
         inputs.erase(key);  // ForwardStage copied it
         sums.aux_loss += act.aux_loss();  // each chunk's layers' auxiliary losses (a mixture of experts)

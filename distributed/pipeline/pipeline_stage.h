@@ -62,9 +62,13 @@ class PipelineStage {
                                               std::vector<model::LayerRange> stages = {});
 
   // One step: zero the chunks' gradients, run this rank's actions, and return the sums of the last stage's
-  // per-micro-batch losses (zero on the other ranks: see SumLosses). Errors: a peer that fails or stalls
-  // (the collective's error, naming it), a micro-batch the model refuses.
-  absl::StatusOr<model::LossSums> Run(const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t);
+  // per-micro-batch losses and of this rank's chunks' auxiliary losses (zero on the other ranks: see
+  // SumLosses). `mode`: the forwards' (layer.h), that of micro_batches[0]; micro-batch m's starts m * b * t
+  // tokens later in the step (mode.first_token + m b t), so a training step's random draws (noisy gating)
+  // are the ones one process draws for the same micro-batches. Errors: a peer that fails or stalls (the
+  // collective's error, naming it), a micro-batch the model refuses.
+  absl::StatusOr<model::LossSums> Run(const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t,
+                                      const model::ForwardMode& mode = model::ForwardMode());
   // Seconds the last Run spent in the chunks' forwards and backwards (the rest of its time is the bubble
   // and the transfers).
   double compute_seconds() const { return compute_seconds_; }

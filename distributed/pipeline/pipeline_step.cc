@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstddef>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,10 +81,14 @@ absl::Status PipelineStep::ReadMicroBatches(model::MicroBatchSource& data, const
 
 absl::Status PipelineStep::SumOverReplicas() {
   if (mesh_.shape().data == 1) return absl::OkStatus();
+  // The gradients, then the step counts (a mixture of experts' expert loads: whole numbers, summed exactly).
   gradients_.clear();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
       gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+    });
+    chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
+      gradients_.insert(gradients_.end(), counts.data<float>(), counts.data<float>() + counts.numel());
     });
   }
   if (absl::Status s = mesh_.data().AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
@@ -92,8 +98,69 @@ absl::Status PipelineStep::SumOverReplicas() {
       std::copy_n(in, p.grad.numel(), p.grad.data<float>());
       in += p.grad.numel();
     });
+    chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
+      std::copy_n(in, counts.numel(), counts.data<float>());
+      in += counts.numel();
+    });
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<model::NamedCounts> PipelineStep::GatherStepCounts() {
+  // This rank's counts as doubles, per tensor: [stage, index in its chunk, name length, the name's bytes,
+  // count, the values]; each rank writes its own span of one vector, zeros elsewhere, so a sum over the
+  // pipeline group gathers them exactly.
+  std::vector<double> mine;
+  for (size_t c = 0; c < stage_.chunks().size(); ++c) {
+    const int stage = stage_.schedule().stage(mesh_.pipeline().rank(), static_cast<int>(c));
+    int index = 0;
+    stage_.chunks()[c]->VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
+      mine.insert(mine.end(), {static_cast<double>(stage), static_cast<double>(index++),
+                               static_cast<double>(name.size())});
+      for (const char ch : name) mine.push_back(static_cast<double>(static_cast<unsigned char>(ch)));
+      mine.push_back(static_cast<double>(counts.numel()));
+      mine.insert(mine.end(), counts.data<float>(), counts.data<float>() + counts.numel());
+    });
+  }
+  const int ranks = mesh_.pipeline().world_size(), rank = mesh_.pipeline().rank();
+  if (count_sizes_.empty()) {  // the spans' sizes do not change from step to step: exchanged once
+    count_sizes_.assign(static_cast<size_t>(ranks), 0.0);
+    count_sizes_[static_cast<size_t>(rank)] = static_cast<double>(mine.size());
+    if (absl::Status s = mesh_.pipeline().AllReduceSum(count_sizes_.data(), count_sizes_.size()); !s.ok()) {
+      count_sizes_.clear();
+      return s;
+    }
+  }
+  size_t total = 0, offset = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (r == rank) offset = total;
+    total += static_cast<size_t>(count_sizes_[static_cast<size_t>(r)]);
+  }
+  if (total == 0) return model::NamedCounts{};  // no layer counts anything (a dense model)
+  std::vector<double> all(total, 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(offset));
+  if (absl::Status s = mesh_.pipeline().AllReduceSum(all.data(), all.size()); !s.ok()) return s;
+  struct Entry {
+    int stage, index;
+    std::string name;
+    std::vector<float> values;
+  };
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < total;) {
+    Entry e{static_cast<int>(all[i]), static_cast<int>(all[i + 1]), "", {}};
+    const size_t name_size = static_cast<size_t>(all[i + 2]);
+    for (size_t k = 0; k < name_size; ++k) e.name.push_back(static_cast<char>(static_cast<int>(all[i + 3 + k])));
+    i += 3 + name_size;
+    const size_t n = static_cast<size_t>(all[i++]);
+    e.values.assign(all.begin() + static_cast<std::ptrdiff_t>(i), all.begin() + static_cast<std::ptrdiff_t>(i + n));
+    i += n;
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.stage, a.index) < std::tie(b.stage, b.index); });
+  model::NamedCounts counts;
+  for (Entry& e : entries) counts.emplace_back(std::move(e.name), std::move(e.values));
+  return counts;
 }
 
 absl::StatusOr<double> PipelineStep::GlobalNorm(int64_t micro_batches) {
@@ -153,7 +220,10 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   const bool noise = MeasuresNoiseScale(input);
   double first_grad_sq = 0;  // this rank's chunks' part of |g|^2 of the replica's first micro-batch
   if (noise) WatchFirstBackwards(&first_grad_sq);
-  absl::StatusOr<model::LossSums> local = stage_.Run(micro_batches, input.b, input.t);
+  // Micro-batch m of the step draws what one process draws for it (ForwardMode: noisy gating).
+  const model::ForwardMode mode = model::ForwardMode::Training(
+      input.seed, input.step, first_micro_batch(input.micro_batches) * input.b * input.t);
+  absl::StatusOr<model::LossSums> local = stage_.Run(micro_batches, input.b, input.t, mode);
   for (model::LanguageModel* chunk : stage_.chunks()) chunk->SetBackwardProgress(nullptr);
   if (!local.ok()) return local.status();
   if (absl::Status s = stage_.SumTiedEmbeddingGrads(); !s.ok()) return s;
@@ -183,6 +253,13 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
       if (absl::Status s = BroadcastFromOwners(mesh_.data(), owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
     }
   }
+  // The expert loads of every stage's layers, before each chunk updates its own layers' state from them.
+  absl::StatusOr<model::NamedCounts> counts = GatherStepCounts();
+  if (!counts.ok()) return counts.status();
+  const model::ExpertLoadStats load = model::SummarizeExpertLoad(*counts);
+  result.expert_load_max_over_mean = load.max_over_mean;
+  result.dropped_share = load.dropped_share;
+  result.expert_loads = load.loads;
   for (model::LanguageModel* chunk : stage_.chunks()) chunk->EndStep();
   result.stop_signal = totals[3] > 0 ? (received != 0 ? received : SIGTERM) : 0;
   return result;

@@ -10,6 +10,14 @@
 // parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
 // (experiments/trainer). CPU and fp32, as PipelineStage.
 //
+// A mixture of experts: micro-batch m's training forward is keyed as one process keys it (ForwardMode with
+// the step, the seed and the token index (first micro-batch + m) B T), so noisy gating draws the same noise;
+// each MoE layer's auxiliary losses (balancing, router z-loss) are added, and their gradients computed, on
+// the stage that holds it; the step's expert counts are summed over the data group with the gradients and
+// gathered over the stages (every layer's, in layer order) for StepResult's expert loads and dropped share;
+// then each chunk updates its own layers' expert biases from its summed counts (EndStep), as one process
+// updates them. Not with expert parallelism (mesh expert = 1).
+//
 // The gradient noise scale (StepResult::noise_grad_sq, noise_trace) from the same two batch sizes as
 // DataParallelStep's and SingleProcessStep's: |g_small|^2 is each replica's first micro-batch's squared
 // gradient norm (each chunk's, read as its first backward ends, summed over the stages), averaged over the
@@ -88,8 +96,11 @@ class PipelineStep final : public model::StepStrategy {
       : world_(world), mesh_(mesh), stage_(std::move(stage)), optimizers_(std::move(optimizers)) {}
   // This replica's micro-batches from `data` (the others skipped), in host memory.
   absl::Status ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input);
-  // Every chunk's gradients summed over the data group (one all-reduce).
+  // Every chunk's gradients and step counts (VisitStepCounts) summed over the data group (one all-reduce).
   absl::Status SumOverReplicas();
+  // Every stage's step counts (summed over the data group), in layer order, on every rank of the pipeline
+  // group: the expert loads of the whole model (SummarizeExpertLoad), as one process counts them.
+  absl::StatusOr<model::NamedCounts> GatherStepCounts();
   // The norm of the step's mean gradient over every stage.
   absl::StatusOr<double> GlobalNorm(int64_t micro_batches);
   // Whether this step measures the gradient noise scale (the class comment says when).
@@ -105,6 +116,7 @@ class PipelineStep final : public model::StepStrategy {
   std::vector<std::map<std::string, int>> owners_;  // ZeRO-1: per chunk; empty without
   std::vector<std::vector<int32_t>> ids_, targets_;
   std::vector<float> gradients_;
+  std::vector<double> count_sizes_;  // GatherStepCounts: each pipeline rank's span, after the first step
 };
 
 }  // namespace lmf::distributed::pipeline

@@ -52,13 +52,50 @@ std::unique_ptr<model::LanguageModel> Make(const model::ModelConfig& c, model::L
   return m;
 }
 
-model::StepInput Input(int micro_batches) {
+// A mixture of experts in layers 1-3 (layer 0 dense), so both halves of a 2-stage split hold MoE layers:
+// noisy top-k gating (its noise keyed by the seed, the step and each token's index in the step), the
+// balancing loss and router z-loss, the auxiliary-loss-free expert bias (updated from the step's expert
+// loads), and a capacity that drops assignments (the dropped share).
+model::ModelConfig Moe() {
+  model::ModelConfig c = model::Cs336Config(61, 16, 32, /*n_layers=*/4, 4, 64);
+  model::MoeSpec moe;
+  moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 16, moe.shared_d_ff = 16;
+  moe.aux_loss = 0.01, moe.router_z_loss = 0.001, moe.expert_bias = true, moe.bias_update_rate = 1e-2;
+  moe.noisy_gating = true, moe.capacity_factor = 1.0;
+  c.moe = moe;
+  c.first_k_dense = 1;
+  return c;
+}
+
+// Step `step` (0-based) of the run with seed 11: the key of its training forwards' draws.
+model::StepInput Input(int micro_batches, int step = 0) {
   model::StepInput input;
   input.micro_batches = micro_batches;
   input.b = kB;
   input.t = kT;
   input.lr = 3e-3;
+  input.seed = 11;
+  input.step = step;
   return input;
+}
+
+// A mixture of experts' step metrics: the auxiliary losses (with the same weights, sums of the same doubles
+// taken in another order, per chunk and then over the ranks: 1e-12 relative; else as the loss, 1e-6), the
+// expert loads gathered from the stages, in layer order, and the dropped share (whole-number counts summed
+// exactly: equal; with weights that differ by rounding too, as no token of these steps is within rounding of
+// a tie between two experts).
+void ExpectSameExpertMetrics(const model::StepResult& want, const model::StepResult& got, bool exact,
+                             const std::string& what, Checks& checks) {
+  checks.Expect(std::fabs(got.aux_loss - want.aux_loss) <= (exact ? 1e-12 : 1e-6) * std::fabs(want.aux_loss),
+                absl::StrCat(what, ": aux loss ", got.aux_loss, " vs single process ", want.aux_loss));
+  checks.Expect(got.expert_loads == want.expert_loads,
+                absl::StrCat(what, ": ", got.expert_loads.size(), " layers' expert loads vs the single process's ",
+                             want.expert_loads.size(), " (or other values)"));
+  checks.Expect(got.dropped_share == want.dropped_share && got.expert_load_max_over_mean ==
+                                                              want.expert_load_max_over_mean,
+                absl::StrCat(what, ": dropped share ", got.dropped_share, " vs ", want.dropped_share,
+                             ", max/mean load ", got.expert_load_max_over_mean, " vs ",
+                             want.expert_load_max_over_mean));
 }
 
 struct Case {
@@ -114,11 +151,14 @@ void ExpectEqualsSingleProcess(const Case& c) {
     RandomBatches single_data(c.config.vocab_size, kB * kT, 17);
     std::vector<model::StepResult> want_steps;
     for (int step = 0; step < kSteps; ++step) {
-      want_steps.push_back(*single.Step(*whole, whole_optimizer, single_data, Input(c.micro_batches)));
+      want_steps.push_back(*single.Step(*whole, whole_optimizer, single_data, Input(c.micro_batches, step)));
     }
-    std::map<std::string, std::vector<float>> want;
+    std::map<std::string, std::vector<float>> want, want_buffers;
     whole->VisitParameters([&](const std::string& name, const model::Parameter& p) {
       want[name].assign(p.value.data<float>(), p.value.data<float>() + p.value.numel());
+    });
+    whole->VisitBuffers([&](const std::string& name, const kernels::Tensor& t) {
+      want_buffers[name].assign(t.data<float>(), t.data<float>() + t.numel());
     });
 
     absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {c.data, c.pipeline, 1});
@@ -133,7 +173,7 @@ void ExpectEqualsSingleProcess(const Case& c) {
       RandomBatches replica_data(c.config.vocab_size, kB * kT, 17);
       for (int step = 0; step < kSteps; ++step) {
         absl::StatusOr<model::StepResult> r =
-            replicas.Step(*replica, replica_optimizer, replica_data, Input(c.micro_batches));
+            replicas.Step(*replica, replica_optimizer, replica_data, Input(c.micro_batches, step));
         if (!checks.Ok(r.status(), "DataParallelStep")) return checks.exit_code();
         want_noise[static_cast<size_t>(step)] = *r;
       }
@@ -164,11 +204,13 @@ void ExpectEqualsSingleProcess(const Case& c) {
     RandomBatches data(c.config.vocab_size, kB * kT, 17);
     for (int s = 0; s < kSteps; ++s) {
       absl::StatusOr<model::StepResult> result =
-          (*step)->Step(*chunks[0], *optimizers[0], data, Input(c.micro_batches));
+          (*step)->Step(*chunks[0], *optimizers[0], data, Input(c.micro_batches, s));
       if (!checks.Ok(result.status(), "Step")) return checks.exit_code();
       const double got = result->loss, expected = want_steps[static_cast<size_t>(s)].loss;
       checks.Expect(c.exact ? got == expected : std::fabs(got - expected) <= 1e-6 * expected,
                     absl::StrCat("step ", s + 1, " loss ", got, " vs single process ", expected));
+      ExpectSameExpertMetrics(want_steps[static_cast<size_t>(s)], *result, c.exact, absl::StrCat("step ", s + 1),
+                              checks);
       ExpectNoiseScale(c, want_noise[static_cast<size_t>(s)], *result, absl::StrCat("step ", s + 1), checks);
     }
     if (!checks.Ok((*step)->CheckReplicasAgree(*chunks[0], kSteps), "CheckReplicasAgree"))
@@ -189,6 +231,24 @@ void ExpectEqualsSingleProcess(const Case& c) {
     checks.Expect(c.exact ? worst == 0 : worst <= 1e-5f * largest,
                   absl::StrCat("largest weight difference ", worst, " in ", worst_name, " (largest weight ",
                                largest, ")"));
+    // Each stage's expert biases moved as the single process's: from the same whole-number loads.
+    int buffers = 0;
+    for (model::LanguageModel* chunk : chunks) {
+      chunk->VisitBuffers([&](const std::string& name, const kernels::Tensor& t) {
+        ++buffers;
+        checks.Expect(want_buffers.at(name) == std::vector<float>(t.data<float>(), t.data<float>() + t.numel()),
+                      absl::StrCat(name, " differs from the single process's"));
+      });
+    }
+    int64_t stage_moe_layers = 0;  // the chunks' layers from first_k_dense on, in a model with model.moe
+    for (model::LanguageModel* chunk : chunks) {
+      if (!c.config.moe.has_value()) break;
+      stage_moe_layers += std::max<int64_t>(0, chunk->last_layer() - std::max(chunk->first_layer(), c.config.first_k_dense));
+    }
+    const size_t moe_layers = c.config.moe.has_value() ? c.config.n_layers - c.config.first_k_dense : 0;
+    checks.Expect(buffers == stage_moe_layers && want_steps.back().expert_loads.size() == moe_layers,
+                  absl::StrCat(buffers, " expert biases on this rank, its stages have ", stage_moe_layers,
+                               " MoE layers"));
     // Evaluation through the pipeline is the whole model's forward, bit for bit.
     std::vector<int32_t> ids(kB * kT), targets(kB * kT);
     RandomBatches eval(c.config.vocab_size, kB * kT, 23);
@@ -261,6 +321,35 @@ TEST(PipelineStep, ZeroOneShardsEachChunkOverTheDataGroup) {
     c.zero = true;
     ExpectEqualsSingleProcess(c);
   }
+}
+
+// A mixture of experts with noisy gating, the balancing and router z-losses, the expert bias and a capacity:
+// the same losses, auxiliary losses, expert loads, weights and expert biases as the single process, bit for
+// bit on one data replica under 1F1B, GPipe, interleaved 1F1B and ZB-H1 (2 and 4 stages), and to rounding on
+// two replicas with clipping.
+TEST(PipelineStep, MixtureOfExpertsIsBitForBit) {
+  ExpectEqualsSingleProcess(Case(Moe()));
+  Case gpipe(Moe());
+  gpipe.kind = ScheduleKind::kGPipe;
+  gpipe.stage_layers = {1, 3};
+  ExpectEqualsSingleProcess(gpipe);
+  Case interleaved(Moe());
+  interleaved.chunks = 2;
+  interleaved.kind = ScheduleKind::kInterleavedOneFOneB;
+  ExpectEqualsSingleProcess(interleaved);
+  Case four(Moe());
+  four.kind = ScheduleKind::kZeroBubbleH1;
+  four.pipeline = 4;
+  four.micro_batches = 6;
+  ExpectEqualsSingleProcess(four);
+}
+
+TEST(PipelineStep, MixtureOfExpertsOnTwoReplicasAgreesToRounding) {
+  Case c(Moe());
+  c.data = 2;
+  c.max_grad_norm = 1.0;
+  c.exact = false;
+  ExpectEqualsSingleProcess(c);
 }
 
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first

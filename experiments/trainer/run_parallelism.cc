@@ -15,6 +15,11 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
   p->zero_stage_ = run.parallel().zero_stage();
+  if (run.parallel().pipeline() > 1 && run.parallel().expert() > 1) {  // ValidateExperiment refuses it too
+    return absl::UnimplementedError(absl::StrCat("run.parallel.expert=", run.parallel().expert(),
+                                                 " with run.parallel.pipeline=", run.parallel().pipeline(),
+                                                 " is not built yet"));
+  }
   if (run.parallel().pipeline() > 1) {  // the strategy comes with the optimizers (MakeOptimizers)
     absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(
         *world, {run.parallel().data(), run.parallel().pipeline(), /*expert=*/1});

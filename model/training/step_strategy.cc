@@ -36,24 +36,31 @@ absl::StatusOr<LossSums> AccumulateGradients(LanguageModel& model, MicroBatchSou
 }
 
 ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model) {
+  NamedCounts counts;
+  model.VisitStepCounts([&](const std::string& name, const kernels::Tensor& t) {
+    counts.emplace_back(name, std::vector<float>(t.data<float>(), t.data<float>() + t.numel()));
+  });
+  return SummarizeExpertLoad(counts);
+}
+
+ExpertLoadStats SummarizeExpertLoad(const NamedCounts& counts) {
   ExpertLoadStats stats;
   double routed = 0, dropped = 0;
   const auto ends_with = [](const std::string& name, const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  model.VisitStepCounts([&](const std::string& name, const kernels::Tensor& counts) {
-    const float* c = counts.data<float>();
+  for (const auto& [name, c] : counts) {
     double sum = 0, most = 0;
-    for (int64_t i = 0; i < counts.numel(); ++i) sum += c[i], most = std::max(most, double{c[i]});
+    for (const float x : c) sum += x, most = std::max(most, double{x});
     if (ends_with(name, ".expert_load")) {
       routed += sum;
       stats.loads.emplace_back(name.substr(0, name.size() - std::string(".router.expert_load").size()),
-                               std::vector<double>(c, c + counts.numel()));
-      if (sum > 0) stats.max_over_mean = std::max(stats.max_over_mean, most * counts.numel() / sum);
+                               std::vector<double>(c.begin(), c.end()));
+      if (sum > 0) stats.max_over_mean = std::max(stats.max_over_mean, most * static_cast<double>(c.size()) / sum);
     } else if (ends_with(name, ".expert_dropped")) {
       dropped += sum;
     }
-  });
+  }
   stats.dropped_share = routed > 0 ? dropped / routed : 0;
   return stats;
 }

@@ -115,6 +115,10 @@ struct ExpertLoadStats {
   std::vector<std::pair<std::string, std::vector<double>>> loads;  // StepResult::expert_loads
 };
 ExpertLoadStats SummarizeExpertLoad(const LanguageModel& model);
+// The same from step counts by their VisitStepCounts names, in layer order: those of a model whose layers
+// are spread over processes (a pipeline's stages gather theirs).
+using NamedCounts = std::vector<std::pair<std::string, std::vector<float>>>;
+ExpertLoadStats SummarizeExpertLoad(const NamedCounts& counts);
 
 // The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
 // finite (else grad_norm NaN and the weights do not change); then the model's once-per-step state update
