@@ -82,6 +82,14 @@ absl::StatusOr<std::unique_ptr<ParallelMesh>> ParallelMesh::Build(Collectives& w
       !s.ok()) {
     return s;
   }
+  const int block = shape.data * shape.expert;
+  for (int stage = 0; shape.expert > 1 && stage < shape.pipeline; ++stage) {  // each stage's ranks, in order
+    std::vector<int> ranks;
+    for (int k = 0; k < block; ++k) ranks.push_back(stage * block + k);
+    absl::StatusOr<std::unique_ptr<Collectives>> group = world.NewSubgroup(ranks, absl::StrCat("stage[pp=", stage, "]"));
+    if (!group.ok()) return group.status();
+    if (*group != nullptr) mesh->stage_ = *std::move(group);
+  }
   return mesh;
 }
 

@@ -57,6 +57,9 @@ class ParallelMesh {
   Collectives& data() { return *data_; }
   Collectives& pipeline() { return *pipeline_; }
   Collectives& expert() { return *expert_; }
+  // The data x expert ranks of this rank's pipeline stage (one contiguous block of ranks), "stage[pp=1]":
+  // the replicas of its dense parameters when experts are spread over them. data() when expert = 1.
+  Collectives& stage() { return stage_ != nullptr ? *stage_ : *data_; }
 
  private:
   ParallelMesh() = default;
@@ -66,6 +69,7 @@ class ParallelMesh {
   std::unique_ptr<Collectives> data_;
   std::unique_ptr<Collectives> pipeline_;
   std::unique_ptr<Collectives> expert_;
+  std::unique_ptr<Collectives> stage_;  // expert > 1 only
 };
 
 }  // namespace lmf::distributed

@@ -29,8 +29,9 @@ TEST(MeshLayout, ExpertVariesFastestThenDataThenPipeline) {
   }
 }
 
-// Each rank contributes 1 << its world rank to an all-reduce in each of its groups: the sum is exactly the
-// set of the group's members as the layout says, and each member's rank there is its coordinate.
+// Each rank contributes 1 << its world rank to an all-reduce in each of its groups (the stage's data x
+// expert group too): the sum is exactly the set of the group's members as the layout says, and each
+// member's rank there is its coordinate.
 int CheckGroups(Collectives& world, const MeshShape& shape) {
   Checks checks(world.rank());
   absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, shape);
@@ -66,6 +67,15 @@ int CheckGroups(Collectives& world, const MeshShape& shape) {
     checks.Ok(d.group->AllReduce(Buffer::Host(&sum, 1), ReduceOp::kSum), d.name);
     checks.Expect(sum == members, absl::StrCat(d.name, ": the sum is ", sum, ", its members' ", members));
   }
+  // The stage group: the data x expert ranks at this rank's pipeline index, one contiguous block.
+  const int block = shape.data * shape.expert;
+  int64_t stage_members = 0;
+  for (int k = 0; k < block; ++k) stage_members |= int64_t{1} << (at.pipeline * block + k);
+  int64_t stage_sum = int64_t{1} << world.rank();
+  checks.Ok((*mesh)->stage().AllReduce(Buffer::Host(&stage_sum, 1), ReduceOp::kSum), "stage");
+  checks.Expect(stage_sum == stage_members && (*mesh)->stage().world_size() == block,
+                absl::StrCat("stage group ", (*mesh)->stage().name(), ": the sum is ", stage_sum, ", its members' ",
+                             stage_members));
   // Two groups used at once from two threads: each keeps its own order and sums.
   std::vector<int64_t> data_sums(20), pipeline_sums(20);
   std::thread other([&] {

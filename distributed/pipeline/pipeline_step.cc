@@ -20,11 +20,17 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
                                                                    Schedule schedule,
                                                                    std::vector<model::LanguageModel*> chunks,
                                                                    std::vector<model::AdamW*> optimizers,
-                                                                   std::vector<model::LayerRange> stages) {
-  if (mesh.shape().expert != 1 || mesh.shape().size() != world.world_size()) {
+                                                                   std::vector<model::LayerRange> stages,
+                                                                   const model::moe::ExpertExchange* exchange) {
+  if (mesh.shape().size() != world.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline step: the mesh ", mesh.shape().ToString(),
-                                                   " is not the world's ", world.world_size(),
-                                                   " ranks over data x pipeline"));
+                                                   " is not the world's ", world.world_size(), " ranks"));
+  }
+  if ((mesh.shape().expert > 1) != (exchange != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline step: the mesh ", mesh.shape().ToString(),
+                                                   exchange != nullptr ? " has no expert dimension for"
+                                                                       : " needs",
+                                                   " the MoE layers' expert exchange"));
   }
   if (optimizers.size() != chunks.size()) {
     return absl::InvalidArgumentError(
@@ -34,11 +40,16 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
       PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
   if (!stage.ok()) return stage.status();
   return std::unique_ptr<PipelineStep>(
-      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers)));
+      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange));
+}
+
+ExpertParallelism PipelineStep::ExpertGroups() const {
+  if (exchange_ == nullptr) return {};
+  return ExpertParallelism{&mesh_.data(), &mesh_.expert(), exchange_};
 }
 
 absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
-  DataParallelStep replicas(mesh_.data(), /*overlap=*/false);
+  DataParallelStep replicas(mesh_.stage(), /*overlap=*/false, ExpertGroups());
   for (model::LanguageModel* chunk : stage_.chunks()) {
     if (absl::Status s = replicas.SyncParameters(*chunk); !s.ok()) return s;
   }
@@ -46,7 +57,7 @@ absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
 }
 
 absl::Status PipelineStep::CheckReplicasAgree(const model::LanguageModel&, int64_t step) {
-  DataParallelStep replicas(mesh_.data(), /*overlap=*/false);
+  DataParallelStep replicas(mesh_.stage(), /*overlap=*/false, ExpertGroups());
   for (model::LanguageModel* chunk : stage_.chunks()) {
     if (absl::Status s = replicas.CheckReplicasAgree(*chunk, step); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("pipeline stage of layers [", chunk->first_layer(), ", ",
@@ -80,24 +91,35 @@ absl::Status PipelineStep::ReadMicroBatches(model::MicroBatchSource& data, const
 }
 
 absl::Status PipelineStep::SumOverReplicas() {
-  if (mesh_.shape().data == 1) return absl::OkStatus();
-  // The gradients, then the step counts (a mixture of experts' expert loads: whole numbers, summed exactly).
+  // The dense gradients and the step counts (a mixture of experts' expert loads: whole numbers, summed
+  // exactly) over the stage's replicas; with experts spread over ranks, each expert block's gradient over
+  // the data ranks that hold it.
+  if (absl::Status s = SumPart(mesh_.stage(), /*expert_blocks=*/false); !s.ok()) return s;
+  return exchange_ != nullptr ? SumPart(mesh_.data(), /*expert_blocks=*/true) : absl::OkStatus();
+}
+
+absl::Status PipelineStep::SumPart(Collectives& group, bool expert_blocks) {
+  if (group.world_size() == 1) return absl::OkStatus();
   gradients_.clear();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
+      if (p.expert_shard != expert_blocks) return;
       gradients_.insert(gradients_.end(), p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
     });
+    if (expert_blocks) continue;
     chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
       gradients_.insert(gradients_.end(), counts.data<float>(), counts.data<float>() + counts.numel());
     });
   }
-  if (absl::Status s = mesh_.data().AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
+  if (absl::Status s = group.AllReduceSum(gradients_.data(), gradients_.size()); !s.ok()) return s;
   const float* in = gradients_.data();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
+      if (p.expert_shard != expert_blocks) return;
       std::copy_n(in, p.grad.numel(), p.grad.data<float>());
       in += p.grad.numel();
     });
+    if (expert_blocks) continue;
     chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
       std::copy_n(in, counts.numel(), counts.data<float>());
       in += counts.numel();
@@ -164,26 +186,39 @@ absl::StatusOr<model::NamedCounts> PipelineStep::GatherStepCounts() {
 }
 
 absl::StatusOr<double> PipelineStep::GlobalNorm(int64_t micro_batches) {
-  std::vector<kernels::GradSpan> spans;
-  for (model::LanguageModel* chunk : stage_.chunks()) {
-    chunk->VisitParameters([&](const std::string& name, const model::Parameter& p) {
-      // A head-only slice's copy of a tied token table is the first stage's table: counted there.
-      if (!chunk->has_embedding() && name == "token_embeddings.weight") return;
-      spans.push_back({p.grad.data(), p.grad.numel()});
-    });
+  // This rank's squared norm of its dense gradients and of its expert blocks' (one part without experts
+  // spread over ranks).
+  double parts[2] = {0, 0};
+  for (const bool expert_blocks : {false, true}) {
+    std::vector<kernels::GradSpan> spans;
+    for (model::LanguageModel* chunk : stage_.chunks()) {
+      chunk->VisitParameters([&](const std::string& name, const model::Parameter& p) {
+        if (exchange_ != nullptr && p.expert_shard != expert_blocks) return;
+        // A head-only slice's copy of a tied token table is the first stage's table: counted there.
+        if (!chunk->has_embedding() && name == "token_embeddings.weight") return;
+        spans.push_back({p.grad.data(), p.grad.numel()});
+      });
+    }
+    kernels::GradNormParams params;
+    params.dtype = kernels::DType::kF32;
+    params.grads = spans.data();
+    params.num_grads = static_cast<int64_t>(spans.size());
+    const double local = kernels::GlobalGradNorm(stage_.chunks()[0]->context(), params);
+    parts[expert_blocks ? 1 : 0] = local * local;
+    if (exchange_ == nullptr) break;
   }
-  kernels::GradNormParams params;
-  params.dtype = kernels::DType::kF32;
-  params.grads = spans.data();
-  params.num_grads = static_cast<int64_t>(spans.size());
-  const double local = kernels::GlobalGradNorm(stage_.chunks()[0]->context(), params);
-  double squares = local * local;
+  // The stage's expert blocks are spread over its expert group: their squares summed there.
+  if (exchange_ != nullptr) {
+    if (absl::Status s = mesh_.expert().AllReduceSum(&parts[1], 1); !s.ok()) return s;
+  }
+  double squares = parts[0] + parts[1];
   if (absl::Status s = mesh_.pipeline().AllReduceSum(&squares, 1); !s.ok()) return s;
   return std::sqrt(squares) / static_cast<double>(micro_batches);
 }
 
 bool PipelineStep::MeasuresNoiseScale(const model::StepInput& input) const {
-  if (input.micro_batches < 2) return false;
+  // Not with experts spread over ranks: a rank's expert gradients hold other ranks' tokens.
+  if (input.micro_batches < 2 || exchange_ != nullptr) return false;
   const Schedule& schedule = stage_.schedule();
   if (stage_.chunks()[0]->config().tied_embeddings && schedule.num_stages() > 1) return false;
   for (const std::vector<Action>& list : schedule.actions) {
@@ -214,6 +249,9 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
     return absl::InternalError(
         "pipeline step: called with another model or optimizer than its first chunk's");
   }
+  if (!owners_.empty() && exchange_ != nullptr) {
+    return absl::UnimplementedError("pipeline step: ZeRO-1 with experts spread over ranks is not built yet");
+  }
   if (absl::Status s = ReadMicroBatches(data, input); !s.ok()) return s;
   std::vector<MicroBatch> micro_batches;
   for (size_t i = 0; i < ids_.size(); ++i) micro_batches.push_back({ids_[i].data(), targets_[i].data()});
@@ -226,6 +264,7 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   absl::StatusOr<model::LossSums> local = stage_.Run(micro_batches, input.b, input.t, mode);
   for (model::LanguageModel* chunk : stage_.chunks()) chunk->SetBackwardProgress(nullptr);
   if (!local.ok()) return local.status();
+  if (exchange_ != nullptr && !exchange_->status().ok()) return exchange_->status();  // its first error
   if (absl::Status s = stage_.SumTiedEmbeddingGrads(); !s.ok()) return s;
   if (absl::Status s = SumOverReplicas(); !s.ok()) return s;
   const int received = input.received_signal ? input.received_signal() : 0;
@@ -244,7 +283,7 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
   result.z_loss = totals[1] / steps;
   result.aux_loss = totals[2] / steps;
   result.grad_norm = std::isfinite(result.loss) ? *norm : NAN;
-  if (noise) model::EstimateNoiseScale(input, totals[4] / mesh_.shape().data, &result);
+  if (noise) model::EstimateNoiseScale(input, totals[4] / replicas(), &result);
   if (std::isfinite(result.grad_norm)) {
     for (size_t c = 0; c < optimizers_.size(); ++c) {
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);

@@ -1,5 +1,6 @@
 // PipelineStep: the pipeline-parallel step strategy (model/training/step_strategy.h), composed with data
-// parallelism over a ParallelMesh (data x pipeline). Each rank holds the slices of its pipeline stages
+// parallelism over a ParallelMesh (data x pipeline; with expert parallelism inside each stage, data x
+// pipeline x expert: below). Each rank holds the slices of its pipeline stages
 // (one chunk, or virtual_stages chunks interleaved) and their optimizers. A step: data replica d takes
 // micro-batches [d A/D, (d+1) A/D) of the step's A and runs them through its pipeline (PipelineStage); the
 // tied token table's two copies get their summed gradient; every chunk's gradients are summed over the data
@@ -16,7 +17,15 @@
 // the stage that holds it; the step's expert counts are summed over the data group with the gradients and
 // gathered over the stages (every layer's, in layer order) for StepResult's expert loads and dropped share;
 // then each chunk updates its own layers' expert biases from its summed counts (EndStep), as one process
-// updates them. Not with expert parallelism (mesh expert = 1).
+// updates them.
+//
+// Pipeline x expert (mesh expert > 1): each stage is a block of data x expert ranks, every one a replica
+// running its own micro-batches through its own pipeline; a stage's expert ranks run the same schedule in
+// step, so their MoE layers exchange rows over mesh.expert() (the exchange the chunks were created with) in
+// each forward and backward. The dense gradients and the step counts are summed over the stage's ranks
+// (mesh.stage()), each expert block's over the data ranks that hold it (mesh.data()); the norm adds the
+// stage's expert blocks over mesh.expert(). Not with ZeRO-1 yet; the noise scale is not measured (a rank's
+// expert gradients hold other ranks' tokens).
 //
 // The gradient noise scale (StepResult::noise_grad_sq, noise_trace) from the same two batch sizes as
 // DataParallelStep's and SingleProcessStep's: |g_small|^2 is each replica's first micro-batch's squared
@@ -40,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
+#include "distributed/data_parallel_step.h"
 #include "distributed/mesh.h"
 #include "distributed/pipeline/pipeline_stage.h"
 #include "model/optimizer/adamw.h"
@@ -49,24 +59,30 @@ namespace lmf::distributed::pipeline {
 
 class PipelineStep final : public model::StepStrategy {
  public:
-  // `world`: every rank (mesh.shape().size() of them); `mesh`: built over it with expert = 1, kept by the
-  // caller. `schedule`: MakeSchedule for mesh.shape().pipeline ranks and the micro-batches of one data
-  // replica. chunks[c], optimizers[c]: this rank's slice of stage schedule.stage(pipeline rank, c) and its
-  // optimizer; `stages`: every stage's layers (empty: the even split). Errors: PipelineStage::Create's.
+  // `world`: every rank (mesh.shape().size() of them); `mesh`: built over it, kept by the caller.
+  // `schedule`: MakeSchedule for mesh.shape().pipeline ranks and the micro-batches of one replica (data x
+  // expert replicas split a step's). chunks[c], optimizers[c]: this rank's slice of stage
+  // schedule.stage(pipeline rank, c) and its optimizer; `stages`: every stage's layers (empty: the even
+  // split). With mesh.shape().expert > 1, `exchange`: the one the chunks' MoE layers were created with, over
+  // mesh.expert() (null otherwise). Errors: PipelineStage::Create's, or InvalidArgument for a mesh that is
+  // not the world's or an exchange without an expert dimension (or the reverse).
   static absl::StatusOr<std::unique_ptr<PipelineStep>> Create(Collectives& world, ParallelMesh& mesh,
                                                               Schedule schedule,
                                                               std::vector<model::LanguageModel*> chunks,
                                                               std::vector<model::AdamW*> optimizers,
-                                                              std::vector<model::LayerRange> stages = {});
+                                                              std::vector<model::LayerRange> stages = {},
+                                                              const model::moe::ExpertExchange* exchange = nullptr);
 
   int rank() const override { return world_.rank(); }
   int world_size() const override { return world_.world_size(); }
+  // This rank's replica of its stage: data x expert of them, each running its own micro-batches through
+  // its own pipeline (the expert ranks of a stage in step, exchanging rows in every MoE layer).
   int64_t first_micro_batch(int64_t micro_batches) const override {
-    return mesh_.coordinates().data * micro_batch_count(micro_batches);
+    return (mesh_.coordinates().data * mesh_.shape().expert + mesh_.coordinates().expert) *
+           micro_batch_count(micro_batches);
   }
-  int64_t micro_batch_count(int64_t micro_batches) const override {
-    return micro_batches / mesh_.shape().data;
-  }
+  int64_t micro_batch_count(int64_t micro_batches) const override { return micro_batches / replicas(); }
+  int replicas() const { return mesh_.shape().data * mesh_.shape().expert; }
 
   // Each chunk's weights from its first data replica's (data coordinate 0) to the others.
   absl::Status SyncParameters(model::LanguageModel& model) override;
@@ -91,13 +107,23 @@ class PipelineStep final : public model::StepStrategy {
   bool first_stage() const { return mesh_.coordinates().pipeline == 0; }
 
  private:
-  PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage,
-               std::vector<model::AdamW*> optimizers)
-      : world_(world), mesh_(mesh), stage_(std::move(stage)), optimizers_(std::move(optimizers)) {}
+  PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage, std::vector<model::AdamW*> optimizers,
+               const model::moe::ExpertExchange* exchange)
+      : world_(world),
+        mesh_(mesh),
+        stage_(std::move(stage)),
+        optimizers_(std::move(optimizers)),
+        exchange_(exchange) {}
+  // The groups DataParallelStep syncs and checks a stage's replicas over (none without an exchange).
+  ExpertParallelism ExpertGroups() const;
   // This replica's micro-batches from `data` (the others skipped), in host memory.
   absl::Status ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input);
-  // Every chunk's gradients and step counts (VisitStepCounts) summed over the data group (one all-reduce).
+  // Every chunk's gradients and step counts (VisitStepCounts) summed over the stage's replicas: one
+  // all-reduce over mesh.stage() (the data group without experts spread over ranks), and one of the expert
+  // blocks over the data group with them.
   absl::Status SumOverReplicas();
+  // The parameters that are expert blocks (or the others, with the step counts) summed over `group`.
+  absl::Status SumPart(Collectives& group, bool expert_blocks);
   // Every stage's step counts (summed over the data group), in layer order, on every rank of the pipeline
   // group: the expert loads of the whole model (SummarizeExpertLoad), as one process counts them.
   absl::StatusOr<model::NamedCounts> GatherStepCounts();
@@ -113,6 +139,7 @@ class PipelineStep final : public model::StepStrategy {
   ParallelMesh& mesh_;
   PipelineStage stage_;
   std::vector<model::AdamW*> optimizers_;
+  const model::moe::ExpertExchange* exchange_;  // expert parallelism within each stage; null without
   std::vector<std::map<std::string, int>> owners_;  // ZeRO-1: per chunk; empty without
   std::vector<std::vector<int32_t>> ids_, targets_;
   std::vector<float> gradients_;
