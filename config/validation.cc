@@ -203,18 +203,19 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                " needs run.device=CPU (pipeline stages run fp32 over Gloo; NCCL is not built "
                                "yet)"));
     }
-    if (parallel.expert() > 1) {
-      errors->Add(absl::StrCat("run.parallel.expert=", parallel.expert(), " with run.parallel.pipeline=", pipeline,
-                               " is not built yet (each stage's experts would be exchanged over its own expert "
-                               "group): a mixture of experts runs with run.parallel.pipeline and "
-                               "run.parallel.data, or with run.parallel.expert and run.parallel.data"));
+    if (parallel.expert() > 1 && parallel.zero_stage() == 1) {
+      errors->Add(absl::StrCat("run.parallel.zero_stage=1 with run.parallel.expert=", parallel.expert(),
+                               " and run.parallel.pipeline=", pipeline,
+                               " is not built yet (ZeRO-1 runs with a pipeline or with expert parallelism)"));
     }
-    const int64_t data = std::max(1, parallel.data());
-    const int64_t micro_batches = run.grad_accum_steps() / data;
+    // Each pipeline (a data x expert replica of the stages) runs its share of the step's micro-batches.
+    const int64_t data = std::max(1, parallel.data()), expert = std::max(1, parallel.expert());
+    const int64_t micro_batches = run.grad_accum_steps() / (data * expert);
     if (parallel.schedule() == ParallelConfig::INTERLEAVED_1F1B && micro_batches % pipeline != 0) {
       errors->Add(absl::StrCat(schedule, " needs each pipeline's micro-batches (run.grad_accum_steps=",
-                               run.grad_accum_steps(), " / run.parallel.data=", data, " = ", micro_batches,
-                               ") to be a multiple of run.parallel.pipeline=", pipeline));
+                               run.grad_accum_steps(), " / run.parallel.data=", data,
+                               expert > 1 ? absl::StrCat(" / run.parallel.expert=", expert) : "", " = ",
+                               micro_batches, ") to be a multiple of run.parallel.pipeline=", pipeline));
     }
   }
   if (parallel.stage_layers_size() > 0) {

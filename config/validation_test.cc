@@ -495,18 +495,21 @@ TEST(ConfigValidation, LayerPatternMixtureOfExperts) {
             "OK");
 }
 
-// A pipeline takes a mixture of experts, as model.moe and as a layer_pattern entry's moe, but not with expert
-// parallelism (a pipeline x expert mesh is not built yet): that error names both fields.
-TEST(ConfigValidation, PipelineTakesMixturesOfExpertsWithoutExpertParallelism) {
+// A pipeline takes a mixture of experts, as model.moe and as a layer_pattern entry's moe, with expert
+// parallelism too, but not with ZeRO-1 then (named with both fields).
+TEST(ConfigValidation, PipelineTakesMixturesOfExperts) {
   std::string moe = kBase;
   moe.replace(moe.find("ffn { kind: SWIGLU d_ff: 128 }"), 30, "moe { n_experts: 4 top_k: 2 d_expert: 32 }");
   EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.grad_accum_steps=2"}), "OK");
   EXPECT_EQ(Error(WithModelFields("layer_pattern { } layer_pattern { moe { n_experts: 4 top_k: 2 d_expert: 16 } }"),
                   {"run.parallel.pipeline=2", "run.grad_accum_steps=2"}),
             "OK");
-  const std::string both =
-      Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4"});
-  EXPECT_TRUE(absl::StrContains(both, "run.parallel.expert=2 with run.parallel.pipeline=2 is not built yet")) << both;
+  EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4"}), "OK");
+  const std::string zero = Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
+                                       "run.parallel.zero_stage=1"});
+  EXPECT_TRUE(absl::StrContains(
+      zero, "run.parallel.zero_stage=1 with run.parallel.expert=2 and run.parallel.pipeline=2 is not built yet"))
+      << zero;
 }
 
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and

@@ -39,7 +39,11 @@ std::string NameOnRank(const model::LanguageModel& model, const std::string& nam
 absl::Status ExpertParallelRun::GatherExpertBlocks(const model::LanguageModel& model, const model::AdamW& adamw,
                                                    HostTensors* weights, HostTensors* optimizer_state) {
   if (mesh_->coordinates().data != 0 || mesh_->coordinates().pipeline != 0) return absl::OkStatus();
-  distributed::Collectives& group = mesh_->expert();
+  return experiments::GatherExpertBlocks(mesh_->expert(), model, adamw, weights, optimizer_state);
+}
+
+absl::Status GatherExpertBlocks(distributed::Collectives& group, const model::LanguageModel& model,
+                                const model::AdamW& adamw, HostTensors* weights, HostTensors* optimizer_state) {
   const int ranks = group.world_size();
   const bool lead = group.rank() == 0;
   absl::Status status = absl::OkStatus();

@@ -46,6 +46,12 @@ class ExpertParallelRun {
   std::unique_ptr<distributed::expert::GroupExpertExchange> exchange_;
 };
 
+// Collective over `experts` (an expert-parallel group; every rank of it calls it with its model (slice) and
+// optimizer): appends to group rank 0's `weights` and `optimizer_state` the other ranks' expert blocks of
+// `model`'s layers (values, then "<name>.exp_avg" and "<name>.exp_avg_sq") under their global names.
+absl::Status GatherExpertBlocks(distributed::Collectives& experts, const model::LanguageModel& model,
+                                const model::AdamW& adamw, HostTensors* weights, HostTensors* optimizer_state);
+
 }  // namespace lmf::experiments
 
 #endif  // LMFORGE_EXPERIMENTS_TRAINER_EXPERT_PARALLEL_H_

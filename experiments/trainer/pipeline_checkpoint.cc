@@ -137,7 +137,8 @@ absl::StatusOr<PipelineLayout> MakePipelineLayout(const config::RunConfig& run, 
     default:
       break;
   }
-  const int micro_batches = run.grad_accum_steps() / std::max(1, parallel.data());
+  // Each pipeline is one data x expert replica of the stages, with its share of the step's micro-batches.
+  const int micro_batches = run.grad_accum_steps() / (std::max(1, parallel.data()) * std::max(1, parallel.expert()));
   absl::StatusOr<distributed::pipeline::Schedule> schedule = distributed::pipeline::MakeSchedule(
       kind, parallel.pipeline(), parallel.virtual_stages(), micro_batches);
   if (!schedule.ok()) {
@@ -156,7 +157,8 @@ absl::StatusOr<PipelineLayout> MakePipelineLayout(const config::RunConfig& run, 
 
 absl::StatusOr<HostTensors> GatherModelTensors(distributed::Collectives& pipeline,
                                                const distributed::pipeline::Schedule& schedule,
-                                               const std::vector<model::LanguageModel*>& chunks) {
+                                               const std::vector<model::LanguageModel*>& chunks,
+                                               const std::vector<HostTensors>* other_experts) {
   std::vector<Entry> mine;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const int stage = schedule.stage(pipeline.rank(), static_cast<int>(c));
@@ -170,6 +172,9 @@ absl::StatusOr<HostTensors> GatherModelTensors(distributed::Collectives& pipelin
       if (TiedCopy(*chunks[c], tensors.tensors[i].name)) continue;
       Add(&mine, static_cast<int>(i) < parameters ? 0 : 1, stage, tensors.tensors[i]);
     }
+    if (other_experts != nullptr) {
+      for (const NamedTensor& t : (*other_experts)[c].tensors) Add(&mine, 0, stage, t);
+    }
   }
   absl::StatusOr<std::vector<Entry>> all = GatherEntries(pipeline, std::move(mine));
   if (!all.ok()) return all.status();
@@ -181,12 +186,16 @@ absl::StatusOr<HostTensors> GatherModelTensors(distributed::Collectives& pipelin
 
 absl::StatusOr<HostTensors> GatherOptimizerState(distributed::Collectives& pipeline,
                                                  const std::vector<model::LanguageModel*>& chunks,
-                                                 const std::vector<const ModelOptimizer*>& optimizers) {
+                                                 const std::vector<const ModelOptimizer*>& optimizers,
+                                                 const std::vector<HostTensors>* other_experts) {
   std::vector<Entry> mine;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const HostTensors state = optimizers[c]->StateTensors();
     for (const NamedTensor& t : state.tensors) {
       if (!TiedCopy(*chunks[c], t.name)) Add(&mine, 0, 0, t);
+    }
+    if (other_experts != nullptr) {
+      for (const NamedTensor& t : (*other_experts)[c].tensors) Add(&mine, 0, 0, t);
     }
   }
   absl::StatusOr<std::vector<Entry>> all = GatherEntries(pipeline, std::move(mine));
@@ -199,15 +208,17 @@ absl::Status GatherCheckpoint(distributed::Collectives& pipeline,
                               const distributed::pipeline::Schedule& schedule,
                               const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
                               const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
-                              HostTensors* model, HostTensors* optimizer) {
+                              HostTensors* model, HostTensors* optimizer,
+                              const std::vector<HostTensors>* expert_weights,
+                              const std::vector<HostTensors>* expert_state) {
   std::vector<model::LanguageModel*> slices;
   std::vector<const ModelOptimizer*> states;
   for (size_t c = 0; c < chunks.size(); ++c)
     slices.push_back(chunks[c].get()), states.push_back(optimizers[c].get());
-  absl::StatusOr<HostTensors> weights = GatherModelTensors(pipeline, schedule, slices);
+  absl::StatusOr<HostTensors> weights = GatherModelTensors(pipeline, schedule, slices, expert_weights);
   if (!weights.ok()) return weights.status();
   *model = *std::move(weights);
-  absl::StatusOr<HostTensors> moments = GatherOptimizerState(pipeline, slices, states);
+  absl::StatusOr<HostTensors> moments = GatherOptimizerState(pipeline, slices, states, expert_state);
   if (!moments.ok()) return moments.status();
   *optimizer = *std::move(moments);
   return absl::OkStatus();

@@ -21,7 +21,7 @@
 
 namespace lmf::experiments {
 
-// The schedule of run.parallel for one data replica's run.grad_accum_steps / data micro-batches, and every
+// The schedule of run.parallel for one replica's run.grad_accum_steps / (data x expert) micro-batches, and every
 // stage's layers (run.parallel.stage_layers, or the even split). InvalidArgument naming run.parallel's
 // fields when they do not fit (ValidateExperiment has refused those already).
 struct PipelineLayout {
@@ -38,21 +38,30 @@ absl::StatusOr<PipelineLayout> MakePipelineLayout(const config::RunConfig& run, 
 
 // Collective over `pipeline` (the first data replica's pipeline group; every rank of it calls it with its
 // chunks, chunk c being stage schedule.stage(rank, c)): rank 0 returns the whole model's tensors
-// (ModelTensors of the whole model: the same names, shapes and order), the others an empty set.
+// (ModelTensors of the whole model: the same names, shapes and order), the others an empty set. With
+// `other_experts` (pipeline x expert: one per chunk, the expert blocks its expert group's other ranks hold,
+// GatherExpertBlocks), those follow their stage's parameters (the names are the whole model's; the order of
+// a stage's experts is then not the single process's).
 absl::StatusOr<HostTensors> GatherModelTensors(distributed::Collectives& pipeline,
                                                const distributed::pipeline::Schedule& schedule,
-                                               const std::vector<model::LanguageModel*>& chunks);
-// The same for the optimizers' moments (ModelOptimizer::StateTensors of the whole model), sorted by name.
+                                               const std::vector<model::LanguageModel*>& chunks,
+                                               const std::vector<HostTensors>* other_experts = nullptr);
+// The same for the optimizers' moments (ModelOptimizer::StateTensors of the whole model), sorted by name;
+// `other_experts`: the other expert blocks' moments, one set per chunk.
 absl::StatusOr<HostTensors> GatherOptimizerState(distributed::Collectives& pipeline,
                                                  const std::vector<model::LanguageModel*>& chunks,
-                                                 const std::vector<const ModelOptimizer*>& optimizers);
+                                                 const std::vector<const ModelOptimizer*>& optimizers,
+                                                 const std::vector<HostTensors>* other_experts = nullptr);
 
-// Both, for the trainer's chunks and their optimizers, into *model and *optimizer on rank 0.
+// Both, for the trainer's chunks and their optimizers, into *model and *optimizer on rank 0; with
+// `expert_weights` and `expert_state` (one set per chunk each), the other expert blocks as above.
 absl::Status GatherCheckpoint(distributed::Collectives& pipeline,
                               const distributed::pipeline::Schedule& schedule,
                               const std::vector<std::unique_ptr<model::LanguageModel>>& chunks,
                               const std::vector<std::unique_ptr<ModelOptimizer>>& optimizers,
-                              HostTensors* model, HostTensors* optimizer);
+                              HostTensors* model, HostTensors* optimizer,
+                              const std::vector<HostTensors>* expert_weights = nullptr,
+                              const std::vector<HostTensors>* expert_state = nullptr);
 
 }  // namespace lmf::experiments
 

@@ -7,7 +7,13 @@
 // both checkpoint files, expert biases included), its aux losses to 1e-12 relative (the same doubles summed
 // per stage, then over the ranks); a checkpoint written at (1, 2) resumes in one process, and one written
 // in one process resumes at (1, 2), with the same next loss (that step reads the same weights, biases and
-// data).
+// data). Pipeline x expert (data=1, pipeline=2, expert=2: each stage's 8 experts over 2 ranks) is the
+// single-process run to fp32 rounding (the tolerances of trainer/expert_parallel_test, whose reasons hold:
+// an expert's rows arrive in another order and gradients are summed over ranks in another order): losses,
+// aux losses and the validation loss to 1e-5 relative, the checkpoint's weights (every expert under its
+// global name, gathered from both stages' expert ranks) to 1e-4 of the largest; its checkpoint resumes in one
+// process with the same next loss to 1e-6 (the experts' rows grouped differently over the ranks).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "config/loader.h"
+#include "experiments/checkpoint/checkpoint.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/trainer/trainer.h"
 #include "experiments/trainer/trainer_testing.h"
@@ -129,6 +136,46 @@ TEST(PipelineMoe, ACheckpointResumesAcrossLayouts) {
   auto whole = Train(TinyMoe("pp_moe_reshard_back", 1, 1), Options(/*stop_after_step=*/3));
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_NEAR(NextLossResumedAt("pp_moe_reshard_back", 1, 2), whole->last_loss, 1e-12 * whole->last_loss);
+}
+
+TEST(PipelineMoe, PipelineByExpertTrainsTheSingleProcessRunToRounding) {
+  auto single = Train(TinyMoe("pp_moe_single_ep", 1, 1), Options());
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto piped = Train(TinyMoe("pp_moe_2x2", 1, 2, {"run.parallel.expert=2"}), Options());
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  const std::vector<StepMetrics> one = Metrics("pp_moe_single_ep"), many = Metrics("pp_moe_2x2");
+  ASSERT_EQ(many.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(many[i].loss, one[i].loss, 1e-5 * one[i].loss) << "step " << i + 1;
+    ASSERT_TRUE(one[i].aux_loss.has_value() && many[i].aux_loss.has_value()) << "step " << i + 1;
+    EXPECT_NEAR(*many[i].aux_loss, *one[i].aux_loss, 1e-5 * *one[i].aux_loss) << "step " << i + 1;
+    ASSERT_EQ(many[i].expert_loads.size(), 3u) << "step " << i + 1;
+  }
+  ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
+  EXPECT_NEAR(*piped->last_val_loss, *single->last_val_loss, 1e-5 * *single->last_val_loss);
+  auto a = LoadCheckpoint(TempPath("pp_moe_single_ep/checkpoints/step_00000004"));
+  auto b = LoadCheckpoint(TempPath("pp_moe_2x2/checkpoints/step_00000004"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->model.tensors().size(), b->model.tensors().size());
+  float largest = 0, worst = 0;
+  std::string worst_name;
+  for (const auto& [name, tensor] : a->model.tensors()) {
+    auto x = a->model.ReadFloat(name), y = b->model.ReadFloat(name);
+    ASSERT_TRUE(x.ok() && y.ok()) << name << ": " << y.status();
+    ASSERT_EQ(x->size(), y->size()) << name;
+    for (size_t i = 0; i < x->size(); ++i) {
+      largest = std::max(largest, std::fabs((*x)[i]));
+      if (std::fabs((*x)[i] - (*y)[i]) > worst) worst = std::fabs((*x)[i] - (*y)[i]), worst_name = name;
+    }
+  }
+  EXPECT_LE(worst, 1e-4f * largest) << worst_name << " (largest weight " << largest << ")";
+  std::printf("(data=1, pipeline=2, expert=2) vs one process: last loss %.9g vs %.9g, largest weight difference %g "
+              "(%s) of largest %g\n",
+              many.back().loss, one.back().loss, worst, worst_name.c_str(), largest);
+  // Its checkpoint of step 2, resumed in one process: the same next loss.
+  auto stopped = Train(TinyMoe("pp_moe_2x2_reshard", 1, 2, {"run.parallel.expert=2"}), Options(/*stop_after_step=*/3));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_NEAR(NextLossResumedAt("pp_moe_2x2_reshard", 1, 1), stopped->last_loss, 1e-6 * stopped->last_loss);
 }
 
 }  // namespace

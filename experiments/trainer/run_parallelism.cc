@@ -15,16 +15,14 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
   p->zero_stage_ = run.parallel().zero_stage();
-  if (run.parallel().pipeline() > 1 && run.parallel().expert() > 1) {  // ValidateExperiment refuses it too
-    return absl::UnimplementedError(absl::StrCat("run.parallel.expert=", run.parallel().expert(),
-                                                 " with run.parallel.pipeline=", run.parallel().pipeline(),
-                                                 " is not built yet"));
-  }
   if (run.parallel().pipeline() > 1) {  // the strategy comes with the optimizers (MakeOptimizers)
     absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(
-        *world, {run.parallel().data(), run.parallel().pipeline(), /*expert=*/1});
+        *world, {run.parallel().data(), run.parallel().pipeline(), run.parallel().expert()});
     if (!mesh.ok()) return mesh.status();
     p->mesh_ = *std::move(mesh);
+    if (run.parallel().expert() > 1) {  // each stage's MoE layers exchange rows over its expert group
+      p->stage_exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(p->mesh_->expert());
+    }
     absl::StatusOr<PipelineLayout> layout = MakePipelineLayout(run, n_layers);
     if (!layout.ok()) return layout.status();
     p->layout_ = *std::move(layout);
@@ -53,7 +51,7 @@ std::vector<model::LayerRange> RunParallelism::ChunkLayers() const {
 }
 
 model::moe::ExpertExchange* RunParallelism::expert_exchange() {
-  return expert_parallel_ != nullptr ? expert_parallel_->exchange() : nullptr;
+  return expert_parallel_ != nullptr ? expert_parallel_->exchange() : stage_exchange_.get();
 }
 
 std::vector<RunParallelism::Shard> RunParallelism::ShardSlice(const model::LanguageModel& chunk) {
@@ -94,7 +92,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
     }
     absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
         distributed::pipeline::PipelineStep::Create(*world_, *mesh_, layout_->schedule, std::move(slices),
-                                                    std::move(adamws), layout_->stages);
+                                                    std::move(adamws), layout_->stages, stage_exchange_.get());
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
     if (!shards_.empty()) {
@@ -110,7 +108,9 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
 std::string RunParallelism::Where() const {
   const int rank = world_ != nullptr ? world_->rank() : 0, world = world_ != nullptr ? world_->world_size() : 1;
   if (!layout_.has_value()) return absl::StrCat("data parallel: rank ", rank, " of ", world);
-  return absl::StrCat("pipeline: rank ", rank, " of ", world, " (data replica ", mesh_->coordinates().data,
+  const std::string expert =
+      mesh_->shape().expert > 1 ? absl::StrCat(", expert rank ", mesh_->coordinates().expert) : "";
+  return absl::StrCat("pipeline: rank ", rank, " of ", world, " (data replica ", mesh_->coordinates().data, expert,
                       ", stage ", mesh_->coordinates().pipeline, " of ", mesh_->shape().pipeline, ", ",
                       distributed::pipeline::ScheduleKindName(layout_->schedule.kind), ")");
 }
@@ -161,8 +161,22 @@ absl::Status RunParallelism::GatherSlices(const std::vector<std::unique_ptr<mode
   const bool lead = world_ == nullptr || world_->rank() == 0;
   if (layout_.has_value()) {  // the first data replica's stages, gathered on rank 0
     if (mesh_->coordinates().data != 0) return absl::OkStatus();
+    if (stage_exchange_ == nullptr) {
+      return experiments::GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks, optimizers, weights,
+                                           optimizer_state);
+    }
+    // Pipeline x expert: each stage's expert blocks onto its expert rank 0 first, then those ranks' stages.
+    std::vector<HostTensors> blocks(chunks.size()), moments(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (absl::Status s = experiments::GatherExpertBlocks(mesh_->expert(), *chunks[c], optimizers[c]->adamw(),
+                                                           &blocks[c], &moments[c]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (mesh_->coordinates().expert != 0) return absl::OkStatus();
     return experiments::GatherCheckpoint(mesh_->pipeline(), layout_->schedule, chunks, optimizers, weights,
-                                         optimizer_state);
+                                         optimizer_state, &blocks, &moments);
   }
   if (lead) {
     *weights = ModelTensors(*chunks[0]);
@@ -184,9 +198,12 @@ absl::StatusOr<std::vector<double>> RunParallelism::ValidationShare(model::Langu
   const BatchLoss through_pipeline = [&](const int32_t* ids, const int32_t* targets) {
     return pipeline_->ForwardLoss(ids, targets, b, t);
   };
-  absl::StatusOr<std::vector<double>> losses =
-      ValidationBatchLosses(through_pipeline, batches, b, t, /*first=*/mesh_->coordinates().data,
-                            /*stride=*/mesh_->shape().data);
+  // Each replica of the stages (data x expert of them; a stage's expert ranks evaluate in step, their
+  // experts serving each other's batches) takes every replicas-th batch.
+  const int replica = mesh_->coordinates().data * mesh_->shape().expert + mesh_->coordinates().expert;
+  absl::StatusOr<std::vector<double>> losses = ValidationBatchLosses(through_pipeline, batches, b, t,
+                                                                     /*first=*/replica,
+                                                                     /*stride=*/pipeline_->replicas());
   if (losses.ok() && !pipeline_->first_stage())
     std::fill(losses->begin(), losses->end(), 0.0);  // counted once
   return losses;

@@ -1,6 +1,6 @@
 // One rank's parallel layout of a training run (run.parallel): the mesh of process groups, built once from
 // the world group and passed to what uses it; the step strategy (one process, data parallel, data x expert,
-// or data x pipeline); the optimizers of the rank's model slices, their state sharded under ZeRO-1; and the
+// or data x pipeline, with expert parallelism inside each stage); the optimizers of the rank's model slices, their state sharded under ZeRO-1; and the
 // collective parts of a checkpoint (every slice, shard and expert block gathered onto rank 0 under the
 // single-process names) and of an evaluation (each rank's share of the validation batches). The trainer
 // (trainer.cc) keeps one and calls it; it holds no model and no data of its own.
@@ -18,6 +18,7 @@
 #include "config/experiment.pb.h"
 #include "distributed/collectives.h"
 #include "distributed/data_parallel_step.h"
+#include "distributed/expert/expert_exchange.h"
 #include "distributed/mesh.h"
 #include "distributed/pipeline/pipeline_step.h"
 #include "experiments/data/token_batches.h"
@@ -90,7 +91,8 @@ class RunParallelism {
 
   distributed::Collectives* world_ = nullptr;  // null: one process
   int zero_stage_ = 0;
-  std::unique_ptr<distributed::ParallelMesh> mesh_;     // data x pipeline, when run.parallel.pipeline > 1
+  std::unique_ptr<distributed::ParallelMesh> mesh_;     // data x pipeline (x expert), run.parallel.pipeline > 1
+  std::unique_ptr<distributed::expert::GroupExpertExchange> stage_exchange_;  // pipeline x expert: over mesh_->expert()
   std::optional<PipelineLayout> layout_;                // its schedule and stages
   std::unique_ptr<ExpertParallelRun> expert_parallel_;  // run.parallel.expert > 1
   std::unique_ptr<model::StepStrategy> strategy_;

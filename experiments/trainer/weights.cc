@@ -91,18 +91,33 @@ absl::Status LoadNamed(const SafetensorsReader& weights, model::LanguageModel& m
 
 }  // namespace
 
-absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
-  // A model that holds a block of its experts (expert parallelism) takes its own from a checkpoint of all.
+namespace {
+
+// Whether `model` holds a block of its experts (expert parallelism): it takes its own from a checkpoint of
+// all, the file's other expert blocks held elsewhere.
+bool HoldsExpertBlock(const model::LanguageModel& model) {
   bool expert_blocks = false;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) { expert_blocks |= p.expert_shard; });
-  if (!expert_blocks) return LoadNamed(weights, model, nullptr);
-  const std::regex other_expert(R"(^layers\.\d+\.ffn\.experts\.\d+\..+$)");
-  return LoadNamed(weights, model, [&](const std::string& name) { return std::regex_match(name, other_expert); });
+  return expert_blocks;
+}
+
+bool IsExpertBlock(const std::string& name) {
+  static const std::regex expert(R"(^layers\.\d+\.ffn\.experts\.\d+\..+$)");
+  return std::regex_match(name, expert);
+}
+
+}  // namespace
+
+absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel& model) {
+  if (!HoldsExpertBlock(model)) return LoadNamed(weights, model, nullptr);
+  return LoadNamed(weights, model, IsExpertBlock);
 }
 
 absl::Status LoadSliceWeights(const SafetensorsReader& weights, model::LanguageModel& slice) {
   const std::regex layer(R"(^layers\.(\d+)\..+$)");
+  const bool expert_blocks = HoldsExpertBlock(slice);  // pipeline x expert: the stage's other ranks' experts
   return LoadNamed(weights, slice, [&](const std::string& name) {
+    if (expert_blocks && IsExpertBlock(name)) return true;
     std::smatch m;
     if (std::regex_match(name, m, layer)) {
       const int64_t i = std::stoll(m[1].str());

@@ -42,7 +42,8 @@ absl::Status LoadWeights(const SafetensorsReader& weights, model::LanguageModel&
 // The same for a stage slice (LanguageModel's LayerRange) from a whole model's file (resharding a
 // checkpoint into pipeline stages): the slice's own tensors are loaded and checked as above; the file's
 // other tensors must be ones the whole model has outside the slice (another layer's "layers.{i}.", the
-// embeddings before the first layer, the final norm and LM head after the last), else an error naming them.
+// embeddings before the first layer, the final norm and LM head after the last; for a slice holding a block
+// of its experts, the other blocks), else an error naming them.
 absl::Status LoadSliceWeights(const SafetensorsReader& weights, model::LanguageModel& slice);
 
 // Sparse upcycling (Komatsuzaki et al. 2022): a dense model's weights into a mixture-of-experts model of
