@@ -97,10 +97,13 @@ class PipelineStep final : public model::StepStrategy {
   // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
-  // Evaluation: one batch's mean cross-entropy through this data replica's pipeline (PipelineStage::
-  // ForwardLoss), on every rank of the pipeline group.
+  // Evaluation: one batch's mean cross-entropy through this replica's pipeline (PipelineStage::
+  // ForwardLoss), on every rank of the pipeline group (and, with experts spread over ranks, in step with
+  // the stage's other expert ranks, each with its own batch); the exchange's first error fails it.
   absl::StatusOr<double> ForwardLoss(const int32_t* ids, const int32_t* targets, int64_t b, int64_t t) {
-    return stage_.ForwardLoss(ids, targets, b, t);
+    absl::StatusOr<double> loss = stage_.ForwardLoss(ids, targets, b, t);
+    if (loss.ok() && exchange_ != nullptr && !exchange_->status().ok()) return exchange_->status();
+    return loss;
   }
   // Whether this rank is the first stage's (pipeline coordinate 0): it alone adds an evaluation's losses
   // to the sum over every rank, which then counts each data replica's batches once.
