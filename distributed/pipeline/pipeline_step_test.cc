@@ -10,8 +10,11 @@
 // its own stage's data group, stay equal), and every replica holds the same weights. Every step's gradient
 // noise scale (noise_grad_sq, noise_trace) is the one the single process logs (data = 1) or DataParallelStep
 // over the same replicas (data = 2), to fp32 rounding; none with tied embeddings or ZB-H1. A rank that dies
-// during a step makes the others fail, naming it. ZB-H1 (its backward split into input and weight gradients) is
-// checked the same way, bit for bit on 2 and 4 stages.
+// during a step makes the others fail, naming it (an expert peer under pipeline x expert too). ZB-H1 (its
+// backward split into input and weight gradients) is checked the same way, bit for bit on 2 and 4 stages.
+// Mixtures of experts (noisy gating, aux losses, expert bias, capacity) are checked the same way, and
+// pipeline x expert against data x expert without a pipeline and against the single process (the tests say
+// to what).
 #include "distributed/pipeline/pipeline_step.h"
 
 #include <unistd.h>
@@ -471,6 +474,39 @@ TEST(PipelineStep, ADeadRankIsNamed) {
       },
       options);
   testing::ExpectExitCodes(outcomes, {0, 0, 0, 7});
+}
+
+// Pipeline x expert (data=1, pipeline=2, expert=2): rank 1 (stage 0's second expert rank) dies before its
+// first step. Its expert peer, rank 0, fails at its MoE layer's exchange (the exchange's first error, which
+// the step reports), stage 1's ranks at their receives or the sums after; every survivor names a rank and
+// nobody waits past the timeout.
+TEST(PipelineStep, ADeadExpertRankIsNamed) {
+  testing::RankOptions options;
+  options.timeout = std::chrono::milliseconds(3000);
+  const model::ModelConfig config = Moe();
+  std::vector<testing::RankOutcome> outcomes = RunRanks(
+      4,
+      [&](Collectives& world) {
+        Checks checks(world.rank());
+        absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {1, 2, 2});
+        if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
+        if (world.rank() == 1) _exit(7);
+        expert::GroupExpertExchange exchange((*mesh)->expert());
+        std::unique_ptr<model::LanguageModel> slice =
+            Make(config, StageLayers(config.n_layers, 2, (*mesh)->coordinates().pipeline), &exchange);
+        model::AdamW optimizer(model::AdamWConfig{}, *slice);
+        absl::StatusOr<std::unique_ptr<PipelineStep>> step =
+            PipelineStep::Create(world, **mesh, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {slice.get()},
+                                 {&optimizer}, {}, &exchange);
+        if (!checks.Ok(step.status(), "Create")) return checks.exit_code();
+        RandomBatches data(config.vocab_size, kB * kT, 17);
+        absl::StatusOr<model::StepResult> result = (*step)->Step(*slice, optimizer, data, Input(4));
+        checks.FailsWith(result.status(), {"rank"}, "a step with a dead expert peer");
+        if (world.rank() == 0) checks.FailsWith(result.status(), {"rank 1"}, "rank 1's expert peer");
+        return checks.exit_code();
+      },
+      options);
+  testing::ExpectExitCodes(outcomes, {0, 7, 0, 0});
 }
 
 }  // namespace
