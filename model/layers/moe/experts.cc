@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/dispatch.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/swiglu/swiglu.h"
 #include "model/layers/feed_forward/feed_forward.h"
@@ -22,8 +23,9 @@ kernels::Context SerialContext(const kernels::Context& ctx) {
 
 }  // namespace
 
-void Experts::ForEachExpert(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+void Experts::ForEachExpert(const kernels::Context& ctx, const char* op, const std::vector<int64_t>& counts,
                             const std::function<void(int64_t, const kernels::Context&)>& gemm) const {
+  kernels::CpuOpScope op_scope(op);  // holds the GEMMs of both threads (and the waits between) on the CPU
   std::vector<int64_t> order;  // the experts with rows, most rows first (ties: lower index)
   for (int64_t e = 0; e < e_; ++e) {
     if (counts[e] > 0) order.push_back(e);
@@ -99,7 +101,7 @@ void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const voi
 void Experts::GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                             const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
                             const Parameter& w, const Parameter* b, void* y) const {
-  ForEachExpert(ctx, counts, [&](int64_t e, const kernels::Context& run) {
+  ForEachExpert(ctx, "ExpertMatmuls", counts, [&](int64_t e, const kernels::Context& run) {
     const int64_t first = offsets[e], rows = counts[e];
     kernels::MatmulParams p = kernels::LinearParams(
         rows, k, n, ElementOffset(x, first * k, dtype_), ElementOffset(w.compute.data(), e * n * k, dtype_),
@@ -128,7 +130,7 @@ void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vect
   };
   // Each expert's dx rows and gradient blocks are its own, so the experts run concurrently. Deferred weight
   // gradients are queued in expert order after the input gradients.
-  ForEachExpert(ctx, counts, [&](int64_t e, const kernels::Context& run) {
+  ForEachExpert(ctx, "ExpertMatmulsBackward", counts, [&](int64_t e, const kernels::Context& run) {
     kernels::MatmulBackwardParams p = params(e);
     if (deferred != nullptr) p.db = p.dbias = nullptr;
     kernels::MatmulBackward(run, p);

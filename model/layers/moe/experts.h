@@ -66,7 +66,8 @@ class Experts {
                         void* dpre) const;
   // gemm(e, run) for every expert e with rows, on ctx or, run whole inside a task of ctx's pool, on a
   // one-thread context (see the top of the file). gemm must touch only expert e's rows and parameter blocks.
-  void ForEachExpert(const kernels::Context& ctx, const std::vector<int64_t>& counts,
+  // `op` (a string literal) names the whole in the CPU op profile (kernels/profile/cpu_op_profiler.h).
+  void ForEachExpert(const kernels::Context& ctx, const char* op, const std::vector<int64_t>& counts,
                      const std::function<void(int64_t, const kernels::Context&)>& gemm) const;
   // One GEMM per expert: rows [offsets[e], offsets[e] + counts[e]) of x (M, k) times expert e's block of
   // w (E*n, k), transposed, plus its bias block (b: null for none) -> y (M, n) written. The backward
