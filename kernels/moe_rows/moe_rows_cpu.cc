@@ -59,12 +59,20 @@ void MoeCombineBackward(const Context& ctx, const MoeCombineBackwardParams& p) {
       const float* d = dout + (a / p.k) * p.C;
       const float* y = rows + row * p.C;
       float* dy = drows + row * p.C;
-      double dot = 0;
-      for (int64_t i = 0; i < p.C; ++i) {
-        dot += static_cast<double>(d[i]) * y[i];
+      // The dot in double as four interleaved partial sums (four independent add chains, not one).
+      double dot[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= p.C; i += 4) {
+        for (int l = 0; l < 4; ++l) {
+          dot[l] += static_cast<double>(d[i + l]) * y[i + l];
+          dy[i + l] = p.gates[a] * d[i + l];
+        }
+      }
+      for (; i < p.C; ++i) {
+        dot[0] += static_cast<double>(d[i]) * y[i];
         dy[i] = p.gates[a] * d[i];
       }
-      p.dgates[a] = static_cast<float>(dot);
+      p.dgates[a] = static_cast<float>((dot[0] + dot[1]) + (dot[2] + dot[3]));
     }
   });
 }
