@@ -1,10 +1,13 @@
 // The CPU row moves of a mixture of experts (moe_rows.h) against their definition on a hand-made dispatch:
 // 3 tokens, k = 2, one assignment dropped, rows in expert order. Every value is exact in fp32 (small
-// integers and halves), so the comparisons are exact.
+// integers and halves), so the comparisons are exact. Then a dispatch large enough to be split over the pool:
+// two threads give bit for bit one thread's result.
 #include "kernels/moe_rows/moe_rows.h"
 
+#include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
 
 namespace lmf::kernels {
@@ -57,6 +60,48 @@ TEST(MoeRowsTest, ScatterAddSumsEachTokensRowsOntoTheBase) {
   p.base = nullptr;
   cpu::MoeScatterAdd(Context::Cpu(), p);
   EXPECT_EQ(dx, (std::vector<float>{6, 8, 7, 8, 12, 14}));
+}
+
+// Every op on 4096 tokens, k = 2, C = 64 (a random dispatch with every fifth assignment dropped) with the
+// given context: the outputs of gather, combine (= then +=), combine backward and scatter-add, concatenated.
+std::vector<float> RunAllOps(const Context& ctx) {
+  constexpr int64_t n = 4096, k = 2, c = 64;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<int32_t> assignment_row(n * k, -1), row_assignment;
+  std::vector<int32_t> order(n * k);
+  for (int64_t a = 0; a < n * k; ++a) order[a] = static_cast<int32_t>(a);
+  std::shuffle(order.begin(), order.end(), rng);  // rows in a random order of the assignments
+  for (int32_t a : order) {
+    if (a % 5 == 3) continue;
+    assignment_row[a] = static_cast<int32_t>(row_assignment.size());
+    row_assignment.push_back(a);
+  }
+  const int64_t m = static_cast<int64_t>(row_assignment.size());
+  std::vector<float> x(n * c), gates(n * k), dout(n * c), base(n * c), drows_in(m * c);
+  for (auto* v : {&x, &gates, &dout, &base, &drows_in}) {
+    for (float& f : *v) f = normal(rng);
+  }
+  std::vector<float> rows(m * c), out(n * c), drows(m * c), dgates(n * k), dx(n * c);
+  MoeGather(ctx, {DType::kF32, m, c, k, row_assignment.data(), x.data(), rows.data()});
+  MoeCombineParams combine{DType::kF32, n, k, c, assignment_row.data(), gates.data(), rows.data(), out.data(), false};
+  MoeCombine(ctx, combine);
+  combine.accumulate = true;
+  MoeCombine(ctx, combine);
+  MoeCombineBackward(ctx, {DType::kF32, n, k, c, assignment_row.data(), gates.data(), rows.data(), dout.data(),
+                           drows.data(), dgates.data()});
+  MoeScatterAdd(ctx, {DType::kF32, n, k, c, assignment_row.data(), drows_in.data(), base.data(), dx.data()});
+  std::vector<float> all;
+  for (const auto* v : {&rows, &out, &drows, &dgates, &dx}) all.insert(all.end(), v->begin(), v->end());
+  return all;
+}
+
+TEST(MoeRowsTest, TwoThreadsGiveOneThreadsResultBitForBit) {
+  ThreadPool one(1), two(2);
+  const std::vector<float> serial = RunAllOps(Context::Cpu(&one));
+  const std::vector<float> parallel = RunAllOps(Context::Cpu(&two));
+  ASSERT_EQ(serial.size(), parallel.size());
+  for (size_t i = 0; i < serial.size(); ++i) ASSERT_EQ(serial[i], parallel[i]) << "element " << i;
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
-// Sorting assignments by expert with the capacity, and the row gathers and combines (see dispatch.h).
+// Sorting assignments by expert with the capacity (see dispatch.h).
 #include "model/layers/moe/dispatch.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace lmf::model::moe {
 
@@ -46,52 +45,6 @@ void BuildDispatch(const MoeSpec& spec, int64_t n, const int32_t* experts, const
   }
   dispatch.offsets[e] = row;
   dispatch.dropped = assignments - row;
-}
-
-void GatherRows(const Dispatch& dispatch, int64_t k, int64_t c, const float* x, float* rows) {
-  for (int64_t row = 0; row < dispatch.rows(); ++row) {
-    const int64_t token = dispatch.row_assignment[row] / k;
-    std::memcpy(rows + row * c, x + token * c, static_cast<size_t>(c) * sizeof(float));
-  }
-}
-
-void CombineRows(const Dispatch& dispatch, int64_t n, int64_t k, int64_t c, const float* gates, const float* rows,
-                 float* out, bool accumulate) {
-  if (!accumulate) std::fill(out, out + n * c, 0.0f);
-  for (int64_t a = 0; a < n * k; ++a) {
-    const int64_t row = dispatch.assignment_row[a];
-    if (row < 0) continue;
-    const float gate = gates[a];
-    const float* y = rows + row * c;
-    float* o = out + (a / k) * c;
-    for (int64_t i = 0; i < c; ++i) o[i] += gate * y[i];
-  }
-}
-
-void CombineRowsBackward(const Dispatch& dispatch, int64_t n, int64_t k, int64_t c, const float* gates,
-                         const float* rows, const float* dout, float* drows, float* dgates) {
-  for (int64_t a = 0; a < n * k; ++a) {
-    const int64_t row = dispatch.assignment_row[a];
-    dgates[a] = 0;
-    if (row < 0) continue;
-    const float* d = dout + (a / k) * c;
-    const float* y = rows + row * c;
-    float* dy = drows + row * c;
-    double dot = 0;
-    for (int64_t i = 0; i < c; ++i) {
-      dot += static_cast<double>(d[i]) * y[i];
-      dy[i] = gates[a] * d[i];
-    }
-    dgates[a] = static_cast<float>(dot);
-  }
-}
-
-void ScatterAddRows(const Dispatch& dispatch, int64_t k, int64_t c, const float* drows, float* dx) {
-  for (int64_t row = 0; row < dispatch.rows(); ++row) {
-    float* d = dx + (dispatch.row_assignment[row] / k) * c;
-    const float* dr = drows + row * c;
-    for (int64_t i = 0; i < c; ++i) d[i] += dr[i];
-  }
 }
 
 }  // namespace lmf::model::moe

@@ -1,8 +1,8 @@
 // The dispatcher of a mixture of experts: sorts a micro-batch's N * k assignments (token, choice j) by
 // expert into contiguous row blocks, one per expert, applying the capacity (MoeSpec::capacity_factor and
-// drop), so that each expert's rows run as one GEMM (experts.h); then gathers the tokens' inputs into
-// those rows and combines the experts' outputs back, weighted by the gates. The counts per expert are
-// explicit (Dispatch::counts), as an expert-parallel all-to-all will exchange them first.
+// drop), so that each expert's rows run as one GEMM (experts.h). The rows move with kernels/moe_rows (gather
+// into these rows, the gate-weighted combine back, their backwards) on every device. The counts per expert
+// are explicit (Dispatch::counts), as an expert-parallel all-to-all exchanges them first.
 //
 // Rows are numbered in expert order, within an expert in assignment order a = token * k + j.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_DISPATCH_H_
@@ -30,18 +30,6 @@ int64_t ExpertCapacity(const MoeSpec& spec, int64_t n);
 
 // experts (N, k), gates (N, k) of Route -> `dispatch` (its vectors resized).
 void BuildDispatch(const MoeSpec& spec, int64_t n, const int32_t* experts, const float* gates, Dispatch& dispatch);
-
-// rows (M, C) <- x rows of the tokens the rows compute.
-void GatherRows(const Dispatch& dispatch, int64_t k, int64_t c, const float* x, float* rows);
-// out (N, C) += sum over each token's kept assignments of gate * rows[row] (= when !accumulate).
-void CombineRows(const Dispatch& dispatch, int64_t n, int64_t k, int64_t c, const float* gates, const float* rows,
-                 float* out, bool accumulate);
-// The backward of CombineRows given dout (N, C): drows (M, C) = gate * dout[token] written; dgates (N, k)
-// = dout[token] . rows[row] written (0 for a dropped assignment).
-void CombineRowsBackward(const Dispatch& dispatch, int64_t n, int64_t k, int64_t c, const float* gates,
-                         const float* rows, const float* dout, float* drows, float* dgates);
-// dx (N, C) += the rows' gradients drows (M, C) summed into their tokens (the backward of GatherRows).
-void ScatterAddRows(const Dispatch& dispatch, int64_t k, int64_t c, const float* drows, float* dx);
 
 }  // namespace lmf::model::moe
 

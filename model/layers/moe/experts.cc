@@ -1,12 +1,49 @@
 // The routed experts' grouped GEMMs over kernels/matmul, kernels/swiglu and kernels/activations.
 #include "model/layers/moe/experts.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/core/dispatch.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/swiglu/swiglu.h"
 #include "model/layers/feed_forward/feed_forward.h"
 
 namespace lmf::model::moe {
+namespace {
+
+// ctx on a one-thread pool of the calling thread: for a GEMM run whole inside a task of ctx's pool.
+kernels::Context SerialContext(const kernels::Context& ctx) {
+  thread_local ThreadPool serial(1);
+  kernels::Context one = ctx;
+  one.pool = &serial;
+  return one;
+}
+
+}  // namespace
+
+void Experts::ForEachExpert(const kernels::Context& ctx, const char* op, const std::vector<int64_t>& counts,
+                            const std::function<void(int64_t, const kernels::Context&)>& gemm) const {
+  kernels::CpuOpScope op_scope(op);  // holds the GEMMs of both threads (and the waits between) on the CPU
+  std::vector<int64_t> order;  // the experts with rows, most rows first (ties: lower index)
+  for (int64_t e = 0; e < e_; ++e) {
+    if (counts[e] > 0) order.push_back(e);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  const int64_t threads = ctx.device.is_cpu() ? ctx.num_threads() : 1;  // a device queues its GEMMs in order
+  int64_t left = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  size_t first = 0;
+  // An expert with more than its thread's share of the rows left is split over all threads; then the rest run
+  // whole, one per thread, largest first (the pool hands the next one to whichever thread is free).
+  for (; first < order.size() && (threads == 1 || counts[order[first]] * threads > left); ++first) {
+    gemm(order[first], ctx);
+    left -= counts[order[first]];
+  }
+  if (first == order.size()) return;
+  ctx.pool->RunTasks(static_cast<int64_t>(order.size() - first),
+                     [&](int64_t i) { gemm(order[first + static_cast<size_t>(i)], SerialContext(ctx)); });
+}
 
 Experts::Experts(const MoeSpec& spec, int64_t first, int64_t count, int64_t d_model, bool biases,
                  const kernels::Context& ctx, kernels::DType dtype, StepCounters* counters)
@@ -64,24 +101,22 @@ void Experts::ActivateBackward(const kernels::Context& ctx, int64_t m, const voi
 void Experts::GroupedLinear(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                             const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
                             const Parameter& w, const Parameter* b, void* y) const {
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
+  ForEachExpert(ctx, "ExpertMatmuls", counts, [&](int64_t e, const kernels::Context& run) {
     const int64_t first = offsets[e], rows = counts[e];
     kernels::MatmulParams p = kernels::LinearParams(
         rows, k, n, ElementOffset(x, first * k, dtype_), ElementOffset(w.compute.data(), e * n * k, dtype_),
         b != nullptr ? ElementOffset(b->compute.data(), e * n, dtype_) : nullptr, ElementOffset(y, first * n, dtype_));
     p.dtype = dtype_;
-    kernels::Matmul(ctx, p);
-    counters_->matmul_flops += 2.0 * rows * k * n;
-  }
+    kernels::Matmul(run, p);
+  });
+  counters_->matmul_flops += 2.0 * static_cast<double>(offsets[e_]) * static_cast<double>(k * n);
 }
 
 void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vector<int64_t>& counts,
                                     const std::vector<int64_t>& offsets, int64_t k, int64_t n, const void* x,
                                     const Parameter& w, const Parameter* b, const void* dy, void* dx,
                                     DeferredWeightGrads* deferred) const {
-  for (int64_t e = 0; e < e_; ++e) {
-    if (counts[e] == 0) continue;
+  const auto params = [&](int64_t e) {
     const int64_t first = offsets[e], rows = counts[e];
     kernels::MatmulBackwardParams p;
     p.forward = kernels::LinearParams(rows, k, n, ElementOffset(x, first * k, dtype_),
@@ -91,9 +126,22 @@ void Experts::GroupedLinearBackward(const kernels::Context& ctx, const std::vect
     p.da = ElementOffset(dx, first * k, dtype_);
     p.db = w.grad_data() + e * n * k;
     p.dbias = b != nullptr ? b->grad_data() + e * n : nullptr;
+    return p;
+  };
+  // Each expert's dx rows and gradient blocks are its own, so the experts run concurrently. Deferred weight
+  // gradients are queued in expert order after the input gradients.
+  ForEachExpert(ctx, "ExpertMatmulsBackward", counts, [&](int64_t e, const kernels::Context& run) {
+    kernels::MatmulBackwardParams p = params(e);
+    if (deferred != nullptr) p.db = p.dbias = nullptr;
+    kernels::MatmulBackward(run, p);
+  });
+  for (int64_t e = 0; deferred != nullptr && e < e_; ++e) {
+    if (counts[e] == 0) continue;
+    kernels::MatmulBackwardParams p = params(e);
+    p.da = nullptr;
     MatmulBackwardOrDefer(ctx, p, deferred);
-    counters_->matmul_flops += 4.0 * rows * k * n;
   }
+  counters_->matmul_flops += 4.0 * static_cast<double>(offsets[e_]) * static_cast<double>(k * n);
 }
 
 void Experts::Forward(const kernels::Context& ctx, const std::vector<int64_t>& counts,

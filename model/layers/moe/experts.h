@@ -2,7 +2,10 @@
 // hidden width F, stored stacked so that each is a row block of one buffer: w_in (E * W, C), W = 2F for the
 // gated kinds (expert e's w1 then w3) else F, and w_out (E * C, F) (expert e's w2), with biases (E * W) and
 // (E * C) where the model has biases. Each expert's rows (a contiguous block from the dispatcher) run as one
-// GEMM per matrix through kernels/matmul; the activation runs over all rows at once. Parameters are visited
+// GEMM per matrix through kernels/matmul; the activation runs over all rows at once. On a CPU pool of several
+// threads the experts' GEMMs run concurrently, each whole on one thread (an expert holding more than a
+// thread's share of the rows is split over the pool first): per-expert row counts are too small for two
+// threads to share one GEMM well. Parameters are visited
 // per expert under torch.nn.Linear names: "<prefix>.{e}.w1.weight" (F, C), "<prefix>.{e}.w3.weight",
 // "<prefix>.{e}.w2.weight" (C, F) and their biases.
 //
@@ -16,6 +19,7 @@
 #define LMFORGE_MODEL_LAYERS_MOE_EXPERTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +64,11 @@ class Experts {
   void Activate(const kernels::Context& ctx, int64_t m, const void* pre, void* act) const;
   void ActivateBackward(const kernels::Context& ctx, int64_t m, const void* pre, const void* dact,
                         void* dpre) const;
+  // gemm(e, run) for every expert e with rows, on ctx or, run whole inside a task of ctx's pool, on a
+  // one-thread context (see the top of the file). gemm must touch only expert e's rows and parameter blocks.
+  // `op` (a string literal) names the whole in the CPU op profile (kernels/profile/cpu_op_profiler.h).
+  void ForEachExpert(const kernels::Context& ctx, const char* op, const std::vector<int64_t>& counts,
+                     const std::function<void(int64_t, const kernels::Context&)>& gemm) const;
   // One GEMM per expert: rows [offsets[e], offsets[e] + counts[e]) of x (M, k) times expert e's block of
   // w (E*n, k), transposed, plus its bias block (b: null for none) -> y (M, n) written. The backward
   // writes dx (M, k) and accumulates w's and b's gradients.

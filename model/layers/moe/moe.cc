@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/allocator.h"
 #include "kernels/memory/memory.h"
+#include "kernels/moe_rows/moe_rows.h"
 #include "model/layers/moe/router.h"
 
 namespace lmf::model {
@@ -109,7 +110,7 @@ void MixtureOfExperts::RunExperts(const kernels::Context& ctx, const float* h, M
   if (exchange_ == nullptr) {
     saved.expert_counts = saved.dispatch.counts;
     saved.expert_offsets = saved.dispatch.offsets;
-    moe::GatherRows(saved.dispatch, k, c_, h, saved.x.data<float>());
+    kernels::MoeGather(ctx, {kernels::DType::kF32, m, c_, k, saved.dispatch.row_assignment.data(), h, saved.x.data()});
     experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
                      saved.act.data<float>(), saved.y.data<float>());
     return;
@@ -130,7 +131,7 @@ void MixtureOfExperts::RunExperts(const kernels::Context& ctx, const float* h, M
   EnsureRows(saved.act, r, experts_.hidden(), ctx);
   EnsureRows(saved.expert_y, r, c_, ctx);
   saved.sent.resize(static_cast<size_t>(m * c_));
-  moe::GatherRows(saved.dispatch, k, c_, h, saved.sent.data());
+  kernels::MoeGather(ctx, {kernels::DType::kF32, m, c_, k, saved.dispatch.row_assignment.data(), h, saved.sent.data()});
   exchange_->Send(*saved.plan, saved.sent.data(), c_, saved.x.data<float>());
   experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
                    saved.act.data<float>(), saved.expert_y.data<float>());
@@ -184,7 +185,8 @@ void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t
     shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared, mode);
     accumulate = true;
   }
-  moe::CombineRows(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), o, accumulate);
+  kernels::MoeCombine(ctx, {kernels::DType::kF32, n, k, c_, saved.dispatch.assignment_row.data(), saved.gates.data(),
+                            saved.y.data(), o, accumulate});
 }
 
 void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, const LayerActivations& saved_base,
@@ -202,22 +204,26 @@ void MixtureOfExperts::Backward(const kernels::Context& ctx, const void* h, cons
   float* dgates = take(n, k);
   float* dlogits = take(n, e);
   // Through the combine to the expert outputs and the gates, then through the experts to their rows.
-  moe::CombineRowsBackward(saved.dispatch, n, k, c_, saved.gates.data(), saved.y.data<float>(), dout, dy, dgates);
+  kernels::MoeCombineBackward(ctx, {kernels::DType::kF32, n, k, c_, saved.dispatch.assignment_row.data(),
+                                    saved.gates.data(), saved.y.data(), dout, dy, dgates});
   float* drows = take(m, c_);
   RunExpertsBackward(ctx, saved, dy, drows, scratch);
-  // The router: the gates' gradient and the losses' (weight 1), then its GEMM writes dh.
+  // The router: the gates' gradient and the losses' (weight 1), then its GEMM writes dh_router.
   moe::RouteBackward(spec_, n, saved.logits.data(), saved.experts.data(), dgates, dlogits);
   moe::BalanceLossBackward(spec_, saved.b, saved.t, saved.logits.data(), saved.experts.data(), dlogits);
   moe::RouterZLossBackward(spec_, n, saved.logits.data(), dlogits);
-  router_.Backward(ctx, n, x, c_, dlogits, e, dh, scratch.deferred());
+  float* dh_router = take(n, c_);
+  router_.Backward(ctx, n, x, c_, dlogits, e, dh_router, scratch.deferred());
   if (!saved.noise.empty()) {  // a noisy training forward's H = z + eps softplus(z_noise): W_noise's share of dh
     float* dnoise = take(n, e);
     float* dh_noise = take(n, c_);
     moe::GatingNoiseBackward(n, e, saved.noise_logits.data(), saved.noise.data(), dlogits, dnoise);
     noise_router_->Backward(ctx, n, x, c_, dnoise, e, dh_noise, scratch.deferred());
-    for (int64_t i = 0; i < n * c_; ++i) dh[i] += dh_noise[i];
+    for (int64_t i = 0; i < n * c_; ++i) dh_router[i] += dh_noise[i];
   }
-  moe::ScatterAddRows(saved.dispatch, k, c_, drows, dh);
+  // dh = the router's + the rows' gradients summed into their tokens (the gather's backward).
+  kernels::MoeScatterAdd(ctx, {kernels::DType::kF32, n, k, c_, saved.dispatch.assignment_row.data(), drows, dh_router,
+                               dh});
   if (shared_.has_value()) {
     float* dshared = take(n, c_);
     shared_->Backward(ctx, h, *saved.shared, dout, dshared, scratch);
@@ -316,8 +322,7 @@ absl::Status MixtureOfExperts::CheckSupport(const MoeSpec& spec, kernels::Device
         "moe.noisy_gating (model.moe or a model.layer_pattern entry's moe): noisy top-k gating runs on the CPU "
         "only, not on ", DeviceName(device), " (set it false or run.device=CPU)"));
   }
-  std::vector<const char*> ops = {"matmul", spec.gated_experts() ? "swiglu" : "activation"};
-  if (!device.is_cpu()) ops.push_back("moe_rows");  // the rows move on the device
+  std::vector<const char*> ops = {"matmul", spec.gated_experts() ? "swiglu" : "activation", "moe_rows"};
   if (!device.is_cpu() && spec.shared_d_ff > 0) ops.push_back("residual");  // dh += the shared experts'
   if (dtype != kernels::DType::kF32) ops.push_back("cast");  // the router reads an fp32 copy of h
   return CheckOpsSupported(ops, device, dtype);

@@ -23,7 +23,8 @@
 // outputs' gradients along the same plan and returns the inputs' gradients. The router, the losses and the
 // counts stay local over all E experts.
 //
-// Devices: on the CPU in fp32, everything on the host. On CUDA in fp32 or bf16 (moe_device.cc): the router
+// Devices: on the CPU in fp32, everything on the host, the rows moved by kernels/moe_rows' CPU ops and the
+// experts' GEMMs run concurrently over the pool (experts.h). On CUDA in fp32 or bf16 (moe_device.cc): the router
 // GEMM gives fp32 logits on the device, one copy of them to the host per layer and forward, the host routing
 // above, and the plan (rows, gates) copied back; the rows move and combine on the device
 // (kernels/moe_rows), and each expert's rows run as one GEMM on the stream. bf16 follows the dense CUDA
