@@ -1,10 +1,11 @@
 // NcclGroup on GPUs (tag gpu; skips, saying so, with fewer CUDA devices than a case needs). Each case forks
 // one process per rank (rank r on cuda:r), meeting through a rendezvous folder, and checks exact values:
-// a group of one runs every op and refuses a host buffer, naming it; groups of 2 and 3 run every op (each
+// a group of one runs every op and refuses a host buffer, naming it; groups of 2, 3 and 4 run every op (each
 // data type NcclGroup maps, every broadcast root, async ops waited for in reverse order); subgroups of a
 // group of 3 sum among their members only; a rank whose peer never issues the all-reduce fails within the
 // op's timeout with DeadlineExceeded naming its group and rank; a rank whose peer was killed fails within
-// the op's timeout naming its group and rank; after a failure the next op fails at once with the first error.
+// the op's timeout naming its group and rank, as do ranks that issue different ops; after a failure the next
+// op fails at once with the first error.
 // Runs on hardware, and in CI on the CUDA emulation with its fake NCCL (nccl_group_test_emulated, 4 emulated
 // devices).
 #include "distributed/nccl_group.h"
@@ -161,6 +162,11 @@ int EveryOp(Collectives& group, int rank, int world) {
   if (!group.AllReduce(i64.buffer(), ReduceOp::kSum).ok() ||
       i64.Read()[0] != (int64_t{1} << 40) * int64_t(total))
     return 16;
+  // A buffer far larger than a socket or NCCL buffer holds (4 MiB), so the ranks' transfers must overlap.
+  DeviceFloats large(std::vector<float>(size_t{1} << 20, r + 1), rank);
+  if (!group.AllReduce(large.buffer(), ReduceOp::kSum).ok() ||
+      large.Read() != std::vector<float>(size_t{1} << 20, total))
+    return 17;
   // Broadcast from every root.
   for (int root = 0; root < world; ++root) {
     DeviceFloats b({100 * r, 100 * r + 1}, rank);
@@ -218,11 +224,12 @@ TEST_P(NcclGroupOfSize, RunsEveryOpWithExactValues) {
     return EveryOp(**group, rank, world);
   });
   EXPECT_EQ(codes, std::vector<int>(world, 0))
-      << "10: connect, 11-16: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64), 20+root: broadcast, 30-32: "
+      << "10: connect, 11-17: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB), 20+root: broadcast, "
+         "30-32: "
          "reduce-scatter and all-gather, 40: all-to-all, 50-52: send, recv and barrier";
 }
 
-INSTANTIATE_TEST_SUITE_P(TwoAndThreeRanks, NcclGroupOfSize, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(TwoToFourRanks, NcclGroupOfSize, ::testing::Values(2, 3, 4));
 
 TEST(NcclGroup, SubgroupsSumAmongTheirMembersOnly) {
   if (Devices() < 3) GTEST_SKIP() << "fewer than 3 CUDA devices";
@@ -319,6 +326,35 @@ TEST(NcclGroup, AKilledPeerFailsTheOpWithinItsTimeoutNamingTheRank) {
       << "11: the first all-reduce, 20: past the timeout, 21: neither NCCL's remote error nor the timeout, "
          "22: "
          "does not name the group, rank and op, 23: the next op did not fail with the first error";
+}
+
+// Ranks that issue different ops (NCCL has no tags to tell them apart) fail within the op's timeout, each
+// naming its group, rank and op: the emulation's fake NCCL sees the sender's op on the wire and fails both at
+// once; on hardware the ops wait for each other until the timeout.
+TEST(NcclGroup, RanksIssuingDifferentOpsFailWithinTheTimeout) {
+  if (Devices() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  const std::string folder = Folder("different_ops");
+  const std::vector<int> codes = InProcesses(2, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<NcclGroup>> group = NcclGroup::Connect(Options(rank, 2, folder));
+    if (!group.ok()) return 10;
+    ::cudaSetDevice(rank);
+    DeviceFloats x({1, 2}, rank), one({3}, rank);
+    CallOptions options;
+    options.timeout = std::chrono::seconds(5);
+    const auto start = std::chrono::steady_clock::now();
+    // Both ops wait for data from the other rank (the root of a broadcast would not: its sends complete).
+    const absl::Status s = rank == 0 ? (*group)->AllReduce(x.buffer(), ReduceOp::kSum, options)
+                                     : (*group)->AllGather(one.buffer(), x.buffer(), options);
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(8)) return 20;
+    if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded)
+      return 21;
+    const std::string op = rank == 0 ? "all-reduce" : "all-gather";
+    if (!absl::StrContains(s.message(), absl::StrCat("nccl group 'world' rank ", rank, " of 2: ", op)))
+      return 22;
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0})) << "20: past the timeout, 21: neither Unavailable nor "
+                                                "DeadlineExceeded, 22: does not name group, rank, op";
 }
 
 }  // namespace
