@@ -321,6 +321,11 @@ absl::Status Collectives::Broadcast(float* data, size_t n, int root) {
   return Broadcast(Buffer::Host(data, n), root);
 }
 
+absl::Status Collectives::AllGatherHostValue(int64_t value, std::vector<int64_t>& all) {
+  all.resize(world_size_);
+  return AllGather(Buffer::Host(&value, 1), Buffer::Host(all.data(), all.size()));
+}
+
 absl::StatusOr<std::unique_ptr<Collectives>> Collectives::NewSubgroup(const std::vector<int>& ranks,
                                                                       const std::string& name) {
   const std::string what =
@@ -328,7 +333,7 @@ absl::StatusOr<std::unique_ptr<Collectives>> Collectives::NewSubgroup(const std:
   // Every rank's arguments, compared on every rank: a rank that disagrees would connect to another set.
   const int64_t mine = static_cast<int64_t>(Fingerprint(absl::StrCat(name, "|", absl::StrJoin(ranks, ","))));
   std::vector<int64_t> all(world_size_);
-  if (absl::Status s = AllGather(Buffer::Host(&mine, 1), Buffer::Host(all.data(), all.size())); !s.ok()) {
+  if (absl::Status s = AllGatherHostValue(mine, all); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   std::vector<int> differ;

@@ -204,6 +204,9 @@ class Collectives {
   // the member's group, or nullptr.
   virtual absl::StatusOr<std::unique_ptr<Collectives>> MakeSubgroup(const std::vector<int>& ranks,
                                                                     const std::string& name) = 0;
+  // Every rank's `value` into `all`, in rank order (NewSubgroup's check of its arguments). This all-gathers
+  // host memory; a backend that moves device memory only (NCCL) stages it through its device.
+  virtual absl::Status AllGatherHostValue(int64_t value, std::vector<int64_t>& all);
   // Whether the backend moves memory on `device` (an error naming what it supports, if not).
   virtual absl::Status CheckDevice(const kernels::Device& device) const = 0;
 

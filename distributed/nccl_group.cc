@@ -91,6 +91,24 @@ class NcclGroupState {
     if (stream != nullptr) ::cudaStreamDestroy(stream);
   }
 
+  // f(), a call on the communicator, under the lock: it cannot race with Fail's ncclCommAbort, which frees
+  // the communicator. ncclInvalidUsage, without calling f, once the communicator was aborted.
+  ncclResult_t WithComm(const std::function<ncclResult_t()>& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (comm == nullptr || aborted_) return ncclInvalidUsage;
+    return f();
+  }
+
+  // Settle for a call on this communicator, each poll under the lock.
+  ncclResult_t SettleCall(ncclResult_t result, Clock::time_point deadline) {
+    while (result == ncclInProgress) {
+      if (Clock::now() >= deadline) return ncclInProgress;
+      std::this_thread::sleep_for(kPollInterval);
+      if (WithComm([&] { return ncclCommGetAsyncError(comm, &result); }) != ncclSuccess) return ncclSystemError;
+    }
+    return result;
+  }
+
   // OK, or why an op cannot run: the group failed earlier.
   absl::Status Usable(const std::string& context) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -142,17 +160,19 @@ class NcclWork : public Work {
   absl::Status Poll() {
     for (;;) {
       const cudaError_t done = ::cudaEventQuery(event_);
+      // Once the group failed its event says nothing: the abort ended the communicator's pending work, done
+      // or not. The failure is recorded before the abort, so an event that completed through it is seen here.
+      if (absl::Status usable = state_->Usable(context_); !usable.ok()) return usable;
       if (done == cudaSuccess) return absl::OkStatus();
       if (done != cudaErrorNotReady) {
         return state_->Fail(absl::InternalError(absl::StrCat(context_, ": ", CudaText(done))));
       }
       ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(state_->comm, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress) {
+      if (state_->WithComm([&] { return ncclCommGetAsyncError(state_->comm, &async); }) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress) {
         return state_->Fail(absl::UnavailableError(
             absl::StrCat(context_, ": ", NcclText(state_->comm, async), " (a peer failed or the network did)")));
       }
-      if (absl::Status usable = state_->Usable(context_); !usable.ok()) return usable;
       if (Clock::now() >= deadline_) {
         return state_->Fail(absl::DeadlineExceededError(absl::StrCat(
             context_, ": timed out after ", timeout_.count(), " ms waiting for the other ranks (communicator aborted)")));
@@ -179,7 +199,7 @@ std::unique_ptr<Work> Issue(const std::shared_ptr<NcclGroupState>& state, const 
     return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": ", CudaText(e)))));
   cudaStream_t stream = op_stream != nullptr ? static_cast<cudaStream_t>(op_stream) : state->stream;
   const Clock::time_point deadline = Clock::now() + timeout;
-  const ncclResult_t result = Settle(state->comm, call(stream), deadline);
+  const ncclResult_t result = state->SettleCall(state->WithComm([&] { return call(stream); }), deadline);
   if (result == ncclInProgress) {
     return DoneWork(state->Fail(absl::DeadlineExceededError(
         absl::StrCat(context, ": NCCL did not take the op within ", timeout.count(), " ms (communicator aborted)"))));
@@ -371,6 +391,24 @@ std::unique_ptr<Work> NcclGroup::StartRecv(const Op& op, const Buffer& data, int
   });
 }
 
+absl::Status NcclGroup::AllGatherHostValue(int64_t value, std::vector<int64_t>& all) {
+  // Through the all-to-all's device table (world_size x world_size entries; its first row here).
+  const std::string context = absl::StrCat(GroupContext(), ": all-gather of 1 x i64 from host memory");
+  int64_t* mine = state_->counts + rank();
+  std::unique_ptr<Work> gather = Issue(state_, context, nullptr, timeout(), [&](cudaStream_t s) {
+    if (::cudaMemcpyAsync(mine, &value, sizeof(int64_t), cudaMemcpyHostToDevice, s) != cudaSuccess)
+      return ncclUnhandledCudaError;
+    return ncclAllGather(mine, state_->counts, 1, ncclInt64, state_->comm, s);
+  });
+  if (absl::Status s = gather->Wait(); !s.ok()) return s;
+  all.resize(world_size());
+  if (cudaError_t e = ::cudaMemcpy(all.data(), state_->counts, sizeof(int64_t) * all.size(), cudaMemcpyDeviceToHost);
+      e != cudaSuccess) {
+    return state_->Fail(absl::InternalError(absl::StrCat(context, ": ", CudaText(e))));
+  }
+  return absl::OkStatus();
+}
+
 void NcclGroup::FailAfterIssuedOps(const absl::Status& error) {
   // The ops issued before are on the stream ahead of any later one; waiting for them here would block the
   // caller up to their timeouts, so the group fails now and their Works report what they find.
@@ -387,9 +425,10 @@ absl::StatusOr<std::unique_ptr<Collectives>> NcclGroup::MakeSubgroup(const std::
   const std::string context = absl::StrCat(GroupContext(), ": subgroup '", name, "'");
   if (absl::Status usable = state_->Usable(context); !usable.ok()) return usable;
   ::cudaSetDevice(state_->device);
-  ncclResult_t result = ncclCommSplit(state_->comm, subrank >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, std::max(subrank, 0),
-                                      &split, &config);
-  result = Settle(state_->comm, result, Clock::now() + timeout());
+  ncclResult_t result = state_->WithComm([&] {
+    return ncclCommSplit(state_->comm, subrank >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, std::max(subrank, 0), &split, &config);
+  });
+  result = state_->SettleCall(result, Clock::now() + timeout());
   if (result == ncclSuccess && split != nullptr) result = Settle(split, ncclInProgress, Clock::now() + timeout());
   if (result != ncclSuccess) {
     return state_->Fail(absl::UnavailableError(absl::StrCat(context, ": ncclCommSplit: ",

@@ -66,6 +66,7 @@ class NcclGroup : public Collectives {
                                       const Buffer& output, const std::vector<size_t>& recv_counts) override;
   std::unique_ptr<Work> StartSend(const Op& op, const Buffer& data, int peer, int tag) override;
   std::unique_ptr<Work> StartRecv(const Op& op, const Buffer& data, int peer, int tag) override;
+  absl::Status AllGatherHostValue(int64_t value, std::vector<int64_t>& all) override;
   void FailAfterIssuedOps(const absl::Status& error) override;
   absl::StatusOr<std::unique_ptr<Collectives>> MakeSubgroup(const std::vector<int>& ranks,
                                                             const std::string& name) override;

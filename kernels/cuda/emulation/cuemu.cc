@@ -23,6 +23,7 @@ extern "C" void __tsan_ignore_thread_end();
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -461,7 +462,9 @@ bool LaunchAllowed(const void* kernel, dim3 grid, dim3 block, size_t dynamic_sha
 namespace {
 void (*device_access_hook)(bool) = nullptr;
 bool (*device_pointer_test)(const void*) = nullptr;
-int device_work_depth = 0;
+void (*stream_order_hook)(void*) = nullptr;
+std::recursive_mutex device_work_mu;  // held by the thread inside a DeviceWork scope
+int device_work_depth = 0;            // under device_work_mu
 }  // namespace
 
 #if defined(CUEMU_RACECHECK)
@@ -475,10 +478,16 @@ Unwatched::~Unwatched() {}
 void SetDeviceAccessHook(void (*hook)(bool open)) { device_access_hook = hook; }
 void SetDevicePointerTest(bool (*is_device)(const void* p)) { device_pointer_test = is_device; }
 DeviceWork::DeviceWork() {
+  device_work_mu.lock();
   if (device_work_depth++ == 0 && device_access_hook != nullptr) device_access_hook(true);
 }
 DeviceWork::~DeviceWork() {
   if (--device_work_depth == 0 && device_access_hook != nullptr) device_access_hook(false);
+  device_work_mu.unlock();
+}
+void SetStreamOrderHook(void (*hook)(void* stream)) { stream_order_hook = hook; }
+void WaitForStream(void* stream) {
+  if (stream_order_hook != nullptr) stream_order_hook(stream);
 }
 
 void CheckLaunchPointer(const void* p, int parameter) {

@@ -124,7 +124,13 @@ int TakeLaunchError();  // the pending launch error (0: none), cleared
 // memset, the fake cuBLASLt or CUB -- so host code that dereferences a device pointer faults here as it
 // would on a GPU. `hook(true)` opens them, `hook(false)` closes them; DeviceWork scopes nest (the outermost
 // opens and closes). Without a hook (the kernels' own emulation check, on host memory) nothing happens.
+// Device work is one thread's at a time (a DeviceWork holds a process-wide lock): the fake NCCL's threads
+// move device memory beside the host thread's kernels.
 void SetDeviceAccessHook(void (*hook)(bool open));
+// Called with a launch's stream before the grid runs: the fake runtime waits there for the work queued on
+// that stream off the calling thread (the fake NCCL's ops), keeping stream order.
+void SetStreamOrderHook(void (*hook)(void* stream));
+void WaitForStream(void* stream);
 struct DeviceWork {
   DeviceWork();
   ~DeviceWork();
@@ -151,8 +157,10 @@ struct Launcher {
   void (*kernel)(P...);
   dim3 grid, block;
   size_t dynamic_shared_bytes;
+  void* stream;
   template <typename... A>
   void operator()(A&&... args) {
+    WaitForStream(stream);
     if (!LaunchAllowed(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes)) return;
     std::tuple<P...> params(std::forward<A>(args)...);
     CheckPointers(params, std::index_sequence_for<P...>());
@@ -161,8 +169,8 @@ struct Launcher {
 };
 template <typename... P>
 Launcher<P...> Launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dynamic_shared_bytes = 0,
-                      void* = nullptr) {
-  return Launcher<P...>{kernel, grid, block, dynamic_shared_bytes};
+                      void* stream = nullptr) {
+  return Launcher<P...>{kernel, grid, block, dynamic_shared_bytes, stream};
 }
 
 // After a warp collective's barrier (__shfl_*_sync): aborts, naming the kernel's block and lane, when `mask`

@@ -11,8 +11,10 @@
 #   program NAME FILE.cc...   a program's own sources (a GPU test's, or a check program's); every other
 #                       object is linked into each program
 #   link FLAG           the targets' link flags, as Bazel links them, less the CUDA libraries
+#   env NAME=VALUE      set for the programs (e.g. LMF_EMULATED_DEVICES, the devices the fake runtime shows)
 # Every file is compiled with the fake CUDA headers first (runtime device: cublaslt/fake, then fake/;
-# host_memory: fake/), largest first, two at a time; then each program is linked and run from here with a
+# host_memory: fake/; and nccl/fake, with the fake NCCL linked in, where a source includes <nccl.h>),
+# largest first, two at a time; then each program is linked and run from here with a
 # fresh TEST_TMPDIR and LMF_NUM_THREADS=2 (unless set), the arguments passed on. Fails if any program fails.
 # Under `bazel test` the GoogleTest reports of the programs are merged into the test's one report.
 # Environment: SANITIZE=1 (ASan, UBSan), RACECHECK=1 (ThreadSanitizer), EMULATION_WORK_DIR (kept, objects
@@ -23,7 +25,7 @@ shift
 emu=kernels/cuda/emulation
 source "$emu/common.sh"
 
-name="" runtime="" defines=() cuda=() host=("$emu/cuemu.cc") rewrite=() programs=() link=()
+name="" runtime="" defines=() cuda=() host=("$emu/cuemu.cc") rewrite=() programs=() link=() envs=()
 while read -r kind item; do
   case "$kind" in
     name) name="$item" ;;
@@ -34,6 +36,7 @@ while read -r kind item; do
     rewrite) rewrite+=("$item") ;;
     program) programs+=("$item") ;;
     link) link+=("$item") ;;
+    env) envs+=("$item") ;;
     *) echo "emulated_test.sh: $manifest: unknown line '$kind $item'" >&2; exit 2 ;;
   esac
 done <"$manifest"
@@ -42,6 +45,10 @@ case "$runtime" in
   host_memory) fakes=(-I"$emu/fake") ;;
   *) echo "emulated_test.sh: $manifest: runtime '$runtime' (expected device or host_memory)" >&2; exit 2 ;;
 esac
+if grep -qs '^#include <nccl.h>' "${host[@]}" $(for p in "${programs[@]}"; do echo "${p#* }"; done); then
+  fakes=(-I"$emu/nccl/fake" "${fakes[@]}")
+  host+=("$emu/nccl/fake_nccl.cc" "$emu/nccl/fake_nccl_wire.cc")
+fi
 for f in "${cuda[@]}" "${host[@]}" "${rewrite[@]}" $(for p in "${programs[@]}"; do echo "${p#* }"; done); do
   [[ -f "$f" ]] || { echo "emulated_test.sh: $f (in $manifest) is missing from the runfiles" >&2; exit 2; }
 done
@@ -77,7 +84,7 @@ for p in "${programs[@]}"; do
   for f in ${p#* }; do objects+=("$work/obj/$f.o"); done
   echo "=== $program (emulated CUDA)"
   g++ "${flags[@]}" "${objects[@]}" "${libraries[@]}" -o "$work/$program" "${link[@]}"
-  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" \
+  env "${envs[@]}" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:detect_stack_use_after_return=0}" \
     TEST_TMPDIR="$work/test_tmp" LMF_NUM_THREADS="${LMF_NUM_THREADS:-2}" \
     XML_OUTPUT_FILE="$work/reports/$program.xml" "$work/$program" "$@" || {
     status=$?

@@ -115,6 +115,7 @@ def _emulated_test_impl(ctx):
     lines += _manifest_lines("rewrite", [f for f in headers.to_list() if f.extension == "cuh"])
     lines += ["program %s %s" % (name, " ".join([f.short_path for f in files])) for name, files in programs]
     lines += ["link %s" % flag for flag in link_flags]
+    lines += ["env %s=%s" % (k, v) for k, v in sorted(ctx.attr.emulation_env.items())]
     manifest = ctx.actions.declare_file(ctx.label.name + ".emulation")
     ctx.actions.write(manifest, "\n".join(lines) + "\n")
 
@@ -155,6 +156,7 @@ _lmf_emulated_test = rule(
                   "the host, streams, events); host_memory: fake/cuda_runtime.h, for checks that hand the " +
                   "kernels host buffers",
         ),
+        "emulation_env": attr.string_dict(doc = "environment of the programs (emulated_test.sh's `env` lines)"),
         "_driver": attr.label(
             default = "//kernels/cuda/emulation:emulated_test.sh",
             allow_single_file = True,
@@ -166,10 +168,13 @@ _lmf_emulated_test = rule(
     },
 )
 
-def lmf_emulated_test(name, tests = [], srcs = [], deps = [], runtime = "device", tags = [], **kwargs):
+def lmf_emulated_test(name, tests = [], srcs = [], deps = [], runtime = "device", emulation_env = {}, tags = [],
+                      **kwargs):
     """Runs GPU tests (`tests`), or one check program (`srcs` using `deps`), on the CUDA emulation.
 
     It compiles two files at a time (tag cpu:2). Passes with a SKIPPED line where g++ is missing.
+    `emulation_env`: environment of the programs, e.g. {"LMF_EMULATED_DEVICES": "4"} for a multi-process
+    NCCL test (each process then has a device of its own).
     """
     _lmf_emulated_test(
         name = name,
@@ -177,6 +182,7 @@ def lmf_emulated_test(name, tests = [], srcs = [], deps = [], runtime = "device"
         srcs = srcs,
         deps = deps,
         runtime = runtime,
+        emulation_env = emulation_env,
         tags = tags + ["cpu:2"],
         **kwargs
     )

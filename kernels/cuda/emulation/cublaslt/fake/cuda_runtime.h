@@ -11,6 +11,12 @@
 // through a device pointer faults, with a message naming the address and its allocation; copies check their
 // direction against the pointers, and a kernel launch refuses a host pointer parameter (cuemu.h). Not part of
 // the Bazel build.
+//
+// Work that runs off the calling thread (the fake NCCL's ops, ../nccl) keeps stream order: it takes a ticket
+// on its stream (StreamEnqueue) and finishes it (StreamFinish); an event recorded on the stream completes
+// when the tickets issued before it are finished, and a copy, memset or kernel launch on a stream first waits
+// for them (the legacy default stream, nullptr, for its own and every blocking stream's). The process sees
+// LMF_EMULATED_DEVICES devices (default 1), each emulated process its own (they share no memory).
 #ifndef LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
 #define LMFORGE_KERNELS_CUDA_EMULATION_CUBLASLT_FAKE_CUDA_RUNTIME_H_
 
@@ -19,21 +25,33 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #include "kernels/cuda/emulation/cuemu.h"
 
+// A stream: the tickets of the work run off the calling thread on it, issued and finished (in any order;
+// `finished_through` is the longest prefix finished).
 struct CUstream_st {
-  int tag;
+  bool blocking = true;  // created without cudaStreamNonBlocking: the legacy default stream waits for it
+  std::mutex mu;
+  std::condition_variable changed;
+  uint64_t issued = 0, finished_through = 0;
+  std::set<uint64_t> finished_beyond;  // finished tickets past a gap
 };
 typedef CUstream_st* cudaStream_t;
 struct CUevent_st {
   bool timing = true;  // false: created with cudaEventDisableTiming
   double recorded_ms = -1.0;
+  CUstream_st* stream = nullptr;  // recorded on; complete once its tickets through `ticket` are finished
+  uint64_t ticket = 0;
 };
 typedef CUevent_st* cudaEvent_t;
 
@@ -69,6 +87,10 @@ namespace fake_cuda {
 inline std::mutex mu;
 inline std::map<const char*, size_t> live_allocations;  // start -> bytes
 inline int current_device = 0;
+inline int DeviceCount() {
+  const char* n = std::getenv("LMF_EMULATED_DEVICES");
+  return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : 1;
+}
 
 // Device memory: one reserved region (1 TiB of address space, nothing committed until used; less where the
 // process may not map that much, e.g. under ThreadSanitizer's memory layout); allocations are page-aligned
@@ -121,6 +143,55 @@ inline void OnFault(int sig, siginfo_t* info, void*) {
   signal(sig, SIG_DFL);  // the access runs again and kills the process
 }
 
+// Stream order (see the banner). The legacy default stream, and every stream created (for its waits).
+inline CUstream_st legacy_stream;
+inline std::set<CUstream_st*> streams;  // under mu
+inline CUstream_st* Resolve(cudaStream_t s) { return s != nullptr ? s : &legacy_stream; }
+// A ticket for work on `s` that runs elsewhere; StreamFinish(s, ticket) when it is done.
+inline uint64_t StreamEnqueue(cudaStream_t s) {
+  CUstream_st* st = Resolve(s);
+  std::lock_guard<std::mutex> lock(st->mu);
+  return ++st->issued;
+}
+inline void StreamFinish(cudaStream_t s, uint64_t ticket) {
+  CUstream_st* st = Resolve(s);
+  std::lock_guard<std::mutex> lock(st->mu);
+  st->finished_beyond.insert(ticket);
+  while (st->finished_beyond.count(st->finished_through + 1) > 0)
+    st->finished_beyond.erase(++st->finished_through);
+  st->changed.notify_all();
+}
+// Whether the tickets before `ticket` on `s` are finished, waiting at most `wait` for it.
+inline bool StreamTurnReached(cudaStream_t s, uint64_t ticket, std::chrono::milliseconds wait) {
+  CUstream_st* st = Resolve(s);
+  std::unique_lock<std::mutex> lock(st->mu);
+  return st->changed.wait_for(lock, wait, [&] { return st->finished_through + 1 >= ticket; });
+}
+// Waits until the tickets issued on `st` so far are finished. A GPU would wait as long as its work runs;
+// here work that has not finished in 10 minutes (a peer that never issues its side) ends the process,
+// saying so, rather than hanging the test.
+inline void StreamDrainOne(CUstream_st* st) {
+  std::unique_lock<std::mutex> lock(st->mu);
+  const uint64_t target = st->issued;
+  if (!st->changed.wait_for(lock, std::chrono::minutes(10), [&] { return st->finished_through >= target; })) {
+    std::fprintf(stderr, "fake CUDA runtime: work on stream %p has not finished in 10 minutes\n",
+                 static_cast<void*>(st));
+    std::abort();
+  }
+}
+inline void StreamDrain(cudaStream_t s) {
+  if (s != nullptr) return StreamDrainOne(s);
+  std::vector<CUstream_st*> blocking;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (CUstream_st* st : streams)
+      if (st->blocking) blocking.push_back(st);
+  }
+  StreamDrainOne(&legacy_stream);
+  for (CUstream_st* st : blocking) StreamDrainOne(st);
+}
+inline void StreamDrainForLaunch(void* s) { StreamDrain(static_cast<cudaStream_t>(s)); }
+
 inline bool ReserveRegion() {
   if (region != nullptr) return true;
   for (const int log2_bytes : {40, 37, 34}) {  // 1 TiB, 128 GiB, 16 GiB
@@ -141,6 +212,7 @@ inline bool ReserveRegion() {
   sigaction(SIGSEGV, &action, nullptr);
   ::cuemu::SetDeviceAccessHook(SetRegionOpen);
   ::cuemu::SetDevicePointerTest(IsDevice);
+  ::cuemu::SetStreamOrderHook(StreamDrainForLaunch);
   return true;
 }
 inline double clock_ms = 0.0;  // emulated device time, advanced by the fake cuBLASLt's matmuls
@@ -164,11 +236,11 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attribu
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
+  *n = fake_cuda::DeviceCount();
   return cudaSuccess;
 }
 inline cudaError_t cudaSetDevice(int d) {
-  if (d != 0) return cudaErrorInvalidDevice;
+  if (d < 0 || d >= fake_cuda::DeviceCount()) return cudaErrorInvalidDevice;
   fake_cuda::current_device = d;
   return cudaSuccess;
 }
@@ -177,7 +249,7 @@ inline cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-  if (d != 0) return cudaErrorInvalidDevice;
+  if (d < 0 || d >= fake_cuda::DeviceCount()) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof(*p));
   std::strcpy(p->name, "cuBLASLt emulation (host memory)");
   p->multiProcessorCount = 132, p->major = 9, p->minor = 0;
@@ -186,29 +258,31 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
 }
 // The compute capability cudaGetDeviceProperties reports (9.0).
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
-  if (d != 0) return cudaErrorInvalidDevice;
+  if (d < 0 || d >= fake_cuda::DeviceCount()) return cudaErrorInvalidDevice;
   if (attr != cudaDevAttrComputeCapabilityMajor && attr != cudaDevAttrComputeCapabilityMinor)
     return cudaErrorInvalidValue;
   *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   using namespace fake_cuda;
   std::lock_guard<std::mutex> lock(mu);
   const size_t page = PageBytes(), rounded = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
   if (!ReserveRegion() || rounded > region_bytes - region_used) return cudaErrorMemoryAllocation;
+  ::cuemu::DeviceWork work;  // the region stays open (and its size fixed) for device work on other threads
   char* start = region + region_used;
   region_used += rounded;
-  if (region_open) SetRegionOpen(true);  // the new pages too (an allocation inside device work)
-  {
-    ::cuemu::DeviceWork work;
-    std::memset(start, 0xff, bytes);
-  }
+  SetRegionOpen(true);  // the new pages too
+  std::memset(start, 0xff, bytes);
   live_allocations[start] = rounded;
   *p = start;
   return cudaSuccess;
+}
+// The runtime's C++ overload, for any element type.
+template <typename T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 inline cudaError_t cudaFree(void* p) {
   using namespace fake_cuda;
@@ -250,30 +324,59 @@ inline cudaError_t CheckDirection(const void* dst, const void* src, cudaMemcpyKi
 }
 }  // namespace fake_cuda
 
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new CUstream_st{1};
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new CUstream_st;
+  (*s)->blocking = (flags & cudaStreamNonBlocking) == 0;
+  std::lock_guard<std::mutex> lock(fake_cuda::mu);
+  fake_cuda::streams.insert(*s);
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  {
+    std::lock_guard<std::mutex> lock(fake_cuda::mu);
+    fake_cuda::streams.erase(s);
+  }
   delete s;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+  std::vector<CUstream_st*> all = {&fake_cuda::legacy_stream};
+  {
+    std::lock_guard<std::mutex> lock(fake_cuda::mu);
+    all.insert(all.end(), fake_cuda::streams.begin(), fake_cuda::streams.end());
+  }
+  for (CUstream_st* st : all) fake_cuda::StreamDrainOne(st);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  fake_cuda::StreamDrain(s);
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   *e = new CUevent_st;
   (*e)->timing = (flags & cudaEventDisableTiming) == 0;
   return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
   if (e == nullptr) return cudaErrorInvalidValue;
+  e->stream = fake_cuda::Resolve(s);
+  {
+    std::lock_guard<std::mutex> lock(e->stream->mu);
+    e->ticket = e->stream->issued;
+  }
   std::lock_guard<std::mutex> lock(fake_cuda::mu);
   fake_cuda::clock_ms += fake_cuda::kEventRecordMs;
   e->recorded_ms = fake_cuda::clock_ms;
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return e == nullptr ? cudaErrorInvalidValue : cudaSuccess;
+  if (e == nullptr) return cudaErrorInvalidValue;
+  if (e->stream != nullptr && !fake_cuda::StreamTurnReached(e->stream, e->ticket + 1, std::chrono::minutes(10))) {
+    std::fprintf(stderr, "fake CUDA runtime: an event's work has not finished in 10 minutes\n");
+    std::abort();
+  }
+  return cudaSuccess;
 }
 // "cudaErrorInvalidResourceHandle ... if either event was created with the cudaEventDisableTiming flag";
 // cudaErrorNotReady if either has not been recorded. Both are errors here.
@@ -285,7 +388,10 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
   return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
-  return e == nullptr ? cudaErrorInvalidValue : cudaSuccess;
+  if (e == nullptr) return cudaErrorInvalidValue;
+  if (e->stream == nullptr) return cudaSuccess;
+  return fake_cuda::StreamTurnReached(e->stream, e->ticket + 1, std::chrono::milliseconds(0)) ? cudaSuccess
+                                                                                            : cudaErrorNotReady;
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
@@ -293,7 +399,8 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-                                   cudaStream_t = nullptr) {
+                                   cudaStream_t stream = nullptr) {
+  fake_cuda::StreamDrain(stream);
   if (n == 0) return cudaSuccess;
   const cudaError_t e = fake_cuda::CheckDirection(dst, src, kind, "cudaMemcpy(Async)");
   if (e != cudaSuccess) return e;
@@ -307,7 +414,8 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
 // As documented: `height` rows of `width` bytes, row r at dst + r * dpitch and src + r * spitch; a pitch
 // below the width is cudaErrorInvalidValue.
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                                     size_t height, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+                                     size_t height, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
+  fake_cuda::StreamDrain(stream);
   if (dpitch < width || spitch < width) return cudaErrorInvalidValue;
   if (width == 0 || height == 0) return cudaSuccess;
   const cudaError_t e = fake_cuda::CheckDirection(dst, src, kind, "cudaMemcpy2DAsync");
@@ -317,7 +425,8 @@ inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, 
     std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t stream = nullptr) {
+  fake_cuda::StreamDrain(stream);
   if (n == 0) return cudaSuccess;
   if (!fake_cuda::IsDevice(dst)) {
     std::fprintf(stderr, "fake CUDA runtime: cudaMemset of host memory %p\n", dst);
