@@ -18,7 +18,7 @@ namespace {
 // The op names the entry points pass to BackendSupports, for every op with a CUDA implementation.
 constexpr const char* kCudaOps[] = {"activation", "adamw",     "attention", "cast",     "cross_entropy",
                                     "embedding",  "grad_norm", "layernorm", "matmul",   "moe_rows",
-                                    "residual",   "rmsnorm",   "rope",      "swiglu"};
+                                    "moe_route",  "residual",   "rmsnorm",   "rope",      "swiglu"};
 
 bool IsCudaOp(const char* op) {
   for (const char* name : kCudaOps)
