@@ -127,7 +127,8 @@ void MixtureOfExperts::ForwardOnDevice(const kernels::Context& ctx, int64_t b, i
                                        bool accumulate, MoeActivations& saved, const ForwardMode& mode) const {
   const int64_t n = b * t, k = spec_.top_k;
   Resize(b, t, ctx, saved);
-  kernels::Tensor h32 = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32, ctx.allocator);
+  kernels::Tensor h32;  // bf16: the router reads an fp32 copy of h
+  if (dtype_ != kernels::DType::kF32) h32 = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32, ctx.allocator);
   const int64_t m = RouteOnDevice(ctx, b, t, Fp32Rows(ctx, n, c_, h, dtype_, h32), saved, mode);
   const DeviceRoute r = RouteOf(saved, n, k, spec_.n_experts);
   kernels::MoeGather(ctx, {dtype_, m, c_, k, r.row_assignment, h, saved.x.data()});
