@@ -17,8 +17,8 @@ namespace {
 #if LMF_WITH_CUDA
 // The op names the entry points pass to BackendSupports, for every op with a CUDA implementation.
 constexpr const char* kCudaOps[] = {"activation", "adamw",     "attention", "cast",     "cross_entropy",
-                                    "embedding",  "grad_norm", "layernorm", "matmul",   "moe_rows",
-                                    "residual",   "rmsnorm",   "rope",      "swiglu"};
+                                    "embedding",  "grad_norm", "grouped_matmul", "layernorm", "matmul",
+                                    "moe_rows",   "moe_route", "residual",   "rmsnorm",   "rope",      "swiglu"};
 
 bool IsCudaOp(const char* op) {
   for (const char* name : kCudaOps)

@@ -12,7 +12,9 @@
 //   nearly tie to another expert, so its tensors are not compared element by element here (the layer's
 //   bf16 path is, in model/layers/moe:moe_cuda_test, on the same inputs); the dense model's bf16 loss is
 //   within 0.5%;
-// - both: the saved activations are what accounting/ counts for the dtype.
+// - both: the saved activations are what accounting/ counts for the dtype;
+// - f32 with noisy top-k gating: the same three steps with a noise router (the CUDA noise is the CPU's, draw
+//   for draw, so the losses, loads and biases agree as without it).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,12 +38,13 @@ using kernels::DType;
 
 constexpr int64_t kB = 2, kT = 16, kSteps = 3;
 
-ModelConfig MoeTiny() {
+ModelConfig MoeTiny(bool noisy = false) {
   ModelConfig c = Cs336Config(/*vocab_size=*/96, /*context_length=*/32, /*d_model=*/64, /*n_layers=*/2,
                               /*n_heads=*/1, /*d_ff=*/96);
   MoeSpec moe;
   moe.n_experts = 4, moe.top_k = 2, moe.d_expert = 32, moe.shared_d_ff = 32;
   moe.aux_loss = 0.01, moe.router_z_loss = 1e-3, moe.expert_bias = true, moe.bias_update_rate = 1e-2;
+  moe.noisy_gating = noisy;
   c.moe = moe;
   return c;
 }
@@ -59,8 +62,8 @@ struct TrainRun {
 };
 
 // `steps` steps of TrainStep + EndStep on one batch per step.
-TrainRun Train(const kernels::Context& ctx, DType dtype, int64_t steps) {
-  const ModelConfig config = MoeTiny();
+TrainRun Train(const kernels::Context& ctx, DType dtype, int64_t steps, bool noisy = false) {
+  const ModelConfig config = MoeTiny(noisy);
   absl::StatusOr<std::unique_ptr<LanguageModel>> created = LanguageModel::Create(config, ctx, dtype);
   EXPECT_TRUE(created.ok()) << created.status();
   TrainRun run;
@@ -99,9 +102,13 @@ double MaxAbs(const std::vector<float>& x) {
 
 class LanguageModelMoeCudaTest : public kernels::cuda::testing::GpuTest {};
 
-TEST_F(LanguageModelMoeCudaTest, F32TrainsAsOnTheCpu) {
-  const TrainRun want = Train(kernels::Context::Cpu(), DType::kF32, kSteps);
-  const TrainRun got = Train(ctx(), DType::kF32, kSteps);
+class LanguageModelMoeCudaF32Test : public kernels::cuda::testing::GpuTest,
+                                    public ::testing::WithParamInterface<bool> {};
+
+TEST_P(LanguageModelMoeCudaF32Test, F32TrainsAsOnTheCpu) {
+  const bool noisy = GetParam();
+  const TrainRun want = Train(kernels::Context::Cpu(), DType::kF32, kSteps, noisy);
+  const TrainRun got = Train(ctx(), DType::kF32, kSteps, noisy);
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t s = 0; s < want.losses.size(); ++s) {
     EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::fabs(want.losses[s])) << "loss of step " << s;
@@ -120,8 +127,11 @@ TEST_F(LanguageModelMoeCudaTest, F32TrainsAsOnTheCpu) {
     for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(double{o[i]} - g[i]));
     EXPECT_LE(worst, 1e-4 * scale) << "grad of " << name;
   }
-  EXPECT_EQ(got.saved_bytes, CountActivationBytesPerToken(MoeTiny(), DType::kF32).total() * kB * kT);
+  EXPECT_EQ(got.saved_bytes, CountActivationBytesPerToken(MoeTiny(noisy), DType::kF32).total() * kB * kT);
 }
+
+INSTANTIATE_TEST_SUITE_P(Gating, LanguageModelMoeCudaF32Test, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "noisy" : "plain"; });
 
 TEST_F(LanguageModelMoeCudaTest, Bf16LossIsWithinOnePercentOfTheCpus) {
   const TrainRun want = Train(kernels::Context::Cpu(), DType::kF32, 1);

@@ -52,6 +52,14 @@ class Experts {
                 const void* x, const void* pre, const void* act, const void* dy, void* dact, void* dpre,
                 void* dx, DeferredWeightGrads* deferred = nullptr) const;
 
+  // The same on a device, in one grouped GEMM per matrix (kernels/grouped_matmul) over the m rows whose
+  // row offsets (count() + 1, int32) live on the device: no per-expert host loop, no counts on the host.
+  // Parameter gradients accumulate at once (no deferral).
+  void ForwardGrouped(const kernels::Context& ctx, int64_t m, const int32_t* offsets, const void* x, void* pre,
+                      void* act, void* y) const;
+  void BackwardGrouped(const kernels::Context& ctx, int64_t m, const int32_t* offsets, const void* x, const void* pre,
+                       const void* act, const void* dy, void* dact, void* dpre, void* dx) const;
+
   void VisitParameters(const std::string& prefix, const ParameterVisitor& visit) const;
   int64_t count() const { return e_; }  // the experts held here; counts and offsets have this many
 

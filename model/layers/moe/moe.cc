@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/allocator.h"
 #include "kernels/memory/memory.h"
+#include "kernels/moe_route/moe_route.h"
 #include "kernels/moe_rows/moe_rows.h"
 #include "model/layers/moe/router.h"
 
@@ -19,6 +20,7 @@ int64_t MoeActivations::bytes() const {
                                        dispatch.row_assignment.size() * sizeof(int32_t) +
                                        dispatch.assignment_row.size() * sizeof(int32_t));
   bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(expert_y) + HeldBytes(y);
+  bytes += HeldBytes(route_logits) + HeldBytes(route_noise) + HeldBytes(route_ints) + HeldBytes(route_gates);
   bytes += static_cast<int64_t>(sent.size() * sizeof(float));
   if (shared != nullptr) bytes += shared->bytes();
   return bytes;
@@ -70,7 +72,6 @@ MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model
                model.biases, ctx, dtype, counters) {
   LMF_CHECK(exchange == nullptr || (ctx.device.is_cpu() && dtype == kernels::DType::kF32))
       << "expert parallelism runs on the CPU in F32 (its exchange moves host fp32 rows), not on " << ctx.device;
-  LMF_CHECK(!spec.noisy_gating || ctx.device.is_cpu()) << "noisy gating runs on the CPU only, not on " << ctx.device;
   if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, dtype, counters);
   if (spec.noisy_gating) {
     noise_router_.emplace(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx,
@@ -94,9 +95,11 @@ std::unique_ptr<LayerActivations> MixtureOfExperts::NewActivations() const {
 void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const {
   const int64_t n = b * t, rows = n * spec_.top_k;
   saved.b = b, saved.t = t;
-  saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
-  saved.experts.resize(static_cast<size_t>(rows));
-  saved.gates.resize(static_cast<size_t>(rows));
+  if (ctx.device.is_cpu()) {  // the device path keeps its routing in route_* on the device
+    saved.logits.resize(static_cast<size_t>(n * spec_.n_experts));
+    saved.experts.resize(static_cast<size_t>(rows));
+    saved.gates.resize(static_cast<size_t>(rows));
+  }
   EnsureRows(saved.y, rows, c_, ctx, dtype_);
   if (exchange_ == nullptr) {  // the expert-side rows are this rank's rows: at most N * k
     EnsureRows(saved.x, rows, c_, ctx, dtype_);
@@ -236,6 +239,13 @@ void MixtureOfExperts::CountAssignments(const MoeActivations& saved) const {
   // Called by the backwards, where each micro-batch's forward is counted once even when recomputed.
   float* load = expert_load_.data<float>();
   float* dropped = expert_dropped_.data<float>();
+  if (!saved.selected.empty()) {  // the device path: its per-expert counts
+    for (int64_t i = 0; i < spec_.n_experts; ++i) {
+      load[i] += static_cast<float>(saved.selected[i]);
+      dropped[i] += static_cast<float>(saved.selected[i] - saved.dispatch.counts[i]);
+    }
+    return;
+  }
   for (size_t a = 0; a < saved.experts.size(); ++a) {
     load[saved.experts[a]] += 1.0f;
     if (saved.dispatch.assignment_row[a] < 0) dropped[saved.experts[a]] += 1.0f;
@@ -317,12 +327,13 @@ absl::Status MixtureOfExperts::CheckSupport(const MoeSpec& spec, kernels::Device
     return absl::InvalidArgumentError(absl::StrCat(
         "the mixture of experts runs on the CPU in F32 (BF16 on CUDA only), not in ", PrecisionName(dtype)));
   }
-  if (!device.is_cpu() && spec.noisy_gating) {
+  if (!device.is_cpu() && spec.n_experts > kernels::kMaxRouteExperts) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "moe.noisy_gating (model.moe or a model.layer_pattern entry's moe): noisy top-k gating runs on the CPU "
-        "only, not on ", DeviceName(device), " (set it false or run.device=CPU)"));
+        "moe.n_experts (model.moe or a model.layer_pattern entry's moe): ", spec.n_experts, " experts; the router on ",
+        DeviceName(device), " takes at most ", kernels::kMaxRouteExperts));
   }
   std::vector<const char*> ops = {"matmul", spec.gated_experts() ? "swiglu" : "activation", "moe_rows"};
+  if (!device.is_cpu()) ops.insert(ops.end(), {"moe_route", "grouped_matmul"});  // routing, grouped GEMMs
   if (!device.is_cpu() && spec.shared_d_ff > 0) ops.push_back("residual");  // dh += the shared experts'
   if (dtype != kernels::DType::kF32) ops.push_back("cast");  // the router reads an fp32 copy of h
   return CheckOpsSupported(ops, device, dtype);

@@ -24,15 +24,18 @@
 // counts stay local over all E experts.
 //
 // Devices: on the CPU in fp32, everything on the host, the rows moved by kernels/moe_rows' CPU ops and the
-// experts' GEMMs run concurrently over the pool (experts.h). On CUDA in fp32 or bf16 (moe_device.cc): the router
-// GEMM gives fp32 logits on the device, one copy of them to the host per layer and forward, the host routing
-// above, and the plan (rows, gates) copied back; the rows move and combine on the device
-// (kernels/moe_rows), and each expert's rows run as one GEMM on the stream. bf16 follows the dense CUDA
-// path: rows, weight copies and activation gradients bf16; the router (weight, logits, gradient), the
-// gates, the losses and the counts fp32. Not on CUDA: noisy gating (CheckSupport refuses it) and expert
-// parallelism (LanguageModel::Create and config validation refuse it). The step counts stay on the host on every device; the
-// expert-selection bias lives on the model's device. Parameter gradients accumulate, activation gradients
-// are written.
+// experts' GEMMs run concurrently over the pool (experts.h). On CUDA in fp32 or bf16 (moe_device.cc), everything on
+// the device: the router GEMM, the noise, the selection, the dispatch plan and the losses run as kernels
+// (kernels/moe_route, which routes exactly as router.h and dispatch.h do), and ONE small copy per forward
+// brings the per-expert counts and the two loss values to the host (the step counts, dropped(), aux_loss()
+// and the activations' sizes read them); the backward copies nothing. The rows move and combine on the
+// device (kernels/moe_rows) and every expert's rows run in one grouped GEMM per matrix
+// (kernels/grouped_matmul, offsets on the device). bf16 follows the dense CUDA path: rows, weight copies and
+// activation gradients bf16; the router (weights, logits, noise, gradient), the gates, the losses and the
+// counts fp32. Not on CUDA: more than kernels::kMaxRouteExperts experts (CheckSupport) and expert
+// parallelism (LanguageModel::Create and config validation refuse it). The step counts stay on the host on
+// every device; the expert-selection bias lives on the model's device. Parameter gradients accumulate,
+// activation gradients are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 #define LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 
@@ -69,6 +72,13 @@ struct MoeActivations : LayerActivations {
   kernels::Tensor expert_y;     // (R, C) the experts' outputs before they return (expert parallelism only)
   kernels::Tensor y;            // (M, C) each kept row's expert output, in this rank's row order
   std::vector<float> sent;      // (M, C) the rows' inputs on their way out (expert parallelism only)
+  // The device path's routing (moe_device.cc; the host vectors above stay empty there), on the model's device:
+  kernels::Tensor route_logits;   // (N, E) fp32: z, or H with noise
+  kernels::Tensor route_noise;    // (2, N, E) fp32: h W_noise^T and eps (noisy training forwards only)
+  kernels::Tensor route_ints;     // (3, N k) int32: experts, row_assignment, assignment_row
+  kernels::Tensor route_gates;    // (N k) fp32
+  kernels::Tensor route_offsets;  // (E + 1) int32: each expert's first row (O(E): not counted in bytes())
+  std::vector<int64_t> selected;  // (E) the device path's selections per expert, before the capacity
   std::unique_ptr<LayerActivations> shared;  // the shared experts' (null without)
   double balance_loss = 0, z_loss = 0;        // this forward's router losses (their sum is aux_loss())
 
@@ -122,8 +132,10 @@ class MixtureOfExperts final : public ChannelMixer {
                        MoeActivations& saved, const ForwardMode& mode) const;
   void BackwardOnDevice(const kernels::Context& ctx, const void* h, const MoeActivations& saved, const void* dout,
                         void* dh, Scratch& scratch) const;
-  // The router's fp32 logits (N, E) of h on the device, copied into saved.logits on the host.
-  void RouterLogitsToHost(const kernels::Context& ctx, int64_t n, const void* h, MoeActivations& saved) const;
+  // The device path's routing: logits, noise, selection, plan and losses into saved's route_* tensors, and
+  // the one copy of the counts and losses to the host. Returns the kept rows M.
+  int64_t RouteOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h32, MoeActivations& saved,
+                        const ForwardMode& mode) const;
   // Adds each assignment of `saved` to the step's counts (expert_load_, expert_dropped_).
   void CountAssignments(const MoeActivations& saved) const;
 

@@ -1,8 +1,10 @@
 // The mixture-of-experts layer on CUDA (moe_device.cc) against its CPU path (moe.cc) on the same weights and
-// inputs: output, both router losses, the step counts and every gradient (dh and each parameter's), for three
+// inputs: output, both router losses, the step counts and every gradient (dh and each parameter's), for five
 // variants that between them cover every part of the device path: softmax-then-top-k with the balancing loss,
 // the z-loss and shared experts; top-k-then-softmax GELU experts with biases and dropping by score; sigmoid
-// scores with normalised, scaled gates, group-limited routing and a non-zero selection bias. Tagged gpu:
+// scores with normalised, scaled gates, group-limited routing and a non-zero selection bias; noisy top-k
+// gating (a training forward: the CUDA noise must equal the CPU's draw for draw, or the selections and the
+// noise router's gradient differ); dropping by position with per-sequence balancing. Tagged gpu:
 // skips without a device; CI runs it on the CPU emulation of CUDA in //model/emulation:moe_emulation_test.
 //
 // fp32: |cuda - cpu| <= 1e-5 of each tensor's scale (its largest value; floored at 1% of the largest
@@ -33,6 +35,7 @@
 #include "kernels/cast/cast.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/memory/memory.h"
+#include "kernels/moe_route/moe_route.h"
 #include "kernels/testing/compare.h"
 #include "model/layers/moe/moe.h"
 
@@ -51,7 +54,7 @@ struct Case {
 };
 
 std::vector<Case> Cases() {
-  std::vector<Case> cases(3);
+  std::vector<Case> cases(5);
   MoeSpec& a = cases[0].spec;
   cases[0].name = "softmax_topk_losses_shared";
   a.n_experts = 4, a.top_k = 2, a.d_expert = 8, a.router = RouterKind::kSoftmaxTopK;
@@ -65,6 +68,14 @@ std::vector<Case> Cases() {
   cases[2].name = "sigmoid_grouped_bias";
   c.n_experts = 8, c.top_k = 2, c.d_expert = 4, c.router = RouterKind::kSigmoidTopK, c.normalize_gates = true;
   c.route_scale = 2.5, c.n_groups = 4, c.topk_groups = 2, c.expert_bias = true, c.aux_loss = 0.01;
+  MoeSpec& d = cases[3].spec;
+  cases[3].name = "noisy_gating_z_loss";
+  d.n_experts = 4, d.top_k = 2, d.d_expert = 8, d.noisy_gating = true, d.router_z_loss = 0.001, d.aux_loss = 0.01;
+  MoeSpec& f = cases[4].spec;
+  cases[4].name = "drop_by_position_per_sequence";
+  f.n_experts = 8, f.top_k = 3, f.d_expert = 4, f.router = RouterKind::kSoftmaxTopK, f.normalize_gates = true;
+  f.capacity_factor = 0.6, f.drop = DropPolicy::kByPosition, f.aux_loss = 0.01;
+  f.aux_loss_scope = BalanceScope::kSequence;
   return cases;
 }
 
@@ -125,7 +136,9 @@ Result ForwardBackward(const MixtureOfExperts& layer, const kernels::Context& ct
   kernels::Tensor gdh = kernels::Tensor::Empty({n, kC}, dtype, ctx.allocator);
   std::unique_ptr<LayerActivations> saved = layer.NewActivations();
   Scratch scratch(ctx.allocator);
-  layer.Forward(ctx, kB, kT, gh.data(), gout.data(), /*accumulate=*/true, *saved, ForwardMode());
+  ForwardMode mode = ForwardMode::Training(/*seed=*/11, /*step=*/3, /*first_token=*/20);  // draws noisy gating's noise
+  mode.layer = 2;
+  layer.Forward(ctx, kB, kT, gh.data(), gout.data(), /*accumulate=*/true, *saved, mode);
   layer.Backward(ctx, gh.data(), *saved, gdout.data(), gdh.data(), scratch);
   Result r;
   r.out = ToHost(ctx, gout), r.dh = ToHost(ctx, gdh);
@@ -216,12 +229,14 @@ TEST_P(MoeCudaTest, Bf16IsWithinTenTimesTheErrorOfBf16Weights) {
   }
 }
 
-TEST(MoeCudaSupport, NoisyGatingIsRefusedOnCudaNamingTheFieldAndDevice) {
+TEST(MoeCudaSupport, NoisyGatingRunsOnCudaAndTooManyExpertsAreRefusedNamingTheFieldAndDevice) {
   MoeSpec spec;
   spec.n_experts = 4, spec.top_k = 2, spec.d_expert = 8, spec.noisy_gating = true;
+  EXPECT_TRUE(MixtureOfExperts::CheckSupport(spec, kernels::Device::Cuda(0), DType::kBF16).ok());
+  spec.n_experts = kernels::kMaxRouteExperts + 1;
   const absl::Status s = MixtureOfExperts::CheckSupport(spec, kernels::Device::Cuda(0), DType::kBF16);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("noisy_gating"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("n_experts"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("cuda:0"), std::string::npos) << s.message();
   EXPECT_TRUE(MixtureOfExperts::CheckSupport(spec, kernels::Device::Cpu(), DType::kF32).ok());
 }

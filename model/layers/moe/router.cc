@@ -83,6 +83,16 @@ void BalanceProbabilitiesBackward(const MoeSpec& spec, const float* z, const flo
 
 }  // namespace
 
+kernels::MoeRouterSpec DeviceRouterSpec(const MoeSpec& spec) {
+  kernels::MoeRouterSpec out;
+  out.kind = spec.router == RouterKind::kSoftmaxTopK   ? kernels::MoeScoreKind::kSoftmaxTopK
+             : spec.router == RouterKind::kTopKSoftmax ? kernels::MoeScoreKind::kTopKSoftmax
+                                                       : kernels::MoeScoreKind::kSigmoidTopK;
+  out.E = spec.n_experts, out.k = spec.top_k, out.normalize_gates = spec.normalize_gates;
+  out.route_scale = spec.route_scale, out.n_groups = spec.n_groups, out.topk_groups = spec.topk_groups;
+  return out;
+}
+
 void Route(const MoeSpec& spec, int64_t n, const float* logits, const float* bias, int32_t* experts,
            float* gates) {
   const int64_t e = spec.n_experts, k = spec.top_k, groups = spec.n_groups, group_size = e / groups;

@@ -12,9 +12,13 @@
 
 #include <cstdint>
 
+#include "kernels/moe_route/moe_route.h"
 #include "model/config/config.h"
 
 namespace lmf::model::moe {
+
+// The spec as the device router (kernels/moe_route, which routes exactly as these functions do) reads it.
+kernels::MoeRouterSpec DeviceRouterSpec(const MoeSpec& spec);
 
 // logits (N, E) -> experts (N, k), gates (N, k). bias (E) or null is added to the selection scores only
 // (DeepSeek-V3's auxiliary-loss-free balancing); ties go to the lower expert index.
