@@ -78,7 +78,7 @@ RowView Packed(const RowView& v) {
   int64_t step = v.cols;
   for (int i = 2; i >= 0; --i) {
     if (v.stride[i] == 0 && v.count[i] > 1) continue;
-    p.stride[i] = v.count[i] == 1 ? 0 : step;
+    p.stride[i] = step;  // also where count is 1, so that a leading dimension is never below cols
     step *= v.count[i];
   }
   return p;
