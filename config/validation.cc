@@ -154,9 +154,6 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
 void ValidateDevice(const RunConfig& run, ConfigErrors* errors) {
   RequireSpecified(run.device(), "run.device", errors);
   RequireSpecified(run.precision(), "run.precision", errors);
-  if (run.precision() == RunConfig::BF16 && run.device() == RunConfig::CPU) {
-    errors->Add("run.precision=BF16 needs run.device=CUDA (CPU training is FP32)");
-  }
   RequireNonNegative(run.cuda_device(), "run.cuda_device", errors);
 }
 

@@ -10,8 +10,8 @@
 // safetensors file with our parameter names (README.md), so models trained elsewhere compare directly.
 // Windows of context_length + 1 tokens are read in order, context_length apart, in batches of
 // --batch_size (default run.batch_size); --eval_tokens caps the tokens scored (default: every full batch).
-// --device=cpu|cuda (default cpu), --cuda_device=N (default 0) and --precision=fp32|bf16 (default fp32; bf16
-// on cuda only) say where the model runs, opened as the trainer opens run.device (TrainingDevice).
+// --device=cpu|cuda (default cpu), --cuda_device=N (default 0) and --precision=fp32|bf16 (default fp32)
+// say where the model runs, opened as the trainer opens run.device (TrainingDevice).
 #include <cmath>
 #include <cstdio>
 #include <optional>

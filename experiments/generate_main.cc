@@ -13,9 +13,9 @@
 // is what --seed=S+i alone gives) and prints each, after a "=== sample i (seed S+i) ===" line, once all are
 // done. The model decodes with its KV cache (LanguageModel::Prefill / DecodeStep) where the placement flags
 // say, as eval's do:
-// --device=cpu|cuda (default cpu), --cuda_device=N (default 0), --precision=fp32|bf16 (default fp32; bf16 on
-// cuda only), the device opened by the trainer's TrainingDevice (experiments/model_loading.h); its errors
-// come back prefixed by the flags.
+// --device=cpu|cuda (default cpu), --cuda_device=N (default 0), --precision=fp32|bf16 (default fp32), the
+// device opened by the trainer's TrainingDevice (experiments/model_loading.h); its errors come back prefixed
+// by the flags.
 #include <cstdio>
 #include <string>
 #include <vector>

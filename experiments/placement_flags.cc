@@ -39,10 +39,6 @@ absl::StatusOr<ModelPlacement> PlacementFromFlags() {
     }
     placement.cuda_device = static_cast<int32_t>(ordinal);
   }
-  if (placement.precision == config::RunConfig::BF16 && placement.device != config::RunConfig::CUDA) {
-    return absl::InvalidArgumentError(
-        "--precision=bf16 needs --device=cuda (the CPU backend computes in fp32)");
-  }
   return placement;
 }
 

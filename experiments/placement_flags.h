@@ -20,8 +20,8 @@ ABSL_DECLARE_FLAG(std::string, precision);
 namespace lmf::experiments {
 
 // The placement the flags give (after lmf::ParseFlags). An unknown device or precision, a negative
-// ordinal, --cuda_device without --device=cuda and bf16 on the CPU are InvalidArgument errors naming the
-// flag. Whether the device opens is checked when the model is loaded.
+// ordinal and --cuda_device without --device=cuda are InvalidArgument errors naming the flag (bf16 runs on
+// either device). Whether the device opens is checked when the model is loaded.
 absl::StatusOr<ModelPlacement> PlacementFromFlags();
 
 }  // namespace lmf::experiments

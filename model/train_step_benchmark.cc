@@ -4,11 +4,13 @@
 // and Debian's PyTorch 1.13 in eager fp32 (kernels/testing/torch_peers.h), each row naming its version.
 // Prints s/step and tokens/s for each, our speed over each, and achieved FLOP/s (model FLOPs from
 // model/accounting) as a fraction of this CPU's sgemm peak, measured here with the same GEMM and threads.
+// Ours runs in fp32 and in bf16 (--precisions; bf16 storage with fp32 math, kernels/cpu/bf16.h), and the
+// header names the CPU's ISA (AVX2 or AVX-512 forms; whether it has AVX512-BF16 or AMX-BF16 units).
 //
 //   ./bazelw run --config=opt //model:train_step_benchmark -- --threads=2
 //   flags: --threads (2), --steps (timed steps, 3), --shapes (gpt2_t64,gpt2_t256,small_t64,small_t256; also
 //          tiny_t64, the quickstart's sizes),
-//          --torch (true: also run PyTorch), --torch_python, --torch_modes (eager,compile,bf16),
+//          --precisions (fp32,bf16: ours), --torch (true: also run PyTorch), --torch_python, --torch_modes (eager,compile,bf16),
 //          --debian_python (/usr/bin/python3; "" for none), --torch_script (path),
 //          --op_profile (false: also time every op of one more step of ours,
 //          kernels/profile/cpu_op_profiler.h, and print the table after the shape's row)
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -41,6 +44,7 @@
 ABSL_FLAG(int, threads, 2, "CPU threads for both lmforge and PyTorch");
 ABSL_FLAG(int, steps, 3, "timed training steps per shape (after one warm-up step)");
 ABSL_FLAG(std::string, shapes, "gpt2_t64,gpt2_t256,small_t64,small_t256", "shapes to run");
+ABSL_FLAG(std::string, precisions, "fp32,bf16", "lmforge's precisions to time (fp32, bf16)");
 ABSL_FLAG(bool, torch, true, "also time PyTorch");
 ABSL_FLAG(bool, op_profile, false, "also print the time per op of one more step of ours");
 ABSL_FLAG(std::string, torch_script, "", "tools/model/torch_train_step.py (default: found from the workspace)");
@@ -72,6 +76,15 @@ Shape ShapeByName(const std::string& name) {
   std::exit(2);
 }
 
+// Which bf16 matrix units this CPU has (our bf16 path computes in fp32 on every CPU; PyTorch's autocast uses
+// them where present).
+const char* Bf16Units() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("amx-bf16")) return "AMX-BF16 and AVX512-BF16";
+  if (__builtin_cpu_supports("avx512bf16")) return "AVX512-BF16";
+  return "none (no AVX512-BF16, no AMX)";
+}
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -93,8 +106,9 @@ double MeasureSgemmPeak(const kernels::Context& ctx) {
 }
 
 // Mean seconds per step of ours; with --op_profile, `profile` gets the op table of one more step.
-double TimeOurs(const kernels::Context& ctx, const Shape& s, int steps, double* last_loss, std::string* profile) {
-  auto model = LanguageModel::Create(s.config, ctx);
+double TimeOurs(const kernels::Context& ctx, const Shape& s, kernels::DType dtype, int steps, double* last_loss,
+                std::string* profile) {
+  auto model = LanguageModel::Create(s.config, ctx, dtype);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     std::exit(1);
@@ -166,6 +180,19 @@ void PrintRow(const std::string& shape, const std::string& who, double seconds, 
 int Main() {
   const int threads = absl::GetFlag(FLAGS_threads);
   const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<kernels::DType> precisions;
+  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_precisions), ',', absl::SkipEmpty())) {
+    if (p != "fp32" && p != "bf16") {
+      std::fprintf(stderr, "train_step_benchmark: --precisions=%s: expected fp32 and/or bf16\n",
+                   absl::GetFlag(FLAGS_precisions).c_str());
+      return 2;
+    }
+    precisions.push_back(p == "bf16" ? kernels::DType::kBF16 : kernels::DType::kF32);
+  }
+  if (precisions.empty()) {
+    std::fprintf(stderr, "train_step_benchmark: --precisions is empty (expected fp32 and/or bf16)\n");
+    return 2;
+  }
   std::vector<kernels::testing::TorchPeerSpec> peers;
   if (absl::GetFlag(FLAGS_torch)) {
     absl::StatusOr<std::vector<kernels::testing::TorchPeerSpec>> specs = kernels::testing::TorchPeerSpecsFromFlags();
@@ -185,9 +212,9 @@ int Main() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf(
       "threads=%d  sgemm peak: kernels/matmul 2048^3 with %d threads, best so far (GFLOP/s); %s FMA peak "
-      "(the trainer's MFU basis): %.1f GFLOP/s; attention's GEMM tiles: %s (LMF_CPU_ISA); PyTorch runs with "
-      "OPENBLAS_CORETYPE=%s\n",
-      threads, threads, fma.isa, fma.flops_per_second / 1e9, kernels::vec::IsaName(),
+      "(the trainer's MFU basis): %.1f GFLOP/s; attention's GEMM tiles: %s (LMF_CPU_ISA); bf16 units: %s; "
+      "PyTorch runs with OPENBLAS_CORETYPE=%s\n",
+      threads, threads, fma.isa, fma.flops_per_second / 1e9, kernels::vec::IsaName(), Bf16Units(),
       coretype != nullptr && *coretype != '\0' ? coretype : "Haswell");
   std::printf("%-11s %-52s %9s %10s %9s %9s %9s\n", "shape", "who", "s/step", "tokens/s", "its/ours", "% sgemm",
               "MFU");
@@ -198,19 +225,33 @@ int Main() {
     const double flops = CountFlopsPerToken(s.config, s.t).training() * tokens;
     double loss = 0;
     std::string profile;
-    const double ours = TimeOurs(ctx, s, steps, &loss, &profile);
+    std::vector<std::pair<std::string, double>> ours_by_precision;  // ("fp32", s/step), ...
+    for (const kernels::DType dtype : precisions) {
+      const std::string precision = dtype == kernels::DType::kBF16 ? "bf16" : "fp32";
+      std::string op_table;
+      ours_by_precision.push_back({precision, TimeOurs(ctx, s, dtype, steps, &loss, &op_table)});
+      if (!op_table.empty()) profile += absl::StrCat("lmforge ", precision, ":\n", op_table);
+    }
+    const double ours = ours_by_precision.front().second;  // the ratios' basis: the first precision
     std::vector<kernels::testing::TorchPeerRun> runs;
     for (const kernels::testing::TorchPeerSpec& peer : peers) {
       runs.push_back({peer, TimeTorch(peer, s, steps, threads, FindTorchScript())});
     }
     peak = std::max(peak, MeasureSgemmPeak(ctx));
-    PrintRow(s.name, "lmforge fp32", ours, ours, tokens, flops, peak, fma.flops_per_second);
+    for (const auto& [precision, seconds] : ours_by_precision)
+      PrintRow(s.name, "lmforge " + precision, seconds, ours, tokens, flops, peak, fma.flops_per_second);
     for (const kernels::testing::TorchPeerRun& run : runs) {
       const double seconds = run.result.ok() && run.result->ms.count("seconds_per_step") > 0
                                  ? run.result->ms.at("seconds_per_step")
                                  : -1;
       if (seconds > 0) {
         PrintRow(s.name, run.Name(), seconds, ours, tokens, flops, peak, fma.flops_per_second);
+        for (const auto& [precision, mine] : ours_by_precision) {  // like against like: bf16 with autocast
+          if ((precision == "bf16") == (run.spec.mode == "bf16")) {
+            std::printf("%-11s   lmforge %s over %s: %.2fx\n", s.name.c_str(), precision.c_str(), run.Name().c_str(),
+                        seconds / mine);
+          }
+        }
       } else {
         std::printf("%-11s %-52s unavailable: %s\n", s.name.c_str(), run.Name().c_str(),
                     run.result.ok() ? "no seconds_per_step line" : std::string(run.result.status().message()).c_str());

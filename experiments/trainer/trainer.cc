@@ -207,8 +207,10 @@ absl::Status TrainingRun::StartRanks() {
   model_config_ = *std::move(model_config);
   if (run_.device() == config::RunConfig::CPU) {
     const config::ModelConfig& m = experiment_.model();
+    const kernels::DType activations =
+        run_.precision() == config::RunConfig::BF16 ? kernels::DType::kBF16 : kernels::DType::kF32;
     const model::ModelMemory need = model::CountModelMemory(
-        model_config_, kernels::DType::kF32, int64_t{run_.batch_size()} * m.context_length(), /*training=*/true);
+        model_config_, activations, int64_t{run_.batch_size()} * m.context_length(), /*training=*/true);
     if (absl::Status s = CheckFitsInMemory(
             need, world_, MemoryBytes(),
             absl::StrCat("experiment \"", experiment_.name(), "\" (model.n_layers=", m.n_layers(),

@@ -111,7 +111,7 @@ absl::StatusOr<TrainingDevice::OpProfileReport> TrainingDevice::FinishOpProfile(
 
 absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const config::RunConfig& run,
                                                                      ThreadPool* cpu_pool) {
-  config::ConfigErrors errors;  // an unspecified device or precision, BF16 on the CPU
+  config::ConfigErrors errors;  // an unspecified device or precision
   config::ValidateDevice(run, &errors);
   if (!errors.empty()) return errors.ToStatus("");
   std::unique_ptr<TrainingDevice> device(new TrainingDevice());
@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(const confi
     case config::RunConfig::CPU: {
       device->ctx_ = cpu_pool != nullptr ? kernels::Context::Cpu(cpu_pool) : kernels::Context::Cpu();
       device->name_ = absl::StrCat("CPU (", device->ctx_.num_threads(), " threads)");
+      // BF16 too: the CPU's bf16 ops compute in fp32 (kernels/cpu/bf16.h), so the fp32 FMA peak is the bound.
       device->peak_flops_ = PeakFlops(run, device->ctx_.num_threads(), &device->peak_flops_source_);
       return device;
     }

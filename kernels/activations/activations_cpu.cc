@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "kernels/activations/activations.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 
@@ -32,9 +33,34 @@ void Map(int64_t begin, int64_t end, VF vf, SF sf) {
   for (; i < end; ++i) sf(i);
 }
 
+using Use = F32Twin::Use;
+
+// bf16 (x, out, dout, dx): the fp32 loops on fp32 twins (kernels/cpu/bf16.h).
+void ActivationForwardBF16(const Context& ctx, const ActivationForwardParams& p) {
+  const RowView all = RowView::Contiguous(p.n);
+  const F32Twin x(ctx, p.dtype, p.x, all, Use::kInput), out(ctx, p.dtype, p.out, all, Use::kOutput);
+  ActivationForwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.out = out.data();
+  cpu::ActivationForward(ctx, f);
+  out.Store(ctx);
+}
+
+void ActivationBackwardBF16(const Context& ctx, const ActivationBackwardParams& p) {
+  const RowView all = RowView::Contiguous(p.n);
+  const F32Twin x(ctx, p.dtype, p.x, all, Use::kInput), dout(ctx, p.dtype, p.dout, all, Use::kInput);
+  const F32Twin dx(ctx, p.dtype, p.dx, all, Use::kOutput);
+  ActivationBackwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.dout = dout.data(), f.dx = dx.data();
+  cpu::ActivationBackward(ctx, f);
+  dx.Store(ctx);
+}
+
 }  // namespace
 
 void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
+  if (p.dtype == DType::kBF16) return ActivationForwardBF16(ctx, p);
   LMF_CHECK(p.kind != Activation::kSoftCap || (p.cap > 0 && std::isfinite(p.cap)))
       << "activation softcap: cap=" << p.cap << " must be finite and > 0";
   const float* x = static_cast<const float*>(p.x);
@@ -77,6 +103,7 @@ void ActivationForward(const Context& ctx, const ActivationForwardParams& p) {
 }
 
 void ActivationBackward(const Context& ctx, const ActivationBackwardParams& p) {
+  if (p.dtype == DType::kBF16) return ActivationBackwardBF16(ctx, p);
   LMF_CHECK(p.kind != Activation::kSoftCap || (p.cap > 0 && std::isfinite(p.cap)))
       << "activation softcap: cap=" << p.cap << " must be finite and > 0";
   const float* x = static_cast<const float*>(p.x);

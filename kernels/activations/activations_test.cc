@@ -74,3 +74,38 @@ TEST(Activations, ThreadedEqualsSingleThreaded) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+TEST(ActivationBf16, EveryKindWithinTwiceTheNaiveBf16Error) {
+  const int64_t n = 1001;
+  const auto x = RandomNormal(n, 1, 2.0f), dout = RandomNormal(n, 2);
+  for (Activation kind : kAll) {
+    auto run = [&](DType dt, bool round) {
+      DTypeBuffer xb(round ? RoundToBF16(x) : x, dt), db(round ? RoundToBF16(dout) : dout, dt), out(n, dt),
+          dx(n, dt);
+      const Context ctx = Context::Cpu();
+      ActivationForward(ctx, ActivationForwardParams{dt, kind, n, xb.data(), out.data(), kCap});
+      ActivationBackward(ctx, ActivationBackwardParams{dt, kind, n, xb.data(), db.data(), dx.data(), kCap});
+      return std::make_pair(out.ToFloats(), dx.ToFloats());
+    };
+    const auto ref = run(DType::kF32, false), naive = run(DType::kF32, true), bf16 = run(DType::kBF16, false);
+    const std::string name = ActivationName(kind);
+    EXPECT_TRUE(WithinBf16Tolerance(name + " out", bf16.first, ref.first, RoundToBF16(naive.first), 2));
+    EXPECT_TRUE(WithinBf16Tolerance(name + " dx", bf16.second, ref.second, RoundToBF16(naive.second), 2));
+  }
+}
+
+}  // namespace
+}  // namespace lmf::kernels

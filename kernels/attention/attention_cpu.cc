@@ -20,6 +20,7 @@
 
 #include "base/check.h"
 #include "kernels/attention/attention.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/vec.h"
@@ -238,9 +239,67 @@ void ForwardPlain(const Context& ctx, const AttentionParams& p) {
   });
 }
 
+// bf16 q, k, v, out, dout, dq, dk, dv (lse fp32): the fp32 kernels on packed fp32 twins (kernels/cpu/bf16.h),
+// so the math, the softmax statistics and P and dS stay fp32.
+struct TwinsBF16 {
+  F32Twin q, k, v, out;
+  AttentionParams f;  // p on the twins, dtype f32
+};
+
+RowView QView(const AttentionParams& p) {
+  return RowView::Heads(p.B, p.T, p.NH, p.HS, p.q_stride_b, p.q_stride_t, p.q_stride_h);
+}
+RowView KView(const AttentionParams& p) {
+  return RowView::Heads(p.B, p.S, p.NKV, p.HS, p.k_stride_b, p.k_stride_t, p.k_stride_h);
+}
+RowView VView(const AttentionParams& p) {
+  return RowView::Heads(p.B, p.S, p.NKV, p.HS, p.v_stride_b, p.v_stride_t, p.v_stride_h);
+}
+RowView OutView(const AttentionParams& p) {
+  return RowView::Heads(p.B, p.T, p.NH, p.HS, p.out_stride_b, p.out_stride_t, p.out_stride_h);
+}
+
+TwinsBF16 MakeTwins(const Context& ctx, const AttentionParams& p, F32Twin::Use out_use) {
+  TwinsBF16 t{F32Twin(ctx, p.dtype, p.q, QView(p), F32Twin::Use::kInput),
+              F32Twin(ctx, p.dtype, p.k, KView(p), F32Twin::Use::kInput),
+              F32Twin(ctx, p.dtype, p.v, VView(p), F32Twin::Use::kInput),
+              F32Twin(ctx, p.dtype, p.out, OutView(p), out_use), p};
+  t.f.dtype = DType::kF32;
+  t.f.q = t.q.data(), t.f.q_stride_b = t.q.stride(0), t.f.q_stride_t = t.q.stride(1), t.f.q_stride_h = t.q.stride(2);
+  t.f.k = t.k.data(), t.f.k_stride_b = t.k.stride(0), t.f.k_stride_t = t.k.stride(1), t.f.k_stride_h = t.k.stride(2);
+  t.f.v = t.v.data(), t.f.v_stride_b = t.v.stride(0), t.f.v_stride_t = t.v.stride(1), t.f.v_stride_h = t.v.stride(2);
+  t.f.out = t.out.data(), t.f.out_stride_b = t.out.stride(0), t.f.out_stride_t = t.out.stride(1);
+  t.f.out_stride_h = t.out.stride(2);
+  return t;
+}
+
+void ForwardBF16(const Context& ctx, const AttentionParams& p) {
+  const TwinsBF16 t = MakeTwins(ctx, p, F32Twin::Use::kOutput);
+  cpu::AttentionForward(ctx, t.f);
+  t.out.Store(ctx);
+}
+
+void BackwardBF16(const Context& ctx, const AttentionBackwardParams& bp) {
+  const AttentionParams& p = bp.forward;
+  const TwinsBF16 t = MakeTwins(ctx, p, F32Twin::Use::kInput);
+  // dq, dk, dv and dout are strided like q, k, v and out, so their packed twins have the same strides.
+  const F32Twin dout(ctx, p.dtype, bp.dout, OutView(p), F32Twin::Use::kInput);
+  const F32Twin dq(ctx, p.dtype, bp.dq, QView(p), F32Twin::Use::kOutput);
+  const F32Twin dk(ctx, p.dtype, bp.dk, KView(p), F32Twin::Use::kOutput);
+  const F32Twin dv(ctx, p.dtype, bp.dv, VView(p), F32Twin::Use::kOutput);
+  AttentionBackwardParams f = bp;
+  f.forward = t.f;
+  f.dout = dout.data(), f.dq = dq.data(), f.dk = dk.data(), f.dv = dv.data();
+  cpu::AttentionBackward(ctx, f);
+  dq.Store(ctx);
+  dk.Store(ctx);
+  dv.Store(ctx);
+}
+
 }  // namespace
 
 void AttentionForward(const Context& ctx, const AttentionParams& p) {
+  if (p.dtype == DType::kBF16) return ForwardBF16(ctx, p);
   CheckParams(p);
   if (p.algorithm == AttentionAlgorithm::kPlain) {
     ForwardPlain(ctx, p);
@@ -370,6 +429,7 @@ int64_t QueryEnd(const AttentionParams& p, int64_t u0, int64_t len) {
 }
 
 void AttentionBackward(const Context& ctx, const AttentionBackwardParams& bp) {
+  if (bp.forward.dtype == DType::kBF16) return BackwardBF16(ctx, bp);
   const AttentionParams& p = bp.forward;
   CheckParams(p);
   const View view{p};

@@ -387,7 +387,8 @@ TEST(Attention, Avx512AndAvx2GiveBitwiseTheSameResults) {
 
 TEST(Attention, SupportedAnswersPerBackendDTypeAndHeadSize) {
   EXPECT_TRUE(AttentionSupported(Device::Cpu(), DType::kF32, 48));  // the CPU kernels take any head size
-  EXPECT_FALSE(AttentionSupported(Device::Cpu(), DType::kBF16, 64));
+  EXPECT_TRUE(AttentionSupported(Device::Cpu(), DType::kBF16, 24));  // bf16 storage, the same fp32 kernels
+  EXPECT_FALSE(AttentionSupported(Device::Cpu(), DType::kF16, 64));
   EXPECT_FALSE(AttentionSupported(Device::Cpu(), DType::kF32, 0));
 #if LMF_WITH_CUDA
   EXPECT_TRUE(AttentionSupported(Device::Cuda(0), DType::kBF16, 64));
@@ -398,6 +399,57 @@ TEST(Attention, SupportedAnswersPerBackendDTypeAndHeadSize) {
 #else
   EXPECT_FALSE(AttentionSupported(Device::Cuda(0), DType::kBF16, 64));  // no CUDA backend in this binary
 #endif
+}
+
+}  // namespace
+}  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+// Causal GQA with q, k, v (and their gradients) strided inside fused buffers, as the model lays them out.
+TEST(AttentionBf16, StridedGqaForwardAndBackwardWithinTheNaiveBf16Bounds) {
+  const int64_t B = 2, T = 70, NH = 4, NKV = 2, HS = 24, row = (NH + 2 * NKV) * HS;
+  const auto qkv = RandomNormal(B * T * row, 1), dout = RandomNormal(B * T * NH * HS, 2);
+  auto run = [&](DType dt, bool round) {
+    DTypeBuffer in(round ? RoundToBF16(qkv) : qkv, dt), d(round ? RoundToBF16(dout) : dout, dt),
+        out(B * T * NH * HS, dt), grad(B * T * row, dt);
+    std::vector<float> lse(B * NH * T);
+    const size_t es = DTypeSize(dt);
+    char* base = static_cast<char*>(in.data());
+    char* gbase = static_cast<char*>(grad.data());
+    AttentionParams p;
+    p.dtype = dt, p.B = B, p.T = T, p.S = T, p.NH = NH, p.NKV = NKV, p.HS = HS, p.scale = 1.0f / std::sqrt(24.0f);
+    p.causal = true;
+    p.q = base, p.k = base + es * NH * HS, p.v = base + es * (NH + NKV) * HS;
+    p.q_stride_b = p.k_stride_b = p.v_stride_b = T * row, p.q_stride_t = p.k_stride_t = p.v_stride_t = row;
+    p.q_stride_h = p.k_stride_h = p.v_stride_h = HS;
+    p.out = out.data(), p.out_stride_b = T * NH * HS, p.out_stride_t = NH * HS, p.out_stride_h = HS;
+    p.lse = lse.data();
+    const Context ctx = Context::Cpu();
+    AttentionForward(ctx, p);
+    AttentionBackwardParams bp;
+    bp.forward = p;
+    bp.dout = d.data(), bp.dq = gbase, bp.dk = gbase + es * NH * HS, bp.dv = gbase + es * (NH + NKV) * HS;
+    AttentionBackward(ctx, bp);
+    return std::vector<std::vector<float>>{out.ToFloats(), lse, grad.ToFloats()};
+  };
+  const auto ref = run(DType::kF32, false), naive = run(DType::kF32, true), bf16 = run(DType::kBF16, false);
+  // The CPU keeps P and dS in fp32 (the CUDA kernel stores them in bf16 and gets 3x for the gradients), so
+  // 2x holds for every output here.
+  EXPECT_TRUE(WithinBf16Tolerance("out", bf16[0], ref[0], RoundToBF16(naive[0]), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("lse (fp32)", bf16[1], ref[1], naive[1], 2));
+  EXPECT_TRUE(WithinBf16Tolerance("dq|dk|dv", bf16[2], ref[2], RoundToBF16(naive[2]), 2));
 }
 
 }  // namespace

@@ -115,10 +115,17 @@ TEST(ContextDeathTest, ACpuContextChecksLmfCpuIsa) {
       ::testing::ExitedWithCode(2), "LMF_CPU_ISA=\"avx1024\" is not one of auto, avx2, avx512");
 }
 
-TEST(Dispatch, CpuBackendRunsEveryOpInF32Only) {
+TEST(Dispatch, CpuBackendRunsEveryOpInF32AndTheDenseTransformersOpsInBf16) {
   EXPECT_TRUE(BackendSupports("rmsnorm", Device::Cpu(), DType::kF32));
   EXPECT_TRUE(BackendSupports("softmax", Device::Cpu(), DType::kF32));
-  EXPECT_FALSE(BackendSupports("rmsnorm", Device::Cpu(), DType::kBF16));
+  for (const char* op : {"activation", "attention", "cross_entropy", "embedding", "layernorm", "matmul", "residual",
+                         "rmsnorm", "rope", "swiglu"}) {
+    EXPECT_TRUE(BackendSupports(op, Device::Cpu(), DType::kBF16)) << op;
+    EXPECT_FALSE(BackendSupports(op, Device::Cpu(), DType::kF16)) << op;
+  }
+  // The MoE's row moves and the router's softmax have no bf16 CPU path; AdamW and the norm read fp32 grads.
+  for (const char* op : {"moe_rows", "softmax", "adamw", "grad_norm"})
+    EXPECT_FALSE(BackendSupports(op, Device::Cpu(), DType::kBF16)) << op;
 }
 
 TEST(Dispatch, CpuBackendCastsBetweenF32AndBf16) {

@@ -1,5 +1,5 @@
-// The backend capability table: the CPU backend runs every op in f32 (and "cast" between f32 and bf16, the
-// host-side conversion); the CUDA backend, where it is built in (LMF_WITH_CUDA), runs the ops listed in
+// The backend capability table: the CPU backend runs every op in f32 and the ops in kCpuBf16Ops in bf16
+// (bf16 storage, fp32 math); the CUDA backend, where it is built in (LMF_WITH_CUDA), runs the ops listed in
 // kCudaOps in f32 and bf16 (op-specific limits, such as attention's head sizes, are checked by the op: see
 // AttentionSupported in kernels/attention/attention.h).
 #include "kernels/core/dispatch.h"
@@ -27,12 +27,22 @@ bool IsCudaOp(const char* op) {
 }
 #endif
 
+// The ops the CPU backend runs with bf16 activations (bf16 storage, fp32 math: kernels/cpu/bf16.h): those of
+// a dense transformer. Its AdamW and gradient norm run on the fp32 parameter gradients.
+constexpr const char* kCpuBf16Ops[] = {"activation", "attention", "cast",     "cross_entropy", "embedding",
+                                       "layernorm",  "matmul",    "residual", "rmsnorm",       "rope",
+                                       "swiglu"};
+
+bool IsCpuBf16Op(const char* op) {
+  for (const char* name : kCpuBf16Ops)
+    if (std::strcmp(name, op) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 bool BackendSupports(const char* op, Device device, DType dtype) {
-  if (device.is_cpu()) {
-    return dtype == DType::kF32 || (dtype == DType::kBF16 && std::strcmp(op, "cast") == 0);
-  }
+  if (device.is_cpu()) return dtype == DType::kF32 || (dtype == DType::kBF16 && IsCpuBf16Op(op));
 #if LMF_WITH_CUDA
   if (device.is_cuda()) return (dtype == DType::kF32 || dtype == DType::kBF16) && IsCudaOp(op);
 #endif
@@ -41,7 +51,7 @@ bool BackendSupports(const char* op, Device device, DType dtype) {
 
 void UnsupportedOp(const char* op, const Context& ctx, DType dtype) {
   LMF_CHECK(false) << "no backend in this binary runs op '" << op << "' on " << ctx.device << " with dtype "
-                   << dtype << " (the CPU backend runs f32"
+                   << dtype << " (the CPU backend runs f32, and bf16 for a dense transformer's ops"
 #if LMF_WITH_CUDA
                    << "; the CUDA backend f32 and bf16"
 #else

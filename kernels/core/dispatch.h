@@ -31,9 +31,9 @@
 namespace lmf::kernels {
 
 // Whether the backends built into this binary run op `op` (its name, e.g. "rmsnorm") on `device` with
-// activations of type `dtype`. The CPU backend runs every op in f32 ("cast" also with bf16, its source or
-// destination); the CUDA backend (when built in) runs f32 and bf16 (see kernels/README.md for the per-op
-// details, e.g. attention's head sizes).
+// activations of type `dtype`. The CPU backend runs every op in f32, and the dense transformer's ops
+// (kCpuBf16Ops in dispatch.cc, "cast" among them) in bf16 too; the CUDA backend (when built in) runs f32 and
+// bf16 (see kernels/README.md for the per-op details, e.g. attention's head sizes).
 bool BackendSupports(const char* op, Device device, DType dtype);
 
 // Aborts naming the op, the device and the dtype: a call that no backend can run is a program error

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/cross_entropy/cross_entropy.h"
@@ -94,14 +95,38 @@ void Run(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gra
   });
 }
 
+// bf16 logits and dlogits (losses, lse, dlosses fp32): Run on fp32 twins (kernels/cpu/bf16.h). Gradients
+// written in place of the logits share one twin.
+void RunBF16(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient) {
+  const int64_t stride = p.row_stride ? p.row_stride : p.V;
+  const RowView rows = RowView::Rows(p.N, stride, stride);
+  const bool in_place = gradient && p.dlogits == p.logits;
+  const F32Twin logits(ctx, p.dtype, p.logits, rows, in_place ? F32Twin::Use::kAccumulate : F32Twin::Use::kInput);
+  const F32Twin dlogits = in_place || !gradient ? F32Twin()
+                                               : F32Twin(ctx, p.dtype, p.dlogits, rows, F32Twin::Use::kOutput);
+  CrossEntropyParams f = p;
+  f.dtype = DType::kF32;
+  f.row_stride = stride;
+  f.logits = logits.data();
+  f.dlogits = in_place ? logits.data() : dlogits.data();
+  Run(ctx, f, forward, gradient);
+  logits.Store(ctx);
+  dlogits.Store(ctx);
+}
+
+void Dispatch(const Context& ctx, const CrossEntropyParams& p, bool forward, bool gradient) {
+  if (p.dtype == DType::kBF16) return RunBF16(ctx, p, forward, gradient);
+  Run(ctx, p, forward, gradient);
+}
+
 }  // namespace
 
 void CrossEntropyForward(const Context& ctx, const CrossEntropyParams& p) {
-  Run(ctx, p, /*forward=*/true, /*gradient=*/p.dlogits != nullptr);
+  Dispatch(ctx, p, /*forward=*/true, /*gradient=*/p.dlogits != nullptr);
 }
 
 void CrossEntropyBackward(const Context& ctx, const CrossEntropyParams& p) {
-  Run(ctx, p, /*forward=*/false, /*gradient=*/true);
+  Dispatch(ctx, p, /*forward=*/false, /*gradient=*/true);
 }
 
 }  // namespace lmf::kernels::cpu

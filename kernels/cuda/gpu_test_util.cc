@@ -114,36 +114,8 @@ std::vector<uint8_t> DeviceBuffer::Bytes() const {
 
 void DeviceBuffer::Fill(float value) { *this = DeviceBuffer(std::vector<float>(n_, value), dtype_); }
 
-std::vector<float> RoundToBF16(const std::vector<float>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = BF16ToFloat(FloatToBF16(x[i]));
-  return out;
-}
-
 std::vector<float> RoundTo(const std::vector<float>& x, DType dtype) {
   return dtype == DType::kBF16 ? RoundToBF16(x) : x;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
-    if (!(d <= m)) m = d;  // NaN propagates as the max
-  }
-  return m;
-}
-
-::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
-                                               const std::vector<float>& reference,
-                                               const std::vector<float>& naive, double multiple,
-                                               double floor) {
-  if (kernel.size() != reference.size() || naive.size() != reference.size())
-    return ::testing::AssertionFailure() << what << ": sizes differ";
-  const double ek = MaxAbsDiff(kernel, reference), en = MaxAbsDiff(naive, reference);
-  const double bound = multiple * en + floor;
-  if (ek <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": bf16 kernel max error " << ek << " exceeds " << multiple
-                                       << " x naive bf16 error " << en << " (+" << floor << ")";
 }
 
 ::testing::AssertionResult CloseF32(const std::string& what, const std::vector<float>& kernel,

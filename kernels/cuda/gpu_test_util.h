@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/testing/compare.h"
 
 namespace lmf::kernels::cuda::testing {
 
@@ -84,16 +85,12 @@ class DeviceBuffer {
   DType dtype_ = DType::kF32;
 };
 
-std::vector<float> RoundToBF16(const std::vector<float>& x);
+// The STYLE.md bf16 rule above and its helpers live in kernels/testing/compare.h (the CPU bf16 tests use them
+// too).
+using ::lmf::kernels::testing::MaxAbsDiff;
+using ::lmf::kernels::testing::RoundToBF16;
+using ::lmf::kernels::testing::WithinBf16Tolerance;
 std::vector<float> RoundTo(const std::vector<float>& x, DType dtype);  // identity for kF32
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
-
-// The STYLE.md bf16 rule above. `floor` absorbs exact-zero naive errors (e.g. integer-valued outputs).
-::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
-                                               const std::vector<float>& reference,
-                                               const std::vector<float>& naive, double multiple,
-                                               double floor = 1e-6);
 
 // fp32 kernels against the fp32 CPU kernel: |a - b| <= rtol |b| + atol everywhere.
 ::testing::AssertionResult CloseF32(const std::string& what, const std::vector<float>& kernel,

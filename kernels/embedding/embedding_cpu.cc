@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/embedding/embedding.h"
@@ -10,6 +11,18 @@
 namespace lmf::kernels::cpu {
 
 void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
+  if (p.dtype == DType::kBF16) {  // a bf16 table gathers bf16 rows: the bits move unchanged
+    const uint16_t* table = static_cast<const uint16_t*>(p.table);
+    uint16_t* out = static_cast<uint16_t*>(p.out);
+    ParallelForItems(ctx, p.N, p.C, [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const int32_t id = p.ids[n];
+        LMF_CHECK(id >= 0 && id < p.V) << "embedding: id " << id << " at row " << n << " outside [0, " << p.V << ")";
+        std::memcpy(out + n * p.C, table + id * p.C, sizeof(uint16_t) * p.C);
+      }
+    });
+    return;
+  }
   const float* table = static_cast<const float*>(p.table);
   float* out = static_cast<float*>(p.out);
   ParallelForItems(ctx, p.N, p.C, [&](int64_t begin, int64_t end) {
@@ -22,6 +35,13 @@ void EmbeddingForward(const Context& ctx, const EmbeddingForwardParams& p) {
 }
 
 void EmbeddingBackward(const Context& ctx, const EmbeddingBackwardParams& p) {
+  if (p.dtype == DType::kBF16) {  // bf16 dout, fp32 dtable (a parameter gradient): the fp32 sums on dout's twin
+    const F32Twin dout(ctx, p.dtype, p.dout, RowView::Contiguous(p.N * p.C), F32Twin::Use::kInput);
+    EmbeddingBackwardParams f = p;
+    f.dtype = DType::kF32;
+    f.dout = dout.data();
+    return cpu::EmbeddingBackward(ctx, f);
+  }
   for (int64_t n = 0; n < p.N; ++n)
     LMF_CHECK(p.ids[n] >= 0 && p.ids[n] < p.V) << "embedding: id " << p.ids[n] << " at row " << n << " outside [0, " << p.V << ")";
   const float* dout = static_cast<const float*>(p.dout);

@@ -50,3 +50,40 @@ TEST(EmbeddingDeathTest, OutOfRangeIdAborts) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+TEST(EmbeddingBf16, GatherIsExactAndTheFp32TableGradientWithinTwiceTheNaiveBf16Error) {
+  const int64_t N = 50, V = 13, C = 24;
+  const auto table = RandomNormal(V * C, 1), dout = RandomNormal(N * C, 2);
+  const auto ids = testing::RandomInts(N, static_cast<int32_t>(V), 3);
+  auto run = [&](DType dt, bool round) {
+    DTypeBuffer t(round ? RoundToBF16(table) : table, dt), d(round ? RoundToBF16(dout) : dout, dt), out(N * C, dt);
+    std::vector<float> dtable(V * C, 0.25f);  // fp32, accumulates
+    const Context ctx = Context::Cpu();
+    EmbeddingForwardParams f;
+    f.dtype = dt, f.N = N, f.V = V, f.C = C, f.ids = ids.data(), f.table = t.data(), f.out = out.data();
+    EmbeddingForward(ctx, f);
+    EmbeddingBackwardParams b;
+    b.dtype = dt, b.N = N, b.V = V, b.C = C, b.ids = ids.data(), b.dout = d.data(), b.dtable = dtable.data();
+    EmbeddingBackward(ctx, b);
+    return std::make_pair(out.ToFloats(), dtable);
+  };
+  const auto ref = run(DType::kF32, false), naive = run(DType::kF32, true), bf16 = run(DType::kBF16, false);
+  EXPECT_EQ(bf16.first, naive.first);  // a gather moves the rounded rows unchanged
+  EXPECT_TRUE(WithinBf16Tolerance("dtable (fp32, +=)", bf16.second, ref.second, naive.second, 2));
+}
+
+}  // namespace
+}  // namespace lmf::kernels

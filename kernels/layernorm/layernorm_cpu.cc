@@ -5,14 +5,45 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/layernorm/layernorm.h"
 #include "kernels/residual/residual.h"
 
 namespace lmf::kernels::cpu {
+namespace {
+
+using Use = F32Twin::Use;
+
+// bf16 (x, weight, bias, out, dout, dx in bf16; mean, rstd, dweight, dbias fp32): the fp32 kernels on fp32
+// twins.
+void LayerNormForwardBF16(const Context& ctx, const LayerNormForwardParams& p) {
+  const RowView rows = RowView::Contiguous(p.N * p.C), channels = RowView::Contiguous(p.C);
+  const F32Twin x(ctx, p.dtype, p.x, rows, Use::kInput), w(ctx, p.dtype, p.weight, channels, Use::kInput);
+  const F32Twin bias(ctx, p.dtype, p.bias, channels, Use::kInput), out(ctx, p.dtype, p.out, rows, Use::kOutput);
+  LayerNormForwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.weight = w.data(), f.bias = bias.data(), f.out = out.data();
+  cpu::LayerNormForward(ctx, f);
+  out.Store(ctx);
+}
+
+void LayerNormBackwardBF16(const Context& ctx, const LayerNormBackwardParams& p) {
+  const RowView rows = RowView::Contiguous(p.N * p.C), channels = RowView::Contiguous(p.C);
+  const F32Twin x(ctx, p.dtype, p.x, rows, Use::kInput), w(ctx, p.dtype, p.weight, channels, Use::kInput);
+  const F32Twin dout(ctx, p.dtype, p.dout, rows, Use::kInput), dx(ctx, p.dtype, p.dx, rows, Use::kOutput);
+  LayerNormBackwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.weight = w.data(), f.dout = dout.data(), f.dx = dx.data();
+  cpu::LayerNormBackward(ctx, f);
+  dx.Store(ctx);
+}
+
+}  // namespace
 
 void LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
+  if (p.dtype == DType::kBF16) return LayerNormForwardBF16(ctx, p);
   const float* x = static_cast<const float*>(p.x);
   const float* w = static_cast<const float*>(p.weight);
   const float* b = static_cast<const float*>(p.bias);
@@ -36,6 +67,7 @@ void LayerNormForward(const Context& ctx, const LayerNormForwardParams& p) {
 }
 
 void LayerNormBackward(const Context& ctx, const LayerNormBackwardParams& p) {
+  if (p.dtype == DType::kBF16) return LayerNormBackwardBF16(ctx, p);
   const float* x = static_cast<const float*>(p.x);
   const float* w = static_cast<const float*>(p.weight);
   const float* dout = static_cast<const float*>(p.dout);

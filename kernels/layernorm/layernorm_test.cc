@@ -105,3 +105,65 @@ TEST(LayerNorm, FusedResidualForwardEqualsResidualAddThenNorm) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+struct NormResult {
+  std::vector<float> sum, out, mean, rstd, dx, dw, db;
+};
+
+NormResult RunLayerNorm(DType dt, const std::vector<float>& res, const std::vector<float>& x,
+                        const std::vector<float>& w, const std::vector<float>& bias, const std::vector<float>& dout,
+                        int64_t N, int64_t C) {
+  const Context ctx = Context::Cpu();
+  DTypeBuffer rb(res, dt), xb(x, dt), wb(w, dt), bb(bias, dt), db(dout, dt), sum(N * C, dt), out(N * C, dt),
+      dx(N * C, dt);
+  NormResult r;
+  r.mean.resize(N), r.rstd.resize(N);
+  r.dw.assign(C, 0.5f), r.db.assign(C, -0.5f);  // accumulate
+  ResidualLayerNormForwardParams f;
+  f.dtype = dt, f.N = N, f.C = C, f.residual = rb.data(), f.x = xb.data(), f.residual_out = sum.data();
+  f.weight = wb.data(), f.bias = bb.data(), f.out = out.data(), f.mean = r.mean.data(), f.rstd = r.rstd.data();
+  ResidualLayerNormForward(ctx, f);
+  LayerNormBackwardParams b;
+  b.dtype = dt, b.N = N, b.C = C, b.x = sum.data(), b.weight = wb.data(), b.mean = r.mean.data();
+  b.rstd = r.rstd.data(), b.dout = db.data(), b.dx = dx.data(), b.dweight = r.dw.data(), b.dbias = r.db.data();
+  LayerNormBackward(ctx, b);
+  r.sum = sum.ToFloats(), r.out = out.ToFloats(), r.dx = dx.ToFloats();
+  return r;
+}
+
+TEST(LayerNormBf16, FusedForwardAndBackwardWithinTwiceTheNaiveBf16Error) {
+  const int64_t N = 29, C = 80;
+  const auto res = RandomNormal(N * C, 1), x = RandomNormal(N * C, 2), w = RandomNormal(C, 3, 0.5f),
+             bias = RandomNormal(C, 5, 0.2f), dout = RandomNormal(N * C, 4);
+  const NormResult ref = RunLayerNorm(DType::kF32, res, x, w, bias, dout, N, C);
+  const NormResult naive = RunLayerNorm(DType::kF32, RoundToBF16(res), RoundToBF16(x), RoundToBF16(w),
+                                        RoundToBF16(bias), RoundToBF16(dout), N, C);
+  // The naive computation stores the sum in bf16 before normalising it, as the bf16 kernel does.
+  const NormResult naive_stored =
+      RunLayerNorm(DType::kF32, RoundToBF16(naive.sum), std::vector<float>(N * C, 0.0f), RoundToBF16(w),
+                   RoundToBF16(bias), RoundToBF16(dout), N, C);
+  const NormResult bf16 = RunLayerNorm(DType::kBF16, res, x, w, bias, dout, N, C);
+  EXPECT_TRUE(WithinBf16Tolerance("residual_out", bf16.sum, ref.sum, RoundToBF16(naive.sum), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("out", bf16.out, ref.out, RoundToBF16(naive_stored.out), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("mean (fp32)", bf16.mean, ref.mean, naive_stored.mean, 2));
+  EXPECT_TRUE(WithinBf16Tolerance("rstd (fp32)", bf16.rstd, ref.rstd, naive_stored.rstd, 2));
+  EXPECT_TRUE(WithinBf16Tolerance("dx", bf16.dx, ref.dx, RoundToBF16(naive_stored.dx), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("dweight (fp32, +=)", bf16.dw, ref.dw, naive_stored.dw, 2));
+  EXPECT_TRUE(WithinBf16Tolerance("dbias (fp32, +=)", bf16.db, ref.db, naive_stored.db, 2));
+}
+
+}  // namespace
+}  // namespace lmf::kernels

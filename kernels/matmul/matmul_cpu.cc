@@ -13,6 +13,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/matmul_bf16_cpu.h"
 
 namespace lmf::kernels {
 
@@ -125,6 +126,7 @@ void ApplyGeluEpilogue(const Context& ctx, const MatmulParams& p, const MatmulEp
 }  // namespace
 
 void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParams& e) {
+  if (p.dtype == DType::kBF16) return internal::MatmulBF16(ctx, p, e);
   CheckGeometry(p);
   LMF_CHECK_GE(p.ldc, std::max<int64_t>(1, p.N)) << "matmul: ldc too small";
   const float* a = static_cast<const float*>(p.a);
@@ -156,6 +158,7 @@ void Matmul(const Context& ctx, const MatmulParams& p, const MatmulEpilogueParam
 }
 
 void MatmulBackward(const Context& ctx, const MatmulBackwardParams& bp) {
+  if (bp.forward.dtype == DType::kBF16) return internal::MatmulBackwardBF16(ctx, bp);
   const MatmulParams& p = bp.forward;
   CheckGeometry(p);
   const float* a = static_cast<const float*>(p.a);

@@ -184,3 +184,76 @@ TEST(Matmul, GeluEpilogueEqualsMatmulThenGeluAndSavesPreActivation) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+struct MatmulResult {
+  std::vector<float> c, pre, da, db, dbias;
+};
+
+// C (batch 2, M x N) = A^T B^T + bias with A (K, M) and B (N, K) per batch, leading dimensions padded, GELU
+// epilogue saving its input (batch 1 only: run per batch); backward with da accumulating.
+MatmulResult RunMatmul(DType dt, bool round, const std::vector<float>& a, const std::vector<float>& b,
+                       const std::vector<float>& bias, const std::vector<float>& dc, const std::vector<float>& da0,
+                       int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  auto in = [&](const std::vector<float>& v) { return DTypeBuffer(round ? RoundToBF16(v) : v, dt); };
+  DTypeBuffer ab = in(a), bb = in(b), biasb = in(bias), dcb = in(dc), dab = in(da0);
+  DTypeBuffer c(2 * M * ldc, dt), pre(2 * M * ldc, dt);
+  MatmulResult r;
+  r.db.assign(b.size(), 0.125f), r.dbias.assign(N, -0.25f);  // fp32, accumulate
+  const Context ctx = Context::Cpu();
+  const size_t es = DTypeSize(dt);
+  for (int64_t i = 0; i < 2; ++i) {
+    MatmulParams p;
+    p.dtype = dt, p.M = M, p.N = N, p.K = K;
+    p.a = static_cast<char*>(ab.data()) + es * i * K * lda, p.lda = lda, p.trans_a = true;
+    p.b = static_cast<char*>(bb.data()) + es * i * N * ldb, p.ldb = ldb, p.trans_b = true;
+    p.c = static_cast<char*>(c.data()) + es * i * M * ldc, p.ldc = ldc, p.bias = biasb.data();
+    MatmulEpilogueParams e{MatmulEpilogue::kGeluTanh, static_cast<char*>(pre.data()) + es * i * M * ldc};
+    Matmul(ctx, p, e);
+  }
+  MatmulParams p;
+  p.dtype = dt, p.M = M, p.N = N, p.K = K, p.batch = 2;
+  p.a = ab.data(), p.lda = lda, p.trans_a = true, p.batch_stride_a = K * lda;
+  p.b = bb.data(), p.ldb = ldb, p.trans_b = true, p.batch_stride_b = N * ldb;
+  p.ldc = ldc, p.batch_stride_c = M * ldc;
+  MatmulBackwardParams bp;
+  bp.forward = p, bp.dc = dcb.data(), bp.da = dab.data(), bp.db = r.db.data(), bp.dbias = r.dbias.data();
+  bp.accumulate_da = true;
+  MatmulBackward(ctx, bp);
+  r.c = c.ToFloats(), r.pre = pre.ToFloats(), r.da = dab.ToFloats();
+  for (auto* v : {&r.c, &r.pre})  // the padding columns are never written: compare only C's columns
+    for (int64_t row = 0; row < 2 * M; ++row)
+      for (int64_t col = N; col < ldc; ++col) (*v)[row * ldc + col] = 0.0f;
+  return r;
+}
+
+TEST(MatmulBf16, TransposedBatchedBiasGeluAndBackwardWithinTwiceTheNaiveBf16Error) {
+  const int64_t M = 33, N = 20, K = 48, lda = M + 3, ldb = K + 5, ldc = N + 4;
+  const auto a = RandomNormal(2 * K * lda, 1), b = RandomNormal(2 * N * ldb, 2, 0.2f), bias = RandomNormal(N, 3),
+             dc = RandomNormal(2 * M * ldc, 4), da0 = RandomNormal(2 * K * lda, 5);
+  const MatmulResult ref = RunMatmul(DType::kF32, false, a, b, bias, dc, da0, M, N, K, lda, ldb, ldc);
+  const MatmulResult naive = RunMatmul(DType::kF32, true, a, b, bias, dc, da0, M, N, K, lda, ldb, ldc);
+  const MatmulResult bf16 = RunMatmul(DType::kBF16, false, a, b, bias, dc, da0, M, N, K, lda, ldb, ldc);
+  // The naive GELU reads the rounded pre-activation, as the bf16 path's saved input is; its output is rounded.
+  EXPECT_TRUE(WithinBf16Tolerance("pre-activation", bf16.pre, ref.pre, RoundToBF16(naive.pre), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("c = gelu(...)", bf16.c, ref.c, RoundToBF16(naive.c), 2));
+  // da accumulates onto da0; its padding keeps da0 (rounded in the naive and bf16 runs alike).
+  EXPECT_TRUE(WithinBf16Tolerance("da (+=)", bf16.da, ref.da, RoundToBF16(naive.da), 2));
+  EXPECT_TRUE(WithinBf16Tolerance("db (fp32, +=)", bf16.db, ref.db, naive.db, 2));
+  EXPECT_TRUE(WithinBf16Tolerance("dbias (fp32, +=)", bf16.dbias, ref.dbias, naive.dbias, 2));
+}
+
+}  // namespace
+}  // namespace lmf::kernels

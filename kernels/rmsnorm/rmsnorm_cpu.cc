@@ -5,14 +5,44 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/residual/residual.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 
 namespace lmf::kernels::cpu {
+namespace {
+
+using Use = F32Twin::Use;
+
+// bf16 (x, weight, out, dx, dout in bf16; rstd and dweight fp32): the fp32 kernels on fp32 twins.
+void RmsNormForwardBF16(const Context& ctx, const RmsNormForwardParams& p) {
+  const RowView rows = RowView::Contiguous(p.N * p.C), channels = RowView::Contiguous(p.C);
+  const F32Twin x(ctx, p.dtype, p.x, rows, Use::kInput), w(ctx, p.dtype, p.weight, channels, Use::kInput);
+  const F32Twin out(ctx, p.dtype, p.out, rows, Use::kOutput);
+  RmsNormForwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.weight = w.data(), f.out = out.data();
+  cpu::RmsNormForward(ctx, f);
+  out.Store(ctx);
+}
+
+void RmsNormBackwardBF16(const Context& ctx, const RmsNormBackwardParams& p) {
+  const RowView rows = RowView::Contiguous(p.N * p.C), channels = RowView::Contiguous(p.C);
+  const F32Twin x(ctx, p.dtype, p.x, rows, Use::kInput), w(ctx, p.dtype, p.weight, channels, Use::kInput);
+  const F32Twin dout(ctx, p.dtype, p.dout, rows, Use::kInput), dx(ctx, p.dtype, p.dx, rows, Use::kOutput);
+  RmsNormBackwardParams f = p;
+  f.dtype = DType::kF32;
+  f.x = x.data(), f.weight = w.data(), f.dout = dout.data(), f.dx = dx.data();
+  cpu::RmsNormBackward(ctx, f);
+  dx.Store(ctx);
+}
+
+}  // namespace
 
 void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
+  if (p.dtype == DType::kBF16) return RmsNormForwardBF16(ctx, p);
   const float* x = static_cast<const float*>(p.x);
   const float* w = static_cast<const float*>(p.weight);
   float* out = static_cast<float*>(p.out);
@@ -29,6 +59,7 @@ void RmsNormForward(const Context& ctx, const RmsNormForwardParams& p) {
 }
 
 void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
+  if (p.dtype == DType::kBF16) return RmsNormBackwardBF16(ctx, p);
   const float* x = static_cast<const float*>(p.x);
   const float* w = static_cast<const float*>(p.weight);
   const float* dout = static_cast<const float*>(p.dout);
@@ -66,7 +97,7 @@ void RmsNormBackward(const Context& ctx, const RmsNormBackwardParams& p) {
 }
 
 // Add then normalise: the sum is stored first, so the statistics come from exactly what residual_out holds
-// (bitwise what ResidualForward followed by RmsNormForward gives).
+// (bitwise what ResidualForward followed by RmsNormForward gives; in bf16 too: residual_out is rounded first).
 void ResidualRmsNormForward(const Context& ctx, const ResidualRmsNormForwardParams& p) {
   ResidualForwardParams add;
   add.dtype = p.dtype;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/rope/rope.h"
 
@@ -101,10 +102,31 @@ void Rotate(const Context& ctx, const RopeParams& p, float sign) {
   });
 }
 
+// bf16 (in, out): the fp32 rotation on packed fp32 twins (kernels/cpu/bf16.h). out may alias in: the input
+// twin is read before the output is stored.
+void RotateBF16(const Context& ctx, const RopeParams& p, float sign) {
+  const F32Twin in(ctx, p.dtype, p.in, RowView::Heads(p.B, p.T, p.NH, p.HS, p.in_stride_b, p.in_stride_t, p.in_stride_h),
+                   F32Twin::Use::kInput);
+  const F32Twin out(ctx, p.dtype, p.out,
+                    RowView::Heads(p.B, p.T, p.NH, p.HS, p.out_stride_b, p.out_stride_t, p.out_stride_h),
+                    F32Twin::Use::kOutput);
+  RopeParams f = p;
+  f.dtype = DType::kF32;
+  f.in = in.data(), f.in_stride_b = in.stride(0), f.in_stride_t = in.stride(1), f.in_stride_h = in.stride(2);
+  f.out = out.data(), f.out_stride_b = out.stride(0), f.out_stride_t = out.stride(1), f.out_stride_h = out.stride(2);
+  Rotate(ctx, f, sign);
+  out.Store(ctx);
+}
+
+void Run(const Context& ctx, const RopeParams& p, float sign) {
+  if (p.dtype == DType::kBF16) return RotateBF16(ctx, p, sign);
+  Rotate(ctx, p, sign);
+}
+
 }  // namespace
 
-void RopeForward(const Context& ctx, const RopeParams& p) { Rotate(ctx, p, 1.0f); }
-void RopeBackward(const Context& ctx, const RopeParams& p) { Rotate(ctx, p, -1.0f); }
+void RopeForward(const Context& ctx, const RopeParams& p) { Run(ctx, p, 1.0f); }
+void RopeBackward(const Context& ctx, const RopeParams& p) { Run(ctx, p, -1.0f); }
 
 }  // namespace cpu
 }  // namespace lmf::kernels

@@ -126,3 +126,50 @@ TEST(Rope, BackwardMatchesCentralDifferences) {
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+// q rotated in place inside a fused (B, T, 3, NH, HS) buffer: the strides skip k and v, which stay as they
+// were; then the backward rotation.
+TEST(RopeBf16, StridedInPlaceWithinTwiceTheNaiveBf16Error) {
+  const int64_t B = 2, T = 11, NH = 3, HS = 16, row = 3 * NH * HS;
+  const auto qkv = RandomNormal(B * T * row, 1);
+  auto run = [&](DType dt, bool round) {
+    DTypeBuffer buf(round ? RoundToBF16(qkv) : qkv, dt);
+    RopeParams p;
+    p.dtype = dt, p.B = B, p.T = T, p.NH = NH, p.HS = HS, p.in = buf.data(), p.out = buf.data();
+    p.in_stride_b = p.out_stride_b = T * row, p.in_stride_t = p.out_stride_t = row;
+    p.in_stride_h = p.out_stride_h = HS;
+    RopeForward(Context::Cpu(), p);
+    const std::vector<float> forward = buf.ToFloats();
+    RopeBackward(Context::Cpu(), p);
+    return std::make_pair(forward, buf.ToFloats());
+  };
+  const auto ref = run(DType::kF32, false), naive = run(DType::kF32, true), bf16 = run(DType::kBF16, false);
+  EXPECT_TRUE(WithinBf16Tolerance("forward", bf16.first, ref.first, RoundToBF16(naive.first), 2));
+  // The backward of the rounded forward: the naive reference rounds between the two rotations too.
+  DTypeBuffer again(RoundToBF16(naive.first), DType::kF32);
+  RopeParams p;
+  p.B = B, p.T = T, p.NH = NH, p.HS = HS, p.in = again.data(), p.out = again.data();
+  p.in_stride_b = p.out_stride_b = T * row, p.in_stride_t = p.out_stride_t = row, p.in_stride_h = p.out_stride_h = HS;
+  RopeBackward(Context::Cpu(), p);
+  EXPECT_TRUE(WithinBf16Tolerance("backward", bf16.second, ref.second, RoundToBF16(again.ToFloats()), 2));
+  for (int64_t i = 0; i < B * T * row; ++i) {
+    if ((i % row) < NH * HS) continue;  // k and v: untouched
+    ASSERT_EQ(bf16.second[i], RoundToBF16({qkv[i]})[0]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace lmf::kernels

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/swiglu/swiglu.h"
@@ -102,16 +103,50 @@ void Backward(const Context& ctx, const SwiGluBackwardParams& p) {
   });
 }
 
+using Use = F32Twin::Use;
+
+// bf16 (gate, up, out, dout, dgate, dup): the fp32 kernels on fp32 twins (kernels/cpu/bf16.h); the twins of
+// gate and up (and of their gradients) are packed, so their row strides become H.
+void ForwardBF16(const Context& ctx, const SwiGluForwardParams& p) {
+  const RowView gate_rows = RowView::Rows(p.N, p.H, p.gate_stride ? p.gate_stride : p.H);
+  const RowView up_rows = RowView::Rows(p.N, p.H, p.up_stride ? p.up_stride : p.H);
+  const F32Twin gate(ctx, p.dtype, p.gate, gate_rows, Use::kInput), up(ctx, p.dtype, p.up, up_rows, Use::kInput);
+  const F32Twin out(ctx, p.dtype, p.out, RowView::Contiguous(p.N * p.H), Use::kOutput);
+  SwiGluForwardParams f = p;
+  f.dtype = DType::kF32;
+  f.gate = gate.data(), f.up = up.data(), f.out = out.data();
+  f.gate_stride = f.up_stride = p.H;
+  cpu::SwiGluForward(ctx, f);
+  out.Store(ctx);
+}
+
+void BackwardBF16(const Context& ctx, const SwiGluBackwardParams& p) {
+  const RowView gate_rows = RowView::Rows(p.N, p.H, p.gate_stride ? p.gate_stride : p.H);
+  const RowView up_rows = RowView::Rows(p.N, p.H, p.up_stride ? p.up_stride : p.H);
+  const F32Twin gate(ctx, p.dtype, p.gate, gate_rows, Use::kInput), up(ctx, p.dtype, p.up, up_rows, Use::kInput);
+  const F32Twin dout(ctx, p.dtype, p.dout, RowView::Contiguous(p.N * p.H), Use::kInput);
+  const F32Twin dgate(ctx, p.dtype, p.dgate, gate_rows, Use::kOutput), dup(ctx, p.dtype, p.dup, up_rows, Use::kOutput);
+  SwiGluBackwardParams f = p;
+  f.dtype = DType::kF32;
+  f.gate = gate.data(), f.up = up.data(), f.dout = dout.data(), f.dgate = dgate.data(), f.dup = dup.data();
+  f.gate_stride = f.up_stride = p.H;
+  cpu::SwiGluBackward(ctx, f);
+  dgate.Store(ctx);
+  dup.Store(ctx);
+}
+
 }  // namespace
 
 void SwiGluForward(const Context& ctx, const SwiGluForwardParams& p) {
   CheckActivation(p.activation);
+  if (p.dtype == DType::kBF16) return ForwardBF16(ctx, p);
   if (p.activation == Activation::kSilu) return Forward<Activation::kSilu>(ctx, p);
   Forward<Activation::kGeluTanh>(ctx, p);
 }
 
 void SwiGluBackward(const Context& ctx, const SwiGluBackwardParams& p) {
   CheckActivation(p.activation);
+  if (p.dtype == DType::kBF16) return BackwardBF16(ctx, p);
   if (p.activation == Activation::kSilu) return Backward<Activation::kSilu>(ctx, p);
   Backward<Activation::kGeluTanh>(ctx, p);
 }

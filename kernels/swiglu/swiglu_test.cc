@@ -81,3 +81,48 @@ INSTANTIATE_TEST_SUITE_P(Gates, GluTest, ::testing::Values(Activation::kSilu, Ac
 
 }  // namespace
 }  // namespace lmf::kernels
+
+// bf16 storage (kernels/cpu/bf16.h): against the fp32 kernel on the unrounded inputs, each bf16 output is
+// within 2x the error of the naive bf16 computation (the fp32 kernel on bf16-rounded inputs, its outputs
+// rounded once; STYLE.md, the CUDA tests' rule). The CPU computes exactly that in fp32, so the bound leaves
+// room only for a tie rounding the other way; a wrong operand dtype, stride or write rule breaks it.
+// fp32 statistics and parameter gradients are held to the same rule unrounded.
+namespace lmf::kernels {
+namespace {
+
+using testing::DTypeBuffer;
+using testing::RandomNormal;
+using testing::RoundToBF16;
+using testing::WithinBf16Tolerance;
+
+// gate and up are the halves of one fused (N, 2H) buffer, as the model lays them out; so are their
+// gradients, which must each reach only their own half.
+TEST(SwiGluBf16, FusedHalvesWithinTwiceTheNaiveBf16Error) {
+  const int64_t N = 21, H = 40;
+  const auto gu = RandomNormal(N * 2 * H, 1, 1.5f), dout = RandomNormal(N * H, 2);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    auto run = [&](DType dt, bool round) {
+      DTypeBuffer g(round ? RoundToBF16(gu) : gu, dt), d(round ? RoundToBF16(dout) : dout, dt), out(N * H, dt),
+          dg(N * 2 * H, dt);
+      const size_t half = DTypeSize(dt) * H;
+      char* gp = static_cast<char*>(g.data());
+      char* dgp = static_cast<char*>(dg.data());
+      const Context ctx = Context::Cpu();
+      SwiGluForwardParams f;
+      f.dtype = dt, f.N = N, f.H = H, f.gate = gp, f.gate_stride = 2 * H, f.up = gp + half, f.up_stride = 2 * H;
+      f.out = out.data(), f.activation = act;
+      SwiGluForward(ctx, f);
+      SwiGluBackwardParams b;
+      b.dtype = dt, b.N = N, b.H = H, b.gate = gp, b.gate_stride = 2 * H, b.up = gp + half, b.up_stride = 2 * H;
+      b.dout = d.data(), b.dgate = dgp, b.dup = dgp + half, b.activation = act;
+      SwiGluBackward(ctx, b);
+      return std::make_pair(out.ToFloats(), dg.ToFloats());
+    };
+    const auto ref = run(DType::kF32, false), naive = run(DType::kF32, true), bf16 = run(DType::kBF16, false);
+    EXPECT_TRUE(WithinBf16Tolerance("out", bf16.first, ref.first, RoundToBF16(naive.first), 2));
+    EXPECT_TRUE(WithinBf16Tolerance("dgate|dup", bf16.second, ref.second, RoundToBF16(naive.second), 2));
+  }
+}
+
+}  // namespace
+}  // namespace lmf::kernels

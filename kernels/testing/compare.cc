@@ -2,8 +2,11 @@
 #include "kernels/testing/compare.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
+
+#include "kernels/core/dtype.h"
 
 namespace lmf::kernels::testing {
 
@@ -95,6 +98,57 @@ std::vector<int32_t> RandomInts(int64_t n, int32_t bound, uint64_t seed) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+std::vector<float> RoundToBF16(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = BF16ToFloat(FloatToBF16(x[i]));
+  return out;
+}
+
+std::vector<uint16_t> ToBF16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = FloatToBF16(x[i]);
+  return out;
+}
+
+std::vector<float> FromBF16(const std::vector<uint16_t>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = BF16ToFloat(x[i]);
+  return out;
+}
+
+DTypeBuffer::DTypeBuffer(const std::vector<float>& values, DType dtype) : dtype_(dtype) {
+  if (dtype == DType::kBF16) {
+    bf16_ = ToBF16(values);
+  } else {
+    f32_ = values;
+  }
+}
+
+DTypeBuffer::DTypeBuffer(int64_t n, DType dtype)
+    : DTypeBuffer(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()), dtype) {}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= m)) m = d;  // NaN propagates as the max
+  }
+  return m;
+}
+
+::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
+                                               const std::vector<float>& reference,
+                                               const std::vector<float>& naive, double multiple,
+                                               double floor) {
+  if (kernel.size() != reference.size() || naive.size() != reference.size())
+    return ::testing::AssertionFailure() << what << ": sizes differ";
+  const double ek = MaxAbsDiff(kernel, reference), en = MaxAbsDiff(naive, reference);
+  const double bound = multiple * en + floor;
+  if (ek <= bound) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": bf16 kernel max error " << ek << " exceeds " << multiple
+                                       << " x naive bf16 error " << en << " (+" << floor << ")";
 }
 
 }  // namespace lmf::kernels::testing

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/core/dtype.h"
 
 namespace lmf::kernels::testing {
 
@@ -39,6 +40,37 @@ ErrorStats CompareArrays(const float* actual, const float* expected, int64_t n, 
 ::testing::AssertionResult CheckGradient(const std::string& what, std::vector<float>& x,
                                          const std::function<double()>& loss, const std::vector<float>& analytic,
                                          double h, double rtol, double atol, int64_t max_checks = 64);
+
+// The bf16 tolerance rule of STYLE.md, shared by the CPU and CUDA bf16 tests:
+//   error(kernel) = max |kernel - reference|, reference = the fp32 CPU kernel on the unrounded inputs
+//   error(naive)  = max |naive - reference|,  naive = the same fp32 kernel on bf16-rounded inputs, its
+//                   bf16 outputs rounded to bf16 (what a plain bf16-storage computation of the op gives)
+//   pass when error(kernel) <= multiple * error(naive) + floor
+// `floor` absorbs exact-zero naive errors (e.g. integer-valued outputs). NaN anywhere fails.
+::testing::AssertionResult WithinBf16Tolerance(const std::string& what, const std::vector<float>& kernel,
+                                               const std::vector<float>& reference,
+                                               const std::vector<float>& naive, double multiple,
+                                               double floor = 1e-6);
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);  // NaN propagates
+// Round to nearest even (kernels/core/dtype.h's FloatToBF16), as fp32 values or as bf16 bits.
+std::vector<float> RoundToBF16(const std::vector<float>& x);
+std::vector<uint16_t> ToBF16(const std::vector<float>& x);
+std::vector<float> FromBF16(const std::vector<uint16_t>& x);
+
+// Host storage of values in a dtype (f32, or bf16 rounded to nearest even), so that one test body runs a CPU
+// kernel in either dtype. A buffer made from a size is filled with NaN, so unwritten outputs fail.
+class DTypeBuffer {
+ public:
+  DTypeBuffer(const std::vector<float>& values, DType dtype);
+  DTypeBuffer(int64_t n, DType dtype);
+  void* data() { return dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data()) : f32_.data(); }
+  std::vector<float> ToFloats() const { return dtype_ == DType::kBF16 ? FromBF16(bf16_) : f32_; }
+
+ private:
+  DType dtype_;
+  std::vector<float> f32_;
+  std::vector<uint16_t> bf16_;
+};
 
 // Deterministic pseudo-random test data: normal(0, scale) values and integers in [0, n).
 std::vector<float> RandomNormal(int64_t n, uint64_t seed, float scale = 1.0f);

@@ -34,10 +34,6 @@ absl::Status CheckDeviceSupport(const ModelConfig& config, const kernels::Contex
   }
   if (ctx.device.is_cpu()) {
     if (ctx.pool == nullptr) return absl::InvalidArgumentError("LanguageModel: a CPU context needs a thread pool");
-    if (dtype != kernels::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("LanguageModel: precision ", precision,
-                                                     " runs on CUDA only (the CPU backend computes in F32)"));
-    }
   }
   std::vector<const char*> ops = {"residual", config.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"};
   if (first == 0) ops.push_back("embedding");

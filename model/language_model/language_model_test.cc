@@ -318,10 +318,15 @@ TEST(LanguageModelTest, CreateRejectsAnImpossibleConfig) {
 
 TEST(LanguageModelTest, CreateRejectsPrecisionsTheCpuCannotRun) {
   const ModelConfig c = Gpt2Config(50, 8, 16, 1, 2);
-  auto bf16 = LanguageModel::Create(c, kernels::Context::Cpu(), kernels::DType::kBF16);
+  EXPECT_TRUE(LanguageModel::Create(c, kernels::Context::Cpu(), kernels::DType::kBF16).ok());  // dense: yes
+  ModelConfig moe = c;  // the mixture of experts has no bf16 CPU path
+  moe.moe = MoeSpec{};
+  moe.moe->n_experts = 4, moe.moe->top_k = 2, moe.moe->d_expert = 8;
+  ASSERT_TRUE(moe.Validate().ok()) << moe.Validate();
+  auto bf16 = LanguageModel::Create(moe, kernels::Context::Cpu(), kernels::DType::kBF16);
   ASSERT_FALSE(bf16.ok());
   EXPECT_EQ(bf16.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(bf16.status().message()).find("precision BF16 runs on CUDA only"), std::string::npos)
+  EXPECT_NE(std::string(bf16.status().message()).find("set run.precision=FP32"), std::string::npos)
       << bf16.status();
   auto f16 = LanguageModel::Create(c, kernels::Context::Cpu(), kernels::DType::kF16);
   ASSERT_FALSE(f16.ok());

@@ -325,7 +325,8 @@ int64_t MixtureOfExperts::SavedBytesPerToken(const MoeSpec& spec, const ModelCon
 absl::Status MixtureOfExperts::CheckSupport(const MoeSpec& spec, kernels::Device device, kernels::DType dtype) {
   if (device.is_cpu() && dtype != kernels::DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the mixture of experts runs on the CPU in F32 (BF16 on CUDA only), not in ", PrecisionName(dtype)));
+        "the mixture of experts runs on the CPU in F32 only (BF16 on CUDA), not in ", PrecisionName(dtype),
+        ": set run.precision=FP32 or run.device=CUDA"));
   }
   if (!device.is_cpu() && spec.n_experts > kernels::kMaxRouteExperts) {
     return absl::InvalidArgumentError(absl::StrCat(
