@@ -27,7 +27,8 @@
 // global name, gathered from both stages' expert ranks) to 1e-4 of the largest; its checkpoint resumes in one
 // process with the same next loss to 1e-6 (the experts' rows grouped differently over the ranks). With ZeRO-1
 // (dense moments over each stage's expert ranks, expert blocks' over their data ranks) that layout is the run
-// without ZeRO bit for bit, every moment is held by one rank, and its checkpoint resumes in one process.
+// without ZeRO bit for bit, every moment is held by one rank, and its checkpoint resumes in one process and
+// in its own layout.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -523,13 +524,16 @@ TEST(PipelineMoe, ZeroOneUnderPipelineByExpertIsTheRunWithoutItBitForBit) {
 
 // A checkpoint of step 2 written at (data=1, pipeline=2, expert=2) with ZeRO-1 resumes in one process with
 // the same next loss, to 1e-6 as the run without ZeRO (PipelineByExpert above: the experts' rows grouped
-// differently over the ranks).
-TEST(PipelineMoe, AZeroOnePipelineByExpertCheckpointResumesInOneProcess) {
-  auto stopped = Train(TinyMoe("pp_moe_ep_zero_reshard", 1, 2, {"run.parallel.expert=2", "run.parallel.zero_stage=1"}),
-                       Options(/*stop_after_step=*/3));
+// differently over the ranks), and in its own layout (each rank's owners taking their moments, its expert
+// blocks under their global names, from the whole file) to the double rounding of the losses' sum, 1e-12.
+TEST(PipelineMoe, AZeroOnePipelineByExpertCheckpointResumes) {
+  const std::vector<std::string> ep_zero = {"run.parallel.expert=2", "run.parallel.zero_stage=1"};
+  auto stopped = Train(TinyMoe("pp_moe_ep_zero_reshard", 1, 2, ep_zero), Options(/*stop_after_step=*/3));
   ASSERT_TRUE(stopped.ok()) << stopped.status();
-  EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_ep_zero_reshard", 1, 1)), stopped->last_loss,
-              1e-6 * stopped->last_loss);
+  const double want = stopped->last_loss;
+  EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_ep_zero_reshard", 1, 1)), want, 1e-6 * want) << "one process";
+  EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_ep_zero_reshard", 1, 2, ep_zero)), want, 1e-12 * want)
+      << "data=1 pipeline=2 expert=2 zero_stage=1";
 }
 
 }  // namespace
