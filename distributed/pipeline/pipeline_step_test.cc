@@ -443,6 +443,20 @@ TEST(PipelineStep, MixtureOfExpertsOnTwoReplicasAgreesToRounding) {
   ExpectEqualsSingleProcess(c);
 }
 
+// (data=2, pipeline=2, expert=2), interleaved (2 chunks a rank), 8 micro-batches, clipping; ZeRO-1 or not.
+Case PipelineByExpertMesh(bool zero) {
+  Case mesh(Moe());
+  mesh.data = 2;
+  mesh.expert = 2;
+  mesh.chunks = 2;
+  mesh.kind = ScheduleKind::kInterleavedOneFOneB;
+  mesh.micro_batches = 8;
+  mesh.max_grad_norm = 1.0;
+  mesh.exact = false;
+  mesh.zero = zero;
+  return mesh;
+}
+
 // Pipeline x expert: each stage's 4 experts spread over 2 expert ranks (its MoE layers exchanging rows over
 // the stage's expert group in every forward and backward), at (data=1, pipeline=2, expert=2) under 1F1B and
 // ZB-H1 and at (2, 2, 2) interleaved with clipping. The expert blocks' tokens arrive in another order and
@@ -457,15 +471,7 @@ TEST(PipelineStep, MixtureOfExpertsOverPipelineByExpertAgreesToRounding) {
     c.expert = 2;
     ExpectEqualsSingleProcess(c);
   }
-  Case mesh(Moe());
-  mesh.data = 2;
-  mesh.expert = 2;
-  mesh.chunks = 2;
-  mesh.kind = ScheduleKind::kInterleavedOneFOneB;
-  mesh.micro_batches = 8;
-  mesh.max_grad_norm = 1.0;
-  mesh.exact = false;
-  ExpectEqualsSingleProcess(mesh);
+  ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/false));
 }
 
 // ZeRO-1 under pipeline x expert: each chunk's dense moments sharded over the stage's data x expert ranks,
@@ -478,16 +484,7 @@ TEST(PipelineStep, ZeroOneOverPipelineByExpertShardsOverTheStageAndTheDataGroup)
   c.expert = 2;
   c.zero = true;
   ExpectEqualsSingleProcess(c);
-  Case mesh(Moe());
-  mesh.data = 2;
-  mesh.expert = 2;
-  mesh.chunks = 2;
-  mesh.kind = ScheduleKind::kInterleavedOneFOneB;
-  mesh.micro_batches = 8;
-  mesh.max_grad_norm = 1.0;
-  mesh.exact = false;
-  mesh.zero = true;
-  ExpectEqualsSingleProcess(mesh);
+  ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/true));
 }
 
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first
