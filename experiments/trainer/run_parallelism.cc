@@ -58,9 +58,9 @@ std::vector<RunParallelism::Shard> RunParallelism::ShardSlice(const model::Langu
   // The group the dense parameters are replicated over (every rank; a pipeline stage's replicas) and, with
   // experts spread over ranks, the one each expert block is (the data ranks that hold it).
   distributed::Collectives* dense = layout_.has_value() ? &mesh_->stage() : world_;
-  distributed::Collectives* experts = layout_.has_value() ? (stage_exchange_ != nullptr ? &mesh_->data() : nullptr)
-                                                          : (expert_parallel_ != nullptr ? expert_parallel_->groups().replicas
-                                                                                         : nullptr);
+  distributed::Collectives* experts = nullptr;
+  if (stage_exchange_ != nullptr) experts = &mesh_->data();                          // pipeline x expert
+  if (expert_parallel_ != nullptr) experts = expert_parallel_->groups().replicas;  // data x expert
   if (experts == nullptr) return {{dense, distributed::ShardOptimizerState(chunk, dense->world_size())}};
   return {{dense, distributed::ShardOptimizerState(chunk, dense->world_size(),
                                                    [](const model::Parameter& p) { return !p.expert_shard; })},
