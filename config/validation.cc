@@ -200,11 +200,6 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                " needs run.device=CPU (pipeline stages run fp32 over Gloo; NCCL is not built "
                                "yet)"));
     }
-    if (parallel.expert() > 1 && parallel.zero_stage() == 1) {
-      errors->Add(absl::StrCat("run.parallel.zero_stage=1 with run.parallel.expert=", parallel.expert(),
-                               " and run.parallel.pipeline=", pipeline,
-                               " is not built yet (ZeRO-1 runs with a pipeline or with expert parallelism)"));
-    }
     // Each pipeline (a data x expert replica of the stages) runs its share of the step's micro-batches.
     const int64_t data = std::max(1, parallel.data()), expert = std::max(1, parallel.expert());
     const int64_t micro_batches = run.grad_accum_steps() / (data * expert);

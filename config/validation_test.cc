@@ -495,7 +495,7 @@ TEST(ConfigValidation, LayerPatternMixtureOfExperts) {
 }
 
 // A pipeline takes a mixture of experts, as model.moe and as a layer_pattern entry's moe, with expert
-// parallelism too, but not with ZeRO-1 then (named with both fields).
+// parallelism too, and with ZeRO-1 then (experiments/trainer/pipeline_test).
 TEST(ConfigValidation, PipelineTakesMixturesOfExperts) {
   std::string moe = kBase;
   moe.replace(moe.find("ffn { kind: SWIGLU d_ff: 128 }"), 30, "moe { n_experts: 4 top_k: 2 d_expert: 32 }");
@@ -504,11 +504,12 @@ TEST(ConfigValidation, PipelineTakesMixturesOfExperts) {
                   {"run.parallel.pipeline=2", "run.grad_accum_steps=2"}),
             "OK");
   EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4"}), "OK");
-  const std::string zero = Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
-                                       "run.parallel.zero_stage=1"});
-  EXPECT_TRUE(absl::StrContains(
-      zero, "run.parallel.zero_stage=1 with run.parallel.expert=2 and run.parallel.pipeline=2 is not built yet"))
-      << zero;
+  EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
+                        "run.parallel.zero_stage=1"}),
+            "OK");
+  const std::string zero2 = Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
+                                        "run.parallel.zero_stage=2"});
+  EXPECT_TRUE(absl::StrContains(zero2, "run.parallel.zero_stage=2 must be 0 (off) or 1")) << zero2;
 }
 
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and

@@ -6,8 +6,9 @@
 // the unit of the shard, as in torch's ZeroRedundancyOptimizer: no parameter is split. A model whose
 // parameters are replicated over different groups shards each part over its own group, one owners map per
 // part (expert parallelism: the dense parameters over every rank, the expert blocks over their replicas;
-// a pipeline: each stage's parameters over that stage's data group); the calls below take only the
-// parameters their map names.
+// a pipeline: each stage's parameters over that stage's data group; pipeline x expert: each stage's dense
+// parameters over its data x expert ranks, its expert blocks over their data group); the calls below take
+// only the parameters their map names.
 //
 //   std::map<std::string, int> owners = ShardOptimizerState(model, group.world_size());
 //   model::AdamW adamw(config, model, OwnedBy(owners, group.rank()));

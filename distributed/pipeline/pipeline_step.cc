@@ -67,6 +67,19 @@ absl::Status PipelineStep::CheckReplicasAgree(const model::LanguageModel&, int64
   return absl::OkStatus();
 }
 
+absl::Status PipelineStep::ShardOptimizerState(std::vector<std::map<std::string, int>> owners,
+                                               std::vector<std::map<std::string, int>> expert_owners) {
+  const size_t chunks = stage_.chunks().size(), expert_maps = exchange_ != nullptr ? chunks : 0;
+  if (owners.size() != chunks || expert_owners.size() != expert_maps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline step: ZeRO-1 takes one owners map per chunk (", chunks, ") and ", expert_maps,
+        " expert owners maps; got ", owners.size(), " and ", expert_owners.size()));
+  }
+  owners_ = std::move(owners);
+  expert_owners_ = std::move(expert_owners);
+  return absl::OkStatus();
+}
+
 absl::Status PipelineStep::SumOverProcesses(std::vector<double>& values) {
   return world_.AllReduceSum(values.data(), values.size());
 }
@@ -249,9 +262,6 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
     return absl::InternalError(
         "pipeline step: called with another model or optimizer than its first chunk's");
   }
-  if (!owners_.empty() && exchange_ != nullptr) {
-    return absl::UnimplementedError("pipeline step: ZeRO-1 with experts spread over ranks is not built yet");
-  }
   if (absl::Status s = ReadMicroBatches(data, input); !s.ok()) return s;
   std::vector<MicroBatch> micro_batches;
   for (size_t i = 0; i < ids_.size(); ++i) micro_batches.push_back({ids_[i].data(), targets_[i].data()});
@@ -289,7 +299,11 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);
     }
     for (size_t c = 0; c < owners_.size(); ++c) {  // ZeRO-1: each owner's update to the other replicas
-      if (absl::Status s = BroadcastFromOwners(mesh_.data(), owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
+      if (absl::Status s = BroadcastFromOwners(mesh_.stage(), owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
+      if (expert_owners_.empty()) continue;
+      if (absl::Status s = BroadcastFromOwners(mesh_.data(), expert_owners_[c], *stage_.chunks()[c]); !s.ok()) {
+        return s;
+      }
     }
   }
   // The expert loads of every stage's layers, before each chunk updates its own layers' state from them.

@@ -7,8 +7,8 @@
 // group (the same stage's replicas); the global gradient norm is summed over the pipeline stages (the tied
 // head copy counted once); every chunk takes the same AdamW update; the losses and a stop signal are summed
 // over every rank, so all ranks return the same StepResult. With ShardOptimizerState (ZeRO-1,
-// distributed/zero.h) each chunk's optimizer state is sharded over the data group: each replica updates the
-// parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
+// distributed/zero.h) each chunk's optimizer state is sharded over the stage's replicas: each replica updates
+// the parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
 // (experiments/trainer). CPU and fp32, as PipelineStage.
 //
 // A mixture of experts: micro-batch m's training forward is keyed as one process keys it (ForwardMode with
@@ -24,8 +24,9 @@
 // step, so their MoE layers exchange rows over mesh.expert() (the exchange the chunks were created with) in
 // each forward and backward. The dense gradients and the step counts are summed over the stage's ranks
 // (mesh.stage()), each expert block's over the data ranks that hold it (mesh.data()); the norm adds the
-// stage's expert blocks over mesh.expert(). Not with ZeRO-1 yet; the noise scale is not measured (a rank's
-// expert gradients hold other ranks' tokens).
+// stage's expert blocks over mesh.expert(). ZeRO-1 there: each chunk's dense moments sharded over
+// mesh.stage(), each expert block's over the mesh.data() ranks that hold it, each broadcast from its owner
+// over that group. The noise scale is not measured (a rank's expert gradients hold other ranks' tokens).
 //
 // The gradient noise scale (StepResult::noise_grad_sq, noise_trace) from the same two batch sizes as
 // DataParallelStep's and SingleProcessStep's: |g_small|^2 is each replica's first micro-batch's squared
@@ -90,10 +91,15 @@ class PipelineStep final : public model::StepStrategy {
                                          model::MicroBatchSource& data,
                                          const model::StepInput& input) override;
   absl::Status SumOverProcesses(std::vector<double>& values) override;
-  // ZeRO-1: owners[c] gives each parameter of chunk c its owner in the data group (ShardOptimizerState over
-  // the chunk and mesh.shape().data ranks); optimizers[c] must own just those (OwnedBy(owners[c], data
-  // coordinate)). After each update every parameter is broadcast from its owner over the data group.
-  void ShardOptimizerState(std::vector<std::map<std::string, int>> owners) { owners_ = std::move(owners); }
+  // ZeRO-1: owners[c] gives each parameter of chunk c its owner in mesh.stage() (ShardOptimizerState over
+  // the chunk and mesh.stage().world_size() ranks; with experts spread over ranks, only the dense
+  // parameters); expert_owners[c] (experts spread over ranks only: one per chunk, else empty) each expert
+  // block's owner in mesh.data(). optimizers[c] must own just this rank's (OwnedBy each map with this rank's
+  // rank in its group). After each update every parameter is broadcast from its owner over its group.
+  // Errors: InvalidArgument for a count of maps that is not one per chunk (none for expert_owners without
+  // experts spread over ranks).
+  absl::Status ShardOptimizerState(std::vector<std::map<std::string, int>> owners,
+                                   std::vector<std::map<std::string, int>> expert_owners = {});
   // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
@@ -143,7 +149,8 @@ class PipelineStep final : public model::StepStrategy {
   PipelineStage stage_;
   std::vector<model::AdamW*> optimizers_;
   const model::moe::ExpertExchange* exchange_;  // expert parallelism within each stage; null without
-  std::vector<std::map<std::string, int>> owners_;  // ZeRO-1: per chunk; empty without
+  std::vector<std::map<std::string, int>> owners_;         // ZeRO-1: per chunk, over mesh.stage(); empty without
+  std::vector<std::map<std::string, int>> expert_owners_;  // ZeRO-1, experts over ranks: per chunk, over data()
   std::vector<std::vector<int32_t>> ids_, targets_;
   std::vector<float> gradients_;
   std::vector<double> count_sizes_;  // GatherStepCounts: each pipeline rank's span, after the first step

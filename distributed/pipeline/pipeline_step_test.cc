@@ -7,7 +7,8 @@
 // (whose update divides by sqrt(v) + eps): 1e-6 relative in the loss and 1e-5 of the largest weight. With
 // ZeRO-1 (each chunk's moments sharded over the data group, owners broadcasting their update) two replicas
 // agree with the single process as closely, untied and tied (the token table's two copies, each sharded over
-// its own stage's data group, stay equal), and every replica holds the same weights. Every step's gradient
+// its own stage's data group, stay equal), and every replica holds the same weights; under pipeline x
+// expert too (the dense moments over the stage's ranks, the expert blocks' over the data group). Every step's gradient
 // noise scale (noise_grad_sq, noise_trace) is the one the single process logs (data = 1) or DataParallelStep
 // over the same replicas (data = 2), to fp32 rounding; none with tied embeddings or ZB-H1. A rank that dies
 // during a step makes the others fail, naming it (an expert peer under pipeline x expert too). ZB-H1 (its
@@ -111,7 +112,7 @@ struct Case {
   double max_grad_norm = 0;           // 0: no clipping
   std::vector<int64_t> stage_layers;  // empty: the even split
   bool exact = true;
-  bool zero = false;  // ZeRO-1 over the data group
+  bool zero = false;  // ZeRO-1 over the stage's replicas (ShardChunk)
 };
 
 // The gradient noise scale's parts of a PipelineStep step against the reference's (the same micro-batches
@@ -175,6 +176,26 @@ bool RunDataByExpert(const Case& c, ParallelMesh& mesh, const model::AdamWConfig
   return true;
 }
 
+// ZeRO-1's shards of one chunk: its dense parameters' owners among the stage's replicas (mesh.stage(): the
+// data group without experts spread over ranks) into *owners; with them, each expert block's among the data
+// ranks that hold it into *expert_owners; *owns: what this rank's optimizer keeps.
+void ShardChunk(const model::LanguageModel& chunk, ParallelMesh& mesh, std::vector<std::map<std::string, int>>* owners,
+                std::vector<std::map<std::string, int>>* expert_owners, model::AdamW::Owns* owns) {
+  if (mesh.shape().expert == 1) {
+    owners->push_back(ShardOptimizerState(chunk, mesh.stage().world_size()));
+    *owns = OwnedBy(owners->back(), mesh.stage().rank());
+    return;
+  }
+  owners->push_back(ShardOptimizerState(chunk, mesh.stage().world_size(),
+                                        [](const model::Parameter& p) { return !p.expert_shard; }));
+  expert_owners->push_back(ShardOptimizerState(chunk, mesh.data().world_size(),
+                                               [](const model::Parameter& p) { return p.expert_shard; }));
+  *owns = [dense = OwnedBy(owners->back(), mesh.stage().rank()),
+           blocks = OwnedBy(expert_owners->back(), mesh.data().rank())](const std::string& name) {
+    return dense(name) || blocks(name);
+  };
+}
+
 void ExpectEqualsSingleProcess(const Case& c) {
   SCOPED_TRACE(absl::StrCat(ScheduleKindName(c.kind), " data=", c.data, " pipeline=", c.pipeline, " expert=",
                             c.expert, " chunks=", c.chunks, " clip=", c.max_grad_norm));
@@ -232,23 +253,25 @@ void ExpectEqualsSingleProcess(const Case& c) {
     std::vector<std::unique_ptr<model::AdamW>> owned_optimizers;
     std::vector<model::LanguageModel*> chunks;
     std::vector<model::AdamW*> optimizers;
-    std::vector<std::map<std::string, int>> owners;
+    std::vector<std::map<std::string, int>> owners, expert_owners;
     // Experts spread over the stage's expert group: each chunk's MoE layers exchange rows through it.
     std::unique_ptr<expert::GroupExpertExchange> exchange;
     if (c.expert > 1) exchange = std::make_unique<expert::GroupExpertExchange>((*mesh)->expert());
     for (int chunk = 0; chunk < c.chunks; ++chunk) {
       owned.push_back(
           Make(c.config, (*stages)[schedule->stage((*mesh)->coordinates().pipeline, chunk)], exchange.get()));
-      if (c.zero) owners.push_back(ShardOptimizerState(*owned.back(), c.data));
-      owned_optimizers.push_back(std::make_unique<model::AdamW>(
-          adamw, *owned.back(), c.zero ? OwnedBy(owners.back(), (*mesh)->coordinates().data) : nullptr));
+      model::AdamW::Owns owns = nullptr;
+      if (c.zero) ShardChunk(*owned.back(), **mesh, &owners, &expert_owners, &owns);
+      owned_optimizers.push_back(std::make_unique<model::AdamW>(adamw, *owned.back(), owns));
       chunks.push_back(owned.back().get());
       optimizers.push_back(owned_optimizers.back().get());
     }
     absl::StatusOr<std::unique_ptr<PipelineStep>> step =
         PipelineStep::Create(world, **mesh, *schedule, chunks, optimizers, *stages, exchange.get());
     if (!checks.Ok(step.status(), "Create")) return checks.exit_code();
-    if (c.zero) (*step)->ShardOptimizerState(owners);
+    if (c.zero && !checks.Ok((*step)->ShardOptimizerState(owners, expert_owners), "ShardOptimizerState")) {
+      return checks.exit_code();
+    }
     if (!checks.Ok((*step)->SyncParameters(*chunks[0]), "SyncParameters")) return checks.exit_code();
     RandomBatches data(c.config.vocab_size, kB * kT, 17);
     for (int s = 0; s < kSteps; ++s) {
@@ -420,6 +443,20 @@ TEST(PipelineStep, MixtureOfExpertsOnTwoReplicasAgreesToRounding) {
   ExpectEqualsSingleProcess(c);
 }
 
+// (data=2, pipeline=2, expert=2), interleaved (2 chunks a rank), 8 micro-batches, clipping; ZeRO-1 or not.
+Case PipelineByExpertMesh(bool zero) {
+  Case mesh(Moe());
+  mesh.data = 2;
+  mesh.expert = 2;
+  mesh.chunks = 2;
+  mesh.kind = ScheduleKind::kInterleavedOneFOneB;
+  mesh.micro_batches = 8;
+  mesh.max_grad_norm = 1.0;
+  mesh.exact = false;
+  mesh.zero = zero;
+  return mesh;
+}
+
 // Pipeline x expert: each stage's 4 experts spread over 2 expert ranks (its MoE layers exchanging rows over
 // the stage's expert group in every forward and backward), at (data=1, pipeline=2, expert=2) under 1F1B and
 // ZB-H1 and at (2, 2, 2) interleaved with clipping. The expert blocks' tokens arrive in another order and
@@ -434,15 +471,20 @@ TEST(PipelineStep, MixtureOfExpertsOverPipelineByExpertAgreesToRounding) {
     c.expert = 2;
     ExpectEqualsSingleProcess(c);
   }
-  Case mesh(Moe());
-  mesh.data = 2;
-  mesh.expert = 2;
-  mesh.chunks = 2;
-  mesh.kind = ScheduleKind::kInterleavedOneFOneB;
-  mesh.micro_batches = 8;
-  mesh.max_grad_norm = 1.0;
-  mesh.exact = false;
-  ExpectEqualsSingleProcess(mesh);
+  ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/false));
+}
+
+// ZeRO-1 under pipeline x expert: each chunk's dense moments sharded over the stage's data x expert ranks,
+// each expert block's over the data ranks that hold it, the owners broadcasting their update over those
+// groups. The update is the one without ZeRO, so the checks above hold as tightly: (data=1, pipeline=2,
+// expert=2) bit for bit data x expert without a pipeline, (2, 2, 2) interleaved with clipping to rounding,
+// and every replica of a stage holds the same weights (CheckReplicasAgree).
+TEST(PipelineStep, ZeroOneOverPipelineByExpertShardsOverTheStageAndTheDataGroup) {
+  Case c(Moe());
+  c.expert = 2;
+  c.zero = true;
+  ExpectEqualsSingleProcess(c);
+  ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/true));
 }
 
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first

@@ -25,7 +25,10 @@
 // an expert's rows arrive in another order and gradients are summed over ranks in another order): losses,
 // aux losses and the validation loss to 1e-5 relative, the checkpoint's weights (every expert under its
 // global name, gathered from both stages' expert ranks) to 1e-4 of the largest; its checkpoint resumes in one
-// process with the same next loss to 1e-6 (the experts' rows grouped differently over the ranks).
+// process with the same next loss to 1e-6 (the experts' rows grouped differently over the ranks). With ZeRO-1
+// (dense moments over each stage's expert ranks, expert blocks' over their data ranks) that layout is the run
+// without ZeRO bit for bit, every moment is held by one rank, and its checkpoint resumes in one process and
+// in its own layout.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file.h"
 #include "config/loader.h"
@@ -234,6 +238,25 @@ TEST(Pipeline, ACheckpointResumesInAnyLayout) {
   EXPECT_NEAR(NextLossResumedAt("pp_reshard_back", 1, 2), whole->last_loss, 1e-12 * whole->last_loss);
 }
 
+// Each rank's report of a ZeRO-1 run's moments (rank 0's on `console`, the others' in <run>/rank_<r>.log):
+// "ZeRO-1: this rank holds X of the Y bytes of AdamW moments", X into *held and Y into *whole, by rank.
+bool ReadMomentsHeld(const std::string& run, const std::string& console, int ranks, std::vector<int64_t>* held,
+                     std::vector<int64_t>* whole) {
+  for (int rank = 0; rank < ranks; ++rank) {
+    auto log = ReadFile(rank == 0 ? console : TempPath(run) + absl::StrCat("/rank_", rank, ".log"));
+    EXPECT_TRUE(log.ok()) << log.status();
+    std::smatch m;
+    const std::regex line(R"(ZeRO-1: this rank holds (\d+) of the (\d+) bytes of AdamW moments)");
+    if (!log.ok() || !std::regex_search(*log, m, line)) {
+      ADD_FAILURE() << run << " rank " << rank << " reports no moments:\n" << (log.ok() ? *log : "");
+      return false;
+    }
+    held->push_back(std::stoll(m[1].str()));
+    whole->push_back(std::stoll(m[2].str()));
+  }
+  return true;
+}
+
 // ZeRO-1 with a pipeline (run.parallel.zero_stage=1): each stage's AdamW moments are sharded over its data
 // group. An owner updates its parameters from the same summed gradient and global norm as every replica
 // does without ZeRO, and broadcasts them, so (data=2, pipeline=2) with ZeRO-1 is the run without it bit for
@@ -268,14 +291,8 @@ TEST(Pipeline, ZeroOneShardsEachStageOverItsDataReplicas) {
     largest = std::max(largest, static_cast<int64_t>(2 * sizeof(float) * values->size()));
   }
   std::vector<int64_t> held, whole;
+  ASSERT_TRUE(ReadMomentsHeld("pp_2x2_zero", console, 4, &held, &whole));
   for (int rank = 0; rank < 4; ++rank) {
-    auto log = ReadFile(rank == 0 ? console : TempPath("pp_2x2_zero") + absl::StrCat("/rank_", rank, ".log"));
-    ASSERT_TRUE(log.ok()) << log.status();
-    std::smatch m;
-    const std::regex line(R"(ZeRO-1: this rank holds (\d+) of the (\d+) bytes of AdamW moments)");
-    ASSERT_TRUE(std::regex_search(*log, m, line)) << "rank " << rank << ":\n" << *log;
-    held.push_back(std::stoll(m[1].str()));
-    whole.push_back(std::stoll(m[2].str()));
     EXPECT_LE(held[rank], whole[rank] / 2 + largest) << "rank " << rank;
     EXPECT_LT(held[rank], whole[rank]) << "rank " << rank;
     std::printf("ZeRO-1, (data=2, pipeline=2): rank %d holds %lld of its stage's %lld bytes of moments (%.2f)\n",
@@ -442,6 +459,81 @@ TEST(PipelineMoe, PipelineByExpertTrainsTheSingleProcessRunToRounding) {
   auto stopped = Train(TinyMoe("pp_moe_2x2_reshard", 1, 2, {"run.parallel.expert=2"}), Options(/*stop_after_step=*/3));
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_2x2_reshard", 1, 1)), stopped->last_loss, 1e-6 * stopped->last_loss);
+}
+
+// ZeRO-1 under pipeline x expert (pipeline=2, expert=2, run.parallel.zero_stage=1): each stage's dense
+// moments sharded over its data x expert ranks (mesh stage()), each expert block's over the data ranks that
+// hold it; the owners update from the same summed gradients as without ZeRO and broadcast, so the run is the
+// one without ZeRO bit for bit: losses, aux losses, expert loads, validation loss and both checkpoint files
+// (the shards consolidated onto each stage's first rank and each expert block's first data rank, the expert
+// blocks gathered under their global names). Every moment is held by exactly one rank (the ranks' holdings
+// sum to the optimizer file's moments) and each rank holds less than its slice's.
+void ExpectZeroOneUnderPipelineByExpertIsTheRunWithoutIt(int data) {
+  SCOPED_TRACE(absl::StrCat("data=", data, " pipeline=2 expert=2"));
+  const std::string name = absl::StrCat("pp_moe_ep", data);
+  const std::vector<std::string> ep = {"run.parallel.expert=2", absl::StrCat("run.grad_accum_steps=", 4 * data)};
+  std::vector<std::string> ep_zero = ep;
+  ep_zero.push_back("run.parallel.zero_stage=1");
+  ASSERT_TRUE(Train(TinyMoe(name + "_plain", data, 2, ep), Options()).ok());
+  TrainOptions options = Options();
+  const std::string console = TempPath(name + "_zero_console.txt");
+  options.console = std::fopen(console.c_str(), "w");
+  auto zero = Train(TinyMoe(name + "_zero", data, 2, ep_zero), options);
+  std::fclose(options.console);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  const std::vector<StepMetrics> plain = Metrics(name + "_plain"), sharded = Metrics(name + "_zero");
+  ASSERT_EQ(sharded.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(sharded[i].loss, plain[i].loss) << "step " << i + 1;
+    EXPECT_EQ(sharded[i].aux_loss, plain[i].aux_loss) << "step " << i + 1;
+    EXPECT_EQ(sharded[i].expert_loads, plain[i].expert_loads) << "step " << i + 1;
+  }
+  ASSERT_TRUE(sharded.back().val_loss.has_value() && plain.back().val_loss.has_value());
+  EXPECT_EQ(*sharded.back().val_loss, *plain.back().val_loss);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File(name + "_zero", file) == File(name + "_plain", file)) << file << " differs";
+  }
+
+  auto checkpoint = LoadCheckpoint(TempPath(name + "_zero/checkpoints/step_00000004"));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  int64_t moments = 0;  // bytes of every AdamW moment of the model
+  for (const auto& [tensor_name, tensor] : checkpoint->optimizer->tensors()) {
+    if (absl::EndsWith(tensor_name, ".exp_avg") || absl::EndsWith(tensor_name, ".exp_avg_sq")) {
+      moments += tensor.numel() * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  const int ranks = 4 * data;
+  std::vector<int64_t> held, whole;
+  ASSERT_TRUE(ReadMomentsHeld(name + "_zero", console, ranks, &held, &whole));
+  int64_t total = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    EXPECT_LT(held[rank], whole[rank]) << "rank " << rank;
+    total += held[rank];
+    std::printf("ZeRO-1, (data=%d, pipeline=2, expert=2): rank %d holds %lld of its slice's %lld bytes of moments "
+                "(%.2f)\n",
+                data, rank, static_cast<long long>(held[rank]), static_cast<long long>(whole[rank]),
+                static_cast<double>(held[rank]) / static_cast<double>(whole[rank]));
+  }
+  EXPECT_EQ(total, moments) << "the ranks' moments are not the model's, each once";
+}
+
+TEST(PipelineMoe, ZeroOneUnderPipelineByExpertIsTheRunWithoutItBitForBit) {
+  ExpectZeroOneUnderPipelineByExpertIsTheRunWithoutIt(/*data=*/1);
+  ExpectZeroOneUnderPipelineByExpertIsTheRunWithoutIt(/*data=*/2);
+}
+
+// A checkpoint of step 2 written at (data=1, pipeline=2, expert=2) with ZeRO-1 resumes in one process with
+// the same next loss, to 1e-6 as the run without ZeRO (PipelineByExpert above: the experts' rows grouped
+// differently over the ranks), and in its own layout (each rank's owners taking their moments, its expert
+// blocks under their global names, from the whole file) to the double rounding of the losses' sum, 1e-12.
+TEST(PipelineMoe, AZeroOnePipelineByExpertCheckpointResumes) {
+  const std::vector<std::string> ep_zero = {"run.parallel.expert=2", "run.parallel.zero_stage=1"};
+  auto stopped = Train(TinyMoe("pp_moe_ep_zero_reshard", 1, 2, ep_zero), Options(/*stop_after_step=*/3));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  const double want = stopped->last_loss;
+  EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_ep_zero_reshard", 1, 1)), want, 1e-6 * want) << "one process";
+  EXPECT_NEAR(NextLossResumed(TinyMoe("pp_moe_ep_zero_reshard", 1, 2, ep_zero)), want, 1e-12 * want)
+      << "data=1 pipeline=2 expert=2 zero_stage=1";
 }
 
 }  // namespace

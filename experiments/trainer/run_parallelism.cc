@@ -55,13 +55,17 @@ model::moe::ExpertExchange* RunParallelism::expert_exchange() {
 }
 
 std::vector<RunParallelism::Shard> RunParallelism::ShardSlice(const model::LanguageModel& chunk) {
-  if (layout_.has_value()) return {{&mesh_->data(), distributed::ShardOptimizerState(chunk, mesh_->shape().data)}};
-  if (expert_parallel_ == nullptr) return {{world_, distributed::ShardOptimizerState(chunk, world_->world_size())}};
-  distributed::Collectives* replicas = expert_parallel_->groups().replicas;
-  return {{world_, distributed::ShardOptimizerState(chunk, world_->world_size(),
-                                                    [](const model::Parameter& p) { return !p.expert_shard; })},
-          {replicas, distributed::ShardOptimizerState(chunk, replicas->world_size(),
-                                                      [](const model::Parameter& p) { return p.expert_shard; })}};
+  // The group the dense parameters are replicated over (every rank; a pipeline stage's replicas) and, with
+  // experts spread over ranks, the one each expert block is (the data ranks that hold it).
+  distributed::Collectives* dense = layout_.has_value() ? &mesh_->stage() : world_;
+  distributed::Collectives* experts = nullptr;
+  if (stage_exchange_ != nullptr) experts = &mesh_->data();                          // pipeline x expert
+  if (expert_parallel_ != nullptr) experts = expert_parallel_->groups().replicas;  // data x expert
+  if (experts == nullptr) return {{dense, distributed::ShardOptimizerState(chunk, dense->world_size())}};
+  return {{dense, distributed::ShardOptimizerState(chunk, dense->world_size(),
+                                                   [](const model::Parameter& p) { return !p.expert_shard; })},
+          {experts, distributed::ShardOptimizerState(chunk, experts->world_size(),
+                                                     [](const model::Parameter& p) { return p.expert_shard; })}};
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::MakeOptimizers(
@@ -96,9 +100,14 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
     if (!shards_.empty()) {
-      std::vector<std::map<std::string, int>> owners;
-      for (const std::vector<Shard>& slice : shards_) owners.push_back(slice[0].owners);
-      pipeline_->ShardOptimizerState(std::move(owners));
+      std::vector<std::map<std::string, int>> owners, expert_owners;
+      for (const std::vector<Shard>& slice : shards_) {
+        owners.push_back(slice[0].owners);
+        if (slice.size() > 1) expert_owners.push_back(slice[1].owners);
+      }
+      if (absl::Status s = pipeline_->ShardOptimizerState(std::move(owners), std::move(expert_owners)); !s.ok()) {
+        return s;
+      }
     }
     strategy_ = *std::move(step);
   }

@@ -46,8 +46,9 @@ class RunParallelism {
   model::moe::ExpertExchange* expert_exchange();
   // The optimizer of each slice (chunks[c] -> [c]); under ZeRO-1 each keeps the moments of the parameters
   // this rank owns: over every rank with data parallelism; over the stage's data group in a pipeline; with
-  // expert parallelism the dense parameters over every rank and each expert block over the data ranks that
-  // hold it (one such rank: it keeps its blocks' moments whole). A pipeline's step strategy is built here,
+  // expert parallelism the dense parameters over every rank (in a pipeline: over the stage's data x expert
+  // ranks) and each expert block over the data ranks that hold it (one such rank: it keeps its blocks'
+  // moments whole). A pipeline's step strategy is built here,
   // over the slices and their optimizers.
   absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> MakeOptimizers(
       const config::OptimizerConfig& config, const std::vector<std::unique_ptr<model::LanguageModel>>& chunks);
