@@ -8,7 +8,8 @@
 //
 // MultiTensorAdamW updates many tensors in one call (one launch on CUDA): fp32 master weights and moments,
 // fp32 or bf16 gradients (bf16: CUDA only), an optional bf16 copy of each updated tensor for the next
-// forward, and clipping from a norm that stays where it was computed (GlobalGradNormToDevice).
+// forward, clipping from a norm that stays where it was computed (GlobalGradNormToDevice), and on the CPU
+// the gradients zeroed in the same pass (zero_grads).
 #ifndef LMFORGE_KERNELS_ADAMW_ADAMW_H_
 #define LMFORGE_KERNELS_ADAMW_ADAMW_H_
 
@@ -40,7 +41,7 @@ struct AdamWParams {
 struct AdamWTensor {
   int64_t n = 0;
   float* param = nullptr;      // (n) fp32 master weights, updated in place
-  const void* grad = nullptr;  // (n) in MultiTensorAdamWParams::grad_dtype
+  const void* grad = nullptr;  // (n) in MultiTensorAdamWParams::grad_dtype; set to zero with zero_grads
   float* m = nullptr;          // (n) first moment
   float* v = nullptr;          // (n) second moment
   void* param_copy = nullptr;  // (n) bf16 copy of the updated param (rounded to nearest even), or null
@@ -58,6 +59,11 @@ struct MultiTensorAdamWParams {
   // of grad_norm.h), read where the update runs.
   const float* norm = nullptr;
   float max_norm = 1.0f;
+  // When true, every gradient is set to zero in the same pass, each element after it is read: the next
+  // step's zero_grad without a pass of its own over the gradients (on the CPU one write stream added to
+  // AdamW's seven instead of a memset of every gradient). The CPU backend only (fp32 gradients); CUDA
+  // answers InvalidArgument.
+  bool zero_grads = false;
 };
 
 // The CUDA backend (adamw_cuda.cu, built in where LMF_WITH_CUDA): AdamWStep takes fp32 param and grad;

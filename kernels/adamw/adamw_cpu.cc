@@ -1,5 +1,5 @@
-// CPU AdamW: one fused pass over param, grad, m and v, 8 lanes at a time (AVX2 sqrt and division; the
-// scalar tail does the same operations), split over threads. Per-step constants are computed once in
+// CPU AdamW: one fused pass over param, grad, m and v (and zeroing grad when asked), 8 lanes at a time
+// (AVX2 sqrt and division; the scalar tail does the same operations), split over threads. Per-step constants are computed once in
 // double. The operation order follows torch.optim.AdamW (single-tensor path):
 //   param *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   param -= (lr / bc1) * (m / (sqrt(v) / sqrt(bc2) + eps))
@@ -15,7 +15,11 @@
 
 namespace lmf::kernels::cpu {
 
-void AdamWStep(const Context& ctx, const AdamWParams& p) {
+namespace {
+
+// AdamWStep's update; with zero_grad (the same array as p.grad) each gradient element is set to zero after
+// it is read, in the same loop.
+void Update(const Context& ctx, const AdamWParams& p, float* zero_grad) {
   float* param = static_cast<float*>(p.param);
   const float* grad = static_cast<const float*>(p.grad);
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
@@ -41,6 +45,7 @@ void AdamWStep(const Context& ctx, const AdamWParams& p) {
       const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), vsbc2), veps);
       const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(param + i), vdecay);
       _mm256_storeu_ps(param + i, _mm256_sub_ps(w, _mm256_mul_ps(vstep, _mm256_div_ps(m, denom))));
+      if (zero_grad != nullptr) _mm256_storeu_ps(zero_grad + i, _mm256_setzero_ps());
     }
     for (; i < end; ++i) {
       const float g = grad[i] * gs;
@@ -50,12 +55,17 @@ void AdamWStep(const Context& ctx, const AdamWParams& p) {
       p.v[i] = v;
       const float w = param[i] * decay;
       param[i] = w - step_size * (m / (std::sqrt(v) / sqrt_bc2 + eps));
+      if (zero_grad != nullptr) zero_grad[i] = 0.0f;
     }
   });
 }
 
-// AdamWStep per tensor, with the clip scale folded into grad_scale (as the CUDA kernel does), then the bf16
-// copy from the updated fp32 param.
+}  // namespace
+
+void AdamWStep(const Context& ctx, const AdamWParams& p) { Update(ctx, p, nullptr); }
+
+// AdamWStep per tensor (zeroing its gradient in the same loop with zero_grads), with the clip scale folded
+// into grad_scale (as the CUDA kernel does), then the bf16 copy from the updated fp32 param.
 void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
   LMF_CHECK_EQ(p.grad_dtype, DType::kF32) << "the CPU AdamW takes fp32 gradients";
   LMF_CHECK_GE(p.step, 1) << "AdamW steps count from 1";
@@ -77,7 +87,8 @@ void MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& p) {
     a.weight_decay = p.weight_decay;
     a.step = p.step;
     a.grad_scale = grad_scale;
-    cpu::AdamWStep(ctx, a);
+    // zero_grads: the caller handed over the gradients to be cleared (AdamWTensor::grad).
+    Update(ctx, a, p.zero_grads ? const_cast<float*>(static_cast<const float*>(t.grad)) : nullptr);
     if (t.param_copy != nullptr) {
       CastParams copy;
       copy.n = t.n;

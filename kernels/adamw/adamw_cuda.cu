@@ -88,6 +88,10 @@ absl::Status MultiTensorAdamW(const Context& ctx, const MultiTensorAdamWParams& 
   LMF_RETURN_IF_ERROR_STATUS(CheckFloatDType(p.grad_dtype, "adamw"));
   if (p.step < 1)
     return absl::InvalidArgumentError(absl::StrCat("adamw: step ", p.step, " (steps count from 1)"));
+  if (p.zero_grads) {
+    return absl::InvalidArgumentError(
+        "adamw: zero_grads (zeroing the gradients in the update's pass) is CPU-only; zero them with FillZero");
+  }
   const std::vector<Chunk> chunks = MakeChunks(p.tensors, p.num_tensors);
   if (chunks.empty()) return absl::OkStatus();
   Scratch scratch;

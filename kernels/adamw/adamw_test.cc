@@ -1,11 +1,13 @@
 // AdamW: five steps with weight decay and betas (0.9, 0.95) follow torch.optim.AdamW's parameters and
-// moments; the CS336 1000-step trajectory (Linear(3, 2), squared error) ends at the snapshot's weights.
+// moments; the CS336 1000-step trajectory (Linear(3, 2), squared error) ends at the snapshot's weights;
+// MultiTensorAdamW equals per-tensor steps, and with zero_grads updates the same and clears the gradients.
 #include "kernels/adamw/adamw.h"
 
 #include <cstdint>
 #include <vector>
 
 #include "base/shared_data.h"
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/compare.h"
 #include "kernels/testing/fixture.h"
@@ -123,6 +125,41 @@ TEST(AdamW, MultiTensorStepEqualsPerTensorStepsWithClippingAndBf16Copy) {
     for (int64_t j = 0; j < sizes[i] && i != 1; ++j) ASSERT_EQ(copy[i][j], FloatToBF16(param[i][j])) << j;
   }
   EXPECT_EQ(copy[1], std::vector<uint16_t>(sizes[1], 0)) << "a null param_copy is not written";
+}
+
+// zero_grads: the same parameters and moments, bit for bit, as the update without it (it reads each
+// gradient before clearing it), every gradient element zero afterwards, over sizes with and without a
+// scalar tail and several threads.
+TEST(AdamW, ZeroGradsUpdatesAsWithoutAndLeavesEveryGradientZero) {
+  ThreadPool pool(2);
+  Context ctx = Context::Cpu(&pool);
+  const std::vector<int64_t> sizes = {1, 8, 13, 40003};
+  std::vector<std::vector<float>> param, grad, m, v;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    param.push_back(testing::RandomNormal(sizes[i], 30 + i)), grad.push_back(testing::RandomNormal(sizes[i], 40 + i));
+    m.push_back(testing::RandomNormal(sizes[i], 50 + i, 0.1f)), v.push_back(std::vector<float>(sizes[i], 0.01f));
+  }
+  auto want = param, wm = m, wv = v, zeroed = grad;
+  auto run = [&](std::vector<std::vector<float>>& p, std::vector<std::vector<float>>& g,
+                 std::vector<std::vector<float>>& mm, std::vector<std::vector<float>>& vv, bool zero_grads) {
+    std::vector<AdamWTensor> tensors;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      tensors.push_back(AdamWTensor{sizes[i], p[i].data(), g[i].data(), mm[i].data(), vv[i].data(), nullptr});
+    MultiTensorAdamWParams mp;
+    mp.tensors = tensors.data(), mp.num_tensors = static_cast<int64_t>(tensors.size());
+    mp.lr = 1e-2f, mp.weight_decay = 0.1f, mp.step = 3, mp.grad_scale = 0.7f, mp.zero_grads = zero_grads;
+    MultiTensorAdamW(ctx, mp);
+  };
+  run(want, grad, wm, wv, /*zero_grads=*/false);
+  run(param, zeroed, m, v, /*zero_grads=*/true);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    EXPECT_EQ(param[i], want[i]);
+    EXPECT_EQ(m[i], wm[i]);
+    EXPECT_EQ(v[i], wv[i]);
+    EXPECT_EQ(zeroed[i], std::vector<float>(sizes[i], 0.0f));
+    EXPECT_NE(grad[i], std::vector<float>(sizes[i], 0.0f)) << "without zero_grads the gradient is kept";
+  }
 }
 
 }  // namespace

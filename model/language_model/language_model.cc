@@ -304,6 +304,7 @@ void LanguageModel::BackwardStage(Activations& activations, const void* doutput,
   LMF_CHECK(deferred == nullptr || !backward_progress_)
       << "LanguageModel: a backward with deferred weight gradients cannot report backward progress";
   scratch_.set_deferred(deferred);
+  grads_zero_ = false;  // the backward accumulates into the gradients (now, or deferred)
   const int64_t n = activations.b_ * activations.t_, c = config_.d_model;
   if (!dresidual_.defined() || dresidual_.dim(0) != n) {
     dresidual_ = kernels::Tensor::Empty({n, c}, dtype_, ctx_.allocator);
@@ -402,6 +403,7 @@ absl::StatusOr<double> LanguageModel::ForwardWithLoss(const int32_t* ids, const 
 void LanguageModel::Backward() { Backward(own_); }
 
 void LanguageModel::ZeroGrad() {
+  if (grads_zero_) return;
   VisitParameters([&](const std::string&, const Parameter& p) {
     kernels::FillZero(ctx_, p.grad.data(), p.grad.nbytes());
   });

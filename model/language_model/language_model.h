@@ -240,8 +240,13 @@ class LanguageModel {
   double z_loss_term() const { return own_.z_loss_term(); }
   double aux_loss() const { return own_.aux_loss(); }
   void Backward();
-  // Sets every parameter gradient to zero (on the model's device).
+  // Sets every parameter gradient to zero (on the model's device); nothing to do when an optimizer step
+  // zeroed them all in its own pass and no backward ran since (GradsZeroedByOptimizer).
   void ZeroGrad();
+  // For an optimizer that has just set every parameter gradient to zero in its update's pass (AdamW's
+  // zero_grads): the next ZeroGrad has nothing to do. Any backward ends this. Call it only right after such
+  // an update: gradients written by other means before the next ZeroGrad would not be cleared by it.
+  void GradsZeroedByOptimizer() { grads_zero_ = true; }
 
   // A cache for B sequences (InvalidArgument for B <= 0; a whole model only); empty until Prefill.
   absl::StatusOr<KvCache> NewKvCache(int64_t b) const;
@@ -331,6 +336,7 @@ class LanguageModel {
   std::optional<Parameter> tied_table_;             // a head-only slice's copy of the tied token table
   std::unique_ptr<Linear> lm_head_;                 // the last slice
   Activations own_;
+  bool grads_zero_ = false;                         // every parameter gradient is known to be zero
   kernels::Tensor dresidual_;                       // (N, C) the residual gradient between blocks
   Scratch scratch_;
 };

@@ -40,13 +40,14 @@ double GradientNorm(const LanguageModel& model) {
   return static_cast<double>(kernels::GlobalGradNorm(model.context(), norm_params));
 }
 
-double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches) {
+double AdamW::Step(LanguageModel& model, double lr, int64_t micro_batches, GradsAfterStep after) {
   LMF_CHECK_GE(micro_batches, 1);
   // The gradients hold a sum over micro-batches; the norm of their mean is the norm of the sum divided.
-  return StepWithNorm(model, lr, micro_batches, GradientNorm(model) / static_cast<double>(micro_batches));
+  return StepWithNorm(model, lr, micro_batches, GradientNorm(model) / static_cast<double>(micro_batches), after);
 }
 
-double AdamW::StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm) {
+double AdamW::StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm,
+                           GradsAfterStep after) {
   LMF_CHECK_GE(micro_batches, 1);
   if (!std::isfinite(norm)) return norm;
 
@@ -55,6 +56,9 @@ double AdamW::StepWithNorm(LanguageModel& model, double lr, int64_t micro_batche
                                                                    static_cast<float>(config_.max_grad_norm))
                                                : 1.0f;
   const float grad_scale = clip / static_cast<float>(micro_batches);
+  // The CUDA AdamW does not zero (a memset there is one asynchronous call); with ZeRO-1 the other ranks'
+  // gradients are not visited here.
+  const bool zero_grads = after == GradsAfterStep::kZeroed && !owns_ && ctx_.device.is_cpu();
   // One MultiTensorAdamW call per group of (weight decay or not, learning-rate scale): two, or four with
   // muP's scaled matrices; each also writes the bf16 compute copy of the tensors it updates when the model
   // computes in bf16.
@@ -86,8 +90,10 @@ double AdamW::StepWithNorm(LanguageModel& model, double lr, int64_t micro_batche
     params.weight_decay = decay ? static_cast<float>(config_.weight_decay) : 0.0f;
     params.step = step_;
     params.grad_scale = grad_scale;
+    params.zero_grads = zero_grads;
     kernels::MultiTensorAdamW(ctx_, params);
   }
+  if (zero_grads) model.GradsZeroedByOptimizer();
   return norm;
 }
 
@@ -157,7 +163,7 @@ absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer
   model.Backward();
   TrainStepResult result;
   result.loss = *loss;
-  result.grad_norm = optimizer.Step(model, lr);
+  result.grad_norm = optimizer.Step(model, lr, /*micro_batches=*/1, GradsAfterStep::kZeroed);
   return result;
 }
 

@@ -36,6 +36,12 @@ namespace lmf::model {
 // The global L2 norm of every parameter gradient of `model` (kernels/grad_norm, on its device).
 double GradientNorm(const LanguageModel& model);
 
+// What an optimizer step leaves in the gradients: kept as they were, or set to zero in the update's own pass
+// (the next step's ZeroGrad then has nothing to do: one pass over every gradient fewer per step). Zeroing
+// happens on CPU models with an optimizer that owns every parameter (not ZeRO-1) and a finite norm; else the
+// gradients are kept and the next ZeroGrad clears them as usual.
+enum class GradsAfterStep { kKept, kZeroed };
+
 class AdamW {
  public:
   // Which parameters this optimizer updates and keeps moments for (ZeRO-1: the ones this rank owns).
@@ -48,10 +54,12 @@ class AdamW {
   // Returns the global L2 norm of that mean, before clipping, over every parameter (owned or not: the
   // gradients are the whole model's). When it is finite, clips to max_grad_norm and updates the owned
   // parameters at learning rate `lr`; when it is NaN or infinite, changes nothing.
-  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1);
+  double Step(LanguageModel& model, double lr, int64_t micro_batches = 1,
+              GradsAfterStep after = GradsAfterStep::kKept);
   // The same step with the norm of the mean gradient given: a model split over processes (pipeline stages)
   // has the global norm only from all of them together.
-  double StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm);
+  double StepWithNorm(LanguageModel& model, double lr, int64_t micro_batches, double norm,
+                      GradsAfterStep after = GradsAfterStep::kKept);
 
   int64_t step() const { return step_; }
   // Bytes of the moments this optimizer holds.
@@ -94,7 +102,8 @@ struct TrainStepResult {
 };
 
 // ZeroGrad, ForwardWithLoss(ids, targets (B, T)) as a training forward (seed 0, the optimizer's step),
-// Backward, AdamW step. Bad batches give the model's error.
+// Backward, AdamW step (GradsAfterStep::kZeroed: the gradients it leaves are zero on a CPU model). Bad
+// batches give the model's error.
 absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
                                           const int32_t* targets, int64_t b, int64_t t, double lr);
 

@@ -1,11 +1,13 @@
 // Tests of AdamW + clipping on the model: three training steps of llama_tiny match torch.optim.AdamW with
-// clip_grad_norm_ (fixture from tools/model/reference.py), and a bad config is rejected.
+// clip_grad_norm_ (fixture from tools/model/reference.py), steps that zero the gradients in AdamW's pass
+// match steps that keep them bit for bit, and a bad config is rejected.
 #include "model/optimizer/adamw.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/testing/npz.h"
@@ -80,6 +82,50 @@ TEST(AdamWTest, ThreeClippedStepsMatchTorch) {
   optimizer.VisitState([&](const std::string&, const kernels::Tensor&) { ++state_tensors; });
   // token_embeddings, 2 layers x (ln1, q, k, v, output, ln2, w1, w3, w2), ln_final, lm_head = 21.
   EXPECT_EQ(state_tensors, 2 * 21);
+}
+
+// The weights of `model`, by name.
+std::map<std::string, std::vector<float>> Weights(const LanguageModel& model, bool grads) {
+  std::map<std::string, std::vector<float>> out;
+  model.VisitParameters([&](const std::string& name, const Parameter& p) {
+    const float* x = grads ? p.grad_data() : p.data();
+    out[name].assign(x, x + p.value.numel());
+  });
+  return out;
+}
+
+// TrainStep leaves the gradients zero (AdamW zeroes them in its pass, GradsAfterStep::kZeroed) and its next
+// ZeroGrad skips the memset: three steps give the same weights, bit for bit, as ZeroGrad, forward, backward
+// and a step that keeps the gradients; after each such step the gradients are the backward's, not zero.
+TEST(AdamWTest, StepsThatZeroTheGradientsMatchStepsThatKeepThemBitForBit) {
+  const ModelConfig config = Gpt2Config(67, 16, 32, 2, 4);
+  const kernels::Context ctx = kernels::Context::Cpu();
+  auto zeroing = LanguageModel::Create(config, ctx), keeping = LanguageModel::Create(config, ctx);
+  ASSERT_TRUE(zeroing.ok() && keeping.ok());
+  (*zeroing)->InitializeParameters(3);
+  (*keeping)->InitializeParameters(3);
+  AdamWConfig adamw;
+  adamw.max_grad_norm = 0.5;  // clipping on: the zeroing pass must read every gradient after the norm
+  AdamW zeroing_optimizer(adamw, **zeroing), keeping_optimizer(adamw, **keeping);
+  std::vector<int32_t> ids(2 * 8), targets(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 % 67), targets[i] = ids[i] ^ 1;
+  for (int step = 0; step < 3; ++step) {
+    auto result = TrainStep(**zeroing, zeroing_optimizer, ids.data(), targets.data(), 2, 8, 1e-2);
+    ASSERT_TRUE(result.ok()) << result.status();
+    for (const auto& [name, g] : Weights(**zeroing, /*grads=*/true))
+      EXPECT_EQ(g, std::vector<float>(g.size(), 0.0f)) << name << " after step " << step;
+    (*keeping)->ZeroGrad();
+    auto loss = (*keeping)->ForwardWithLoss(ids.data(), targets.data(), 2, 8,
+                                           ForwardMode::Training(0, keeping_optimizer.step(), 0));
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    (*keeping)->Backward();
+    const auto grads = Weights(**keeping, /*grads=*/true);
+    const double norm = keeping_optimizer.Step(**keeping, 1e-2);
+    EXPECT_EQ(result->loss, *loss) << "step " << step;
+    EXPECT_EQ(result->grad_norm, norm) << "step " << step;
+    EXPECT_EQ(Weights(**keeping, /*grads=*/true), grads) << "GradsAfterStep::kKept leaves the gradients";
+    EXPECT_EQ(Weights(**zeroing, /*grads=*/false), Weights(**keeping, /*grads=*/false)) << "step " << step;
+  }
 }
 
 TEST(AdamWTest, RejectsBadHyperparameters) {

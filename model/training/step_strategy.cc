@@ -75,9 +75,10 @@ StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& i
   if (!std::isfinite(result.loss)) {
     result.grad_norm = NAN;
   } else if (summed_norm.has_value()) {  // the norm of the gradients' sum; the step takes its mean's
-    result.grad_norm = optimizer.StepWithNorm(model, input.lr, input.micro_batches, *summed_norm / mb);
+    result.grad_norm = optimizer.StepWithNorm(model, input.lr, input.micro_batches, *summed_norm / mb,
+                                              GradsAfterStep::kZeroed);
   } else {
-    result.grad_norm = optimizer.Step(model, input.lr, input.micro_batches);
+    result.grad_norm = optimizer.Step(model, input.lr, input.micro_batches, GradsAfterStep::kZeroed);
   }
   EstimateNoiseScale(input, sums.first_grad_sq, &result);
   const ExpertLoadStats load = SummarizeExpertLoad(model);

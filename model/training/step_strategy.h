@@ -123,7 +123,8 @@ ExpertLoadStats SummarizeExpertLoad(const NamedCounts& counts);
 // The mean losses and the update: AdamW at input.lr over the accumulated gradients when the mean loss is
 // finite (else grad_norm NaN and the weights do not change); then the model's once-per-step state update
 // from the step's counts (LanguageModel::EndStep, summed over the processes already). `summed_norm`: the
-// gradients' norm when the model holds part of them (AdamW::Step).
+// gradients' norm when the model holds part of them (AdamW::Step). The update leaves the gradients zero
+// where it can (GradsAfterStep::kZeroed), for the next step's ZeroGrad.
 StepResult FinishStep(LanguageModel& model, AdamW& optimizer, const StepInput& input, const LossSums& sums,
                       int stop_signal, std::optional<double> summed_norm = std::nullopt);
 // The gradient noise scale's parts (StepResult::noise_grad_sq, noise_trace) from |g_small|^2 =
