@@ -1,6 +1,6 @@
 // CPU AdamW: one fused pass over param, grad, m and v (and zeroing grad when asked), 8 lanes at a time
-// (AVX2 sqrt and division; the scalar tail does the same operations), split over threads. Per-step constants are computed once in
-// double. The operation order follows torch.optim.AdamW (single-tensor path):
+// (AVX2 sqrt and division; the scalar tail does the same operations), split over threads. Per-step
+// constants are computed once in double. The operation order follows torch.optim.AdamW (single-tensor path):
 //   param *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   param -= (lr / bc1) * (m / (sqrt(v) / sqrt(bc2) + eps))
 #include <immintrin.h>

@@ -136,8 +136,10 @@ TEST(AdamW, ZeroGradsUpdatesAsWithoutAndLeavesEveryGradientZero) {
   const std::vector<int64_t> sizes = {1, 8, 13, 40003};
   std::vector<std::vector<float>> param, grad, m, v;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    param.push_back(testing::RandomNormal(sizes[i], 30 + i)), grad.push_back(testing::RandomNormal(sizes[i], 40 + i));
-    m.push_back(testing::RandomNormal(sizes[i], 50 + i, 0.1f)), v.push_back(std::vector<float>(sizes[i], 0.01f));
+    param.push_back(testing::RandomNormal(sizes[i], 30 + i));
+    grad.push_back(testing::RandomNormal(sizes[i], 40 + i));
+    m.push_back(testing::RandomNormal(sizes[i], 50 + i, 0.1f));
+    v.push_back(std::vector<float>(sizes[i], 0.01f));
   }
   auto want = param, wm = m, wv = v, zeroed = grad;
   auto run = [&](std::vector<std::vector<float>>& p, std::vector<std::vector<float>>& g,

@@ -82,7 +82,7 @@ void Sgemm(const Context& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N,
   // thread ran at ~128 GF/s against ~152 GF/s in 8 panels (1024 x 50304 x 768, 2 threads, dnnl_sgemm).
   // The panel count is a multiple of the thread count and the panels are of equal width, so every thread
   // gets the same share: 50304 columns in 8192-wide panels made 6 full panels and one of 1152, and with 2
-  // threads one of them got 25728 columns and the other 24576 (the step waited ~5% longer than it needed).
+  // threads one of them got 25728 columns and the other 24576 (2% over an even 25152, waited for by both).
   constexpr int64_t kMaxPanel = 8192;
   const int64_t rounds = (extent + panels * kMaxPanel - 1) / (panels * kMaxPanel);
   const int64_t even = (extent + panels * rounds - 1) / (panels * rounds);  // <= kMaxPanel
