@@ -1,12 +1,11 @@
 // The expert exchange over a process group (see expert_exchange.h).
 #include "distributed/expert/expert_exchange.h"
 
-#include <algorithm>
-#include <cstring>
 #include <optional>
 #include <utility>
 
 #include "distributed/expert/token_dispatch.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::distributed::expert {
 namespace {
@@ -22,14 +21,15 @@ class GroupPlan final : public model::moe::ExpertExchange::Plan {
 
 }  // namespace
 
-std::unique_ptr<model::moe::ExpertExchange::Plan> GroupExpertExchange::Route(const int32_t* row_experts, int64_t m,
+std::unique_ptr<model::moe::ExpertExchange::Plan> GroupExpertExchange::Route(const kernels::Context& ctx,
+                                                                             const int32_t* row_experts, int64_t m,
                                                                              int64_t num_experts,
                                                                              std::vector<int64_t>* counts) {
   auto plan = std::make_unique<GroupPlan>(static_cast<int>(num_experts));
   const int local = static_cast<int>(num_experts / ranks());
   counts->assign(static_cast<size_t>(local), 0);
   if (!status_.ok()) return plan;
-  TokenDispatcher dispatcher(group_, plan->num_experts);
+  TokenDispatcher dispatcher(group_, plan->num_experts, ctx);
   absl::StatusOr<DispatchPlan> made = dispatcher.Plan(row_experts, m, /*k=*/1);
   if (!made.ok()) {
     status_ = made.status();
@@ -40,27 +40,28 @@ std::unique_ptr<model::moe::ExpertExchange::Plan> GroupExpertExchange::Route(con
   return plan;
 }
 
-void GroupExpertExchange::Send(const Plan& plan_base, const float* rows, int64_t c, float* received) {
+void GroupExpertExchange::Send(const kernels::Context& ctx, const Plan& plan_base, const void* rows, size_t row_bytes,
+                               void* received) {
   const auto& plan = static_cast<const GroupPlan&>(plan_base);
-  const int64_t r = plan.received_rows();
-  std::fill(received, received + r * c, 0.0f);
-  if (!status_.ok() || !plan.plan.has_value()) return;
-  TokenDispatcher dispatcher(group_, plan.num_experts);
-  if (absl::Status s = dispatcher.Dispatch(*plan.plan, rows, c, &arrived_); !s.ok()) {
-    status_ = s;
+  if (!status_.ok() || !plan.plan.has_value()) {  // outputs not to be used: zeros rather than garbage
+    kernels::FillZero(ctx, received, static_cast<size_t>(plan.received_rows()) * row_bytes);
     return;
   }
-  std::copy(arrived_.begin(), arrived_.end(), received);
+  TokenDispatcher dispatcher(group_, plan.num_experts, ctx);
+  if (absl::Status s = dispatcher.DispatchSorted(*plan.plan, rows, row_bytes, received); !s.ok()) {
+    status_ = s;
+    kernels::FillZero(ctx, received, static_cast<size_t>(plan.received_rows()) * row_bytes);
+  }
 }
 
-void GroupExpertExchange::Return(const Plan& plan_base, const float* received, int64_t c, float* rows) {
+void GroupExpertExchange::Return(const kernels::Context& ctx, const Plan& plan_base, const void* received,
+                                 size_t row_bytes, void* rows) {
   const auto& plan = static_cast<const GroupPlan&>(plan_base);
-  const int64_t m = plan.plan.has_value() ? plan.plan->tokens() : 0;
   if (!status_.ok() || !plan.plan.has_value()) return;
-  TokenDispatcher dispatcher(group_, plan.num_experts);
-  if (absl::Status s = dispatcher.Combine(*plan.plan, received, c, rows); !s.ok()) {
+  TokenDispatcher dispatcher(group_, plan.num_experts, ctx);
+  if (absl::Status s = dispatcher.CombineSorted(*plan.plan, received, row_bytes, rows); !s.ok()) {
     status_ = s;
-    std::fill(rows, rows + m * c, 0.0f);
+    kernels::FillZero(ctx, rows, static_cast<size_t>(plan.plan->sent_rows()) * row_bytes);
   }
 }
 

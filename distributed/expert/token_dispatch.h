@@ -13,8 +13,15 @@
 // Backward: Dispatch and Combine move rows without arithmetic, so each one's gradient is the other: the
 // gradient of the dispatched rows comes back by Combine (then summed over each token's k picks), the
 // gradient of the combined rows goes out by Dispatch. Every call is a collective of the group: all ranks call
-// it, with their own n (0 allowed). Host fp32 rows (the CPU backend); errors are the collectives' (a dead
-// or stalled peer named within the timeout).
+// it, with their own n (0 allowed). Errors are the collectives' (a dead or stalled peer named within the
+// timeout).
+//
+// Memory: the dispatcher's Context names where the group's buffers live: the host (Gloo) or this rank's
+// device (NCCL, which moves device memory only: Plan stages the counts through the device and copies only
+// them back). DispatchSorted and CombineSorted move rows of any type on that device, already in send order
+// (sorted by expert, as a mixture of experts' dispatch keeps them): one all-to-all of the rows and one copy
+// per (source, local expert) block. Dispatch and Combine are their host forms for unsorted (n, k) picks of
+// fp32 rows: they gather into send order, and scatter back, on the host around them.
 #ifndef LMFORGE_DISTRIBUTED_EXPERT_TOKEN_DISPATCH_H_
 #define LMFORGE_DISTRIBUTED_EXPERT_TOKEN_DISPATCH_H_
 
@@ -23,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
+#include "kernels/core/context.h"
 
 namespace lmf::distributed::expert {
 
@@ -38,6 +46,7 @@ class DispatchPlan {
   int64_t expert_offset(int e) const { return expert_offset_[e]; }
   // Rows this rank receives from rank `source` for local expert e (who sent what).
   int64_t rows_from(int source, int e) const { return from_[static_cast<size_t>(source) * expert_rows_.size() + e]; }
+  int64_t sent_rows() const { return static_cast<int64_t>(order_.size()); }  // n * k: this rank's rows out
 
  private:
   friend class TokenDispatcher;
@@ -54,21 +63,41 @@ class DispatchPlan {
 class TokenDispatcher {
  public:
   // `group`: the expert-parallel ranks; num_experts must be a multiple of its size (the caller validates
-  // the config: InvalidArgument from Plan otherwise).
-  TokenDispatcher(Collectives& group, int num_experts) : group_(group), num_experts_(num_experts) {}
+  // the config: InvalidArgument from Plan otherwise). `ctx`: where the group's buffers live (the host, or
+  // the device of an NCCL group; its stream orders the copies and the collectives), kept by value.
+  TokenDispatcher(Collectives& group, int num_experts, const kernels::Context& ctx = kernels::Context::Cpu())
+      : group_(group), num_experts_(num_experts), ctx_(ctx) {}
 
   // experts (n, k) in host memory: token i's j-th expert in [0, num_experts). Exchanges the counts (one
   // all-to-all). InvalidArgument for an expert id out of range or experts not divisible over the ranks.
   absl::StatusOr<DispatchPlan> Plan(const int32_t* experts, int64_t n, int k);
-  // x (n, d) -> rows (plan.rows(), d): local expert 0's rows from rank 0, from rank 1, ..., then local
-  // expert 1's, ...; within one source, in the source's token order.
+  // sorted (n * k, row_bytes) on ctx's device, this rank's rows in send order (by expert, then by token
+  // and pick) -> rows (plan.rows(), row_bytes) written: local expert 0's rows from rank 0, from rank 1,
+  // ..., then local expert 1's, ...; within one source, in the source's order. The buffers must not overlap.
+  absl::Status DispatchSorted(const DispatchPlan& plan, const void* sorted, size_t row_bytes, void* rows);
+  // rows (plan.rows(), row_bytes) in DispatchSorted's layout -> sorted (n * k, row_bytes) written, each row
+  // back in its sender's send order.
+  absl::Status CombineSorted(const DispatchPlan& plan, const void* rows, size_t row_bytes, void* sorted);
+  // Host fp32 (a CPU dispatcher only): x (n, d) -> rows (plan.rows(), d), DispatchSorted's layout.
   absl::Status Dispatch(const DispatchPlan& plan, const float* x, int64_t d, std::vector<float>* rows);
-  // rows (plan.rows(), d) in Dispatch's layout -> out (n * k, d), row i*k + j for token i's j-th pick.
+  // Host fp32: rows (plan.rows(), d) in Dispatch's layout -> out (n * k, d), row i*k + j for token i's j-th
+  // pick.
   absl::Status Combine(const DispatchPlan& plan, const float* rows, int64_t d, float* out);
 
  private:
+  // per_expert (E) this rank's rows per expert -> from (ranks, E/ranks): the rows each rank sends each local
+  // expert here.
+  absl::Status ExchangeCounts(const std::vector<int64_t>& per_expert, int per_rank, std::vector<int64_t>& from);
+  // The rows between the all-to-all's layout (by source, then local expert) and the expert-major one,
+  // one copy per (source, local expert) block on ctx's device.
+  void Rearrange(const DispatchPlan& plan, size_t row_bytes, const void* from, void* to, bool to_expert_major) const;
+  // One all-to-all of rows: send_rows[q] rows of row_bytes to rank q, recv_rows[q] from it.
+  absl::Status MoveRows(const void* send, const std::vector<size_t>& send_rows, void* recv,
+                        const std::vector<size_t>& recv_rows, size_t row_bytes);
+
   Collectives& group_;
   int num_experts_;
+  kernels::Context ctx_;
 };
 
 }  // namespace lmf::distributed::expert

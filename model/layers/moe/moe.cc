@@ -19,9 +19,8 @@ int64_t MoeActivations::bytes() const {
                                        gates.size() * sizeof(float) +
                                        dispatch.row_assignment.size() * sizeof(int32_t) +
                                        dispatch.assignment_row.size() * sizeof(int32_t));
-  bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(expert_y) + HeldBytes(y);
+  bytes += HeldBytes(x) + HeldBytes(pre) + HeldBytes(act) + HeldBytes(expert_y) + HeldBytes(y) + HeldBytes(sent);
   bytes += HeldBytes(route_logits) + HeldBytes(route_noise) + HeldBytes(route_ints) + HeldBytes(route_gates);
-  bytes += static_cast<int64_t>(sent.size() * sizeof(float));
   if (shared != nullptr) bytes += shared->bytes();
   return bytes;
 }
@@ -70,8 +69,6 @@ MixtureOfExperts::MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model
               counters),
       experts_(spec, HeldExperts(spec, exchange).first, HeldExperts(spec, exchange).count, model.d_model,
                model.biases, ctx, dtype, counters) {
-  LMF_CHECK(exchange == nullptr || (ctx.device.is_cpu() && dtype == kernels::DType::kF32))
-      << "expert parallelism runs on the CPU in F32 (its exchange moves host fp32 rows), not on " << ctx.device;
   if (spec.shared_d_ff > 0) shared_.emplace(SharedSpec(spec), model, ctx, dtype, counters);
   if (spec.noisy_gating) {
     noise_router_.emplace(model.d_model, spec.n_experts, /*bias=*/false, ParameterKind::kMatrix, ctx,
@@ -108,6 +105,28 @@ void MixtureOfExperts::Resize(int64_t b, int64_t t, const kernels::Context& ctx,
   }
 }
 
+void MixtureOfExperts::RouteExchange(const kernels::Context& ctx, MoeActivations& saved) const {
+  const int64_t m = saved.dispatch.rows();
+  // Each row's global expert (the rows are sorted by expert): the plan, and what this rank's experts receive.
+  std::vector<int32_t> row_experts(static_cast<size_t>(m));
+  for (int64_t e = 0; e < spec_.n_experts; ++e) {
+    std::fill_n(row_experts.begin() + saved.dispatch.offsets[e], saved.dispatch.counts[e], static_cast<int32_t>(e));
+  }
+  saved.plan = exchange_->Route(ctx, row_experts.data(), m, spec_.n_experts, &saved.expert_counts);
+  saved.expert_offsets.assign(saved.expert_counts.size() + 1, 0);
+  for (size_t e = 0; e < saved.expert_counts.size(); ++e) {
+    saved.expert_offsets[e + 1] = saved.expert_offsets[e] + saved.expert_counts[e];
+  }
+  const int64_t r = saved.plan->received_rows();
+  EnsureRows(saved.x, r, c_, ctx, dtype_);
+  EnsureRows(saved.pre, r, experts_.width(), ctx, dtype_);
+  EnsureRows(saved.act, r, experts_.hidden(), ctx, dtype_);
+  EnsureRows(saved.expert_y, r, c_, ctx, dtype_);
+  EnsureRows(saved.sent, m, c_, ctx, dtype_);
+}
+
+size_t MixtureOfExperts::RowBytes() const { return static_cast<size_t>(c_) * kernels::DTypeSize(dtype_); }
+
 void MixtureOfExperts::RunExperts(const kernels::Context& ctx, const float* h, MoeActivations& saved) const {
   const int64_t k = spec_.top_k, m = saved.dispatch.rows();
   if (exchange_ == nullptr) {
@@ -118,27 +137,13 @@ void MixtureOfExperts::RunExperts(const kernels::Context& ctx, const float* h, M
                      saved.act.data<float>(), saved.y.data<float>());
     return;
   }
-  // Each row's global expert (the rows are sorted by expert), then out and back through the exchange.
-  std::vector<int32_t> row_experts(static_cast<size_t>(m));
-  for (int64_t e = 0; e < spec_.n_experts; ++e) {
-    std::fill_n(row_experts.begin() + saved.dispatch.offsets[e], saved.dispatch.counts[e], static_cast<int32_t>(e));
-  }
-  saved.plan = exchange_->Route(row_experts.data(), m, spec_.n_experts, &saved.expert_counts);
-  saved.expert_offsets.assign(saved.expert_counts.size() + 1, 0);
-  for (size_t e = 0; e < saved.expert_counts.size(); ++e) {
-    saved.expert_offsets[e + 1] = saved.expert_offsets[e] + saved.expert_counts[e];
-  }
-  const int64_t r = saved.plan->received_rows();
-  EnsureRows(saved.x, r, c_, ctx);
-  EnsureRows(saved.pre, r, experts_.width(), ctx);
-  EnsureRows(saved.act, r, experts_.hidden(), ctx);
-  EnsureRows(saved.expert_y, r, c_, ctx);
-  saved.sent.resize(static_cast<size_t>(m * c_));
+  // Out to the experts' ranks and back through the exchange.
+  RouteExchange(ctx, saved);
   kernels::MoeGather(ctx, {kernels::DType::kF32, m, c_, k, saved.dispatch.row_assignment.data(), h, saved.sent.data()});
-  exchange_->Send(*saved.plan, saved.sent.data(), c_, saved.x.data<float>());
+  exchange_->Send(ctx, *saved.plan, saved.sent.data(), RowBytes(), saved.x.data());
   experts_.Forward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
                    saved.act.data<float>(), saved.expert_y.data<float>());
-  exchange_->Return(*saved.plan, saved.expert_y.data<float>(), c_, saved.y.data<float>());
+  exchange_->Return(ctx, *saved.plan, saved.expert_y.data(), RowBytes(), saved.y.data());
 }
 
 void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const MoeActivations& saved, const float* dy,
@@ -151,14 +156,14 @@ void MixtureOfExperts::RunExpertsBackward(const kernels::Context& ctx, const Moe
   float* expert_dx = drows;
   if (exchange_ != nullptr) {
     float* received = take(r, c_);
-    exchange_->Send(*saved.plan, dy, c_, received);
+    exchange_->Send(ctx, *saved.plan, dy, RowBytes(), received);
     expert_dy = received;
     expert_dx = take(r, c_);
   }
   experts_.Backward(ctx, saved.expert_counts, saved.expert_offsets, saved.x.data<float>(), saved.pre.data<float>(),
                     saved.act.data<float>(), expert_dy, take(r, experts_.hidden()), take(r, experts_.width()),
                     expert_dx, scratch.deferred());
-  if (exchange_ != nullptr) exchange_->Return(*saved.plan, expert_dx, c_, drows);
+  if (exchange_ != nullptr) exchange_->Return(ctx, *saved.plan, expert_dx, RowBytes(), drows);
 }
 
 void MixtureOfExperts::Forward(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,

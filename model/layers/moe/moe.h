@@ -32,10 +32,12 @@
 // device (kernels/moe_rows) and every expert's rows run in one grouped GEMM per matrix
 // (kernels/grouped_matmul, offsets on the device). bf16 follows the dense CUDA path: rows, weight copies and
 // activation gradients bf16; the router (weights, logits, noise, gradient), the gates, the losses and the
-// counts fp32. Not on CUDA: more than kernels::kMaxRouteExperts experts (CheckSupport) and expert
-// parallelism (LanguageModel::Create and config validation refuse it). The step counts stay on the host on
-// every device; the expert-selection bias lives on the model's device. Parameter gradients accumulate,
-// activation gradients are written.
+// counts fp32. Not on CUDA: more than kernels::kMaxRouteExperts experts (CheckSupport). Expert parallelism
+// runs on both: the exchange moves the rows where they live (host rows over Gloo; device rows in the
+// activations' dtype over an NCCL group: distributed/expert/expert_parallel_cuda_test, on the CUDA emulation),
+// with the same plan code (RouteExchange); LanguageModel::Create and config validation still refuse it on
+// CUDA for a whole model. The step counts stay on the host on every device; the expert-selection bias lives
+// on the model's device. Parameter gradients accumulate, activation gradients are written.
 #ifndef LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 #define LMFORGE_MODEL_LAYERS_MOE_MOE_H_
 
@@ -71,13 +73,15 @@ struct MoeActivations : LayerActivations {
   kernels::Tensor x, pre, act;  // (R, C), (R, W), (R, F): the expert-side rows; capacity may exceed R
   kernels::Tensor expert_y;     // (R, C) the experts' outputs before they return (expert parallelism only)
   kernels::Tensor y;            // (M, C) each kept row's expert output, in this rank's row order
-  std::vector<float> sent;      // (M, C) the rows' inputs on their way out (expert parallelism only)
+  kernels::Tensor sent;         // (M, C) the rows' inputs on their way out (expert parallelism only)
   // The device path's routing (moe_device.cc; the host vectors above stay empty there), on the model's device:
   kernels::Tensor route_logits;   // (N, E) fp32: z, or H with noise
   kernels::Tensor route_noise;    // (2, N, E) fp32: h W_noise^T and eps (noisy training forwards only)
   kernels::Tensor route_ints;     // (3, N k) int32: experts, row_assignment, assignment_row
   kernels::Tensor route_gates;    // (N k) fp32
-  kernels::Tensor route_offsets;  // (E + 1) int32: each expert's first row (O(E): not counted in bytes())
+  // (E + 1) int32: each expert's first row (O(E): not counted in bytes()); with expert parallelism, after
+  // the exchange's plan, its first E/ep + 1 entries are the local experts' first rows among the R received.
+  kernels::Tensor route_offsets;
   std::vector<int64_t> selected;  // (E) the device path's selections per expert, before the capacity
   std::unique_ptr<LayerActivations> shared;  // the shared experts' (null without)
   double balance_loss = 0, z_loss = 0;        // this forward's router losses (their sum is aux_loss())
@@ -93,7 +97,7 @@ class MixtureOfExperts final : public ChannelMixer {
  public:
   // `exchange`: expert parallelism (null: every expert here), kept by the caller for the layer's lifetime;
   // spec.n_experts must divide by its ranks.
-  // `dtype`: the activations' (f32; bf16 on CUDA). An exchange needs a CPU context.
+  // `dtype`: the activations' (f32; bf16 on CUDA).
   MixtureOfExperts(const MoeSpec& spec, const ModelConfig& model, const kernels::Context& ctx, kernels::DType dtype,
                    StepCounters* counters, moe::ExpertExchange* exchange = nullptr);
 
@@ -121,6 +125,10 @@ class MixtureOfExperts final : public ChannelMixer {
  private:
   static FeedForwardSpec SharedSpec(const MoeSpec& spec) { return {spec.expert_kind, spec.shared_d_ff}; }
   void Resize(int64_t b, int64_t t, const kernels::Context& ctx, MoeActivations& saved) const;
+  // Expert parallelism: the exchange's plan for saved.dispatch's rows (sorted by expert), the counts and
+  // offsets of the rows this rank's experts receive, and the expert-side rows sized for them.
+  void RouteExchange(const kernels::Context& ctx, MoeActivations& saved) const;
+  size_t RowBytes() const;  // one (C) row in dtype_
   // The kept rows (saved.dispatch) to the experts that run them and their outputs into saved.y: here, or
   // through the exchange.
   void RunExperts(const kernels::Context& ctx, const float* h, MoeActivations& saved) const;
@@ -136,6 +144,8 @@ class MixtureOfExperts final : public ChannelMixer {
   // the one copy of the counts and losses to the host. Returns the kept rows M.
   int64_t RouteOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h32, MoeActivations& saved,
                         const ForwardMode& mode) const;
+  // The device path's expert parallelism: saved.expert_offsets into route_offsets; returns R.
+  int64_t UploadExpertOffsets(const kernels::Context& ctx, MoeActivations& saved) const;
   // Adds each assignment of `saved` to the step's counts (expert_load_, expert_dropped_).
   void CountAssignments(const MoeActivations& saved) const;
 

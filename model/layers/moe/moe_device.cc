@@ -15,6 +15,14 @@
 // gate-weighted combine (moe_rows, deterministic). Backward: combine backward (drows, fp32 dgates) ->
 // experts backward (grouped) -> router backward on the device (dlogits) -> router GEMM backward (fp32 dh)
 // [+ the noise router's] -> scatter-add of the rows' gradients onto it into dh -> += shared experts'.
+//
+// Expert parallelism (an exchange over an NCCL group of device buffers, moe.h): the same plan code as the
+// CPU path (RouteExchange: the host counts above give each row's expert; the exchange all-to-alls the
+// counts through the device and copies only them back), then the gathered rows (already sorted by expert,
+// so each destination's rows are contiguous) go out in one variable all-to-all, the received rows' local
+// offsets are copied to the device (E/ep + 1 int32 into route_offsets) for the grouped GEMMs over the R
+// received rows, and the outputs come back the same way. The backward sends the outputs' gradients along the
+// forward's plan and brings the rows' gradients back; nothing else changes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -123,6 +131,12 @@ int64_t MixtureOfExperts::RouteOnDevice(const kernels::Context& ctx, int64_t b, 
   return dispatch.rows();
 }
 
+int64_t MixtureOfExperts::UploadExpertOffsets(const kernels::Context& ctx, MoeActivations& saved) const {
+  std::vector<int32_t> offsets(saved.expert_offsets.begin(), saved.expert_offsets.end());
+  kernels::CopyToDevice(ctx, saved.route_offsets.data(), offsets.data(), offsets.size() * sizeof(int32_t));
+  return saved.expert_offsets.back();
+}
+
 void MixtureOfExperts::ForwardOnDevice(const kernels::Context& ctx, int64_t b, int64_t t, const void* h, void* out,
                                        bool accumulate, MoeActivations& saved, const ForwardMode& mode) const {
   const int64_t n = b * t, k = spec_.top_k;
@@ -131,8 +145,18 @@ void MixtureOfExperts::ForwardOnDevice(const kernels::Context& ctx, int64_t b, i
   if (dtype_ != kernels::DType::kF32) h32 = kernels::Tensor::Empty({n, c_}, kernels::DType::kF32, ctx.allocator);
   const int64_t m = RouteOnDevice(ctx, b, t, Fp32Rows(ctx, n, c_, h, dtype_, h32), saved, mode);
   const DeviceRoute r = RouteOf(saved, n, k, spec_.n_experts);
-  kernels::MoeGather(ctx, {dtype_, m, c_, k, r.row_assignment, h, saved.x.data()});
-  experts_.ForwardGrouped(ctx, m, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(), saved.y.data());
+  if (exchange_ == nullptr) {
+    kernels::MoeGather(ctx, {dtype_, m, c_, k, r.row_assignment, h, saved.x.data()});
+    experts_.ForwardGrouped(ctx, m, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(), saved.y.data());
+  } else {  // out to the experts' ranks, through this rank's experts, and back
+    RouteExchange(ctx, saved);
+    const int64_t received = UploadExpertOffsets(ctx, saved);
+    kernels::MoeGather(ctx, {dtype_, m, c_, k, r.row_assignment, h, saved.sent.data()});
+    exchange_->Send(ctx, *saved.plan, saved.sent.data(), RowBytes(), saved.x.data());
+    experts_.ForwardGrouped(ctx, received, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(),
+                            saved.expert_y.data());
+    exchange_->Return(ctx, *saved.plan, saved.expert_y.data(), RowBytes(), saved.y.data());
+  }
   if (shared_.has_value()) {
     shared_->Forward(ctx, b, t, h, out, accumulate, *saved.shared, mode);
     accumulate = true;
@@ -153,8 +177,20 @@ void MixtureOfExperts::BackwardOnDevice(const kernels::Context& ctx, const void*
   float* dgates = take(n, k, DType::kF32).data<float>();
   kernels::MoeCombineBackward(ctx, {dtype_, n, k, c_, r.assignment_row, r.gates, saved.y.data(), dout, dy, dgates});
   void* drows = take(m, c_, dtype_).data();
-  experts_.BackwardGrouped(ctx, m, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(), dy,
-                           take(m, experts_.hidden(), dtype_).data(), take(m, experts_.width(), dtype_).data(), drows);
+  if (exchange_ == nullptr) {
+    experts_.BackwardGrouped(ctx, m, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(), dy,
+                             take(m, experts_.hidden(), dtype_).data(), take(m, experts_.width(), dtype_).data(),
+                             drows);
+  } else {  // the outputs' gradients to the experts' ranks along the forward's plan, the rows' back
+    const int64_t received = saved.expert_offsets.back();
+    void* expert_dy = take(received, c_, dtype_).data();
+    void* expert_dx = take(received, c_, dtype_).data();
+    exchange_->Send(ctx, *saved.plan, dy, RowBytes(), expert_dy);
+    experts_.BackwardGrouped(ctx, received, r.offsets, saved.x.data(), saved.pre.data(), saved.act.data(), expert_dy,
+                             take(received, experts_.hidden(), dtype_).data(),
+                             take(received, experts_.width(), dtype_).data(), expert_dx);
+    exchange_->Return(ctx, *saved.plan, expert_dx, RowBytes(), drows);
+  }
   // The router: the gates' gradient and the losses' (weight 1) -> dlogits, then its fp32 GEMM writes dh_router.
   const Segments seg = LossSegments(spec_, saved.b, saved.t);
   float* dlogits = take(n, e, DType::kF32).data<float>();
