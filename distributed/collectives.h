@@ -82,7 +82,9 @@ struct Buffer {
   }
 };
 
-enum class ReduceOp : uint8_t { kSum, kMax };  // kMax: a NaN anywhere gives NaN
+// kMax of floating types is C's fmax, as NCCL's max is on the GPU: a NaN is dropped unless every rank's
+// element is NaN, whichever rank holds it. A NaN anywhere shows in a kSum (the way to check for one).
+enum class ReduceOp : uint8_t { kSum, kMax };
 
 struct CallOptions {
   // How long the op may wait for its peers; zero: the group's timeout. A queued op's time starts when the
