@@ -118,6 +118,8 @@ class Collectives {
   int world_size() const { return world_size_; }
   const std::string& name() const { return name_; }  // e.g. "world", "dp[pp=0,ep=1]"
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // "rank 2", or in a subgroup "rank 1 (world rank 3)".
+  std::string PeerName(int rank) const;
 
   // In-place reduction over all ranks of `data`; every rank gets the result.
   std::unique_ptr<Work> AllReduceAsync(const Buffer& data, ReduceOp op, const CallOptions& options = {});
@@ -212,8 +214,6 @@ class Collectives {
   // Whether the backend moves memory on `device` (an error naming what it supports, if not).
   virtual absl::Status CheckDevice(const kernels::Device& device) const = 0;
 
-  // "rank 2", or in a subgroup "rank 1 (world rank 3)".
-  std::string PeerName(int rank) const;
   // "gloo group 'world' rank 0 of 3".
   std::string GroupContext() const;
   const std::vector<int>& world_ranks() const { return world_ranks_; }

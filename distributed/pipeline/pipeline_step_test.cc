@@ -487,6 +487,62 @@ TEST(PipelineStep, ZeroOneOverPipelineByExpertShardsOverTheStageAndTheDataGroup)
   ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/true));
 }
 
+// Adds 1 to the first element of this chunk's first parameter that is (or is not) in an expert block.
+void Perturb(model::LanguageModel& chunk, bool expert_block) {
+  bool done = false;
+  chunk.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    if (done || p.expert_shard != expert_block) return;
+    p.value.data<float>()[0] += 1;
+    done = true;
+  });
+}
+
+// Pipeline x expert (data=2, pipeline=2, expert=2): a stage replica whose weights drifted is named by its
+// data and expert coordinates, its rank in the stage's group and its world rank (mesh.h's layout: world rank
+// 6 is pipeline 1, data 1, expert 0, rank 2 of stage[pp=1]); an expert block that drifted, over the data
+// ranks that hold it. The other stage, and the other data groups, agree.
+TEST(PipelineStep, ReplicasThatDisagreeAreNamedByTheirAxes) {
+  const model::ModelConfig config = Moe();
+  ExpectAllPassed(RunRanks(8, [&](Collectives& world) {
+    Checks checks(world.rank());
+    absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {2, 2, 2});
+    if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
+    expert::GroupExpertExchange exchange((*mesh)->expert());
+    const int stage = (*mesh)->coordinates().pipeline;
+    std::unique_ptr<model::LanguageModel> slice = Make(config, StageLayers(config.n_layers, 2, stage), &exchange);
+    model::AdamW optimizer(model::AdamWConfig{}, *slice);
+    absl::StatusOr<std::unique_ptr<PipelineStep>> step =
+        PipelineStep::Create(world, **mesh, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {slice.get()},
+                             {&optimizer}, {}, &exchange);
+    if (!checks.Ok(step.status(), "Create") || !checks.Ok((*step)->SyncParameters(*slice), "SyncParameters"))
+      return checks.exit_code();
+    if (world.rank() == 6) Perturb(*slice, /*expert_block=*/false);
+    const absl::Status dense = (*step)->CheckReplicasAgree(*slice, 5);
+    if (stage == 0) {
+      checks.Ok(dense, "stage 0's replicas agree");
+    } else {
+      checks.FailsWith(dense,
+                       {"pipeline stage of layers [2, 4): weights outside the expert blocks over run.parallel.data=2 "
+                        "x run.parallel.expert=2: after step 5 those of data 1, expert 0: rank 2 (world rank 6) in "
+                        "group 'stage[pp=1]' differ from those of data 0, expert 0: rank 0 (world rank 4)"},
+                       "a dense weight that drifted on world rank 6");
+    }
+    // Data 0's weights again on every replica (world rank 6's drift undone), then an expert block drifts.
+    if (!checks.Ok((*step)->SyncParameters(*slice), "SyncParameters again")) return checks.exit_code();
+    if (world.rank() == 7) Perturb(*slice, /*expert_block=*/true);
+    const absl::Status blocks = (*step)->CheckReplicasAgree(*slice, 6);
+    if (world.rank() == 5 || world.rank() == 7) {
+      checks.FailsWith(blocks,
+                       {"expert blocks over run.parallel.data=2: after step 6 those of data rank 1 (world rank 7) "
+                        "in group 'dp[pp=1,ep=1]' differ from those of data rank 0 (world rank 5)"},
+                       "an expert block that drifted on world rank 7");
+    } else {
+      checks.Ok(blocks, "the other data groups agree");
+    }
+    return checks.exit_code();
+  }));
+}
+
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first
 // step: its pipeline peer, rank 1, fails naming it (pipeline rank 1), and the first replica fails at the
 // gradient sum over the data group or the losses' sum over every rank; nobody waits past the timeout.
