@@ -73,6 +73,9 @@ absl::StatusOr<pid_t> StartChild(const ChildSpec& spec) {
       ::dup2(fd, STDERR_FILENO);
       (void)!::write(STDERR_FILENO, spec.log_header.data(), spec.log_header.size());
     }
+  } else {
+    if (spec.stdout_fd >= 0) ::dup2(spec.stdout_fd, STDOUT_FILENO);
+    if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, STDERR_FILENO);
   }
   if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) ::_exit(126);
   ::execve(argv[0], argv.data(), envp.data());

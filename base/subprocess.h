@@ -19,6 +19,10 @@ struct ChildSpec {
   // Environment variables to set in the child (replacing the parent's value); the rest is inherited.
   std::vector<std::pair<std::string, std::string>> env;
   std::string log_path;            // stdout and stderr, appended to ("": inherited)
+  // Without a log_path: the parent's descriptors the child's stdout and stderr are (the write ends of
+  // pipes the parent reads); -1: inherited.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
   std::string log_header;          // written to the log first (LogStartLine: when and what starts)
   std::string working_dir;         // "": the parent's
   bool own_process_group = false;  // a terminal's Ctrl-C then reaches only the parent, which forwards it

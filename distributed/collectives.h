@@ -82,7 +82,9 @@ struct Buffer {
   }
 };
 
-enum class ReduceOp : uint8_t { kSum, kMax };  // kMax: a NaN anywhere gives NaN
+// kMax of floating types is C's fmax, as NCCL's max is on the GPU: a NaN is dropped unless every rank's
+// element is NaN, whichever rank holds it. A NaN anywhere shows in a kSum (the way to check for one).
+enum class ReduceOp : uint8_t { kSum, kMax };
 
 struct CallOptions {
   // How long the op may wait for its peers; zero: the group's timeout. A queued op's time starts when the
@@ -116,6 +118,8 @@ class Collectives {
   int world_size() const { return world_size_; }
   const std::string& name() const { return name_; }  // e.g. "world", "dp[pp=0,ep=1]"
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // "rank 2", or in a subgroup "rank 1 (world rank 3)".
+  std::string PeerName(int rank) const;
 
   // In-place reduction over all ranks of `data`; every rank gets the result.
   std::unique_ptr<Work> AllReduceAsync(const Buffer& data, ReduceOp op, const CallOptions& options = {});
@@ -210,8 +214,6 @@ class Collectives {
   // Whether the backend moves memory on `device` (an error naming what it supports, if not).
   virtual absl::Status CheckDevice(const kernels::Device& device) const = 0;
 
-  // "rank 2", or in a subgroup "rank 1 (world rank 3)".
-  std::string PeerName(int rank) const;
   // "gloo group 'world' rank 0 of 3".
   std::string GroupContext() const;
   const std::vector<int>& world_ranks() const { return world_ranks_; }

@@ -3,7 +3,9 @@
 // test can run them as they are.
 #include "distributed/collectives.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,33 @@ class Values {
   }
   size_t count() const { return count_; }
 
+  // A NaN in element i, and whether element i is NaN (floating types only).
+  void SetNan(size_t i) {
+    char* p = bytes_.data() + i * DataTypeSize(type_);
+    const float f = std::numeric_limits<float>::quiet_NaN();
+    const double d = std::numeric_limits<double>::quiet_NaN();
+    const uint16_t h = kernels::FloatToBF16(f);
+    if (type_ == DataType::kF32) std::memcpy(p, &f, 4);
+    if (type_ == DataType::kF64) std::memcpy(p, &d, 8);
+    if (type_ == DataType::kBF16) std::memcpy(p, &h, 2);
+  }
+  bool IsNan(size_t i) const {
+    const char* p = bytes_.data() + i * DataTypeSize(type_);
+    float f;
+    double d;
+    uint16_t h;
+    switch (type_) {
+      case DataType::kF32:
+        return std::memcpy(&f, p, 4), std::isnan(f);
+      case DataType::kF64:
+        return std::memcpy(&d, p, 8), std::isnan(d);
+      case DataType::kBF16:
+        return std::memcpy(&h, p, 2), std::isnan(kernels::BF16ToFloat(h));
+      default:
+        return false;
+    }
+  }
+
  private:
   DataType type_;
   size_t count_;
@@ -141,6 +170,28 @@ TEST_P(EveryWorldSize, AllReduceSumsAndMaxesEveryDataType) {
     checks.Ok(group.AllReduceSum(sums.data(), sums.size()), "AllReduceSum(double*)");
     checks.Expect(sums[0] == static_cast<double>(w * (w - 1) / 2) && sums[1] == static_cast<double>(w),
                   "double sums");
+    return checks.exit_code();
+  }));
+}
+
+// kMax of floating types is fmax, as NCCL's (collectives.h): a NaN on the first rank or on the last is
+// dropped, whichever way the ring combines them; an element that is NaN on every rank stays NaN.
+TEST_P(EveryWorldSize, MaxDropsANaNUnlessEveryRankHasOne) {
+  ExpectAllPassed(RunRanks(GetParam(), [](Collectives& group) {
+    Checks checks(group.rank());
+    const int64_t w = group.world_size(), r = group.rank();
+    for (const DataType type : {DataType::kF32, DataType::kF64, DataType::kBF16}) {
+      Values v(type, 3);
+      for (size_t i = 0; i < v.count(); ++i) v.Set(i, r);
+      if (r == 0) v.SetNan(0);
+      if (r == w - 1) v.SetNan(1);
+      v.SetNan(2);
+      const std::string what = absl::StrCat("max of ", DataTypeName(type), " with NaNs");
+      checks.Ok(group.AllReduce(v.buffer(), ReduceOp::kMax), what);
+      checks.Expect(v.Get(0) == w - 1 && v.Get(1) == w - 2 && v.IsNan(2),
+                    absl::StrCat(what, ": ", v.Get(0), " ", v.Get(1), " (NaN: ", v.IsNan(2), "), expected ",
+                                 w - 1, " ", w - 2, " (NaN: 1); -1000000 is NaN"));
+    }
     return checks.exit_code();
   }));
 }

@@ -176,8 +176,19 @@ absl::Status DataParallelStep::SumOverProcesses(std::vector<double>& values) {
 
 namespace {
 
-// `hash` compared over `group`: an error naming the first rank whose differs from rank 0's.
-absl::Status CompareOverGroup(Collectives& group, uint64_t hash, const std::string& what, int64_t step) {
+// Rank r of a group of data x `expert` ranks (mesh.h's layout: expert fastest) by its axes, "data 1, expert 0:
+// rank 2 (world rank 6)"; of a group of data ranks only (expert 1), "data rank 1 (world rank 3)".
+std::string ReplicaName(const Collectives& group, int r, int expert) {
+  if (expert == 1) return absl::StrCat("data ", group.PeerName(r));
+  return absl::StrCat("data ", r / expert, ", expert ", r % expert, ": ", group.PeerName(r));
+}
+
+// `hash` compared over `group`, data x `expert` ranks that should hold equal `part` (expert 1: data ranks
+// only): an error naming the first rank whose differs from rank 0's by its axes and ranks.
+absl::Status CompareOverGroup(Collectives& group, int expert, uint64_t hash, const std::string& part,
+                              int64_t step) {
+  const std::string what = absl::StrCat(part, " over run.parallel.data=", group.world_size() / expert,
+                                        expert == 1 ? "" : absl::StrCat(" x run.parallel.expert=", expert));
   const int world = group.world_size();
   std::vector<double> halves(2 * static_cast<size_t>(world), 0.0);
   halves[2 * group.rank()] = static_cast<double>(hash >> 32);
@@ -186,7 +197,8 @@ absl::Status CompareOverGroup(Collectives& group, uint64_t hash, const std::stri
   for (int r = 1; r < world; ++r) {
     if (halves[2 * r] != halves[0] || halves[2 * r + 1] != halves[1]) {
       return absl::InternalError(absl::StrCat(
-          what, ": after step ", step, " rank ", r, " of group '", group.name(), "'s weights differ from rank 0's (FNV-1a ",
+          what, ": after step ", step, " those of ", ReplicaName(group, r, expert), " in group '", group.name(),
+          "' differ from those of ", ReplicaName(group, 0, expert), " (FNV-1a ",
           static_cast<uint64_t>(halves[2 * r]) << 32 | static_cast<uint64_t>(halves[2 * r + 1]), " vs ",
           static_cast<uint64_t>(halves[0]) << 32 | static_cast<uint64_t>(halves[1]),
           "); the ranks must run equal thread counts"));
@@ -198,13 +210,13 @@ absl::Status CompareOverGroup(Collectives& group, uint64_t hash, const std::stri
 }  // namespace
 
 absl::Status DataParallelStep::CheckReplicasAgree(const model::LanguageModel& model, int64_t step) {
-  if (absl::Status s = CompareOverGroup(group_, WeightsHash(model, /*expert_shard=*/false),
-                                        absl::StrCat("run.parallel.data=", world_size()), step);
+  const int expert = expert_parallel() ? ep_.experts->world_size() : 1;
+  const std::string dense = expert_parallel() ? "weights outside the expert blocks" : "weights";
+  if (absl::Status s = CompareOverGroup(group_, expert, WeightsHash(model, /*expert_shard=*/false), dense, step);
       !s.ok() || !expert_parallel()) {
     return s;
   }
-  return CompareOverGroup(*ep_.replicas, WeightsHash(model, /*expert_shard=*/true),
-                          absl::StrCat("expert blocks over run.parallel.data=", ep_.replicas->world_size()), step);
+  return CompareOverGroup(*ep_.replicas, 1, WeightsHash(model, /*expert_shard=*/true), "expert blocks", step);
 }
 
 }  // namespace lmf::distributed

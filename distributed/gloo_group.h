@@ -42,23 +42,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
+#include "distributed/group_options.h"
 #include "distributed/op_queue.h"
 
 namespace lmf::distributed {
 
-struct GlooGroupOptions {
-  std::string name = "world";  // names the group in errors
-  int rank = 0;
-  int world_size = 1;
-  // Where the ranks meet: a folder shared by all ranks (created if missing), or else a TCP store at
-  // store_host:store_port (tcp_store.h) that rank 0 serves for the group's life (its peers' failure notes
-  // go there too).
-  std::string rendezvous_dir;
-  std::string store_host;
-  int store_port = 0;
-  std::string hostname = "127.0.0.1";                // the address this rank listens on
-  std::chrono::milliseconds timeout{30000};          // each op's, unless its CallOptions say otherwise
-  std::chrono::milliseconds connect_timeout{30000};  // for each other rank's address, and for each connection
+// GroupOptions (group_options.h; the ranks' failure notes go to the store too; connect_timeout: for each
+// other rank's address, and for each connection), and:
+struct GlooGroupOptions : GroupOptions {
+  std::string hostname = "127.0.0.1";  // the address this rank listens on
   // Asked about every 100 ms while this rank waits for the others, both to publish their addresses and to
   // connect to it (a rank that dies in between never connects); a non-empty answer ends Connect at once with
   // that text in its error (a launcher that sees a rank's process exit says so instead of waiting out

@@ -1,13 +1,14 @@
 // `launch`: starts one machine's ranks of a multi-process program with torchrun's conventions.
 //
 //   ./bazelw run //distributed:launch -- --nproc_per_node=N [--nnodes=M --node_rank=K --rdzv=HOST:PORT]
-//       [--log_dir=DIR] -- BINARY ARGS...
+//       [--log_dir=DIR | --prefix_output=false] -- BINARY ARGS...
 //
 // Each of the N workers runs BINARY ARGS in the caller's working folder with RANK (K N + local rank),
 // WORLD_SIZE (M N), LOCAL_RANK, LOCAL_WORLD_SIZE (N), MASTER_ADDR and MASTER_PORT (HOST and PORT; on one
 // machine without --rdzv, 127.0.0.1 and a free port) set; rank 0 serves the TCP store the ranks meet through
 // there (launched_rank.h). On several machines, run the same command on each with its --node_rank.
-// Workers print to this process's stdout and stderr, or to DIR/rank_<r>.log with --log_dir.
+// Workers print to this process's stdout and stderr, each line prefixed "[rank R] " (whole lines, never mixed
+// with another rank's; --prefix_output=false: as they write it), or to DIR/rank_<r>.log with --log_dir.
 //
 // The first worker that fails (exits with a non-zero status or is killed) is named, with its status (and
 // its log's last lines with --log_dir); the others get SIGTERM (SIGKILL --stop_timeout_s later) and this
@@ -45,6 +46,9 @@ ABSL_FLAG(std::string, rdzv, "",
           "HOST:PORT where rank 0 (on node 0) serves the store the ranks meet through (MASTER_ADDR, MASTER_PORT); "
           "required with --nnodes > 1; default on one machine: 127.0.0.1 and a free port");
 ABSL_FLAG(std::string, log_dir, "", "write rank r's output to DIR/rank_<r>.log instead of this process's");
+ABSL_FLAG(bool, prefix_output, true,
+          "prefix each line the workers print with \"[rank R] \" (as torchrun's --tee with its line prefix); "
+          "--prefix_output=false passes their output through as it is; no effect with --log_dir");
 ABSL_FLAG(int, stop_timeout_s, 300,
           "seconds the workers get to exit after a stop (a signal, or another worker failing) before SIGKILL");
 
@@ -54,7 +58,8 @@ namespace {
 constexpr char kUsage[] =
     "Starts one machine's ranks of a multi-process program, with torchrun's variables (RANK, WORLD_SIZE,\n"
     "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).\n"
-    "usage: launch --nproc_per_node=N [--nnodes=M --node_rank=K --rdzv=HOST:PORT] [--log_dir=DIR] -- BINARY ARGS...\n"
+    "usage: launch --nproc_per_node=N [--nnodes=M --node_rank=K --rdzv=HOST:PORT] [--log_dir=DIR | "
+    "--prefix_output=false] -- BINARY ARGS...\n"
     "Exit status: the first failed worker's (128 + N for signal N), else 0; 2 usage; 1 the workers could not start.";
 
 // The executable: a path with a '/' taken from the caller's folder, else looked up in PATH as a shell does.
@@ -164,6 +169,7 @@ int Main(int argc, char** argv) {
   options.first_rank = node_rank * nproc;
   options.rank_count = nproc;
   options.log_dir = UserPath(absl::GetFlag(FLAGS_log_dir));
+  options.prefix_output = absl::GetFlag(FLAGS_prefix_output);
   options.working_dir = UserWorkingDirectory();  // `bazel run` starts this in its runfiles
   options.own_process_groups = true;
   options.environment = [&](int rank) {

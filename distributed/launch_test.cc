@@ -1,7 +1,8 @@
 // //distributed:launch with real workers (launch_test_worker): each gets torchrun's variables and the ranks
 // meet through rank 0's TCP store, on one machine and as two machines (two launchers, --nnodes=2, on
 // loopback); a worker that fails or is killed is named, with its status and last lines, and every process
-// exits within a few seconds with that status; bad command lines are refused with exit status 2.
+// exits within a few seconds with that status; bad command lines are refused with exit status 2; each line
+// the workers print reaches the launcher's output whole, behind its rank's prefix.
 
 #include <chrono>
 #include <cstdlib>
@@ -11,6 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "base/subprocess.h"
 #include "distributed/launched_rank.h"
 #include "gtest/gtest.h"
@@ -38,7 +41,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 class Launch : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name : {"LAUNCH_TEST_FAIL_RANK", "LAUNCH_TEST_FAIL_HOW", "LAUNCH_TEST_STEPS"}) ::unsetenv(name);
+    for (const char* name : {"LAUNCH_TEST_FAIL_RANK", "LAUNCH_TEST_FAIL_HOW", "LAUNCH_TEST_STEPS", "LAUNCH_TEST_LINES"})
+      ::unsetenv(name);
     ::setenv("LMF_NUM_THREADS", "1", 1);
   }
   static void Expect(int world, int nproc) {
@@ -52,6 +56,37 @@ TEST_F(Launch, WorkersGetTorchrunsVariablesAndMeetOnOneMachine) {
   const CommandOutput out = RunLauncher({"--nproc_per_node=3"});
   ASSERT_EQ(out.exit_code, 0) << out.err;
   for (int rank = 0; rank < 3; ++rank) EXPECT_TRUE(absl::StrContains(out.out, absl::StrCat("worker ", rank, " of 3: passed"))) << out.out;
+}
+
+// 3 workers each print 300 lines of 230 bytes in two writes apiece (more than a pipe holds, so they go on
+// only while the launcher reads): every line of the launcher's stdout is one worker's whole line behind
+// its rank's prefix, each rank's in order; a last line without a newline gets one. --prefix_output=false: none.
+TEST_F(Launch, EachLineIsWholeAndPrefixedWithItsRank) {
+  Expect(3, 3);
+  ::setenv("LAUNCH_TEST_LINES", "300", 1);
+  const CommandOutput out = RunLauncher({"--nproc_per_node=3"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  std::vector<int> next(3, 0);
+  for (const absl::string_view line : absl::StrSplit(out.out, '\n', absl::SkipEmpty())) {
+    int rank = -1;
+    for (int r = 0; r < 3; ++r)
+      if (absl::StartsWith(line, absl::StrCat("[rank ", r, "] "))) rank = r;
+    ASSERT_GE(rank, 0) << "a line without a rank's prefix: " << line;
+    const std::string want = next[rank] < 300 ? absl::StrCat("[rank ", rank, "] line ", next[rank], " of worker ", rank,
+                                                             ": ", std::string(200, 'x'))
+                                              : absl::StrCat("[rank ", rank, "] worker ", rank, " of 3: passed");
+    ASSERT_EQ(line, want);
+    ++next[rank];
+  }
+  EXPECT_EQ(next, std::vector<int>(3, 301));
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(absl::StrContains(out.err, absl::StrCat("[rank ", rank, "] worker ", rank, ": last words\n"))) << out.err;
+
+  ::setenv("LAUNCH_TEST_LINES", "1", 1);
+  const CommandOutput plain = RunLauncher({"--nproc_per_node=3", "--prefix_output=false"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_TRUE(absl::StrContains(plain.out, "worker 2 of 3: passed") && !absl::StrContains(plain.out, "[rank"))
+      << plain.out;
 }
 
 TEST_F(Launch, TwoLaunchersMeetAsTwoMachines) {

@@ -3,6 +3,8 @@
 // LAUNCH_TEST_NPROC), joins the group through the TCP store and runs LAUNCH_TEST_STEPS all-reduces of
 // rank + 1 (each checked: world (world + 1) / 2), 100 ms apart. LAUNCH_TEST_FAIL_RANK makes that rank fail at
 // the third step as LAUNCH_TEST_FAIL_HOW says: "exit" (a message, then status 7) or "kill" (SIGKILL).
+// LAUNCH_TEST_LINES=N: first N lines "line i of worker r: " and 200 'x's on stdout, each in two writes, and
+// "worker r: last words" without a newline on stderr at the end.
 // Exit status: 0 passed, 1 a check or an op failed, 7 the planted failure.
 #include <signal.h>
 #include <unistd.h>
@@ -47,6 +49,12 @@ int Main() {
     std::fprintf(stderr, "worker: %s\n", std::string(group.status().message()).c_str());
     return 1;
   }
+  for (int i = 0; i < EnvInt("LAUNCH_TEST_LINES", 0); ++i) {
+    std::printf("line %d of worker %d: ", i, me.rank);
+    std::fflush(stdout);
+    std::printf("%s\n", std::string(200, 'x').c_str());
+    std::fflush(stdout);
+  }
   const int fail_rank = EnvInt("LAUNCH_TEST_FAIL_RANK", -1);
   const std::string how = std::getenv("LAUNCH_TEST_FAIL_HOW") != nullptr ? std::getenv("LAUNCH_TEST_FAIL_HOW") : "";
   for (int step = 0; step < EnvInt("LAUNCH_TEST_STEPS", 3); ++step) {
@@ -67,6 +75,7 @@ int Main() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::printf("worker %d of %d: passed\n", me.rank, me.world_size);
+  if (EnvInt("LAUNCH_TEST_LINES", 0) > 0) std::fprintf(stderr, "worker %d: last words", me.rank);
   return 0;
 }
 

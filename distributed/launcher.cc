@@ -38,8 +38,15 @@ std::string Duration(std::chrono::milliseconds t) {
 absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const LaunchOptions& options) {
   std::unique_ptr<WorkerProcesses> workers(new WorkerProcesses(options));
   const int end = options.rank_count > 0 ? options.first_rank + options.rank_count : options.world_size;
+  if (options.prefix_output && options.log_dir.empty()) workers->output_ = std::make_unique<RankOutput>();
   for (int rank = options.first_rank; rank < end; ++rank) {
     ChildSpec child;
+    if (workers->output_ != nullptr) {
+      absl::StatusOr<RankOutput::WriteEnds> ends = workers->output_->AddRank(rank);
+      if (!ends.ok()) return ends.status();
+      child.stdout_fd = ends->out;
+      child.stderr_fd = ends->err;
+    }
     child.argv = options.command;
     if (options.environment) child.env = options.environment(rank);
     child.log_path = workers->LogPath(rank);
@@ -51,6 +58,7 @@ absl::StatusOr<std::unique_ptr<WorkerProcesses>> WorkerProcesses::Start(const La
     if (!pid.ok()) return pid.status();  // the workers started so far are stopped with `workers`
     workers->workers_.push_back(Worker{rank, *pid, 0, false});
   }
+  if (workers->output_ != nullptr) workers->output_->Start();
   return workers;
 }
 
@@ -128,6 +136,7 @@ absl::Status WorkerProcesses::Wait() {
     if (!WIFEXITED(worker.wait_status) || WEXITSTATUS(worker.wait_status) != 0)
       failed.push_back(Describe(worker));
   }
+  if (output_ != nullptr) output_->Finish(RankOutput::kFinishGrace);  // the workers' last lines
   if (failed.empty()) return absl::OkStatus();
   return absl::InternalError(absl::StrJoin(failed, "; "));
 }
@@ -143,7 +152,7 @@ void WorkerProcesses::Stop() {
     Reap();
     bool running = false;
     for (const Worker& worker : workers_) running = running || worker.pid >= 0;
-    if (!running) return;
+    if (!running) break;
     if (!killed && std::chrono::steady_clock::now() - start >= options_.stop_grace) {
       for (const Worker& worker : workers_) {
         if (worker.pid >= 0) ::kill(worker.pid, SIGKILL);
@@ -152,6 +161,7 @@ void WorkerProcesses::Stop() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (output_ != nullptr) output_->Finish(RankOutput::kFinishGrace);  // the workers' last lines
 }
 
 std::vector<WorkerProcesses::Exit> WorkerProcesses::Exited() {

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "distributed/rank_output.h"
 
 namespace lmf::distributed {
 
@@ -29,6 +30,9 @@ struct LaunchOptions {
   int rank_count = 0;   // > 0: only ranks first_rank..first_rank+rank_count-1 (one machine's of a larger world)
   // Rank r's stdout and stderr are appended to <log_dir>/rank_<r>.log; "": they are this process's.
   std::string log_dir;
+  // Without a log_dir: each line of rank r's stdout and stderr reaches this process's prefixed "[rank r] "
+  // (rank_output.h), forwarded until the workers are stopped or waited for.
+  bool prefix_output = false;
   std::string working_dir;          // "": this process's
   bool own_process_groups = false;  // each worker in a process group of its own (a terminal's Ctrl-C then
                                     // reaches the launcher alone, which forwards it)
@@ -63,7 +67,8 @@ class WorkerProcesses {
   // names each that failed, "; "-joined, as DeadWorkers does. DeadWorkers names none of them after it.
   absl::Status Wait();
 
-  // SIGTERM to the workers still running, SIGKILL to those still running stop_grace later; reaps all.
+  // SIGTERM to the workers still running, SIGKILL to those still running stop_grace later; reaps all (and
+  // forwards their last lines, with prefix_output; Wait does too).
   void Stop();
 
   struct Exit {
@@ -95,6 +100,7 @@ class WorkerProcesses {
 
   LaunchOptions options_;
   std::vector<Worker> workers_;
+  std::unique_ptr<RankOutput> output_;  // with prefix_output
 };
 
 // The threads each of `world` processes on this machine runs: LMF_NUM_THREADS when it is a thread count (at

@@ -29,21 +29,15 @@
 
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
+#include "distributed/group_options.h"
 
 namespace lmf::distributed {
 
-struct NcclGroupOptions {
-  std::string name = "world";  // names the group in errors
-  int rank = 0;
-  int world_size = 1;
-  int device = 0;  // this rank's CUDA device
-  // Where the ranks meet, as GlooGroupOptions: a folder all ranks share, or else the TCP store at
-  // store_host:store_port that rank 0 serves.
-  std::string rendezvous_dir;
-  std::string store_host;
-  int store_port = 0;
-  std::chrono::milliseconds timeout{30000};          // each op's, unless its CallOptions say otherwise
-  std::chrono::milliseconds connect_timeout{60000};  // for the unique id and the communicator's initialisation
+// GroupOptions (group_options.h; connect_timeout: for the unique id and the communicator's initialisation,
+// 60 s unless set), and this rank's CUDA device.
+struct NcclGroupOptions : GroupOptions {
+  NcclGroupOptions() { connect_timeout = std::chrono::milliseconds(60000); }
+  int device = 0;
 };
 
 // The communicator, its device, streams and first failure, shared with its Works (nccl_group.cc).

@@ -1,11 +1,11 @@
 // NcclGroup on GPUs (tag gpu; skips, saying so, with fewer CUDA devices than a case needs). Each case forks
 // one process per rank (rank r on cuda:r), meeting through a rendezvous folder, and checks exact values:
 // a group of one runs every op and refuses a host buffer, naming it; groups of 2, 3 and 4 run every op (each
-// data type NcclGroup maps, every broadcast root, async ops waited for in reverse order); subgroups of a
-// group of 3 sum among their members only; a rank whose peer never issues the all-reduce fails within the
-// op's timeout with DeadlineExceeded naming its group and rank; a rank whose peer was killed fails within
-// the op's timeout naming its group and rank, as do ranks that issue different ops; after a failure the next
-// op fails at once with the first error.
+// data type NcclGroup maps, a max with NaNs, every broadcast root, async ops waited for in reverse order);
+// subgroups of a group of 3 sum among their members only; a rank whose peer never issues the all-reduce
+// fails within the op's timeout with DeadlineExceeded naming its group and rank; a rank whose peer was
+// killed fails within the op's timeout naming its group and rank, as do ranks that issue different ops;
+// after a failure the next op fails at once with the first error.
 // Runs on hardware, and in CI on the CUDA emulation with its fake NCCL (nccl_group_test_emulated, 4 emulated
 // devices).
 #include "distributed/nccl_group.h"
@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,6 +140,32 @@ TEST(NcclGroup, OneRankRunsEveryOpAndRefusesHostMemory) {
   EXPECT_EQ(codes, std::vector<int>{0}) << "10: connect, 11-14: an op's result, 15: the host buffer's error";
 }
 
+// The max of f32, f64 and bf16 with a NaN on rank 0 (element 0), on the last rank (element 1) and on every
+// rank (element 2): NCCL's fmaxf and __hmax drop a NaN unless all are NaN (collectives.h). 0, or 18.
+int MaxOfNans(Collectives& group, int rank, int world) {
+  const float r = float(rank), nan = std::numeric_limits<float>::quiet_NaN();
+  const auto with_nans = [&](auto of) {
+    return std::vector<decltype(of(r))>{of(rank == 0 ? nan : r), of(rank == world - 1 ? nan : r), of(nan)};
+  };
+  const auto expected = [&](auto values, auto to_float) {
+    return to_float(values[0]) == world - 1 && to_float(values[1]) == world - 2 && std::isnan(to_float(values[2]));
+  };
+  const auto same = [](auto x) { return x; };
+  const auto bf16_value = [](uint16_t h) {
+    const uint32_t bits = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  DeviceFloats f32(with_nans(same), rank);
+  DeviceArray<double> f64(with_nans([](float x) { return double(x); }), DataType::kF64, rank);
+  DeviceArray<uint16_t> bf16(with_nans(Bf16), DataType::kBF16, rank);
+  for (const Buffer& b : {f32.buffer(), f64.buffer(), bf16.buffer()})
+    if (!group.AllReduce(b, ReduceOp::kMax).ok()) return 18;
+  const bool ok = expected(f32.Read(), same) && expected(f64.Read(), same) && expected(bf16.Read(), bf16_value);
+  return ok ? 0 : 18;
+}
+
 // Every op of collectives.h on rank `rank` of `world`, each result exact; 0, or the number of the first
 // failed check.
 int EveryOp(Collectives& group, int rank, int world) {
@@ -150,6 +178,7 @@ int EveryOp(Collectives& group, int rank, int world) {
   if (!group.AllReduce(m.buffer(), ReduceOp::kMax).ok() ||
       m.Read() != std::vector<float>{float(world - 1), 0})
     return 12;
+  if (const int failed = MaxOfNans(group, rank, world); failed != 0) return failed;
   DeviceArray<double> f64({r + 1}, DataType::kF64, rank);
   DeviceArray<uint16_t> bf16({Bf16(r + 1)}, DataType::kBF16, rank);
   DeviceArray<int32_t> i32({rank + 1, -(rank + 1)}, DataType::kI32, rank);
@@ -224,7 +253,7 @@ TEST_P(NcclGroupOfSize, RunsEveryOpWithExactValues) {
     return EveryOp(**group, rank, world);
   });
   EXPECT_EQ(codes, std::vector<int>(world, 0))
-      << "10: connect, 11-17: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB), 20+root: broadcast, "
+      << "10: connect, 11-18: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB, max with NaNs), 20+root: broadcast, "
          "30-32: "
          "reduce-scatter and all-gather, 40: all-to-all, 50-52: send, recv and barrier";
 }

@@ -17,7 +17,7 @@ T Combine(T a, T b, ReduceOp op) {
     if (op == ReduceOp::kSum) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
     if (op == ReduceOp::kSum) return a + b;
-    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+    return std::fmax(a, b);  // as NCCL's max: a NaN only where both are (collectives.h)
   }
   return a > b ? a : b;
 }

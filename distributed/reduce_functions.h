@@ -10,7 +10,8 @@
 namespace lmf::distributed {
 
 // out[i] = a[i] (op) b[i] for i < n; `out` may be `a` or `b`. Integers wrap as their C++ types do (u8 and
-// i32 sums of large values overflow). bf16: computed in f32, rounded to nearest even. kMax: NaN if either is.
+// i32 sums of large values overflow). bf16: computed in f32, rounded to nearest even. kMax of floating
+// types: fmax, NaN only where both are (collectives.h).
 using HostReduceFunction = void (*)(void* out, const void* a, const void* b, size_t n);
 HostReduceFunction HostReduce(DataType type, ReduceOp op);
 

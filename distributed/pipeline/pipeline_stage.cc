@@ -95,147 +95,194 @@ int PipelineStage::Tag(bool gradient, int micro_batch, int boundary) const {
 
 int64_t PipelineStage::HiddenFloats(int64_t b, int64_t t) const { return b * t * chunks_[0]->config().d_model; }
 
+// One Run: what its micro-batches hold between their actions (activations, received inputs and gradients,
+// deferred weight gradients, sends in flight), keyed by (micro-batch, chunk), and one method per op of the
+// schedule. A nested class of PipelineStage: it times the ops into the stage's counters.
+class PipelineStage::StepRun {
+ public:
+  StepRun(PipelineStage& stage, const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t,
+          const model::ForwardMode& mode)
+      : stage_(stage), micro_batches_(micro_batches), b_(b), t_(t), mode_(mode),
+        n_(static_cast<size_t>(stage.HiddenFloats(b, t))), rank_(stage.group_->rank()),
+        ranks_(stage.schedule_.ranks) {}
+
+  // Runs action `a`; an error names this rank and the action.
+  absl::Status Do(const Action& a) {
+    absl::Status s = Dispatch(a, Key{a.micro_batch, a.chunk}, *stage_.chunks_[a.chunk],
+                              stage_.schedule_.stage(rank_, a.chunk));
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank_, " at ", ActionName(a), ": ", s.message()));
+  }
+  // Waits for the sends still in flight (the activations' and the gradients').
+  absl::Status WaitForSends() {
+    for (auto& [key, work] : activation_sends_) {
+      if (absl::Status s = work->Wait(); !s.ok()) return s;
+    }
+    for (std::unique_ptr<Work>& work : gradient_sends_) {
+      if (absl::Status s = work->Wait(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  const model::LossSums& sums() const { return sums_; }
+
+ private:
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+  using Clock = std::chrono::steady_clock;
+
+  absl::Status Dispatch(const Action& a, const Key& key, model::LanguageModel& model, int stage) {
+    switch (a.op) {
+      case Op::kRecvActivation:
+        return RecvActivation(key, stage);
+      case Op::kForward:
+        return Forward(key, model);
+      case Op::kSendActivation:
+        SendActivation(key, stage);
+        return absl::OkStatus();
+      case Op::kRecvGradient:
+        return RecvGradient(key, stage);
+      case Op::kBackward:
+      case Op::kBackwardInput:
+        return Backward(key, model, /*split=*/a.op == Op::kBackwardInput);
+      case Op::kBackwardWeight:
+        return BackwardWeight(key, model);
+      case Op::kSendGradient:
+        gradient_sends_.push_back(stage_.group_->SendAsync(Buffer::Host(input_grads_.at(key).data(), n_),
+                                                           PrevRank(), stage_.Tag(true, key.first, stage - 1)));
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  int PrevRank() const { return (rank_ + ranks_ - 1) % ranks_; }
+  int NextRank() const { return (rank_ + 1) % ranks_; }
+
+  void Timed(Clock::time_point start, Op op) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    stage_.compute_seconds_ += seconds;
+    stage_.op_seconds_[static_cast<size_t>(op)] += seconds;
+    ++stage_.op_counts_[static_cast<size_t>(op)];
+  }
+
+  absl::Status RecvActivation(const Key& key, int stage) {
+    std::vector<float>& in = inputs_[key];
+    in.resize(n_);
+    return stage_.group_->Recv(Buffer::Host(in.data(), n_), PrevRank(), stage_.Tag(false, key.first, stage - 1));
+  }
+
+  absl::Status Forward(const Key& key, model::LanguageModel& model) {
+    const auto [micro_batch, chunk] = key;
+    model::StageInput in;
+    in.b = b_;
+    in.t = t_;
+    if (model.has_embedding()) {
+      in.ids = micro_batches_[micro_batch].ids;
+    } else if (ranks_ == 1) {  // the previous stage is this rank's previous chunk
+      in.hidden = activations_.at({micro_batch, chunk - 1}).hidden_output();
+    } else {
+      in.hidden = inputs_.at(key).data();
+    }
+    if (model.has_head()) in.targets = micro_batches_[micro_batch].targets;
+    model::Activations& act = activations_.emplace(key, model.NewActivations()).first->second;
+    model::ForwardMode micro_mode = mode_;
+    micro_mode.first_token += micro_batch * b_ * t_;
+    const Clock::time_point start = Clock::now();
+    if (absl::Status s = model.ForwardStage(in, act, micro_mode); !s.ok()) return s;
+    Timed(start, Op::kForward);
+    inputs_.erase(key);  // ForwardStage copied it
+    sums_.aux_loss += act.aux_loss();  // each chunk's layers' auxiliary losses (a mixture of experts)
+    if (model.has_head()) {
+      sums_.loss += act.loss();
+      sums_.z_loss += act.z_loss_term();
+    }
+    return absl::OkStatus();
+  }
+
+  void SendActivation(const Key& key, int stage) {
+    const float* out = static_cast<const float*>(activations_.at(key).hidden_output());
+    activation_sends_[key] =
+        stage_.group_->SendAsync(Buffer::Host(out, n_), NextRank(), stage_.Tag(false, key.first, stage));
+  }
+
+  absl::Status RecvGradient(const Key& key, int stage) {
+    std::vector<float>& grad = output_grads_[key];
+    grad.resize(n_);
+    return stage_.group_->Recv(Buffer::Host(grad.data(), n_), NextRank(), stage_.Tag(true, key.first, stage));
+  }
+
+  // B, or with `split` BI: the weight gradients deferred to the BW of `key`.
+  absl::Status Backward(const Key& key, model::LanguageModel& model, bool split) {
+    void* dinput = nullptr;
+    if (!model.has_embedding()) {
+      std::vector<float>& grad = input_grads_[key];
+      grad.resize(n_);
+      dinput = grad.data();
+    }
+    const Key next{key.first, key.second + 1};  // ranks == 1: the next stage is this rank's next chunk
+    const void* doutput = model.has_head() ? nullptr
+                          : ranks_ == 1    ? input_grads_.at(next).data()
+                                           : output_grads_.at(key).data();
+    const Clock::time_point start = Clock::now();
+    model::DeferredWeightGrads* weights = split ? &deferred_[key] : nullptr;
+    model.BackwardStage(activations_.at(key), doutput, dinput, weights);
+    Timed(start, split ? Op::kBackwardInput : Op::kBackward);
+    if (split) {
+      deferred_bytes_ += weights->bytes();
+      stage_.peak_deferred_bytes_ = std::max(stage_.peak_deferred_bytes_, deferred_bytes_);
+    }
+    if (ranks_ == 1) input_grads_.erase(next);
+    if (auto it = activation_sends_.find(key); it != activation_sends_.end()) {
+      if (absl::Status s = it->second->Wait(); !s.ok()) return s;
+      activation_sends_.erase(it);
+    }
+    if (!split) activations_.erase(key);  // BW reads the forward's inputs
+    output_grads_.erase(key);
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardWeight(const Key& key, model::LanguageModel& model) {
+    auto it = deferred_.find(key);
+    if (it == deferred_.end()) return absl::InternalError("no BI ran before it");
+    deferred_bytes_ -= it->second.bytes();
+    const Clock::time_point start = Clock::now();
+    it->second.Run(model.context());
+    Timed(start, Op::kBackwardWeight);
+    deferred_.erase(it);
+    activations_.erase(key);
+    return absl::OkStatus();
+  }
+
+  PipelineStage& stage_;
+  const std::vector<MicroBatch>& micro_batches_;
+  const int64_t b_, t_;
+  const model::ForwardMode& mode_;
+  const size_t n_;  // floats of one micro-batch's hidden states
+  const int rank_, ranks_;
+  std::map<Key, model::Activations> activations_;
+  std::map<Key, std::vector<float>> inputs_, output_grads_, input_grads_;
+  std::map<Key, model::DeferredWeightGrads> deferred_;  // between a split backward's BI and its BW
+  std::map<Key, std::unique_ptr<Work>> activation_sends_;  // waited on before their activations go
+  std::vector<std::unique_ptr<Work>> gradient_sends_;
+  model::LossSums sums_;
+  int64_t deferred_bytes_ = 0;
+};
+
 absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>& micro_batches, int64_t b,
                                                    int64_t t, const model::ForwardMode& mode) {
   if (static_cast<int>(micro_batches.size()) != schedule_.micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("the pipeline schedule runs ", schedule_.micro_batches,
                                                    " micro-batches per step, given ", micro_batches.size()));
   }
-  const int rank = group_->rank(), ranks = schedule_.ranks;
-  const int prev_rank = (rank + ranks - 1) % ranks, next_rank = (rank + 1) % ranks;
-  const size_t n = static_cast<size_t>(HiddenFloats(b, t));
   for (model::LanguageModel* chunk : chunks_) chunk->ZeroGrad();
-
-  using Key = std::pair<int, int>;  // (micro-batch, chunk)
-  std::map<Key, model::Activations> activations;
-  std::map<Key, std::vector<float>> inputs, output_grads, input_grads;
-  std::map<Key, model::DeferredWeightGrads> deferred;  // between a split backward's BI and its BW
-  std::map<Key, std::unique_ptr<Work>> activation_sends;  // waited on before their activations go
-  std::vector<std::unique_ptr<Work>> gradient_sends;
-  model::LossSums sums;
   compute_seconds_ = 0;
   op_seconds_ = {};
   op_counts_ = {};
-  int64_t deferred_bytes = 0;
   peak_deferred_bytes_ = 0;
-  using Clock = std::chrono::steady_clock;
-  const auto timed = [&](Clock::time_point start, Op op) {
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    compute_seconds_ += seconds;
-    op_seconds_[static_cast<size_t>(op)] += seconds;
-    ++op_counts_[static_cast<size_t>(op)];
-  };
-  const auto failed = [&](const absl::Status& s, const Action& a) {
-    return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank, " at ", ActionName(a), ": ", s.message()));
-  };
-  for (const Action& a : schedule_.actions[rank]) {
-    const Key key{a.micro_batch, a.chunk};
-    model::LanguageModel& model = *chunks_[a.chunk];
-    const int stage = schedule_.stage(rank, a.chunk);
-    switch (a.op) {
-      case Op::kRecvActivation: {
-        std::vector<float>& in = inputs[key];
-        in.resize(n);
-        if (absl::Status s = group_->Recv(Buffer::Host(in.data(), n), prev_rank, Tag(false, a.micro_batch, stage - 1));
-            !s.ok()) {
-          return failed(s, a);
-        }
-        break;
-      }
-      case Op::kForward: {
-        model::StageInput in;
-        in.b = b;
-        in.t = t;
-        if (model.has_embedding()) {
-          in.ids = micro_batches[a.micro_batch].ids;
-        } else if (ranks == 1) {  // the previous stage is this rank's previous chunk
-          in.hidden = activations.at({a.micro_batch, a.chunk - 1}).hidden_output();
-        } else {
-          in.hidden = inputs.at(key).data();
-        }
-        if (model.has_head()) in.targets = micro_batches[a.micro_batch].targets;
-        model::Activations& act = activations.emplace(key, model.NewActivations()).first->second;
-        model::ForwardMode micro_mode = mode;
-        micro_mode.first_token += a.micro_batch * b * t;
-        const Clock::time_point start = Clock::now();
-        if (absl::Status s = model.ForwardStage(in, act, micro_mode); !s.ok()) return failed(s, a);
-        timed(start, a.op);
-        inputs.erase(key);  // ForwardStage copied it
-        sums.aux_loss += act.aux_loss();  // each chunk's layers' auxiliary losses (a mixture of experts)
-        if (model.has_head()) {
-          sums.loss += act.loss();
-          sums.z_loss += act.z_loss_term();
-        }
-        break;
-      }
-      case Op::kSendActivation: {
-        const float* out = static_cast<const float*>(activations.at(key).hidden_output());
-        activation_sends[key] = group_->SendAsync(Buffer::Host(out, n), next_rank, Tag(false, a.micro_batch, stage));
-        break;
-      }
-      case Op::kRecvGradient: {
-        std::vector<float>& grad = output_grads[key];
-        grad.resize(n);
-        if (absl::Status s = group_->Recv(Buffer::Host(grad.data(), n), next_rank, Tag(true, a.micro_batch, stage));
-            !s.ok()) {
-          return failed(s, a);
-        }
-        break;
-      }
-      case Op::kBackward:
-      case Op::kBackwardInput: {  // BI: the weight gradients are deferred to the BW of (micro-batch, chunk)
-        const bool split = a.op == Op::kBackwardInput;
-        void* dinput = nullptr;
-        if (!model.has_embedding()) {
-          std::vector<float>& grad = input_grads[key];
-          grad.resize(n);
-          dinput = grad.data();
-        }
-        const Key next{a.micro_batch, a.chunk + 1};  // ranks == 1: the next stage is this rank's next chunk
-        const void* doutput = model.has_head() ? nullptr
-                              : ranks == 1     ? input_grads.at(next).data()
-                                               : output_grads.at(key).data();
-        const Clock::time_point start = Clock::now();
-        model::DeferredWeightGrads* weights = split ? &deferred[key] : nullptr;
-        model.BackwardStage(activations.at(key), doutput, dinput, weights);
-        timed(start, a.op);
-        if (split) {
-          deferred_bytes += weights->bytes();
-          peak_deferred_bytes_ = std::max(peak_deferred_bytes_, deferred_bytes);
-        }
-        if (ranks == 1) input_grads.erase(next);
-        if (auto it = activation_sends.find(key); it != activation_sends.end()) {
-          if (absl::Status s = it->second->Wait(); !s.ok()) return failed(s, a);
-          activation_sends.erase(it);
-        }
-        if (!split) activations.erase(key);  // BW reads the forward's inputs
-        output_grads.erase(key);
-        break;
-      }
-      case Op::kBackwardWeight: {
-        auto it = deferred.find(key);
-        if (it == deferred.end()) return failed(absl::InternalError("no BI ran before it"), a);
-        deferred_bytes -= it->second.bytes();
-        const Clock::time_point start = Clock::now();
-        it->second.Run(model.context());
-        timed(start, a.op);
-        deferred.erase(it);
-        activations.erase(key);
-        break;
-      }
-      case Op::kSendGradient:
-        gradient_sends.push_back(group_->SendAsync(Buffer::Host(input_grads.at(key).data(), n), prev_rank,
-                                                   Tag(true, a.micro_batch, stage - 1)));
-        break;
-    }
+  StepRun run(*this, micro_batches, b, t, mode);
+  for (const Action& a : schedule_.actions[group_->rank()]) {
+    if (absl::Status s = run.Do(a); !s.ok()) return s;
   }
-  for (auto& [key, work] : activation_sends) {
-    if (absl::Status s = work->Wait(); !s.ok()) return s;
-  }
-  for (std::unique_ptr<Work>& work : gradient_sends) {
-    if (absl::Status s = work->Wait(); !s.ok()) return s;
-  }
-  return sums;
+  if (absl::Status s = run.WaitForSends(); !s.ok()) return s;
+  return run.sums();
 }
 
 Costs PipelineStage::measured_costs() const {

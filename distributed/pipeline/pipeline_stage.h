@@ -94,6 +94,9 @@ class PipelineStage {
  private:
   PipelineStage(Collectives& group, Schedule schedule, std::vector<model::LanguageModel*> chunks)
       : group_(&group), schedule_(std::move(schedule)), chunks_(std::move(chunks)) {}
+  // One Run's state and its actions (pipeline_stage.cc).
+  class StepRun;
+
   int Tag(bool gradient, int micro_batch, int chunk) const;
   int64_t HiddenFloats(int64_t b, int64_t t) const;
 

@@ -100,7 +100,8 @@ class PipelineStep final : public model::StepStrategy {
   // experts spread over ranks).
   absl::Status ShardOptimizerState(std::vector<std::map<std::string, int>> owners,
                                    std::vector<std::map<std::string, int>> expert_owners = {});
-  // The same stage's replicas hold the same weights, or an error naming the data rank that differs.
+  // The same stage's replicas hold the same weights, or an error naming the replica that differs by its
+  // data and expert coordinates and its ranks.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
   // Evaluation: one batch's mean cross-entropy through this replica's pipeline (PipelineStage::

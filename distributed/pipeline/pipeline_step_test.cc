@@ -487,6 +487,82 @@ TEST(PipelineStep, ZeroOneOverPipelineByExpertShardsOverTheStageAndTheDataGroup)
   ExpectEqualsSingleProcess(PipelineByExpertMesh(/*zero=*/true));
 }
 
+// This rank's part of a 2-stage 1F1B step (2 micro-batches a replica) over `mesh`, for the failure tests
+// below: its stage's slice of `config`, its AdamW, and with experts spread over ranks (mesh expert > 1) the
+// exchange over mesh.expert() its MoE layers use.
+struct OneChunkStage {
+  std::unique_ptr<expert::GroupExpertExchange> exchange;
+  std::unique_ptr<model::LanguageModel> slice;
+  std::unique_ptr<model::AdamW> optimizer;
+  std::unique_ptr<PipelineStep> step;
+};
+absl::StatusOr<OneChunkStage> MakeOneChunkStage(Collectives& world, ParallelMesh& mesh,
+                                                const model::ModelConfig& config) {
+  OneChunkStage s;
+  if (mesh.shape().expert > 1) s.exchange = std::make_unique<expert::GroupExpertExchange>(mesh.expert());
+  s.slice = Make(config, StageLayers(config.n_layers, 2, mesh.coordinates().pipeline), s.exchange.get());
+  s.optimizer = std::make_unique<model::AdamW>(model::AdamWConfig{}, *s.slice);
+  absl::StatusOr<std::unique_ptr<PipelineStep>> step =
+      PipelineStep::Create(world, mesh, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {s.slice.get()},
+                           {s.optimizer.get()}, {}, s.exchange.get());
+  if (!step.ok()) return step.status();
+  s.step = *std::move(step);
+  return s;
+}
+
+// Adds 1 to the first element of this chunk's first parameter that is (or is not) in an expert block.
+void Perturb(model::LanguageModel& chunk, bool expert_block) {
+  bool done = false;
+  chunk.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    if (done || p.expert_shard != expert_block) return;
+    p.value.data<float>()[0] += 1;
+    done = true;
+  });
+}
+
+// Pipeline x expert (data=2, pipeline=2, expert=2): a stage replica whose weights drifted is named by its
+// data and expert coordinates, its rank in the stage's group and its world rank (mesh.h's layout: world rank
+// 6 is pipeline 1, data 1, expert 0, rank 2 of stage[pp=1]); an expert block that drifted, over the data
+// ranks that hold it. The other stage, and the other data groups, agree.
+TEST(PipelineStep, ReplicasThatDisagreeAreNamedByTheirAxes) {
+  const model::ModelConfig config = Moe();
+  ExpectAllPassed(RunRanks(8, [&](Collectives& world) {
+    Checks checks(world.rank());
+    absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {2, 2, 2});
+    if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
+    const int stage = (*mesh)->coordinates().pipeline;
+    absl::StatusOr<OneChunkStage> s = MakeOneChunkStage(world, **mesh, config);
+    if (!checks.Ok(s.status(), "Create")) return checks.exit_code();
+    model::LanguageModel& slice = *s->slice;
+    PipelineStep& step = *s->step;
+    if (!checks.Ok(step.SyncParameters(slice), "SyncParameters")) return checks.exit_code();
+    if (world.rank() == 6) Perturb(slice, /*expert_block=*/false);
+    const absl::Status dense = step.CheckReplicasAgree(slice, 5);
+    if (stage == 0) {
+      checks.Ok(dense, "stage 0's replicas agree");
+    } else {
+      checks.FailsWith(dense,
+                       {"pipeline stage of layers [2, 4): weights outside the expert blocks over run.parallel.data=2 "
+                        "x run.parallel.expert=2: after step 5 those of data 1, expert 0: rank 2 (world rank 6) in "
+                        "group 'stage[pp=1]' differ from those of data 0, expert 0: rank 0 (world rank 4)"},
+                       "a dense weight that drifted on world rank 6");
+    }
+    // Data 0's weights again on every replica (world rank 6's drift undone), then an expert block drifts.
+    if (!checks.Ok(step.SyncParameters(slice), "SyncParameters again")) return checks.exit_code();
+    if (world.rank() == 7) Perturb(slice, /*expert_block=*/true);
+    const absl::Status blocks = step.CheckReplicasAgree(slice, 6);
+    if (world.rank() == 5 || world.rank() == 7) {
+      checks.FailsWith(blocks,
+                       {"expert blocks over run.parallel.data=2: after step 6 those of data rank 1 (world rank 7) "
+                        "in group 'dp[pp=1,ep=1]' differ from those of data rank 0 (world rank 5)"},
+                       "an expert block that drifted on world rank 7");
+    } else {
+      checks.Ok(blocks, "the other data groups agree");
+    }
+    return checks.exit_code();
+  }));
+}
+
 // Rank 3 of data=2 x pipeline=2 (the second replica's last stage; mesh.h's layout) dies before its first
 // step: its pipeline peer, rank 1, fails naming it (pipeline rank 1), and the first replica fails at the
 // gradient sum over the data group or the losses' sum over every rank; nobody waits past the timeout.
@@ -501,14 +577,10 @@ TEST(PipelineStep, ADeadRankIsNamed) {
         absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {2, 2, 1});
         if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
         if (world.rank() == 3) _exit(7);
-        const int stage = (*mesh)->coordinates().pipeline;
-        std::unique_ptr<model::LanguageModel> slice = Make(config, StageLayers(config.n_layers, 2, stage));
-        model::AdamW optimizer(model::AdamWConfig{}, *slice);
-        absl::StatusOr<std::unique_ptr<PipelineStep>> step = PipelineStep::Create(
-            world, **mesh, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {slice.get()}, {&optimizer});
-        if (!checks.Ok(step.status(), "Create")) return checks.exit_code();
+        absl::StatusOr<OneChunkStage> s = MakeOneChunkStage(world, **mesh, config);
+        if (!checks.Ok(s.status(), "Create")) return checks.exit_code();
         RandomBatches data(config.vocab_size, kB * kT, 17);
-        absl::StatusOr<model::StepResult> result = (*step)->Step(*slice, optimizer, data, Input(4));
+        absl::StatusOr<model::StepResult> result = s->step->Step(*s->slice, *s->optimizer, data, Input(4));
         checks.FailsWith(result.status(), {"rank"}, "a step with a dead peer");
         if (world.rank() == 1)
           checks.FailsWith(result.status(), {"pipeline rank 0 at", "rank 1"}, "rank 3's peer");
@@ -533,16 +605,10 @@ TEST(PipelineStep, ADeadExpertRankIsNamed) {
         absl::StatusOr<std::unique_ptr<ParallelMesh>> mesh = ParallelMesh::Build(world, {1, 2, 2});
         if (!checks.Ok(mesh.status(), "mesh")) return checks.exit_code();
         if (world.rank() == 1) _exit(7);
-        expert::GroupExpertExchange exchange((*mesh)->expert());
-        std::unique_ptr<model::LanguageModel> slice =
-            Make(config, StageLayers(config.n_layers, 2, (*mesh)->coordinates().pipeline), &exchange);
-        model::AdamW optimizer(model::AdamWConfig{}, *slice);
-        absl::StatusOr<std::unique_ptr<PipelineStep>> step =
-            PipelineStep::Create(world, **mesh, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {slice.get()},
-                                 {&optimizer}, {}, &exchange);
-        if (!checks.Ok(step.status(), "Create")) return checks.exit_code();
+        absl::StatusOr<OneChunkStage> s = MakeOneChunkStage(world, **mesh, config);
+        if (!checks.Ok(s.status(), "Create")) return checks.exit_code();
         RandomBatches data(config.vocab_size, kB * kT, 17);
-        absl::StatusOr<model::StepResult> result = (*step)->Step(*slice, optimizer, data, Input(4));
+        absl::StatusOr<model::StepResult> result = s->step->Step(*s->slice, *s->optimizer, data, Input(4));
         checks.FailsWith(result.status(), {"rank"}, "a step with a dead expert peer");
         if (world.rank() == 0) checks.FailsWith(result.status(), {"rank 1"}, "rank 1's expert peer");
         return checks.exit_code();

@@ -81,6 +81,228 @@ const char* KindOfOp(const std::string& op) {
   return "other";
 }
 
+// nanoGPT's AdamW for GPT-2 small: lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clipping at 1.
+config::OptimizerConfig Gpt2OptimizerConfig() {
+  config::OptimizerConfig optimizer_config;
+  optimizer_config.set_lr(6e-4);
+  optimizer_config.mutable_adamw()->set_beta1(0.9);
+  optimizer_config.mutable_adamw()->set_beta2(0.95);
+  optimizer_config.mutable_adamw()->set_eps(1e-8);
+  optimizer_config.mutable_adamw()->set_weight_decay(0.1);
+  optimizer_config.set_grad_clip(1.0);
+  return optimizer_config;
+}
+
+// One run of the benchmark on a model and its optimizer: Run times the steps and calls the optional parts
+// (phases, autotuned GEMMs, op profile, the PyTorch peer) in order, printing each as it finishes.
+class StepBenchmark {
+ public:
+  StepBenchmark(kernels::cuda::CudaContext& cuda, const model::ModelConfig& config, model::LanguageModel& model,
+                ModelOptimizer& optimizer, int64_t b, int64_t t, int warmup, int steps)
+      : cuda_(cuda), ctx_(cuda.context()), config_(config), model_(model), optimizer_(optimizer), b_(b), t_(t),
+        warmup_(warmup), steps_(steps), ids_(b * t), targets_(b * t),
+        flops_per_token_(model::CountFlopsPerToken(config, t).training()), device_name_(cuda.properties().name),
+        peak_(GpuPeakFlops(device_name_, config::RunConfig::BF16)) {
+    std::mt19937 rng(7);
+    for (int32_t& id : ids_) id = static_cast<int32_t>(rng() % 50257);
+    for (int32_t& id : targets_) id = static_cast<int32_t>(rng() % 50257);
+  }
+
+  int Run() {
+    std::vector<double> ms = TimeSteps();
+    std::sort(ms.begin(), ms.end());
+    const double median_ms = ms[ms.size() / 2];
+    const double tokens_per_second = Tokens() / (median_ms * 1e-3);
+    std::printf("GPT-2 small (%.1fM parameters), bf16 activations, fp32 master weights; B=%ld T=%ld; %s\n",
+                static_cast<double>(model_.parameter_count()) * 1e-6, static_cast<long>(b_), static_cast<long>(t_),
+                device_name_.c_str());
+    std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token_,
+                last_loss_);
+    std::printf(
+        "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, %s\n", median_ms, steps_,
+        ms.front(), ms.back(), tokens_per_second, Mfu(tokens_per_second).c_str());
+    // stdout is a file under tools/gpu_run.sh, so fully buffered: flush our figures before anything that can
+    // run into the benchmark's time limit (timeout's SIGTERM ends the process without flushing stdio).
+    std::fflush(stdout);
+    if (absl::GetFlag(FLAGS_phases)) PrintPhases();
+    const double tuned_tokens_per_second = absl::GetFlag(FLAGS_gemm_autotune) ? TimeAutotuned(median_ms) : 0;
+    const bool op_profile = absl::GetFlag(FLAGS_op_profile);
+    if (op_profile) {
+      // ms per step of each kind of work (ours).
+      const std::map<std::string, double> kind_ms = ProfileOps();
+      if (!kind_ms.empty()) PrintKinds("lmforge", kind_ms);
+    }
+    std::fflush(stdout);
+    if (absl::GetFlag(FLAGS_peer)) CompareWithPeer(tokens_per_second, tuned_tokens_per_second, op_profile);
+    return 0;
+  }
+
+ private:
+  double Tokens() const { return static_cast<double>(b_ * t_); }
+
+  // One training step; with `phase_ms`, synchronised after each phase and its times appended.
+  void Step(std::vector<double>* phase_ms) {
+    Clock::time_point started = Clock::now();
+    auto end_phase = [&](int phase) {
+      if (phase_ms == nullptr) return;
+      kernels::Synchronize(ctx_);
+      phase_ms[phase].push_back(MillisecondsSince(started));
+      started = Clock::now();
+    };
+    model_.ZeroGrad();
+    absl::StatusOr<double> loss = model_.ForwardWithLoss(ids_.data(), targets_.data(), b_, t_);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(loss.status().message()).c_str());
+      std::exit(1);
+    }
+    last_loss_ = *loss;
+    end_phase(0);
+    model_.Backward();
+    end_phase(1);
+    optimizer_.Step(model_, 6e-4);
+    end_phase(2);
+    kernels::Synchronize(ctx_);
+  }
+
+  // `warmup` untimed steps, then the ms of each of `steps` timed ones.
+  std::vector<double> TimeSteps() {
+    for (int i = 0; i < warmup_; ++i) Step(nullptr);
+    std::vector<double> ms;
+    for (int i = 0; i < steps_; ++i) {
+      const Clock::time_point started = Clock::now();
+      Step(nullptr);
+      ms.push_back(MillisecondsSince(started));
+    }
+    return ms;
+  }
+
+  // MFU against the device's dense bf16 peak from the trainer's table (989.4 TFLOP/s on an H200).
+  std::string Mfu(double tokens_per_s) const {
+    if (!peak_.has_value()) return absl::StrCat("MFU n/a (no known bf16 peak for ", device_name_, ")");
+    return absl::StrFormat("MFU %.1f%% of %.1f TFLOP/s", 100 * tokens_per_s * flops_per_token_ / *peak_,
+                           *peak_ * 1e-12);
+  }
+
+  void PrintPhases() {
+    std::vector<double> phase_ms[3];
+    for (int i = 0; i < steps_; ++i) Step(phase_ms);
+    const kernels::cuda::CachingAllocatorStats memory = cuda_.allocator().stats();
+    std::printf(
+        "phases (median of %d, synchronised after each): zero grad + forward + loss %.2f ms, backward %.2f "
+        "ms, grad norm + AdamW %.2f ms; device memory %.2f GiB in use, %.2f GiB cached\n",
+        steps_, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
+        static_cast<double>(memory.bytes_in_use) / (1 << 30),
+        static_cast<double>(memory.bytes_cached) / (1 << 30));
+    std::fflush(stdout);
+  }
+
+  // The same steps with every GEMM shape autotuned (tuned on the warm-up steps); the plans of the default
+  // (the heuristic's first) are kept apart, so the op profile times the default again. Its tokens/s.
+  double TimeAutotuned(double median_ms) {
+    cuda_.set_gemm_autotune(true);
+    const double tuned_median = Median(TimeSteps());
+    cuda_.set_gemm_autotune(false);
+    const double tuned_tokens_per_second = Tokens() / (tuned_median * 1e-3);
+    std::printf("with run.gemm_autotune: %.2f ms/step (median of %d), %.0f tokens/s, %s; %.3fx the default\n",
+                tuned_median, steps_, tuned_tokens_per_second, Mfu(tuned_tokens_per_second).c_str(),
+                median_ms / tuned_median);
+    std::fflush(stdout);
+    return tuned_tokens_per_second;
+  }
+
+  // The device time of every op over `steps` profiled steps, printed; the ms per step of each kind of work
+  // (empty when the profile failed).
+  std::map<std::string, double> ProfileOps() {
+    std::map<std::string, double> kind_ms;
+    absl::StatusOr<std::unique_ptr<kernels::cuda::OpProfiler>> profiler = kernels::cuda::OpProfiler::Start(ctx_);
+    absl::StatusOr<kernels::OpProfile> profile = profiler.status();
+    if (profiler.ok()) {
+      for (int i = 0; i < steps_; ++i) Step(nullptr);
+      profile = (*profiler)->Finish();
+    }
+    if (!profile.ok()) {
+      std::printf("op profile: %s\n", std::string(profile.status().message()).c_str());
+    } else {
+      std::printf("device time per op (%d profiled steps, a CUDA event after each op):\n%s", steps_,
+                  kernels::FormatOpProfile(*profile, steps_).c_str());
+      for (const kernels::OpTime& op : profile->ops) kind_ms[KindOfOp(op.op)] += op.total_ms / steps_;
+      kind_ms["other"] += profile->outside_ops_ms / steps_;
+    }
+    std::fflush(stdout);
+    return kind_ms;
+  }
+
+  // Achieved TFLOP/s of a kind's model FLOPs (3x the forward's, as MFU counts them) in `ms` per step.
+  std::string KindTflops(const std::string& kind, double ms) const {
+    const model::FlopsPerToken flops = model::CountFlopsPerToken(config_, t_);
+    const double per_token = kind == "gemm" ? 3 * flops.matmul_forward
+                             : kind == "attention" ? 3 * flops.attention_forward
+                                                   : 0.0;
+    if (per_token == 0 || !(ms > 0)) return "";
+    return absl::StrFormat(" (%.0f TFLOP/s)", per_token * Tokens() / (ms * 1e-3) * 1e-12);
+  }
+
+  void PrintKinds(const char* who, const std::map<std::string, double>& ms) const {
+    std::string line = absl::StrCat(who, " ms/step by kind:");
+    for (const char* kind : kKinds) {
+      auto it = ms.find(kind);
+      absl::StrAppend(&line, absl::StrFormat(" %s %.3f%s;", kind, it == ms.end() ? 0.0 : it->second,
+                                             KindTflops(kind, it == ms.end() ? 0.0 : it->second)));
+    }
+    std::printf("%s\n", line.c_str());
+  }
+
+  // The PyTorch peer on the same B and T: its time, our ratios to it, and its time per kind of work.
+  void CompareWithPeer(double tokens_per_second, double tuned_tokens_per_second, bool op_profile) {
+    absl::StatusOr<std::map<std::string, double>> peer = kernels::cuda::bench::RunPeer(
+        "nanogpt_peer.py",
+        absl::StrCat("--batch ", b_, " --seq ", t_, op_profile ? absl::StrCat(" --kernel-kinds ", steps_) : ""));
+    if (!peer.ok()) {
+      std::printf("PyTorch peer: %s\nratio ours/PyTorch: n/a\n", std::string(peer.status().message()).c_str());
+      return;
+    }
+    auto it = peer->find("train_step_ms");
+    if (it == peer->end() || !(it->second > 0)) {
+      std::printf("PyTorch peer printed no train_step_ms line\nratio ours/PyTorch: n/a\n");
+      return;
+    }
+    const double peer_tokens_per_second = Tokens() / (it->second * 1e-3);
+    std::printf(
+        "PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
+        "%s\n",
+        it->second, peer_tokens_per_second, Mfu(peer_tokens_per_second).c_str());
+    std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
+    if (tuned_tokens_per_second > 0) {
+      std::printf("ratio ours/PyTorch with run.gemm_autotune (tokens/s): %.2fx\n",
+                  tuned_tokens_per_second / peer_tokens_per_second);
+    }
+    if (!op_profile) return;
+    std::map<std::string, double> peer_kind_ms;
+    for (const char* kind : kKinds) {
+      auto k = peer->find(absl::StrCat("peer_", kind, "_ms"));
+      if (k != peer->end()) peer_kind_ms[kind] = k->second;
+    }
+    if (peer_kind_ms.empty()) {
+      std::printf("PyTorch ms/step by kind: n/a (the peer printed no peer_<kind>_ms lines)\n");
+    } else {
+      PrintKinds("PyTorch", peer_kind_ms);
+    }
+  }
+
+  kernels::cuda::CudaContext& cuda_;
+  const kernels::Context ctx_;
+  const model::ModelConfig& config_;
+  model::LanguageModel& model_;
+  ModelOptimizer& optimizer_;
+  const int64_t b_, t_;
+  const int warmup_, steps_;
+  std::vector<int32_t> ids_, targets_;
+  const double flops_per_token_;
+  const std::string device_name_;
+  const std::optional<double> peak_;
+  double last_loss_ = 0;
+};
+
 int Main() {
   if (kernels::cuda::CudaDeviceCount() == 0) {
     std::printf("no CUDA device, nothing measured\n");
@@ -97,193 +319,17 @@ int Main() {
     std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(cuda.status().message()).c_str());
     return 1;
   }
-  const kernels::Context ctx = (*cuda)->context();
   const model::ModelConfig config = model::Gpt2Config(50304, 1024, 768, 12, 12);
   absl::StatusOr<std::unique_ptr<model::LanguageModel>> created =
-      model::LanguageModel::Create(config, ctx, kernels::DType::kBF16);
+      model::LanguageModel::Create(config, (*cuda)->context(), kernels::DType::kBF16);
   if (!created.ok()) {
     std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(created.status().message()).c_str());
     return 1;
   }
   model::LanguageModel& model = **created;
   model.InitializeParameters(1337);
-  config::OptimizerConfig optimizer_config;
-  optimizer_config.set_lr(6e-4);
-  optimizer_config.mutable_adamw()->set_beta1(0.9);
-  optimizer_config.mutable_adamw()->set_beta2(0.95);
-  optimizer_config.mutable_adamw()->set_eps(1e-8);
-  optimizer_config.mutable_adamw()->set_weight_decay(0.1);
-  optimizer_config.set_grad_clip(1.0);
-  ModelOptimizer optimizer(optimizer_config, model);
-
-  std::mt19937 rng(7);
-  std::vector<int32_t> ids(b * t), targets(b * t);
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 50257);
-  for (int32_t& id : targets) id = static_cast<int32_t>(rng() % 50257);
-
-  double last_loss = 0;
-  // One training step; with `phase_ms`, synchronised after each phase and its times appended.
-  auto step = [&](std::vector<double>* phase_ms) {
-    Clock::time_point started = Clock::now();
-    auto end_phase = [&](int phase) {
-      if (phase_ms == nullptr) return;
-      kernels::Synchronize(ctx);
-      phase_ms[phase].push_back(MillisecondsSince(started));
-      started = Clock::now();
-    };
-    model.ZeroGrad();
-    absl::StatusOr<double> loss = model.ForwardWithLoss(ids.data(), targets.data(), b, t);
-    if (!loss.ok()) {
-      std::fprintf(stderr, "train_step_cuda_benchmark: %s\n", std::string(loss.status().message()).c_str());
-      std::exit(1);
-    }
-    last_loss = *loss;
-    end_phase(0);
-    model.Backward();
-    end_phase(1);
-    optimizer.Step(model, 6e-4);
-    end_phase(2);
-    kernels::Synchronize(ctx);
-  };
-  // `warmup` untimed steps, then the ms of each of `steps` timed ones.
-  auto time_steps = [&] {
-    for (int i = 0; i < warmup; ++i) step(nullptr);
-    std::vector<double> ms;
-    for (int i = 0; i < steps; ++i) {
-      const Clock::time_point started = Clock::now();
-      step(nullptr);
-      ms.push_back(MillisecondsSince(started));
-    }
-    return ms;
-  };
-  std::vector<double> ms = time_steps();
-  std::sort(ms.begin(), ms.end());
-  const double median_ms = ms[ms.size() / 2];
-  const double tokens_per_second = static_cast<double>(b * t) / (median_ms * 1e-3);
-  const double flops_per_token = model::CountFlopsPerToken(config, t).training();
-  // MFU against the device's dense bf16 peak from the trainer's table (989.4 TFLOP/s on an H200).
-  const std::string device_name = (*cuda)->properties().name;
-  const std::optional<double> peak = GpuPeakFlops(device_name, config::RunConfig::BF16);
-  auto mfu = [&](double tokens_per_s) {
-    if (!peak.has_value()) return absl::StrCat("MFU n/a (no known bf16 peak for ", device_name, ")");
-    return absl::StrFormat("MFU %.1f%% of %.1f TFLOP/s", 100 * tokens_per_s * flops_per_token / *peak,
-                           *peak * 1e-12);
-  };
-
-  std::printf("GPT-2 small (%.1fM parameters), bf16 activations, fp32 master weights; B=%ld T=%ld; %s\n",
-              static_cast<double>(model.parameter_count()) * 1e-6, static_cast<long>(b), static_cast<long>(t),
-              device_name.c_str());
-  std::printf("training FLOPs per token (model/accounting): %.4g; last loss %.4f\n", flops_per_token,
-              last_loss);
-  std::printf(
-      "lmforge: %.2f ms/step (median of %d, min %.2f, max %.2f), %.0f tokens/s, %s\n", median_ms, steps,
-      ms.front(), ms.back(), tokens_per_second, mfu(tokens_per_second).c_str());
-  // stdout is a file under tools/gpu_run.sh, so fully buffered: flush our figures before anything that can
-  // run into the benchmark's time limit (timeout's SIGTERM ends the process without flushing stdio).
-  std::fflush(stdout);
-  if (absl::GetFlag(FLAGS_phases)) {
-    std::vector<double> phase_ms[3];
-    for (int i = 0; i < steps; ++i) step(phase_ms);
-    const kernels::cuda::CachingAllocatorStats memory = (*cuda)->allocator().stats();
-    std::printf(
-        "phases (median of %d, synchronised after each): zero grad + forward + loss %.2f ms, backward %.2f "
-        "ms, grad norm + AdamW %.2f ms; device memory %.2f GiB in use, %.2f GiB cached\n",
-        steps, Median(phase_ms[0]), Median(phase_ms[1]), Median(phase_ms[2]),
-        static_cast<double>(memory.bytes_in_use) / (1 << 30),
-        static_cast<double>(memory.bytes_cached) / (1 << 30));
-    std::fflush(stdout);
-  }
-  // The same steps with every GEMM shape autotuned (tuned on the warm-up steps); the plans of the default
-  // (the heuristic's first) are kept apart, so the op profile below times the default again.
-  double tuned_tokens_per_second = 0;
-  if (absl::GetFlag(FLAGS_gemm_autotune)) {
-    (*cuda)->set_gemm_autotune(true);
-    const double tuned_median = Median(time_steps());
-    (*cuda)->set_gemm_autotune(false);
-    tuned_tokens_per_second = static_cast<double>(b * t) / (tuned_median * 1e-3);
-    std::printf("with run.gemm_autotune: %.2f ms/step (median of %d), %.0f tokens/s, %s; %.3fx the default\n",
-                tuned_median, steps, tuned_tokens_per_second, mfu(tuned_tokens_per_second).c_str(),
-                median_ms / tuned_median);
-    std::fflush(stdout);
-  }
-  // ms per step of each kind of work (ours), filled by the op profile.
-  std::map<std::string, double> kind_ms;
-  const bool op_profile = absl::GetFlag(FLAGS_op_profile);
-  if (op_profile) {
-    absl::StatusOr<std::unique_ptr<kernels::cuda::OpProfiler>> profiler = kernels::cuda::OpProfiler::Start(ctx);
-    absl::StatusOr<kernels::OpProfile> profile = profiler.status();
-    if (profiler.ok()) {
-      for (int i = 0; i < steps; ++i) step(nullptr);
-      profile = (*profiler)->Finish();
-    }
-    if (!profile.ok()) {
-      std::printf("op profile: %s\n", std::string(profile.status().message()).c_str());
-    } else {
-      std::printf("device time per op (%d profiled steps, a CUDA event after each op):\n%s", steps,
-                  kernels::FormatOpProfile(*profile, steps).c_str());
-      for (const kernels::OpTime& op : profile->ops) kind_ms[KindOfOp(op.op)] += op.total_ms / steps;
-      kind_ms["other"] += profile->outside_ops_ms / steps;
-    }
-    std::fflush(stdout);
-  }
-  const model::FlopsPerToken flops = model::CountFlopsPerToken(config, t);
-  const double tokens = static_cast<double>(b * t);
-  // Achieved TFLOP/s of a kind's model FLOPs (3x the forward's, as MFU counts them) in `ms` per step.
-  auto tflops = [&](const std::string& kind, double ms) -> std::string {
-    const double per_token = kind == "gemm" ? 3 * flops.matmul_forward
-                             : kind == "attention" ? 3 * flops.attention_forward
-                                                   : 0.0;
-    if (per_token == 0 || !(ms > 0)) return "";
-    return absl::StrFormat(" (%.0f TFLOP/s)", per_token * tokens / (ms * 1e-3) * 1e-12);
-  };
-  auto print_kinds = [&](const char* who, const std::map<std::string, double>& ms) {
-    std::string line = absl::StrCat(who, " ms/step by kind:");
-    for (const char* kind : kKinds) {
-      auto it = ms.find(kind);
-      absl::StrAppend(&line, absl::StrFormat(" %s %.3f%s;", kind, it == ms.end() ? 0.0 : it->second,
-                                             tflops(kind, it == ms.end() ? 0.0 : it->second)));
-    }
-    std::printf("%s\n", line.c_str());
-  };
-  if (op_profile && !kind_ms.empty()) print_kinds("lmforge", kind_ms);
-  std::fflush(stdout);
-
-  if (!absl::GetFlag(FLAGS_peer)) return 0;
-  absl::StatusOr<std::map<std::string, double>> peer = kernels::cuda::bench::RunPeer(
-      "nanogpt_peer.py",
-      absl::StrCat("--batch ", b, " --seq ", t, op_profile ? absl::StrCat(" --kernel-kinds ", steps) : ""));
-  if (!peer.ok()) {
-    std::printf("PyTorch peer: %s\nratio ours/PyTorch: n/a\n", std::string(peer.status().message()).c_str());
-    return 0;
-  }
-  auto it = peer->find("train_step_ms");
-  if (it == peer->end() || !(it->second > 0)) {
-    std::printf("PyTorch peer printed no train_step_ms line\nratio ours/PyTorch: n/a\n");
-    return 0;
-  }
-  const double peer_tokens_per_second = static_cast<double>(b * t) / (it->second * 1e-3);
-  std::printf(
-      "PyTorch (nanoGPT, torch.compile, SDPA, bf16 autocast, fused AdamW): %.2f ms/step, %.0f tokens/s, "
-      "%s\n",
-      it->second, peer_tokens_per_second, mfu(peer_tokens_per_second).c_str());
-  std::printf("ratio ours/PyTorch (tokens/s): %.2fx\n", tokens_per_second / peer_tokens_per_second);
-  if (tuned_tokens_per_second > 0) {
-    std::printf("ratio ours/PyTorch with run.gemm_autotune (tokens/s): %.2fx\n",
-                tuned_tokens_per_second / peer_tokens_per_second);
-  }
-  if (op_profile) {
-    std::map<std::string, double> peer_kind_ms;
-    for (const char* kind : kKinds) {
-      auto k = peer->find(absl::StrCat("peer_", kind, "_ms"));
-      if (k != peer->end()) peer_kind_ms[kind] = k->second;
-    }
-    if (peer_kind_ms.empty()) {
-      std::printf("PyTorch ms/step by kind: n/a (the peer printed no peer_<kind>_ms lines)\n");
-    } else {
-      print_kinds("PyTorch", peer_kind_ms);
-    }
-  }
-  return 0;
+  ModelOptimizer optimizer(Gpt2OptimizerConfig(), model);
+  return StepBenchmark(**cuda, config, model, optimizer, b, t, warmup, steps).Run();
 }
 
 }  // namespace

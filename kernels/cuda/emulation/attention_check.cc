@@ -130,14 +130,8 @@ bool WgmmaOnly() {
   return only != nullptr && std::strcmp(only, "wgmma") == 0;
 }
 
-void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
-  const Context cpu_ctx = Context::Cpu();
-  const int64_t pad = dt == DType::kF32 ? 5 : 8;  // bf16 needs strides that are multiples of 8
-  const Layout lq{c.B, c.T, c.NH, c.HS, pad}, lk{c.B, c.S, c.NKV, c.HS, pad + 8},
-      lo{c.B, c.T, c.NH, c.HS, pad};
-  auto R = [&](std::vector<float> v) { return RoundTo(std::move(v), dt); };
-  const auto q = R(RandomNormal(lq.logical(), 100 + c.T)), k = R(RandomNormal(lk.logical(), 200 + c.S)),
-             v = R(RandomNormal(lk.logical(), 300 + c.S)), dout = R(RandomNormal(lo.logical(), 400 + c.T));
+// The name a case's lines start with: "attention B=1 T=50 ... [bf16]".
+std::string CaseName(const AttentionCase& c, DType dt) {
   char tag[200];
   char cap[32] = "";
   if (c.softcap > 0) std::snprintf(cap, sizeof(cap), " softcap %g", c.softcap);
@@ -151,204 +145,279 @@ void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
                 : c.mask == 3 ? " mask per batch, head"
                               : "",
                 extras.c_str(), DTypeName(dt));
-  const std::string name = tag;
+  return tag;
+}
+
+// One case in one dtype, its steps run in order by Run(): the inputs (rounded to the dtype) and the mask,
+// the CPU reference, the default forward and its variants, the backward and its variants, and the masked
+// query's and key's outputs.
+class AttentionCaseRun {
+ public:
+  AttentionCaseRun(const Context& gpu, const AttentionCase& c, DType dt)
+      : gpu_(gpu), c_(c), dt_(dt), pad_(dt == DType::kF32 ? 5 : 8),  // bf16 needs strides multiples of 8
+        lq_{c.B, c.T, c.NH, c.HS, pad_}, lk_{c.B, c.S, c.NKV, c.HS, pad_ + 8}, lo_{c.B, c.T, c.NH, c.HS, pad_},
+        q_(Rounded(RandomNormal(lq_.logical(), 100 + c.T))), k_(Rounded(RandomNormal(lk_.logical(), 200 + c.S))),
+        v_(Rounded(RandomNormal(lk_.logical(), 300 + c.S))),
+        dout_(Rounded(RandomNormal(lo_.logical(), 400 + c.T))), name_(CaseName(c, dt)),
+        out_tol_(dt == DType::kF32 ? 2e-5 : 1e-2), grad_tol_(dt == DType::kF32 ? 2e-5 : 2e-2) {
+    MakeMask();
+  }
+
+  void Run() {
+    ComputeReference();
+    CheckForward();
+    if (dt_ == DType::kBF16) CheckWgmmaForward();
+    if (dt_ == DType::kBF16 && !WgmmaOnly()) CheckLdmatrixForward();
+    CheckBackward();
+    if (dt_ == DType::kBF16) CheckWgmmaBackwards();
+    if (c_.mask != 0) CheckMaskedQueryAndKey();
+  }
+
+ private:
+  std::vector<float> Rounded(std::vector<float> v) const { return RoundTo(std::move(v), dt_); }
 
   // Mask (row stride S + 3): ~20% hidden at random, query 1 of head 0 sees no key, key S - 1 is seen by no
   // query of head 0 (of any head where the mask is broadcast).
-  const int64_t mask_t = c.S + 3, mask_h = c.mask == 1 || c.mask == 3 ? c.T * mask_t : 0,
-                mask_b = c.mask == 3 ? c.NH * c.T * mask_t : 0;
-  std::vector<uint8_t> mask(c.mask == 0 ? 0
-                                        : (c.mask == 3   ? c.B * c.NH
-                                           : c.mask == 1 ? c.NH
-                                                         : 1) *
-                                              c.T * mask_t);
-  std::mt19937 rng(static_cast<uint32_t>(c.T * 31 + c.S));
-  for (uint8_t& m : mask) m = rng() % 5 == 0 ? 0 : 1;
-  if (c.mask != 0) {
-    for (int64_t u = 0; u < c.S; ++u) mask[1 * mask_t + u] = 0;
-    for (int64_t t = 0; t < c.T; ++t) mask[t * mask_t + c.S - 1] = 0;
+  void MakeMask() {
+    const AttentionCase& c = c_;
+    mask_t_ = c.S + 3;
+    mask_h_ = c.mask == 1 || c.mask == 3 ? c.T * mask_t_ : 0;
+    mask_b_ = c.mask == 3 ? c.NH * c.T * mask_t_ : 0;
+    mask_.resize(c.mask == 0 ? 0
+                             : (c.mask == 3   ? c.B * c.NH
+                                : c.mask == 1 ? c.NH
+                                              : 1) *
+                                   c.T * mask_t_);
+    std::mt19937 rng(static_cast<uint32_t>(c.T * 31 + c.S));
+    for (uint8_t& m : mask_) m = rng() % 5 == 0 ? 0 : 1;
+    if (c.mask != 0) {
+      for (int64_t u = 0; u < c.S; ++u) mask_[1 * mask_t_ + u] = 0;
+      for (int64_t t = 0; t < c.T; ++t) mask_[t * mask_t_ + c.S - 1] = 0;
+    }
   }
-  auto params = [&](const void* qp, const void* kp, const void* vp, void* op, float* lse, const Layout& lq_,
-                    const Layout& lk_, const Layout& lo_) {
+
+  AttentionParams Params(const void* qp, const void* kp, const void* vp, void* op, float* lse, const Layout& lq,
+                         const Layout& lk, const Layout& lo) const {
+    const AttentionCase& c = c_;
     AttentionParams p;
     p.B = c.B, p.T = c.T, p.S = c.S, p.NH = c.NH, p.NKV = c.NKV, p.HS = c.HS, p.causal = c.causal;
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.HS));
-    p.q = qp, p.q_stride_b = lq_.rows * lq_.row(), p.q_stride_t = lq_.row(), p.q_stride_h = c.HS;
-    p.k = kp, p.k_stride_b = lk_.rows * lk_.row(), p.k_stride_t = lk_.row(), p.k_stride_h = c.HS;
-    p.v = vp, p.v_stride_b = lk_.rows * lk_.row(), p.v_stride_t = lk_.row(), p.v_stride_h = c.HS;
-    p.out = op, p.out_stride_b = lo_.rows * lo_.row(), p.out_stride_t = lo_.row(), p.out_stride_h = c.HS;
+    p.q = qp, p.q_stride_b = lq.rows * lq.row(), p.q_stride_t = lq.row(), p.q_stride_h = c.HS;
+    p.k = kp, p.k_stride_b = lk.rows * lk.row(), p.k_stride_t = lk.row(), p.k_stride_h = c.HS;
+    p.v = vp, p.v_stride_b = lk.rows * lk.row(), p.v_stride_t = lk.row(), p.v_stride_h = c.HS;
+    p.out = op, p.out_stride_b = lo.rows * lo.row(), p.out_stride_t = lo.row(), p.out_stride_h = c.HS;
     p.lse = lse;
     p.window = c.window;
     p.softcap = c.softcap;
     if (c.mask != 0)
-      p.mask = mask.data(), p.mask_stride_b = mask_b, p.mask_stride_h = mask_h, p.mask_stride_t = mask_t;
+      p.mask = mask_.data(), p.mask_stride_b = mask_b_, p.mask_stride_h = mask_h_, p.mask_stride_t = mask_t_;
     return p;
-  };
+  }
 
   // Reference: the CPU kernel in f32 on the same (dtype-rounded) values, contiguous.
-  const Layout cq{c.B, c.T, c.NH, c.HS, 0}, ck{c.B, c.S, c.NKV, c.HS, 0};
-  std::vector<float> out(lo.logical()), lse(c.B * c.NH * c.T), dq(lq.logical()), dk(lk.logical()),
-      dv(lk.logical());
-  AttentionParams cp = params(q.data(), k.data(), v.data(), out.data(), lse.data(), cq, ck, cq);
-  cpu::AttentionForward(cpu_ctx, cp);
-  AttentionBackwardParams cbp;
-  cbp.forward = cp, cbp.dout = dout.data(), cbp.dq = dq.data(), cbp.dk = dk.data(), cbp.dv = dv.data();
-  cpu::AttentionBackward(cpu_ctx, cbp);
+  void ComputeReference() {
+    const AttentionCase& c = c_;
+    const Layout cq{c.B, c.T, c.NH, c.HS, 0}, ck{c.B, c.S, c.NKV, c.HS, 0};
+    out_.resize(lo_.logical()), lse_.resize(c.B * c.NH * c.T), dq_.resize(lq_.logical()),
+        dk_.resize(lk_.logical()), dv_.resize(lk_.logical());
+    AttentionParams cp = Params(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), cq, ck, cq);
+    cpu::AttentionForward(Context::Cpu(), cp);
+    AttentionBackwardParams cbp;
+    cbp.forward = cp, cbp.dout = dout_.data(), cbp.dq = dq_.data(), cbp.dk = dk_.data(), cbp.dv = dv_.data();
+    cpu::AttentionBackward(Context::Cpu(), cbp);
+  }
 
-  Buf gq = Scatter(q, lq, dt), gk = Scatter(k, lk, dt), gv = Scatter(v, lk, dt), gd = Scatter(dout, lo, dt);
-  Buf go(lo.size(), dt), glse(c.B * c.NH * c.T, DType::kF32), gdq(lq.size(), dt), gdk(lk.size(), dt),
-      gdv(lk.size(), dt);
-  AttentionParams p = params(gq.get(), gk.get(), gv.get(), go.get(), glse.as<float>(), lq, lk, lo);
-  p.dtype = dt;
-  ExpectOk(name + " forward", kc::AttentionForward(gpu, p));
-  int64_t pads = 0;
-  const std::vector<float> got_out = Gather(go, lo, dt, &pads);
-  const double out_tol = dt == DType::kF32 ? 2e-5 : 1e-2, grad_tol = dt == DType::kF32 ? 2e-5 : 2e-2;
-  CheckScaled(name + " out", got_out, out, out_tol);
-  auto check_lse = [&](const std::string& what, const Buf& got_buf) {
+  // lse within 1e-4 (1 + |lse|) of the reference's.
+  void CheckLse(const std::string& what, const Buf& got_buf) const {
     const std::vector<float> got = got_buf.floats();
     int64_t bad = 0;
-    for (size_t i = 0; i < lse.size(); ++i)
-      if (!(got[i] == lse[i] || std::fabs(got[i] - lse[i]) <= 1e-4 * (1 + std::fabs(lse[i])))) ++bad;
-    Expect(bad == 0, what + " (" + std::to_string(bad) + " of " + std::to_string(lse.size()) + " differ)");
-  };
-  check_lse(name + " lse", glse);
-  if (dt == DType::kBF16) {
-    // The wgmma (Hopper) forward: not bitwise the mma.sync kernel's (another summation order), so the same
-    // tolerance against the reference; nothing in the pads, a fully masked query gives 0 and -inf. Its blocks
-    // of 128 queries reach up to 127 rows past T: out and lse get that many poisoned rows after their end,
-    // which must stay untouched (the last batch's and head's rows past T land there).
-    const int64_t past_t = 127, out_guard = past_t * lo.row(), lse_n = c.B * c.NH * c.T;
-    Buf go3(lo.size() + out_guard, dt), glse3(lse_n + past_t, DType::kF32);
-    AttentionParams p3 = p;
+    for (size_t i = 0; i < lse_.size(); ++i)
+      if (!(got[i] == lse_[i] || std::fabs(got[i] - lse_[i]) <= 1e-4 * (1 + std::fabs(lse_[i])))) ++bad;
+    Expect(bad == 0, what + " (" + std::to_string(bad) + " of " + std::to_string(lse_.size()) + " differ)");
+  }
+
+  void CheckForward() {
+    p_ = Params(gq_.get(), gk_.get(), gv_.get(), go_.get(), glse_.as<float>(), lq_, lk_, lo_);
+    p_.dtype = dt_;
+    ExpectOk(name_ + " forward", kc::AttentionForward(gpu_, p_));
+    got_out_ = Gather(go_, lo_, dt_, &pads_);
+    CheckScaled(name_ + " out", got_out_, out_, out_tol_);
+    CheckLse(name_ + " lse", glse_);
+  }
+
+  // The wgmma (Hopper) forward: not bitwise the mma.sync kernel's (another summation order), so the same
+  // tolerance against the reference; nothing in the pads, a fully masked query gives 0 and -inf. Its blocks
+  // of 128 queries reach up to 127 rows past T: out and lse get that many poisoned rows after their end,
+  // which must stay untouched (the last batch's and head's rows past T land there).
+  void CheckWgmmaForward() {
+    const AttentionCase& c = c_;
+    const int64_t past_t = 127, out_guard = past_t * lo_.row(), lse_n = c.B * c.NH * c.T;
+    Buf go3(lo_.size() + out_guard, dt_), glse3(lse_n + past_t, DType::kF32);
+    AttentionParams p3 = p_;
     p3.out = go3.get(), p3.lse = glse3.as<float>();
-    ExpectOk(name + " forward (wgmma)",
-             kc::AttentionForwardWithVariant(gpu, p3, kc::AttentionForwardVariant::kWgmma));
+    ExpectOk(name_ + " forward (wgmma)",
+             kc::AttentionForwardWithVariant(gpu_, p3, kc::AttentionForwardVariant::kWgmma));
     int64_t pads3 = 0;
-    const std::vector<float> got3 = Gather(go3, lo, dt, &pads3);
-    CheckScaled(name + " out (wgmma)", got3, out, out_tol);
-    check_lse(name + " lse (wgmma)", glse3);
-    Expect(pads3 == 0, name + " wgmma: nothing written in the row pads of out");
+    const std::vector<float> got3 = Gather(go3, lo_, dt_, &pads3);
+    CheckScaled(name_ + " out (wgmma)", got3, out_, out_tol_);
+    CheckLse(name_ + " lse (wgmma)", glse3);
+    Expect(pads3 == 0, name_ + " wgmma: nothing written in the row pads of out");
     bool guards_ok = true;
     for (int64_t i = 0; i < out_guard; ++i)
-      guards_ok = guards_ok && go3.as<uint16_t>()[lo.size() + i] == 0xffff;
+      guards_ok = guards_ok && go3.as<uint16_t>()[lo_.size() + i] == 0xffff;
     for (int64_t i = 0; i < past_t; ++i)
       guards_ok = guards_ok && std::memcmp(&glse3.as<float>()[lse_n + i], "\xff\xff\xff\xff", 4) == 0;
-    Expect(guards_ok, name + " wgmma: nothing written past the end of out and lse (rows past T)");
+    Expect(guards_ok, name_ + " wgmma: nothing written past the end of out and lse (rows past T)");
     if (c.mask != 0) {
       bool row_ok = glse3.floats()[1] == -INFINITY;
       for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && got3[1 * c.NH * c.HS + d] == 0.0f;
-      Expect(row_ok, name + " wgmma: fully masked query: out 0, lse -inf");
+      Expect(row_ok, name_ + " wgmma: fully masked query: out 0, lse -inf");
     }
   }
+
   // The ldmatrix variant of the forward: bitwise the same out and lse.
-  if (dt == DType::kBF16 && !WgmmaOnly()) {
-    Buf go2(lo.size(), dt), glse2(c.B * c.NH * c.T, DType::kF32);
-    AttentionParams p2 = p;
+  void CheckLdmatrixForward() {
+    Buf go2(lo_.size(), dt_), glse2(c_.B * c_.NH * c_.T, DType::kF32);
+    AttentionParams p2 = p_;
     p2.out = go2.get(), p2.lse = glse2.as<float>();
-    ExpectOk(name + " forward (ldmatrix)",
-             kc::AttentionForwardWithVariant(gpu, p2, kc::AttentionForwardVariant::kLdmatrixV));
-    Expect(std::memcmp(go.get(), go2.get(), lo.size() * 2) == 0 &&
-               std::memcmp(glse.get(), glse2.get(), lse.size() * 4) == 0,
-           name + " ldmatrix.trans variant bitwise equal to the packed one");
+    ExpectOk(name_ + " forward (ldmatrix)",
+             kc::AttentionForwardWithVariant(gpu_, p2, kc::AttentionForwardVariant::kLdmatrixV));
+    Expect(std::memcmp(go_.get(), go2.get(), lo_.size() * 2) == 0 &&
+               std::memcmp(glse_.get(), glse2.get(), lse_.size() * 4) == 0,
+           name_ + " ldmatrix.trans variant bitwise equal to the packed one");
   }
 
-  AttentionBackwardParams bp;
-  bp.forward = p, bp.dout = gd.get(), bp.dq = gdq.get(), bp.dk = gdk.get(), bp.dv = gdv.get();
-  ExpectOk(name + " backward", kc::AttentionBackward(gpu, bp));
-  const std::vector<float> got_dq = Gather(gdq, lq, dt, &pads), got_dk = Gather(gdk, lk, dt, &pads),
-                           got_dv = Gather(gdv, lk, dt, &pads);
-  CheckScaled(name + " dq", got_dq, dq, grad_tol);
-  CheckScaled(name + " dk", got_dk, dk, grad_tol);
-  CheckScaled(name + " dv", got_dv, dv, grad_tol);
+  void CheckBackward() {
+    bp_.forward = p_, bp_.dout = gd_.get(), bp_.dq = gdq_.get(), bp_.dk = gdk_.get(), bp_.dv = gdv_.get();
+    ExpectOk(name_ + " backward", kc::AttentionBackward(gpu_, bp_));
+    got_dq_ = Gather(gdq_, lq_, dt_, &pads_);
+    got_dk_ = Gather(gdk_, lk_, dt_, &pads_);
+    got_dv_ = Gather(gdv_, lk_, dt_, &pads_);
+    CheckScaled(name_ + " dq", got_dq_, dq_, grad_tol_);
+    CheckScaled(name_ + " dk", got_dk_, dk_, grad_tol_);
+    CheckScaled(name_ + " dv", got_dv_, dv_, grad_tol_);
+    DumpBits();
+    Expect(pads_ == 0,
+           name_ + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads_) + ")");
+    auto same = [&](const Buf& got, const std::vector<float>& values, const Layout& l) {
+      const Buf want = Scatter(values, l, dt_);
+      return std::memcmp(got.get(), want.get(), l.size() * DTypeSize(dt_)) == 0;
+    };
+    Expect(same(gq_, q_, lq_) && same(gk_, k_, lk_) && same(gv_, v_, lk_) && same(gd_, dout_, lo_),
+           name_ + " q, k, v, dout (and their pads) untouched");
+  }
+
   // ATTN_DUMP=file appends the raw bits of the bf16 out, lse, dq, dk, dv (padded buffers) of every case: two
   // runs' files compare equal (cmp) when a kernel change claims to leave the arithmetic as it was.
-  if (const char* dump = std::getenv("ATTN_DUMP"); dump != nullptr && dt == DType::kBF16) {
+  void DumpBits() const {
+    const char* dump = std::getenv("ATTN_DUMP");
+    if (dump == nullptr || dt_ != DType::kBF16) return;
     FILE* f = std::fopen(dump, "ab");
-    std::fwrite(go.get(), 1, lo.size() * 2, f);
-    std::fwrite(glse.get(), 1, lse.size() * 4, f);
-    std::fwrite(gdq.get(), 1, lq.size() * 2, f);
-    std::fwrite(gdk.get(), 1, lk.size() * 2, f);
-    std::fwrite(gdv.get(), 1, lk.size() * 2, f);
+    std::fwrite(go_.get(), 1, lo_.size() * 2, f);
+    std::fwrite(glse_.get(), 1, lse_.size() * 4, f);
+    std::fwrite(gdq_.get(), 1, lq_.size() * 2, f);
+    std::fwrite(gdk_.get(), 1, lk_.size() * 2, f);
+    std::fwrite(gdv_.get(), 1, lk_.size() * 2, f);
     std::fclose(f);
   }
-  Expect(pads == 0,
-         name + " nothing written in the row pads of out, dq, dk, dv (" + std::to_string(pads) + ")");
-  auto same = [&](const Buf& got, const std::vector<float>& values, const Layout& l) {
-    const Buf want = Scatter(values, l, dt);
-    return std::memcmp(got.get(), want.get(), l.size() * DTypeSize(dt)) == 0;
-  };
-  Expect(same(gq, q, lq) && same(gk, k, lk) && same(gv, v, lk) && same(gd, dout, lo),
-         name + " q, k, v, dout (and their pads) untouched");
 
-  if (dt == DType::kBF16) {
+  // Key S - 1, which no query of head 0 sees: dk = dv = 0 where every query head of kv head 0 misses it.
+  void ExpectUnseenKeyGetsNoGradient(const std::vector<float>& dk, const std::vector<float>& dv,
+                                     const std::string& what) const {
+    const AttentionCase& c = c_;
+    if (!(c.mask == 2 || c.NH == c.NKV)) return;
+    bool key_ok = true;
+    for (int64_t d = 0; d < c.HS; ++d) {
+      const int64_t i = (c.S - 1) * c.NKV * c.HS + d;
+      key_ok = key_ok && dk[i] == 0.0f && dv[i] == 0.0f;
+    }
+    Expect(key_ok, what);
+  }
+
+  void CheckWgmmaBackwards() {
+    const AttentionCase& c = c_;
     // The backward with the wgmma dk/dv kernel (on the same forward out and lse): dq is the FA2 kernel's, so
     // bitwise the same; dk, dv against the reference with the FA2 backward's tolerance; no pad written.
-    Buf wdq(lq.size(), dt), wdk(lk.size(), dt), wdv(lk.size(), dt);
-    AttentionBackwardParams wbp = bp;
+    Buf wdq(lq_.size(), dt_), wdk(lk_.size(), dt_), wdv(lk_.size(), dt_);
+    AttentionBackwardParams wbp = bp_;
     wbp.dq = wdq.get(), wbp.dk = wdk.get(), wbp.dv = wdv.get();
-    ExpectOk(name + " backward (wgmma dk/dv)",
-             kc::AttentionBackwardWithVariant(gpu, wbp, kc::AttentionBackwardVariant::kWgmmaDkDv));
+    ExpectOk(name_ + " backward (wgmma dk/dv)",
+             kc::AttentionBackwardWithVariant(gpu_, wbp, kc::AttentionBackwardVariant::kWgmmaDkDv));
     int64_t wpads = 0;
-    const std::vector<float> wgot_dk = Gather(wdk, lk, dt, &wpads), wgot_dv = Gather(wdv, lk, dt, &wpads);
-    Expect(std::memcmp(wdq.get(), gdq.get(), lq.size() * 2) == 0,
-           name + " wgmma dk/dv backward: dq bitwise the FA2 backward's");
-    CheckScaled(name + " dk (wgmma)", wgot_dk, dk, grad_tol);
-    CheckScaled(name + " dv (wgmma)", wgot_dv, dv, grad_tol);
-    Expect(wpads == 0, name + " wgmma dk/dv: nothing written in the row pads of dk, dv");
-    if (c.mask != 0 && (c.mask == 2 || c.NH == c.NKV)) {
-      bool key_ok = true;
-      for (int64_t d = 0; d < c.HS; ++d) {
-        const int64_t i = (c.S - 1) * c.NKV * c.HS + d;
-        key_ok = key_ok && wgot_dk[i] == 0.0f && wgot_dv[i] == 0.0f;
-      }
-      Expect(key_ok, name + " wgmma: key seen by no query: dk = dv = 0");
+    const std::vector<float> wgot_dk = Gather(wdk, lk_, dt_, &wpads), wgot_dv = Gather(wdv, lk_, dt_, &wpads);
+    Expect(std::memcmp(wdq.get(), gdq_.get(), lq_.size() * 2) == 0,
+           name_ + " wgmma dk/dv backward: dq bitwise the FA2 backward's");
+    CheckScaled(name_ + " dk (wgmma)", wgot_dk, dk_, grad_tol_);
+    CheckScaled(name_ + " dv (wgmma)", wgot_dv, dv_, grad_tol_);
+    Expect(wpads == 0, name_ + " wgmma dk/dv: nothing written in the row pads of dk, dv");
+    if (c.mask != 0) {
+      ExpectUnseenKeyGetsNoGradient(wgot_dk, wgot_dv, name_ + " wgmma: key seen by no query: dk = dv = 0");
     }
 
     // The whole backward on wgmma (kWgmma): its dq kernel against the reference with the same tolerance,
     // dk and dv bitwise kWgmmaDkDv's (the same dk/dv kernel on the same inputs); no pad written.
-    Buf xdq(lq.size(), dt), xdk(lk.size(), dt), xdv(lk.size(), dt);
-    AttentionBackwardParams xbp = bp;
+    Buf xdq(lq_.size(), dt_), xdk(lk_.size(), dt_), xdv(lk_.size(), dt_);
+    AttentionBackwardParams xbp = bp_;
     xbp.dq = xdq.get(), xbp.dk = xdk.get(), xbp.dv = xdv.get();
-    ExpectOk(name + " backward (wgmma)",
-             kc::AttentionBackwardWithVariant(gpu, xbp, kc::AttentionBackwardVariant::kWgmma));
+    ExpectOk(name_ + " backward (wgmma)",
+             kc::AttentionBackwardWithVariant(gpu_, xbp, kc::AttentionBackwardVariant::kWgmma));
     int64_t xpads = 0;
-    const std::vector<float> xgot_dq = Gather(xdq, lq, dt, &xpads);
-    CheckScaled(name + " dq (wgmma)", xgot_dq, dq, grad_tol);
+    const std::vector<float> xgot_dq = Gather(xdq, lq_, dt_, &xpads);
+    CheckScaled(name_ + " dq (wgmma)", xgot_dq, dq_, grad_tol_);
     // In the emulation only (not a device property): both fakes sum each k16 product's terms in k order in
     // fp32 and then add it to the accumulator, and both dq kernels add the 16-key products in key order, so
     // the same per-element arithmetic (exp2 argument, masking, fp32 P, dS rounded to nearest bf16, scale)
     // gives the FA2 dq kernel's bits; a difference there (e.g. dS truncated to bf16, which the tolerance
     // above misses) shows here. Not with a soft-cap: the FA2 kernel takes the cap's derivative from the
     // recomputed score, the wgmma one from P and the lse (other roundings).
-    Expect(c.softcap > 0 || std::memcmp(xdq.get(), gdq.get(), lq.size() * 2) == 0,
-           name + " wgmma backward: dq bitwise the FA2 backward's (emulation's summation order)");
-    Expect(std::memcmp(xdk.get(), wdk.get(), lk.size() * 2) == 0 &&
-               std::memcmp(xdv.get(), wdv.get(), lk.size() * 2) == 0,
-           name + " wgmma backward: dk, dv bitwise the wgmma dk/dv backward's");
-    Expect(xpads == 0, name + " wgmma backward: nothing written in the row pads of dq");
+    Expect(c.softcap > 0 || std::memcmp(xdq.get(), gdq_.get(), lq_.size() * 2) == 0,
+           name_ + " wgmma backward: dq bitwise the FA2 backward's (emulation's summation order)");
+    Expect(std::memcmp(xdk.get(), wdk.get(), lk_.size() * 2) == 0 &&
+               std::memcmp(xdv.get(), wdv.get(), lk_.size() * 2) == 0,
+           name_ + " wgmma backward: dk, dv bitwise the wgmma dk/dv backward's");
+    Expect(xpads == 0, name_ + " wgmma backward: nothing written in the row pads of dq");
     if (c.mask != 0) {
       bool row_ok = true;
       for (int64_t d = 0; d < c.HS; ++d) row_ok = row_ok && xgot_dq[1 * c.NH * c.HS + d] == 0.0f;
-      Expect(row_ok, name + " wgmma backward: fully masked query: dq 0");
+      Expect(row_ok, name_ + " wgmma backward: fully masked query: dq 0");
     }
   }
 
-  if (c.mask != 0) {  // batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query
-    bool row_ok = got_out.size() > 0 && glse.floats()[1] == -INFINITY;
+  // Batch 0, head 0: query 1 sees no key; key S - 1 is seen by no query.
+  void CheckMaskedQueryAndKey() {
+    const AttentionCase& c = c_;
+    bool row_ok = got_out_.size() > 0 && glse_.floats()[1] == -INFINITY;
     for (int64_t d = 0; d < c.HS; ++d)
-      row_ok = row_ok && got_out[1 * c.NH * c.HS + d] == 0.0f && got_dq[1 * c.NH * c.HS + d] == 0.0f;
-    Expect(row_ok, name + " fully masked query: out 0, lse -inf, dq 0");
+      row_ok = row_ok && got_out_[1 * c.NH * c.HS + d] == 0.0f && got_dq_[1 * c.NH * c.HS + d] == 0.0f;
+    Expect(row_ok, name_ + " fully masked query: out 0, lse -inf, dq 0");
     // kv head 0 sums over its group's query heads: all of them miss the key where the mask is broadcast.
-    if (c.mask == 2 || c.NH == c.NKV) {
-      bool key_ok = true;
-      for (int64_t d = 0; d < c.HS; ++d) {
-        const int64_t i = (c.S - 1) * c.NKV * c.HS + d;
-        key_ok = key_ok && got_dk[i] == 0.0f && got_dv[i] == 0.0f;
-      }
-      Expect(key_ok, name + " key seen by no query: dk = dv = 0");
-    }
+    ExpectUnseenKeyGetsNoGradient(got_dk_, got_dv_, name_ + " key seen by no query: dk = dv = 0");
   }
+
+  const Context& gpu_;
+  const AttentionCase& c_;
+  const DType dt_;
+  const int64_t pad_;
+  const Layout lq_, lk_, lo_;
+  const std::vector<float> q_, k_, v_, dout_;  // the inputs, rounded to dt_
+  const std::string name_;
+  const double out_tol_, grad_tol_;
+  int64_t mask_t_ = 0, mask_h_ = 0, mask_b_ = 0;
+  std::vector<uint8_t> mask_;
+  std::vector<float> out_, lse_, dq_, dk_, dv_;  // the reference
+  // The device buffers of the default kernels (padded layouts, pads poisoned).
+  Buf gq_ = Scatter(q_, lq_, dt_), gk_ = Scatter(k_, lk_, dt_), gv_ = Scatter(v_, lk_, dt_),
+      gd_ = Scatter(dout_, lo_, dt_);
+  Buf go_{lo_.size(), dt_}, glse_{c_.B * c_.NH * c_.T, DType::kF32}, gdq_{lq_.size(), dt_},
+      gdk_{lk_.size(), dt_}, gdv_{lk_.size(), dt_};
+  AttentionParams p_;
+  AttentionBackwardParams bp_;
+  int64_t pads_ = 0;  // pad elements the default forward and backward wrote
+  std::vector<float> got_out_, got_dq_, got_dk_, got_dv_;
+};
+
+void RunAttentionCase(const Context& gpu, const AttentionCase& c, DType dt) {
+  AttentionCaseRun(gpu, c, dt).Run();
 }
 
 }  // namespace

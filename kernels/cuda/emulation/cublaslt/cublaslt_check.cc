@@ -358,19 +358,27 @@ void CheckDeviceFence() {
          "fence: a host write through a freed device pointer faults", Describe(stale));
 }
 
-int Main() {
-  CheckDeviceFence();  // first: it forks, before the context's threads exist
-  absl::StatusOr<std::unique_ptr<cuda::CudaContext>> cc = cuda::CudaContext::Create(0);
-  if (!cc.ok()) {
-    std::printf("FAIL CudaContext::Create: %s\n", cc.status().ToString().c_str());
-    return 1;
-  }
-  const Context gpu = (*cc)->context();
-  const Context cpu = Context::Cpu();
-  uint64_t seed = 1;
-  const DType dtypes[] = {DType::kF32, DType::kBF16};
+// Matmul's float types, each checked.
+constexpr DType kDtypes[] = {DType::kF32, DType::kBF16};
 
-  std::vector<Case> forward, backward;
+// Each algorithm's matmuls so far (fake_cublaslt::Counters), for the autotuning checks.
+std::vector<int64_t> AlgorithmRuns() {
+  std::vector<int64_t> r(fake_cublaslt::kMaxAlgorithms);
+  const fake_cublaslt::Counters c = fake_cublaslt::GetCounters();
+  for (int i = 0; i < fake_cublaslt::kMaxAlgorithms; ++i) r[i] = c.matmuls_by_algorithm[i];
+  return r;
+}
+
+// "0,1,0,...": the runs per algorithm between `before` and `after`.
+std::string RunsDelta(const std::vector<int64_t>& after, const std::vector<int64_t>& before) {
+  std::string d;
+  for (size_t i = 0; i < after.size(); ++i) d += (i ? "," : "") + std::to_string(after[i] - before[i]);
+  return d;
+}
+
+// The named geometries: every transpose pair plain, batched, accumulating and broadcast; bias, alignment,
+// K = 0 and 1x1x1 cases; the backward's partial gradients.
+void NamedCases(std::vector<Case>& forward, std::vector<Case>& backward) {
   for (int t = 0; t < 4; ++t) {
     Case k;
     k.trans_a = t & 1, k.trans_b = t & 2;
@@ -439,11 +447,19 @@ int Main() {
     misaligned.da = misaligned.dbias = true, misaligned.db = false, misaligned.offset = 1;
     backward.push_back(misaligned);
   }
+}
 
-  for (DType dt : dtypes) {
+// The named cases in each dtype, forward then backward.
+void CheckNamedCases(const Context& gpu, const Context& cpu, uint64_t& seed) {
+  std::vector<Case> forward, backward;
+  NamedCases(forward, backward);
+  for (DType dt : kDtypes) {
     for (const Case& k : forward) RunForward(gpu, cpu, k, dt, seed++, false);
     for (const Case& k : backward) RunBackward(gpu, cpu, k, dt, seed++);
   }
+}
+
+void CheckRandomSweep(const Context& gpu, const Context& cpu, uint64_t& seed) {
   // A seeded sweep over random geometries mixing all of the above (each name lists its parameters).
   std::mt19937_64 rng(20261130);
   auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -467,14 +483,16 @@ int Main() {
                   k.alpha, k.beta, k.bias, static_cast<long long>(k.pad_a), static_cast<long long>(k.pad_b),
                   static_cast<long long>(k.pad_c), k.offset, k.bias_offset, k.accumulate_da, k.accumulate_db);
     k.name = name;
-    const DType dt = dtypes[i % 2];
+    const DType dt = kDtypes[i % 2];
     RunForward(gpu, cpu, k, dt, seed++, false);
     RunBackward(gpu, cpu, k, dt, seed++);
   }
+}
 
+void CheckGeluEpilogue(const Context& gpu, const Context& cpu, uint64_t& seed) {
   // The GELU epilogue: fused where the heuristic has an algorithm (with the saved pre-activation only when
   // ldc is a multiple of 8: EPILOGUE_AUX_LD), else the GEMM then the GELU kernel, row by row when ldc > N.
-  for (DType dt : dtypes) {
+  for (DType dt : kDtypes) {
     Case g;
     g.epilogue = MatmulEpilogue::kGeluTanh;
     g.M = 21, g.N = 13, g.K = 9;
@@ -498,13 +516,16 @@ int Main() {
     g.pad_c = 5;
     RunForward(gpu, cpu, g, dt, seed++, false);
   }
+}
+
+void CheckWithoutFusedAlgorithm(const Context& gpu, const Context& cpu, uint64_t& seed) {
   // No fused algorithm, in both documented ways; other GEMMs still have one. Shapes (M = 23, 25) that no
   // earlier call planned, so no cached plan hides the heuristic's answer.
   const fake_cublaslt::Heuristic none[] = {fake_cublaslt::Heuristic::kNotSupported,
                                            fake_cublaslt::Heuristic::kNoResults};
   for (int h = 0; h < 2; ++h) {
     fake_cublaslt::SetHeuristic(none[h], fake_cublaslt::Heuristic::kOneAlgorithm);
-    for (DType dt : dtypes) {
+    for (DType dt : kDtypes) {
       Case g;
       g.epilogue = MatmulEpilogue::kGeluTanh;
       g.M = 23 + 2 * h, g.N = 13, g.K = 9, g.bias = true, g.save_pre = true, g.pad_c = 3;
@@ -517,6 +538,9 @@ int Main() {
       RunForward(gpu, cpu, g, dt, seed++, false);
     }
   }
+}
+
+void CheckWithoutAnyAlgorithm(const Context& gpu, uint64_t& seed) {
   // No algorithm at all: an error status naming the shape, not a crash or a silent result.
   fake_cublaslt::SetHeuristic(fake_cublaslt::Heuristic::kNotSupported,
                               fake_cublaslt::Heuristic::kNotSupported);
@@ -529,44 +553,35 @@ int Main() {
   }
   fake_cublaslt::SetHeuristic(fake_cublaslt::Heuristic::kOneAlgorithm,
                               fake_cublaslt::Heuristic::kOneAlgorithm);
+}
 
+void CheckAutotune(cuda::CudaContext& cc, const Context& gpu, const Context& cpu, uint64_t& seed) {
   // Autotuning (CudaContext::set_gemm_autotune): the first call of a geometry times the heuristic's
   // candidates with its outputs redirected, then every call runs the fastest. Geometries (M = 41..47) no
   // earlier call planned. beta 1, a bias and the saved pre-activation: a timing run that wrote the caller's C
   // or pre-activation would show in the comparison with the CPU.
-  (*cc)->set_gemm_autotune(true);
-  auto runs = [] {
-    std::vector<int64_t> r(fake_cublaslt::kMaxAlgorithms);
-    const fake_cublaslt::Counters c = fake_cublaslt::GetCounters();
-    for (int i = 0; i < fake_cublaslt::kMaxAlgorithms; ++i) r[i] = c.matmuls_by_algorithm[i];
-    return r;
-  };
-  auto delta = [](const std::vector<int64_t>& after, const std::vector<int64_t>& before) {
-    std::string d;
-    for (size_t i = 0; i < after.size(); ++i) d += (i ? "," : "") + std::to_string(after[i] - before[i]);
-    return d;
-  };
+  cc.set_gemm_autotune(true);
   // Five candidates (all offered: the autotuner asks for up to 8): algorithm 1 is the fastest, 3 refuses
   // to run (skipped).
   fake_cublaslt::SetAlgorithmTimes({3.0, 1.0, 2.0, -1.0, 1.5});
-  for (DType dt : dtypes) {
+  for (DType dt : kDtypes) {
     Case g;
     g.epilogue = MatmulEpilogue::kGeluTanh;
     g.M = dt == DType::kF32 ? 41 : 43, g.N = 13, g.K = 9, g.bias = true, g.save_pre = true, g.pad_c = 3;
     g.beta = 1.0f;
     g.name = "autotuned: GELU, bias, pre-activation, beta 1 (first call: timing)";
-    const std::vector<int64_t> before = runs();
+    const std::vector<int64_t> before = AlgorithmRuns();
     RunForward(gpu, cpu, g, dt, seed++, true);
-    const std::vector<int64_t> tuned = runs();
+    const std::vector<int64_t> tuned = AlgorithmRuns();
     Report(tuned[0] > before[0] && tuned[2] > before[2] && tuned[4] > before[4] && tuned[3] == before[3],
            "autotuned [" + std::string(DTypeName(dt)) + "]: every runnable candidate was timed",
-           "runs per algorithm " + delta(tuned, before));
+           "runs per algorithm " + RunsDelta(tuned, before));
     g.name = "autotuned: the same geometry again";
     RunForward(gpu, cpu, g, dt, seed++, true);
-    const std::vector<int64_t> again = runs();
-    Report(delta(again, tuned) == "0,1,0,0,0,0,0,0",
+    const std::vector<int64_t> again = AlgorithmRuns();
+    Report(RunsDelta(again, tuned) == "0,1,0,0,0,0,0,0",
            "autotuned [" + std::string(DTypeName(dt)) + "]: the planned geometry runs the fastest, untimed",
-           "runs per algorithm " + delta(again, tuned));
+           "runs per algorithm " + RunsDelta(again, tuned));
     Case k;
     k.M = dt == DType::kF32 ? 45 : 47, k.trans_a = true, k.accumulate_da = true;
     k.name = "autotuned backward: dA and dB accumulated";
@@ -579,25 +594,29 @@ int Main() {
     k.M = 49;
     k.name = "autotuned, candidates within 3%";
     RunForward(gpu, cpu, k, DType::kF32, seed++, false);
-    const std::vector<int64_t> before = runs();
+    const std::vector<int64_t> before = AlgorithmRuns();
     RunForward(gpu, cpu, k, DType::kF32, seed++, false);
-    Report(delta(runs(), before) == "1,0,0,0,0,0,0,0", "autotune keeps the heuristic's first within 3%",
-           "runs per algorithm " + delta(runs(), before));
+    Report(RunsDelta(AlgorithmRuns(), before) == "1,0,0,0,0,0,0,0", "autotune keeps the heuristic's first within 3%",
+           "runs per algorithm " + RunsDelta(AlgorithmRuns(), before));
   }
   // Off (the default): the heuristic's first, whatever the others would time.
-  (*cc)->set_gemm_autotune(false);
+  cc.set_gemm_autotune(false);
   fake_cublaslt::SetAlgorithmTimes({3.0, 1.0});
   {
     Case k;
     k.M = 51;
     k.name = "not autotuned";
-    const std::vector<int64_t> before = runs();
+    const std::vector<int64_t> before = AlgorithmRuns();
     RunForward(gpu, cpu, k, DType::kF32, seed++, false);
-    Report(delta(runs(), before) == "1,0,0,0,0,0,0,0", "without autotune, one run of the heuristic's first",
-           "runs per algorithm " + delta(runs(), before));
+    Report(RunsDelta(AlgorithmRuns(), before) == "1,0,0,0,0,0,0,0",
+           "without autotune, one run of the heuristic's first",
+           "runs per algorithm " + RunsDelta(AlgorithmRuns(), before));
   }
   fake_cublaslt::SetAlgorithmTimes({1.0});
+}
 
+// The fake's counters and the largest errors seen; Main's exit status.
+int Summary() {
   const fake_cublaslt::Counters n = fake_cublaslt::GetCounters();
   // The one expected failing call is the heuristic of the no-algorithm check (NOT_SUPPORTED is not counted
   // as a failure); any other failed call is an argument the fake rejected.
@@ -612,6 +631,25 @@ int Main() {
               largest_relative_error[0], largest_relative_error[1], 1.0 / 64);
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
+}
+
+int Main() {
+  CheckDeviceFence();  // first: it forks, before the context's threads exist
+  absl::StatusOr<std::unique_ptr<cuda::CudaContext>> cc = cuda::CudaContext::Create(0);
+  if (!cc.ok()) {
+    std::printf("FAIL CudaContext::Create: %s\n", cc.status().ToString().c_str());
+    return 1;
+  }
+  const Context gpu = (*cc)->context();
+  const Context cpu = Context::Cpu();
+  uint64_t seed = 1;  // each case's inputs: the next seed, in this order
+  CheckNamedCases(gpu, cpu, seed);
+  CheckRandomSweep(gpu, cpu, seed);
+  CheckGeluEpilogue(gpu, cpu, seed);
+  CheckWithoutFusedAlgorithm(gpu, cpu, seed);
+  CheckWithoutAnyAlgorithm(gpu, seed);
+  CheckAutotune(**cc, gpu, cpu, seed);
+  return Summary();
 }
 
 }  // namespace

@@ -15,7 +15,8 @@
 //   unfused sends then receives completes for small messages, as on NCCL, and waits for larger ones.
 // - Collectives move whole buffers directly between ranks (not NCCL's rings and trees) and reduce them in
 //   rank order, each partial result rounded to the data type (bf16 computes in f32, rounds to nearest
-//   even), so every rank gets the same bits. ncclAvg divides the sum by the rank count.
+//   even), so every rank gets the same bits. ncclAvg divides the sum by the rank count. Max and min of
+//   floating types drop a NaN unless every rank's is NaN, as NCCL's fmaxf and __hmax do.
 // - Failures: a peer that exits or aborts shows at once as the async error ncclRemoteError naming the peer
 //   (ncclCommGetAsyncError, ncclGetLastError); the op then stays unfinished on its stream, as a GPU kernel
 //   waiting for a dead peer does, until ncclCommAbort ends the communicator's pending ops. A peer that never
@@ -38,6 +39,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/emulation/nccl/fake_nccl_wire.h"
@@ -165,6 +167,9 @@ uint16_t FloatToBF16(float f) {
   return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);  // round to nearest even
 }
 
+// Max and min of floating types are C's fmax and fmin, as NCCL's own (src/device/reduce_kernel.h: fmaxf,
+// fmin, and __hmax/__hmin for bf16, which return the other operand): a NaN is dropped unless both are NaN,
+// whichever rank holds it.
 template <typename T>
 T Combine(T a, T b, ncclRedOp_t op) {
   switch (op) {
@@ -174,8 +179,10 @@ T Combine(T a, T b, ncclRedOp_t op) {
     case ncclProd:
       return static_cast<T>(a * b);
     case ncclMax:
+      if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
       return a < b ? b : a;
     case ncclMin:
+      if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
       return b < a ? b : a;
   }
   return a;
