@@ -10,7 +10,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_f32_cuda.h"
 #include "kernels/attention/attention_mask.cuh"
-#include "kernels/attention/mma.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/scratch.h"

@@ -38,7 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_mask.cuh"
-#include "kernels/attention/mma.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/attention/wgmma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"

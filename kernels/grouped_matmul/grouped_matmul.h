@@ -12,10 +12,13 @@
 // the row blocks need never reach the host).
 //
 // CPU: one kernels/matmul call per non-empty group (the per-expert GEMMs this replaces on CUDA; the reference
-// of the CUDA test). CUDA: one launch for all groups: 32 x 32 output tiles through shared memory (k steps of
-// 32), each block finding its group and row tile from the offsets; the weight gradient one block per
-// (group, 32 x 32 tile of w) summing the group's rows in order. Every output element is one thread's fixed-
-// order sum: deterministic, no atomics. Not timed: the emulation cannot, and no GPU has run it.
+// of the CUDA test). CUDA: one launch per product for all groups, each block finding its group and row tile
+// from the offsets; the weight gradient one block per (group, tile of w) summing the group's rows in order.
+// Two kernels (GroupedMatmulKernel): for bf16 with K and N multiples of 8 and 16-byte aligned buffers,
+// tensor cores (mma.sync m16n8k16, 64 x 64 tiles, cp.async double-buffered); otherwise (fp32, other shapes)
+// 32 x 32 shared-memory tiles with scalar FMA. Every output element is one thread's fixed-order sum:
+// deterministic, no atomics. Checked on the CPU emulation only; grouped_matmul_cuda_benchmark times both on
+// a GPU.
 #ifndef LMFORGE_KERNELS_GROUPED_MATMUL_GROUPED_MATMUL_H_
 #define LMFORGE_KERNELS_GROUPED_MATMUL_GROUPED_MATMUL_H_
 
@@ -52,6 +55,15 @@ struct GroupedMatmulBackwardParams {
 namespace cuda {
 absl::Status GroupedMatmul(const Context& ctx, const GroupedMatmulParams& p);
 absl::Status GroupedMatmulBackward(const Context& ctx, const GroupedMatmulBackwardParams& p);
+
+// The CUDA kernel of the products (y, dx, dw; dbias has one kernel): kAuto (GroupedMatmul's) is kTensorCore
+// where it takes the shapes, else kScalar; kTensorCore elsewhere is InvalidArgument (checked before any
+// launch). The two differ only in fp32 summation order. Tests and the benchmark name one.
+enum class GroupedMatmulKernel : uint8_t { kAuto, kScalar, kTensorCore };
+absl::Status GroupedMatmulWithKernel(const Context& ctx, const GroupedMatmulParams& p,
+                                     GroupedMatmulKernel kernel);
+absl::Status GroupedMatmulBackwardWithKernel(const Context& ctx, const GroupedMatmulBackwardParams& p,
+                                             GroupedMatmulKernel kernel);
 }  // namespace cuda
 
 namespace cpu {

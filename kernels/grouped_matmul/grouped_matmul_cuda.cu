@@ -1,17 +1,21 @@
-// The CUDA grouped GEMM (grouped_matmul.h), fp32 or bf16 storage with fp32 accumulation. Row-block products
-// (forward y = x w_g^T, backward dx = dy w_g) are one kernel: a block computes a 32 x 32 tile of the output
-// from 32 x 32 tiles of its rows and of w_g staged in shared memory (as fp32), 256 threads each holding 2 x 2
-// accumulators. The grid's x covers every group's row tiles (at most ceil(M / 32) + G of them); a block walks
-// the device offsets to find its group and tile, and blocks past the last tile return at once. The weight
-// gradient is one block per (32 x 32 tile of w_g, group), summing the group's rows 32 at a time in order.
-// Each output element is one thread's fixed-order sum: deterministic, no atomics. A correct first version: no
-// tensor cores, no double buffering; the emulation cannot time it and it has not run on a GPU.
+// The CUDA grouped GEMM (grouped_matmul.h): the dispatch between its two kernel families, and the scalar
+// one (fp32 or bf16 storage, any shape, fp32 accumulation; the bf16 tensor-core kernels are in
+// grouped_matmul_mma_cuda.cu). Row-block products (forward y = x w_g^T, backward dx = dy w_g) are one
+// kernel: a block computes a 32 x 32 tile of the output from 32 x 32 tiles of its rows and of w_g staged in
+// shared memory (as fp32), 256 threads each holding 2 x 2 accumulators. The grid's x covers every group's row
+// tiles (at most ceil(M / 32) + G of them); a block walks the device offsets to find its group and tile, and
+// blocks past the last tile return at once. The weight gradient is one block per (32 x 32 tile of w_g,
+// group), summing the group's rows 32 at a time in order; the bias gradient one thread per (group, column).
+// Each output element is one thread's fixed-order sum: deterministic, no atomics. No double buffering; the
+// emulation cannot time it and it has not run on a GPU.
 #include <algorithm>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/grouped_matmul/grouped_matmul.h"
+#include "kernels/grouped_matmul/grouped_matmul_cuda.cuh"
 
 namespace lmf::kernels::cuda {
 namespace {
@@ -19,20 +23,6 @@ namespace {
 constexpr int kTile = 32;       // output tile and k step
 constexpr int kThreads = 256;   // 16 x 16 threads, 2 x 2 outputs each
 constexpr int kHalf = kTile / 2;
-
-// The group and first row of row tile `tile` (counted over every group's tiles in order), or false.
-__device__ bool FindRowTile(const int32_t* offsets, int64_t groups, int64_t tile, int64_t* group, int64_t* first,
-                            int64_t* end) {
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t rows = offsets[g + 1] - offsets[g], tiles = (rows + kTile - 1) / kTile;
-    if (tile < tiles) {
-      *group = g, *first = offsets[g] + tile * kTile, *end = offsets[g + 1];
-      return true;
-    }
-    tile -= tiles;
-  }
-  return false;
-}
 
 // out[r, c] = sum_i a[r, i] b_g(i, c) (+ bias_g[c]) for the group's rows r, c < cols, i < depth.
 // kTransposedW: b_g(i, c) = w_g[c, i] (w_g is (cols, depth): the forward); else b_g(i, c) = w_g[i, c]
@@ -43,7 +33,8 @@ __global__ void RowBlockGemmKernel(int64_t groups, const int32_t* offsets, int64
   __shared__ float as[kTile][kTile + 1];  // [row][i]
   __shared__ float bs[kTile][kTile + 1];  // [i][col]
   int64_t g = 0, first = 0, end = 0;
-  if (!FindRowTile(offsets, groups, blockIdx.x, &g, &first, &end)) return;  // uniform over the block
+  // Blocks past the last tile return at once (uniform over the block).
+  if (!grouped::FindRowTile<kTile>(offsets, groups, blockIdx.x, &g, &first, &end)) return;
   const int64_t col0 = int64_t{blockIdx.y} * kTile;
   const T* wg = w + g * cols * depth;
   const int tx = threadIdx.x % kHalf, ty = threadIdx.x / kHalf;
@@ -138,7 +129,7 @@ absl::Status CheckShape(DType dtype, int64_t g, int64_t m, int64_t k, int64_t n,
 }
 
 template <typename T>
-absl::Status Forward(const Context& ctx, const GroupedMatmulParams& p) {
+absl::Status ScalarForward(const Context& ctx, const GroupedMatmulParams& p) {
   const dim3 grid(static_cast<unsigned>((p.M + kTile - 1) / kTile + p.G), TilesOf(p.N));
   RowBlockGemmKernel<T, true><<<grid, kThreads, 0, StreamOf(ctx)>>>(
       p.G, p.offsets, p.K, p.N, static_cast<const T*>(p.x), static_cast<const T*>(p.w),
@@ -147,42 +138,82 @@ absl::Status Forward(const Context& ctx, const GroupedMatmulParams& p) {
   return absl::OkStatus();
 }
 
+// dx and dw (each where asked for).
 template <typename T>
-absl::Status Backward(const Context& ctx, const GroupedMatmulBackwardParams& p) {
+absl::Status ScalarBackwardProducts(const Context& ctx, const GroupedMatmulBackwardParams& p) {
   const cudaStream_t stream = StreamOf(ctx);
-  if (p.dx != nullptr && p.K > 0) {
+  if (p.dx != nullptr) {
     const dim3 grid(static_cast<unsigned>((p.M + kTile - 1) / kTile + p.G), TilesOf(p.K));
     RowBlockGemmKernel<T, false><<<grid, kThreads, 0, stream>>>(p.G, p.offsets, p.N, p.K, static_cast<const T*>(p.dy),
                                                                static_cast<const T*>(p.w), nullptr,
                                                                static_cast<T*>(p.dx));
     LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GroupedMatmulDxKernel");
   }
-  if (p.dw != nullptr && p.K > 0 && p.N > 0) {
+  if (p.dw != nullptr && p.N > 0) {
     const dim3 grid(TilesOf(p.K), TilesOf(p.N), static_cast<unsigned>(p.G));
     WeightGradKernel<T><<<grid, kThreads, 0, stream>>>(p.offsets, p.K, p.N, static_cast<const T*>(p.x),
                                                       static_cast<const T*>(p.dy), p.dw);
     LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GroupedMatmulWeightGradKernel");
   }
-  if (p.dbias != nullptr && p.N > 0) {
-    BiasGradKernel<T><<<GridFor(p.G * p.N, kThreads), kThreads, 0, stream>>>(p.G, p.offsets, p.N,
-                                                                            static_cast<const T*>(p.dy), p.dbias);
-    LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GroupedMatmulBiasGradKernel");
-  }
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status BiasGrad(const Context& ctx, const GroupedMatmulBackwardParams& p) {
+  BiasGradKernel<T><<<GridFor(p.G * p.N, kThreads), kThreads, 0, StreamOf(ctx)>>>(p.G, p.offsets, p.N,
+                                                                                 static_cast<const T*>(p.dy),
+                                                                                 p.dbias);
+  LMF_CUDA_RETURN_IF_LAUNCH_ERROR("GroupedMatmulBiasGradKernel");
+  return absl::OkStatus();
+}
+
+// Whether `kernel` means the tensor-core kernels for these shapes; kTensorCore where they do not fit is an
+// error naming what they need.
+absl::StatusOr<bool> UseTensorCores(GroupedMatmulKernel kernel, bool supported, DType dtype, int64_t k,
+                                    int64_t n, const char* op) {
+  if (kernel == GroupedMatmulKernel::kScalar) return false;
+  if (kernel == GroupedMatmulKernel::kAuto || supported) return supported;
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": the tensor-core kernel needs bf16, K and N multiples of 8 and 16-byte aligned buffers; got ",
+      DTypeName(dtype), " K=", k, " N=", n));
 }
 
 }  // namespace
 
-absl::Status GroupedMatmul(const Context& ctx, const GroupedMatmulParams& p) {
+absl::Status GroupedMatmulWithKernel(const Context& ctx, const GroupedMatmulParams& p,
+                                     GroupedMatmulKernel kernel) {
   LMF_RETURN_IF_ERROR_STATUS(CheckShape(p.dtype, p.G, p.M, p.K, p.N, "GroupedMatmul"));
+  const bool supported = grouped::MmaSupports(p.dtype, p.K, p.N, p.x, p.w, p.y, nullptr);
+  absl::StatusOr<bool> mma = UseTensorCores(kernel, supported, p.dtype, p.K, p.N, "GroupedMatmul");
+  if (!mma.ok()) return mma.status();
   if (p.M == 0 || p.N == 0) return absl::OkStatus();
-  return p.dtype == DType::kF32 ? Forward<float>(ctx, p) : Forward<bf16>(ctx, p);
+  if (*mma) return grouped::MmaForward(ctx, p);
+  return p.dtype == DType::kF32 ? ScalarForward<float>(ctx, p) : ScalarForward<bf16>(ctx, p);
+}
+
+absl::Status GroupedMatmulBackwardWithKernel(const Context& ctx, const GroupedMatmulBackwardParams& p,
+                                             GroupedMatmulKernel kernel) {
+  LMF_RETURN_IF_ERROR_STATUS(CheckShape(p.dtype, p.G, p.M, p.K, p.N, "GroupedMatmulBackward"));
+  const bool supported = grouped::MmaSupports(p.dtype, p.K, p.N, p.x, p.w, p.dy, p.dx);
+  absl::StatusOr<bool> mma = UseTensorCores(kernel, supported, p.dtype, p.K, p.N, "GroupedMatmulBackward");
+  if (!mma.ok()) return mma.status();
+  if (p.M == 0) return absl::OkStatus();
+  if (*mma) {  // the tensor-core kernels take K, N > 0 only
+    LMF_RETURN_IF_ERROR_STATUS(grouped::MmaBackwardProducts(ctx, p));
+  } else if (p.K > 0) {
+    LMF_RETURN_IF_ERROR_STATUS(p.dtype == DType::kF32 ? ScalarBackwardProducts<float>(ctx, p)
+                                                      : ScalarBackwardProducts<bf16>(ctx, p));
+  }
+  if (p.dbias == nullptr || p.N == 0) return absl::OkStatus();
+  return p.dtype == DType::kF32 ? BiasGrad<float>(ctx, p) : BiasGrad<bf16>(ctx, p);
+}
+
+absl::Status GroupedMatmul(const Context& ctx, const GroupedMatmulParams& p) {
+  return GroupedMatmulWithKernel(ctx, p, GroupedMatmulKernel::kAuto);
 }
 
 absl::Status GroupedMatmulBackward(const Context& ctx, const GroupedMatmulBackwardParams& p) {
-  LMF_RETURN_IF_ERROR_STATUS(CheckShape(p.dtype, p.G, p.M, p.K, p.N, "GroupedMatmulBackward"));
-  if (p.M == 0) return absl::OkStatus();
-  return p.dtype == DType::kF32 ? Backward<float>(ctx, p) : Backward<bf16>(ctx, p);
+  return GroupedMatmulBackwardWithKernel(ctx, p, GroupedMatmulKernel::kAuto);
 }
 
 }  // namespace lmf::kernels::cuda

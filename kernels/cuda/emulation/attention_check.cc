@@ -1,5 +1,5 @@
 // Runs the CUDA attention kernels (attention_cuda.cu: bf16 FlashAttention-2 on mma.sync, emulated from the
-// PTX ISA tables by fake/kernels/attention/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and the dk/dv
+// PTX ISA tables by fake/kernels/cuda/mma.cuh; attention_wgmma_cuda.cu: the Hopper forward and the dk/dv
 // and dq backward kernels on wgmma, fake/kernels/attention/wgmma.cuh, after that fake's self-test in
 // wgmma_check.cc (kWgmmaDkDv's dq is checked bitwise against the FA2 backward's, kWgmma's dk and dv bitwise
 // against kWgmmaDkDv's and, in this emulation's summation order, its dq against the FA2 backward's);

@@ -8,7 +8,7 @@
 // launches `k<<<g, b, smem, s>>>(...)` become `::cuemu::Launch(k, g, b, smem, s)(...)` (common.sh),
 // and `extern __shared__ T name[];` into a pointer to the block's dynamic shared memory; static `__shared__`
 // arrays into the block's own copy of them (BlockShared), poisoned per block. Warp-level instructions written
-// as inline PTX have fakes of their own (fake/kernels/attention/mma.cuh). Math is the host's (__expf is
+// as inline PTX have fakes of their own (fake/kernels/cuda/mma.cuh). Math is the host's (__expf is
 // std::exp), so results match the CPU kernels closely but not the GPU's last bits. Built with ThreadSanitizer
 // (RACECHECK=1 in common.sh), it reports any two conflicting accesses that no __syncthreads or __syncwarp
 // orders, within a block or between blocks of a grid (cuemu.cc). Not part of the build.
@@ -84,7 +84,7 @@ Array<T, N>& BlockShared(Array<T, N>& key) {
 constexpr int kExchangeWords = 8;
 uint32_t* WarpExchange();
 
-// cp.async (fake/kernels/attention/mma.cuh): the calling thread's copies of `bytes` bytes (the first
+// cp.async (fake/kernels/cuda/mma.cuh): the calling thread's copies of `bytes` bytes (the first
 // `src_bytes` from src, the rest zeros) are queued in its open group; AsyncCommit closes the group, and
 // AsyncWait(n) performs the thread's committed groups, oldest first, until at most the newest n are pending.
 // A copy happens only then (copies not yet committed wait for a later commit); from the issue until then its

@@ -54,8 +54,8 @@ for f in "${cuda[@]}" "${host[@]}" "${rewrite[@]}" $(for p in "${programs[@]}"; 
 done
 emulation_start "$name" lmf_emulation
 
-# The fakes come before the rewritten headers, which come before the tree: the fake attention mma.cuh and
-# wgmma.cuh replace the real ones.
+# The fakes come before the rewritten headers, which come before the tree: the fake mma.cuh (kernels/cuda) and
+# wgmma.cuh (kernels/attention) replace the real ones.
 emulated=("${defines[@]}" "${fakes[@]}" -I"$work/inc" -I.)
 for f in "${rewrite[@]}"; do emulation_rewrite "$f" "$work/inc/$f"; done
 units=()  # "OBJECT SOURCE"; objects keep their source's path, under obj/

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/attention/mma.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/attention/wgmma.cuh"
 #include "kernels/cuda/emulation/cuemu.h"
 

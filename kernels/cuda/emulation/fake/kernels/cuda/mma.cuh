@@ -1,8 +1,8 @@
-// kernels/attention/mma.cuh for the CPU emulation (cuemu.h; fake/ is first on the include path): the
-// tensor-core and shared-memory instructions of the bf16 attention kernels (mma, ldmatrix as warp
-// collectives; cp.async as per-thread queued copies), written from the PTX ISA's
-// fragment tables (not from the kernels' comments), so a kernel that puts an element in the wrong register
-// computes a wrong product here as on the device.
+// kernels/cuda/mma.cuh for the CPU emulation (cuemu.h; fake/ is first on the include path): the
+// tensor-core and shared-memory instructions of the bf16 attention and grouped GEMM kernels (mma, ldmatrix as
+// warp collectives; cp.async as per-thread queued copies), written from the PTX ISA's fragment tables (not
+// from the kernels' comments), so a kernel that puts an element in the wrong register computes a wrong
+// product here as on the device.
 //
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 ("Matrix Fragments for mma.m16n8k16 with floating
 //   point type"; g = laneid >> 2 "groupID", c = laneid % 4 "threadID_in_group"; two bf16 per 32-bit
@@ -22,8 +22,8 @@
 //
 // The products are exact in fp32 (8-bit significands); the 16 of an output element are summed in k order and
 // then added to the accumulator: the device's order and rounding within one mma differ in the last bits.
-#ifndef LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_ATTENTION_MMA_CUH_
-#define LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_ATTENTION_MMA_CUH_
+#ifndef LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_CUDA_MMA_CUH_
+#define LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_CUDA_MMA_CUH_
 
 #include <cstdint>
 #include <cstdio>
@@ -192,4 +192,4 @@ inline void CpAsyncWait() {
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_ATTENTION_MMA_CUH_
+#endif  // LMFORGE_KERNELS_CUDA_EMULATION_FAKE_KERNELS_CUDA_MMA_CUH_

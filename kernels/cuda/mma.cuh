@@ -1,10 +1,10 @@
-// The tensor-core and shared-memory instructions of the bf16 attention kernels (attention_cuda.cu: mma.sync,
-// ldmatrix, cp.async), as inline PTX: the only code of the attention backend that cannot run on a CPU. They
-// live in this header so that the CPU emulation (kernels/cuda/emulation/fake/kernels/attention/mma.cuh, first
-// on its include path) can replace them with warp collectives built from the PTX ISA's fragment tables and
-// run the rest of the kernels unchanged. Fragment layouts: see the top of attention_cuda.cu.
-#ifndef LMFORGE_KERNELS_ATTENTION_MMA_CUH_
-#define LMFORGE_KERNELS_ATTENTION_MMA_CUH_
+// The tensor-core and shared-memory instructions of the bf16 kernels (mma.sync, ldmatrix, cp.async), as inline
+// PTX: kernels/attention's FlashAttention-2 kernels and kernels/grouped_matmul's tensor-core grouped GEMM. They
+// live in this header so that the CPU emulation (kernels/cuda/emulation/fake/kernels/cuda/mma.cuh, first on
+// its include path) can replace them with warp collectives built from the PTX ISA's fragment tables and run
+// the rest of the kernels unchanged. Fragment layouts: see the top of attention_cuda.cu and the fake.
+#ifndef LMFORGE_KERNELS_CUDA_MMA_CUH_
+#define LMFORGE_KERNELS_CUDA_MMA_CUH_
 
 #include <cstdint>
 
@@ -63,4 +63,4 @@ __device__ __forceinline__ void CpAsyncWait() {
 
 }  // namespace lmf::kernels::cuda
 
-#endif  // LMFORGE_KERNELS_ATTENTION_MMA_CUH_
+#endif  // LMFORGE_KERNELS_CUDA_MMA_CUH_
