@@ -4,12 +4,16 @@
 // every rank applies the same AdamW update, so the run is the single-process run up to the order of the
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
 // Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
-// ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h).
+// ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h). A model on a GPU
+// sums its fp32 gradients in place on the device over a device group (NCCL), one all-reduce per parameter, on
+// the model's stream: with overlap each part's as its last backward finishes it, else all after the backward.
 #ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 #define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,8 +39,13 @@ class DataParallelStep final : public model::StepStrategy {
   // the embeddings) as its backward finishes each, on the group's thread while the backward goes on
   // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
   // `expert_parallel`: with expert parallelism, `group` is every rank (data x expert).
-  explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {})
-      : group_(group), overlap_(overlap), ep_(expert_parallel) {}
+  // `device_group`: for a model on a GPU, the same ranks' group for device memory (an NcclGroup): the
+  // gradients are summed, the weights broadcast and the step counts summed there, in place on the device and
+  // on the model's stream (each op queued after the kernels that wrote its tensor); host values (losses,
+  // signals, checksums) stay on `group`. Null for a CPU model. Not with expert parallelism or ZeRO-1.
+  explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {},
+                            Collectives* device_group = nullptr)
+      : group_(group), device_group_(device_group), overlap_(overlap), ep_(expert_parallel) {}
 
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
@@ -68,6 +77,12 @@ class DataParallelStep final : public model::StepStrategy {
 
  private:
   Collectives& group_;
+  Collectives* device_group_;  // a GPU model's; null on the CPU
+  // A GPU model: the gradients of the parameters `visit` reaches, each all-reduced in place on the device
+  // group (issued, not waited for: appended to `sums`).
+  void SumOnDevice(const model::LanguageModel& model,
+                   const std::function<void(const model::ParameterVisitor&)>& visit,
+                   std::vector<std::unique_ptr<Work>>* sums);
   // This rank's micro-batches, their gradients summed over the ranks: in buckets started during the last
   // backward (overlap), or in one all-reduce after it.
   absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,

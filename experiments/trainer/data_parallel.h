@@ -49,6 +49,8 @@ class DataParallelLaunch {
   ~DataParallelLaunch();
 
   distributed::Collectives& group() { return *group_; }
+  // The folder the ranks met in (a CUDA run's NCCL group meets there too).
+  const std::string& rendezvous_dir() const { return rendezvous_->path(); }
   // The pool rank 0 trains on: the run's thread count, the same as every worker's (ThreadPool::Default() when
   // it has that many threads, else a pool of this launch's own).
   ThreadPool& pool() { return *pool_; }
