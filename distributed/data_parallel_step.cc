@@ -66,12 +66,12 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   return absl::OkStatus();
 }
 
-void DataParallelStep::SumOnDevice(const model::LanguageModel& model,
-                                   const std::function<void(const model::ParameterVisitor&)>& visit,
-                                   std::vector<std::unique_ptr<Work>>* sums) {
-  visit([&](const std::string&, const model::Parameter& p) {
-    sums->push_back(device_group_->AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
+absl::Status DataParallelStep::SumOnDevice(const model::LanguageModel& model) {
+  std::vector<std::unique_ptr<Work>> sums;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    sums.push_back(device_group_->AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
   });
+  return WaitAll(sums);
 }
 
 namespace {
@@ -107,14 +107,10 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
                                             const model::StepInput& input, model::LossSums* sums) {
   const int64_t count = micro_batch_count(input.micro_batches);
   std::vector<Bucket> buckets;
-  std::vector<std::unique_ptr<Work>> device_sums;  // a GPU model's, in place
   int64_t backwards = 0;  // finished during AccumulateGradients, which the hook below outlives
-  if (overlap_) {
+  if (overlap_ && device_group_ == nullptr) {  // a GPU model's: after the backward (see the header)
     model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
-      if (backwards == count - 1 && device_group_ != nullptr) {
-        SumOnDevice(model, [&](const model::ParameterVisitor& v) { model.VisitPartParameters(part, v); },
-                    &device_sums);
-      } else if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
+      if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
         for (const bool expert_shard : {false, true}) {
           if (expert_shard && !expert_parallel()) break;
           Bucket& bucket = buckets.emplace_back();
@@ -139,10 +135,7 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
     if (status.ok()) status = s;
     if (s.ok()) UnpackPart(model, bucket.part, bucket.expert_shard, bucket.data.data());
   }
-  if (status.ok() && !overlap_ && device_group_ != nullptr) {
-    SumOnDevice(model, [&](const model::ParameterVisitor& v) { model.VisitParameters(v); }, &device_sums);
-  }
-  if (absl::Status s = WaitAll(device_sums); status.ok()) status = s;
+  if (status.ok() && device_group_ != nullptr) status = SumOnDevice(model);
   for (const bool expert_shard : {false, true}) {
     if (!status.ok() || overlap_ || device_group_ != nullptr || (expert_shard && !expert_parallel())) break;
     std::vector<float>& gradients = gradients_[expert_shard ? 1 : 0];

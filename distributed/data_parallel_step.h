@@ -5,15 +5,16 @@
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
 // Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
 // ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h). A model on a GPU
-// sums its fp32 gradients in place on the device over a device group (NCCL), one all-reduce per parameter, on
-// the model's stream: with overlap each part's as its last backward finishes it, else all after the backward.
+// sums its fp32 gradients in place on the device over a device group (NCCL): one all-reduce per parameter on
+// the model's stream after the backward (not overlapped with it), each waited for within its timeout before
+// anything else waits on that stream. An NCCL op stuck on a dead peer blocks the stream it is on, so one
+// queued during the backward would block the backward's next stream wait forever, never reaching the
+// Work::Wait that times out and aborts the communicator.
 #ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 #define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,10 @@ class DataParallelStep final : public model::StepStrategy {
   // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
   // `expert_parallel`: with expert parallelism, `group` is every rank (data x expert).
   // `device_group`: for a model on a GPU, the same ranks' group for device memory (an NcclGroup): the
-  // gradients are summed, the weights broadcast and the step counts summed there, in place on the device and
-  // on the model's stream (each op queued after the kernels that wrote its tensor); host values (losses,
-  // signals, checksums) stay on `group`. Null for a CPU model. Not with expert parallelism or ZeRO-1.
+  // gradients are summed (after the backward: `overlap` is for host groups), the weights broadcast and the
+  // step counts summed there, in place on the device and on the model's stream (each op queued after the
+  // kernels that wrote its tensor); host values (losses, signals, checksums) stay on `group`. Null for a CPU
+  // model. Not with expert parallelism or ZeRO-1.
   explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {},
                             Collectives* device_group = nullptr)
       : group_(group), device_group_(device_group), overlap_(overlap), ep_(expert_parallel) {}
@@ -78,11 +80,8 @@ class DataParallelStep final : public model::StepStrategy {
  private:
   Collectives& group_;
   Collectives* device_group_;  // a GPU model's; null on the CPU
-  // A GPU model: the gradients of the parameters `visit` reaches, each all-reduced in place on the device
-  // group (issued, not waited for: appended to `sums`).
-  void SumOnDevice(const model::LanguageModel& model,
-                   const std::function<void(const model::ParameterVisitor&)>& visit,
-                   std::vector<std::unique_ptr<Work>>* sums);
+  // A GPU model: every gradient all-reduced in place on the device group, each waited for.
+  absl::Status SumOnDevice(const model::LanguageModel& model);
   // This rank's micro-batches, their gradients summed over the ranks: in buckets started during the last
   // backward (overlap), or in one all-reduce after it.
   absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,

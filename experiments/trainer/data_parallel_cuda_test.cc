@@ -2,7 +2,7 @@
 // fake NCCL: //experiments/trainer:data_parallel_cuda_test_emulated). Each rank is a forked process that
 // joins a Gloo group (the trainer's host group, distributed/test_ranks.h) and trains through Train on its own
 // device, its NCCL group meeting through a rendezvous folder (TrainOptions::store), as the train binary's
-// ranks do under any launcher. A tiny model (1 layer, d_model 32, T 16) keeps the emulated runs short.
+// ranks do under any launcher. A tiny model (1 layer, d_model 32, one head, T 16) keeps the emulated runs short.
 // Checks:
 //   - 2 and 3 ranks train the single-device run on the same global batch (6 micro-batches a step): the loss
 //     of every step, and the weights of the checkpoints;
@@ -53,7 +53,7 @@ config::Experiment Tiny(const std::string& run, int data, std::vector<std::strin
                                 "run.output_dir=" + TempPath(run),
                                 "model.d_model=32",
                                 "model.n_layers=1",
-                                "model.n_heads=2",
+                                "model.n_heads=1",
                                 "model.ffn.d_ff=64",
                                 "model.context_length=16",
                                 "run.batch_size=2",
@@ -65,6 +65,7 @@ config::Experiment Tiny(const std::string& run, int data, std::vector<std::strin
                                 "run.parallel.timeout_seconds=20",
                                 "run.checkpoint_interval=2",
                                 "run.keep_checkpoints=5",
+                                "schedule.warmup=1",
                                 "logging.log_interval=1"};
   o.insert(o.end(), more.begin(), more.end());
   auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", o);

@@ -31,13 +31,13 @@ absl::StatusOr<int> DataParallelCudaDevice(int local_rank) {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<distributed::Collectives>> ConnectDeviceGroup(const distributed::Collectives& host_group,
-                                                                             const GroupStore& store, int device,
-                                                                             std::chrono::milliseconds timeout,
-                                                                             std::chrono::milliseconds connect_timeout) {
+absl::StatusOr<std::unique_ptr<distributed::Collectives>> ConnectDeviceGroup(
+    const distributed::Collectives& host_group, const GroupStore& store, int device,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout) {
   if (store.empty()) {
     return absl::InvalidArgumentError(
-        "run.device=CUDA with data parallelism: the caller gave no store where the ranks met (TrainOptions::store)");
+        "run.device=CUDA with data parallelism: the caller gave no store where the ranks met "
+        "(TrainOptions::store)");
   }
 #if LMF_WITH_CUDA
   distributed::NcclGroupOptions options;

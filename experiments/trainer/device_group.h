@@ -31,10 +31,9 @@ absl::StatusOr<int> DataParallelCudaDevice(int local_rank);
 
 // The NCCL group of `host_group`'s ranks on `device`, met through `store` (host_group's), each op bounded by
 // `timeout`, the connection by `connect_timeout`.
-absl::StatusOr<std::unique_ptr<distributed::Collectives>> ConnectDeviceGroup(const distributed::Collectives& host_group,
-                                                                             const GroupStore& store, int device,
-                                                                             std::chrono::milliseconds timeout,
-                                                                             std::chrono::milliseconds connect_timeout);
+absl::StatusOr<std::unique_ptr<distributed::Collectives>> ConnectDeviceGroup(
+    const distributed::Collectives& host_group, const GroupStore& store, int device,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout);
 
 }  // namespace lmf::experiments
 
