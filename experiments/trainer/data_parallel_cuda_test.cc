@@ -2,7 +2,8 @@
 // fake NCCL: //experiments/trainer:data_parallel_cuda_test_emulated). Each rank is a forked process that
 // joins a Gloo group (the trainer's host group, distributed/test_ranks.h) and trains through Train on its own
 // device, its NCCL group meeting through a rendezvous folder (TrainOptions::store), as the train binary's
-// ranks do under any launcher. A tiny model (1 layer, d_model 32, one head, T 16) keeps the emulated runs short.
+// ranks do under any launcher. A tiny model (1 layer, d_model 32, one head, T 16) keeps the emulated runs
+// short.
 // Checks:
 //   - 2 and 3 ranks train the single-device run on the same global batch (6 micro-batches a step): the loss
 //     of every step, and the weights of the checkpoints;
@@ -26,7 +27,6 @@
 #include "base/file.h"
 #include "config/loader.h"
 #include "distributed/test_ranks.h"
-#include "experiments/checkpoint/checkpoint.h"
 #include "experiments/metrics/metrics_log.h"
 #include "experiments/trainer/trainer.h"
 #include "experiments/trainer/trainer_testing.h"
@@ -114,16 +114,7 @@ std::vector<StepMetrics> Metrics(const std::string& run) {
 }
 
 std::vector<float> Weights(const std::string& run, int step) {
-  auto loaded = LoadCheckpoint(TempPath(run) + absl::StrFormat("/checkpoints/step_%08d", step));
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  std::vector<float> all;
-  if (!loaded.ok()) return all;
-  for (const auto& [name, tensor] : loaded->model.tensors()) {
-    auto values = loaded->model.ReadFloat(name);
-    EXPECT_TRUE(values.ok()) << values.status();
-    if (values.ok()) all.insert(all.end(), values->begin(), values->end());
-  }
-  return all;
+  return testing::CheckpointWeights(TempPath(run) + absl::StrFormat("/checkpoints/step_%08d", step));
 }
 
 void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {

@@ -58,16 +58,7 @@ std::vector<StepMetrics> Metrics(const std::string& run) {
 }
 
 std::vector<float> Weights(const std::string& run) {
-  auto loaded = LoadCheckpoint(TempPath(run) + "/checkpoints/step_00000012");
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
-  std::vector<float> all;
-  if (!loaded.ok()) return all;
-  for (const auto& [name, tensor] : loaded->model.tensors()) {
-    auto values = loaded->model.ReadFloat(name);
-    EXPECT_TRUE(values.ok()) << values.status();
-    if (values.ok()) all.insert(all.end(), values->begin(), values->end());
-  }
-  return all;
+  return testing::CheckpointWeights(TempPath(run) + "/checkpoints/step_00000012");
 }
 
 // The ranks' gradients are summed in another order than one process accumulates them (the GEMMs add each
