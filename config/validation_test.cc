@@ -447,7 +447,20 @@ TEST(ConfigValidation, PipelineStagesFitTheModelAndTheSchedule) {
   EXPECT_EQ(
       Error(kBase, {"run.parallel.pipeline=2", "run.device=CUDA"}),
       "tiny.textproto: run.parallel.pipeline=2 needs run.device=CPU (pipeline stages run fp32 over Gloo; "
-      "NCCL is not built yet)");
+      "on GPUs only data parallelism runs, over NCCL)");
+}
+
+// Data parallelism on GPUs runs over NCCL (experiments/trainer/device_group.h); ZeRO-1 there does not yet.
+TEST(ConfigValidation, DataParallelOnCudaWithoutZero) {
+  EXPECT_EQ(Error(kBase, {"run.parallel.data=2", "run.grad_accum_steps=2", "run.device=CUDA"}), "OK");
+  EXPECT_EQ(Error(kBase, {"run.parallel.data=2", "run.grad_accum_steps=2", "run.device=CUDA",
+                          "run.precision=BF16"}),
+            "OK");
+  EXPECT_EQ(Error(kBase, {"run.parallel.data=2", "run.grad_accum_steps=2", "run.device=CUDA",
+                          "run.parallel.zero_stage=1"}),
+            "tiny.textproto: run.parallel.zero_stage=1 with run.parallel.data=2 needs run.device=CPU (on GPUs the "
+            "data-parallel ranks sum gradients over NCCL but do not shard the optimizer state yet)");
+  EXPECT_EQ(Error(kBase, {"run.parallel.data=2", "run.grad_accum_steps=2", "run.parallel.zero_stage=1"}), "OK");
 }
 
 TEST(ConfigValidation, InterleavingNeedsChunksAndMicroBatchesPerStage) {

@@ -8,35 +8,70 @@
 #include <csignal>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "distributed/zero.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::distributed {
 namespace {
 
 // FNV-1a over the bytes of the weights that are expert blocks (or not), split into two 32-bit halves that a
 // double all-reduce carries exactly.
+// A GPU model's weights are copied to the host first.
 uint64_t WeightsHash(const model::LanguageModel& model, bool expert_shard) {
   uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> host;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
     if (p.expert_shard != expert_shard) return;
     const auto* bytes = static_cast<const unsigned char*>(p.value.data());
+    if (p.value.device().is_cuda()) {
+      host.resize(p.value.nbytes());
+      kernels::CopyToHost(model.context(), host.data(), p.value.data(), p.value.nbytes());
+      bytes = host.data();
+    }
     for (size_t i = 0; i < p.value.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   });
   return h;
+}
+
+// An f32 tensor on the device, for the device group.
+Buffer DeviceBuffer(const kernels::Tensor& tensor) {
+  return Buffer{tensor.data(), static_cast<size_t>(tensor.numel()), DataType::kF32, tensor.device()};
+}
+
+// A device op queued on the model's stream, after the kernels that wrote its tensor.
+CallOptions OnModelStream(const model::LanguageModel& model) {
+  CallOptions options;
+  options.stream = model.context().stream;
+  return options;
 }
 
 }  // namespace
 
 absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   absl::Status status = absl::OkStatus();
+  std::vector<std::unique_ptr<Work>> broadcasts;  // device_group_'s
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    if (status.ok()) {
+    if (device_group_ != nullptr) {
+      broadcasts.push_back(device_group_->BroadcastAsync(DeviceBuffer(p.value), 0, OnModelStream(model)));
+    } else if (status.ok()) {
       status = SumGroup(p.expert_shard).Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
     }
   });
-  return status;
+  if (device_group_ == nullptr) return status;
+  if (absl::Status s = WaitAll(broadcasts); !s.ok()) return s;
+  model.RefreshComputeWeights();  // a bf16 run's copies of the broadcast weights
+  return absl::OkStatus();
+}
+
+absl::Status DataParallelStep::SumOnDevice(const model::LanguageModel& model) {
+  std::vector<std::unique_ptr<Work>> sums;
+  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+    sums.push_back(device_group_->AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
+  });
+  return WaitAll(sums);
 }
 
 namespace {
@@ -73,7 +108,7 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
   const int64_t count = micro_batch_count(input.micro_batches);
   std::vector<Bucket> buckets;
   int64_t backwards = 0;  // finished during AccumulateGradients, which the hook below outlives
-  if (overlap_) {
+  if (overlap_ && device_group_ == nullptr) {  // a GPU model's: after the backward (see the header)
     model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
       if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
         for (const bool expert_shard : {false, true}) {
@@ -100,8 +135,9 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
     if (status.ok()) status = s;
     if (s.ok()) UnpackPart(model, bucket.part, bucket.expert_shard, bucket.data.data());
   }
+  if (status.ok() && device_group_ != nullptr) status = SumOnDevice(model);
   for (const bool expert_shard : {false, true}) {
-    if (!status.ok() || overlap_ || (expert_shard && !expert_parallel())) break;
+    if (!status.ok() || overlap_ || device_group_ != nullptr || (expert_shard && !expert_parallel())) break;
     std::vector<float>& gradients = gradients_[expert_shard ? 1 : 0];
     gradients.clear();
     model.VisitParameters([&](const std::string&, const model::Parameter& p) {
@@ -141,7 +177,12 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
   // The counts for the once-per-step state updates (a mixture of experts' expert loads), likewise.
   absl::Status counts_status = absl::OkStatus();
   model.VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
-    if (counts_status.ok()) {
+    if (!counts_status.ok()) return;
+    if (counts.device().is_cuda()) {  // a GPU model's
+      counts_status = device_group_ != nullptr
+                          ? device_group_->AllReduce(DeviceBuffer(counts), ReduceOp::kSum, OnModelStream(model))
+                          : absl::FailedPreconditionError("data parallel: step counts on a GPU need a device group");
+    } else {
       counts_status = group_.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
     }
   });

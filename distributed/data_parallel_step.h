@@ -4,7 +4,12 @@
 // every rank applies the same AdamW update, so the run is the single-process run up to the order of the
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
 // Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
-// ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h).
+// ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h). A model on a GPU
+// sums its fp32 gradients in place on the device over a device group (NCCL): one all-reduce per parameter on
+// the model's stream after the backward (not overlapped with it), each waited for within its timeout before
+// anything else waits on that stream. An NCCL op stuck on a dead peer blocks the stream it is on, so one
+// queued during the backward would block the backward's next stream wait forever, never reaching the
+// Work::Wait that times out and aborts the communicator.
 #ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 #define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 
@@ -35,8 +40,14 @@ class DataParallelStep final : public model::StepStrategy {
   // the embeddings) as its backward finishes each, on the group's thread while the backward goes on
   // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
   // `expert_parallel`: with expert parallelism, `group` is every rank (data x expert).
-  explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {})
-      : group_(group), overlap_(overlap), ep_(expert_parallel) {}
+  // `device_group`: for a model on a GPU, the same ranks' group for device memory (an NcclGroup): the
+  // gradients are summed (after the backward: `overlap` is for host groups), the weights broadcast and the
+  // step counts summed there, in place on the device and on the model's stream (each op queued after the
+  // kernels that wrote its tensor); host values (losses, signals, checksums) stay on `group`. Null for a CPU
+  // model. Not with expert parallelism or ZeRO-1.
+  explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {},
+                            Collectives* device_group = nullptr)
+      : group_(group), device_group_(device_group), overlap_(overlap), ep_(expert_parallel) {}
 
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
@@ -68,6 +79,9 @@ class DataParallelStep final : public model::StepStrategy {
 
  private:
   Collectives& group_;
+  Collectives* device_group_;  // a GPU model's; null on the CPU
+  // A GPU model: every gradient all-reduced in place on the device group, each waited for.
+  absl::Status SumOnDevice(const model::LanguageModel& model);
   // This rank's micro-batches, their gradients summed over the ranks: in buckets started during the last
   // backward (overlap), or in one all-reduce after it.
   absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "distributed/gloo_context.h"
 #include "distributed/tcp_store.h"
 
 namespace lmf::distributed {
@@ -257,21 +258,57 @@ NcclGroup::NcclGroup(const std::string& name, int rank, int world_size, std::chr
                      std::vector<int> world_ranks, std::shared_ptr<NcclGroupState> state)
     : Collectives("nccl", name, rank, world_size, timeout, std::move(world_ranks)), state_(std::move(state)) {}
 
-NcclGroup::~NcclGroup() = default;  // each Work waited for its op; the state goes with the last of them
+namespace {
 
-absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(const NcclGroupOptions& options) {
-  const std::string who = absl::StrCat("nccl group '", options.name, "' rank ", options.rank, " of ",
-                                       options.world_size, " (cuda:", options.device, ")");
+std::string Who(const NcclGroupOptions& options) {
+  return absl::StrCat("nccl group '", options.name, "' rank ", options.rank, " of ", options.world_size, " (cuda:",
+                      options.device, ")");
+}
+
+absl::Status CheckRank(const NcclGroupOptions& options, const std::string& who) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": rank is not in [0, world_size)"));
   }
-  auto state = std::make_shared<NcclGroupState>();
-  state->device = options.device;
-  state->world_size = options.world_size;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+NcclGroup::~NcclGroup() = default;  // each Work waited for its op; the state goes with the last of them
+
+absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(const NcclGroupOptions& options) {
+  const std::string who = Who(options);
+  if (absl::Status s = CheckRank(options, who); !s.ok()) return s;
   absl::StatusOr<OpenedStore> store = OpenRendezvousStore(options.rendezvous_dir, options.store_host,
                                                           options.store_port, options.rank, options.connect_timeout, {});
   if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat(who, ": ", store.status().message()));
-  state->store = *std::move(store);
+  return ConnectThrough(options, *std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::ConnectThroughExistingStore(const NcclGroupOptions& options) {
+  const std::string who = Who(options);
+  if (absl::Status s = CheckRank(options, who); !s.ok()) return s;
+  OpenedStore opened;
+  if (!options.store_host.empty()) {
+    absl::StatusOr<std::unique_ptr<TcpRendezvousStore>> client =
+        TcpRendezvousStore::Connect(options.store_host, options.store_port, options.connect_timeout, {});
+    if (!client.ok()) return absl::Status(client.status().code(), absl::StrCat(who, ": ", client.status().message()));
+    opened.store = *std::move(client);
+  } else if (!options.rendezvous_dir.empty()) {
+    opened.store = std::make_shared<FileRendezvousStore>(options.rendezvous_dir, nullptr);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": rendezvous_dir and store_host are empty"));
+  }
+  return ConnectThrough(options, std::move(opened));
+}
+
+absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::ConnectThrough(const NcclGroupOptions& options,
+                                                                     OpenedStore opened) {
+  const std::string who = Who(options);
+  auto state = std::make_shared<NcclGroupState>();
+  state->device = options.device;
+  state->world_size = options.world_size;
+  state->store = std::move(opened);
   if (absl::Status s = AllocateDeviceState(*state); !s.ok()) return absl::Status(s.code(), absl::StrCat(who, ": ", s.message()));
   absl::StatusOr<ncclUniqueId> id = ShareUniqueId(*state->store.store, options.rank, options.connect_timeout);
   if (!id.ok()) return absl::Status(id.status().code(), absl::StrCat(who, ": ", id.status().message()));

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
 #include "distributed/group_options.h"
+#include "distributed/tcp_store.h"
 
 namespace lmf::distributed {
 
@@ -46,6 +47,10 @@ class NcclGroupState;
 class NcclGroup : public Collectives {
  public:
   static absl::StatusOr<std::unique_ptr<NcclGroup>> Connect(const NcclGroupOptions& options);
+  // The same through a store that a GlooGroup of the same ranks met through and still holds: its folder, or
+  // the TCP store at store_host:store_port that its rank 0 serves (every rank here, rank 0 too, connects to
+  // it as a client), so that the unique id travels where the Gloo ranks met.
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> ConnectThroughExistingStore(const NcclGroupOptions& options);
   // Waits (each within its timeout) for the ops issued, then destroys the communicator.
   ~NcclGroup() override;
 
@@ -69,6 +74,8 @@ class NcclGroup : public Collectives {
  private:
   NcclGroup(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
             std::vector<int> world_ranks, std::shared_ptr<NcclGroupState> state);
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> ConnectThrough(const NcclGroupOptions& options,
+                                                                   OpenedStore opened);
 
   std::shared_ptr<NcclGroupState> state_;
 };

@@ -14,7 +14,9 @@
 // SLURM_CPUS_PER_TASK threads (LMF_NUM_THREADS, if set, wins). Likewise the processes that a launcher
 // starts with torchrun's variables (`bazel run //distributed:launch -- --nproc_per_node=P -- train ...`, or
 // torchrun itself) or that `mpirun -np P -x MASTER_ADDR -x MASTER_PORT train ...` starts are the ranks of one
-// group, meeting through a TCP store at MASTER_ADDR:MASTER_PORT (distributed/launched_rank.h).
+// group, meeting through a TCP store at MASTER_ADDR:MASTER_PORT (distributed/launched_rank.h). With
+// run.device=CUDA each rank trains on GPU LOCAL_RANK (SLURM_LOCALID) modulo the GPUs it sees, its NCCL group
+// meeting through the same store (experiments/trainer/device_group.h).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -155,6 +157,14 @@ int Main(int argc, char** argv) {
     }
     group = *std::move(joined);
     options.collectives = group.get();
+    // A CUDA run's NCCL group meets where this group met; each rank's GPU is its local rank's.
+    if (launched->has_value()) {
+      options.store = {"", launched->value().master_addr, launched->value().master_port};
+      options.local_rank = launched->value().local_rank;
+    } else {
+      options.store = {distributed::SlurmStepRendezvous(**slurm, experiment->run().output_dir()), "", 0};
+      options.local_rank = slurm->value().local_rank;
+    }
   }
   absl::StatusOr<TrainResult> result = Train(*experiment, options);
   if (group != nullptr && slurm->has_value()) {

@@ -197,6 +197,8 @@ int DataParallelWorkerMain() {
   options.stop_after_step = stop_after;
   options.checkpoint_on_signal = true;
   options.collectives = group->get();
+  options.store.dir = rendezvous;  // a CUDA run's NCCL group meets there too
+  options.local_rank = rank;       // every rank on this machine
   std::fprintf(stderr, "data parallel rank %d of %d, run folder %s\n", rank, world,
                experiment->run().output_dir().c_str());
   absl::StatusOr<TrainResult> result = Train(*experiment, options);

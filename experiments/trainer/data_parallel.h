@@ -10,7 +10,8 @@
 // ranks share the cores: each, rank 0 included, runs LMF_NUM_THREADS threads if that is set, else the
 // hardware thread count / P. A rank that dies fails the others' next collective; rank 0 then names it and
 // its log's last lines. Stopping: SIGINT/SIGTERM (Ctrl-C reaches every rank) are agreed on at the step's
-// all-reduce, so all ranks stop after the same step and rank 0 checkpoints.
+// all-reduce, so all ranks stop after the same step and rank 0 checkpoints. A CUDA run's ranks take a GPU
+// each and also form an NCCL group through the rendezvous folder (device_group.h).
 //
 // Starting, watching and stopping the processes, the rendezvous folder and the thread count are
 // distributed/'s (launcher.h, rendezvous.h); this file keeps what is the trainer's: what a worker is told
@@ -49,6 +50,8 @@ class DataParallelLaunch {
   ~DataParallelLaunch();
 
   distributed::Collectives& group() { return *group_; }
+  // The folder the ranks met in (a CUDA run's NCCL group meets there too).
+  const std::string& rendezvous_dir() const { return rendezvous_->path(); }
   // The pool rank 0 trains on: the run's thread count, the same as every worker's (ThreadPool::Default() when
   // it has that many threads, else a pool of this launch's own).
   ThreadPool& pool() { return *pool_; }

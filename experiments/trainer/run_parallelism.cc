@@ -11,7 +11,14 @@
 namespace lmf::experiments {
 
 absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
-                                                                      distributed::Collectives* world) {
+                                                                      distributed::Collectives* world,
+                                                                      distributed::Collectives* device_group) {
+  if (device_group != nullptr && (run.parallel().pipeline() > 1 || run.parallel().expert() > 1 ||
+                                  run.parallel().zero_stage() != 0)) {
+    return absl::InvalidArgumentError(
+        "a GPU run's NCCL group sums data-parallel gradients only: run.parallel.pipeline, run.parallel.expert "
+        "and run.parallel.zero_stage need run.device=CPU");
+  }
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
   p->zero_stage_ = run.parallel().zero_stage();
@@ -35,7 +42,8 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
     }
     auto data_parallel = std::make_unique<distributed::DataParallelStep>(
         *world, run.parallel().overlap_grad_reduce(),
-        p->expert_parallel_ != nullptr ? p->expert_parallel_->groups() : distributed::ExpertParallelism{});
+        p->expert_parallel_ != nullptr ? p->expert_parallel_->groups() : distributed::ExpertParallelism{},
+        device_group);
     p->data_parallel_ = data_parallel.get();
     p->strategy_ = std::move(data_parallel);
   } else {

@@ -46,6 +46,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The ranks are connected over the host group already and reach the NCCL group's start together.
+constexpr std::chrono::seconds kDeviceGroupConnectTimeout{60};
+
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
@@ -100,6 +103,7 @@ class TrainingRun {
 
   absl::Status OpenRunFolder();
   absl::Status StartRanks();
+  absl::Status ConnectDevices();
   absl::Status BuildModel();
   absl::Status OpenData();
   void Announce();
@@ -136,6 +140,8 @@ class TrainingRun {
   std::string lock_warning_;
   model::ModelConfig model_config_;
   std::unique_ptr<DataParallelLaunch> launch_;  // the other ranks, when this process started them
+  int cuda_device_ = -1;                         // a CUDA data-parallel rank's (ConnectDevices); else run.cuda_device
+  std::unique_ptr<distributed::Collectives> device_group_;  // its NCCL group, over group_'s ranks
   std::unique_ptr<RunParallelism> parallel_;     // groups, step strategy, optimizer shards (run.parallel)
   model::StepStrategy* strategy_ = nullptr;      // parallel_'s
   std::unique_ptr<TrainingDevice> device_;
@@ -227,11 +233,32 @@ absl::Status TrainingRun::StartRanks() {
     launch_ = *std::move(started);
     group_ = &launch_->group();
   }
+  if (absl::Status s = ConnectDevices(); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<RunParallelism>> parallel =
-      RunParallelism::Build(run_, model_config_.n_layers, group_);
+      RunParallelism::Build(run_, model_config_.n_layers, group_, device_group_.get());
   if (!parallel.ok()) return CollectiveError(parallel.status());
   parallel_ = *std::move(parallel);
   strategy_ = parallel_->strategy();
+  return absl::OkStatus();
+}
+
+// A CUDA data-parallel rank: its GPU (its local rank modulo the devices visible, said in the log) and the
+// NCCL group of group_'s ranks, met through the store they met through.
+absl::Status TrainingRun::ConnectDevices() {
+  if (run_.device() != config::RunConfig::CUDA || group_ == nullptr) return absl::OkStatus();
+  const int local_rank = options_.local_rank >= 0 ? options_.local_rank : rank_;
+  absl::StatusOr<int> device = DataParallelCudaDevice(local_rank);
+  if (!device.ok()) return device.status();
+  cuda_device_ = *device;
+  const GroupStore store = launch_ != nullptr ? GroupStore{launch_->rendezvous_dir(), "", 0} : options_.store;
+  absl::StatusOr<std::unique_ptr<distributed::Collectives>> connected =
+      ConnectDeviceGroup(*group_, store, cuda_device_, std::chrono::seconds(run_.parallel().timeout_seconds()),
+                         kDeviceGroupConnectTimeout);
+  if (!connected.ok()) return CollectiveError(connected.status());
+  device_group_ = *std::move(connected);
+  console_.Message(absl::StrCat("data parallel rank ", rank_, " trains on cuda:", cuda_device_, " (local rank ",
+                                local_rank, " modulo the CUDA devices visible; run.cuda_device is not used), its "
+                                "gradients summed over NCCL on the devices"));
   return absl::OkStatus();
 }
 
@@ -244,8 +271,10 @@ absl::Status TrainingRun::CollectiveError(const absl::Status& status) const {
 // Opens the device and builds the model with its initial weights. Rank 0 of a data-parallel run trains on
 // the run's thread count, as its workers do (data_parallel.h).
 absl::Status TrainingRun::BuildModel() {
+  config::RunConfig run = run_;
+  if (cuda_device_ >= 0) run.set_cuda_device(cuda_device_);
   absl::StatusOr<std::unique_ptr<TrainingDevice>> device =
-      TrainingDevice::Open(run_, launch_ != nullptr ? &launch_->pool() : nullptr);
+      TrainingDevice::Open(run, launch_ != nullptr ? &launch_->pool() : nullptr);
   if (!device.ok()) return device.status();
   device_ = *std::move(device);
   for (const model::LayerRange& range : parallel_->ChunkLayers()) {
@@ -307,11 +336,15 @@ absl::Status TrainingRun::OpenData() {
 // The console's first lines: the device and the peak MFU is measured against, and what the config implies
 // that a user may not expect.
 void TrainingRun::Announce() {
-  // Data parallel: run.peak_flops is the machine's; a measured peak is one rank's share of the cores, times
-  // the ranks, but no more than all the cores' (ranks * threads > cores).
+  // Data parallel: run.peak_flops is the whole run's; a GPU's data-sheet peak is one rank's, times the ranks;
+  // a measured CPU peak is one rank's share of the cores, times the ranks, but no more than all the cores'
+  // (ranks * threads > cores).
   peak_flops_ = device_->peak_flops();
   std::string peak_source = device_->peak_flops_source();
-  if (peak_flops_.has_value() && world_ > 1 && !run_.peak_flops()) {
+  if (peak_flops_.has_value() && world_ > 1 && !run_.peak_flops() && run_.device() == config::RunConfig::CUDA) {
+    *peak_flops_ *= world_;
+    peak_source = absl::StrCat(world_, " GPUs x ", peak_source);
+  } else if (peak_flops_.has_value() && world_ > 1 && !run_.peak_flops()) {
     const int threads = device_->context().num_threads();
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const double scale = std::min<double>(world_, static_cast<double>(cores) / threads);

@@ -20,8 +20,9 @@
 // with a checkpoint. run.init_from starts a fresh run folder from another run's checkpoint the same way,
 // after checking that the steps it takes over were taken with this config's model, data, batch, seed,
 // optimizer and learning rates (a WSD cooldown branch). The training data is data.train_tokens or a
-// data.train_mixture. run.parallel.data > 1 trains on that many CPU processes, splitting each step's
-// micro-batches (data_parallel.h); run.parallel.pipeline > 1 cuts the layers into that many stages, one
+// data.train_mixture. run.parallel.data > 1 trains on that many processes (CPU ones, or one GPU each with the
+// gradients summed over NCCL on the devices: device_group.h), splitting each step's micro-batches
+// (data_parallel.h); run.parallel.pipeline > 1 cuts the layers into that many stages, one
 // per process, data x pipeline processes in all (distributed/pipeline/pipeline_step.h), with checkpoints
 // that hold the whole model and resume in any layout (pipeline_checkpoint.h).
 #ifndef LMFORGE_EXPERIMENTS_TRAINER_TRAINER_H_
@@ -37,6 +38,7 @@
 #include "config/experiment.pb.h"
 #include "config/run.pb.h"
 #include "distributed/collectives.h"
+#include "experiments/trainer/device_group.h"
 #include "experiments/trainer/training_device.h"
 
 namespace lmf::experiments {
@@ -60,6 +62,11 @@ struct TrainOptions {
   // this executable, which must call DataParallelWorkerMain when IsDataParallelWorker()).
   distributed::Collectives* collectives = nullptr;
   std::vector<std::string> data_parallel_command;
+  // With `collectives` and run.device CUDA (device_group.h): where its ranks met (the NCCL group's unique id
+  // travels through that store), and this process's rank among its machine's ranks (-1: its rank in
+  // `collectives`, every rank on one machine), which picks its GPU: local_rank modulo the devices visible.
+  GroupStore store;
+  int local_rank = -1;
 };
 
 struct TrainResult {

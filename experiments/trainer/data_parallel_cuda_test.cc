@@ -1,0 +1,204 @@
+// Data parallelism on GPUs (tag "gpu"; skips without enough devices; in CI on the CUDA emulation with its
+// fake NCCL: //experiments/trainer:data_parallel_cuda_test_emulated). Each rank is a forked process that
+// joins a Gloo group (the trainer's host group, distributed/test_ranks.h) and trains through Train on its own
+// device, its NCCL group meeting through a rendezvous folder (TrainOptions::store), as the train binary's
+// ranks do under any launcher. A tiny model (1 layer, d_model 32, one head, T 16) keeps the emulated runs
+// short.
+// Checks:
+//   - 2 and 3 ranks train the single-device run on the same global batch (6 micro-batches a step): the loss
+//     of every step, and the weights of the checkpoints;
+//   - a checkpoint written at data=2 resumes on one device and gives the same next loss;
+//   - a rank that dies makes the other fail within the group's timeout, naming it.
+//
+// Tolerances: the ranks' partial gradients are summed in another order than one device accumulates them
+// (the backward's GEMMs add each micro-batch into the gradient; the ranks add two or three partial sums), so
+// the runs differ by fp32 rounding, amplified by AdamW (it divides by sqrt(v) + eps): the bounds of the CPU's
+// data_parallel_test, 1e-6 relative in the loss and 1e-5 of the largest weight.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file.h"
+#include "config/loader.h"
+#include "distributed/test_ranks.h"
+#include "experiments/metrics/metrics_log.h"
+#include "experiments/trainer/trainer.h"
+#include "experiments/trainer/trainer_testing.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace lmf::experiments {
+namespace {
+
+using testing::TempPath;
+
+constexpr int kMicroBatches = 6;  // per step: 3 a rank at data=2, 2 at data=3
+constexpr int kSteps = 3;
+constexpr double kLossTolerance = 1e-6;    // relative (see the top of the file)
+constexpr double kWeightTolerance = 1e-5;  // of the largest weight
+
+const std::string& TrainTokens() {
+  static const std::string path = testing::WriteRandomTokens("dp_cuda_train.tok", 7);
+  return path;
+}
+
+config::Experiment Tiny(const std::string& run, int data, std::vector<std::string> more = {}) {
+  std::vector<std::string> o = {"data.train_tokens=" + TrainTokens(),
+                                "run.output_dir=" + TempPath(run),
+                                "model.d_model=32",
+                                "model.n_layers=1",
+                                "model.n_heads=1",
+                                "model.ffn.d_ff=64",
+                                "model.context_length=16",
+                                "run.batch_size=2",
+                                "run.device=CUDA",
+                                "run.precision=FP32",
+                                absl::StrCat("run.parallel.data=", data),
+                                absl::StrCat("run.grad_accum_steps=", kMicroBatches),
+                                absl::StrCat("run.max_steps=", kSteps),
+                                "run.parallel.timeout_seconds=20",
+                                "run.checkpoint_interval=2",
+                                "run.keep_checkpoints=5",
+                                "schedule.warmup=1",
+                                "logging.log_interval=1"};
+  o.insert(o.end(), more.begin(), more.end());
+  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", o);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return *loaded;
+}
+
+// Trains `experiment` on `world` forked ranks (one device each; a single-device run for 1) with
+// `stop_after_step` and `resume`; true when every rank's Train returned OK.
+bool TrainOnRanks(const config::Experiment& experiment, int world, int64_t stop_after_step = 0,
+                  bool resume = false) {
+  const std::string store = experiment.run().output_dir() + "_store";
+  EXPECT_TRUE(MakeDirs(store).ok());
+  distributed::testing::RankOptions rank_options;
+  rank_options.timeout = std::chrono::seconds(20);
+  rank_options.deadline = std::chrono::seconds(900);  // emulated kernels are slow
+  const auto outcomes = distributed::testing::RunRanks(
+      world,
+      [&](distributed::Collectives& group) {
+        TrainOptions options;
+        options.console = stderr;
+        options.stop_after_step = stop_after_step;
+        options.resume = resume;
+        if (world > 1) {
+          options.collectives = &group;
+          options.store.dir = store;
+          options.local_rank = group.rank();
+        }
+        absl::StatusOr<TrainResult> result = Train(experiment, options);
+        if (!result.ok()) std::fprintf(stderr, "rank %d: %s\n", group.rank(), std::string(result.status().message()).c_str());
+        return result.ok() ? 0 : 1;
+      },
+      rank_options);
+  if (distributed::testing::ExitCodeOf(outcomes) != 0) return false;
+  for (int rank = 0; rank < world && world > 1; ++rank) {  // each rank says which GPU it took
+    const std::string said = absl::StrCat("data parallel rank ", rank, " trains on cuda:", rank, " (local rank ", rank);
+    EXPECT_TRUE(absl::StrContains(outcomes[rank].log, said)) << "rank " << rank << "'s log:\n" << outcomes[rank].log;
+  }
+  return true;
+}
+
+std::vector<StepMetrics> Metrics(const std::string& run) {
+  auto metrics = ReadMetricsLog(TempPath(run) + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? *metrics : std::vector<StepMetrics>{};
+}
+
+std::vector<float> Weights(const std::string& run, int step) {
+  return testing::CheckpointWeights(TempPath(run) + absl::StrFormat("/checkpoints/step_%08d", step));
+}
+
+void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i])));
+  }
+  EXPECT_LT(max_diff, kWeightTolerance * max_abs) << what;
+}
+
+class DataParallelCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kernels::cuda::CudaDeviceCount() < 3) GTEST_SKIP() << "needs 3 CUDA devices (one per rank)";
+  }
+};
+
+TEST_F(DataParallelCudaTest, TwoAndThreeRanksTrainTheSingleDeviceRunAndResumeOnOne) {
+  ASSERT_TRUE(TrainOnRanks(Tiny("one", 1), 1));
+  const std::vector<StepMetrics> one = Metrics("one");
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+
+  // data=2, ended after step 3 as a kill would (its newest checkpoint is step 2's), then resumed on one device.
+  ASSERT_TRUE(TrainOnRanks(Tiny("dp2", 2), 2, /*stop_after_step=*/kSteps));
+  const std::vector<StepMetrics> two = Metrics("dp2");
+  ASSERT_EQ(two.size(), static_cast<size_t>(kSteps)) << "one metrics log, written by rank 0";
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(two[i].tokens, one[i].tokens);
+    EXPECT_NEAR(two[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "data=2, step " << i + 1;
+  }
+  ExpectWeightsAgree(Weights("one", 2), Weights("dp2", 2), "data=2, step 2's checkpoint");
+  ASSERT_TRUE(TrainOnRanks(Tiny("dp2", 1), 1, 0, /*resume=*/true));
+  const std::vector<StepMetrics> resumed = Metrics("dp2");
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps));
+  EXPECT_NEAR(resumed[kSteps - 1].loss, two[kSteps - 1].loss, kLossTolerance * two[kSteps - 1].loss)
+      << "step 3 resumed on one device from data=2's checkpoint";
+  ExpectWeightsAgree(Weights("one", kSteps), Weights("dp2", kSteps), "data=2 resumed at data=1, last step");
+
+  ASSERT_TRUE(TrainOnRanks(Tiny("dp3", 3), 3));
+  const std::vector<StepMetrics> three = Metrics("dp3");
+  ASSERT_EQ(three.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_NEAR(three[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "data=3, step " << i + 1;
+  }
+  ExpectWeightsAgree(Weights("one", kSteps), Weights("dp3", kSteps), "data=3, last step");
+}
+
+// Rank 1 ends after step 1 (its process exits, closing its connections); rank 0's step 2 fails within the
+// group's timeout, naming rank 1.
+TEST_F(DataParallelCudaTest, ADeadRankIsNamedWithinTheTimeout) {
+  const config::Experiment experiment = Tiny("dead", 2, {"run.parallel.timeout_seconds=10"});
+  const std::string store = experiment.run().output_dir() + "_store";
+  ASSERT_TRUE(MakeDirs(store).ok());
+  distributed::testing::RankOptions rank_options;
+  rank_options.timeout = std::chrono::seconds(10);
+  rank_options.deadline = std::chrono::seconds(600);
+  const auto outcomes = distributed::testing::RunRanks(
+      2,
+      [&](distributed::Collectives& group) {
+        distributed::testing::Checks checks(group.rank());
+        TrainOptions options;
+        options.console = stderr;
+        options.collectives = &group;
+        options.store.dir = store;
+        options.local_rank = group.rank();
+        if (group.rank() == 1) options.stop_after_step = 1;
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<TrainResult> result = Train(experiment, options);
+        if (group.rank() == 1) {
+          checks.Ok(result.status(), "rank 1 trains one step");
+          return checks.exit_code();
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        checks.FailsWith(result.status(), {"rank 1"}, "rank 0 names the rank that died");
+        // One step's time (well under a minute, emulated) and the timeout, with room.
+        checks.Expect(seconds < 120, absl::StrCat("rank 0 gave up after ", seconds, " s"));
+        return checks.exit_code();
+      },
+      rank_options);
+  distributed::testing::ExpectAllPassed(outcomes);
+}
+
+}  // namespace
+}  // namespace lmf::experiments
