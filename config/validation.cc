@@ -79,9 +79,10 @@ void ValidateExpertParallel(const RunConfig& run, ConfigErrors* errors) {
     return;
   }
   if (expert == 1) return;
-  if (run.device() == RunConfig::CUDA) {
-    errors->Add(absl::StrCat("run.parallel.expert=", expert,
-                             " needs run.device=CPU (the expert exchange moves host fp32 rows over Gloo)"));
+  if (run.device() == RunConfig::CUDA && run.parallel().zero_stage() == 1) {
+    errors->Add(absl::StrCat("run.parallel.zero_stage=1 with run.parallel.expert=", expert,
+                             " needs run.device=CPU (on GPUs the ranks sum gradients over NCCL but do not shard the "
+                             "optimizer state yet)"));
   }
   if (data >= 1 && run.grad_accum_steps() % (data * expert) != 0) {
     errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(), " must be a multiple of run.parallel.data=",

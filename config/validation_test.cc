@@ -542,6 +542,14 @@ TEST(ConfigValidation, ExpertParallelism) {
     EXPECT_TRUE(absl::StrContains(run, expected)) << run << "\nlacks: " << expected;
   }
   EXPECT_EQ(Error(moe, {"run.parallel.expert=2", "run.grad_accum_steps=2", "run.parallel.zero_stage=1"}), "OK");
+  // On GPUs: data x expert over NCCL, but not ZeRO-1.
+  EXPECT_EQ(Error(moe, {"run.parallel.expert=2", "run.parallel.data=2", "run.grad_accum_steps=4", "run.device=CUDA",
+                        "run.eval_tokens=512"}),
+            "OK");
+  const std::string gpu_zero =
+      Error(moe, {"run.parallel.expert=2", "run.grad_accum_steps=2", "run.parallel.zero_stage=1", "run.device=CUDA"});
+  EXPECT_TRUE(absl::StrContains(gpu_zero, "run.parallel.zero_stage=1 with run.parallel.expert=2 needs run.device=CPU"))
+      << gpu_zero;
   const std::string across = Error(moe, {"run.parallel.expert=4", "run.grad_accum_steps=4"});
   for (const char* expected :
        {"model.moe.n_experts=6 must be a multiple of run.parallel.expert=4",

@@ -55,7 +55,8 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   std::vector<std::unique_ptr<Work>> broadcasts;  // device_group_'s
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
     if (device_group_ != nullptr) {
-      broadcasts.push_back(device_group_->BroadcastAsync(DeviceBuffer(p.value), 0, OnModelStream(model)));
+      broadcasts.push_back(
+          DeviceSumGroup(p.expert_shard).BroadcastAsync(DeviceBuffer(p.value), 0, OnModelStream(model)));
     } else if (status.ok()) {
       status = SumGroup(p.expert_shard).Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
     }
@@ -69,7 +70,8 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
 absl::Status DataParallelStep::SumOnDevice(const model::LanguageModel& model) {
   std::vector<std::unique_ptr<Work>> sums;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    sums.push_back(device_group_->AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
+    sums.push_back(
+        DeviceSumGroup(p.expert_shard).AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
   });
   return WaitAll(sums);
 }
@@ -160,8 +162,14 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
 
 absl::StatusOr<double> DataParallelStep::SummedNorm(const model::LanguageModel& model) {
   double squares[2] = {0, 0};  // dense (the same on every rank), this rank's expert blocks
+  std::vector<float> host;     // a GPU model's gradient, copied
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
     const float* g = p.grad.data<float>();
+    if (p.grad.device().is_cuda()) {
+      host.resize(static_cast<size_t>(p.grad.numel()));
+      kernels::CopyToHost(model.context(), host.data(), g, p.grad.nbytes());
+      g = host.data();
+    }
     double& sum = squares[p.expert_shard ? 1 : 0];
     for (int64_t i = 0; i < p.grad.numel(); ++i) sum += static_cast<double>(g[i]) * g[i];
   });

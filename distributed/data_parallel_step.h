@@ -31,6 +31,7 @@ struct ExpertParallelism {
   Collectives* replicas = nullptr;  // the ranks that hold this rank's experts (ParallelMesh::data())
   Collectives* experts = nullptr;   // this rank's expert-parallel group (ParallelMesh::expert())
   const model::moe::ExpertExchange* exchange = nullptr;  // the MoE layers'; its first error fails the step
+  Collectives* device_replicas = nullptr;  // a GPU model's: `replicas`' ranks over NCCL (the device mesh's data())
 };
 
 class DataParallelStep final : public model::StepStrategy {
@@ -43,8 +44,9 @@ class DataParallelStep final : public model::StepStrategy {
   // `device_group`: for a model on a GPU, the same ranks' group for device memory (an NcclGroup): the
   // gradients are summed (after the backward: `overlap` is for host groups), the weights broadcast and the
   // step counts summed there, in place on the device and on the model's stream (each op queued after the
-  // kernels that wrote its tensor); host values (losses, signals, checksums) stay on `group`. Null for a CPU
-  // model. Not with expert parallelism or ZeRO-1.
+  // kernels that wrote its tensor); host values (losses, signals, checksums, expert loads, the expert
+  // gradients' norm) stay on `group`. With expert parallelism its expert blocks go over
+  // expert_parallel.device_replicas instead. Null for a CPU model. Not with ZeRO-1.
   explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {},
                             Collectives* device_group = nullptr)
       : group_(group), device_group_(device_group), overlap_(overlap), ep_(expert_parallel) {}
@@ -88,6 +90,8 @@ class DataParallelStep final : public model::StepStrategy {
                             const model::StepInput& input, model::LossSums* sums);
   // The group a parameter's gradient is summed over: the replicas for an expert block, else every rank.
   Collectives& SumGroup(bool expert_shard) { return expert_shard ? *ep_.replicas : group_; }
+  // Its device group, for a GPU model.
+  Collectives& DeviceSumGroup(bool expert_shard) { return expert_shard ? *ep_.device_replicas : *device_group_; }
   bool expert_parallel() const { return ep_.replicas != nullptr; }
   // Expert parallelism: the summed gradients' global norm over every rank's experts.
   absl::StatusOr<double> SummedNorm(const model::LanguageModel& model);

@@ -8,6 +8,8 @@
 //   - 2 and 3 ranks train the single-device run on the same global batch (6 micro-batches a step): the loss
 //     of every step, and the weights of the checkpoints;
 //   - a checkpoint written at data=2 resumes on one device and gives the same next loss;
+//   - a mixture of experts (4 experts, top-2) at data=1 x expert=2 and data=2 x expert=2 trains the
+//     single-device run (same loss bounds and final weights);
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
 // Tolerances: the ranks' partial gradients are summed in another order than one device accumulates them
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -39,6 +42,7 @@ namespace {
 using testing::TempPath;
 
 constexpr int kMicroBatches = 6;  // per step: 3 a rank at data=2, 2 at data=3
+constexpr int kMoeMicroBatches = 4;  // per step: 2 a rank at expert=2, 1 at data=2 x expert=2
 constexpr int kSteps = 3;
 constexpr double kLossTolerance = 1e-6;    // relative (see the top of the file)
 constexpr double kWeightTolerance = 1e-5;  // of the largest weight
@@ -48,13 +52,14 @@ const std::string& TrainTokens() {
   return path;
 }
 
-config::Experiment Tiny(const std::string& run, int data, std::vector<std::string> more = {}) {
+// `config_file` cut to the tiny size by `model` (its own fields) on `data` ranks, `more` last.
+config::Experiment Load(const std::string& config_file, const std::string& run, int data,
+                        std::vector<std::string> model, std::vector<std::string> more) {
   std::vector<std::string> o = {"data.train_tokens=" + TrainTokens(),
                                 "run.output_dir=" + TempPath(run),
                                 "model.d_model=32",
                                 "model.n_layers=1",
                                 "model.n_heads=1",
-                                "model.ffn.d_ff=64",
                                 "model.context_length=16",
                                 "run.batch_size=2",
                                 "run.device=CUDA",
@@ -67,10 +72,24 @@ config::Experiment Tiny(const std::string& run, int data, std::vector<std::strin
                                 "run.keep_checkpoints=5",
                                 "schedule.warmup=1",
                                 "logging.log_interval=1"};
+  o.insert(o.end(), model.begin(), model.end());
   o.insert(o.end(), more.begin(), more.end());
-  auto loaded = config::LoadExperiment("experiments/configs/tiny.textproto", o);
+  auto loaded = config::LoadExperiment(config_file, o);
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return *loaded;
+}
+
+config::Experiment Tiny(const std::string& run, int data, std::vector<std::string> more = {}) {
+  return Load("experiments/configs/tiny.textproto", run, data, {"model.ffn.d_ff=64"}, std::move(more));
+}
+
+// tiny_moe at Tiny's size, its one layer a mixture of 4 experts (top-2, one shared) on data x `expert`
+// ranks, kMoeMicroBatches a step.
+config::Experiment TinyMoe(const std::string& run, int data, int expert) {
+  return Load("experiments/configs/tiny_moe.textproto", run, data,
+              {"model.moe.n_experts=4", "model.moe.d_expert=32", "model.moe.shared_d_ff=32",
+               "model.moe.first_k_dense=0"},
+              {absl::StrCat("run.parallel.expert=", expert), absl::StrCat("run.grad_accum_steps=", kMoeMicroBatches)});
 }
 
 // Trains `experiment` on `world` forked ranks (one device each; a single-device run for 1) with
@@ -163,6 +182,28 @@ TEST_F(DataParallelCudaTest, TwoAndThreeRanksTrainTheSingleDeviceRunAndResumeOnO
     EXPECT_NEAR(three[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "data=3, step " << i + 1;
   }
   ExpectWeightsAgree(Weights("one", kSteps), Weights("dp3", kSteps), "data=3, last step");
+}
+
+// Expert parallelism on GPUs: the experts spread over 2 ranks (data=1) and over 2 ranks of each of 2
+// replicas (data=2), their rows exchanged and the expert blocks' gradients summed over NCCL, train the
+// single-device run: the loss of every step and the last checkpoint (every expert under its global name).
+TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
+  if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (data=2 x expert=2)";
+  ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_one", 1, 1), 1));
+  const std::vector<StepMetrics> one = Metrics("moe_one");
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  for (const auto& [data, expert] : {std::pair{1, 2}, std::pair{2, 2}}) {
+    const std::string run = absl::StrCat("moe_dp", data, "_ep", expert);
+    const std::string layout = absl::StrCat("data=", data, " x expert=", expert);
+    ASSERT_TRUE(TrainOnRanks(TinyMoe(run, data, expert), data * expert)) << layout;
+    const std::vector<StepMetrics> got = Metrics(run);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << layout;
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_EQ(got[i].tokens, one[i].tokens) << layout;
+      EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << layout << ", step " << i + 1;
+    }
+    ExpectWeightsAgree(Weights("moe_one", kSteps), Weights(run, kSteps), layout + ", last step");
+  }
 }
 
 // Rank 1 ends after step 1 (its process exits, closing its connections); rank 0's step 2 fails within the

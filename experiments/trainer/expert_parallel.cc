@@ -7,17 +7,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::experiments {
 
 absl::StatusOr<std::unique_ptr<ExpertParallelRun>> ExpertParallelRun::Build(distributed::Collectives& world, int data,
-                                                                            int expert) {
-  absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh =
-      distributed::ParallelMesh::Build(world, distributed::MeshShape{data, 1, expert});
+                                                                            int expert,
+                                                                            distributed::Collectives* device_group) {
+  const distributed::MeshShape shape{data, 1, expert};
+  absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> mesh = distributed::ParallelMesh::Build(world, shape);
   if (!mesh.ok()) return mesh.status();
   std::unique_ptr<ExpertParallelRun> run(new ExpertParallelRun());
   run->mesh_ = *std::move(mesh);
-  run->exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(run->mesh_->expert());
+  if (device_group != nullptr) {
+    absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> device_mesh =
+        distributed::ParallelMesh::Build(*device_group, shape);
+    if (!device_mesh.ok()) return device_mesh.status();
+    run->device_mesh_ = *std::move(device_mesh);
+  }
+  distributed::ParallelMesh& rows = run->device_mesh_ != nullptr ? *run->device_mesh_ : *run->mesh_;
+  run->exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(rows.expert());
   return run;
 }
 
@@ -47,14 +56,15 @@ absl::Status GatherExpertBlocks(distributed::Collectives& group, const model::La
   const int ranks = group.world_size();
   const bool lead = group.rank() == 0;
   absl::Status status = absl::OkStatus();
-  std::vector<float> gathered, m, v;
+  std::vector<float> gathered, value, m, v;
+  const kernels::Context host = kernels::Context::Cpu();  // `gathered` is host memory on every device
   // One block's tensor from every rank; rank 0 keeps the others' under their names.
   const auto gather = [&](const std::string& name, const std::vector<int64_t>& shape, const float* data, size_t n,
                           HostTensors* into) {
     gathered.resize(n * ranks);
     status = group.AllGather(distributed::Buffer::Host(data, n), distributed::Buffer::Host(gathered.data(), gathered.size()));
     for (int q = 1; status.ok() && lead && q < ranks; ++q) {
-      into->AddFromDevice(model.context(), NameOnRank(model, name, q, ranks), shape, gathered.data() + q * n);
+      into->AddFromDevice(host, NameOnRank(model, name, q, ranks), shape, gathered.data() + q * n);
     }
   };
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
@@ -62,7 +72,9 @@ absl::Status GatherExpertBlocks(distributed::Collectives& group, const model::La
     std::vector<int64_t> shape;
     for (int i = 0; i < p.value.rank(); ++i) shape.push_back(p.value.dim(i));
     const size_t n = static_cast<size_t>(p.value.numel());
-    gather(name, shape, p.data(), n, weights);
+    value.resize(n);
+    kernels::CopyToHost(model.context(), value.data(), p.data(), n * sizeof(float));
+    gather(name, shape, value.data(), n, weights);
     if (!status.ok()) return;
     if (!adamw.ReadState(name, &m, &v)) {  // held for every block (ZeRO-1: consolidated onto the first replica)
       status = absl::InternalError(absl::StrCat("expert parallel checkpoint: the optimizer holds no moments for ", name));
@@ -74,7 +86,7 @@ absl::Status GatherExpertBlocks(distributed::Collectives& group, const model::La
       status = group.AllGather(distributed::Buffer::Host(values.data(), n),
                                distributed::Buffer::Host(gathered.data(), gathered.size()));
       for (int q = 1; status.ok() && lead && q < ranks; ++q) {
-        optimizer_state->AddFromDevice(model.context(), NameOnRank(model, name, q, ranks) + suffix, shape,
+        optimizer_state->AddFromDevice(host, NameOnRank(model, name, q, ranks) + suffix, shape,
                                        gathered.data() + q * n);
       }
     };

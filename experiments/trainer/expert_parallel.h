@@ -24,13 +24,17 @@ namespace lmf::experiments {
 
 class ExpertParallelRun {
  public:
-  // Collective over `world` (data * expert ranks, every one calls it).
+  // Collective over `world` (data * expert ranks, every one calls it). `device_group`: a CUDA run's NCCL
+  // group over world's ranks (null on the CPU): its mesh's expert group carries the MoE layers' rows and its
+  // data groups the expert blocks' gradient sums, on the devices; the host mesh keeps the host values.
   static absl::StatusOr<std::unique_ptr<ExpertParallelRun>> Build(distributed::Collectives& world, int data,
-                                                                  int expert);
+                                                                  int expert,
+                                                                  distributed::Collectives* device_group = nullptr);
 
   model::moe::ExpertExchange* exchange() { return exchange_.get(); }
   distributed::ExpertParallelism groups() {
-    return distributed::ExpertParallelism{&mesh_->data(), &mesh_->expert(), exchange_.get()};
+    return distributed::ExpertParallelism{&mesh_->data(), &mesh_->expert(), exchange_.get(),
+                                          device_mesh_ != nullptr ? &device_mesh_->data() : nullptr};
   }
 
   // Collective over the run (every rank calls it; those outside rank 0's expert group return at once):
@@ -43,12 +47,14 @@ class ExpertParallelRun {
   ExpertParallelRun() = default;
 
   std::unique_ptr<distributed::ParallelMesh> mesh_;
+  std::unique_ptr<distributed::ParallelMesh> device_mesh_;  // a CUDA run's, over its NCCL group; else null
   std::unique_ptr<distributed::expert::GroupExpertExchange> exchange_;
 };
 
 // Collective over `experts` (an expert-parallel group; every rank of it calls it with its model (slice) and
 // optimizer): appends to group rank 0's `weights` and `optimizer_state` the other ranks' expert blocks of
-// `model`'s layers (values, then "<name>.exp_avg" and "<name>.exp_avg_sq") under their global names.
+// `model`'s layers (values, then "<name>.exp_avg" and "<name>.exp_avg_sq") under their global names. A GPU
+// model's blocks are copied to the host and gathered there.
 absl::Status GatherExpertBlocks(distributed::Collectives& experts, const model::LanguageModel& model,
                                 const model::AdamW& adamw, HostTensors* weights, HostTensors* optimizer_state);
 

@@ -13,11 +13,10 @@ namespace lmf::experiments {
 absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
                                                                       distributed::Collectives* world,
                                                                       distributed::Collectives* device_group) {
-  if (device_group != nullptr && (run.parallel().pipeline() > 1 || run.parallel().expert() > 1 ||
-                                  run.parallel().zero_stage() != 0)) {
+  if (device_group != nullptr && (run.parallel().pipeline() > 1 || run.parallel().zero_stage() != 0)) {
     return absl::InvalidArgumentError(
-        "a GPU run's NCCL group sums data-parallel gradients only: run.parallel.pipeline, run.parallel.expert "
-        "and run.parallel.zero_stage need run.device=CPU");
+        "a GPU run's NCCL group serves data and expert parallelism only: run.parallel.pipeline and "
+        "run.parallel.zero_stage need run.device=CPU");
   }
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
@@ -36,7 +35,7 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
   } else if (world != nullptr) {
     if (run.parallel().expert() > 1) {
       absl::StatusOr<std::unique_ptr<ExpertParallelRun>> built =
-          ExpertParallelRun::Build(*world, run.parallel().data(), run.parallel().expert());
+          ExpertParallelRun::Build(*world, run.parallel().data(), run.parallel().expert(), device_group);
       if (!built.ok()) return built.status();
       p->expert_parallel_ = *std::move(built);
     }

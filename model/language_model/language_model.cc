@@ -58,11 +58,6 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Create(const Model
                                                                      moe::ExpertExchange* expert_exchange) {
   if (absl::Status status = config.Validate(); !status.ok()) return status;
   if (expert_exchange != nullptr) {
-    if (!ctx.device.is_cpu() || activations != kernels::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "expert parallelism runs on the CPU in F32 (its exchange moves host fp32 rows), not on ",
-          DeviceName(ctx.device), " in ", PrecisionName(activations)));
-    }
     for (int64_t i = 0; i < config.n_layers; ++i) {
       const LayerSpec spec = config.layer(i);
       if (spec.channel_mixer.kind == ChannelMixerSpec::Kind::kMoe &&
