@@ -74,9 +74,11 @@ void RankOutput::WriteLines(Stream& s, bool all) {
   for (;;) {
     const size_t newline = s.pending.find('\n', start);
     const size_t left = s.pending.size() - start;
-    if (newline == std::string::npos && left < kMaxLine && !(all && left > 0)) break;
+    // Wait for more unless a line is complete, known to be longer than kMaxLine, or the pipe ended. (A
+    // line of exactly kMaxLine bytes must wait for its newline: cut there, it would leave an empty line.)
+    if (newline == std::string::npos && left <= kMaxLine && !(all && left > 0)) break;
     // A whole line with its newline; else a piece of at most kMaxLine bytes, given a newline.
-    const size_t end = newline != std::string::npos && newline - start < kMaxLine
+    const size_t end = newline != std::string::npos && newline - start <= kMaxLine
                            ? newline + 1
                            : start + std::min(left, kMaxLine);
     std::string line = absl::StrCat(s.prefix, absl::string_view(s.pending).substr(start, end - start));

@@ -155,7 +155,8 @@ absl::Status AdamW::Restore(const StateReader& read, int64_t step) {
 }
 
 absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
-                                          const int32_t* targets, int64_t b, int64_t t, double lr) {
+                                          const int32_t* targets, int64_t b, int64_t t, double lr,
+                                          GradsAfterStep after) {
   model.ZeroGrad();
   absl::StatusOr<double> loss =
       model.ForwardWithLoss(ids, targets, b, t, ForwardMode::Training(/*seed=*/0, optimizer.step(), 0));
@@ -163,7 +164,7 @@ absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer
   model.Backward();
   TrainStepResult result;
   result.loss = *loss;
-  result.grad_norm = optimizer.Step(model, lr, /*micro_batches=*/1, GradsAfterStep::kZeroed);
+  result.grad_norm = optimizer.Step(model, lr, /*micro_batches=*/1, after);
   return result;
 }
 

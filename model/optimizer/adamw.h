@@ -102,10 +102,11 @@ struct TrainStepResult {
 };
 
 // ZeroGrad, ForwardWithLoss(ids, targets (B, T)) as a training forward (seed 0, the optimizer's step),
-// Backward, AdamW step (GradsAfterStep::kZeroed: the gradients it leaves are zero on a CPU model). Bad
-// batches give the model's error.
+// Backward, AdamW step (`after`: by default kZeroed, the gradients it leaves are zero on a CPU model; kKept
+// for a caller that reads them). Bad batches give the model's error.
 absl::StatusOr<TrainStepResult> TrainStep(LanguageModel& model, AdamW& optimizer, const int32_t* ids,
-                                          const int32_t* targets, int64_t b, int64_t t, double lr);
+                                          const int32_t* targets, int64_t b, int64_t t, double lr,
+                                          GradsAfterStep after = GradsAfterStep::kZeroed);
 
 }  // namespace lmf::model
 
