@@ -79,11 +79,6 @@ void ValidateExpertParallel(const RunConfig& run, ConfigErrors* errors) {
     return;
   }
   if (expert == 1) return;
-  if (run.device() == RunConfig::CUDA && run.parallel().zero_stage() == 1) {
-    errors->Add(absl::StrCat("run.parallel.zero_stage=1 with run.parallel.expert=", expert,
-                             " needs run.device=CPU (on GPUs the ranks sum gradients over NCCL but do not shard the "
-                             "optimizer state yet)"));
-  }
   if (data >= 1 && run.grad_accum_steps() % (data * expert) != 0) {
     errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(), " must be a multiple of run.parallel.data=",
                              data, " * run.parallel.expert=", expert,
@@ -118,11 +113,6 @@ void ValidateRun(const RunConfig& run, ConfigErrors* errors) {
   if (run.parallel().data() < 1 || run.parallel().data() > 256) {
     errors->Add(absl::StrCat("run.parallel.data=", run.parallel().data(), " must be 1 to 256 processes"));
   } else if (run.parallel().data() > 1) {
-    if (run.device() == RunConfig::CUDA && run.parallel().zero_stage() == 1) {
-      errors->Add(absl::StrCat("run.parallel.zero_stage=1 with run.parallel.data=", run.parallel().data(),
-                               " needs run.device=CPU (on GPUs the data-parallel ranks sum gradients over NCCL "
-                               "but do not shard the optimizer state yet)"));
-    }
     if (run.grad_accum_steps() % run.parallel().data() != 0) {
       errors->Add(absl::StrCat("run.grad_accum_steps=", run.grad_accum_steps(),
                                " must be a multiple of run.parallel.data=", run.parallel().data(),
@@ -197,8 +187,8 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
     }
     if (run.device() != RunConfig::CPU) {
       errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline,
-                               " needs run.device=CPU (pipeline stages run fp32 over Gloo; on GPUs only data "
-                               "parallelism runs, over NCCL)"));
+                               " needs run.device=CPU (pipeline stages run fp32 over Gloo; on GPUs data and "
+                               "expert parallelism run, over NCCL)"));
     }
     // Each pipeline (a data x expert replica of the stages) runs its share of the step's micro-batches.
     const int64_t data = std::max(1, parallel.data()), expert = std::max(1, parallel.expert());

@@ -211,9 +211,12 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
       model::FinishStep(model, optimizer, input,
                         model::LossSums{totals[0], totals[1], totals[2], totals[4] / world_size()}, stop, summed_norm);
   if (!owners_.empty() && std::isfinite(result.grad_norm)) {  // an update happened: on each owner only
-    if (absl::Status s = BroadcastFromOwners(group_, owners_, model); !s.ok()) return s;
+    // A GPU model's weights over the device groups.
+    Collectives& dense = device_group_ != nullptr ? *device_group_ : group_;
+    if (absl::Status s = BroadcastFromOwners(dense, owners_, model); !s.ok()) return s;
     if (!expert_owners_.empty()) {
-      if (absl::Status s = BroadcastFromOwners(*ep_.replicas, expert_owners_, model); !s.ok()) return s;
+      Collectives& replicas = device_group_ != nullptr ? *ep_.device_replicas : *ep_.replicas;
+      if (absl::Status s = BroadcastFromOwners(replicas, expert_owners_, model); !s.ok()) return s;
     }
   }
   return result;

@@ -46,7 +46,7 @@ class DataParallelStep final : public model::StepStrategy {
   // step counts summed there, in place on the device and on the model's stream (each op queued after the
   // kernels that wrote its tensor); host values (losses, signals, checksums, expert loads, the expert
   // gradients' norm) stay on `group`. With expert parallelism its expert blocks go over
-  // expert_parallel.device_replicas instead. Null for a CPU model. Not with ZeRO-1.
+  // expert_parallel.device_replicas instead; so do ZeRO-1's broadcasts from the owners. Null for a CPU model.
   explicit DataParallelStep(Collectives& group, bool overlap = true, ExpertParallelism expert_parallel = {},
                             Collectives* device_group = nullptr)
       : group_(group), device_group_(device_group), overlap_(overlap), ep_(expert_parallel) {}

@@ -2,6 +2,7 @@
 #include "distributed/zero.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -72,11 +73,19 @@ absl::Status ConsolidateOptimizerState(Collectives& group, const std::map<std::s
 absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string, int>& owners,
                                  model::LanguageModel& model) {
   absl::Status status = absl::OkStatus();
+  std::vector<std::unique_ptr<Work>> on_device;  // a GPU model's broadcasts
+  CallOptions on_stream;
+  on_stream.stream = model.context().stream;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    if (status.ok() && owners.count(name) == 1) {
+    if (!status.ok() || owners.count(name) == 0) return;
+    if (p.value.device().is_cpu()) {
       status = group.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), owners.at(name));
+    } else {
+      const Buffer buffer{p.value.data(), static_cast<size_t>(p.value.numel()), DataType::kF32, p.value.device()};
+      on_device.push_back(group.BroadcastAsync(buffer, owners.at(name), on_stream));
     }
   });
+  if (absl::Status s = WaitAll(on_device); status.ok()) status = s;  // waited for even after an error
   if (status.ok()) model.RefreshComputeWeights();
   return status;
 }

@@ -10,6 +10,10 @@
 //   - a checkpoint written at data=2 resumes on one device and gives the same next loss;
 //   - a mixture of experts (4 experts, top-2) at data=1 x expert=2 and data=2 x expert=2 trains the
 //     single-device run (same loss bounds and final weights);
+//   - ZeRO-1 (run.parallel.zero_stage: 1) at data=2, and at data=2 x expert=2 with the mixture of experts,
+//     is the same layout's run without it bit for bit (losses, and the checkpoints' weights and AdamW
+//     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
+//     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
 // Tolerances: the ranks' partial gradients are summed in another order than one device accumulates them
@@ -25,8 +29,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/file.h"
 #include "config/loader.h"
 #include "distributed/test_ranks.h"
@@ -85,17 +91,19 @@ config::Experiment Tiny(const std::string& run, int data, std::vector<std::strin
 
 // tiny_moe at Tiny's size, its one layer a mixture of 4 experts (top-2, one shared) on data x `expert`
 // ranks, kMoeMicroBatches a step.
-config::Experiment TinyMoe(const std::string& run, int data, int expert) {
+config::Experiment TinyMoe(const std::string& run, int data, int expert, std::vector<std::string> more = {}) {
+  more.push_back(absl::StrCat("run.parallel.expert=", expert));
+  more.push_back(absl::StrCat("run.grad_accum_steps=", kMoeMicroBatches));
   return Load("experiments/configs/tiny_moe.textproto", run, data,
               {"model.moe.n_experts=4", "model.moe.d_expert=32", "model.moe.shared_d_ff=32",
                "model.moe.first_k_dense=0"},
-              {absl::StrCat("run.parallel.expert=", expert), absl::StrCat("run.grad_accum_steps=", kMoeMicroBatches)});
+              std::move(more));
 }
 
 // Trains `experiment` on `world` forked ranks (one device each; a single-device run for 1) with
-// `stop_after_step` and `resume`; true when every rank's Train returned OK.
+// `stop_after_step` and `resume`; true when every rank's Train returned OK. `logs`: each rank's output.
 bool TrainOnRanks(const config::Experiment& experiment, int world, int64_t stop_after_step = 0,
-                  bool resume = false) {
+                  bool resume = false, std::vector<std::string>* logs = nullptr) {
   const std::string store = experiment.run().output_dir() + "_store";
   EXPECT_TRUE(MakeDirs(store).ok());
   distributed::testing::RankOptions rank_options;
@@ -119,6 +127,7 @@ bool TrainOnRanks(const config::Experiment& experiment, int world, int64_t stop_
       },
       rank_options);
   if (distributed::testing::ExitCodeOf(outcomes) != 0) return false;
+  for (int rank = 0; rank < world && logs != nullptr; ++rank) logs->push_back(outcomes[rank].log);
   for (int rank = 0; rank < world && world > 1; ++rank) {  // each rank says which GPU it took
     const std::string said = absl::StrCat("data parallel rank ", rank, " trains on cuda:", rank, " (local rank ", rank);
     EXPECT_TRUE(absl::StrContains(outcomes[rank].log, said)) << "rank " << rank << "'s log:\n" << outcomes[rank].log;
@@ -145,6 +154,46 @@ void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b
     max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i])));
   }
   EXPECT_LT(max_diff, kWeightTolerance * max_abs) << what;
+}
+
+// `run` (trained with ZeRO-1) against `plain` (the same layout without it): the same losses and the same
+// checkpoint files of the last step, byte for byte; and the moments each rank's log says it holds (some,
+// not all, of its parameters') add up to the whole over `expert` = 1 ranks. With expert ranks, a rank's whole
+// is the dense parameters' moments D (sharded over every rank) and its position's expert blocks' E (over
+// their replicas): the ranks together hold D + expert * E, more than one whole, less than `expert` wholes.
+void ExpectZeroIsThePlainRun(const std::string& plain, const std::string& run, const std::vector<std::string>& logs,
+                             int expert, const std::string& layout) {
+  const std::vector<StepMetrics> want = Metrics(plain), got = Metrics(run);
+  ASSERT_EQ(got.size(), want.size()) << layout;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].loss, want[i].loss) << layout << ", step " << i + 1;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string step = absl::StrFormat("/checkpoints/step_%08d/", kSteps);
+    absl::StatusOr<std::string> x = ReadFile(TempPath(plain) + step + file), y = ReadFile(TempPath(run) + step + file);
+    ASSERT_TRUE(x.ok() && y.ok()) << layout << ": " << file;
+    EXPECT_TRUE(*x == *y) << layout << ": " << file << " differs from the run without ZeRO-1";
+  }
+  const std::string kSays = "ZeRO-1: this rank holds ";
+  int64_t held_sum = 0, whole = -1;
+  for (size_t rank = 0; rank < logs.size(); ++rank) {
+    const size_t at = logs[rank].find(kSays);
+    ASSERT_NE(at, std::string::npos) << layout << ", rank " << rank << "'s log:\n" << logs[rank];
+    // "<held> of the <whole> bytes of AdamW moments ..."
+    const std::vector<std::string> words = absl::StrSplit(logs[rank].substr(at + kSays.size(), 64), ' ');
+    int64_t held = 0, all = 0;
+    ASSERT_TRUE(words.size() > 3 && absl::SimpleAtoi(words[0], &held) && absl::SimpleAtoi(words[3], &all))
+        << logs[rank].substr(at, 120);
+    EXPECT_GT(held, 0) << layout << ", rank " << rank;
+    EXPECT_LT(held, all) << layout << ", rank " << rank;
+    if (whole >= 0) EXPECT_EQ(all, whole) << layout << ": every rank's whole is the same";
+    whole = all;
+    held_sum += held;
+  }
+  if (expert == 1) {
+    EXPECT_EQ(held_sum, whole) << layout;
+  } else {
+    EXPECT_GT(held_sum, whole) << layout;
+    EXPECT_LT(held_sum, expert * whole) << layout;
+  }
 }
 
 class DataParallelCudaTest : public ::testing::Test {
@@ -184,6 +233,13 @@ TEST_F(DataParallelCudaTest, TwoAndThreeRanksTrainTheSingleDeviceRunAndResumeOnO
   ExpectWeightsAgree(Weights("one", kSteps), Weights("dp3", kSteps), "data=3, last step");
 }
 
+TEST_F(DataParallelCudaTest, ZeroOneIsTheSameRunWithTheMomentsSharded) {
+  ASSERT_TRUE(TrainOnRanks(Tiny("zero_plain", 2), 2));
+  std::vector<std::string> logs;
+  ASSERT_TRUE(TrainOnRanks(Tiny("zero", 2, {"run.parallel.zero_stage=1"}), 2, 0, false, &logs));
+  ExpectZeroIsThePlainRun("zero_plain", "zero", logs, /*expert=*/1, "data=2, ZeRO-1");
+}
+
 // Expert parallelism on GPUs: the experts spread over 2 ranks (data=1) and over 2 ranks of each of 2
 // replicas (data=2), their rows exchanged and the expert blocks' gradients summed over NCCL, train the
 // single-device run: the loss of every step and the last checkpoint (every expert under its global name).
@@ -204,6 +260,11 @@ TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
     }
     ExpectWeightsAgree(Weights("moe_one", kSteps), Weights(run, kSteps), layout + ", last step");
   }
+  // ZeRO-1 at data=2 x expert=2: the dense moments sharded over the 4 ranks, each expert block's over its 2
+  // replicas.
+  std::vector<std::string> logs;
+  ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_zero", 2, 2, {"run.parallel.zero_stage=1"}), 4, 0, false, &logs));
+  ExpectZeroIsThePlainRun("moe_dp2_ep2", "moe_zero", logs, /*expert=*/2, "data=2 x expert=2, ZeRO-1");
 }
 
 // Rank 1 ends after step 1 (its process exits, closing its connections); rank 0's step 2 fails within the

@@ -13,10 +13,10 @@ namespace lmf::experiments {
 absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
                                                                       distributed::Collectives* world,
                                                                       distributed::Collectives* device_group) {
-  if (device_group != nullptr && (run.parallel().pipeline() > 1 || run.parallel().zero_stage() != 0)) {
+  if (device_group != nullptr && run.parallel().pipeline() > 1) {
     return absl::InvalidArgumentError(
-        "a GPU run's NCCL group serves data and expert parallelism only: run.parallel.pipeline and "
-        "run.parallel.zero_stage need run.device=CPU");
+        "a GPU run's NCCL group serves data and expert parallelism (with ZeRO-1) only: run.parallel.pipeline "
+        "needs run.device=CPU");
   }
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
