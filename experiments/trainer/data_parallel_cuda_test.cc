@@ -184,7 +184,9 @@ void ExpectZeroIsThePlainRun(const std::string& plain, const std::string& run, c
         << logs[rank].substr(at, 120);
     EXPECT_GT(held, 0) << layout << ", rank " << rank;
     EXPECT_LT(held, all) << layout << ", rank " << rank;
-    if (whole >= 0) EXPECT_EQ(all, whole) << layout << ": every rank's whole is the same";
+    if (whole >= 0) {
+      EXPECT_EQ(all, whole) << layout << ": every rank's whole is the same";
+    }
     whole = all;
     held_sum += held;
   }
