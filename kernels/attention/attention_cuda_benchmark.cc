@@ -28,16 +28,10 @@ namespace {
 constexpr int64_t kTokens = 16384, kChannels = 2048;
 
 int Main() {
-  if (CudaDeviceCount() == 0) {
-    std::printf("attention_cuda_benchmark: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  auto cc = CudaContext::Create(0);
-  if (!cc.ok()) {
-    std::printf("attention_benchmark: %s\n", cc.status().ToString().c_str());
-    return 1;
-  }
-  const Context ctx = (*cc)->context();
+  int exit_code = 0;
+  const std::unique_ptr<CudaContext> cc = bench::OpenDevice("attention_cuda_benchmark", &exit_code);
+  if (cc == nullptr) return exit_code;
+  const Context ctx = cc->context();
   struct Case {
     int64_t hs, T;
     bool causal;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -15,6 +16,21 @@
 #include "kernels/testing/cpu_peer.h"
 
 namespace lmf::kernels::cuda::bench {
+
+std::unique_ptr<CudaContext> OpenDevice(const char* name, int* exit_code) {
+  if (CudaDeviceCount() == 0) {
+    std::printf("%s: no CUDA device, nothing measured\n", name);
+    *exit_code = 0;
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<CudaContext>> cc = CudaContext::Create(0);
+  if (!cc.ok()) {
+    std::printf("%s: %s\n", name, cc.status().ToString().c_str());
+    *exit_code = 1;
+    return nullptr;
+  }
+  return *std::move(cc);
+}
 
 double MedianMs(void* stream, const std::function<void()>& fn, int warmup, int iters) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -7,12 +7,19 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_context.h"
 
 namespace lmf::kernels::cuda::bench {
+
+// CUDA device 0's context for the benchmark `name`. Null where there is none: without a CUDA device it
+// prints "<name>: no CUDA device, nothing measured" and sets *exit_code to 0 (a machine without a GPU is no
+// failure); where the context cannot be made, it prints "<name>: <why>" and sets *exit_code to 1.
+std::unique_ptr<CudaContext> OpenDevice(const char* name, int* exit_code);
 
 // Median milliseconds of `iters` timed runs of fn (each timed with events on `stream`) after `warmup` runs.
 // fn reports its own failures (it returns nothing); a pending CUDA error after the runs aborts, naming it.

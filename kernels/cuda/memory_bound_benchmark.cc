@@ -186,16 +186,10 @@ void BenchOptimizer(const Context& ctx, const Report& report) {
 }
 
 int Main() {
-  if (CudaDeviceCount() == 0) {
-    std::printf("memory_bound_benchmark: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  auto cc = CudaContext::Create(0);
-  if (!cc.ok()) {
-    std::printf("memory_bound_benchmark: %s\n", cc.status().ToString().c_str());
-    return 1;
-  }
-  const Context ctx = (*cc)->context();
+  int exit_code = 0;
+  const std::unique_ptr<CudaContext> cc = bench::OpenDevice("memory_bound_benchmark", &exit_code);
+  if (cc == nullptr) return exit_code;
+  const Context ctx = cc->context();
   auto peer = bench::RunPeer("memory_bound_peer.py", "");
   if (!peer.ok())
     std::printf("peer (torch eager): unavailable: %s\n", std::string(peer.status().message()).c_str());

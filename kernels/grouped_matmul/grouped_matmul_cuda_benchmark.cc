@@ -123,16 +123,10 @@ void PrintRow(const Shape& s, const char* pass, double mma_ms, double scalar_ms,
 }
 
 int Main() {
-  if (CudaDeviceCount() == 0) {
-    std::printf("grouped_matmul_cuda_benchmark: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  auto cc = CudaContext::Create(0);
-  if (!cc.ok()) {
-    std::printf("grouped_matmul_cuda_benchmark: %s\n", cc.status().ToString().c_str());
-    return 1;
-  }
-  const Context ctx = (*cc)->context();
+  int exit_code = 0;
+  const std::unique_ptr<CudaContext> cc = bench::OpenDevice("grouped_matmul_cuda_benchmark", &exit_code);
+  if (cc == nullptr) return exit_code;
+  const Context ctx = cc->context();
   // 16384 tokens, top-2: a GPT-2-350M-sized MoE's fc and fc2 (8 experts), and a fine-grained one (64).
   const std::vector<Shape> shapes = {
       {"fc_e8", 8, 32768, 1024, 4096},

@@ -36,16 +36,10 @@ struct Shape {
 constexpr const char* kPasses[] = {"fwd", "dgrad", "wgrad"};
 
 int Main() {
-  if (CudaDeviceCount() == 0) {
-    std::printf("matmul_cuda_benchmark: no CUDA device, nothing measured\n");
-    return 0;
-  }
-  auto cc = CudaContext::Create(0);
-  if (!cc.ok()) {
-    std::printf("matmul_cuda_benchmark: %s\n", cc.status().ToString().c_str());
-    return 1;
-  }
-  const Context ctx = (*cc)->context();
+  int exit_code = 0;
+  const std::unique_ptr<CudaContext> cc = bench::OpenDevice("matmul_cuda_benchmark", &exit_code);
+  if (cc == nullptr) return exit_code;
+  const Context ctx = cc->context();
   const std::vector<Shape> shapes = {
       {"qkv_768", 16384, 2304, 768},     {"proj_768", 16384, 768, 768},     {"fc_768", 16384, 3072, 768},
       {"fc2_768", 16384, 768, 3072},     {"lmhead_768", 16384, 50304, 768}, {"fc_1024", 16384, 4096, 1024},
@@ -77,11 +71,11 @@ int Main() {
       const std::function<void()> run = [&] {
         ok = ok && (pass == kPasses[0] ? cuda::Matmul(ctx, p) : cuda::MatmulBackward(ctx, bp)).ok();
       };
-      (*cc)->set_gemm_autotune(false);
+      cc->set_gemm_autotune(false);
       const double heur_ms = bench::MedianMs(ctx.stream, run);
-      (*cc)->set_gemm_autotune(true);
+      cc->set_gemm_autotune(true);
       const double tuned_ms = bench::MedianMs(ctx.stream, run);
-      (*cc)->set_gemm_autotune(false);
+      cc->set_gemm_autotune(false);
       if (!ok) {
         std::printf("%-12s %-5s failed\n", s.name, pass);
         continue;
