@@ -60,27 +60,30 @@ __device__ __forceinline__ void LoadTileAsync(bf16* s, const Operand& a, int64_t
   }
 }
 
-// The A fragment of tile rows m..m+15, depth k..k+15: its matrices rows +0..7, +8..15 at depth +0..7, then
-// the same at depth +8..15 (stored depth-major: the transposed 8 x 8 blocks, ldmatrix.trans).
+// Four 8 x 8 matrices of a tile into r: this lane gives the address of row `row8` of its matrix, whose
+// corner is at (outer, depth). A tile stored depth-major holds them transposed (ldmatrix.trans), its rows
+// being depths.
 template <bool kDepthMajor>
-__device__ __forceinline__ void LoadFragmentA(uint32_t (&a)[4], const bf16* s, int m, int k, int lane) {
-  const int row8 = (lane & 7), m8 = ((lane >> 3) & 1) * 8, k8 = (lane >> 4) * 8;
+__device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const bf16* s, int outer, int depth, int row8) {
   if (kDepthMajor) {
-    LdMatrixX4Trans(a[0], a[1], a[2], a[3], s + (k + k8 + row8) * kDepthMajorStride + m + m8);
+    LdMatrixX4Trans(r[0], r[1], r[2], r[3], s + (depth + row8) * kDepthMajorStride + outer);
   } else {
-    LdMatrixX4(a[0], a[1], a[2], a[3], s + (m + m8 + row8) * kOuterMajorStride + k + k8);
+    LdMatrixX4(r[0], r[1], r[2], r[3], s + (outer + row8) * kOuterMajorStride + depth);
   }
 }
 
-// The B fragments {b[0], b[1]} of tile columns c..c+7 and {b[2], b[3]} of c+8..c+15, depth k..k+15.
+// The A fragment of tile rows m..m+15, depth k..k+15: its matrices rows +0..7, +8..15 at depth +0..7, then
+// the same at depth +8..15.
+template <bool kDepthMajor>
+__device__ __forceinline__ void LoadFragmentA(uint32_t (&a)[4], const bf16* s, int m, int k, int lane) {
+  LoadMatrices<kDepthMajor>(a, s, m + ((lane >> 3) & 1) * 8, k + (lane >> 4) * 8, lane & 7);
+}
+
+// The B fragments {b[0], b[1]} of tile columns c..c+7 and {b[2], b[3]} of c+8..c+15, depth k..k+15: its
+// matrices depth +0..7, +8..15 at columns +0..7, then the same at columns +8..15.
 template <bool kDepthMajor>
 __device__ __forceinline__ void LoadFragmentsB(uint32_t (&b)[4], const bf16* s, int c, int k, int lane) {
-  const int row8 = (lane & 7), k8 = ((lane >> 3) & 1) * 8, c8 = (lane >> 4) * 8;
-  if (kDepthMajor) {
-    LdMatrixX4Trans(b[0], b[1], b[2], b[3], s + (k + k8 + row8) * kDepthMajorStride + c + c8);
-  } else {
-    LdMatrixX4(b[0], b[1], b[2], b[3], s + (c + c8 + row8) * kOuterMajorStride + k + k8);
-  }
+  LoadMatrices<kDepthMajor>(b, s, c + (lane >> 4) * 8, k + ((lane >> 3) & 1) * 8, lane & 7);
 }
 
 // The warp's 32 x 32 outputs of the block's tile (A rows m0.., B columns c0..) summed over the whole depth:
