@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/core/dtype.h"
+#include "kernels/core/tensor.h"
 
 namespace lmf::distributed {
 
@@ -79,6 +80,10 @@ struct Buffer {
   template <typename T>
   static Buffer Host(T* data, size_t count) {
     return Buffer{const_cast<std::remove_const_t<T>*>(data), count, DataTypeOf<T>(), kernels::Device::Cpu()};
+  }
+  // The elements of an fp32 tensor where it lives (a GPU tensor's: for a group of device memory).
+  static Buffer F32(const kernels::Tensor& tensor) {
+    return Buffer{tensor.data(), static_cast<size_t>(tensor.numel()), DataType::kF32, tensor.device()};
   }
 };
 

@@ -81,8 +81,7 @@ absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string,
     if (p.value.device().is_cpu()) {
       status = group.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), owners.at(name));
     } else {
-      const Buffer buffer{p.value.data(), static_cast<size_t>(p.value.numel()), DataType::kF32, p.value.device()};
-      on_device.push_back(group.BroadcastAsync(buffer, owners.at(name), on_stream));
+      on_device.push_back(group.BroadcastAsync(Buffer::F32(p.value), owners.at(name), on_stream));
     }
   });
   if (absl::Status s = WaitAll(on_device); status.ok()) status = s;  // waited for even after an error
