@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distributed/zero.h"
+#include "kernels/grad_norm/grad_norm.h"
 #include "kernels/memory/memory.h"
 
 namespace lmf::distributed {
@@ -36,11 +37,6 @@ uint64_t WeightsHash(const model::LanguageModel& model, bool expert_shard) {
   return h;
 }
 
-// An f32 tensor on the device, for the device group.
-Buffer DeviceBuffer(const kernels::Tensor& tensor) {
-  return Buffer{tensor.data(), static_cast<size_t>(tensor.numel()), DataType::kF32, tensor.device()};
-}
-
 // A device op queued on the model's stream, after the kernels that wrote its tensor.
 CallOptions OnModelStream(const model::LanguageModel& model) {
   CallOptions options;
@@ -56,7 +52,7 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
     if (device_group_ != nullptr) {
       broadcasts.push_back(
-          DeviceSumGroup(p.expert_shard).BroadcastAsync(DeviceBuffer(p.value), 0, OnModelStream(model)));
+          DeviceSumGroup(p.expert_shard).BroadcastAsync(Buffer::F32(p.value), 0, OnModelStream(model)));
     } else if (status.ok()) {
       status = SumGroup(p.expert_shard).Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), 0);
     }
@@ -71,7 +67,7 @@ absl::Status DataParallelStep::SumOnDevice(const model::LanguageModel& model) {
   std::vector<std::unique_ptr<Work>> sums;
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
     sums.push_back(
-        DeviceSumGroup(p.expert_shard).AllReduceAsync(DeviceBuffer(p.grad), ReduceOp::kSum, OnModelStream(model)));
+        DeviceSumGroup(p.expert_shard).AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, OnModelStream(model)));
   });
   return WaitAll(sums);
 }
@@ -162,17 +158,25 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
 
 absl::StatusOr<double> DataParallelStep::SummedNorm(const model::LanguageModel& model) {
   double squares[2] = {0, 0};  // dense (the same on every rank), this rank's expert blocks
-  std::vector<float> host;     // a GPU model's gradient, copied
-  model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    const float* g = p.grad.data<float>();
-    if (p.grad.device().is_cuda()) {
-      host.resize(static_cast<size_t>(p.grad.numel()));
-      kernels::CopyToHost(model.context(), host.data(), g, p.grad.nbytes());
-      g = host.data();
+  if (model.context().device.is_cuda()) {  // a GPU model's: each part's norm on the device, not copied out
+    std::vector<kernels::GradSpan> spans[2];
+    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+      spans[p.expert_shard ? 1 : 0].push_back(kernels::GradSpan{p.grad.data(), p.grad.numel()});
+    });
+    for (int part = 0; part < 2; ++part) {
+      if (spans[part].empty()) continue;
+      const double norm = kernels::GlobalGradNorm(
+          model.context(),
+          kernels::GradNormParams{kernels::DType::kF32, spans[part].data(), static_cast<int64_t>(spans[part].size())});
+      squares[part] = norm * norm;
     }
-    double& sum = squares[p.expert_shard ? 1 : 0];
-    for (int64_t i = 0; i < p.grad.numel(); ++i) sum += static_cast<double>(g[i]) * g[i];
-  });
+  } else {
+    model.VisitParameters([&](const std::string&, const model::Parameter& p) {
+      const float* g = p.grad.data<float>();
+      double& sum = squares[p.expert_shard ? 1 : 0];
+      for (int64_t i = 0; i < p.grad.numel(); ++i) sum += static_cast<double>(g[i]) * g[i];
+    });
+  }
   if (absl::Status s = ep_.experts->AllReduceSum(&squares[1], 1); !s.ok()) return s;
   return std::sqrt(squares[0] + squares[1]);
 }
@@ -188,7 +192,7 @@ absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& m
     if (!counts_status.ok()) return;
     if (counts.device().is_cuda()) {  // a GPU model's
       counts_status = device_group_ != nullptr
-                          ? device_group_->AllReduce(DeviceBuffer(counts), ReduceOp::kSum, OnModelStream(model))
+                          ? device_group_->AllReduce(Buffer::F32(counts), ReduceOp::kSum, OnModelStream(model))
                           : absl::FailedPreconditionError("data parallel: step counts on a GPU need a device group");
     } else {
       counts_status = group_.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
