@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <list>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/memory/memory.h"
 #include "model/layers/deferred_weight_grads.h"
 
 namespace lmf::distributed::pipeline {
@@ -80,9 +82,10 @@ absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule
           what, "chunk ", c, " (stage ", stage, " of ", num_stages, ") holds layers [", chunk->first_layer(), ", ",
           chunk->last_layer(), "), the split gives [", want.first, ", ", want.last, ")"));
     }
-    if (!chunk->context().device.is_cpu() || chunk->activation_dtype() != kernels::DType::kF32) {
-      return absl::UnimplementedError(
-          absl::StrCat(what, "pipeline parallelism runs fp32 models on the CPU for now (chunk ", c, ")"));
+    const model::LanguageModel& first = *chunks[0];
+    if (chunk->context().device != first.context().device || chunk->activation_dtype() != first.activation_dtype()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "chunk ", c, " is on another device or in another precision than chunk 0"));
     }
   }
   return PipelineStage(group, std::move(schedule), std::move(chunks));
@@ -93,7 +96,37 @@ int PipelineStage::Tag(bool gradient, int micro_batch, int boundary) const {
   return ((gradient ? 1 : 0) * schedule_.micro_batches + micro_batch) * schedule_.num_stages() + boundary;
 }
 
-int64_t PipelineStage::HiddenFloats(int64_t b, int64_t t) const { return b * t * chunks_[0]->config().d_model; }
+int64_t PipelineStage::HiddenElements(int64_t b, int64_t t) const { return b * t * chunks_[0]->config().d_model; }
+
+size_t PipelineStage::HiddenBytes(int64_t b, int64_t t) const {
+  return static_cast<size_t>(HiddenElements(b, t)) * kernels::DTypeSize(chunks_[0]->activation_dtype());
+}
+
+PipelineStage::Hidden PipelineStage::NewHidden(int64_t b, int64_t t) const {
+  const model::LanguageModel& chunk = *chunks_[0];
+  return Hidden{kernels::Tensor::Empty(kernels::Shape{HiddenElements(b, t)}, chunk.activation_dtype(),
+                                       chunk.context().allocator),
+                {}};
+}
+
+bool PipelineStage::on_gpu() const { return chunks_[0]->context().device.is_cuda(); }
+
+absl::Status PipelineStage::RecvHidden(Hidden& into, int peer, int tag) {
+  const size_t bytes = into.value.nbytes();
+  if (!on_gpu()) return group_->Recv(Buffer::Host(static_cast<uint8_t*>(into.value.data()), bytes), peer, tag);
+  into.host.resize(bytes);
+  if (absl::Status s = group_->Recv(Buffer::Host(into.host.data(), bytes), peer, tag); !s.ok()) return s;
+  kernels::CopyToDevice(chunks_[0]->context(), into.value.data(), into.host.data(), bytes);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Work> PipelineStage::SendHidden(const void* values, size_t bytes, std::vector<uint8_t>* staging,
+                                                int peer, int tag) {
+  if (!on_gpu()) return group_->SendAsync(Buffer::Host(static_cast<const uint8_t*>(values), bytes), peer, tag);
+  staging->resize(bytes);
+  kernels::CopyToHost(chunks_[0]->context(), staging->data(), values, bytes);  // after the kernels that wrote it
+  return group_->SendAsync(Buffer::Host(staging->data(), bytes), peer, tag);
+}
 
 // One Run: what its micro-batches hold between their actions (activations, received inputs and gradients,
 // deferred weight gradients, sends in flight), keyed by (micro-batch, chunk), and one method per op of the
@@ -103,7 +136,7 @@ class PipelineStage::StepRun {
   StepRun(PipelineStage& stage, const std::vector<MicroBatch>& micro_batches, int64_t b, int64_t t,
           const model::ForwardMode& mode)
       : stage_(stage), micro_batches_(micro_batches), b_(b), t_(t), mode_(mode),
-        n_(static_cast<size_t>(stage.HiddenFloats(b, t))), rank_(stage.group_->rank()),
+        bytes_(stage.HiddenBytes(b, t)), rank_(stage.group_->rank()),
         ranks_(stage.schedule_.ranks) {}
 
   // Runs action `a`; an error names this rank and the action.
@@ -145,10 +178,12 @@ class PipelineStage::StepRun {
         return Backward(key, model, /*split=*/a.op == Op::kBackwardInput);
       case Op::kBackwardWeight:
         return BackwardWeight(key, model);
-      case Op::kSendGradient:
-        gradient_sends_.push_back(stage_.group_->SendAsync(Buffer::Host(input_grads_.at(key).data(), n_),
-                                                           PrevRank(), stage_.Tag(true, key.first, stage - 1)));
+      case Op::kSendGradient: {
+        const kernels::Tensor& grad = input_grads_.at(key).value;
+        gradient_sends_.push_back(stage_.SendHidden(grad.data(), grad.nbytes(), &gradient_copies_.emplace_back(),
+                                                    PrevRank(), stage_.Tag(true, key.first, stage - 1)));
         return absl::OkStatus();
+      }
     }
     return absl::OkStatus();
   }
@@ -164,9 +199,8 @@ class PipelineStage::StepRun {
   }
 
   absl::Status RecvActivation(const Key& key, int stage) {
-    std::vector<float>& in = inputs_[key];
-    in.resize(n_);
-    return stage_.group_->Recv(Buffer::Host(in.data(), n_), PrevRank(), stage_.Tag(false, key.first, stage - 1));
+    Hidden& in = inputs_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
+    return stage_.RecvHidden(in, PrevRank(), stage_.Tag(false, key.first, stage - 1));
   }
 
   absl::Status Forward(const Key& key, model::LanguageModel& model) {
@@ -179,7 +213,7 @@ class PipelineStage::StepRun {
     } else if (ranks_ == 1) {  // the previous stage is this rank's previous chunk
       in.hidden = activations_.at({micro_batch, chunk - 1}).hidden_output();
     } else {
-      in.hidden = inputs_.at(key).data();
+      in.hidden = inputs_.at(key).value.data();
     }
     if (model.has_head()) in.targets = micro_batches_[micro_batch].targets;
     model::Activations& act = activations_.emplace(key, model.NewActivations()).first->second;
@@ -198,29 +232,24 @@ class PipelineStage::StepRun {
   }
 
   void SendActivation(const Key& key, int stage) {
-    const float* out = static_cast<const float*>(activations_.at(key).hidden_output());
-    activation_sends_[key] =
-        stage_.group_->SendAsync(Buffer::Host(out, n_), NextRank(), stage_.Tag(false, key.first, stage));
+    activation_sends_[key] = stage_.SendHidden(activations_.at(key).hidden_output(), bytes_,
+                                               &activation_copies_[key], NextRank(),
+                                               stage_.Tag(false, key.first, stage));
   }
 
   absl::Status RecvGradient(const Key& key, int stage) {
-    std::vector<float>& grad = output_grads_[key];
-    grad.resize(n_);
-    return stage_.group_->Recv(Buffer::Host(grad.data(), n_), NextRank(), stage_.Tag(true, key.first, stage));
+    Hidden& grad = output_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
+    return stage_.RecvHidden(grad, NextRank(), stage_.Tag(true, key.first, stage));
   }
 
   // B, or with `split` BI: the weight gradients deferred to the BW of `key`.
   absl::Status Backward(const Key& key, model::LanguageModel& model, bool split) {
     void* dinput = nullptr;
-    if (!model.has_embedding()) {
-      std::vector<float>& grad = input_grads_[key];
-      grad.resize(n_);
-      dinput = grad.data();
-    }
+    if (!model.has_embedding()) dinput = input_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second.value.data();
     const Key next{key.first, key.second + 1};  // ranks == 1: the next stage is this rank's next chunk
     const void* doutput = model.has_head() ? nullptr
-                          : ranks_ == 1    ? input_grads_.at(next).data()
-                                           : output_grads_.at(key).data();
+                          : ranks_ == 1    ? input_grads_.at(next).value.data()
+                                           : output_grads_.at(key).value.data();
     const Clock::time_point start = Clock::now();
     model::DeferredWeightGrads* weights = split ? &deferred_[key] : nullptr;
     model.BackwardStage(activations_.at(key), doutput, dinput, weights);
@@ -233,6 +262,7 @@ class PipelineStage::StepRun {
     if (auto it = activation_sends_.find(key); it != activation_sends_.end()) {
       if (absl::Status s = it->second->Wait(); !s.ok()) return s;
       activation_sends_.erase(it);
+      activation_copies_.erase(key);
     }
     if (!split) activations_.erase(key);  // BW reads the forward's inputs
     output_grads_.erase(key);
@@ -255,10 +285,13 @@ class PipelineStage::StepRun {
   const std::vector<MicroBatch>& micro_batches_;
   const int64_t b_, t_;
   const model::ForwardMode& mode_;
-  const size_t n_;  // floats of one micro-batch's hidden states
+  const size_t bytes_;  // of one micro-batch's hidden states
   const int rank_, ranks_;
   std::map<Key, model::Activations> activations_;
-  std::map<Key, std::vector<float>> inputs_, output_grads_, input_grads_;
+  std::map<Key, Hidden> inputs_, output_grads_, input_grads_;
+  // On a GPU, the host copies the sends in flight read (activations' until their Wait, gradients' to the end).
+  std::map<Key, std::vector<uint8_t>> activation_copies_;
+  std::list<std::vector<uint8_t>> gradient_copies_;
   std::map<Key, model::DeferredWeightGrads> deferred_;  // between a split backward's BI and its BW
   std::map<Key, std::unique_ptr<Work>> activation_sends_;  // waited on before their activations go
   std::vector<std::unique_ptr<Work>> gradient_sends_;
@@ -308,10 +341,10 @@ absl::StatusOr<model::LossSums> PipelineStage::SumLosses(const model::LossSums& 
 absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int32_t* targets, int64_t b,
                                                   int64_t t) {
   const int rank = group_->rank(), ranks = schedule_.ranks;
-  const size_t n = static_cast<size_t>(HiddenFloats(b, t));
   std::vector<model::Activations> activations;  // this rank's chunks', in stage order
   activations.reserve(chunks_.size());
-  std::vector<std::vector<float>> inputs;
+  std::list<Hidden> inputs;
+  std::list<std::vector<uint8_t>> copies;  // on a GPU, what the sends read
   std::vector<std::unique_ptr<Work>> sends;
   double loss = 0;
   for (int stage = rank; stage < schedule_.num_stages(); stage += ranks) {
@@ -324,13 +357,11 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
     } else if (ranks == 1) {  // the previous stage is this rank's previous chunk
       in.hidden = activations.back().hidden_output();
     } else {
-      std::vector<float>& received = inputs.emplace_back(n);
-      if (absl::Status s = group_->Recv(Buffer::Host(received.data(), n), (rank + ranks - 1) % ranks,
-                                        Tag(false, 0, stage - 1));
-          !s.ok()) {
+      Hidden& received = inputs.emplace_back(NewHidden(b, t));
+      if (absl::Status s = RecvHidden(received, (rank + ranks - 1) % ranks, Tag(false, 0, stage - 1)); !s.ok()) {
         return s;
       }
-      in.hidden = received.data();
+      in.hidden = received.value.data();
     }
     if (model.has_head()) in.targets = targets;
     activations.push_back(model.NewActivations());
@@ -338,9 +369,8 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
     if (model.has_head()) {
       loss = activations.back().loss();
     } else if (ranks > 1) {
-      sends.push_back(
-          group_->SendAsync(Buffer::Host(static_cast<const float*>(activations.back().hidden_output()), n),
-                            (rank + 1) % ranks, Tag(false, 0, stage)));
+      sends.push_back(SendHidden(activations.back().hidden_output(), HiddenBytes(b, t), &copies.emplace_back(),
+                                 (rank + 1) % ranks, Tag(false, 0, stage)));
     }
   }
   if (absl::Status s = WaitAll(sends); !s.ok()) return s;
@@ -359,19 +389,36 @@ absl::Status PipelineStage::SumTiedEmbeddingGrads() {
     });
     return std::make_pair(grad, static_cast<size_t>(size));
   };
+  // On a GPU the tables' gradients are summed in host memory (once a step) and copied back.
+  const kernels::Context& ctx = chunks_[0]->context();
+  std::vector<float> staged[2];
+  const auto on_host = [&](float* grad, size_t size, int which) {
+    if (!on_gpu()) return grad;
+    staged[which].resize(size);
+    kernels::CopyToHost(ctx, staged[which].data(), grad, size * sizeof(float));
+    return staged[which].data();
+  };
+  const auto write_back = [&](float* grad, const float* host, size_t size) {
+    if (on_gpu()) kernels::CopyToDevice(ctx, grad, host, size * sizeof(float));
+  };
   const int rank = group_->rank(), last = schedule_.ranks - 1;
   model::LanguageModel* first_stage = rank == 0 ? chunks_.front() : nullptr;
   model::LanguageModel* last_stage = rank == last ? chunks_.back() : nullptr;
   if (first_stage != nullptr && last_stage != nullptr) {  // one rank holds both
     if (first_stage == last_stage) return absl::OkStatus();  // one slice: one table
-    auto [a, size] = table(*first_stage);
-    float* b = table(*last_stage).first;
+    auto [a_grad, size] = table(*first_stage);
+    float* b_grad = table(*last_stage).first;
+    float* a = on_host(a_grad, size, 0);
+    float* b = on_host(b_grad, size, 1);
     for (size_t i = 0; i < size; ++i) a[i] = b[i] = a[i] + b[i];
+    write_back(a_grad, a, size);
+    write_back(b_grad, b, size);
     return absl::OkStatus();
   }
   model::LanguageModel* mine = first_stage != nullptr ? first_stage : last_stage;
   if (mine == nullptr) return absl::OkStatus();
-  auto [grad, size] = table(*mine);
+  auto [grad_data, size] = table(*mine);
+  float* grad = on_host(grad_data, size, 0);
   const int peer = rank == 0 ? last : 0;
   const int tag = Collectives::kMaxTag;  // above every activation and gradient message
   std::vector<float> theirs(size);
@@ -379,6 +426,7 @@ absl::Status PipelineStage::SumTiedEmbeddingGrads() {
   if (absl::Status s = group_->Recv(Buffer::Host(theirs.data(), size), peer, tag); !s.ok()) return s;
   if (absl::Status s = send->Wait(); !s.ok()) return s;
   for (size_t i = 0; i < size; ++i) grad[i] += theirs[i];  // a + b on one rank, b + a on the other: equal
+  write_back(grad_data, grad, size);
   return absl::OkStatus();
 }
 

@@ -15,7 +15,15 @@
 // The gradients equal single-process gradient accumulation over the same micro-batches bit for bit (each
 // chunk runs its micro-batches' backwards, and a split schedule its BWs, in ascending order, as accumulation
 // does), except a tied token table's, summed once at the end instead of per micro-batch (fp32 rounding).
-// CPU and fp32 for now: the NCCL backend and device buffers come next.
+//
+// Devices and precisions: the chunks' (all on one device, in one activation dtype); the hidden states and
+// their gradients travel in the activation dtype (bf16 in a bf16 run, as one process keeps them between its
+// blocks). On a GPU they cross between stages through host memory over the (host) pipeline group: each send
+// copies its tensor to the host after the kernels that wrote it, each receive copies into a device tensor.
+// Not over NCCL: its sends block their communicator until the peer posts the receive, so the schedules'
+// send-then-receive steps (1F1B's steady state) would need each send grouped with the receive it faces
+// (ncclGroupStart/End) to be safe, and that is not done; Gloo's buffered sends are what the schedules are
+// validated for.
 #ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 #define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 
@@ -29,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "distributed/collectives.h"
 #include "distributed/pipeline/schedule.h"
+#include "kernels/core/tensor.h"
 #include "model/language_model/language_model.h"
 #include "model/training/step_strategy.h"
 
@@ -52,11 +61,10 @@ struct MicroBatch {
 
 class PipelineStage {
  public:
-  // `group`: the pipeline ranks, group.rank() = this rank of the schedule. chunks[c]: the slice of stage
-  // schedule.stage(rank, c), on the CPU in fp32. `stages`: every stage's layers (StageRanges; empty: the
-  // even split). InvalidArgument when the group's size is not the schedule's ranks, a chunk is missing or
-  // holds other layers than its stage's; Unimplemented for another device than the CPU or another precision
-  // than fp32.
+  // `group`: the pipeline ranks in host memory, group.rank() = this rank of the schedule. chunks[c]: the
+  // slice of stage schedule.stage(rank, c). `stages`: every stage's layers (StageRanges; empty: the even
+  // split). InvalidArgument when the group's size is not the schedule's ranks, a chunk is missing, holds
+  // other layers than its stage's, or is on another device or in another precision than chunk 0.
   static absl::StatusOr<PipelineStage> Create(Collectives& group, Schedule schedule,
                                               std::vector<model::LanguageModel*> chunks,
                                               std::vector<model::LayerRange> stages = {});
@@ -97,8 +105,24 @@ class PipelineStage {
   // One Run's state and its actions (pipeline_stage.cc).
   class StepRun;
 
+  // One micro-batch's hidden states, or their gradient, (B*T, C) in the activation dtype: `value` where the
+  // chunks read or write it (on their device) and, on a GPU, `host`: the copy a receive lands in.
+  struct Hidden {
+    kernels::Tensor value;
+    std::vector<uint8_t> host;
+  };
+
   int Tag(bool gradient, int micro_batch, int chunk) const;
-  int64_t HiddenFloats(int64_t b, int64_t t) const;
+  int64_t HiddenElements(int64_t b, int64_t t) const;
+  size_t HiddenBytes(int64_t b, int64_t t) const;
+  Hidden NewHidden(int64_t b, int64_t t) const;
+  bool on_gpu() const;
+  // A message from `peer` into into.value (through into.host on a GPU).
+  absl::Status RecvHidden(Hidden& into, int peer, int tag);
+  // `bytes` at `values` (on the chunks' device) to `peer`; on a GPU copied into *staging first, which must
+  // live until the send's Wait.
+  std::unique_ptr<Work> SendHidden(const void* values, size_t bytes, std::vector<uint8_t>* staging, int peer,
+                                   int tag);
 
   Collectives* group_;
   Schedule schedule_;

@@ -13,6 +13,7 @@
 #include "distributed/data_parallel_step.h"
 #include "distributed/zero.h"
 #include "kernels/grad_norm/grad_norm.h"
+#include "kernels/memory/memory.h"
 
 namespace lmf::distributed::pipeline {
 
@@ -21,7 +22,8 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
                                                                    std::vector<model::LanguageModel*> chunks,
                                                                    std::vector<model::AdamW*> optimizers,
                                                                    std::vector<model::LayerRange> stages,
-                                                                   const model::moe::ExpertExchange* exchange) {
+                                                                   const model::moe::ExpertExchange* exchange,
+                                                                   Collectives* device_stage) {
   if (mesh.shape().size() != world.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline step: the mesh ", mesh.shape().ToString(),
                                                    " is not the world's ", world.world_size(), " ranks"));
@@ -36,11 +38,22 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline step: ", chunks.size(), " chunks but ", optimizers.size(), " optimizers"));
   }
+  const bool gpu = !chunks.empty() && chunks[0] != nullptr && chunks[0]->context().device.is_cuda();
+  if (gpu != (device_stage != nullptr) || (device_stage != nullptr && exchange != nullptr)) {
+    return absl::InvalidArgumentError(
+        gpu ? (exchange != nullptr ? "pipeline step: expert parallelism inside the stages runs on the CPU only"
+                                   : "pipeline step: chunks on a GPU need the stage's device group")
+            : "pipeline step: a device group given for chunks on the CPU");
+  }
   absl::StatusOr<PipelineStage> stage =
       PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
   if (!stage.ok()) return stage.status();
   return std::unique_ptr<PipelineStep>(
-      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange));
+      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange, device_stage));
+}
+
+DataParallelStep PipelineStep::Replicas() const {
+  return DataParallelStep(mesh_.stage(), /*overlap=*/false, ExpertGroups(), device_stage_);
 }
 
 ExpertParallelism PipelineStep::ExpertGroups() const {
@@ -49,7 +62,7 @@ ExpertParallelism PipelineStep::ExpertGroups() const {
 }
 
 absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
-  DataParallelStep replicas(mesh_.stage(), /*overlap=*/false, ExpertGroups());
+  DataParallelStep replicas = Replicas();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     if (absl::Status s = replicas.SyncParameters(*chunk); !s.ok()) return s;
   }
@@ -57,7 +70,7 @@ absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
 }
 
 absl::Status PipelineStep::CheckReplicasAgree(const model::LanguageModel&, int64_t step) {
-  DataParallelStep replicas(mesh_.stage(), /*overlap=*/false, ExpertGroups());
+  DataParallelStep replicas = Replicas();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     if (absl::Status s = replicas.CheckReplicasAgree(*chunk, step); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("pipeline stage of layers [", chunk->first_layer(), ", ",
@@ -113,6 +126,20 @@ absl::Status PipelineStep::SumOverReplicas() {
 
 absl::Status PipelineStep::SumPart(Collectives& group, bool expert_blocks) {
   if (group.world_size() == 1) return absl::OkStatus();
+  if (device_stage_ != nullptr) {  // in place on the devices, each tensor queued after the kernels that wrote it
+    std::vector<std::unique_ptr<Work>> sums;
+    for (model::LanguageModel* chunk : stage_.chunks()) {
+      CallOptions on_stream;
+      on_stream.stream = chunk->context().stream;
+      chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
+        sums.push_back(device_stage_->AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, on_stream));
+      });
+      chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
+        sums.push_back(device_stage_->AllReduceAsync(Buffer::F32(counts), ReduceOp::kSum, on_stream));
+      });
+    }
+    return WaitAll(sums);
+  }
   gradients_.clear();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
@@ -154,7 +181,9 @@ absl::StatusOr<model::NamedCounts> PipelineStep::GatherStepCounts() {
                                static_cast<double>(name.size())});
       for (const char ch : name) mine.push_back(static_cast<double>(static_cast<unsigned char>(ch)));
       mine.push_back(static_cast<double>(counts.numel()));
-      mine.insert(mine.end(), counts.data<float>(), counts.data<float>() + counts.numel());
+      std::vector<float> values(static_cast<size_t>(counts.numel()));  // from the chunk's device
+      kernels::CopyToHost(stage_.chunks()[c]->context(), values.data(), counts.data(), counts.nbytes());
+      mine.insert(mine.end(), values.begin(), values.end());
     });
   }
   const int ranks = mesh_.pipeline().world_size(), rank = mesh_.pipeline().rank();
@@ -298,8 +327,10 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
     for (size_t c = 0; c < optimizers_.size(); ++c) {
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);
     }
-    for (size_t c = 0; c < owners_.size(); ++c) {  // ZeRO-1: each owner's update to the other replicas
-      if (absl::Status s = BroadcastFromOwners(mesh_.stage(), owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
+    // ZeRO-1: each owner's update to the other replicas (on GPUs over the device group).
+    Collectives& dense = device_stage_ != nullptr ? *device_stage_ : mesh_.stage();
+    for (size_t c = 0; c < owners_.size(); ++c) {
+      if (absl::Status s = BroadcastFromOwners(dense, owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
       if (expert_owners_.empty()) continue;
       if (absl::Status s = BroadcastFromOwners(mesh_.data(), expert_owners_[c], *stage_.chunks()[c]); !s.ok()) {
         return s;

@@ -14,6 +14,7 @@
 //     is the same layout's run without it bit for bit (losses, and the checkpoints' weights and AdamW
 //     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
+//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run;
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
 // Tolerances: the ranks' partial gradients are summed in another order than one device accumulates them
@@ -52,6 +53,9 @@ constexpr int kMoeMicroBatches = 4;  // per step: 2 a rank at expert=2, 1 at dat
 constexpr int kSteps = 3;
 constexpr double kLossTolerance = 1e-6;    // relative (see the top of the file)
 constexpr double kWeightTolerance = 1e-5;  // of the largest weight
+// bf16 runs: the compute copies of weights that differ by fp32 rounding can round to neighbouring bf16
+// values (2^-8 relative), so the losses may differ by more than fp32 rounding; far less than one step's change.
+constexpr double kBf16LossTolerance = 1e-4;  // relative
 
 const std::string& TrainTokens() {
   static const std::string path = testing::WriteRandomTokens("dp_cuda_train.tok", 7);
@@ -161,8 +165,9 @@ void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b
 // not all, of its parameters') add up to the whole over `expert` = 1 ranks. With expert ranks, a rank's whole
 // is the dense parameters' moments D (sharded over every rank) and its position's expert blocks' E (over
 // their replicas): the ranks together hold D + expert * E, more than one whole, less than `expert` wholes.
+// With `stages` pipeline stages (each a block of consecutive ranks), each stage's ranks hold its own whole.
 void ExpectZeroIsThePlainRun(const std::string& plain, const std::string& run, const std::vector<std::string>& logs,
-                             int expert, const std::string& layout) {
+                             int expert, const std::string& layout, int stages = 1) {
   const std::vector<StepMetrics> want = Metrics(plain), got = Metrics(run);
   ASSERT_EQ(got.size(), want.size()) << layout;
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].loss, want[i].loss) << layout << ", step " << i + 1;
@@ -173,28 +178,33 @@ void ExpectZeroIsThePlainRun(const std::string& plain, const std::string& run, c
     EXPECT_TRUE(*x == *y) << layout << ": " << file << " differs from the run without ZeRO-1";
   }
   const std::string kSays = "ZeRO-1: this rank holds ";
-  int64_t held_sum = 0, whole = -1;
-  for (size_t rank = 0; rank < logs.size(); ++rank) {
-    const size_t at = logs[rank].find(kSays);
-    ASSERT_NE(at, std::string::npos) << layout << ", rank " << rank << "'s log:\n" << logs[rank];
-    // "<held> of the <whole> bytes of AdamW moments ..."
-    const std::vector<std::string> words = absl::StrSplit(logs[rank].substr(at + kSays.size(), 64), ' ');
-    int64_t held = 0, all = 0;
-    ASSERT_TRUE(words.size() > 3 && absl::SimpleAtoi(words[0], &held) && absl::SimpleAtoi(words[3], &all))
-        << logs[rank].substr(at, 120);
-    EXPECT_GT(held, 0) << layout << ", rank " << rank;
-    EXPECT_LT(held, all) << layout << ", rank " << rank;
-    if (whole >= 0) {
-      EXPECT_EQ(all, whole) << layout << ": every rank's whole is the same";
+  const size_t stage_ranks = logs.size() / static_cast<size_t>(stages);
+  for (size_t first = 0; first < logs.size(); first += stage_ranks) {  // each stage's ranks
+    const std::string where = stages == 1 ? layout : absl::StrCat(layout, ", the stage of ranks ", first, "-",
+                                                                  first + stage_ranks - 1);
+    int64_t held_sum = 0, whole = -1;
+    for (size_t rank = first; rank < first + stage_ranks; ++rank) {
+      const size_t at = logs[rank].find(kSays);
+      ASSERT_NE(at, std::string::npos) << where << ", rank " << rank << "'s log:\n" << logs[rank];
+      // "<held> of the <whole> bytes of AdamW moments ..."
+      const std::vector<std::string> words = absl::StrSplit(logs[rank].substr(at + kSays.size(), 64), ' ');
+      int64_t held = 0, all = 0;
+      ASSERT_TRUE(words.size() > 3 && absl::SimpleAtoi(words[0], &held) && absl::SimpleAtoi(words[3], &all))
+          << logs[rank].substr(at, 120);
+      EXPECT_GT(held, 0) << where << ", rank " << rank;
+      EXPECT_LT(held, all) << where << ", rank " << rank;
+      if (whole >= 0) {
+        EXPECT_EQ(all, whole) << where << ": every rank's whole is the same";
+      }
+      whole = all;
+      held_sum += held;
     }
-    whole = all;
-    held_sum += held;
-  }
-  if (expert == 1) {
-    EXPECT_EQ(held_sum, whole) << layout;
-  } else {
-    EXPECT_GT(held_sum, whole) << layout;
-    EXPECT_LT(held_sum, expert * whole) << layout;
+    if (expert == 1) {
+      EXPECT_EQ(held_sum, whole) << where;
+    } else {
+      EXPECT_GT(held_sum, whole) << where;
+      EXPECT_LT(held_sum, expert * whole) << where;
+    }
   }
 }
 
@@ -267,6 +277,53 @@ TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
   std::vector<std::string> logs;
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_zero", 2, 2, {"run.parallel.zero_stage=1"}), 4, 0, false, &logs));
   ExpectZeroIsThePlainRun("moe_dp2_ep2", "moe_zero", logs, /*expert=*/2, "data=2 x expert=2, ZeRO-1");
+}
+
+// Pipelines on GPUs: 2 stages (data=1) and 2 stages x 2 replicas (data=2) under 1F1B, the activations
+// crossing between stages through host memory, the replicas' gradients summed over NCCL, train the
+// single-device run of the same 2-layer model (the tolerances above: the stages' norms and the replicas'
+// gradients are summed in another order); ZeRO-1 at data=2 x pipeline=2 is that layout's run bit for bit;
+// and in bf16 (the hidden states cross in bf16, as one device keeps them) 2 stages train the single-device
+// bf16 run to kBf16LossTolerance.
+TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
+  if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (data=2 x pipeline=2)";
+  const auto deep = [](const std::string& run, int data, int pipeline, std::vector<std::string> more = {}) {
+    more.insert(more.begin(), {"model.n_layers=2", absl::StrCat("run.parallel.pipeline=", pipeline)});
+    return Tiny(run, data, std::move(more));
+  };
+  ASSERT_TRUE(TrainOnRanks(deep("deep_one", 1, 1), 1));
+  const std::vector<StepMetrics> one = Metrics("deep_one");
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  for (const auto& [data, pipeline] : {std::pair{1, 2}, std::pair{2, 2}}) {
+    const std::string run = absl::StrCat("deep_dp", data, "_pp", pipeline);
+    const std::string layout = absl::StrCat("data=", data, " x pipeline=", pipeline);
+    std::vector<std::string> logs;
+    ASSERT_TRUE(TrainOnRanks(deep(run, data, pipeline), data * pipeline, 0, false, &logs)) << layout;
+    EXPECT_TRUE(absl::StrContains(logs[0], "pipeline: rank 0 of")) << layout << ": rank 0's log:\n" << logs[0];
+    const std::vector<StepMetrics> got = Metrics(run);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << layout;
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_EQ(got[i].tokens, one[i].tokens) << layout;
+      EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << layout << ", step " << i + 1;
+    }
+    ExpectWeightsAgree(Weights("deep_one", kSteps), Weights(run, kSteps), layout + ", last step");
+  }
+  std::vector<std::string> logs;
+  ASSERT_TRUE(TrainOnRanks(deep("deep_zero", 2, 2, {"run.parallel.zero_stage=1"}), 4, 0, false, &logs));
+  ExpectZeroIsThePlainRun("deep_dp2_pp2", "deep_zero", logs, /*expert=*/1, "data=2 x pipeline=2, ZeRO-1",
+                          /*stages=*/2);
+
+  // bf16 attention on CUDA takes heads of 64 or more.
+  const std::vector<std::string> bf16 = {"run.precision=BF16", "model.d_model=64"};
+  ASSERT_TRUE(TrainOnRanks(deep("deep_bf16_one", 1, 1, bf16), 1));
+  ASSERT_TRUE(TrainOnRanks(deep("deep_bf16_pp2", 1, 2, bf16), 2));
+  const std::vector<StepMetrics> bf16_one = Metrics("deep_bf16_one"), bf16_pp2 = Metrics("deep_bf16_pp2");
+  ASSERT_EQ(bf16_one.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(bf16_pp2.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) {
+    std::fprintf(stderr, "bf16 step %d: one device %.9g, pipeline=2 %.9g\n", i + 1, bf16_one[i].loss, bf16_pp2[i].loss);
+    EXPECT_NEAR(bf16_pp2[i].loss, bf16_one[i].loss, kBf16LossTolerance * bf16_one[i].loss) << "bf16, step " << i + 1;
+  }
 }
 
 // Rank 1 ends after step 1 (its process exits, closing its connections); rank 0's step 2 fails within the

@@ -2,7 +2,8 @@
 // the other ranks as the train binary. Every process runs one thread (LMF_NUM_THREADS=1 in the BUILD
 // target), so that the GEMMs split their work alike in every layout. Checked: a (data=1, pipeline=2) run
 // without clipping is the single-process run bit for bit (losses, validation loss and both checkpoint
-// files), and so are interleaved 1F1B on 2 ranks x 2 chunks and ZB-H1 (split backward) on 2 and 4 ranks;
+// files), and so are a CPU bf16 run's 2 stages, interleaved 1F1B on 2 ranks x 2 chunks and ZB-H1 (split
+// backward) on 2 and 4 ranks;
 // (data=2, pipeline=2) with clipping agrees to
 // fp32 rounding (its gradients are summed in another order); a checkpoint written at (2, 2) resumes at
 // (4, 1) and at (1, 1), and one written at (1, 1) resumes at (1, 2), each with the same next loss (that
@@ -140,6 +141,24 @@ TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
   // One model.safetensors with the single process's names, order and values; the optimizer's likewise.
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_TRUE(File("pp_2", file) == File("pp_single", file)) << file << " differs";
+  }
+}
+
+// CPU bf16 (run.precision: BF16): the stages pass bf16 hidden states and their gradients, as one process
+// keeps them between its blocks, so two stages are the single bf16 process bit for bit too.
+TEST(Pipeline, Bf16TwoStagesTrainTheSingleProcessRunBitForBit) {
+  const std::vector<std::string> bf16 = {"optimizer.grad_clip=0", "run.precision=BF16"};
+  auto single = Train(Tiny("pp_bf16_single", 1, 1, bf16), Options());
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto piped = Train(Tiny("pp_bf16_2", 1, 2, bf16), Options());
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  const std::vector<StepMetrics> one = Metrics("pp_bf16_single"), two = Metrics("pp_bf16_2");
+  ASSERT_EQ(two.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
+  ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
+  EXPECT_EQ(*piped->last_val_loss, *single->last_val_loss);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_TRUE(File("pp_bf16_2", file) == File("pp_bf16_single", file)) << file << " differs";
   }
 }
 

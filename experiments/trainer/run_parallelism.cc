@@ -13,10 +13,10 @@ namespace lmf::experiments {
 absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
                                                                       distributed::Collectives* world,
                                                                       distributed::Collectives* device_group) {
-  if (device_group != nullptr && run.parallel().pipeline() > 1) {
+  if (device_group != nullptr && run.parallel().pipeline() > 1 && run.parallel().expert() > 1) {
     return absl::InvalidArgumentError(
-        "a GPU run's NCCL group serves data and expert parallelism (with ZeRO-1) only: run.parallel.pipeline "
-        "needs run.device=CPU");
+        "run.parallel.pipeline > 1 with run.parallel.expert > 1 needs run.device=CPU (expert parallelism "
+        "inside pipeline stages runs on the CPU only)");
   }
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
@@ -26,6 +26,12 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
         *world, {run.parallel().data(), run.parallel().pipeline(), run.parallel().expert()});
     if (!mesh.ok()) return mesh.status();
     p->mesh_ = *std::move(mesh);
+    if (device_group != nullptr) {  // the stage replicas' gradients over NCCL
+      absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> device_mesh =
+          distributed::ParallelMesh::Build(*device_group, p->mesh_->shape());
+      if (!device_mesh.ok()) return device_mesh.status();
+      p->device_mesh_ = *std::move(device_mesh);
+    }
     if (run.parallel().expert() > 1) {  // each stage's MoE layers exchange rows over its expert group
       p->stage_exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(p->mesh_->expert());
     }
@@ -103,7 +109,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
     }
     absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
         distributed::pipeline::PipelineStep::Create(*world_, *mesh_, layout_->schedule, std::move(slices),
-                                                    std::move(adamws), layout_->stages, stage_exchange_.get());
+                                                    std::move(adamws), layout_->stages, stage_exchange_.get(),
+                                                    device_mesh_ != nullptr ? &device_mesh_->stage() : nullptr);
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
     if (!shards_.empty()) {

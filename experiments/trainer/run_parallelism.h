@@ -36,7 +36,8 @@ class RunParallelism {
   // Collective over `world` (every rank of the run; null for one process): the mesh of run.parallel and
   // the step strategy (a pipeline's comes with the optimizers, MakeOptimizers). `device_group`: a CUDA
   // run's NCCL group over the same ranks (data and expert parallelism: DataParallelStep,
-  // ExpertParallelRun). Errors: the mesh's (a collective's) or MakePipelineLayout's.
+  // ExpertParallelRun; a pipeline's stage replicas: PipelineStep). Errors: the mesh's (a collective's),
+  // MakePipelineLayout's, or InvalidArgument for a GPU pipeline with experts spread over ranks.
   static absl::StatusOr<std::unique_ptr<RunParallelism>> Build(const config::RunConfig& run, int64_t n_layers,
                                                                distributed::Collectives* world,
                                                                distributed::Collectives* device_group = nullptr);
@@ -95,6 +96,7 @@ class RunParallelism {
   distributed::Collectives* world_ = nullptr;  // null: one process
   int zero_stage_ = 0;
   std::unique_ptr<distributed::ParallelMesh> mesh_;     // data x pipeline (x expert), run.parallel.pipeline > 1
+  std::unique_ptr<distributed::ParallelMesh> device_mesh_;  // its NCCL twin, for a GPU pipeline
   std::unique_ptr<distributed::expert::GroupExpertExchange> stage_exchange_;  // pipeline x expert: over mesh_->expert()
   std::optional<PipelineLayout> layout_;                // its schedule and stages
   std::unique_ptr<ExpertParallelRun> expert_parallel_;  // run.parallel.expert > 1
