@@ -119,6 +119,7 @@ Collectives::Op Collectives::MakeOp(std::string description, const CallOptions& 
   op.description = std::move(description);
   op.timeout = options.timeout.count() > 0 ? options.timeout : timeout_;
   op.stream = options.stream;
+  op.after = options.after;
   return op;
 }
 

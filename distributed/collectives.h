@@ -97,6 +97,11 @@ struct CallOptions {
   std::chrono::milliseconds timeout{0};
   // The CUDA stream (cudaStream_t) a GPU backend enqueues the op on; ignored by CPU backends.
   void* stream = nullptr;
+  // A CUDA stream whose work queued so far the op must follow, when it runs on another stream (`stream`, or
+  // the group's own): e.g. the kernels that wrote its buffer on the model's stream, so that the op can run
+  // beside the ones queued there after it (an event recorded here, waited for on the op's stream; the
+  // host does not wait). Null: none; ignored by CPU backends.
+  void* after = nullptr;
 };
 
 // An issued op. One destroyed before its op is done waits for it (the op may still use the buffers).
@@ -191,6 +196,7 @@ class Collectives {
     std::string context;      // "gloo group 'world' rank 0 of 3: all-reduce (sum) of 1000 x f32"
     std::chrono::milliseconds timeout;
     void* stream = nullptr;
+    void* after = nullptr;
   };
 
   // The backend's side. Each gets checked arguments and returns the issued op's Work; an op issued after the

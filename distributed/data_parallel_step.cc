@@ -105,10 +105,18 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
                                             const model::StepInput& input, model::LossSums* sums) {
   const int64_t count = micro_batch_count(input.micro_batches);
   std::vector<Bucket> buckets;
+  std::vector<std::unique_ptr<Work>> device_sums;  // a GPU model's, overlapped
+  const bool device_overlap = DeviceOverlap();
   int64_t backwards = 0;  // finished during AccumulateGradients, which the hook below outlives
-  if (overlap_ && device_group_ == nullptr) {  // a GPU model's: after the backward (see the header)
+  if (overlap_ && (device_group_ == nullptr || device_overlap)) {
     model.SetBackwardProgress([&](const model::LanguageModel::ModelPart& part) {
-      if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
+      if (backwards == count - 1 && device_overlap) {  // each gradient in place, on the group's stream
+        CallOptions after_part;
+        after_part.after = model.context().stream;  // the kernels queued so far, this part's included
+        model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
+          device_sums.push_back(device_group_->AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, after_part));
+        });
+      } else if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
         for (const bool expert_shard : {false, true}) {
           if (expert_shard && !expert_parallel()) break;
           Bucket& bucket = buckets.emplace_back();
@@ -133,7 +141,8 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
     if (status.ok()) status = s;
     if (s.ok()) UnpackPart(model, bucket.part, bucket.expert_shard, bucket.data.data());
   }
-  if (status.ok() && device_group_ != nullptr) status = SumOnDevice(model);
+  if (absl::Status s = WaitAll(device_sums); status.ok()) status = s;  // each within its timeout
+  if (status.ok() && device_group_ != nullptr && !device_overlap) status = SumOnDevice(model);
   for (const bool expert_shard : {false, true}) {
     if (!status.ok() || overlap_ || device_group_ != nullptr || (expert_shard && !expert_parallel())) break;
     std::vector<float>& gradients = gradients_[expert_shard ? 1 : 0];

@@ -5,11 +5,15 @@
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
 // Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
 // ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h). A model on a GPU
-// sums its fp32 gradients in place on the device over a device group (NCCL): one all-reduce per parameter on
-// the model's stream after the backward (not overlapped with it), each waited for within its timeout before
-// anything else waits on that stream. An NCCL op stuck on a dead peer blocks the stream it is on, so one
-// queued during the backward would block the backward's next stream wait forever, never reaching the
-// Work::Wait that times out and aborts the communicator.
+// sums its fp32 gradients in place on the device over a device group (NCCL), one all-reduce per parameter.
+// With overlap (and no expert parallelism) each part's all-reduces are queued on the group's own stream as
+// the last backward finishes the part, after an event on the model's stream (CallOptions::after), so they
+// run beside the rest of the backward; the model's stream never waits on the group's: the host waits for
+// each op within its timeout after the backward, so an op stuck on a dead peer times out and aborts the
+// communicator instead of blocking the model's stream (and the next host wait on it) forever. Without
+// overlap, or with expert parallelism (whose MoE layers run their own NCCL exchanges on the model's stream
+// during the backward: two communicators' kernels at once can deadlock), they are queued on the model's
+// stream after the backward and each waited for within its timeout.
 #ifndef LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 #define LMFORGE_DISTRIBUTED_DATA_PARALLEL_STEP_H_
 
@@ -42,7 +46,7 @@ class DataParallelStep final : public model::StepStrategy {
   // (LanguageModel::SetBackwardProgress, as torch DDP's buckets); else in one all-reduce after it.
   // `expert_parallel`: with expert parallelism, `group` is every rank (data x expert).
   // `device_group`: for a model on a GPU, the same ranks' group for device memory (an NcclGroup): the
-  // gradients are summed (after the backward: `overlap` is for host groups), the weights broadcast and the
+  // gradients are summed (during the last backward with `overlap`, the class comment says how), the weights broadcast and the
   // step counts summed there, in place on the device and on the model's stream (each op queued after the
   // kernels that wrote its tensor); host values (losses, signals, checksums, expert loads, the expert
   // gradients' norm) stay on `group`. With expert parallelism its expert blocks go over
@@ -73,7 +77,8 @@ class DataParallelStep final : public model::StepStrategy {
     expert_owners_ = std::move(expert_owners);
   }
   // The seconds the last step waited for the gradient sums after its last backward (all of the sum's time
-  // without overlap): what the overlap did not hide.
+  // without overlap): what the overlap did not hide. On a GPU it includes the backward's kernels still
+  // running when the host has queued them all.
   double exposed_reduce_seconds() const { return exposed_reduce_seconds_; }
   // Each rank's checksum of its weights, compared on every rank (expert blocks: over their replicas): a
   // rank whose copy drifted (another thread count splits the optimizer's kernels differently) is named.
@@ -93,6 +98,8 @@ class DataParallelStep final : public model::StepStrategy {
   // Its device group, for a GPU model.
   Collectives& DeviceSumGroup(bool expert_shard) { return expert_shard ? *ep_.device_replicas : *device_group_; }
   bool expert_parallel() const { return ep_.replicas != nullptr; }
+  // A GPU model's gradients summed during the backward (the class comment says when).
+  bool DeviceOverlap() const { return overlap_ && device_group_ != nullptr && !expert_parallel(); }
   // Expert parallelism: the summed gradients' global norm over every rank's experts.
   absl::StatusOr<double> SummedNorm(const model::LanguageModel& model);
 

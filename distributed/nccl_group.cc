@@ -194,11 +194,22 @@ class NcclWork : public Work {
 // Enqueues `call` on the op's stream (the group's own when the op names none) and returns its Work; a failed
 // enqueue fails the group.
 std::unique_ptr<Work> Issue(const std::shared_ptr<NcclGroupState>& state, const std::string& context, void* op_stream,
-                            std::chrono::milliseconds timeout, const std::function<ncclResult_t(cudaStream_t)>& call) {
+                            void* after, std::chrono::milliseconds timeout,
+                            const std::function<ncclResult_t(cudaStream_t)>& call) {
   if (absl::Status usable = state->Usable(context); !usable.ok()) return DoneWork(usable);
   if (cudaError_t e = ::cudaSetDevice(state->device); e != cudaSuccess)
     return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": ", CudaText(e)))));
   cudaStream_t stream = op_stream != nullptr ? static_cast<cudaStream_t>(op_stream) : state->stream;
+  if (after != nullptr && after != op_stream) {  // CallOptions::after: the op's stream waits for its work so far
+    cudaEvent_t done = nullptr;
+    cudaError_t e = ::cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = ::cudaEventRecord(done, static_cast<cudaStream_t>(after));
+    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(stream, done, 0);
+    if (done != nullptr) ::cudaEventDestroy(done);  // released once the wait has passed it
+    if (e != cudaSuccess)
+      return DoneWork(state->Fail(absl::InternalError(absl::StrCat(context, ": waiting for CallOptions::after: ",
+                                                                   CudaText(e)))));
+  }
   const Clock::time_point deadline = Clock::now() + timeout;
   const ncclResult_t result = state->SettleCall(state->WithComm([&] { return call(stream); }), deadline);
   if (result == ncclInProgress) {
@@ -333,33 +344,33 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::ConnectThrough(const NcclG
 }
 
 std::unique_ptr<Work> NcclGroup::StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclAllReduce(data.data, data.data, data.count, NcclType(data.type), NcclOp(reduce), state_->comm, s);
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartBroadcast(const Op& op, const Buffer& data, int root) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclBroadcast(data.data, data.data, data.count, NcclType(data.type), root, state_->comm, s);
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartBarrier(const Op& op) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclAllReduce(state_->barrier_value, state_->barrier_value, 1, ncclInt32, ncclSum, state_->comm, s);
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,
                                                     ReduceOp reduce) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclReduceScatter(input.data, output.data, output.count, NcclType(input.type), NcclOp(reduce),
                              state_->comm, s);
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartAllGather(const Op& op, const Buffer& input, const Buffer& output) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclAllGather(input.data, output.data, input.count, NcclType(input.type), state_->comm, s);
   });
 }
@@ -373,7 +384,7 @@ std::unique_ptr<Work> NcclGroup::StartAllToAll(const Op& op, const Buffer& input
   std::vector<int64_t> table(static_cast<size_t>(world) * world);
   std::copy(send_counts.begin(), send_counts.end(), table.begin() + static_cast<size_t>(me) * world);
   int64_t* row = state_->counts + static_cast<size_t>(me) * world;
-  std::unique_ptr<Work> exchange = Issue(state_, op.context + " (its counts)", op.stream, op.timeout, [&](cudaStream_t s) {
+  std::unique_ptr<Work> exchange = Issue(state_, op.context + " (its counts)", op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     if (::cudaMemcpyAsync(row, table.data() + static_cast<size_t>(me) * world, sizeof(int64_t) * world,
                           cudaMemcpyHostToDevice, s) != cudaSuccess)
       return ncclUnhandledCudaError;
@@ -398,7 +409,7 @@ std::unique_ptr<Work> NcclGroup::StartAllToAll(const Op& op, const Buffer& input
         absl::InvalidArgumentError(absl::StrCat(op.context, ": the counts disagree: ", absl::StrJoin(disagree, "; ")))));
   }
   const size_t element = DataTypeSize(input.type);
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     ncclResult_t r = ncclGroupStart();
     size_t sent = 0, received = 0;
     for (int peer = 0; peer < world && (r == ncclSuccess || r == ncclInProgress); ++peer) {
@@ -417,13 +428,13 @@ std::unique_ptr<Work> NcclGroup::StartAllToAll(const Op& op, const Buffer& input
 }
 
 std::unique_ptr<Work> NcclGroup::StartSend(const Op& op, const Buffer& data, int peer, int /*tag: by order*/) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclSend(data.data, data.count, NcclType(data.type), peer, state_->comm, s);
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartRecv(const Op& op, const Buffer& data, int peer, int /*tag: by order*/) {
-  return Issue(state_, op.context, op.stream, op.timeout, [&](cudaStream_t s) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclRecv(data.data, data.count, NcclType(data.type), peer, state_->comm, s);
   });
 }
@@ -432,7 +443,7 @@ absl::Status NcclGroup::AllGatherHostValue(int64_t value, std::vector<int64_t>& 
   // Through the all-to-all's device table (world_size x world_size entries; its first row here).
   const std::string context = absl::StrCat(GroupContext(), ": all-gather of 1 x i64 from host memory");
   int64_t* mine = state_->counts + rank();
-  std::unique_ptr<Work> gather = Issue(state_, context, nullptr, timeout(), [&](cudaStream_t s) {
+  std::unique_ptr<Work> gather = Issue(state_, context, nullptr, nullptr, timeout(), [&](cudaStream_t s) {
     if (::cudaMemcpyAsync(mine, &value, sizeof(int64_t), cudaMemcpyHostToDevice, s) != cudaSuccess)
       return ncclUnhandledCudaError;
     return ncclAllGather(mine, state_->counts, 1, ncclInt64, state_->comm, s);

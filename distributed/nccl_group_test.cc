@@ -291,6 +291,37 @@ TEST(NcclGroup, SubgroupsSumAmongTheirMembersOnly) {
          "17: the world's op after the splits";
 }
 
+// CallOptions::after: an all-reduce on the group's own stream follows the work queued on another stream
+// before it (a memset of its buffer there), as the overlapped gradient sums follow the backward's kernels on
+// the model's stream; the host does not wait for that stream.
+TEST(NcclGroup, AnOpAfterAnotherStreamSeesItsWrites) {
+  if (Devices() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  const std::string folder = Folder("after");
+  const std::vector<int> codes = InProcesses(2, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<NcclGroup>> group = NcclGroup::Connect(Options(rank, 2, folder));
+    if (!group.ok()) return 10;
+    ::cudaSetDevice(rank);
+    cudaStream_t compute = nullptr;
+    if (::cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) != cudaSuccess) return 11;
+    DeviceFloats x({7, 7, 7}, rank);
+    std::vector<float> ones(3, 1.0f);
+    // The buffer zeroed, then set to ones, both on `compute`; the sum must see the ones.
+    if (::cudaMemsetAsync(x.data, 0, 3 * sizeof(float), compute) != cudaSuccess) return 12;
+    if (::cudaMemcpyAsync(x.data, ones.data(), 3 * sizeof(float), cudaMemcpyHostToDevice, compute) != cudaSuccess) {
+      return 12;
+    }
+    CallOptions after;
+    after.after = compute;
+    if (!(*group)->AllReduceAsync(x.buffer(), ReduceOp::kSum, after)->Wait().ok()) return 13;
+    if (x.Read() != std::vector<float>{2, 2, 2}) return 14;
+    ::cudaStreamSynchronize(compute);
+    ::cudaStreamDestroy(compute);
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}))
+      << "10: connect, 11: stream, 12: the writes on the other stream, 13: the op, 14: it missed the writes";
+}
+
 TEST(NcclGroup, APeerThatNeverIssuesTheOpTimesOutNamingTheRank) {
   if (Devices() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   const std::string folder = Folder("stall");

@@ -15,6 +15,7 @@
 //     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
 //   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run;
+//   - the gradient sums overlapped with the backward are the run with them after it, bit for bit;
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
 // Tolerances: the ranks' partial gradients are summed in another order than one device accumulates them
@@ -250,6 +251,25 @@ TEST_F(DataParallelCudaTest, ZeroOneIsTheSameRunWithTheMomentsSharded) {
   std::vector<std::string> logs;
   ASSERT_TRUE(TrainOnRanks(Tiny("zero", 2, {"run.parallel.zero_stage=1"}), 2, 0, false, &logs));
   ExpectZeroIsThePlainRun("zero_plain", "zero", logs, /*expert=*/1, "data=2, ZeRO-1");
+}
+
+// The gradients summed during the last backward (run.parallel.overlap_grad_reduce, the default: each part's
+// all-reduces on the NCCL group's stream after an event on the model's) and after it (false) are the same
+// run bit for bit: the same per-parameter sums of the same gradients.
+TEST_F(DataParallelCudaTest, OverlappedGradientSumsAreTheRunWithout) {
+  ASSERT_TRUE(TrainOnRanks(Tiny("overlapped", 2), 2));
+  ASSERT_TRUE(TrainOnRanks(Tiny("after_backward", 2, {"run.parallel.overlap_grad_reduce=false"}), 2));
+  const std::vector<StepMetrics> overlapped = Metrics("overlapped"), after = Metrics("after_backward");
+  ASSERT_EQ(overlapped.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(after.size(), overlapped.size());
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(overlapped[i].loss, after[i].loss) << "step " << i + 1;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string step = absl::StrFormat("/checkpoints/step_%08d/", kSteps);
+    absl::StatusOr<std::string> x = ReadFile(TempPath("overlapped") + step + file),
+                                y = ReadFile(TempPath("after_backward") + step + file);
+    ASSERT_TRUE(x.ok() && y.ok()) << file;
+    EXPECT_TRUE(*x == *y) << file << " differs between the overlapped sums and the sums after the backward";
+  }
 }
 
 // Expert parallelism on GPUs: the experts spread over 2 ranks (data=1) and over 2 ranks of each of 2

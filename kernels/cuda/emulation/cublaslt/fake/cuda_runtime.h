@@ -393,6 +393,11 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   return fake_cuda::StreamTurnReached(e->stream, e->ticket + 1, std::chrono::milliseconds(0)) ? cudaSuccess
                                                                                             : cudaErrorNotReady;
 }
+// Later work on `s` waits for the event's work: here the host waits for it at once (stricter than a device,
+// where only the stream waits; the event's work is all queued already, so it can finish).
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t /*s*/, cudaEvent_t e, unsigned int /*flags*/ = 0) {
+  return cudaEventSynchronize(e);
+}
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
