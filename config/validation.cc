@@ -185,11 +185,6 @@ void ValidateParallel(const Experiment& experiment, ConfigErrors* errors) {
                                " x run.parallel.virtual_stages=", virtual_stages,
                                " stages exceed model.n_layers=", n_layers, " (each stage needs a layer)"));
     }
-    if (run.device() != RunConfig::CPU && parallel.expert() > 1) {
-      errors->Add(absl::StrCat("run.parallel.pipeline=", pipeline, " with run.parallel.expert=", parallel.expert(),
-                               " needs run.device=CPU (on GPUs pipeline stages compose with data parallelism; "
-                               "expert parallelism inside the stages runs on the CPU only)"));
-    }
     // Each pipeline (a data x expert replica of the stages) runs its share of the step's micro-batches.
     const int64_t data = std::max(1, parallel.data()), expert = std::max(1, parallel.expert());
     const int64_t micro_batches = run.grad_accum_steps() / (data * expert);

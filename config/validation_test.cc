@@ -523,13 +523,11 @@ TEST(ConfigValidation, PipelineTakesMixturesOfExperts) {
   const std::string zero2 = Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
                                         "run.parallel.zero_stage=2"});
   EXPECT_TRUE(absl::StrContains(zero2, "run.parallel.zero_stage=2 must be 0 (off) or 1")) << zero2;
-  // On GPUs a pipeline takes a mixture of experts, but not yet with its experts spread over ranks.
+  // On GPUs too (experiments/trainer/data_parallel_cuda_test).
   EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.grad_accum_steps=2", "run.device=CUDA"}), "OK");
   EXPECT_EQ(Error(moe, {"run.parallel.pipeline=2", "run.parallel.expert=2", "run.grad_accum_steps=4",
-                        "run.device=CUDA"}),
-            "tiny.textproto: run.parallel.pipeline=2 with run.parallel.expert=2 needs run.device=CPU (on GPUs "
-            "pipeline stages compose with data parallelism; expert parallelism inside the stages runs on the CPU "
-            "only)");
+                        "run.device=CUDA", "run.parallel.zero_stage=1"}),
+            "OK");
 }
 
 // run.parallel.expert: a mixture of experts whose experts divide over the processes, micro-batches and

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
                                                                    std::vector<model::AdamW*> optimizers,
                                                                    std::vector<model::LayerRange> stages,
                                                                    const model::moe::ExpertExchange* exchange,
-                                                                   Collectives* device_stage) {
+                                                                   ParallelMesh* device_mesh) {
   if (mesh.shape().size() != world.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline step: the mesh ", mesh.shape().ToString(),
                                                    " is not the world's ", world.world_size(), " ranks"));
@@ -39,26 +39,26 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
         absl::StrCat("pipeline step: ", chunks.size(), " chunks but ", optimizers.size(), " optimizers"));
   }
   const bool gpu = !chunks.empty() && chunks[0] != nullptr && chunks[0]->context().device.is_cuda();
-  if (gpu != (device_stage != nullptr) || (device_stage != nullptr && exchange != nullptr)) {
-    return absl::InvalidArgumentError(
-        gpu ? (exchange != nullptr ? "pipeline step: expert parallelism inside the stages runs on the CPU only"
-                                   : "pipeline step: chunks on a GPU need the stage's device group")
-            : "pipeline step: a device group given for chunks on the CPU");
+  if (gpu != (device_mesh != nullptr)) {
+    return absl::InvalidArgumentError(gpu ? "pipeline step: chunks on a GPU need the mesh over a device group"
+                                          : "pipeline step: a device mesh given for chunks on the CPU");
   }
   absl::StatusOr<PipelineStage> stage =
       PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
   if (!stage.ok()) return stage.status();
   return std::unique_ptr<PipelineStep>(
-      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange, device_stage));
+      new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange, device_mesh));
 }
 
 DataParallelStep PipelineStep::Replicas() const {
-  return DataParallelStep(mesh_.stage(), /*overlap=*/false, ExpertGroups(), device_stage_);
+  return DataParallelStep(mesh_.stage(), /*overlap=*/false, ExpertGroups(),
+                          device_mesh_ != nullptr ? &device_mesh_->stage() : nullptr);
 }
 
 ExpertParallelism PipelineStep::ExpertGroups() const {
   if (exchange_ == nullptr) return {};
-  return ExpertParallelism{&mesh_.data(), &mesh_.expert(), exchange_};
+  return ExpertParallelism{&mesh_.data(), &mesh_.expert(), exchange_,
+                           device_mesh_ != nullptr ? &device_mesh_->data() : nullptr};
 }
 
 absl::Status PipelineStep::SyncParameters(model::LanguageModel&) {
@@ -126,19 +126,28 @@ absl::Status PipelineStep::SumOverReplicas() {
 
 absl::Status PipelineStep::SumPart(Collectives& group, bool expert_blocks) {
   if (group.world_size() == 1) return absl::OkStatus();
-  if (device_stage_ != nullptr) {  // in place on the devices, each tensor queued after the kernels that wrote it
+  if (device_mesh_ != nullptr) {  // in place on the devices, each tensor queued after the kernels that wrote it
+    Collectives& on_devices = expert_blocks ? device_mesh_->data() : device_mesh_->stage();
     std::vector<std::unique_ptr<Work>> sums;
+    absl::Status host_counts = absl::OkStatus();
     for (model::LanguageModel* chunk : stage_.chunks()) {
       CallOptions on_stream;
       on_stream.stream = chunk->context().stream;
       chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
-        sums.push_back(device_stage_->AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, on_stream));
+        if (p.expert_shard != expert_blocks) return;
+        sums.push_back(on_devices.AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, on_stream));
       });
+      if (expert_blocks) continue;
       chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
-        sums.push_back(device_stage_->AllReduceAsync(Buffer::F32(counts), ReduceOp::kSum, on_stream));
+        if (counts.device().is_cuda()) {
+          sums.push_back(on_devices.AllReduceAsync(Buffer::F32(counts), ReduceOp::kSum, on_stream));
+        } else if (host_counts.ok()) {  // a layer that counts on the host (experts spread over ranks)
+          host_counts = group.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
+        }
       });
     }
-    return WaitAll(sums);
+    absl::Status status = WaitAll(sums);
+    return status.ok() ? host_counts : status;
   }
   gradients_.clear();
   for (model::LanguageModel* chunk : stage_.chunks()) {
@@ -181,8 +190,12 @@ absl::StatusOr<model::NamedCounts> PipelineStep::GatherStepCounts() {
                                static_cast<double>(name.size())});
       for (const char ch : name) mine.push_back(static_cast<double>(static_cast<unsigned char>(ch)));
       mine.push_back(static_cast<double>(counts.numel()));
-      std::vector<float> values(static_cast<size_t>(counts.numel()));  // from the chunk's device
-      kernels::CopyToHost(stage_.chunks()[c]->context(), values.data(), counts.data(), counts.nbytes());
+      std::vector<float> values(static_cast<size_t>(counts.numel()));
+      if (counts.device().is_cuda()) {
+        kernels::CopyToHost(stage_.chunks()[c]->context(), values.data(), counts.data(), counts.nbytes());
+      } else {  // counted on the host (a GPU layer with experts spread over ranks, or a CPU model)
+        std::copy_n(counts.data<float>(), counts.numel(), values.data());
+      }
       mine.insert(mine.end(), values.begin(), values.end());
     });
   }
@@ -327,12 +340,13 @@ absl::StatusOr<model::StepResult> PipelineStep::Step(model::LanguageModel& model
     for (size_t c = 0; c < optimizers_.size(); ++c) {
       optimizers_[c]->StepWithNorm(*stage_.chunks()[c], input.lr, input.micro_batches, result.grad_norm);
     }
-    // ZeRO-1: each owner's update to the other replicas (on GPUs over the device group).
-    Collectives& dense = device_stage_ != nullptr ? *device_stage_ : mesh_.stage();
+    // ZeRO-1: each owner's update to the other replicas (on GPUs over the device mesh).
+    Collectives& dense = device_mesh_ != nullptr ? device_mesh_->stage() : mesh_.stage();
+    Collectives& expert_replicas = device_mesh_ != nullptr ? device_mesh_->data() : mesh_.data();
     for (size_t c = 0; c < owners_.size(); ++c) {
       if (absl::Status s = BroadcastFromOwners(dense, owners_[c], *stage_.chunks()[c]); !s.ok()) return s;
       if (expert_owners_.empty()) continue;
-      if (absl::Status s = BroadcastFromOwners(mesh_.data(), expert_owners_[c], *stage_.chunks()[c]); !s.ok()) {
+      if (absl::Status s = BroadcastFromOwners(expert_replicas, expert_owners_[c], *stage_.chunks()[c]); !s.ok()) {
         return s;
       }
     }

@@ -12,10 +12,11 @@
 // (experiments/trainer).
 //
 // On GPUs (chunks on a CUDA device, fp32 or bf16): the stages' activations cross through host memory over
-// the pipeline group (PipelineStage); the stage replicas' gradients and step counts are summed in place on
-// the device over `device_stage` (an NCCL group of mesh.stage()'s ranks), where the weights are also
-// broadcast (SyncParameters, ZeRO-1's owners); the norm's parts, the losses, the signals and the expert
-// loads go over the host groups. Expert parallelism inside the stages is CPU-only for now.
+// the pipeline group (PipelineStage); `device_mesh` is the same mesh over an NCCL group: the stage
+// replicas' dense gradients and step counts are summed in place on the devices over its stage(), the
+// expert blocks' over its data() (the MoE layers' exchange then runs over its expert()), and the weights
+// are broadcast there (SyncParameters, ZeRO-1's owners); the norm's parts, the losses, the signals and the
+// expert loads go over the host groups.
 //
 // A mixture of experts: micro-batch m's training forward is keyed as one process keys it (ForwardMode with
 // the step, the seed and the token index (first micro-batch + m) B T), so noisy gating draws the same noise;
@@ -72,16 +73,16 @@ class PipelineStep final : public model::StepStrategy {
   // schedule.stage(pipeline rank, c) and its optimizer; `stages`: every stage's layers (empty: the even
   // split). With mesh.shape().expert > 1, `exchange`: the one the chunks' MoE layers were created with, over
   // mesh.expert() (null otherwise). Errors: PipelineStage::Create's, or InvalidArgument for a mesh that is
-  // not the world's or an exchange without an expert dimension (or the reverse). `device_stage`: chunks on
-  // a GPU: mesh.stage()'s ranks in an NCCL group (kept by the caller); InvalidArgument when it is missing,
-  // given for CPU chunks, or given with an exchange.
+  // not the world's or an exchange without an expert dimension (or the reverse). `device_mesh`: chunks on
+  // a GPU: `mesh` built over an NCCL group of the same ranks (kept by the caller); InvalidArgument when it
+  // is missing or given for CPU chunks.
   static absl::StatusOr<std::unique_ptr<PipelineStep>> Create(Collectives& world, ParallelMesh& mesh,
                                                               Schedule schedule,
                                                               std::vector<model::LanguageModel*> chunks,
                                                               std::vector<model::AdamW*> optimizers,
                                                               std::vector<model::LayerRange> stages = {},
                                                               const model::moe::ExpertExchange* exchange = nullptr,
-                                                              Collectives* device_stage = nullptr);
+                                                              ParallelMesh* device_mesh = nullptr);
 
   int rank() const override { return world_.rank(); }
   int world_size() const override { return world_.world_size(); }
@@ -127,14 +128,14 @@ class PipelineStep final : public model::StepStrategy {
 
  private:
   PipelineStep(Collectives& world, ParallelMesh& mesh, PipelineStage stage, std::vector<model::AdamW*> optimizers,
-               const model::moe::ExpertExchange* exchange, Collectives* device_stage)
+               const model::moe::ExpertExchange* exchange, ParallelMesh* device_mesh)
       : world_(world),
         mesh_(mesh),
         stage_(std::move(stage)),
         optimizers_(std::move(optimizers)),
         exchange_(exchange),
-        device_stage_(device_stage) {}
-  // DataParallelStep over the stage's replicas (host groups, and device_stage_ on a GPU).
+        device_mesh_(device_mesh) {}
+  // DataParallelStep over the stage's replicas (host groups, and device_mesh_'s on a GPU).
   DataParallelStep Replicas() const;
   // The groups DataParallelStep syncs and checks a stage's replicas over (none without an exchange).
   ExpertParallelism ExpertGroups() const;
@@ -162,7 +163,7 @@ class PipelineStep final : public model::StepStrategy {
   PipelineStage stage_;
   std::vector<model::AdamW*> optimizers_;
   const model::moe::ExpertExchange* exchange_;  // expert parallelism within each stage; null without
-  Collectives* device_stage_;                   // chunks on a GPU: mesh.stage()'s ranks over NCCL; else null
+  ParallelMesh* device_mesh_;                   // chunks on a GPU: the mesh over NCCL; else null
   std::vector<std::map<std::string, int>> owners_;         // ZeRO-1: per chunk, over mesh.stage(); empty without
   std::vector<std::map<std::string, int>> expert_owners_;  // ZeRO-1, experts over ranks: per chunk, over data()
   std::vector<std::vector<int32_t>> ids_, targets_;

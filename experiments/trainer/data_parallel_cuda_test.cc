@@ -14,7 +14,8 @@
 //     is the same layout's run without it bit for bit (losses, and the checkpoints' weights and AdamW
 //     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
-//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run;
+//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run, and so
+//     does a mixture of experts at pipeline=2 x expert=2 (with ZeRO-1 that run bit for bit);
 //   - the gradient sums overlapped with the backward are the run with them after it, bit for bit;
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
@@ -161,6 +162,16 @@ void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b
   EXPECT_LT(max_diff, kWeightTolerance * max_abs) << what;
 }
 
+// The last checkpoint's model.safetensors and optimizer.safetensors of runs `a` and `b`, byte for byte.
+void ExpectSameCheckpointFiles(const std::string& a, const std::string& b, const std::string& what) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string step = absl::StrFormat("/checkpoints/step_%08d/", kSteps);
+    absl::StatusOr<std::string> x = ReadFile(TempPath(a) + step + file), y = ReadFile(TempPath(b) + step + file);
+    ASSERT_TRUE(x.ok() && y.ok()) << what << ": " << file;
+    EXPECT_TRUE(*x == *y) << what << ": " << file << " differs";
+  }
+}
+
 // `run` (trained with ZeRO-1) against `plain` (the same layout without it): the same losses and the same
 // checkpoint files of the last step, byte for byte; and the moments each rank's log says it holds (some,
 // not all, of its parameters') add up to the whole over `expert` = 1 ranks. With expert ranks, a rank's whole
@@ -172,12 +183,7 @@ void ExpectZeroIsThePlainRun(const std::string& plain, const std::string& run, c
   const std::vector<StepMetrics> want = Metrics(plain), got = Metrics(run);
   ASSERT_EQ(got.size(), want.size()) << layout;
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].loss, want[i].loss) << layout << ", step " << i + 1;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const std::string step = absl::StrFormat("/checkpoints/step_%08d/", kSteps);
-    absl::StatusOr<std::string> x = ReadFile(TempPath(plain) + step + file), y = ReadFile(TempPath(run) + step + file);
-    ASSERT_TRUE(x.ok() && y.ok()) << layout << ": " << file;
-    EXPECT_TRUE(*x == *y) << layout << ": " << file << " differs from the run without ZeRO-1";
-  }
+  ExpectSameCheckpointFiles(plain, run, layout + " against the run without ZeRO-1");
   const std::string kSays = "ZeRO-1: this rank holds ";
   const size_t stage_ranks = logs.size() / static_cast<size_t>(stages);
   for (size_t first = 0; first < logs.size(); first += stage_ranks) {  // each stage's ranks
@@ -263,13 +269,7 @@ TEST_F(DataParallelCudaTest, OverlappedGradientSumsAreTheRunWithout) {
   ASSERT_EQ(overlapped.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(after.size(), overlapped.size());
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(overlapped[i].loss, after[i].loss) << "step " << i + 1;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    const std::string step = absl::StrFormat("/checkpoints/step_%08d/", kSteps);
-    absl::StatusOr<std::string> x = ReadFile(TempPath("overlapped") + step + file),
-                                y = ReadFile(TempPath("after_backward") + step + file);
-    ASSERT_TRUE(x.ok() && y.ok()) << file;
-    EXPECT_TRUE(*x == *y) << file << " differs between the overlapped sums and the sums after the backward";
-  }
+  ExpectSameCheckpointFiles("overlapped", "after_backward", "the overlapped sums against those after the backward");
 }
 
 // Expert parallelism on GPUs: the experts spread over 2 ranks (data=1) and over 2 ranks of each of 2
@@ -343,6 +343,35 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
   for (int i = 0; i < kSteps; ++i) {
     std::fprintf(stderr, "bf16 step %d: one device %.9g, pipeline=2 %.9g\n", i + 1, bf16_one[i].loss, bf16_pp2[i].loss);
     EXPECT_NEAR(bf16_pp2[i].loss, bf16_one[i].loss, kBf16LossTolerance * bf16_one[i].loss) << "bf16, step " << i + 1;
+  }
+}
+
+// Pipeline x expert on GPUs: a 2-layer mixture of experts in 2 stages, each stage's 4 experts spread over 2
+// ranks (data=1 x pipeline=2 x expert=2), the rows exchanged over the NCCL mesh's expert groups, trains the
+// single-device run (the tolerances above); with ZeRO-1 (the dense moments over each stage's 2 ranks, the
+// expert blocks' kept whole: one data replica) it is that layout's run bit for bit.
+TEST_F(DataParallelCudaTest, PipelineByExpertTrainsTheSingleDeviceMoeRun) {
+  if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (pipeline=2 x expert=2)";
+  const std::vector<std::string> deep = {"model.n_layers=2", "run.parallel.pipeline=2"};
+  ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_deep_one", 1, 1, {"model.n_layers=2"}), 1));
+  ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_pp2_ep2", 1, 2, deep), 4));
+  const std::vector<StepMetrics> one = Metrics("moe_deep_one"), got = Metrics("moe_pp2_ep2");
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(got.size(), one.size());
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(got[i].tokens, one[i].tokens);
+    EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "pipeline=2 x expert=2, step " << i + 1;
+  }
+  ExpectWeightsAgree(Weights("moe_deep_one", kSteps), Weights("moe_pp2_ep2", kSteps), "pipeline=2 x expert=2");
+  std::vector<std::string> zero = deep, logs;
+  zero.push_back("run.parallel.zero_stage=1");
+  ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_pp2_ep2_zero", 1, 2, zero), 4, 0, false, &logs));
+  const std::vector<StepMetrics> sharded = Metrics("moe_pp2_ep2_zero");
+  ASSERT_EQ(sharded.size(), got.size());
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(sharded[i].loss, got[i].loss) << "ZeRO-1, step " << i + 1;
+  ExpectSameCheckpointFiles("moe_pp2_ep2", "moe_pp2_ep2_zero", "pipeline=2 x expert=2 against the run without ZeRO-1");
+  for (size_t rank = 0; rank < logs.size(); ++rank) {
+    EXPECT_TRUE(absl::StrContains(logs[rank], "ZeRO-1: this rank holds ")) << "rank " << rank;
   }
 }
 

@@ -13,11 +13,6 @@ namespace lmf::experiments {
 absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const config::RunConfig& run, int64_t n_layers,
                                                                       distributed::Collectives* world,
                                                                       distributed::Collectives* device_group) {
-  if (device_group != nullptr && run.parallel().pipeline() > 1 && run.parallel().expert() > 1) {
-    return absl::InvalidArgumentError(
-        "run.parallel.pipeline > 1 with run.parallel.expert > 1 needs run.device=CPU (expert parallelism "
-        "inside pipeline stages runs on the CPU only)");
-  }
   std::unique_ptr<RunParallelism> p(new RunParallelism());
   p->world_ = world;
   p->zero_stage_ = run.parallel().zero_stage();
@@ -26,14 +21,15 @@ absl::StatusOr<std::unique_ptr<RunParallelism>> RunParallelism::Build(const conf
         *world, {run.parallel().data(), run.parallel().pipeline(), run.parallel().expert()});
     if (!mesh.ok()) return mesh.status();
     p->mesh_ = *std::move(mesh);
-    if (device_group != nullptr) {  // the stage replicas' gradients over NCCL
+    if (device_group != nullptr) {  // the stage replicas' gradients and the experts' rows over NCCL
       absl::StatusOr<std::unique_ptr<distributed::ParallelMesh>> device_mesh =
           distributed::ParallelMesh::Build(*device_group, p->mesh_->shape());
       if (!device_mesh.ok()) return device_mesh.status();
       p->device_mesh_ = *std::move(device_mesh);
     }
     if (run.parallel().expert() > 1) {  // each stage's MoE layers exchange rows over its expert group
-      p->stage_exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(p->mesh_->expert());
+      p->stage_exchange_ = std::make_unique<distributed::expert::GroupExpertExchange>(
+          p->device_mesh_ != nullptr ? p->device_mesh_->expert() : p->mesh_->expert());
     }
     absl::StatusOr<PipelineLayout> layout = MakePipelineLayout(run, n_layers);
     if (!layout.ok()) return layout.status();
@@ -110,7 +106,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelOptimizer>>> RunParallelism::Mak
     absl::StatusOr<std::unique_ptr<distributed::pipeline::PipelineStep>> step =
         distributed::pipeline::PipelineStep::Create(*world_, *mesh_, layout_->schedule, std::move(slices),
                                                     std::move(adamws), layout_->stages, stage_exchange_.get(),
-                                                    device_mesh_ != nullptr ? &device_mesh_->stage() : nullptr);
+                                                    device_mesh_.get());
     if (!step.ok()) return step.status();
     pipeline_ = step->get();
     if (!shards_.empty()) {

@@ -36,8 +36,8 @@ class RunParallelism {
   // Collective over `world` (every rank of the run; null for one process): the mesh of run.parallel and
   // the step strategy (a pipeline's comes with the optimizers, MakeOptimizers). `device_group`: a CUDA
   // run's NCCL group over the same ranks (data and expert parallelism: DataParallelStep,
-  // ExpertParallelRun; a pipeline's stage replicas: PipelineStep). Errors: the mesh's (a collective's),
-  // MakePipelineLayout's, or InvalidArgument for a GPU pipeline with experts spread over ranks.
+  // ExpertParallelRun; a pipeline's stage replicas and its stages' expert ranks: PipelineStep). Errors: the
+  // mesh's (a collective's) or MakePipelineLayout's.
   static absl::StatusOr<std::unique_ptr<RunParallelism>> Build(const config::RunConfig& run, int64_t n_layers,
                                                                distributed::Collectives* world,
                                                                distributed::Collectives* device_group = nullptr);
