@@ -14,8 +14,9 @@
 //     is the same layout's run without it bit for bit (losses, and the checkpoints' weights and AdamW
 //     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
-//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run, and so
-//     does a mixture of experts at pipeline=2 x expert=2 (with ZeRO-1 that run bit for bit);
+//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run (and
+//     evaluate it; a checkpoint resumes on one device), and so does a mixture of experts at pipeline=2 x
+//     expert=2 (with ZeRO-1 that run bit for bit);
 //   - the gradient sums overlapped with the backward are the run with them after it, bit for bit;
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
@@ -303,12 +304,15 @@ TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
 // crossing between stages through host memory, the replicas' gradients summed over NCCL, train the
 // single-device run of the same 2-layer model (the tolerances above: the stages' norms and the replicas'
 // gradients are summed in another order); ZeRO-1 at data=2 x pipeline=2 is that layout's run bit for bit;
-// and in bf16 (the hidden states cross in bf16, as one device keeps them) 2 stages train the single-device
-// bf16 run to kBf16LossTolerance.
+// the validation loss at the end (evaluated through the stages) is the single device's too; a checkpoint
+// written at data=2 x pipeline=2 (ended after step 3, as a kill would: its newest is step 2's) resumes on one
+// device with the same next loss; and in bf16 (the hidden states cross in bf16, as one device keeps them) 2
+// stages train the single-device bf16 run to kBf16LossTolerance.
 TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
   if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (data=2 x pipeline=2)";
   const auto deep = [](const std::string& run, int data, int pipeline, std::vector<std::string> more = {}) {
-    more.insert(more.begin(), {"model.n_layers=2", absl::StrCat("run.parallel.pipeline=", pipeline)});
+    more.insert(more.begin(), {"model.n_layers=2", absl::StrCat("run.parallel.pipeline=", pipeline),
+                               "data.val_tokens=" + TrainTokens(), "run.eval_tokens=128"});
     return Tiny(run, data, std::move(more));
   };
   ASSERT_TRUE(TrainOnRanks(deep("deep_one", 1, 1), 1));
@@ -326,8 +330,18 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
       EXPECT_EQ(got[i].tokens, one[i].tokens) << layout;
       EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << layout << ", step " << i + 1;
     }
+    ASSERT_TRUE(one.back().val_loss.has_value() && got.back().val_loss.has_value()) << layout;
+    EXPECT_NEAR(*got.back().val_loss, *one.back().val_loss, kLossTolerance * *one.back().val_loss) << layout;
     ExpectWeightsAgree(Weights("deep_one", kSteps), Weights(run, kSteps), layout + ", last step");
   }
+  ASSERT_TRUE(TrainOnRanks(deep("deep_cut", 2, 2), 4, /*stop_after_step=*/kSteps));
+  const std::vector<StepMetrics> cut = Metrics("deep_cut");
+  ASSERT_EQ(cut.size(), static_cast<size_t>(kSteps));
+  ASSERT_TRUE(TrainOnRanks(deep("deep_cut", 1, 1), 1, 0, /*resume=*/true));
+  const std::vector<StepMetrics> resumed = Metrics("deep_cut");
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps));
+  EXPECT_NEAR(resumed[kSteps - 1].loss, cut[kSteps - 1].loss, kLossTolerance * cut[kSteps - 1].loss)
+      << "step 3 resumed on one device from data=2 x pipeline=2's checkpoint";
   std::vector<std::string> logs;
   ASSERT_TRUE(TrainOnRanks(deep("deep_zero", 2, 2, {"run.parallel.zero_stage=1"}), 4, 0, false, &logs));
   ExpectZeroIsThePlainRun("deep_dp2_pp2", "deep_zero", logs, /*expert=*/1, "data=2 x pipeline=2, ZeRO-1",
