@@ -182,6 +182,7 @@ class PipelineStage::StepRun {
         const kernels::Tensor& grad = input_grads_.at(key).value;
         gradient_sends_.push_back(stage_.SendHidden(grad.data(), grad.nbytes(), &gradient_copies_.emplace_back(),
                                                     PrevRank(), stage_.Tag(true, key.first, stage - 1)));
+        if (stage_.on_gpu()) input_grads_.erase(key);  // the send reads its host copy (the CPU's reads it)
         return absl::OkStatus();
       }
     }
