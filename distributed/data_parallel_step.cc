@@ -190,24 +190,28 @@ absl::StatusOr<double> DataParallelStep::SummedNorm(const model::LanguageModel& 
   return std::sqrt(squares[0] + squares[1]);
 }
 
+absl::Status DataParallelStep::SumStepCounts(const model::LanguageModel& model) {
+  absl::Status status = absl::OkStatus();
+  model.VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
+    if (!status.ok()) return;
+    if (counts.device().is_cuda()) {  // a GPU model's
+      status = device_group_ != nullptr
+                   ? device_group_->AllReduce(Buffer::F32(counts), ReduceOp::kSum, OnModelStream(model))
+                   : absl::FailedPreconditionError("data parallel: step counts on a GPU need a device group");
+    } else {
+      status = group_.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
+    }
+  });
+  return status;
+}
+
 absl::StatusOr<model::StepResult> DataParallelStep::Step(model::LanguageModel& model, model::AdamW& optimizer,
                                                          model::MicroBatchSource& data,
                                                          const model::StepInput& input) {
   model::LossSums summed;
   if (absl::Status s = SumGradients(model, data, input, &summed); !s.ok()) return s;
   // The counts for the once-per-step state updates (a mixture of experts' expert loads), likewise.
-  absl::Status counts_status = absl::OkStatus();
-  model.VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
-    if (!counts_status.ok()) return;
-    if (counts.device().is_cuda()) {  // a GPU model's
-      counts_status = device_group_ != nullptr
-                          ? device_group_->AllReduce(Buffer::F32(counts), ReduceOp::kSum, OnModelStream(model))
-                          : absl::FailedPreconditionError("data parallel: step counts on a GPU need a device group");
-    } else {
-      counts_status = group_.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
-    }
-  });
-  if (!counts_status.ok()) return counts_status;
+  if (absl::Status s = SumStepCounts(model); !s.ok()) return s;
   const int received = input.received_signal ? input.received_signal() : 0;
   // The first micro-batch's |g|^2 for the noise scale: each rank's is a sample; their mean (NaN stays NaN).
   double totals[5] = {summed.loss, summed.z_loss, summed.aux_loss, static_cast<double>(received),

@@ -84,11 +84,18 @@ class DataParallelStep final : public model::StepStrategy {
   // rank whose copy drifted (another thread count splits the optimizer's kernels differently) is named.
   absl::Status CheckReplicasAgree(const model::LanguageModel& model, int64_t step) override;
 
+  // The parts of a step that PipelineStep also runs on each of its chunks (over a stage's replicas).
+  // A GPU model's gradients all-reduced in place on the device groups (expert blocks over
+  // expert_parallel.device_replicas, the others over device_group), on the model's stream after the
+  // backward, each waited for within its timeout.
+  absl::Status SumOnDevice(const model::LanguageModel& model);
+  // The model's step counts (a mixture of experts' expert loads) summed over the ranks: a GPU model's in
+  // place on the device group, those a layer keeps in host memory over `group`.
+  absl::Status SumStepCounts(const model::LanguageModel& model);
+
  private:
   Collectives& group_;
   Collectives* device_group_;  // a GPU model's; null on the CPU
-  // A GPU model: every gradient all-reduced in place on the device group, each waited for.
-  absl::Status SumOnDevice(const model::LanguageModel& model);
   // This rank's micro-batches, their gradients summed over the ranks: in buckets started during the last
   // backward (overlap), or in one all-reduce after it.
   absl::Status SumGradients(model::LanguageModel& model, model::MicroBatchSource& data,

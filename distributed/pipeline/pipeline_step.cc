@@ -119,36 +119,22 @@ absl::Status PipelineStep::ReadMicroBatches(model::MicroBatchSource& data, const
 absl::Status PipelineStep::SumOverReplicas() {
   // The dense gradients and the step counts (a mixture of experts' expert loads: whole numbers, summed
   // exactly) over the stage's replicas; with experts spread over ranks, each expert block's gradient over
-  // the data ranks that hold it.
+  // the data ranks that hold it. On GPUs in place on the device mesh, as data parallelism sums them.
+  if (mesh_.stage().world_size() == 1) return absl::OkStatus();  // one replica (its data group is in it)
+  if (device_mesh_ != nullptr) {
+    DataParallelStep replicas = Replicas();
+    for (model::LanguageModel* chunk : stage_.chunks()) {
+      if (absl::Status s = replicas.SumOnDevice(*chunk); !s.ok()) return s;
+      if (absl::Status s = replicas.SumStepCounts(*chunk); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   if (absl::Status s = SumPart(mesh_.stage(), /*expert_blocks=*/false); !s.ok()) return s;
   return exchange_ != nullptr ? SumPart(mesh_.data(), /*expert_blocks=*/true) : absl::OkStatus();
 }
 
 absl::Status PipelineStep::SumPart(Collectives& group, bool expert_blocks) {
   if (group.world_size() == 1) return absl::OkStatus();
-  if (device_mesh_ != nullptr) {  // in place on the devices, each tensor queued after the kernels that wrote it
-    Collectives& on_devices = expert_blocks ? device_mesh_->data() : device_mesh_->stage();
-    std::vector<std::unique_ptr<Work>> sums;
-    absl::Status host_counts = absl::OkStatus();
-    for (model::LanguageModel* chunk : stage_.chunks()) {
-      CallOptions on_stream;
-      on_stream.stream = chunk->context().stream;
-      chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {
-        if (p.expert_shard != expert_blocks) return;
-        sums.push_back(on_devices.AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, on_stream));
-      });
-      if (expert_blocks) continue;
-      chunk->VisitStepCounts([&](const std::string&, const kernels::Tensor& counts) {
-        if (counts.device().is_cuda()) {
-          sums.push_back(on_devices.AllReduceAsync(Buffer::F32(counts), ReduceOp::kSum, on_stream));
-        } else if (host_counts.ok()) {  // a layer that counts on the host (experts spread over ranks)
-          host_counts = group.AllReduceSum(counts.data<float>(), static_cast<size_t>(counts.numel()));
-        }
-      });
-    }
-    absl::Status status = WaitAll(sums);
-    return status.ok() ? host_counts : status;
-  }
   gradients_.clear();
   for (model::LanguageModel* chunk : stage_.chunks()) {
     chunk->VisitParameters([&](const std::string&, const model::Parameter& p) {

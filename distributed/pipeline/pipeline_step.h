@@ -143,9 +143,10 @@ class PipelineStep final : public model::StepStrategy {
   absl::Status ReadMicroBatches(model::MicroBatchSource& data, const model::StepInput& input);
   // Every chunk's gradients and step counts (VisitStepCounts) summed over the stage's replicas: one
   // all-reduce over mesh.stage() (the data group without experts spread over ranks), and one of the expert
-  // blocks over the data group with them.
+  // blocks over the data group with them; on GPUs DataParallelStep's SumOnDevice and SumStepCounts per chunk.
   absl::Status SumOverReplicas();
-  // The parameters that are expert blocks (or the others, with the step counts) summed over `group`.
+  // On the CPU: the parameters that are expert blocks (or the others, with the step counts) summed over
+  // `group`.
   absl::Status SumPart(Collectives& group, bool expert_blocks);
   // Every stage's step counts (summed over the data group), in layer order, on every rank of the pipeline
   // group: the expert loads of the whole model (SummarizeExpertLoad), as one process counts them.
