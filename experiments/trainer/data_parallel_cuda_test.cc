@@ -163,6 +163,19 @@ void ExpectWeightsAgree(const std::vector<float>& a, const std::vector<float>& b
   EXPECT_LT(max_diff, kWeightTolerance * max_abs) << what;
 }
 
+// Run `run` against `reference` (the same training in another layout): the same tokens and, to the
+// tolerances above, the loss of every step and the last checkpoint's weights.
+void ExpectTheReferenceRun(const std::string& reference, const std::string& run, const std::string& layout) {
+  const std::vector<StepMetrics> want = Metrics(reference), got = Metrics(run);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps)) << reference;
+  ASSERT_EQ(got.size(), want.size()) << layout;
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << layout;
+    EXPECT_NEAR(got[i].loss, want[i].loss, kLossTolerance * want[i].loss) << layout << ", step " << i + 1;
+  }
+  ExpectWeightsAgree(Weights(reference, kSteps), Weights(run, kSteps), layout + ", last step");
+}
+
 // The last checkpoint's model.safetensors and optimizer.safetensors of runs `a` and `b`, byte for byte.
 void ExpectSameCheckpointFiles(const std::string& a, const std::string& b, const std::string& what) {
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
@@ -245,12 +258,7 @@ TEST_F(DataParallelCudaTest, TwoAndThreeRanksTrainTheSingleDeviceRunAndResumeOnO
   ExpectWeightsAgree(Weights("one", kSteps), Weights("dp2", kSteps), "data=2 resumed at data=1, last step");
 
   ASSERT_TRUE(TrainOnRanks(Tiny("dp3", 3), 3));
-  const std::vector<StepMetrics> three = Metrics("dp3");
-  ASSERT_EQ(three.size(), static_cast<size_t>(kSteps));
-  for (int i = 0; i < kSteps; ++i) {
-    EXPECT_NEAR(three[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "data=3, step " << i + 1;
-  }
-  ExpectWeightsAgree(Weights("one", kSteps), Weights("dp3", kSteps), "data=3, last step");
+  ExpectTheReferenceRun("one", "dp3", "data=3");
 }
 
 TEST_F(DataParallelCudaTest, ZeroOneIsTheSameRunWithTheMomentsSharded) {
@@ -279,19 +287,11 @@ TEST_F(DataParallelCudaTest, OverlappedGradientSumsAreTheRunWithout) {
 TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
   if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (data=2 x expert=2)";
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_one", 1, 1), 1));
-  const std::vector<StepMetrics> one = Metrics("moe_one");
-  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
   for (const auto& [data, expert] : {std::pair{1, 2}, std::pair{2, 2}}) {
     const std::string run = absl::StrCat("moe_dp", data, "_ep", expert);
     const std::string layout = absl::StrCat("data=", data, " x expert=", expert);
     ASSERT_TRUE(TrainOnRanks(TinyMoe(run, data, expert), data * expert)) << layout;
-    const std::vector<StepMetrics> got = Metrics(run);
-    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << layout;
-    for (int i = 0; i < kSteps; ++i) {
-      EXPECT_EQ(got[i].tokens, one[i].tokens) << layout;
-      EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << layout << ", step " << i + 1;
-    }
-    ExpectWeightsAgree(Weights("moe_one", kSteps), Weights(run, kSteps), layout + ", last step");
+    ExpectTheReferenceRun("moe_one", run, layout);
   }
   // ZeRO-1 at data=2 x expert=2: the dense moments sharded over the 4 ranks, each expert block's over its 2
   // replicas.
@@ -324,15 +324,10 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
     std::vector<std::string> logs;
     ASSERT_TRUE(TrainOnRanks(deep(run, data, pipeline), data * pipeline, 0, false, &logs)) << layout;
     EXPECT_TRUE(absl::StrContains(logs[0], "pipeline: rank 0 of")) << layout << ": rank 0's log:\n" << logs[0];
+    ExpectTheReferenceRun("deep_one", run, layout);
     const std::vector<StepMetrics> got = Metrics(run);
-    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << layout;
-    for (int i = 0; i < kSteps; ++i) {
-      EXPECT_EQ(got[i].tokens, one[i].tokens) << layout;
-      EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << layout << ", step " << i + 1;
-    }
-    ASSERT_TRUE(one.back().val_loss.has_value() && got.back().val_loss.has_value()) << layout;
+    ASSERT_TRUE(one.back().val_loss.has_value() && !got.empty() && got.back().val_loss.has_value()) << layout;
     EXPECT_NEAR(*got.back().val_loss, *one.back().val_loss, kLossTolerance * *one.back().val_loss) << layout;
-    ExpectWeightsAgree(Weights("deep_one", kSteps), Weights(run, kSteps), layout + ", last step");
   }
   ASSERT_TRUE(TrainOnRanks(deep("deep_cut", 2, 2), 4, /*stop_after_step=*/kSteps));
   const std::vector<StepMetrics> cut = Metrics("deep_cut");
@@ -369,24 +364,12 @@ TEST_F(DataParallelCudaTest, PipelineByExpertTrainsTheSingleDeviceMoeRun) {
   const std::vector<std::string> deep = {"model.n_layers=2", "run.parallel.pipeline=2"};
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_deep_one", 1, 1, {"model.n_layers=2"}), 1));
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_pp2_ep2", 1, 2, deep), 4));
-  const std::vector<StepMetrics> one = Metrics("moe_deep_one"), got = Metrics("moe_pp2_ep2");
-  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(got.size(), one.size());
-  for (int i = 0; i < kSteps; ++i) {
-    EXPECT_EQ(got[i].tokens, one[i].tokens);
-    EXPECT_NEAR(got[i].loss, one[i].loss, kLossTolerance * one[i].loss) << "pipeline=2 x expert=2, step " << i + 1;
-  }
-  ExpectWeightsAgree(Weights("moe_deep_one", kSteps), Weights("moe_pp2_ep2", kSteps), "pipeline=2 x expert=2");
+  ExpectTheReferenceRun("moe_deep_one", "moe_pp2_ep2", "pipeline=2 x expert=2");
   std::vector<std::string> zero = deep, logs;
   zero.push_back("run.parallel.zero_stage=1");
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_pp2_ep2_zero", 1, 2, zero), 4, 0, false, &logs));
-  const std::vector<StepMetrics> sharded = Metrics("moe_pp2_ep2_zero");
-  ASSERT_EQ(sharded.size(), got.size());
-  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(sharded[i].loss, got[i].loss) << "ZeRO-1, step " << i + 1;
-  ExpectSameCheckpointFiles("moe_pp2_ep2", "moe_pp2_ep2_zero", "pipeline=2 x expert=2 against the run without ZeRO-1");
-  for (size_t rank = 0; rank < logs.size(); ++rank) {
-    EXPECT_TRUE(absl::StrContains(logs[rank], "ZeRO-1: this rank holds ")) << "rank " << rank;
-  }
+  ExpectZeroIsThePlainRun("moe_pp2_ep2", "moe_pp2_ep2_zero", logs, /*expert=*/2, "pipeline=2 x expert=2, ZeRO-1",
+                          /*stages=*/2);
 }
 
 // Rank 1 ends after step 1 (its process exits, closing its connections); rank 0's step 2 fails within the

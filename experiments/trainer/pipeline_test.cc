@@ -126,40 +126,34 @@ void ExpectSameNoiseScale(const std::vector<StepMetrics>& want, const std::vecto
   }
 }
 
-TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
-  const std::vector<std::string> no_clip = {"optimizer.grad_clip=0"};
-  auto single = Train(Tiny("pp_single", 1, 1, no_clip), Options());
-  ASSERT_TRUE(single.ok()) << single.status();
-  auto piped = Train(Tiny("pp_2", 1, 2, no_clip), Options());
-  ASSERT_TRUE(piped.ok()) << piped.status();
-  const std::vector<StepMetrics> one = Metrics("pp_single"), two = Metrics("pp_2");
+// `overrides` trained in one process (run `single`) and at (data=1, pipeline=2) (run `piped`): the same run
+// bit for bit: every step's loss, the validation loss, and one model.safetensors with the single process's
+// names, order and values (the optimizer's likewise).
+void ExpectTwoStagesAreTheSingleProcess(const std::string& single, const std::string& piped,
+                                        const std::vector<std::string>& overrides) {
+  auto one_run = Train(Tiny(single, 1, 1, overrides), Options());
+  ASSERT_TRUE(one_run.ok()) << one_run.status();
+  auto two_run = Train(Tiny(piped, 1, 2, overrides), Options());
+  ASSERT_TRUE(two_run.ok()) << two_run.status();
+  const std::vector<StepMetrics> one = Metrics(single), two = Metrics(piped);
   ASSERT_EQ(two.size(), one.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
-  ExpectSameNoiseScale(one, two);
-  ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
-  EXPECT_EQ(*piped->last_val_loss, *single->last_val_loss);
-  // One model.safetensors with the single process's names, order and values; the optimizer's likewise.
+  ASSERT_TRUE(one_run->last_val_loss.has_value() && two_run->last_val_loss.has_value());
+  EXPECT_EQ(*two_run->last_val_loss, *one_run->last_val_loss);
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_TRUE(File("pp_2", file) == File("pp_single", file)) << file << " differs";
+    EXPECT_TRUE(File(piped, file) == File(single, file)) << file << " differs";
   }
+}
+
+TEST(Pipeline, TwoStagesTrainTheSingleProcessRunBitForBit) {
+  ExpectTwoStagesAreTheSingleProcess("pp_single", "pp_2", {"optimizer.grad_clip=0"});
+  ExpectSameNoiseScale(Metrics("pp_single"), Metrics("pp_2"));
 }
 
 // CPU bf16 (run.precision: BF16): the stages pass bf16 hidden states and their gradients, as one process
 // keeps them between its blocks, so two stages are the single bf16 process bit for bit too.
 TEST(Pipeline, Bf16TwoStagesTrainTheSingleProcessRunBitForBit) {
-  const std::vector<std::string> bf16 = {"optimizer.grad_clip=0", "run.precision=BF16"};
-  auto single = Train(Tiny("pp_bf16_single", 1, 1, bf16), Options());
-  ASSERT_TRUE(single.ok()) << single.status();
-  auto piped = Train(Tiny("pp_bf16_2", 1, 2, bf16), Options());
-  ASSERT_TRUE(piped.ok()) << piped.status();
-  const std::vector<StepMetrics> one = Metrics("pp_bf16_single"), two = Metrics("pp_bf16_2");
-  ASSERT_EQ(two.size(), one.size());
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i].loss, one[i].loss) << "step " << i + 1;
-  ASSERT_TRUE(single->last_val_loss.has_value() && piped->last_val_loss.has_value());
-  EXPECT_EQ(*piped->last_val_loss, *single->last_val_loss);
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_TRUE(File("pp_bf16_2", file) == File("pp_bf16_single", file)) << file << " differs";
-  }
+  ExpectTwoStagesAreTheSingleProcess("pp_bf16_single", "pp_bf16_2", {"optimizer.grad_clip=0", "run.precision=BF16"});
 }
 
 // Interleaved 1F1B: two ranks hold two chunks each of a 4-layer model (stages 0 and 2, 1 and 3); the
