@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <list>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +48,8 @@ absl::StatusOr<std::vector<model::LayerRange>> StageRanges(int64_t n_layers, int
 
 absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule schedule,
                                                     std::vector<model::LanguageModel*> chunks,
-                                                    std::vector<model::LayerRange> stages) {
+                                                    std::vector<model::LayerRange> stages,
+                                                    Collectives* device_group) {
   const std::string what = absl::StrCat("pipeline rank ", group.rank(), ": ");
   if (group.world_size() != schedule.ranks) {
     return absl::InvalidArgumentError(absl::StrCat(what, "the schedule has ", schedule.ranks,
@@ -88,7 +90,50 @@ absl::StatusOr<PipelineStage> PipelineStage::Create(Collectives& group, Schedule
           absl::StrCat(what, "chunk ", c, " is on another device or in another precision than chunk 0"));
     }
   }
-  return PipelineStage(group, std::move(schedule), std::move(chunks));
+  const bool gpu = chunks[0]->context().device.is_cuda();
+  if (gpu != (device_group != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, gpu ? "chunks on a GPU need the pipeline's device group"
+                                                             : "a device group given for chunks on the CPU"));
+  }
+  if (device_group != nullptr &&
+      (device_group->world_size() != group.world_size() || device_group->rank() != group.rank())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "the device group '", device_group->name(), "' is rank ",
+                                                   device_group->rank(), " of ", device_group->world_size(),
+                                                   ", the pipeline group rank ", group.rank(), " of ",
+                                                   group.world_size()));
+  }
+  PipelineStage stage(group, std::move(schedule), std::move(chunks));
+  if (device_group != nullptr) {
+    if (absl::Status s = stage.ConnectChannels(*device_group); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, s.message()));
+    }
+  }
+  return stage;
+}
+
+absl::Status PipelineStage::ConnectChannels(Collectives& device_group) {
+  // Every channel the schedule sends over, in one order on every rank (every rank holds the whole schedule).
+  const int ranks = schedule_.ranks;
+  std::set<Channel> used;
+  for (int r = 0; r < ranks; ++r) {
+    for (const Action& a : schedule_.actions[r]) {
+      if (a.op == Op::kSendActivation) used.insert({r, (r + 1) % ranks, false});
+      if (a.op == Op::kSendGradient) used.insert({r, (r + ranks - 1) % ranks, true});
+    }
+  }
+  for (const auto& [from, to, gradient] : used) {
+    absl::StatusOr<std::unique_ptr<Collectives>> channel = device_group.NewSubgroup(
+        {from, to}, absl::StrCat(device_group.name(), gradient ? " gradients " : " activations ", from, "->", to));
+    if (!channel.ok()) return channel.status();
+    if (*channel != nullptr) channels_[{from, to, gradient}] = *std::move(channel);
+  }
+  if (chunks_[0]->config().tied_embeddings && ranks > 1) {
+    absl::StatusOr<std::unique_ptr<Collectives>> tied =
+        device_group.NewSubgroup({0, ranks - 1}, absl::StrCat(device_group.name(), " tied token table"));
+    if (!tied.ok()) return tied.status();
+    tied_ = *std::move(tied);
+  }
+  return absl::OkStatus();
 }
 
 int PipelineStage::Tag(bool gradient, int micro_batch, int boundary) const {
@@ -102,30 +147,29 @@ size_t PipelineStage::HiddenBytes(int64_t b, int64_t t) const {
   return static_cast<size_t>(HiddenElements(b, t)) * kernels::DTypeSize(chunks_[0]->activation_dtype());
 }
 
-PipelineStage::Hidden PipelineStage::NewHidden(int64_t b, int64_t t) const {
+kernels::Tensor PipelineStage::NewHidden(int64_t b, int64_t t) const {
   const model::LanguageModel& chunk = *chunks_[0];
-  return Hidden{kernels::Tensor::Empty(kernels::Shape{HiddenElements(b, t)}, chunk.activation_dtype(),
-                                       chunk.context().allocator),
-                {}};
+  return kernels::Tensor::Empty(kernels::Shape{HiddenElements(b, t)}, chunk.activation_dtype(),
+                                chunk.context().allocator);
 }
 
 bool PipelineStage::on_gpu() const { return chunks_[0]->context().device.is_cuda(); }
 
-absl::Status PipelineStage::RecvHidden(Hidden& into, int peer, int tag) {
-  const size_t bytes = into.value.nbytes();
-  if (!on_gpu()) return group_->Recv(Buffer::Host(static_cast<uint8_t*>(into.value.data()), bytes), peer, tag);
-  into.host.resize(bytes);
-  if (absl::Status s = group_->Recv(Buffer::Host(into.host.data(), bytes), peer, tag); !s.ok()) return s;
-  kernels::CopyToDevice(chunks_[0]->context(), into.value.data(), into.host.data(), bytes);
-  return absl::OkStatus();
+absl::Status PipelineStage::RecvHidden(kernels::Tensor& into, int peer, bool gradient, int tag) {
+  const Buffer buffer{into.data(), into.nbytes(), DataType::kU8, into.device()};
+  if (!on_gpu()) return group_->Recv(buffer, peer, tag);
+  CallOptions options;
+  options.after = chunks_[0]->context().stream;  // the kernels that last used the tensor's memory
+  return channels_.at({peer, group_->rank(), gradient})->Recv(buffer, /*peer=*/0, tag, options);
 }
 
-std::unique_ptr<Work> PipelineStage::SendHidden(const void* values, size_t bytes, std::vector<uint8_t>* staging,
-                                                int peer, int tag) {
-  if (!on_gpu()) return group_->SendAsync(Buffer::Host(static_cast<const uint8_t*>(values), bytes), peer, tag);
-  staging->resize(bytes);
-  kernels::CopyToHost(chunks_[0]->context(), staging->data(), values, bytes);  // after the kernels that wrote it
-  return group_->SendAsync(Buffer::Host(staging->data(), bytes), peer, tag);
+std::unique_ptr<Work> PipelineStage::SendHidden(const void* values, size_t bytes, int peer, bool gradient,
+                                                int tag) {
+  const Buffer buffer{const_cast<void*>(values), bytes, DataType::kU8, chunks_[0]->context().device};
+  if (!on_gpu()) return group_->SendAsync(buffer, peer, tag);
+  CallOptions options;
+  options.after = chunks_[0]->context().stream;  // the kernels that wrote it
+  return channels_.at({group_->rank(), peer, gradient})->SendAsync(buffer, /*peer=*/1, tag, options);
 }
 
 // One Run: what its micro-batches hold between their actions (activations, received inputs and gradients,
@@ -179,10 +223,9 @@ class PipelineStage::StepRun {
       case Op::kBackwardWeight:
         return BackwardWeight(key, model);
       case Op::kSendGradient: {
-        const kernels::Tensor& grad = input_grads_.at(key).value;
-        gradient_sends_.push_back(stage_.SendHidden(grad.data(), grad.nbytes(), &gradient_copies_.emplace_back(),
-                                                    PrevRank(), stage_.Tag(true, key.first, stage - 1)));
-        if (stage_.on_gpu()) input_grads_.erase(key);  // the send reads its host copy (the CPU's reads it)
+        const kernels::Tensor& grad = input_grads_.at(key);  // kept until the send's Wait, at the step's end
+        gradient_sends_.push_back(
+            stage_.SendHidden(grad.data(), grad.nbytes(), PrevRank(), true, stage_.Tag(true, key.first, stage - 1)));
         return absl::OkStatus();
       }
     }
@@ -200,8 +243,8 @@ class PipelineStage::StepRun {
   }
 
   absl::Status RecvActivation(const Key& key, int stage) {
-    Hidden& in = inputs_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
-    return stage_.RecvHidden(in, PrevRank(), stage_.Tag(false, key.first, stage - 1));
+    kernels::Tensor& in = inputs_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
+    return stage_.RecvHidden(in, PrevRank(), false, stage_.Tag(false, key.first, stage - 1));
   }
 
   absl::Status Forward(const Key& key, model::LanguageModel& model) {
@@ -214,7 +257,7 @@ class PipelineStage::StepRun {
     } else if (ranks_ == 1) {  // the previous stage is this rank's previous chunk
       in.hidden = activations_.at({micro_batch, chunk - 1}).hidden_output();
     } else {
-      in.hidden = inputs_.at(key).value.data();
+      in.hidden = inputs_.at(key).data();
     }
     if (model.has_head()) in.targets = micro_batches_[micro_batch].targets;
     model::Activations& act = activations_.emplace(key, model.NewActivations()).first->second;
@@ -233,24 +276,23 @@ class PipelineStage::StepRun {
   }
 
   void SendActivation(const Key& key, int stage) {
-    activation_sends_[key] = stage_.SendHidden(activations_.at(key).hidden_output(), bytes_,
-                                               &activation_copies_[key], NextRank(),
+    activation_sends_[key] = stage_.SendHidden(activations_.at(key).hidden_output(), bytes_, NextRank(), false,
                                                stage_.Tag(false, key.first, stage));
   }
 
   absl::Status RecvGradient(const Key& key, int stage) {
-    Hidden& grad = output_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
-    return stage_.RecvHidden(grad, NextRank(), stage_.Tag(true, key.first, stage));
+    kernels::Tensor& grad = output_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second;
+    return stage_.RecvHidden(grad, NextRank(), true, stage_.Tag(true, key.first, stage));
   }
 
   // B, or with `split` BI: the weight gradients deferred to the BW of `key`.
   absl::Status Backward(const Key& key, model::LanguageModel& model, bool split) {
     void* dinput = nullptr;
-    if (!model.has_embedding()) dinput = input_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second.value.data();
+    if (!model.has_embedding()) dinput = input_grads_.emplace(key, stage_.NewHidden(b_, t_)).first->second.data();
     const Key next{key.first, key.second + 1};  // ranks == 1: the next stage is this rank's next chunk
     const void* doutput = model.has_head() ? nullptr
-                          : ranks_ == 1    ? input_grads_.at(next).value.data()
-                                           : output_grads_.at(key).value.data();
+                          : ranks_ == 1    ? input_grads_.at(next).data()
+                                           : output_grads_.at(key).data();
     const Clock::time_point start = Clock::now();
     model::DeferredWeightGrads* weights = split ? &deferred_[key] : nullptr;
     model.BackwardStage(activations_.at(key), doutput, dinput, weights);
@@ -263,7 +305,6 @@ class PipelineStage::StepRun {
     if (auto it = activation_sends_.find(key); it != activation_sends_.end()) {
       if (absl::Status s = it->second->Wait(); !s.ok()) return s;
       activation_sends_.erase(it);
-      activation_copies_.erase(key);
     }
     if (!split) activations_.erase(key);  // BW reads the forward's inputs
     output_grads_.erase(key);
@@ -289,10 +330,9 @@ class PipelineStage::StepRun {
   const size_t bytes_;  // of one micro-batch's hidden states
   const int rank_, ranks_;
   std::map<Key, model::Activations> activations_;
-  std::map<Key, Hidden> inputs_, output_grads_, input_grads_;
-  // On a GPU, the host copies the sends in flight read (activations' until their Wait, gradients' to the end).
-  std::map<Key, std::vector<uint8_t>> activation_copies_;
-  std::list<std::vector<uint8_t>> gradient_copies_;
+  // Received inputs and output gradients (until their compute), and the input gradients (until their sends'
+  // Wait at the end of the step: the sends read them).
+  std::map<Key, kernels::Tensor> inputs_, output_grads_, input_grads_;
   std::map<Key, model::DeferredWeightGrads> deferred_;  // between a split backward's BI and its BW
   std::map<Key, std::unique_ptr<Work>> activation_sends_;  // waited on before their activations go
   std::vector<std::unique_ptr<Work>> gradient_sends_;
@@ -344,8 +384,7 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
   const int rank = group_->rank(), ranks = schedule_.ranks;
   std::vector<model::Activations> activations;  // this rank's chunks', in stage order
   activations.reserve(chunks_.size());
-  std::list<Hidden> inputs;
-  std::list<std::vector<uint8_t>> copies;  // on a GPU, what the sends read
+  std::list<kernels::Tensor> inputs;
   std::vector<std::unique_ptr<Work>> sends;
   double loss = 0;
   for (int stage = rank; stage < schedule_.num_stages(); stage += ranks) {
@@ -358,11 +397,12 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
     } else if (ranks == 1) {  // the previous stage is this rank's previous chunk
       in.hidden = activations.back().hidden_output();
     } else {
-      Hidden& received = inputs.emplace_back(NewHidden(b, t));
-      if (absl::Status s = RecvHidden(received, (rank + ranks - 1) % ranks, Tag(false, 0, stage - 1)); !s.ok()) {
+      kernels::Tensor& received = inputs.emplace_back(NewHidden(b, t));
+      if (absl::Status s = RecvHidden(received, (rank + ranks - 1) % ranks, false, Tag(false, 0, stage - 1));
+          !s.ok()) {
         return s;
       }
-      in.hidden = received.value.data();
+      in.hidden = received.data();
     }
     if (model.has_head()) in.targets = targets;
     activations.push_back(model.NewActivations());
@@ -370,8 +410,9 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
     if (model.has_head()) {
       loss = activations.back().loss();
     } else if (ranks > 1) {
-      sends.push_back(SendHidden(activations.back().hidden_output(), HiddenBytes(b, t), &copies.emplace_back(),
-                                 (rank + 1) % ranks, Tag(false, 0, stage)));
+      sends.push_back(
+          SendHidden(activations.back().hidden_output(), HiddenBytes(b, t), (rank + 1) % ranks, false,
+                     Tag(false, 0, stage)));
     }
   }
   if (absl::Status s = WaitAll(sends); !s.ok()) return s;
@@ -383,51 +424,47 @@ absl::StatusOr<double> PipelineStage::ForwardLoss(const int32_t* ids, const int3
 absl::Status PipelineStage::SumTiedEmbeddingGrads() {
   if (!chunks_[0]->config().tied_embeddings) return absl::OkStatus();
   const auto table = [](model::LanguageModel& model) {
-    float* grad = nullptr;
-    int64_t size = 0;
+    const kernels::Tensor* grad = nullptr;
     model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-      if (name == "token_embeddings.weight") grad = p.grad_data(), size = p.grad.numel();
+      if (name == "token_embeddings.weight") grad = &p.grad;
     });
-    return std::make_pair(grad, static_cast<size_t>(size));
-  };
-  // On a GPU the tables' gradients are summed in host memory (once a step) and copied back.
-  const kernels::Context& ctx = chunks_[0]->context();
-  std::vector<float> staged[2];
-  const auto on_host = [&](float* grad, size_t size, int which) {
-    if (!on_gpu()) return grad;
-    staged[which].resize(size);
-    kernels::CopyToHost(ctx, staged[which].data(), grad, size * sizeof(float));
-    return staged[which].data();
-  };
-  const auto write_back = [&](float* grad, const float* host, size_t size) {
-    if (on_gpu()) kernels::CopyToDevice(ctx, grad, host, size * sizeof(float));
+    return grad;
   };
   const int rank = group_->rank(), last = schedule_.ranks - 1;
   model::LanguageModel* first_stage = rank == 0 ? chunks_.front() : nullptr;
   model::LanguageModel* last_stage = rank == last ? chunks_.back() : nullptr;
   if (first_stage != nullptr && last_stage != nullptr) {  // one rank holds both
     if (first_stage == last_stage) return absl::OkStatus();  // one slice: one table
-    auto [a_grad, size] = table(*first_stage);
-    float* b_grad = table(*last_stage).first;
-    float* a = on_host(a_grad, size, 0);
-    float* b = on_host(b_grad, size, 1);
-    for (size_t i = 0; i < size; ++i) a[i] = b[i] = a[i] + b[i];
-    write_back(a_grad, a, size);
-    write_back(b_grad, b, size);
+    const kernels::Tensor* a_grad = table(*first_stage);
+    const kernels::Tensor* b_grad = table(*last_stage);
+    const size_t size = static_cast<size_t>(a_grad->numel());
+    // On a GPU summed in host memory: a one-rank pipeline of interleaved chunks, a layout for tests.
+    const kernels::Context& ctx = chunks_[0]->context();
+    std::vector<float> a(size), b(size);
+    kernels::CopyToHost(ctx, a.data(), a_grad->data(), size * sizeof(float));
+    kernels::CopyToHost(ctx, b.data(), b_grad->data(), size * sizeof(float));
+    for (size_t i = 0; i < size; ++i) a[i] += b[i];
+    kernels::CopyToDevice(ctx, a_grad->data(), a.data(), size * sizeof(float));
+    kernels::CopyToDevice(ctx, b_grad->data(), a.data(), size * sizeof(float));
     return absl::OkStatus();
   }
   model::LanguageModel* mine = first_stage != nullptr ? first_stage : last_stage;
   if (mine == nullptr) return absl::OkStatus();
-  auto [grad_data, size] = table(*mine);
-  float* grad = on_host(grad_data, size, 0);
+  const kernels::Tensor& grad = *table(*mine);
+  if (on_gpu()) {  // the first and last ranks' all-reduce, after the backward's kernels: a + b on both
+    CallOptions options;
+    options.stream = chunks_[0]->context().stream;
+    return tied_->AllReduce(Buffer::F32(grad), ReduceOp::kSum, options);
+  }
+  const size_t size = static_cast<size_t>(grad.numel());
+  float* values = static_cast<float*>(grad.data());
   const int peer = rank == 0 ? last : 0;
   const int tag = Collectives::kMaxTag;  // above every activation and gradient message
   std::vector<float> theirs(size);
-  std::unique_ptr<Work> send = group_->SendAsync(Buffer::Host(grad, size), peer, tag);
+  std::unique_ptr<Work> send = group_->SendAsync(Buffer::Host(values, size), peer, tag);
   if (absl::Status s = group_->Recv(Buffer::Host(theirs.data(), size), peer, tag); !s.ok()) return s;
   if (absl::Status s = send->Wait(); !s.ok()) return s;
-  for (size_t i = 0; i < size; ++i) grad[i] += theirs[i];  // a + b on one rank, b + a on the other: equal
-  write_back(grad_data, grad, size);
+  for (size_t i = 0; i < size; ++i) values[i] += theirs[i];  // a + b on one rank, b + a on the other: equal
   return absl::OkStatus();
 }
 

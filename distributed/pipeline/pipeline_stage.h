@@ -18,12 +18,15 @@
 //
 // Devices and precisions: the chunks' (all on one device, in one activation dtype); the hidden states and
 // their gradients travel in the activation dtype (bf16 in a bf16 run, as one process keeps them between its
-// blocks). On a GPU they cross between stages through host memory over the (host) pipeline group: each send
-// copies its tensor to the host after the kernels that wrote it, each receive copies into a device tensor.
-// Not over NCCL: its sends block their communicator until the peer posts the receive, so the schedules'
-// send-then-receive steps (1F1B's steady state) would need each send grouped with the receive it faces
-// (ncclGroupStart/End) to be safe, and that is not done; Gloo's buffered sends are what the schedules are
-// validated for.
+// blocks). On a GPU they go device to device over NCCL, one two-rank channel (a subgroup of the pipeline's
+// device group) per (sender, receiver, activations or gradients) that the schedule sends over, each used one
+// way only: an NCCL send holds its communicator until the peer posts the receive, so a rank's sends and
+// receives on one communicator would wait on each other (1F1B's send-then-receive steps, with messages
+// beyond NCCL's buffers), while a channel's sends wait only for receives that its receiver posts in the same
+// order (ValidateSchedule checks it), which is the schedules' contract: a send does not wait for its receive.
+// Sends and receives run on the channels' own streams, after the kernels queued on the chunks' stream so far;
+// a receive is waited for before the compute that reads it. A tied token table's two gradients are summed
+// by an NCCL all-reduce between the first and last pipeline ranks.
 #ifndef LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 #define LMFORGE_DISTRIBUTED_PIPELINE_PIPELINE_STAGE_H_
 
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -65,9 +69,13 @@ class PipelineStage {
   // slice of stage schedule.stage(rank, c). `stages`: every stage's layers (StageRanges; empty: the even
   // split). InvalidArgument when the group's size is not the schedule's ranks, a chunk is missing, holds
   // other layers than its stage's, or is on another device or in another precision than chunk 0.
+  // `device_group`: chunks on a GPU: the same pipeline ranks in the same order over NCCL on that device
+  // (kept by the caller; the channels are made from it, collectively: every pipeline rank calls Create at
+  // once); InvalidArgument when it is missing for GPU chunks, given for CPU ones, or of other ranks.
   static absl::StatusOr<PipelineStage> Create(Collectives& group, Schedule schedule,
                                               std::vector<model::LanguageModel*> chunks,
-                                              std::vector<model::LayerRange> stages = {});
+                                              std::vector<model::LayerRange> stages = {},
+                                              Collectives* device_group = nullptr);
 
   // One step: zero the chunks' gradients, run this rank's actions, and return the sums of the last stage's
   // per-micro-batch losses and of this rank's chunks' auxiliary losses (zero on the other ranks: see
@@ -102,31 +110,33 @@ class PipelineStage {
  private:
   PipelineStage(Collectives& group, Schedule schedule, std::vector<model::LanguageModel*> chunks)
       : group_(&group), schedule_(std::move(schedule)), chunks_(std::move(chunks)) {}
+  // Makes channels_ and tied_ from `device_group` (collective over it).
+  absl::Status ConnectChannels(Collectives& device_group);
   // One Run's state and its actions (pipeline_stage.cc).
   class StepRun;
 
-  // One micro-batch's hidden states, or their gradient, (B*T, C) in the activation dtype: `value` where the
-  // chunks read or write it (on their device) and, on a GPU, `host`: the copy a receive lands in.
-  struct Hidden {
-    kernels::Tensor value;
-    std::vector<uint8_t> host;
-  };
+  // A message's way: from rank `from` to rank `to`, activations or their gradients (the schedule's channels).
+  using Channel = std::tuple<int, int, bool>;  // (from, to, gradient)
 
   int Tag(bool gradient, int micro_batch, int chunk) const;
   int64_t HiddenElements(int64_t b, int64_t t) const;
   size_t HiddenBytes(int64_t b, int64_t t) const;
-  Hidden NewHidden(int64_t b, int64_t t) const;
+  // One micro-batch's hidden states, or their gradient: (B*T, C) in the activation dtype, on the chunks'
+  // device.
+  kernels::Tensor NewHidden(int64_t b, int64_t t) const;
   bool on_gpu() const;
-  // A message from `peer` into into.value (through into.host on a GPU).
-  absl::Status RecvHidden(Hidden& into, int peer, int tag);
-  // `bytes` at `values` (on the chunks' device) to `peer`; on a GPU copied into *staging first, which must
-  // live until the send's Wait.
-  std::unique_ptr<Work> SendHidden(const void* values, size_t bytes, std::vector<uint8_t>* staging, int peer,
-                                   int tag);
+  // A message from `peer` into `into` (the `gradient` way: from the next rank, else from the previous).
+  absl::Status RecvHidden(kernels::Tensor& into, int peer, bool gradient, int tag);
+  // `bytes` at `values` (on the chunks' device, which must stay there until the send's Wait) to `peer`.
+  std::unique_ptr<Work> SendHidden(const void* values, size_t bytes, int peer, bool gradient, int tag);
 
   Collectives* group_;
   Schedule schedule_;
   std::vector<model::LanguageModel*> chunks_;
+  // On a GPU: this rank's channels (2 ranks each: the sender is rank 0, the receiver rank 1), and with tied
+  // embeddings over more than one rank the first and last pipeline ranks' group (null on the others).
+  std::map<Channel, std::unique_ptr<Collectives>> channels_;
+  std::unique_ptr<Collectives> tied_;
   double compute_seconds_ = 0;
   int64_t peak_deferred_bytes_ = 0;
   std::array<double, 4> op_seconds_{};  // [Op::kForward .. Op::kBackwardWeight] in the last Run

@@ -198,6 +198,11 @@ TEST(PipelineStage, SlicesThatDoNotFitAreRefused) {
     checks.FailsWith(
         PipelineStage::Create(group, *MakeSchedule(ScheduleKind::kOneFOneB, 4, 1, 2), {wrong.get()}).status(),
         {"the schedule has 4 ranks but the pipeline group 2"}, "a group of another size");
+    std::unique_ptr<model::LanguageModel> right = Make(c, StageLayers(c.n_layers, 2, group.rank()));
+    checks.FailsWith(PipelineStage::Create(group, *MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 2), {right.get()},
+                                           {}, /*device_group=*/&group)
+                         .status(),
+                     {"a device group given for chunks on the CPU"}, "a device group for CPU chunks");
     return checks.exit_code();
   }));
 }

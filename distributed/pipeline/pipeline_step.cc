@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(Collectives& 
                                           : "pipeline step: a device mesh given for chunks on the CPU");
   }
   absl::StatusOr<PipelineStage> stage =
-      PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages));
+      PipelineStage::Create(mesh.pipeline(), std::move(schedule), std::move(chunks), std::move(stages),
+                            device_mesh != nullptr ? &device_mesh->pipeline() : nullptr);
   if (!stage.ok()) return stage.status();
   return std::unique_ptr<PipelineStep>(
       new PipelineStep(world, mesh, *std::move(stage), std::move(optimizers), exchange, device_mesh));

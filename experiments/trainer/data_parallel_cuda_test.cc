@@ -14,7 +14,8 @@
 //     is the same layout's run without it bit for bit (losses, and the checkpoints' weights and AdamW
 //     moments, byte for byte: the same summed gradients and norm, each update on its owner, broadcast), and
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
-//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16) train the single-device run (and
+//   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16 with tied embeddings), their messages
+//     over NCCL with sends that wait for their receives, train the single-device run (and
 //     evaluate it; a checkpoint resumes on one device), and so does a mixture of experts at pipeline=2 x
 //     expert=2 (with ZeRO-1 that run bit for bit);
 //   - the gradient sums overlapped with the backward are the run with them after it, bit for bit;
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -300,16 +302,28 @@ TEST_F(DataParallelCudaTest, DataTimesExpertRanksTrainTheSingleDeviceMoeRun) {
   ExpectZeroIsThePlainRun("moe_dp2_ep2", "moe_zero", logs, /*expert=*/2, "data=2 x expert=2, ZeRO-1");
 }
 
-// Pipelines on GPUs: 2 stages (data=1) and 2 stages x 2 replicas (data=2) under 1F1B, the activations
-// crossing between stages through host memory, the replicas' gradients summed over NCCL, train the
-// single-device run of the same 2-layer model (the tolerances above: the stages' norms and the replicas'
-// gradients are summed in another order); ZeRO-1 at data=2 x pipeline=2 is that layout's run bit for bit;
-// the validation loss at the end (evaluated through the stages) is the single device's too; a checkpoint
-// written at data=2 x pipeline=2 (ended after step 3, as a kill would: its newest is step 2's) resumes on one
-// device with the same next loss; and in bf16 (the hidden states cross in bf16, as one device keeps them) 2
-// stages train the single-device bf16 run to kBf16LossTolerance.
+// The fake NCCL's socket buffers at their smallest (a few KiB) while it lives, so that a send of the
+// pipelines' messages (4 KiB and up) waits for its receive, as NCCL's do beyond its buffers: a schedule
+// whose sends and receives waited on each other would time out. No effect on a GPU.
+class SendsWaitForReceives {
+ public:
+  SendsWaitForReceives() { ::setenv("LMF_FAKE_NCCL_SOCKET_BYTES", "1", 1); }
+  ~SendsWaitForReceives() { ::unsetenv("LMF_FAKE_NCCL_SOCKET_BYTES"); }
+};
+
+// Pipelines on GPUs: 2 stages (data=1) and 2 stages x 2 replicas (data=2) under 1F1B, the activations and
+// their gradients sent device to device over NCCL (with sends that wait for their receives:
+// SendsWaitForReceives), the replicas' gradients summed over NCCL, train the single-device run of the same
+// 2-layer model (the tolerances above: the stages' norms and the replicas' gradients are summed in another
+// order); ZeRO-1 at data=2 x pipeline=2 is that layout's run bit for bit; the validation loss at the end
+// (evaluated through the stages) is the single device's too; a checkpoint written at data=2 x pipeline=2
+// (ended after step 3, as a kill would: its newest is step 2's) resumes on one device with the same next
+// loss; and in bf16 with tied embeddings (the hidden states cross in bf16, as one device keeps them; the
+// token table's two gradients are summed by an all-reduce of the two stages) 2 stages train the
+// single-device bf16 run to kBf16LossTolerance.
 TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
   if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (data=2 x pipeline=2)";
+  SendsWaitForReceives small_buffers;
   const auto deep = [](const std::string& run, int data, int pipeline, std::vector<std::string> more = {}) {
     more.insert(more.begin(), {"model.n_layers=2", absl::StrCat("run.parallel.pipeline=", pipeline),
                                "data.val_tokens=" + TrainTokens(), "run.eval_tokens=128"});
@@ -343,7 +357,7 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
                           /*stages=*/2);
 
   // bf16 attention on CUDA takes heads of 64 or more.
-  const std::vector<std::string> bf16 = {"run.precision=BF16", "model.d_model=64"};
+  const std::vector<std::string> bf16 = {"run.precision=BF16", "model.d_model=64", "model.tied_embeddings=true"};
   ASSERT_TRUE(TrainOnRanks(deep("deep_bf16_one", 1, 1, bf16), 1));
   ASSERT_TRUE(TrainOnRanks(deep("deep_bf16_pp2", 1, 2, bf16), 2));
   const std::vector<StepMetrics> bf16_one = Metrics("deep_bf16_one"), bf16_pp2 = Metrics("deep_bf16_pp2");
@@ -361,6 +375,7 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
 // expert blocks' kept whole: one data replica) it is that layout's run bit for bit.
 TEST_F(DataParallelCudaTest, PipelineByExpertTrainsTheSingleDeviceMoeRun) {
   if (kernels::cuda::CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices (pipeline=2 x expert=2)";
+  SendsWaitForReceives small_buffers;
   const std::vector<std::string> deep = {"model.n_layers=2", "run.parallel.pipeline=2"};
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_deep_one", 1, 1, {"model.n_layers=2"}), 1));
   ASSERT_TRUE(TrainOnRanks(TinyMoe("moe_pp2_ep2", 1, 2, deep), 4));

@@ -12,7 +12,8 @@
 // - Sends and receives match per peer in issue order, and so do collectives (NCCL has no tags); a message
 //   whose op differs from the receiver's fails both sides, naming the sender's rank and op. A send completes
 //   once its data sits in the connection (the socket buffer here, NCCL's buffers on a GPU): a ring of
-//   unfused sends then receives completes for small messages, as on NCCL, and waits for larger ones.
+//   unfused sends then receives completes for small messages, as on NCCL, and waits for larger ones. A test
+//   makes messages "large" by shrinking the socket buffers (LMF_FAKE_NCCL_SOCKET_BYTES, fake_nccl_wire.cc).
 // - Collectives move whole buffers directly between ranks (not NCCL's rings and trees) and reduce them in
 //   rank order, each partial result rounded to the data type (bf16 computes in f32, rounds to nearest
 //   even), so every rank gets the same bits. ncclAvg divides the sum by the rank count. Max and min of

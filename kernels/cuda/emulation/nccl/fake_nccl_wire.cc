@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -129,8 +130,18 @@ WireError Mesh::Connect(const std::string& name, int rank, int nranks, std::chro
     ++accepted;
   }
   ::close(listener);
-  for (int fd : fds_)
-    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  // LMF_FAKE_NCCL_SOCKET_BYTES: each connection's socket buffers (Linux doubles the value and keeps at least
+  // a few KiB), so that tests of small messages see sends wait for their receives.
+  const char* socket_bytes = std::getenv("LMF_FAKE_NCCL_SOCKET_BYTES");
+  const int buffer = socket_bytes != nullptr ? std::atoi(socket_bytes) : 0;
+  for (int fd : fds_) {
+    if (fd < 0) continue;
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (buffer > 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer));
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
+    }
+  }
   return WireError::kNone;
 }
 
