@@ -154,8 +154,10 @@ class Collectives {
                                       const CallOptions& options = {});
   // Point to point. A send to `peer` matches `peer`'s recv from this rank with the same tag, count and data
   // type; several with one tag match in issue order. Issue both sides in the same order: a backend without
-  // tags (NCCL) matches by order alone. Sends and recvs do not wait for each other to be issued, so a ring of
-  // SendAsync then RecvAsync on every rank completes. tag: 0 to kMaxTag.
+  // tags (NCCL) matches by order alone. On Gloo sends and recvs do not wait for each other to be issued, so a
+  // ring of SendAsync then RecvAsync on every rank completes; on NCCL a send beyond its buffers holds the
+  // communicator until the peer's recv runs (nccl_group.h), so traffic both ways needs a group per way.
+  // tag: 0 to kMaxTag.
   static constexpr int kMaxTag = (1 << 20) - 1;
   std::unique_ptr<Work> SendAsync(const Buffer& data, int peer, int tag, const CallOptions& options = {});
   std::unique_ptr<Work> RecvAsync(const Buffer& data, int peer, int tag, const CallOptions& options = {});

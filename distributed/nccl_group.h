@@ -12,7 +12,10 @@
 // counts first (an all-gather, checked as GlooGroup checks them, so ranks whose counts disagree fail naming
 // each other), then one ncclGroupStart/End of ncclSend and ncclRecv per peer; send and recv are ncclSend and
 // ncclRecv, matched by issue order (NCCL has no tags: collectives.h asks callers to issue both sides in the
-// same order). Each op runs on CallOptions::stream, else the group's own stream.
+// same order); a send larger than NCCL's buffers holds the communicator (its later ops wait) until the
+// peer's receive runs, so two ranks that each send then receive over one group wait on each other: the
+// pipeline sends each way over a group of its own (pipeline/pipeline_stage.h). Each op runs on
+// CallOptions::stream, else the group's own stream.
 //
 // Timeouts: an op's Work waits for an event recorded after it on its stream, polling it and the
 // communicator's asynchronous error; past the op's timeout it aborts the communicator (ncclCommAbort, which

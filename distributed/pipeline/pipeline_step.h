@@ -11,9 +11,9 @@
 // the parameters it owns and broadcasts them to the others. The trainer builds it when run.parallel.pipeline > 1
 // (experiments/trainer).
 //
-// On GPUs (chunks on a CUDA device, fp32 or bf16): the stages' activations cross through host memory over
-// the pipeline group (PipelineStage); `device_mesh` is the same mesh over an NCCL group: the stage
-// replicas' dense gradients and step counts are summed in place on the devices over its stage(), the
+// On GPUs (chunks on a CUDA device, fp32 or bf16): `device_mesh` is the same mesh over an NCCL group: the
+// stages' activations and their gradients go device to device over channels made from its pipeline()
+// (PipelineStage), the stage replicas' dense gradients and step counts are summed in place on the devices over its stage(), the
 // expert blocks' over its data() (the MoE layers' exchange then runs over its expert()), and the weights
 // are broadcast there (SyncParameters, ZeRO-1's owners); the norm's parts, the losses, the signals and the
 // expert loads go over the host groups.
