@@ -183,10 +183,12 @@ class PipelineStage::StepRun {
         bytes_(stage.HiddenBytes(b, t)), rank_(stage.group_->rank()),
         ranks_(stage.schedule_.ranks) {}
 
-  // Runs action `a`; an error names this rank and the action.
-  absl::Status Do(const Action& a) {
-    absl::Status s = Dispatch(a, Key{a.micro_batch, a.chunk}, *stage_.chunks_[a.chunk],
+  // Runs action `index` of this rank's, `a`, then waits for the gradient sends whose receives the schedule
+  // shows to have happened by then (freeing what they sent); an error names this rank and the action.
+  absl::Status Do(int index, const Action& a) {
+    absl::Status s = Dispatch(index, a, Key{a.micro_batch, a.chunk}, *stage_.chunks_[a.chunk],
                               stage_.schedule_.stage(rank_, a.chunk));
+    if (s.ok()) s = WaitForGradientSends(index);
     if (s.ok()) return s;
     return absl::Status(s.code(), absl::StrCat("pipeline rank ", rank_, " at ", ActionName(a), ": ", s.message()));
   }
@@ -195,8 +197,8 @@ class PipelineStage::StepRun {
     for (auto& [key, work] : activation_sends_) {
       if (absl::Status s = work->Wait(); !s.ok()) return s;
     }
-    for (std::unique_ptr<Work>& work : gradient_sends_) {
-      if (absl::Status s = work->Wait(); !s.ok()) return s;
+    while (!gradient_sends_.empty()) {
+      if (absl::Status s = WaitForGradientSends(gradient_sends_.begin()->first); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -206,7 +208,20 @@ class PipelineStage::StepRun {
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
   using Clock = std::chrono::steady_clock;
 
-  absl::Status Dispatch(const Action& a, const Key& key, model::LanguageModel& model, int stage) {
+  // The gradient sends due after action `index` (SendsReceivedBy), each waited for and its tensor freed.
+  absl::Status WaitForGradientSends(int index) {
+    auto due = gradient_sends_.find(index);
+    if (due == gradient_sends_.end()) return absl::OkStatus();
+    absl::Status status;
+    for (auto& [key, work] : due->second) {  // every one waited for: the tensors go with the entry
+      if (absl::Status s = work->Wait(); status.ok()) status = s;
+      input_grads_.erase(key);
+    }
+    gradient_sends_.erase(due);
+    return status;
+  }
+
+  absl::Status Dispatch(int index, const Action& a, const Key& key, model::LanguageModel& model, int stage) {
     switch (a.op) {
       case Op::kRecvActivation:
         return RecvActivation(key, stage);
@@ -223,9 +238,10 @@ class PipelineStage::StepRun {
       case Op::kBackwardWeight:
         return BackwardWeight(key, model);
       case Op::kSendGradient: {
-        const kernels::Tensor& grad = input_grads_.at(key);  // kept until the send's Wait, at the step's end
-        gradient_sends_.push_back(
-            stage_.SendHidden(grad.data(), grad.nbytes(), PrevRank(), true, stage_.Tag(true, key.first, stage - 1)));
+        const kernels::Tensor& grad = input_grads_.at(key);  // kept until the send is done
+        gradient_sends_[stage_.sends_received_by_[index]].push_back(
+            {key, stage_.SendHidden(grad.data(), grad.nbytes(), PrevRank(), true,
+                                    stage_.Tag(true, key.first, stage - 1))});
         return absl::OkStatus();
       }
     }
@@ -295,6 +311,7 @@ class PipelineStage::StepRun {
                                            : output_grads_.at(key).data();
     const Clock::time_point start = Clock::now();
     model::DeferredWeightGrads* weights = split ? &deferred_[key] : nullptr;
+    stage_.peak_input_gradients_ = std::max(stage_.peak_input_gradients_, static_cast<int>(input_grads_.size()));
     model.BackwardStage(activations_.at(key), doutput, dinput, weights);
     Timed(start, split ? Op::kBackwardInput : Op::kBackward);
     if (split) {
@@ -335,7 +352,8 @@ class PipelineStage::StepRun {
   std::map<Key, kernels::Tensor> inputs_, output_grads_, input_grads_;
   std::map<Key, model::DeferredWeightGrads> deferred_;  // between a split backward's BI and its BW
   std::map<Key, std::unique_ptr<Work>> activation_sends_;  // waited on before their activations go
-  std::vector<std::unique_ptr<Work>> gradient_sends_;
+  // By the action after which each is waited for (SendsReceivedBy): the input gradient it sends.
+  std::map<int, std::vector<std::pair<Key, std::unique_ptr<Work>>>> gradient_sends_;
   model::LossSums sums_;
   int64_t deferred_bytes_ = 0;
 };
@@ -351,9 +369,11 @@ absl::StatusOr<model::LossSums> PipelineStage::Run(const std::vector<MicroBatch>
   op_seconds_ = {};
   op_counts_ = {};
   peak_deferred_bytes_ = 0;
+  peak_input_gradients_ = 0;
   StepRun run(*this, micro_batches, b, t, mode);
-  for (const Action& a : schedule_.actions[group_->rank()]) {
-    if (absl::Status s = run.Do(a); !s.ok()) return s;
+  const std::vector<Action>& actions = schedule_.actions[group_->rank()];
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (absl::Status s = run.Do(static_cast<int>(i), actions[i]); !s.ok()) return s;
   }
   if (absl::Status s = run.WaitForSends(); !s.ok()) return s;
   return run.sums();

@@ -91,6 +91,10 @@ class PipelineStage {
   // The most bytes of gradient copies the deferred weight gradients held at once during the last Run (split
   // schedules; 0 for the others), on top of the activations, which a split schedule keeps until each BW.
   int64_t peak_deferred_bytes() const { return peak_deferred_bytes_; }
+  // The most input gradients (one micro-batch's hidden-state gradient each) the last Run held at once: each
+  // from its backward until its send is done, waited for as soon as the schedule shows its receive has
+  // happened (SendsReceivedBy), not at the step's end.
+  int peak_input_gradients() const { return peak_input_gradients_; }
   // The last Run's mean seconds of one F, B, BI and BW of this rank (0 for an op the schedule lacks), scaled
   // to a whole stage as Simulate's Costs are (times chunks); transfers 0.
   Costs measured_costs() const;
@@ -109,7 +113,10 @@ class PipelineStage {
 
  private:
   PipelineStage(Collectives& group, Schedule schedule, std::vector<model::LanguageModel*> chunks)
-      : group_(&group), schedule_(std::move(schedule)), chunks_(std::move(chunks)) {}
+      : group_(&group),
+        schedule_(std::move(schedule)),
+        chunks_(std::move(chunks)),
+        sends_received_by_(SendsReceivedBy(schedule_)[group.rank()]) {}
   // Makes channels_ and tied_ from `device_group` (collective over it).
   absl::Status ConnectChannels(Collectives& device_group);
   // One Run's state and its actions (pipeline_stage.cc).
@@ -133,12 +140,14 @@ class PipelineStage {
   Collectives* group_;
   Schedule schedule_;
   std::vector<model::LanguageModel*> chunks_;
+  std::vector<int> sends_received_by_;  // this rank's SendsReceivedBy
   // On a GPU: this rank's channels (2 ranks each: the sender is rank 0, the receiver rank 1), and with tied
   // embeddings over more than one rank the first and last pipeline ranks' group (null on the others).
   std::map<Channel, std::unique_ptr<Collectives>> channels_;
   std::unique_ptr<Collectives> tied_;
   double compute_seconds_ = 0;
   int64_t peak_deferred_bytes_ = 0;
+  int peak_input_gradients_ = 0;
   std::array<double, 4> op_seconds_{};  // [Op::kForward .. Op::kBackwardWeight] in the last Run
   std::array<int, 4> op_counts_{};
 };

@@ -80,8 +80,10 @@ void Accumulate(const model::ModelConfig& c, const Data& d, double* loss, Grads*
   });
 }
 
-// Runs `kind` on `ranks` processes with `chunks` per rank and compares with Accumulate.
-void ExpectEqualsAccumulation(const model::ModelConfig& c, ScheduleKind kind, int ranks, int chunks, int m) {
+// Runs `kind` on `ranks` processes with `chunks` per rank and compares with Accumulate. `peak_inputs`, when
+// given: each rank's PipelineStage::peak_input_gradients().
+void ExpectEqualsAccumulation(const model::ModelConfig& c, ScheduleKind kind, int ranks, int chunks, int m,
+                              const std::vector<int>& peak_inputs = {}) {
   SCOPED_TRACE(absl::StrCat(ScheduleKindName(kind), " on ", ranks, " ranks x ", chunks, " chunks, ", m,
                             " micro-batches"));
   ExpectAllPassed(RunRanks(ranks, [&](Collectives& group) {
@@ -106,6 +108,11 @@ void ExpectEqualsAccumulation(const model::ModelConfig& c, ScheduleKind kind, in
       const bool split = kind == ScheduleKind::kZeroBubbleH1;
       checks.Expect((stage->peak_deferred_bytes() > 0) == split,
                     absl::StrCat("deferred weight gradients held ", stage->peak_deferred_bytes(), " bytes"));
+      if (!peak_inputs.empty()) {
+        checks.Expect(stage->peak_input_gradients() == peak_inputs[group.rank()],
+                      absl::StrCat("held ", stage->peak_input_gradients(), " input gradients at once, expected ",
+                                   peak_inputs[group.rank()]));
+      }
       absl::StatusOr<model::LossSums> sums = stage->SumLosses(*local);
       if (!checks.Ok(sums.status(), "SumLosses")) return checks.exit_code();
       checks.Expect(sums->loss == want_loss, absl::StrCat("loss sum ", sums->loss, " vs ", want_loss));
@@ -129,7 +136,12 @@ void ExpectEqualsAccumulation(const model::ModelConfig& c, ScheduleKind kind, in
   }));
 }
 
-TEST(PipelineStage, OneFOneBOnTwoRanks) { ExpectEqualsAccumulation(LlamaLike(), ScheduleKind::kOneFOneB, 2, 1, 4); }
+// Rank 1's input gradients are freed as soon as the schedule shows their receives done: gradient j's once
+// rank 1 receives micro-batch j + 2's activation, which rank 0 sends after receiving gradient j; so it holds
+// 2 at once, not all 4 (rank 0, the first stage, computes none).
+TEST(PipelineStage, OneFOneBOnTwoRanks) {
+  ExpectEqualsAccumulation(LlamaLike(), ScheduleKind::kOneFOneB, 2, 1, 4, /*peak_inputs=*/{0, 2});
+}
 TEST(PipelineStage, GPipeOnTwoRanks) { ExpectEqualsAccumulation(LlamaLike(), ScheduleKind::kGPipe, 2, 1, 3); }
 TEST(PipelineStage, OneFOneBOnFourRanksFewerMicroBatches) {
   ExpectEqualsAccumulation(LlamaLike(), ScheduleKind::kOneFOneB, 4, 1, 3);

@@ -415,6 +415,56 @@ absl::StatusOr<Simulation> Simulate(const Schedule& s, const Costs& costs) {
   return sim;
 }
 
+std::vector<std::vector<int>> SendsReceivedBy(const Schedule& s) {
+  // clocks[r][i][q]: how many of rank q's actions happened before or at rank r's action i.
+  std::vector<std::vector<std::vector<int>>> clocks(s.ranks);
+  std::map<MessageKey, std::vector<int>> posted;            // each send's clock
+  std::map<MessageKey, std::pair<int, int>> sent_from, received_at;  // (rank, action index)
+  std::vector<size_t> next(s.ranks, 0);
+  for (bool progress = true; progress;) {  // the dry run's order: a receive after its send
+    progress = false;
+    for (int r = 0; r < s.ranks; ++r) {
+      const std::vector<Action>& list = s.actions[r];
+      for (; next[r] < list.size(); ++next[r]) {
+        const int i = static_cast<int>(next[r]);
+        std::vector<int> clock = i == 0 ? std::vector<int>(s.ranks, 0) : clocks[r][i - 1];
+        clock[r] = i + 1;
+        MessageKey key;
+        if (ReceivedMessage(r, list[i], &key)) {
+          const auto it = posted.find(key);
+          if (it == posted.end()) break;  // its sender has not got there yet
+          for (int q = 0; q < s.ranks; ++q) clock[q] = std::max(clock[q], it->second[q]);
+          posted.erase(it);
+          received_at[key] = {r, i};
+        } else if (SentMessage(s, r, list[i], &key)) {
+          posted[key] = clock;
+          sent_from[key] = {r, i};
+        }
+        clocks[r].push_back(std::move(clock));
+        progress = true;
+      }
+    }
+  }
+  std::vector<std::vector<int>> done(s.ranks);
+  for (int r = 0; r < s.ranks; ++r) done[r].assign(s.actions[r].size(), -1);
+  for (const auto& [key, from] : sent_from) {
+    const auto [r, i] = from;
+    const auto it = received_at.find(key);
+    int after = static_cast<int>(s.actions[r].size());
+    if (it != received_at.end()) {
+      const auto [q, j] = it->second;
+      for (int k = i + 1; k < static_cast<int>(clocks[r].size()); ++k) {
+        if (clocks[r][k][q] > j) {
+          after = k;
+          break;
+        }
+      }
+    }
+    done[r][i] = after;
+  }
+  return done;
+}
+
 std::string Timeline(const Schedule& s, const Simulation& sim) {
   std::string out;
   for (int r = 0; r < s.ranks; ++r) {

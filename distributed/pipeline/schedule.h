@@ -79,6 +79,14 @@ Schedule AddCommunication(ScheduleKind kind, int ranks, int chunks, int micro_ba
 // without tags, NCCL, matches by order), and a deadlock (from Simulate).
 absl::Status ValidateSchedule(const Schedule& schedule);
 
+// When a send can be waited for without waiting on this rank's own later work: for each rank, for each of
+// its actions that sends, the index of the first later action of its own after which the receive of that
+// message has happened (a chain of program order and messages leads from the receiving rank's receive to
+// it), so that the send is done or finishing there; the action count when none does (wait at the step's
+// end). -1 for the other actions. Found from the order alone (vector clocks over the dry run's order), for a
+// schedule that ValidateSchedule accepts.
+std::vector<std::vector<int>> SendsReceivedBy(const Schedule& schedule);
+
 // Time each action takes in the dry run; sends and receives take `transfer` (0: free).
 struct Costs {
   double forward = 1, backward = 2, backward_input = 1, backward_weight = 1, transfer = 0;

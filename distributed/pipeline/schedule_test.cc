@@ -1,11 +1,17 @@
-// Pipeline schedules: every generated schedule passes the check and its dry run; the dry run's bubble is
-// the closed form of Megatron-LM's paper; hand-written schedules with a planted deadlock, a missing receive
+// Pipeline schedules: every generated schedule passes the check and its dry run; SendsReceivedBy against
+// reachability in the actions' graph; the dry run's bubble is the closed form of Megatron-LM's paper; hand-written schedules with a planted deadlock, a missing receive
 // or a missing backward are refused with the rank and action named.
 #include "distributed/pipeline/schedule.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,6 +43,73 @@ TEST(ScheduleTest, EveryGeneratedScheduleIsValid) {
 
 // Uniform stages and free transfers: GPipe and 1F1B idle (p - 1) / m of the compute, interleaving with v
 // chunks per rank (p - 1) / (v m) (Narayanan et al. 2021, section 2.2).
+// 1F1B on 2 ranks, 4 micro-batches, by hand. Rank 0: F0 sendA0 F1 sendA1 recvG0 B0 F2 sendA2 recvG1 B1 F3
+// sendA3 recvG2 B2 recvG3 B3; rank 1: (recvA F B sendG) for each micro-batch. Rank 1's sendG0 (#3) is
+// received at rank 0's #4, which precedes rank 0's sendA2, which rank 1 receives at #8; sendG1 (#7): rank
+// 0's #8, then sendA3, received at #12; sendG2 and sendG3 are followed by no message back: the end (16).
+// Rank 0's sendA0 (#1) is received at rank 1's #0, before its sendG0, received at rank 0's #4.
+TEST(ScheduleTest, SendsReceivedByOneFOneBByHand) {
+  const std::vector<std::vector<int>> done = SendsReceivedBy(*MakeSchedule(ScheduleKind::kOneFOneB, 2, 1, 4));
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[1], (std::vector<int>{-1, -1, -1, 8, -1, -1, -1, 12, -1, -1, -1, 16, -1, -1, -1, 16}));
+  EXPECT_EQ(done[0][1], 4);   // sendA0
+  EXPECT_EQ(done[0][3], 8);   // sendA1 (rank 1's sendG1 is received at rank 0's #8)
+}
+
+// Against a naive reference: the actions as a graph (each action to its rank's next, each send to its
+// receive), and for each send the first later action of its rank that its receive reaches.
+TEST(ScheduleTest, SendsReceivedByIsTheFirstActionTheReceiveReaches) {
+  struct Kinds { ScheduleKind kind; int chunks; };
+  for (const Kinds& k : {Kinds{ScheduleKind::kGPipe, 1}, Kinds{ScheduleKind::kOneFOneB, 1},
+                         Kinds{ScheduleKind::kZeroBubbleH1, 1}, Kinds{ScheduleKind::kInterleavedOneFOneB, 2}}) {
+    for (int ranks = 2; ranks <= 4; ++ranks) {
+      for (int m = ranks; m <= 3 * ranks; m += ranks) {
+        const Schedule s = *MakeSchedule(k.kind, ranks, k.chunks, m);
+        const std::string what = absl::StrCat(ScheduleKindName(k.kind), " ranks ", ranks, " m ", m);
+        // A message: (gradient, micro-batch, receiving stage) -> where it is sent and received.
+        std::map<std::tuple<bool, int, int>, std::pair<int, int>> sends, receives;
+        for (int r = 0; r < ranks; ++r) {
+          for (int i = 0; i < static_cast<int>(s.actions[r].size()); ++i) {
+            const Action& a = s.actions[r][i];
+            const int stage = s.stage(r, a.chunk);
+            if (a.op == Op::kSendActivation) sends[{false, a.micro_batch, stage + 1}] = {r, i};
+            if (a.op == Op::kSendGradient) sends[{true, a.micro_batch, stage - 1}] = {r, i};
+            if (a.op == Op::kRecvActivation) receives[{false, a.micro_batch, stage}] = {r, i};
+            if (a.op == Op::kRecvGradient) receives[{true, a.micro_batch, stage}] = {r, i};
+          }
+        }
+        std::map<std::pair<int, int>, std::pair<int, int>> message;  // send -> its receive
+        for (const auto& [key, from] : sends) message[from] = receives.at(key);
+        const std::vector<std::vector<int>> done = SendsReceivedBy(s);
+        for (const auto& [from, to] : message) {
+          std::set<std::pair<int, int>> reached;
+          std::vector<std::pair<int, int>> frontier = {to};
+          while (!frontier.empty()) {
+            const auto [r, i] = frontier.back();
+            frontier.pop_back();
+            if (!reached.insert({r, i}).second) continue;
+            if (i + 1 < static_cast<int>(s.actions[r].size())) frontier.push_back({r, i + 1});
+            if (message.count({r, i})) frontier.push_back(message.at({r, i}));
+          }
+          int want = static_cast<int>(s.actions[from.first].size());
+          for (const auto& [r, i] : reached) {
+            if (r == from.first && i > from.second) want = std::min(want, i);
+          }
+          EXPECT_EQ(done[from.first][from.second], want) << what << ": rank " << from.first << " action #"
+                                                         << from.second;
+        }
+        for (int r = 0; r < ranks; ++r) {
+          for (int i = 0; i < static_cast<int>(s.actions[r].size()); ++i) {
+            if (!message.count({r, i})) {
+              EXPECT_EQ(done[r][i], -1) << what << ": rank " << r << " action #" << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ScheduleTest, BubbleMatchesTheClosedForm) {
   for (int p : {2, 4}) {
     for (int m : {4, 8, 16}) {

@@ -16,8 +16,8 @@
 //     each rank holds a part of the moments that add up to the whole (its log's "ZeRO-1: this rank holds");
 //   - pipelines (data=1 and data=2 x pipeline=2, 1F1B; ZeRO-1; bf16 with tied embeddings), their messages
 //     over NCCL with sends that wait for their receives, train the single-device run (and
-//     evaluate it; a checkpoint resumes on one device), and so does a mixture of experts at pipeline=2 x
-//     expert=2 (with ZeRO-1 that run bit for bit);
+//     evaluate it; a checkpoint resumes on one device), and so do interleaved 1F1B and ZB-H1 at
+//     pipeline=2, and a mixture of experts at pipeline=2 x expert=2 (with ZeRO-1 that run bit for bit);
 //   - the gradient sums overlapped with the backward are the run with them after it, bit for bit;
 //   - a rank that dies makes the other fail within the group's timeout, naming it.
 //
@@ -366,6 +366,27 @@ TEST_F(DataParallelCudaTest, PipelineStagesTrainTheSingleDeviceRun) {
   for (int i = 0; i < kSteps; ++i) {
     std::fprintf(stderr, "bf16 step %d: one device %.9g, pipeline=2 %.9g\n", i + 1, bf16_one[i].loss, bf16_pp2[i].loss);
     EXPECT_NEAR(bf16_pp2[i].loss, bf16_one[i].loss, kBf16LossTolerance * bf16_one[i].loss) << "bf16, step " << i + 1;
+  }
+}
+
+// The other schedules on GPUs: a 4-layer model at pipeline=2 under interleaved 1F1B (2 chunks per rank, so
+// activations and gradients flow both ways between the two ranks, over four channels) and under ZB-H1 (its
+// backward split into input and weight gradients) trains the single-device run (the tolerances above).
+TEST_F(DataParallelCudaTest, PipelineSchedulesTrainTheSingleDeviceRun) {
+  if (kernels::cuda::CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices (pipeline=2)";
+  SendsWaitForReceives small_buffers;
+  const auto deeper = [](const std::string& run, std::vector<std::string> more) {
+    more.insert(more.begin(), {"model.n_layers=4", absl::StrCat("run.grad_accum_steps=", 4)});
+    return Tiny(run, 1, std::move(more));
+  };
+  ASSERT_TRUE(TrainOnRanks(deeper("deeper_one", {}), 1));
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"interleaved", {"run.parallel.pipeline=2", "run.parallel.schedule=INTERLEAVED_1F1B",
+                       "run.parallel.virtual_stages=2"}},
+      {"zb_h1", {"run.parallel.pipeline=2", "run.parallel.schedule=ZB_H1"}}};
+  for (const auto& [name, layout] : layouts) {
+    ASSERT_TRUE(TrainOnRanks(deeper("deeper_" + name, layout), 2)) << name;
+    ExpectTheReferenceRun("deeper_one", "deeper_" + name, "pipeline=2, " + name);
   }
 }
 
