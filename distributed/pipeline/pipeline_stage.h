@@ -1,7 +1,9 @@
 // One pipeline rank's part of a training step: the model slices it holds (one per chunk of the schedule),
 // run through the schedule's actions with activations sent forward and their gradients sent back point to
 // point over the pipeline group. Every micro-batch's activations live in their own model::Activations from
-// its forward to its backward, so a schedule holds as many as it has micro-batches in flight.
+// its forward to its backward, so a schedule holds as many as it has micro-batches in flight; each input
+// gradient lives from its backward until its send is done, waited for as soon as the schedule shows its
+// receive to have happened (SendsReceivedBy).
 //
 //   std::vector<std::unique_ptr<LanguageModel>> slices;  // chunk c: StageLayers(L, S, schedule.stage(r, c))
 //   absl::StatusOr<PipelineStage> stage = PipelineStage::Create(group, *schedule, {slices[0].get(), ...});
