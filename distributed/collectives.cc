@@ -2,6 +2,7 @@
 // described, once for all backends, so that a bad call reads the same on Gloo and on NCCL.
 #include "distributed/collectives.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -164,6 +165,57 @@ std::unique_ptr<Work> Collectives::AllReduceAsync(const Buffer& data, ReduceOp r
       absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", Elements(data.count, data.type)), options);
   if (absl::Status s = CheckCommon(op, options, {&data}); !s.ok()) return Reject(s);
   return StartAllReduce(op, data, reduce);
+}
+
+namespace {
+
+// Several Works as one: Wait waits for every one (even after a failure: each may still use its buffers) and
+// returns the first error.
+class AllWork : public Work {
+ public:
+  explicit AllWork(std::vector<std::unique_ptr<Work>> works) : works_(std::move(works)) {}
+  absl::Status Wait() override { return WaitAll(works_); }
+
+ private:
+  std::vector<std::unique_ptr<Work>> works_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> Collectives::AllReduceManyAsync(const std::vector<Buffer>& data, ReduceOp reduce,
+                                                      const CallOptions& options) {
+  size_t count = 0;
+  for (const Buffer& b : data) count += b.count;
+  const Op op = MakeOp(absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", data.size(), " buffers, ",
+                                    count, " elements in all"),
+                       options);
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (absl::Status s = CheckCommon(op, options, {&data[i]}); !s.ok()) {
+      return Reject(absl::Status(s.code(), absl::StrCat(s.message(), " (buffer ", i, ")")));
+    }
+  }
+  std::vector<const Buffer*> sorted;  // by address, to find overlaps in one pass
+  for (const Buffer& b : data) sorted.push_back(&b);
+  std::sort(sorted.begin(), sorted.end(), [](const Buffer* a, const Buffer* b) { return a->data < b->data; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (Overlap(*sorted[i - 1], *sorted[i])) {
+      return Reject(absl::InvalidArgumentError(absl::StrCat(op.context, ": two of the buffers overlap")));
+    }
+  }
+  return StartAllReduceMany(op, data, reduce);
+}
+
+std::unique_ptr<Work> Collectives::StartAllReduceMany(const Op& op, const std::vector<Buffer>& data,
+                                                      ReduceOp reduce) {
+  std::vector<std::unique_ptr<Work>> works;
+  for (size_t i = 0; i < data.size(); ++i) {
+    Op one = op;
+    one.description = absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", Elements(data[i].count, data[i].type),
+                                   ", buffer ", i, " of ", data.size());
+    one.context = absl::StrCat(GroupContext(), ": ", one.description);
+    works.push_back(StartAllReduce(one, data[i], reduce));
+  }
+  return std::make_unique<AllWork>(std::move(works));
 }
 
 std::unique_ptr<Work> Collectives::BroadcastAsync(const Buffer& data, int root, const CallOptions& options) {

@@ -152,6 +152,12 @@ class Collectives {
   std::unique_ptr<Work> AllToAllAsync(const Buffer& input, const std::vector<size_t>& send_counts,
                                       const Buffer& output, const std::vector<size_t>& recv_counts,
                                       const CallOptions& options = {});
+  // Several all-reduces as one op: each buffer reduced in place with `op`. Every rank passes as many buffers,
+  // with the same counts and types, in the same order; the buffers must not overlap. NCCL issues them in one
+  // ncclGroupStart/End (one launch, one completion to wait for, instead of one per buffer: a model's
+  // gradients, tensor by tensor, without packing them into a bucket); Gloo runs them one after another.
+  std::unique_ptr<Work> AllReduceManyAsync(const std::vector<Buffer>& data, ReduceOp op,
+                                           const CallOptions& options = {});
   // Point to point. A send to `peer` matches `peer`'s recv from this rank with the same tag, count and data
   // type; several with one tag match in issue order. Issue both sides in the same order: a backend without
   // tags (NCCL) matches by order alone. On Gloo sends and recvs do not wait for each other to be issued, so a
@@ -204,6 +210,8 @@ class Collectives {
   // The backend's side. Each gets checked arguments and returns the issued op's Work; an op issued after the
   // group failed fails with the group's first error.
   virtual std::unique_ptr<Work> StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) = 0;
+  // The default: StartAllReduce of each buffer, one Work waiting for them all.
+  virtual std::unique_ptr<Work> StartAllReduceMany(const Op& op, const std::vector<Buffer>& data, ReduceOp reduce);
   virtual std::unique_ptr<Work> StartBroadcast(const Op& op, const Buffer& data, int root) = 0;
   virtual std::unique_ptr<Work> StartBarrier(const Op& op) = 0;
   virtual std::unique_ptr<Work> StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,

@@ -174,6 +174,36 @@ TEST_P(EveryWorldSize, AllReduceSumsAndMaxesEveryDataType) {
   }));
 }
 
+// Several all-reduces as one op (AllReduceManyAsync): buffers of other sizes and types each get their own
+// sum; overlapping buffers are refused.
+TEST_P(EveryWorldSize, SeveralAllReducesAsOne) {
+  ExpectAllPassed(RunRanks(GetParam(), [](Collectives& group) {
+    Checks checks(group.rank());
+    const int64_t w = group.world_size(), r = group.rank();
+    Values a(DataType::kF32, 300000), b(DataType::kBF16, 3), c(DataType::kI64, 1);
+    for (Values* v : {&a, &b, &c}) {
+      for (size_t i = 0; i < v->count(); ++i) v->Set(i, (r + 1) * (i % 5 + 1));
+    }
+    checks.Ok(group.AllReduceManyAsync({a.buffer(), b.buffer(), c.buffer()}, ReduceOp::kSum)->Wait(),
+              "all-reduce of three buffers");
+    for (Values* v : {&a, &b, &c}) {
+      ExpectValues(
+          checks, *v, [&](size_t i) { return static_cast<int64_t>(i % 5 + 1) * w * (w + 1) / 2; },
+          absl::StrCat("summed ", DataTypeName(v->buffer().type)));
+    }
+    return checks.exit_code();
+  }));
+  ExpectAllPassed(RunRanks(2, [](Collectives& group) {
+    Checks checks(group.rank());
+    std::vector<float> x(8);
+    checks.FailsWith(group.AllReduceManyAsync({Buffer::Host(x.data(), 8), Buffer::Host(x.data() + 4, 4)},
+                                              ReduceOp::kSum)
+                         ->Wait(),
+                     {"of 2 buffers, 12 elements in all", "two of the buffers overlap"}, "overlapping buffers");
+    return checks.exit_code();
+  }));
+}
+
 // kMax of floating types is fmax, as NCCL's (collectives.h): a NaN on the first rank or on the last is
 // dropped, whichever way the ring combines them; an element that is NaN on every rank stays NaN.
 TEST_P(EveryWorldSize, MaxDropsANaNUnlessEveryRankHasOne) {

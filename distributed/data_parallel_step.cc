@@ -64,11 +64,16 @@ absl::Status DataParallelStep::SyncParameters(model::LanguageModel& model) {
 }
 
 absl::Status DataParallelStep::SumOnDevice(const model::LanguageModel& model) {
-  std::vector<std::unique_ptr<Work>> sums;
+  std::vector<Buffer> grads[2];  // the dense parameters', the expert blocks'
   model.VisitParameters([&](const std::string&, const model::Parameter& p) {
-    sums.push_back(
-        DeviceSumGroup(p.expert_shard).AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, OnModelStream(model)));
+    grads[p.expert_shard ? 1 : 0].push_back(Buffer::F32(p.grad));
   });
+  std::vector<std::unique_ptr<Work>> sums;
+  for (const bool expert_shard : {false, true}) {
+    if (grads[expert_shard].empty()) continue;
+    sums.push_back(DeviceSumGroup(expert_shard)
+                       .AllReduceManyAsync(grads[expert_shard], ReduceOp::kSum, OnModelStream(model)));
+  }
   return WaitAll(sums);
 }
 
@@ -113,9 +118,11 @@ absl::Status DataParallelStep::SumGradients(model::LanguageModel& model, model::
       if (backwards == count - 1 && device_overlap) {  // each gradient in place, on the group's stream
         CallOptions after_part;
         after_part.after = model.context().stream;  // the kernels queued so far, this part's included
+        std::vector<Buffer> grads;
         model.VisitPartParameters(part, [&](const std::string&, const model::Parameter& p) {
-          device_sums.push_back(device_group_->AllReduceAsync(Buffer::F32(p.grad), ReduceOp::kSum, after_part));
+          grads.push_back(Buffer::F32(p.grad));
         });
+        device_sums.push_back(device_group_->AllReduceManyAsync(grads, ReduceOp::kSum, after_part));
       } else if (backwards == count - 1) {  // the last backward: this part's gradients are the step's
         for (const bool expert_shard : {false, true}) {
           if (expert_shard && !expert_parallel()) break;

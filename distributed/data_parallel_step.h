@@ -5,10 +5,11 @@
 // gradient sums. Stop signals are agreed on at the step's all-reduce, so all ranks stop after the same step.
 // Applied from outside the single-device model: the trainer picks it when run.parallel.data > 1. With
 // ShardOptimizerState (run.parallel.zero_stage: 1) the optimizer state is sharded (zero.h). A model on a GPU
-// sums its fp32 gradients in place on the device over a device group (NCCL), one all-reduce per parameter.
-// With overlap (and no expert parallelism) each part's all-reduces are queued on the group's own stream as
-// the last backward finishes the part, after an event on the model's stream (CallOptions::after), so they
-// run beside the rest of the backward; the model's stream never waits on the group's: the host waits for
+// sums its fp32 gradients in place on the device over a device group (NCCL), tensor by tensor, the
+// all-reduces of a part (or of all the dense parameters, and of all the expert blocks) issued as one op
+// (AllReduceManyAsync: one NCCL group). With overlap (and no expert parallelism) each part's op is queued on
+// the group's own stream as the last backward finishes the part, after an event on the model's stream
+// (CallOptions::after), so they run beside the rest of the backward; the model's stream never waits on the group's: the host waits for
 // each op within its timeout after the backward, so an op stuck on a dead peer times out and aborts the
 // communicator instead of blocking the model's stream (and the next host wait on it) forever. Without
 // overlap, or with expert parallelism (whose MoE layers run their own NCCL exchanges on the model's stream
@@ -86,8 +87,8 @@ class DataParallelStep final : public model::StepStrategy {
 
   // The parts of a step that PipelineStep also runs on each of its chunks (over a stage's replicas).
   // A GPU model's gradients all-reduced in place on the device groups (expert blocks over
-  // expert_parallel.device_replicas, the others over device_group), on the model's stream after the
-  // backward, each waited for within its timeout.
+  // expert_parallel.device_replicas, the others over device_group: one op for each), on the model's
+  // stream after the backward, each waited for within its timeout.
   absl::Status SumOnDevice(const model::LanguageModel& model);
   // The model's step counts (a mixture of experts' expert loads) summed over the ranks: a GPU model's in
   // place on the device group, those a layer keeps in host memory over `group`.

@@ -349,6 +349,19 @@ std::unique_ptr<Work> NcclGroup::StartAllReduce(const Op& op, const Buffer& data
   });
 }
 
+std::unique_ptr<Work> NcclGroup::StartAllReduceMany(const Op& op, const std::vector<Buffer>& data,
+                                                     ReduceOp reduce) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    for (size_t i = 0; i < data.size() && (r == ncclSuccess || r == ncclInProgress); ++i) {
+      r = ncclAllReduce(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), NcclOp(reduce),
+                        state_->comm, s);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+  });
+}
+
 std::unique_ptr<Work> NcclGroup::StartBroadcast(const Op& op, const Buffer& data, int root) {
   return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclBroadcast(data.data, data.data, data.count, NcclType(data.type), root, state_->comm, s);

@@ -196,6 +196,17 @@ int EveryOp(Collectives& group, int rank, int world) {
   if (!group.AllReduce(large.buffer(), ReduceOp::kSum).ok() ||
       large.Read() != std::vector<float>(size_t{1} << 20, total))
     return 17;
+  // Several all-reduces as one op (one NCCL group): f32 of 2 and of 2^20 elements, bf16, i64.
+  {
+    DeviceFloats a({r + 1, -(r + 1)}, rank), b(std::vector<float>(size_t{1} << 20, 2 * (r + 1)), rank);
+    DeviceArray<uint16_t> c({Bf16(r + 1)}, DataType::kBF16, rank);
+    DeviceArray<int64_t> d({rank + 1}, DataType::kI64, rank);
+    if (!group.AllReduceManyAsync({a.buffer(), b.buffer(), c.buffer(), d.buffer()}, ReduceOp::kSum)->Wait().ok() ||
+        a.Read() != std::vector<float>{total, -total} ||
+        b.Read() != std::vector<float>(size_t{1} << 20, 2 * total) || c.Read()[0] != Bf16(total) ||
+        d.Read()[0] != int64_t(total))
+      return 19;
+  }
   // Broadcast from every root.
   for (int root = 0; root < world; ++root) {
     DeviceFloats b({100 * r, 100 * r + 1}, rank);
@@ -253,7 +264,8 @@ TEST_P(NcclGroupOfSize, RunsEveryOpWithExactValues) {
     return EveryOp(**group, rank, world);
   });
   EXPECT_EQ(codes, std::vector<int>(world, 0))
-      << "10: connect, 11-18: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB, max with NaNs), 20+root: broadcast, "
+      << "10: connect, 11-18: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB, max with NaNs), 19: several "
+         "all-reduces as one, 20+root: broadcast, "
          "30-32: "
          "reduce-scatter and all-gather, 40: all-to-all, 50-52: send, recv and barrier";
 }
