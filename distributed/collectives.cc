@@ -189,9 +189,34 @@ std::unique_ptr<Work> Collectives::AllReduceManyAsync(const std::vector<Buffer>&
   const Op op = MakeOp(absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", data.size(), " buffers, ",
                                     count, " elements in all"),
                        options);
+  if (absl::Status s = CheckMany(op, options, data); !s.ok()) return Reject(s);
+  return StartAllReduceMany(op, data, reduce);
+}
+
+std::unique_ptr<Work> Collectives::BroadcastManyAsync(const std::vector<Buffer>& data, const std::vector<int>& roots,
+                                                      const CallOptions& options) {
+  size_t count = 0;
+  for (const Buffer& b : data) count += b.count;
+  const Op op =
+      MakeOp(absl::StrCat("broadcast of ", data.size(), " buffers, ", count, " elements in all"), options);
+  if (absl::Status s = CheckMany(op, options, data); !s.ok()) return Reject(s);
+  if (roots.size() != data.size()) {
+    return Reject(absl::InvalidArgumentError(
+        absl::StrCat(op.context, ": ", roots.size(), " roots for ", data.size(), " buffers")));
+  }
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (roots[i] < 0 || roots[i] >= world_size_) {
+      return Reject(absl::InvalidArgumentError(absl::StrCat(op.context, ": root ", roots[i], " of buffer ", i,
+                                                             " is not a rank of the group [0, ", world_size_, ")")));
+    }
+  }
+  return StartBroadcastMany(op, data, roots);
+}
+
+absl::Status Collectives::CheckMany(const Op& op, const CallOptions& options, const std::vector<Buffer>& data) const {
   for (size_t i = 0; i < data.size(); ++i) {
     if (absl::Status s = CheckCommon(op, options, {&data[i]}); !s.ok()) {
-      return Reject(absl::Status(s.code(), absl::StrCat(s.message(), " (buffer ", i, ")")));
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (buffer ", i, ")"));
     }
   }
   std::vector<const Buffer*> sorted;  // by address, to find overlaps in one pass
@@ -199,10 +224,10 @@ std::unique_ptr<Work> Collectives::AllReduceManyAsync(const std::vector<Buffer>&
   std::sort(sorted.begin(), sorted.end(), [](const Buffer* a, const Buffer* b) { return a->data < b->data; });
   for (size_t i = 1; i < sorted.size(); ++i) {
     if (Overlap(*sorted[i - 1], *sorted[i])) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(op.context, ": two of the buffers overlap")));
+      return absl::InvalidArgumentError(absl::StrCat(op.context, ": two of the buffers overlap"));
     }
   }
-  return StartAllReduceMany(op, data, reduce);
+  return absl::OkStatus();
 }
 
 std::unique_ptr<Work> Collectives::StartAllReduceMany(const Op& op, const std::vector<Buffer>& data,
@@ -214,6 +239,19 @@ std::unique_ptr<Work> Collectives::StartAllReduceMany(const Op& op, const std::v
                                    ", buffer ", i, " of ", data.size());
     one.context = absl::StrCat(GroupContext(), ": ", one.description);
     works.push_back(StartAllReduce(one, data[i], reduce));
+  }
+  return std::make_unique<AllWork>(std::move(works));
+}
+
+std::unique_ptr<Work> Collectives::StartBroadcastMany(const Op& op, const std::vector<Buffer>& data,
+                                                      const std::vector<int>& roots) {
+  std::vector<std::unique_ptr<Work>> works;
+  for (size_t i = 0; i < data.size(); ++i) {
+    Op one = op;
+    one.description = absl::StrCat("broadcast of ", Elements(data[i].count, data[i].type), " from rank ", roots[i],
+                                   ", buffer ", i, " of ", data.size());
+    one.context = absl::StrCat(GroupContext(), ": ", one.description);
+    works.push_back(StartBroadcast(one, data[i], roots[i]));
   }
   return std::make_unique<AllWork>(std::move(works));
 }

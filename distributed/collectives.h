@@ -158,6 +158,10 @@ class Collectives {
   // gradients, tensor by tensor, without packing them into a bucket); Gloo runs them one after another.
   std::unique_ptr<Work> AllReduceManyAsync(const std::vector<Buffer>& data, ReduceOp op,
                                            const CallOptions& options = {});
+  // Several broadcasts as one op, buffer i from rank roots[i] (ZeRO-1's parameters from their owners), with
+  // AllReduceManyAsync's rules and backends.
+  std::unique_ptr<Work> BroadcastManyAsync(const std::vector<Buffer>& data, const std::vector<int>& roots,
+                                           const CallOptions& options = {});
   // Point to point. A send to `peer` matches `peer`'s recv from this rank with the same tag, count and data
   // type; several with one tag match in issue order. Issue both sides in the same order: a backend without
   // tags (NCCL) matches by order alone. On Gloo sends and recvs do not wait for each other to be issued, so a
@@ -212,6 +216,9 @@ class Collectives {
   virtual std::unique_ptr<Work> StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) = 0;
   // The default: StartAllReduce of each buffer, one Work waiting for them all.
   virtual std::unique_ptr<Work> StartAllReduceMany(const Op& op, const std::vector<Buffer>& data, ReduceOp reduce);
+  // The default: StartBroadcast of each buffer, one Work waiting for them all.
+  virtual std::unique_ptr<Work> StartBroadcastMany(const Op& op, const std::vector<Buffer>& data,
+                                                   const std::vector<int>& roots);
   virtual std::unique_ptr<Work> StartBroadcast(const Op& op, const Buffer& data, int root) = 0;
   virtual std::unique_ptr<Work> StartBarrier(const Op& op) = 0;
   virtual std::unique_ptr<Work> StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,
@@ -248,6 +255,8 @@ class Collectives {
   // of one type, and they overlap only as this rank's block of the whole.
   absl::Status CheckBlocks(const Op& op, const Buffer& input, const Buffer& output,
                            bool input_is_whole) const;
+  // What several ops as one check: each buffer (CheckCommon, naming it by index), and that none overlap.
+  absl::Status CheckMany(const Op& op, const CallOptions& options, const std::vector<Buffer>& data) const;
   // A send's or recv's peer and tag.
   absl::Status CheckPeer(const Op& op, int peer, int tag) const;
   std::unique_ptr<Work> Reject(const absl::Status& error);

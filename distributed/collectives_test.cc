@@ -204,6 +204,36 @@ TEST_P(EveryWorldSize, SeveralAllReducesAsOne) {
   }));
 }
 
+// Several broadcasts as one op (BroadcastManyAsync), each buffer from its own root; a root out of range is
+// refused, naming the buffer.
+TEST_P(EveryWorldSize, SeveralBroadcastsAsOne) {
+  ExpectAllPassed(RunRanks(GetParam(), [](Collectives& group) {
+    Checks checks(group.rank());
+    const int w = group.world_size(), r = group.rank();
+    std::vector<Values> values;
+    std::vector<Buffer> buffers;
+    std::vector<int> roots;
+    for (int i = 0; i < 2 * w; ++i) {  // buffer i from rank i % w, every rank a root twice
+      values.emplace_back(i % 2 == 0 ? DataType::kF32 : DataType::kI64, i == 0 ? 300000 : 3 + i);
+    }
+    for (int i = 0; i < 2 * w; ++i) {
+      for (size_t k = 0; k < values[i].count(); ++k) values[i].Set(k, 100 * r + i + k % 3);
+      buffers.push_back(values[i].buffer());
+      roots.push_back(i % w);
+    }
+    checks.Ok(group.BroadcastManyAsync(buffers, roots)->Wait(), "broadcast of every rank's buffers");
+    for (int i = 0; i < 2 * w; ++i) {
+      ExpectValues(
+          checks, values[i], [&](size_t k) { return static_cast<int64_t>(100 * (i % w) + i + k % 3); },
+          absl::StrCat("buffer ", i, " from rank ", i % w));
+    }
+    Values one(DataType::kF32, 2);
+    checks.FailsWith(group.BroadcastManyAsync({one.buffer()}, {w})->Wait(), {"root ", " of buffer 0"},
+                     "a root out of range");
+    return checks.exit_code();
+  }));
+}
+
 // kMax of floating types is fmax, as NCCL's (collectives.h): a NaN on the first rank or on the last is
 // dropped, whichever way the ring combines them; an element that is NaN on every rank stays NaN.
 TEST_P(EveryWorldSize, MaxDropsANaNUnlessEveryRankHasOne) {

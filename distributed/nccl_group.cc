@@ -362,6 +362,18 @@ std::unique_ptr<Work> NcclGroup::StartAllReduceMany(const Op& op, const std::vec
   });
 }
 
+std::unique_ptr<Work> NcclGroup::StartBroadcastMany(const Op& op, const std::vector<Buffer>& data,
+                                                     const std::vector<int>& roots) {
+  return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    for (size_t i = 0; i < data.size() && (r == ncclSuccess || r == ncclInProgress); ++i) {
+      r = ncclBroadcast(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), roots[i], state_->comm, s);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+  });
+}
+
 std::unique_ptr<Work> NcclGroup::StartBroadcast(const Op& op, const Buffer& data, int root) {
   return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
     return ncclBroadcast(data.data, data.data, data.count, NcclType(data.type), root, state_->comm, s);

@@ -8,7 +8,8 @@
 // within connect_timeout.
 //
 // How each op maps onto NCCL: all-reduce, broadcast, reduce-scatter and all-gather are NCCL's own (in place
-// where collectives.h allows it); several all-reduces (AllReduceManyAsync) one ncclGroupStart/End of them; barrier is an all-reduce of one device integer; all-to-all exchanges the
+// where collectives.h allows it); several all-reduces or broadcasts (AllReduceManyAsync, BroadcastManyAsync) one
+// ncclGroupStart/End of them; barrier is an all-reduce of one device integer; all-to-all exchanges the
 // counts first (an all-gather, checked as GlooGroup checks them, so ranks whose counts disagree fail naming
 // each other), then one ncclGroupStart/End of ncclSend and ncclRecv per peer; send and recv are ncclSend and
 // ncclRecv, matched by issue order (NCCL has no tags: collectives.h asks callers to issue both sides in the
@@ -60,6 +61,8 @@ class NcclGroup : public Collectives {
  protected:
   std::unique_ptr<Work> StartAllReduce(const Op& op, const Buffer& data, ReduceOp reduce) override;
   std::unique_ptr<Work> StartAllReduceMany(const Op& op, const std::vector<Buffer>& data, ReduceOp reduce) override;
+  std::unique_ptr<Work> StartBroadcastMany(const Op& op, const std::vector<Buffer>& data,
+                                           const std::vector<int>& roots) override;
   std::unique_ptr<Work> StartBroadcast(const Op& op, const Buffer& data, int root) override;
   std::unique_ptr<Work> StartBarrier(const Op& op) override;
   std::unique_ptr<Work> StartReduceScatter(const Op& op, const Buffer& input, const Buffer& output,

@@ -207,6 +207,21 @@ int EveryOp(Collectives& group, int rank, int world) {
         d.Read()[0] != int64_t(total))
       return 19;
   }
+  // Several broadcasts as one op: buffer i from rank i % world.
+  {
+    std::vector<std::unique_ptr<DeviceFloats>> values;
+    std::vector<Buffer> buffers;
+    std::vector<int> roots;
+    for (int i = 0; i < 2 * world; ++i) {
+      values.push_back(std::make_unique<DeviceFloats>(std::vector<float>(2 + i, 100 * r + i), rank));
+      buffers.push_back(values.back()->buffer());
+      roots.push_back(i % world);
+    }
+    if (!group.BroadcastManyAsync(buffers, roots)->Wait().ok()) return 25;
+    for (int i = 0; i < 2 * world; ++i) {
+      if (values[i]->Read() != std::vector<float>(2 + i, 100.f * (i % world) + i)) return 25;
+    }
+  }
   // Broadcast from every root.
   for (int root = 0; root < world; ++root) {
     DeviceFloats b({100 * r, 100 * r + 1}, rank);
@@ -265,7 +280,7 @@ TEST_P(NcclGroupOfSize, RunsEveryOpWithExactValues) {
   });
   EXPECT_EQ(codes, std::vector<int>(world, 0))
       << "10: connect, 11-18: all-reduce (f32 sum, f32 max, f64, bf16, i32, i64, 4 MiB, max with NaNs), 19: several "
-         "all-reduces as one, 20+root: broadcast, "
+         "all-reduces as one, 20+root: broadcast, 25: several broadcasts as one, "
          "30-32: "
          "reduce-scatter and all-gather, 40: all-to-all, 50-52: send, recv and barrier";
 }

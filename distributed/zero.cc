@@ -72,19 +72,16 @@ absl::Status ConsolidateOptimizerState(Collectives& group, const std::map<std::s
 
 absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string, int>& owners,
                                  model::LanguageModel& model) {
-  absl::Status status = absl::OkStatus();
-  std::vector<std::unique_ptr<Work>> on_device;  // a GPU model's broadcasts
-  CallOptions on_stream;
-  on_stream.stream = model.context().stream;
+  std::vector<Buffer> values;
+  std::vector<int> roots;
   model.VisitParameters([&](const std::string& name, const model::Parameter& p) {
-    if (!status.ok() || owners.count(name) == 0) return;
-    if (p.value.device().is_cpu()) {
-      status = group.Broadcast(p.value.data<float>(), static_cast<size_t>(p.value.numel()), owners.at(name));
-    } else {
-      on_device.push_back(group.BroadcastAsync(Buffer::F32(p.value), owners.at(name), on_stream));
-    }
+    if (owners.count(name) == 0) return;
+    values.push_back(Buffer::F32(p.value));
+    roots.push_back(owners.at(name));
   });
-  if (absl::Status s = WaitAll(on_device); status.ok()) status = s;  // waited for even after an error
+  CallOptions on_stream;  // a GPU model's: after the update's kernels
+  on_stream.stream = model.context().stream;
+  absl::Status status = group.BroadcastManyAsync(values, roots, on_stream)->Wait();
   if (status.ok()) model.RefreshComputeWeights();
   return status;
 }

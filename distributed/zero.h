@@ -45,9 +45,9 @@ absl::Status ConsolidateOptimizerState(Collectives& group, const std::map<std::s
                                        const model::LanguageModel& model, model::AdamW& optimizer);
 
 // Every rank of `group` calls it: each parameter `owners` names broadcast from its owner (after the owners'
-// update). A model on a GPU passes a group of device memory (an NcclGroup): the broadcasts run in place on
-// the device, queued on the model's stream after the update's kernels, and each is waited for within the
-// group's timeout.
+// update), all as one op (BroadcastManyAsync), waited for within the group's timeout. A model on a GPU
+// passes a group of device memory (an NcclGroup): the broadcasts run in place on the device (one NCCL group),
+// queued on the model's stream after the update's kernels.
 absl::Status BroadcastFromOwners(Collectives& group, const std::map<std::string, int>& owners,
                                  model::LanguageModel& model);
 
