@@ -1,8 +1,10 @@
 // How a Gloo group fails: a peer that dies or hangs, ranks whose sizes disagree, and bad arguments. Each
 // error must name the group, the rank, the op and its sizes, and the peer that failed first where one did;
 // no rank may wait past its timeout, and a dead peer must be named well within it.
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -72,6 +74,23 @@ TEST_P(DyingPeer, ARankThatDiesMidCollectiveIsNamedByEveryOther) {
 
 // Rank 2 does not issue the all-reduce for 2.5 s: the others' 1 s timeout ends theirs with an error naming
 // the op, the group and the sizes; rank 2's own attempt afterwards fails at once (they closed the group).
+// Gloo writes with writev, which raises SIGPIPE on a connection the peer closed: a connected rank survives
+// that write (it fails with EPIPE), so it can fail its op naming the dead peer instead of dying of the
+// signal. A socket pair with one end closed stands in for a dead peer's connection.
+TEST(GlooFailures, AWriteToAClosedPeerDoesNotKillTheRank) {
+  ExpectAllPassed(RunRanks(2, [](Collectives& group) {
+    Checks checks(group.rank());
+    int ends[2];
+    if (!checks.Expect(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0, "socketpair")) return checks.exit_code();
+    ::close(ends[1]);
+    const char byte = 1;
+    const ssize_t wrote = ::write(ends[0], &byte, 1);  // SIGPIPE: without a handler the process ends here
+    checks.Expect(wrote == -1 && errno == EPIPE, absl::StrCat("the write returned ", wrote, ", errno ", errno));
+    ::close(ends[0]);
+    return checks.exit_code();
+  }));
+}
+
 TEST(GlooFailures, APeerThatHangsTimesTheOthersOut) {
   ExpectAllPassed(RunRanks(3, [](Collectives& group) {
     Checks checks(group.rank());

@@ -3,6 +3,8 @@
 // peer that failed first.
 #include "distributed/gloo_group.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -48,6 +50,22 @@ struct GlooOpFacts {
 };
 
 namespace {
+
+// Gloo writes to its sockets with writev, which raises SIGPIPE on a connection its peer closed (a rank that
+// failed, or died): by default that kills this process before the op can fail naming the peer. A handler
+// that does nothing turns it into the EPIPE error Gloo reports (and, unlike SIG_IGN, is not inherited by a
+// program this process executes). Installed once per process, and only over the default disposition.
+void SurviveClosedPeers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction quiet {};
+    quiet.sa_handler = [](int) {};
+    sigemptyset(&quiet.sa_mask);
+    ::sigaction(SIGPIPE, &quiet, nullptr);
+  });
+}
 
 constexpr char kFailureNotePrefix[] = "failed.";
 constexpr uint64_t kPointToPointSlotPrefix = 0x50;
@@ -276,6 +294,7 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(const GlooGroupOpt
     return absl::InvalidArgumentError(absl::StrCat("gloo group: rank ", options.rank,
                                                    " is not in [0, world_size=", options.world_size, ")"));
   }
+  SurviveClosedPeers();
   auto state = std::make_shared<GlooGroupState>();
   absl::StatusOr<OpenedStore> opened =
       OpenRendezvousStore(options.rendezvous_dir, options.store_host, options.store_port, options.rank,

@@ -27,7 +27,9 @@
 // Failures: a rank whose op fails writes its error into the store (a failure note) and then closes every
 // connection of the group, which fails the ops pending at its peers. A rank that sees a peer's connection
 // close reads that peer's note (waiting up to kFailureNoteGrace): so every rank's error names the rank that
-// failed first, and a peer that closed without a note is named as dead.
+// failed first, and a peer that closed without a note is named as dead. Connect makes a write to a closed
+// connection fail instead of killing the process (a SIGPIPE handler that does nothing, installed over the
+// default disposition only).
 #ifndef LMFORGE_DISTRIBUTED_GLOO_GROUP_H_
 #define LMFORGE_DISTRIBUTED_GLOO_GROUP_H_
 
