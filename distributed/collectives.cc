@@ -180,25 +180,25 @@ class AllWork : public Work {
   std::vector<std::unique_ptr<Work>> works_;
 };
 
+// "3 buffers, 1200 elements in all".
+std::string BuffersInAll(const std::vector<Buffer>& data) {
+  size_t count = 0;
+  for (const Buffer& b : data) count += b.count;
+  return absl::StrCat(data.size(), " buffers, ", count, " elements in all");
+}
+
 }  // namespace
 
 std::unique_ptr<Work> Collectives::AllReduceManyAsync(const std::vector<Buffer>& data, ReduceOp reduce,
                                                       const CallOptions& options) {
-  size_t count = 0;
-  for (const Buffer& b : data) count += b.count;
-  const Op op = MakeOp(absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", data.size(), " buffers, ",
-                                    count, " elements in all"),
-                       options);
+  const Op op = MakeOp(absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", BuffersInAll(data)), options);
   if (absl::Status s = CheckMany(op, options, data); !s.ok()) return Reject(s);
   return StartAllReduceMany(op, data, reduce);
 }
 
 std::unique_ptr<Work> Collectives::BroadcastManyAsync(const std::vector<Buffer>& data, const std::vector<int>& roots,
                                                       const CallOptions& options) {
-  size_t count = 0;
-  for (const Buffer& b : data) count += b.count;
-  const Op op =
-      MakeOp(absl::StrCat("broadcast of ", data.size(), " buffers, ", count, " elements in all"), options);
+  const Op op = MakeOp(absl::StrCat("broadcast of ", BuffersInAll(data)), options);
   if (absl::Status s = CheckMany(op, options, data); !s.ok()) return Reject(s);
   if (roots.size() != data.size()) {
     return Reject(absl::InvalidArgumentError(
@@ -230,14 +230,19 @@ absl::Status Collectives::CheckMany(const Op& op, const CallOptions& options, co
   return absl::OkStatus();
 }
 
+Collectives::Op Collectives::PartOf(const Op& whole, std::string description) const {
+  Op part = whole;  // its timeout, stream and `after`
+  part.context = absl::StrCat(GroupContext(), ": ", description);
+  part.description = std::move(description);
+  return part;
+}
+
 std::unique_ptr<Work> Collectives::StartAllReduceMany(const Op& op, const std::vector<Buffer>& data,
                                                       ReduceOp reduce) {
   std::vector<std::unique_ptr<Work>> works;
   for (size_t i = 0; i < data.size(); ++i) {
-    Op one = op;
-    one.description = absl::StrCat("all-reduce (", ReduceName(reduce), ") of ", Elements(data[i].count, data[i].type),
-                                   ", buffer ", i, " of ", data.size());
-    one.context = absl::StrCat(GroupContext(), ": ", one.description);
+    const Op one = PartOf(op, absl::StrCat("all-reduce (", ReduceName(reduce), ") of ",
+                                           Elements(data[i].count, data[i].type), ", buffer ", i, " of ", data.size()));
     works.push_back(StartAllReduce(one, data[i], reduce));
   }
   return std::make_unique<AllWork>(std::move(works));
@@ -247,10 +252,8 @@ std::unique_ptr<Work> Collectives::StartBroadcastMany(const Op& op, const std::v
                                                       const std::vector<int>& roots) {
   std::vector<std::unique_ptr<Work>> works;
   for (size_t i = 0; i < data.size(); ++i) {
-    Op one = op;
-    one.description = absl::StrCat("broadcast of ", Elements(data[i].count, data[i].type), " from rank ", roots[i],
-                                   ", buffer ", i, " of ", data.size());
-    one.context = absl::StrCat(GroupContext(), ": ", one.description);
+    const Op one = PartOf(op, absl::StrCat("broadcast of ", Elements(data[i].count, data[i].type), " from rank ",
+                                           roots[i], ", buffer ", i, " of ", data.size()));
     works.push_back(StartBroadcast(one, data[i], roots[i]));
   }
   return std::make_unique<AllWork>(std::move(works));

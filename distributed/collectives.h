@@ -248,6 +248,8 @@ class Collectives {
 
  private:
   Op MakeOp(std::string description, const CallOptions& options) const;
+  // One op of several issued as one (`whole`: its timeout and streams), described as `description`.
+  Op PartOf(const Op& whole, std::string description) const;
   // Checks what every op needs (timeout, buffers); an error names `op`.
   absl::Status CheckCommon(const Op& op, const CallOptions& options,
                            std::initializer_list<const Buffer*> buffers) const;

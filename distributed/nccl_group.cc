@@ -191,6 +191,15 @@ class NcclWork : public Work {
   std::optional<absl::Status> result_;
 };
 
+// calls(i) for i in [0, n) between ncclGroupStart and ncclGroupEnd, stopping at the first that fails (the
+// group is ended either way); the failure, else ncclGroupEnd's result.
+ncclResult_t Grouped(size_t n, const std::function<ncclResult_t(size_t)>& calls) {
+  ncclResult_t r = ncclGroupStart();
+  for (size_t i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); ++i) r = calls(i);
+  const ncclResult_t ended = ncclGroupEnd();
+  return r == ncclSuccess || r == ncclInProgress ? ended : r;
+}
+
 // Enqueues `call` on the op's stream (the group's own when the op names none) and returns its Work; a failed
 // enqueue fails the group.
 std::unique_ptr<Work> Issue(const std::shared_ptr<NcclGroupState>& state, const std::string& context, void* op_stream,
@@ -352,25 +361,20 @@ std::unique_ptr<Work> NcclGroup::StartAllReduce(const Op& op, const Buffer& data
 std::unique_ptr<Work> NcclGroup::StartAllReduceMany(const Op& op, const std::vector<Buffer>& data,
                                                      ReduceOp reduce) {
   return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
-    ncclResult_t r = ncclGroupStart();
-    for (size_t i = 0; i < data.size() && (r == ncclSuccess || r == ncclInProgress); ++i) {
-      r = ncclAllReduce(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), NcclOp(reduce),
-                        state_->comm, s);
-    }
-    const ncclResult_t ended = ncclGroupEnd();
-    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+    return Grouped(data.size(), [&](size_t i) {
+      return ncclAllReduce(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), NcclOp(reduce),
+                           state_->comm, s);
+    });
   });
 }
 
 std::unique_ptr<Work> NcclGroup::StartBroadcastMany(const Op& op, const std::vector<Buffer>& data,
                                                      const std::vector<int>& roots) {
   return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
-    ncclResult_t r = ncclGroupStart();
-    for (size_t i = 0; i < data.size() && (r == ncclSuccess || r == ncclInProgress); ++i) {
-      r = ncclBroadcast(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), roots[i], state_->comm, s);
-    }
-    const ncclResult_t ended = ncclGroupEnd();
-    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+    return Grouped(data.size(), [&](size_t i) {
+      return ncclBroadcast(data[i].data, data[i].data, data[i].count, NcclType(data[i].type), roots[i],
+                           state_->comm, s);
+    });
   });
 }
 
@@ -435,20 +439,19 @@ std::unique_ptr<Work> NcclGroup::StartAllToAll(const Op& op, const Buffer& input
   }
   const size_t element = DataTypeSize(input.type);
   return Issue(state_, op.context, op.stream, op.after, op.timeout, [&](cudaStream_t s) {
-    ncclResult_t r = ncclGroupStart();
-    size_t sent = 0, received = 0;
-    for (int peer = 0; peer < world && (r == ncclSuccess || r == ncclInProgress); ++peer) {
+    size_t sent = 0, received = 0;  // elements before peer's
+    return Grouped(static_cast<size_t>(world), [&](size_t peer) {
+      ncclResult_t r = ncclSuccess;
       if (send_counts[peer] > 0)
-        r = ncclSend(static_cast<char*>(input.data) + sent * element, send_counts[peer], NcclType(input.type), peer,
-                     state_->comm, s);
+        r = ncclSend(static_cast<char*>(input.data) + sent * element, send_counts[peer], NcclType(input.type),
+                     static_cast<int>(peer), state_->comm, s);
       if ((r == ncclSuccess || r == ncclInProgress) && recv_counts[peer] > 0)
         r = ncclRecv(static_cast<char*>(output.data) + received * element, recv_counts[peer], NcclType(output.type),
-                     peer, state_->comm, s);
+                     static_cast<int>(peer), state_->comm, s);
       sent += send_counts[peer];
       received += recv_counts[peer];
-    }
-    const ncclResult_t ended = ncclGroupEnd();
-    return r == ncclSuccess || r == ncclInProgress ? ended : r;
+      return r;
+    });
   });
 }
 

@@ -347,8 +347,8 @@ class PipelineStage::StepRun {
   const size_t bytes_;  // of one micro-batch's hidden states
   const int rank_, ranks_;
   std::map<Key, model::Activations> activations_;
-  // Received inputs and output gradients (until their compute), and the input gradients (until their sends'
-  // Wait at the end of the step: the sends read them).
+  // Received inputs and output gradients (until their compute), and the input gradients (until their sends
+  // are waited for, WaitForGradientSends: the sends read them).
   std::map<Key, kernels::Tensor> inputs_, output_grads_, input_grads_;
   std::map<Key, model::DeferredWeightGrads> deferred_;  // between a split backward's BI and its BW
   std::map<Key, std::unique_ptr<Work>> activation_sends_;  // waited on before their activations go
