@@ -2,7 +2,9 @@
 #include "distributed/pipeline/schedule.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -363,49 +365,76 @@ double Simulation::bubble_ratio() const {
   return sum > 0 ? (makespan * static_cast<double>(busy.size()) - sum) / sum : 0;
 }
 
+namespace {
+
+// A rank's action: (rank, index in its list).
+using Position = std::pair<int, int>;
+
+// Runs the schedule's actions in the dry run's order: every rank in turn runs its actions in order until a
+// receive whose send has not run yet, until no rank can go on. visit(rank, index, send) sees each action as
+// it runs, `send` being a receive's send (null for the other actions). Returns where each rank stopped (its
+// action count when it ran them all).
+std::vector<size_t> InDryRunOrder(const Schedule& s,
+                                  const std::function<void(int rank, int index, const Position* send)>& visit) {
+  std::map<MessageKey, Position> posted;  // the messages sent and not yet received
+  std::vector<size_t> next(s.ranks, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < s.ranks; ++r) {
+      const std::vector<Action>& list = s.actions[r];
+      for (; next[r] < list.size(); ++next[r]) {
+        const int i = static_cast<int>(next[r]);
+        MessageKey key;
+        std::optional<Position> send;
+        if (ReceivedMessage(r, list[i], &key)) {
+          const auto it = posted.find(key);
+          if (it == posted.end()) break;  // blocked until its sender gets there
+          send = it->second;
+          posted.erase(it);
+        } else if (SentMessage(s, r, list[i], &key)) {
+          posted[key] = {r, i};
+        }
+        visit(r, i, send.has_value() ? &*send : nullptr);
+        progress = true;
+      }
+    }
+  }
+  return next;
+}
+
+}  // namespace
+
 absl::StatusOr<Simulation> Simulate(const Schedule& s, const Costs& costs) {
   Simulation sim;
   sim.busy.assign(s.ranks, 0);
   sim.start.resize(s.ranks);
   std::vector<double> clock(s.ranks, 0);
-  std::vector<size_t> next(s.ranks, 0);
-  std::map<MessageKey, double> arrives;  // messages posted, and when they arrive
+  std::map<Position, double> arrives;  // each send's message: when it arrives
   const double per_chunk = 1.0 / s.chunks;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < s.ranks; ++r) {
-      const std::vector<Action>& list = s.actions[r];
-      for (; next[r] < list.size(); ++next[r]) {
-        const Action& a = list[next[r]];
-        MessageKey key;
-        double start = clock[r], cost = 0;
-        if (ReceivedMessage(r, a, &key)) {
-          const auto it = arrives.find(key);
-          if (it == arrives.end()) break;  // blocked until its sender gets there
-          start = std::max(clock[r], it->second);
-          arrives.erase(it);
-        } else if (SentMessage(s, r, a, &key)) {
-          arrives[key] = clock[r] + costs.transfer;
-        } else {
-          cost = per_chunk * (a.op == Op::kForward          ? costs.forward
-                              : a.op == Op::kBackward       ? costs.backward
-                              : a.op == Op::kBackwardInput  ? costs.backward_input
-                              : a.op == Op::kBackwardWeight ? costs.backward_weight
-                                                            : 0);
-          sim.busy[r] += cost;
-        }
-        sim.start[r].push_back(start);
-        clock[r] = start + cost;
-        progress = true;
-      }
+  const std::vector<size_t> stopped = InDryRunOrder(s, [&](int r, int i, const Position* send) {
+    const Action& a = s.actions[r][i];
+    MessageKey key;
+    double start = clock[r], cost = 0;
+    if (send != nullptr) {
+      start = std::max(clock[r], arrives.at(*send));
+    } else if (SentMessage(s, r, a, &key)) {
+      arrives[{r, i}] = clock[r] + costs.transfer;
+    } else {
+      cost = per_chunk * (a.op == Op::kForward          ? costs.forward
+                          : a.op == Op::kBackward       ? costs.backward
+                          : a.op == Op::kBackwardInput  ? costs.backward_input
+                          : a.op == Op::kBackwardWeight ? costs.backward_weight
+                                                        : 0);
+      sim.busy[r] += cost;
     }
-  }
+    sim.start[r].push_back(start);
+    clock[r] = start + cost;
+  });
   std::vector<std::string> blocked;
   for (int r = 0; r < s.ranks; ++r) {
-    if (next[r] == s.actions[r].size()) continue;
-    const Action& a = s.actions[r][next[r]];
-    blocked.push_back(absl::StrCat(Where(r, next[r], a), " waits for rank ", Sender(s, r, a)));
+    if (stopped[r] == s.actions[r].size()) continue;
+    const Action& a = s.actions[r][stopped[r]];
+    blocked.push_back(absl::StrCat(Where(r, stopped[r], a), " waits for rank ", Sender(s, r, a)));
   }
   if (!blocked.empty()) {
     return absl::FailedPreconditionError(
@@ -418,49 +447,34 @@ absl::StatusOr<Simulation> Simulate(const Schedule& s, const Costs& costs) {
 std::vector<std::vector<int>> SendsReceivedBy(const Schedule& s) {
   // clocks[r][i][q]: how many of rank q's actions happened before or at rank r's action i.
   std::vector<std::vector<std::vector<int>>> clocks(s.ranks);
-  std::map<MessageKey, std::vector<int>> posted;            // each send's clock
-  std::map<MessageKey, std::pair<int, int>> sent_from, received_at;  // (rank, action index)
-  std::vector<size_t> next(s.ranks, 0);
-  for (bool progress = true; progress;) {  // the dry run's order: a receive after its send
-    progress = false;
-    for (int r = 0; r < s.ranks; ++r) {
-      const std::vector<Action>& list = s.actions[r];
-      for (; next[r] < list.size(); ++next[r]) {
-        const int i = static_cast<int>(next[r]);
-        std::vector<int> clock = i == 0 ? std::vector<int>(s.ranks, 0) : clocks[r][i - 1];
-        clock[r] = i + 1;
-        MessageKey key;
-        if (ReceivedMessage(r, list[i], &key)) {
-          const auto it = posted.find(key);
-          if (it == posted.end()) break;  // its sender has not got there yet
-          for (int q = 0; q < s.ranks; ++q) clock[q] = std::max(clock[q], it->second[q]);
-          posted.erase(it);
-          received_at[key] = {r, i};
-        } else if (SentMessage(s, r, list[i], &key)) {
-          posted[key] = clock;
-          sent_from[key] = {r, i};
-        }
-        clocks[r].push_back(std::move(clock));
-        progress = true;
-      }
+  std::vector<std::pair<Position, Position>> messages;  // (send, receive)
+  InDryRunOrder(s, [&](int r, int i, const Position* send) {
+    std::vector<int> clock = i == 0 ? std::vector<int>(s.ranks, 0) : clocks[r][i - 1];
+    clock[r] = i + 1;
+    if (send != nullptr) {
+      const std::vector<int>& theirs = clocks[send->first][send->second];
+      for (int q = 0; q < s.ranks; ++q) clock[q] = std::max(clock[q], theirs[q]);
+      messages.push_back({*send, {r, i}});
+    }
+    clocks[r].push_back(std::move(clock));
+  });
+  std::vector<std::vector<int>> done(s.ranks);
+  for (int r = 0; r < s.ranks; ++r) {
+    done[r].assign(s.actions[r].size(), -1);
+    for (size_t i = 0; i < s.actions[r].size(); ++i) {
+      MessageKey key;
+      if (SentMessage(s, r, s.actions[r][i], &key)) done[r][i] = static_cast<int>(s.actions[r].size());  // no receive
     }
   }
-  std::vector<std::vector<int>> done(s.ranks);
-  for (int r = 0; r < s.ranks; ++r) done[r].assign(s.actions[r].size(), -1);
-  for (const auto& [key, from] : sent_from) {
-    const auto [r, i] = from;
-    const auto it = received_at.find(key);
-    int after = static_cast<int>(s.actions[r].size());
-    if (it != received_at.end()) {
-      const auto [q, j] = it->second;
-      for (int k = i + 1; k < static_cast<int>(clocks[r].size()); ++k) {
-        if (clocks[r][k][q] > j) {
-          after = k;
-          break;
-        }
+  for (const auto& [send, receive] : messages) {
+    const auto [r, i] = send;
+    const auto [q, j] = receive;
+    for (int k = i + 1; k < static_cast<int>(clocks[r].size()); ++k) {
+      if (clocks[r][k][q] > j) {
+        done[r][i] = k;
+        break;
       }
     }
-    done[r][i] = after;
   }
   return done;
 }
