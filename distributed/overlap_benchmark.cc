@@ -1,7 +1,8 @@
 // How much of the data-parallel gradient sum the bucketed overlap hides behind the backward, on Gloo
 // processes of this machine: the step time and the time each step still waits for the sums after its last
 // backward, with one all-reduce after the backward and with the overlap, and the share hidden
-// (1 - exposed with overlap / exposed without). One thread per rank by default.
+// (1 - exposed with overlap / exposed without); first, the Gloo all-reduce's bus bandwidth against message
+// size (the NCCL-tests convention: busbw = bytes / time * 2 (p - 1) / p). One thread per rank by default.
 //   bazel run -c opt //distributed:overlap_benchmark -- --ranks=2
 #include <chrono>
 #include <cstdio>
@@ -25,11 +26,40 @@ ABSL_FLAG(int, layers, 6, "model layers");
 ABSL_FLAG(int, d_model, 256, "model width");
 ABSL_FLAG(int, batch, 4, "sequences per micro-batch");
 ABSL_FLAG(int, context, 64, "tokens per sequence");
+ABSL_FLAG(int, iters, 20, "timed all-reduces per size (after 3 untimed)");
+ABSL_FLAG(int64_t, max_bytes, 16 << 20, "largest all-reduce, in bytes");
 
 namespace lmf::distributed {
 namespace {
 
+// The Gloo all-reduce (sum of fp32) from 1 KiB to --max_bytes: the slowest rank's time per call and the bus
+// bandwidth. False when an all-reduce fails.
+bool AllReduceBandwidth(Collectives& group) {
+  const int p = group.world_size(), iters = absl::GetFlag(FLAGS_iters);
+  if (group.rank() == 0) {
+    std::printf("all-reduce (sum, fp32) on %d Gloo processes (loopback)\n%12s %12s %12s\n", p, "bytes", "us",
+                "busbw GB/s");
+  }
+  for (int64_t bytes = 1024; bytes <= absl::GetFlag(FLAGS_max_bytes); bytes *= 4) {
+    std::vector<float> data(static_cast<size_t>(bytes / 4), 1.0f);
+    const auto sum = [&] { return group.AllReduce(Buffer::Host(data.data(), data.size()), ReduceOp::kSum); };
+    for (int i = 0; i < 3; ++i) {
+      if (!sum().ok()) return false;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      if (!sum().ok()) return false;
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    if (!group.AllReduce(Buffer::Host(&seconds, 1), ReduceOp::kMax).ok()) return false;
+    const double busbw = static_cast<double>(bytes) / seconds * 2 * (p - 1) / p / 1e9;
+    if (group.rank() == 0) std::printf("%12lld %12.1f %12.3f\n", static_cast<long long>(bytes), seconds * 1e6, busbw);
+  }
+  return true;
+}
+
 int Benchmark(Collectives& group) {
+  if (!AllReduceBandwidth(group)) return 1;
   ThreadPool pool(absl::GetFlag(FLAGS_threads));
   const int64_t b = absl::GetFlag(FLAGS_batch), t = absl::GetFlag(FLAGS_context);
   const model::ModelConfig c = model::Cs336Config(1024, t, absl::GetFlag(FLAGS_d_model), absl::GetFlag(FLAGS_layers), 4,
@@ -75,11 +105,13 @@ int Benchmark(Collectives& group) {
 }  // namespace lmf::distributed
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("The share of the data-parallel gradient sum hidden behind the backward.");
+  absl::SetProgramUsageMessage(
+      "Gloo all-reduce bandwidth, and the share of the data-parallel gradient sum hidden behind the backward.");
   lmf::FlagsOptions options;
   options.checks = {lmf::AtLeast(FLAGS_ranks, 2), lmf::AtLeast(FLAGS_threads, 1), lmf::AtLeast(FLAGS_steps, 1),
                     lmf::AtLeast(FLAGS_layers, 1), lmf::AtLeast(FLAGS_d_model, 8), lmf::AtLeast(FLAGS_batch, 1),
-                    lmf::AtLeast(FLAGS_context, 1)};
+                    lmf::AtLeast(FLAGS_context, 1), lmf::AtLeast(FLAGS_iters, 1),
+                    lmf::AtLeast(FLAGS_max_bytes, int64_t{1024})};
   lmf::ParseFlags(argc, argv, options);
   lmf::distributed::testing::RankOptions rank_options;
   rank_options.deadline = std::chrono::seconds(900);
