@@ -3,7 +3,8 @@
 // seed that parameter's own random stream.
 //   kGpt2Scaled  matrices and embeddings N(0, init_std); kResidualMatrix also / sqrt(2 n_layers)
 //   kMup         kGpt2Scaled with width multiplier m: kMatrix and kResidualMatrix / sqrt(m), kOutputMatrix / m
-//   kCs336TruncatedNormal  embeddings N(0, 1) cut at 3; matrices std sqrt(2 / (OUT + IN)) cut at 3 std
+//   kCs336TruncatedNormal  embeddings N(0, 1) cut at 3; matrices std sqrt(2 / (OUT + IN)) cut at 3 std (a
+//                          tied token table is the LM head's matrix: TokenTableKind in embedding.h)
 // Biases start at 0 and gains at 1 in every scheme.
 #ifndef LMFORGE_MODEL_LANGUAGE_MODEL_INIT_H_
 #define LMFORGE_MODEL_LANGUAGE_MODEL_INIT_H_

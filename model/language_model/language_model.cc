@@ -105,7 +105,7 @@ LanguageModel::LanguageModel(const ModelConfig& config, kernels::Context ctx, ke
     } else if (embedding_) {
       lm_head_ = std::make_unique<Linear>(embedding_->token_table(), dtype, &counters_);
     } else {
-      tied_table_ = Parameter::Zeros({config.vocab_rows(), config.d_model}, ParameterKind::kEmbedding, ctx, dtype);
+      tied_table_ = Parameter::Zeros({config.vocab_rows(), config.d_model}, TokenTableKind(config), ctx, dtype);
       lm_head_ = std::make_unique<Linear>(*tied_table_, dtype, &counters_);
     }
   }

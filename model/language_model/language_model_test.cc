@@ -572,5 +572,33 @@ TEST(LanguageModelTest, Cs336InitIsTruncatedNormalAndSeeded) {
   EXPECT_NE(first, second);
 }
 
+// A tied token table is the LM head's matrix too: under TRUNCATED_NORMAL it is drawn as the head is (std
+// sqrt(2 / (V + C))), not as an embedding (std 1), so the first loss is that of near-uniform logits, as with an
+// untied head. With the embedding's std 1 the logits' std would be ~sqrt(C) = 8 here and the loss ~20.
+TEST(LanguageModelTest, ATiedTableStartsAsTheLmHeadSoTheFirstLossIsNearLogV) {
+  constexpr int64_t kVocab = 512, kC = 64, kB = 4, kT = 32;
+  std::vector<int32_t> ids(kB * kT), targets(kB * kT);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>((i * 37 + 11) % kVocab);
+    targets[i] = static_cast<int32_t>((i * 101 + 5) % kVocab);
+  }
+  for (const bool tied : {false, true}) {
+    ModelConfig c = Cs336Config(kVocab, kT, kC, 2, 4, 128);
+    c.tied_embeddings = tied;
+    auto model = LanguageModel::Create(c, kernels::Context::Cpu());
+    ASSERT_TRUE(model.ok()) << model.status();
+    (*model)->InitializeParameters(5);
+    (*model)->VisitParameters([&](const std::string& name, const Parameter& p) {
+      if (name != "token_embeddings.weight") return;
+      const double sigma = tied ? std::sqrt(2.0 / (kVocab + kC)) : 1.0;
+      EXPECT_NEAR(MomentsOf(p).std, 0.986604 * sigma, 0.04 * sigma) << "tied=" << tied;
+    });
+    absl::StatusOr<double> loss = (*model)->ForwardWithLoss(ids.data(), targets.data(), kB, kT);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    // Logits of std s ~ 0.47 (a head of std 0.059 over a unit-RMS C=64 state): ln V + s^2 / 2 ~ 6.35.
+    EXPECT_NEAR(*loss, std::log(static_cast<double>(kVocab)), 0.5) << "tied=" << tied;
+  }
+}
+
 }  // namespace
 }  // namespace lmf::model

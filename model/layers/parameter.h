@@ -27,7 +27,7 @@ enum class ParameterKind {
   kMatrix,          // a linear layer's weight (OUT, IN) reading the residual stream or a hidden width
   kResidualMatrix,  // a linear weight whose output is added into the residual stream (attention's output
                     // projection, the feed-forward's down projection): GPT-2 scales its init by 1/sqrt(2L)
-  kOutputMatrix,    // the untied LM head (V, C): muP's output layer
+  kOutputMatrix,    // the LM head (V, C), or the token table it reads when tied: muP's output layer
   kEmbedding,       // a lookup table (token or position rows): its fan-in is not the model's width
   kBias,            // initialised to 0
   kGain,            // a norm's gain, initialised to 1

@@ -11,12 +11,16 @@
 
 namespace lmf::model {
 
+ParameterKind TokenTableKind(const ModelConfig& config) {
+  return config.tied_embeddings ? ParameterKind::kOutputMatrix : ParameterKind::kEmbedding;
+}
+
 Embedding::Embedding(const ModelConfig& config, const kernels::Context& ctx, kernels::DType dtype)
     : positions_(config.positions),
       c_(config.d_model),
       context_length_(config.context_length),
       dtype_(dtype),
-      tokens_(Parameter::Zeros({config.vocab_rows(), c_}, ParameterKind::kEmbedding, ctx, dtype)) {
+      tokens_(Parameter::Zeros({config.vocab_rows(), c_}, TokenTableKind(config), ctx, dtype)) {
   if (positions_ == PositionKind::kLearned) {
     learned_ = Parameter::Zeros({context_length_, c_}, ParameterKind::kEmbedding, ctx, dtype);
   }

@@ -16,6 +16,12 @@
 
 namespace lmf::model {
 
+// What the token table is to the initialisation (model/language_model/init.h): an embedding, or, when the LM
+// head reads it (config.tied_embeddings), the output matrix, so that the head's logits start small under
+// every scheme (TRUNCATED_NORMAL would draw an embedding from N(0, 1): logits of std ~sqrt(d_model) and a
+// first loss several times ln(V)). GPT2 draws both kinds alike; MUP refuses tied tables.
+ParameterKind TokenTableKind(const ModelConfig& config);
+
 // One micro-batch's embedding: the output (B*T, C) and, for the backward, the ids (and learned positions'
 // ids), on the model's device.
 struct EmbeddingActivations {
