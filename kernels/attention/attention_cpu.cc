@@ -112,10 +112,11 @@ void CheckParams(const AttentionParams& p) {
       << "attention: softcap=" << p.softcap << " must be finite and >= 0 (0: none)";
 }
 
-// Queries are scored in groups of kRowGroup (SmallGemm's register tile height): a group needs the keys of a
-// block only up to its last query's causal limit, so on a block the causal diagonal crosses, about half of
-// the scores and products are never computed.
-constexpr int64_t kRowGroup = 4;
+// Queries are scored in groups of RowGroup() (SmallGemm's register tile height: 6 rows on AVX2, 4 on
+// AVX-512): a group needs the keys of a block only up to its last query's causal limit, so on a block the
+// causal diagonal crosses, about half of the scores and products are never computed. (The grouping changes
+// which scores past a query's limit are computed, never what is kept: the results are the same.)
+int64_t RowGroup() { return vec::UseAvx512() ? 4 : 6; }
 // The backward's dK and dV products go in groups of kKeyGroup keys (SmallGemm's AVX2 tile width; one
 // 16-column tile on AVX-512), each group from the first query that sees any of its keys.
 constexpr int64_t kKeyGroup = 16;
@@ -150,6 +151,7 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
   const View view{p};
   const int64_t qblocks = (p.T + kQueryBlock - 1) / kQueryBlock;
   const int64_t items = p.B * p.NH * qblocks;
+  const int64_t row_group = RowGroup();
   ParallelForItems(ctx, items, kQueryBlock * p.S * p.HS * 4, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(kQueryBlock * p.HS), run_max(kQueryBlock), run_sum(kQueryBlock);
     std::vector<float> s(kQueryBlock * kKeyBlock), kt(p.HS * kKeyBlock);
@@ -165,8 +167,8 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         vec::Transpose(len, p.HS, view.k(b, u0, kvh), p.k_stride_t, kt.data(), kKeyBlock);  // K^T (HS, len)
-        for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
-          const int64_t rows = std::min(kRowGroup, tlen - r0);
+        for (int64_t r0 = 0; r0 < tlen; r0 += row_group) {
+          const int64_t rows = std::min(row_group, tlen - r0);
           const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
           if (n == 0) continue;
           float* block = s.data() + r0 * kKeyBlock;
@@ -358,8 +360,9 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
   constexpr int64_t Bk = kKeyBlock;
   // P = exp(scale q.k - lse) and dS = scale P (dO V^T - D) (times the soft-cap's derivative), 0 where masked,
   // past the causal limit, or where the whole row is masked (lse = -inf).
-  for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
-    const int64_t rows = std::min(kRowGroup, tlen - r0);
+  const int64_t row_group = RowGroup();
+  for (int64_t r0 = 0; r0 < tlen; r0 += row_group) {
+    const int64_t rows = std::min(row_group, tlen - r0);
     const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
     float* prob = s.prob.data() + r0 * Bk;
     float* dprob = s.dprob.data() + r0 * Bk;
@@ -408,8 +411,8 @@ void BackwardTile(const View& view, const BackwardView& g, int64_t b, int64_t h,
     }
   }
   if (want_dq) {  // dQ += dS K
-    for (int64_t r0 = 0; r0 < tlen; r0 += kRowGroup) {
-      const int64_t rows = std::min(kRowGroup, tlen - r0);
+    for (int64_t r0 = 0; r0 < tlen; r0 += row_group) {
+      const int64_t rows = std::min(row_group, tlen - r0);
       const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
       if (n == 0) continue;
       vec::SmallGemm(rows, HS, n, s.dprob.data() + r0 * Bk, Bk, view.k(b, u0, kvh), p.k_stride_t,

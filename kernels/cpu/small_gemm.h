@@ -5,9 +5,11 @@
 //   C (m, n) += A (m, k) @ B (k, n)       (accumulate = true)
 //
 // and SmallGemmTransA, the same with A^T for A stored (k, m) (attention's P^T dO and dS^T Q without a
-// transposed copy). All row-major with explicit leading dimensions; no alignment needed. Tiles of 4 rows x 16
-// columns are kept in 8 AVX2 registers over the whole k loop (the unroll pragmas make sure of that at -O2) (2
-// loads, 4 broadcasts, 8 FMAs per k), with 8-column and scalar tails. Where the CPU has AVX-512 (isa.h),
+// transposed copy). All row-major with explicit leading dimensions; no alignment needed. Tiles of 6 rows x 16
+// columns are kept in 12 AVX2 registers over the whole k loop (the unroll pragmas make sure of that at -O2) (2
+// loads, 6 broadcasts, 12 FMAs per k: 12 independent chains, where 4 x 16's 8 left the FMA units waiting on
+// their latency; ~10% faster attention forward on one thread here), then 4-row tiles and row tails, each with
+// 8-column and scalar tails. Where the CPU has AVX-512 (isa.h),
 // tiles of 4 rows x 64, 32 and 16 columns in 512-bit registers come first (at 64: 4 loads, 4 broadcasts, 16
 // FMAs per k); every element of C is the same FMA chain over k either way, so C is bitwise the same.
 // Single-threaded: callers parallelise over their own blocks.
@@ -36,7 +38,7 @@ template <int R, int NV, bool kTransA>
 inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                      int64_t ldc, bool accumulate) {
   __m256 acc[R][NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
@@ -44,14 +46,14 @@ inline void GemmTile(int64_t k, const float* a, int64_t lda, const float* b, int
     __m256 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 av = _mm256_broadcast_ss(AElement<kTransA>(a, lda, r, p));
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
@@ -142,6 +144,11 @@ inline void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, c
     }
   };
   int64_t i = 0;
+  if constexpr (!kAvx512) {
+    // AVX2: 6 x 16 tiles, 12 accumulators (15 of the 16 ymm registers with the B loads and the broadcast),
+    // enough independent FMA chains to cover the FMA's latency on both pipes; 4 x 16 leaves them idle.
+    for (; i + 6 <= m; i += 6) rows(std::integral_constant<int, 6>(), i);
+  }
   for (; i + 4 <= m; i += 4) rows(std::integral_constant<int, 4>(), i);
   switch (m - i) {
     case 3:

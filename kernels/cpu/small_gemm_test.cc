@@ -35,7 +35,9 @@ TEST_P(SmallGemmTest, MatchesTripleLoopForAllTails) {
       const bool trans_a = GetParam();
       std::mt19937 rng(3);
       std::normal_distribution<float> dist;
-      for (int64_t m : {1, 2, 3, 4, 5, 7, 9}) {
+      // Rows: AVX2 takes 6-row tiles, then 4, then 3, 2 or 1 (7 = 6 + 1, 10 = 6 + 4, 15 = 6 + 6 + 3);
+      // AVX-512 4-row tiles and the same tails.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 9, 10, 15}) {
         // AVX-512 tiles of 64, 32 and 16 columns, then the 8-column and scalar tails (AVX2: 16, 8, scalar).
         for (int64_t n : {1, 7, 8, 9, 16, 17, 25, 32, 40, 56, 64, 79, 100, 127}) {
           for (int64_t k : {1, 5, 64}) {
@@ -78,7 +80,7 @@ TEST_P(SmallGemmTest, Avx512TilesGiveBitwiseTheAvx2Result) {
   const bool trans_a = GetParam();
   std::mt19937 rng(5);
   std::normal_distribution<float> dist;
-  for (int64_t m : {1, 3, 4, 6}) {
+  for (int64_t m : {1, 3, 4, 6, 10}) {
     for (int64_t n : {5, 8, 24, 48, 64, 88, 130}) {
       for (int64_t k : {1, 8, 64, 77}) {
         for (bool accumulate : {false, true}) {
