@@ -149,16 +149,26 @@ int64_t PrepareRow(const View& view, int64_t b, int64_t h, int64_t t, int64_t u0
 
 void ForwardTiled(const Context& ctx, const AttentionParams& p) {
   const View view{p};
-  const int64_t qblocks = (p.T + kQueryBlock - 1) / kQueryBlock;
+  const int64_t qblocks = (p.T + kQueryBlock - 1) / kQueryBlock, kblocks = (p.S + kKeyBlock - 1) / kKeyBlock;
   const int64_t items = p.B * p.NH * qblocks;
   const int64_t row_group = RowGroup();
   ParallelForItems(ctx, items, kQueryBlock * p.S * p.HS * 4, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(kQueryBlock * p.HS), run_max(kQueryBlock), run_sum(kQueryBlock);
-    std::vector<float> s(kQueryBlock * kKeyBlock), kt(p.HS * kKeyBlock);
+    std::vector<float> s(kQueryBlock * kKeyBlock);
+    // K^T of the current (batch, kv head)'s key blocks, each (HS, kKeyBlock), transposed on first use: a
+    // thread's items run through a head's query blocks (and a GQA group's heads) in order, and each used to
+    // transpose every key block again.
+    std::vector<float> kt_head(kblocks * p.HS * kKeyBlock);
+    std::vector<char> kt_ready(kblocks);
+    int64_t kt_b = -1, kt_kvh = -1;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (p.NH * qblocks), h = (item / qblocks) % p.NH, qb = item % qblocks;
       const int64_t t0 = qb * kQueryBlock, tlen = std::min(kQueryBlock, p.T - t0);
       const int64_t kvh = h / view.group();
+      if (b != kt_b || kvh != kt_kvh) {
+        std::fill(kt_ready.begin(), kt_ready.end(), 0);
+        kt_b = b, kt_kvh = kvh;
+      }
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(run_max.begin(), run_max.end(), -INFINITY);
       std::fill(run_sum.begin(), run_sum.end(), 0.0f);
@@ -166,14 +176,19 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       const int64_t key_end = view.KeyLimit(t0 + tlen - 1);
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
-        vec::Transpose(len, p.HS, view.k(b, u0, kvh), p.k_stride_t, kt.data(), kKeyBlock);  // K^T (HS, len)
+        // K^T (HS, the whole block): later query blocks see more of it than this one's len.
+        float* kt = kt_head.data() + (u0 / kKeyBlock) * p.HS * kKeyBlock;
+        if (!kt_ready[u0 / kKeyBlock]) {
+          vec::Transpose(std::min(kKeyBlock, p.S - u0), p.HS, view.k(b, u0, kvh), p.k_stride_t, kt, kKeyBlock);
+          kt_ready[u0 / kKeyBlock] = 1;
+        }
         for (int64_t r0 = 0; r0 < tlen; r0 += row_group) {
           const int64_t rows = std::min(row_group, tlen - r0);
           const int64_t n = KeysSeen(view, t0 + r0 + rows - 1, u0, len);
           if (n == 0) continue;
           float* block = s.data() + r0 * kKeyBlock;
-          vec::SmallGemm(rows, n, p.HS, view.q(b, t0 + r0, h), p.q_stride_t, kt.data(), kKeyBlock, block,
-                         kKeyBlock, false);
+          vec::SmallGemm(rows, n, p.HS, view.q(b, t0 + r0, h), p.q_stride_t, kt, kKeyBlock, block, kKeyBlock,
+                         false);
           for (int64_t i = r0; i < r0 + rows; ++i) {
             float* row = s.data() + i * kKeyBlock;
             const int64_t visible = PrepareRow(view, b, h, t0 + i, u0, n, row);
