@@ -1,10 +1,11 @@
 // CPU attention.
 // Forward, kTiled: work items are (batch, query head, block of kQueryBlock queries); each walks the keys in
 // blocks of kKeyBlock (skipping blocks entirely above the causal diagonal or before the window): S = Q K^T
-// and acc += P V are register-blocked small GEMMs over groups of 4 queries, each group only up to its last
+// and acc += P V are register-blocked small GEMMs over groups of RowGroup() queries, each only up to its last
 // query's causal limit (on the diagonal block half the work), and per query a running max and sum rescale
-// acc (online softmax), so memory per thread is one (kQueryBlock, kKeyBlock) block of scores. Exponentials
-// are taken only of the keys a query may see.
+// acc (online softmax), so memory per thread is one (kQueryBlock, kKeyBlock) block of scores and the K^T of
+// one kv head's key blocks (each transposed once per thread and head). Exponentials are taken only of the
+// keys a query may see.
 // Forward, kPlain: per (batch, head) the full (T, S) score matrix, softmax, then P V; the reference.
 // Backward (both algorithms): on (kQueryBlock, kKeyBlock) tiles, P is recomputed from lse and
 //   D = rowsum(dO * O), dV += P^T dO, dS = scale P (dO V^T - D), dQ += dS K, dK += dS^T Q
