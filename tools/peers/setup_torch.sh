@@ -71,6 +71,28 @@ install() {
   "${venv}/bin/pip" install --disable-pip-version-check --no-index --find-links "${wheels}" "torch==${version}" numpy
 }
 
+# torch.compile's C++ kernels must link against this venv's libtorch. Inductor puts the base python's LIBDIR
+# (/usr/lib/x86_64-linux-gnu for Debian's python3) before torch's own lib folder on the link line, so where
+# Debian's python3-torch is installed (its libtorch-dev puts libtorch_cpu.so there) the kernels link against
+# PyTorch 1.13's libtorch_cpu, which lacks the Sleef symbols they call: inductor's vector-ISA probe then fails
+# and every kernel is compiled scalar (torch.compile slower than eager), or a kernel from an earlier cache
+# fails to load ("undefined symbol: Sleef_tanhf8_u10"). So the venv gets a compiler wrapper that names its
+# torch's lib folder first (inductor reads the compiler from $CXX), set with the venv's own inductor cache
+# at interpreter start by a .pth file: nothing outside the venv changes.
+configure_inductor() {
+  local site torch_lib
+  site="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  torch_lib="${site}/torch/lib"
+  cat > "${venv}/bin/inductor-cxx" <<EOF2
+#!/bin/sh
+# setup_torch.sh: g++ with this venv's torch/lib searched first (see configure_inductor there).
+exec g++ -L"${torch_lib}" "\$@"
+EOF2
+  chmod +x "${venv}/bin/inductor-cxx"
+  echo "import os; os.environ.setdefault('CXX', '${venv}/bin/inductor-cxx'); os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', '${venv}/inductor-cache')" \
+    > "${site}/lmforge_inductor.pth"
+}
+
 # PyTorch imports, computes, compiles a small function with inductor (the C++ backend) and runs bf16 autocast.
 check() {
   "${venv}/bin/python" - <<'EOF'
@@ -78,10 +100,13 @@ import torch
 x = torch.randn(64, 64)
 f = torch.compile(lambda a: torch.nn.functional.gelu(a @ a))
 assert torch.allclose(f(x), torch.nn.functional.gelu(x @ x), atol=1e-4), "torch.compile gives another result"
+from torch._inductor import cpu_vec_isa
+assert cpu_vec_isa.pick_vec_isa(), ("inductor found no vector ISA it can build and load: torch.compile would "
+                                    "run scalar kernels (see configure_inductor in setup_torch.sh)")
 with torch.autocast("cpu", dtype=torch.bfloat16):
     assert (x @ x).dtype == torch.bfloat16
-print(f"PyTorch {torch.__version__}: eager, torch.compile (inductor) and bf16 autocast work; "
-      f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+print(f"PyTorch {torch.__version__}: eager, torch.compile (inductor, vector ISA {cpu_vec_isa.pick_vec_isa()}) and "
+      f"bf16 autocast work; CPU capability {torch.backends.cpu.get_cpu_capability()}")
 EOF
 }
 
@@ -93,6 +118,7 @@ main() {
   else
     echo "PyTorch ${version} already installed in ${venv}"
   fi
+  configure_inductor
   check
   echo "venv: ${venv} ($(du -sh "${venv}" | cut -f1)); wheels: ${wheels} ($(du -sh "${wheels}" | cut -f1))"
   echo "the benchmarks use ${venv}/bin/python by default (LMF_TORCH_PYTHON overrides it)"
