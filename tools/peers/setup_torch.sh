@@ -14,7 +14,9 @@
 # a machine without a GPU, so the whole set is installed as `pip install torch` would: 2.9 GB of wheels
 # (kept in LMF_TORCH_WHEELS, so a venv made again downloads nothing) and about 6 GB installed. PyPI has no
 # CPU-only torch wheel. The script checks the free space before it starts. Running it again with the same
-# version does nothing but the final check. Delete LMF_TORCH_WHEELS to get the 2.9 GB back.
+# version does nothing but the final check. Delete LMF_TORCH_WHEELS to get the 2.9 GB back. The venv's
+# torch.compile links its kernels against the venv's own libtorch (configure_inductor), and the final check
+# fails unless inductor finds a vector ISA.
 set -euo pipefail
 
 version="${LMF_TORCH_VERSION:-2.15.0}"
