@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "base/check.h"
@@ -158,8 +159,9 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
     std::vector<float> s(kQueryBlock * kKeyBlock);
     // K^T of the current (batch, kv head)'s key blocks, each (HS, kKeyBlock), transposed on first use: a
     // thread's items run through a head's query blocks (and a GQA group's heads) in order, and each used to
-    // transpose every key block again.
-    std::vector<float> kt_head(kblocks * p.HS * kKeyBlock);
+    // transpose every key block again. Left uninitialised: only the blocks a thread reads are written (and
+    // their pages touched), so a long sliding-window sequence costs the window, not S x HS.
+    std::unique_ptr<float[]> kt_head(new float[kblocks * p.HS * kKeyBlock]);
     std::vector<char> kt_ready(kblocks);
     int64_t kt_b = -1, kt_kvh = -1;
     for (int64_t item = begin; item < end; ++item) {
@@ -178,7 +180,7 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         // K^T (HS, the whole block): later query blocks see more of it than this one's len.
-        float* kt = kt_head.data() + (u0 / kKeyBlock) * p.HS * kKeyBlock;
+        float* kt = kt_head.get() + (u0 / kKeyBlock) * p.HS * kKeyBlock;
         if (!kt_ready[u0 / kKeyBlock]) {
           vec::Transpose(std::min(kKeyBlock, p.S - u0), p.HS, view.k(b, u0, kvh), p.k_stride_t, kt, kKeyBlock);
           kt_ready[u0 / kKeyBlock] = 1;
