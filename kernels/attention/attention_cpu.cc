@@ -180,10 +180,11 @@ void ForwardTiled(const Context& ctx, const AttentionParams& p) {
       for (int64_t u0 = view.KeyStart(t0) / kKeyBlock * kKeyBlock; u0 < key_end; u0 += kKeyBlock) {
         const int64_t len = std::min(kKeyBlock, key_end - u0);
         // K^T (HS, the whole block): later query blocks see more of it than this one's len.
-        float* kt = kt_head.get() + (u0 / kKeyBlock) * p.HS * kKeyBlock;
-        if (!kt_ready[u0 / kKeyBlock]) {
+        const int64_t kb = u0 / kKeyBlock;
+        float* kt = kt_head.get() + kb * p.HS * kKeyBlock;
+        if (!kt_ready[kb]) {
           vec::Transpose(std::min(kKeyBlock, p.S - u0), p.HS, view.k(b, u0, kvh), p.k_stride_t, kt, kKeyBlock);
-          kt_ready[u0 / kKeyBlock] = 1;
+          kt_ready[kb] = 1;
         }
         for (int64_t r0 = 0; r0 < tlen; r0 += row_group) {
           const int64_t rows = std::min(row_group, tlen - r0);
